@@ -1,0 +1,95 @@
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import knexFactory, { type Knex } from 'knex';
+import { PGlite } from '@electric-sql/pglite';
+import { vector } from '@electric-sql/pglite-pgvector';
+import ClientPgLite from 'knex-pglite';
+
+/**
+ * One way to reach PostgreSQL: a knex instance over either PGlite (embedded, in-process WASM)
+ * or a PostgreSQL server through `pg`. Everything above this file sees only `Database`.
+ */
+export interface Database {
+  readonly knex: Knex;
+  /** `pglite` runs on one connection in this process; `postgres` is a server with a pool. */
+  readonly kind: 'pglite' | 'postgres';
+  /** Whether the pgvector extension is available (always on PGlite; probed on a server). */
+  readonly hasVector: boolean;
+  close(): Promise<void>;
+}
+
+export type DatabaseOptions =
+  | { kind: 'pglite'; /** directory for the data files; `memory://` for a throwaway database */ dataDir: string }
+  | {
+      kind: 'postgres';
+      url: string;
+      maxConns?: number;
+      sslMode?: 'disable' | 'require' | 'verify-ca' | 'verify-full';
+    };
+
+export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+  if (options.kind === 'pglite') {
+    if (!options.dataDir.startsWith('memory://')) mkdirSync(path.resolve(options.dataDir), { recursive: true });
+    const pglite = await PGlite.create(options.dataDir, { extensions: { vector } });
+    const knex = knexFactory({
+      client: ClientPgLite,
+      dialect: 'postgres',
+      connection: () => ({ pglite }),
+      // PGlite is a single connection: a larger pool would only queue inside the driver.
+      pool: { min: 1, max: 1 },
+    } as Knex.Config);
+    await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+    return {
+      knex,
+      kind: 'pglite',
+      hasVector: true,
+      close: async () => {
+        await knex.destroy();
+        if (!pglite.closed) await pglite.close();
+      },
+    };
+  }
+  const ssl =
+    !options.sslMode || options.sslMode === 'disable'
+      ? false
+      : { rejectUnauthorized: options.sslMode !== 'require' };
+  const knex = knexFactory({
+    client: 'pg',
+    connection: { connectionString: options.url, ssl },
+    pool: { min: 0, max: options.maxConns ?? 200 },
+  });
+  const probe = await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`);
+  let hasVector = (probe.rows[0]?.n ?? 0) > 0;
+  if (hasVector) {
+    try {
+      await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+    } catch {
+      hasVector = false; // available but not permitted for this role: search stays lexical
+    }
+  }
+  return { knex, kind: 'postgres', hasVector, close: () => knex.destroy() };
+}
+
+/**
+ * A fresh, empty PostgreSQL database on the local server for one test or benchmark run,
+ * dropped on close. Named after `prefix` and a random suffix so parallel runs never meet.
+ */
+export async function openScratchPostgres(
+  baseUrl = process.env.FACTLOG_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+  prefix = 'factlog_test',
+): Promise<Database> {
+  const name = `${prefix}_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+  const admin = knexFactory({ client: 'pg', connection: baseUrl, pool: { min: 0, max: 1 } });
+  await admin.raw(`CREATE DATABASE "${name}"`);
+  const url = new URL(baseUrl);
+  url.pathname = `/${name}`;
+  const db = await openDatabase({ kind: 'postgres', url: url.toString(), maxConns: 20 });
+  return {
+    ...db,
+    close: async () => {
+      await db.close();
+      await admin.raw(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+      await admin.destroy();
+    },
+  };
+}

@@ -1,0 +1,99 @@
+import type { NewEvent, RecordedEvent } from './envelope.js';
+
+/**
+ * The EventStore port. Adapters: `postgres.ts` (PGlite and PostgreSQL server, same code)
+ * and, on the distributed tier, `eventstoredb.ts`.
+ *
+ * Expected version semantics (as EventStoreDB and Emmett):
+ * - `'no_stream'`: the stream must not exist yet;
+ * - `'stream_exists'`: the stream must have at least one event;
+ * - `'any'`: no check;
+ * - a number: the stream's last event must have exactly this 0-based version.
+ */
+export type ExpectedVersion = 'no_stream' | 'stream_exists' | 'any' | number;
+
+export interface AppendResult {
+  /** Version of the last appended event: pass it as the expected version of the next append. */
+  nextExpectedVersion: number;
+  /** Global position of the last appended event. */
+  lastPosition: number;
+  /** The events as stored. */
+  events: RecordedEvent[];
+}
+
+export interface ReadStreamOptions {
+  /** First stream version to return (inclusive); default 0. */
+  fromVersion?: number;
+  /** Maximum number of events to return; default all. */
+  limit?: number;
+}
+
+export interface ReadAllOptions {
+  /** Return events with globalPosition strictly greater than this; default 0 (from the start). */
+  after?: number;
+  /** Maximum number of events to return; default 1000. */
+  limit?: number;
+  /** Only these event types. */
+  types?: readonly string[];
+  /** Only events of this repository. */
+  repositoryId?: string;
+  /** Only events of this stream. */
+  streamId?: string;
+}
+
+export interface SubscribeOptions {
+  /** Deliver events after this global position (exclusive). */
+  after: number;
+  /** Events per delivered batch; default 500. */
+  batchSize?: number;
+  /** Only these event types (a server-side filter where the adapter can). */
+  types?: readonly string[];
+  /**
+   * Called with each batch in order. The subscription waits for the promise before reading on,
+   * so a handler that commits its checkpoint with its effects gets exactly-once effects.
+   */
+  handler: (batch: RecordedEvent[]) => Promise<void>;
+  /** Called when the handler or a read fails; the subscription stops after it. */
+  onError?: (error: unknown) => void;
+}
+
+export interface Subscription {
+  /** Resolves once the subscription has stopped and no handler is running. */
+  stop(): Promise<void>;
+  /** Resolves when the subscription has delivered everything up to the log head known when called. */
+  caughtUp(): Promise<void>;
+}
+
+export interface EventStore {
+  append(streamId: string, events: readonly NewEvent[], expected: ExpectedVersion): Promise<AppendResult>;
+  readStream(streamId: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
+  /** Global position of the last event visible to readers (0 for an empty log). */
+  headPosition(): Promise<number>;
+  /** Catch-up subscription: reads from `after` to the head, then follows new appends. */
+  subscribe(options: SubscribeOptions): Subscription;
+  close(): Promise<void>;
+}
+
+/** Thrown when the expected version does not match; the HTTP layer maps it to 409. */
+export class ConcurrencyError extends Error {
+  override readonly name = 'ConcurrencyError';
+  constructor(
+    readonly streamId: string,
+    readonly expected: ExpectedVersion,
+    readonly actual: number | 'no_stream',
+  ) {
+    super(`stream ${streamId}: expected version ${String(expected)}, actual ${String(actual)}`);
+  }
+}
+
+/** Thrown when an event does not match its type's Avro schema; nothing of the batch is stored. */
+export class InvalidEventError extends Error {
+  override readonly name = 'InvalidEventError';
+  constructor(
+    readonly eventType: string,
+    message: string,
+  ) {
+    super(`invalid ${eventType} event: ${message}`);
+  }
+}
