@@ -1,0 +1,28 @@
+export * from './types.js';
+export { parseDuration, isDuration } from './duration.js';
+export {
+  loadConfig,
+  defaultConfig,
+  buildConfig,
+  packagedDefaultsPath,
+  configSchemaPath,
+  type LoadConfigOptions,
+} from './load.js';
+export {
+  bootstrapAdminFromEnv,
+  environmentNameOf,
+  parseBooleanText,
+  SPEC_ENVIRONMENT_NAMES,
+  type BootstrapAdmin,
+} from './env.js';
+export { checkSecrets, MIN_JWT_SECRET_BYTES, type ConfigWarningLog } from './secrets.js';
+export { worstCaseLlmCallMs } from './validate.js';
+export {
+  publicBaseUrl,
+  oauthIssuer,
+  dataPaths,
+  databaseOptions,
+  registryEndpoints,
+  isModelAllowed,
+  type DataPaths,
+} from './derived.js';

@@ -1,0 +1,209 @@
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import { environmentOverrides } from './env.js';
+import { type Config, ConfigError } from './types.js';
+import { type ConfigTree, deepClone, formatPath, isPlainObject, setAt } from './tree.js';
+import { validateConfig } from './validate.js';
+
+export { bootstrapAdminFromEnv, type BootstrapAdmin } from './env.js';
+export { checkSecrets, type ConfigWarningLog } from './secrets.js';
+
+export interface LoadConfigOptions {
+  /** The CLI's --config: a YAML file, or a directory holding config.yaml and/or config.local.yaml. */
+  configPath?: string;
+  /** Defaults to process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Base for configs/, a relative configPath, and the written defaults. Defaults to process.cwd(). */
+  cwd?: string;
+  /** Write `<cwd>/configs/config.default.yaml` when absent (the CLI's first run). Default true. */
+  writeDefaults?: boolean;
+  /** Non-fatal notices (defaults not writable, a variable that looks like a setting but is not). */
+  warn?: (message: string) => void;
+}
+
+const DEFAULTS_RELATIVE_PATH = path.join('configs', 'config.default.yaml');
+const SCHEMA_RELATIVE_PATH = path.join('schemas', 'config.schema.json');
+const LOCAL_RELATIVE_PATH = path.join('configs', 'config.local.yaml');
+/** Inside a --config directory, in order of increasing precedence. */
+const DIRECTORY_FILE_NAMES = ['config.yaml', 'config.local.yaml'] as const;
+
+const MODULE_DIRECTORY = path.dirname(fileURLToPath(import.meta.url));
+// This file runs as src/config/load.ts (tsx) or dist/src/config/load.js (tsc output, which
+// copies neither YAML nor JSON): the package root is two or three levels up.
+const PACKAGE_ROOT_CANDIDATES = [path.resolve(MODULE_DIRECTORY, '../..'), path.resolve(MODULE_DIRECTORY, '../../..')];
+
+function packagedFile(relativePath: string): string {
+  for (const root of PACKAGE_ROOT_CANDIDATES) {
+    const candidate = path.join(root, relativePath);
+    if (existsSync(candidate)) return candidate;
+  }
+  throw new ConfigError(`packaged file ${relativePath} not found under ${PACKAGE_ROOT_CANDIDATES.join(' or ')}`);
+}
+
+/** The embedded defaults file shipped with the package. */
+export function packagedDefaultsPath(): string {
+  return packagedFile(DEFAULTS_RELATIVE_PATH);
+}
+
+/** The JSON Schema the merged configuration is validated against. */
+export function configSchemaPath(): string {
+  return packagedFile(SCHEMA_RELATIVE_PATH);
+}
+
+function readYamlMapping(file: string, text: string): ConfigTree {
+  let parsed: unknown;
+  try {
+    parsed = parseYaml(text);
+  } catch (error) {
+    throw new ConfigError(`${file}: not valid YAML: ${(error as Error).message}`);
+  }
+  if (parsed === null || parsed === undefined) return {}; // an empty or all-comments file
+  if (!isPlainObject(parsed)) throw new ConfigError(`${file}: the top level must be a mapping of keys`);
+  return parsed;
+}
+
+function readYamlFile(file: string): ConfigTree {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new ConfigError(`${file}: cannot be read: ${(error as Error).message}`);
+  }
+  return readYamlMapping(file, text);
+}
+
+/**
+ * Deep-merges `overlay` into `target`: mappings merge key by key, lists and scalars replace.
+ * A null value (a key left empty in YAML) keeps the lower layer's value. Records where each
+ * value came from, for error messages.
+ */
+function mergeLayer(
+  target: ConfigTree,
+  overlay: ConfigTree,
+  origin: string,
+  origins: Map<string, string>,
+  prefix: string[] = [],
+): void {
+  for (const [key, value] of Object.entries(overlay)) {
+    const keyPath = [...prefix, key];
+    if (key === '__proto__' || key === 'constructor' || key === 'prototype') {
+      throw new ConfigError(`${formatPath(keyPath)}: unknown key (set by ${origin})`);
+    }
+    if (value === null || value === undefined) continue;
+    origins.set(keyPath.join('.'), origin);
+    const current = target[key];
+    if (isPlainObject(value) && isPlainObject(current)) mergeLayer(current, value, origin, origins, keyPath);
+    else target[key] = deepClone(value);
+  }
+}
+
+/** The file layers: --config (file, or directory files), else configs/config.local.yaml when present. */
+function configFiles(configPath: string | undefined, cwd: string): string[] {
+  if (configPath === undefined || configPath === '') {
+    const local = path.join(cwd, LOCAL_RELATIVE_PATH);
+    return existsSync(local) ? [local] : [];
+  }
+  const resolved = path.resolve(cwd, configPath);
+  let isDirectory: boolean;
+  try {
+    isDirectory = statSync(resolved).isDirectory();
+  } catch {
+    throw new ConfigError(`--config ${resolved}: no such file or directory`);
+  }
+  if (!isDirectory) return [resolved];
+  const files = DIRECTORY_FILE_NAMES.map((name) => path.join(resolved, name)).filter((file) => existsSync(file));
+  if (files.length === 0) {
+    throw new ConfigError(`--config ${resolved}: the directory holds neither ${DIRECTORY_FILE_NAMES.join(' nor ')}`);
+  }
+  return files;
+}
+
+const WRITTEN_DEFAULTS_HEADER = `# Written by factlog on first run as a reference copy of its built-in defaults.
+# factlog does NOT read this file: editing it changes nothing, and it is not refreshed on
+# upgrade. Put the keys you change in configs/config.local.yaml (or a file given with
+# --config), or set environment variables. See docs/configuration.md.
+
+`;
+
+/**
+ * "Defaults are written next to the binary on first run": for a Node service the binary is the
+ * deployment directory it runs in (the working directory that also holds configs/ and data/),
+ * so the copy goes to <cwd>/configs/config.default.yaml. Never overwrites; failure only warns.
+ */
+function writeDefaultsCopy(cwd: string, defaultsText: string, warn: (message: string) => void): void {
+  const target = path.join(cwd, DEFAULTS_RELATIVE_PATH);
+  if (existsSync(target)) return;
+  try {
+    mkdirSync(path.dirname(target), { recursive: true });
+  } catch (error) {
+    warn(`could not write the reference defaults to ${target}: ${(error as Error).message}`);
+    return;
+  }
+  try {
+    // 'wx' fails if another process created the file meanwhile: theirs stays.
+    writeFileSync(target, WRITTEN_DEFAULTS_HEADER + defaultsText, { flag: 'wx' });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
+      warn(`could not write the reference defaults to ${target}: ${(error as Error).message}`);
+    }
+  }
+}
+
+let cachedDefaults: { file: string; text: string; tree: ConfigTree } | undefined;
+
+function embeddedDefaults(): { file: string; text: string; tree: ConfigTree } {
+  if (!cachedDefaults) {
+    const file = packagedDefaultsPath();
+    const text = readFileSync(file, 'utf8');
+    cachedDefaults = { file, text, tree: readYamlMapping(file, text) };
+  }
+  return { ...cachedDefaults, tree: deepClone(cachedDefaults.tree) };
+}
+
+/**
+ * Loads the layered configuration: embedded defaults < config file(s) < environment.
+ * Throws ConfigError naming every bad key (by dotted path, with the file or variable that set it).
+ */
+export function loadConfig(options: LoadConfigOptions = {}): Config {
+  const cwd = path.resolve(options.cwd ?? process.cwd());
+  const env = options.env ?? process.env;
+  const warn = options.warn ?? ((message: string) => process.emitWarning(message, 'FactlogConfigWarning'));
+  const defaults = embeddedDefaults();
+
+  if (options.writeDefaults ?? true) writeDefaultsCopy(cwd, defaults.text, warn);
+
+  const origins = new Map<string, string>();
+  const merged = deepClone(defaults.tree);
+  for (const file of configFiles(options.configPath, cwd)) {
+    mergeLayer(merged, readYamlFile(file), file, origins);
+  }
+
+  const { overrides, unmatched } = environmentOverrides(defaults.tree, env);
+  for (const { path: keyPath, value, variable } of overrides) {
+    setAt(merged, keyPath, value);
+    origins.set(keyPath.join('.'), `environment variable ${variable}`);
+  }
+  for (const variable of unmatched) {
+    warn(`environment variable ${variable} looks like a factlog setting but matches no configuration key; ignored`);
+  }
+
+  return validateConfig(merged, configSchemaPath(), origins);
+}
+
+/** The validated embedded defaults alone (no files, no environment). */
+export function defaultConfig(): Config {
+  return validateConfig(embeddedDefaults().tree, configSchemaPath());
+}
+
+/**
+ * The embedded defaults with `overrides` deep-merged over them, validated. For tests and tools
+ * that need a Config without files or environment: `buildConfig({ server: { port: 0 } })`.
+ */
+export function buildConfig(overrides: object = {}): Config {
+  const origins = new Map<string, string>();
+  const merged = embeddedDefaults().tree;
+  mergeLayer(merged, overrides as ConfigTree, 'buildConfig overrides', origins);
+  return validateConfig(merged, configSchemaPath(), origins);
+}

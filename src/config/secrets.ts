@@ -1,0 +1,48 @@
+import { type Config, ConfigError, JWT_SECRET_PLACEHOLDER } from './types.js';
+
+/** Anything with a `warn(message)`: a pino logger, `console`, or a test spy. */
+export interface ConfigWarningLog {
+  warn(message: string): void;
+}
+
+/** HS256 wants a key at least as long as its output (RFC 7518 §3.2). */
+export const MIN_JWT_SECRET_BYTES = 32;
+
+/**
+ * Checks the settings the spec says must be replaced before production. With profile
+ * `production` every problem is collected and thrown as one ConfigError, so the service
+ * refuses to start; on any other profile each is logged as a warning and startup goes on.
+ */
+export function checkSecrets(config: Config, log: ConfigWarningLog): void {
+  const production = config.profile === 'production';
+  const refusals: string[] = [];
+  const secret = config.auth.jwt_secret;
+
+  if (secret === JWT_SECRET_PLACEHOLDER) {
+    if (production) {
+      refusals.push('auth.jwt_secret: is the built-in placeholder; set AUTH_JWTSECRET to a random secret of at least 32 bytes');
+    } else {
+      log.warn(
+        '!!! INSECURE: auth.jwt_secret is the built-in placeholder. Anyone can forge session and OAuth tokens. ' +
+          'Set AUTH_JWTSECRET to a random secret of at least 32 bytes (e.g. `openssl rand -hex 32`) before exposing this service. ' +
+          'Profile production refuses to start like this. !!!',
+      );
+    }
+  } else if (Buffer.byteLength(secret, 'utf8') < MIN_JWT_SECRET_BYTES) {
+    const message = `auth.jwt_secret: is ${Buffer.byteLength(secret, 'utf8')} bytes; use at least ${MIN_JWT_SECRET_BYTES}`;
+    if (production) refusals.push(message);
+    else log.warn(`INSECURE: ${message} (profile production refuses to start with it)`);
+  }
+
+  if (production && config.oauth.issuer === '') {
+    refusals.push('oauth.issuer: must be set in production to the public issuer URL (SVC_OAUTH_ISSUER)');
+  }
+  if (production && config.bootstrap.auto_promote_first_user) {
+    log.warn(
+      'bootstrap.auto_promote_first_user is true in production: the first account registered becomes sysadmin. ' +
+        'Public deployments should set SVC_BOOTSTRAP_AUTO_PROMOTE=false.',
+    );
+  }
+
+  if (refusals.length > 0) throw new ConfigError(refusals);
+}

@@ -1,0 +1,56 @@
+/** Helpers for the untyped configuration tree while layers are merged, before validation. */
+
+export type ConfigTree = { [key: string]: unknown };
+
+export function isPlainObject(value: unknown): value is ConfigTree {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Dotted path for messages: `providers.registry.registries[0].url`. */
+export function formatPath(segments: readonly string[]): string {
+  let text = '';
+  for (const segment of segments) {
+    if (/^\d+$/.test(segment)) text += `[${segment}]`;
+    else text += text === '' ? segment : `.${segment}`;
+  }
+  return text === '' ? '(top level)' : text;
+}
+
+/** Leaf paths of a tree: scalars and arrays are leaves, objects are descended into. */
+export function leafPaths(tree: ConfigTree, prefix: readonly string[] = []): string[][] {
+  const paths: string[][] = [];
+  for (const [key, value] of Object.entries(tree)) {
+    const path = [...prefix, key];
+    if (isPlainObject(value)) paths.push(...leafPaths(value, path));
+    else paths.push(path);
+  }
+  return paths;
+}
+
+export function getAt(tree: ConfigTree, path: readonly string[]): unknown {
+  let node: unknown = tree;
+  for (const segment of path) {
+    if (!isPlainObject(node) || !Object.hasOwn(node, segment)) return undefined;
+    node = node[segment];
+  }
+  return node;
+}
+
+/** Sets a value, creating intermediate objects (a new `databases.<name>` entry, say). */
+export function setAt(tree: ConfigTree, path: readonly string[], value: unknown): void {
+  let node = tree;
+  for (const segment of path.slice(0, -1)) {
+    const next = node[segment];
+    if (isPlainObject(next)) node = next;
+    else {
+      const created: ConfigTree = {};
+      node[segment] = created;
+      node = created;
+    }
+  }
+  node[path[path.length - 1]] = value;
+}
+
+export function deepClone<T>(value: T): T {
+  return structuredClone(value);
+}

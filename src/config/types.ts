@@ -1,0 +1,216 @@
+/**
+ * The merged configuration, mirroring `configs/config.default.yaml` key for key (snake_case,
+ * as written in YAML and validated by `schemas/config.schema.json`). Durations stay strings
+ * such as `15s` or `1h30m`; turn them into milliseconds with `parseDuration`.
+ */
+
+/** A duration string: one or more `<number><unit>` with unit ms, s, m, h or d (`0s` = zero). */
+export type DurationString = string;
+
+export type Profile = 'embedded' | 'dev' | 'distributed' | 'production';
+export type SslMode = 'disable' | 'require' | 'verify-ca' | 'verify-full';
+export type RegistryAuthMode = 'none' | 'bearer' | 'hmac';
+export type ThinkingLevel = 'low' | 'medium' | 'high';
+export type RepositoryPreset = 'general' | 'scientific' | 'enterprise';
+export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
+
+/** The job kinds that have a worker count in `task.queues` (the spec's list). */
+export const QUEUED_JOB_KINDS = [
+  'retrieve_source',
+  'source_decomposition',
+  'embed_facts',
+  'deduplicate_facts',
+  'extract_concepts',
+  'refine_concepts',
+  'embed_concepts',
+  'cleanup_facts',
+  'summarize_concepts',
+  'synthesize_concept',
+  'refresh_concept_relations',
+  'annotate_report',
+  'migrate_context',
+  'contribute_source',
+  'pull_all_from_registry',
+] as const;
+export type QueuedJobKind = (typeof QUEUED_JOB_KINDS)[number];
+
+/** The default `auth.jwt_secret`: fine for a laptop, refused by `checkSecrets` in production. */
+export const JWT_SECRET_PLACEHOLDER = 'CHANGE-ME-placeholder-jwt-secret-not-for-production';
+
+export interface DatabaseConfig {
+  /** PostgreSQL URL; empty = the embedded PGlite database under `<data_dir>/pglite`. */
+  url: string;
+  max_conns: number;
+  ssl_mode: SslMode;
+}
+
+export interface RegistryEntryConfig {
+  id: string;
+  url: string;
+  auth_mode: RegistryAuthMode;
+  api_key: string;
+  /** Falls back to `api_key` when empty. */
+  read_api_key: string;
+  /** `*` allows every model. */
+  allowed_models: string[];
+}
+
+export interface RetryConfig {
+  max_attempts: number;
+  base_delay: DurationString;
+  max_delay: DurationString;
+}
+
+export interface Config {
+  profile: Profile;
+  server: {
+    host: string;
+    port: number;
+    /** Empty = `http://localhost:<port>`; see `publicBaseUrl`. */
+    public_url: string;
+    read_timeout: DurationString;
+    write_timeout: DurationString;
+    body_limit: number;
+  };
+  storage: {
+    /** Relative paths resolve against the working directory; see `dataPaths`. */
+    data_dir: string;
+  };
+  /** Named databases; `default` always exists. */
+  databases: { default: DatabaseConfig; [name: string]: DatabaseConfig };
+  eventstore: {
+    backend: 'postgres' | 'eventstoredb';
+    /** Entry of `databases` holding the event tables when backend is postgres. */
+    database: string;
+    eventstoredb: { connection_string: string };
+  };
+  readmodels: { database: string };
+  auth: {
+    jwt_secret: string;
+    token_ttl: DurationString;
+    refresh_token_ttl: DurationString;
+    password_min_length: number;
+  };
+  oauth: {
+    /** Empty = the public base URL; must be set in production. */
+    issuer: string;
+    access_token_ttl: DurationString;
+    refresh_token_ttl: DurationString;
+    auth_code_ttl: DurationString;
+  };
+  api_keys: {
+    /** 0 = the built-in 20. */
+    max_per_user: number;
+    /** Days; 0 = no expiry. */
+    default_ttl: number;
+    /** `0s` disables the cap. */
+    max_ttl: DurationString;
+  };
+  search: {
+    hybrid: {
+      enabled: boolean;
+      rrf_k: number;
+      /** 0.0 accepts every fused result. */
+      min_score: number;
+      over_fetch_multiplier: number;
+    };
+  };
+  concepts: {
+    min_shared_fact_count: number;
+    stable_shared_fact_count: number;
+    min_concept_fact_count: number;
+  };
+  task: {
+    /** `0s` = unlimited. */
+    job_timeout: DurationString;
+    heartbeat_interval: DurationString;
+    heartbeat_timeout: DurationString;
+    rescue_on_startup: boolean;
+    refresh_concept_relations_interval: DurationString;
+    poll_interval: DurationString;
+    retry: RetryConfig;
+    /** Worker count per job kind; 0 = this process does not run the kind. */
+    queues: Record<QueuedJobKind, number>;
+  };
+  providers: {
+    resolution: {
+      doi_resolver: string;
+      fetch: { timeout: DurationString; max_body_bytes: number; user_agent: string };
+      retry: RetryConfig & {
+        /** 0 makes a 403 permanent. */
+        retry_403_max_attempts: number;
+      };
+      auto_skip: { enabled: boolean; min_sample: number; failure_threshold: number; cooldown: DurationString };
+    };
+    decomposition: {
+      chunking: { chunk_size: number; chunk_overlap: number };
+      image_extraction: { max_image_bytes: number; max_images_per_source: number };
+      concurrency: { fact: number; image: number; concept: number };
+      concept: { fact_batch_size: number };
+    };
+    dedup: { threshold: number; catchup_max_age: DurationString };
+    reports: { similarity_threshold: number; max_facts_per_sentence: number; min_sentence_runes: number };
+    llm_retry: RetryConfig & { per_call_timeout: DurationString };
+    ai: { embed_batch_size: number; rate_limit_wait_timeout: DurationString };
+    llm: { provider: string; model: string };
+    summarization: { enabled: boolean; batch_size: number; max_concepts_per_run: number; max_tokens: number };
+    refinement: {
+      enabled: boolean;
+      max_candidates_per_run: number;
+      prune_threshold: number;
+      max_tokens: number;
+      max_concurrency: number;
+    };
+    synthesis: {
+      enabled: boolean;
+      max_tokens: number;
+      thinking_level: ThinkingLevel;
+      max_images: number;
+      max_image_candidates: number;
+      max_related_concepts: number;
+      max_related_syntheses: number;
+    };
+    registry: {
+      /** Empty disables the registry. */
+      url: string;
+      auth_mode: RegistryAuthMode;
+      api_key: string;
+      read_api_key: string;
+      allowed_models: string[];
+      /** When empty, the block above is the single registry with id `default`. */
+      registries: RegistryEntryConfig[];
+      per_page: number;
+      timeout: DurationString;
+    };
+  };
+  audit: { retention_days: number };
+  isolation: {
+    default_database: string;
+    /** Empty = closed: only `default_database`. */
+    allowed_databases: string[];
+  };
+  bootstrap: {
+    auto_promote_first_user: boolean;
+    default_admin: boolean;
+    default_repository: boolean;
+  };
+  default_repository_preset: RepositoryPreset;
+  logging: { level: LogLevel };
+  metrics: { enabled: boolean };
+}
+
+/** Raised for any configuration problem; `problems` holds one line per bad key. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly problems: readonly string[];
+
+  constructor(problems: string | readonly string[]) {
+    const list = typeof problems === 'string' ? [problems] : problems;
+    super(
+      list.length === 1
+        ? `invalid configuration: ${list[0]}`
+        : `invalid configuration:\n${list.map((problem) => `  - ${problem}`).join('\n')}`,
+    );
+    this.problems = list;
+  }
+}

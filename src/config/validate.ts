@@ -1,0 +1,256 @@
+import { readFileSync } from 'node:fs';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { parseDuration } from './duration.js';
+import { type Config, ConfigError, type RetryConfig } from './types.js';
+import { formatPath } from './tree.js';
+
+let compiled: { schemaPath: string; validate: ValidateFunction } | undefined;
+
+function validatorFor(schemaPath: string): ValidateFunction {
+  if (compiled?.schemaPath !== schemaPath) {
+    const schema: unknown = JSON.parse(readFileSync(schemaPath, 'utf8'));
+    // useDefaults fills the optional fields of operator-added map and list entries
+    // (databases.<name>, providers.registry.registries[]); verbose keeps the offending data.
+    const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true });
+    compiled = { schemaPath, validate: ajv.compile(schema as object) };
+  }
+  return compiled.validate;
+}
+
+/** Where each key's value came from, for messages: dotted path -> "environment variable X". */
+export type Origins = ReadonlyMap<string, string>;
+
+function originOf(segments: readonly string[], origins: Origins): string | undefined {
+  for (let length = segments.length; length > 0; length--) {
+    const origin = origins.get(segments.slice(0, length).join('.'));
+    if (origin !== undefined) return origin;
+  }
+  return undefined;
+}
+
+function pointerSegments(pointer: string): string[] {
+  if (pointer === '') return [];
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~'));
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a mapping';
+  if (typeof value === 'number' && !Number.isInteger(value)) return 'a fractional number';
+  return `a ${typeof value}`;
+}
+
+function expectedTypeName(schemaType: string): string {
+  if (schemaType === 'object') return 'a mapping';
+  if (schemaType === 'array') return 'a list';
+  if (schemaType === 'integer') return 'an integer';
+  return `a ${schemaType}`;
+}
+
+const PATTERN_MEANINGS: ReadonlyArray<[definition: string, meaning: string]> = [
+  ['/definitions/duration/', 'must be a duration such as 250ms, 15s, 10m, 24h or 1h30m'],
+  ['/definitions/httpUrlOrEmpty/', 'must be empty or an http(s) URL'],
+  ['/definitions/databaseName/', 'must be a database name: lower-case letters, digits and _, starting with a letter'],
+  ['/definitions/database/properties/url/', 'must be empty (embedded PGlite) or a postgres:// URL'],
+  ['/definitions/registryEntry/properties/url/', 'must be an http(s) URL'],
+  ['/doi_resolver/', 'must be an http(s) URL'],
+];
+
+/** One line per problem: `<dotted key>: <what is wrong>` (never echoing string values: they may be secrets). */
+function describe(error: ErrorObject, origins: Origins): string | undefined {
+  const segments = pointerSegments(error.instancePath);
+  let keyPath = segments;
+  let problem: string;
+  const params = error.params as Record<string, unknown>;
+  if (error.propertyName !== undefined) {
+    // A failing propertyNames sub-schema: the key itself is bad, not its value.
+    return `${formatPath([...segments, error.propertyName])}: is not a valid name: database names use lower-case letters, digits and _, starting with a letter`;
+  }
+  switch (error.keyword) {
+    case 'propertyNames':
+      return undefined; // summarised by the sub-schema error above
+    case 'additionalProperties':
+      keyPath = [...segments, String(params.additionalProperty)];
+      problem = 'unknown key';
+      break;
+    case 'required':
+      keyPath = [...segments, String(params.missingProperty)];
+      problem = 'is required';
+      break;
+    case 'type':
+      problem = `must be ${expectedTypeName(String(params.type))}, got ${typeName(error.data)}`;
+      break;
+    case 'enum':
+      problem = `must be one of ${(params.allowedValues as unknown[]).map((value) => String(value)).join(', ')}`;
+      break;
+    case 'pattern': {
+      const meaning = PATTERN_MEANINGS.find(([definition]) => error.schemaPath.includes(definition));
+      problem = meaning ? meaning[1] : `must match ${String(params.pattern)}`;
+      break;
+    }
+    case 'minimum':
+      problem = `must be at least ${String(params.limit)}`;
+      break;
+    case 'maximum':
+      problem = `must be at most ${String(params.limit)}`;
+      break;
+    case 'minLength':
+      problem = 'must not be empty';
+      break;
+    case 'uniqueItems':
+      problem = 'must not contain duplicates';
+      break;
+    default:
+      problem = error.message ?? `fails ${error.keyword}`;
+  }
+  const origin = originOf(keyPath, origins);
+  return `${formatPath(keyPath)}: ${problem}${origin ? ` (set by ${origin})` : ''}`;
+}
+
+/**
+ * Validates the merged tree against the JSON Schema, then the rules a schema cannot state.
+ * Throws one ConfigError listing every problem; returns the tree typed as Config otherwise.
+ */
+export function validateConfig(tree: unknown, schemaPath: string, origins: Origins = new Map()): Config {
+  const validate = validatorFor(schemaPath);
+  if (!validate(tree)) {
+    const problems = [
+      ...new Set((validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined)),
+    ];
+    throw new ConfigError(problems);
+  }
+  const config = tree as Config;
+  const problems = crossFieldProblems(config).map(([keyPath, problem]) => {
+    const origin = originOf(keyPath.replace(/\[(\d+)\]/g, '.$1').split('.'), origins);
+    return `${keyPath}: ${problem}${origin ? ` (set by ${origin})` : ''}`;
+  });
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}
+
+/**
+ * The longest a language-model call can take with all its retries: every attempt runs to
+ * per_call_timeout, with exponential backoff (doubling from base_delay, capped at max_delay)
+ * between attempts. Jitter, if any, is not counted.
+ */
+export function worstCaseLlmCallMs(retry: RetryConfig & { per_call_timeout: string }): number {
+  const perCall = parseDuration(retry.per_call_timeout);
+  const baseDelay = parseDuration(retry.base_delay);
+  const maxDelay = parseDuration(retry.max_delay);
+  let total = perCall * retry.max_attempts;
+  for (let backoff = 0; backoff < retry.max_attempts - 1; backoff++) {
+    total += Math.min(baseDelay * 2 ** backoff, maxDelay);
+  }
+  return total;
+}
+
+/** Rules between keys. Each entry: [dotted key, what is wrong]. The schema has already passed. */
+function crossFieldProblems(config: Config): Array<[string, string]> {
+  const problems: Array<[string, string]> = [];
+  const ms = parseDuration;
+
+  const { chunk_size, chunk_overlap } = config.providers.decomposition.chunking;
+  if (chunk_overlap >= chunk_size) {
+    problems.push([
+      'providers.decomposition.chunking.chunk_overlap',
+      `must be smaller than chunk_size (${chunk_overlap} >= ${chunk_size})`,
+    ]);
+  }
+
+  const concepts = config.concepts;
+  if (concepts.min_shared_fact_count > concepts.stable_shared_fact_count) {
+    problems.push([
+      'concepts.min_shared_fact_count',
+      `must not exceed stable_shared_fact_count (${concepts.min_shared_fact_count} > ${concepts.stable_shared_fact_count})`,
+    ]);
+  }
+
+  const task = config.task;
+  for (const key of ['heartbeat_interval', 'poll_interval', 'refresh_concept_relations_interval'] as const) {
+    if (ms(task[key]) <= 0) problems.push([`task.${key}`, 'must be longer than 0s']);
+  }
+  if (ms(task.heartbeat_timeout) <= ms(task.heartbeat_interval)) {
+    problems.push([
+      'task.heartbeat_timeout',
+      `must be longer than heartbeat_interval (${task.heartbeat_timeout} <= ${task.heartbeat_interval}), or every running job looks orphaned`,
+    ]);
+  }
+
+  const retries: Array<[string, RetryConfig]> = [
+    ['task.retry', task.retry],
+    ['providers.resolution.retry', config.providers.resolution.retry],
+    ['providers.llm_retry', config.providers.llm_retry],
+  ];
+  for (const [prefix, retry] of retries) {
+    if (ms(retry.base_delay) > ms(retry.max_delay)) {
+      problems.push([`${prefix}.base_delay`, `must not exceed max_delay (${retry.base_delay} > ${retry.max_delay})`]);
+    }
+  }
+
+  // Spec: per_call_timeout must not exceed the smallest worker language-model timeout, and a
+  // worker timeout must exceed max_attempts x per_call_timeout plus backoffs. The worker
+  // timeout here is task.job_timeout (0s = unlimited, so nothing to check).
+  const llmRetry = config.providers.llm_retry;
+  const jobTimeout = ms(task.job_timeout);
+  if (ms(llmRetry.per_call_timeout) <= 0) {
+    problems.push(['providers.llm_retry.per_call_timeout', 'must be longer than 0s']);
+  } else if (jobTimeout > 0) {
+    const worstCase = worstCaseLlmCallMs(llmRetry);
+    if (worstCase >= jobTimeout) {
+      problems.push([
+        'task.job_timeout',
+        `must exceed providers.llm_retry max_attempts x per_call_timeout plus backoffs ` +
+          `(${task.job_timeout} = ${jobTimeout}ms, retries can take ${worstCase}ms); raise it, or use 0s for unlimited`,
+      ]);
+    }
+  }
+
+  const ttls: Array<[string, string]> = [
+    ['auth.token_ttl', config.auth.token_ttl],
+    ['auth.refresh_token_ttl', config.auth.refresh_token_ttl],
+    ['oauth.access_token_ttl', config.oauth.access_token_ttl],
+    ['oauth.refresh_token_ttl', config.oauth.refresh_token_ttl],
+    ['oauth.auth_code_ttl', config.oauth.auth_code_ttl],
+  ];
+  for (const [key, ttl] of ttls) if (ms(ttl) <= 0) problems.push([key, 'must be longer than 0s']);
+
+  const apiKeys = config.api_keys;
+  const maxTtl = ms(apiKeys.max_ttl);
+  if (maxTtl > 0 && apiKeys.default_ttl * 86_400_000 > maxTtl) {
+    problems.push(['api_keys.default_ttl', `${apiKeys.default_ttl} days exceeds max_ttl ${apiKeys.max_ttl}`]);
+  }
+
+  const databaseNames = new Set(Object.keys(config.databases));
+  const known = `known: ${[...databaseNames].join(', ')}`;
+  if (config.eventstore.backend === 'postgres' && !databaseNames.has(config.eventstore.database)) {
+    problems.push(['eventstore.database', `names no entry of databases (${known})`]);
+  }
+  if (config.eventstore.backend === 'eventstoredb' && config.eventstore.eventstoredb.connection_string.trim() === '') {
+    problems.push(['eventstore.eventstoredb.connection_string', 'is required when eventstore.backend is eventstoredb']);
+  }
+  if (!databaseNames.has(config.readmodels.database)) {
+    problems.push(['readmodels.database', `names no entry of databases (${known})`]);
+  }
+  if (!databaseNames.has(config.isolation.default_database)) {
+    problems.push(['isolation.default_database', `names no entry of databases (${known})`]);
+  }
+  config.isolation.allowed_databases.forEach((name, index) => {
+    if (!databaseNames.has(name)) {
+      problems.push([`isolation.allowed_databases[${index}]`, `"${name}" names no entry of databases (${known})`]);
+    }
+  });
+
+  const seenRegistryIds = new Set<string>();
+  config.providers.registry.registries.forEach((entry, index) => {
+    if (seenRegistryIds.has(entry.id)) {
+      problems.push([`providers.registry.registries[${index}].id`, `duplicate registry id "${entry.id}"`]);
+    }
+    seenRegistryIds.add(entry.id);
+  });
+
+  return problems;
+}

@@ -1,0 +1,561 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import t from 'tap';
+import { parse as parseYaml } from 'yaml';
+import {
+  bootstrapAdminFromEnv,
+  buildConfig,
+  checkSecrets,
+  type Config,
+  ConfigError,
+  databaseOptions,
+  dataPaths,
+  defaultConfig,
+  JWT_SECRET_PLACEHOLDER,
+  loadConfig,
+  type LoadConfigOptions,
+  oauthIssuer,
+  packagedDefaultsPath,
+  publicBaseUrl,
+  QUEUED_JOB_KINDS,
+  registryEndpoints,
+} from '../../src/config/index.js';
+
+/** loadConfig isolated from the real environment and working directory. */
+function load(options: LoadConfigOptions = {}): Config {
+  return loadConfig({ env: {}, writeDefaults: false, cwd: t.testdirName, ...options });
+}
+
+function valueAt(config: unknown, dotted: string): unknown {
+  return dotted.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown>)[key], config);
+}
+
+/** Runs `fn`, expects a ConfigError, returns its message. */
+function configErrorOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (error) {
+    if (error instanceof ConfigError) return error.message;
+    throw error;
+  }
+  throw new Error('expected a ConfigError, nothing was thrown');
+}
+
+const STRONG_SECRET = 'x'.repeat(48);
+
+t.test('defaults hold every constant of the spec with its value', async (t) => {
+  const config = load({ cwd: t.testdir({}) });
+  const spec: Array<[string, unknown]> = [
+    ['server.port', 8080],
+    ['server.read_timeout', '15s'],
+    ['server.write_timeout', '15s'],
+    ['databases.default.max_conns', 200],
+    ['databases.default.ssl_mode', 'disable'],
+    ['auth.token_ttl', '24h'],
+    ['auth.jwt_secret', JWT_SECRET_PLACEHOLDER],
+    ['oauth.issuer', ''],
+    ['oauth.access_token_ttl', '15m'],
+    ['oauth.refresh_token_ttl', '720h'],
+    ['oauth.auth_code_ttl', '10m'],
+    ['api_keys.max_per_user', 20],
+    ['api_keys.default_ttl', 0],
+    ['api_keys.max_ttl', '2160h'],
+    ['search.hybrid.enabled', true],
+    ['search.hybrid.rrf_k', 60],
+    ['search.hybrid.min_score', 0],
+    ['search.hybrid.over_fetch_multiplier', 3],
+    ['concepts.min_shared_fact_count', 3],
+    ['concepts.stable_shared_fact_count', 6],
+    ['concepts.min_concept_fact_count', 5],
+    ['task.job_timeout', '4h'],
+    ['task.heartbeat_interval', '1m'],
+    ['task.heartbeat_timeout', '10m'],
+    ['task.rescue_on_startup', true],
+    ['task.refresh_concept_relations_interval', '10m'],
+    ['task.queues.retrieve_source', 20],
+    ['task.queues.source_decomposition', 100],
+    ['task.queues.embed_facts', 50],
+    ['task.queues.deduplicate_facts', 50],
+    ['task.queues.extract_concepts', 100],
+    ['task.queues.refine_concepts', 100],
+    ['task.queues.embed_concepts', 50],
+    ['task.queues.cleanup_facts', 50],
+    ['task.queues.summarize_concepts', 100],
+    ['task.queues.synthesize_concept', 100],
+    ['task.queues.refresh_concept_relations', 50],
+    ['task.queues.annotate_report', 50],
+    ['task.queues.migrate_context', 50],
+    ['task.queues.contribute_source', 50],
+    ['task.queues.pull_all_from_registry', 50],
+    ['providers.resolution.fetch.timeout', '60s'],
+    ['providers.resolution.retry.max_attempts', 3],
+    ['providers.resolution.retry.base_delay', '2s'],
+    ['providers.resolution.retry.max_delay', '15s'],
+    ['providers.resolution.retry.retry_403_max_attempts', 2],
+    ['providers.resolution.auto_skip.enabled', true],
+    ['providers.resolution.auto_skip.min_sample', 100],
+    ['providers.resolution.auto_skip.failure_threshold', 0.85],
+    ['providers.resolution.auto_skip.cooldown', '24h'],
+    ['providers.decomposition.chunking.chunk_size', 2000],
+    ['providers.decomposition.chunking.chunk_overlap', 200],
+    ['providers.decomposition.image_extraction.max_image_bytes', 5242880],
+    ['providers.decomposition.image_extraction.max_images_per_source', 20],
+    ['providers.decomposition.concurrency.fact', 4],
+    ['providers.decomposition.concurrency.image', 4],
+    ['providers.decomposition.concurrency.concept', 4],
+    ['providers.decomposition.concept.fact_batch_size', 10],
+    ['providers.dedup.threshold', 0.94],
+    ['providers.dedup.catchup_max_age', '168h'],
+    ['providers.reports.similarity_threshold', 0.7],
+    ['providers.reports.max_facts_per_sentence', 5],
+    ['providers.reports.min_sentence_runes', 40],
+    ['providers.llm_retry.max_attempts', 4],
+    ['providers.llm_retry.base_delay', '2s'],
+    ['providers.llm_retry.max_delay', '30s'],
+    ['providers.llm_retry.per_call_timeout', '5m'],
+    ['providers.ai.embed_batch_size', 32],
+    ['providers.ai.rate_limit_wait_timeout', '1h'],
+    ['providers.summarization.enabled', false],
+    ['providers.summarization.batch_size', 20],
+    ['providers.summarization.max_concepts_per_run', 40],
+    ['providers.summarization.max_tokens', 600],
+    ['providers.refinement.enabled', false],
+    ['providers.refinement.max_candidates_per_run', 40],
+    ['providers.refinement.prune_threshold', 5],
+    ['providers.refinement.max_tokens', 400],
+    ['providers.refinement.max_concurrency', 5],
+    ['providers.synthesis.enabled', true],
+    ['providers.synthesis.max_tokens', 10000],
+    ['providers.synthesis.thinking_level', 'low'],
+    ['providers.synthesis.max_images', 10],
+    ['providers.synthesis.max_image_candidates', 50],
+    ['providers.synthesis.max_related_concepts', 10],
+    ['providers.synthesis.max_related_syntheses', 3],
+    ['providers.registry.url', ''],
+    ['providers.registry.auth_mode', 'none'],
+    ['providers.registry.allowed_models', ['*']],
+    ['providers.registry.registries', []],
+    ['providers.registry.per_page', 20],
+    ['providers.registry.timeout', '15s'],
+    ['audit.retention_days', 30],
+    ['isolation.default_database', 'default'],
+    ['isolation.allowed_databases', []],
+    ['bootstrap.auto_promote_first_user', true],
+    ['bootstrap.default_admin', false],
+    ['default_repository_preset', 'general'],
+  ];
+  for (const [key, expected] of spec) t.same(valueAt(config, key), expected, key);
+
+  const service: Array<[string, unknown]> = [
+    ['profile', 'embedded'],
+    ['server.host', '0.0.0.0'],
+    ['server.public_url', ''],
+    ['server.body_limit', 10485760],
+    ['storage.data_dir', './data'],
+    ['databases.default.url', ''],
+    ['eventstore.backend', 'postgres'],
+    ['eventstore.database', 'default'],
+    ['eventstore.eventstoredb.connection_string', ''],
+    ['readmodels.database', 'default'],
+    ['auth.refresh_token_ttl', '720h'],
+    ['auth.password_min_length', 8],
+    ['task.retry.max_attempts', 5],
+    ['task.retry.base_delay', '2s'],
+    ['task.retry.max_delay', '5m'],
+    ['task.poll_interval', '250ms'],
+    ['providers.resolution.fetch.max_body_bytes', 52428800],
+    ['providers.resolution.fetch.user_agent', 'factlog/0.1 (+https://factlog.invalid)'],
+    ['providers.resolution.doi_resolver', 'https://doi.org/'],
+    ['providers.llm.provider', 'local'],
+    ['providers.llm.model', 'local/rule-based-v1'],
+    ['logging.level', 'info'],
+    ['metrics.enabled', true],
+  ];
+  for (const [key, expected] of service) t.same(valueAt(config, key), expected, key);
+
+  t.same(Object.keys(config.task.queues).sort(), [...QUEUED_JOB_KINDS].sort(), 'task.queues has exactly the 15 job kinds');
+  t.same(defaultConfig(), config, 'defaultConfig() equals a load with no files and no environment');
+});
+
+t.test('the packaged defaults file is the one beside the sources', async (t) => {
+  t.equal(packagedDefaultsPath(), path.resolve(import.meta.dirname, '../../configs/config.default.yaml'));
+});
+
+t.test('layers: config.local.yaml over defaults, environment over both', async (t) => {
+  const cwd = t.testdir({
+    configs: {
+      'config.local.yaml': 'server:\n  port: 9000\n  host: 127.0.0.1\nsearch:\n  hybrid:\n    rrf_k: 10\n',
+    },
+  });
+  const fromFile = load({ cwd });
+  t.equal(fromFile.server.port, 9000, 'file beats defaults');
+  t.equal(fromFile.server.host, '127.0.0.1');
+  t.equal(fromFile.server.read_timeout, '15s', 'deep merge keeps sibling defaults');
+  t.equal(fromFile.search.hybrid.enabled, true, 'deep merge keeps nested sibling defaults');
+  t.equal(fromFile.search.hybrid.rrf_k, 10);
+
+  const fromEnv = load({ cwd, env: { SERVER_PORT: '9100' } });
+  t.equal(fromEnv.server.port, 9100, 'environment beats the file');
+  t.equal(fromEnv.server.host, '127.0.0.1', 'keys the environment does not set keep the file value');
+});
+
+t.test('lists replace rather than concatenate; empty YAML entries keep the lower layer', async (t) => {
+  const cwd = t.testdir({
+    configs: {
+      'config.local.yaml': 'providers:\n  registry:\n    allowed_models: [org/a, org/b]\nserver:\noauth: ~\n',
+    },
+  });
+  const config = load({ cwd });
+  t.same(config.providers.registry.allowed_models, ['org/a', 'org/b']);
+  t.equal(config.server.port, 8080);
+  t.equal(config.oauth.access_token_ttl, '15m');
+});
+
+t.test('--config file replaces configs/config.local.yaml', async (t) => {
+  const cwd = t.testdir({
+    configs: { 'config.local.yaml': 'server:\n  port: 9000\n' },
+    'custom.yaml': 'server:\n  host: 10.0.0.1\n',
+  });
+  const config = load({ cwd, configPath: 'custom.yaml' });
+  t.equal(config.server.host, '10.0.0.1', 'a relative --config resolves against cwd');
+  t.equal(config.server.port, 8080, 'config.local.yaml is not read when --config is given');
+  t.equal(load({ cwd, configPath: path.join(cwd, 'custom.yaml') }).server.host, '10.0.0.1', 'absolute path');
+  t.equal(load({ cwd, configPath: 'custom.yaml', env: { SERVER_HOST: 'h' } }).server.host, 'h', 'env still wins');
+});
+
+t.test('--config directory: config.yaml, then config.local.yaml over it', async (t) => {
+  const cwd = t.testdir({
+    both: { 'config.yaml': 'server:\n  port: 9001\n  host: a\n', 'config.local.yaml': 'server:\n  port: 9002\n' },
+    'only-base': { 'config.yaml': 'server:\n  port: 9003\n' },
+    'only-local': { 'config.local.yaml': 'server:\n  port: 9004\n' },
+    empty: {},
+  });
+  const both = load({ cwd, configPath: 'both' });
+  t.equal(both.server.port, 9002);
+  t.equal(both.server.host, 'a');
+  t.equal(load({ cwd, configPath: 'only-base' }).server.port, 9003);
+  t.equal(load({ cwd, configPath: 'only-local' }).server.port, 9004);
+  t.match(configErrorOf(() => load({ cwd, configPath: 'empty' })), /neither config\.yaml nor config\.local\.yaml/);
+  t.match(configErrorOf(() => load({ cwd, configPath: 'missing.yaml' })), /missing\.yaml: no such file or directory/);
+});
+
+t.test('environment names: dotted path upper-cased, underscores inside key names resolved by the known keys', async (t) => {
+  const config = load({
+    env: {
+      SERVER_PORT: '8181',
+      SEARCH_HYBRID_ENABLED: 'false',
+      PROVIDERS_RESOLUTION_FETCH_TIMEOUT: '90s',
+      TASK_QUEUES_RETRIEVE_SOURCE: '7',
+      DATABASES_DEFAULT_URL: 'postgres://db.example/factlog',
+      DATABASES_DEFAULT_MAX_CONNS: '12',
+      DATABASES_DEFAULT_SSL_MODE: 'verify-full',
+      PROVIDERS_RESOLUTION_RETRY_RETRY_403_MAX_ATTEMPTS: '0',
+      PROVIDERS_DEDUP_THRESHOLD: '0.9',
+      API_KEYS_MAX_PER_USER: '5',
+      DEFAULT_REPOSITORY_PRESET: 'scientific',
+      PROFILE: 'dev',
+      ISOLATION_ALLOWED_DATABASES: 'default',
+      PROVIDERS_REGISTRY_ALLOWED_MODELS: 'org/a, org/b',
+      UNRELATED_VARIABLE: 'ignored',
+    },
+  });
+  t.equal(config.server.port, 8181);
+  t.equal(config.search.hybrid.enabled, false);
+  t.equal(config.providers.resolution.fetch.timeout, '90s');
+  t.equal(config.task.queues.retrieve_source, 7);
+  t.same(config.databases.default, { url: 'postgres://db.example/factlog', max_conns: 12, ssl_mode: 'verify-full' });
+  t.equal(config.providers.resolution.retry.retry_403_max_attempts, 0);
+  t.equal(config.providers.dedup.threshold, 0.9);
+  t.equal(config.api_keys.max_per_user, 5);
+  t.equal(config.default_repository_preset, 'scientific');
+  t.equal(config.profile, 'dev');
+  t.same(config.isolation.allowed_databases, ['default']);
+  t.same(config.providers.registry.allowed_models, ['org/a', 'org/b'], 'comma list');
+  t.same(load({ env: { PROVIDERS_REGISTRY_ALLOWED_MODELS: '["x/y"]' } }).providers.registry.allowed_models, ['x/y'], 'JSON list');
+  t.same(load({ env: { PROVIDERS_REGISTRY_ALLOWED_MODELS: '' } }).providers.registry.allowed_models, [], 'empty list');
+  t.match(
+    configErrorOf(() => load({ env: { PROVIDERS_LLM_MODEL: '' } })),
+    /providers\.llm\.model: must not be empty \(set by environment variable PROVIDERS_LLM_MODEL\)/,
+    'an empty string is a value, and the schema still applies to it',
+  );
+});
+
+t.test('environment can add map entries: DATABASES_<NAME>_<FIELD>', async (t) => {
+  const config = load({
+    env: { DATABASES_ANALYTICS_URL: 'postgres://h/a', DATABASES_READ_REPLICA_MAX_CONNS: '3', DATABASES_READ_REPLICA_URL: 'postgres://h/r' },
+  });
+  t.same(config.databases.analytics, { url: 'postgres://h/a', max_conns: 200, ssl_mode: 'disable' }, 'unset fields take the entry defaults');
+  t.same(config.databases.read_replica, { url: 'postgres://h/r', max_conns: 3, ssl_mode: 'disable' }, 'underscore in the entry name');
+
+  const cwd = t.testdir({ configs: { 'config.local.yaml': 'databases:\n  events:\n    url: postgres://h/e\neventstore:\n  database: events\n' } });
+  const fromFile = load({ cwd, env: { DATABASES_EVENTS_SSL_MODE: 'require' } });
+  t.same(fromFile.databases.events, { url: 'postgres://h/e', max_conns: 200, ssl_mode: 'require' });
+  t.equal(fromFile.databases.default.url, '', 'the default entry stays');
+  t.equal(fromFile.eventstore.database, 'events');
+});
+
+t.test("the spec's environment names", async (t) => {
+  const config = load({
+    env: {
+      AUTH_JWTSECRET: STRONG_SECRET,
+      SVC_OAUTH_ISSUER: 'https://kg.example.com',
+      SVC_BOOTSTRAP_AUTO_PROMOTE: 'false',
+      SVC_AUDIT_RETENTION_DAYS: '90',
+      REGISTRY_URL: 'https://registry.example.com',
+      REGISTRY_AUTH_MODE: 'bearer',
+      REGISTRY_API_KEY: 'write-key',
+      REGISTRY_READ_API_KEY: 'read-key',
+      STORAGE_DATA_DIR: '/var/lib/factlog',
+    },
+  });
+  t.equal(config.auth.jwt_secret, STRONG_SECRET);
+  t.equal(config.oauth.issuer, 'https://kg.example.com');
+  t.equal(config.bootstrap.auto_promote_first_user, false);
+  t.equal(config.audit.retention_days, 90);
+  t.equal(config.providers.registry.url, 'https://registry.example.com');
+  t.equal(config.providers.registry.auth_mode, 'bearer');
+  t.equal(config.providers.registry.api_key, 'write-key');
+  t.equal(config.providers.registry.read_api_key, 'read-key');
+  t.equal(config.storage.data_dir, '/var/lib/factlog');
+
+  const both = load({ env: { AUTH_JWT_SECRET: 'generic-name-'.repeat(3), AUTH_JWTSECRET: STRONG_SECRET } });
+  t.equal(both.auth.jwt_secret, STRONG_SECRET, "the spec's name wins over the generic name");
+  t.equal(load({ env: { AUTH_JWT_SECRET: STRONG_SECRET } }).auth.jwt_secret, STRONG_SECRET, 'the generic name works too');
+});
+
+t.test('SVC_BOOTSTRAP_AUTO_PROMOTE accepts true, false, 1, 0 in any case', async (t) => {
+  const cases: Array<[string, boolean]> = [
+    ['true', true], ['TRUE', true], ['True', true], ['1', true],
+    ['false', false], ['FALSE', false], ['False', false], ['0', false], [' false ', false],
+  ];
+  for (const [raw, expected] of cases) {
+    t.equal(load({ env: { SVC_BOOTSTRAP_AUTO_PROMOTE: raw } }).bootstrap.auto_promote_first_user, expected, JSON.stringify(raw));
+  }
+  for (const raw of ['yes', 'no', '', '2', 'on']) {
+    t.match(
+      configErrorOf(() => load({ env: { SVC_BOOTSTRAP_AUTO_PROMOTE: raw } })),
+      /bootstrap\.auto_promote_first_user: environment variable SVC_BOOTSTRAP_AUTO_PROMOTE=.* is not a boolean/,
+      `rejects ${JSON.stringify(raw)}`,
+    );
+  }
+});
+
+t.test('bad environment values name the key and the variable', async (t) => {
+  t.match(configErrorOf(() => load({ env: { SERVER_PORT: 'eighty' } })), /server\.port: environment variable SERVER_PORT="eighty" is not a number/);
+  t.match(configErrorOf(() => load({ env: { SERVER_PORT: '' } })), /server\.port: environment variable SERVER_PORT="" is not a number/);
+  t.match(configErrorOf(() => load({ env: { SEARCH_HYBRID_ENABLED: 'yes' } })), /search\.hybrid\.enabled: environment variable SEARCH_HYBRID_ENABLED/);
+  t.match(
+    configErrorOf(() => load({ env: { ISOLATION_ALLOWED_DATABASES: '[not json' } })),
+    /isolation\.allowed_databases: environment variable ISOLATION_ALLOWED_DATABASES is not a valid JSON array/,
+  );
+  t.match(configErrorOf(() => load({ env: { SERVER_PORT: '70000' } })), /server\.port: must be at most 65535 \(set by environment variable SERVER_PORT\)/);
+  t.match(configErrorOf(() => load({ env: { SERVER_PORT: '80.5' } })), /server\.port: must be an integer, got a fractional number/);
+  t.match(configErrorOf(() => load({ env: { SERVER_READ_TIMEOUT: '15' } })), /server\.read_timeout: must be a duration .*SERVER_READ_TIMEOUT/);
+  t.match(
+    configErrorOf(() => load({ env: { DATABASES_DEFAULT_SSL_MODE: 'prefer' } })),
+    /databases\.default\.ssl_mode: must be one of disable, require, verify-ca, verify-full \(set by environment variable DATABASES_DEFAULT_SSL_MODE\)/,
+  );
+  t.match(configErrorOf(() => load({ env: { REGISTRY_AUTH_MODE: 'basic' } })), /providers\.registry\.auth_mode: must be one of none, bearer, hmac \(set by environment variable REGISTRY_AUTH_MODE\)/);
+
+  const message = configErrorOf(() => load({ env: { SERVER_PORT: 'x', TASK_QUEUES_EMBED_FACTS: 'y' } }));
+  t.match(message, /SERVER_PORT/);
+  t.match(message, /TASK_QUEUES_EMBED_FACTS/, 'every bad variable is reported at once');
+});
+
+t.test('variables that look like settings but match no key are warned about', async (t) => {
+  const warnings: string[] = [];
+  load({ env: { SERVER_PROT: '1', TASK_QUEUES_NOPE: '2', HOME: '/root' }, warn: (message) => warnings.push(message) });
+  t.equal(warnings.length, 2);
+  t.match(warnings[0], /SERVER_PROT looks like a factlog setting/);
+  t.match(warnings[1], /TASK_QUEUES_NOPE/);
+});
+
+t.test('bad YAML values name the key, the problem and the file', async (t) => {
+  const cwd = t.testdir({
+    configs: {
+      'config.local.yaml': [
+        'profile: staging',
+        'server:',
+        '  port: 0',
+        '  prot: 8080',
+        'search:',
+        '  hybrid:',
+        '    min_score: 1.5',
+        'providers:',
+        '  synthesis:',
+        '    thinking_level: extreme',
+        '  registry:',
+        '    url: ftp://nope',
+        'unknown_group:',
+        '  a: 1',
+        'databases:',
+        '  Bad-Name:',
+        '    url: ""',
+        '',
+      ].join('\n'),
+    },
+  });
+  const message = configErrorOf(() => load({ cwd }));
+  const file = path.join(cwd, 'configs', 'config.local.yaml');
+  t.match(message, `profile: must be one of embedded, dev, distributed, production (set by ${file})`);
+  t.match(message, 'server.port: must be at least 1');
+  t.match(message, `server.prot: unknown key (set by ${file})`);
+  t.match(message, 'search.hybrid.min_score: must be at most 1');
+  t.match(message, 'providers.synthesis.thinking_level: must be one of low, medium, high');
+  t.match(message, 'providers.registry.url: must be empty or an http(s) URL');
+  t.match(message, 'unknown_group: unknown key');
+  t.match(message, 'databases.Bad-Name: is not a valid name');
+});
+
+t.test('malformed files are errors naming the file', async (t) => {
+  const cwd = t.testdir({
+    'broken.yaml': 'server: [unclosed\n',
+    'list.yaml': '- a\n- b\n',
+    'dupe.yaml': 'server:\n  port: 1\n  port: 2\n',
+    'empty.yaml': '# nothing but a comment\n',
+    'wrong-type.yaml': 'server: 8080\n',
+    'proto.yaml': '__proto__:\n  polluted: true\n',
+  });
+  t.match(configErrorOf(() => load({ cwd, configPath: 'broken.yaml' })), /broken\.yaml: not valid YAML/);
+  t.match(configErrorOf(() => load({ cwd, configPath: 'list.yaml' })), /list\.yaml: the top level must be a mapping/);
+  t.match(configErrorOf(() => load({ cwd, configPath: 'dupe.yaml' })), /dupe\.yaml: not valid YAML/);
+  t.equal(load({ cwd, configPath: 'empty.yaml' }).server.port, 8080, 'an empty file changes nothing');
+  t.match(configErrorOf(() => load({ cwd, configPath: 'wrong-type.yaml' })), /server: must be a mapping, got a number/);
+  t.match(configErrorOf(() => load({ cwd, configPath: 'proto.yaml' })), /__proto__: unknown key/);
+  t.equal(({} as Record<string, unknown>).polluted, undefined, 'no prototype pollution');
+});
+
+t.test('rules between keys', async (t) => {
+  t.match(
+    configErrorOf(() => buildConfig({ providers: { decomposition: { chunking: { chunk_size: 200, chunk_overlap: 200 } } } })),
+    /providers\.decomposition\.chunking\.chunk_overlap: must be smaller than chunk_size \(200 >= 200\)/,
+  );
+  t.ok(buildConfig({ providers: { decomposition: { chunking: { chunk_size: 201, chunk_overlap: 200 } } } }));
+  t.match(
+    configErrorOf(() => load({ env: { TASK_JOB_TIMEOUT: '20m' } })),
+    /task\.job_timeout: must exceed providers\.llm_retry max_attempts x per_call_timeout plus backoffs .*TASK_JOB_TIMEOUT/,
+    'llm_retry (4 x 5m + 2s + 4s + 8s) does not fit a 20m job',
+  );
+  t.equal(load({ env: { TASK_JOB_TIMEOUT: '21m' } }).task.job_timeout, '21m', '20m14s fits in 21m');
+  t.equal(load({ env: { TASK_JOB_TIMEOUT: '0s' } }).task.job_timeout, '0s', '0s is unlimited');
+  t.match(configErrorOf(() => buildConfig({ task: { heartbeat_timeout: '30s' } })), /task\.heartbeat_timeout: must be longer than heartbeat_interval/);
+  t.match(configErrorOf(() => buildConfig({ task: { retry: { base_delay: '10m' } } })), /task\.retry\.base_delay: must not exceed max_delay/);
+  t.match(configErrorOf(() => buildConfig({ concepts: { min_shared_fact_count: 7 } })), /concepts\.min_shared_fact_count: must not exceed stable_shared_fact_count/);
+  t.match(configErrorOf(() => buildConfig({ readmodels: { database: 'nowhere' } })), /readmodels\.database: names no entry of databases \(known: default\)/);
+  t.match(configErrorOf(() => buildConfig({ isolation: { allowed_databases: ['default', 'other'] } })), /isolation\.allowed_databases\[1\]: "other" names no entry/);
+  t.match(configErrorOf(() => buildConfig({ eventstore: { backend: 'eventstoredb' } })), /eventstore\.eventstoredb\.connection_string: is required/);
+  t.match(configErrorOf(() => buildConfig({ auth: { token_ttl: '0s' } })), /auth\.token_ttl: must be longer than 0s/);
+  t.match(configErrorOf(() => buildConfig({ api_keys: { default_ttl: 100 } })), /api_keys\.default_ttl: 100 days exceeds max_ttl 2160h/);
+  t.ok(buildConfig({ api_keys: { default_ttl: 100, max_ttl: '0s' } }), 'max_ttl 0s disables the cap');
+  const registries = [
+    { id: 'a', url: 'https://a.example' },
+    { id: 'a', url: 'https://b.example' },
+  ];
+  t.match(configErrorOf(() => buildConfig({ providers: { registry: { registries } } })), /registries\[1\]\.id: duplicate registry id "a"/);
+});
+
+t.test('registry entries get their defaults; the single block is registry "default"', async (t) => {
+  const listed = buildConfig({ providers: { registry: { registries: [{ id: 'main', url: 'https://r.example/', api_key: 'k' }] } } });
+  t.same(registryEndpoints(listed), [
+    { id: 'main', url: 'https://r.example', auth_mode: 'none', api_key: 'k', read_api_key: 'k', allowed_models: ['*'] },
+  ]);
+  t.same(registryEndpoints(defaultConfig()), [], 'empty url disables the registry');
+  const single = load({ env: { REGISTRY_URL: 'https://reg.example', REGISTRY_AUTH_MODE: 'hmac', REGISTRY_API_KEY: 'w' } });
+  t.same(registryEndpoints(single), [
+    { id: 'default', url: 'https://reg.example', auth_mode: 'hmac', api_key: 'w', read_api_key: 'w', allowed_models: ['*'] },
+  ]);
+  t.match(
+    configErrorOf(() => buildConfig({ providers: { registry: { registries: [{ id: 'x' }] } } })),
+    /providers\.registry\.registries\[0\]\.url: is required/,
+  );
+});
+
+t.test('derived values', async (t) => {
+  const config = defaultConfig();
+  t.equal(publicBaseUrl(config), 'http://localhost:8080');
+  t.equal(oauthIssuer(config), 'http://localhost:8080');
+  const configured = buildConfig({ server: { public_url: 'https://kg.example/' }, oauth: { issuer: 'https://id.example' } });
+  t.equal(publicBaseUrl(configured), 'https://kg.example');
+  t.equal(oauthIssuer(configured), 'https://id.example');
+  t.same(dataPaths(config, '/srv/app'), { dataDir: '/srv/app/data', assetsDir: '/srv/app/data/assets', pgliteDir: '/srv/app/data/pglite' });
+  t.same(databaseOptions(config, 'default', '/srv/app'), { kind: 'pglite', dataDir: '/srv/app/data/pglite' });
+  const twoDatabases = buildConfig({ databases: { default: { url: 'postgres://h/d', ssl_mode: 'require' }, side: { url: '' } } });
+  t.same(databaseOptions(twoDatabases, 'default'), { kind: 'postgres', url: 'postgres://h/d', maxConns: 200, sslMode: 'require' });
+  t.same(databaseOptions(twoDatabases, 'side', '/srv/app'), { kind: 'pglite', dataDir: '/srv/app/data/pglite-side' });
+  t.throws(() => databaseOptions(config, 'nope'), ConfigError);
+});
+
+t.test('defaults are written to <cwd>/configs/config.default.yaml when absent, never overwritten', async (t) => {
+  const cwd = t.testdir({});
+  const target = path.join(cwd, 'configs', 'config.default.yaml');
+  load({ cwd });
+  t.notOk(existsSync(target), 'writeDefaults false writes nothing');
+
+  loadConfig({ env: {}, cwd });
+  t.ok(existsSync(target), 'written on first run (writeDefaults defaults to true)');
+  const written = readFileSync(target, 'utf8');
+  t.match(written, /does NOT read this file/);
+  t.same(parseYaml(written), parseYaml(readFileSync(packagedDefaultsPath(), 'utf8')), 'same keys and values as the embedded defaults');
+
+  writeFileSync(target, '# operator edits\nserver:\n  port: 1\n');
+  const config = loadConfig({ env: {}, cwd });
+  t.equal(readFileSync(target, 'utf8'), '# operator edits\nserver:\n  port: 1\n', 'an existing file is left alone');
+  t.equal(config.server.port, 8080, 'the written copy is a reference, not a layer');
+
+  const warnings: string[] = [];
+  const readOnlyParent = t.testdir({ configs: 'a file where a directory should be' });
+  loadConfig({ env: {}, cwd: readOnlyParent, warn: (message) => warnings.push(message) });
+  t.match(warnings.join('\n'), /could not write the reference defaults/, 'an unwritable location only warns');
+});
+
+t.test('checkSecrets: loud warning outside production, refusal in production', async (t) => {
+  const warnings: string[] = [];
+  const log = { warn: (message: string) => warnings.push(message) };
+
+  checkSecrets(defaultConfig(), log);
+  t.equal(warnings.length, 1);
+  t.match(warnings[0], /INSECURE: auth\.jwt_secret is the built-in placeholder/);
+
+  warnings.length = 0;
+  checkSecrets(buildConfig({ auth: { jwt_secret: 'short' } }), log);
+  t.match(warnings[0], /auth\.jwt_secret: is 5 bytes; use at least 32/);
+
+  warnings.length = 0;
+  checkSecrets(buildConfig({ auth: { jwt_secret: STRONG_SECRET } }), log);
+  t.same(warnings, [], 'a strong secret outside production is quiet');
+
+  const productionPlaceholder = load({ env: { PROFILE: 'production', SVC_OAUTH_ISSUER: 'https://kg.example' } });
+  t.match(configErrorOf(() => checkSecrets(productionPlaceholder, log)), /auth\.jwt_secret: is the built-in placeholder/);
+
+  const productionShort = load({ env: { PROFILE: 'production', AUTH_JWTSECRET: 'x'.repeat(31), SVC_OAUTH_ISSUER: 'https://kg.example' } });
+  t.match(configErrorOf(() => checkSecrets(productionShort, log)), /auth\.jwt_secret: is 31 bytes; use at least 32/);
+
+  const productionNoIssuer = load({ env: { PROFILE: 'production', AUTH_JWTSECRET: STRONG_SECRET } });
+  t.match(configErrorOf(() => checkSecrets(productionNoIssuer, log)), /oauth\.issuer: must be set in production/);
+
+  warnings.length = 0;
+  const productionReady = load({
+    env: { PROFILE: 'production', AUTH_JWTSECRET: 'x'.repeat(32), SVC_OAUTH_ISSUER: 'https://kg.example', SVC_BOOTSTRAP_AUTO_PROMOTE: '0' },
+  });
+  t.doesNotThrow(() => checkSecrets(productionReady, log));
+  t.same(warnings, []);
+
+  checkSecrets(load({ env: { PROFILE: 'production', AUTH_JWTSECRET: STRONG_SECRET, SVC_OAUTH_ISSUER: 'https://kg.example' } }), log);
+  t.match(warnings[0], /auto_promote_first_user is true in production/);
+});
+
+t.test('bootstrapAdminFromEnv reads the three secrets, or gives null', async (t) => {
+  const all = {
+    SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL: ' admin@example.com ',
+    SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD: 's3cret pass',
+    SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME: 'Admin',
+  };
+  t.same(bootstrapAdminFromEnv(all), { email: 'admin@example.com', password: 's3cret pass', displayName: 'Admin' });
+  t.equal(bootstrapAdminFromEnv({}), null);
+  for (const missing of Object.keys(all)) {
+    t.equal(bootstrapAdminFromEnv({ ...all, [missing]: undefined }), null, `null without ${missing}`);
+    t.equal(bootstrapAdminFromEnv({ ...all, [missing]: '  ' }), null, `null with blank ${missing}`);
+  }
+  const config = load({ env: all });
+  t.notMatch(JSON.stringify(config), /s3cret/, 'the admin password never enters the configuration');
+});
