@@ -34,9 +34,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     const knex = knexFactory({
       client: ClientPgLite,
       dialect: 'postgres',
+      // PGlite is one connection; knex-pglite manages it and refuses a pool setting.
       connection: () => ({ pglite }),
-      // PGlite is a single connection: a larger pool would only queue inside the driver.
-      pool: { min: 1, max: 1 },
     } as Knex.Config);
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     return {
@@ -92,4 +91,20 @@ export async function openScratchPostgres(
       await admin.destroy();
     },
   };
+}
+
+/**
+ * Runs a script of several statements one by one: PGlite through knex takes one statement per
+ * query. Statements are separated by a semicolon at the end of a line (no semicolons inside
+ * literals in our DDL); `--` comment lines are dropped.
+ */
+export async function execStatements(knex: Knex, script: string): Promise<void> {
+  const statements = script
+    .split('\n')
+    .filter((line) => !line.trim().startsWith('--'))
+    .join('\n')
+    .split(/;\s*(?:\n|$)/)
+    .map((statement) => statement.trim())
+    .filter(Boolean);
+  for (const statement of statements) await knex.raw(statement);
 }

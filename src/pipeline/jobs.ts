@@ -1,0 +1,503 @@
+import { createHash, randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import type { Job, JobState } from './types.js';
+
+/**
+ * The `jobs` table and its repository (DESIGN.md, "Stage runtime").
+ *
+ * Jobs hold runtime state (attempts, leases, errors), not a read model derived from the log:
+ * no projection lists them as rebuildable tables. Every operation is one short SQL statement,
+ * so on PGlite (one connection) no worker ever holds the connection while a stage runs, and on
+ * a PostgreSQL server `FOR UPDATE SKIP LOCKED` lets many claimers share the queue.
+ *
+ * Times come from the database clock (`now()`), never the process clock, so several workers
+ * on several hosts agree on leases and backoffs.
+ */
+
+export const jobStates: readonly JobState[] = ['queued', 'running', 'succeeded', 'failed', 'dead'];
+
+/** Attempts a job gets when the enqueuer does not say (the runtime overwrites it at claim). */
+export const defaultMaxAttempts = 5;
+
+/** `last_error` is for people reading the tasks API, not a log: long stacks are cut. */
+const maxErrorLength = 4000;
+
+/** A job row with the bookkeeping the tasks API and the runtime need beyond `Job`. */
+export interface JobRecord extends Job {
+  maxAttempts: number;
+  /** When a queued job becomes claimable (the backoff of a transient failure). */
+  nextAttemptAt: string;
+  leaseUntil: string | null;
+  heartbeatAt: string | null;
+  /** Worker id of the last claim. */
+  claimedBy: string | null;
+  finishedAt: string | null;
+}
+
+/** A job this worker holds; `claimToken` fences every later write to the claim it came from. */
+export interface ClaimedJob extends JobRecord {
+  claimToken: string;
+}
+
+export interface EnqueueJobInput {
+  kind: string;
+  subjectId: string;
+  triggerEventId: string;
+  triggerPosition: number;
+  repositoryId: string | null;
+  correlationId: string | null;
+  maxAttempts?: number;
+}
+
+export interface ClaimOptions {
+  leaseMs: number;
+  /** The runtime's retry budget, written on the row so the tasks API shows what applies. */
+  maxAttempts?: number;
+}
+
+export interface FailJobInput {
+  error: string;
+  /** A permanent failure is final at once; a transient one is retried while attempts remain. */
+  permanent: boolean;
+  /** Backoff before the next attempt of a transient failure. */
+  retryDelayMs: number;
+}
+
+export interface RescueOptions {
+  /** A running job whose heartbeat is older than this is an orphan even if its lease runs on. */
+  heartbeatTimeoutMs: number;
+  /** Also rescue every running job claimed by this worker id (it has just restarted). */
+  claimedBy?: string;
+  /** Rescue every running job: right at start-up on PGlite, which only one process can open. */
+  everyRunning?: boolean;
+}
+
+export interface RescueResult {
+  /** Back to queued, to run again. */
+  requeued: JobRecord[];
+  /** Orphaned with no attempt left: `dead`, retried only by hand. */
+  dead: JobRecord[];
+}
+
+export interface JobListFilter {
+  repositoryId?: string;
+  kind?: string;
+  state?: JobState;
+  subjectId?: string;
+  /** 1..1000, default 50. */
+  limit?: number;
+  /** Default 0. */
+  offset?: number;
+}
+
+export interface JobList {
+  jobs: JobRecord[];
+  /** Rows matching the filter, ignoring limit and offset. */
+  total: number;
+}
+
+export type RetryResult =
+  | { status: 'requeued'; job: JobRecord }
+  | { status: 'not_found' }
+  /** Only failed and dead jobs can be retried; the job is returned as it is. */
+  | { status: 'not_retryable'; job: JobRecord };
+
+/** Job counts by kind, then state (every state present, zeros included): queue depth for metrics. */
+export type JobCounts = Record<string, Record<JobState, number>>;
+
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function isUuid(value: string): boolean {
+  return uuidPattern.test(value);
+}
+
+/** Fixed namespace of job ids (a random v4 chosen once). */
+const jobIdNamespace = Buffer.from('3c6f0e2a8d4b4f0e9b7a5c1d2e3f4a5b', 'hex');
+
+/**
+ * The job id is a name-based UUID (v5 layout) of (kind, subject, trigger event): a duplicate
+ * delivery computes the same id, and intake stays deterministic as projections must be.
+ */
+export function jobIdFor(kind: string, subjectId: string, triggerEventId: string): string {
+  const digest = createHash('sha1')
+    .update(jobIdNamespace)
+    .update(`${kind}\u0000${subjectId}\u0000${triggerEventId.toLowerCase()}`)
+    .digest();
+  digest[6] = (digest[6] & 0x0f) | 0x50;
+  digest[8] = (digest[8] & 0x3f) | 0x80;
+  const hex = digest.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/**
+ * Creates the `jobs` table and its indexes if missing. Safe to run concurrently from several
+ * processes: an advisory lock serializes the DDL (plain IF NOT EXISTS races on a server).
+ */
+export async function migrateJobs(knex: Knex): Promise<void> {
+  await knex.transaction(async (trx) => {
+    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog:migrate:jobs'))`);
+    await trx.raw(`
+      CREATE TABLE IF NOT EXISTS jobs (
+        id               uuid PRIMARY KEY,
+        kind             text NOT NULL,
+        repository_id    text,
+        subject_id       text NOT NULL,
+        trigger_event_id uuid NOT NULL,
+        trigger_position bigint NOT NULL,
+        correlation_id   text,
+        state            text NOT NULL DEFAULT 'queued'
+                         CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'dead')),
+        attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        max_attempts     integer NOT NULL DEFAULT ${defaultMaxAttempts} CHECK (max_attempts >= 1),
+        next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+        lease_until      timestamptz,
+        heartbeat_at     timestamptz,
+        claimed_by       text,
+        claim_token      uuid,
+        last_error       text,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        updated_at       timestamptz NOT NULL DEFAULT now(),
+        finished_at      timestamptz,
+        CONSTRAINT jobs_trigger_key UNIQUE (kind, subject_id, trigger_event_id)
+      )`);
+    // Claiming scans only queued rows of one kind, oldest due first.
+    await trx.raw(
+      `CREATE INDEX IF NOT EXISTS jobs_claim_idx ON jobs (kind, next_attempt_at) WHERE state = 'queued'`,
+    );
+    // Rescue scans only running rows.
+    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_running_idx ON jobs (lease_until) WHERE state = 'running'`);
+    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_repository_idx ON jobs (repository_id, created_at DESC)`);
+    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_subject_idx ON jobs (subject_id)`);
+  });
+}
+
+interface JobRow {
+  id: string;
+  kind: string;
+  repository_id: string | null;
+  subject_id: string;
+  trigger_event_id: string;
+  trigger_position: string | number;
+  correlation_id: string | null;
+  state: JobState;
+  attempts: number;
+  max_attempts: number;
+  next_attempt_at: Date | string;
+  lease_until: Date | string | null;
+  heartbeat_at: Date | string | null;
+  claimed_by: string | null;
+  claim_token: string | null;
+  last_error: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
+  finished_at: Date | string | null;
+}
+
+function isoTime(value: Date | string): string {
+  return value instanceof Date ? value.toISOString() : new Date(value).toISOString();
+}
+
+function isoTimeOrNull(value: Date | string | null): string | null {
+  return value === null ? null : isoTime(value);
+}
+
+function toRecord(row: JobRow): JobRecord {
+  return {
+    id: row.id,
+    kind: row.kind,
+    repositoryId: row.repository_id,
+    subjectId: row.subject_id,
+    triggerEventId: row.trigger_event_id,
+    // bigint arrives as a string from pg and as a number from PGlite
+    triggerPosition: Number(row.trigger_position),
+    correlationId: row.correlation_id,
+    state: row.state,
+    attempts: row.attempts,
+    maxAttempts: row.max_attempts,
+    lastError: row.last_error,
+    nextAttemptAt: isoTime(row.next_attempt_at),
+    leaseUntil: isoTimeOrNull(row.lease_until),
+    heartbeatAt: isoTimeOrNull(row.heartbeat_at),
+    claimedBy: row.claimed_by,
+    finishedAt: isoTimeOrNull(row.finished_at),
+    createdAt: isoTime(row.created_at),
+    updatedAt: isoTime(row.updated_at),
+  };
+}
+
+function toClaimed(row: JobRow): ClaimedJob {
+  if (row.claim_token === null) throw new Error(`job ${row.id} was claimed without a claim token`);
+  return { ...toRecord(row), claimToken: row.claim_token };
+}
+
+function requireText(name: string, value: unknown): string {
+  if (typeof value !== 'string' || value.trim() === '') {
+    throw new TypeError(`${name} must be a non-empty string`);
+  }
+  return value;
+}
+
+function requireInteger(name: string, value: unknown, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new RangeError(`${name} must be an integer in [${min}, ${max}], got ${String(value)}`);
+  }
+  return value;
+}
+
+function requireDuration(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+    throw new RangeError(`${name} must be a finite number of milliseconds >= 0, got ${String(value)}`);
+  }
+  return value;
+}
+
+function requireState(value: unknown): JobState {
+  if (!jobStates.includes(value as JobState)) {
+    throw new RangeError(`state must be one of ${jobStates.join(', ')}, got ${String(value)}`);
+  }
+  return value as JobState;
+}
+
+export function truncateError(message: string): string {
+  return message.length <= maxErrorLength ? message : `${message.slice(0, maxErrorLength - 1)}…`;
+}
+
+/** `now() + ms` in SQL; ms bound as float8 so fractions and large values both work. */
+const nowPlusMs = `now() + (?::double precision * interval '1 millisecond')`;
+
+/**
+ * The jobs table over knex. Pass a transaction to enlist an operation in it (the intake
+ * projection enqueues inside the projection's transaction).
+ */
+export class JobRepository {
+  constructor(private readonly knex: Knex) {}
+
+  /** Inserts a queued job; a duplicate (same kind, subject and trigger event) changes nothing. */
+  async enqueue(input: EnqueueJobInput): Promise<{ id: string; inserted: boolean }> {
+    const kind = requireText('kind', input.kind);
+    const subjectId = requireText('subjectId', input.subjectId);
+    const triggerEventId = requireText('triggerEventId', input.triggerEventId);
+    if (!isUuid(triggerEventId)) throw new TypeError(`triggerEventId must be a UUID, got ${triggerEventId}`);
+    const triggerPosition = requireInteger('triggerPosition', input.triggerPosition, 0);
+    const maxAttempts = requireInteger('maxAttempts', input.maxAttempts ?? defaultMaxAttempts, 1, 1000);
+    const id = jobIdFor(kind, subjectId, triggerEventId);
+    const result = await this.knex.raw<{ rows: Array<{ id: string }> }>(
+      `INSERT INTO jobs (id, kind, repository_id, subject_id, trigger_event_id, trigger_position,
+                         correlation_id, max_attempts)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (kind, subject_id, trigger_event_id) DO NOTHING
+       RETURNING id`,
+      [id, kind, input.repositoryId, subjectId, triggerEventId, triggerPosition, input.correlationId, maxAttempts],
+    );
+    return { id, inserted: result.rows.length > 0 };
+  }
+
+  /**
+   * Takes the oldest due queued job of `kind`, or null. One statement: the row lock of the
+   * subquery plus SKIP LOCKED hands each job to exactly one of many concurrent claimers.
+   */
+  async claim(kind: string, workerId: string, options: ClaimOptions): Promise<ClaimedJob | null> {
+    requireText('kind', kind);
+    requireText('workerId', workerId);
+    const leaseMs = requireDuration('leaseMs', options.leaseMs);
+    const maxAttempts =
+      options.maxAttempts === undefined ? null : requireInteger('maxAttempts', options.maxAttempts, 1, 1000);
+    const result = await this.knex.raw<{ rows: JobRow[] }>(
+      `UPDATE jobs
+          SET state = 'running',
+              attempts = attempts + 1,
+              max_attempts = COALESCE(?::integer, max_attempts),
+              claimed_by = ?,
+              claim_token = ?,
+              lease_until = ${nowPlusMs},
+              heartbeat_at = now(),
+              finished_at = NULL,
+              updated_at = now()
+        WHERE id = (SELECT id FROM jobs
+                     WHERE kind = ? AND state = 'queued' AND next_attempt_at <= now()
+                     ORDER BY next_attempt_at, trigger_position
+                     LIMIT 1
+                     FOR UPDATE SKIP LOCKED)
+          AND state = 'queued'
+        RETURNING *`,
+      [maxAttempts, workerId, randomUUID(), leaseMs, kind],
+    );
+    const row = result.rows[0];
+    return row ? toClaimed(row) : null;
+  }
+
+  /**
+   * Extends the lease of the given claims; returns the tokens still held. A token missing from
+   * the answer lost its job (rescued after a stall, or retried by hand): its run must stop.
+   */
+  async heartbeat(claimTokens: readonly string[], leaseMs: number): Promise<Set<string>> {
+    requireDuration('leaseMs', leaseMs);
+    if (claimTokens.length === 0) return new Set();
+    const result = await this.knex.raw<{ rows: Array<{ claim_token: string }> }>(
+      `UPDATE jobs
+          SET heartbeat_at = now(), lease_until = ${nowPlusMs}, updated_at = now()
+        WHERE claim_token = ANY(?::uuid[]) AND state = 'running'
+        RETURNING claim_token`,
+      [leaseMs, [...claimTokens]],
+    );
+    return new Set(result.rows.map((row) => row.claim_token));
+  }
+
+  /** Marks a claimed job succeeded; null when the claim was lost meanwhile (nothing changed). */
+  async succeed(claim: Pick<ClaimedJob, 'id' | 'claimToken'>): Promise<JobRecord | null> {
+    const result = await this.knex.raw<{ rows: JobRow[] }>(
+      `UPDATE jobs
+          SET state = 'succeeded', last_error = NULL, lease_until = NULL, claim_token = NULL,
+              finished_at = now(), updated_at = now()
+        WHERE id = ? AND claim_token = ? AND state = 'running'
+        RETURNING *`,
+      [claim.id, claim.claimToken],
+    );
+    const row = result.rows[0];
+    return row ? toRecord(row) : null;
+  }
+
+  /**
+   * Records a failed attempt. Permanent, or transient with no attempt left: `failed`.
+   * Transient with attempts left: back to `queued`, due after `retryDelayMs`.
+   * Null when the claim was lost meanwhile (nothing changed).
+   */
+  async fail(claim: Pick<ClaimedJob, 'id' | 'claimToken'>, input: FailJobInput): Promise<JobRecord | null> {
+    const retryDelayMs = requireDuration('retryDelayMs', input.retryDelayMs);
+    const final = `(?::boolean OR attempts >= max_attempts)`;
+    const result = await this.knex.raw<{ rows: JobRow[] }>(
+      `UPDATE jobs
+          SET state = CASE WHEN ${final} THEN 'failed' ELSE 'queued' END,
+              next_attempt_at = CASE WHEN ${final} THEN next_attempt_at ELSE ${nowPlusMs} END,
+              finished_at = CASE WHEN ${final} THEN now() ELSE NULL END,
+              last_error = ?, lease_until = NULL, claim_token = NULL, updated_at = now()
+        WHERE id = ? AND claim_token = ? AND state = 'running'
+        RETURNING *`,
+      [
+        input.permanent,
+        input.permanent,
+        retryDelayMs,
+        input.permanent,
+        truncateError(input.error),
+        claim.id,
+        claim.claimToken,
+      ],
+    );
+    const row = result.rows[0];
+    return row ? toRecord(row) : null;
+  }
+
+  /**
+   * Gives back a claim without counting the attempt (the worker stopped before running it).
+   * Returns whether the job was still held.
+   */
+  async release(claim: Pick<ClaimedJob, 'id' | 'claimToken'>): Promise<boolean> {
+    const result = await this.knex.raw<{ rows: Array<{ id: string }> }>(
+      `UPDATE jobs
+          SET state = 'queued', attempts = GREATEST(attempts - 1, 0), lease_until = NULL,
+              claim_token = NULL, next_attempt_at = now(), updated_at = now()
+        WHERE id = ? AND claim_token = ? AND state = 'running'
+        RETURNING id`,
+      [claim.id, claim.claimToken],
+    );
+    return result.rows.length > 0;
+  }
+
+  /** The API's retry: a failed or dead job goes back to queued with a fresh attempt budget. */
+  async retry(id: string): Promise<RetryResult> {
+    if (!isUuid(id)) return { status: 'not_found' };
+    const result = await this.knex.raw<{ rows: JobRow[] }>(
+      `UPDATE jobs
+          SET state = 'queued', attempts = 0, next_attempt_at = now(), lease_until = NULL,
+              claim_token = NULL, finished_at = NULL, updated_at = now()
+        WHERE id = ? AND state IN ('failed', 'dead')
+        RETURNING *`,
+      [id],
+    );
+    const row = result.rows[0];
+    if (row) return { status: 'requeued', job: toRecord(row) };
+    const existing = await this.get(id);
+    return existing ? { status: 'not_retryable', job: existing } : { status: 'not_found' };
+  }
+
+  /**
+   * Running jobs whose worker is gone (lease expired, heartbeat too old, or selected by the
+   * options) go back to queued; those with no attempt left become `dead`.
+   */
+  async rescueOrphans(options: RescueOptions): Promise<RescueResult> {
+    const heartbeatTimeoutMs = requireDuration('heartbeatTimeoutMs', options.heartbeatTimeoutMs);
+    const result = await this.knex.raw<{ rows: JobRow[] }>(
+      `WITH orphans AS (
+         SELECT id FROM jobs
+          WHERE state = 'running'
+            AND (?::boolean
+                 OR claimed_by = ?
+                 OR lease_until IS NULL OR lease_until < now()
+                 OR heartbeat_at IS NULL
+                 OR heartbeat_at < now() - (?::double precision * interval '1 millisecond'))
+          FOR UPDATE SKIP LOCKED)
+       UPDATE jobs
+          SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
+              finished_at = CASE WHEN attempts >= max_attempts THEN now() ELSE NULL END,
+              next_attempt_at = now(),
+              last_error = 'orphaned: worker ' || COALESCE(claimed_by, 'unknown') ||
+                           ' stopped heartbeating during attempt ' || attempts,
+              lease_until = NULL, claim_token = NULL, updated_at = now()
+         FROM orphans
+        WHERE jobs.id = orphans.id
+        RETURNING jobs.*`,
+      [options.everyRunning === true, options.claimedBy ?? null, heartbeatTimeoutMs],
+    );
+    const records = result.rows.map(toRecord);
+    return {
+      requeued: records.filter((job) => job.state === 'queued'),
+      dead: records.filter((job) => job.state === 'dead'),
+    };
+  }
+
+  async get(id: string): Promise<JobRecord | null> {
+    if (!isUuid(id)) return null;
+    const row = await this.knex<JobRow>('jobs').where({ id }).first();
+    return row ? toRecord(row) : null;
+  }
+
+  /** Newest first. */
+  async list(filter: JobListFilter = {}): Promise<JobList> {
+    const limit = requireInteger('limit', filter.limit ?? 50, 1, 1000);
+    const offset = requireInteger('offset', filter.offset ?? 0, 0);
+    const where = (query: Knex.QueryBuilder): Knex.QueryBuilder => {
+      if (filter.repositoryId !== undefined) query.where('repository_id', filter.repositoryId);
+      if (filter.kind !== undefined) query.where('kind', filter.kind);
+      if (filter.state !== undefined) query.where('state', requireState(filter.state));
+      if (filter.subjectId !== undefined) query.where('subject_id', filter.subjectId);
+      return query;
+    };
+    const rows: JobRow[] = await where(this.knex('jobs').select('*'))
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'trigger_position', order: 'desc' },
+        { column: 'id', order: 'asc' },
+      ])
+      .limit(limit)
+      .offset(offset);
+    const totalRow: { total: number } | undefined = await where(this.knex('jobs'))
+      .select(this.knex.raw('count(*)::integer AS total'))
+      .first();
+    return { jobs: rows.map(toRecord), total: totalRow?.total ?? 0 };
+  }
+
+  /** Counts by kind and state, optionally for one repository. */
+  async counts(filter: { repositoryId?: string } = {}): Promise<JobCounts> {
+    const query = this.knex('jobs')
+      .select('kind', 'state', this.knex.raw('count(*)::integer AS count'))
+      .groupBy('kind', 'state');
+    if (filter.repositoryId !== undefined) query.where('repository_id', filter.repositoryId);
+    const rows: Array<{ kind: string; state: JobState; count: number }> = await query;
+    const counts: JobCounts = {};
+    for (const row of rows) {
+      counts[row.kind] ??= { queued: 0, running: 0, succeeded: 0, failed: 0, dead: 0 };
+      counts[row.kind][row.state] = row.count;
+    }
+    return counts;
+  }
+}

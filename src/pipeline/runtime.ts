@@ -1,0 +1,601 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { Database } from '../db/database.js';
+import type { RecordedEvent } from '../eventstore/envelope.js';
+import type { EventStore } from '../eventstore/port.js';
+import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
+import type { JobContext, Stage } from './types.js';
+
+/**
+ * The stage runtime (DESIGN.md, "Stage runtime"): per stage, one dispatcher claims jobs while
+ * fewer than the stage's concurrency are running; each job runs with a timeout, a heartbeat
+ * and an AbortSignal, then is finished according to how it ended. Every database access is a
+ * single short statement and a running stage holds no transaction, so on PGlite (one
+ * connection) hundreds of jobs can be in flight while the connection stays free.
+ */
+
+export interface RetrySettings {
+  /** Attempts including the first. */
+  maxAttempts: number;
+  baseDelayMs: number;
+  maxDelayMs: number;
+}
+
+export interface StageRuntimeSettings {
+  /** Workers per job kind (`task.queues`); a stage missing here gets 1, 0 disables it. */
+  concurrency: Readonly<Record<string, number>>;
+  /** `task.job_timeout`; 0 = unlimited. */
+  jobTimeoutMs: number;
+  /** `task.heartbeat_interval`. */
+  heartbeatIntervalMs: number;
+  /** `task.heartbeat_timeout`: a running job not heard of for this long is an orphan. */
+  heartbeatTimeoutMs: number;
+  /** Lease granted at claim and renewed by each heartbeat; must exceed the heartbeat interval. */
+  leaseMs: number;
+  /** How often an idle dispatcher looks for due jobs when nobody wakes it. */
+  pollIntervalMs: number;
+  retry: RetrySettings;
+  /** `task.rescue_on_startup`. */
+  rescueOnStartup: boolean;
+  /** How long stop() waits for running jobs before aborting them; default 30 s. */
+  stopTimeoutMs?: number;
+  /**
+   * How often to requeue jobs orphaned by other workers (crashed processes on a shared
+   * server) while running; default `heartbeatTimeoutMs`; 0 = only at start-up.
+   */
+  rescueIntervalMs?: number;
+}
+
+/** Spec defaults (`task.*` constants and `task.queues`); retry, lease and poll are ours. */
+export const specTaskQueues: Readonly<Record<string, number>> = {
+  retrieve_source: 20,
+  source_decomposition: 100,
+  embed_facts: 50,
+  deduplicate_facts: 50,
+  extract_concepts: 100,
+  refine_concepts: 100,
+  embed_concepts: 50,
+  cleanup_facts: 50,
+  summarize_concepts: 100,
+  synthesize_concept: 100,
+  refresh_concept_relations: 50,
+  annotate_report: 50,
+  migrate_context: 50,
+  contribute_source: 50,
+  pull_all_from_registry: 50,
+};
+
+export const defaultStageRuntimeSettings: StageRuntimeSettings = {
+  concurrency: specTaskQueues,
+  jobTimeoutMs: 4 * 60 * 60_000,
+  heartbeatIntervalMs: 60_000,
+  heartbeatTimeoutMs: 10 * 60_000,
+  leaseMs: 10 * 60_000,
+  pollIntervalMs: 1_000,
+  retry: { maxAttempts: 5, baseDelayMs: 2_000, maxDelayMs: 5 * 60_000 },
+  rescueOnStartup: true,
+  stopTimeoutMs: 30_000,
+};
+
+/** The subset of pino's API the runtime uses (pino loggers fit). */
+export interface RuntimeLogger {
+  debug(details: Record<string, unknown>, message: string): void;
+  info(details: Record<string, unknown>, message: string): void;
+  warn(details: Record<string, unknown>, message: string): void;
+  error(details: Record<string, unknown>, message: string): void;
+}
+
+/**
+ * How a run ended, as recorded:
+ * - `succeeded`: the job is done (also when a twin won the version race: `error` is the ConcurrencyError);
+ * - `retry_scheduled`: a transient failure, queued again for `job.nextAttemptAt`;
+ * - `failed`: a permanent failure, or a transient one with no attempt left;
+ * - `abandoned`: the worker let go without recording anything (shutdown, lost lease, or the
+ *   finishing write failed); the lease expires and rescue requeues the job.
+ */
+export type JobOutcome = 'succeeded' | 'retry_scheduled' | 'failed' | 'abandoned';
+
+export interface JobFinishedEvent {
+  /** The row as recorded (or, when abandoned, as claimed). */
+  job: JobRecord;
+  outcome: JobOutcome;
+  /** What the run threw, if it threw. */
+  error?: unknown;
+  durationMs: number;
+}
+
+export type JobFinishedListener = (event: JobFinishedEvent) => void;
+
+export interface StageRuntimeOptions {
+  db: Database;
+  /** Reads the trigger event by its global position. */
+  store: Pick<EventStore, 'readAll'>;
+  stages: readonly Stage[];
+  settings: StageRuntimeSettings;
+  log: RuntimeLogger;
+  /** Identifies this process in `claimed_by`; default `<host>:<pid>:<random>`. */
+  workerId?: string;
+  /** Jitter source, injectable for tests; default Math.random. */
+  random?: () => number;
+}
+
+export interface StageRuntime {
+  readonly workerId: string;
+  readonly jobs: JobRepository;
+  /** Rescues orphans when configured, then starts the dispatchers. */
+  start(): Promise<void>;
+  /**
+   * Stops claiming, waits up to `timeoutMs` (default `settings.stopTimeoutMs`) for running
+   * jobs, then aborts the rest and leaves their leases to expire. Idempotent.
+   */
+  stop(options?: { timeoutMs?: number }): Promise<void>;
+  /** Pokes the dispatchers of `kind` (all when omitted) to claim now, e.g. after intake. */
+  wake(kind?: string): void;
+  /** Returns a function that removes the listener. */
+  onJobFinished(listener: JobFinishedListener): () => void;
+  /** Jobs this runtime is running now. */
+  runningCount(): number;
+}
+
+/** Why a job's signal was aborted. */
+export class JobTimeoutError extends Error {
+  override readonly name = 'JobTimeoutError';
+  constructor(readonly timeoutMs: number) {
+    super(`job timed out after ${timeoutMs} ms`);
+  }
+}
+
+export class WorkerShutdownError extends Error {
+  override readonly name = 'WorkerShutdownError';
+  constructor() {
+    super('worker shutting down');
+  }
+}
+
+export class LeaseLostError extends Error {
+  override readonly name = 'LeaseLostError';
+  constructor() {
+    super('job lease lost: rescued or retried elsewhere');
+  }
+}
+
+/** A failure a retry cannot help: PermanentJobError, or any error flagged `permanent: true`. */
+export function isPermanentError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  // By name too: a second copy of the module (duplicated package) breaks instanceof.
+  return (error as { name?: unknown }).name === 'PermanentJobError' || (error as { permanent?: unknown }).permanent === true;
+}
+
+export function isConcurrencyError(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'ConcurrencyError';
+}
+
+export function describeError(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  if (typeof error === 'string') return error;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error); // cyclic or BigInt-bearing values
+  }
+}
+
+/** The job as stages and listeners see it: the claim token stays inside the runtime. */
+function publicView(claim: ClaimedJob): JobRecord {
+  const { claimToken, ...record } = claim;
+  void claimToken;
+  return record;
+}
+
+/**
+ * Exponential backoff with jitter: the n-th attempt (1-based) that failed waits between half
+ * and all of min(maxDelay, base * 2^(n-1)).
+ */
+export function retryDelayMs(failedAttempt: number, retry: RetrySettings, random: () => number = Math.random): number {
+  const exponent = Math.max(0, failedAttempt - 1);
+  const ceiling = Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** Math.min(exponent, 52));
+  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+function requirePositive(name: string, value: unknown, allowZero = false): void {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
+    throw new RangeError(`${name} must be a finite number ${allowZero ? '>= 0' : '> 0'}, got ${String(value)}`);
+  }
+}
+
+export function validateStageRuntimeSettings(settings: StageRuntimeSettings): void {
+  requirePositive('jobTimeoutMs', settings.jobTimeoutMs, true);
+  requirePositive('heartbeatIntervalMs', settings.heartbeatIntervalMs);
+  requirePositive('heartbeatTimeoutMs', settings.heartbeatTimeoutMs);
+  requirePositive('leaseMs', settings.leaseMs);
+  requirePositive('pollIntervalMs', settings.pollIntervalMs);
+  if (settings.leaseMs <= settings.heartbeatIntervalMs) {
+    throw new RangeError('leaseMs must exceed heartbeatIntervalMs, or leases lapse between heartbeats');
+  }
+  if (settings.heartbeatTimeoutMs <= settings.heartbeatIntervalMs) {
+    throw new RangeError('heartbeatTimeoutMs must exceed heartbeatIntervalMs');
+  }
+  const { maxAttempts, baseDelayMs, maxDelayMs } = settings.retry ?? {};
+  if (typeof maxAttempts !== 'number' || !Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) {
+    throw new RangeError(`retry.maxAttempts must be an integer in [1, 1000], got ${String(maxAttempts)}`);
+  }
+  requirePositive('retry.baseDelayMs', baseDelayMs, true);
+  requirePositive('retry.maxDelayMs', maxDelayMs, true);
+  if (maxDelayMs < baseDelayMs) throw new RangeError('retry.maxDelayMs must be >= retry.baseDelayMs');
+  if (settings.stopTimeoutMs !== undefined) requirePositive('stopTimeoutMs', settings.stopTimeoutMs, true);
+  if (settings.rescueIntervalMs !== undefined) requirePositive('rescueIntervalMs', settings.rescueIntervalMs, true);
+  for (const [kind, count] of Object.entries(settings.concurrency ?? {})) {
+    if (!Number.isInteger(count) || count < 0) {
+      throw new RangeError(`concurrency of ${kind} must be an integer >= 0, got ${String(count)}`);
+    }
+  }
+}
+
+/** A promise that a dispatcher sleeps on until its poll interval passes or someone pokes it. */
+class Doorbell {
+  private ring: (() => void) | null = null;
+  /** A poke that came while nobody waited: the next wait returns at once. */
+  private pending = false;
+
+  poke(): void {
+    if (this.ring) this.ring();
+    else this.pending = true;
+  }
+
+  wait(ms: number): Promise<void> {
+    if (this.pending) {
+      this.pending = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const finish = (): void => {
+        clearTimeout(timer);
+        if (this.ring === finish) this.ring = null;
+        resolve();
+      };
+      const timer = setTimeout(finish, ms);
+      this.ring = finish;
+    });
+  }
+}
+
+interface ActiveJob {
+  claim: ClaimedJob;
+  stage: Stage;
+  controller: AbortController;
+  startedAt: number;
+  /** Settles once the job's outcome is recorded (or given up); never rejects. */
+  done: Promise<void>;
+}
+
+export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
+  const { db, store, stages, settings, log } = options;
+  validateStageRuntimeSettings(settings);
+  const random = options.random ?? Math.random;
+  const workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const jobs = new JobRepository(db.knex);
+  const kinds = new Set<string>();
+  for (const stage of stages) {
+    if (kinds.has(stage.kind)) throw new Error(`two stages share the kind ${stage.kind}`);
+    kinds.add(stage.kind);
+  }
+  const stopTimeoutMs = settings.stopTimeoutMs ?? 30_000;
+  const rescueIntervalMs = settings.rescueIntervalMs ?? settings.heartbeatTimeoutMs;
+
+  const doorbells = new Map<string, Doorbell>(stages.map((stage) => [stage.kind, new Doorbell()]));
+  const activeByKind = new Map<string, Set<ActiveJob>>(stages.map((stage) => [stage.kind, new Set()]));
+  const listeners = new Set<JobFinishedListener>();
+  const timers = new Set<NodeJS.Timeout>();
+  let dispatchers: Promise<void>[] = [];
+  let heartbeatInFlight: Promise<void> = Promise.resolve();
+  let rescueInFlight: Promise<void> = Promise.resolve();
+  let phase: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  let stopping: Promise<void> | null = null;
+
+  function activeJobs(): ActiveJob[] {
+    return [...activeByKind.values()].flatMap((set) => [...set]);
+  }
+
+  function emit(event: JobFinishedEvent): void {
+    for (const listener of listeners) {
+      try {
+        listener(event);
+      } catch (error) {
+        log.warn({ err: error, jobId: event.job.id }, 'job-finished listener threw');
+      }
+    }
+  }
+
+  function wake(kind?: string): void {
+    if (kind === undefined) for (const bell of doorbells.values()) bell.poke();
+    else doorbells.get(kind)?.poke();
+  }
+
+  /** The trigger event sits at its global position; readers see a gap-free log. */
+  async function loadTrigger(job: ClaimedJob): Promise<RecordedEvent> {
+    const [event] = await store.readAll({ after: job.triggerPosition - 1, limit: 1 });
+    if (!event || event.globalPosition !== job.triggerPosition) {
+      // Not visible yet (the distributed tier may enqueue ahead of a reader): transient.
+      throw new Error(`trigger event ${job.triggerEventId} at position ${job.triggerPosition} is not readable yet`);
+    }
+    if (event.eventId !== job.triggerEventId) {
+      throw Object.assign(
+        new Error(
+          `position ${job.triggerPosition} holds event ${event.eventId}, not the trigger ${job.triggerEventId}`,
+        ),
+        { permanent: true },
+      );
+    }
+    return event;
+  }
+
+  async function runJob(active: ActiveJob): Promise<void> {
+    const { claim, stage, controller } = active;
+    const signal = controller.signal;
+    const aborted = new Promise<void>((resolve) => {
+      if (signal.aborted) resolve();
+      else signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+    let timeout: NodeJS.Timeout | undefined;
+    if (settings.jobTimeoutMs > 0) {
+      timeout = setTimeout(() => controller.abort(new JobTimeoutError(settings.jobTimeoutMs)), settings.jobTimeoutMs);
+    }
+    // The race never waits on a run that ignores its signal: abort settles the job at once.
+    type RunResult = { ok: true } | { ok: false; error: unknown };
+    const attempt = (async (): Promise<RunResult> => {
+      try {
+        const trigger = await loadTrigger(claim);
+        if (signal.aborted) return { ok: false, error: signal.reason };
+        const context: JobContext = { job: publicView(claim), trigger, signal, actor: `system:${stage.kind}` };
+        await stage.run(context);
+        return { ok: true };
+      } catch (error) {
+        return { ok: false, error };
+      }
+    })();
+    const result = await Promise.race([attempt, aborted.then((): null => null)]);
+    if (timeout) clearTimeout(timeout);
+    const durationMs = Date.now() - active.startedAt;
+    const reason: unknown = signal.aborted ? signal.reason : undefined;
+
+    if (reason instanceof WorkerShutdownError || reason instanceof LeaseLostError) {
+      log.warn({ jobId: claim.id, kind: stage.kind, reason: reason.message }, 'job abandoned');
+      emit({ job: publicView(claim), outcome: 'abandoned', error: reason, durationMs });
+      attempt.then(
+        (late) =>
+          log.debug({ jobId: claim.id, kind: stage.kind, ok: late.ok }, 'abandoned job settled after abort'),
+        () => undefined,
+      );
+      return;
+    }
+
+    const error: unknown = reason instanceof JobTimeoutError ? reason : result && !result.ok ? result.error : undefined;
+    let recorded: JobRecord | null;
+    let outcome: JobOutcome;
+    try {
+      if (error === undefined || isConcurrencyError(error)) {
+        if (error !== undefined) {
+          log.debug({ jobId: claim.id, kind: stage.kind, err: error }, 'version conflict: a twin already did this job');
+        }
+        recorded = await jobs.succeed(claim);
+        outcome = 'succeeded';
+      } else {
+        const permanent = !(error instanceof JobTimeoutError) && isPermanentError(error);
+        recorded = await jobs.fail(claim, {
+          error: describeError(error),
+          permanent,
+          retryDelayMs: retryDelayMs(claim.attempts, settings.retry, random),
+        });
+        outcome = recorded?.state === 'queued' ? 'retry_scheduled' : 'failed';
+        const details = { jobId: claim.id, kind: stage.kind, attempt: claim.attempts, err: error };
+        if (outcome === 'retry_scheduled') log.info(details, 'job failed, retry scheduled');
+        else log.warn({ ...details, permanent }, 'job failed');
+        if (recorded && outcome === 'retry_scheduled') scheduleWake(stage.kind, recorded.nextAttemptAt);
+      }
+    } catch (writeError) {
+      // The lease will expire and rescue requeues the job; the rerun is a no-op if it had finished.
+      log.error({ jobId: claim.id, kind: stage.kind, err: writeError }, 'could not record job outcome');
+      emit({ job: publicView(claim), outcome: 'abandoned', error: writeError, durationMs });
+      return;
+    }
+    if (!recorded) {
+      log.warn({ jobId: claim.id, kind: stage.kind }, 'job lease lost before its outcome was recorded');
+      emit({ job: publicView(claim), outcome: 'abandoned', error: new LeaseLostError(), durationMs });
+      return;
+    }
+    emit({ job: recorded, outcome, error, durationMs });
+  }
+
+  /**
+   * Pokes the dispatcher when a backoff shorter than the poll interval ends, so the retry
+   * is not up to a whole interval late; longer backoffs are left to the regular poll.
+   */
+  function scheduleWake(kind: string, dueAt: string): void {
+    const delay = Math.max(0, Date.parse(dueAt) - Date.now()) + 5;
+    if (delay > settings.pollIntervalMs) return;
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      wake(kind);
+    }, delay);
+    timer.unref();
+    timers.add(timer);
+  }
+
+  function launch(stage: Stage, claim: ClaimedJob): void {
+    const active: ActiveJob = {
+      claim,
+      stage,
+      controller: new AbortController(),
+      startedAt: Date.now(),
+      done: Promise.resolve(),
+    };
+    const set = activeByKind.get(stage.kind);
+    set?.add(active);
+    active.done = runJob(active)
+      .catch((error: unknown) => log.error({ jobId: claim.id, err: error }, 'job runner crashed'))
+      .finally(() => {
+        set?.delete(active);
+        doorbells.get(stage.kind)?.poke();
+      });
+  }
+
+  async function dispatch(stage: Stage, limit: number): Promise<void> {
+    // Both maps hold every stage's kind from construction on.
+    const bell = doorbells.get(stage.kind) as Doorbell;
+    const active = activeByKind.get(stage.kind) as Set<ActiveJob>;
+    while (phase === 'running') {
+      if (active.size >= limit) {
+        await bell.wait(settings.pollIntervalMs);
+        continue;
+      }
+      let claim: ClaimedJob | null = null;
+      try {
+        claim = await jobs.claim(stage.kind, workerId, {
+          leaseMs: settings.leaseMs,
+          maxAttempts: settings.retry.maxAttempts,
+        });
+      } catch (error) {
+        log.error({ kind: stage.kind, err: error }, 'claiming a job failed');
+      }
+      if (claim) {
+        if (phase !== 'running') {
+          // stop() began while the claim was in flight: give it back uncounted.
+          await jobs.release(claim).catch((error: unknown) => {
+            log.warn({ jobId: claim?.id, err: error }, 'could not release a job claimed during stop');
+          });
+          break;
+        }
+        launch(stage, claim);
+        continue;
+      }
+      await bell.wait(settings.pollIntervalMs);
+    }
+  }
+
+  function beat(): void {
+    heartbeatInFlight = heartbeatInFlight.then(async () => {
+      const running = activeJobs().filter((job) => !job.controller.signal.aborted);
+      if (running.length === 0) return;
+      try {
+        const held = await jobs.heartbeat(
+          running.map((job) => job.claim.claimToken),
+          settings.leaseMs,
+        );
+        for (const job of running) {
+          if (!held.has(job.claim.claimToken) && !job.controller.signal.aborted) {
+            job.controller.abort(new LeaseLostError());
+          }
+        }
+      } catch (error) {
+        log.warn({ err: error, running: running.length }, 'heartbeat failed; will try again');
+      }
+    });
+  }
+
+  async function rescue(startup: boolean): Promise<void> {
+    const result = await jobs.rescueOrphans({
+      heartbeatTimeoutMs: settings.heartbeatTimeoutMs,
+      // Right after start nothing of ours runs: every job claimed under our id is an orphan,
+      // and on PGlite (one process per data directory) every running job is.
+      claimedBy: startup ? workerId : undefined,
+      everyRunning: startup && db.kind === 'pglite',
+    });
+    const total = result.requeued.length + result.dead.length;
+    if (total > 0) {
+      log.info(
+        { requeued: result.requeued.map((job) => job.id), dead: result.dead.map((job) => job.id) },
+        'rescued orphaned jobs',
+      );
+      wake();
+    }
+  }
+
+  function every(ms: number, tick: () => void): void {
+    const timer = setInterval(tick, ms);
+    timer.unref();
+    timers.add(timer);
+  }
+
+  return {
+    workerId,
+    jobs,
+
+    async start(): Promise<void> {
+      if (phase !== 'idle') throw new Error(`stage runtime cannot start: it is ${phase}`);
+      phase = 'running';
+      if (settings.rescueOnStartup) {
+        try {
+          await rescue(true);
+        } catch (error) {
+          phase = 'stopped'; // nothing was started: a later stop() has nothing to wait for
+          throw error;
+        }
+      }
+      if (phase !== 'running') return; // stop() was called during the rescue
+      every(settings.heartbeatIntervalMs, beat);
+      if (rescueIntervalMs > 0) {
+        every(rescueIntervalMs, () => {
+          rescueInFlight = rescueInFlight
+            .then(() => rescue(false))
+            .catch((error: unknown) => log.warn({ err: error }, 'orphan sweep failed'));
+        });
+      }
+      dispatchers = stages.flatMap((stage) => {
+        const limit = settings.concurrency[stage.kind] ?? 1;
+        if (limit === 0) {
+          log.info({ kind: stage.kind }, 'stage disabled (concurrency 0)');
+          return [];
+        }
+        return [dispatch(stage, limit)];
+      });
+      log.info({ workerId, stages: stages.map((stage) => stage.kind) }, 'stage runtime started');
+    },
+
+    stop(stopOptions: { timeoutMs?: number } = {}): Promise<void> {
+      if (stopping) return stopping;
+      if (phase === 'idle') {
+        phase = 'stopped';
+        return (stopping = Promise.resolve());
+      }
+      phase = 'stopping';
+      const timeoutMs = stopOptions.timeoutMs ?? stopTimeoutMs;
+      stopping = (async () => {
+        wake();
+        await Promise.all(dispatchers);
+        const running = activeJobs();
+        if (running.length > 0) {
+          log.info({ running: running.length, timeoutMs }, 'waiting for running jobs');
+          let deadline: NodeJS.Timeout | undefined;
+          await Promise.race([
+            Promise.all(running.map((job) => job.done)),
+            new Promise<void>((resolve) => (deadline = setTimeout(resolve, timeoutMs))),
+          ]);
+          clearTimeout(deadline);
+        }
+        const left = activeJobs();
+        for (const job of left) job.controller.abort(new WorkerShutdownError());
+        // Abort settles each job promptly (the race does not wait for the run itself).
+        await Promise.all(left.map((job) => job.done));
+        for (const timer of timers) clearTimeout(timer);
+        timers.clear();
+        await heartbeatInFlight;
+        await rescueInFlight;
+        phase = 'stopped';
+        log.info({ workerId, abandoned: left.length }, 'stage runtime stopped');
+      })();
+      return stopping;
+    },
+
+    wake,
+
+    onJobFinished(listener: JobFinishedListener): () => void {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+
+    runningCount(): number {
+      return activeJobs().length;
+    },
+  };
+}
+

@@ -1,0 +1,230 @@
+import { randomUUID } from 'node:crypto';
+import t from 'tap';
+import { JobRepository, jobIdFor, migrateJobs, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import { backends, FakeLog, jobInputFor, sleep } from './helpers.js';
+
+for (const backend of backends) {
+  t.test(`JobRepository on ${backend.name}`, async (t) => {
+    const db = await backend.open();
+    t.teardown(() => db.close());
+    // Twice, and concurrently on the server: the DDL is idempotent and serialized.
+    await Promise.all([migrateJobs(db.knex), migrateJobs(db.knex)]);
+    await migrateJobs(db.knex);
+    const jobs = new JobRepository(db.knex);
+    const log = new FakeLog();
+    t.beforeEach(async () => {
+      await db.knex.raw('TRUNCATE jobs');
+    });
+
+    t.test('a duplicate enqueue is harmless', async (t) => {
+      const event = log.add();
+      const first = await jobs.enqueue(jobInputFor('embed_facts', event));
+      const again = await jobs.enqueue(jobInputFor('embed_facts', event));
+      t.equal(first.inserted, true);
+      t.equal(again.inserted, false);
+      t.equal(again.id, first.id, 'same key, same deterministic id');
+      t.equal(first.id, jobIdFor('embed_facts', String(event.data.sourceId), event.eventId));
+      const other = await jobs.enqueue(jobInputFor('extract_concepts', event));
+      t.equal(other.inserted, true, 'another kind on the same trigger is another job');
+      t.not(other.id, first.id);
+      const { total } = await jobs.list();
+      t.equal(total, 2);
+      const job = await jobs.get(first.id);
+      t.match(job, {
+        kind: 'embed_facts',
+        state: 'queued',
+        attempts: 0,
+        triggerEventId: event.eventId,
+        triggerPosition: event.globalPosition,
+        repositoryId: 'repo-1',
+        correlationId: event.correlationId,
+        lastError: null,
+      });
+      t.equal(typeof job?.triggerPosition, 'number');
+    });
+
+    t.test('enqueue rejects bad input', async (t) => {
+      const input = jobInputFor('embed_facts', log.add());
+      await t.rejects(jobs.enqueue({ ...input, kind: '' }), TypeError);
+      await t.rejects(jobs.enqueue({ ...input, subjectId: ' ' }), TypeError);
+      await t.rejects(jobs.enqueue({ ...input, triggerEventId: 'not-a-uuid' }), TypeError);
+      await t.rejects(jobs.enqueue({ ...input, triggerPosition: -1 }), RangeError);
+      await t.rejects(jobs.enqueue({ ...input, triggerPosition: 1.5 }), RangeError);
+      await t.rejects(jobs.enqueue({ ...input, maxAttempts: 0 }), RangeError);
+      t.equal((await jobs.list()).total, 0, 'nothing was inserted');
+    });
+
+    t.test('claim hands each job to exactly one of many concurrent claimers', async (t) => {
+      const jobCount = 40;
+      for (let i = 0; i < jobCount; i++) await jobs.enqueue(jobInputFor('embed_facts', log.add()));
+      const claimedBy = new Map<string, string[]>();
+      const claimer = async (worker: string): Promise<void> => {
+        for (;;) {
+          const claim = await jobs.claim('embed_facts', worker, { leaseMs: 60_000 });
+          if (!claim) return;
+          claimedBy.set(claim.id, [...(claimedBy.get(claim.id) ?? []), worker]);
+        }
+      };
+      await Promise.all(Array.from({ length: 16 }, (_, i) => claimer(`worker-${i}`)));
+      t.equal(claimedBy.size, jobCount, 'every job was claimed');
+      t.ok(
+        [...claimedBy.values()].every((workers) => workers.length === 1),
+        'no job was claimed twice',
+      );
+      const counts = await jobs.counts();
+      t.same(counts.embed_facts, { queued: 0, running: jobCount, succeeded: 0, failed: 0, dead: 0 });
+      if (backend.name === 'postgres') {
+        t.ok(new Set([...claimedBy.values()].flat()).size > 1, 'the work was spread over several connections');
+      }
+    });
+
+    t.test('claim takes only due jobs of its own kind and counts the attempt', async (t) => {
+      const event = log.add();
+      const { id } = await jobs.enqueue(jobInputFor('embed_facts', event));
+      t.equal(await jobs.claim('extract_concepts', 'w', { leaseMs: 1000 }), null, 'other kind');
+      const claim = await jobs.claim('embed_facts', 'w', { leaseMs: 1000, maxAttempts: 7 });
+      t.ok(claim);
+      t.match(claim, { id, state: 'running', attempts: 1, maxAttempts: 7, claimedBy: 'w' });
+      t.ok(claim?.leaseUntil && Date.parse(claim.leaseUntil) > Date.now(), 'lease in the future');
+      t.equal(await jobs.claim('embed_facts', 'w', { leaseMs: 1000 }), null, 'a running job is not claimable');
+      await t.rejects(jobs.claim('embed_facts', '', { leaseMs: 1000 }), TypeError);
+      await t.rejects(jobs.claim('embed_facts', 'w', { leaseMs: -5 }), RangeError);
+    });
+
+    t.test('fail: transient backs off, permanent and exhausted are final', async (t) => {
+      const transient = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 2 });
+      const first = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
+      t.equal(first.id, transient.id);
+      const before = Date.now();
+      const queued = await jobs.fail(first, { error: 'HTTP 503', permanent: false, retryDelayMs: 60_000 });
+      t.match(queued, { state: 'queued', attempts: 1, lastError: 'HTTP 503', finishedAt: null, leaseUntil: null });
+      const due = Date.parse(queued?.nextAttemptAt ?? '');
+      t.ok(due >= before + 59_000 && due <= Date.now() + 61_000, 'due after the backoff');
+      t.equal(await jobs.claim('k', 'w', { leaseMs: 1000 }), null, 'not claimable during its backoff');
+
+      await db.knex('jobs').where({ id: transient.id }).update({ next_attempt_at: db.knex.fn.now() });
+      const second = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
+      t.equal(second.attempts, 2);
+      const exhausted = await jobs.fail(second, { error: 'HTTP 503 again', permanent: false, retryDelayMs: 10 });
+      t.match(exhausted, { state: 'failed', attempts: 2, lastError: 'HTTP 503 again' });
+      t.ok(exhausted?.finishedAt, 'finished_at set');
+
+      const permanent = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 5 });
+      const claim = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
+      t.equal(claim.id, permanent.id);
+      const failed = await jobs.fail(claim, { error: 'HTTP 404', permanent: true, retryDelayMs: 10 });
+      t.match(failed, { state: 'failed', attempts: 1, lastError: 'HTTP 404' });
+
+      const long = await jobs.enqueue(jobInputFor('k', log.add()));
+      const longClaim = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
+      t.equal(longClaim.id, long.id);
+      const truncated = await jobs.fail(longClaim, { error: 'x'.repeat(10_000), permanent: true, retryDelayMs: 0 });
+      t.ok((truncated?.lastError?.length ?? 0) <= 4000, 'last_error is bounded');
+      await t.rejects(jobs.fail(longClaim, { error: 'e', permanent: false, retryDelayMs: Number.NaN }), RangeError);
+    });
+
+    t.test('writes are fenced by the claim token', async (t) => {
+      await jobs.enqueue(jobInputFor('k', log.add()));
+      const claim = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
+      const stranger = { id: claim.id, claimToken: randomUUID() };
+      t.equal(await jobs.succeed(stranger), null);
+      t.equal(await jobs.fail(stranger, { error: 'e', permanent: true, retryDelayMs: 0 }), null);
+      t.same(await jobs.heartbeat([stranger.claimToken, claim.claimToken], 1000), new Set([claim.claimToken]));
+      t.same(await jobs.heartbeat([], 1000), new Set());
+      const done = await jobs.succeed(claim);
+      t.match(done, { state: 'succeeded', lastError: null });
+      t.ok(done?.finishedAt);
+      t.equal(await jobs.succeed(claim), null, 'a second finish changes nothing');
+      t.same(await jobs.heartbeat([claim.claimToken], 1000), new Set(), 'a finished job holds no lease');
+    });
+
+    t.test('heartbeat extends the lease', async (t) => {
+      await jobs.enqueue(jobInputFor('k', log.add()));
+      const claim = (await jobs.claim('k', 'w', { leaseMs: 50 })) as ClaimedJob;
+      await sleep(20);
+      await jobs.heartbeat([claim.claimToken], 60_000);
+      const job = await jobs.get(claim.id);
+      t.ok(Date.parse(job?.leaseUntil ?? '') > Date.now() + 50_000, 'lease renewed');
+      t.ok(Date.parse(job?.heartbeatAt ?? '') > Date.parse(claim.heartbeatAt ?? ''), 'heartbeat_at advanced');
+    });
+
+    t.test('rescueOrphans requeues expired leases and stale heartbeats, and kills the exhausted', async (t) => {
+      const expired = await jobs.enqueue(jobInputFor('k', log.add()));
+      await jobs.claim('k', 'dead-worker', { leaseMs: 1 });
+      const live = await jobs.enqueue(jobInputFor('k', log.add()));
+      await jobs.claim('k', 'live-worker', { leaseMs: 60_000 });
+      const exhausted = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 1 });
+      await jobs.claim('k', 'dead-worker', { leaseMs: 1 });
+      const stale = await jobs.enqueue(jobInputFor('k', log.add()));
+      await jobs.claim('k', 'stalled-worker', { leaseMs: 60_000 });
+      await db.knex('jobs').where({ id: stale.id }).update({ heartbeat_at: db.knex.raw(`now() - interval '1 hour'`) });
+      await sleep(10);
+
+      const result = await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000 });
+      t.same(result.requeued.map((job) => job.id).sort(), [expired.id, stale.id].sort());
+      t.same(result.dead.map((job) => job.id), [exhausted.id]);
+      t.match(await jobs.get(expired.id), { state: 'queued', attempts: 1, leaseUntil: null, lastError: /orphaned/ });
+      t.match(await jobs.get(exhausted.id), { state: 'dead', lastError: /orphaned/ });
+      t.match(await jobs.get(live.id), { state: 'running' }, 'a live lease is left alone');
+
+      const byWorker = await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'live-worker' });
+      t.same(byWorker.requeued.map((job) => job.id), [live.id], 'a restarted worker reclaims its own jobs');
+
+      await jobs.claim('k', 'another', { leaseMs: 60_000 });
+      const everything = await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, everyRunning: true });
+      t.equal(everything.requeued.length, 1);
+      t.same(await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000 }), { requeued: [], dead: [] });
+      await t.rejects(jobs.rescueOrphans({ heartbeatTimeoutMs: -1 }), RangeError);
+    });
+
+    t.test('retry requeues failed and dead jobs only', async (t) => {
+      const failing = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 1 });
+      const claim = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
+      await jobs.fail(claim, { error: 'boom', permanent: false, retryDelayMs: 0 });
+      t.match(await jobs.get(failing.id), { state: 'failed', attempts: 1 });
+
+      const retried = await jobs.retry(failing.id);
+      t.equal(retried.status, 'requeued');
+      t.match(await jobs.get(failing.id), { state: 'queued', attempts: 0, finishedAt: null });
+      const again = await jobs.claim('k', 'w', { leaseMs: 1000 });
+      t.equal(again?.id, failing.id, 'claimable at once');
+
+      const notRetryable = await jobs.retry(failing.id);
+      t.equal(notRetryable.status, 'not_retryable', 'a running job cannot be retried');
+      t.equal((await jobs.retry(randomUUID())).status, 'not_found');
+      t.equal((await jobs.retry('not-a-uuid')).status, 'not_found');
+    });
+
+    t.test('get, list and counts', async (t) => {
+      const a = await jobs.enqueue(jobInputFor('embed_facts', log.add()));
+      const b = await jobs.enqueue({ ...jobInputFor('embed_facts', log.add()), repositoryId: 'repo-2' });
+      const c = await jobs.enqueue(jobInputFor('extract_concepts', log.add()));
+      await jobs.claim('extract_concepts', 'w', { leaseMs: 1000 });
+
+      t.equal(await jobs.get(randomUUID()), null);
+      t.equal(await jobs.get('nope'), null, 'a malformed id is simply not found');
+      t.equal((await jobs.list()).total, 3);
+      t.same((await jobs.list({ kind: 'embed_facts' })).jobs.map((job) => job.id).sort(), [a.id, b.id].sort());
+      t.same((await jobs.list({ repositoryId: 'repo-2' })).jobs.map((job) => job.id), [b.id]);
+      t.same((await jobs.list({ state: 'running' })).jobs.map((job) => job.id), [c.id]);
+      const subject = (await jobs.get(a.id))?.subjectId ?? '';
+      t.same((await jobs.list({ subjectId: subject })).jobs.map((job) => job.id), [a.id]);
+      const page = await jobs.list({ limit: 2, offset: 2 });
+      t.equal(page.jobs.length, 1);
+      t.equal(page.total, 3, 'total ignores paging');
+      await t.rejects(jobs.list({ limit: 0 }), RangeError);
+      await t.rejects(jobs.list({ limit: 5000 }), RangeError);
+      await t.rejects(jobs.list({ offset: -1 }), RangeError);
+      // @ts-expect-error: a state the API might receive from a query string
+      await t.rejects(jobs.list({ state: 'paused' }), RangeError);
+
+      t.same(await jobs.counts(), {
+        embed_facts: { queued: 2, running: 0, succeeded: 0, failed: 0, dead: 0 },
+        extract_concepts: { queued: 0, running: 1, succeeded: 0, failed: 0, dead: 0 },
+      });
+      t.same(await jobs.counts({ repositoryId: 'repo-2' }), {
+        embed_facts: { queued: 1, running: 0, succeeded: 0, failed: 0, dead: 0 },
+      });
+    });
+  });
+}

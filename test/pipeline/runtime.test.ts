@@ -1,0 +1,478 @@
+import t from 'tap';
+import type { Test } from 'tap';
+import type { Database } from '../../src/db/database.js';
+import { ConcurrencyError } from '../../src/eventstore/port.js';
+import { JobRepository, migrateJobs, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import {
+  createStageRuntime,
+  JobTimeoutError,
+  LeaseLostError,
+  retryDelayMs,
+  WorkerShutdownError,
+  type JobFinishedEvent,
+  type StageRuntime,
+  type StageRuntimeSettings,
+} from '../../src/pipeline/runtime.js';
+import { PermanentJobError, type JobContext, type Stage } from '../../src/pipeline/types.js';
+import {
+  backends,
+  FakeLog,
+  fastSettings,
+  gate,
+  jobInputFor,
+  nextOutcome,
+  recordingLog,
+  sleep,
+  testStage,
+} from './helpers.js';
+
+t.test('retryDelayMs grows exponentially, jitters within [ceiling/2, ceiling], and is capped', async (t) => {
+  const retry = { maxAttempts: 10, baseDelayMs: 100, maxDelayMs: 1000 };
+  t.equal(retryDelayMs(1, retry, () => 1), 100);
+  t.equal(retryDelayMs(2, retry, () => 1), 200);
+  t.equal(retryDelayMs(3, retry, () => 1), 400);
+  t.equal(retryDelayMs(3, retry, () => 0), 200, 'jitter never goes below half');
+  t.equal(retryDelayMs(9, retry, () => 1), 1000, 'capped at maxDelay');
+  t.equal(retryDelayMs(5000, retry, () => 1), 1000, 'huge attempt numbers stay finite');
+  t.equal(retryDelayMs(0, retry, () => 1), 100);
+});
+
+t.test('createStageRuntime rejects bad settings and stages', async (t) => {
+  const log = new FakeLog();
+  const db = { knex: {} as Database['knex'], kind: 'pglite', hasVector: false, close: async () => undefined } as Database;
+  const build = (settings: Partial<StageRuntimeSettings>, stages: Stage[] = [testStage('k', async () => undefined)]) =>
+    createStageRuntime({ db, store: log, stages, settings: fastSettings(settings), log: recordingLog() });
+  t.throws(() => build({ leaseMs: 10, heartbeatIntervalMs: 20 }), RangeError, 'lease shorter than heartbeat');
+  t.throws(() => build({ heartbeatTimeoutMs: 10 }), RangeError);
+  t.throws(() => build({ pollIntervalMs: 0 }), RangeError);
+  t.throws(() => build({ jobTimeoutMs: -1 }), RangeError);
+  t.throws(() => build({ retry: { maxAttempts: 0, baseDelayMs: 1, maxDelayMs: 2 } }), RangeError);
+  t.throws(() => build({ retry: { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 2 } }), RangeError);
+  t.throws(() => build({ concurrency: { k: -1 } }), RangeError);
+  t.throws(() => build({ concurrency: { k: 1.5 } }), RangeError);
+  t.throws(() => build({}, [testStage('k', async () => undefined), testStage('k', async () => undefined)]), /share the kind/);
+  t.doesNotThrow(() => build({ jobTimeoutMs: 0 }), 'zero timeout means unlimited');
+});
+
+for (const backend of backends) {
+  t.test(`stage runtime on ${backend.name}`, async (t) => {
+    const db = await backend.open();
+    t.teardown(() => db.close());
+    await migrateJobs(db.knex);
+    const jobs = new JobRepository(db.knex);
+    const log = new FakeLog();
+    t.beforeEach(async () => {
+      await db.knex.raw('TRUNCATE jobs');
+    });
+
+    function runtimeFor(
+      t: Test,
+      stages: Stage[],
+      settings: Partial<StageRuntimeSettings> = {},
+      extra: { workerId?: string; random?: () => number } = {},
+    ): StageRuntime & { logLines: ReturnType<typeof recordingLog>['lines'] } {
+      const logger = recordingLog();
+      const runtime = createStageRuntime({
+        db,
+        store: log,
+        stages,
+        settings: fastSettings(settings),
+        log: logger,
+        ...extra,
+      });
+      t.teardown(() => runtime.stop({ timeoutMs: 0 }));
+      return Object.assign(runtime, { logLines: logger.lines });
+    }
+
+    async function enqueue(kind: string, maxAttempts?: number): Promise<string> {
+      const { id } = await jobs.enqueue({ ...jobInputFor(kind, log.add()), maxAttempts });
+      return id;
+    }
+
+    t.test('runs a job with its trigger, actor and signal, then marks it succeeded', async (t) => {
+      const seen: JobContext[] = [];
+      const runtime = runtimeFor(t, [testStage('embed_facts', async (context) => void seen.push(context))]);
+      const id = await enqueue('embed_facts');
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      runtime.wake('embed_facts');
+      const event = await done;
+      t.equal(seen.length, 1, 'ran once');
+      const context = seen[0];
+      t.equal(context.job.id, id);
+      t.equal(context.trigger.eventId, context.job.triggerEventId, 'the trigger event is loaded from the store');
+      t.equal(context.actor, 'system:embed_facts');
+      t.equal(context.signal.aborted, false);
+      t.match(event.job, { state: 'succeeded', attempts: 1, lastError: null });
+      t.match(await jobs.get(id), { state: 'succeeded', claimedBy: runtime.workerId });
+      await sleep(50);
+      t.equal(seen.length, 1, 'a succeeded job is not run again');
+      await t.rejects(runtime.start(), /cannot start/, 'a runtime starts once');
+    });
+
+    t.test('transient errors are retried with backoff, then succeed', async (t) => {
+      const attemptTimes: number[] = [];
+      const runtime = runtimeFor(
+        t,
+        [
+          testStage('flaky', async () => {
+            attemptTimes.push(Date.now());
+            if (attemptTimes.length < 3) throw new Error('HTTP 503 from provider');
+          }),
+        ],
+        { retry: { maxAttempts: 5, baseDelayMs: 60, maxDelayMs: 1000 } },
+        { random: () => 1 }, // no jitter: delays of exactly 60 then 120 ms
+      );
+      const id = await enqueue('flaky');
+      const outcomes: JobFinishedEvent[] = [];
+      runtime.onJobFinished((event) => outcomes.push(event));
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      const final = await done;
+      t.same(
+        outcomes.map((event) => event.outcome),
+        ['retry_scheduled', 'retry_scheduled', 'succeeded'],
+      );
+      t.match(outcomes[0].job, { state: 'queued', attempts: 1, lastError: /HTTP 503/ });
+      t.ok(attemptTimes[1] - attemptTimes[0] >= 50, `first backoff ~60 ms (was ${attemptTimes[1] - attemptTimes[0]})`);
+      t.ok(attemptTimes[2] - attemptTimes[1] >= 110, `second backoff ~120 ms (was ${attemptTimes[2] - attemptTimes[1]})`);
+      t.match(final.job, { state: 'succeeded', attempts: 3, lastError: null });
+    });
+
+    t.test('exhausted attempts end in failed with last_error; never permanent before that', async (t) => {
+      let runs = 0;
+      const runtime = runtimeFor(
+        t,
+        [
+          testStage('always_503', async () => {
+            runs += 1;
+            throw new Error(`HTTP 503 (run ${runs})`);
+          }),
+        ],
+        { retry: { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 10 } },
+      );
+      const id = await enqueue('always_503');
+      const outcomes: string[] = [];
+      runtime.onJobFinished((event) => outcomes.push(`${event.outcome}:${event.job.state}`));
+      const failed = nextOutcome(runtime, id, 'failed');
+      await runtime.start();
+      const event = await failed;
+      t.same(outcomes, ['retry_scheduled:queued', 'retry_scheduled:queued', 'failed:failed']);
+      t.equal(runs, 3);
+      t.match(await jobs.get(id), { state: 'failed', attempts: 3, maxAttempts: 3, lastError: 'Error: HTTP 503 (run 3)' });
+      t.ok(event.job.finishedAt);
+    });
+
+    t.test('a permanent error fails the job at once', async (t) => {
+      let runs = 0;
+      const runtime = runtimeFor(t, [
+        testStage('bad_url', async () => {
+          runs += 1;
+          throw new PermanentJobError('unsupported URL scheme ftp:');
+        }),
+        testStage('flagged', async () => {
+          throw Object.assign(new Error('HTTP 404'), { permanent: true });
+        }),
+      ]);
+      const first = await enqueue('bad_url');
+      const second = await enqueue('flagged');
+      const both = Promise.all([nextOutcome(runtime, first, 'failed'), nextOutcome(runtime, second, 'failed')]);
+      await runtime.start();
+      await both;
+      t.equal(runs, 1);
+      t.match(await jobs.get(first), { state: 'failed', attempts: 1, lastError: /PermanentJobError: unsupported URL/ });
+      t.match(await jobs.get(second), { state: 'failed', attempts: 1, lastError: /HTTP 404/ });
+    });
+
+    t.test('a ConcurrencyError means a twin did the work: succeeded, logged at debug', async (t) => {
+      const runtime = runtimeFor(t, [
+        testStage('twin', async () => {
+          throw new ConcurrencyError('source-1', 3, 4);
+        }),
+      ]);
+      const id = await enqueue('twin');
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      const event = await done;
+      t.ok(event.error instanceof ConcurrencyError);
+      t.match(await jobs.get(id), { state: 'succeeded', attempts: 1, lastError: null });
+      t.ok(runtime.logLines.some((line) => line.level === 'debug' && /twin/.test(line.message)));
+    });
+
+    t.test('a job timeout aborts the signal and counts as transient', async (t) => {
+      let runs = 0;
+      let firstSignal: AbortSignal | undefined;
+      const runtime = runtimeFor(
+        t,
+        [
+          testStage('slow', async (context) => {
+            runs += 1;
+            if (runs === 1) {
+              firstSignal = context.signal;
+              // Honours the signal like a well-behaved stage.
+              await new Promise((_, reject) => context.signal.addEventListener('abort', () => reject(context.signal.reason)));
+            } else if (runs === 2) {
+              await new Promise(() => undefined); // ignores its signal: the runtime must not wait
+            }
+          }),
+        ],
+        { jobTimeoutMs: 60, retry: { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 10 } },
+      );
+      const id = await enqueue('slow');
+      const outcomes: JobFinishedEvent[] = [];
+      runtime.onJobFinished((event) => outcomes.push(event));
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      await done;
+      t.equal(firstSignal?.aborted, true);
+      t.ok(firstSignal?.reason instanceof JobTimeoutError);
+      t.same(
+        outcomes.map((event) => event.outcome),
+        ['retry_scheduled', 'retry_scheduled', 'succeeded'],
+        'timeouts were retried, not failed',
+      );
+      t.ok(outcomes[0].error instanceof JobTimeoutError);
+      t.match(outcomes[1].job, { lastError: /timed out after 60 ms/ });
+      t.match(await jobs.get(id), { state: 'succeeded', attempts: 3 });
+    });
+
+    t.test('a timeout on the last attempt fails the job', async (t) => {
+      const runtime = runtimeFor(t, [testStage('stuck', () => new Promise(() => undefined))], {
+        jobTimeoutMs: 30,
+        retry: { maxAttempts: 1, baseDelayMs: 5, maxDelayMs: 10 },
+      });
+      const id = await enqueue('stuck');
+      const failed = nextOutcome(runtime, id, 'failed');
+      await runtime.start();
+      await failed;
+      t.match(await jobs.get(id), { state: 'failed', lastError: /JobTimeoutError/ });
+    });
+
+    t.test('the per-stage concurrency is honoured', async (t) => {
+      let running = 0;
+      let maxRunning = 0;
+      const runtime = runtimeFor(
+        t,
+        [
+          testStage('limited', async () => {
+            running += 1;
+            maxRunning = Math.max(maxRunning, running);
+            await sleep(40);
+            running -= 1;
+          }),
+        ],
+        { concurrency: { limited: 3 } },
+      );
+      const ids: string[] = [];
+      for (let i = 0; i < 9; i++) ids.push(await enqueue('limited'));
+      const all = Promise.all(ids.map((id) => nextOutcome(runtime, id, 'succeeded')));
+      await runtime.start();
+      await all;
+      t.equal(maxRunning, 3, 'never more than 3 at once, and 3 were used');
+      t.same((await jobs.counts()).limited, { queued: 0, running: 0, succeeded: 9, failed: 0, dead: 0 });
+    });
+
+    t.test('heartbeats renew the lease while a job runs', async (t) => {
+      const held = gate();
+      let started = false;
+      const runtime = runtimeFor(
+        t,
+        [
+          testStage('beating', async () => {
+            started = true;
+            await held.promise;
+          }),
+        ],
+        { heartbeatIntervalMs: 15, leaseMs: 100 },
+      );
+      const id = await enqueue('beating');
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      while (!started) await sleep(5);
+      const first = await jobs.get(id);
+      await sleep(250); // longer than the 100 ms lease: only heartbeats keep it alive
+      const later = await jobs.get(id);
+      t.equal(later?.state, 'running');
+      t.ok(Date.parse(later?.heartbeatAt ?? '') > Date.parse(first?.heartbeatAt ?? ''), 'heartbeat_at advanced');
+      t.ok(Date.parse(later?.leaseUntil ?? '') > Date.now(), 'the lease is still in the future');
+      t.same(await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000 }), { requeued: [], dead: [] }, 'not an orphan');
+      held.open();
+      await done;
+    });
+
+    t.test('a stage with concurrency 0 does not run', async (t) => {
+      let runs = 0;
+      const runtime = runtimeFor(t, [testStage('off', async () => void (runs += 1))], { concurrency: { off: 0 } });
+      const id = await enqueue('off');
+      await runtime.start();
+      await sleep(60);
+      t.equal(runs, 0);
+      t.match(await jobs.get(id), { state: 'queued', attempts: 0 });
+    });
+
+    t.test('a job whose lease is taken away is abandoned, its signal aborted', async (t) => {
+      const held = gate();
+      let signal: AbortSignal | undefined;
+      const runtime = runtimeFor(t, [
+        testStage('robbed', async (context) => {
+          signal = context.signal;
+          await held.promise;
+        }),
+      ]);
+      const id = await enqueue('robbed');
+      const abandoned = nextOutcome(runtime, id, 'abandoned');
+      await runtime.start();
+      while (!signal) await sleep(5);
+      // Another worker's rescue after a stall: the row no longer belongs to this claim.
+      await db.knex('jobs').where({ id }).update({ state: 'queued', claim_token: null, next_attempt_at: db.knex.raw(`now() + interval '1 hour'`) });
+      const event = await abandoned;
+      t.ok(event.error instanceof LeaseLostError);
+      t.equal(signal.aborted, true);
+      held.open();
+      await sleep(20);
+      t.match(await jobs.get(id), { state: 'queued' }, 'the abandoned run wrote nothing');
+    });
+
+    t.test('rescue of an expired lease lets another worker run the job', async (t) => {
+      const id = await enqueue('orphan');
+      const claim = await jobs.claim('orphan', 'crashed-host', { leaseMs: 1 });
+      t.equal(claim?.id, id);
+      await sleep(10);
+      let runs = 0;
+      const runtime = runtimeFor(t, [testStage('orphan', async () => void (runs += 1))], {}, { workerId: 'other-host' });
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      await done;
+      t.equal(runs, 1);
+      t.match(await jobs.get(id), { state: 'succeeded', attempts: 2, claimedBy: 'other-host' });
+      t.ok(runtime.logLines.some((line) => line.message === 'rescued orphaned jobs'));
+    });
+
+    t.test('crash simulation: a job claimed and never finished runs again after restart', async (t) => {
+      // The first process claims the job and dies: no finish, no heartbeat, a lease still running.
+      const id = await enqueue('crashy');
+      const claim = (await jobs.claim('crashy', 'host-a', { leaseMs: 60_000, maxAttempts: 3 })) as ClaimedJob;
+      t.equal(claim.id, id);
+
+      // Without rescue, the orphan stays stuck while its lease runs.
+      const noRescue = runtimeFor(t, [testStage('crashy', async () => void t.fail('must not run'))], { rescueOnStartup: false }, { workerId: 'host-a' });
+      await noRescue.start();
+      await sleep(50);
+      await noRescue.stop();
+      t.match(await jobs.get(id), { state: 'running', attempts: 1 });
+
+      // The restarted process (same worker id) rescues its own orphan at start-up and runs it.
+      let runs = 0;
+      const restarted = runtimeFor(t, [testStage('crashy', async () => void (runs += 1))], {}, { workerId: 'host-a' });
+      const done = nextOutcome(restarted, id, 'succeeded');
+      await restarted.start();
+      await done;
+      t.equal(runs, 1);
+      t.match(await jobs.get(id), { state: 'succeeded', attempts: 2 });
+      // The dead process's late finish is fenced off by its claim token.
+      t.equal(await jobs.succeed(claim), null);
+    });
+
+    if (backend.name === 'pglite') {
+      t.test('on PGlite every running job is an orphan at start-up (one process per data directory)', async (t) => {
+        const id = await enqueue('solo');
+        await jobs.claim('solo', 'previous-process', { leaseMs: 60_000 });
+        const runtime = runtimeFor(t, [testStage('solo', async () => undefined)], {}, { workerId: 'new-process' });
+        const done = nextOutcome(runtime, id, 'succeeded');
+        await runtime.start();
+        await done;
+        t.match(await jobs.get(id), { state: 'succeeded' });
+      });
+    } else {
+      t.test('on a server a live lease of another worker is left alone at start-up', async (t) => {
+        const id = await enqueue('shared');
+        await jobs.claim('shared', 'busy-host', { leaseMs: 60_000 });
+        const runtime = runtimeFor(t, [testStage('shared', async () => void t.fail('must not run'))], {}, { workerId: 'new-host' });
+        await runtime.start();
+        await sleep(50);
+        t.match(await jobs.get(id), { state: 'running', claimedBy: 'busy-host' });
+      });
+    }
+
+    t.test('retry() of a failed job runs it again', async (t) => {
+      let runs = 0;
+      const runtime = runtimeFor(t, [
+        testStage('second_chance', async () => {
+          runs += 1;
+          if (runs === 1) throw new PermanentJobError('provider said no');
+        }),
+      ]);
+      const id = await enqueue('second_chance');
+      const failed = nextOutcome(runtime, id, 'failed');
+      await runtime.start();
+      await failed;
+      t.match(await jobs.get(id), { state: 'failed', attempts: 1 });
+      const succeeded = nextOutcome(runtime, id, 'succeeded');
+      const result = await jobs.retry(id);
+      t.equal(result.status, 'requeued');
+      runtime.wake('second_chance');
+      await succeeded;
+      t.equal(runs, 2);
+      t.match(await jobs.get(id), { state: 'succeeded', attempts: 1, lastError: null });
+    });
+
+    t.test('a trigger event that does not match the store fails permanently', async (t) => {
+      const runtime = runtimeFor(t, [testStage('mismatch', async () => void t.fail('must not run'))]);
+      const event = log.add();
+      const { id } = await jobs.enqueue({ ...jobInputFor('mismatch', event), triggerPosition: 1 });
+      const failed = nextOutcome(runtime, id, 'failed');
+      await runtime.start();
+      await failed;
+      t.match(await jobs.get(id), { state: 'failed', attempts: 1, lastError: /not the trigger/ });
+    });
+
+    t.test('graceful stop waits for a running job', async (t) => {
+      const release = gate();
+      let started = false;
+      const runtime = runtimeFor(t, [
+        testStage('long', async () => {
+          started = true;
+          await release.promise;
+        }),
+      ]);
+      const id = await enqueue('long');
+      const queuedBehind = await enqueue('long');
+      await runtime.start();
+      while (!started) await sleep(5);
+      let stopped = false;
+      const stopping = runtime.stop({ timeoutMs: 5000 }).then(() => (stopped = true));
+      await sleep(50);
+      t.equal(stopped, false, 'stop waits while the job runs');
+      release.open();
+      await stopping;
+      t.match(await jobs.get(id), { state: 'succeeded' }, 'the running job finished');
+      t.match(await jobs.get(queuedBehind), { state: 'queued', attempts: 0 }, 'nothing new was claimed');
+      t.equal(runtime.runningCount(), 0);
+    });
+
+    t.test('stop aborts jobs still running at the deadline and leaves their lease', async (t) => {
+      let signal: AbortSignal | undefined;
+      const runtime = runtimeFor(t, [
+        testStage('endless', async (context) => {
+          signal = context.signal;
+          await new Promise(() => undefined);
+        }),
+      ]);
+      const id = await enqueue('endless');
+      const abandoned = nextOutcome(runtime, id, 'abandoned');
+      await runtime.start();
+      while (!signal) await sleep(5);
+      const before = Date.now();
+      await runtime.stop({ timeoutMs: 50 });
+      t.ok(Date.now() - before < 2000, 'stop returned soon after its deadline');
+      const event = await abandoned;
+      t.ok(event.error instanceof WorkerShutdownError);
+      t.equal(signal.aborted, true);
+      t.ok(signal.reason instanceof WorkerShutdownError);
+      const job = await jobs.get(id);
+      t.match(job, { state: 'running', attempts: 1 }, 'left for its lease to expire');
+      t.ok(job?.leaseUntil, 'the lease is still there');
+      await runtime.stop(); // idempotent
+    });
+  });
+}
