@@ -1,0 +1,59 @@
+import type { Decider } from '../domain/decider.js';
+import type { DomainEvent, EventMetadata } from './envelope.js';
+import { ConcurrencyError, type EventStore } from './port.js';
+
+export interface CommandResult<State> {
+  /** The events the decider produced (empty when the command changed nothing). */
+  events: DomainEvent[];
+  /** State after the new events. */
+  state: State;
+  /** Global position of the last appended event, or null if nothing was appended. */
+  position: number | null;
+}
+
+/**
+ * Runs a command against a stream: read, fold, decide, append with the read version as the
+ * expected version. `retries` re-runs the whole cycle after a lost race (API commands), while
+ * pipeline stages pass 0 and let the ConcurrencyError mark the job done by its twin.
+ */
+export async function handleCommand<State, Command, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Decider<State, Command, Event>,
+  command: Command,
+  metadata: EventMetadata,
+  options: { retries?: number } = {},
+): Promise<CommandResult<State>> {
+  const retries = options.retries ?? 3;
+  for (let attempt = 0; ; attempt++) {
+    const loaded = await loadState(store, streamId, decider);
+    let state = loaded.state;
+    const events = decider.decide(command, state);
+    if (events.length === 0) return { events, state, position: null };
+    const expected = loaded.version === null ? 'no_stream' : loaded.version;
+    try {
+      const result = await store.append(
+        streamId,
+        events.map((event) => ({ type: event.type, data: event.data, metadata })),
+        expected,
+      );
+      for (const event of events) state = decider.evolve(state, event);
+      return { events, state, position: result.lastPosition };
+    } catch (error) {
+      if (error instanceof ConcurrencyError && attempt < retries) continue;
+      throw error;
+    }
+  }
+}
+
+/** Folds a stream into a decider's state (for reads that must see the latest write). */
+export async function loadState<State, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
+): Promise<{ state: State; version: number | null }> {
+  const recorded = await store.readStream(streamId);
+  let state = decider.initialState();
+  for (const event of recorded) state = decider.evolve(state, event as unknown as Event);
+  return { state, version: recorded.length === 0 ? null : recorded[recorded.length - 1].streamVersion };
+}
