@@ -1,0 +1,13 @@
+import type { Projection } from '../src/projection/types.js';
+import { factsProjection } from './facts.js';
+import { repositoriesProjection } from './repositories.js';
+import { sourcesProjection } from './sources.js';
+import { usersProjection } from './users.js';
+
+/** Every read-model projection of the service, by name. */
+export const readModelProjections: readonly Projection[] = [
+  usersProjection,
+  repositoriesProjection,
+  sourcesProjection,
+  factsProjection,
+];

@@ -1,0 +1,81 @@
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import multipart from '@fastify/multipart';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { AppContext } from '../app/context.js';
+import { parseDuration } from '../config/duration.js';
+import { registerErrorHandling } from './errors.js';
+import { authenticateRequest } from './guard.js';
+import { adminRoutes } from './routes/admin.js';
+import { authRoutes } from './routes/auth.js';
+import { eventRoutes } from './routes/events.js';
+import { factRoutes } from './routes/facts.js';
+import { healthRoutes } from './routes/health.js';
+import { jobRoutes } from './routes/jobs.js';
+import { permissionRoutes } from './routes/permissions.js';
+import { projectionRoutes } from './routes/projections.js';
+import { repositoryRoutes } from './routes/repositories.js';
+import { sourceRoutes } from './routes/sources.js';
+import { userRoutes } from './routes/users.js';
+
+/** Every resource's routes, one plugin per file under routes/. */
+const resourceRoutes = [
+  healthRoutes,
+  authRoutes,
+  userRoutes,
+  permissionRoutes,
+  adminRoutes,
+  repositoryRoutes,
+  sourceRoutes,
+  factRoutes,
+  eventRoutes,
+  jobRoutes,
+  projectionRoutes,
+];
+
+/** Builds the HTTP API: fastify with schemas on every route, OpenAPI at /api/v1/openapi.json, docs at /docs. */
+export async function buildApp(context: AppContext): Promise<FastifyInstance> {
+  const { config } = context;
+  const readTimeoutMs = parseDuration(config.server.read_timeout);
+  const writeTimeoutMs = parseDuration(config.server.write_timeout);
+  const app = Fastify({
+    // pino's Logger is what fastify wants at run time; its types differ only in an optional field.
+    loggerInstance: context.log as unknown as FastifyBaseLogger,
+    // Request ids come from the caller's X-Request-Id when sane, else a new UUID; both are echoed back.
+    genReqId: (request) => {
+      const given = request.headers['x-request-id'];
+      return typeof given === 'string' && /^[\w.-]{1,100}$/.test(given) ? given : randomUUID();
+    },
+    requestIdHeader: false,
+    bodyLimit: config.server.body_limit,
+    // read_timeout bounds receiving a request; the whole exchange may take read + write.
+    requestTimeout: readTimeoutMs + writeTimeoutMs,
+    connectionTimeout: readTimeoutMs + writeTimeoutMs,
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+  });
+  registerErrorHandling(app);
+  await app.register(multipart, { limits: { fileSize: config.server.body_limit, files: 1 } });
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'Factlog API', version: '1', description: 'Event-sourced knowledge-graph service' },
+      servers: [{ url: context.publicUrl }],
+      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+  app.get('/api/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+    await authenticateRequest(context, request);
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    context.metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
+    context.metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+  });
+  for (const routes of resourceRoutes) await app.register(routes, { context });
+  return app;
+}

@@ -1,0 +1,59 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { DomainError } from '../domain/decider.js';
+import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
+import { AuthenticationError } from '../auth/identity.js';
+
+/** An error with the HTTP status and machine-readable code to answer with. */
+export class HttpError extends Error {
+  constructor(
+    readonly statusCode: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export const notFound = (what: string) => new HttpError(404, 'not_found', `${what} not found`);
+export const forbidden = (message = 'permission denied') => new HttpError(403, 'forbidden', message);
+export const badRequest = (message: string) => new HttpError(400, 'bad_request', message);
+
+const domainStatus: Record<DomainError['code'], [number, string]> = {
+  not_found: [404, 'not_found'],
+  conflict: [409, 'conflict'],
+  invalid: [400, 'bad_request'],
+  forbidden: [403, 'forbidden'],
+  gone: [404, 'not_found'],
+};
+
+/** The JSON schema of every error reply: `{error, message}`. */
+export const errorReplySchema = {
+  type: 'object',
+  required: ['error', 'message'],
+  properties: { error: { type: 'string' }, message: { type: 'string' } },
+} as const;
+
+/** Maps every failure to `{error, message}` with the right status; internals never leak. */
+export function registerErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((error: FastifyError | Error, request, reply) => {
+    const send = (status: number, code: string, message: string) => reply.status(status).send({ error: code, message });
+    if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
+    if (error instanceof DomainError) {
+      const [status, code] = domainStatus[error.code];
+      return send(status, code, error.message);
+    }
+    if (error instanceof AuthenticationError) return send(401, 'unauthorized', error.message);
+    if (error instanceof ConcurrencyError) return send(409, 'conflict', 'the resource was changed concurrently; retry');
+    if (error instanceof InvalidEventError) return send(400, 'bad_request', error.message);
+    const fastifyError = error as FastifyError;
+    if (fastifyError.validation) return send(400, 'bad_request', error.message);
+    if (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
+      return send(fastifyError.statusCode, fastifyError.code?.toLowerCase().replace(/^fst_err_/, '') || 'bad_request', error.message);
+    }
+    request.log.error({ err: error }, 'unhandled error');
+    return send(500, 'internal', 'internal error');
+  });
+  app.setNotFoundHandler((request, reply) => {
+    reply.status(404).send({ error: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` });
+  });
+}

@@ -1,0 +1,63 @@
+import type { FastifyPluginAsync } from 'fastify';
+import type { AppContext } from '../../app/context.js';
+import { requireUser } from '../guard.js';
+import { errorReplies, userSchema, bearerSecurity } from '../schemas.js';
+
+const sessionReply = {
+  type: 'object',
+  required: ['user', 'token', 'refresh_token'],
+  properties: { user: userSchema, token: { type: 'string' }, refresh_token: { type: 'string' } },
+} as const;
+
+const credentialsBody = (withName: boolean) =>
+  ({
+    type: 'object',
+    required: ['email', 'password'],
+    additionalProperties: false,
+    properties: {
+      email: { type: 'string', minLength: 3, maxLength: 320 },
+      password: { type: 'string', minLength: 1, maxLength: 1024 },
+      ...(withName ? { name: { type: 'string', maxLength: 200 } } : {}),
+    },
+  }) as const;
+
+/** Session API: register, login, logout, refresh. */
+export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
+  app.post<{ Body: { email: string; password: string; name?: string } }>(
+    '/api/v1/auth/register',
+    { schema: { tags: ['auth'], body: credentialsBody(true), response: { 201: sessionReply, ...errorReplies } } },
+    async (request, reply) => reply.status(201).send(await context.identity.register(request.body)),
+  );
+  app.post<{ Body: { email: string; password: string } }>(
+    '/api/v1/auth/login',
+    { schema: { tags: ['auth'], body: credentialsBody(false), response: { 200: sessionReply, ...errorReplies } } },
+    async (request) => context.identity.login(request.body),
+  );
+  app.post(
+    '/api/v1/auth/logout',
+    { schema: { tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null' }, ...errorReplies } } },
+    async (request, reply) => {
+      await context.identity.logout(requireUser(request).sessionId);
+      return reply.status(204).send();
+    },
+  );
+  app.post<{ Body: { refresh_token: string } }>(
+    '/api/v1/auth/refresh',
+    {
+      schema: {
+        tags: ['auth'],
+        body: {
+          type: 'object',
+          required: ['refresh_token'],
+          additionalProperties: false,
+          properties: { refresh_token: { type: 'string', minLength: 1, maxLength: 512 } },
+        },
+        response: {
+          200: { type: 'object', required: ['token', 'refresh_token'], properties: { token: { type: 'string' }, refresh_token: { type: 'string' } } },
+          ...errorReplies,
+        },
+      },
+    },
+    async (request) => context.identity.refresh(request.body.refresh_token),
+  );
+};

@@ -1,0 +1,30 @@
+import { errorReplySchema } from './errors.js';
+
+/** JSON schemas shared by several routes. */
+export const userSchema = {
+  type: 'object',
+  required: ['id', 'email', 'name'],
+  properties: { id: { type: 'string' }, email: { type: 'string' }, name: { type: 'string' } },
+} as const;
+
+export const idParam = (name: string) =>
+  ({ type: 'object', required: [name], properties: { [name]: { type: 'string', minLength: 1, maxLength: 200 } } }) as const;
+
+export const pagingQuery = {
+  limit: { type: 'integer', minimum: 1, maximum: 500, default: 50 },
+  offset: { type: 'integer', minimum: 0, default: 0 },
+} as const;
+
+/** Replies for the errors every authenticated route can give. */
+export const errorReplies = {
+  400: errorReplySchema,
+  401: errorReplySchema,
+  403: errorReplySchema,
+  404: errorReplySchema,
+  409: errorReplySchema,
+} as const;
+
+export const bearerSecurity = [{ bearerAuth: [] as string[] }];
+
+export const isoDate = (value: Date | string | null | undefined): string | null =>
+  value === null || value === undefined ? null : new Date(value).toISOString();

@@ -1,0 +1,36 @@
+import type { Decider } from '../domain/decider.js';
+import { handleCommand, type CommandResult } from '../eventstore/commandHandler.js';
+import type { DomainEvent, EventMetadata } from '../eventstore/envelope.js';
+import type { EventStore } from '../eventstore/port.js';
+
+/**
+ * Command execution for request handlers: run the command, then wait until the read models
+ * have applied its events, so the caller's next read sees its own write.
+ */
+export interface CommandBus {
+  execute<State, Command, Event extends DomainEvent>(
+    streamId: string,
+    decider: Decider<State, Command, Event>,
+    command: Command,
+    metadata: EventMetadata,
+  ): Promise<CommandResult<State>>;
+  /** Waits for the read models to reach a position (e.g. after a raw append). */
+  settle(position: number | null): Promise<void>;
+}
+
+export function createCommandBus(
+  store: EventStore,
+  waitForProjections: (position: number) => Promise<void>,
+): CommandBus {
+  const settle = async (position: number | null) => {
+    if (position !== null) await waitForProjections(position);
+  };
+  return {
+    async execute(streamId, decider, command, metadata) {
+      const result = await handleCommand(store, streamId, decider, command, metadata);
+      await settle(result.position);
+      return result;
+    },
+    settle,
+  };
+}

@@ -1,0 +1,212 @@
+import pino, { type Logger } from 'pino';
+import type { Config } from '../config/types.js';
+import { parseDuration } from '../config/duration.js';
+import { databaseOptions, dataPaths, publicBaseUrl, oauthIssuer } from '../config/derived.js';
+import { bootstrapAdminFromEnv, checkSecrets } from '../config/load.js';
+import { openDatabase, type Database } from '../db/database.js';
+import { EventSchemaRegistry } from '../eventstore/schemas.js';
+import { createPostgresEventStore, migrateEventStore } from '../eventstore/postgres.js';
+import type { EventStore } from '../eventstore/port.js';
+import { migrateReadModels } from '../../projections/migrations/index.js';
+import { readModelProjections } from '../../projections/index.js';
+import { ProjectionRunner } from '../projection/runner.js';
+import { JobRepository, migrateJobs } from '../pipeline/jobs.js';
+import { createJobIntakeProjection } from '../pipeline/intake.js';
+import { createStageRuntime, type StageRuntime } from '../pipeline/runtime.js';
+import type { Stage } from '../pipeline/types.js';
+import { createRetrieveSourceStage } from '../pipeline/stages/retrieveSource.js';
+import { createSourceDecompositionStage } from '../pipeline/stages/sourceDecomposition.js';
+import { createHttpFetcher, fetchSettingsFromConfig } from '../providers/fetch/http.js';
+import { createLocalFactExtractor } from '../providers/llm/local.js';
+import { createPostgresSearchIndex } from '../search/postgres.js';
+import type { SearchIndex } from '../search/port.js';
+import { createFileAssetStore, type AssetStore } from '../storage/assets.js';
+import { createTokenService } from '../auth/tokens.js';
+import { createIdentityService, type IdentityService } from '../auth/identity.js';
+import { createCommandBus, type CommandBus } from './commands.js';
+import { createMetrics, type Metrics } from './metrics.js';
+import { createRepositoryService, type RepositoryService } from './repositories.js';
+import { instrumentEventStore } from './instrumentedStore.js';
+
+/** Everything a request handler or CLI command needs, built once per process from the config. */
+export interface AppContext {
+  config: Config;
+  log: Logger;
+  publicUrl: string;
+  /** The read-model database (on the embedded tier also the event store's). */
+  db: Database;
+  store: EventStore;
+  assets: AssetStore;
+  commands: CommandBus;
+  identity: IdentityService;
+  repositories: RepositoryService;
+  search: SearchIndex;
+  jobs: JobRepository;
+  projections: ProjectionRunner;
+  runtime: StageRuntime;
+  metrics: Metrics;
+  /** Pokes idle workers (after a job retry). */
+  wakeWorkers(): void;
+  /** Starts projections and workers, and runs the boot-time bootstrap steps. */
+  start(): Promise<void>;
+  /** Stops workers (finishing in-flight jobs), projections, and closes the databases. */
+  close(): Promise<void>;
+}
+
+export interface ContextOptions {
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  logger?: Logger;
+  /** Run pipeline workers in this process (default true). */
+  workers?: boolean;
+}
+
+/** Opens the databases, migrates them, and wires every port to its adapter. */
+export async function createAppContext(config: Config, options: ContextOptions = {}): Promise<AppContext> {
+  const cwd = options.cwd ?? process.cwd();
+  const log = options.logger ?? pino({ level: config.logging.level });
+  checkSecrets(config, { warn: (message: string) => log.warn(message) });
+
+  // Databases are opened once per name: on the embedded tier the event store and read models share one PGlite.
+  const opened = new Map<string, Database>();
+  const open = async (name: string) => {
+    let db = opened.get(name);
+    if (!db) {
+      db = await openDatabase(databaseOptions(config, name, cwd));
+      opened.set(name, db);
+    }
+    return db;
+  };
+  if (config.eventstore.backend !== 'postgres') {
+    throw new Error(`eventstore.backend '${config.eventstore.backend}' is not available in this build; use 'postgres'`);
+  }
+  const storeDb = await open(config.eventstore.database);
+  const db = await open(config.readmodels.database);
+  await migrateEventStore(storeDb.knex);
+  await migrateReadModels(db.knex);
+  await migrateJobs(db.knex);
+
+  const schemas = await EventSchemaRegistry.load();
+  const projectionStatus = () => projections.status();
+  const jobs = new JobRepository(db.knex);
+  const metrics = createMetrics({ projectionStatus, jobCounts: () => jobs.counts() });
+  const store = instrumentEventStore(createPostgresEventStore(storeDb, { schemas }), metrics);
+  const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
+
+  const retry = {
+    maxAttempts: config.task.retry.max_attempts,
+    baseDelayMs: parseDuration(config.task.retry.base_delay),
+    maxDelayMs: parseDuration(config.task.retry.max_delay),
+  };
+  const stages: Stage[] = [
+    createRetrieveSourceStage({
+      store,
+      assets,
+      fetcher: createHttpFetcher(fetchSettingsFromConfig(config.providers.resolution)),
+      doiResolver: config.providers.resolution.doi_resolver,
+      maxAttempts: retry.maxAttempts,
+    }),
+    createSourceDecompositionStage({
+      store,
+      assets,
+      extractor: createLocalFactExtractor(),
+      chunking: {
+        chunkSize: config.providers.decomposition.chunking.chunk_size,
+        chunkOverlap: config.providers.decomposition.chunking.chunk_overlap,
+      },
+      maxAttempts: retry.maxAttempts,
+    }),
+  ];
+  const runtime = createStageRuntime({
+    db,
+    store,
+    stages,
+    settings: {
+      concurrency: config.task.queues,
+      jobTimeoutMs: parseDuration(config.task.job_timeout),
+      heartbeatIntervalMs: parseDuration(config.task.heartbeat_interval),
+      heartbeatTimeoutMs: parseDuration(config.task.heartbeat_timeout),
+      leaseMs: parseDuration(config.task.heartbeat_timeout),
+      pollIntervalMs: parseDuration(config.task.poll_interval),
+      retry,
+      rescueOnStartup: config.task.rescue_on_startup,
+    },
+    log: log.child({ component: 'pipeline' }),
+  });
+  const intake = createJobIntakeProjection(stages, {
+    maxAttempts: retry.maxAttempts,
+    afterCommit: (kinds) => kinds.forEach((kind) => runtime.wake(kind)),
+  });
+  const projections = new ProjectionRunner(store, db, [...readModelProjections, intake], { log: log.child({ component: 'projections' }) });
+  const commands = createCommandBus(store, (position) => projections.waitFor(position, 30_000));
+  const identity = createIdentityService({
+    knex: db.knex,
+    store,
+    commands,
+    tokens: createTokenService({
+      secret: config.auth.jwt_secret,
+      issuer: oauthIssuer(config),
+      sessionTtlMs: parseDuration(config.auth.token_ttl),
+      accessTtlMs: parseDuration(config.oauth.access_token_ttl),
+    }),
+    settings: {
+      passwordMinLength: config.auth.password_min_length,
+      refreshTtlMs: parseDuration(config.auth.refresh_token_ttl),
+      autoPromoteFirstUser: config.bootstrap.auto_promote_first_user,
+    },
+    log,
+  });
+  const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
+  const runWorkers = options.workers ?? true;
+
+  return {
+    config,
+    log,
+    publicUrl: publicBaseUrl(config),
+    db,
+    store,
+    assets,
+    commands,
+    identity,
+    repositories,
+    search: createPostgresSearchIndex(db.knex),
+    jobs,
+    projections,
+    runtime,
+    metrics,
+    wakeWorkers: () => runtime.wake(),
+    async start() {
+      await projections.start();
+      await bootstrap(config, options.env ?? process.env, { identity, repositories, db, log });
+      if (runWorkers) await runtime.start();
+    },
+    async close() {
+      await runtime.stop();
+      await projections.stop();
+      await store.close();
+      for (const database of opened.values()) await database.close();
+    },
+  };
+}
+
+/** Boot-time bootstrap moves of the spec: default admin first, then the starter repository. */
+async function bootstrap(
+  config: Config,
+  env: NodeJS.ProcessEnv,
+  deps: { identity: IdentityService; repositories: RepositoryService; db: Database; log: Logger },
+): Promise<void> {
+  if (config.bootstrap.default_admin) {
+    const admin = bootstrapAdminFromEnv(env);
+    if (admin) await deps.identity.seedDefaultAdmin(admin);
+    else deps.log.warn('bootstrap.default_admin is true but SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL/PASSWORD are not both set: no admin seeded');
+  }
+  if (config.bootstrap.default_repository && !(await deps.db.knex('repositories').first('id'))) {
+    await deps.repositories.create(
+      { name: 'Starter', slug: 'starter', description: 'A first repository, created at boot (bootstrap.default_repository).' },
+      { actor: 'system:bootstrap', causationId: null, correlationId: null },
+      null,
+    );
+    deps.log.info('starter repository created (bootstrap.default_repository)');
+  }
+}
+

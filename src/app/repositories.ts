@@ -1,0 +1,129 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { DomainError } from '../domain/decider.js';
+import { repositoryDecider, SLUG_PATTERN } from '../domain/repository/decider.js';
+import { userDecider } from '../domain/user/decider.js';
+import { streamName, type EventMetadata } from '../eventstore/envelope.js';
+import { repositoryDomain } from '../auth/rbac.js';
+import type { CommandBus } from './commands.js';
+
+export interface CreateRepositoryInput {
+  name: string;
+  slug?: string;
+  description?: string;
+  preset?: string;
+  tier?: string;
+  accepted_promptset_hashes?: string[];
+  registry_id?: string | null;
+}
+
+/** A slug from a name: lowercase ASCII words joined by hyphens. */
+export function slugify(name: string): string {
+  const slug = name
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 56)
+    .replace(/-+$/g, '');
+  return slug || 'repository';
+}
+
+/**
+ * Repository commands that touch more than one stream or the slug reservations. Slugs are kept
+ * unique by the `slug_reservations` table (service state): a slug is reserved before the event
+ * that uses it is appended, and released when the repository is renamed away or deleted.
+ */
+export function createRepositoryService(deps: { knex: Knex; commands: CommandBus; defaultPreset: string }) {
+  const { knex, commands } = deps;
+
+  async function reserveSlug(slug: string, repositoryId: string): Promise<boolean> {
+    const inserted = await knex('slug_reservations').insert({ slug, repository_id: repositoryId }).onConflict('slug').ignore().returning('slug');
+    return inserted.length > 0;
+  }
+  const releaseSlug = (slug: string, repositoryId: string) => knex('slug_reservations').where({ slug, repository_id: repositoryId }).delete();
+
+  return {
+    /** Creates a repository; `ownerId` (when given) receives the `owner` role on it. */
+    async create(input: CreateRepositoryInput, metadata: Omit<EventMetadata, 'repositoryId'>, ownerId: string | null) {
+      const repositoryId = randomUUID();
+      let slug = input.slug ?? slugify(input.name);
+      if (!SLUG_PATTERN.test(slug)) throw new DomainError('invalid', 'slug must be 1 to 64 lowercase letters, digits or inner hyphens');
+      if (!(await reserveSlug(slug, repositoryId))) {
+        if (input.slug) throw new DomainError('conflict', `slug '${slug}' is taken`);
+        // A derived slug gets a short suffix rather than failing the request.
+        slug = `${slug}-${repositoryId.slice(0, 6)}`;
+        if (!(await reserveSlug(slug, repositoryId))) throw new DomainError('conflict', `slug '${slug}' is taken`);
+      }
+      const fullMetadata = { ...metadata, repositoryId };
+      try {
+        await commands.execute(
+          streamName('repository', repositoryId),
+          repositoryDecider,
+          {
+            type: 'CreateRepository',
+            name: input.name,
+            slug,
+            description: input.description ?? '',
+            preset: input.preset ?? deps.defaultPreset,
+            tier: input.tier ?? 'shared',
+            acceptedPromptsetHashes: input.accepted_promptset_hashes ?? [],
+            registryId: input.registry_id ?? null,
+          },
+          fullMetadata,
+        );
+      } catch (error) {
+        await releaseSlug(slug, repositoryId);
+        throw error;
+      }
+      if (ownerId) {
+        await commands.execute(
+          streamName('user', ownerId),
+          userDecider,
+          { type: 'GrantRole', role: 'owner', domain: repositoryDomain(repositoryId) },
+          fullMetadata,
+        );
+      }
+      return repositoryId;
+    },
+
+    async update(
+      repositoryId: string,
+      change: { name?: string; slug?: string; description?: string; accepted_promptset_hashes?: string[] },
+      metadata: EventMetadata,
+    ) {
+      const current = await knex('repositories').where({ id: repositoryId }).first('slug');
+      const newSlug = change.slug !== undefined && change.slug !== current?.slug ? change.slug : undefined;
+      if (newSlug !== undefined) {
+        if (!SLUG_PATTERN.test(newSlug)) throw new DomainError('invalid', 'slug must be 1 to 64 lowercase letters, digits or inner hyphens');
+        if (!(await reserveSlug(newSlug, repositoryId))) throw new DomainError('conflict', `slug '${newSlug}' is taken`);
+      }
+      try {
+        await commands.execute(
+          streamName('repository', repositoryId),
+          repositoryDecider,
+          {
+            type: 'UpdateRepository',
+            name: change.name,
+            slug: change.slug,
+            description: change.description,
+            acceptedPromptsetHashes: change.accepted_promptset_hashes,
+          },
+          metadata,
+        );
+      } catch (error) {
+        if (newSlug !== undefined) await releaseSlug(newSlug, repositoryId);
+        throw error;
+      }
+      if (newSlug !== undefined && current) await releaseSlug(current.slug, repositoryId);
+    },
+
+    async remove(repositoryId: string, metadata: EventMetadata) {
+      await commands.execute(streamName('repository', repositoryId), repositoryDecider, { type: 'DeleteRepository' }, metadata);
+      await knex('slug_reservations').where({ repository_id: repositoryId }).delete();
+    },
+  };
+}
+
+export type RepositoryService = ReturnType<typeof createRepositoryService>;

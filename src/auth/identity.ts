@@ -1,0 +1,221 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { DomainError } from '../domain/decider.js';
+import { EMAIL_PATTERN, normalizeEmail, userDecider, type UserEvent } from '../domain/user/decider.js';
+import { streamName, type EventMetadata } from '../eventstore/envelope.js';
+import type { EventStore } from '../eventstore/port.js';
+import type { CommandBus } from '../app/commands.js';
+import { hashPassword, validatePasswordPolicy, verifyPassword } from './passwords.js';
+import { SYSTEM_DOMAIN, type RoleAssignment } from './rbac.js';
+import { hashToken, InvalidTokenError, newOpaqueToken, OPAQUE_TOKEN_PREFIX, type TokenService } from './tokens.js';
+
+export interface PublicUser {
+  id: string;
+  email: string;
+  name: string;
+}
+
+export interface SessionGrant {
+  user: PublicUser;
+  token: string;
+  refresh_token: string;
+}
+
+export interface Principal {
+  userId: string;
+  sessionId: string;
+  assignments: RoleAssignment[];
+}
+
+export interface IdentitySettings {
+  passwordMinLength: number;
+  refreshTtlMs: number;
+  autoPromoteFirstUser: boolean;
+}
+
+/** Authentication failures the HTTP layer answers with 401. */
+export class AuthenticationError extends Error {
+  override readonly name = 'AuthenticationError';
+}
+
+/**
+ * Users, credentials and sessions. Profiles and roles are events on `user-<id>` streams;
+ * password hashes and refresh-token hashes live only in the `credentials` and `sessions` tables,
+ * never in the log.
+ */
+export function createIdentityService(deps: {
+  knex: Knex;
+  store: EventStore;
+  commands: CommandBus;
+  tokens: TokenService;
+  settings: IdentitySettings;
+  log: { info(object: object, message: string): void };
+}) {
+  const { knex, tokens, settings } = deps;
+
+  async function loadUser(userId: string): Promise<PublicUser | null> {
+    const row = await knex('users').where({ id: userId }).first(['id', 'email', 'name']);
+    return row ?? null;
+  }
+
+  async function roleAssignments(userId: string): Promise<RoleAssignment[]> {
+    return knex('role_assignments').where({ user_id: userId }).select('role', 'domain');
+  }
+
+  async function openSession(user: PublicUser): Promise<SessionGrant> {
+    const sessionId = randomUUID();
+    const refreshToken = newOpaqueToken(OPAQUE_TOKEN_PREFIX.refreshToken);
+    await knex('sessions').insert({
+      id: sessionId,
+      user_id: user.id,
+      refresh_token_hash: hashToken(refreshToken),
+      refresh_expires_at: new Date(Date.now() + settings.refreshTtlMs),
+    });
+    const { token } = await tokens.signSession({ userId: user.id, sessionId });
+    return { user, token, refresh_token: refreshToken };
+  }
+
+  /**
+   * Registers a user with `extraRoles` (used by the admin bootstrap). The credentials row is the
+   * lock on the email: it is inserted first, and removed again if the append fails.
+   */
+  async function createUser(input: { email: string; password: string; name?: string }, extraRoles: RoleAssignment[]) {
+    const email = normalizeEmail(String(input.email ?? ''));
+    if (!EMAIL_PATTERN.test(email)) throw new DomainError('invalid', 'email is not a valid address');
+    const policy = validatePasswordPolicy(input.password, settings.passwordMinLength);
+    if (policy) throw new DomainError('invalid', policy);
+    const passwordHash = await hashPassword(input.password);
+    const userId = randomUUID();
+    const isFirstUser = await knex.transaction(async (trx) => {
+      // Serialises registrations so exactly one of two racing first users is promoted.
+      await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.register'))`);
+      if (await trx('credentials').where({ email }).first('user_id')) {
+        throw new DomainError('conflict', 'email is already registered');
+      }
+      const first = !(await trx('credentials').first('user_id'));
+      await trx('credentials').insert({ user_id: userId, email, password_hash: passwordHash });
+      return first;
+    });
+    const roles: RoleAssignment[] = [{ role: 'user', domain: SYSTEM_DOMAIN }, ...extraRoles];
+    if (isFirstUser && settings.autoPromoteFirstUser && !roles.some((r) => r.role === 'sysadmin')) {
+      roles.push({ role: 'sysadmin', domain: SYSTEM_DOMAIN });
+      deps.log.info({ userId, email }, 'first registered user promoted to sysadmin (bootstrap.auto_promote_first_user)');
+    }
+    const events: UserEvent[] = [
+      { type: 'UserRegistered', data: { email, name: (input.name ?? '').trim() } },
+      ...roles.map((assignment): UserEvent => ({ type: 'RoleGranted', data: assignment })),
+    ];
+    const metadata: EventMetadata = { repositoryId: null, actor: userId, causationId: null, correlationId: randomUUID() };
+    try {
+      const appended = await deps.store.append(
+        streamName('user', userId),
+        events.map((event) => ({ type: event.type, data: event.data, metadata })),
+        'no_stream',
+      );
+      await deps.commands.settle(appended.lastPosition);
+    } catch (error) {
+      await knex('credentials').where({ user_id: userId }).delete();
+      throw error;
+    }
+    return { id: userId, email, name: (input.name ?? '').trim() };
+  }
+
+  return {
+    loadUser,
+    roleAssignments,
+
+    async register(input: { email: string; password: string; name?: string }): Promise<SessionGrant> {
+      return openSession(await createUser(input, []));
+    },
+
+    async login(input: { email: string; password: string }): Promise<SessionGrant> {
+      const email = normalizeEmail(String(input.email ?? ''));
+      const credentials = await knex('credentials').where({ email }).first(['user_id', 'password_hash']);
+      // Verify against a dummy hash when the email is unknown so timing does not reveal accounts.
+      const ok = await verifyPassword(input.password, credentials?.password_hash ?? DUMMY_HASH);
+      if (!credentials || !ok) throw new AuthenticationError('invalid email or password');
+      const user = await loadUser(credentials.user_id);
+      if (!user) throw new AuthenticationError('invalid email or password');
+      return openSession(user);
+    },
+
+    async logout(sessionId: string): Promise<void> {
+      await knex('sessions').where({ id: sessionId }).whereNull('revoked_at').update({ revoked_at: new Date() });
+    },
+
+    /** Rotates the refresh token: the old one stops working at once. */
+    async refresh(refreshToken: string): Promise<{ token: string; refresh_token: string }> {
+      const next = newOpaqueToken(OPAQUE_TOKEN_PREFIX.refreshToken);
+      const session = await knex.transaction(async (trx) => {
+        const row = await trx('sessions')
+          .where({ refresh_token_hash: hashToken(String(refreshToken ?? '')) })
+          .whereNull('revoked_at')
+          .where('refresh_expires_at', '>', new Date())
+          .forUpdate()
+          .first(['id', 'user_id']);
+        if (!row) return null;
+        await trx('sessions')
+          .where({ id: row.id })
+          .update({ refresh_token_hash: hashToken(next), rotated_at: new Date(), refresh_expires_at: new Date(Date.now() + settings.refreshTtlMs) });
+        return row as { id: string; user_id: string };
+      });
+      if (!session) throw new AuthenticationError('invalid or expired refresh token');
+      const { token } = await tokens.signSession({ userId: session.user_id, sessionId: session.id });
+      return { token, refresh_token: next };
+    },
+
+    /** Resolves a bearer token to a principal, or throws AuthenticationError. */
+    async authenticate(bearer: string): Promise<Principal> {
+      let claims;
+      try {
+        claims = await tokens.verify(bearer, 'session');
+      } catch (error) {
+        if (error instanceof InvalidTokenError) throw new AuthenticationError(error.reason === 'expired' ? 'token expired' : 'invalid token');
+        throw error;
+      }
+      const session = await knex('sessions').where({ id: claims.sid, user_id: claims.sub }).first(['revoked_at']);
+      if (!session || session.revoked_at) throw new AuthenticationError('session has ended');
+      return { userId: claims.sub, sessionId: claims.sid, assignments: await roleAssignments(claims.sub) };
+    },
+
+    /** Profile changes are events; an email change also moves the credentials row, which keeps emails unique. */
+    async updateProfile(actor: string, userId: string, change: { name?: string; email?: string }): Promise<PublicUser> {
+      const before = await loadUser(userId);
+      if (!before) throw new DomainError('not_found', 'user not found');
+      const email = change.email === undefined ? undefined : normalizeEmail(change.email);
+      if (email !== undefined && email !== before.email) {
+        if (!EMAIL_PATTERN.test(email)) throw new DomainError('invalid', 'email is not a valid address');
+        const taken = await knex('credentials').where({ email }).whereNot({ user_id: userId }).first('user_id');
+        if (taken) throw new DomainError('conflict', 'email is already registered');
+        await knex('credentials').where({ user_id: userId }).update({ email, updated_at: new Date() });
+      }
+      const metadata: EventMetadata = { repositoryId: null, actor, causationId: null, correlationId: randomUUID() };
+      try {
+        await deps.commands.execute(streamName('user', userId), userDecider, { type: 'UpdateProfile', ...change }, metadata);
+      } catch (error) {
+        await knex('credentials').where({ user_id: userId }).update({ email: before.email });
+        throw error;
+      }
+      return (await loadUser(userId)) ?? before;
+    },
+
+    /**
+     * `bootstrap.default_admin`: seeds a sysadmin from the environment, only while no user exists.
+     * Runs at boot, before the server accepts any register call, so it wins over first-user promotion.
+     */
+    async seedDefaultAdmin(admin: { email: string; password: string; displayName?: string }): Promise<PublicUser | null> {
+      if (await knex('credentials').first('user_id')) return null;
+      const user = await createUser(
+        { email: admin.email, password: admin.password, name: admin.displayName },
+        [{ role: 'sysadmin', domain: SYSTEM_DOMAIN }],
+      );
+      deps.log.info({ userId: user.id, email: user.email }, 'default admin seeded (bootstrap.default_admin)');
+      return user;
+    },
+  };
+}
+
+export type IdentityService = ReturnType<typeof createIdentityService>;
+
+/** A valid scrypt encoding of a random password: verifying against it costs as much as a real check. */
+const DUMMY_HASH = await hashPassword(randomUUID());

@@ -1,0 +1,119 @@
+import { Command, InvalidArgumentError } from 'commander';
+import pino from 'pino';
+import { loadConfig } from './config/load.js';
+import { ConfigError, type Config } from './config/types.js';
+import { createAppContext, type AppContext } from './app/context.js';
+import { buildApp } from './api/app.js';
+import { presentEvent } from './api/routes/events.js';
+import { rebuildWithProgressBar } from './projection/runner.js';
+
+/** `factlog` — serve the API, migrate, manage projections, and tail the event log. */
+export function buildCli(): Command {
+  const program = new Command('factlog')
+    .description('Event-sourced knowledge-graph service')
+    .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml');
+
+  const config = (): Config => loadConfig({ configPath: program.opts<{ config?: string }>().config, warn: (message) => console.warn(message) });
+
+  /** Opens the context without workers, runs `work`, and closes it. */
+  async function withContext(work: (context: AppContext) => Promise<void>, options: { projections?: boolean } = {}) {
+    const context = await createAppContext(config(), { workers: false, logger: pino({ level: 'warn' }) });
+    try {
+      if (options.projections) await context.projections.start();
+      await work(context);
+    } finally {
+      await context.close();
+    }
+  }
+
+  program
+    .command('serve')
+    .description('start the HTTP API, projections and pipeline workers')
+    .option('--role <role>', 'api, worker or all', (value) => {
+      if (!['api', 'worker', 'all'].includes(value)) throw new InvalidArgumentError('role must be api, worker or all');
+      return value;
+    }, 'all')
+    .action(async (options: { role: 'api' | 'worker' | 'all' }) => {
+      const settings = config();
+      const context = await createAppContext(settings, { workers: options.role !== 'api' });
+      await context.start();
+      const app = await buildApp(context);
+      await app.listen({ host: settings.server.host, port: settings.server.port });
+      console.log(`factlog serving at ${context.publicUrl} (API docs at ${context.publicUrl}/docs)`);
+      let stopping = false;
+      const shutdown = async (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        context.log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
+        await app.close();
+        await context.close();
+        process.exit(0);
+      };
+      process.on('SIGINT', () => void shutdown('SIGINT'));
+      process.on('SIGTERM', () => void shutdown('SIGTERM'));
+    });
+
+  program
+    .command('migrate')
+    .description('create or upgrade the event store and read-model schemas')
+    .action(() => withContext(async () => console.log('migrations applied')));
+
+  const projections = program.command('projections').description('read-model projections');
+  projections
+    .command('list')
+    .description('show each projection, its position and lag')
+    .action(() =>
+      withContext(async (context) => {
+        for (const status of await context.projections.status()) {
+          console.log(`${status.name.padEnd(20)} position ${String(status.position).padStart(8)}  lag ${String(status.lag).padStart(8)}  ${status.state}`);
+        }
+      }),
+    );
+  projections
+    .command('rebuild <name>')
+    .description('drop a projection and rebuild it from position 0')
+    .action((name: string) =>
+      withContext(async (context) => {
+        await rebuildWithProgressBar(context.projections, name);
+        console.log(`projection ${name} rebuilt`);
+      }),
+    );
+
+  program
+    .command('events')
+    .description('the event log')
+    .command('tail')
+    .description('print events as JSON lines from a global position')
+    .option('--from <position>', 'print events after this global position', (value) => {
+      const position = Number(value);
+      if (!Number.isInteger(position) || position < 0) throw new InvalidArgumentError('--from takes a whole number ≥ 0');
+      return position;
+    }, 0)
+    .option('--follow', 'keep printing new events until interrupted')
+    .action((options: { from: number; follow?: boolean }) =>
+      withContext(async (context) => {
+        let after = options.from;
+        for (;;) {
+          const batch = await context.store.readAll({ after, limit: 500 });
+          for (const event of batch) console.log(JSON.stringify(presentEvent(event)));
+          if (batch.length > 0) after = batch[batch.length - 1].globalPosition;
+          else if (!options.follow) return;
+          else await new Promise((resolve) => setTimeout(resolve, 500));
+        }
+      }),
+    );
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await buildCli().parseAsync(argv);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`factlog: configuration error: ${error.message}`);
+      process.exit(2);
+    }
+    console.error(`factlog: ${error instanceof Error ? error.message : String(error)}`);
+    process.exit(1);
+  }
+}

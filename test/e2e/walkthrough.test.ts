@@ -1,0 +1,133 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { eventually, TEST_SECRET } from '../helpers/service.js';
+import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
+
+/**
+ * The README walk-through against real `factlog serve` processes over HTTP: register, create a
+ * repository, add a URL, reach `processed`, find a fact by a phrase, list the events. Then the
+ * crash case: SIGKILL the service mid-fetch, restart it, and the source completes with every fact
+ * exactly once.
+ */
+const root = path.resolve(import.meta.dirname, '../..');
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function startService(dataDir: string, port: number): ChildProcess {
+  const child = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), 'serve'], {
+    cwd: dataDir,
+    env: {
+      ...process.env,
+      STORAGE_DATA_DIR: path.join(dataDir, 'data'),
+      SERVER_PORT: String(port),
+      SERVER_HOST: '127.0.0.1',
+      AUTH_JWTSECRET: TEST_SECRET,
+      LOGGING_LEVEL: 'warn',
+      TASK_POLL_INTERVAL: '50ms',
+      BOOTSTRAP_DEFAULT_REPOSITORY: 'false',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stderr?.on('data', (chunk) => process.env.FACTLOG_TEST_VERBOSE && process.stderr.write(chunk));
+  return child;
+}
+
+async function api(base: string, method: string, url: string, token?: string, body?: unknown) {
+  const response = await fetch(base + url, {
+    method,
+    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body ? { 'content-type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+const waitHealthy = (base: string) =>
+  eventually(async () => {
+    try {
+      return (await fetch(`${base}/healthz`)).status === 200;
+    } catch {
+      return false;
+    }
+  }, 60_000, 200);
+
+async function stop(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM') {
+  if (child.exitCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill(signal);
+  await exited;
+}
+
+t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
+  let release: () => void = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const web = await startWebServer({ '/curie': { body: CURIE_ARTICLE }, '/slow-curie': { body: CURIE_ARTICLE.replace('Marie Curie</title>', 'Slow Curie</title>'), holdUntil: held } });
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'factlog-e2e-'));
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  let child = startService(dataDir, port);
+  t.teardown(async () => {
+    release();
+    await stop(child);
+    await web.close();
+    await rm(dataDir, { recursive: true, force: true });
+  });
+  await waitHealthy(base);
+
+  const registered = await api(base, 'POST', '/api/v1/auth/register', undefined, { email: 'walker@example.org', password: 'correct horse battery', name: 'Walker' });
+  t.equal(registered.status, 201);
+  const token = registered.body.token;
+  const repo = await api(base, 'POST', '/api/v1/repositories', token, { name: 'Walkthrough' });
+  t.equal(repo.status, 201);
+  const source = await api(base, 'POST', `/api/v1/repositories/${repo.body.id}/sources`, token, { url: `${web.baseUrl}/curie` });
+  t.equal(source.status, 201);
+  const processed = await eventually(async () => {
+    const current = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${source.body.id}`, token);
+    return current.body.status === 'processed' ? current.body : null;
+  });
+  const found = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?query=${encodeURIComponent('"polonium and radium"')}`, token);
+  t.ok(found.body.total >= 1, 'a fact found by phrase');
+  const events = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/events`, token);
+  t.ok(events.body.events.some((e: { type: string }) => e.type === 'FactsExtracted'));
+
+  // Restart: everything is still there.
+  await stop(child);
+  child = startService(dataDir, port);
+  await waitHealthy(base);
+  const afterRestart = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts`, token);
+  t.equal(afterRestart.status, 200, 'the session survives a restart');
+  t.equal(afterRestart.body.total, processed.fact_count, 'facts survive a restart');
+
+  // Crash mid-pipeline: the fetch hangs, the service is killed, then restarted.
+  const slow = await api(base, 'POST', `/api/v1/repositories/${repo.body.id}/sources`, token, { url: `${web.baseUrl}/slow-curie` });
+  await eventually(async () => (web.hits.get('/slow-curie') ?? 0) >= 1);
+  await stop(child, 'SIGKILL');
+  release();
+  child = startService(dataDir, port);
+  await waitHealthy(base);
+  const slowDone = await eventually(async () => {
+    const current = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${slow.body.id}`, token);
+    return ['processed', 'failed'].includes(current.body.status) ? current.body : null;
+  }, 60_000);
+  t.equal(slowDone.status, 'processed', 'the source completes after the crash');
+  const slowFacts = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${slow.body.id}/facts?limit=500`, token);
+  const hashes = slowFacts.body.items.map((f: { content_hash: string }) => f.content_hash);
+  t.equal(new Set(hashes).size, hashes.length, 'no fact doubled');
+  t.equal(slowFacts.body.total, processed.fact_count, 'no fact lost: same article, same facts');
+  const slowEvents = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/events?stream=source-${slow.body.id}`, token);
+  t.equal(slowEvents.body.events.filter((e: { type: string }) => e.type === 'FactsExtracted').length, 1, 'facts recorded once');
+  const total = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts`, token);
+  t.equal(total.body.total, processed.fact_count, 'the same facts from two sources are one set of facts');
+});

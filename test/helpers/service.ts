@@ -1,0 +1,106 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
+import { buildConfig } from '../../src/config/load.js';
+import type { Config } from '../../src/config/types.js';
+import { createAppContext, type AppContext } from '../../src/app/context.js';
+import { buildApp } from '../../src/api/app.js';
+
+export interface TestService {
+  context: AppContext;
+  app: FastifyInstance;
+  dataDir: string;
+  config: Config;
+  /** JSON request through fastify's inject (no socket). */
+  call(method: string, url: string, options?: { token?: string; body?: unknown; headers?: Record<string, string> }): Promise<{ status: number; body: any; headers: Record<string, unknown> }>;
+  close(options?: { keepData?: boolean }): Promise<void>;
+}
+
+/** Deep-merge helper for config overrides in tests. */
+type Overrides = Record<string, unknown>;
+
+export const TEST_SECRET = 'test-secret-that-is-long-enough-for-hs256-signing!';
+
+/**
+ * A whole service on a throwaway PGlite under a temp dir, with fast retries for tests.
+ * Pass `dataDir` to reopen the same data (restart tests).
+ */
+export async function startTestService(options: { overrides?: Overrides; dataDir?: string; env?: NodeJS.ProcessEnv; workers?: boolean } = {}): Promise<TestService> {
+  const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'factlog-test-')));
+  const config = buildConfig(
+    merge(
+      {
+        storage: { data_dir: dataDir },
+        server: { port: 8080 },
+        auth: { jwt_secret: TEST_SECRET },
+        logging: { level: 'silent' },
+        bootstrap: { default_repository: false },
+        task: { poll_interval: '50ms', retry: { max_attempts: 3, base_delay: '50ms', max_delay: '200ms' } },
+        providers: { resolution: { fetch: { timeout: '5s' }, retry: { base_delay: '10ms', max_delay: '50ms' } } },
+      },
+      options.overrides ?? {},
+    ),
+  );
+  const context = await createAppContext(config, { env: options.env ?? {}, logger: pino({ level: 'silent' }), workers: options.workers });
+  await context.start();
+  const app = await buildApp(context);
+  await app.ready();
+  return {
+    context,
+    app,
+    dataDir,
+    config,
+    async call(method, url, { token, body, headers = {} } = {}) {
+      const response = await app.inject({
+        method: method as 'GET',
+        url,
+        headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+        ...(body === undefined ? {} : { payload: body as object }),
+      });
+      let parsed: unknown = response.body;
+      try {
+        parsed = response.body ? JSON.parse(response.body) : null;
+      } catch {
+        /* not JSON: keep the text */
+      }
+      return { status: response.statusCode, body: parsed, headers: response.headers };
+    },
+    async close({ keepData = false } = {}) {
+      await app.close();
+      await context.close();
+      if (!keepData && !options.dataDir) await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+function merge(base: Overrides, extra: Overrides): Overrides {
+  const result: Overrides = { ...base };
+  for (const [key, value] of Object.entries(extra)) {
+    const current = result[key];
+    result[key] =
+      value && typeof value === 'object' && !Array.isArray(value) && current && typeof current === 'object' && !Array.isArray(current)
+        ? merge(current as Overrides, value as Overrides)
+        : value;
+  }
+  return result;
+}
+
+/** Registers a user and returns its session. */
+export async function registerUser(service: TestService, email: string, password = 'correct horse battery', name?: string) {
+  const response = await service.call('POST', '/api/v1/auth/register', { body: { email, password, ...(name ? { name } : {}) } });
+  if (response.status !== 201) throw new Error(`register ${email}: ${response.status} ${JSON.stringify(response.body)}`);
+  return response.body as { user: { id: string; email: string; name: string }; token: string; refresh_token: string };
+}
+
+/** Polls until `check` returns a value, or fails after `timeoutMs`. */
+export async function eventually<T>(check: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, intervalMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
