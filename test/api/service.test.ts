@@ -1,0 +1,125 @@
+import t from 'tap';
+import { eventually, registerUser, startTestService } from '../helpers/service.js';
+import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
+
+const READ_MODEL_TABLES = {
+  users: 'id',
+  role_assignments: 'user_id, role, domain',
+  repositories: 'id',
+  sources: 'id',
+  facts: 'id',
+  fact_sources: 'fact_id, source_id',
+};
+
+t.test('health, OpenAPI, docs and metrics', async (t) => {
+  const service = await startTestService();
+  t.teardown(() => service.close());
+  const health = await service.call('GET', '/healthz');
+  t.equal(health.status, 200);
+  t.equal(health.body.status, 'ok');
+  const openapi = await service.call('GET', '/api/v1/openapi.json');
+  t.equal(openapi.status, 200);
+  t.equal(openapi.body.openapi, '3.0.3');
+  for (const path of ['/api/v1/auth/register', '/api/v1/repositories/{repoID}/facts', '/api/v1/repositories/{repoID}/events']) {
+    t.ok(openapi.body.paths[path], `OpenAPI documents ${path}`);
+  }
+  const docs = await service.app.inject({ method: 'GET', url: '/docs/' });
+  t.equal(docs.statusCode, 200);
+  t.match(docs.body, /swagger/i);
+  await registerUser(service, 'metrics@example.org');
+  const metrics = await service.app.inject({ method: 'GET', url: '/metrics' });
+  t.equal(metrics.statusCode, 200);
+  for (const name of ['factlog_http_requests_total', 'factlog_eventstore_appends_total', 'factlog_projection_lag_events', 'factlog_stage_queue_depth']) {
+    t.match(metrics.body, new RegExp(`^# TYPE ${name}`, 'm'), name);
+  }
+  t.match(metrics.body, /factlog_eventstore_appends_total\{outcome="ok"\} [1-9]/);
+  const unknown = await service.call('GET', '/api/v1/nothing-here');
+  t.equal(unknown.status, 404);
+  t.same(Object.keys(unknown.body).sort(), ['error', 'message']);
+  const requestId = await service.call('GET', '/healthz', { headers: { 'x-request-id': 'trace-123' } });
+  t.equal(requestId.headers['x-request-id'], 'trace-123');
+});
+
+t.test('projections: status, and a rebuild from position 0 equals the live read models', async (t) => {
+  const web = await startWebServer({ '/curie': { body: CURIE_ARTICLE } });
+  const service = await startTestService();
+  t.teardown(async () => {
+    await service.close();
+    await web.close();
+  });
+  const admin = await registerUser(service, 'admin@example.org');
+  const user = await registerUser(service, 'user@example.org');
+  const repo = (await service.call('POST', '/api/v1/repositories', { token: user.token, body: { name: 'Rebuilt' } })).body;
+  await service.call('PUT', `/api/v1/repositories/${repo.id}`, { token: user.token, body: { description: 'changed' } });
+  const source = (await service.call('POST', `/api/v1/repositories/${repo.id}/sources`, { token: user.token, body: { url: `${web.baseUrl}/curie` } })).body;
+  await eventually(async () => (await service.call('GET', `/api/v1/repositories/${repo.id}/sources/${source.id}`, { token: user.token })).body.status === 'processed');
+
+  t.equal((await service.call('GET', '/api/v1/projections', { token: user.token })).status, 403);
+  const status = await service.call('GET', '/api/v1/projections', { token: admin.token });
+  t.equal(status.status, 200);
+  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['facts', 'job-intake', 'repositories', 'sources', 'users']);
+
+  const knex = service.context.db.knex;
+  const snapshot = async () => {
+    const rows: Record<string, unknown[]> = {};
+    for (const [table, order] of Object.entries(READ_MODEL_TABLES)) rows[table] = await knex.raw(`SELECT * FROM ${table} ORDER BY ${order}`).then((r) => r.rows);
+    return rows;
+  };
+  const live = await snapshot();
+  t.ok((live.facts as unknown[]).length > 0);
+  for (const name of ['users', 'repositories', 'sources', 'facts']) await service.context.projections.rebuild(name);
+  t.same(await snapshot(), live, 'rebuilt rows equal live rows');
+
+  t.equal((await service.call('POST', '/api/v1/projections/nope/rebuild', { token: admin.token })).status, 404);
+  t.equal((await service.call('POST', '/api/v1/projections/facts/rebuild', { token: user.token })).status, 403);
+  const accepted = await service.call('POST', '/api/v1/projections/facts/rebuild', { token: admin.token });
+  t.equal(accepted.status, 202);
+  await eventually(async () => (await service.context.projections.status()).every((p) => p.state === 'running'));
+  t.same(await snapshot(), live, 'a rebuild through the API converges to the same rows');
+  const jobsBefore = await knex('jobs').count<{ n: string }[]>('* as n');
+  await service.context.projections.rebuild('job-intake');
+  t.same(await knex('jobs').count<{ n: string }[]>('* as n'), jobsBefore, 'rebuilding intake re-enqueues nothing that ran');
+});
+
+t.test('bootstrap: default admin from the environment wins over first-user promotion; starter repository', async (t) => {
+  const service = await startTestService({
+    overrides: { bootstrap: { default_admin: true, default_repository: true } },
+    env: {
+      SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL: 'root@example.org',
+      SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD: 'root password here',
+      SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME: 'Root',
+    },
+  });
+  t.teardown(() => service.close());
+  const root = await service.call('POST', '/api/v1/auth/login', { body: { email: 'root@example.org', password: 'root password here' } });
+  t.equal(root.status, 200);
+  t.equal(root.body.user.name, 'Root');
+  const first = await registerUser(service, 'first@example.org');
+  const permissions = await service.call('GET', '/api/v1/permissions', { token: first.token });
+  t.notOk(permissions.body.domains.some((d: { roles: string[] }) => d.roles.includes('sysadmin')), 'the first registered user is not promoted');
+  const repos = await service.call('GET', '/api/v1/repositories', { token: root.body.token });
+  t.same(repos.body.items.map((r: { slug: string }) => r.slug), ['starter']);
+});
+
+t.test('first-user promotion can be turned off', async (t) => {
+  const service = await startTestService({ overrides: { bootstrap: { auto_promote_first_user: false } } });
+  t.teardown(() => service.close());
+  const first = await registerUser(service, 'first@example.org');
+  t.equal((await service.call('GET', '/api/v1/admin/users', { token: first.token })).status, 403);
+});
+
+t.test('data survives a restart of the context', async (t) => {
+  const service = await startTestService();
+  const user = await registerUser(service, 'keep@example.org');
+  const repo = (await service.call('POST', '/api/v1/repositories', { token: user.token, body: { name: 'Kept' } })).body;
+  await service.close({ keepData: true });
+  const again = await startTestService({ dataDir: service.dataDir });
+  t.teardown(async () => {
+    await again.close();
+    const { rm } = await import('node:fs/promises');
+    await rm(service.dataDir, { recursive: true, force: true });
+  });
+  const read = await again.call('GET', `/api/v1/repositories/${repo.id}`, { token: user.token });
+  t.equal(read.status, 200);
+  t.equal(read.body.name, 'Kept');
+});
