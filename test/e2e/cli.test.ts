@@ -1,0 +1,67 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { TEST_SECRET } from '../helpers/service.js';
+
+const run = promisify(execFile);
+const root = path.resolve(import.meta.dirname, '../..');
+
+/** Runs the CLI from source in `cwd`; resolves with exit code and output even on failure. */
+async function factlog(cwd: string, args: string[], env: Record<string, string> = {}) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), ...args], {
+      cwd,
+      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn', ...env },
+      timeout: 120_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code: number; stdout: string; stderr: string };
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
+  }
+}
+
+t.test('migrate, projections list/rebuild, events tail, and bad input', async (t) => {
+  const cwd = await mkdtemp(path.join(tmpdir(), 'factlog-cli-'));
+  t.teardown(() => rm(cwd, { recursive: true, force: true }));
+
+  const migrated = await factlog(cwd, ['migrate']);
+  t.equal(migrated.code, 0, migrated.stderr);
+  t.match(migrated.stdout, /migrations applied/);
+
+  // The starter repository (bootstrap.default_repository) is created by serve's start-up; create it via the list run.
+  const list = await factlog(cwd, ['projections', 'list']);
+  t.equal(list.code, 0, list.stderr);
+  t.match(list.stdout, /^repositories\s+position\s+\d+/m);
+  t.match(list.stdout, /^facts\s+position/m);
+
+  const rebuilt = await factlog(cwd, ['projections', 'rebuild', 'repositories']);
+  t.equal(rebuilt.code, 0, rebuilt.stderr);
+  t.match(rebuilt.stdout, /projection repositories rebuilt/);
+
+  const unknown = await factlog(cwd, ['projections', 'rebuild', 'nope']);
+  t.not(unknown.code, 0);
+  t.match(unknown.stderr, /unknown projection nope/);
+
+  const tail = await factlog(cwd, ['events', 'tail', '--from', '0']);
+  t.equal(tail.code, 0, tail.stderr);
+  const lines = tail.stdout.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
+
+  const badFrom = await factlog(cwd, ['events', 'tail', '--from', '-3']);
+  t.not(badFrom.code, 0);
+  t.match(badFrom.stderr, /--from/);
+
+  const badPort = await factlog(cwd, ['migrate'], { SERVER_PORT: 'eighty' });
+  t.equal(badPort.code, 2);
+  t.match(badPort.stderr, /server\.port/);
+
+  await mkdir(path.join(cwd, 'prod'), { recursive: true });
+  await writeFile(path.join(cwd, 'prod', 'config.yaml'), 'profile: production\nauth:\n  jwt_secret: CHANGE-ME-placeholder-jwt-secret-not-for-production\n');
+  const production = await factlog(cwd, ['--config', path.join(cwd, 'prod'), 'migrate'], { AUTH_JWTSECRET: '' });
+  t.not(production.code, 0, 'production refuses the placeholder secret');
+  t.match(production.stderr, /jwt_secret/);
+});
