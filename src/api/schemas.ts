@@ -24,6 +24,10 @@ export const errorReplies = {
   409: errorReplySchema,
 } as const;
 
+/** The reply of a paged list: `{items, total}`. */
+export const listReply = <Item extends object>(item: Item) =>
+  ({ type: 'object', required: ['items', 'total'], properties: { items: { type: 'array', items: item }, total: { type: 'integer' } } }) as const;
+
 export const bearerSecurity = [{ bearerAuth: [] as string[] }];
 
 export const isoDate = (value: Date | string | null | undefined): string | null =>

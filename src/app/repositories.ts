@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { DomainError } from '../domain/decider.js';
-import { repositoryDecider, SLUG_PATTERN } from '../domain/repository/decider.js';
+import { checkSlug, repositoryDecider } from '../domain/repository/decider.js';
 import { userDecider } from '../domain/user/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { repositoryDomain } from '../auth/rbac.js';
@@ -49,7 +49,7 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
     async create(input: CreateRepositoryInput, metadata: Omit<EventMetadata, 'repositoryId'>, ownerId: string | null) {
       const repositoryId = randomUUID();
       let slug = input.slug ?? slugify(input.name);
-      if (!SLUG_PATTERN.test(slug)) throw new DomainError('invalid', 'slug must be 1 to 64 lowercase letters, digits or inner hyphens');
+      checkSlug(slug);
       if (!(await reserveSlug(slug, repositoryId))) {
         if (input.slug) throw new DomainError('conflict', `slug '${slug}' is taken`);
         // A derived slug gets a short suffix rather than failing the request.
@@ -96,7 +96,7 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
       const current = await knex('repositories').where({ id: repositoryId }).first('slug');
       const newSlug = change.slug !== undefined && change.slug !== current?.slug ? change.slug : undefined;
       if (newSlug !== undefined) {
-        if (!SLUG_PATTERN.test(newSlug)) throw new DomainError('invalid', 'slug must be 1 to 64 lowercase letters, digits or inner hyphens');
+        checkSlug(newSlug);
         if (!(await reserveSlug(newSlug, repositoryId))) throw new DomainError('conflict', `slug '${newSlug}' is taken`);
       }
       try {

@@ -116,8 +116,9 @@ const migrationStatements = [
         END IF;
       END IF;
       -- A retried batch whose events are already stored: the retry lost, as a version race would.
-      IF EXISTS (SELECT 1 FROM events ev JOIN jsonb_array_elements(p_events) AS d(doc)
-                 ON ev.event_id = (d.doc->>'eventId')::uuid) THEN
+      -- (= ANY of an array keeps this an index probe; a join would scan the whole log.)
+      IF EXISTS (SELECT 1 FROM events ev WHERE ev.event_id = ANY (
+                   ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(p_events) AS d(doc)))) THEN
         RAISE EXCEPTION 'event id already stored' USING ERRCODE = '${wrongVersionState}',
           DETAIL = coalesce(v_current::text, 'no_stream');
       END IF;

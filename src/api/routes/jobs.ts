@@ -3,7 +3,7 @@ import type { AppContext } from '../../app/context.js';
 import { jobStates, type JobRecord } from '../../pipeline/jobs.js';
 import { HttpError, notFound } from '../errors.js';
 import { requireRepository } from '../guard.js';
-import { bearerSecurity, errorReplies, idParam, pagingQuery } from '../schemas.js';
+import { bearerSecurity, errorReplies, idParam, pagingQuery, listReply } from '../schemas.js';
 
 const jobSchema = {
   type: 'object',
@@ -68,7 +68,7 @@ export const jobRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
           },
         },
         response: {
-          200: { type: 'object', required: ['items', 'total'], properties: { items: { type: 'array', items: jobSchema }, total: { type: 'integer' } } },
+          200: listReply(jobSchema),
           ...errorReplies,
         },
       },

@@ -5,7 +5,7 @@ import { can, repositoryDomain, SYSTEM_DOMAIN } from '../../auth/rbac.js';
 import type { Principal } from '../../auth/identity.js';
 import { forbidden } from '../errors.js';
 import { requestMetadata, requireRepository, requireSystemPermission, requireUser, type RepositoryRow } from '../guard.js';
-import { bearerSecurity, errorReplies, idParam, isoDate } from '../schemas.js';
+import { bearerSecurity, errorReplies, idParam, isoDate, listReply } from '../schemas.js';
 
 export const repositorySchema = {
   type: 'object',
@@ -128,7 +128,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
           properties: { limit: { type: 'integer', minimum: 1, maximum: 500, default: 100 }, offset: { type: 'integer', minimum: 0, default: 0 } },
         },
         response: {
-          200: { type: 'object', required: ['items', 'total'], properties: { items: { type: 'array', items: repositorySchema }, total: { type: 'integer' } } },
+          200: listReply(repositorySchema),
           ...errorReplies,
         },
       },

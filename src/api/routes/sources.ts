@@ -6,7 +6,7 @@ import { streamName } from '../../eventstore/envelope.js';
 import { doiToUrl, normalizeDoi } from '../../providers/fetch/doi.js';
 import { badRequest, HttpError, notFound } from '../errors.js';
 import { requestMetadata, requireRepository } from '../guard.js';
-import { bearerSecurity, errorReplies, idParam, isoDate, pagingQuery } from '../schemas.js';
+import { bearerSecurity, errorReplies, idParam, isoDate, pagingQuery, listReply } from '../schemas.js';
 import { factSchema, presentFact } from './facts.js';
 
 export const sourceSchema = {
@@ -179,7 +179,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           properties: { status: sourceSchema.properties.status, ...pagingQuery },
         },
         response: {
-          200: { type: 'object', required: ['items', 'total'], properties: { items: { type: 'array', items: sourceSchema }, total: { type: 'integer' } } },
+          200: listReply(sourceSchema),
           ...errorReplies,
         },
       },
@@ -217,7 +217,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         params: sourceParams,
         querystring: { type: 'object', additionalProperties: false, properties: pagingQuery },
         response: {
-          200: { type: 'object', required: ['items', 'total'], properties: { items: { type: 'array', items: factSchema }, total: { type: 'integer' } } },
+          200: listReply(factSchema),
           ...errorReplies,
         },
       },

@@ -49,7 +49,7 @@ export type RepositoryState =
 function checkName(name: string): void {
   if (name.trim().length === 0 || name.length > 200) throw new DomainError('invalid', 'name must be 1 to 200 characters');
 }
-function checkSlug(slug: string): void {
+export function checkSlug(slug: string): void {
   if (!SLUG_PATTERN.test(slug))
     throw new DomainError('invalid', 'slug must be 1 to 64 lowercase letters, digits or inner hyphens');
 }
