@@ -1,0 +1,569 @@
+import { randomUUID } from 'node:crypto';
+import type { Test } from 'tap';
+import knexFactory, { type Knex } from 'knex';
+import { PGlite } from '@electric-sql/pglite';
+import ClientPgLite from 'knex-pglite';
+import type { Database } from '../../src/db/database.js';
+import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
+import { ConcurrencyError, InvalidEventError, type EventStore } from '../../src/eventstore/port.js';
+import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
+import { appendInTransaction, createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
+
+/** Event schemas of the suite only: the real ones live in schemas/events. */
+export function testSchemas(): EventSchemaRegistry {
+  const schemas = new EventSchemaRegistry();
+  schemas.register('ThingHappened', {
+    type: 'record',
+    name: 'ThingHappened',
+    namespace: 'factlog.events',
+    fields: [
+      { name: 'name', type: 'string' },
+      { name: 'count', type: 'int' },
+      { name: 'tags', type: { type: 'array', items: 'string' }, default: [] },
+      { name: 'note', type: ['null', 'string'], default: null },
+      {
+        name: 'detail',
+        type: ['null', { type: 'record', name: 'Detail', fields: [{ name: 'level', type: 'int' }] }],
+        default: null,
+      },
+    ],
+  });
+  schemas.register('OtherHappened', {
+    type: 'record',
+    name: 'OtherHappened',
+    namespace: 'factlog.events',
+    fields: [{ name: 'value', type: 'long' }],
+  });
+  return schemas;
+}
+
+let pgliteTemplate: Promise<File | Blob> | null = null;
+
+/**
+ * A fresh in-memory PGlite Database. Creating PGlite runs initdb (about 2 s), so every call after
+ * the first clones a dump of an empty instance (about 0.5 s). Without pgvector: the event store
+ * does not need it.
+ */
+export async function openMemoryPglite(): Promise<Database> {
+  pgliteTemplate ??= (async () => {
+    const template = await PGlite.create('memory://');
+    const dump = await template.dumpDataDir('none');
+    await template.close();
+    return dump;
+  })();
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate });
+  const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
+  return {
+    knex,
+    kind: 'pglite',
+    hasVector: false,
+    close: async () => {
+      await knex.destroy();
+      if (!pglite.closed) await pglite.close();
+    },
+  };
+}
+
+export interface StoreFixture {
+  db: Database;
+  store: EventStore;
+  schemas: EventSchemaRegistry;
+  close(): Promise<void>;
+}
+
+/** A migrated, empty event store on a fresh database. */
+export async function openStore(
+  openDb: () => Promise<Database>,
+  options: { pollIntervalMs?: number } = {},
+): Promise<StoreFixture> {
+  const db = await openDb();
+  await migrateEventStore(db.knex);
+  const schemas = testSchemas();
+  const store = createPostgresEventStore(db, { schemas, pollIntervalMs: options.pollIntervalMs });
+  return {
+    db,
+    store,
+    schemas,
+    close: async () => {
+      await store.close();
+      await db.close();
+    },
+  };
+}
+
+export const metadata = { repositoryId: 'repo-1', actor: 'user-1', causationId: null, correlationId: null };
+
+export function thing(name: string, extra: Record<string, unknown> = {}): NewEvent {
+  return { type: 'ThingHappened', data: { name, count: 1, ...extra }, metadata };
+}
+
+function other(value: number, repositoryId: string | null = 'repo-1'): NewEvent {
+  return { type: 'OtherHappened', data: { value }, metadata: { ...metadata, repositoryId } };
+}
+
+export async function waitUntil(condition: () => boolean, timeoutMs = 10_000, what = 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+function positions(events: readonly RecordedEvent[]): number[] {
+  return events.map((event) => event.globalPosition);
+}
+
+function isStrictlyIncreasing(values: readonly number[]): boolean {
+  return values.every((value, index) => index === 0 || value > values[index - 1]);
+}
+
+/**
+ * The EventStore contract, run against one kind of database. `openDb` opens a fresh, empty
+ * database for each subtest.
+ */
+export function eventStoreContract(t: Test, openDb: () => Promise<Database>): void {
+  const withStore = (name: string, body: (t: Test, fixture: StoreFixture) => Promise<void>, pollIntervalMs?: number) =>
+    t.test(name, async (t) => {
+      const fixture = await openStore(openDb, { pollIntervalMs });
+      t.teardown(() => fixture.close());
+      await body(t, fixture);
+    });
+
+  withStore('migration is idempotent', async (t, { db, store }) => {
+    await migrateEventStore(db.knex);
+    await Promise.all([migrateEventStore(db.knex), migrateEventStore(db.knex)]);
+    t.equal(await store.headPosition(), 0, 'an empty log has head 0');
+    t.same(await store.readAll(), []);
+    t.same(await store.readStream('thing-none'), []);
+  });
+
+  withStore('append stores the envelope and reads it back', async (t, { store }) => {
+    const fixedId = randomUUID();
+    const result = await store.append(
+      'thing-1',
+      [
+        { ...thing('a', { tags: ['x', 'y'] }), eventId: fixedId, schemaVersion: 2 },
+        {
+          type: 'ThingHappened',
+          data: { name: 'b', count: 2, detail: { level: 3 } },
+          metadata: { repositoryId: null, actor: 'system:test', causationId: fixedId, correlationId: 'corr-1' },
+        },
+      ],
+      'no_stream',
+    );
+    t.equal(result.nextExpectedVersion, 1);
+    t.equal(result.events.length, 2);
+    const [first, second] = result.events;
+    t.equal(first.eventId, fixedId, 'a caller-chosen event id is kept');
+    t.match(second.eventId, /^[0-9a-f-]{36}$/, 'an event id is generated otherwise');
+    t.same([first.streamVersion, second.streamVersion], [0, 1]);
+    t.ok(first.globalPosition >= 1 && second.globalPosition > first.globalPosition);
+    t.equal(result.lastPosition, second.globalPosition);
+    t.equal(first.schemaVersion, 2);
+    t.equal(second.schemaVersion, 1, 'schema version defaults to 1');
+    t.same(first.data, { name: 'a', count: 1, tags: ['x', 'y'], note: null, detail: null }, 'missing optional fields become null');
+    t.same(second.data, { name: 'b', count: 2, tags: [], note: null, detail: { level: 3 } });
+    t.same(
+      [second.repositoryId, second.actor, second.causationId, second.correlationId],
+      [null, 'system:test', fixedId, 'corr-1'],
+    );
+    t.equal(first.repositoryId, 'repo-1');
+    t.ok(Math.abs(Date.parse(first.occurredAt) - Date.now()) < 60_000, 'occurredAt is the recording time');
+    t.match(first.occurredAt, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
+
+    t.same(await store.readStream('thing-1'), result.events, 'readStream returns the stored events');
+    t.same(await store.readAll(), result.events, 'readAll returns the stored events');
+    t.equal(await store.headPosition(), second.globalPosition);
+    t.same(positions(await store.readStream('thing-1', { fromVersion: 1 })), [second.globalPosition]);
+    t.same(positions(await store.readStream('thing-1', { limit: 1 })), [first.globalPosition]);
+    await t.rejects(store.readStream('thing-1', { fromVersion: -1 }), RangeError);
+  });
+
+  withStore('expected versions', async (t, { store }) => {
+    await store.append('s-new', [thing('a')], 'no_stream');
+    const noStream = await t.rejects(store.append('s-new', [thing('b')], 'no_stream'), ConcurrencyError);
+    t.match(noStream, { streamId: 's-new', expected: 'no_stream', actual: 0 });
+
+    const exists = await t.rejects(store.append('s-missing', [thing('a')], 'stream_exists'), ConcurrencyError);
+    t.match(exists, { actual: 'no_stream' });
+    t.equal((await store.append('s-new', [thing('b')], 'stream_exists')).nextExpectedVersion, 1);
+
+    t.equal((await store.append('s-any', [thing('a')], 'any')).nextExpectedVersion, 0, 'any creates a stream');
+    t.equal((await store.append('s-any', [thing('b'), thing('c')], 'any')).nextExpectedVersion, 2, 'any appends');
+
+    t.equal((await store.append('s-new', [thing('c')], 1)).nextExpectedVersion, 2, 'exact version');
+    const stale = await t.rejects(store.append('s-new', [thing('d')], 1), ConcurrencyError);
+    t.match(stale, { expected: 1, actual: 2 });
+    const ahead = await t.rejects(store.append('s-new', [thing('d')], 5), ConcurrencyError);
+    t.match(ahead, { expected: 5, actual: 2 });
+    const missing = await t.rejects(store.append('s-missing', [thing('a')], 0), ConcurrencyError);
+    t.match(missing, { actual: 'no_stream' });
+
+    for (const bad of [-1, 1.5, 'latest', Number.NaN] as const) {
+      // Deliberately outside ExpectedVersion: a caller bug must not reach the database.
+      await t.rejects(store.append('s-new', [thing('x')], bad as never), RangeError, `expected ${String(bad)} refused`);
+    }
+    await t.rejects(store.append('', [thing('x')], 'any'), RangeError, 'empty stream id refused');
+
+    t.same((await store.readStream('s-new')).map((event) => event.data.name), ['a', 'b', 'c'], 'refused appends stored nothing');
+    t.same((await store.readStream('s-missing')).length, 0);
+
+    const empty = await store.append('s-new', [], 2);
+    t.same(empty, { nextExpectedVersion: 2, lastPosition: 0, events: [] }, 'an empty append only checks the version');
+    await t.rejects(store.append('s-new', [], 0), ConcurrencyError, 'an empty append still checks the version');
+    t.equal((await store.append('s-empty', [], 'no_stream')).nextExpectedVersion, -1);
+    t.same(await store.readStream('s-empty'), [], 'an empty append creates no stream');
+    await store.append('s-empty', [thing('a')], 'no_stream');
+  });
+
+  withStore('a retried event id is a lost race, not a duplicate', async (t, { store }) => {
+    const eventId = randomUUID();
+    await store.append('retry-1', [{ ...thing('a'), eventId }], 'any');
+    const again = await t.rejects(store.append('retry-1', [{ ...thing('a'), eventId }], 'any'), ConcurrencyError);
+    t.match(again, { actual: 0 });
+    await t.rejects(store.append('retry-2', [{ ...thing('a'), eventId }], 'any'), ConcurrencyError);
+    t.same(await store.readStream('retry-2'), []);
+    const twice = randomUUID();
+    await t.rejects(store.append('retry-3', [{ ...thing('a'), eventId: twice }, { ...thing('b'), eventId: twice }], 'any'), InvalidEventError);
+    t.equal((await store.readAll()).length, 1);
+  });
+
+  withStore('two appends racing at the same version: exactly one wins', async (t, { store }) => {
+    for (let round = 0; round < 10; round += 1) {
+      const streamId = `race-${round}`;
+      await store.append(streamId, [thing('base')], 'no_stream');
+      const racers = 5;
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: racers }, (_, racer) => store.append(streamId, [thing(`r${racer}-1`), thing(`r${racer}-2`)], 0)),
+      );
+      const winners = outcomes.filter((outcome) => outcome.status === 'fulfilled');
+      const losers = outcomes.flatMap((outcome) => (outcome.status === 'rejected' ? [outcome.reason as unknown] : []));
+      t.equal(winners.length, 1, `round ${round}: one winner`);
+      t.ok(losers.every((loser) => loser instanceof ConcurrencyError), 'the others get ConcurrencyError');
+      const stream = await store.readStream(streamId);
+      t.same(stream.map((event) => event.streamVersion), [0, 1, 2], 'no duplicate version, no partial batch');
+      const winnerPrefix = String(stream[1].data.name).split('-')[0];
+      t.equal(stream[2].data.name, `${winnerPrefix}-2`, 'the batch is whole and from one winner');
+    }
+    // Creating the same stream concurrently.
+    const outcomes = await Promise.allSettled(
+      Array.from({ length: 5 }, (_, racer) => store.append('race-create', [thing(`c${racer}`)], 'no_stream')),
+    );
+    t.equal(outcomes.filter((outcome) => outcome.status === 'fulfilled').length, 1, 'one creator wins');
+    t.ok(
+      outcomes.every((outcome) => outcome.status === 'fulfilled' || outcome.reason instanceof ConcurrencyError),
+      'other creators get ConcurrencyError',
+    );
+    t.same((await store.readStream('race-create')).map((event) => event.streamVersion), [0]);
+  });
+
+  withStore('invalid events are refused and nothing of the batch is stored', async (t, { store }) => {
+    await store.append('valid', [thing('first')], 'no_stream');
+    const headBefore = await store.headPosition();
+    const cases: Array<{ why: string; event: NewEvent; message: RegExp }> = [
+      { why: 'unknown type', event: { type: 'NoSuchThing', data: {}, metadata }, message: /NoSuchThing.*no schema/ },
+      { why: 'missing required field', event: { type: 'ThingHappened', data: { name: 'x' }, metadata }, message: /count: required field is missing/ },
+      { why: 'wrong field type', event: thing('x', { count: 'one' }), message: /count: expected int/ },
+      { why: 'int out of range', event: thing('x', { count: 2 ** 31 }), message: /count: expected int/ },
+      { why: 'non-integer int', event: thing('x', { count: 1.5 }), message: /count/ },
+      { why: 'nested field', event: thing('x', { detail: { level: 'high' } }), message: /detail\.level: expected int/ },
+      { why: 'nested unknown field', event: thing('x', { detail: { level: 1, colour: 'red' } }), message: /detail\.colour: field is not in the schema/ },
+      { why: 'array item', event: thing('x', { tags: ['ok', 7] }), message: /tags\[1\]: expected string/ },
+      { why: 'field not in schema', event: thing('x', { extra: true }), message: /extra: field is not in the schema/ },
+      { why: 'data not an object', event: { type: 'ThingHappened', data: [] as never, metadata }, message: /expected record/ },
+      { why: 'null for a required field', event: thing('x', { name: null }), message: /name: expected string/ },
+      { why: 'long beyond 2^53', event: { type: 'OtherHappened', data: { value: 2 ** 60 }, metadata }, message: /value: expected long/ },
+      { why: 'missing actor', event: { ...thing('x'), metadata: { ...metadata, actor: '' } }, message: /actor/ },
+      { why: 'bad event id', event: { ...thing('x'), eventId: 'not-a-uuid' }, message: /eventId must be a UUID/ },
+      { why: 'bad schema version', event: { ...thing('x'), schemaVersion: 0 }, message: /schemaVersion/ },
+      { why: 'NUL in a string', event: thing('x\u0000y'), message: /\\u0000/ },
+    ];
+    for (const { why, event, message } of cases) {
+      const error = await t.rejects(
+        store.append('valid', [thing('good-before'), event, thing('good-after')], 0),
+        InvalidEventError,
+        why,
+      );
+      t.match((error as Error).message, message, `${why}: message names the problem`);
+      const fresh = await t.rejects(store.append(`fresh-${why}`, [thing('good'), event], 'no_stream'), InvalidEventError);
+      t.ok(fresh, `${why}: refused on a new stream too`);
+    }
+    t.equal(await store.headPosition(), headBefore, 'nothing was stored');
+    t.same((await store.readStream('valid')).map((event) => event.data.name), ['first']);
+    t.equal((await store.readAll()).length, 1);
+    t.equal((await store.append('valid', [thing('second')], 0)).nextExpectedVersion, 1, 'the stream version did not move');
+  });
+
+  withStore('readAll filters', async (t, { store }) => {
+    const a = await store.append('f-a', [thing('a1'), thing('a2'), other(1)], 'no_stream');
+    const b = await store.append('f-b', [other(2, 'repo-2'), thing('b1', {})], 'no_stream');
+    const c = await store.append('f-c', [{ ...thing('c1'), metadata: { ...metadata, repositoryId: 'repo-2' } }], 'no_stream');
+    const all = [...a.events, ...b.events, ...c.events];
+    t.same(positions(await store.readAll()), positions(all), 'everything in global order');
+    t.ok(isStrictlyIncreasing(positions(all)));
+    t.same(positions(await store.readAll({ after: all[2].globalPosition })), positions(all.slice(3)), 'after is exclusive');
+    t.same(positions(await store.readAll({ limit: 2 })), positions(all.slice(0, 2)), 'limit');
+    t.same(positions(await store.readAll({ after: all[1].globalPosition, limit: 2 })), positions(all.slice(2, 4)), 'after + limit');
+    t.same(await store.readAll({ limit: 0 }), []);
+    t.same(await store.readAll({ after: all[5].globalPosition }), [], 'nothing after the head');
+    t.same(
+      positions(await store.readAll({ types: ['OtherHappened'] })),
+      positions(all.filter((event) => event.type === 'OtherHappened')),
+      'types',
+    );
+    t.same(await store.readAll({ types: [] }), [], 'an empty type list matches nothing');
+    t.same(
+      positions(await store.readAll({ repositoryId: 'repo-2' })),
+      positions(all.filter((event) => event.repositoryId === 'repo-2')),
+      'repositoryId',
+    );
+    t.same(positions(await store.readAll({ streamId: 'f-b' })), positions(b.events), 'streamId');
+    t.same(
+      positions(await store.readAll({ repositoryId: 'repo-2', types: ['ThingHappened'] })),
+      positions([c.events[0]]),
+      'repositoryId + types',
+    );
+    t.same(
+      positions(await store.readAll({ streamId: 'f-a', types: ['ThingHappened'], after: a.events[0].globalPosition })),
+      positions([a.events[1]]),
+      'streamId + types + after',
+    );
+    t.same(await store.readAll({ repositoryId: 'repo-none' }), []);
+    await t.rejects(store.readAll({ limit: -1 }), RangeError);
+    await t.rejects(store.readAll({ after: -5 }), RangeError);
+  });
+
+  withStore('subscribe: catch-up, then live, in order', async (t, { store }) => {
+    const first = await store.append('sub-1', [thing('1'), thing('2'), thing('3'), thing('4'), thing('5')], 'no_stream');
+    const batches: RecordedEvent[][] = [];
+    const subscription = store.subscribe({ after: 0, batchSize: 2, handler: async (batch) => void batches.push(batch) });
+    await subscription.caughtUp();
+    t.same(positions(batches.flat()), positions(first.events), 'catch-up delivers the history');
+    t.ok(batches.every((batch) => batch.length <= 2), 'batches respect batchSize');
+    const live = await store.append('sub-1', [thing('6'), thing('7'), thing('8')], 4);
+    await waitUntil(() => batches.flat().length === 8, 5000, 'live events');
+    t.same(positions(batches.flat()), positions([...first.events, ...live.events]), 'live events follow in order');
+    await subscription.caughtUp();
+    await subscription.stop();
+    await subscription.stop(); // stopping twice is harmless
+
+    const resumed: RecordedEvent[] = [];
+    const fromMiddle = store.subscribe({ after: first.events[2].globalPosition, handler: async (batch) => void resumed.push(...batch) });
+    await fromMiddle.caughtUp();
+    t.same(positions(resumed), positions([...first.events.slice(3), ...live.events]), 'after is exclusive');
+    await fromMiddle.stop();
+    await fromMiddle.caughtUp(); // nothing new: it had delivered everything before stopping
+    await store.append('sub-1', [thing('9')], 7);
+    await t.rejects(fromMiddle.caughtUp(), /stopped/, 'caughtUp rejects when a stopped subscription cannot reach the head');
+  });
+
+  withStore('subscribe with a type filter catches up past other types', async (t, { store }) => {
+    await store.append('typed', [thing('a'), other(1), thing('b'), other(2), other(3)], 'no_stream');
+    const seen: RecordedEvent[] = [];
+    const subscription = store.subscribe({ after: 0, types: ['ThingHappened'], handler: async (batch) => void seen.push(...batch) });
+    await subscription.caughtUp();
+    t.same(seen.map((event) => event.data.name), ['a', 'b']);
+    await store.append('typed', [other(4), thing('c')], 4);
+    await waitUntil(() => seen.length === 3, 5000, 'filtered live event');
+    await subscription.caughtUp();
+    t.equal(seen.length, 3);
+    await subscription.stop();
+  });
+
+  withStore(
+    'appends through the store wake its subscriptions at once',
+    async (t, { store }) => {
+      const seen: RecordedEvent[] = [];
+      const subscription = store.subscribe({ after: 0, handler: async (batch) => void seen.push(...batch) });
+      await subscription.caughtUp();
+      await new Promise((resolve) => setTimeout(resolve, 100)); // let the subscription fall asleep
+      const started = Date.now();
+      await store.append('wake', [thing('a')], 'no_stream');
+      await waitUntil(() => seen.length === 1, 5000, 'woken subscription');
+      t.ok(Date.now() - started < 2000, `delivered in ${Date.now() - started} ms despite a 60 s poll interval`);
+      await subscription.stop();
+    },
+    60_000,
+  );
+
+  withStore('stop waits for the running handler; a failing handler stops the subscription', async (t, { store }) => {
+    await store.append('stop', [thing('a')], 'no_stream');
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let handlerFinished = false;
+    const subscription = store.subscribe({
+      after: 0,
+      handler: async () => {
+        await gate;
+        handlerFinished = true;
+      },
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    let stopped = false;
+    const stopping = subscription.stop().then(() => (stopped = true));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    t.notOk(stopped, 'stop has not resolved while the handler runs');
+    release();
+    await stopping;
+    t.ok(handlerFinished, 'the handler finished before stop resolved');
+
+    const errors: unknown[] = [];
+    let calls = 0;
+    const failing = store.subscribe({
+      after: 0,
+      handler: async () => {
+        calls += 1;
+        throw new Error('projection bug');
+      },
+      onError: (error) => errors.push(error),
+    });
+    await t.rejects(failing.caughtUp(), /projection bug/, 'caughtUp rejects with the failure');
+    t.equal(errors.length, 1, 'onError called once');
+    t.match(errors[0], { message: 'projection bug' });
+    await store.append('stop', [thing('b')], 0);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    t.equal(calls, 1, 'no delivery after the failure');
+    await failing.stop();
+  });
+
+  withStore('appendInTransaction commits or rolls back with the caller', async (t, { db, store, schemas }) => {
+    await db.knex.transaction(async (trx) => {
+      await appendInTransaction(trx, schemas, 'trx-1', [thing('a')], 'no_stream');
+    });
+    t.equal((await store.readStream('trx-1')).length, 1, 'committed');
+    await t.rejects(
+      db.knex.transaction(async (trx) => {
+        await appendInTransaction(trx, schemas, 'trx-2', [thing('a')], 'no_stream');
+        throw new Error('caller failed');
+      }),
+      /caller failed/,
+    );
+    t.same(await store.readStream('trx-2'), [], 'rolled back with the caller');
+    await db.knex.transaction(async (trx) => {
+      const conflict = await t.rejects(appendInTransaction(trx, schemas, 'trx-1', [thing('b')], 'no_stream'), ConcurrencyError);
+      t.match(conflict, { actual: 0 });
+      const after = await trx.raw('SELECT 1 AS ok');
+      t.equal((after as { rows: Array<{ ok: number }> }).rows[0].ok, 1, 'the transaction is still usable after a refused append');
+    });
+    await db.knex.schema.createTable('side_effects', (table) => table.integer('n'));
+    await t.rejects(
+      db.knex.transaction(async (trx) => {
+        await trx('side_effects').insert({ n: 1 });
+        await appendInTransaction(trx, schemas, 'trx-3', [thing('a')], 'no_stream');
+      }),
+      /first write of its transaction/,
+      'an append after another write is refused (it could break the gap-free order)',
+    );
+    t.same(await store.readStream('trx-3'), []);
+  });
+
+  withStore('concurrent writers: a subscriber sees every position once, strictly increasing', async (t, { store }) => {
+    const observed: number[] = [];
+    const subscription = store.subscribe({
+      after: 0,
+      batchSize: 7,
+      handler: async (batch) => {
+        observed.push(...positions(batch));
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 3));
+      },
+    });
+    // A tail reader polling readAll: a position at or below one it has already passed must never appear later.
+    const tailSeen = new Set<number>();
+    let tailPassed = 0;
+    let lateFills = 0;
+    let writing = true;
+    const tail = (async () => {
+      while (writing) {
+        for (const position of positions(await store.readAll({ limit: 100_000 }))) {
+          if (tailSeen.has(position)) continue;
+          if (position <= tailPassed) lateFills += 1;
+          tailSeen.add(position);
+          tailPassed = Math.max(tailPassed, position);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    })();
+    const writers = 8;
+    const appendsPerWriter = 25;
+    const appended: number[] = [];
+    await Promise.all(
+      Array.from({ length: writers }, async (_, writer) => {
+        for (let index = 0; index < appendsPerWriter; index += 1) {
+          const size = 1 + ((writer + index) % 3);
+          const events = Array.from({ length: size }, (_, n) => thing(`w${writer}-${index}-${n}`));
+          // Every writer also fights over one shared stream with 'any'.
+          const streamId = index % 5 === 0 ? 'shared' : `writer-${writer}`;
+          const result = await store.append(streamId, events, 'any');
+          appended.push(...positions(result.events));
+        }
+      }),
+    );
+    writing = false;
+    await tail;
+    await subscription.caughtUp();
+    await subscription.stop();
+    const all = positions(await store.readAll({ limit: 100_000 }));
+    t.equal(lateFills, 0, 'no reader ever saw a position appear behind one it had passed');
+    t.ok(isStrictlyIncreasing(observed), 'observed positions strictly increase');
+    t.same(observed, all, 'the subscriber saw every stored event exactly once');
+    t.same([...appended].sort((x, y) => x - y), all, 'every appended event is in the log');
+    const shared = await store.readStream('shared');
+    t.same(
+      shared.map((event) => event.streamVersion),
+      shared.map((_, index) => index),
+      'the shared stream has contiguous versions',
+    );
+  });
+}
+
+/**
+ * Server only: an append held open in a transaction hides every later position from readers
+ * until it commits, and a subscriber then sees both in order.
+ */
+export function inFlightAppendContract(t: Test, openDb: () => Promise<Database>): void {
+  t.test('an in-flight append hides later positions until it commits', async (t) => {
+    const fixture = await openStore(openDb);
+    t.teardown(() => fixture.close());
+    const { db, store, schemas } = fixture;
+    const before = await store.append('before', [thing('0')], 'no_stream');
+    const seen: RecordedEvent[] = [];
+    const subscription = store.subscribe({ after: 0, handler: async (batch) => void seen.push(...batch) });
+    await subscription.caughtUp();
+
+    const held = await db.knex.transaction();
+    let heldResult;
+    try {
+      heldResult = await appendInTransaction(held, schemas, 'held', [thing('held')], 'no_stream');
+      const later = await store.append('later', [thing('later')], 'no_stream');
+      t.ok(later.lastPosition > heldResult.lastPosition, 'the later append has the later position');
+      const visible = positions(await store.readAll());
+      t.notOk(visible.includes(later.lastPosition), 'readAll hides the committed later append');
+      t.notOk(visible.includes(heldResult.lastPosition), 'and of course the uncommitted one');
+      t.ok((await store.headPosition()) < heldResult.lastPosition, 'headPosition stays below the in-flight append');
+      t.equal((await store.readStream('later')).length, 1, 'readStream sees committed events at once');
+      await new Promise((resolve) => setTimeout(resolve, 300)); // several polls
+      t.same(positions(seen), positions(before.events), 'the subscriber has not moved past the in-flight append');
+      await held.commit();
+      const expected = [...before.events, heldResult.events[0], later.events[0]];
+      await waitUntil(() => seen.length === 3, 30_000, 'both appends delivered');
+      t.same(positions(seen), positions(expected), 'the subscriber sees both, in order, with no skip');
+    } finally {
+      if (!held.isCompleted()) await held.rollback();
+      await subscription.stop();
+    }
+  });
+
+  t.test('a rolled-back in-flight append leaves a permanent gap, never a late fill', async (t) => {
+    const fixture = await openStore(openDb);
+    t.teardown(() => fixture.close());
+    const { db, store, schemas } = fixture;
+    const held = await db.knex.transaction();
+    const heldResult = await appendInTransaction(held, schemas, 'held', [thing('held')], 'no_stream');
+    const later = await store.append('later', [thing('later')], 'no_stream');
+    t.same(await store.readAll(), []);
+    await held.rollback();
+    const visible = positions(await store.readAll());
+    t.same(visible, [later.lastPosition]);
+    t.notOk(visible.includes(heldResult.lastPosition));
+  });
+}

@@ -1,0 +1,232 @@
+import { Writable } from 'node:stream';
+import t, { type Test } from 'tap';
+import type { Knex } from 'knex';
+import { openScratchPostgres, type Database } from '../../src/db/database.js';
+import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildWithProgressBar } from '../../src/projection/runner.js';
+import type { Projection } from '../../src/projection/types.js';
+import { openMemoryPglite, openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
+
+const backends: Array<{ name: string; open: () => Promise<Database> }> = [
+  { name: 'pglite', open: openMemoryPglite },
+  { name: 'postgres', open: () => openScratchPostgres(undefined, 'factlog_projection') },
+];
+
+/** Counts ThingHappened events per name; a double-applied event would show in `count`. */
+function countingProjection(
+  name: string,
+  options: { failOn?: () => string | null; beforeApply?: (event: RecordedEvent) => Promise<void> } = {},
+): Projection {
+  const table = `${name}_rows`;
+  return {
+    name,
+    eventTypes: ['ThingHappened'],
+    tables: [table],
+    async apply(trx: Knex.Transaction, event: RecordedEvent) {
+      await options.beforeApply?.(event);
+      if (event.data.name === options.failOn?.()) throw new Error(`cannot project ${String(event.data.name)}`);
+      await trx.raw(
+        `INSERT INTO ?? (name, count, last_position) VALUES (?, 1, ?)
+         ON CONFLICT (name) DO UPDATE SET count = ??.count + 1, last_position = excluded.last_position`,
+        [table, String(event.data.name), event.globalPosition, table],
+      );
+    },
+  };
+}
+
+async function createRowsTable(db: Database, projectionName: string): Promise<void> {
+  await db.knex.raw(
+    `CREATE TABLE IF NOT EXISTS ?? (name text PRIMARY KEY, count integer NOT NULL, last_position bigint NOT NULL)`,
+    [`${projectionName}_rows`],
+  );
+}
+
+async function rows(db: Database, projectionName: string): Promise<Array<{ name: string; count: number; last_position: number }>> {
+  const result = (await db.knex(`${projectionName}_rows`).select('*').orderBy('name')) as Array<{
+    name: string;
+    count: number;
+    last_position: string | number;
+  }>;
+  return result.map((row) => ({ name: row.name, count: Number(row.count), last_position: Number(row.last_position) }));
+}
+
+async function checkpoint(db: Database, name: string): Promise<number> {
+  const row = (await db.knex('projection_checkpoints').where({ name }).first()) as { position: string | number } | undefined;
+  return Number(row?.position ?? -1);
+}
+
+function runnerSuite(t: Test, open: () => Promise<Database>): void {
+  const withFixture = (name: string, body: (t: Test, fixture: StoreFixture) => Promise<void>) =>
+    t.test(name, async (t) => {
+      const fixture = await openStore(open);
+      t.teardown(() => fixture.close());
+      await body(t, fixture);
+    });
+
+  withFixture('applies events, advances past other types, reports status', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things')], { batchSize: 3 });
+    t.teardown(() => runner.stop());
+    await store.append('s-1', [thing('a'), thing('b'), thing('a')], 'no_stream');
+    const otherTypes = await store.append('o-1', [{ type: 'OtherHappened', data: { value: 1 }, metadata: thing('x').metadata }], 'no_stream');
+
+    const before = await runner.status();
+    t.match(before, [{ name: 'things', position: 0, head: otherTypes.lastPosition, lag: otherTypes.lastPosition, state: 'stopped', lastError: null }]);
+
+    await runner.start();
+    await runner.waitFor(otherTypes.lastPosition, 10_000);
+    t.same((await rows(db, 'things')).map((row) => [row.name, row.count]), [['a', 2], ['b', 1]]);
+    t.equal(await checkpoint(db, 'things'), otherTypes.lastPosition, 'the checkpoint moved past events of other types');
+    t.match(await runner.status(), [{ position: otherTypes.lastPosition, lag: 0, state: 'running', lastError: null }]);
+
+    const live = await store.append('s-1', [thing('c')], 2);
+    await runner.waitFor(live.lastPosition, 10_000);
+    t.same((await rows(db, 'things')).map((row) => row.name), ['a', 'b', 'c'], 'live events are applied');
+    await runner.start(); // starting twice is harmless
+    await runner.stop();
+    t.match(await runner.status(), [{ state: 'stopped', position: live.lastPosition }]);
+  });
+
+  withFixture('a batch that fails mid-way leaves neither rows nor checkpoint, then recovers', async (t, { db, store }) => {
+    await createRowsTable(db, 'fragile');
+    await createRowsTable(db, 'healthy');
+    let poison: string | null = 'boom';
+    const runner = new ProjectionRunner(
+      store,
+      db,
+      [countingProjection('fragile', { failOn: () => poison }), countingProjection('healthy')],
+      { retryBaseMs: 20, retryMaxMs: 50 },
+    );
+    t.teardown(() => runner.stop());
+    const appended = await store.append('s-1', [thing('a'), thing('b'), thing('boom'), thing('c')], 'no_stream');
+    await runner.start();
+    let statuses = await runner.status();
+    const deadline = Date.now() + 10_000;
+    while (statuses.find((status) => status.name === 'fragile')?.state !== 'failed' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      statuses = await runner.status();
+    }
+    const fragile = statuses.find((status) => status.name === 'fragile');
+    t.match(fragile, { state: 'failed', position: 0, lag: appended.lastPosition, lastError: /cannot project boom/ });
+    t.same(await rows(db, 'fragile'), [], 'the events before the failure in the batch were rolled back');
+    t.equal(await checkpoint(db, 'fragile'), 0, 'the checkpoint did not move');
+
+    await runner.waitFor(appended.lastPosition, 10_000); // only running projections are waited for
+    t.equal((await rows(db, 'healthy')).length, 4, 'other projections are unaffected');
+
+    await new Promise((resolve) => setTimeout(resolve, 150)); // a few retries, all failing
+    t.same(await rows(db, 'fragile'), [], 'retries fail atomically too');
+    poison = null; // the bug is fixed
+    const recoveredBy = Date.now() + 10_000;
+    while (Date.now() < recoveredBy && (await checkpoint(db, 'fragile')) !== appended.lastPosition) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    t.same((await rows(db, 'fragile')).map((row) => [row.name, row.count]), [['a', 1], ['b', 1], ['boom', 1], ['c', 1]], 'applied exactly once after recovery');
+    t.match(await runner.status(), [{ name: 'fragile', state: 'running', lastError: null, lag: 0 }, { name: 'healthy' }]);
+  });
+
+  withFixture('rebuild yields the same rows as the live run, then follows live', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things')], { batchSize: 4 });
+    t.teardown(() => runner.stop());
+    await runner.start();
+    let last = 0;
+    for (let round = 0; round < 6; round += 1) {
+      const result = await store.append(`s-${round % 2}`, [thing(`n${round % 3}`), thing(`m${round}`), thing('shared')], 'any');
+      last = result.lastPosition;
+    }
+    await runner.waitFor(last, 10_000);
+    const live = await rows(db, 'things');
+    await db.knex('things_rows').insert({ name: 'junk', count: 99, last_position: 0 }); // must not survive
+    const progress: Array<[number, number]> = [];
+    await runner.rebuild('things', (done, total) => progress.push([done, total]));
+    t.same(await rows(db, 'things'), live, 'rebuilt rows equal the live rows');
+    t.same(progress[0], [0, last], 'progress starts at 0 of the head');
+    t.same(progress.at(-1), [last, last], 'progress ends at the head');
+    t.ok(progress.every(([done], index) => index === 0 || done >= progress[index - 1][0]), 'progress never goes back');
+    t.match(await runner.status(), [{ state: 'running', position: last, lag: 0 }]);
+
+    const after = await store.append('s-9', [thing('later')], 'no_stream');
+    await runner.waitFor(after.lastPosition, 10_000);
+    t.ok((await rows(db, 'things')).some((row) => row.name === 'later'), 'live again after the rebuild');
+    await t.rejects(runner.rebuild('nope'), /unknown projection nope/);
+  });
+
+  withFixture('standalone rebuild (the CLI) with a progress bar stops at the head', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const appended = await store.append('s-1', [thing('a'), thing('b')], 'no_stream');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things')]);
+    let output = '';
+    const sink = Object.assign(
+      new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          output += chunk.toString();
+          done();
+        },
+      }),
+      { isTTY: true }, // cli-progress draws only on a terminal
+    );
+    await rebuildWithProgressBar(runner, 'things', sink);
+    t.equal((await rows(db, 'things')).length, 2);
+    t.match(await runner.status(), [{ state: 'stopped', position: appended.lastPosition, lag: 0 }]);
+    t.match(output, /things/, 'the bar was drawn');
+    await store.append('s-1', [thing('c')], 1);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    t.equal((await rows(db, 'things')).length, 2, 'nothing follows live after a standalone rebuild');
+    await t.rejects(rebuildWithProgressBar(runner, 'missing', sink), /unknown projection/);
+  });
+
+  withFixture('a failing standalone rebuild rejects', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    await store.append('s-1', [thing('a'), thing('boom')], 'no_stream');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things', { failOn: () => 'boom' })]);
+    await t.rejects(runner.rebuild('things'), /rebuild of things failed: cannot project boom/);
+    t.match(await runner.status(), [{ state: 'failed' }]);
+    t.same(await rows(db, 'things'), []);
+    await runner.stop();
+  });
+
+  withFixture('waitFor resolves at the position and times out when a projection lags', async (t, { db, store }) => {
+    await createRowsTable(db, 'slow');
+    let release!: () => void;
+    let gate: Promise<void> = Promise.resolve();
+    const runner = new ProjectionRunner(store, db, [countingProjection('slow', { beforeApply: () => gate })]);
+    t.teardown(() => runner.stop());
+    await runner.start();
+    const first = await store.append('s-1', [thing('a')], 'no_stream');
+    await runner.waitFor(first.lastPosition, 10_000);
+    await runner.waitFor(0, 10); // already reached: resolves at once
+
+    gate = new Promise<void>((resolve) => (release = resolve));
+    let reached = false;
+    const pending = await store.append('s-1', [thing('b')], 0);
+    const waiting = runner.waitFor(pending.lastPosition, 10_000).then(() => (reached = true));
+    const timeout = await t.rejects(runner.waitFor(pending.lastPosition, 100), ProjectionWaitTimeoutError);
+    t.match(timeout, { position: pending.lastPosition, behind: [`slow at ${first.lastPosition}`] });
+    t.notOk(reached, 'not reached while the projection is held');
+    // (No status() here: on PGlite the held projection transaction owns the only connection.)
+    release();
+    await waiting;
+    t.ok(reached);
+    t.match(await runner.status(), [{ lag: 0 }]);
+  });
+
+  withFixture('two runners of one projection apply every event once', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const first = new ProjectionRunner(store, db, [countingProjection('things')], { batchSize: 2 });
+    const second = new ProjectionRunner(store, db, [countingProjection('things')], { batchSize: 3 });
+    t.teardown(async () => {
+      await first.stop();
+      await second.stop();
+    });
+    await Promise.all([first.start(), second.start()]);
+    let last = 0;
+    for (let index = 0; index < 20; index += 1) last = (await store.append('s-1', [thing('same')], 'any')).lastPosition;
+    await Promise.all([first.waitFor(last, 10_000), second.waitFor(last, 10_000)]);
+    t.same((await rows(db, 'things')).map((row) => row.count), [20], 'each event counted once');
+  });
+}
+
+for (const backend of backends) {
+  t.test(backend.name, async (t) => runnerSuite(t, backend.open));
+}
