@@ -2,6 +2,7 @@ import type { Decider } from '../domain/decider.js';
 import { handleCommand, type CommandResult } from '../eventstore/commandHandler.js';
 import type { DomainEvent, EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
+import { ProjectionWaitTimeoutError } from '../projection/runner.js';
 
 /**
  * Command execution for request handlers: run the command, then wait until the read models
@@ -21,9 +22,17 @@ export interface CommandBus {
 export function createCommandBus(
   store: EventStore,
   waitForProjections: (position: number) => Promise<void>,
+  log: { warn(object: object, message: string): void } = console,
 ): CommandBus {
   const settle = async (position: number | null) => {
-    if (position !== null) await waitForProjections(position);
+    if (position === null) return;
+    try {
+      await waitForProjections(position);
+    } catch (error) {
+      // The write is stored; a lagging read model must not turn it into an error for the caller.
+      if (!(error instanceof ProjectionWaitTimeoutError)) throw error;
+      log.warn({ position }, 'read models lag behind a write; answering before they caught up');
+    }
   };
   return {
     async execute(streamId, decider, command, metadata) {
