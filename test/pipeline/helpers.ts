@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import type { Test } from 'tap';
 import { type Database, openDatabase, openScratchPostgres } from '../../src/db/database.js';
+import { JobRepository, migrateJobs } from '../../src/pipeline/jobs.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore, ReadAllOptions } from '../../src/eventstore/port.js';
 import type { JobOutcome, JobFinishedEvent, RuntimeLogger, StageRuntime, StageRuntimeSettings } from '../../src/pipeline/runtime.js';
@@ -121,4 +123,18 @@ export function gate(): { promise: Promise<void>; open: () => void } {
   let open = (): void => undefined;
   const promise = new Promise<void>((resolve) => (open = resolve));
   return { promise, open };
+}
+
+/**
+ * The fixture of the intake and runtime suites: a migrated jobs table on `backend`, emptied
+ * before each subtest, a repository over it and a fresh in-memory log; closed with `t`.
+ */
+export async function openJobsFixture(t: Test, backend: (typeof backends)[number]) {
+  const db = await backend.open();
+  t.teardown(() => db.close());
+  await migrateJobs(db.knex);
+  t.beforeEach(async () => {
+    await db.knex.raw('TRUNCATE jobs');
+  });
+  return { db, jobs: new JobRepository(db.knex), log: new FakeLog() };
 }

@@ -1,7 +1,6 @@
 import t from 'tap';
 import { createJobIntakeProjection } from '../../src/pipeline/intake.js';
-import { JobRepository, migrateJobs } from '../../src/pipeline/jobs.js';
-import { backends, FakeLog, sleep, testStage } from './helpers.js';
+import { backends, sleep, testStage, openJobsFixture } from './helpers.js';
 
 const retrieve = testStage('retrieve_source', async () => undefined, ['SourceRegistered', 'SourceRefetchRequested']);
 const embed = testStage('embed_facts', async () => undefined, ['FactsExtracted']);
@@ -19,14 +18,7 @@ t.test('the intake projection declares its triggers and owns no rebuildable tabl
 
 for (const backend of backends) {
   t.test(`job intake on ${backend.name}`, async (t) => {
-    const db = await backend.open();
-    t.teardown(() => db.close());
-    await migrateJobs(db.knex);
-    const jobs = new JobRepository(db.knex);
-    const log = new FakeLog();
-    t.beforeEach(async () => {
-      await db.knex.raw('TRUNCATE jobs');
-    });
+    const { db, jobs, log } = await openJobsFixture(t, backend);
 
     t.test('a trigger event enqueues one job per triggered stage, inside the transaction', async (t) => {
       const woken: string[][] = [];

@@ -2,7 +2,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import type { Database } from '../../src/db/database.js';
 import { ConcurrencyError } from '../../src/eventstore/port.js';
-import { JobRepository, migrateJobs, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import type { ClaimedJob } from '../../src/pipeline/jobs.js';
 import {
   createStageRuntime,
   JobTimeoutError,
@@ -24,6 +24,7 @@ import {
   recordingLog,
   sleep,
   testStage,
+  openJobsFixture,
 } from './helpers.js';
 
 t.test('retryDelayMs grows exponentially, jitters within [ceiling/2, ceiling], and is capped', async (t) => {
@@ -56,14 +57,7 @@ t.test('createStageRuntime rejects bad settings and stages', async (t) => {
 
 for (const backend of backends) {
   t.test(`stage runtime on ${backend.name}`, async (t) => {
-    const db = await backend.open();
-    t.teardown(() => db.close());
-    await migrateJobs(db.knex);
-    const jobs = new JobRepository(db.knex);
-    const log = new FakeLog();
-    t.beforeEach(async () => {
-      await db.knex.raw('TRUNCATE jobs');
-    });
+    const { db, jobs, log } = await openJobsFixture(t, backend);
 
     function runtimeFor(
       t: Test,
