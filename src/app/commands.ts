@@ -3,6 +3,7 @@ import { handleCommand, type CommandResult } from '../eventstore/commandHandler.
 import type { DomainEvent, EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError } from '../projection/runner.js';
+import type { AppendedWrite } from '../projection/types.js';
 
 /**
  * Command execution for request handlers: run the command, then wait until the read models
@@ -15,29 +16,29 @@ export interface CommandBus {
     command: Command,
     metadata: EventMetadata,
   ): Promise<CommandResult<State>>;
-  /** Waits for the read models to reach a position (e.g. after a raw append). */
-  settle(position: number | null): Promise<void>;
+  /** Waits for the read models to apply a write (e.g. after a raw append). */
+  settle(write: AppendedWrite | null): Promise<void>;
 }
 
 export function createCommandBus(
   store: EventStore,
-  waitForProjections: (position: number) => Promise<void>,
+  waitForProjections: (write: AppendedWrite) => Promise<void>,
   log: { warn(object: object, message: string): void } = console,
 ): CommandBus {
-  const settle = async (position: number | null) => {
-    if (position === null) return;
+  const settle = async (write: AppendedWrite | null) => {
+    if (write === null) return;
     try {
-      await waitForProjections(position);
+      await waitForProjections(write);
     } catch (error) {
       // The write is stored; a lagging read model must not turn it into an error for the caller.
       if (!(error instanceof ProjectionWaitTimeoutError)) throw error;
-      log.warn({ position }, 'read models lag behind a write; answering before they caught up');
+      log.warn({ position: write.position, stream: write.streamId }, 'read models lag behind a write; answering before they caught up');
     }
   };
   return {
     async execute(streamId, decider, command, metadata) {
       const result = await handleCommand(store, streamId, decider, command, metadata);
-      await settle(result.position);
+      await settle(result.write);
       return result;
     },
     settle,

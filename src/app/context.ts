@@ -138,7 +138,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     afterCommit: (kinds) => kinds.forEach((kind) => runtime.wake(kind)),
   });
   const projections = new ProjectionRunner(store, db, [...readModelProjections, intake], { log: log.child({ component: 'projections' }) });
-  const commands = createCommandBus(store, (position) => projections.waitFor(position, 30_000), log);
+  const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);
   const identity = createIdentityService({
     knex: db.knex,
     store,

@@ -112,7 +112,12 @@ export function createIdentityService(deps: {
         events.map((event) => ({ type: event.type, data: event.data, metadata })),
         'no_stream',
       );
-      await deps.commands.settle(appended.lastPosition);
+      await deps.commands.settle({
+        position: appended.lastPosition,
+        streamId: streamName('user', userId),
+        streamVersion: appended.nextExpectedVersion,
+        types: events.map((event) => event.type),
+      });
     } catch (error) {
       await knex('credentials').where({ user_id: userId }).delete();
       throw error;

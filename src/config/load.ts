@@ -174,22 +174,42 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
 
   if (options.writeDefaults ?? true) writeDefaultsCopy(cwd, defaults.text, warn);
 
-  const origins = new Map<string, string>();
-  const merged = deepClone(defaults.tree);
-  for (const file of configFiles(options.configPath, cwd)) {
-    mergeLayer(merged, readYamlFile(file), file, origins);
-  }
-
+  const files = configFiles(options.configPath, cwd).map((file) => ({ file, tree: readYamlFile(file) }));
   const { overrides, unmatched } = environmentOverrides(defaults.tree, env);
-  for (const { path: keyPath, value, variable } of overrides) {
-    setAt(merged, keyPath, value);
-    origins.set(keyPath.join('.'), `environment variable ${variable}`);
-  }
   for (const variable of unmatched) {
     warn(`environment variable ${variable} looks like a factlog setting but matches no configuration key; ignored`);
   }
+  // Two passes: the first finds the profile; the second puts that profile's layer right above
+  // the defaults, so files and environment still override what the profile chose.
+  const mergeLayers = (profileLayer: { file: string; tree: ConfigTree } | null) => {
+    const origins = new Map<string, string>();
+    const merged = deepClone(defaults.tree);
+    if (profileLayer) mergeLayer(merged, profileLayer.tree, profileLayer.file, origins);
+    for (const { file, tree } of files) mergeLayer(merged, deepClone(tree), file, origins);
+    for (const { path: keyPath, value, variable } of overrides) {
+      setAt(merged, keyPath, value);
+      origins.set(keyPath.join('.'), `environment variable ${variable}`);
+    }
+    return { merged, origins };
+  };
+  const first = mergeLayers(null);
+  const profileFile = profileLayerPath(first.merged.profile);
+  const { merged, origins } = profileFile ? mergeLayers({ file: profileFile, tree: readYamlFile(profileFile) }) : first;
 
   return validateConfig(merged, configSchemaPath(), origins);
+}
+
+/**
+ * The packaged layer of a profile (`configs/profiles/<profile>.yaml`), or null when the profile
+ * has none. `distributed` selects EventStoreDB, Kafka and OpenSearch this way.
+ */
+export function profileLayerPath(profile: unknown): string | null {
+  if (typeof profile !== 'string' || !/^[a-z]+$/.test(profile)) return null;
+  try {
+    return packagedFile(path.join('configs', 'profiles', `${profile}.yaml`));
+  } catch {
+    return null;
+  }
 }
 
 /** The validated embedded defaults alone (no files, no environment). */

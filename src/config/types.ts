@@ -84,6 +84,10 @@ export interface Config {
     database: string;
     eventstoredb: { connection_string: string };
   };
+  bus: {
+    backend: 'log' | 'kafka';
+    kafka: { brokers: string[]; client_id: string; topic_prefix: string; partitions: number; replication_factor: number; relay: boolean };
+  };
   readmodels: { database: string };
   auth: {
     jwt_secret: string;
@@ -107,6 +111,8 @@ export interface Config {
     max_ttl: DurationString;
   };
   search: {
+    backend: 'postgres' | 'opensearch';
+    opensearch: { url: string; index_prefix: string; dimensions: number };
     hybrid: {
       enabled: boolean;
       rrf_k: number;

@@ -232,6 +232,12 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
   if (config.eventstore.backend === 'eventstoredb' && config.eventstore.eventstoredb.connection_string.trim() === '') {
     problems.push(['eventstore.eventstoredb.connection_string', 'is required when eventstore.backend is eventstoredb']);
   }
+  if (config.bus.backend === 'kafka' && config.bus.kafka.brokers.length === 0) {
+    problems.push(['bus.kafka.brokers', 'needs at least one host:port when bus.backend is kafka']);
+  }
+  if (config.search.backend === 'opensearch' && config.search.opensearch.url === '') {
+    problems.push(['search.opensearch.url', 'is required when search.backend is opensearch']);
+  }
   if (!databaseNames.has(config.readmodels.database)) {
     problems.push(['readmodels.database', `names no entry of databases (${known})`]);
   }

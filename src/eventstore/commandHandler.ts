@@ -1,6 +1,7 @@
 import type { Decider } from '../domain/decider.js';
 import type { DomainEvent, EventMetadata } from './envelope.js';
 import { ConcurrencyError, type EventStore } from './port.js';
+import type { AppendedWrite } from '../projection/types.js';
 
 export interface CommandResult<State> {
   /** The events the decider produced (empty when the command changed nothing). */
@@ -9,6 +10,8 @@ export interface CommandResult<State> {
   state: State;
   /** Global position of the last appended event, or null if nothing was appended. */
   position: number | null;
+  /** Where the appended events landed, for waiting on read models; null if nothing was appended. */
+  write: AppendedWrite | null;
 }
 
 /**
@@ -29,7 +32,7 @@ export async function handleCommand<State, Command, Event extends DomainEvent>(
     const loaded = await loadState(store, streamId, decider);
     let state = loaded.state;
     const events = decider.decide(command, state);
-    if (events.length === 0) return { events, state, position: null };
+    if (events.length === 0) return { events, state, position: null, write: null };
     const expected = loaded.version === null ? 'no_stream' : loaded.version;
     try {
       const result = await store.append(
@@ -38,7 +41,12 @@ export async function handleCommand<State, Command, Event extends DomainEvent>(
         expected,
       );
       for (const event of events) state = decider.evolve(state, event);
-      return { events, state, position: result.lastPosition };
+      return {
+        events,
+        state,
+        position: result.lastPosition,
+        write: { position: result.lastPosition, streamId, streamVersion: result.nextExpectedVersion, types: events.map((event) => event.type) },
+      };
     } catch (error) {
       if (error instanceof ConcurrencyError && attempt < retries) continue;
       throw error;

@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import type { Database } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
-import type { Projection, ProjectionStatus } from './types.js';
+import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
 
 /** The part of a pino logger the runner uses. */
 export interface RunnerLogger {
@@ -86,7 +86,7 @@ interface PositionWaiter {
  * Runs read-model projections: one catch-up subscription per projection, each batch applied in
  * one transaction on `db` together with the checkpoint, so every event takes effect exactly once.
  */
-export class ProjectionRunner {
+export class ProjectionRunner implements ReadModelRunner {
   private readonly workers = new Map<string, Worker>();
   private readonly batchSize: number;
   private readonly retryBaseMs: number;
@@ -157,6 +157,11 @@ export class ProjectionRunner {
    * append); rejects with ProjectionWaitTimeoutError after `timeoutMs`. Failed, stopped and
    * rebuilding projections are not waited for: they would only turn a stored write into an error.
    */
+  /** The embedded log is totally ordered: reaching the write's global position is enough. */
+  settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
+    return this.waitFor(write.position, timeoutMs);
+  }
+
   waitFor(position: number, timeoutMs: number): Promise<void> {
     if (this.reached(position)) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {

@@ -30,3 +30,25 @@ export interface ProjectionStatus {
   state: 'running' | 'rebuilding' | 'stopped' | 'failed';
   lastError: string | null;
 }
+
+/** A write the caller wants to read back: where it landed in the log and what it contained. */
+export interface AppendedWrite {
+  position: number;
+  streamId: string;
+  /** Version of the last event appended to the stream. */
+  streamVersion: number;
+  types: readonly string[];
+}
+
+/**
+ * What the service needs of a projection runner, on either tier: the embedded runner follows the
+ * global log; the bus runner consumes Kafka and keeps per-stream checkpoints.
+ */
+export interface ReadModelRunner {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  status(): Promise<ProjectionStatus[]>;
+  /** Resolves once every projection that handles the write's event types has applied it. */
+  settle(write: AppendedWrite, timeoutMs: number): Promise<void>;
+  rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void>;
+}

@@ -1,0 +1,180 @@
+import type { Knex } from 'knex';
+import type { Bus, BusConsumer } from '../bus/port.js';
+import type { Database } from '../db/database.js';
+import type { RecordedEvent } from '../eventstore/envelope.js';
+import type { EventStore } from '../eventstore/port.js';
+import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
+import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
+
+/** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
+export async function migrateProjectionStreamPositions(knex: Knex): Promise<void> {
+  await knex.transaction(async (trx) => {
+    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.projection_stream_positions.migrate'))`);
+    await trx.raw(`CREATE TABLE IF NOT EXISTS projection_stream_positions (
+      projection text NOT NULL,
+      stream_id text NOT NULL,
+      stream_version bigint NOT NULL,
+      global_position bigint NOT NULL,
+      updated_at timestamptz NOT NULL DEFAULT now(),
+      PRIMARY KEY (projection, stream_id)
+    )`);
+  });
+}
+
+interface Worker {
+  projection: Projection;
+  consumer: BusConsumer | null;
+  state: ProjectionStatus['state'];
+  lastError: string | null;
+  /** Highest global position applied by this process (for status; other nodes may be further). */
+  position: number;
+}
+
+/**
+ * Runs projections as bus consumer groups (the distributed tier). Kafka keeps order within a
+ * stream only and delivers at least once, so each projection keeps a checkpoint per stream: an
+ * event is applied only when its stream version is above the stored one, and the checkpoint is
+ * written in the same transaction as the projection's rows. Duplicates from a relay restart or a
+ * rebalance are absorbed; any number of nodes can run the same groups.
+ */
+export class BusProjectionRunner implements ReadModelRunner {
+  private readonly workers = new Map<string, Worker>();
+
+  constructor(
+    private readonly bus: Bus,
+    private readonly store: EventStore,
+    private readonly db: Database,
+    projections: readonly Projection[],
+    private readonly options: { groupPrefix?: string; log?: RunnerLogger; pollMs?: number } = {},
+  ) {
+    for (const projection of projections) {
+      if (this.workers.has(projection.name)) throw new Error(`two projections are named ${projection.name}`);
+      this.workers.set(projection.name, { projection, consumer: null, state: 'stopped', lastError: null, position: 0 });
+    }
+  }
+
+  async start(): Promise<void> {
+    await migrateProjectionStreamPositions(this.db.knex);
+    for (const worker of this.workers.values()) await this.consume(worker);
+  }
+
+  async stop(): Promise<void> {
+    for (const worker of this.workers.values()) {
+      await worker.consumer?.stop();
+      worker.consumer = null;
+      worker.state = 'stopped';
+    }
+  }
+
+  async status(): Promise<ProjectionStatus[]> {
+    const head = await this.store.headPosition();
+    const rows: { projection: string; position: string | number }[] = await this.db
+      .knex('projection_stream_positions')
+      .select('projection')
+      .max('global_position as position')
+      .groupBy('projection');
+    const applied = new Map(rows.map((row) => [row.projection, Number(row.position)]));
+    return [...this.workers.values()].map((worker) => {
+      const position = Math.max(worker.position, applied.get(worker.projection.name) ?? 0);
+      return { name: worker.projection.name, position, head, lag: Math.max(0, head - position), state: worker.state, lastError: worker.lastError };
+    });
+  }
+
+  /** Polls the per-stream checkpoints of the projections that handle the write's types. */
+  async settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
+    const concerned = [...this.workers.values()]
+      .filter((worker) => worker.state === 'running' && write.types.some((type) => worker.projection.eventTypes.includes(type)))
+      .map((worker) => worker.projection.name);
+    if (concerned.length === 0) return;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const done: { projection: string }[] = await this.db
+        .knex('projection_stream_positions')
+        .whereIn('projection', concerned)
+        .where({ stream_id: write.streamId })
+        .where('stream_version', '>=', write.streamVersion)
+        .select('projection');
+      const behind = concerned.filter((name) => !done.some((row) => row.projection === name));
+      if (behind.length === 0) return;
+      if (Date.now() > deadline) throw new ProjectionWaitTimeoutError(write.position, timeoutMs, behind);
+      await new Promise((resolve) => setTimeout(resolve, this.options.pollMs ?? 20));
+    }
+  }
+
+  /**
+   * Empties the projection's tables and checkpoints, replays the whole log from the event store in
+   * global order, then resumes consuming: the bus redelivers from its committed offsets and the
+   * per-stream checkpoints skip what the replay already applied.
+   */
+  async rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
+    const worker = this.workers.get(name);
+    if (!worker) throw new Error(`unknown projection ${name}; known: ${[...this.workers.keys()].join(', ')}`);
+    await migrateProjectionStreamPositions(this.db.knex);
+    const wasRunning = worker.consumer !== null;
+    await worker.consumer?.stop();
+    worker.consumer = null;
+    worker.state = 'rebuilding';
+    await this.db.knex.transaction(async (trx) => {
+      for (const table of worker.projection.tables) await trx(table).delete();
+      await trx('projection_stream_positions').where({ projection: name }).delete();
+    });
+    const total = await this.store.headPosition();
+    let after = 0;
+    for (;;) {
+      const batch = await this.store.readAll({ after, limit: 500 });
+      if (batch.length === 0) break;
+      await this.apply(worker, batch);
+      after = batch[batch.length - 1].globalPosition;
+      onProgress?.(Math.min(after, total), total);
+    }
+    worker.state = 'stopped';
+    this.options.log?.info({ projection: name }, 'projection rebuilt');
+    if (wasRunning) await this.consume(worker);
+  }
+
+  private async consume(worker: Worker): Promise<void> {
+    worker.consumer = await this.bus.consume({
+      group: `${this.options.groupPrefix ?? 'factlog'}.projection.${worker.projection.name}`,
+      types: worker.projection.eventTypes,
+      handler: async (batch) => {
+        try {
+          await this.apply(worker, batch);
+          worker.state = 'running';
+          worker.lastError = null;
+        } catch (error) {
+          worker.lastError = error instanceof Error ? error.message : String(error);
+          this.options.log?.warn({ projection: worker.projection.name, error: worker.lastError }, 'projection batch failed; it will be redelivered');
+          throw error;
+        }
+      },
+    });
+    worker.state = 'running';
+  }
+
+  /** One transaction per batch: rows and per-stream checkpoints together, stale versions skipped. */
+  private async apply(worker: Worker, batch: readonly RecordedEvent[]): Promise<void> {
+    const handled = new Set(worker.projection.eventTypes);
+    const relevant = batch.filter((event) => handled.has(event.type));
+    if (relevant.length === 0) return;
+    const name = worker.projection.name;
+    await this.db.knex.transaction(async (trx) => {
+      const streams = [...new Set(relevant.map((event) => event.streamId))];
+      const stored: { stream_id: string; stream_version: string | number }[] = await trx('projection_stream_positions')
+        .where({ projection: name })
+        .whereIn('stream_id', streams)
+        .forUpdate()
+        .select('stream_id', 'stream_version');
+      const versions = new Map(stored.map((row) => [row.stream_id, Number(row.stream_version)]));
+      for (const event of relevant) {
+        if (event.streamVersion <= (versions.get(event.streamId) ?? -1)) continue; // a duplicate
+        await worker.projection.apply(trx, event);
+        versions.set(event.streamId, event.streamVersion);
+        await trx('projection_stream_positions')
+          .insert({ projection: name, stream_id: event.streamId, stream_version: event.streamVersion, global_position: event.globalPosition, updated_at: new Date() })
+          .onConflict(['projection', 'stream_id'])
+          .merge(['stream_version', 'global_position', 'updated_at']);
+        worker.position = Math.max(worker.position, event.globalPosition);
+      }
+    });
+  }
+}
