@@ -1,0 +1,23 @@
+# factlog service image: one image for API and worker nodes (`factlog serve --role api|worker|all`).
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json ./
+COPY src ./src
+COPY projections ./projections
+RUN npx tsc -p tsconfig.json && npm prune --omit=dev
+
+FROM node:20-bookworm-slim
+WORKDIR /app
+ENV NODE_ENV=production
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+COPY bin ./bin
+COPY configs ./configs
+COPY schemas ./schemas
+USER node
+EXPOSE 8080
+ENTRYPOINT ["node", "bin/factlog.js"]
+CMD ["serve", "--role", "all"]

@@ -1,0 +1,43 @@
+import t from 'tap';
+import { openDatabase, openScratchPostgres } from '../../src/db/database.js';
+import { runAsLeader } from '../../src/bus/leader.js';
+
+const waitFor = async (check: () => boolean, timeoutMs = 5_000) => {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+};
+
+t.test('one leader at a time on a PostgreSQL server; takeover when it stops', async (t) => {
+  const first = await openScratchPostgres(undefined, 'factlog_leader');
+  const url = (first.knex.client.config.connection as { connectionString: string }).connectionString;
+  const second = await openDatabase({ kind: 'postgres', url, maxConns: 2 });
+  t.teardown(async () => {
+    await second.close();
+    await first.close();
+  });
+  const started: string[] = [];
+  const role = (name: string) => ({ start: async () => void started.push(`${name}:start`), stop: async () => void started.push(`${name}:stop`) });
+  const a = runAsLeader(first, 'relay', role('a'), { retryMs: 50 });
+  await waitFor(() => a.isLeader());
+  const b = runAsLeader(second, 'relay', role('b'), { retryMs: 50 });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  t.notOk(b.isLeader(), 'the second node waits');
+  t.same(started, ['a:start']);
+  await a.stop();
+  await waitFor(() => b.isLeader());
+  t.same(started, ['a:start', 'a:stop', 'b:start'], 'the second node takes over');
+  await b.stop();
+});
+
+t.test('on PGlite the only process leads', async (t) => {
+  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://' });
+  t.teardown(() => db.close());
+  let running = false;
+  const leadership = runAsLeader(db, 'relay', { start: async () => void (running = true), stop: async () => void (running = false) });
+  await waitFor(() => running);
+  await leadership.stop();
+  t.notOk(running);
+});
