@@ -37,5 +37,6 @@ export interface Bus {
 export function topicCategory(streamId: string): string {
   const dash = streamId.indexOf('-');
   const category = dash < 0 ? streamId : streamId.slice(0, dash);
-  return category.endsWith('s') ? category : `${category}s`;
+  if (category.endsWith('s')) return category;
+  return category.endsWith('y') ? `${category.slice(0, -1)}ies` : `${category}s`;
 }
