@@ -6,6 +6,28 @@ import { createAppContext, type AppContext } from './app/context.js';
 import { buildApp } from './api/app.js';
 import { presentEvent } from './api/routes/events.js';
 import { rebuildWithProgressBar } from './projection/runner.js';
+import { copyEvents } from './eventstore/copy.js';
+import { createEventStoreDbStore } from './eventstore/eventstoredb.js';
+import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
+import { EventSchemaRegistry } from './eventstore/schemas.js';
+import { openDatabase } from './db/database.js';
+import type { EventStore } from './eventstore/port.js';
+
+/** The destination of `factlog events copy --to`. */
+async function openCopyTarget(target: string): Promise<{ store: EventStore; close(): Promise<void> }> {
+  const schemas = await EventSchemaRegistry.load();
+  if (/^(esdb|kurrentdb)(\+discover)?:\/\//.test(target)) {
+    const store = createEventStoreDbStore({ connectionString: target, schemas });
+    return { store, close: () => store.close() };
+  }
+  if (/^postgres(ql)?:\/\//.test(target)) {
+    const db = await openDatabase({ kind: 'postgres', url: target, maxConns: 4 });
+    await migrateEventStore(db.knex);
+    const store = createPostgresEventStore(db, { schemas });
+    return { store, close: async () => { await store.close(); await db.close(); } };
+  }
+  throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not '${target}'`);
+}
 
 /** `factlog` — serve the API, migrate, manage projections, and tail the event log. */
 export function buildCli(): Command {
@@ -35,7 +57,7 @@ export function buildCli(): Command {
     }, 'all')
     .action(async (options: { role: 'api' | 'worker' | 'all' }) => {
       const settings = config();
-      const context = await createAppContext(settings, { workers: options.role !== 'api' });
+      const context = await createAppContext(settings, { role: options.role });
       await context.start();
       const app = await buildApp(context);
       await app.listen({ host: settings.server.host, port: settings.server.port });
@@ -79,9 +101,26 @@ export function buildCli(): Command {
       }),
     );
 
-  program
-    .command('events')
-    .description('the event log')
+  const events = program.command('events').description('the event log');
+  events
+    .command('copy')
+    .description('copy the whole log into another event store, stream versions, ids and metadata preserved (re-runnable)')
+    .requiredOption('--to <target>', 'esdb://… (EventStoreDB/KurrentDB) or postgres://… (a PostgreSQL event store)')
+    .action((options: { to: string }) =>
+      withContext(async (context) => {
+        const target = await openCopyTarget(options.to);
+        try {
+          const progress = await copyEvents(context.store, target.store, {
+            onProgress: (done) => process.stderr.write(`\rcopied ${done.copied}, skipped ${done.skipped}, at ${done.position}`),
+          });
+          process.stderr.write('\n');
+          console.log(`copied ${progress.copied} events, skipped ${progress.skipped} already present`);
+        } finally {
+          await target.close();
+        }
+      }),
+    );
+  events
     .command('tail')
     .description('print events as JSON lines from a global position')
     .option('--from <position>', 'print events after this global position', (value) => {

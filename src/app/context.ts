@@ -10,6 +10,14 @@ import type { EventStore } from '../eventstore/port.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
 import { readModelProjections } from '../../projections/index.js';
 import { ProjectionRunner } from '../projection/runner.js';
+import { BusProjectionRunner } from '../projection/busRunner.js';
+import type { ReadModelRunner } from '../projection/types.js';
+import type { Bus } from '../bus/port.js';
+import { createKafkaBus, createKafkaRelay, type KafkaOptions } from '../bus/kafka.js';
+import { runAsLeader, type Leadership } from '../bus/leader.js';
+import { createEventStoreDbStore } from '../eventstore/eventstoredb.js';
+import { createOpenSearchIndex } from '../search/opensearch.js';
+import { createSearchIndexProjection } from '../../projections/searchIndex.js';
 import { JobRepository, migrateJobs } from '../pipeline/jobs.js';
 import { createJobIntakeProjection } from '../pipeline/intake.js';
 import { createStageRuntime, type StageRuntime } from '../pipeline/runtime.js';
@@ -42,7 +50,7 @@ export interface AppContext {
   repositories: RepositoryService;
   search: SearchIndex;
   jobs: JobRepository;
-  projections: ProjectionRunner;
+  projections: ReadModelRunner;
   runtime: StageRuntime;
   metrics: Metrics;
   /** Pokes idle workers (after a job retry). */
@@ -59,6 +67,12 @@ export interface ContextOptions {
   logger?: Logger;
   /** Run pipeline workers in this process (default true). */
   workers?: boolean;
+  /**
+   * `serve --role`: `api` serves HTTP only, `worker` runs projections, stages and the relay,
+   * `all` both (default). On the embedded log bus an API process still runs its projections,
+   * since no other process can.
+   */
+  role?: 'api' | 'worker' | 'all';
 }
 
 /** Opens the databases, migrates them, and wires every port to its adapter. */
@@ -77,12 +91,8 @@ export async function createAppContext(config: Config, options: ContextOptions =
     }
     return db;
   };
-  if (config.eventstore.backend !== 'postgres') {
-    throw new Error(`eventstore.backend '${config.eventstore.backend}' is not available in this build; use 'postgres'`);
-  }
-  const storeDb = await open(config.eventstore.database);
+  const role = options.role ?? (options.workers === false ? 'api' : 'all');
   const db = await open(config.readmodels.database);
-  await migrateEventStore(storeDb.knex);
   await migrateReadModels(db.knex);
   await migrateJobs(db.knex);
 
@@ -90,7 +100,8 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const projectionStatus = () => projections.status();
   const jobs = new JobRepository(db.knex);
   const metrics = createMetrics({ projectionStatus, jobCounts: () => jobs.counts() });
-  const store = instrumentEventStore(createPostgresEventStore(storeDb, { schemas }), metrics);
+  const store = instrumentEventStore(await openEventStore(config, schemas, open), metrics);
+  const search = openSearchIndex(config, db, log);
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
 
   const retry = {
@@ -137,7 +148,23 @@ export async function createAppContext(config: Config, options: ContextOptions =
     maxAttempts: retry.maxAttempts,
     afterCommit: (kinds) => kinds.forEach((kind) => runtime.wake(kind)),
   });
-  const projections = new ProjectionRunner(store, db, [...readModelProjections, intake], { log: log.child({ component: 'projections' }) });
+  const allProjections = [...readModelProjections, intake, ...(config.search.backend === 'opensearch' ? [createSearchIndexProjection(search)] : [])];
+  const projectionLog = log.child({ component: 'projections' });
+  let relay: Leadership | null = null;
+  let bus: Bus | null = null;
+  let projections: ReadModelRunner;
+  if (config.bus.backend === 'kafka') {
+    const kafka = kafkaOptions(config);
+    bus = createKafkaBus({ kafka, registry: schemas, log: log.child({ component: 'bus' }) });
+    projections = new BusProjectionRunner(bus, store, db, allProjections, { groupPrefix: kafka.topicPrefix, log: projectionLog });
+  } else {
+    projections = new ProjectionRunner(store, db, allProjections, { log: projectionLog });
+  }
+  const startRelay = () => {
+    if (config.bus.backend !== 'kafka' || !config.bus.kafka.relay) return null;
+    const kafkaRelay = createKafkaRelay({ store, kafka: kafkaOptions(config), registry: schemas, db, log: log.child({ component: 'relay' }) });
+    return runAsLeader(db, 'relay', kafkaRelay, { log });
+  };
   const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);
   const identity = createIdentityService({
     knex: db.knex,
@@ -157,7 +184,8 @@ export async function createAppContext(config: Config, options: ContextOptions =
     log,
   });
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
-  const runWorkers = options.workers ?? true;
+  const runWorkers = role !== 'api';
+  const runProjections = role !== 'api' || config.bus.backend === 'log';
 
   return {
     config,
@@ -169,24 +197,55 @@ export async function createAppContext(config: Config, options: ContextOptions =
     commands,
     identity,
     repositories,
-    search: createPostgresSearchIndex(db.knex),
+    search,
     jobs,
     projections,
     runtime,
     metrics,
     wakeWorkers: () => runtime.wake(),
     async start() {
-      await projections.start();
+      if (runWorkers) relay = startRelay();
+      if (runProjections) await projections.start();
       await bootstrap(config, options.env ?? process.env, { identity, repositories, db, log });
       if (runWorkers) await runtime.start();
     },
     async close() {
       await runtime.stop();
       await projections.stop();
+      await relay?.stop();
+      await bus?.close();
       await store.close();
       for (const database of opened.values()) await database.close();
     },
   };
+}
+
+/** The event store of `eventstore.backend`: PostgreSQL tables (PGlite or a server) or EventStoreDB. */
+async function openEventStore(
+  config: Config,
+  schemas: EventSchemaRegistry,
+  open: (name: string) => Promise<Database>,
+): Promise<EventStore> {
+  if (config.eventstore.backend === 'eventstoredb') {
+    return createEventStoreDbStore({ connectionString: config.eventstore.eventstoredb.connection_string, schemas });
+  }
+  const storeDb = await open(config.eventstore.database);
+  await migrateEventStore(storeDb.knex);
+  return createPostgresEventStore(storeDb, { schemas });
+}
+
+/** The search index of `search.backend`. */
+function openSearchIndex(config: Config, db: Database, log: Logger): SearchIndex {
+  if (config.search.backend === 'opensearch') {
+    const { url, index_prefix, dimensions } = config.search.opensearch;
+    return createOpenSearchIndex({ node: url, indexPrefix: index_prefix, dimensions, log: log.child({ component: 'search' }) });
+  }
+  return createPostgresSearchIndex(db.knex);
+}
+
+export function kafkaOptions(config: Config): KafkaOptions {
+  const { brokers, client_id, topic_prefix, partitions, replication_factor } = config.bus.kafka;
+  return { brokers, clientId: client_id, topicPrefix: topic_prefix, partitions, replicationFactor: replication_factor };
 }
 
 /** Boot-time bootstrap moves of the spec: default admin first, then the starter repository. */

@@ -374,7 +374,7 @@ export class ProjectionRunner implements ReadModelRunner {
 
 /** `factlog projections rebuild <name>`: rebuilds with a progress bar on the terminal. */
 export async function rebuildWithProgressBar(
-  runner: ProjectionRunner,
+  runner: Pick<ReadModelRunner, 'rebuild'>,
   name: string,
   stream: NodeJS.WritableStream = process.stderr,
 ): Promise<void> {

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { TEST_SECRET } from '../helpers/service.js';
+import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
+import { openScratchPostgres } from '../../src/db/database.js';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '../..');
@@ -28,6 +29,11 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const cwd = await mkdtemp(path.join(tmpdir(), 'factlog-cli-'));
   t.teardown(() => rm(cwd, { recursive: true, force: true }));
 
+  // Seed a log through the service itself: a starter repository and a user.
+  const service = await startTestService({ dataDir: path.join(cwd, 'data'), overrides: { bootstrap: { default_repository: true } } });
+  await registerUser(service, 'cli@example.org');
+  await service.close({ keepData: true });
+
   const migrated = await factlog(cwd, ['migrate']);
   t.equal(migrated.code, 0, migrated.stderr);
   t.match(migrated.stdout, /migrations applied/);
@@ -49,7 +55,27 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const tail = await factlog(cwd, ['events', 'tail', '--from', '0']);
   t.equal(tail.code, 0, tail.stderr);
   const lines = tail.stdout.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
+  t.ok(lines.length >= 3, `the seeded events are listed (${lines.length})`);
   t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
+
+  // Copy the log into a PostgreSQL event store on the server; a second run copies nothing.
+  const target = await openScratchPostgres(undefined, 'factlog_copy');
+  t.teardown(() => target.close());
+  const targetUrl = (target.knex.client.config.connection as { connectionString: string }).connectionString;
+  const copied = await factlog(cwd, ['events', 'copy', '--to', targetUrl]);
+  t.equal(copied.code, 0, copied.stderr);
+  t.match(copied.stdout, new RegExp(`copied ${lines.length} events, skipped 0`));
+  const copiedRows = await target.knex('events').orderBy('global_position').select('event_id', 'stream_id', 'stream_version', 'type');
+  t.same(
+    copiedRows.map((row) => [row.event_id, row.stream_id, row.stream_version, row.type]),
+    lines.map((event) => [event.event_id, event.stream_id, event.stream_version, event.type]),
+    'same events, ids, streams and versions',
+  );
+  const again = await factlog(cwd, ['events', 'copy', '--to', targetUrl]);
+  t.match(again.stdout, new RegExp(`copied 0 events, skipped ${lines.length}`), 'copy is re-runnable');
+  const badTarget = await factlog(cwd, ['events', 'copy', '--to', 'mysql://x']);
+  t.not(badTarget.code, 0);
+  t.match(badTarget.stderr, /--to must be/);
 
   const badFrom = await factlog(cwd, ['events', 'tail', '--from', '-3']);
   t.not(badFrom.code, 0);
