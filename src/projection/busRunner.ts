@@ -82,8 +82,11 @@ export class BusProjectionRunner implements ReadModelRunner {
 
   /** Polls the per-stream checkpoints of the projections that handle the write's types. */
   async settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
+    // Other nodes may run the consumers (an API node runs none), so wait for every projection
+    // that handles the write, unless this node knows it failed or is being rebuilt.
     const concerned = [...this.workers.values()]
-      .filter((worker) => worker.state === 'running' && write.types.some((type) => worker.projection.eventTypes.includes(type)))
+      .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
+      .filter((worker) => write.types.some((type) => worker.projection.eventTypes.includes(type)))
       .map((worker) => worker.projection.name);
     if (concerned.length === 0) return;
     const deadline = Date.now() + timeoutMs;

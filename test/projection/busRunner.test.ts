@@ -75,4 +75,7 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   t.same(await counts(), { a: 2, b: 1 }, 'redelivery after the rebuild changes nothing');
   await runner.stop();
   t.equal(bus.consumers.length, 0);
+  const apiNode = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  await apiNode.settle(write, 200); // never started here: it reads the checkpoints the workers wrote
+  await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
 });
