@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 NPM ?= npm
 
-.PHONY: install build run test test-unit bench typecheck clean postgres
+.PHONY: install build run test bench typecheck clean postgres infra infra-stop
 
 install: node_modules/.installed
 
@@ -27,7 +27,17 @@ postgres:
 	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | head -1) main start; \
 	  for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done; }
 
-test: install postgres typecheck
+# Real Kafka (KRaft) and OpenSearch with k-NN for the distributed-tier suites, fetched from Maven
+# Central with mvn into .cache/ on first use and reused afterwards.
+infra:
+	bash scripts/kafka.sh start
+	bash scripts/opensearch.sh start
+
+infra-stop:
+	-bash scripts/kafka.sh stop
+	-bash scripts/opensearch.sh stop
+
+test: install postgres typecheck infra
 	npx tap
 
 bench: install postgres
