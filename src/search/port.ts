@@ -1,13 +1,18 @@
+import type { Knex } from 'knex';
+
 /**
- * The SearchIndex port: lexical search now; k-NN and hybrid (RRF) search build on it.
- * Adapters: `postgres.ts` (full text on the read-model database) and, on the distributed tier,
- * `opensearch.ts`.
+ * The SearchIndex port: lexical search, k-NN search over given vectors, and the writes that keep
+ * an index in step with the log. Hybrid (RRF) search builds on it. Adapters: `postgres.ts` (full
+ * text on the read-model database, pgvector where present) and, on the distributed tier,
+ * `opensearch.ts`. docs/search.md describes both.
  */
 export interface FactQuery {
   repositoryId: string;
   /** websearch_to_tsquery syntax: words, "quoted phrases", OR, -negation. Empty lists all facts. */
   query: string;
+  /** 0..MAX_PAGE_SIZE; 0 asks for the total only. */
   limit: number;
+  /** offset + limit must not pass MAX_RESULT_WINDOW. */
   offset: number;
 }
 
@@ -17,11 +22,170 @@ export interface FactHit {
   content_hash: string;
   fact_kind: string;
   status: string;
-  /** Relevance score (higher is better); 0 when no query was given. */
+  /**
+   * Relevance (higher is better); 0 when no query was given. Lexical scores are the adapter's
+   * own (ts_rank_cd, BM25) and not comparable across adapters; k-NN scores are the cosine
+   * similarity (-1..1) on every adapter.
+   */
   score: number;
   created_at: string;
 }
 
+/** A fact as an index stores it (the `facts` read model's columns, plus an optional vector). */
+export interface FactDocument {
+  id: string;
+  repository_id: string;
+  content: string;
+  content_hash: string;
+  fact_kind: string;
+  status: string;
+  /** RFC 3339. When a fact is indexed again, the index keeps the earliest time it was given. */
+  created_at: string;
+  /** Omitted or undefined: keep the stored vector; null: remove it; numbers: set it. */
+  vector?: number[] | null;
+}
+
+export interface VectorQuery {
+  repositoryId: string;
+  /** Compared by cosine similarity; must have the index's dimension and not be all zeros. */
+  vector: number[];
+  /** 1..MAX_K nearest facts of the repository, nearest first. */
+  k: number;
+}
+
 export interface SearchIndex {
+  /** Lexical search within one repository, best match first, with the total number of matches. */
   searchFacts(query: FactQuery): Promise<{ total: number; items: FactHit[] }>;
+  /**
+   * Upserts facts by id. Idempotent: indexing the same documents again leaves the index as it
+   * was, so a projection may re-apply an event after a crash or a redelivery.
+   */
+  indexFacts(docs: FactDocument[]): Promise<void>;
+  /** Removes every document of the repository. Idempotent. */
+  removeRepository(repositoryId: string): Promise<void>;
+  /** k-NN by cosine similarity. Throws VectorSearchUnavailableError where the adapter has no vectors. */
+  searchFactsByVector(query: VectorQuery): Promise<{ items: FactHit[] }>;
+  /**
+   * For adapters that live in the read-model database: a view whose writes join the projection
+   * runner's transaction, so they commit with its checkpoint (and do not wait for a second
+   * connection that PGlite does not have). Adapters outside the database leave it undefined.
+   */
+  withinTransaction?(trx: Knex.Transaction): SearchIndex;
+}
+
+/** The part of a pino logger the search adapters use (pino loggers and test spies fit). */
+export interface SearchLogger {
+  info(details: Record<string, unknown>, message: string): void;
+  warn(details: Record<string, unknown>, message: string): void;
+  error(details: Record<string, unknown>, message: string): void;
+}
+
+export const silentSearchLogger: SearchLogger = { info() {}, warn() {}, error() {} };
+
+/** Largest page a search returns. */
+export const MAX_PAGE_SIZE = 1000;
+/** Deepest result a search reaches (offset + limit): OpenSearch's index.max_result_window, on both adapters. */
+export const MAX_RESULT_WINDOW = 100_000;
+/** Most neighbours a k-NN search returns (pgvector's hnsw.ef_search ceiling). */
+export const MAX_K = 1000;
+
+/** No vector index behind this adapter: callers fall back to lexical search. */
+export class VectorSearchUnavailableError extends Error {
+  constructor(reason: string) {
+    super(`vector search is unavailable: ${reason}`);
+    this.name = 'VectorSearchUnavailableError';
+  }
+}
+
+/**
+ * A request the index cannot answer as asked (bad paging, bad vector, bad document). Carries
+ * statusCode 400 so the API's error handler answers 400 rather than 500.
+ */
+export class InvalidSearchRequestError extends Error {
+  readonly statusCode = 400;
+  readonly code = 'bad_request';
+  constructor(message: string) {
+    super(message);
+    this.name = 'InvalidSearchRequestError';
+  }
+}
+
+/** The index holds vectors of another dimension, or a mapping it cannot migrate in place. */
+export class SearchIndexMigrationError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SearchIndexMigrationError';
+  }
+}
+
+function requireRepositoryId(repositoryId: unknown): void {
+  if (typeof repositoryId !== 'string' || repositoryId === '') {
+    throw new InvalidSearchRequestError('repositoryId must be a non-empty string');
+  }
+}
+
+export function validateFactQuery(query: FactQuery): void {
+  requireRepositoryId(query.repositoryId);
+  if (typeof query.query !== 'string') throw new InvalidSearchRequestError('query must be a string');
+  const { limit, offset } = query;
+  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_PAGE_SIZE) {
+    throw new InvalidSearchRequestError(`limit must be an integer from 0 to ${MAX_PAGE_SIZE}`);
+  }
+  if (!Number.isInteger(offset) || offset < 0) throw new InvalidSearchRequestError('offset must be a non-negative integer');
+  if (offset + limit > MAX_RESULT_WINDOW) {
+    throw new InvalidSearchRequestError(`offset + limit must not exceed ${MAX_RESULT_WINDOW}; narrow the query instead`);
+  }
+}
+
+/** Checks a vector against the index's dimension; cosine similarity is undefined for a zero vector. */
+export function validateVector(vector: unknown, dimensions: number, what = 'vector'): asserts vector is number[] {
+  if (!Array.isArray(vector)) throw new InvalidSearchRequestError(`${what} must be an array of numbers`);
+  if (vector.length !== dimensions) {
+    throw new InvalidSearchRequestError(`${what} has ${vector.length} dimensions; the index holds ${dimensions}`);
+  }
+  let zero = true;
+  for (const value of vector) {
+    if (typeof value !== 'number' || !Number.isFinite(value)) throw new InvalidSearchRequestError(`${what} must hold finite numbers only`);
+    if (value !== 0) zero = false;
+  }
+  if (zero) throw new InvalidSearchRequestError(`${what} is all zeros: cosine similarity is undefined for it`);
+}
+
+export function validateVectorQuery(query: VectorQuery, dimensions: number): void {
+  requireRepositoryId(query.repositoryId);
+  if (!Number.isInteger(query.k) || query.k < 1 || query.k > MAX_K) {
+    throw new InvalidSearchRequestError(`k must be an integer from 1 to ${MAX_K}`);
+  }
+  validateVector(query.vector, dimensions);
+}
+
+/**
+ * Checks documents before any is written (a batch is all or nothing at this gate) and returns
+ * them with created_at normalised to UTC RFC 3339, so stored times compare as strings.
+ * `dimensions` null: the adapter keeps no vectors, so any vector is accepted and ignored.
+ */
+export function normaliseFactDocuments(docs: FactDocument[], dimensions: number | null): FactDocument[] {
+  if (!Array.isArray(docs)) throw new InvalidSearchRequestError('docs must be an array');
+  const seen = new Set<string>();
+  return docs.map((doc, position) => {
+    const where = `docs[${position}]`;
+    if (doc === null || typeof doc !== 'object') throw new InvalidSearchRequestError(`${where} must be an object`);
+    for (const field of ['id', 'repository_id', 'content_hash', 'fact_kind', 'status'] as const) {
+      if (typeof doc[field] !== 'string' || doc[field] === '') throw new InvalidSearchRequestError(`${where}.${field} must be a non-empty string`);
+    }
+    if (typeof doc.content !== 'string') throw new InvalidSearchRequestError(`${where}.content must be a string`);
+    if (seen.has(doc.id)) throw new InvalidSearchRequestError(`${where}.id ${doc.id} appears twice in one batch`);
+    seen.add(doc.id);
+    const createdAt = typeof doc.created_at === 'string' ? new Date(doc.created_at) : null;
+    if (!createdAt || Number.isNaN(createdAt.getTime())) throw new InvalidSearchRequestError(`${where}.created_at must be an RFC 3339 time`);
+    if (doc.vector !== undefined && doc.vector !== null && dimensions !== null) validateVector(doc.vector, dimensions, `${where}.vector`);
+    return { ...doc, created_at: createdAt.toISOString() };
+  });
+}
+
+/** A vector dimension given to a factory: a positive integer (OpenSearch's knn_vector allows up to 16000). */
+export function validateDimensions(dimensions: unknown): asserts dimensions is number {
+  if (!Number.isInteger(dimensions) || (dimensions as number) < 1 || (dimensions as number) > 16_000) {
+    throw new RangeError('dimensions must be an integer from 1 to 16000');
+  }
 }

@@ -1,0 +1,232 @@
+import { randomUUID } from 'node:crypto';
+import type { Test } from 'tap';
+import {
+  InvalidSearchRequestError,
+  MAX_RESULT_WINDOW,
+  type FactDocument,
+  type SearchIndex,
+} from '../../src/search/port.js';
+
+/**
+ * The SearchIndex contract, run on every adapter: the Postgres one over PGlite with pgvector
+ * (test/search/postgres.test.ts) and OpenSearch (test/search/opensearch.test.ts).
+ */
+export interface SearchHarness {
+  index: SearchIndex;
+  /**
+   * Makes documents searchable the way the service does: on Postgres the facts projection writes
+   * the `facts` rows and the search index only the vectors; on OpenSearch indexFacts does it all.
+   */
+  load(docs: FactDocument[]): Promise<void>;
+  close(): Promise<void>;
+}
+
+export const DIMENSIONS = 4;
+
+let clock = Date.parse('2024-03-01T00:00:00.000Z');
+
+/** A fact with a fresh id and a created_at one second after the previous one made. */
+export function fact(repositoryId: string, content: string, extra: Partial<FactDocument> = {}): FactDocument {
+  clock += 1000;
+  return {
+    id: randomUUID(),
+    repository_id: repositoryId,
+    content,
+    content_hash: `hash-${randomUUID()}`,
+    fact_kind: 'text',
+    status: 'stable',
+    created_at: new Date(clock).toISOString(),
+    ...extra,
+  };
+}
+
+const ids = (items: { id: string }[]) => items.map((item) => item.id);
+const sorted = (values: string[]) => [...values].sort();
+
+export function searchContract(t: Test, open: () => Promise<SearchHarness>): void {
+  const withHarness = (name: string, body: (t: Test, harness: SearchHarness, repo: string) => Promise<void>) =>
+    t.test(name, async (t) => {
+      const harness = await open();
+      t.teardown(() => harness.close());
+      await body(t, harness, `repo-${randomUUID()}`);
+    });
+
+  const search = (index: SearchIndex, repositoryId: string, query: string, limit = 50, offset = 0) =>
+    index.searchFacts({ repositoryId, query, limit, offset });
+
+  withHarness('indexes facts and finds them by stemmed words, with every field', async (t, { index, load }, repo) => {
+    const cat = fact(repo, 'Cats sleep most of the day.');
+    const dog = fact(repo, 'Dogs need daily walks.', { fact_kind: 'claim', status: 'merged' });
+    await load([cat, dog]);
+    const result = await search(index, repo, 'sleeping cat');
+    t.equal(result.total, 1);
+    t.same(ids(result.items), [cat.id], 'english stemming: "sleeping cat" finds "Cats sleep"');
+    const [hit] = result.items;
+    t.match(hit, { id: cat.id, content: cat.content, content_hash: cat.content_hash, fact_kind: 'text', status: 'stable', created_at: cat.created_at });
+    t.ok(hit.score > 0, 'a lexical hit has a positive score');
+    const walks = await search(index, repo, 'walk');
+    t.same(ids(walks.items), [dog.id]);
+    t.equal((await search(index, repo, 'giraffe')).total, 0, 'a word no fact has finds nothing');
+  });
+
+  withHarness('indexing the same facts again changes nothing', async (t, { index, load }, repo) => {
+    const docs = [fact(repo, 'Rivers carry sediment to the sea.'), fact(repo, 'Sediment forms river deltas.')];
+    await load(docs);
+    const before = await search(index, repo, 'sediment');
+    await load(docs);
+    await index.indexFacts(docs);
+    const after = await search(index, repo, 'sediment');
+    t.equal(after.total, 2);
+    t.same(after, before, 'same hits, same order, same scores');
+  });
+
+  withHarness('an earlier created_at wins when a fact is indexed again', async (t, { index, load }, repo) => {
+    const first = fact(repo, 'Glaciers retreat in warm summers.', { created_at: '2024-01-01T10:00:00.000Z' });
+    await load([first]);
+    await load([{ ...first, created_at: '2024-06-01T10:00:00.000Z' }]);
+    const [hit] = (await search(index, repo, 'glacier')).items;
+    t.equal(hit.created_at, '2024-01-01T10:00:00.000Z');
+    t.equal((await search(index, repo, '')).total, 1, 'still one fact');
+  });
+
+  withHarness('the better match ranks first', async (t, { index, load }, repo) => {
+    const weak = fact(repo, 'The committee discussed many topics, among them budgets, hiring and travel plans, and at the very end briefly mentioned one solar project and its panels.');
+    const strong = fact(repo, 'Solar panels convert sunlight into electricity; solar panels on roofs are common.');
+    await load([weak, strong]);
+    const result = await search(index, repo, 'solar panels');
+    t.same(ids(result.items), [strong.id, weak.id]);
+    t.ok(result.items[0].score > result.items[1].score, 'scores fall with rank');
+  });
+
+  withHarness('quoted phrases, OR and -negation follow websearch syntax', async (t, { index, load }, repo) => {
+    const plants = fact(repo, 'Solar power plants are expanding.');
+    const companies = fact(repo, 'Power companies oppose solar subsidies.');
+    const cats = fact(repo, 'Cats sleep most of the day.');
+    const dogs = fact(repo, 'Dogs need daily walks.');
+    const both = fact(repo, 'Cats and dogs can live together.');
+    await load([plants, companies, cats, dogs, both]);
+    t.same(sorted(ids((await search(index, repo, 'solar power')).items)), sorted([plants.id, companies.id]), 'words: all must occur');
+    t.same(ids((await search(index, repo, '"solar power"')).items), [plants.id], 'phrase: adjacent, in order');
+    t.same(ids((await search(index, repo, '"power solar"')).items), [], 'a phrase in the other order matches nothing here');
+    t.same(sorted(ids((await search(index, repo, 'cats or dogs')).items)), sorted([cats.id, dogs.id, both.id]), 'or');
+    t.same(sorted(ids((await search(index, repo, 'cats OR dogs')).items)), sorted([cats.id, dogs.id, both.id]), 'OR');
+    t.same(ids((await search(index, repo, 'cats dogs')).items), [both.id], 'two words: AND');
+    t.same(ids((await search(index, repo, 'cats -dogs')).items), [cats.id], 'negation');
+    t.same(sorted(ids((await search(index, repo, '-cats')).items)), sorted([plants.id, companies.id, dogs.id]), 'negation alone: every fact without the word');
+    t.same(ids((await search(index, repo, 'solar -"power plants"')).items), [companies.id], 'negated phrase');
+    t.same(sorted(ids((await search(index, repo, 'walks or "solar power"')).items)), sorted([dogs.id, plants.id]), 'OR of a word and a phrase');
+    t.same(sorted(ids((await search(index, repo, 'sleep cats or walks')).items)), sorted([cats.id, dogs.id]), 'AND binds tighter than OR');
+    t.equal((await search(index, repo, 'the')).total, 0, 'stop words alone match nothing');
+    t.equal((await search(index, repo, '"" or -')).total, 0, 'operators without terms match nothing');
+    t.same(ids((await search(index, repo, 'cats* (dogs)')).items), [both.id], 'other punctuation is no operator');
+  });
+
+  withHarness('a repository sees only its own facts', async (t, { index, load }, repo) => {
+    const other = `repo-${randomUUID()}`;
+    const mine = fact(repo, 'Volcanoes release sulfur dioxide.');
+    const theirs = fact(other, 'Volcanoes release sulfur dioxide.');
+    await load([mine, theirs]);
+    t.same(ids((await search(index, repo, 'volcano')).items), [mine.id]);
+    t.same(ids((await search(index, other, 'volcano')).items), [theirs.id]);
+    t.same(ids((await search(index, repo, '')).items), [mine.id], 'listing too');
+    t.same((await search(index, `repo-${randomUUID()}`, 'volcano')).total, 0, 'an unknown repository has nothing');
+  });
+
+  withHarness('pages are disjoint, ordered, and carry the total', async (t, { index, load }, repo) => {
+    const docs = Array.from({ length: 7 }, (_, position) => fact(repo, `Fact number ${position + 1} about paging widgets.`));
+    await load([...docs].reverse());
+    await load([fact(repo, 'Something else entirely.')]);
+    const pages = [await search(index, repo, 'widgets', 3, 0), await search(index, repo, 'widgets', 3, 3), await search(index, repo, 'widgets', 3, 6)];
+    t.same(pages.map((page) => page.total), [7, 7, 7]);
+    t.same(pages.map((page) => page.items.length), [3, 3, 1]);
+    t.same(pages.flatMap((page) => ids(page.items)), ids(docs), 'equal scores: oldest first, no fact twice or missing');
+    const past = await search(index, repo, 'widgets', 3, 9);
+    t.same(past, { total: 7, items: [] }, 'past the last page: no items, still the total');
+    const countOnly = await search(index, repo, 'widgets', 0, 0);
+    t.same(countOnly, { total: 7, items: [] }, 'limit 0 counts');
+    const listing = await search(index, repo, '', 4, 0);
+    t.equal(listing.total, 8);
+    t.equal(listing.items[0].content, 'Something else entirely.', 'no query: newest first');
+    t.ok(listing.items.every((item) => item.score === 0), 'no query: score 0');
+    t.same(ids((await search(index, repo, '   ', 3, 5)).items), ids([...docs].reverse().slice(4, 7)), 'blank query pages the listing');
+  });
+
+  withHarness('k-NN returns the nearest facts of the repository first', async (t, { index, load }, repo) => {
+    const other = `repo-${randomUUID()}`;
+    const near = fact(repo, 'Near.', { vector: [1, 0.1, 0, 0] });
+    const diagonal = fact(repo, 'Diagonal.', { vector: [1, 1, 0, 0] });
+    const orthogonal = fact(repo, 'Orthogonal.', { vector: [0, 1, 0, 0] });
+    const opposite = fact(repo, 'Opposite.', { vector: [-1, 0, 0, 0] });
+    const unembedded = fact(repo, 'No vector yet.');
+    const elsewhere = fact(other, 'Exact match in another repository.', { vector: [1, 0, 0, 0] });
+    await load([opposite, orthogonal, near, unembedded, diagonal, elsewhere]);
+    const all = await index.searchFactsByVector({ repositoryId: repo, vector: [2, 0, 0, 0], k: 10 });
+    t.same(ids(all.items), ids([near, diagonal, orthogonal, opposite]), 'nearest first; no fact without a vector, none of another repository');
+    const expected = [1 / Math.sqrt(1.01), 1 / Math.sqrt(2), 0, -1];
+    all.items.forEach((item, position) => t.ok(Math.abs(item.score - expected[position]) < 1e-3, `score ${item.score} is the cosine ${expected[position]}`));
+    t.match(all.items[0], { content: 'Near.', content_hash: near.content_hash, fact_kind: 'text', status: 'stable', created_at: near.created_at });
+    const two = await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 2 });
+    t.same(ids(two.items), [near.id, diagonal.id], 'k bounds the answer');
+    const theirs = await index.searchFactsByVector({ repositoryId: other, vector: [0, 1, 0, 0], k: 5 });
+    t.same(ids(theirs.items), [elsewhere.id]);
+    t.same((await index.searchFactsByVector({ repositoryId: `repo-${randomUUID()}`, vector: [1, 0, 0, 0], k: 3 })).items, []);
+  });
+
+  withHarness('vectors: omitted keeps, null removes, a new one replaces', async (t, { index, load }, repo) => {
+    const a = fact(repo, 'Alpha.', { vector: [1, 0, 0, 0] });
+    const b = fact(repo, 'Beta.', { vector: [0, 1, 0, 0] });
+    await load([a, b]);
+    await index.indexFacts([{ ...a, vector: undefined }]);
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items), [a.id], 'omitted: kept');
+    await index.indexFacts([{ ...a, vector: [0, 0, 1, 0] }]);
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [0, 0, 1, 0], k: 1 })).items), [a.id], 'replaced');
+    await index.indexFacts([{ ...a, vector: null }]);
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [0, 0, 1, 0], k: 5 })).items), [b.id], 'null: removed');
+    t.same(ids((await search(index, repo, 'alpha')).items), [a.id], 'the fact itself stays searchable');
+  });
+
+  withHarness('removeRepository removes its facts and vectors, and only those', async (t, { index, load }, repo) => {
+    const other = `repo-${randomUUID()}`;
+    const mine = fact(repo, 'Tides follow the moon.', { vector: [1, 0, 0, 0] });
+    const theirs = fact(other, 'Tides follow the moon.', { vector: [1, 0, 0, 0] });
+    await load([mine, theirs]);
+    await index.removeRepository(repo);
+    t.same((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items, [], 'no vectors left');
+    t.same(ids((await search(index, other, 'tides')).items), [theirs.id], 'the other repository keeps its facts');
+    t.same(ids((await index.searchFactsByVector({ repositoryId: other, vector: [1, 0, 0, 0], k: 5 })).items), [theirs.id]);
+    await t.resolves(index.removeRepository(repo), 'removing again is harmless');
+    await t.resolves(index.removeRepository(`repo-${randomUUID()}`), 'removing an unknown repository is harmless');
+  });
+
+  withHarness('bad requests are refused with InvalidSearchRequestError', async (t, { index, load }, repo) => {
+    const bad = { name: 'InvalidSearchRequestError' };
+    t.ok(new InvalidSearchRequestError('x') instanceof Error);
+    await t.rejects(search(index, repo, 'x', -1), bad, 'negative limit');
+    await t.rejects(search(index, repo, 'x', 1.5), bad, 'fractional limit');
+    await t.rejects(search(index, repo, 'x', 10, -1), bad, 'negative offset');
+    await t.rejects(search(index, repo, 'x', 10, MAX_RESULT_WINDOW), bad, 'past the result window');
+    await t.rejects(search(index, '', 'x'), bad, 'no repository');
+    await t.rejects(index.searchFacts({ repositoryId: repo, query: 42 as unknown as string, limit: 1, offset: 0 }), bad, 'query not a string');
+    const vectorQuery = { repositoryId: repo, vector: [1, 0, 0, 0], k: 3 };
+    await t.rejects(index.searchFactsByVector({ ...vectorQuery, k: 0 }), bad, 'k 0');
+    await t.rejects(index.searchFactsByVector({ ...vectorQuery, k: 100_000 }), bad, 'k too large');
+    await t.rejects(index.searchFactsByVector({ ...vectorQuery, vector: [1, 0, 0] }), bad, 'wrong dimension');
+    await t.rejects(index.searchFactsByVector({ ...vectorQuery, vector: [0, 0, 0, 0] }), bad, 'zero vector');
+    await t.rejects(index.searchFactsByVector({ ...vectorQuery, vector: [1, Number.NaN, 0, 0] }), bad, 'NaN');
+    await t.rejects(index.removeRepository(''), bad, 'removing no repository');
+
+    const good = fact(repo, 'Good fact about lighthouses.', { vector: [1, 0, 0, 0] });
+    const invalidBatches: [string, FactDocument[]][] = [
+      ['missing id', [good, { ...fact(repo, 'x'), id: '' }]],
+      ['bad created_at', [good, { ...fact(repo, 'x'), created_at: 'yesterday' }]],
+      ['wrong vector dimension', [good, fact(repo, 'x', { vector: [1, 2] })]],
+      ['zero vector', [good, fact(repo, 'x', { vector: [0, 0, 0, 0] })]],
+      ['the same id twice', [good, { ...good }]],
+    ];
+    for (const [what, batch] of invalidBatches) await t.rejects(index.indexFacts(batch), bad, what);
+    t.same((await index.searchFactsByVector(vectorQuery)).items, [], 'a refused batch wrote nothing');
+    await load([good]);
+    t.same(ids((await search(index, repo, 'lighthouse')).items), [good.id], 'the index still works');
+    await t.resolves(index.indexFacts([]), 'an empty batch is fine');
+  });
+}

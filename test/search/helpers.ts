@@ -1,0 +1,98 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import knexFactory, { type Knex } from 'knex';
+import { PGlite } from '@electric-sql/pglite';
+import { vector } from '@electric-sql/pglite-pgvector';
+import ClientPgLite from 'knex-pglite';
+import type { Database } from '../../src/db/database.js';
+import { migrateReadModels } from '../../projections/migrations/index.js';
+
+const run = promisify(execFile);
+const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const script = path.join(repositoryRoot, 'scripts/opensearch.sh');
+
+export const DEFAULT_OPENSEARCH_PORT = Number(process.env.OPENSEARCH_PORT ?? 19200);
+
+export async function openSearchHealth(port: number): Promise<string | null> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/_cluster/health`, { signal: AbortSignal.timeout(3000) });
+    const body = (await response.json()) as { status?: string };
+    return body.status ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Runs scripts/opensearch.sh (start, stop, status) for a port; its log goes to the test's stderr on failure. */
+export async function openSearchScript(command: 'start' | 'stop' | 'status', port = DEFAULT_OPENSEARCH_PORT): Promise<void> {
+  try {
+    await run(script, [command], {
+      env: { ...process.env, OPENSEARCH_PORT: String(port) },
+      timeout: 600_000, // the first start downloads about 60 MB from Maven Central
+      maxBuffer: 16 * 1024 * 1024,
+    });
+  } catch (error) {
+    const details = error as { stderr?: string; stdout?: string };
+    throw new Error(`scripts/opensearch.sh ${command} failed:\n${details.stderr ?? ''}${details.stdout ?? ''}`);
+  }
+}
+
+/**
+ * The URL of a healthy OpenSearch node on `port`, starting one with scripts/opensearch.sh when
+ * none answers (so `npx tap test/search` works alone). A node this starts keeps running for the
+ * next run; `scripts/opensearch.sh stop` ends it.
+ */
+export async function ensureOpenSearch(port = DEFAULT_OPENSEARCH_PORT): Promise<string> {
+  const status = await openSearchHealth(port);
+  if (status !== 'green' && status !== 'yellow') await openSearchScript('start', port);
+  return `http://127.0.0.1:${port}`;
+}
+
+/** Deletes every index whose name starts with `prefix` (test prefixes are unique per test). */
+export async function deleteIndices(node: string, prefix: string): Promise<void> {
+  const response = await fetch(`${node}/${prefix}*?expand_wildcards=all`, { method: 'DELETE' });
+  if (!response.ok && response.status !== 404) throw new Error(`deleting ${prefix}* answered ${response.status}: ${await response.text()}`);
+}
+
+/** Raw REST reads for assertions on OpenSearch's own answers (mappings, aliases, settings). */
+// `any`: these bodies are OpenSearch's, keyed by index names the tests build; tap's matchers check their shape.
+export async function getJson(url: string): Promise<{ status: number; body: any }> {
+  const response = await fetch(url);
+  return { status: response.status, body: await response.json() };
+}
+
+export function uniquePrefix(label: string): string {
+  return `factlog-test-${label}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+let template: Promise<File | Blob> | null = null;
+
+/**
+ * A fresh in-memory PGlite with pgvector and the read-model migrations. The first call runs
+ * initdb and the migrations (a few seconds); later ones load a dump of that instance.
+ */
+export async function openVectorPglite(): Promise<Database> {
+  template ??= (async () => {
+    const pglite = await PGlite.create('memory://', { extensions: { vector } });
+    const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
+    await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+    await migrateReadModels(knex);
+    const dump = await pglite.dumpDataDir('none');
+    await knex.destroy();
+    if (!pglite.closed) await pglite.close();
+    return dump;
+  })();
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await template, extensions: { vector } });
+  const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
+  return {
+    knex,
+    kind: 'pglite',
+    hasVector: true,
+    close: async () => {
+      await knex.destroy();
+      if (!pglite.closed) await pglite.close();
+    },
+  };
+}

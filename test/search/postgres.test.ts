@@ -1,0 +1,128 @@
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { openScratchPostgres } from '../../src/db/database.js';
+import { migrateReadModels } from '../../projections/migrations/index.js';
+import { createPostgresSearchIndex } from '../../src/search/postgres.js';
+import { SearchIndexMigrationError, VectorSearchUnavailableError, type FactDocument } from '../../src/search/port.js';
+import type { Database } from '../../src/db/database.js';
+import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
+import { openVectorPglite } from './helpers.js';
+
+/** What the facts projection writes for a fact (first insert wins, as in projections/facts.ts). */
+async function insertFacts(db: Database, docs: FactDocument[]): Promise<void> {
+  if (docs.length === 0) return;
+  await db.knex('facts')
+    .insert(docs.map(({ vector: _vector, ...doc }) => doc))
+    .onConflict(['repository_id', 'content_hash'])
+    .ignore();
+}
+
+async function postgresHarness(): Promise<SearchHarness> {
+  const db = await openVectorPglite();
+  const index = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS });
+  return {
+    index,
+    async load(docs) {
+      await insertFacts(db, docs);
+      await index.indexFacts(docs);
+    },
+    close: () => db.close(),
+  };
+}
+
+t.test('contract: Postgres adapter on PGlite with pgvector', async (t) => searchContract(t, postgresHarness));
+
+t.test('fact_vectors is created on first use with an HNSW cosine index', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  const exists = async () => (await db.knex.raw(`SELECT to_regclass('fact_vectors') AS name`)).rows[0].name;
+  t.equal(await exists(), null, 'not before first use');
+  await index.indexFacts([fact('repo-a', 'Text only.')]);
+  t.equal(await exists(), null, 'documents without vectors need no table');
+  await index.indexFacts([fact('repo-a', 'With a vector.', { vector: [1, 2, 3, 4] })]);
+  t.equal(await exists(), 'fact_vectors');
+  const indexes = (await db.knex.raw(`SELECT indexdef FROM pg_indexes WHERE tablename = 'fact_vectors'`)).rows.map((row: { indexdef: string }) => row.indexdef);
+  t.ok(indexes.some((definition: string) => /USING hnsw \(embedding vector_cosine_ops\)/.test(definition)), 'HNSW cosine index');
+  const type = (await db.knex.raw(`SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'fact_vectors'::regclass AND attname = 'embedding'`)).rows[0].type;
+  t.equal(type, `vector(${DIMENSIONS})`);
+
+  const otherDimension = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: 8 });
+  await t.rejects(
+    otherDimension.searchFactsByVector({ repositoryId: 'repo-a', vector: [1, 0, 0, 0, 0, 0, 0, 0], k: 1 }),
+    SearchIndexMigrationError,
+    'another configured dimension is refused with a clear error, not mixed in',
+  );
+  t.throws(() => createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: 0 }), RangeError, 'dimension 0');
+});
+
+t.test('writes join the projection transaction and roll back with it', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  const doc = fact('repo-tx', 'Transactional.', { vector: [0, 0, 0, 1] });
+  await insertFacts(db, [doc]);
+  // PGlite has one connection: a write outside the open transaction would wait for ever.
+  await t.rejects(
+    db.knex.transaction(async (trx) => {
+      await index.withinTransaction!(trx).indexFacts([doc]);
+      throw new Error('the batch failed');
+    }),
+    /the batch failed/,
+  );
+  t.same((await index.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, [], 'rolled back, table included');
+  await db.knex.transaction(async (trx) => {
+    const view = index.withinTransaction!(trx);
+    await view.indexFacts([doc]);
+    t.same((await view.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items.map((item) => item.id), [doc.id], 'visible inside');
+  });
+  t.same((await index.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items.map((item) => item.id), [doc.id], 'committed');
+  await db.knex.transaction((trx) => index.withinTransaction!(trx).removeRepository('repo-tx'));
+  t.same((await index.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, []);
+});
+
+t.test('k-NN finds k facts of a small repository among many of others', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  // Without iterative scans, HNSW would return its ef_search nearest overall and the filter would
+  // leave the small repository with fewer than k.
+  const crowd = Array.from({ length: 600 }, (_, position) =>
+    fact('repo-crowd', `Crowd ${position}.`, { vector: [1, Math.sin(position), Math.cos(position) / 10, 0.01] }),
+  );
+  const few = Array.from({ length: 5 }, (_, position) => fact('repo-few', `Few ${position}.`, { vector: [-1, position, 0, 1] }));
+  await insertFacts(db, [...crowd, ...few]);
+  await index.indexFacts([...crowd, ...few]);
+  // So few rows would be read exactly (sequential scan, or the repository index and a sort):
+  // leave the planner only the HNSW index, the plan a large table gets. PGlite is one
+  // connection, so the session setting reaches the adapter's queries.
+  await db.knex.raw('DROP INDEX fact_vectors_repository');
+  await db.knex.raw('SET enable_seqscan = off');
+  const plan = (await db.knex.raw(
+    `EXPLAIN SELECT fact_id FROM fact_vectors WHERE repository_id = 'repo-few' ORDER BY embedding <=> '[1,0,0,0]' LIMIT 5`,
+  )).rows.map((row: { 'QUERY PLAN': string }) => row['QUERY PLAN']).join('\n');
+  t.match(plan, /fact_vectors_embedding/, 'the HNSW index answers');
+  const result = await index.searchFactsByVector({ repositoryId: 'repo-few', vector: [1, 0, 0, 0], k: 5 });
+  t.equal(result.items.length, 5);
+  t.ok(result.items.every((item) => item.content.startsWith('Few')));
+});
+
+t.test('on a PostgreSQL server without pgvector', async (t) => {
+  const db = await openScratchPostgres(undefined, 'factlog_search');
+  t.teardown(() => db.close());
+  await migrateReadModels(db.knex);
+  t.equal(db.hasVector, false, 'this server has no pgvector');
+  const index = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS });
+  const repo = `repo-${randomUUID()}`;
+  const doc = fact(repo, 'Lexical search still works on the server.', { vector: [1, 0, 0, 0] });
+  await insertFacts(db, [doc]);
+  await t.resolves(index.indexFacts([doc]), 'vectors are ignored on write');
+  t.same((await index.searchFacts({ repositoryId: repo, query: 'lexical server', limit: 10, offset: 0 })).items.map((item) => item.id), [doc.id]);
+  await t.rejects(index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 }), VectorSearchUnavailableError);
+  await t.resolves(index.removeRepository(repo));
+  const unconfigured = createPostgresSearchIndex(db.knex);
+  await t.rejects(unconfigured.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 }), {
+    name: 'VectorSearchUnavailableError',
+    message: /no pgvector/,
+  });
+});
