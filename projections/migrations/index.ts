@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { execStatements } from '../../src/db/database.js';
+import { execStatements, migrateUnderLock } from '../../src/db/database.js';
 
 /**
  * Read-model schema, applied in order and recorded in `schema_migrations`. Tables fall in two
@@ -131,16 +131,16 @@ export const readModelMigrations: readonly Migration[] = [
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {
-  await knex.raw(`CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-  const applied = new Set((await knex('schema_migrations').select('id')).map((row: { id: string }) => row.id));
   const ran: string[] = [];
   for (const migration of readModelMigrations) {
-    if (applied.has(migration.id)) continue;
-    await knex.transaction(async (trx) => {
+    // One node applies each migration; the others wait for the lock and then find it applied.
+    await migrateUnderLock(knex, 'read_models', async (trx) => {
+      await trx.raw(`CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+      if (await trx('schema_migrations').where({ id: migration.id }).first('id')) return;
       await migration.up(trx);
       await trx('schema_migrations').insert({ id: migration.id });
+      ran.push(migration.id);
     });
-    ran.push(migration.id);
   }
   return ran;
 }

@@ -16,7 +16,8 @@ import type { Bus } from '../bus/port.js';
 import { createKafkaBus, createKafkaRelay, type KafkaOptions } from '../bus/kafka.js';
 import { runAsLeader, type Leadership } from '../bus/leader.js';
 import { createEventStoreDbStore } from '../eventstore/eventstoredb.js';
-import { createOpenSearchIndex } from '../search/opensearch.js';
+import { createOpenSearchIndex, type OpenSearchSearchIndex } from '../search/opensearch.js';
+import { reindexSearch } from './reindex.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
 import { JobRepository, migrateJobs } from '../pipeline/jobs.js';
 import { createJobIntakeProjection } from '../pipeline/intake.js';
@@ -101,7 +102,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const jobs = new JobRepository(db.knex);
   const metrics = createMetrics({ projectionStatus, jobCounts: () => jobs.counts() });
   const store = instrumentEventStore(await openEventStore(config, schemas, open), metrics);
-  const search = openSearchIndex(config, db, log);
+  const { search, opensearch } = openSearchIndex(config, db, log);
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
 
   const retry = {
@@ -165,6 +166,12 @@ export async function createAppContext(config: Config, options: ContextOptions =
     const kafkaRelay = createKafkaRelay({ store, kafka: kafkaOptions(config), registry: schemas, db, log: log.child({ component: 'relay' }) });
     return runAsLeader(db, 'relay', kafkaRelay, { log });
   };
+  if (opensearch) {
+    // The search-index projection owns no tables: its rebuild fills a new index and moves the alias.
+    const rebuildReadModel = projections.rebuild.bind(projections);
+    projections.rebuild = (name, onProgress) =>
+      name === 'search-index' ? reindexSearch({ store, db, search: opensearch }, onProgress).then(() => undefined) : rebuildReadModel(name, onProgress);
+  }
   const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);
   const identity = createIdentityService({
     knex: db.knex,
@@ -214,6 +221,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
       await projections.stop();
       await relay?.stop();
       await bus?.close();
+      await opensearch?.close();
       await store.close();
       for (const database of opened.values()) await database.close();
     },
@@ -234,13 +242,14 @@ async function openEventStore(
   return createPostgresEventStore(storeDb, { schemas });
 }
 
-/** The search index of `search.backend`. */
-function openSearchIndex(config: Config, db: Database, log: Logger): SearchIndex {
+/** The search index of `search.backend`; the OpenSearch one is also returned as such, for alias rebuilds. */
+function openSearchIndex(config: Config, db: Database, log: Logger): { search: SearchIndex; opensearch: OpenSearchSearchIndex | null } {
+  const { url, index_prefix, dimensions } = config.search.opensearch;
   if (config.search.backend === 'opensearch') {
-    const { url, index_prefix, dimensions } = config.search.opensearch;
-    return createOpenSearchIndex({ node: url, indexPrefix: index_prefix, dimensions, log: log.child({ component: 'search' }) });
+    const opensearch = createOpenSearchIndex({ node: url, indexPrefix: index_prefix, dimensions, log: log.child({ component: 'search' }) });
+    return { search: opensearch, opensearch };
   }
-  return createPostgresSearchIndex(db.knex);
+  return { search: createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions }), opensearch: null };
 }
 
 export function kafkaOptions(config: Config): KafkaOptions {

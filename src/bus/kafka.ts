@@ -11,7 +11,7 @@ import {
   type Producer,
 } from 'kafkajs';
 import type { Knex } from 'knex';
-import type { Database } from '../db/database.js';
+import { type Database, migrateUnderLock } from '../db/database.js';
 import { streamCategories, type RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import type { EventSchemaRegistry } from '../eventstore/schemas.js';
@@ -207,9 +207,7 @@ export interface KafkaRelay {
 
 /** Creates `bus_relay_positions(name pk, position)` if it is missing. */
 export async function migrateRelayPositions(knex: Knex): Promise<void> {
-  await knex.transaction(async (trx) => {
-    // Concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalogue: serialise.
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.bus_relay_positions.migrate'))`);
+  await migrateUnderLock(knex, 'bus_relay_positions', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS bus_relay_positions (
       name text PRIMARY KEY,
       position bigint NOT NULL,

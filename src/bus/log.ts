@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Database } from '../db/database.js';
+import { type Database, migrateUnderLock } from '../db/database.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import type { Bus, BusConsumer, BusConsumerOptions } from './port.js';
 
@@ -27,9 +27,7 @@ export interface LogBusOptions {
 
 /** Creates `bus_log_checkpoints(group pk, position)` if it is missing. */
 export async function migrateLogBus(knex: Knex): Promise<void> {
-  await knex.transaction(async (trx) => {
-    // Concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalogue: serialise.
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.bus_log_checkpoints.migrate'))`);
+  await migrateUnderLock(knex, 'bus_log_checkpoints', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS bus_log_checkpoints (
       "group" text PRIMARY KEY,
       position bigint NOT NULL,

@@ -108,3 +108,15 @@ export async function execStatements(knex: Knex, script: string): Promise<void> 
     .filter(Boolean);
   for (const statement of statements) await knex.raw(statement);
 }
+
+/**
+ * Runs schema work in a transaction that first takes a transaction-scoped advisory lock: every
+ * node migrates at start-up, and concurrent `CREATE ... IF NOT EXISTS` can still collide in the
+ * catalogue, so one node at a time does it and the others then find it done.
+ */
+export async function migrateUnderLock(knex: Knex, lockName: string, work: (trx: Knex.Transaction) => Promise<void>): Promise<void> {
+  await knex.transaction(async (trx) => {
+    await trx.raw('SELECT pg_advisory_xact_lock(hashtext(?))', [`factlog.migrate.${lockName}`]);
+    await work(trx);
+  });
+}

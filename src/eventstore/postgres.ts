@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import type { Database } from '../db/database.js';
+import { type Database, migrateUnderLock } from '../db/database.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
 import {
   ConcurrencyError,
@@ -150,9 +150,7 @@ const migrationStatements = [
 
 /** Creates the event tables and the append function; safe to run any number of times, concurrently. */
 export async function migrateEventStore(knex: Knex): Promise<void> {
-  await knex.transaction(async (trx) => {
-    // Concurrent CREATE ... IF NOT EXISTS can still collide in the catalogue: serialise migrations.
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.events.migrate'))`);
+  await migrateUnderLock(knex, 'events', async (trx) => {
     for (const statement of migrationStatements) await trx.raw(statement);
   });
 }

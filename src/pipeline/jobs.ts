@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Job, JobState } from './types.js';
+import { migrateUnderLock } from '../db/database.js';
 
 /**
  * The `jobs` table and its repository (DESIGN.md, "Stage runtime").
@@ -134,8 +135,7 @@ export function jobIdFor(kind: string, subjectId: string, triggerEventId: string
  * processes: an advisory lock serializes the DDL (plain IF NOT EXISTS races on a server).
  */
 export async function migrateJobs(knex: Knex): Promise<void> {
-  await knex.transaction(async (trx) => {
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog:migrate:jobs'))`);
+  await migrateUnderLock(knex, 'jobs', async (trx) => {
     await trx.raw(`
       CREATE TABLE IF NOT EXISTS jobs (
         id               uuid PRIMARY KEY,

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Bus, BusConsumer } from '../bus/port.js';
-import type { Database } from '../db/database.js';
+import { type Database, migrateUnderLock } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
@@ -8,8 +8,7 @@ import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } fro
 
 /** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
 export async function migrateProjectionStreamPositions(knex: Knex): Promise<void> {
-  await knex.transaction(async (trx) => {
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.projection_stream_positions.migrate'))`);
+  await migrateUnderLock(knex, 'projection_stream_positions', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS projection_stream_positions (
       projection text NOT NULL,
       stream_id text NOT NULL,

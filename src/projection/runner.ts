@@ -1,6 +1,6 @@
 import cliProgress from 'cli-progress';
 import type { Knex } from 'knex';
-import type { Database } from '../db/database.js';
+import { type Database, migrateUnderLock } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
@@ -24,9 +24,7 @@ export interface ProjectionRunnerOptions {
 
 /** Creates `projection_checkpoints` if it is missing. */
 export async function migrateProjectionCheckpoints(knex: Knex): Promise<void> {
-  await knex.transaction(async (trx) => {
-    // Concurrent CREATE TABLE IF NOT EXISTS can still collide in the catalogue: serialise.
-    await trx.raw(`SELECT pg_advisory_xact_lock(hashtext('factlog.projection_checkpoints.migrate'))`);
+  await migrateUnderLock(knex, 'projection_checkpoints', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS projection_checkpoints (
       name text PRIMARY KEY,
       position bigint NOT NULL DEFAULT 0,

@@ -81,6 +81,9 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
     STORAGE_DATA_DIR: path.join(dataDir, 'shared'),
     LOGGING_LEVEL: 'warn',
     TASK_POLL_INTERVAL: '100ms',
+    // A killed worker's jobs are taken over once its heartbeat is this old (10m in production).
+    TASK_HEARTBEAT_INTERVAL: '500ms',
+    TASK_HEARTBEAT_TIMEOUT: '4s',
     BOOTSTRAP_DEFAULT_REPOSITORY: 'false',
     SERVER_HOST: '127.0.0.1',
   };
@@ -153,6 +156,29 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
   await eventually(async () => (await embedded.call('GET', `/api/v1/repositories/${embeddedRepo.id}/sources/${embeddedSource.id}`, { token: user.token })).body.status === 'processed');
   const embeddedFacts = await embedded.call('GET', `/api/v1/repositories/${embeddedRepo.id}/sources/${embeddedSource.id}/facts?limit=500`, { token: user.token });
   t.same(embeddedFacts.body.items.map((f: { content_hash: string }) => f.content_hash).sort(), distributedHashes, 'same facts as the embedded tier');
+
+  // Rebuild the search index from the log into a new index and switch, while readers keep asking.
+  const aliasBefore = await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json();
+  const rebuild = await api(base, 'POST', '/api/v1/projections/search-index/rebuild', token);
+  t.equal(rebuild.status, 202);
+  let answered = 0;
+  let failed = 0;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const aliasNow = await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json();
+    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?query=${encodeURIComponent('"polonium and radium"')}`, token);
+    if (result.status === 200 && result.body.total >= 1) answered++;
+    else failed++;
+    if (JSON.stringify(Object.keys(aliasNow)) !== JSON.stringify(Object.keys(aliasBefore)) || Date.now() > deadline) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  t.not(Object.keys(await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json())[0], Object.keys(aliasBefore)[0], 'the alias moved to a new index');
+  t.equal(failed, 0, `readers got answers throughout the rebuild (${answered} searches)`);
+  const afterRebuild = await eventually(async () => {
+    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?limit=500`, token);
+    return result.body.total === distributedHashes.length ? result.body : null;
+  }, 30_000, 250);
+  t.equal(afterRebuild.total, distributedHashes.length, 'the new index holds every fact');
 
   await stop(worker2.child);
 });
