@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance } from 'fastify';
 import { DomainError } from '../domain/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
+import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
 
 /** An error with the HTTP status and machine-readable code to answer with. */
 export class HttpError extends Error {
@@ -44,7 +45,8 @@ export function registerErrorHandling(app: FastifyInstance): void {
     }
     if (error instanceof AuthenticationError) return send(401, 'unauthorized', error.message);
     if (error instanceof ConcurrencyError) return send(409, 'conflict', 'the resource was changed concurrently; retry');
-    if (error instanceof InvalidEventError) return send(400, 'bad_request', error.message);
+    if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return send(400, 'bad_request', error.message);
+    if (error instanceof VectorSearchUnavailableError) return send(501, 'not_implemented', error.message);
     const fastifyError = error as FastifyError;
     if (fastifyError.validation) return send(400, 'bad_request', error.message);
     if (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {

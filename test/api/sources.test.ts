@@ -111,6 +111,9 @@ t.test('bad sources', async (t) => {
   t.equal((await service.call('POST', `/api/v1/repositories/nope/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).status, 404);
   t.equal((await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { body: { url: `${web.baseUrl}/curie` } })).status, 401);
   t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/sources/00000000-0000-4000-8000-000000000000`, { token })).status, 404);
+  const tooDeep = await service.call('GET', `/api/v1/repositories/${repoId}/facts?query=curie&offset=100000`, { token });
+  t.equal(tooDeep.status, 400, 'paging past the result window is a bad request');
+  t.match(tooDeep.body.message, /offset/);
 
   const unsupported = await uploadFile('photo.png', 'image/png', 'PNG');
   t.equal(unsupported.status, 415);
