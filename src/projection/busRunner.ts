@@ -167,16 +167,28 @@ export class BusProjectionRunner implements ReadModelRunner {
         .forUpdate()
         .select('stream_id', 'stream_version');
       const versions = new Map(stored.map((row) => [row.stream_id, Number(row.stream_version)]));
+      const advanced = new Map<string, RecordedEvent>();
       for (const event of relevant) {
         if (event.streamVersion <= (versions.get(event.streamId) ?? -1)) continue; // a duplicate
         await worker.projection.apply(trx, event);
         versions.set(event.streamId, event.streamVersion);
-        await trx('projection_stream_positions')
-          .insert({ projection: name, stream_id: event.streamId, stream_version: event.streamVersion, global_position: event.globalPosition, updated_at: new Date() })
-          .onConflict(['projection', 'stream_id'])
-          .merge(['stream_version', 'global_position', 'updated_at']);
+        advanced.set(event.streamId, event);
         worker.position = Math.max(worker.position, event.globalPosition);
       }
+      if (advanced.size === 0) return;
+      // One statement for the batch's checkpoints: the last applied event of each stream.
+      await trx('projection_stream_positions')
+        .insert(
+          [...advanced.values()].map((event) => ({
+            projection: name,
+            stream_id: event.streamId,
+            stream_version: event.streamVersion,
+            global_position: event.globalPosition,
+            updated_at: new Date(),
+          })),
+        )
+        .onConflict(['projection', 'stream_id'])
+        .merge(['stream_version', 'global_position', 'updated_at']);
     });
   }
 }
