@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { CallOptions, ClientReadableStream, Metadata } from '@grpc/grpc-js';
 import {
   BACKWARDS,
@@ -35,6 +34,7 @@ import {
   type Subscription,
 } from './port.js';
 import type { EventSchemaRegistry } from './schemas.js';
+import { checkExpectedVersion, validateNewEvents } from './validation.js';
 
 /**
  * The EventStore port on EventStoreDB / KurrentDB through `@eventstore/db-client` (docs/eventstoredb.md).
@@ -93,7 +93,6 @@ const defaultSearchWindow = 256;
 const nonSystemTypePattern = '^[^$]';
 /** A real server answers -1 as `Position.End` (2^64 - 1) for an event without a known position. */
 const unknownPositionFloor = 1n << 63n;
-const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 interface AppendDocument {
   eventId: string;
@@ -102,59 +101,22 @@ interface AppendDocument {
   envelope: StoredEnvelope;
 }
 
-function checkExpectedVersion(expected: ExpectedVersion): void {
-  if (expected === 'no_stream' || expected === 'stream_exists' || expected === 'any') return;
-  if (typeof expected !== 'number' || !Number.isInteger(expected) || expected < 0 || expected > 2147483647) {
-    throw new RangeError(`expected version must be no_stream, stream_exists, any or a version >= 0, got ${String(expected)}`);
-  }
-}
-
 function toExpectedRevision(expected: ExpectedVersion): AppendExpectedRevision {
   if (typeof expected === 'number') return BigInt(expected);
   return expected; // 'no_stream' | 'stream_exists' | 'any' are the client's own constants
 }
 
-function optionalText(value: unknown, eventType: string, field: string): string | null {
-  if (value === undefined || value === null) return null;
-  if (typeof value !== 'string') throw new InvalidEventError(eventType, `metadata.${field} must be a string or null`);
-  return value;
-}
-
-/** The same checks as the PostgreSQL store, so an event one store accepts the other accepts too (and a log stays copyable). */
+/** The shared checks, plus the EventStoreDB envelope in metadata. */
 function toAppendDocuments(schemas: EventSchemaRegistry, events: readonly NewEvent[]): AppendDocument[] {
-  const seenIds = new Set<string>();
-  return events.map((event, index) => {
-    const eventType = typeof event?.type === 'string' && event.type !== '' ? event.type : `#${index} (no type)`;
-    if (eventType !== event.type) throw new InvalidEventError(eventType, 'type must be a non-empty string');
-    const data = schemas.validate(eventType, event.data);
-    const eventId = event.eventId ?? randomUUID();
-    if (typeof eventId !== 'string' || !uuidPattern.test(eventId)) {
-      throw new InvalidEventError(eventType, `eventId must be a UUID, got ${JSON.stringify(eventId)}`);
-    }
-    if (seenIds.has(eventId.toLowerCase())) throw new InvalidEventError(eventType, `eventId ${eventId} appears twice in the batch`);
-    seenIds.add(eventId.toLowerCase());
-    const schemaVersion = event.schemaVersion ?? 1;
-    if (!Number.isInteger(schemaVersion) || schemaVersion < 1) {
-      throw new InvalidEventError(eventType, `schemaVersion must be an integer >= 1, got ${String(schemaVersion)}`);
-    }
-    const metadata: unknown = event.metadata;
-    if (typeof metadata !== 'object' || metadata === null) throw new InvalidEventError(eventType, 'metadata is missing');
-    const { actor, repositoryId, causationId, correlationId } = metadata as Record<string, unknown>;
-    if (typeof actor !== 'string' || actor === '') throw new InvalidEventError(eventType, 'metadata.actor must be a non-empty string');
-    const envelope: StoredEnvelope = {
-      repositoryId: optionalText(repositoryId, eventType, 'repositoryId'),
-      actor,
-      causationId: optionalText(causationId, eventType, 'causationId'),
-      correlationId: optionalText(correlationId, eventType, 'correlationId'),
-      schemaVersion,
-    };
-    if (envelope.correlationId !== null) envelope.$correlationId = envelope.correlationId;
-    if (envelope.causationId !== null) envelope.$causationId = envelope.causationId;
+  return validateNewEvents(schemas, events).map(({ eventId, type, data, schemaVersion, repositoryId, actor, causationId, correlationId }) => {
+    const envelope: StoredEnvelope = { repositoryId, actor, causationId, correlationId, schemaVersion };
+    if (correlationId !== null) envelope.$correlationId = correlationId;
+    if (causationId !== null) envelope.$causationId = causationId;
     // PostgreSQL (jsonb and text) cannot hold U+0000: refuse it here too, or the log could not be copied there.
     if (JSON.stringify([data, envelope]).includes('\\u0000')) {
-      throw new InvalidEventError(eventType, 'a string contains a character PostgreSQL cannot store (\\u0000)');
+      throw new InvalidEventError(type, 'a string contains a character PostgreSQL cannot store (\\u0000)');
     }
-    return { eventId: eventId.toLowerCase(), type: eventType, data, envelope };
+    return { eventId: eventId.toLowerCase(), type, data, envelope };
   });
 }
 

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { type Database, migrateUnderLock } from '../db/database.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
@@ -14,6 +13,7 @@ import {
   type Subscription,
 } from './port.js';
 import type { EventSchemaRegistry } from './schemas.js';
+import { checkExpectedVersion, validateNewEvents } from './validation.js';
 
 /**
  * The EventStore on PostgreSQL: the same SQL runs on PGlite (embedded) and on a server.
@@ -203,67 +203,6 @@ function toRecordedEvent(row: EventRow): RecordedEvent {
   };
 }
 
-const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** What `factlog_append_events` receives for one event, after validation. */
-interface AppendDocument {
-  eventId: string;
-  type: string;
-  schemaVersion: number;
-  repositoryId: string | null;
-  actor: string;
-  causationId: string | null;
-  correlationId: string | null;
-  data: Record<string, unknown>;
-}
-
-function checkExpectedVersion(expected: ExpectedVersion): void {
-  if (expected === 'no_stream' || expected === 'stream_exists' || expected === 'any') return;
-  if (typeof expected !== 'number' || !Number.isInteger(expected) || expected < 0 || expected > 2147483647) {
-    throw new RangeError(`expected version must be no_stream, stream_exists, any or a version >= 0, got ${String(expected)}`);
-  }
-}
-
-function optionalText(value: unknown, eventType: string, field: string): string | null {
-  if (value === undefined || value === null) return null;
-  if (typeof value !== 'string') throw new InvalidEventError(eventType, `metadata.${field} must be a string or null`);
-  return value;
-}
-
-/** Validates a whole batch before anything touches the database; throws InvalidEventError on the first bad event. */
-function toAppendDocuments(schemas: EventSchemaRegistry, events: readonly NewEvent[]): AppendDocument[] {
-  const seenIds = new Set<string>();
-  return events.map((event, index) => {
-    const eventType = typeof event?.type === 'string' && event.type !== '' ? event.type : `#${index} (no type)`;
-    if (eventType !== event.type) throw new InvalidEventError(eventType, 'type must be a non-empty string');
-    const data = schemas.validate(eventType, event.data);
-    const eventId = event.eventId ?? randomUUID();
-    if (typeof eventId !== 'string' || !uuidPattern.test(eventId)) {
-      throw new InvalidEventError(eventType, `eventId must be a UUID, got ${JSON.stringify(eventId)}`);
-    }
-    if (seenIds.has(eventId.toLowerCase())) throw new InvalidEventError(eventType, `eventId ${eventId} appears twice in the batch`);
-    seenIds.add(eventId.toLowerCase());
-    const schemaVersion = event.schemaVersion ?? 1;
-    if (!Number.isInteger(schemaVersion) || schemaVersion < 1) {
-      throw new InvalidEventError(eventType, `schemaVersion must be an integer >= 1, got ${String(schemaVersion)}`);
-    }
-    const metadata: unknown = event.metadata;
-    if (typeof metadata !== 'object' || metadata === null) throw new InvalidEventError(eventType, 'metadata is missing');
-    const { actor, repositoryId, causationId, correlationId } = metadata as Record<string, unknown>;
-    if (typeof actor !== 'string' || actor === '') throw new InvalidEventError(eventType, 'metadata.actor must be a non-empty string');
-    return {
-      eventId,
-      type: eventType,
-      schemaVersion,
-      repositoryId: optionalText(repositoryId, eventType, 'repositoryId'),
-      actor,
-      causationId: optionalText(causationId, eventType, 'causationId'),
-      correlationId: optionalText(correlationId, eventType, 'correlationId'),
-      data,
-    };
-  });
-}
-
 function databaseErrorCode(error: unknown): string | undefined {
   if (typeof error !== 'object' || error === null || !('code' in error)) return undefined;
   const code = (error as { code: unknown }).code;
@@ -315,7 +254,7 @@ async function appendEvents(
 ): Promise<AppendResult> {
   if (typeof streamId !== 'string' || streamId === '') throw new RangeError('streamId must be a non-empty string');
   checkExpectedVersion(expected);
-  const documents = toAppendDocuments(schemas, events);
+  const documents = validateNewEvents(schemas, events);
   let rows: EventRow[];
   try {
     const result = await runner.raw('SELECT * FROM factlog_append_events(?, ?, ?::jsonb)', [
