@@ -151,8 +151,9 @@ start() {
   if pid="$(running_pid)"; then
     if port_answers; then log "already running (pid $pid) on 127.0.0.1:$port"; return 0; fi
   elif port_answers; then
-    log "port $port answers but no broker of this script runs there; set KAFKA_PORT or stop it"
-    exit 1
+    # Another checkout (or an earlier run) started it: use it rather than fail; `stop` leaves it alone.
+    log "port $port already answers (a broker not started from this checkout); using it"
+    return 0
   fi
   fetch
   if ! running_pid >/dev/null; then

@@ -242,8 +242,9 @@ start() {
     return 0
   fi
   if ! running_pid >/dev/null && [[ -n "$(health)" ]]; then
-    log "port $port answers but no node of this script runs there; set OPENSEARCH_PORT or stop it"
-    exit 1
+    # Another checkout (or an earlier run) started a healthy node there: use it rather than fail.
+    log "a healthy node already answers on port $port (not started from this checkout); using it"
+    return 0
   fi
   fetch
   local jdk
