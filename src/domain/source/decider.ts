@@ -1,15 +1,61 @@
 import { DomainError, type Decider } from '../decider.js';
+import type { SourcePipelineCommand, SourcePipelineEvent } from './pipelineEvents.js';
+
+export type { SourcePipelineCommand, SourcePipelineEvent } from './pipelineEvents.js';
 
 /** Source status as the API shows it: pending → fetching → fetched → decomposing → processed, or failed. */
 export type SourceStatus = 'pending' | 'fetching' | 'fetched' | 'decomposing' | 'processed' | 'failed';
 
-export interface ExtractedFactRecord {
+export type ExtractedFactRecord = {
   fact_id: string;
   content: string;
   content_hash: string;
   source_text: string;
   chunk_index: number;
-}
+  /** `text` from the source's text, `image` from one of its images. */
+  fact_kind: 'text' | 'image';
+  /** For image facts: the image (SourceFetched.images) the fact came from. */
+  image_id: string | null;
+  /** 0-based sentence within the chunk; -1 when unknown. */
+  sentence_index: number;
+};
+
+/**
+ * A fact as RecordFacts takes it: the provenance fields added with the pipeline may be left out
+ * (text fact, no image, sentence unknown), as they are in events recorded before them.
+ */
+export type ExtractedFactInput = Omit<ExtractedFactRecord, 'fact_kind' | 'image_id' | 'sentence_index'> &
+  Partial<Pick<ExtractedFactRecord, 'fact_kind' | 'image_id' | 'sentence_index'>>;
+
+/** An image of a fetched source; its bytes live in the asset store under `sha256`. */
+export type SourceImage = {
+  /** Stable id of the image within the repository. */
+  image_id: string;
+  sha256: string;
+  content_type: string;
+  /** Size in bytes. */
+  bytes: number;
+  url: string | null;
+  alt_text: string | null;
+  caption: string | null;
+};
+
+/** SourceFetched's data. */
+export type FetchedSourceData = {
+  final_url: string | null;
+  content_type: string;
+  body_sha256: string;
+  body_bytes: number;
+  document_kind: string;
+  title: string | null;
+  published_at: string | null;
+  /** Extracted plain text and Markdown, stored as blobs addressed by SHA-256. */
+  text_sha256: string;
+  markdown_sha256: string;
+  text_chars: number;
+  /** Images found in the source (empty in events recorded before images were kept). */
+  images: SourceImage[];
+};
 
 export type SourceEvent =
   | {
@@ -26,26 +72,16 @@ export type SourceEvent =
       };
     }
   | { type: 'SourceFetchStarted'; data: { attempt: number } }
-  | {
-      type: 'SourceFetched';
-      data: {
-        final_url: string | null;
-        content_type: string;
-        body_sha256: string;
-        body_bytes: number;
-        document_kind: string;
-        title: string | null;
-        published_at: string | null;
-        /** Extracted plain text and Markdown, stored as blobs addressed by SHA-256. */
-        text_sha256: string;
-        markdown_sha256: string;
-        text_chars: number;
-      };
-    }
+  | { type: 'SourceFetched'; data: FetchedSourceData }
   | { type: 'SourceDecompositionStarted'; data: { model_id: string } }
-  | { type: 'FactsExtracted'; data: { model_id: string; facts: ExtractedFactRecord[] } }
+  | {
+      type: 'FactsExtracted';
+      /** `promptset_hash` is "" in events recorded before promptsets existed. */
+      data: { model_id: string; promptset_hash: string; facts: ExtractedFactRecord[] };
+    }
   | { type: 'SourceFailed'; data: { stage: string; reason: string } }
-  | { type: 'SourceRetryRequested'; data: { previous_failure: string | null } };
+  | { type: 'SourceRetryRequested'; data: { previous_failure: string | null } }
+  | SourcePipelineEvent;
 
 export type SourceCommand =
   | {
@@ -59,11 +95,12 @@ export type SourceCommand =
       bodyBytes?: number | null;
     }
   | { type: 'StartFetch' }
-  | { type: 'RecordFetch'; fetched: Extract<SourceEvent, { type: 'SourceFetched' }>['data'] }
+  | { type: 'RecordFetch'; fetched: Omit<FetchedSourceData, 'images'> & { images?: SourceImage[] } }
   | { type: 'StartDecomposition'; modelId: string }
-  | { type: 'RecordFacts'; modelId: string; facts: ExtractedFactRecord[] }
+  | { type: 'RecordFacts'; modelId: string; promptsetHash?: string; facts: ExtractedFactInput[] }
   | { type: 'FailSource'; stage: string; reason: string }
-  | { type: 'RetrySource' };
+  | { type: 'RetrySource' }
+  | SourcePipelineCommand;
 
 export type SourceState =
   | { status: 'none' }
@@ -71,14 +108,33 @@ export type SourceState =
       status: SourceStatus;
       origin: 'url' | 'doi' | 'upload';
       fetchAttempts: number;
-      fetched: Extract<SourceEvent, { type: 'SourceFetched' }>['data'] | null;
+      fetched: FetchedSourceData | null;
       failure: string | null;
       factCount: number;
+      /** Embedding models whose FactsEmbedded the source has. */
+      embeddedWith: string[];
+      deduplicated: boolean;
+      /** batch_index of every ConceptsExtracted recorded. */
+      conceptBatches: number[];
     };
 
 function requireSource(state: SourceState): Exclude<SourceState, { status: 'none' }> {
   if (state.status === 'none') throw new DomainError('not_found', 'source not found');
   return state;
+}
+
+/** Pipeline stages after decomposition run on a processed source only. */
+function requireProcessed(state: SourceState, stage: string): Exclude<SourceState, { status: 'none' }> {
+  const source = requireSource(state);
+  if (source.status !== 'processed') throw new DomainError('conflict', `${stage} needs a processed source; this one is ${source.status}`);
+  return source;
+}
+
+function checkLinks(links: ReadonlyArray<{ fact_id: string; concept_ids: string[] }>): void {
+  for (const link of links) {
+    if (!link.fact_id) throw new DomainError('invalid', 'a concept link needs a fact id');
+    if (link.concept_ids.some((id) => !id)) throw new DomainError('invalid', `fact ${link.fact_id} has an empty concept id`);
+  }
 }
 
 export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
@@ -117,7 +173,7 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
       case 'RecordFetch': {
         const source = requireSource(state);
         if (source.status !== 'pending' && source.status !== 'fetching') return [];
-        return [{ type: 'SourceFetched', data: command.fetched }];
+        return [{ type: 'SourceFetched', data: { ...command.fetched, images: command.fetched.images ?? [] } }];
       }
       case 'StartDecomposition': {
         const source = requireSource(state);
@@ -127,7 +183,15 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
       case 'RecordFacts': {
         const source = requireSource(state);
         if (source.status !== 'fetched' && source.status !== 'decomposing') return [];
-        return [{ type: 'FactsExtracted', data: { model_id: command.modelId, facts: command.facts } }];
+        const facts: ExtractedFactRecord[] = command.facts.map((fact) => ({
+          ...fact,
+          fact_kind: fact.fact_kind ?? 'text',
+          image_id: fact.image_id ?? null,
+          sentence_index: fact.sentence_index ?? -1,
+        }));
+        const imageFactWithoutImage = facts.find((fact) => fact.fact_kind === 'image' && !fact.image_id);
+        if (imageFactWithoutImage) throw new DomainError('invalid', `image fact ${imageFactWithoutImage.fact_id} names no image`);
+        return [{ type: 'FactsExtracted', data: { model_id: command.modelId, promptset_hash: command.promptsetHash ?? '', facts } }];
       }
       case 'FailSource': {
         const source = requireSource(state);
@@ -139,19 +203,64 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         if (source.status !== 'failed') throw new DomainError('conflict', `source is ${source.status}, not failed`);
         return [{ type: 'SourceRetryRequested', data: { previous_failure: source.failure } }];
       }
+      case 'RecordEmbeddings': {
+        const source = requireProcessed(state, 'embed_facts');
+        if (source.embeddedWith.includes(command.model)) return [];
+        if (!command.model) throw new DomainError('invalid', 'embedding model must be named');
+        if (!Number.isInteger(command.dimensions) || command.dimensions <= 0)
+          throw new DomainError('invalid', 'dimensions must be a positive integer');
+        return [{ type: 'FactsEmbedded', data: { model: command.model, dimensions: command.dimensions, vectors: command.vectors } }];
+      }
+      case 'RecordDeduplication': {
+        const source = requireProcessed(state, 'deduplicate_facts');
+        if (source.deduplicated) return [];
+        return [{ type: 'SourceFactsDeduplicated', data: { stable_fact_ids: command.stableFactIds, merged: command.merged } }];
+      }
+      case 'RecordConceptBatch': {
+        const source = requireProcessed(state, 'extract_concepts');
+        if (!Number.isInteger(command.batchCount) || command.batchCount < 1)
+          throw new DomainError('invalid', 'batch count must be a positive integer');
+        if (!Number.isInteger(command.batchIndex) || command.batchIndex < 0 || command.batchIndex >= command.batchCount)
+          throw new DomainError('invalid', `batch index ${command.batchIndex} is not within 0..${command.batchCount - 1}`);
+        if (source.conceptBatches.includes(command.batchIndex)) return [];
+        checkLinks(command.links);
+        return [
+          {
+            type: 'ConceptsExtracted',
+            data: {
+              model_id: command.modelId,
+              promptset_hash: command.promptsetHash,
+              batch_index: command.batchIndex,
+              batch_count: command.batchCount,
+              links: command.links,
+            },
+          },
+        ];
+      }
     }
   },
 
   evolve(state, event) {
     if (event.type === 'SourceRegistered') {
-      return { status: 'pending', origin: event.data.origin, fetchAttempts: 0, fetched: null, failure: null, factCount: 0 };
+      return {
+        status: 'pending',
+        origin: event.data.origin,
+        fetchAttempts: 0,
+        fetched: null,
+        failure: null,
+        factCount: 0,
+        embeddedWith: [],
+        deduplicated: false,
+        conceptBatches: [],
+      };
     }
     if (state.status === 'none') return state;
     switch (event.type) {
       case 'SourceFetchStarted':
         return { ...state, status: 'fetching', fetchAttempts: event.data.attempt };
       case 'SourceFetched':
-        return { ...state, status: 'fetched', fetched: event.data };
+        // Events recorded before images were kept have none.
+        return { ...state, status: 'fetched', fetched: { ...event.data, images: event.data.images ?? [] } };
       case 'SourceDecompositionStarted':
         return { ...state, status: 'decomposing' };
       case 'FactsExtracted':
@@ -161,6 +270,14 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
       case 'SourceRetryRequested':
         // A retry starts over from whatever the source already has.
         return { ...state, status: state.fetched ? 'fetched' : 'pending', failure: null };
+      case 'FactsEmbedded':
+        return state.embeddedWith.includes(event.data.model) ? state : { ...state, embeddedWith: [...state.embeddedWith, event.data.model] };
+      case 'SourceFactsDeduplicated':
+        return { ...state, deduplicated: true };
+      case 'ConceptsExtracted':
+        return state.conceptBatches.includes(event.data.batch_index)
+          ? state
+          : { ...state, conceptBatches: [...state.conceptBatches, event.data.batch_index] };
     }
   },
 };

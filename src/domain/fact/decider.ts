@@ -1,0 +1,52 @@
+import { DomainError, type Decider } from '../decider.js';
+import type { FactCommand, FactEvent, FactState } from './events.js';
+
+export type { FactCommand, FactEvent, FactState } from './events.js';
+
+/**
+ * What deduplication and cleanup decide about a fact (docs/pipeline.md, "Deduplication rule").
+ * A fact's stream starts empty: the fact itself is born in its source's FactsExtracted, so the
+ * initial state is `new`. Repeated decisions (a twin job, a retried one) record nothing.
+ */
+export const factDecider: Decider<FactState, FactCommand, FactEvent> = {
+  initialState: () => ({ status: 'new' }),
+
+  decide(command, state) {
+    switch (command.type) {
+      case 'StabilizeFact':
+        // Only a new fact is stabilized; a stable one already is, a merged one stays merged.
+        if (state.status !== 'new') return [];
+        return [{ type: 'FactStabilized', data: { source_id: command.sourceId } }];
+      case 'MergeFact':
+        if (state.status === 'merged' || state.status === 'removed') return [];
+        if (!command.survivorId) throw new DomainError('invalid', 'a merge needs a survivor');
+        if (!Number.isFinite(command.similarity)) throw new DomainError('invalid', 'similarity must be a finite number');
+        return [
+          {
+            type: 'FactMergedInto',
+            data: {
+              survivor_id: command.survivorId,
+              similarity: command.similarity,
+              source_id: command.sourceId,
+              catchup: command.catchup,
+            },
+          },
+        ];
+      case 'RemoveFact':
+        if (state.status === 'removed') return [];
+        if (state.status !== 'merged') throw new DomainError('conflict', `only a merged fact is removed; this one is ${state.status}`);
+        return [{ type: 'FactRemoved', data: { survivor_id: state.survivorId } }];
+    }
+  },
+
+  evolve(state, event) {
+    switch (event.type) {
+      case 'FactStabilized':
+        return state.status === 'new' ? { status: 'stable' } : state;
+      case 'FactMergedInto':
+        return { status: 'merged', survivorId: event.data.survivor_id };
+      case 'FactRemoved':
+        return { status: 'removed', survivorId: event.data.survivor_id };
+    }
+  },
+};
