@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile, access } from 'node:fs/promises';
 import path from 'node:path';
 
@@ -31,7 +32,8 @@ export function createFileAssetStore(root: string): AssetStore {
       } catch {
         await mkdir(path.dirname(target), { recursive: true });
         // Write then rename so a crash never leaves a truncated blob under its final name.
-        const temporary = `${target}.${process.pid}.${Date.now()}.tmp`;
+        // A random part, not the clock: two puts of the same bytes in one millisecond must not share it.
+        const temporary = `${target}.${process.pid}.${randomUUID()}.tmp`;
         await writeFile(temporary, bytes);
         await rename(temporary, target);
       }

@@ -49,12 +49,13 @@ t.test('normalizes, hashes and keeps the first of duplicate facts', async (t) =>
       contentHash: sha256('Radium is a chemical element.'),
       sourceText: 'Radium is a chemical element.',
       chunkIndex: 0,
+      sentenceIndex: -1,
     },
-    { content: 'Chunk 0 has its own fact.', contentHash: sha256('Chunk 0 has its own fact.'), sourceText: 'own', chunkIndex: 0 },
-    { content: 'Café Curie is in Paris.', contentHash: sha256('Caf\u00e9 Curie is in Paris.'), sourceText: 'nfd', chunkIndex: 0 },
-    { content: 'No source text here.', contentHash: sha256('No source text here.'), sourceText: '', chunkIndex: 0 },
-    { content: 'Chunk 1 has its own fact.', contentHash: sha256('Chunk 1 has its own fact.'), sourceText: 'own', chunkIndex: 1 },
-    { content: 'Chunk 2 has its own fact.', contentHash: sha256('Chunk 2 has its own fact.'), sourceText: 'own', chunkIndex: 2 },
+    { content: 'Chunk 0 has its own fact.', contentHash: sha256('Chunk 0 has its own fact.'), sourceText: 'own', chunkIndex: 0, sentenceIndex: -1 },
+    { content: 'Café Curie is in Paris.', contentHash: sha256('Caf\u00e9 Curie is in Paris.'), sourceText: 'nfd', chunkIndex: 0, sentenceIndex: -1 },
+    { content: 'No source text here.', contentHash: sha256('No source text here.'), sourceText: '', chunkIndex: 0, sentenceIndex: -1 },
+    { content: 'Chunk 1 has its own fact.', contentHash: sha256('Chunk 1 has its own fact.'), sourceText: 'own', chunkIndex: 1, sentenceIndex: -1 },
+    { content: 'Chunk 2 has its own fact.', contentHash: sha256('Chunk 2 has its own fact.'), sourceText: 'own', chunkIndex: 2, sentenceIndex: -1 },
   ]);
 });
 

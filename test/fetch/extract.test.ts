@@ -52,7 +52,14 @@ t.test('HTML article: Readability picks the article, turndown writes Markdown', 
   t.match(document.markdown, /\[the full report\]\(https:\/\/news\.example\/science\/report\.html\)/);
   t.match(document.markdown, /^- +Rhône glacier$/m);
   t.match(document.markdown, /```\nyear {2}volume/);
-  t.same(document.images, [{ url: 'https://news.example/science/charts/volume.png', altText: 'Glacier volume chart' }], 'absolute, http only, deduplicated');
+  t.same(
+    document.images,
+    [
+      { url: 'https://news.example/science/charts/volume.png', altText: 'Glacier volume chart', caption: 'Volume over time' },
+      { url: 'data:image/png;base64,AAAA', altText: 'inline data', caption: null },
+    ],
+    'absolute, http(s) or data:, deduplicated, with the figure caption',
+  );
   t.equal(document.title, 'Glaciers are retreating', 'the site name goes when the only <h1> is in <title>');
 });
 
@@ -235,7 +242,7 @@ t.test('Markdown: title from the first # heading, text without syntax', async (t
       'See the docs.',
     ].join('\n\n'),
   );
-  t.same(document.images, [{ url: 'https://example.com/notes/img/diagram.png', altText: 'Diagram' }]);
+  t.same(document.images, [{ url: 'https://example.com/notes/img/diagram.png', altText: 'Diagram', caption: null }]);
 
   const setext = await extractDocument({ body: Buffer.from('Setext Title\n============\n\nBody.'), filename: 'notes.markdown' });
   t.equal(setext.title, 'Setext Title');

@@ -132,7 +132,7 @@ t.test('fetches a page and extracts its title, text and markdown', async (t) => 
   t.match(document.text, /shellfish, a behaviour[^\n]*\.\n\nThey hold hands/, 'paragraphs are separated by a blank line');
   t.notMatch(document.text, /Home|Copyright/, 'navigation and footer are not article text');
   t.match(document.markdown, /\[raft\]\(http:\/\/127\.0\.0\.1:\d+\/raft\)/, 'links are absolute in markdown');
-  t.same(document.images, [{ url: server.url('/img/otter.jpg'), altText: 'An otter floating' }]);
+  t.same(document.images, [{ url: server.url('/img/otter.jpg'), altText: 'An otter floating', caption: null }]);
   t.same(fetcher.hostStats(server.url()), {
     host: new URL(server.url()).host,
     successes: 1,

@@ -7,15 +7,21 @@ export interface ExtractedDocument {
   /** Publication date as YYYY-MM-DD, when the document states one. */
   publishedAt: string | null;
   kind: DocumentKind;
-  /** Absolute http(s) URLs of the images inline in the document body. */
+  /**
+   * Images inline in the document body, in document order: http(s) URLs made absolute and
+   * `data:` URIs. Tracking pixels (a declared width or height under 16 px) are left out.
+   */
   images: DocumentImage[];
 }
 
 export type DocumentKind = 'html' | 'pdf' | 'markdown' | 'text';
 
 export interface DocumentImage {
+  /** Absolute http(s) URL, or the `data:` URI of an inline image. */
   url: string;
   altText: string;
+  /** The caption of the image's <figure> (or Markdown image title), when any. */
+  caption: string | null;
 }
 
 /**

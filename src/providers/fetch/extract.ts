@@ -228,7 +228,8 @@ const SETEXT_UNDERLINE = /^ {0,3}(?:=+|-+)[ \t]*$/;
 const THEMATIC_BREAK = /^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$/;
 const REFERENCE_DEFINITION = /^ {0,3}\[[^\]]+\]:\s*\S+/;
 const TABLE_DELIMITER_ROW = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$/;
-const MARKDOWN_IMAGE = /!\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+["'(][^)]*["')])?\s*\)/g;
+// Groups: alt text, address, title (the image's caption).
+const MARKDOWN_IMAGE = /!\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+["'(]([^)]*?)["')])?\s*\)/g;
 
 interface FrontMatter {
   body: string;
@@ -343,10 +344,11 @@ function markdownImages(markdown: string, url: string | undefined): DocumentImag
   const images: DocumentImage[] = [];
   const seen = new Set<string>();
   for (const match of markdown.matchAll(MARKDOWN_IMAGE)) {
-    const absolute = toAbsoluteHttpUrl(match[2] ?? '', url);
+    const reference = (match[2] ?? '').trim();
+    const absolute = reference.startsWith('data:') ? reference : toAbsoluteHttpUrl(reference, url);
     if (!absolute || seen.has(absolute)) continue;
     seen.add(absolute);
-    images.push({ url: absolute, altText: (match[1] ?? '').trim() });
+    images.push({ url: absolute, altText: (match[1] ?? '').trim(), caption: match[3]?.trim() || null });
   }
   return images;
 }

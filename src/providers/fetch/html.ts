@@ -22,6 +22,7 @@ interface DomElement extends DomNode {
   removeAttribute(name: string): void;
   querySelector(selector: string): DomElement | null;
   querySelectorAll(selector: string): ArrayLike<DomElement>;
+  closest(selector: string): DomElement | null;
   remove(): void;
 }
 
@@ -199,18 +200,52 @@ function absolutizeReferences(root: DomElement, baseUrl: string | null): void {
       }
     }
   }
-  for (const image of Array.from(root.querySelectorAll('img[srcset]'))) image.removeAttribute('srcset');
+  for (const image of Array.from(root.querySelectorAll('img[srcset]'))) {
+    // An image given only by srcset keeps its first candidate; otherwise src is the one we keep.
+    if (!image.getAttribute('src')?.trim()) {
+      const first = firstSrcsetCandidate(image.getAttribute('srcset') ?? '');
+      const absolute = first ? (first.startsWith('data:') ? first : toAbsoluteHttpUrl(first, baseUrl)) : null;
+      if (absolute) image.setAttribute('src', absolute);
+    }
+    image.removeAttribute('srcset');
+  }
+}
+
+/** The address of a srcset's first candidate (`a.png 1x, b.png 2x` → `a.png`). */
+function firstSrcsetCandidate(srcset: string): string | null {
+  const trimmed = srcset.trim();
+  if (trimmed === '') return null;
+  // A data: URI contains commas of its own, so it runs to the first whitespace.
+  const candidate = trimmed.startsWith('data:') ? trimmed.split(/\s/, 1)[0] : trimmed.split(',', 1)[0]?.trim().split(/\s+/, 1)[0];
+  return candidate || null;
+}
+
+// Declared sizes below this (in CSS pixels) mark tracking pixels, spacers and icons.
+const MIN_DECLARED_IMAGE_PIXELS = 16;
+
+function isTinyDeclared(image: DomElement): boolean {
+  for (const attribute of ['width', 'height']) {
+    const value = image.getAttribute(attribute)?.trim();
+    if (value && /^\d+(?:\.\d+)?(?:px)?$/i.test(value) && Number.parseFloat(value) < MIN_DECLARED_IMAGE_PIXELS) return true;
+  }
+  return false;
+}
+
+function imageCaption(image: DomElement): string | null {
+  const figure = image.closest('figure');
+  return cleanInlineText(figure?.querySelector('figcaption')?.textContent) ?? cleanInlineText(image.getAttribute('title'));
 }
 
 function collectImages(root: DomElement, baseUrl: string | null): DocumentImage[] {
   const images: DocumentImage[] = [];
   const seen = new Set<string>();
   for (const image of Array.from(root.querySelectorAll('img'))) {
-    const source = image.getAttribute('src') || image.getAttribute('data-src') || '';
-    const url = toAbsoluteHttpUrl(source, baseUrl);
+    if (isTinyDeclared(image)) continue;
+    const source = (image.getAttribute('src') || image.getAttribute('data-src') || '').trim();
+    const url = /^data:image\//i.test(source) ? source : toAbsoluteHttpUrl(source, baseUrl);
     if (!url || seen.has(url)) continue;
     seen.add(url);
-    images.push({ url, altText: cleanInlineText(image.getAttribute('alt')) ?? '' });
+    images.push({ url, altText: cleanInlineText(image.getAttribute('alt')) ?? '', caption: imageCaption(image) });
   }
   return images;
 }

@@ -90,11 +90,15 @@ function describeLoadError(error: unknown): string {
  * paragraphs. The title is the metadata Title, else the first line. pdf.js runs in-process
  * (its fake worker), with no eval, no font loading and no network.
  */
-export async function pdfToDocument(bytes: Uint8Array): Promise<ExtractedDocument> {
-  // A copy, because pdf.js rejects Node Buffers and may take ownership of the array.
-  const data = new Uint8Array(bytes);
+/**
+ * Opens a PDF with pdf.js in-process (its fake worker): no eval, no font loading, no network,
+ * no canvas or image decoder. A file pdf.js cannot open is UnsupportedContentError. The caller
+ * destroys the loading task when done.
+ */
+export async function openPdf(bytes: Uint8Array) {
   const loadingTask = getDocument({
-    data,
+    // A copy, because pdf.js rejects Node Buffers and may take ownership of the array.
+    data: new Uint8Array(bytes),
     isEvalSupported: false,
     disableFontFace: true,
     useSystemFonts: false,
@@ -102,15 +106,21 @@ export async function pdfToDocument(bytes: Uint8Array): Promise<ExtractedDocumen
     disableAutoFetch: true,
     disableStream: true,
     disableRange: true,
+    isOffscreenCanvasSupported: false,
+    isImageDecoderSupported: false,
     verbosity: VerbosityLevel.ERRORS,
   });
   try {
-    let pdf: Awaited<typeof loadingTask.promise>;
-    try {
-      pdf = await loadingTask.promise;
-    } catch (error) {
-      throw new UnsupportedContentError(describeLoadError(error), 'application/pdf', { cause: error });
-    }
+    return { loadingTask, pdf: await loadingTask.promise };
+  } catch (error) {
+    await loadingTask.destroy();
+    throw new UnsupportedContentError(describeLoadError(error), 'application/pdf', { cause: error });
+  }
+}
+
+export async function pdfToDocument(bytes: Uint8Array): Promise<ExtractedDocument> {
+  const { loadingTask, pdf } = await openPdf(bytes);
+  try {
     try {
       const paragraphs: string[] = [];
       for (let pageNumber = 1; pageNumber <= pdf.numPages; pageNumber += 1) {

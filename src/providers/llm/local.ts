@@ -1,6 +1,17 @@
 import winkNLP, { type ItemSentence, type PartOfSpeech, type WinkMethods } from 'wink-nlp';
 import model from 'wink-eng-lite-web-model';
-import type { ExtractedFact, FactExtractionInput, FactExtractor } from './port.js';
+import { extractLocalConcepts, refineLocalConcepts } from './localConcepts.js';
+import type {
+  ChatModel,
+  ConceptCandidate,
+  ConceptExtractionInput,
+  ExtractedFact,
+  FactExtractionInput,
+  FactExtractor,
+  ImageInput,
+  RefinementDecision,
+  RefinementInput,
+} from './port.js';
 
 /**
  * The built-in chat-model stand-in: rule-based fact extraction with no network and no
@@ -23,9 +34,113 @@ export function createLocalFactExtractor(): FactExtractor {
     async extractFacts(input: FactExtractionInput, signal?: AbortSignal): Promise<ExtractedFact[]> {
       signal?.throwIfAborted();
       if (typeof input?.text !== 'string') throw new TypeError('extractFacts expects input.text to be a string');
-      return extractFactsFromText(input.text, input.previousContext ?? '', input.nextContext ?? '', input.title ?? null);
+      const facts = extractFactsFromText(input.text, input.previousContext ?? '', input.nextContext ?? '', input.title ?? null);
+      // The plain extractor keeps its original output shape; the chat model adds sentence provenance.
+      return facts.map(({ content, sourceText }) => ({ content, sourceText }));
     },
   };
+}
+
+/**
+ * The built-in chat model: the fact extractor above (with sentence provenance), image facts from
+ * the text next to an image (it sees no pixels), and rule-based concepts (`localConcepts.ts`).
+ */
+export function createLocalChatModel(): ChatModel {
+  return {
+    modelId: LOCAL_FACT_EXTRACTOR_MODEL_ID,
+    canSeeImages: false,
+    async extractFacts(input: FactExtractionInput, signal?: AbortSignal): Promise<ExtractedFact[]> {
+      signal?.throwIfAborted();
+      if (typeof input?.text !== 'string') throw new TypeError('extractFacts expects input.text to be a string');
+      return extractFactsFromText(input.text, input.previousContext ?? '', input.nextContext ?? '', input.title ?? null);
+    },
+    async extractImageFacts(input: ImageInput, signal?: AbortSignal): Promise<ExtractedFact[]> {
+      signal?.throwIfAborted();
+      if (input === null || typeof input !== 'object') throw new TypeError('extractImageFacts expects an image input');
+      return imageFacts(input);
+    },
+    async extractConcepts(input: ConceptExtractionInput, signal?: AbortSignal): Promise<ConceptCandidate[]> {
+      signal?.throwIfAborted();
+      return extractLocalConcepts(input, tagSentences);
+    },
+    async refineConcepts(input: RefinementInput, signal?: AbortSignal): Promise<RefinementDecision[]> {
+      signal?.throwIfAborted();
+      return refineLocalConcepts(input);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Image facts from the words next to an image
+
+/** alt texts that describe nothing: file names, camera names, placeholders. */
+const FILE_NAME = /\.(png|jpe?g|gif|svg|webp|bmp|tiff?|avif|heic)$/i;
+const CAMERA_NAME = /^(img|dsc|dscn|dcim|pxl|photo|image|screenshot|scan)[\s_-]*\d/i;
+const PLACEHOLDER_WORDS = new Set([
+  'image', 'img', 'photo', 'photograph', 'picture', 'pic', 'logo', 'icon', 'thumbnail', 'thumb', 'banner', 'avatar',
+  'placeholder', 'spacer', 'untitled', 'figure', 'fig', 'graphic', 'illustration', 'alt', 'null', 'undefined',
+  'click', 'here', 'button', 'arrow', 'menu', 'close', 'search', 'home', 'loading', 'default', 'blank', 'pixel',
+]);
+const DESCRIPTION_LEAD = /^(an?\s+)?(image|photo|photograph|picture|illustration|portrait|drawing|painting|figure|diagram|chart|map|fig\.)\s*\d*\s*(of|showing|shows|depicting|depicts|with)?[:.\s]+/i;
+const TRAILING_YEAR = /[\s,;(–—-]+(c\.\s*|ca\.\s*|circa\s+)?(\d{4}(?:s)?)\)?\.?$/i;
+const MIN_DESCRIPTION_WORDS = 2;
+
+/** "Marie Curie in her laboratory, 1904" → "An image shows Marie Curie in her laboratory in 1904." */
+function imageFacts(input: ImageInput): ExtractedFact[] {
+  const descriptions: string[] = [];
+  for (const raw of [input.caption, input.altText]) {
+    if (typeof raw !== 'string') continue;
+    const text = raw.replace(/\s+/g, ' ').trim();
+    if (!isUsableDescription(text)) continue;
+    const lower = text.toLowerCase();
+    // Alt text that repeats (part of) the caption adds nothing.
+    if (descriptions.some((kept) => kept.toLowerCase().includes(lower) || lower.includes(kept.toLowerCase()))) {
+      const longer = descriptions.findIndex((kept) => lower.includes(kept.toLowerCase()));
+      if (longer !== -1) descriptions[longer] = text;
+      continue;
+    }
+    descriptions.push(text);
+  }
+  const facts: ExtractedFact[] = [];
+  for (const description of descriptions) {
+    const content = describeImage(description, input.sourceTitle ?? null);
+    if (content !== null && !facts.some((fact) => fact.content === content)) facts.push({ content, sourceText: description });
+  }
+  return facts;
+}
+
+function isUsableDescription(text: string): boolean {
+  if (text === '' || FILE_NAME.test(text) || CAMERA_NAME.test(text) || /^https?:\/\//i.test(text)) return false;
+  // "marie_curie_1904" or "header-bg": a slug, not a description.
+  if (!/\s/.test(text) && /[_-]/.test(text)) return false;
+  const words = text.split(/\s+/).filter((word) => /\p{L}/u.test(word));
+  if (words.length < MIN_DESCRIPTION_WORDS) return false;
+  return !words.every((word) => PLACEHOLDER_WORDS.has(word.toLowerCase().replace(/[^\p{L}]/gu, '')));
+}
+
+/**
+ * A self-contained statement about what the image shows. A description that is a sentence
+ * stands as it is (its pronouns resolved against the source title); a noun phrase becomes
+ * "An image shows ...", a trailing year becoming "in 1904".
+ */
+function describeImage(description: string, title: string | null): string | null {
+  const sentence = extractFactsFromText(description, '', '', title);
+  if (sentence.length > 0) return sentence.map((fact) => fact.content).join(' ');
+  let phrase = description.replace(DESCRIPTION_LEAD, '').replace(/[.:;,\s]+$/, '');
+  let when = '';
+  const year = TRAILING_YEAR.exec(phrase);
+  if (year !== null && year.index > 0) {
+    when = ` in ${year[2]}`;
+    phrase = phrase.slice(0, year.index).replace(/[\s,;(–—-]+$/, '');
+  }
+  if (phrase.split(/\s+/).filter((word) => /\p{L}/u.test(word)).length < 1) return null;
+  const tokens = tagSentences(phrase).flatMap((item) => item.tokens);
+  // Keep a name's capital, lower a common word's: "A laboratory" → "a laboratory".
+  const first = tokens[0];
+  if (first !== undefined && first.pos !== 'PROPN' && !/^\p{Lu}{2}/u.test(first.value)) {
+    phrase = phrase.charAt(0).toLowerCase() + phrase.slice(1);
+  }
+  return `An image shows ${phrase}${when}.`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -107,6 +222,8 @@ function extractFactsFromText(
   const emitTo = previousContext.length + text.length;
   const discourse = new Discourse(topicOfTitle(title));
   const facts: ExtractedFact[] = [];
+  // Sentences of the chunk's prose (headings and menus are not counted), in text order.
+  let sentenceIndex = -1;
 
   for (const block of splitBlocks(full)) {
     if (block.start >= emitTo) break;
@@ -118,11 +235,12 @@ function extractFactsFromText(
       if (sourceStart >= emitTo) break;
       // Up to where the next kept character starts: trailing citation markers stay in sourceText.
       const sourceEnd = cleaned.origin[sentence.end] ?? block.end;
+      if (sourceStart >= emitFrom) sentenceIndex++;
       if (classifySentence(sentence, block.kind) !== 'statement') continue;
       const contents = discourse.factsOf(sentence.tokens);
       if (sourceStart < emitFrom) continue;
       const sourceText = full.slice(sourceStart, sourceEnd).trim();
-      for (const content of contents) facts.push({ content, sourceText });
+      for (const content of contents) facts.push({ content, sourceText, sentenceIndex });
     }
   }
   return facts;

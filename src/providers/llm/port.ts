@@ -1,9 +1,14 @@
 /**
- * The chat-model role used by source decomposition: turn one chunk of a source into atomic,
- * self-contained facts. Adapters: `local.ts` (rule-based, no network) and, later, an
- * OpenAI-compatible client. Chunking, normalization, hashing and deduplication are the
- * caller's job (`providers/decomposition/decompose.ts`), so adapters stay thin.
+ * The chat-model role (DESIGN.md, "Providers"). Adapters: `local.ts` (rule-based, no network)
+ * and `openai.ts` (an OpenAI-compatible `/v1/chat/completions` client). Chunking, hashing,
+ * deduplication and concept resolution are the callers' job, so adapters stay thin: they turn
+ * one prompt's worth of input into structured output and classify their failures.
+ *
+ * Failures: an adapter throws `ModelCallError` with `permanent` set when a retry cannot help
+ * (401/403/404/400 from the provider, output that fails validation after the retries of
+ * `providers.llm_retry`); anything else (timeouts, 429, 5xx, resets) is transient.
  */
+import type { Promptset } from './promptsets.js';
 
 export interface FactExtractionInput {
   /** The chunk to decompose. */
@@ -24,6 +29,8 @@ export interface FactExtractionInput {
    * `text`. Adapters may ignore it.
    */
   nextContext?: string;
+  /** The repository's effective promptset (the `fact_extraction` phase is used here). */
+  promptset?: Promptset;
 }
 
 export interface ExtractedFact {
@@ -31,6 +38,11 @@ export interface ExtractedFact {
   content: string;
   /** The span of the chunk the fact came from (provenance only). */
   sourceText: string;
+  /**
+   * 0-based index, within the chunk, of the sentence the fact came from (sentence provenance);
+   * adapters that cannot tell leave it undefined.
+   */
+  sentenceIndex?: number;
 }
 
 export interface FactExtractor {
@@ -41,4 +53,79 @@ export interface FactExtractor {
    * Adapters throw on failure; classifying failures as transient or permanent is theirs.
    */
   extractFacts(input: FactExtractionInput, signal?: AbortSignal): Promise<ExtractedFact[]>;
+}
+
+/** One image of a source, for image fact extraction. */
+export interface ImageInput {
+  bytes: Uint8Array;
+  contentType: string;
+  /** alt text, title or figure caption found next to the image, when any. */
+  altText?: string | null;
+  caption?: string | null;
+  /** Text around the image in the source (a few hundred characters), when known. */
+  surroundingText?: string | null;
+  sourceTitle?: string | null;
+  promptset?: Promptset;
+}
+
+/** A concept context the model may assign: a built-in ontology level or a custom context. */
+export interface ConceptContextChoice {
+  name: string;
+  description: string;
+}
+
+export interface ConceptExtractionInput {
+  /** Up to `providers.decomposition.concept.fact_batch_size` facts. */
+  facts: ReadonlyArray<{ id: string; content: string }>;
+  /** The contexts allowed in this repository (never empty). */
+  contexts: readonly ConceptContextChoice[];
+  promptset?: Promptset;
+}
+
+export interface ConceptCandidate {
+  /** The preferred full name ("Marie Curie", "X-ray crystallography"). */
+  canonicalName: string;
+  /** One of the input contexts' names. */
+  context: string;
+  ontologyClass?: string | null;
+  /** Other surface forms seen in the facts ("Curie", "Madame Curie"); may be empty. */
+  aliases: string[];
+  /** Ids of the input facts that mention the concept (never empty). */
+  factIds: string[];
+}
+
+export interface RefinementInput {
+  /** Concepts of one context that may name the same thing, or carry too many aliases. */
+  concepts: ReadonlyArray<{ id: string; canonicalName: string; context: string; aliases: string[]; factCount: number }>;
+  /** Concepts with at least this many aliases get their aliases pruned (`providers.refinement.prune_threshold`). */
+  pruneThreshold: number;
+  promptset?: Promptset;
+}
+
+export type RefinementDecision =
+  | { type: 'merge'; loserId: string; survivorId: string; reason: string }
+  | { type: 'remove_alias'; conceptId: string; alias: string; reason: string };
+
+export interface ChatModel extends FactExtractor {
+  /** Whether `extractImageFacts` looks at the pixels (vision) rather than only at the text around an image. */
+  readonly canSeeImages: boolean;
+  /** Facts an image shows, as self-contained statements. */
+  extractImageFacts(input: ImageInput, signal?: AbortSignal): Promise<ExtractedFact[]>;
+  /** Concepts the facts mention, each linked to the facts that mention it. */
+  extractConcepts(input: ConceptExtractionInput, signal?: AbortSignal): Promise<ConceptCandidate[]>;
+  /** Merges of concepts naming the same thing, and aliases to prune. */
+  refineConcepts(input: RefinementInput, signal?: AbortSignal): Promise<RefinementDecision[]>;
+}
+
+/** A model call that failed; `permanent` says whether a retry could help. */
+export class ModelCallError extends Error {
+  override readonly name = 'ModelCallError';
+  constructor(
+    message: string,
+    readonly permanent: boolean,
+    /** HTTP status of the provider's answer, when there was one. */
+    readonly status?: number,
+  ) {
+    super(message);
+  }
 }

@@ -1,0 +1,172 @@
+import { ModelCallError } from '../llm/port.js';
+import { endpoint, type FetchFunction, postJson } from '../llm/openai.js';
+import {
+  abortableSleep,
+  backoffCeilingMs,
+  describeError,
+  type LlmRetrySettings,
+  OutputValidationError,
+  ProviderHttpError,
+  runWithDeadline,
+} from '../llm/retry.js';
+import type { Embedder } from './port.js';
+
+/**
+ * Embeddings over an OpenAI-compatible API: POST `{baseUrl}/embeddings` in batches of
+ * `providers.ai.embed_batch_size`, vectors put back in input order by their `index`.
+ *
+ * Failures:
+ * - 429: waited out (Retry-After, else the backoff) for as long as the rate-limit waits of this
+ *   `embed` call add up to less than `providers.ai.rate_limit_wait_timeout`; then a transient
+ *   ModelCallError hands the job back to the runtime. A 429 does not use up an attempt;
+ * - timeouts, 5xx, connection errors: retried up to `providers.llm_retry.max_attempts`, then
+ *   transient; a malformed reply likewise, then permanent;
+ * - 400/401/403/404/422, and a vector whose length is not `dimensions`: permanent at once
+ *   (the configuration is wrong: retrying cannot help).
+ */
+
+export interface OpenAIEmbedderOptions {
+  baseUrl: string;
+  apiKey?: string;
+  model: string;
+  dimensions: number;
+  /** Texts per request (`providers.ai.embed_batch_size`, default 32). */
+  batchSize?: number;
+  /** Longest total wait on 429s per `embed` call (`providers.ai.rate_limit_wait_timeout`, default 1h). */
+  rateLimitWaitTimeoutMs?: number;
+  retry: LlmRetrySettings;
+  fetch?: FetchFunction;
+  /** Jitter source (tests pass a fixed one). */
+  random?: () => number;
+  /** Called before each wait, for logs and tests. */
+  onRetry?: (info: { attempt: number; delayMs: number; error: unknown; rateLimited: boolean }) => void;
+}
+
+export const DEFAULT_EMBED_BATCH_SIZE = 32;
+export const DEFAULT_RATE_LIMIT_WAIT_TIMEOUT_MS = 3_600_000;
+
+/**
+ * The vector of a text with nothing to embed (providers reject empty input): a fixed unit vector,
+ * so cosine similarity stays defined (Embedder contract).
+ */
+function placeholderVector(dimensions: number): number[] {
+  const vector = new Array<number>(dimensions).fill(0);
+  vector[0] = 1;
+  return vector;
+}
+
+/** The reply's vectors in input order, or an OutputValidationError / permanent ModelCallError. */
+function vectorsOf(reply: unknown, count: number, dimensions: number, model: string): number[][] {
+  const data = (reply as { data?: unknown })?.data;
+  if (!Array.isArray(data) || data.length !== count) {
+    throw new OutputValidationError(`the embeddings reply holds ${Array.isArray(data) ? data.length : 'no'} vectors for ${count} inputs`);
+  }
+  const vectors = new Array<number[] | undefined>(count);
+  data.forEach((item: unknown, position) => {
+    const { index, embedding } = (item ?? {}) as { index?: unknown; embedding?: unknown };
+    // Without an index the position is the order (some compatible servers omit it).
+    const slot = index === undefined ? position : index;
+    if (typeof slot !== 'number' || !Number.isInteger(slot) || slot < 0 || slot >= count || vectors[slot] !== undefined) {
+      throw new OutputValidationError(`the embeddings reply has a bad or repeated index ${String(index)}`);
+    }
+    if (!Array.isArray(embedding) || !embedding.every((value) => typeof value === 'number' && Number.isFinite(value))) {
+      throw new OutputValidationError(`the embeddings reply's vector ${slot} is not a list of numbers`);
+    }
+    if (embedding.length !== dimensions) {
+      throw new ModelCallError(
+        `embedding model ${model} returned ${embedding.length}-dimensional vectors; providers.embeddings.dimensions is ${dimensions}`,
+        true,
+      );
+    }
+    vectors[slot] = embedding.every((value) => value === 0) ? placeholderVector(dimensions) : (embedding as number[]);
+  });
+  return vectors as number[][];
+}
+
+export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
+  const fetchImpl = options.fetch ?? fetch;
+  const url = endpoint(options.baseUrl, 'embeddings');
+  const batchSize = Math.max(1, options.batchSize ?? DEFAULT_EMBED_BATCH_SIZE);
+  const rateLimitBudgetMs = options.rateLimitWaitTimeoutMs ?? DEFAULT_RATE_LIMIT_WAIT_TIMEOUT_MS;
+  const random = options.random ?? Math.random;
+  const { retry, dimensions, model } = options;
+  const attempts = Math.max(1, Math.floor(retry.maxAttempts));
+
+  async function embedBatch(texts: string[], budget: { waitedMs: number }, jobSignal?: AbortSignal): Promise<number[][]> {
+    let failures = 0;
+    let rateLimits = 0;
+    for (;;) {
+      jobSignal?.throwIfAborted();
+      try {
+        const reply = await runWithDeadline(
+          (signal) => postJson(fetchImpl, url, options.apiKey, { model, input: texts, encoding_format: 'float' }, signal),
+          retry.perCallTimeoutMs,
+          jobSignal,
+        );
+        return vectorsOf(reply, texts.length, dimensions, model);
+      } catch (error) {
+        if (jobSignal?.aborted) throw jobSignal.reason;
+        if (error instanceof ModelCallError && error.permanent) throw error;
+        let delayMs: number;
+        const rateLimited = error instanceof ProviderHttpError && error.status === 429;
+        if (rateLimited) {
+          rateLimits++;
+          const ceiling = backoffCeilingMs(retry, rateLimits);
+          delayMs = error.retryAfterMs ?? Math.round(ceiling / 2 + (random() * ceiling) / 2);
+          if (budget.waitedMs + delayMs > rateLimitBudgetMs) {
+            throw new ModelCallError(
+              `embeddings (${model}) still rate-limited after waiting ${budget.waitedMs}ms; ` +
+                `the next wait (${delayMs}ms) would exceed providers.ai.rate_limit_wait_timeout (${rateLimitBudgetMs}ms)`,
+              false,
+              429,
+            );
+          }
+          budget.waitedMs += delayMs;
+        } else {
+          failures++;
+          if (failures >= attempts) {
+            const status = error instanceof ModelCallError ? error.status : undefined;
+            throw new ModelCallError(
+              `embeddings (${model}) failed after ${attempts} attempt(s): ${describeError(error)}`,
+              error instanceof OutputValidationError,
+              status,
+            );
+          }
+          const ceiling = backoffCeilingMs(retry, failures);
+          delayMs = Math.round(ceiling / 2 + (random() * ceiling) / 2);
+        }
+        options.onRetry?.({ attempt: failures + rateLimits, delayMs, error, rateLimited });
+        await abortableSleep(delayMs, jobSignal);
+      }
+    }
+  }
+
+  return {
+    modelId: model,
+    dimensions,
+    async embed(texts: readonly string[], signal?: AbortSignal): Promise<number[][]> {
+      signal?.throwIfAborted();
+      if (!Array.isArray(texts)) throw new TypeError('embed expects an array of strings');
+      const vectors = new Array<number[]>(texts.length);
+      const pending: number[] = [];
+      texts.forEach((text: unknown, i) => {
+        if (typeof text !== 'string') throw new TypeError(`texts[${i}] is not a string`);
+        if (text.trim() === '') vectors[i] = placeholderVector(dimensions);
+        else pending.push(i);
+      });
+      const budget = { waitedMs: 0 };
+      for (let start = 0; start < pending.length; start += batchSize) {
+        const positions = pending.slice(start, start + batchSize);
+        const batch = await embedBatch(
+          positions.map((i) => texts[i] as string),
+          budget,
+          signal,
+        );
+        positions.forEach((position, j) => {
+          vectors[position] = batch[j] as number[];
+        });
+      }
+      return vectors;
+    },
+  };
+}
