@@ -1,5 +1,7 @@
 import type { Projection } from '../src/projection/types.js';
+import { conceptsProjection } from './concepts.js';
 import { factsProjection } from './facts.js';
+import { hostHealthProjection } from './hostHealth.js';
 import { repositoriesProjection } from './repositories.js';
 import { sourcesProjection } from './sources.js';
 import { usersProjection } from './users.js';
@@ -10,4 +12,6 @@ export const readModelProjections: readonly Projection[] = [
   repositoriesProjection,
   sourcesProjection,
   factsProjection,
+  conceptsProjection,
+  hostHealthProjection,
 ];

@@ -2,10 +2,13 @@ import type { Projection } from '../src/projection/types.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 
-/** Read model `repositories`: one row per repository, deleted ones kept with `deleted_at`. */
+/**
+ * Read model `repositories`: one row per repository, deleted ones kept with `deleted_at`, with
+ * its prompt overrides (phase → text) and custom concept contexts.
+ */
 export const repositoriesProjection: Projection = {
   name: 'repositories',
-  eventTypes: ['RepositoryCreated', 'RepositoryUpdated', 'RepositoryDeleted'],
+  eventTypes: ['RepositoryCreated', 'RepositoryUpdated', 'RepositoryDeleted', 'RepositoryPromptsChanged', 'RepositoryContextsChanged'],
   tables: ['repositories'],
   async apply(trx, recorded) {
     const event = recorded as unknown as RepositoryEvent & typeof recorded;
@@ -41,6 +44,17 @@ export const repositoriesProjection: Projection = {
       }
       case 'RepositoryDeleted':
         await trx('repositories').where({ id }).update({ deleted_at: recorded.occurredAt, updated_at: recorded.occurredAt });
+        return;
+      case 'RepositoryPromptsChanged':
+        // The event carries the full map after the change: it replaces the column.
+        await trx('repositories')
+          .where({ id })
+          .update({ prompt_overrides: JSON.stringify(event.data.prompts), updated_at: recorded.occurredAt });
+        return;
+      case 'RepositoryContextsChanged':
+        await trx('repositories')
+          .where({ id })
+          .update({ custom_contexts: JSON.stringify(event.data.custom_contexts), updated_at: recorded.occurredAt });
         return;
     }
   },

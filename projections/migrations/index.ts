@@ -128,6 +128,95 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // The knowledge pipeline (docs/pipeline.md, "Read models"). Facts now start `new` and become
+    // `stable` or `merged` through deduplication; rows from before stay as they were.
+    id: '003_pipeline',
+    async up(knex) {
+      await execStatements(knex, `
+        ALTER TABLE facts ALTER COLUMN status SET DEFAULT 'new';
+        ALTER TABLE facts ADD COLUMN merged_into text;
+        ALTER TABLE facts ADD COLUMN promptset_hash text NOT NULL DEFAULT '';
+        ALTER TABLE facts ADD COLUMN image_id text;
+        ALTER TABLE facts ADD COLUMN embedding_model text;
+        -- When deduplication kept the fact: the catch-up pass looks only at facts stable since its last run.
+        ALTER TABLE facts ADD COLUMN stable_since timestamptz;
+        CREATE INDEX facts_status ON facts (repository_id, status);
+        CREATE INDEX facts_stable_since ON facts (repository_id, stable_since);
+        CREATE INDEX facts_merged_into ON facts (merged_into);
+        ALTER TABLE fact_sources ADD COLUMN sentence_index int NOT NULL DEFAULT -1;
+        -- Every merge of a fact (loser -> survivor), kept after cleanup removes the loser's row:
+        -- a source that extracts a merged or removed fact again links to the survivor.
+        CREATE TABLE fact_redirects (
+          fact_id text PRIMARY KEY,
+          survivor_id text NOT NULL,
+          repository_id text NOT NULL
+        );
+        CREATE TABLE concepts (
+          id text PRIMARY KEY,
+          repository_id text NOT NULL,
+          canonical_name text NOT NULL,
+          context text NOT NULL,
+          ontology_class text,
+          status text NOT NULL DEFAULT 'active',
+          merged_into text,
+          source_id text,
+          fact_count int NOT NULL DEFAULT 0,
+          embedding_model text,
+          -- Space-joined aliases, so lexical concept search also finds a concept by an alias.
+          alias_text text NOT NULL DEFAULT '',
+          created_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL,
+          search tsvector GENERATED ALWAYS AS (to_tsvector('simple', canonical_name || ' ' || alias_text)) STORED
+        );
+        CREATE UNIQUE INDEX concepts_identity ON concepts (repository_id, lower(canonical_name), lower(context));
+        CREATE INDEX concepts_search ON concepts USING gin (search);
+        CREATE INDEX concepts_repository ON concepts (repository_id, status, fact_count);
+        CREATE TABLE concept_aliases (
+          concept_id text NOT NULL,
+          repository_id text NOT NULL,
+          alias text NOT NULL,
+          alias_lower text NOT NULL,
+          context_lower text NOT NULL,
+          PRIMARY KEY (concept_id, alias_lower)
+        );
+        CREATE INDEX concept_aliases_lookup ON concept_aliases (repository_id, context_lower, alias_lower);
+        CREATE TABLE fact_concepts (
+          fact_id text NOT NULL,
+          concept_id text NOT NULL,
+          repository_id text NOT NULL,
+          source_id text,
+          PRIMARY KEY (fact_id, concept_id)
+        );
+        CREATE INDEX fact_concepts_concept ON fact_concepts (concept_id);
+        -- The concepts projection's own copy of fact merges: projections keep separate
+        -- checkpoints, so it never reads a table that another projection writes.
+        CREATE TABLE fact_concept_redirects (
+          fact_id text PRIMARY KEY,
+          survivor_id text NOT NULL
+        );
+        CREATE TABLE concept_relations (
+          repository_id text NOT NULL,
+          concept_a text NOT NULL,
+          concept_b text NOT NULL,
+          shared_fact_count int NOT NULL,
+          updated_at timestamptz NOT NULL,
+          PRIMARY KEY (repository_id, concept_a, concept_b)
+        );
+        CREATE INDEX concept_relations_b ON concept_relations (repository_id, concept_b);
+        CREATE TABLE host_health (
+          host text PRIMARY KEY,
+          attempts int NOT NULL DEFAULT 0,
+          failures int NOT NULL DEFAULT 0,
+          last_failure_at timestamptz,
+          last_error text,
+          updated_at timestamptz NOT NULL
+        );
+        ALTER TABLE repositories ADD COLUMN prompt_overrides jsonb NOT NULL DEFAULT '{}';
+        ALTER TABLE repositories ADD COLUMN custom_contexts jsonb NOT NULL DEFAULT '[]';
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

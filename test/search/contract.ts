@@ -3,6 +3,8 @@ import type { Test } from 'tap';
 import {
   InvalidSearchRequestError,
   MAX_RESULT_WINDOW,
+  type ConceptDocument,
+  type ConceptUpdate,
   type FactDocument,
   type SearchIndex,
 } from '../../src/search/port.js';
@@ -18,6 +20,12 @@ export interface SearchHarness {
    * the `facts` rows and the search index only the vectors; on OpenSearch indexFacts does it all.
    */
   load(docs: FactDocument[]): Promise<void>;
+  /** Removes facts the way the service does (Postgres: the facts row goes with its projection). */
+  removeFacts(repositoryId: string, ids: string[]): Promise<void>;
+  /** Concepts alike: on Postgres the concepts projection writes the rows and aliases. */
+  loadConcepts(docs: ConceptDocument[]): Promise<void>;
+  updateConcepts(updates: ConceptUpdate[]): Promise<void>;
+  removeConcepts(repositoryId: string, ids: string[]): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -40,6 +48,20 @@ export function fact(repositoryId: string, content: string, extra: Partial<FactD
   };
 }
 
+/** A concept with a fresh id. */
+export function concept(repositoryId: string, canonicalName: string, extra: Partial<ConceptDocument> = {}): ConceptDocument {
+  return {
+    id: randomUUID(),
+    repository_id: repositoryId,
+    canonical_name: canonicalName,
+    context: 'general',
+    aliases: [],
+    fact_count: 1,
+    status: 'active',
+    ...extra,
+  };
+}
+
 const ids = (items: { id: string }[]) => items.map((item) => item.id);
 const sorted = (values: string[]) => [...values].sort();
 
@@ -56,7 +78,7 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
 
   withHarness('indexes facts and finds them by stemmed words, with every field', async (t, { index, load }, repo) => {
     const cat = fact(repo, 'Cats sleep most of the day.');
-    const dog = fact(repo, 'Dogs need daily walks.', { fact_kind: 'claim', status: 'merged' });
+    const dog = fact(repo, 'Dogs need daily walks.', { fact_kind: 'claim', status: 'new' });
     await load([cat, dog]);
     const result = await search(index, repo, 'sleeping cat');
     t.equal(result.total, 1);
@@ -228,5 +250,113 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await load([good]);
     t.same(ids((await search(index, repo, 'lighthouse')).items), [good.id], 'the index still works');
     await t.resolves(index.indexFacts([]), 'an empty batch is fine');
+  });
+
+  withHarness('merged facts are never found, by words, listing or vector', async (t, { index, load }, repo) => {
+    const stable = fact(repo, 'Comets have icy nuclei.', { vector: [1, 0, 0, 0] });
+    const fresh = fact(repo, 'Comets grow tails near the sun.', { status: 'new', vector: [0.9, 0.1, 0, 0] });
+    const merged = fact(repo, 'Comets have icy cores.', { status: 'merged', vector: [1, 0.01, 0, 0] });
+    await load([stable, fresh, merged]);
+    t.same(sorted(ids((await search(index, repo, 'comets')).items)), sorted([stable.id, fresh.id]), 'lexical');
+    t.equal((await search(index, repo, '')).total, 2, 'listing');
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [stable.id, fresh.id], 'k-NN');
+  });
+
+  withHarness('factIds restricts lexical and vector search to a set', async (t, { index, load }, repo) => {
+    const a = fact(repo, 'Bees pollinate apple trees.', { vector: [1, 0, 0, 0] });
+    const b = fact(repo, 'Bees make honey from nectar.', { vector: [0.9, 0.2, 0, 0] });
+    const c = fact(repo, 'Bees dance to share directions.', { vector: [0.8, 0.3, 0, 0] });
+    await load([a, b, c]);
+    const chosen = [a.id, c.id];
+    const lexical = await index.searchFacts({ repositoryId: repo, query: 'bees', limit: 10, offset: 0, factIds: chosen });
+    t.equal(lexical.total, 2);
+    t.same(sorted(ids(lexical.items)), sorted(chosen));
+    t.same(sorted(ids((await index.searchFacts({ repositoryId: repo, query: '', limit: 10, offset: 0, factIds: chosen })).items)), sorted(chosen), 'listing too');
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5, factIds: [b.id, c.id] })).items), [b.id, c.id]);
+    t.same(await index.searchFacts({ repositoryId: repo, query: 'bees', limit: 10, offset: 0, factIds: [] }), { total: 0, items: [] }, 'an empty set matches nothing');
+    t.same((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5, factIds: [] })).items, []);
+    await t.rejects(index.searchFacts({ repositoryId: repo, query: 'x', limit: 1, offset: 0, factIds: [''] }), { name: 'InvalidSearchRequestError' });
+  });
+
+  withHarness('updateFacts sets and removes vectors of indexed facts', async (t, { index, load }, repo) => {
+    const a = fact(repo, 'Owls hunt at night.');
+    const b = fact(repo, 'Hawks hunt by day.', { vector: [0, 1, 0, 0] });
+    await load([a, b]);
+    await index.updateFacts([{ id: a.id, repository_id: repo, vector: [1, 0, 0, 0] }]);
+    await index.updateFacts([{ id: a.id, repository_id: repo, vector: [1, 0, 0, 0] }]);
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items), [a.id], 'set, twice');
+    await index.updateFacts([{ id: b.id, repository_id: repo, vector: null }]);
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [0, 1, 0, 0], k: 5 })).items), [a.id], 'null removes');
+    t.same(ids((await search(index, repo, 'hawks')).items), [b.id], 'the text stays');
+    await t.rejects(index.updateFacts([{ id: a.id, repository_id: repo, vector: [1, 0] }]), { name: 'InvalidSearchRequestError' });
+    await t.resolves(index.updateFacts([]));
+  });
+
+  withHarness('removeFacts removes facts and their vectors, idempotently', async (t, { index, load, removeFacts }, repo) => {
+    const a = fact(repo, 'Moss grows on north sides.', { vector: [1, 0, 0, 0] });
+    const b = fact(repo, 'Moss needs moisture.', { vector: [1, 0.1, 0, 0] });
+    await load([a, b]);
+    await removeFacts(repo, [a.id]);
+    t.same(ids((await search(index, repo, 'moss')).items), [b.id]);
+    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [b.id]);
+    await t.resolves(index.removeFacts(repo, [a.id, 'unknown-id']), 'removing again, or an unknown id, is harmless');
+    await t.resolves(index.removeFacts(repo, []));
+    await t.rejects(index.removeFacts('', [a.id]), { name: 'InvalidSearchRequestError' });
+  });
+
+  withHarness('concepts are found by canonical name or alias; merged ones never', async (t, harness, repo) => {
+    const { index, loadConcepts } = harness;
+    const photosynthesis = concept(repo, 'photosynthesis', { aliases: ['light reactions', 'carbon fixation'], fact_count: 7 });
+    const chlorophyll = concept(repo, 'chlorophyll', { context: 'molecule', fact_count: 2 });
+    const merged = concept(repo, 'old photosynthesis', { status: 'merged' });
+    const elsewhere = concept(`repo-${randomUUID()}`, 'photosynthesis');
+    await loadConcepts([photosynthesis, chlorophyll, merged, elsewhere]);
+    const byName = await index.searchConcepts({ repositoryId: repo, query: 'photosynthesis', limit: 10, offset: 0 });
+    t.equal(byName.total, 1);
+    t.match(byName.items[0], { id: photosynthesis.id, canonical_name: 'photosynthesis', context: 'general', fact_count: 7, status: 'active' });
+    t.same(sorted(byName.items[0].aliases), ['carbon fixation', 'light reactions']);
+    t.ok(byName.items[0].score > 0);
+    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: 'light', limit: 10, offset: 0 })).items), [photosynthesis.id], 'by an alias word');
+    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: '"carbon fixation"', limit: 10, offset: 0 })).items), [photosynthesis.id], 'by an alias phrase');
+    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: 'chlorophyll or carbon', limit: 10, offset: 0 })).items).length, 2, 'or');
+    const listing = await index.searchConcepts({ repositoryId: repo, query: '', limit: 10, offset: 0 });
+    t.same(ids(listing.items), [chlorophyll.id, photosynthesis.id], 'listing: by name, merged hidden');
+    t.same(await index.searchConcepts({ repositoryId: repo, query: '', limit: 1, offset: 5 }), { total: 2, items: [] }, 'past the last page');
+    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: '', limit: 10, offset: 0, conceptIds: [photosynthesis.id] })).items), [photosynthesis.id], 'conceptIds');
+    t.same((await index.searchConcepts({ repositoryId: repo, query: '', limit: 10, offset: 0, conceptIds: [] })).total, 0);
+    await t.rejects(index.searchConcepts({ repositoryId: repo, query: 'x', limit: -1, offset: 0 }), { name: 'InvalidSearchRequestError' });
+  });
+
+  withHarness('concept k-NN, alias updates and removals', async (t, harness, repo) => {
+    const { index, loadConcepts, updateConcepts, removeConcepts } = harness;
+    const river = concept(repo, 'river', { vector: [1, 0, 0, 0] });
+    const stream = concept(repo, 'stream', { vector: [0.9, 0.3, 0, 0] });
+    const merged = concept(repo, 'brook', { status: 'merged', vector: [1, 0, 0, 0] });
+    const mountain = concept(repo, 'mountain');
+    await loadConcepts([river, stream, merged, mountain]);
+    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [river.id, stream.id], 'nearest first, merged and unembedded left out');
+    const [nearest] = (await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items;
+    t.ok(Math.abs(nearest.score - 1) < 1e-3, 'score is the cosine');
+    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5, conceptIds: [stream.id] })).items), [stream.id]);
+    await index.updateConcepts([{ id: mountain.id, repository_id: repo, vector: [0, 0, 1, 0] }]);
+    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [0, 0, 1, 0], k: 1 })).items), [mountain.id], 'a vector added later');
+
+    await updateConcepts([{ id: mountain.id, repository_id: repo, addAliases: ['Summit', 'peak'] }]);
+    await updateConcepts([{ id: mountain.id, repository_id: repo, addAliases: ['summit'] }]);
+    const bySummit = await index.searchConcepts({ repositoryId: repo, query: 'summit', limit: 5, offset: 0 });
+    t.same(ids(bySummit.items), [mountain.id], 'found by a new alias');
+    t.same(sorted(bySummit.items[0].aliases), ['Summit', 'peak'], 'an alias differing only in case is not added twice');
+    await updateConcepts([{ id: mountain.id, repository_id: repo, removeAliases: ['SUMMIT'] }]);
+    t.same((await index.searchConcepts({ repositoryId: repo, query: 'summit', limit: 5, offset: 0 })).total, 0, 'removed alias no longer finds it');
+    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: 'peak', limit: 5, offset: 0 })).items), [mountain.id]);
+
+    await removeConcepts(repo, [river.id]);
+    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [stream.id, mountain.id], 'removed concept');
+    t.same((await index.searchConcepts({ repositoryId: repo, query: 'river', limit: 5, offset: 0 })).total, 0);
+    await t.resolves(index.removeConcepts(repo, [river.id]), 'again: harmless');
+    await index.removeRepository(repo);
+    t.same((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items, [], 'removeRepository takes concept vectors too');
+    await t.rejects(index.searchConceptsByVector({ repositoryId: repo, vector: [0, 0, 0, 0], k: 1 }), { name: 'InvalidSearchRequestError' });
+    await t.rejects(index.indexConcepts([{ ...concept(repo, 'x'), canonical_name: '' }]), { name: 'InvalidSearchRequestError' });
   });
 }

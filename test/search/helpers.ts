@@ -8,6 +8,8 @@ import { vector } from '@electric-sql/pglite-pgvector';
 import ClientPgLite from 'knex-pglite';
 import type { Database } from '../../src/db/database.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
+import { mergeAliases, type ConceptDocument, type ConceptUpdate, type FactDocument, type SearchIndex } from '../../src/search/port.js';
+import type { SearchHarness } from './contract.js';
 
 const run = promisify(execFile);
 const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -96,3 +98,77 @@ export async function openVectorPglite(): Promise<Database> {
     },
   };
 }
+
+/** What the facts projection writes for a fact (first insert wins, as in projections/facts.ts). */
+export async function insertFacts(db: Database, docs: FactDocument[]): Promise<void> {
+  if (docs.length === 0) return;
+  await db.knex('facts')
+    .insert(docs.map(({ vector: _vector, ...doc }) => doc))
+    .onConflict(['repository_id', 'content_hash'])
+    .ignore();
+}
+
+/** What the concepts projection keeps for a concept: its row (with alias_text for search) and alias rows. */
+async function writeConceptRows(db: Database, doc: Omit<ConceptDocument, 'vector'>): Promise<void> {
+  const now = new Date().toISOString();
+  await db.knex('concepts')
+    .insert({
+      id: doc.id,
+      repository_id: doc.repository_id,
+      canonical_name: doc.canonical_name,
+      context: doc.context,
+      status: doc.status,
+      fact_count: doc.fact_count,
+      alias_text: doc.aliases.join(' '),
+      created_at: now,
+      updated_at: now,
+    })
+    .onConflict('id')
+    .merge(['alias_text', 'status', 'fact_count']);
+  await db.knex('concept_aliases').where({ concept_id: doc.id }).delete();
+  if (doc.aliases.length > 0) {
+    await db.knex('concept_aliases').insert(
+      doc.aliases.map((alias) => ({
+        concept_id: doc.id,
+        repository_id: doc.repository_id,
+        alias,
+        alias_lower: alias.toLowerCase(),
+        context_lower: doc.context.toLowerCase(),
+      })),
+    );
+  }
+}
+
+/** The service's way on Postgres: projections write rows, the search index only vectors. */
+export function postgresHarnessOver(db: Database, index: SearchIndex): SearchHarness {
+  return {
+    index,
+    async load(docs) {
+      await insertFacts(db, docs);
+      await index.indexFacts(docs);
+    },
+    async removeFacts(repositoryId, ids) {
+      await db.knex('facts').where({ repository_id: repositoryId }).whereIn('id', ids).delete();
+      await index.removeFacts(repositoryId, ids);
+    },
+    async loadConcepts(docs: ConceptDocument[]) {
+      for (const { vector: _vector, ...doc } of docs) await writeConceptRows(db, doc);
+      await index.indexConcepts(docs);
+    },
+    async updateConcepts(updates: ConceptUpdate[]) {
+      for (const update of updates) {
+        const row = await db.knex('concepts').where({ id: update.id }).first();
+        const aliases = (await db.knex('concept_aliases').where({ concept_id: update.id }).orderBy('alias')).map((alias: { alias: string }) => alias.alias);
+        const merged = mergeAliases(aliases, update.addAliases ?? [], update.removeAliases ?? []);
+        await writeConceptRows(db, { ...row, aliases: merged });
+      }
+      await index.updateConcepts(updates);
+    },
+    async removeConcepts(repositoryId, ids) {
+      await db.knex('concepts').where({ repository_id: repositoryId }).whereIn('id', ids).delete();
+      await index.removeConcepts(repositoryId, ids);
+    },
+    close: () => db.close(),
+  };
+}
+

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { createOpenSearchIndex, MAPPING_VERSION, websearchToSimpleQueryString, type OpenSearchSearchIndex } from '../../src/search/opensearch.js';
+import { CONCEPT_MAPPING_VERSION, createOpenSearchIndex, MAPPING_VERSION, websearchToSimpleQueryString, type OpenSearchSearchIndex } from '../../src/search/opensearch.js';
 import { SearchIndexMigrationError, type FactDocument, type SearchLogger } from '../../src/search/port.js';
 import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
 import { deleteIndices, ensureOpenSearch, getJson, uniquePrefix } from './helpers.js';
@@ -84,6 +84,10 @@ t.test('OpenSearch', async (t) => {
       return {
         index,
         load: (docs) => index.indexFacts(docs),
+        removeFacts: (repositoryId, ids) => index.removeFacts(repositoryId, ids),
+        loadConcepts: (docs) => index.indexConcepts(docs),
+        updateConcepts: (updates) => index.updateConcepts(updates),
+        removeConcepts: (repositoryId, ids) => index.removeConcepts(repositoryId, ids),
         close: async () => {
           await index.close();
           await deleteIndices(node, prefix);
@@ -121,8 +125,22 @@ t.test('OpenSearch', async (t) => {
     t.teardown(() => second.close());
     t.equal(await second.ensureIndex(), `${prefix}-facts-v1`, 'another process reuses the index');
     t.same((await second.searchFacts({ repositoryId: repo, query: 'mapping', limit: 5, offset: 0 })).items.map((item) => item.id), [doc.id]);
-    t.same(messages, ['search index created'], 'created once');
+    t.same(messages, ['search index created', 'search index created'], 'the facts index once; ensureIndex also made the concepts index');
     t.same(Object.keys((await getJson(`${node}/${prefix}-facts-v*`)).body), [`${prefix}-facts-v1`], 'no second index');
+    t.same(Object.keys((await getJson(`${node}/_alias/${prefix}-concepts`)).body), [`${prefix}-concepts-v1`], 'concepts alias -> v1');
+    const conceptMappings = (await getJson(`${node}/${prefix}-concepts-v1/_mapping`)).body[`${prefix}-concepts-v1`].mappings;
+    t.match(conceptMappings, {
+      dynamic: 'strict',
+      _meta: { factlog: { mapping_version: CONCEPT_MAPPING_VERSION, dimensions: DIMENSIONS } },
+      properties: {
+        canonical_name: { type: 'text', analyzer: 'standard', fields: { raw: { type: 'keyword' } } },
+        aliases: { type: 'text' },
+        version: { type: 'long' },
+        embedding: { type: 'knn_vector', dimension: DIMENSIONS },
+      },
+    });
+    await second.ensureIndex();
+    t.equal(messages.length, 2, 'nothing created a second time');
   });
 
   t.test('two processes creating the index at once end with one index', async (t) => {
@@ -225,7 +243,12 @@ t.test('OpenSearch', async (t) => {
 
     t.same(failures, [], 'no search failed or came back empty during the rebuild');
     t.ok(answered > 10, `readers got ${answered} answers during the rebuild`);
-    t.same(result, { previous: `${prefix}-facts-v1`, current: `${prefix}-facts-v2`, written: 300 });
+    t.same(result, {
+      previous: `${prefix}-facts-v1`,
+      current: `${prefix}-facts-v2`,
+      written: 300,
+      concepts: { previous: `${prefix}-concepts-v1`, current: `${prefix}-concepts-v2` },
+    });
     t.same(Object.keys((await getJson(`${node}/_alias/${prefix}-facts`)).body), [`${prefix}-facts-v2`], 'alias -> v2');
     t.equal((await getJson(`${node}/${prefix}-facts-v1`)).status, 404, 'old index deleted');
     const after = await index.searchFacts({ repositoryId: repo, query: 'rivers', limit: 1, offset: 0 });

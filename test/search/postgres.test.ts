@@ -3,31 +3,13 @@ import { randomUUID } from 'node:crypto';
 import { openScratchPostgres } from '../../src/db/database.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
-import { SearchIndexMigrationError, VectorSearchUnavailableError, type FactDocument } from '../../src/search/port.js';
-import type { Database } from '../../src/db/database.js';
+import { SearchIndexMigrationError, VectorSearchUnavailableError } from '../../src/search/port.js';
 import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
-import { openVectorPglite } from './helpers.js';
-
-/** What the facts projection writes for a fact (first insert wins, as in projections/facts.ts). */
-async function insertFacts(db: Database, docs: FactDocument[]): Promise<void> {
-  if (docs.length === 0) return;
-  await db.knex('facts')
-    .insert(docs.map(({ vector: _vector, ...doc }) => doc))
-    .onConflict(['repository_id', 'content_hash'])
-    .ignore();
-}
+import { insertFacts, openVectorPglite, postgresHarnessOver } from './helpers.js';
 
 async function postgresHarness(): Promise<SearchHarness> {
   const db = await openVectorPglite();
-  const index = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS });
-  return {
-    index,
-    async load(docs) {
-      await insertFacts(db, docs);
-      await index.indexFacts(docs);
-    },
-    close: () => db.close(),
-  };
+  return postgresHarnessOver(db, createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS }));
 }
 
 t.test('contract: Postgres adapter on PGlite with pgvector', async (t) => searchContract(t, postgresHarness));

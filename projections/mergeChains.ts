@@ -1,0 +1,33 @@
+import type { Knex } from 'knex';
+
+/** Merge chains are short (a survivor is rarely merged again); this bounds a corrupt cycle. */
+const MAX_CHAIN_LENGTH = 32;
+
+/**
+ * The final survivor of each id, following `table.from -> table.to` rows (a merged fact or
+ * concept to what it merged into) until an id that merged into nothing. Ids that never merged
+ * map to themselves. One query per chain step, for all ids at once.
+ */
+export async function followMerges(
+  trx: Knex.Transaction,
+  merges: { table: string; from: string; to: string; where?: Record<string, unknown> },
+  ids: readonly string[],
+): Promise<Map<string, string>> {
+  const final = new Map<string, string>(ids.map((id) => [id, id]));
+  let frontier = [...new Set(ids)];
+  for (let step = 0; step < MAX_CHAIN_LENGTH && frontier.length > 0; step += 1) {
+    const rows = (await trx(merges.table)
+      .whereIn(merges.from, frontier)
+      .whereNotNull(merges.to)
+      .where(merges.where ?? {})
+      .select(merges.from, merges.to)) as Array<Record<string, string>>;
+    if (rows.length === 0) break;
+    const next = new Map(rows.map((row) => [row[merges.from], row[merges.to]]));
+    for (const [id, current] of final) {
+      const target = next.get(current);
+      if (target !== undefined && target !== current) final.set(id, target);
+    }
+    frontier = [...new Set(next.values())];
+  }
+  return final;
+}

@@ -1,0 +1,167 @@
+import type { Embedder } from '../providers/embeddings/port.js';
+import {
+  InvalidSearchRequestError,
+  MAX_K,
+  MAX_PAGE_SIZE,
+  VectorSearchUnavailableError,
+  type ConceptHit,
+  type FactHit,
+  type SearchIndex,
+} from './port.js';
+
+/**
+ * Hybrid search (spec "What the service does", item 2; docs/search.md, "Hybrid search"): the
+ * lexical and the vector ranking of one query fused by reciprocal rank fusion. Falls back to
+ * lexical, saying why, when hybrid is disabled, no embedder is configured, the index keeps no
+ * vectors, or the query is empty.
+ */
+
+export interface HybridSettings {
+  /** search.hybrid.enabled */
+  enabled: boolean;
+  /** search.hybrid.rrf_k: the rank offset k of 1 / (k + rank). */
+  rrfK: number;
+  /** search.hybrid.min_score: fused scores below it are dropped (0 accepts every result). */
+  minScore: number;
+  /** search.hybrid.over_fetch_multiplier: each side fetches (offset + limit) times this. */
+  overFetchMultiplier: number;
+}
+
+export type SearchMode = 'hybrid' | 'lexical';
+
+export interface HybridQuery {
+  repositoryId: string;
+  query: string;
+  limit: number;
+  offset: number;
+  /** Default hybrid. */
+  mode?: SearchMode;
+  /** Restricts a fact search to these facts (concept filters). */
+  factIds?: readonly string[];
+  /** Restricts a concept search to these concepts (context and size filters). */
+  conceptIds?: readonly string[];
+}
+
+export interface HybridReply<Hit> {
+  /** The mode that answered. */
+  mode: SearchMode;
+  /** Why hybrid was asked for but lexical answered; null otherwise. */
+  fallback_reason: string | null;
+  total: number;
+  /** Hybrid: `score` is the fused score; lexical: the lexical one. */
+  items: Hit[];
+}
+
+export interface HybridSearch {
+  searchFacts(query: HybridQuery): Promise<HybridReply<FactHit>>;
+  searchConcepts(query: HybridQuery): Promise<HybridReply<ConceptHit>>;
+}
+
+/**
+ * Reciprocal rank fusion: each list adds 1 / (k + rank) (rank 1-based) to every id it holds.
+ * Returns ids by fused score, best first; ties go to the better rank in the earlier list
+ * (lexical), then to the id, so the order is stable.
+ */
+export function reciprocalRankFusion(lists: readonly (readonly { id: string }[])[], k: number): { id: string; score: number }[] {
+  const fused = new Map<string, { score: number; firstRanks: number[] }>();
+  lists.forEach((list, listIndex) => {
+    list.forEach((item, position) => {
+      const entry = fused.get(item.id) ?? { score: 0, firstRanks: lists.map(() => Number.POSITIVE_INFINITY) };
+      if (entry.firstRanks[listIndex] !== Number.POSITIVE_INFINITY) return; // an id twice in one list counts once
+      entry.score += 1 / (k + position + 1);
+      entry.firstRanks[listIndex] = position + 1;
+      fused.set(item.id, entry);
+    });
+  });
+  return [...fused.entries()]
+    .sort(([idA, a], [idB, b]) => {
+      if (b.score !== a.score) return b.score - a.score;
+      for (let list = 0; list < lists.length; list++) {
+        if (a.firstRanks[list] !== b.firstRanks[list]) return a.firstRanks[list] - b.firstRanks[list];
+      }
+      return idA < idB ? -1 : idA > idB ? 1 : 0;
+    })
+    .map(([id, entry]) => ({ id, score: entry.score }));
+}
+
+function validateSettings(settings: HybridSettings): void {
+  if (!Number.isFinite(settings.rrfK) || settings.rrfK < 0) throw new RangeError('rrfK must be a number >= 0');
+  if (!Number.isFinite(settings.minScore) || settings.minScore < 0) throw new RangeError('minScore must be a number >= 0');
+  if (!Number.isInteger(settings.overFetchMultiplier) || settings.overFetchMultiplier < 1) {
+    throw new RangeError('overFetchMultiplier must be an integer >= 1');
+  }
+}
+
+/** One kind of searchable thing (facts or concepts) as the fusion needs it. */
+interface Side<Hit extends { id: string; score: number }> {
+  lexical(query: HybridQuery, limit: number, offset: number): Promise<{ total: number; items: Hit[] }>;
+  vector(query: HybridQuery, vector: number[], k: number): Promise<{ items: Hit[] }>;
+}
+
+export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedder | null; settings: HybridSettings }): HybridSearch {
+  const { search, embedder, settings } = deps;
+  validateSettings(settings);
+
+  async function run<Hit extends { id: string; score: number }>(side: Side<Hit>, query: HybridQuery): Promise<HybridReply<Hit>> {
+    const mode = query.mode ?? 'hybrid';
+    if (mode !== 'hybrid' && mode !== 'lexical') throw new InvalidSearchRequestError(`mode must be hybrid or lexical, not ${String(mode)}`);
+    const lexicalOnly = async (reason: string | null): Promise<HybridReply<Hit>> => {
+      const result = await side.lexical(query, query.limit, query.offset);
+      return { mode: 'lexical', fallback_reason: reason, total: result.total, items: result.items };
+    };
+    if (mode === 'lexical') return lexicalOnly(null);
+    if (!settings.enabled) return lexicalOnly('hybrid search is disabled (search.hybrid.enabled is false)');
+    if (embedder === null) return lexicalOnly('no embedding provider is configured');
+    const text = typeof query.query === 'string' ? query.query.trim() : '';
+    if (text === '') return lexicalOnly('the query is empty: results are listed, not ranked');
+    if (!Number.isInteger(query.limit) || !Number.isInteger(query.offset) || query.limit < 0 || query.offset < 0) {
+      return lexicalOnly(null); // the lexical side refuses it with the reason
+    }
+    const depth = query.offset + query.limit;
+    const deepest = Math.min(MAX_PAGE_SIZE, MAX_K);
+    // Each side ranks (offset + limit) × multiplier candidates. A count only (limit 0) ranks as
+    // deep as hybrid goes, so its total is the largest any page reports.
+    const pool = query.limit === 0 ? deepest : Math.min(depth * settings.overFetchMultiplier, deepest);
+    if (depth > pool) return lexicalOnly(`the page ends past result ${pool}, the deepest hybrid search ranks`);
+    const lexical = await side.lexical(query, pool, 0);
+    let vector: number[];
+    try {
+      [vector] = await embedder.embed([text]);
+    } catch (error) {
+      return lexicalOnly(`embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    let nearest: { items: Hit[] };
+    try {
+      nearest = await side.vector(query, vector, pool);
+    } catch (error) {
+      if (error instanceof VectorSearchUnavailableError) return lexicalOnly(error.message);
+      // The embedder's vectors do not fit the index (another dimension): a configuration fault, not the caller's.
+      if (error instanceof InvalidSearchRequestError) return lexicalOnly(`the query vector does not fit the index: ${error.message}`);
+      throw error;
+    }
+    const hits = new Map<string, Hit>();
+    for (const hit of [...lexical.items, ...nearest.items]) if (!hits.has(hit.id)) hits.set(hit.id, hit);
+    const fused = reciprocalRankFusion([lexical.items, nearest.items], settings.rrfK).filter((entry) => entry.score >= settings.minScore);
+    return {
+      mode: 'hybrid',
+      fallback_reason: null,
+      total: fused.length,
+      items: fused.slice(query.offset, query.offset + query.limit).map((entry) => ({ ...(hits.get(entry.id) as Hit), score: entry.score })),
+    };
+  }
+
+  const facts: Side<FactHit> = {
+    lexical: (query, limit, offset) => search.searchFacts({ repositoryId: query.repositoryId, query: query.query, limit, offset, factIds: query.factIds }),
+    vector: (query, vector, k) => search.searchFactsByVector({ repositoryId: query.repositoryId, vector, k, factIds: query.factIds }),
+  };
+  const concepts: Side<ConceptHit> = {
+    lexical: (query, limit, offset) =>
+      search.searchConcepts({ repositoryId: query.repositoryId, query: query.query, limit, offset, conceptIds: query.conceptIds }),
+    vector: (query, vector, k) => search.searchConceptsByVector({ repositoryId: query.repositoryId, vector, k, conceptIds: query.conceptIds }),
+  };
+
+  return {
+    searchFacts: (query) => run(facts, query),
+    searchConcepts: (query) => run(concepts, query),
+  };
+}

@@ -1,0 +1,171 @@
+import t, { type Test } from 'tap';
+import { randomUUID } from 'node:crypto';
+import { createHybridSearch, reciprocalRankFusion, type HybridSettings } from '../../src/search/hybrid.js';
+import { createPostgresSearchIndex } from '../../src/search/postgres.js';
+import type { Embedder } from '../../src/providers/embeddings/port.js';
+import type { Database } from '../../src/db/database.js';
+import type { SearchIndex } from '../../src/search/port.js';
+import { concept, DIMENSIONS, fact } from './contract.js';
+
+import { openVectorPglite, postgresHarnessOver } from './helpers.js';
+
+/**
+ * A hand-made embedder of four "meanings": vehicles, animals, weather, and a small constant so
+ * no vector is all zeros. Synonyms share a dimension, so a paraphrase is near in vector space
+ * while sharing no word with the text.
+ */
+const meanings: Record<string, number> = {
+  car: 0, cars: 0, automobile: 0, automobiles: 0, vehicle: 0, vehicles: 0, engine: 0,
+  dog: 1, dogs: 1, puppy: 1, puppies: 1, canine: 1, hound: 1,
+  rain: 2, storm: 2, weather: 2, drizzle: 2,
+};
+const handMadeEmbedder: Embedder = {
+  modelId: 'hand-made-4d',
+  dimensions: DIMENSIONS,
+  async embed(texts) {
+    return texts.map((text) => {
+      const vector = [0, 0, 0, 0.05];
+      for (const word of text.toLowerCase().match(/[a-z]+/g) ?? []) {
+        const dimension = meanings[word];
+        if (dimension !== undefined) vector[dimension] += 1;
+      }
+      return vector;
+    });
+  },
+};
+
+const defaults: HybridSettings = { enabled: true, rrfK: 60, minScore: 0, overFetchMultiplier: 3 };
+
+async function setup(t: Test) {
+  const db: Database = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  const harness = postgresHarnessOver(db, index);
+  const repo = `repo-${randomUUID()}`;
+  const embedFacts = async (contents: string[]) => {
+    const vectors = await handMadeEmbedder.embed(contents);
+    const docs = contents.map((content, position) => fact(repo, content, { vector: vectors[position] }));
+    await harness.load(docs);
+    return docs;
+  };
+  return { db, index, harness, repo, embedFacts };
+}
+
+const ids = (items: { id: string }[]) => items.map((item) => item.id);
+
+t.test('reciprocal rank fusion adds 1 / (k + rank) per list', async (t) => {
+  const fused = reciprocalRankFusion([[{ id: 'a' }, { id: 'b' }, { id: 'c' }], [{ id: 'c' }, { id: 'd' }]], 60);
+  t.same(fused.map((entry) => entry.id), ['c', 'a', 'b', 'd']);
+  t.equal(fused[0].score, 1 / 63 + 1 / 61, 'in both lists: the sum');
+  t.equal(fused[1].score, 1 / 61);
+  t.equal(fused[2].score, 1 / 62);
+  t.equal(fused[3].score, 1 / 62, 'b and d tie; the lexical (first) list wins the tie');
+  t.same(reciprocalRankFusion([[{ id: 'x' }, { id: 'x' }]], 0), [{ id: 'x', score: 1 }], 'an id twice in one list counts once');
+  t.same(reciprocalRankFusion([[], []], 60), []);
+});
+
+t.test('hybrid finds a paraphrase only the vector side knows, with fused scores', async (t) => {
+  const { index, repo, embedFacts } = await setup(t);
+  const [automobile, dogs, cars] = await embedFacts([
+    'The automobile needs fuel to run.',
+    'Dogs bark at strangers.',
+    'Cars and rain make roads slippery.',
+  ]);
+  const hybrid = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults });
+  const lexicalOnly = await index.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  t.same(ids(lexicalOnly.items), [cars.id], 'lexically, "car" finds only the fact with the word');
+
+  const reply = await hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  t.equal(reply.mode, 'hybrid');
+  t.equal(reply.fallback_reason, null);
+  t.ok(ids(reply.items).includes(automobile.id), 'the paraphrase "automobile" is found through its vector');
+  t.equal(reply.items[0].id, cars.id, 'the fact in both rankings comes first');
+  t.equal(reply.items[0].score, 1 / 61 + 1 / 62, 'lexical rank 1 + vector rank 2');
+  const automobileHit = reply.items.find((item) => item.id === automobile.id)!;
+  t.equal(automobileHit.score, 1 / 61, 'vector rank 1 only');
+  t.equal(automobileHit.content, automobile.content, 'hits carry the fact fields');
+  t.equal(reply.total, 3, 'every fact with a vector is a candidate');
+  t.equal(reply.items[2].id, dogs.id, 'the unrelated fact ranks last');
+
+  const strict = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: { ...defaults, minScore: 1 / 61 + 0.0001 } });
+  const filtered = await strict.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  t.same(ids(filtered.items), [cars.id], 'min_score drops the results found by one side only');
+  t.equal(filtered.total, 1);
+
+  const lexical = await hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'lexical' });
+  t.same({ mode: lexical.mode, fallback_reason: lexical.fallback_reason, ids: ids(lexical.items) }, { mode: 'lexical', fallback_reason: null, ids: [cars.id] }, 'mode lexical asked for: no fallback reason');
+  await t.rejects(hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'fuzzy' as 'hybrid' }), { name: 'InvalidSearchRequestError' });
+  await t.rejects(hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: -1, offset: 0 }), { name: 'InvalidSearchRequestError' });
+});
+
+t.test('hybrid pages over the fused list and honours factIds on both sides', async (t) => {
+  const { index, repo, embedFacts } = await setup(t);
+  const docs = await embedFacts([
+    'A puppy chewed the shoe.',
+    'The hound tracked a scent.',
+    'Dogs need walks.',
+    'Canine teeth are sharp.',
+    'Rain fell all day.',
+  ]);
+  const hybrid = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults });
+  const all = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 5, offset: 0 });
+  const pages = [
+    await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 2, offset: 0 }),
+    await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 2, offset: 2 }),
+    await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 2, offset: 4 }),
+  ];
+  t.same(pages.flatMap((page) => ids(page.items)), ids(all.items), 'pages are slices of one fused order');
+  t.same(pages.map((page) => page.total), [all.total, all.total, all.total]);
+  const chosen = [docs[0].id, docs[4].id];
+  const restricted = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 10, offset: 0, factIds: chosen });
+  t.same(ids(restricted.items).sort(), [...chosen].sort(), 'only the given facts, from either side');
+  const none = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 10, offset: 0, factIds: [] });
+  t.same(none.items, []);
+  const count = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 0, offset: 0 });
+  t.same({ total: count.total, items: count.items }, { total: all.total, items: [] }, 'limit 0 counts');
+});
+
+t.test('hybrid falls back to lexical and says why', async (t) => {
+  const { db, index, repo, embedFacts } = await setup(t);
+  const [automobile, cars] = await embedFacts(['The automobile needs fuel.', 'Cars need fuel.']);
+  const expectLexical = async (search: SearchIndex, settings: HybridSettings, embedder: Embedder | null, query: string, reason: RegExp) => {
+    const reply = await createHybridSearch({ search, embedder, settings }).searchFacts({ repositoryId: repo, query, limit: 10, offset: 0 });
+    t.equal(reply.mode, 'lexical');
+    t.match(reply.fallback_reason, reason);
+    return reply;
+  };
+  const disabled = await expectLexical(index, { ...defaults, enabled: false }, handMadeEmbedder, 'car', /disabled/);
+  t.same(ids(disabled.items), [cars.id], 'lexical answers: no paraphrase');
+  await expectLexical(index, defaults, null, 'car', /no embedding provider/);
+  const withoutVectors = createPostgresSearchIndex(db.knex, { hasVector: false, vectorDimensions: DIMENSIONS });
+  await expectLexical(withoutVectors, defaults, handMadeEmbedder, 'car', /vector search is unavailable/);
+  const listing = await expectLexical(index, defaults, handMadeEmbedder, '  ', /empty/);
+  t.same(ids(listing.items).sort(), [automobile.id, cars.id].sort(), 'an empty query lists');
+  const failing: Embedder = { ...handMadeEmbedder, embed: async () => Promise.reject(new Error('model offline')) };
+  await expectLexical(index, defaults, failing, 'car', /embedding the query failed: model offline/);
+  const wrongSize: Embedder = { ...handMadeEmbedder, dimensions: 3, embed: async () => [[1, 0, 0]] };
+  await expectLexical(index, defaults, wrongSize, 'car', /does not fit the index/);
+  const deep = await createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults }).searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 995 });
+  t.match(deep, { mode: 'lexical', fallback_reason: /past result 1000/ }, 'a page deeper than hybrid ranks');
+  t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, overFetchMultiplier: 0 } }), RangeError);
+  t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, rrfK: -1 } }), RangeError);
+});
+
+t.test('hybrid concept search: a synonym found by vector, filters by conceptIds', async (t) => {
+  const { index, harness, repo } = await setup(t);
+  const [vehicleVector, animalVector] = await handMadeEmbedder.embed(['automobile', 'hound']);
+  const vehicle = concept(repo, 'automobile', { vector: vehicleVector, aliases: ['motor car'] });
+  const animal = concept(repo, 'hound', { vector: animalVector });
+  await harness.loadConcepts([vehicle, animal]);
+  const hybrid = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults });
+  const byVector = await hybrid.searchConcepts({ repositoryId: repo, query: 'vehicle', limit: 10, offset: 0 });
+  t.equal(byVector.mode, 'hybrid');
+  t.equal(byVector.items[0].id, vehicle.id, '"vehicle" finds "automobile" by meaning');
+  const both = await hybrid.searchConcepts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  t.equal(both.items[0].id, vehicle.id, 'alias word and vector agree');
+  t.equal(both.items[0].score, 2 / 61);
+  const filtered = await hybrid.searchConcepts({ repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, conceptIds: [animal.id] });
+  t.same(ids(filtered.items), [animal.id]);
+  const lexical = await hybrid.searchConcepts({ repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, mode: 'lexical' });
+  t.same(lexical, { mode: 'lexical', fallback_reason: null, total: 0, items: [] });
+});
