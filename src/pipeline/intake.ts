@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { RecordedEvent } from '../eventstore/envelope.js';
+import { parseStreamName, type RecordedEvent } from '../eventstore/envelope.js';
 import type { Projection } from '../projection/types.js';
 import { JobRepository } from './jobs.js';
 import type { Stage } from './types.js';
@@ -15,6 +15,19 @@ export interface JobIntakeOptions {
    * Never called for a transaction that rolls back.
    */
   afterCommit?: (kinds: readonly string[]) => void;
+}
+
+/** The id of a `<category>-` stream the event is on, else a non-empty string `data[field]`, else null. */
+function streamOrDataId(event: RecordedEvent, category: string, field: string): string | null {
+  const stream = parseStreamName(event.streamId);
+  if (stream.category === category && stream.id !== '') return stream.id;
+  const value = event.data[field];
+  return typeof value === 'string' && value !== '' ? value : null;
+}
+
+/** The source a trigger concerns when its stage does not say: its `source-` stream, else `data.source_id`. */
+export function sourceIdOf(event: RecordedEvent): string | null {
+  return streamOrDataId(event, 'source', 'source_id');
 }
 
 /**
@@ -78,6 +91,8 @@ export function createJobIntakeProjection(stages: readonly Stage[], options: Job
           triggerPosition: event.globalPosition,
           repositoryId: event.repositoryId,
           correlationId: event.correlationId,
+          sourceId: stage.sourceOf ? stage.sourceOf(event) : sourceIdOf(event),
+          reportId: streamOrDataId(event, 'report', 'report_id'),
           maxAttempts: options.maxAttempts,
         });
         if (inserted) noteEnqueued(trx, stage.kind);

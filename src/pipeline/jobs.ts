@@ -43,10 +43,15 @@ export interface ClaimedJob extends JobRecord {
 export interface EnqueueJobInput {
   kind: string;
   subjectId: string;
+  /** A scheduled job (no trigger event) passes its derived id (`scheduledTriggerId`) and position 0. */
   triggerEventId: string;
   triggerPosition: number;
   repositoryId: string | null;
   correlationId: string | null;
+  /** The source the job works for, so the tasks API can answer "is this source done". */
+  sourceId?: string | null;
+  /** The report the job works for (annotate_report). */
+  reportId?: string | null;
   maxAttempts?: number;
 }
 
@@ -85,6 +90,8 @@ export interface JobListFilter {
   kind?: string;
   state?: JobState;
   subjectId?: string;
+  sourceId?: string;
+  reportId?: string;
   /** 1..1000, default 50. */
   limit?: number;
   /** Default 0. */
@@ -105,6 +112,12 @@ export type RetryResult =
 
 /** Job counts by kind, then state (every state present, zeros included): queue depth for metrics. */
 export type JobCounts = Record<string, Record<JobState, number>>;
+
+export interface JobCountsFilter {
+  repositoryId: string;
+  sourceId?: string;
+  reportId?: string;
+}
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -168,6 +181,11 @@ export async function migrateJobs(knex: Knex): Promise<void> {
     await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_running_idx ON jobs (lease_until) WHERE state = 'running'`);
     await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_repository_idx ON jobs (repository_id, created_at DESC)`);
     await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_subject_idx ON jobs (subject_id)`);
+    // Added after the first release: additive, so databases created before gain them in place.
+    await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS source_id text`);
+    await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS report_id text`);
+    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_source_idx ON jobs (repository_id, source_id) WHERE source_id IS NOT NULL`);
+    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_report_idx ON jobs (repository_id, report_id) WHERE report_id IS NOT NULL`);
   });
 }
 
@@ -176,6 +194,8 @@ interface JobRow {
   kind: string;
   repository_id: string | null;
   subject_id: string;
+  source_id: string | null;
+  report_id: string | null;
   trigger_event_id: string;
   trigger_position: string | number;
   correlation_id: string | null;
@@ -207,6 +227,8 @@ function toRecord(row: JobRow): JobRecord {
     kind: row.kind,
     repositoryId: row.repository_id,
     subjectId: row.subject_id,
+    sourceId: row.source_id,
+    reportId: row.report_id,
     triggerEventId: row.trigger_event_id,
     // bigint arrives as a string from pg and as a number from PGlite
     triggerPosition: Number(row.trigger_position),
@@ -272,7 +294,11 @@ const nowPlusMs = `now() + (?::double precision * interval '1 millisecond')`;
 export class JobRepository {
   constructor(private readonly knex: Knex) {}
 
-  /** Inserts a queued job; a duplicate (same kind, subject and trigger event) changes nothing. */
+  /**
+   * Inserts a queued job; a duplicate (same kind, subject and trigger event) changes nothing.
+   * The conflict target is left open: the id is derived from that same triple, so two racing
+   * inserts collide on the primary key as often as on the trigger key, and either is a duplicate.
+   */
   async enqueue(input: EnqueueJobInput): Promise<{ id: string; inserted: boolean }> {
     const kind = requireText('kind', input.kind);
     const subjectId = requireText('subjectId', input.subjectId);
@@ -282,12 +308,23 @@ export class JobRepository {
     const maxAttempts = requireInteger('maxAttempts', input.maxAttempts ?? defaultMaxAttempts, 1, 1000);
     const id = jobIdFor(kind, subjectId, triggerEventId);
     const result = await this.knex.raw<{ rows: Array<{ id: string }> }>(
-      `INSERT INTO jobs (id, kind, repository_id, subject_id, trigger_event_id, trigger_position,
-                         correlation_id, max_attempts)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (kind, subject_id, trigger_event_id) DO NOTHING
+      `INSERT INTO jobs (id, kind, repository_id, subject_id, source_id, report_id, trigger_event_id,
+                         trigger_position, correlation_id, max_attempts)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT DO NOTHING
        RETURNING id`,
-      [id, kind, input.repositoryId, subjectId, triggerEventId, triggerPosition, input.correlationId, maxAttempts],
+      [
+        id,
+        kind,
+        input.repositoryId,
+        subjectId,
+        input.sourceId ?? null,
+        input.reportId ?? null,
+        triggerEventId,
+        triggerPosition,
+        input.correlationId,
+        maxAttempts,
+      ],
     );
     return { id, inserted: result.rows.length > 0 };
   }
@@ -470,6 +507,8 @@ export class JobRepository {
       if (filter.kind !== undefined) query.where('kind', filter.kind);
       if (filter.state !== undefined) query.where('state', requireState(filter.state));
       if (filter.subjectId !== undefined) query.where('subject_id', filter.subjectId);
+      if (filter.sourceId !== undefined) query.where('source_id', filter.sourceId);
+      if (filter.reportId !== undefined) query.where('report_id', filter.reportId);
       return query;
     };
     const rows: JobRow[] = await where(this.knex('jobs').select('*'))
@@ -488,10 +527,37 @@ export class JobRepository {
 
   /** Counts by kind and state, optionally for one repository. */
   async counts(filter: { repositoryId?: string } = {}): Promise<JobCounts> {
+    return this.countWhere(filter);
+  }
+
+  /** Counts by kind and state of one repository's jobs, optionally only those of a source or report. */
+  async countsFor(filter: JobCountsFilter): Promise<JobCounts> {
+    requireText('repositoryId', filter.repositoryId);
+    return this.countWhere(filter);
+  }
+
+  /**
+   * Whether nothing is queued or running for the source. A source whose pipeline is between
+   * two stages (an event appended, its job not yet enqueued by intake) also reads complete for
+   * that moment; callers that need "finished" combine this with the source's status.
+   */
+  async isComplete(filter: { repositoryId: string; sourceId: string }): Promise<boolean> {
+    requireText('repositoryId', filter.repositoryId);
+    requireText('sourceId', filter.sourceId);
+    const pending = await this.knex('jobs')
+      .where({ repository_id: filter.repositoryId, source_id: filter.sourceId })
+      .whereIn('state', ['queued', 'running'])
+      .first('id');
+    return pending === undefined;
+  }
+
+  private async countWhere(filter: { repositoryId?: string; sourceId?: string; reportId?: string }): Promise<JobCounts> {
     const query = this.knex('jobs')
       .select('kind', 'state', this.knex.raw('count(*)::integer AS count'))
       .groupBy('kind', 'state');
     if (filter.repositoryId !== undefined) query.where('repository_id', filter.repositoryId);
+    if (filter.sourceId !== undefined) query.where('source_id', filter.sourceId);
+    if (filter.reportId !== undefined) query.where('report_id', filter.reportId);
     const rows: Array<{ kind: string; state: JobState; count: number }> = await query;
     const counts: JobCounts = {};
     for (const row of rows) {
@@ -500,4 +566,12 @@ export class JobRepository {
     }
     return counts;
   }
+}
+
+/**
+ * The trigger id of a scheduled job: name-based on (kind, repository, interval bucket), so every
+ * worker that enqueues the job for that bucket computes the same job and only one row lands.
+ */
+export function scheduledTriggerId(kind: string, repositoryId: string, bucket: number): string {
+  return jobIdFor(`scheduled:${kind}`, repositoryId, `bucket:${bucket}`);
 }

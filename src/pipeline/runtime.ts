@@ -4,7 +4,7 @@ import type { Database } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
-import type { JobContext, Stage } from './types.js';
+import { SCHEDULED_TRIGGER_TYPE, type JobContext, type ScheduledTriggerData, type Stage } from './types.js';
 
 /**
  * The stage runtime (DESIGN.md, "Stage runtime"): per stage, one dispatcher claims jobs while
@@ -188,6 +188,29 @@ function publicView(claim: ClaimedJob): JobRecord {
 }
 
 /**
+ * The synthetic trigger of a scheduled job (position 0, which no stored event holds): a
+ * `ScheduledJobDue` on the repository's stream, so stages read repository, correlation and
+ * time from one place whether or not an event triggered them.
+ */
+export function scheduledTrigger(job: JobRecord): RecordedEvent {
+  const data: ScheduledTriggerData = { kind: job.kind };
+  return {
+    eventId: job.triggerEventId,
+    streamId: job.repositoryId === null ? 'repository-' : `repository-${job.repositoryId}`,
+    streamVersion: -1,
+    globalPosition: 0,
+    type: SCHEDULED_TRIGGER_TYPE,
+    schemaVersion: 1,
+    data,
+    occurredAt: job.createdAt,
+    repositoryId: job.repositoryId,
+    actor: 'system:scheduler',
+    causationId: null,
+    correlationId: job.correlationId,
+  };
+}
+
+/**
  * Exponential backoff with jitter: the n-th attempt (1-based) that failed waits between half
  * and all of min(maxDelay, base * 2^(n-1)).
  */
@@ -313,6 +336,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
 
   /** The trigger event sits at its global position; readers see a gap-free log. */
   async function loadTrigger(job: ClaimedJob): Promise<RecordedEvent> {
+    if (job.triggerPosition === 0) return scheduledTrigger(job);
     const [event] = await store.readAll({ after: job.triggerPosition - 1, limit: 1 });
     if (!event || event.globalPosition !== job.triggerPosition) {
       // Not visible yet (the distributed tier may enqueue ahead of a reader): transient.
@@ -346,7 +370,13 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       try {
         const trigger = await loadTrigger(claim);
         if (signal.aborted) return { ok: false, error: signal.reason };
-        const context: JobContext = { job: publicView(claim), trigger, signal, actor: `system:${stage.kind}` };
+        const context: JobContext = {
+          job: publicView(claim),
+          trigger,
+          scheduled: claim.triggerPosition === 0,
+          signal,
+          actor: `system:${stage.kind}`,
+        };
         await stage.run(context);
         return { ok: true };
       } catch (error) {

@@ -2,22 +2,77 @@ import { sourceDecider } from '../../domain/source/decider.js';
 import { handleCommand } from '../../eventstore/commandHandler.js';
 import { parseStreamName, type EventMetadata, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
+import { isConcurrencyError } from '../runtime.js';
 import { PermanentJobError, type JobContext } from '../types.js';
 
-/** Source stages work on the source whose stream the trigger event belongs to. */
-export function sourceSubject(event: RecordedEvent): string | null {
-  const { category, id } = parseStreamName(event.streamId);
-  return category === 'source' && id ? id : null;
+/** The id of the trigger's stream when it is of `category`, else null. */
+export function streamSubject(category: string): (event: RecordedEvent) => string | null {
+  return (event) => {
+    const stream = parseStreamName(event.streamId);
+    return stream.category === category && stream.id ? stream.id : null;
+  };
 }
 
-/** Metadata of events a job appends: the stage is the actor, the trigger the cause. */
+/** Source stages work on the source whose stream the trigger event belongs to. */
+export const sourceSubject = streamSubject('source');
+/** Fact stages (cleanup_facts) work on the fact whose stream the trigger belongs to. */
+export const factSubject = streamSubject('fact');
+/** Concept stages (embed_concepts) work on the concept whose stream the trigger belongs to. */
+export const conceptSubject = streamSubject('concept');
+/** Repository-wide stages (migrate_context) work on the repository of the trigger's stream. */
+export const repositorySubject = streamSubject('repository');
+
+/**
+ * Metadata of events a job appends: the stage is the actor, the trigger the cause. A scheduled
+ * job has no trigger in the log, so its events name no cause; its correlation id is the job's
+ * derived trigger id, shared by everything one scheduled run appends.
+ */
 export function stageMetadata(context: JobContext): EventMetadata {
   return {
     repositoryId: context.trigger.repositoryId,
     actor: context.actor,
-    causationId: context.trigger.eventId,
+    causationId: context.scheduled ? null : context.trigger.eventId,
     correlationId: context.trigger.correlationId ?? context.trigger.eventId,
   };
+}
+
+/** The repository a job works in; a trigger without one cannot be processed. */
+export function requireRepositoryId(context: JobContext): string {
+  const repositoryId = context.trigger.repositoryId ?? context.job.repositoryId;
+  if (!repositoryId) throw new PermanentJobError(`${context.trigger.type} ${context.trigger.eventId} carries no repository id`);
+  return repositoryId;
+}
+
+/** Rejects with the signal's reason when it is aborted (between model calls and writes). */
+export function throwIfAborted(signal: AbortSignal): void {
+  if (signal.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('job aborted');
+}
+
+/**
+ * Runs `work` over `items` with at most `limit` in flight, results in input order. The first
+ * failure stops new work from starting and is rethrown once the running ones settle.
+ */
+export async function mapWithConcurrency<Item, Result>(
+  items: readonly Item[],
+  limit: number,
+  work: (item: Item, index: number) => Promise<Result>,
+): Promise<Result[]> {
+  const results = new Array<Result>(items.length);
+  let next = 0;
+  let failure: { error: unknown } | null = null;
+  const worker = async (): Promise<void> => {
+    while (failure === null && next < items.length) {
+      const index = next++;
+      try {
+        results[index] = await work(items[index], index);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
+  if (failure !== null) throw (failure as { error: unknown }).error;
+  return results;
 }
 
 /** Providers mark errors a retry cannot fix with `permanent: true`. */
@@ -53,6 +108,8 @@ export async function recordingSourceFailure(
   try {
     await work();
   } catch (error) {
+    // A lost version race means a twin did the work: the runtime counts it as done.
+    if (isConcurrencyError(error)) throw error;
     if (!isPermanent(error) && context.job.attempts < options.maxAttempts) throw error;
     await failSource(options.store, options.stream, options.stage, error, stageMetadata(context));
     throw error instanceof PermanentJobError ? error : new PermanentJobError(error instanceof Error ? error.message : String(error));

@@ -1,11 +1,20 @@
-import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
+import { sourceDecider, type SourceEvent, type SourceImage } from '../../domain/source/decider.js';
 import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { AssetStore } from '../../storage/assets.js';
-import { extractDocument } from '../../providers/fetch/extract.js';
+import { extractDocument, type ExtractedDocument } from '../../providers/fetch/extract.js';
 import { doiToUrl } from '../../providers/fetch/doi.js';
-import type { FetchedResource } from '../../providers/fetch/http.js';
+import { FetchError, type AutoSkipSettings, type FetchedResource } from '../../providers/fetch/http.js';
+import { AUTO_SKIP_REASON_PREFIX, autoSkipDecision, hostOfUrl, type HostHealthReader } from '../../providers/fetch/hostHealth.js';
+import {
+  collectSourceImages,
+  DEFAULT_IMAGE_LIMITS,
+  imageIdFor,
+  type ImageFetcher,
+  type ImageLimits,
+  type SourceImage as CollectedImage,
+} from '../../providers/fetch/images.js';
 import { PermanentJobError, type JobContext, type Stage } from '../types.js';
 import { recordingSourceFailure, sourceSubject, stageMetadata } from './common.js';
 
@@ -16,14 +25,30 @@ export interface RetrieveSourceDeps {
   doiResolver: string;
   /** Attempts the runtime makes before giving up; on the last one a failure is recorded on the source. */
   maxAttempts: number;
+  /**
+   * Fetches the images a page references. Default: `fetcher`. Best built with the same settings
+   * and `maxBodyBytes` = `max_image_bytes`, so an oversized image is not downloaded whole.
+   */
+  imageFetcher?: ImageFetcher;
+  /** `providers.decomposition.image_extraction`; default 5 MiB and 20 per source. */
+  images?: ImageLimits;
+  /** Per-host auto-skip (`providers.resolution.auto_skip`) over the `host_health` read model; none: never skip. */
+  hostHealth?: { reader: HostHealthReader; settings: AutoSkipSettings } | null;
+  /** Epoch milliseconds, for the auto-skip cooldown. */
+  now?: () => number;
 }
 
+type Registered = Extract<SourceEvent, { type: 'SourceRegistered' }>['data'];
+
 /**
- * retrieve_source: fetch the source's body (or read the uploaded one), extract its text and
- * Markdown, store all three as blobs and record SourceFetched. Never runs on replay: the result
- * is in the event.
+ * retrieve_source: fetch the source's body (or read the uploaded one), extract its text,
+ * Markdown and images, store them all as blobs and record SourceFetched. A URL source whose
+ * host auto-skip has closed is failed without a fetch. Never runs on replay: the result is in
+ * the event.
  */
 export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
+  const imageLimits = deps.images ?? DEFAULT_IMAGE_LIMITS;
+  const now = deps.now ?? Date.now;
   return {
     kind: 'retrieve_source',
     triggers: ['SourceRegistered', 'SourceRetryRequested'],
@@ -38,6 +63,7 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
       const registered = await firstEvent(deps.store, stream);
       await handleCommand(deps.store, stream, sourceDecider, { type: 'StartFetch' }, metadata, { retries: 0 });
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'retrieve_source', maxAttempts: deps.maxAttempts }, async () => {
+        await refuseSkippedHost(registered.data);
         const resource = await obtainBody(registered.data, context.signal);
         const document = await extractDocument({
           body: resource.body,
@@ -45,11 +71,12 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
           url: resource.finalUrl ?? undefined,
           filename: registered.data.filename ?? undefined,
         });
-        const [body, text, markdown] = await Promise.all([
-          deps.assets.put(resource.body),
-          deps.assets.put(document.text),
-          deps.assets.put(document.markdown),
-        ]);
+        // One after the other: text and Markdown are often the same bytes, and two concurrent
+        // puts of one blob race on its temporary file in the asset store.
+        const body = await deps.assets.put(resource.body);
+        const text = await deps.assets.put(document.text);
+        const markdown = await deps.assets.put(document.markdown);
+        const images = await storeImages(resource.body, document, context.signal);
         await handleCommand(
           deps.store,
           stream,
@@ -67,6 +94,7 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
               text_sha256: text.sha256,
               markdown_sha256: markdown.sha256,
               text_chars: document.text.length,
+              images,
             },
           },
           metadata,
@@ -76,10 +104,52 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
     },
   };
 
-  async function obtainBody(
-    registered: Extract<SourceEvent, { type: 'SourceRegistered' }>['data'],
-    signal: AbortSignal,
-  ): Promise<{ body: Buffer; contentType: string | null; finalUrl: string | null }> {
+  /** The host auto-skip is about: a URL source's own host (a DOI goes through the resolver to many publishers). */
+  function skipHostOf(registered: Registered): string | null {
+    return registered.origin === 'url' ? hostOfUrl(registered.url) : null;
+  }
+
+  async function refuseSkippedHost(registered: Registered): Promise<void> {
+    if (!deps.hostHealth?.settings.enabled) return;
+    const host = skipHostOf(registered);
+    if (!host) return;
+    const decision = autoSkipDecision(await deps.hostHealth.reader.get(host), deps.hostHealth.settings, now());
+    if (decision) throw new PermanentJobError(decision.reason);
+  }
+
+  /** The images of the document, stored as blobs; images are extras, so their failure never fails the source. */
+  async function storeImages(body: Buffer, document: ExtractedDocument, signal: AbortSignal): Promise<SourceImage[]> {
+    let collected: CollectedImage[];
+    try {
+      collected = await collectSourceImages({
+        kind: document.kind,
+        body,
+        images: document.images,
+        limits: imageLimits,
+        fetcher: deps.imageFetcher ?? deps.fetcher,
+        signal,
+      });
+    } catch (error) {
+      if (signal.aborted) throw error;
+      return [];
+    }
+    const stored: SourceImage[] = [];
+    for (const [position, image] of collected.entries()) {
+      const blob = await deps.assets.put(image.bytes);
+      stored.push({
+        image_id: imageIdFor(position, blob.sha256),
+        sha256: blob.sha256,
+        content_type: image.contentType,
+        bytes: blob.bytes,
+        url: image.url,
+        alt_text: image.altText,
+        caption: image.caption,
+      });
+    }
+    return stored;
+  }
+
+  async function obtainBody(registered: Registered, signal: AbortSignal): Promise<{ body: Buffer; contentType: string | null; finalUrl: string | null }> {
     if (registered.origin === 'upload') {
       if (!registered.body_sha256) throw new PermanentJobError('upload has no stored body');
       return {
@@ -89,13 +159,21 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
       };
     }
     const url = registered.origin === 'doi' ? doiToUrl(registered.doi ?? '', deps.doiResolver) : registered.url ?? '';
-    const fetched = await deps.fetcher.fetch(url, signal);
-    return { body: fetched.body, contentType: fetched.contentType, finalUrl: fetched.finalUrl };
+    try {
+      const fetched = await deps.fetcher.fetch(url, signal);
+      return { body: fetched.body, contentType: fetched.contentType, finalUrl: fetched.finalUrl };
+    } catch (error) {
+      // The fetcher's own in-process skip is a skip too: recorded as one, so it does not count as a host failure.
+      if (error instanceof FetchError && error.reason === 'host auto-skipped') {
+        throw new PermanentJobError(`${AUTO_SKIP_REASON_PREFIX} ${error.message}`);
+      }
+      throw error;
+    }
   }
 }
 
 async function firstEvent(store: EventStore, stream: string) {
   const [registered] = await store.readStream(stream, { limit: 1 });
   if (!registered || registered.type !== 'SourceRegistered') throw new PermanentJobError(`${stream} has no SourceRegistered event`);
-  return registered as RecordedEvent<'SourceRegistered', Extract<SourceEvent, { type: 'SourceRegistered' }>['data']>;
+  return registered as RecordedEvent<'SourceRegistered', Registered>;
 }

@@ -1,13 +1,15 @@
 import { v5 as uuidv5 } from 'uuid';
-import { sourceDecider } from '../../domain/source/decider.js';
+import { sourceDecider, type ExtractedFactInput } from '../../domain/source/decider.js';
 import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { AssetStore } from '../../storage/assets.js';
-import type { FactExtractor } from '../../providers/llm/port.js';
+import type { ChatModel } from '../../providers/llm/port.js';
+import type { Promptset } from '../../providers/llm/promptsets.js';
 import { decomposeDocument } from '../../providers/decomposition/decompose.js';
+import { extractSourceImageFacts } from '../../providers/decomposition/imageFacts.js';
 import { PermanentJobError, type JobContext, type Stage } from '../types.js';
-import { recordingSourceFailure, sourceSubject, stageMetadata } from './common.js';
+import { recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata } from './common.js';
 
 /** Namespace of fact ids: uuidv5(`<repository id>:<content_hash>`), so one fact text is one fact per repository. */
 export const FACT_ID_NAMESPACE = '6f0f7a52-3c55-4c1e-9a43-0d0f6f3b1a11';
@@ -19,14 +21,22 @@ export function factIdFor(repositoryId: string, contentHash: string): string {
 export interface SourceDecompositionDeps {
   store: EventStore;
   assets: AssetStore;
-  extractor: FactExtractor;
+  /** The chat model: extractFacts for text chunks, extractImageFacts for images. */
+  chat: ChatModel;
+  /** The repository's effective promptset; its hash is recorded as the facts' promptset_hash. */
+  promptsetFor(repositoryId: string): Promise<Promptset>;
+  /** `providers.decomposition.chunking` (2000 / 200). */
   chunking: { chunkSize: number; chunkOverlap: number };
+  /** `providers.decomposition.concurrency`: chunks and images in flight at once (4 / 4). */
+  concurrency: { fact: number; image: number };
   maxAttempts: number;
 }
 
 /**
  * source_decomposition: split the fetched text into atomic, self-contained facts with the chat
- * model and record them (with their content hashes and derived ids) in FactsExtracted.
+ * model (chunks in parallel, facts kept in text order), add the facts each stored image shows,
+ * and record them all (content hashes, derived ids, provenance) in FactsExtracted with the
+ * hash of the promptset used.
  */
 export function createSourceDecompositionStage(deps: SourceDecompositionDeps): Stage {
   return {
@@ -40,34 +50,67 @@ export function createSourceDecompositionStage(deps: SourceDecompositionDeps): S
       if (state.status !== 'fetched' && state.status !== 'decomposing') return;
       const fetched = state.fetched;
       if (!fetched) throw new PermanentJobError('source has no fetched text');
-      const repositoryId = context.trigger.repositoryId;
-      if (!repositoryId) throw new PermanentJobError('source event has no repository');
-      await handleCommand(
-        deps.store,
-        stream,
-        sourceDecider,
-        { type: 'StartDecomposition', modelId: deps.extractor.modelId },
-        metadata,
-        { retries: 0 },
-      );
+      const repositoryId = requireRepositoryId(context);
+      await handleCommand(deps.store, stream, sourceDecider, { type: 'StartDecomposition', modelId: deps.chat.modelId }, metadata, { retries: 0 });
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'source_decomposition', maxAttempts: deps.maxAttempts }, async () => {
+        const promptset = await deps.promptsetFor(repositoryId);
         const text = await deps.assets.getText(fetched.text_sha256);
-        const result = await decomposeDocument({ text, title: fetched.title }, deps.extractor, deps.chunking, context.signal);
+        const textFacts = await decomposeDocument({ text, title: fetched.title }, deps.chat, deps.chunking, context.signal, {
+          concurrency: deps.concurrency.fact,
+          promptset,
+        });
+        const images = fetched.images ?? [];
+        const imageFacts =
+          images.length === 0
+            ? []
+            : await extractSourceImageFacts({
+                images,
+                loadBytes: (sha256) => deps.assets.get(sha256),
+                chat: deps.chat,
+                sourceTitle: fetched.title,
+                markdown: await deps.assets.getText(fetched.markdown_sha256).catch(() => null),
+                promptset,
+                concurrency: deps.concurrency.image,
+                signal: context.signal,
+              });
+        context.signal.throwIfAborted();
+
+        // One fact per content_hash: a text fact wins over an image fact saying the same.
+        const seen = new Set<string>();
+        const facts: ExtractedFactInput[] = [];
+        for (const fact of textFacts.facts) {
+          seen.add(fact.contentHash);
+          facts.push({
+            fact_id: factIdFor(repositoryId, fact.contentHash),
+            content: fact.content,
+            content_hash: fact.contentHash,
+            source_text: fact.sourceText,
+            chunk_index: fact.chunkIndex,
+            fact_kind: 'text',
+            image_id: null,
+            sentence_index: fact.sentenceIndex,
+          });
+        }
+        for (const fact of imageFacts) {
+          if (seen.has(fact.contentHash)) continue;
+          seen.add(fact.contentHash);
+          facts.push({
+            fact_id: factIdFor(repositoryId, fact.contentHash),
+            content: fact.content,
+            content_hash: fact.contentHash,
+            source_text: fact.sourceText,
+            // Image facts come from no chunk and no sentence.
+            chunk_index: -1,
+            fact_kind: 'image',
+            image_id: fact.imageId,
+            sentence_index: -1,
+          });
+        }
         await handleCommand(
           deps.store,
           stream,
           sourceDecider,
-          {
-            type: 'RecordFacts',
-            modelId: result.modelId,
-            facts: result.facts.map((fact) => ({
-              fact_id: factIdFor(repositoryId, fact.contentHash),
-              content: fact.content,
-              content_hash: fact.contentHash,
-              source_text: fact.sourceText,
-              chunk_index: fact.chunkIndex,
-            })),
-          },
+          { type: 'RecordFacts', modelId: deps.chat.modelId, promptsetHash: promptset.hash, facts },
           metadata,
           { retries: 0 },
         );

@@ -1,0 +1,45 @@
+import { conceptDecider } from '../../domain/concept/decider.js';
+import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
+import { streamName } from '../../eventstore/envelope.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { Embedder } from '../../providers/embeddings/port.js';
+import { packVector } from '../../interchange/vectors.js';
+import { PermanentJobError, type JobContext, type Stage } from '../types.js';
+import { conceptSubject, stageMetadata } from './common.js';
+
+export interface EmbedConceptsDeps {
+  store: EventStore;
+  embedder: Embedder;
+}
+
+/** What a concept's vector is computed from: the name plus its context, which tells homonyms apart. */
+export function conceptEmbeddingText(canonicalName: string, context: string): string {
+  return `${canonicalName} (${context})`;
+}
+
+/** embed_concepts: the vector of a new concept, recorded in ConceptEmbedded (packed float32). */
+export function createEmbedConceptsStage(deps: EmbedConceptsDeps): Stage {
+  return {
+    kind: 'embed_concepts',
+    triggers: ['ConceptCreated'],
+    subjectOf: conceptSubject,
+    async run(context: JobContext) {
+      const stream = streamName('concept', context.job.subjectId);
+      const { state } = await loadState(deps.store, stream, conceptDecider);
+      // Merged concepts are not searched; an embedding of this model is already there.
+      if (state.status !== 'active' || state.embeddedWith === deps.embedder.modelId) return;
+      const [vector] = await deps.embedder.embed([conceptEmbeddingText(state.canonicalName, state.context)], context.signal);
+      if (!vector || vector.length !== deps.embedder.dimensions) {
+        throw new PermanentJobError(`embedder ${deps.embedder.modelId} returned no vector of ${deps.embedder.dimensions} dimensions`);
+      }
+      await handleCommand(
+        deps.store,
+        stream,
+        conceptDecider,
+        { type: 'RecordEmbedding', model: deps.embedder.modelId, dimensions: deps.embedder.dimensions, vector: packVector(vector) },
+        stageMetadata(context),
+        { retries: 0 },
+      );
+    },
+  };
+}

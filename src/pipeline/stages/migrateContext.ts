@@ -1,0 +1,89 @@
+import type { Knex } from 'knex';
+import { conceptDecider, conceptIdFor } from '../../domain/concept/decider.js';
+import { handleCommand } from '../../eventstore/commandHandler.js';
+import { streamName } from '../../eventstore/envelope.js';
+import type { EventStore } from '../../eventstore/port.js';
+import { PermanentJobError, type JobContext, type Stage } from '../types.js';
+import { repositorySubject, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
+import { finalConcept } from './extractConcepts.js';
+import { loadRepositorySettings } from './repositorySettings.js';
+
+export interface MigrateContextDeps {
+  store: EventStore;
+  knex: Knex;
+}
+
+/**
+ * migrate_context: every active concept of `from_context` moves to `to_context`. The concept of
+ * the same canonical name in the target context is created (or, if it exists, gains the
+ * aliases), then the old concept is merged into it, so its facts and aliases follow. A rerun
+ * finds the moved concepts merged and skips them.
+ */
+export function createMigrateContextStage(deps: MigrateContextDeps): Stage {
+  return {
+    kind: 'migrate_context',
+    triggers: ['ContextMigrationRequested'],
+    subjectOf: repositorySubject,
+    async run(context: JobContext) {
+      const repositoryId = requireRepositoryId(context);
+      const data = context.trigger.data as { from_context?: unknown; to_context?: unknown };
+      const from = typeof data.from_context === 'string' ? data.from_context.trim() : '';
+      const to = typeof data.to_context === 'string' ? data.to_context.trim() : '';
+      if (from === '' || to === '') throw new PermanentJobError('a context migration needs from_context and to_context');
+      const { contexts } = await loadRepositorySettings(deps.knex, repositoryId);
+      const target = contexts.find((choice) => choice.name.toLowerCase() === to.toLowerCase());
+      if (!target) throw new PermanentJobError(`context ${to} is not allowed in repository ${repositoryId}`);
+      if (from.toLowerCase() === target.name.toLowerCase()) return;
+      const metadata = stageMetadata(context);
+      const reason = `context migrated from ${from} to ${target.name}`;
+      const rows: Array<{ id: string; ontology_class: string | null }> = await deps.knex('concepts')
+        .where({ repository_id: repositoryId, status: 'active' })
+        .whereRaw('lower(context) = ?', [from.toLowerCase()])
+        .orderBy('id')
+        .select('id', 'ontology_class');
+      for (const row of rows) {
+        throwIfAborted(context.signal);
+        const old = await finalConcept(deps.store, row.id);
+        // Merged meanwhile, or not in the source context any more (the read model lags the log).
+        if (old.id !== row.id || old.state.status !== 'active' || old.state.context.toLowerCase() !== from.toLowerCase()) continue;
+        const targetId = conceptIdFor(repositoryId, old.state.canonicalName, target.name);
+        const survivor = await finalConcept(deps.store, targetId);
+        const survivorStream = streamName('concept', survivor.id);
+        if (survivor.state.status === 'none') {
+          await handleCommand(
+            deps.store,
+            survivorStream,
+            conceptDecider,
+            {
+              type: 'CreateConcept',
+              canonicalName: old.state.canonicalName,
+              context: target.name,
+              ontologyClass: row.ontology_class,
+              aliases: old.state.aliases,
+              sourceId: null,
+            },
+            metadata,
+            { retries: 3 },
+          );
+        } else {
+          await handleCommand(
+            deps.store,
+            survivorStream,
+            conceptDecider,
+            { type: 'AddAliases', aliases: [old.state.canonicalName, ...old.state.aliases] },
+            metadata,
+            { retries: 3 },
+          );
+        }
+        await handleCommand(
+          deps.store,
+          streamName('concept', row.id),
+          conceptDecider,
+          { type: 'MergeConcept', survivorId: survivor.id, reason },
+          metadata,
+          { retries: 3 },
+        );
+      }
+    },
+  };
+}

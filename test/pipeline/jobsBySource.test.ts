@@ -1,0 +1,94 @@
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { migrateJobs } from '../../src/pipeline/jobs.js';
+import { createJobIntakeProjection, sourceIdOf } from '../../src/pipeline/intake.js';
+import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import { backends, FakeLog, openJobsFixture, testStage } from './helpers.js';
+
+/** An event on any stream, for intake's source/report rules. */
+function eventOn(log: FakeLog, streamId: string, type: string, data: Record<string, unknown>): RecordedEvent {
+  const event = log.add(type, data);
+  event.streamId = streamId;
+  return event;
+}
+
+t.test('sourceIdOf: the source stream, else data.source_id, else null', async (t) => {
+  const log = new FakeLog();
+  const source = randomUUID();
+  t.equal(sourceIdOf(eventOn(log, `source-${source}`, 'FactsExtracted', {})), source);
+  t.equal(sourceIdOf(eventOn(log, `fact-${randomUUID()}`, 'FactMergedInto', { source_id: source })), source);
+  t.equal(sourceIdOf(eventOn(log, `fact-${randomUUID()}`, 'FactMergedInto', { source_id: null })), null);
+  t.equal(sourceIdOf(eventOn(log, `concept-${randomUUID()}`, 'ConceptCreated', { source_id: '' })), null);
+  t.equal(sourceIdOf(eventOn(log, `repository-${randomUUID()}`, 'ContextMigrationRequested', {})), null);
+});
+
+for (const backend of backends) {
+  t.test(`jobs by source and report on ${backend.name}`, async (t) => {
+    const { db, jobs, log } = await openJobsFixture(t, backend);
+
+    t.test('the migration adds the columns to an existing table, and runs again harmlessly', async (t) => {
+      await db.knex.raw('ALTER TABLE jobs DROP COLUMN source_id, DROP COLUMN report_id');
+      await migrateJobs(db.knex);
+      await migrateJobs(db.knex);
+      const columns = await db.knex.raw<{ rows: Array<{ column_name: string }> }>(
+        `SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' AND column_name IN ('source_id', 'report_id') ORDER BY column_name`,
+      );
+      t.same(columns.rows.map((row) => row.column_name), ['report_id', 'source_id']);
+    });
+
+    t.test('intake fills source_id and report_id; list, countsFor and isComplete filter by them', async (t) => {
+      const sourceA = randomUUID();
+      const sourceB = randomUUID();
+      const report = randomUUID();
+      const bySourceOf = testStage('cleanup_facts', async () => undefined, ['FactMergedInto']);
+      const explicit = { ...testStage('extract_concepts', async () => undefined, ['FactsExtracted']), sourceOf: () => sourceB };
+      const onSource = testStage('embed_facts', async () => undefined, ['FactsExtracted']);
+      const onReport = testStage('annotate_report', async () => undefined, ['ReportSubmitted']);
+      const projection = createJobIntakeProjection([bySourceOf, explicit, onSource, onReport]);
+      const extracted = eventOn(log, `source-${sourceA}`, 'FactsExtracted', {});
+      const merged = eventOn(log, `fact-${randomUUID()}`, 'FactMergedInto', { source_id: sourceA });
+      const submitted = eventOn(log, `report-${report}`, 'ReportSubmitted', {});
+      await db.knex.transaction(async (trx) => {
+        for (const event of [extracted, merged, submitted]) await projection.apply(trx, event);
+      });
+      const all = await jobs.list({ limit: 100 });
+      const byKind = Object.fromEntries(all.jobs.map((job) => [job.kind, job]));
+      t.equal(byKind.embed_facts.sourceId, sourceA, 'from the source stream');
+      t.equal(byKind.extract_concepts.sourceId, sourceB, "the stage's sourceOf wins");
+      t.equal(byKind.cleanup_facts.sourceId, sourceA, 'from data.source_id');
+      t.equal(byKind.annotate_report.sourceId, null);
+      t.equal(byKind.annotate_report.reportId, report, 'from the report stream');
+      t.equal(byKind.embed_facts.reportId, null);
+
+      const ofA = await jobs.list({ repositoryId: 'repo-1', sourceId: sourceA, limit: 1, offset: 0 });
+      t.equal(ofA.total, 2);
+      t.equal(ofA.jobs.length, 1, 'paged');
+      t.equal((await jobs.list({ sourceId: sourceA, limit: 10, offset: 1 })).jobs.length, 1);
+      t.equal((await jobs.list({ reportId: report })).total, 1);
+      t.equal((await jobs.list({ sourceId: sourceA, kind: 'embed_facts', state: 'queued' })).total, 1);
+      t.equal((await jobs.list({ sourceId: sourceA, state: 'failed' })).total, 0);
+      await t.rejects(jobs.list({ state: 'sleeping' as never }), RangeError);
+
+      const counts = await jobs.countsFor({ repositoryId: 'repo-1', sourceId: sourceA });
+      t.same(counts, {
+        cleanup_facts: { queued: 1, running: 0, succeeded: 0, failed: 0, dead: 0 },
+        embed_facts: { queued: 1, running: 0, succeeded: 0, failed: 0, dead: 0 },
+      });
+      t.same(Object.keys(await jobs.countsFor({ repositoryId: 'repo-1', reportId: report })), ['annotate_report']);
+      t.same(await jobs.countsFor({ repositoryId: 'another-repo' }), {});
+      await t.rejects(jobs.countsFor({ repositoryId: '' }), TypeError);
+
+      t.equal(await jobs.isComplete({ repositoryId: 'repo-1', sourceId: sourceA }), false, 'jobs are queued');
+      const claimed = await jobs.claim('embed_facts', 'worker-1', { leaseMs: 60_000 });
+      t.ok(claimed);
+      await jobs.succeed(claimed!);
+      t.equal(await jobs.isComplete({ repositoryId: 'repo-1', sourceId: sourceA }), false, 'cleanup is still queued');
+      const cleanup = await jobs.claim('cleanup_facts', 'worker-1', { leaseMs: 60_000 });
+      t.equal(await jobs.isComplete({ repositoryId: 'repo-1', sourceId: sourceA }), false, 'a running job is not done');
+      await jobs.fail(cleanup!, { error: 'boom', permanent: true, retryDelayMs: 0 });
+      t.equal(await jobs.isComplete({ repositoryId: 'repo-1', sourceId: sourceA }), true, 'failed counts as finished');
+      t.equal(await jobs.isComplete({ repositoryId: 'repo-1', sourceId: randomUUID() }), true, 'a source without jobs is complete');
+      await t.rejects(jobs.isComplete({ repositoryId: 'repo-1', sourceId: '' }), TypeError);
+    });
+  });
+}
