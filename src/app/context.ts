@@ -25,8 +25,23 @@ import { createStageRuntime, type StageRuntime } from '../pipeline/runtime.js';
 import type { Stage } from '../pipeline/types.js';
 import { createRetrieveSourceStage } from '../pipeline/stages/retrieveSource.js';
 import { createSourceDecompositionStage } from '../pipeline/stages/sourceDecomposition.js';
+import { createEmbedFactsStage } from '../pipeline/stages/embedFacts.js';
+import { createDeduplicateFactsStage } from '../pipeline/stages/deduplicateFacts.js';
+import { createCleanupFactsStage } from '../pipeline/stages/cleanupFacts.js';
+import { createExtractConceptsStage } from '../pipeline/stages/extractConcepts.js';
+import { createRefineConceptsStage } from '../pipeline/stages/refineConcepts.js';
+import { createEmbedConceptsStage } from '../pipeline/stages/embedConcepts.js';
+import { createMigrateContextStage } from '../pipeline/stages/migrateContext.js';
+import { createRefreshConceptRelationsStage } from '../pipeline/stages/refreshConceptRelations.js';
+import { promptsetLookup } from '../pipeline/stages/repositorySettings.js';
+import { createScheduler, type PeriodicJob, type Scheduler } from '../pipeline/scheduler.js';
 import { createHttpFetcher, fetchSettingsFromConfig } from '../providers/fetch/http.js';
-import { createLocalFactExtractor } from '../providers/llm/local.js';
+import { imageFetchSettings } from '../providers/fetch/images.js';
+import { createHostHealthReader } from '../providers/fetch/hostHealth.js';
+import { createChatModel, createEmbedder } from '../providers/factory.js';
+import type { ChatModel } from '../providers/llm/port.js';
+import type { Embedder } from '../providers/embeddings/port.js';
+import { createHybridSearch, type HybridSearch } from '../search/hybrid.js';
 import { createPostgresSearchIndex } from '../search/postgres.js';
 import type { SearchIndex } from '../search/port.js';
 import { createFileAssetStore, type AssetStore } from '../storage/assets.js';
@@ -50,6 +65,12 @@ export interface AppContext {
   identity: IdentityService;
   repositories: RepositoryService;
   search: SearchIndex;
+  /** Hybrid (lexical + k-NN, RRF) search over `search`, falling back to lexical when it cannot run. */
+  hybrid: HybridSearch;
+  /** The chat model of `providers.llm`. */
+  chat: ChatModel;
+  /** The embedder of `providers.embeddings`; null when the provider is `none` (no vectors). */
+  embedder: Embedder | null;
   jobs: JobRepository;
   projections: ReadModelRunner;
   runtime: StageRuntime;
@@ -104,30 +125,90 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const store = instrumentEventStore(await openEventStore(config, schemas, open), metrics);
   const { search, opensearch } = openSearchIndex(config, db, log);
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
+  const chat = createChatModel(config);
+  const embedder = createEmbedder(config);
+  const hybrid = createHybridSearch({
+    search,
+    embedder,
+    settings: {
+      enabled: config.search.hybrid.enabled,
+      rrfK: config.search.hybrid.rrf_k,
+      minScore: config.search.hybrid.min_score,
+      overFetchMultiplier: config.search.hybrid.over_fetch_multiplier,
+    },
+  });
 
   const retry = {
     maxAttempts: config.task.retry.max_attempts,
     baseDelayMs: parseDuration(config.task.retry.base_delay),
     maxDelayMs: parseDuration(config.task.retry.max_delay),
   };
+  const fetchSettings = fetchSettingsFromConfig(config.providers.resolution);
+  const imageLimits = {
+    maxImageBytes: config.providers.decomposition.image_extraction.max_image_bytes,
+    maxImagesPerSource: config.providers.decomposition.image_extraction.max_images_per_source,
+  };
+  const { decomposition, dedup, refinement } = config.providers;
   const stages: Stage[] = [
     createRetrieveSourceStage({
       store,
       assets,
-      fetcher: createHttpFetcher(fetchSettingsFromConfig(config.providers.resolution)),
+      fetcher: createHttpFetcher(fetchSettings),
+      imageFetcher: createHttpFetcher(imageFetchSettings(fetchSettings, imageLimits)),
+      images: imageLimits,
+      hostHealth: { reader: createHostHealthReader(db.knex), settings: fetchSettings.autoSkip },
       doiResolver: config.providers.resolution.doi_resolver,
       maxAttempts: retry.maxAttempts,
     }),
     createSourceDecompositionStage({
       store,
       assets,
-      extractor: createLocalFactExtractor(),
-      chunking: {
-        chunkSize: config.providers.decomposition.chunking.chunk_size,
-        chunkOverlap: config.providers.decomposition.chunking.chunk_overlap,
-      },
+      chat,
+      promptsetFor: promptsetLookup(db.knex),
+      chunking: { chunkSize: decomposition.chunking.chunk_size, chunkOverlap: decomposition.chunking.chunk_overlap },
+      concurrency: { fact: decomposition.concurrency.fact, image: decomposition.concurrency.image },
       maxAttempts: retry.maxAttempts,
     }),
+    // Without an embedder there are no vectors: deduplication follows decomposition directly.
+    ...(embedder ? [createEmbedFactsStage({ store, embedder, batchSize: config.providers.ai.embed_batch_size, maxAttempts: retry.maxAttempts })] : []),
+    createDeduplicateFactsStage({
+      store,
+      knex: db.knex,
+      search,
+      embedderModelId: embedder?.modelId ?? null,
+      threshold: dedup.threshold,
+      catchupMaxAgeMs: parseDuration(dedup.catchup_max_age),
+    }),
+    createCleanupFactsStage({ store }),
+    createExtractConceptsStage({
+      store,
+      knex: db.knex,
+      chat,
+      batchSize: decomposition.concept.fact_batch_size,
+      concurrency: decomposition.concurrency.concept,
+      maxAttempts: retry.maxAttempts,
+    }),
+    ...(embedder ? [createEmbedConceptsStage({ store, embedder })] : []),
+    ...(refinement.enabled
+      ? [
+          createRefineConceptsStage({
+            store,
+            knex: db.knex,
+            chat,
+            maxCandidates: refinement.max_candidates_per_run,
+            pruneThreshold: refinement.prune_threshold,
+            maxConcurrency: refinement.max_concurrency,
+          }),
+        ]
+      : []),
+    createMigrateContextStage({ store, knex: db.knex }),
+    createRefreshConceptRelationsStage({ store, knex: db.knex }),
+  ];
+  const relationsIntervalMs = parseDuration(config.task.refresh_concept_relations_interval);
+  const periodic: PeriodicJob[] = [
+    { kind: 'refresh_concept_relations', intervalMs: relationsIntervalMs },
+    ...(embedder ? [{ kind: 'deduplicate_facts', intervalMs: parseDuration(dedup.catchup_interval) }] : []),
+    ...(refinement.enabled ? [{ kind: 'refine_concepts', intervalMs: relationsIntervalMs }] : []),
   ];
   const runtime = createStageRuntime({
     db,
@@ -149,14 +230,20 @@ export async function createAppContext(config: Config, options: ContextOptions =
     maxAttempts: retry.maxAttempts,
     afterCommit: (kinds) => kinds.forEach((kind) => runtime.wake(kind)),
   });
-  const allProjections = [...readModelProjections, intake, ...(config.search.backend === 'opensearch' ? [createSearchIndexProjection(search)] : [])];
+  // Both backends: on PostgreSQL the projection writes vectors (pgvector) and statuses in the projection's transaction.
+  const allProjections = [...readModelProjections, intake, createSearchIndexProjection(search)];
   const projectionLog = log.child({ component: 'projections' });
   let relay: Leadership | null = null;
   let bus: Bus | null = null;
   let projections: ReadModelRunner;
   if (config.bus.backend === 'kafka') {
     const kafka = kafkaOptions(config);
-    bus = createKafkaBus({ kafka, registry: schemas, log: log.child({ component: 'bus' }) });
+    bus = createKafkaBus({
+      kafka,
+      registry: schemas,
+      log: log.child({ component: 'bus' }),
+      consumer: { sessionTimeoutMs: parseDuration(config.bus.kafka.session_timeout) },
+    });
     projections = new BusProjectionRunner(bus, store, db, allProjections, { groupPrefix: kafka.topicPrefix, log: projectionLog });
   } else {
     projections = new ProjectionRunner(store, db, allProjections, { log: projectionLog });
@@ -193,6 +280,16 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
   const runWorkers = role !== 'api';
   const runProjections = role !== 'api' || config.bus.backend === 'log';
+  // Periodic jobs are enqueued by workers only; the derived job ids make several workers enqueue each once.
+  const scheduler: Scheduler | null = runWorkers
+    ? createScheduler({
+        knex: db.knex,
+        periodic,
+        log: log.child({ component: 'scheduler' }),
+        maxAttempts: retry.maxAttempts,
+        onEnqueued: (kinds) => kinds.forEach((kind) => runtime.wake(kind)),
+      })
+    : null;
 
   return {
     config,
@@ -205,6 +302,9 @@ export async function createAppContext(config: Config, options: ContextOptions =
     identity,
     repositories,
     search,
+    hybrid,
+    chat,
+    embedder,
     jobs,
     projections,
     runtime,
@@ -215,8 +315,10 @@ export async function createAppContext(config: Config, options: ContextOptions =
       if (runProjections) await projections.start();
       await bootstrap(config, options.env ?? process.env, { identity, repositories, db, log });
       if (runWorkers) await runtime.start();
+      await scheduler?.start();
     },
     async close() {
+      await scheduler?.stop();
       await runtime.stop();
       await projections.stop();
       await relay?.stop();
@@ -244,7 +346,9 @@ async function openEventStore(
 
 /** The search index of `search.backend`; the OpenSearch one is also returned as such, for alias rebuilds. */
 function openSearchIndex(config: Config, db: Database, log: Logger): { search: SearchIndex; opensearch: OpenSearchSearchIndex | null } {
-  const { url, index_prefix, dimensions } = config.search.opensearch;
+  const { url, index_prefix } = config.search.opensearch;
+  // One embedding model per deployment: the index's vectors have its dimensions.
+  const dimensions = config.providers.embeddings.dimensions;
   if (config.search.backend === 'opensearch') {
     const opensearch = createOpenSearchIndex({ node: url, indexPrefix: index_prefix, dimensions, log: log.child({ component: 'search' }) });
     return { search: opensearch, opensearch };

@@ -15,6 +15,9 @@ export const SPEC_ENVIRONMENT_NAMES: Readonly<Record<string, string>> = {
   REGISTRY_API_KEY: 'providers.registry.api_key',
   REGISTRY_READ_API_KEY: 'providers.registry.read_api_key',
   STORAGE_DATA_DIR: 'storage.data_dir',
+  // Model-provider credentials: secrets, best kept out of files.
+  LLM_API_KEY: 'providers.llm.api_key',
+  EMBEDDINGS_API_KEY: 'providers.embeddings.api_key',
 };
 
 /**

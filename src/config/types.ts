@@ -12,6 +12,8 @@ export type SslMode = 'disable' | 'require' | 'verify-ca' | 'verify-full';
 export type RegistryAuthMode = 'none' | 'bearer' | 'hmac';
 export type ThinkingLevel = 'low' | 'medium' | 'high';
 export type RepositoryPreset = 'general' | 'scientific' | 'enterprise';
+export type LlmProvider = 'local' | 'openai';
+export type EmbeddingsProvider = 'local' | 'openai' | 'none';
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 
 /** The job kinds that have a worker count in `task.queues` (the spec's list). */
@@ -86,7 +88,7 @@ export interface Config {
   };
   bus: {
     backend: 'log' | 'kafka';
-    kafka: { brokers: string[]; client_id: string; topic_prefix: string; partitions: number; replication_factor: number; relay: boolean };
+    kafka: { brokers: string[]; client_id: string; topic_prefix: string; partitions: number; replication_factor: number; relay: boolean; session_timeout: string };
   };
   readmodels: { database: string };
   auth: {
@@ -112,7 +114,8 @@ export interface Config {
   };
   search: {
     backend: 'postgres' | 'opensearch';
-    opensearch: { url: string; index_prefix: string; dimensions: number };
+    /** Vector length comes from `providers.embeddings.dimensions`. */
+    opensearch: { url: string; index_prefix: string };
     hybrid: {
       enabled: boolean;
       rrf_k: number;
@@ -154,11 +157,31 @@ export interface Config {
       concurrency: { fact: number; image: number; concept: number };
       concept: { fact_batch_size: number };
     };
-    dedup: { threshold: number; catchup_max_age: DurationString };
+    dedup: { threshold: number; catchup_max_age: DurationString; catchup_interval: DurationString };
     reports: { similarity_threshold: number; max_facts_per_sentence: number; min_sentence_runes: number };
     llm_retry: RetryConfig & { per_call_timeout: DurationString };
     ai: { embed_batch_size: number; rate_limit_wait_timeout: DurationString };
-    llm: { provider: string; model: string };
+    llm: {
+      /** local = the built-in rule-based model; openai = an OpenAI-compatible HTTP API. */
+      provider: LlmProvider;
+      model: string;
+      /** Base URL of the OpenAI-compatible API, e.g. `http://localhost:11434/v1`; required for openai. */
+      base_url: string;
+      /** A secret (env LLM_API_KEY); empty sends no Authorization header. Never logged. */
+      api_key: string;
+      /** Whether the model accepts images (image facts from pixels, not only surrounding text). */
+      vision: boolean;
+    };
+    embeddings: {
+      /** none = no vectors: deduplication by content_hash only, lexical search only. */
+      provider: EmbeddingsProvider;
+      model: string;
+      base_url: string;
+      /** A secret (env EMBEDDINGS_API_KEY). Never logged. */
+      api_key: string;
+      /** Vector length; also the length of the search index's vector field. */
+      dimensions: number;
+    };
     summarization: { enabled: boolean; batch_size: number; max_concepts_per_run: number; max_tokens: number };
     refinement: {
       enabled: boolean;

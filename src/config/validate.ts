@@ -3,6 +3,8 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { parseDuration } from './duration.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
+import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
+import { type LlmRetrySettings, validateLlmRetryConstraint, worstCaseRetryMs } from '../providers/llm/retry.js';
 
 let compiled: { schemaPath: string; validate: ValidateFunction } | undefined;
 
@@ -132,20 +134,23 @@ export function validateConfig(tree: unknown, schemaPath: string, origins: Origi
   return config;
 }
 
+/** providers.llm_retry as the retry policy's settings (milliseconds). */
+export function llmRetrySettingsOf(retry: RetryConfig & { per_call_timeout: string }): LlmRetrySettings {
+  return {
+    maxAttempts: retry.max_attempts,
+    baseDelayMs: parseDuration(retry.base_delay),
+    maxDelayMs: parseDuration(retry.max_delay),
+    perCallTimeoutMs: parseDuration(retry.per_call_timeout),
+  };
+}
+
 /**
  * The longest a language-model call can take with all its retries: every attempt runs to
  * per_call_timeout, with exponential backoff (doubling from base_delay, capped at max_delay)
- * between attempts. Jitter, if any, is not counted.
+ * between attempts. Jitter only shortens a backoff, so it is covered.
  */
 export function worstCaseLlmCallMs(retry: RetryConfig & { per_call_timeout: string }): number {
-  const perCall = parseDuration(retry.per_call_timeout);
-  const baseDelay = parseDuration(retry.base_delay);
-  const maxDelay = parseDuration(retry.max_delay);
-  let total = perCall * retry.max_attempts;
-  for (let backoff = 0; backoff < retry.max_attempts - 1; backoff++) {
-    total += Math.min(baseDelay * 2 ** backoff, maxDelay);
-  }
-  return total;
+  return worstCaseRetryMs(llmRetrySettingsOf(retry));
 }
 
 /** Rules between keys. Each entry: [dotted key, what is wrong]. The schema has already passed. */
@@ -191,23 +196,9 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
     }
   }
 
-  // Spec: per_call_timeout must not exceed the smallest worker language-model timeout, and a
-  // worker timeout must exceed max_attempts x per_call_timeout plus backoffs. The worker
-  // timeout here is task.job_timeout (0s = unlimited, so nothing to check).
-  const llmRetry = config.providers.llm_retry;
-  const jobTimeout = ms(task.job_timeout);
-  if (ms(llmRetry.per_call_timeout) <= 0) {
-    problems.push(['providers.llm_retry.per_call_timeout', 'must be longer than 0s']);
-  } else if (jobTimeout > 0) {
-    const worstCase = worstCaseLlmCallMs(llmRetry);
-    if (worstCase >= jobTimeout) {
-      problems.push([
-        'task.job_timeout',
-        `must exceed providers.llm_retry max_attempts x per_call_timeout plus backoffs ` +
-          `(${task.job_timeout} = ${jobTimeout}ms, retries can take ${worstCase}ms); raise it, or use 0s for unlimited`,
-      ]);
-    }
-  }
+  // The spec's Constraint line under Constants, with task.job_timeout as the worker
+  // language-model timeout (0s = unlimited, nothing to check): see validateLlmRetryConstraint.
+  problems.push(...validateLlmRetryConstraint(llmRetrySettingsOf(config.providers.llm_retry), ms(task.job_timeout)));
 
   const ttls: Array<[string, string]> = [
     ['auth.token_ttl', config.auth.token_ttl],
@@ -235,9 +226,30 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
   if (config.bus.backend === 'kafka' && config.bus.kafka.brokers.length === 0) {
     problems.push(['bus.kafka.brokers', 'needs at least one host:port when bus.backend is kafka']);
   }
+  const sessionTimeoutMs = parseDuration(config.bus.kafka.session_timeout);
+  if (sessionTimeoutMs < 6_000 || sessionTimeoutMs > 300_000) {
+    problems.push(['bus.kafka.session_timeout', 'must be between 6s and 5m (the broker\'s group session bounds)']);
+  }
   if (config.search.backend === 'opensearch' && config.search.opensearch.url === '') {
     problems.push(['search.opensearch.url', 'is required when search.backend is opensearch']);
   }
+  const { llm, embeddings } = config.providers;
+  if (llm.provider === 'openai' && llm.base_url === '') {
+    problems.push(['providers.llm.base_url', 'is required when providers.llm.provider is openai (e.g. https://api.openai.com/v1)']);
+  }
+  if (embeddings.provider === 'openai' && embeddings.base_url === '') {
+    problems.push(['providers.embeddings.base_url', 'is required when providers.embeddings.provider is openai (e.g. https://api.openai.com/v1)']);
+  }
+  if (embeddings.provider === 'local' && embeddings.dimensions !== LOCAL_EMBEDDER_DIMENSIONS) {
+    problems.push([
+      'providers.embeddings.dimensions',
+      `must be ${LOCAL_EMBEDDER_DIMENSIONS} when providers.embeddings.provider is local (the built-in word vectors' length), got ${embeddings.dimensions}`,
+    ]);
+  }
+  if (ms(config.providers.dedup.catchup_interval) <= 0) {
+    problems.push(['providers.dedup.catchup_interval', 'must be longer than 0s']);
+  }
+
   if (!databaseNames.has(config.readmodels.database)) {
     problems.push(['readmodels.database', `names no entry of databases (${known})`]);
   }

@@ -27,4 +27,8 @@ t.test('role settings are validated', async (t) => {
   t.throws(() => load({ SEARCH_BACKEND: 'opensearch' }), /search\.opensearch\.url: is required/);
   t.throws(() => load({ BUS_BACKEND: 'rabbit' }), /bus\.backend/);
   t.throws(() => load({ BUS_BACKEND: 'kafka', BUS_KAFKA_BROKERS: 'no-port' }), /bus\.kafka\.brokers/);
+  t.throws(() => load({ BUS_KAFKA_SESSION_TIMEOUT: '2s' }), /bus\.kafka\.session_timeout: must be between 6s and 5m/);
+  t.throws(() => load({ BUS_KAFKA_SESSION_TIMEOUT: '10m' }), /bus\.kafka\.session_timeout: must be between 6s and 5m/);
+  t.equal(load({ BUS_KAFKA_SESSION_TIMEOUT: '6s' }).bus.kafka.session_timeout, '6s', 'the broker minimum is accepted');
+  t.equal(load({}).bus.kafka.session_timeout, '30s');
 });
