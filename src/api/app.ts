@@ -9,14 +9,17 @@ import { registerErrorHandling } from './errors.js';
 import { authenticateRequest } from './guard.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
+import { conceptRoutes } from './routes/concepts.js';
+import { contextRoutes } from './routes/contexts.js';
 import { eventRoutes } from './routes/events.js';
 import { factRoutes } from './routes/facts.js';
 import { healthRoutes } from './routes/health.js';
-import { jobRoutes } from './routes/jobs.js';
 import { permissionRoutes } from './routes/permissions.js';
 import { projectionRoutes } from './routes/projections.js';
+import { promptsetRoutes } from './routes/promptset.js';
 import { repositoryRoutes } from './routes/repositories.js';
 import { sourceRoutes } from './routes/sources.js';
+import { taskRoutes } from './routes/tasks.js';
 import { userRoutes } from './routes/users.js';
 
 /** Every resource's routes, one plugin per file under routes/. */
@@ -29,8 +32,11 @@ const resourceRoutes = [
   repositoryRoutes,
   sourceRoutes,
   factRoutes,
+  conceptRoutes,
+  contextRoutes,
   eventRoutes,
-  jobRoutes,
+  taskRoutes,
+  promptsetRoutes,
   projectionRoutes,
 ];
 

@@ -32,3 +32,20 @@ export const bearerSecurity = [{ bearerAuth: [] as string[] }];
 
 export const isoDate = (value: Date | string | null | undefined): string | null =>
   value === null || value === undefined ? null : new Date(value).toISOString();
+
+/** `mode` of a search route: hybrid (the default) falls back to lexical when it cannot run. */
+export const searchModeQuery = { type: 'string', enum: ['hybrid', 'lexical'], default: 'hybrid' } as const;
+
+/** The reply of a search route: a page of items, the query, and which mode answered. */
+export const searchReply = <Item extends object>(item: Item) =>
+  ({
+    type: 'object',
+    required: ['items', 'total', 'query', 'mode', 'fallback_reason'],
+    properties: {
+      items: { type: 'array', items: item },
+      total: { type: 'integer' },
+      query: { type: 'string' },
+      mode: { type: 'string', enum: ['hybrid', 'lexical'], description: 'the mode that answered' },
+      fallback_reason: { type: ['string', 'null'], description: 'why hybrid was asked for but lexical answered' },
+    },
+  }) as const;

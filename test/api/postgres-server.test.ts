@@ -1,6 +1,6 @@
 import t from 'tap';
 import { openScratchPostgres } from '../../src/db/database.js';
-import { eventually, registerUser, startTestService } from '../helpers/service.js';
+import { eventually, registerUser, startTestService, waitForPipeline } from '../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
 
 /**
@@ -27,7 +27,8 @@ t.test('the vertical slice on the PostgreSQL server', async (t) => {
     return ['processed', 'failed'].includes(current.status) ? current : null;
   });
   t.equal(processed.status, 'processed', processed.failure ?? '');
-  const found = await service.call('GET', `/api/v1/repositories/${repo.id}/facts?query=${encodeURIComponent('"first woman"')}`, { token: user.token });
+  await waitForPipeline(service, repo.id, user.token);
+  const found = await service.call('GET', `/api/v1/repositories/${repo.id}/facts?mode=lexical&query=${encodeURIComponent('"first woman"')}`, { token: user.token });
   t.ok(found.body.total >= 1);
   t.match(found.body.items[0].content, /first woman/);
 

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { eventually, registerUser, startTestService } from '../helpers/service.js';
+import { eventually, registerUser, startTestService, waitForPipeline } from '../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
 
 const READ_MODEL_TABLES = {
@@ -9,6 +9,10 @@ const READ_MODEL_TABLES = {
   sources: 'id',
   facts: 'id',
   fact_sources: 'fact_id, source_id',
+  concepts: 'id',
+  concept_aliases: 'concept_id, alias_lower',
+  fact_concepts: 'fact_id, concept_id',
+  concept_relations: 'repository_id, concept_a, concept_b',
 };
 
 t.test('health, OpenAPI, docs and metrics', async (t) => {
@@ -53,11 +57,12 @@ t.test('projections: status, and a rebuild from position 0 equals the live read 
   await service.call('PUT', `/api/v1/repositories/${repo.id}`, { token: user.token, body: { description: 'changed' } });
   const source = (await service.call('POST', `/api/v1/repositories/${repo.id}/sources`, { token: user.token, body: { url: `${web.baseUrl}/curie` } })).body;
   await eventually(async () => (await service.call('GET', `/api/v1/repositories/${repo.id}/sources/${source.id}`, { token: user.token })).body.status === 'processed');
+  await waitForPipeline(service, repo.id, user.token);
 
   t.equal((await service.call('GET', '/api/v1/projections', { token: user.token })).status, 403);
   const status = await service.call('GET', '/api/v1/projections', { token: admin.token });
   t.equal(status.status, 200);
-  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['facts', 'job-intake', 'repositories', 'sources', 'users']);
+  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['concepts', 'facts', 'host-health', 'job-intake', 'repositories', 'search-index', 'sources', 'users']);
 
   const knex = service.context.db.knex;
   const snapshot = async () => {
@@ -67,7 +72,7 @@ t.test('projections: status, and a rebuild from position 0 equals the live read 
   };
   const live = await snapshot();
   t.ok((live.facts as unknown[]).length > 0);
-  for (const name of ['users', 'repositories', 'sources', 'facts']) await service.context.projections.rebuild(name);
+  for (const name of ['users', 'repositories', 'sources', 'facts', 'concepts']) await service.context.projections.rebuild(name);
   t.same(await snapshot(), live, 'rebuilt rows equal live rows');
 
   t.equal((await service.call('POST', '/api/v1/projections/nope/rebuild', { token: admin.token })).status, 404);

@@ -244,7 +244,18 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     { schema: { ...schema, params: sourceParams, response: { 202: sourceSchema, ...errorReplies } } },
     async (request, reply) => {
       const { principal, repository } = await requireRepository(context, request, request.params.repoID, 'sources:write');
-      await loadSource(repository.id, request.params.sourceID);
+      const source = await loadSource(repository.id, request.params.sourceID);
+      if (source.status !== 'failed') {
+        // Fetch and decomposition failures fail the source; a later stage (embedding, dedup,
+        // concepts) fails only its task, so retrying the source re-queues those tasks.
+        const failed = await context.jobs.list({ repositoryId: repository.id, sourceId: request.params.sourceID, state: 'failed', limit: 1000 });
+        const dead = await context.jobs.list({ repositoryId: repository.id, sourceId: request.params.sourceID, state: 'dead', limit: 1000 });
+        const retryable = [...failed.jobs, ...dead.jobs];
+        if (retryable.length === 0) throw new HttpError(409, 'conflict', `source is ${String(source.status)} and none of its tasks failed: nothing to retry`);
+        for (const job of retryable) await context.jobs.retry(job.id);
+        context.wakeWorkers();
+        return reply.status(202).send(presentSource(source));
+      }
       await context.commands.execute(
         streamName('source', request.params.sourceID),
         sourceDecider,
