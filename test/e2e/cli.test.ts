@@ -8,6 +8,9 @@ import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.
 import { openScratchPostgres } from '../../src/db/database.js';
 
 const run = promisify(execFile);
+// A dozen CLI processes, each starting tsx and an embedded database: on a busy shared machine
+// that is minutes, more than tap's default file timeout.
+t.setTimeout(600_000);
 const root = path.resolve(import.meta.dirname, '../..');
 
 /** Runs the CLI from source in `cwd`; resolves with exit code and output even on failure. */

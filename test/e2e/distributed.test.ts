@@ -1,14 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import t from 'tap';
-import { openScratchPostgres } from '../../src/db/database.js';
-import { ensureBroker, deleteTestTopics } from '../bus/helpers.js';
-import { deleteIndices, ensureOpenSearch } from '../search/helpers.js';
-import { startFakeEventStoreDb } from '../eventstore/fake-esdb/server.js';
-import { eventually, registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
+import { startDistributedCluster } from '../helpers/distributedCluster.js';
+import { eventually, registerUser, startTestService, waitForPipeline } from '../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
 
 /**
@@ -18,19 +10,8 @@ import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
  * takes its partitions over (a rebalance) and nothing is lost or doubled. The facts equal the
  * embedded tier's for the same page.
  */
-const root = path.resolve(import.meta.dirname, '../..');
 // Three service processes and four engines: more than tap's default file timeout.
-t.setTimeout(480_000);
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+t.setTimeout(900_000);
 
 async function api(base: string, method: string, url: string, token?: string, body?: unknown) {
   const response = await fetch(base + url, {
@@ -42,72 +23,20 @@ async function api(base: string, method: string, url: string, token?: string, bo
   return { status: response.status, body: text ? JSON.parse(text) : null };
 }
 
-async function stop(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM') {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill(signal);
-  await exited;
-}
-
 t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 API and 2 workers', async (t) => {
-  const [brokers, opensearch] = await Promise.all([ensureBroker(), ensureOpenSearch()]);
-  const esdb = await startFakeEventStoreDb();
-  const readModels = await openScratchPostgres(undefined, 'factlog_distributed');
-  const prefix = `fl${Date.now().toString(36)}`;
+  const cluster = await startDistributedCluster({ database: 'factlog_distributed' });
+  const { opensearch, prefix, readModels } = cluster;
   const web = await startWebServer({ '/curie': { body: CURIE_ARTICLE } });
-  const dataDir = await mkdtemp(path.join(tmpdir(), 'factlog-dist-'));
-  const children: ChildProcess[] = [];
   t.teardown(async () => {
-    for (const child of children) await stop(child);
+    // A failing run shows what the service logged as errors (FACTLOG_TEST_VERBOSE: every one).
+    if (!t.passing() || process.env.FACTLOG_TEST_VERBOSE) for (const line of await cluster.loggedErrors()) process.stderr.write(`${line.slice(0, 2000)}\n`);
+    await cluster.close();
     await web.close();
-    await readModels.close();
-    await esdb.close();
-    await deleteTestTopics(brokers, prefix).catch(() => undefined);
-    await deleteIndices(opensearch, prefix).catch(() => undefined);
-    await rm(dataDir, { recursive: true, force: true });
   });
 
-  const env = {
-    ...process.env,
-    PROFILE: 'distributed',
-    AUTH_JWTSECRET: TEST_SECRET,
-    EVENTSTORE_EVENTSTOREDB_CONNECTION_STRING: esdb.connectionString,
-    BUS_KAFKA_BROKERS: brokers.join(','),
-    BUS_KAFKA_TOPIC_PREFIX: prefix,
-    BUS_KAFKA_PARTITIONS: '4',
-    SEARCH_OPENSEARCH_URL: opensearch,
-    SEARCH_OPENSEARCH_INDEX_PREFIX: prefix,
-    DATABASES_DEFAULT_URL: (readModels.knex.client.config.connection as { connectionString: string }).connectionString,
-    STORAGE_DATA_DIR: path.join(dataDir, 'shared'),
-    LOGGING_LEVEL: 'warn',
-    TASK_POLL_INTERVAL: '100ms',
-    // A killed worker's jobs are taken over once its heartbeat is this old (10m in production).
-    TASK_HEARTBEAT_INTERVAL: '500ms',
-    TASK_HEARTBEAT_TIMEOUT: '4s',
-    BOOTSTRAP_DEFAULT_REPOSITORY: 'false',
-    SERVER_HOST: '127.0.0.1',
-  };
-  const start = async (role: 'api' | 'worker') => {
-    const port = await freePort();
-    const child = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), 'serve', '--role', role], {
-      cwd: dataDir,
-      env: { ...env, SERVER_PORT: String(port) },
-      stdio: ['ignore', 'ignore', process.env.FACTLOG_TEST_VERBOSE ? 'inherit' : 'ignore'],
-    });
-    children.push(child);
-    const base = `http://127.0.0.1:${port}`;
-    await eventually(async () => {
-      try {
-        return (await fetch(`${base}/healthz`)).status === 200;
-      } catch {
-        return false;
-      }
-    }, 120_000, 250);
-    return { child, base };
-  };
   // Workers first: they create the topics and join the consumer groups.
-  const [worker1, worker2, apiNode] = await Promise.all([start('worker'), start('worker'), start('api')]);
-  const base = apiNode.base;
+  const [worker1, worker2, apiNode] = await Promise.all([cluster.start('worker'), cluster.start('worker'), cluster.start('api')]);
+  const base = apiNode.baseUrl;
 
   const registered = await api(base, 'POST', '/api/v1/auth/register', undefined, { email: 'dist@example.org', password: 'correct horse battery' });
   t.equal(registered.status, 201, JSON.stringify(registered.body));
@@ -121,27 +50,52 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
   const source = await api(base, 'POST', `/api/v1/repositories/${repo.body.id}/sources`, token, { url: `${web.baseUrl}/curie` });
   t.equal(source.status, 201);
   // Kill one worker while the pipeline runs: the other takes over its partitions and jobs.
-  await stop(worker1.child, 'SIGKILL');
+  await cluster.stop(worker1, 'SIGKILL');
   const processed = await eventually(async () => {
     const current = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${source.body.id}`, token);
     return ['processed', 'failed'].includes(current.body.status) ? current.body : null;
   }, 120_000, 250);
   t.equal(processed.status, 'processed', processed.failure ?? '');
+  // The rest of the pipeline (embedding, dedup, concepts) runs after the source is processed.
+  let quietReads = 0;
+  await eventually(async () => {
+    const tasks = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/tasks?source_id=${source.body.id}&limit=1`, token);
+    quietReads = tasks.body.complete === true && tasks.body.total > 0 ? quietReads + 1 : 0;
+    return quietReads >= 2;
+  }, 120_000, 250);
 
   const found = await eventually(async () => {
-    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?query=${encodeURIComponent('"polonium and radium"')}`, token);
+    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?mode=lexical&query=${encodeURIComponent('"polonium and radium"')}`, token);
     return result.body.total >= 1 ? result.body : null;
-  }, 30_000, 250);
+  }, 120_000, 250);
   t.match(found.items[0].content, /polonium and radium/, 'found by phrase in OpenSearch');
 
   const events = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/events?stream=source-${source.body.id}`, token);
   t.same(
     events.body.events.map((e: { type: string }) => e.type),
-    ['SourceRegistered', 'SourceFetchStarted', 'SourceFetched', 'SourceDecompositionStarted', 'FactsExtracted'],
+    [
+      'SourceRegistered',
+      'SourceFetchStarted',
+      'SourceFetched',
+      'SourceDecompositionStarted',
+      'FactsExtracted',
+      'FactsEmbedded',
+      'SourceFactsDeduplicated',
+      ...Array.from({ length: events.body.events.find((e: { type: string; data: { batch_count?: number } }) => e.type === 'ConceptsExtracted')?.data.batch_count ?? 1 }, () => 'ConceptsExtracted'),
+    ],
     'each pipeline event once, in order',
   );
 
-  const facts = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${source.body.id}/facts?limit=500`, token);
+  // Each read model has its own consumer group: after the SIGKILL, the facts projection may still
+  // wait for its partitions when the jobs table already says complete. Wait for what the log says
+  // the source holds: its extracted facts, less those deduplication merged away.
+  const extracted = events.body.events.find((e: { type: string }) => e.type === 'FactsExtracted').data.facts as Array<{ fact_id: string }>;
+  const mergedAway = events.body.events.find((e: { type: string }) => e.type === 'SourceFactsDeduplicated').data.merged as unknown[];
+  const expectedFacts = new Set(extracted.map((fact) => fact.fact_id)).size - mergedAway.length;
+  const facts = await eventually(async () => {
+    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${source.body.id}/facts?limit=500`, token);
+    return result.body.total === expectedFacts ? result : null;
+  }, 180_000, 250);
   const distributedHashes: string[] = facts.body.items.map((f: { content_hash: string }) => f.content_hash).sort();
   t.equal(new Set(distributedHashes).size, distributedHashes.length, 'no fact doubled');
   const dbFacts = await readModels.knex('facts').count<{ n: string }[]>('* as n');
@@ -153,9 +107,15 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
   const user = await registerUser(embedded, 'embedded@example.org');
   const embeddedRepo = (await embedded.call('POST', '/api/v1/repositories', { token: user.token, body: { name: 'Embedded' } })).body;
   const embeddedSource = (await embedded.call('POST', `/api/v1/repositories/${embeddedRepo.id}/sources`, { token: user.token, body: { url: `${web.baseUrl}/curie` } })).body;
-  await eventually(async () => (await embedded.call('GET', `/api/v1/repositories/${embeddedRepo.id}/sources/${embeddedSource.id}`, { token: user.token })).body.status === 'processed');
+  await waitForPipeline(embedded, embeddedRepo.id, user.token);
   const embeddedFacts = await embedded.call('GET', `/api/v1/repositories/${embeddedRepo.id}/sources/${embeddedSource.id}/facts?limit=500`, { token: user.token });
   t.same(embeddedFacts.body.items.map((f: { content_hash: string }) => f.content_hash).sort(), distributedHashes, 'same facts as the embedded tier');
+  const conceptNames = (body: { items: Array<{ canonical_name: string; context: string }> }) =>
+    body.items.map((c) => `${c.context}:${c.canonical_name}`).sort();
+  const distributedConcepts = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/concepts?show_small=true&limit=500`, token);
+  const embeddedConcepts = await embedded.call('GET', `/api/v1/repositories/${embeddedRepo.id}/concepts?show_small=true&limit=500`, { token: user.token });
+  t.ok(distributedConcepts.body.items.length > 0, 'concepts were extracted on the distributed tier');
+  t.same(conceptNames(distributedConcepts.body), conceptNames(embeddedConcepts.body), 'same concepts as the embedded tier');
 
   // Rebuild the search index from the log into a new index and switch, while readers keep asking.
   const aliasBefore = await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json();
@@ -166,7 +126,7 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
   const deadline = Date.now() + 60_000;
   for (;;) {
     const aliasNow = await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json();
-    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?query=${encodeURIComponent('"polonium and radium"')}`, token);
+    const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?mode=lexical&query=${encodeURIComponent('"polonium and radium"')}`, token);
     if (result.status === 200 && result.body.total >= 1) answered++;
     else failed++;
     if (JSON.stringify(Object.keys(aliasNow)) !== JSON.stringify(Object.keys(aliasBefore)) || Date.now() > deadline) break;
@@ -177,8 +137,8 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
   const afterRebuild = await eventually(async () => {
     const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?limit=500`, token);
     return result.body.total === distributedHashes.length ? result.body : null;
-  }, 30_000, 250);
+  }, 120_000, 250);
   t.equal(afterRebuild.total, distributedHashes.length, 'the new index holds every fact');
 
-  await stop(worker2.child);
+  await cluster.stop(worker2);
 });

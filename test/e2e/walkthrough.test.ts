@@ -1,9 +1,8 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
+import { freePort, spawnServe, stopProcess, waitHealthy } from '../helpers/processes.js';
 import { eventually, TEST_SECRET } from '../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
 
@@ -13,35 +12,19 @@ import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
  * crash case: SIGKILL the service mid-fetch, restart it, and the source completes with every fact
  * exactly once.
  */
-const root = path.resolve(import.meta.dirname, '../..');
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-function startService(dataDir: string, port: number): ChildProcess {
-  const child = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), 'serve'], {
+function startService(dataDir: string, port: number) {
+  return spawnServe({
     cwd: dataDir,
+    port,
     env: {
-      ...process.env,
       STORAGE_DATA_DIR: path.join(dataDir, 'data'),
-      SERVER_PORT: String(port),
-      SERVER_HOST: '127.0.0.1',
       AUTH_JWTSECRET: TEST_SECRET,
       LOGGING_LEVEL: 'warn',
       TASK_POLL_INTERVAL: '50ms',
       BOOTSTRAP_DEFAULT_REPOSITORY: 'false',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  child.stderr?.on('data', (chunk) => process.env.FACTLOG_TEST_VERBOSE && process.stderr.write(chunk));
-  return child;
 }
 
 async function api(base: string, method: string, url: string, token?: string, body?: unknown) {
@@ -54,21 +37,8 @@ async function api(base: string, method: string, url: string, token?: string, bo
   return { status: response.status, body: text ? JSON.parse(text) : null };
 }
 
-const waitHealthy = (base: string) =>
-  eventually(async () => {
-    try {
-      return (await fetch(`${base}/healthz`)).status === 200;
-    } catch {
-      return false;
-    }
-  }, 60_000, 200);
-
-async function stop(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM') {
-  if (child.exitCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill(signal);
-  await exited;
-}
+// Several service starts and a full pipeline: more than tap's default file timeout on a busy machine.
+t.setTimeout(600_000);
 
 t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   let release: () => void = () => {};
@@ -80,7 +50,7 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   let child = startService(dataDir, port);
   t.teardown(async () => {
     release();
-    await stop(child);
+    await stopProcess(child);
     await web.close();
     await rm(dataDir, { recursive: true, force: true });
   });
@@ -103,7 +73,7 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   t.ok(events.body.events.some((e: { type: string }) => e.type === 'FactsExtracted'));
 
   // Restart: everything is still there.
-  await stop(child);
+  await stopProcess(child);
   child = startService(dataDir, port);
   await waitHealthy(base);
   const afterRestart = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts`, token);
@@ -113,14 +83,14 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   // Crash mid-pipeline: the fetch hangs, the service is killed, then restarted.
   const slow = await api(base, 'POST', `/api/v1/repositories/${repo.body.id}/sources`, token, { url: `${web.baseUrl}/slow-curie` });
   await eventually(async () => (web.hits.get('/slow-curie') ?? 0) >= 1);
-  await stop(child, 'SIGKILL');
+  await stopProcess(child, 'SIGKILL');
   release();
   child = startService(dataDir, port);
   await waitHealthy(base);
   const slowDone = await eventually(async () => {
     const current = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${slow.body.id}`, token);
     return ['processed', 'failed'].includes(current.body.status) ? current.body : null;
-  }, 60_000);
+  }, 180_000);
   t.equal(slowDone.status, 'processed', 'the source completes after the crash');
   const slowFacts = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${slow.body.id}/facts?limit=500`, token);
   const hashes = slowFacts.body.items.map((f: { content_hash: string }) => f.content_hash);

@@ -38,7 +38,7 @@ export async function startTestService(options: { overrides?: Overrides; dataDir
         logging: { level: 'silent' },
         bootstrap: { default_repository: false },
         task: { poll_interval: '50ms', retry: { max_attempts: 3, base_delay: '50ms', max_delay: '200ms' } },
-        providers: { resolution: { fetch: { timeout: '5s' }, retry: { base_delay: '10ms', max_delay: '50ms' } } },
+        providers: { resolution: { fetch: { timeout: '30s' }, retry: { base_delay: '10ms', max_delay: '50ms' } } },
       },
       options.overrides ?? {},
     ),
@@ -103,4 +103,21 @@ export async function eventually<T>(check: () => Promise<T | undefined | null | 
     if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
+}
+
+/**
+ * Waits until the repository's pipeline is idle: every source processed or failed and nothing
+ * queued or running (the tasks API's `complete`), twice in a row so a job enqueued by the last
+ * one's events is not missed between the two reads.
+ */
+export async function waitForPipeline(service: TestService, repositoryId: string, token: string, timeoutMs = 90_000): Promise<void> {
+  let quietReads = 0;
+  await eventually(async () => {
+    const tasks = await service.call('GET', `/api/v1/repositories/${repositoryId}/tasks?limit=1`, { token });
+    if (tasks.status !== 200) throw new Error(`tasks API answered ${tasks.status}: ${JSON.stringify(tasks.body)}`);
+    const sources = await service.call('GET', `/api/v1/repositories/${repositoryId}/sources?limit=500`, { token });
+    const settled = (sources.body.items as Array<{ status: string }>).every((source) => ['processed', 'failed'].includes(source.status));
+    quietReads = tasks.body.complete && settled ? quietReads + 1 : 0;
+    return quietReads >= 2;
+  }, timeoutMs, 100);
 }

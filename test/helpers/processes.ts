@@ -1,0 +1,62 @@
+import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { eventually } from './service.js';
+
+/**
+ * `factlog serve` as a child process, for the end-to-end tests that kill, restart or scale it:
+ * a free port, the spawn, the health wait and the stop, written once.
+ */
+
+const root = path.resolve(import.meta.dirname, '../..');
+
+/** A TCP port nothing listens on at the moment (the OS picks it). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface ServeOptions {
+  /** Working directory of the process (relative data dirs resolve against it). */
+  cwd: string;
+  port: number;
+  /** Added to the parent's environment, after SERVER_PORT and SERVER_HOST. */
+  env: Record<string, string>;
+  /** Extra arguments after `serve`, e.g. `['--role', 'worker']`. */
+  args?: string[];
+  /** Default: the service's stderr is shown only with FACTLOG_TEST_VERBOSE. */
+  stdio?: StdioOptions;
+}
+
+/** Starts `src/main.ts serve` under tsx (no build needed). */
+export function spawnServe(options: ServeOptions): ChildProcess {
+  return spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), 'serve', ...(options.args ?? [])], {
+    cwd: options.cwd,
+    env: { ...process.env, SERVER_PORT: String(options.port), SERVER_HOST: '127.0.0.1', ...options.env },
+    stdio: options.stdio ?? ['ignore', 'ignore', process.env.FACTLOG_TEST_VERBOSE ? 'inherit' : 'ignore'],
+  });
+}
+
+/** Resolves once `GET /healthz` answers 200 (connection refusals are waited out). */
+export async function waitHealthy(baseUrl: string, timeoutMs = 90_000): Promise<void> {
+  await eventually(async () => {
+    try {
+      return (await fetch(`${baseUrl}/healthz`)).status === 200;
+    } catch {
+      return false;
+    }
+  }, timeoutMs, 200);
+}
+
+/** Sends `signal` and waits for the exit; a process that already exited is left alone. */
+export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill(signal);
+  await exited;
+}
