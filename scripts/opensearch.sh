@@ -267,9 +267,13 @@ start() {
       setsid "${prefix[@]}" "$home/bin/opensearch" -d -p "$pid_file" >"$logs/startup.out" 2>&1 </dev/null 8>&- 9>&- \
       || { log "start-up failed:"; tail -n 30 "$logs/startup.out" >&2; exit 1; }
   fi
-  local started=$SECONDS
+  local started=$SECONDS seen_pid=0
   until healthy; do
-    if ! running_pid >/dev/null && (( SECONDS - started > 5 )); then
+    # The daemonized node writes its pid file only once its JVM has bootstrapped, which takes
+    # more than a few seconds on a busy machine: only a node whose pid file appeared and whose
+    # process then went away has exited (one that never writes it meets the timeout below).
+    if running_pid >/dev/null; then seen_pid=1; fi
+    if (( seen_pid )) && ! running_pid >/dev/null; then
       log "the node exited during start-up; last lines of $logs/factlog-search-$port.log:"
       tail -n 30 "$logs/factlog-search-$port.log" >&2 2>/dev/null || tail -n 30 "$logs/startup.out" >&2 || true
       rm -f "$pid_file"
@@ -277,6 +281,10 @@ start() {
     fi
     if (( SECONDS - started > timeout )); then
       log "not healthy after ${timeout}s; see $logs"
+      # A node left running would answer the next start as "already there" and outlive this
+      # checkout's files.
+      local stale
+      if stale="$(running_pid)"; then kill "$stale" 2>/dev/null || true; rm -f "$pid_file"; fi
       exit 1
     fi
     sleep 0.5
