@@ -256,3 +256,32 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
   };
   return fixture;
 }
+
+/**
+ * The store with another writer racing it: before an append to a stream `raced` picks, up to
+ * `times` times, `interleave` writes to that stream first (a real append, as another stage
+ * would), so the append's expected version is stale and it loses. `races` counts them.
+ */
+export function racedStore(
+  store: EventStore,
+  raced: (streamId: string) => boolean,
+  interleave: (streamId: string) => Promise<void>,
+  times = Number.POSITIVE_INFINITY,
+): EventStore & { races: number } {
+  let races = 0;
+  const append: EventStore['append'] = async (streamId, events, expected) => {
+    if (raced(streamId) && races < times) {
+      races++;
+      await interleave(streamId);
+    }
+    return store.append(streamId, events, expected);
+  };
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (property === 'append') return append;
+      if (property === 'races') return races;
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  }) as EventStore & { races: number };
+}

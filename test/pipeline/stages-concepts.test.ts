@@ -12,7 +12,8 @@ import { createExtractConceptsStage } from '../../src/pipeline/stages/extractCon
 import { createMigrateContextStage } from '../../src/pipeline/stages/migrateContext.js';
 import { createRefineConceptsStage } from '../../src/pipeline/stages/refineConcepts.js';
 import { createRefreshConceptRelationsStage, relationChanges } from '../../src/pipeline/stages/refreshConceptRelations.js';
-import { openStageFixture, testMetadata, type StageFixture } from './stageFixture.js';
+import { openStageFixture, racedStore, testMetadata, type StageFixture } from './stageFixture.js';
+import { isConcurrencyError } from '../../src/pipeline/runtime.js';
 
 t.setTimeout(300_000);
 
@@ -165,6 +166,36 @@ t.test('extract_concepts on model failures', async (t) => {
     const last = createExtractConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: transient, batchSize: 2, concurrency: 1, maxAttempts: 3 });
     await t.rejects(last.run(fixture.contextFor(last, other.trigger, { attempts: 3 })), PermanentJobError);
     t.same(await fixture.eventsOf(streamName('source', other.sourceId), 'ConceptsExtracted'), []);
+  });
+
+  t.test('a concept stream still contended after its retries fails the job for a retry, not as done by a twin', async (t) => {
+    const metadata = testMetadata(repositoryId);
+    const omega = conceptIdFor(repositoryId, 'Omega', 'topic');
+    await handleCommand(fixture.store, streamName('concept', omega), conceptDecider, {
+      type: 'CreateConcept', canonicalName: 'Omega', context: 'topic', ontologyClass: null, aliases: [], sourceId: null,
+    }, metadata);
+    const contested = await deduplicatedSource(fixture, repositoryId, ['Omega is the last letter.']);
+    const chat = scriptedChat((input) => [{ canonicalName: 'Omega', context: 'topic', aliases: ['the last letter'], factIds: input.facts.map((fact) => fact.id) }]);
+    let racer = 0;
+    const store = racedStore(
+      fixture.store,
+      (streamId) => streamId === streamName('concept', omega),
+      async (streamId) => {
+        racer++;
+        await handleCommand(fixture.store, streamId, conceptDecider, { type: 'AddAliases', aliases: [`Omega ${racer}`] }, metadata);
+      },
+    );
+    const stage = createExtractConceptsStage({ store, knex: fixture.db.knex, chat, batchSize: 2, concurrency: 1, maxAttempts: 3 });
+    const error = await stage.run(fixture.contextFor(stage, contested.trigger, { attempts: 1 })).catch((caught: unknown) => caught);
+    t.equal((error as Error).name, 'ContendedStreamError', `a retryable failure: ${String(error)}`);
+    t.notOk(isConcurrencyError(error), 'not a ConcurrencyError, which the runtime would count as done');
+    t.ok(store.races > 1, `the stage re-decided after each lost race (${store.races} races)`);
+    const contestedStream = streamName('source', contested.sourceId);
+    t.same(await fixture.eventsOf(contestedStream, 'ConceptsExtracted'), [], 'nothing recorded for the batch yet');
+    const again = createExtractConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, batchSize: 2, concurrency: 1, maxAttempts: 3 });
+    await again.run(fixture.contextFor(again, contested.trigger, { attempts: 2 }));
+    const [batch] = await fixture.eventsOf(contestedStream, 'ConceptsExtracted');
+    t.same(batch?.data.links, [{ fact_id: contested.factIds[0], concept_ids: [omega] }], 'the retry links the fact');
   });
 
   t.test('bad settings are refused at construction', async (t) => {

@@ -10,7 +10,7 @@ import { PermanentJobError } from '../../src/pipeline/types.js';
 import { createEmbedFactsStage } from '../../src/pipeline/stages/embedFacts.js';
 import { createDeduplicateFactsStage } from '../../src/pipeline/stages/deduplicateFacts.js';
 import { conceptEmbeddingText, createEmbedConceptsStage } from '../../src/pipeline/stages/embedConcepts.js';
-import { openStageFixture, testMetadata } from './stageFixture.js';
+import { openStageFixture, racedStore, testMetadata } from './stageFixture.js';
 
 t.setTimeout(600_000);
 
@@ -134,5 +134,28 @@ t.test('embed_facts and embed_concepts with the local embedder', async (t) => {
     const failing = failingEmbedder(embedder, () => new Error('must not be called'));
     await createEmbedConceptsStage({ store: fixture.store, embedder: failing }).run(fixture.contextFor(concepts, planetCreated));
     t.equal(failing.calls, 0, 'a merged concept is not embedded');
+  });
+
+  t.test('embed_concepts records the vector when extraction adds an alias meanwhile', async (t) => {
+    // Before, the lost race ended the job as "done by a twin" and the concept never got a vector.
+    const metadata = testMetadata(repositoryId);
+    const cobalt = conceptIdFor(repositoryId, 'Cobalt', 'chemical');
+    await handleCommand(fixture.store, streamName('concept', cobalt), conceptDecider, {
+      type: 'CreateConcept', canonicalName: 'Cobalt', context: 'chemical', ontologyClass: null, aliases: [], sourceId: null,
+    }, metadata);
+    const created = await fixture.last(streamName('concept', cobalt), 'ConceptCreated');
+    const store = racedStore(
+      fixture.store,
+      (streamId) => streamId === streamName('concept', cobalt),
+      async (streamId) => {
+        await handleCommand(fixture.store, streamId, conceptDecider, { type: 'AddAliases', aliases: ['Co'] }, metadata);
+      },
+      1,
+    );
+    const stage = createEmbedConceptsStage({ store, embedder });
+    await stage.run(fixture.contextFor(stage, created));
+    t.equal(store.races, 1, 'the first append lost a race');
+    const events = await fixture.eventsOf(streamName('concept', cobalt));
+    t.same(events.map((event) => event.type), ['ConceptCreated', 'ConceptAliasAdded', 'ConceptEmbedded'], 'the alias and the vector are both kept');
   });
 });

@@ -1,7 +1,8 @@
 import { sourceDecider } from '../../domain/source/decider.js';
-import { handleCommand } from '../../eventstore/commandHandler.js';
-import { parseStreamName, type EventMetadata, type RecordedEvent } from '../../eventstore/envelope.js';
-import type { EventStore } from '../../eventstore/port.js';
+import { handleCommand, type CommandResult } from '../../eventstore/commandHandler.js';
+import type { Decider } from '../../domain/decider.js';
+import { parseStreamName, type DomainEvent, type EventMetadata, type RecordedEvent } from '../../eventstore/envelope.js';
+import { ConcurrencyError, type EventStore } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { PermanentJobError, type JobContext } from '../types.js';
 
@@ -113,5 +114,36 @@ export async function recordingSourceFailure(
     if (!isPermanent(error) && context.job.attempts < options.maxAttempts) throw error;
     await failSource(options.store, options.stream, options.stage, error, stageMetadata(context));
     throw error instanceof PermanentJobError ? error : new PermanentJobError(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/** A stream that other stages write too stayed contended through every re-decision. */
+export class ContendedStreamError extends Error {
+  override readonly name = 'ContendedStreamError';
+}
+
+/** Re-decisions after a lost race on a shared stream before the job is handed back for a retry. */
+const SHARED_STREAM_RETRIES = 8;
+
+/**
+ * handleCommand on a stream other stages write too (a concept, a fact, a source's batch
+ * records). The runtime counts a job that ends in a ConcurrencyError as done by a twin, which
+ * is right only when the stream is the job's own result; here a lost race is another writer
+ * (an alias added, an embedding recorded), so it is re-decided, and a stream still contended
+ * after that fails the job with an ordinary error the runtime retries with backoff, instead of
+ * silently dropping what this job had to record.
+ */
+export async function commandOnSharedStream<State, Command, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Decider<State, Command, Event>,
+  command: Command,
+  metadata: EventMetadata,
+): Promise<CommandResult<State>> {
+  try {
+    return await handleCommand(store, streamId, decider, command, metadata, { retries: SHARED_STREAM_RETRIES });
+  } catch (error) {
+    if (!(error instanceof ConcurrencyError)) throw error;
+    throw new ContendedStreamError(`stream ${streamId} kept changing under ${SHARED_STREAM_RETRIES + 1} attempts: ${error.message}`, { cause: error });
   }
 }

@@ -9,7 +9,7 @@ import { unpackVector } from '../../interchange/vectors.js';
 import type { SearchIndex } from '../../search/port.js';
 import type { JobContext, Stage } from '../types.js';
 import { extractedFactsOf } from './embedFacts.js';
-import { requireRepositoryId, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
+import { commandOnSharedStream, requireRepositoryId, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
 
 /** How long a vector may take from its FactsEmbedded event to the search index, at most, for the catch-up window. */
 export const CATCH_UP_INDEX_LAG_MARGIN_MS = 5 * 60_000;
@@ -122,7 +122,7 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
 
   async function decide(store: EventStore, factId: string, command: FactCommand, metadata: EventMetadata): Promise<FactState> {
     // Retries re-read the stream: after a twin's decision the decider decides nothing more.
-    return (await handleCommand(store, streamName('fact', factId), factDecider, command, metadata, { retries: 3 })).state;
+    return (await commandOnSharedStream(store, streamName('fact', factId), factDecider, command, metadata)).state;
   }
 
   async function perSource(context: JobContext): Promise<void> {

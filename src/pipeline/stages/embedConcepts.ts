@@ -1,11 +1,11 @@
 import { conceptDecider } from '../../domain/concept/decider.js';
-import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
+import { loadState } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { packVector } from '../../interchange/vectors.js';
 import { PermanentJobError, type JobContext, type Stage } from '../types.js';
-import { conceptSubject, stageMetadata } from './common.js';
+import { commandOnSharedStream, conceptSubject, stageMetadata } from './common.js';
 
 export interface EmbedConceptsDeps {
   store: EventStore;
@@ -32,13 +32,14 @@ export function createEmbedConceptsStage(deps: EmbedConceptsDeps): Stage {
       if (!vector || vector.length !== deps.embedder.dimensions) {
         throw new PermanentJobError(`embedder ${deps.embedder.modelId} returned no vector of ${deps.embedder.dimensions} dimensions`);
       }
-      await handleCommand(
+      // Extraction adds aliases to the same stream meanwhile: a lost race is re-decided (a twin's
+      // embedding makes the decider record nothing), never taken for this job's own result.
+      await commandOnSharedStream(
         deps.store,
         stream,
         conceptDecider,
         { type: 'RecordEmbedding', model: deps.embedder.modelId, dimensions: deps.embedder.dimensions, vector: packVector(vector) },
         stageMetadata(context),
-        { retries: 0 },
       );
     },
   };

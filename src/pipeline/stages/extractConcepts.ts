@@ -2,13 +2,13 @@ import type { Knex } from 'knex';
 import { conceptDecider, conceptIdFor, MAX_CONCEPT_NAME_CHARS } from '../../domain/concept/decider.js';
 import type { ConceptState } from '../../domain/concept/events.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
-import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
+import { loadState } from '../../eventstore/commandHandler.js';
 import { streamName, type EventMetadata } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptCandidate, ConceptContextChoice } from '../../providers/llm/port.js';
 import type { JobContext, Stage } from '../types.js';
 import { extractedFactsOf } from './embedFacts.js';
-import { mapWithConcurrency, recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
+import { commandOnSharedStream, mapWithConcurrency, recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 
 export interface ExtractConceptsDeps {
@@ -110,7 +110,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
       const stream = streamName('concept', target.id);
       const result =
         target.state.status === 'none'
-          ? await handleCommand(
+          ? await commandOnSharedStream(
               deps.store,
               stream,
               conceptDecider,
@@ -123,9 +123,8 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
                 sourceId,
               },
               metadata,
-              { retries: 3 },
             )
-          : await handleCommand(deps.store, stream, conceptDecider, { type: 'AddAliases', aliases: names }, metadata, { retries: 3 });
+          : await commandOnSharedStream(deps.store, stream, conceptDecider, { type: 'AddAliases', aliases: names }, metadata);
       // Merged meanwhile (refinement, migration): record on the survivor instead.
       if (result.state.status !== 'merged') return target.id;
       target = await finalConcept(deps.store, target.id);
@@ -173,7 +172,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
           throwIfAborted(context.signal);
           // Batches of this job append to one source stream: a conflict with a sibling batch is
           // retried; the decider records each batch index once, so a twin's batch wins quietly.
-          await handleCommand(
+          await commandOnSharedStream(
             deps.store,
             stream,
             sourceDecider,
@@ -186,7 +185,6 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
               links: [...links].map(([factId, conceptIds]) => ({ fact_id: factId, concept_ids: [...conceptIds].sort() })),
             },
             metadata,
-            { retries: 10 },
           );
         });
       });

@@ -1,10 +1,9 @@
 import type { Knex } from 'knex';
 import { conceptDecider, conceptIdFor } from '../../domain/concept/decider.js';
-import { handleCommand } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { PermanentJobError, type JobContext, type Stage } from '../types.js';
-import { repositorySubject, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
+import { commandOnSharedStream, repositorySubject, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
 import { finalConcept } from './extractConcepts.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 
@@ -50,7 +49,7 @@ export function createMigrateContextStage(deps: MigrateContextDeps): Stage {
         const survivor = await finalConcept(deps.store, targetId);
         const survivorStream = streamName('concept', survivor.id);
         if (survivor.state.status === 'none') {
-          await handleCommand(
+          await commandOnSharedStream(
             deps.store,
             survivorStream,
             conceptDecider,
@@ -63,25 +62,22 @@ export function createMigrateContextStage(deps: MigrateContextDeps): Stage {
               sourceId: null,
             },
             metadata,
-            { retries: 3 },
           );
         } else {
-          await handleCommand(
+          await commandOnSharedStream(
             deps.store,
             survivorStream,
             conceptDecider,
             { type: 'AddAliases', aliases: [old.state.canonicalName, ...old.state.aliases] },
             metadata,
-            { retries: 3 },
           );
         }
-        await handleCommand(
+        await commandOnSharedStream(
           deps.store,
           streamName('concept', row.id),
           conceptDecider,
           { type: 'MergeConcept', survivorId: survivor.id, reason },
           metadata,
-          { retries: 3 },
         );
       }
     },

@@ -1,11 +1,10 @@
 import type { Knex } from 'knex';
 import { conceptDecider } from '../../domain/concept/decider.js';
-import { handleCommand } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, RefinementInput } from '../../providers/llm/port.js';
 import type { JobContext, Stage } from '../types.js';
-import { mapWithConcurrency, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
+import { commandOnSharedStream, mapWithConcurrency, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
 import { finalConcept } from './extractConcepts.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
@@ -104,23 +103,21 @@ export function createRefineConceptsStage(deps: RefineConceptsDeps): Stage {
             const loser = await finalConcept(deps.store, decision.loserId);
             const survivor = await finalConcept(deps.store, decision.survivorId);
             if (loser.id !== decision.loserId || loser.state.status !== 'active' || survivor.id === loser.id || survivor.state.status !== 'active') continue;
-            await handleCommand(
+            await commandOnSharedStream(
               deps.store,
               streamName('concept', loser.id),
               conceptDecider,
               { type: 'MergeConcept', survivorId: survivor.id, reason: decision.reason || 'refinement' },
               metadata,
-              { retries: 3 },
             );
           } else if (decision.type === 'remove_alias') {
             if (!known.has(decision.conceptId)) continue;
-            await handleCommand(
+            await commandOnSharedStream(
               deps.store,
               streamName('concept', decision.conceptId),
               conceptDecider,
               { type: 'RemoveAlias', alias: decision.alias, reason: decision.reason || 'refinement' },
               metadata,
-              { retries: 3 },
             );
           }
         }
