@@ -1,6 +1,7 @@
 import t from 'tap';
 import { PARAPHRASE } from '../fixtures/corpus/expected.js';
 import {
+  assertNoFailedTasks,
   createRepository,
   httpApi,
   listAll,
@@ -61,6 +62,7 @@ t.test('the corpus gives the same facts, concepts and relations on both tiers', 
   t.comment(`distributed: ${distributed.facts.length} facts, ${distributed.concepts.length} concepts, ${distributed.relations.length} relations`);
   t.ok(local.facts.length > 100 && local.concepts.length > 20 && local.relations.length > 10, 'the recorded embedded run has knowledge to compare');
   t.same(distributed.sources, local.sources, 'every source ends in the same state');
+  await assertNoFailedTasks(t, api, repositoryId);
   assertSameAsRecorded(t, 'pipeline-corpus-distributed', distributed, local);
 
   const factsOf = async (mode: string) => {

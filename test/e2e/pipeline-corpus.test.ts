@@ -1,6 +1,7 @@
 import t from 'tap';
 import { registerUser, startTestService } from '../helpers/service.js';
 import {
+  assertNoFailedTasks,
   assertSameAsRecorded,
   clusterKey,
   createRepository,
@@ -70,6 +71,7 @@ t.test('every document is fetched and processed', async (t) => {
     [],
     'no source failed or is left behind',
   );
+  await assertNoFailedTasks(t, api, repositoryId);
   for (const document of web.documents) t.equal(web.hits.get(document.path), 1, `${document.slug} fetched once`);
 });
 

@@ -5,6 +5,7 @@ import t from 'tap';
 import { freePort, spawnServe, stopProcess, waitHealthy } from '../helpers/processes.js';
 import { TEST_SECRET } from '../helpers/service.js';
 import {
+  assertNoFailedTasks,
   createRepository,
   httpApi,
   pendingSources,
@@ -133,6 +134,7 @@ t.test('SIGKILL at random points during the corpus run changes nothing in the en
     [],
     'every source processed after the crashes',
   );
+  await assertNoFailedTasks(t, api, repositoryId);
   t.ok(uninterrupted.facts.length > 100, 'the recorded run has the corpus facts');
   assertSameAsRecorded(t, 'pipeline-crash', crashed, uninterrupted);
 

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { eventually, registerUser, startTestService } from '../helpers/service.js';
 import {
+  assertNoFailedTasks,
   createRepository,
   injectApi,
   listAll,
@@ -85,6 +86,7 @@ t.test('the OpenAI-compatible providers give the local result through faults, an
   const viaOpenAI = await run(remote, 'remote@example.org');
 
   t.same(viaOpenAI.snapshot.sources.filter((source) => source.status !== 'processed'), [], 'every source processed despite the faults');
+  await assertNoFailedTasks(t, viaOpenAI.api, viaOpenAI.repositoryId);
   const viaLocal = recordedSnapshot();
   t.ok(viaLocal.facts.length > 100, 'the recorded local run has the corpus facts');
   assertSameAsRecorded(t, 'pipeline-openai', viaOpenAI.snapshot, viaLocal);

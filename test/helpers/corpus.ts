@@ -219,6 +219,21 @@ export async function taskSummary(api: Api, repositoryId: string): Promise<TaskS
   return (await ok(api, 'GET', `/api/v1/repositories/${repositoryId}/tasks?limit=1`)) as TaskSummary;
 }
 
+/**
+ * Asserts that none of the repository's tasks failed or died. A stage after decomposition fails
+ * only its task (the source stays processed), so a run can look complete yet miss, say, one
+ * source's concepts; this names such tasks with their errors.
+ */
+export async function assertNoFailedTasks(t: { same: (found: unknown, wanted: unknown, message: string) => boolean }, api: Api, repositoryId: string): Promise<void> {
+  const given = [];
+  for (const state of ['failed', 'dead']) {
+    for (const task of await listAll(api, `/api/v1/repositories/${repositoryId}/tasks?state=${state}`)) {
+      given.push(`${String(task.kind)} ${String(task.state)} after ${String(task.attempts)} attempt(s) (source ${String(task.source_id)}): ${String(task.last_error)}`);
+    }
+  }
+  t.same(given, [], 'no task failed or died');
+}
+
 /** Sources of the repository that are neither processed nor failed (still in the pipeline). */
 export async function pendingSources(api: Api, repositoryId: string): Promise<number> {
   const sources = await listAll(api, `/api/v1/repositories/${repositoryId}/sources`);
