@@ -24,17 +24,23 @@ import { startOpenAIServer, type Fault, type OpenAIPath } from '../helpers/opena
 t.setTimeout(900_000);
 
 const API_KEY = 'sk-test-corpus';
+// A call takes milliseconds, but the test server shares this process (and its event loop) with
+// the service, whose PGlite and local models can block it for many seconds on a loaded CI
+// machine (a 15 s timeout ran out on all four attempts of one call there): a generous per-call
+// timeout, and the timeout fault waits a little longer than it.
+const PER_CALL_TIMEOUT_MS = 45_000;
+const TIMEOUT_FAULT: Fault = { delayMs: PER_CALL_TIMEOUT_MS + 2_000 };
 // Faults for the first requests on each path, one per request, in order.
 const CHAT_FAULTS: Fault[] = [
   { status: 429, retryAfter: 0 },
   { status: 500 },
-  { delayMs: 16_000 },
+  TIMEOUT_FAULT,
   { malformedContent: true },
   { malformedBody: true },
   { status: 503 },
   { invalidContent: { facts: 'not a list' } },
 ];
-const EMBEDDING_FAULTS: Fault[] = [{ status: 429, retryAfter: 0 }, { status: 500 }, { malformedBody: true }, { delayMs: 16_000 }, { status: 502 }];
+const EMBEDDING_FAULTS: Fault[] = [{ status: 429, retryAfter: 0 }, { status: 500 }, { malformedBody: true }, TIMEOUT_FAULT, { status: 502 }];
 
 const LATE_PAGE = `<!doctype html>
 <html><head><title>Coffee in Sweden | The Coffee Almanac</title></head>
@@ -76,10 +82,9 @@ t.test('the OpenAI-compatible providers give the local result through faults, an
         ...PIPELINE_TEST_OVERRIDES.providers,
         llm: { provider: 'openai', model: 'test-chat-model', base_url: openai.baseUrl, api_key: API_KEY },
         embeddings: { provider: 'openai', model: 'test-embedding-model', base_url: openai.baseUrl, api_key: API_KEY, dimensions: 100 },
-        // A call takes milliseconds, but the test server shares this process (and its event loop)
-        // with the service, whose PGlite and local models block it for seconds at a time on a
-        // busy machine: 15 s, and the timeout fault waits longer than that.
-        llm_retry: { max_attempts: 4, base_delay: '20ms', max_delay: '100ms', per_call_timeout: '15s' },
+        // More attempts than faults on either path: even if every fault lands on one call (the
+        // first document can be alone in the pipeline on a slow machine), it still succeeds.
+        llm_retry: { max_attempts: Math.max(CHAT_FAULTS.length, EMBEDDING_FAULTS.length) + 1, base_delay: '20ms', max_delay: '100ms', per_call_timeout: `${PER_CALL_TIMEOUT_MS / 1000}s` },
       },
     },
   });
