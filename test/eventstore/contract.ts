@@ -71,21 +71,67 @@ export interface StoreFixture {
   close(): Promise<void>;
 }
 
-/** A migrated, empty event store on a fresh database. */
+/**
+ * The store, with global reads that first wait (up to `timeoutMs`) until this store's own
+ * appends are visible. On a shared PostgreSQL server the visibility cutoff is server-wide: a
+ * write transaction of another test, in another database, holds back readers of this log until
+ * it ends (docs/architecture.md, "Gap-free reading"). The port promises that appends become
+ * visible in order, not at once, so the contract waits for that instead of racing other suites.
+ */
+export function awaitingOwnAppends(store: EventStore, timeoutMs = 60_000): EventStore {
+  let ownHead = 0;
+  let appending = 0;
+  // A read made while this store is still appending (the concurrent-writers test's tail reader)
+  // goes straight through: it is meant to observe the log mid-flight.
+  const untilVisible = async () => {
+    if (appending > 0) return;
+    await waitUntil(async () => (await store.headPosition()) >= ownHead, timeoutMs, `this store's appends up to position ${ownHead}`);
+  };
+  const wrapped: Pick<EventStore, 'append' | 'readAll' | 'headPosition'> = {
+    async append(streamId, events, expected) {
+      appending++;
+      try {
+        const result = await store.append(streamId, events, expected);
+        ownHead = Math.max(ownHead, result.lastPosition);
+        return result;
+      } finally {
+        appending--;
+      }
+    },
+    async readAll(options) {
+      await untilVisible();
+      return store.readAll(options);
+    },
+    async headPosition() {
+      await untilVisible();
+      return store.headPosition();
+    },
+  };
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (Object.hasOwn(wrapped, property)) return wrapped[property as keyof typeof wrapped];
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/** A migrated, empty event store on a fresh database (`sharedServer`: see awaitingOwnAppends). */
 export async function openStore(
   openDb: () => Promise<Database>,
-  options: { pollIntervalMs?: number } = {},
+  options: { pollIntervalMs?: number; sharedServer?: boolean } = {},
 ): Promise<StoreFixture> {
   const db = await openDb();
   await migrateEventStore(db.knex);
   const schemas = testSchemas();
-  const store = createPostgresEventStore(db, { schemas, pollIntervalMs: options.pollIntervalMs });
+  const postgresStore = createPostgresEventStore(db, { schemas, pollIntervalMs: options.pollIntervalMs });
+  const store = options.sharedServer ? awaitingOwnAppends(postgresStore) : postgresStore;
   return {
     db,
     store,
     schemas,
     close: async () => {
-      await store.close();
+      await postgresStore.close();
       await db.close();
     },
   };
@@ -101,9 +147,9 @@ function other(value: number, repositoryId: string | null = 'repo-1'): NewEvent 
   return { type: 'OtherHappened', data: { value }, metadata: { ...metadata, repositoryId } };
 }
 
-export async function waitUntil(condition: () => boolean, timeoutMs = 10_000, what = 'condition'): Promise<void> {
+export async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs = 10_000, what = 'condition'): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
+  while (!(await condition())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
@@ -138,9 +184,9 @@ export interface PortContractOptions {
  * The EventStore contract on PostgreSQL: the port contract plus what only the PostgreSQL store
  * has (migrations, appendInTransaction). `openDb` opens a fresh, empty database for each subtest.
  */
-export function eventStoreContract(t: Test, openDb: () => Promise<Database>): void {
-  eventStorePortContract(t, { open: (options) => openStore(openDb, options), eventIdScope: 'log' });
-  postgresStoreContract(t, openDb);
+export function eventStoreContract(t: Test, openDb: () => Promise<Database>, options: { sharedServer?: boolean } = {}): void {
+  eventStorePortContract(t, { open: (openOptions) => openStore(openDb, { ...openOptions, ...options }), eventIdScope: 'log' });
+  postgresStoreContract(t, () => openStore(openDb, options));
 }
 
 /** The EventStore port's contract, for any adapter. */
@@ -371,7 +417,7 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
     t.same(positions(batches.flat()), positions(first.events), 'catch-up delivers the history');
     t.ok(batches.every((batch) => batch.length <= 2), 'batches respect batchSize');
     const live = await store.append('sub-1', [thing('6'), thing('7'), thing('8')], 4);
-    await waitUntil(() => batches.flat().length === 8, 5000, 'live events');
+    await waitUntil(() => batches.flat().length === 8, 60_000, 'live events');
     t.same(positions(batches.flat()), positions([...first.events, ...live.events]), 'live events follow in order');
     await subscription.caughtUp();
     await subscription.stop();
@@ -394,7 +440,7 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
     await subscription.caughtUp();
     t.same(seen.map((event) => event.data.name), ['a', 'b']);
     await store.append('typed', [other(4), thing('c')], 4);
-    await waitUntil(() => seen.length === 3, 5000, 'filtered live event');
+    await waitUntil(() => seen.length === 3, 60_000, 'filtered live event');
     await subscription.caughtUp();
     t.equal(seen.length, 3);
     await subscription.stop();
@@ -516,10 +562,10 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
 }
 
 /** What only the PostgreSQL store has: its migrations and appends inside a caller's transaction. */
-function postgresStoreContract(t: Test, openDb: () => Promise<Database>): void {
+function postgresStoreContract(t: Test, open: () => Promise<StoreFixture>): void {
   const withStore = (name: string, body: (t: Test, fixture: StoreFixture) => Promise<void>) =>
     t.test(name, async (t) => {
-      const fixture = await openStore(openDb);
+      const fixture = await open();
       t.teardown(() => fixture.close());
       await body(t, fixture);
     });
@@ -610,6 +656,8 @@ export function inFlightAppendContract(t: Test, openDb: () => Promise<Database>)
     const later = await store.append('later', [thing('later')], 'no_stream');
     t.same(await store.readAll(), []);
     await held.rollback();
+    // Visible once no older transaction runs anywhere on the server (other suites share it).
+    await waitUntil(async () => (await store.headPosition()) >= later.lastPosition, 60_000, 'the later append visible');
     const visible = positions(await store.readAll());
     t.same(visible, [later.lastPosition]);
     t.notOk(visible.includes(heldResult.lastPosition));

@@ -4,5 +4,6 @@ import { eventStoreContract, inFlightAppendContract } from './contract.js';
 
 const openDb = () => openScratchPostgres(undefined, 'factlog_eventstore');
 
-eventStoreContract(t, openDb);
+// Other suites share the server: reads wait for this store's appends (see awaitingOwnAppends).
+eventStoreContract(t, openDb, { sharedServer: true });
 inFlightAppendContract(t, openDb);
