@@ -4,6 +4,7 @@ import { type Database, migrateUnderLock } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
+import { lockProjectionKeys } from './lock.js';
 import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
 
 /** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
@@ -161,10 +162,11 @@ export class BusProjectionRunner implements ReadModelRunner {
     const name = worker.projection.name;
     await this.db.knex.transaction(async (trx) => {
       const streams = [...new Set(relevant.map((event) => event.streamId))];
+      // Per stream: consumers of one projection on other partitions go on in parallel.
+      await lockProjectionKeys(trx, streams.map((stream) => `${name}/${stream}`));
       const stored: { stream_id: string; stream_version: string | number }[] = await trx('projection_stream_positions')
         .where({ projection: name })
         .whereIn('stream_id', streams)
-        .forUpdate()
         .select('stream_id', 'stream_version');
       const versions = new Map(stored.map((row) => [row.stream_id, Number(row.stream_version)]));
       const advanced = new Map<string, RecordedEvent>();

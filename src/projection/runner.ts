@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import { type Database, migrateUnderLock } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
+import { lockProjectionKeys } from './lock.js';
 import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
 
 /** The part of a pino logger the runner uses. */
@@ -193,7 +194,7 @@ export class ProjectionRunner implements ReadModelRunner {
     this.settleWaiters(); // it no longer counts as running
     try {
       await this.db.knex.transaction(async (trx) => {
-        await trx('projection_checkpoints').select('position').where('name', name).forUpdate();
+        await lockProjectionKeys(trx, [name]);
         if (worker.projection.tables.length > 0) {
           const identifiers = worker.projection.tables.map(() => '??').join(', ');
           await trx.raw(`TRUNCATE ${identifiers}`, [...worker.projection.tables]);
@@ -292,8 +293,9 @@ export class ProjectionRunner implements ReadModelRunner {
     if (!last || generation !== worker.generation) return;
     const { name } = worker.projection;
     await this.db.knex.transaction(async (trx) => {
-      // The row lock serialises runners of the same projection (e.g. a CLI rebuild beside a server).
-      const row = (await trx('projection_checkpoints').select('position').where('name', name).forUpdate().first()) as
+      // The lock serialises runners of the same projection (e.g. a CLI rebuild beside a server).
+      await lockProjectionKeys(trx, [name]);
+      const row = (await trx('projection_checkpoints').select('position').where('name', name).first()) as
         | { position: string | number }
         | undefined;
       const stored = Number(row?.position ?? 0);

@@ -79,3 +79,31 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   await apiNode.settle(write, 200); // never started here: it reads the checkpoints the workers wrote
   await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
 });
+
+t.test('bus runner: a batch takes a transaction id only when its projection writes', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  const seen: Array<string | null> = [];
+  const external: Projection = {
+    name: 'external',
+    eventTypes: ['ThingHappened'],
+    tables: [],
+    async apply(trx) {
+      const result = (await trx.raw('SELECT pg_current_xact_id_if_assigned()::text AS xid')) as { rows: Array<{ xid: string | null }> };
+      seen.push(result.rows[0]?.xid ?? null);
+    },
+  };
+  const bus = new DuplicatingBus();
+  const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [external], { pollMs: 5 });
+  await runner.start();
+  const first = await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+  await bus.deliver(await fixture.store.readAll());
+  // Streams with a checkpoint already: the batch reads (and before, row-locked) their positions.
+  await fixture.store.append('thing-a', [thing('a2')], 'any');
+  await bus.deliver(await fixture.store.readAll({ after: first.lastPosition + 1 }));
+  t.same(seen, [null, null, null], 'each event applied once (duplicates skipped), with no id while it applies');
+  const positions = await fixture.db.knex('projection_stream_positions').where({ projection: 'external' }).orderBy('stream_id').select('stream_id', 'stream_version');
+  t.same(positions.map((row: { stream_id: string; stream_version: number }) => [row.stream_id, Number(row.stream_version)]), [['thing-a', 1], ['thing-b', 0]], 'checkpoints recorded');
+  await runner.stop();
+});

@@ -225,6 +225,28 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await Promise.all([first.waitFor(last, 10_000), second.waitFor(last, 10_000)]);
     t.same((await rows(db, 'things')).map((row) => row.count), [20], 'each event counted once');
   });
+
+  withFixture('a batch takes a transaction id only when its projection writes', async (t, { db, store }) => {
+    // A projection that writes elsewhere (the OpenSearch index) keeps no transaction id open
+    // while it works: on a server that id would hold back every global reader of the log.
+    const seen: Array<string | null> = [];
+    const external: Projection = {
+      name: 'external',
+      eventTypes: ['ThingHappened'],
+      tables: [],
+      async apply(trx) {
+        const result = (await trx.raw('SELECT pg_current_xact_id_if_assigned()::text AS xid')) as { rows: Array<{ xid: string | null }> };
+        seen.push(result.rows[0]?.xid ?? null);
+      },
+    };
+    const runner = new ProjectionRunner(store, db, [external], { batchSize: 2 });
+    t.teardown(() => runner.stop());
+    await runner.start();
+    const last = (await store.append('s-1', [thing('a'), thing('b'), thing('c')], 'no_stream')).lastPosition;
+    await runner.waitFor(last, 10_000);
+    t.same(seen, [null, null, null], 'no id while the batch applies');
+    t.equal(await checkpoint(db, 'external'), last, 'and the checkpoint still moves');
+  });
 }
 
 for (const backend of backends) {

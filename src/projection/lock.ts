@@ -1,0 +1,25 @@
+import { createHash } from 'node:crypto';
+import type { Knex } from 'knex';
+
+/** A signed 64-bit advisory-lock key for `name` (the first 8 bytes of its SHA-256). */
+function lockKey(name: string): string {
+  return createHash('sha256').update(name).digest().readBigInt64BE(0).toString();
+}
+
+/**
+ * Serialises the batches of projection runners with transaction-scoped advisory locks, one per
+ * key (a projection, or a projection's stream), taken in one statement in key order so two
+ * runners never wait on each other crosswise.
+ *
+ * A lock, not `SELECT … FOR UPDATE` on the checkpoint rows: a row lock gives the transaction an
+ * id at once, and a batch that writes elsewhere first (the OpenSearch search index) would then
+ * hold that id across its network calls. On a PostgreSQL server every running transaction id
+ * holds back the event store's global readers (docs/architecture.md, "Gap-free reading"), so
+ * the batch takes an id only when it writes its first row.
+ */
+export async function lockProjectionKeys(trx: Knex.Transaction, names: readonly string[]): Promise<void> {
+  const keys = [...new Set(names.map((name) => `factlog.projection:${name}`).map(lockKey))];
+  if (keys.length === 0) return;
+  // The aggregate takes the locks row by row from the sorted subquery, so in key order.
+  await trx.raw('SELECT count(pg_advisory_xact_lock(key)) FROM (SELECT key FROM unnest(?::bigint[]) AS key ORDER BY key) AS sorted', [keys]);
+}
