@@ -4,6 +4,7 @@ import type { Bus, BusConsumerOptions } from '../../src/bus/port.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import { BusProjectionRunner } from '../../src/projection/busRunner.js';
 import type { Projection } from '../../src/projection/types.js';
+import { externalProjection } from './externalProjection.js';
 import { openMemoryPglite, openStore, thing } from '../eventstore/contract.js';
 
 /**
@@ -83,16 +84,8 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
 t.test('bus runner: a batch takes a transaction id only when its projection writes', async (t) => {
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());
-  const seen: Array<string | null> = [];
-  const external: Projection = {
-    name: 'external',
-    eventTypes: ['ThingHappened'],
-    tables: [],
-    async apply(trx) {
-      const result = (await trx.raw('SELECT pg_current_xact_id_if_assigned()::text AS xid')) as { rows: Array<{ xid: string | null }> };
-      seen.push(result.rows[0]?.xid ?? null);
-    },
-  };
+  const external = externalProjection();
+  const { seen } = external;
   const bus = new DuplicatingBus();
   const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [external], { pollMs: 5 });
   await runner.start();

@@ -5,6 +5,7 @@ import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildWithProgressBar } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
+import { externalProjection } from './externalProjection.js';
 import { openMemoryPglite, openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
 
 const backends: Array<{ name: string; open: () => Promise<Database> }> = [
@@ -229,16 +230,8 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
   withFixture('a batch takes a transaction id only when its projection writes', async (t, { db, store }) => {
     // A projection that writes elsewhere (the OpenSearch index) keeps no transaction id open
     // while it works: on a server that id would hold back every global reader of the log.
-    const seen: Array<string | null> = [];
-    const external: Projection = {
-      name: 'external',
-      eventTypes: ['ThingHappened'],
-      tables: [],
-      async apply(trx) {
-        const result = (await trx.raw('SELECT pg_current_xact_id_if_assigned()::text AS xid')) as { rows: Array<{ xid: string | null }> };
-        seen.push(result.rows[0]?.xid ?? null);
-      },
-    };
+    const external = externalProjection();
+    const { seen } = external;
     const runner = new ProjectionRunner(store, db, [external], { batchSize: 2 });
     t.teardown(() => runner.stop());
     await runner.start();
