@@ -55,6 +55,17 @@ export const conceptSummarySchema = {
   },
 } as const;
 
+/** `?context=`: which context's concept a canonical name shared by several contexts means. */
+const contextQuery = { context: { type: 'string', minLength: 1, maxLength: 200 } } as const;
+
+/** The reply of a page of things about one concept: `{concept, items, total}`. */
+const conceptPageReply = <Item extends object>(item: Item, extra: Record<string, object> = {}) =>
+  ({
+    type: 'object',
+    required: ['concept', 'items', 'total'],
+    properties: { concept: conceptSummarySchema, ...extra, items: { type: 'array', items: item }, total: { type: 'integer' } },
+  }) as const;
+
 export interface ConceptRow {
   id: string;
   repository_id: string;
@@ -325,7 +336,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
       schema: {
         ...schema,
         params: conceptParams,
-        querystring: { type: 'object', additionalProperties: false, properties: { context: { type: 'string', minLength: 1, maxLength: 200 } } },
+        querystring: { type: 'object', additionalProperties: false, properties: contextQuery },
         response: {
           200: { ...conceptSummarySchema, properties: { ...conceptSummarySchema.properties, redirected_from: redirectSchema } },
           ...conceptErrorReplies,
@@ -350,7 +361,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           type: 'object',
           additionalProperties: false,
           properties: {
-            context: { type: 'string', minLength: 1, maxLength: 200 },
+            ...contextQuery,
             show_insignificant: {
               ...booleanQuery,
               description: `also relations below concepts.min_shared_fact_count (${settings.min_shared_fact_count}) shared facts`,
@@ -359,11 +370,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           },
         },
         response: {
-          200: {
-            type: 'object',
-            required: ['concept', 'items', 'total'],
-            properties: { concept: conceptSummarySchema, redirected_from: redirectSchema, items: { type: 'array', items: relationSchema }, total: { type: 'integer' } },
-          },
+          200: conceptPageReply(relationSchema, { redirected_from: redirectSchema }),
           ...conceptErrorReplies,
         },
       },
@@ -420,7 +427,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           required: ['repoID', 'conceptID', 'otherID'],
           properties: { ...conceptParams.properties, otherID: { type: 'string', minLength: 1, maxLength: 500 } },
         },
-        querystring: { type: 'object', additionalProperties: false, properties: { context: { type: 'string', minLength: 1, maxLength: 200 }, ...pagingQuery } },
+        querystring: { type: 'object', additionalProperties: false, properties: { ...contextQuery, ...pagingQuery } },
         response: {
           200: {
             type: 'object',
@@ -471,13 +478,9 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
       schema: {
         ...schema,
         params: conceptParams,
-        querystring: { type: 'object', additionalProperties: false, properties: { context: { type: 'string', minLength: 1, maxLength: 200 }, ...pagingQuery } },
+        querystring: { type: 'object', additionalProperties: false, properties: { ...contextQuery, ...pagingQuery } },
         response: {
-          200: {
-            type: 'object',
-            required: ['concept', 'items', 'total'],
-            properties: { concept: conceptSummarySchema, items: { type: 'array', items: factSchema }, total: { type: 'integer' } },
-          },
+          200: conceptPageReply(factSchema),
           ...conceptErrorReplies,
         },
       },
@@ -502,31 +505,20 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
       schema: {
         ...schema,
         params: conceptParams,
-        querystring: { type: 'object', additionalProperties: false, properties: { context: { type: 'string', minLength: 1, maxLength: 200 }, ...pagingQuery } },
+        querystring: { type: 'object', additionalProperties: false, properties: { ...contextQuery, ...pagingQuery } },
         response: {
-          200: {
+          200: conceptPageReply({
             type: 'object',
-            required: ['concept', 'items', 'total'],
             properties: {
-              concept: conceptSummarySchema,
-              items: {
-                type: 'array',
-                items: {
-                  type: 'object',
-                  properties: {
-                    id: { type: 'string' },
-                    url: { type: ['string', 'null'] },
-                    doi: { type: ['string', 'null'] },
-                    filename: { type: ['string', 'null'] },
-                    title: { type: ['string', 'null'] },
-                    status: { type: 'string' },
-                    fact_count: { type: 'integer', description: "facts of this concept that came from the source" },
-                  },
-                },
-              },
-              total: { type: 'integer' },
+              id: { type: 'string' },
+              url: { type: ['string', 'null'] },
+              doi: { type: ['string', 'null'] },
+              filename: { type: ['string', 'null'] },
+              title: { type: ['string', 'null'] },
+              status: { type: 'string' },
+              fact_count: { type: 'integer', description: 'facts of this concept that came from the source' },
             },
-          },
+          }),
           ...conceptErrorReplies,
         },
       },
