@@ -5,6 +5,12 @@ import { requireRepository } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam, isoDate, pagingQuery, searchModeQuery, searchReply } from '../schemas.js';
 import { AmbiguousConceptError, conceptErrorReplies, conceptSummarySchema, presentConcepts, resolveConcept } from './concepts.js';
 
+const factParams = {
+  type: 'object',
+  required: ['repoID', 'factID'],
+  properties: { repoID: { type: 'string', minLength: 1 }, factID: { type: 'string', format: 'uuid' } },
+} as const;
+
 export const factSchema = {
   type: 'object',
   required: ['id', 'content', 'content_hash', 'fact_kind', 'status'],
@@ -119,11 +125,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     {
       schema: {
         ...schema,
-        params: {
-          type: 'object',
-          required: ['repoID', 'factID'],
-          properties: { repoID: { type: 'string', minLength: 1 }, factID: { type: 'string', format: 'uuid' } },
-        },
+        params: factParams,
         response: {
           200: {
             type: 'object',
@@ -170,11 +172,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     {
       schema: {
         ...schema,
-        params: {
-          type: 'object',
-          required: ['repoID', 'factID'],
-          properties: { repoID: { type: 'string', minLength: 1 }, factID: { type: 'string', format: 'uuid' } },
-        },
+        params: factParams,
         response: {
           200: {
             ...factSchema,
