@@ -44,16 +44,9 @@ import type { Projection, ReadModelRunner } from '../src/projection/types.js';
 import { createOpenSearchIndex } from '../src/search/opensearch.js';
 import type { FactDocument, SearchIndex } from '../src/search/port.js';
 import { createPostgresSearchIndex } from '../src/search/postgres.js';
+import { envNumber, int, log, ms, percentile, prng, secs, summary } from './common.js';
 
 const run = promisify(execFile);
-
-function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number, is ${raw}`);
-  return value;
-}
 
 const sizes = {
   events: envNumber('BENCH_EVENTS', 5000),
@@ -84,42 +77,12 @@ const warmUpQueries = 20;
 const repositoryId = 'repo-bench';
 const runId = `${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 
-function log(message: string): void {
-  process.stderr.write(`${message}\n`);
-}
-
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function percentile(sorted: readonly number[], fraction: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))];
-}
-
-function summary(values: readonly number[]): { p50: number; p95: number; max: number; mean: number; count: number } {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mean = sorted.reduce((sum, value) => sum + value, 0) / Math.max(1, sorted.length);
-  return { p50: percentile(sorted, 0.5), p95: percentile(sorted, 0.95), max: sorted[sorted.length - 1] ?? Number.NaN, mean, count: sorted.length };
-}
-
-const int = (value: number) => Math.round(value).toLocaleString('en-US');
-const ms = (value: number) => (value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2));
-const secs = (value: number) => `${value.toFixed(1)} s`;
 
 // -------------------------------------------------------------------------------------------
 // Seeded randomness and a synthetic corpus
 // -------------------------------------------------------------------------------------------
-
-/** mulberry32: small, fast, seedable. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function gaussian(random: () => number): number {
   const u = Math.max(random(), 1e-12);

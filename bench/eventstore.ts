@@ -20,6 +20,7 @@ import { createPostgresEventStore, migrateEventStore } from '../src/eventstore/p
 import { EventSchemaRegistry } from '../src/eventstore/schemas.js';
 import { ProjectionRunner } from '../src/projection/runner.js';
 import type { Projection } from '../src/projection/types.js';
+import { log } from './common.js';
 
 /** Each timed phase stops at this duration or its operation cap, whichever comes first. */
 const phaseMs = Number(process.env.BENCH_PHASE_MS ?? 5000);
@@ -176,10 +177,6 @@ async function benchBackend(db: Database): Promise<Record<string, Rate>> {
   results.rawMulti = raw.multi;
   await store.close();
   return results;
-}
-
-function log(message: string): void {
-  process.stderr.write(`${message}\n`);
 }
 
 function formatRate(rate: Rate | undefined): string {

@@ -35,14 +35,7 @@ import {
   taskSummary,
   type Api,
 } from '../test/helpers/corpus.js';
-
-function envNumber(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number, is ${raw}`);
-  return value;
-}
+import { envNumber, int, log, ms, prng, secs, summary } from './common.js';
 
 const sizes = {
   docs: envNumber('BENCH_DOCS', 300),
@@ -56,37 +49,9 @@ const parts = new Set((process.env.BENCH_PARTS ?? allParts.join(',')).split(',')
 const warmUpQueries = 20;
 const pageSize = 20;
 
-function log(message: string): void {
-  process.stderr.write(`${message}\n`);
-}
-
-function percentile(sorted: readonly number[], fraction: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))] as number;
-}
-
-function summary(values: readonly number[]) {
-  const sorted = [...values].sort((a, b) => a - b);
-  return { p50: percentile(sorted, 0.5), p95: percentile(sorted, 0.95), max: sorted[sorted.length - 1] ?? Number.NaN, count: sorted.length };
-}
-
-const int = (value: number) => Math.round(value).toLocaleString('en-US');
-const ms = (value: number) => (value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2));
-const secs = (value: number) => `${value.toFixed(1)} s`;
 const rate = (value: number) => (value >= 100 ? int(value) : value.toFixed(1));
 /** Peak resident set size of this process so far, MiB (resourceUsage reports KiB). */
 const peakRssMiB = () => process.resourceUsage().maxRSS / 1024;
-
-/** mulberry32: small, fast, seedable. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let value = Math.imul(state ^ (state >>> 15), 1 | state);
-    value = (value + Math.imul(value ^ (value >>> 7), 61 | value)) ^ value;
-    return ((value ^ (value >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // -------------------------------------------------------------------------------------------
 // Synthetic sentences: simple declaratives the local extractor keeps whole
