@@ -16,6 +16,7 @@ build: install
 
 typecheck: install
 	npx tsc -p tsconfig.json --noEmit
+	npx tsc -p tsconfig.test.json
 
 run: build
 	node bin/factlog.js serve

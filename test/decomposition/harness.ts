@@ -60,7 +60,7 @@ export async function openStageFixture(t: Test) {
         bodyBytes: body.bytes,
       };
     }
-    await handleCommand(store, streamName('source', id), sourceDecider, command, { repositoryId: REPOSITORY_ID, actor: 'user-1' });
+    await handleCommand(store, streamName('source', id), sourceDecider, command, { repositoryId: REPOSITORY_ID, actor: 'user-1', causationId: null, correlationId: null });
     return id;
   }
 

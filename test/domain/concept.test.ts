@@ -1,19 +1,19 @@
 import t from 'tap';
 import { validate as isUuid, version as uuidVersion } from 'uuid';
-import { CONCEPT_ID_NAMESPACE, conceptDecider, conceptIdFor, type ConceptEvent } from '../../src/domain/concept/decider.js';
+import { CONCEPT_ID_NAMESPACE, conceptDecider, conceptIdFor, type ConceptCommand, type ConceptEvent } from '../../src/domain/concept/decider.js';
 import { DomainError } from '../../src/domain/decider.js';
 import { spec } from '../../src/domain/testing.js';
 import { packVector } from '../../src/interchange/vectors.js';
 
 const given = spec(conceptDecider).given;
-const create = {
+const create: Extract<ConceptCommand, { type: 'CreateConcept' }> = {
   type: 'CreateConcept',
   canonicalName: '  Marie Curie ',
   context: ' person ',
   ontologyClass: 'scientist',
   aliases: ['Curie', ' curie ', 'Madame Curie', 'marie curie', '', 'M. Curie'],
   sourceId: 's1',
-} as const;
+};
 const created: ConceptEvent = {
   type: 'ConceptCreated',
   data: { canonical_name: 'Marie Curie', context: 'person', ontology_class: 'scientist', aliases: ['Curie', 'Madame Curie', 'M. Curie'], source_id: 's1' },

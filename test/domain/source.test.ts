@@ -1,7 +1,7 @@
 import t from 'tap';
 import { DomainError } from '../../src/domain/decider.js';
 import { spec } from '../../src/domain/testing.js';
-import { sourceDecider, type SourceEvent } from '../../src/domain/source/decider.js';
+import { sourceDecider, type SourceCommand, type SourceEvent } from '../../src/domain/source/decider.js';
 
 const registered: SourceEvent = {
   type: 'SourceRegistered',
@@ -92,7 +92,7 @@ t.test('facts carry promptset hash and provenance', async (t) => {
 });
 
 t.test('embeddings: on a processed source, once per model', async (t) => {
-  const record = { type: 'RecordEmbeddings', model: 'local', dimensions: 2, vectors: [{ fact_id: 'f', vector: 'AAAAAAAAAAA=' }] } as const;
+  const record: Extract<SourceCommand, { type: 'RecordEmbeddings' }> = { type: 'RecordEmbeddings', model: 'local', dimensions: 2, vectors: [{ fact_id: 'f', vector: 'AAAAAAAAAAA=' }] };
   const embedded: SourceEvent = { type: 'FactsEmbedded', data: { model: 'local', dimensions: 2, vectors: record.vectors.map((v) => ({ ...v })) } };
   t.same(given(processed).when(record).events(), [embedded]);
   t.same(given([...processed, embedded]).when(record).events(), [], 'same model again records nothing');
@@ -104,7 +104,7 @@ t.test('embeddings: on a processed source, once per model', async (t) => {
 });
 
 t.test('deduplication is recorded once', async (t) => {
-  const record = { type: 'RecordDeduplication', stableFactIds: ['f'], merged: [{ fact_id: 'g', survivor_id: 'f' }] } as const;
+  const record: Extract<SourceCommand, { type: 'RecordDeduplication' }> = { type: 'RecordDeduplication', stableFactIds: ['f'], merged: [{ fact_id: 'g', survivor_id: 'f' }] };
   const deduplicated: SourceEvent = { type: 'SourceFactsDeduplicated', data: { stable_fact_ids: ['f'], merged: [{ fact_id: 'g', survivor_id: 'f' }] } };
   t.same(given(processed).when(record).events(), [deduplicated]);
   t.same(given([...processed, deduplicated]).when(record).events(), []);
@@ -112,7 +112,7 @@ t.test('deduplication is recorded once', async (t) => {
 });
 
 t.test('concept batches are recorded once per batch index', async (t) => {
-  const record = { type: 'RecordConceptBatch', modelId: 'local', promptsetHash: 'h', batchIndex: 1, batchCount: 2, links: [{ fact_id: 'f', concept_ids: ['c1', 'c2'] }] } as const;
+  const record: Extract<SourceCommand, { type: 'RecordConceptBatch' }> = { type: 'RecordConceptBatch', modelId: 'local', promptsetHash: 'h', batchIndex: 1, batchCount: 2, links: [{ fact_id: 'f', concept_ids: ['c1', 'c2'] }] };
   const batch1: SourceEvent = {
     type: 'ConceptsExtracted',
     data: { model_id: 'local', promptset_hash: 'h', batch_index: 1, batch_count: 2, links: [{ fact_id: 'f', concept_ids: ['c1', 'c2'] }] },

@@ -118,21 +118,21 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
   t.same(conceptNames(distributedConcepts.body), conceptNames(embeddedConcepts.body), 'same concepts as the embedded tier');
 
   // Rebuild the search index from the log into a new index and switch, while readers keep asking.
-  const aliasBefore = await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json();
+  const aliasBefore = (await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json()) as Record<string, unknown>;
   const rebuild = await api(base, 'POST', '/api/v1/projections/search-index/rebuild', token);
   t.equal(rebuild.status, 202);
   let answered = 0;
   let failed = 0;
   const deadline = Date.now() + 60_000;
   for (;;) {
-    const aliasNow = await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json();
+    const aliasNow = (await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json()) as Record<string, unknown>;
     const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?mode=lexical&query=${encodeURIComponent('"polonium and radium"')}`, token);
     if (result.status === 200 && result.body.total >= 1) answered++;
     else failed++;
     if (JSON.stringify(Object.keys(aliasNow)) !== JSON.stringify(Object.keys(aliasBefore)) || Date.now() > deadline) break;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  t.not(Object.keys(await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json())[0], Object.keys(aliasBefore)[0], 'the alias moved to a new index');
+  t.not(Object.keys((await (await fetch(`${opensearch}/_alias/${prefix}-facts`)).json()) as Record<string, unknown>)[0], Object.keys(aliasBefore)[0], 'the alias moved to a new index');
   t.equal(failed, 0, `readers got answers throughout the rebuild (${answered} searches)`);
   const afterRebuild = await eventually(async () => {
     const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?limit=500`, token);
