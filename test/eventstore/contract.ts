@@ -107,13 +107,21 @@ export function awaitingOwnAppends(store: EventStore, timeoutMs = 60_000): Event
       return store.headPosition();
     },
   };
+  return withOverrides(store, wrapped);
+}
+
+/**
+ * The store with some of its members replaced (test doubles that wrap a real store): every
+ * other member is the store's own, methods bound to it, so the adapter's class keeps working.
+ */
+export function withOverrides<Overrides extends object>(store: EventStore, overrides: Overrides): EventStore & Overrides {
   return new Proxy(store, {
     get(target, property, receiver) {
-      if (Object.hasOwn(wrapped, property)) return wrapped[property as keyof typeof wrapped];
+      if (Object.hasOwn(overrides, property)) return Reflect.get(overrides, property);
       const value: unknown = Reflect.get(target, property, receiver);
       return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
     },
-  });
+  }) as EventStore & Overrides;
 }
 
 /** A migrated, empty event store on a fresh database (`sharedServer`: see awaitingOwnAppends). */

@@ -20,6 +20,7 @@ import { factIdFor } from '../../src/pipeline/stages/sourceDecomposition.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
 import type { SearchIndex } from '../../src/search/port.js';
+import { withOverrides } from '../eventstore/contract.js';
 
 /**
  * A real embedded pipeline for stage tests: PGlite with the event store, every read-model
@@ -268,20 +269,15 @@ export function racedStore(
   interleave: (streamId: string) => Promise<void>,
   times = Number.POSITIVE_INFINITY,
 ): EventStore & { races: number } {
-  let races = 0;
-  const append: EventStore['append'] = async (streamId, events, expected) => {
-    if (raced(streamId) && races < times) {
-      races++;
-      await interleave(streamId);
-    }
-    return store.append(streamId, events, expected);
+  const overrides = {
+    races: 0,
+    append: (async (streamId, events, expected) => {
+      if (raced(streamId) && overrides.races < times) {
+        overrides.races++;
+        await interleave(streamId);
+      }
+      return store.append(streamId, events, expected);
+    }) as EventStore['append'],
   };
-  return new Proxy(store, {
-    get(target, property, receiver) {
-      if (property === 'append') return append;
-      if (property === 'races') return races;
-      const value: unknown = Reflect.get(target, property, receiver);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  }) as EventStore & { races: number };
+  return withOverrides(store, overrides);
 }

@@ -2,7 +2,7 @@ import { sourceDecider } from '../../domain/source/decider.js';
 import { handleCommand, type CommandResult } from '../../eventstore/commandHandler.js';
 import type { Decider } from '../../domain/decider.js';
 import { parseStreamName, type DomainEvent, type EventMetadata, type RecordedEvent } from '../../eventstore/envelope.js';
-import { ConcurrencyError, type EventStore } from '../../eventstore/port.js';
+import type { EventStore } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { PermanentJobError, type JobContext } from '../types.js';
 
@@ -143,7 +143,7 @@ export async function commandOnSharedStream<State, Command, Event extends Domain
   try {
     return await handleCommand(store, streamId, decider, command, metadata, { retries: SHARED_STREAM_RETRIES });
   } catch (error) {
-    if (!(error instanceof ConcurrencyError)) throw error;
-    throw new ContendedStreamError(`stream ${streamId} kept changing under ${SHARED_STREAM_RETRIES + 1} attempts: ${error.message}`, { cause: error });
+    if (!isConcurrencyError(error)) throw error;
+    throw new ContendedStreamError(`stream ${streamId} kept changing under ${SHARED_STREAM_RETRIES + 1} attempts: ${(error as Error).message}`, { cause: error });
   }
 }
