@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { createLocalEmbedder } from '../../src/providers/embeddings/local.js';
 import type { Embedder } from '../../src/providers/embeddings/port.js';
 import { createLocalChatModel } from '../../src/providers/llm/local.js';
-import type { ChatModel } from '../../src/providers/llm/port.js';
+import { ModelCallError, type ChatModel } from '../../src/providers/llm/port.js';
 
 /**
  * A real HTTP server speaking the OpenAI wire format (`POST /v1/chat/completions`,
@@ -272,3 +272,14 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
 }
 
 export type OpenAIServer = Awaited<ReturnType<typeof startOpenAIServer>>;
+
+/** For tests of the clients: expects the call to fail with a ModelCallError, and returns it. */
+export async function modelErrorOf(promise: Promise<unknown>): Promise<ModelCallError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof ModelCallError) return error;
+    throw error;
+  }
+  throw new Error('expected a ModelCallError');
+}

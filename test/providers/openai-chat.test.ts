@@ -3,11 +3,10 @@ import { createLocalEmbedder } from '../../src/providers/embeddings/local.js';
 import { createOpenAIEmbedder } from '../../src/providers/embeddings/openai.js';
 import { createLocalChatModel } from '../../src/providers/llm/local.js';
 import { createOpenAIChatModel } from '../../src/providers/llm/openai.js';
-import { ModelCallError } from '../../src/providers/llm/port.js';
 import { builtInPromptset, effectivePromptset } from '../../src/providers/llm/promptsets.js';
 import type { LlmRetrySettings } from '../../src/providers/llm/retry.js';
 import { DOCUMENTS } from '../fixtures/corpus/documents.js';
-import { type ChatPhase, type Fault, startOpenAIServer } from '../helpers/openaiServer.js';
+import { type ChatPhase, type Fault, modelErrorOf, startOpenAIServer } from '../helpers/openaiServer.js';
 
 const FAST_RETRY: LlmRetrySettings = { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 2000, perCallTimeoutMs: 400 };
 
@@ -27,17 +26,6 @@ async function setup(t: Test, options: Parameters<typeof startOpenAIServer>[0] =
   t.teardown(server.close);
   const model = createOpenAIChatModel({ baseUrl: server.baseUrl, apiKey: 'sk-test-secret', model: 'gpt-test', retry, hooks: { random: () => 0.5 } });
   return { server, model };
-}
-
-/** Expects a ModelCallError and returns it. */
-async function modelErrorOf(promise: Promise<unknown>): Promise<ModelCallError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof ModelCallError) return error;
-    throw error;
-  }
-  throw new Error('expected a ModelCallError');
 }
 
 t.test('fact extraction speaks the chat-completions wire format', async (t) => {

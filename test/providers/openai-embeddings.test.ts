@@ -1,8 +1,7 @@
 import t, { type Test } from 'tap';
 import { createOpenAIEmbedder, type OpenAIEmbedderOptions } from '../../src/providers/embeddings/openai.js';
-import { ModelCallError } from '../../src/providers/llm/port.js';
 import type { LlmRetrySettings } from '../../src/providers/llm/retry.js';
-import { type OpenAIServerOptions, startOpenAIServer } from '../helpers/openaiServer.js';
+import { modelErrorOf, type OpenAIServerOptions, startOpenAIServer } from '../helpers/openaiServer.js';
 
 const DIMENSIONS = 4;
 const FAST_RETRY: LlmRetrySettings = { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 50, perCallTimeoutMs: 400 };
@@ -25,16 +24,6 @@ async function setup(t: Test, server: OpenAIServerOptions = {}, options: Partial
     ...options,
   });
   return { server: openai, embedder };
-}
-
-async function modelErrorOf(promise: Promise<unknown>): Promise<ModelCallError> {
-  try {
-    await promise;
-  } catch (error) {
-    if (error instanceof ModelCallError) return error;
-    throw error;
-  }
-  throw new Error('expected a ModelCallError');
 }
 
 const texts = (count: number) => Array.from({ length: count }, (_, i) => `text number ${i}${'x'.repeat(i)}`);
