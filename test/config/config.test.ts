@@ -6,40 +6,25 @@ import {
   bootstrapAdminFromEnv,
   buildConfig,
   checkSecrets,
-  type Config,
   ConfigError,
   databaseOptions,
   dataPaths,
   defaultConfig,
   JWT_SECRET_PLACEHOLDER,
   loadConfig,
-  type LoadConfigOptions,
   oauthIssuer,
   packagedDefaultsPath,
   publicBaseUrl,
   QUEUED_JOB_KINDS,
   registryEndpoints,
 } from '../../src/config/index.js';
+import { configErrorOf, load } from './helpers.js';
 
-/** loadConfig isolated from the real environment and working directory. */
-function load(options: LoadConfigOptions = {}): Config {
-  return loadConfig({ env: {}, writeDefaults: false, cwd: t.testdirName, ...options });
-}
 
 function valueAt(config: unknown, dotted: string): unknown {
   return dotted.split('.').reduce<unknown>((node, key) => (node as Record<string, unknown>)[key], config);
 }
 
-/** Runs `fn`, expects a ConfigError, returns its message. */
-function configErrorOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ConfigError) return error.message;
-    throw error;
-  }
-  throw new Error('expected a ConfigError, nothing was thrown');
-}
 
 const STRONG_SECRET = 'x'.repeat(48);
 

@@ -1,19 +1,7 @@
 import t from 'tap';
-import { buildConfig, type Config, ConfigError, loadConfig, type LoadConfigOptions } from '../../src/config/index.js';
+import { buildConfig } from '../../src/config/index.js';
+import { configErrorOf, load } from './helpers.js';
 
-function load(options: LoadConfigOptions = {}): Config {
-  return loadConfig({ env: {}, writeDefaults: false, cwd: t.testdirName, ...options });
-}
-
-function configErrorOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (error) {
-    if (error instanceof ConfigError) return error.message;
-    throw error;
-  }
-  throw new Error('expected a ConfigError, nothing was thrown');
-}
 
 const OPENAI_LLM = { provider: 'openai', model: 'gpt-4o-mini', base_url: 'https://api.openai.com/v1' };
 const OPENAI_EMBEDDINGS = { provider: 'openai', model: 'text-embedding-3-small', base_url: 'https://api.openai.com/v1', dimensions: 1536 };
