@@ -225,13 +225,13 @@ export async function taskSummary(api: Api, repositoryId: string): Promise<TaskS
  * source's concepts; this names such tasks with their errors.
  */
 export async function assertNoFailedTasks(t: { same: (found: unknown, wanted: unknown, message: string) => boolean }, api: Api, repositoryId: string): Promise<void> {
-  const given = [];
+  const unfinished: string[] = [];
   for (const state of ['failed', 'dead']) {
     for (const task of await listAll(api, `/api/v1/repositories/${repositoryId}/tasks?state=${state}`)) {
-      given.push(`${String(task.kind)} ${String(task.state)} after ${String(task.attempts)} attempt(s) (source ${String(task.source_id)}): ${String(task.last_error)}`);
+      unfinished.push(`${String(task.kind)} ${String(task.state)} after ${String(task.attempts)} attempt(s) (source ${String(task.source_id)}): ${String(task.last_error)}`);
     }
   }
-  t.same(given, [], 'no task failed or died');
+  t.same(unfinished, [], 'no task failed or died');
 }
 
 /** Sources of the repository that are neither processed nor failed (still in the pipeline). */
