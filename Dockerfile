@@ -1,5 +1,5 @@
 # factlog service image: one image for API and worker nodes (`factlog serve --role api|worker|all`).
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -8,7 +8,7 @@ COPY src ./src
 COPY projections ./projections
 RUN npx tsc -p tsconfig.json && npm prune --omit=dev
 
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
 COPY --from=build /app/node_modules ./node_modules

@@ -32,18 +32,13 @@ pid_file="$instance/kafka.pid"
 heap="${KAFKA_HEAP:--Xmx512m}"
 timeout="${KAFKA_START_TIMEOUT:-90}"
 
-log() { printf 'kafka: %s\n' "$*" >&2; }
+name=kafka
+# shellcheck source=lib/daemon.sh
+source "$root/scripts/lib/daemon.sh"
 
 port_answers() {
   # bash's /dev/tcp: no nc or curl needed. The subshell keeps the descriptor from leaking.
   (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
-}
-
-running_pid() {
-  [[ -f "$pid_file" ]] || return 1
-  local pid
-  pid="$(cat "$pid_file")"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
 fetch() {
@@ -186,24 +181,6 @@ start() {
     sleep 0.5
   done
   log "ready on 127.0.0.1:$port after $((SECONDS - started))s (pid $(cat "$pid_file"))"
-}
-
-stop() {
-  local pid
-  if ! pid="$(running_pid)"; then
-    rm -f "$pid_file"
-    log "not running"
-    return 0
-  fi
-  log "stopping pid $pid"
-  kill -TERM "$pid"
-  for _ in $(seq 1 60); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$pid_file"; log "stopped"; return 0; }
-    sleep 0.5
-  done
-  log "still running after 30s; killing pid $pid"
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$pid_file"
 }
 
 status() {

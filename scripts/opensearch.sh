@@ -39,14 +39,9 @@ timeout="${OPENSEARCH_START_TIMEOUT:-120}"
 run_as="${OPENSEARCH_RUN_AS:-nobody}"
 base_url="http://127.0.0.1:$port"
 
-log() { printf 'opensearch: %s\n' "$*" >&2; }
-
-running_pid() {
-  [[ -f "$pid_file" ]] || return 1
-  local pid
-  pid="$(cat "$pid_file" 2>/dev/null)"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
-}
+name=opensearch
+# shellcheck source=lib/daemon.sh
+source "$root/scripts/lib/daemon.sh"
 
 # Prints the cluster status (green/yellow/red) or nothing when the node does not answer.
 health() {
@@ -294,24 +289,6 @@ start() {
     exit 1
   fi
   log "ready ($(health)) on $base_url after $((SECONDS - started))s (pid $(cat "$pid_file"))"
-}
-
-stop() {
-  local pid
-  if ! pid="$(running_pid)"; then
-    rm -f "$pid_file"
-    log "not running"
-    return 0
-  fi
-  log "stopping pid $pid"
-  kill -TERM "$pid"
-  for _ in $(seq 1 60); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$pid_file"; log "stopped"; return 0; }
-    sleep 0.5
-  done
-  log "still running after 30s; killing pid $pid"
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$pid_file"
 }
 
 status() {
