@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Projection } from '../src/projection/types.js';
+import { projection, each, type RecordedOf } from '../src/projection/types.js';
 import type { RecordedEvent } from '../src/eventstore/envelope.js';
 import type { ConceptEvent } from '../src/domain/concept/events.js';
 import type { FactEvent } from '../src/domain/fact/events.js';
@@ -37,9 +37,11 @@ async function recountFacts(trx: Knex.Transaction, conceptIds: Iterable<string>)
 }
 
 /** alias_text = the aliases other than the canonical name, space-joined (feeds concepts.search). */
-async function refreshAliasText(trx: Knex.Transaction, conceptId: string): Promise<void> {
+async function refreshAliasText(trx: Knex.Transaction, conceptIds: string | readonly string[]): Promise<void> {
+  const ids = typeof conceptIds === 'string' ? [conceptIds] : [...conceptIds];
+  if (ids.length === 0) return;
   await trx('concepts')
-    .where({ id: conceptId })
+    .whereIn('id', ids)
     .update({
       alias_text: trx.raw(
         `COALESCE((SELECT string_agg(alias, ' ' ORDER BY alias_lower) FROM concept_aliases
@@ -48,25 +50,34 @@ async function refreshAliasText(trx: Knex.Transaction, conceptId: string): Promi
     });
 }
 
-async function insertAliases(
-  trx: Knex.Transaction,
-  concept: { id: string; repositoryId: string; context: string },
-  aliases: readonly string[],
-): Promise<void> {
-  const rows = new Map<string, Record<string, unknown>>();
-  for (const alias of aliases) {
-    const trimmed = alias.trim();
-    if (trimmed === '' || rows.has(trimmed.toLowerCase())) continue;
-    rows.set(trimmed.toLowerCase(), {
-      concept_id: concept.id,
-      repository_id: concept.repositoryId,
-      alias: trimmed,
-      alias_lower: trimmed.toLowerCase(),
-      context_lower: concept.context.toLowerCase(),
-    });
+type AliasedConcept = { id: string; repositoryId: string; context: string; aliases: readonly string[] };
+type AliasRow = { concept_id: string; repository_id: string; alias: string; alias_lower: string; context_lower: string };
+
+/** The alias rows of each concept: trimmed, non-empty, the first spelling of each lower-cased alias. */
+function aliasRows(concepts: readonly AliasedConcept[]): AliasRow[] {
+  const rows = new Map<string, AliasRow>();
+  for (const concept of concepts) {
+    for (const alias of concept.aliases) {
+      const trimmed = alias.trim();
+      const key = `${concept.id} ${trimmed.toLowerCase()}`;
+      if (trimmed === '' || rows.has(key)) continue;
+      rows.set(key, {
+        concept_id: concept.id,
+        repository_id: concept.repositoryId,
+        alias: trimmed,
+        alias_lower: trimmed.toLowerCase(),
+        context_lower: concept.context.toLowerCase(),
+      });
+    }
   }
-  if (rows.size === 0) return;
-  await trx('concept_aliases').insert([...rows.values()]).onConflict(['concept_id', 'alias_lower']).ignore();
+  return [...rows.values()];
+}
+
+/** Inserts the aliases of each concept (one statement for all); an alias a concept has already is kept as it is. */
+async function insertAliases(trx: Knex.Transaction, concepts: readonly AliasedConcept[]): Promise<void> {
+  const rows = aliasRows(concepts);
+  if (rows.length === 0) return;
+  await trx('concept_aliases').insert(rows).onConflict(['concept_id', 'alias_lower']).ignore();
 }
 
 /** Moves the fact links of `fromConcept` to `toConcept`; returns nothing, the caller recounts both. */
@@ -80,7 +91,7 @@ async function moveConceptLinks(trx: Knex.Transaction, fromConcept: string, toCo
   await trx('fact_concepts').where({ concept_id: fromConcept }).delete();
 }
 
-async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent, conceptId: string, survivorId: string): Promise<void> {
+async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, conceptId: string, survivorId: string): Promise<void> {
   const loser = (await trx('concepts').where({ id: conceptId }).first('id', 'status')) as { id: string; status: string } | undefined;
   if (!loser || loser.status === 'merged') return;
   await trx('concepts')
@@ -94,7 +105,7 @@ async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent
   // The loser's names (its canonical name included) now resolve to the survivor, in the survivor's context.
   const aliases = (await trx('concept_aliases').where({ concept_id: conceptId }).pluck('alias')) as string[];
   if (survivor) {
-    await insertAliases(trx, { id: finalSurvivor, repositoryId: survivor.repository_id, context: survivor.context }, aliases);
+    await insertAliases(trx, [{ id: finalSurvivor, repositoryId: survivor.repository_id, context: survivor.context, aliases }]);
   }
   await trx('concept_aliases').where({ concept_id: conceptId }).delete();
   await refreshAliasText(trx, conceptId);
@@ -104,28 +115,93 @@ async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent
   await trx('concepts').where({ id: finalSurvivor }).update({ updated_at: recorded.occurredAt });
 }
 
-async function applyConceptsExtracted(
+type FactConceptLink = { fact_id: string; concept_id: string; repository_id: string | null; source_id: string };
+
+/**
+ * Links facts to concepts and recounts the linked concepts in one statement, unless a fact or a
+ * concept of `unlessMerged` merged (then it writes nothing and returns false: the caller follows
+ * the merges first). The recount cannot see the rows its own statement inserts, so it adds those
+ * the insert returned to the links stored before: the count a recount afterwards would make.
+ */
+async function linkUnlessMerged(
   trx: Knex.Transaction,
-  recorded: RecordedEvent,
-  links: ReadonlyArray<{ fact_id: string; concept_ids: string[] }>,
-): Promise<void> {
-  const sourceId = parseStreamName(recorded.streamId).id;
-  const facts = await factSurvivors(trx, links.map((link) => link.fact_id));
-  const concepts = await conceptSurvivors(trx, links.flatMap((link) => link.concept_ids));
-  const rows = new Map<string, Record<string, unknown>>();
-  for (const link of links) {
-    const factId = facts.get(link.fact_id) ?? link.fact_id;
-    for (const rawConceptId of link.concept_ids) {
-      const conceptId = concepts.get(rawConceptId) ?? rawConceptId;
-      rows.set(`${factId} ${conceptId}`, { fact_id: factId, concept_id: conceptId, repository_id: recorded.repositoryId, source_id: sourceId });
-    }
-  }
-  if (rows.size === 0) return;
-  await trx('fact_concepts').insert([...rows.values()]).onConflict(['fact_id', 'concept_id']).ignore();
-  await recountFacts(trx, [...rows.values()].map((row) => String(row.concept_id)));
+  links: readonly FactConceptLink[],
+  unlessMerged: { factIds: readonly string[]; conceptIds: readonly string[] },
+): Promise<boolean> {
+  const result = (await trx.raw(
+    `WITH merged AS (
+       SELECT 1 FROM fact_concept_redirects WHERE fact_id = ANY(?::text[])
+       UNION ALL
+       SELECT 1 FROM concepts WHERE id = ANY(?::text[]) AND status = 'merged' AND merged_into IS NOT NULL
+       LIMIT 1
+     ), linked AS (
+       INSERT INTO fact_concepts (fact_id, concept_id, repository_id, source_id)
+       SELECT r.fact_id, r.concept_id, r.repository_id, r.source_id
+         FROM jsonb_to_recordset(?::jsonb) AS r(fact_id text, concept_id text, repository_id text, source_id text)
+        WHERE NOT EXISTS (SELECT 1 FROM merged)
+       ON CONFLICT (fact_id, concept_id) DO NOTHING
+       RETURNING concept_id
+     ), recounted AS (
+       UPDATE concepts
+          SET fact_count = (SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)
+                         + (SELECT count(*) FROM linked WHERE linked.concept_id = concepts.id)
+        WHERE concepts.id = ANY(?::text[]) AND NOT EXISTS (SELECT 1 FROM merged)
+       RETURNING 1
+     )
+     SELECT NOT EXISTS (SELECT 1 FROM merged) AS linked`,
+    [
+      [...new Set(unlessMerged.factIds)],
+      [...new Set(unlessMerged.conceptIds)],
+      JSON.stringify(links),
+      [...new Set(links.map((link) => link.concept_id))],
+    ],
+  )) as { rows: Array<{ linked: boolean }> };
+  return result.rows[0]?.linked === true;
 }
 
-async function applyFactMerged(trx: Knex.Transaction, recorded: RecordedEvent, factId: string, survivorId: string): Promise<void> {
+type ConceptsExtracted = Extract<SourceEvent, { type: 'ConceptsExtracted' }>;
+
+/**
+ * The links of a run of ConceptsExtracted, each fact and concept replaced by its survivor (when
+ * `survivors` are given). Of two links of one fact and concept the first stays, as the insert
+ * of the later one would be ignored.
+ */
+function factConceptLinks(
+  events: ReadonlyArray<RecordedOf<ConceptsExtracted>>,
+  survivors?: { facts: Map<string, string>; concepts: Map<string, string> },
+): FactConceptLink[] {
+  const rows = new Map<string, FactConceptLink>();
+  for (const recorded of events) {
+    const sourceId = parseStreamName(recorded.streamId).id;
+    for (const link of recorded.data.links) {
+      const factId = survivors?.facts.get(link.fact_id) ?? link.fact_id;
+      for (const rawConceptId of link.concept_ids) {
+        const conceptId = survivors?.concepts.get(rawConceptId) ?? rawConceptId;
+        const key = `${factId} ${conceptId}`;
+        if (!rows.has(key)) rows.set(key, { fact_id: factId, concept_id: conceptId, repository_id: recorded.repositoryId, source_id: sourceId });
+      }
+    }
+  }
+  return [...rows.values()];
+}
+
+/**
+ * Links the sources' facts to their concepts, on their survivors, for a run of
+ * ConceptsExtracted. Nearly always none of them merged: one statement checks that and writes.
+ * Otherwise the merge chains are followed and the links to the survivors written without the
+ * check. Merges are other events, so the survivors cannot change within the run.
+ */
+async function applyConceptsExtracted(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<ConceptsExtracted>>): Promise<void> {
+  const direct = factConceptLinks(events);
+  if (direct.length === 0) return;
+  const factIds = events.flatMap((event) => event.data.links.map((link) => link.fact_id));
+  const conceptIds = events.flatMap((event) => event.data.links.flatMap((link) => link.concept_ids));
+  if (await linkUnlessMerged(trx, direct, { factIds, conceptIds })) return;
+  const survivors = { facts: await factSurvivors(trx, factIds), concepts: await conceptSurvivors(trx, conceptIds) };
+  await linkUnlessMerged(trx, factConceptLinks(events, survivors), { factIds: [], conceptIds: [] });
+}
+
+async function applyFactMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, factId: string, survivorId: string): Promise<void> {
   await trx('fact_concept_redirects').insert({ fact_id: factId, survivor_id: survivorId }).onConflict('fact_id').ignore();
   const finalSurvivor = (await factSurvivors(trx, [factId])).get(factId) ?? survivorId;
   if (finalSurvivor === factId) return;
@@ -141,25 +217,86 @@ async function applyFactMerged(trx: Knex.Transaction, recorded: RecordedEvent, f
   await recountFacts(trx, conceptIds);
 }
 
-async function applyRelations(
-  trx: Knex.Transaction,
-  recorded: RecordedEvent,
-  changes: ReadonlyArray<{ concept_a: string; concept_b: string; shared_fact_count: number }>,
-): Promise<void> {
-  const repositoryId = parseStreamName(recorded.streamId).id;
-  for (const change of changes) {
-    // Pairs are stored ordered (a < b) whatever order the event gives.
-    const [a, b] = change.concept_a < change.concept_b ? [change.concept_a, change.concept_b] : [change.concept_b, change.concept_a];
-    const key = { repository_id: repositoryId, concept_a: a, concept_b: b };
-    if (change.shared_fact_count <= 0) {
-      await trx('concept_relations').where(key).delete();
-      continue;
+/**
+ * A run of ConceptRelationsRefreshed: the changes of all its events in one upsert and one delete.
+ * Pairs are stored ordered (a < b) whatever order an event gives; of two changes of one pair the
+ * later wins, as applying them in turn would leave it.
+ */
+async function applyRelations(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Extract<RepositoryEvent, { type: 'ConceptRelationsRefreshed' }>>>): Promise<void> {
+  const latest = new Map<string, { repository_id: string; concept_a: string; concept_b: string; shared_fact_count: number; updated_at: string }>();
+  for (const event of events) {
+    const repositoryId = parseStreamName(event.streamId).id;
+    for (const change of event.data.changes) {
+      const [a, b] = change.concept_a < change.concept_b ? [change.concept_a, change.concept_b] : [change.concept_b, change.concept_a];
+      latest.set(JSON.stringify([repositoryId, a, b]), { repository_id: repositoryId, concept_a: a, concept_b: b, shared_fact_count: change.shared_fact_count, updated_at: event.occurredAt });
     }
-    await trx('concept_relations')
-      .insert({ ...key, shared_fact_count: change.shared_fact_count, updated_at: recorded.occurredAt })
-      .onConflict(['repository_id', 'concept_a', 'concept_b'])
-      .merge(['shared_fact_count', 'updated_at']);
   }
+  const removed = [...latest.values()].filter((change) => change.shared_fact_count <= 0);
+  const kept = [...latest.values()].filter((change) => change.shared_fact_count > 0);
+  if (removed.length > 0) {
+    await trx.raw(
+      `DELETE FROM concept_relations USING jsonb_to_recordset(?::jsonb) AS r(repository_id text, concept_a text, concept_b text)
+        WHERE concept_relations.repository_id = r.repository_id AND concept_relations.concept_a = r.concept_a AND concept_relations.concept_b = r.concept_b
+          AND concept_relations.repository_id = ANY(?::text[]) AND concept_relations.concept_a = ANY(?::text[])`,
+      // The leading key columns again as arrays, for an index lookup (see updateRows).
+      [
+        JSON.stringify(removed),
+        [...new Set(removed.map((change) => change.repository_id))],
+        [...new Set(removed.map((change) => change.concept_a))],
+      ],
+    );
+  }
+  if (kept.length > 0) {
+    await trx('concept_relations').insert(kept).onConflict(['repository_id', 'concept_a', 'concept_b']).merge(['shared_fact_count', 'updated_at']);
+  }
+}
+
+/**
+ * A run of ConceptCreated in one statement: the concepts (a concept whose identity exists already
+ * is skipped, the first of a run included) with their alias text, then the aliases of those
+ * inserted. A fresh concept has no alias rows yet, so its alias text (the aliases other than the
+ * canonical name, ordered as refreshAliasText orders them) comes from the event itself.
+ */
+async function applyConceptsCreated(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Extract<ConceptEvent, { type: 'ConceptCreated' }>>>): Promise<void> {
+  const concepts = events.map((event, n) => {
+    const id = parseStreamName(event.streamId).id;
+    const repositoryId = event.repositoryId ?? '';
+    const aliases = aliasRows([{ id, repositoryId, context: event.data.context, aliases: [event.data.canonical_name, ...event.data.aliases] }]);
+    return {
+      n,
+      id,
+      repository_id: event.repositoryId,
+      canonical_name: event.data.canonical_name,
+      context: event.data.context,
+      ontology_class: event.data.ontology_class,
+      source_id: event.data.source_id,
+      at: event.occurredAt,
+      aliases,
+    };
+  });
+  await trx.raw(
+    `WITH input AS (
+       SELECT * FROM jsonb_to_recordset(?::jsonb)
+         AS r(n int, id text, repository_id text, canonical_name text, context text, ontology_class text, source_id text, at timestamptz, aliases jsonb)
+     ), created AS (
+       -- In log order: of two concepts with one identity, the first stays.
+       INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at, alias_text)
+       SELECT r.id, r.repository_id, r.canonical_name, r.context, r.ontology_class, 'active', r.source_id, r.at, r.at,
+              COALESCE((SELECT string_agg(a.alias, ' ' ORDER BY a.alias_lower)
+                          FROM jsonb_to_recordset(r.aliases) AS a(alias text, alias_lower text)
+                         WHERE a.alias_lower <> lower(r.canonical_name)), '')
+         FROM input r
+        ORDER BY r.n
+       ON CONFLICT DO NOTHING RETURNING id
+     )
+     -- A stream's ConceptCreated may come twice (a twin in another spelling): the first one's row was inserted.
+     INSERT INTO concept_aliases (concept_id, repository_id, alias, alias_lower, context_lower)
+     SELECT a.concept_id, a.repository_id, a.alias, a.alias_lower, a.context_lower
+       FROM (SELECT DISTINCT ON (r.id) r.aliases FROM input r JOIN created ON created.id = r.id ORDER BY r.id, r.n) AS fresh,
+            jsonb_to_recordset(fresh.aliases) AS a(concept_id text, repository_id text, alias text, alias_lower text, context_lower text)
+     ON CONFLICT (concept_id, alias_lower) DO NOTHING`,
+    [JSON.stringify(concepts)],
+  );
 }
 
 /**
@@ -169,81 +306,57 @@ async function applyRelations(
  * survivor; merges move aliases and links and recount `fact_count`. Fact merges are followed
  * through `fact_concept_redirects`, this projection's own record of them.
  */
-export const conceptsProjection: Projection = {
+export const conceptsProjection = projection<Handled>({
   name: 'concepts',
-  eventTypes: [
-    'ConceptCreated',
-    'ConceptAliasAdded',
-    'ConceptAliasRemoved',
-    'ConceptEmbedded',
-    'ConceptMergedInto',
-    'ConceptsExtracted',
-    'FactMergedInto',
-    'ConceptRelationsRefreshed',
-  ],
   tables: ['concepts', 'concept_aliases', 'fact_concepts', 'concept_relations', 'fact_concept_redirects'],
-  async apply(trx, recorded) {
-    const event = recorded as unknown as Handled & RecordedEvent;
-    const streamId = parseStreamName(recorded.streamId).id;
-    switch (event.type) {
-      case 'ConceptCreated': {
-        const inserted = (await trx.raw(
-          `INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, 'active', ?, ?, ?)
-           ON CONFLICT DO NOTHING RETURNING id`,
-          [
-            streamId,
-            recorded.repositoryId,
-            event.data.canonical_name,
-            event.data.context,
-            event.data.ontology_class,
-            event.data.source_id,
-            recorded.occurredAt,
-            recorded.occurredAt,
-          ],
-        )) as { rows: unknown[] };
-        if (inserted.rows.length === 0) return; // a concept of the same identity exists already
-        await insertAliases(
-          trx,
-          { id: streamId, repositoryId: recorded.repositoryId ?? '', context: event.data.context },
-          [event.data.canonical_name, ...event.data.aliases],
-        );
-        await refreshAliasText(trx, streamId);
-        return;
-      }
-      case 'ConceptAliasAdded':
-      case 'ConceptAliasRemoved': {
-        const concept = (await trx('concepts').where({ id: streamId }).first('context', 'repository_id', 'canonical_name', 'status')) as
-          | { context: string; repository_id: string; canonical_name: string; status: string }
-          | undefined;
-        if (!concept || concept.status === 'merged') return;
-        if (event.type === 'ConceptAliasAdded') {
-          await insertAliases(trx, { id: streamId, repositoryId: concept.repository_id, context: concept.context }, [event.data.alias]);
-        } else {
-          const aliasLower = event.data.alias.trim().toLowerCase();
-          // The canonical name's own row stays: it is how the concept is found by name.
-          if (aliasLower === concept.canonical_name.toLowerCase()) return;
-          await trx('concept_aliases').where({ concept_id: streamId, alias_lower: aliasLower }).delete();
-        }
-        await refreshAliasText(trx, streamId);
-        await trx('concepts').where({ id: streamId }).update({ updated_at: recorded.occurredAt });
-        return;
-      }
-      case 'ConceptEmbedded':
-        await trx('concepts').where({ id: streamId }).update({ embedding_model: event.data.model, updated_at: recorded.occurredAt });
-        return;
-      case 'ConceptMergedInto':
-        await applyConceptMerged(trx, recorded, streamId, event.data.survivor_id);
-        return;
-      case 'ConceptsExtracted':
-        await applyConceptsExtracted(trx, recorded, event.data.links);
-        return;
-      case 'FactMergedInto':
-        await applyFactMerged(trx, recorded, streamId, event.data.survivor_id);
-        return;
-      case 'ConceptRelationsRefreshed':
-        await applyRelations(trx, recorded, event.data.changes);
-        return;
-    }
+  // A concept is created before it is embedded, and before any source links it: extract_concepts
+  // appends a batch's ConceptsExtracted only once the concepts it links exist (created or found).
+  // Concepts are independent of each other, and links only add rows and recount, so a run of
+  // these types may create all, embed all, then link all.
+  batchTogether: [['ConceptCreated', 'ConceptEmbedded', 'ConceptsExtracted']],
+  handlers: {
+    ConceptCreated: applyConceptsCreated,
+    ConceptAliasAdded: each(async (trx, event) => {
+      const streamId = parseStreamName(event.streamId).id;
+      const concept = await liveConcept(trx, streamId);
+      if (!concept) return;
+      await insertAliases(trx, [{ id: streamId, repositoryId: concept.repository_id, context: concept.context, aliases: [event.data.alias] }]);
+      await refreshAliasText(trx, streamId);
+      await trx('concepts').where({ id: streamId }).update({ updated_at: event.occurredAt });
+    }),
+    ConceptAliasRemoved: each(async (trx, event) => {
+      const streamId = parseStreamName(event.streamId).id;
+      const concept = await liveConcept(trx, streamId);
+      if (!concept) return;
+      const aliasLower = event.data.alias.trim().toLowerCase();
+      // The canonical name's own row stays: it is how the concept is found by name.
+      if (aliasLower === concept.canonical_name.toLowerCase()) return;
+      await trx('concept_aliases').where({ concept_id: streamId, alias_lower: aliasLower }).delete();
+      await refreshAliasText(trx, streamId);
+      await trx('concepts').where({ id: streamId }).update({ updated_at: event.occurredAt });
+    }),
+    // One statement for the run; a concept embedded twice ends with the later model, as one update after another would.
+    async ConceptEmbedded(trx, events) {
+      const latest = new Map(events.map((event) => [parseStreamName(event.streamId).id, { model: event.data.model, at: event.occurredAt }]));
+      await trx.raw(
+        `UPDATE concepts SET embedding_model = r.model, updated_at = r.at
+           FROM jsonb_to_recordset(?::jsonb) AS r(id text, model text, at timestamptz)
+          WHERE concepts.id = r.id AND concepts.id = ANY(?::text[])`,
+        // The ids again as an array, for an index lookup (see updateRows).
+        [JSON.stringify([...latest].map(([id, change]) => ({ id, ...change }))), [...latest.keys()]],
+      );
+    },
+    ConceptMergedInto: each((trx, event) => applyConceptMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
+    ConceptsExtracted: applyConceptsExtracted,
+    FactMergedInto: each((trx, event) => applyFactMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
+    ConceptRelationsRefreshed: applyRelations,
   },
-};
+});
+
+/** The concept's row unless it is missing or merged (alias changes of a merged concept are ignored). */
+async function liveConcept(trx: Knex.Transaction, conceptId: string) {
+  const concept = (await trx('concepts').where({ id: conceptId }).first('context', 'repository_id', 'canonical_name', 'status')) as
+    | { context: string; repository_id: string; canonical_name: string; status: string }
+    | undefined;
+  return concept && concept.status !== 'merged' ? concept : null;
+}

@@ -1,17 +1,23 @@
-import type { Projection } from '../src/projection/types.js';
+import type { Knex } from 'knex';
+import { projection, each, type Projection, type RecordedOf } from '../src/projection/types.js';
 import type { RecordedEvent } from '../src/eventstore/envelope.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
-import type { SourcePipelineEvent } from '../src/domain/source/pipelineEvents.js';
+import type { FactEvent } from '../src/domain/fact/events.js';
 import type { ConceptEvent } from '../src/domain/concept/events.js';
+import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 import { unpackVector } from '../src/interchange/vectors.js';
-import type { FactDocument, SearchIndex } from '../src/search/port.js';
+import { concepts, facts, type FactDocument } from '../src/search/collections/index.js';
+import type { DocumentUpdate, SearchIndex } from '../src/search/port.js';
 
 type FactsExtracted = Extract<SourceEvent, { type: 'FactsExtracted' }>;
-type FactsEmbedded = Extract<SourcePipelineEvent, { type: 'FactsEmbedded' }>;
-type EventData<Union extends { type: string; data: unknown }, Type extends Union['type']> = Extract<Union, { type: Type }>['data'];
+type Handled =
+  | Extract<SourceEvent, { type: 'FactsExtracted' | 'FactsEmbedded' }>
+  | FactEvent
+  | ConceptEvent
+  | Extract<RepositoryEvent, { type: 'RepositoryDeleted' }>;
 
-function repositoryOf(recorded: RecordedEvent): string {
+function repositoryOf(recorded: RecordedEvent<string, unknown>): string {
   if (recorded.repositoryId === null) throw new Error(`${recorded.type} ${recorded.eventId} carries no repository id`);
   return recorded.repositoryId;
 }
@@ -24,9 +30,8 @@ function repositoryOf(recorded: RecordedEvent): string {
  * the facts read model keeps the first row). No vector: embeddings arrive with FactsEmbedded,
  * and an omitted vector leaves a stored one alone.
  */
-export function factDocumentsOf(recorded: RecordedEvent): FactDocument[] {
-  const event = recorded as unknown as FactsExtracted & RecordedEvent;
-  const repositoryId = repositoryOf(recorded);
+export function factDocumentsOf(event: RecordedOf<FactsExtracted>): FactDocument[] {
+  const repositoryId = repositoryOf(event);
   const documents = new Map<string, FactDocument>();
   for (const fact of event.data.facts) {
     if (documents.has(fact.fact_id)) continue;
@@ -37,10 +42,15 @@ export function factDocumentsOf(recorded: RecordedEvent): FactDocument[] {
       content_hash: fact.content_hash,
       fact_kind: fact.fact_kind ?? 'text',
       status: 'new',
-      created_at: recorded.occurredAt,
+      created_at: event.occurredAt,
     });
   }
   return [...documents.values()];
+}
+
+/** The last of each id: a run's updates of one document in one call, with the effect of applying them in turn. */
+function lastOfEach<T extends { id: string }>(items: readonly T[]): T[] {
+  return [...new Map(items.map((item) => [item.id, item])).values()];
 }
 
 export interface SearchIndexProjectionOptions {
@@ -51,20 +61,6 @@ export interface SearchIndexProjectionOptions {
    */
   vectorDimensions?: number;
 }
-
-const handledEvents = [
-  'FactsExtracted',
-  'FactsEmbedded',
-  'FactStabilized',
-  'FactMergedInto',
-  'FactRemoved',
-  'ConceptCreated',
-  'ConceptAliasAdded',
-  'ConceptAliasRemoved',
-  'ConceptEmbedded',
-  'ConceptMergedInto',
-  'RepositoryDeleted',
-] as const;
 
 /**
  * Keeps a SearchIndex in step with the log (docs/search.md, "The search-index projection"):
@@ -86,76 +82,67 @@ const handledEvents = [
  */
 export function createSearchIndexProjection(index: SearchIndex, options: SearchIndexProjectionOptions = {}): Projection {
   const fits = (vector: number[]) => options.vectorDimensions === undefined || vector.length === options.vectorDimensions;
-  return {
+  const targetOf = (trx: Knex.Transaction) => index.withinTransaction?.(trx) ?? index;
+  return projection<Handled>({
     name: 'search-index',
-    eventTypes: handledEvents,
     tables: [],
-    async apply(trx, recorded) {
-      const target = index.withinTransaction?.(trx) ?? index;
-      const streamId = parseStreamName(recorded.streamId).id;
-      switch (recorded.type) {
-        case 'FactsExtracted': {
-          const documents = factDocumentsOf(recorded);
-          if (documents.length > 0) await target.indexFacts(documents);
-          return;
-        }
-        case 'FactsEmbedded': {
-          const repositoryId = repositoryOf(recorded);
-          const data = recorded.data as FactsEmbedded['data'];
-          const updates = data.vectors
-            .map((entry) => ({ id: entry.fact_id, repository_id: repositoryId, vector: unpackVector(entry.vector) }))
-            .filter((update) => fits(update.vector));
-          if (updates.length > 0) await target.updateFacts(updates);
-          return;
-        }
-        case 'FactStabilized':
-          await target.updateFacts([{ id: streamId, repository_id: repositoryOf(recorded), status: 'stable' }]);
-          return;
-        case 'FactMergedInto':
-        case 'FactRemoved':
-          // A merged fact is never found again; its sources and links moved to the survivor.
-          await target.removeFacts(repositoryOf(recorded), [streamId]);
-          return;
-        case 'ConceptCreated': {
-          const data = recorded.data as EventData<ConceptEvent, 'ConceptCreated'>;
-          await target.indexConcepts([
-            {
-              id: streamId,
-              repository_id: repositoryOf(recorded),
-              canonical_name: data.canonical_name,
-              context: data.context,
-              aliases: data.aliases,
-              fact_count: 0,
-              status: 'active',
-              version: recorded.streamVersion,
-            },
-          ]);
-          return;
-        }
-        case 'ConceptAliasAdded': {
-          const data = recorded.data as EventData<ConceptEvent, 'ConceptAliasAdded'>;
-          await target.updateConcepts([{ id: streamId, repository_id: repositoryOf(recorded), addAliases: [data.alias], version: recorded.streamVersion }]);
-          return;
-        }
-        case 'ConceptAliasRemoved': {
-          const data = recorded.data as EventData<ConceptEvent, 'ConceptAliasRemoved'>;
-          await target.updateConcepts([{ id: streamId, repository_id: repositoryOf(recorded), removeAliases: [data.alias], version: recorded.streamVersion }]);
-          return;
-        }
-        case 'ConceptEmbedded': {
-          const data = recorded.data as EventData<ConceptEvent, 'ConceptEmbedded'>;
-          const vector = unpackVector(data.vector);
-          if (!fits(vector)) return;
-          await target.updateConcepts([{ id: streamId, repository_id: repositoryOf(recorded), vector, version: recorded.streamVersion }]);
-          return;
-        }
-        case 'ConceptMergedInto':
-          await target.removeConcepts(repositoryOf(recorded), [streamId]);
-          return;
-        case 'RepositoryDeleted':
-          await target.removeRepository(streamId);
-          return;
-      }
+    external: index.withinTransaction === undefined,
+    // A concept is indexed before its vector arrives; concepts are independent of each other.
+    batchTogether: [['ConceptCreated', 'ConceptEmbedded']],
+    handlers: {
+      FactsExtracted: each(async (trx, event) => {
+        const documents = factDocumentsOf(event);
+        if (documents.length > 0) await targetOf(trx).index(facts, documents);
+      }),
+      FactsEmbedded: each(async (trx, event) => {
+        const repositoryId = repositoryOf(event);
+        const updates = event.data.vectors
+          .map((entry) => ({ id: entry.fact_id, repository_id: repositoryId, vector: unpackVector(entry.vector) }))
+          .filter((update) => fits(update.vector));
+        if (updates.length > 0) await targetOf(trx).update(facts, updates);
+      }),
+      async FactStabilized(trx, events) {
+        const updates: DocumentUpdate<FactDocument>[] = events.map((event) => ({ id: parseStreamName(event.streamId).id, repository_id: repositoryOf(event), set: { status: 'stable' } }));
+        await targetOf(trx).update(facts, lastOfEach(updates));
+      },
+      // A merged fact is never found again; its sources and links moved to the survivor.
+      FactMergedInto: each((trx, event) => targetOf(trx).remove(facts, repositoryOf(event), [parseStreamName(event.streamId).id])),
+      FactRemoved: each((trx, event) => targetOf(trx).remove(facts, repositoryOf(event), [parseStreamName(event.streamId).id])),
+      // Each concept stream starts with its ConceptCreated: the run's concepts are distinct.
+      async ConceptCreated(trx, events) {
+        await targetOf(trx).index(
+          concepts,
+          events.map((event) => ({
+            id: parseStreamName(event.streamId).id,
+            repository_id: repositoryOf(event),
+            canonical_name: event.data.canonical_name,
+            context: event.data.context,
+            aliases: event.data.aliases,
+            fact_count: 0,
+            status: 'active',
+            version: event.streamVersion,
+          })),
+        );
+      },
+      ConceptAliasAdded: each((trx, event) =>
+        targetOf(trx).update(concepts, [
+          { id: parseStreamName(event.streamId).id, repository_id: repositoryOf(event), addTo: { aliases: [event.data.alias] }, version: event.streamVersion },
+        ]),
+      ),
+      ConceptAliasRemoved: each((trx, event) =>
+        targetOf(trx).update(concepts, [
+          { id: parseStreamName(event.streamId).id, repository_id: repositoryOf(event), removeFrom: { aliases: [event.data.alias] }, version: event.streamVersion },
+        ]),
+      ),
+      // The latest fitting vector of each concept in one call (a vector that does not fit is skipped, as before).
+      async ConceptEmbedded(trx, events) {
+        const updates = events
+          .map((event) => ({ id: parseStreamName(event.streamId).id, repository_id: repositoryOf(event), vector: unpackVector(event.data.vector), version: event.streamVersion }))
+          .filter((update) => fits(update.vector));
+        if (updates.length > 0) await targetOf(trx).update(concepts, lastOfEach(updates));
+      },
+      ConceptMergedInto: each((trx, event) => targetOf(trx).remove(concepts, repositoryOf(event), [parseStreamName(event.streamId).id])),
+      RepositoryDeleted: each((trx, event) => targetOf(trx).removeRepository(parseStreamName(event.streamId).id)),
     },
-  };
+  });
 }

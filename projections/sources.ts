@@ -1,31 +1,43 @@
-import type { Projection } from '../src/projection/types.js';
+import type { Knex } from 'knex';
+import { projection, each } from '../src/projection/types.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
-import { parseStreamName } from '../src/eventstore/envelope.js';
+import { parseStreamName, type RecordedEvent } from '../src/eventstore/envelope.js';
+import { updateRows } from './batchWrites.js';
+
+type Handled = Extract<
+  SourceEvent,
+  { type: 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted' | 'SourceFailed' | 'SourceRetryRequested' }
+>;
+
+/** Sets `columns` (and updated_at) of each event's source, one statement for the run. */
+function updateSources<Event extends RecordedEvent<string, unknown>>(
+  trx: Knex.Transaction,
+  events: readonly Event[],
+  columns: Readonly<Record<string, string>>,
+  values: (event: Event) => Record<string, unknown>,
+): Promise<void> {
+  return updateRows(
+    trx,
+    'sources',
+    'id',
+    { ...columns, updated_at: 'timestamptz' },
+    events.map((event) => ({ id: parseStreamName(event.streamId).id, ...values(event), updated_at: event.occurredAt })),
+  );
+}
 
 /** Read model `sources`: status and extracted metadata of every source. */
-export const sourcesProjection: Projection = {
+export const sourcesProjection = projection<Handled>({
   name: 'sources',
-  eventTypes: [
-    'SourceRegistered',
-    'SourceFetchStarted',
-    'SourceFetched',
-    'SourceDecompositionStarted',
-    'FactsExtracted',
-    'SourceFailed',
-    'SourceRetryRequested',
-  ],
   tables: ['sources'],
-  async apply(trx, recorded) {
-    const event = recorded as unknown as SourceEvent & typeof recorded;
-    const id = parseStreamName(recorded.streamId).id;
-    const update = (changes: Record<string, unknown>) =>
-      trx('sources').where({ id }).update({ ...changes, updated_at: recorded.occurredAt });
-    switch (event.type) {
-      case 'SourceRegistered':
-        await trx('sources')
-          .insert({
-            id,
-            repository_id: recorded.repositoryId,
+  // A source's events come in this order (a retry starts over after SourceFailed/SourceRetryRequested).
+  batchTogether: [['SourceRegistered', 'SourceFetchStarted', 'SourceFetched', 'SourceDecompositionStarted', 'FactsExtracted']],
+  handlers: {
+    async SourceRegistered(trx, events) {
+      await trx('sources')
+        .insert(
+          events.map((event) => ({
+            id: parseStreamName(event.streamId).id,
+            repository_id: event.repositoryId,
             origin: event.data.origin,
             url: event.data.url,
             doi: event.data.doi,
@@ -34,18 +46,33 @@ export const sourcesProjection: Projection = {
             body_sha256: event.data.body_sha256,
             body_bytes: event.data.body_bytes,
             status: 'pending',
-            created_by: recorded.actor,
-            created_at: recorded.occurredAt,
-            updated_at: recorded.occurredAt,
-          })
-          .onConflict('id')
-          .ignore();
-        return;
-      case 'SourceFetchStarted':
-        await update({ status: 'fetching' });
-        return;
-      case 'SourceFetched':
-        await update({
+            created_by: event.actor,
+            created_at: event.occurredAt,
+            updated_at: event.occurredAt,
+          })),
+        )
+        .onConflict('id')
+        .ignore();
+    },
+    SourceFetchStarted: (trx, events) => updateSources(trx, events, { status: 'text' }, () => ({ status: 'fetching' })),
+    SourceFetched: (trx, events) =>
+      updateSources(
+        trx,
+        events,
+        {
+          status: 'text',
+          final_url: 'text',
+          content_type: 'text',
+          body_sha256: 'text',
+          body_bytes: 'bigint',
+          document_kind: 'text',
+          title: 'text',
+          published_at: 'text',
+          text_sha256: 'text',
+          markdown_sha256: 'text',
+          text_chars: 'bigint',
+        },
+        (event) => ({
           status: 'fetched',
           final_url: event.data.final_url,
           content_type: event.data.content_type,
@@ -57,26 +84,26 @@ export const sourcesProjection: Projection = {
           text_sha256: event.data.text_sha256,
           markdown_sha256: event.data.markdown_sha256,
           text_chars: event.data.text_chars,
-        });
-        return;
-      case 'SourceDecompositionStarted':
-        await update({ status: 'decomposing', model_id: event.data.model_id });
-        return;
-      case 'FactsExtracted':
-        await update({ status: 'processed', model_id: event.data.model_id, fact_count: event.data.facts.length, failure: null });
-        return;
-      case 'SourceFailed':
-        await update({ status: 'failed', failure: `${event.data.stage}: ${event.data.reason}` });
-        return;
-      case 'SourceRetryRequested':
-        await trx('sources')
-          .where({ id })
-          .update({
-            status: trx.raw(`CASE WHEN text_sha256 IS NULL THEN 'pending' ELSE 'fetched' END`),
-            failure: null,
-            updated_at: recorded.occurredAt,
-          });
-        return;
-    }
+        }),
+      ),
+    SourceDecompositionStarted: (trx, events) =>
+      updateSources(trx, events, { status: 'text', model_id: 'text' }, (event) => ({ status: 'decomposing', model_id: event.data.model_id })),
+    FactsExtracted: (trx, events) =>
+      updateSources(trx, events, { status: 'text', model_id: 'text', fact_count: 'int', failure: 'text' }, (event) => ({
+        status: 'processed',
+        model_id: event.data.model_id,
+        fact_count: event.data.facts.length,
+        failure: null,
+      })),
+    SourceFailed: each(async (trx, event) => {
+      await trx('sources')
+        .where({ id: parseStreamName(event.streamId).id })
+        .update({ status: 'failed', failure: `${event.data.stage}: ${event.data.reason}`, updated_at: event.occurredAt });
+    }),
+    SourceRetryRequested: each(async (trx, event) => {
+      await trx('sources')
+        .where({ id: parseStreamName(event.streamId).id })
+        .update({ status: trx.raw(`CASE WHEN text_sha256 IS NULL THEN 'pending' ELSE 'fetched' END`), failure: null, updated_at: event.occurredAt });
+    }),
   },
-};
+});

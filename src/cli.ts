@@ -4,13 +4,14 @@ import { loadConfig } from './config/load.js';
 import { ConfigError, type Config } from './config/types.js';
 import { createAppContext, type AppContext } from './app/context.js';
 import { buildApp } from './api/app.js';
-import { presentEvent } from './api/routes/events.js';
+import { presentEvent } from './read/present.js';
 import { rebuildWithProgressBar } from './projection/runner.js';
 import { copyEvents } from './eventstore/copy.js';
 import { createEventStoreDbStore } from './eventstore/eventstoredb.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
 import { EventSchemaRegistry } from './eventstore/schemas.js';
 import { openDatabase } from './db/database.js';
+import { announceDataDirUrl, DataDirLockedError } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
 
 /** The destination of `factlog events copy --to`. */
@@ -29,17 +30,54 @@ async function openCopyTarget(target: string): Promise<{ store: EventStore; clos
   throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not '${target}'`);
 }
 
+/** The running service that owns the embedded data directory, asked over its admin API. */
+interface RunningService {
+  url: string;
+  request(method: 'GET' | 'POST', route: string): Promise<Response>;
+}
+
+function runningService(url: string, token: string): RunningService {
+  return {
+    url,
+    request: async (method, route) => {
+      const response = await fetch(new URL(route, url), { method, headers: { authorization: `Bearer ${token}` } });
+      if (response.status === 401 || response.status === 403) {
+        throw new Error(`the service at ${url} refused the token (${response.status}): a sysadmin's token is needed`);
+      }
+      return response;
+    },
+  };
+}
+
 /** `factlog` — serve the API, migrate, manage projections, and tail the event log. */
 export function buildCli(): Command {
   const program = new Command('factlog')
     .description('Event-sourced knowledge-graph service')
-    .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml');
+    .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml')
+    .option('--token <token>', "a sysadmin's access token: read commands then ask a running service over HTTP (default: $FACTLOG_TOKEN)");
 
   const config = (): Config => loadConfig({ configPath: program.opts<{ config?: string }>().config, warn: (message) => console.warn(message) });
 
-  /** Opens the context without workers, runs `work`, and closes it. */
-  async function withContext(work: (context: AppContext) => Promise<void>, options: { projections?: boolean } = {}) {
-    const context = await createAppContext(config(), { workers: false, logger: pino({ level: 'warn' }) });
+  /**
+   * Opens the context without workers, runs `work`, and closes it. While a service owns the
+   * embedded data directory, a command with a `remote` form asks that service instead (given a
+   * token); every other command refuses with the owner's name, since two processes on one PGlite
+   * directory would corrupt it.
+   */
+  async function withContext(
+    work: (context: AppContext) => Promise<void>,
+    options: { projections?: boolean; remote?: (service: RunningService) => Promise<void> } = {},
+  ) {
+    let context: AppContext;
+    try {
+      context = await createAppContext(config(), { workers: false, logger: pino({ level: 'warn' }) });
+    } catch (error) {
+      if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
+      const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
+      if (!token) throw new Error(`${error.message}, or pass --token (or FACTLOG_TOKEN) with a sysadmin's token to ask it over HTTP`);
+      await options.remote(runningService(error.owner.url, token));
+      return;
+    }
     try {
       if (options.projections) await context.projections.start();
       await work(context);
@@ -58,21 +96,34 @@ export function buildCli(): Command {
     .action(async (options: { role: 'api' | 'worker' | 'all' }) => {
       const settings = config();
       const context = await createAppContext(settings, { role: options.role });
-      await context.start();
       const app = await buildApp(context);
-      await app.listen({ host: settings.server.host, port: settings.server.port });
-      console.log(`factlog serving at ${context.publicUrl} (API docs at ${context.publicUrl}/docs)`);
+      // Listen before starting: /healthz answers at once, and every other request waits until
+      // start() is done (projections and workers running, bootstrap applied). Starting can take
+      // minutes on the distributed tier: each Kafka consumer-group join waits for the group's
+      // rebalance, which after a member died waits for that member's session to time out.
+      const started = context.start();
+      started.catch(() => undefined); // awaited below: a failed start ends the process
+      app.addHook('onRequest', async (request) => {
+        if (request.routeOptions.url !== '/healthz') await started;
+      });
+      // Signals are handled from the moment the service listens (/healthz answers during start):
+      // a SIGTERM during start() waits for it to settle, so closing never races starting, then
+      // closes everything and releases the data directory's lock.
       let stopping = false;
       const shutdown = async (signal: string) => {
         if (stopping) return;
         stopping = true;
         context.log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
+        await started.catch(() => undefined);
         await app.close();
         await context.close();
         process.exit(0);
       };
       process.on('SIGINT', () => void shutdown('SIGINT'));
       process.on('SIGTERM', () => void shutdown('SIGTERM'));
+      announceDataDirUrl(await app.listen({ host: settings.server.host, port: settings.server.port }));
+      await started;
+      console.log(`factlog serving at ${context.publicUrl} (API docs at ${context.publicUrl}/docs)`);
     });
 
   program
@@ -84,21 +135,38 @@ export function buildCli(): Command {
   projections
     .command('list')
     .description('show each projection, its position and lag')
-    .action(() =>
-      withContext(async (context) => {
-        for (const status of await context.projections.status()) {
+    .action(() => {
+      const print = (statuses: Array<{ name: string; position: number; lag: number; state: string }>) => {
+        for (const status of statuses) {
           console.log(`${status.name.padEnd(20)} position ${String(status.position).padStart(8)}  lag ${String(status.lag).padStart(8)}  ${status.state}`);
         }
-      }),
-    );
+      };
+      return withContext(async (context) => print(await context.projections.status()), {
+        remote: async (service) => {
+          const response = await service.request('GET', '/api/v1/projections');
+          if (!response.ok) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
+          print(((await response.json()) as { projections: Array<{ name: string; position: number; lag: number; state: string }> }).projections);
+        },
+      });
+    });
   projections
     .command('rebuild <name>')
     .description('drop a projection and rebuild it from position 0')
     .action((name: string) =>
-      withContext(async (context) => {
-        await rebuildWithProgressBar(context.projections, name);
-        console.log(`projection ${name} rebuilt`);
-      }),
+      withContext(
+        async (context) => {
+          await rebuildWithProgressBar(context.projections, name);
+          console.log(`projection ${name} rebuilt`);
+        },
+        {
+          remote: async (service) => {
+            const response = await service.request('POST', `/api/v1/projections/${encodeURIComponent(name)}/rebuild`);
+            if (response.status === 404) throw new Error(`unknown projection ${name}`);
+            if (response.status !== 202) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
+            console.log(`projection ${name} is rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
+          },
+        },
+      ),
     );
 
   const events = program.command('events').description('the event log');

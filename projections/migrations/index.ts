@@ -217,6 +217,22 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // host-health kept reading `sources` for the host of a source; it now keeps its own mapping,
+    // filled from SourceRegistered. A database migrated before has host_health rows but no
+    // mapping, so the embedded runner replays the projection from position 0 (one row per host).
+    // The bus runner's consumers keep their offsets: there, run `factlog projections rebuild host-health`.
+    id: '004_host_health_sources',
+    async up(knex) {
+      await knex.raw(`CREATE TABLE host_health_sources (source_id text PRIMARY KEY, host text NOT NULL)`);
+      await knex.raw(`TRUNCATE host_health`);
+      await knex.raw(`DO $$ BEGIN
+        IF to_regclass('projection_checkpoints') IS NOT NULL THEN
+          UPDATE projection_checkpoints SET position = 0, updated_at = now() WHERE name = 'host-health';
+        END IF;
+      END $$`);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -1,10 +1,11 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
+import { AmbiguousConceptError, UnsupportedContentError } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
 
-/** An error with the HTTP status and machine-readable code to answer with. */
+/** An error with the HTTP status and machine-readable code to answer with (transport failures: no or bad credentials, a malformed body). */
 export class HttpError extends Error {
   constructor(
     readonly statusCode: number,
@@ -15,8 +16,6 @@ export class HttpError extends Error {
   }
 }
 
-export const notFound = (what: string) => new HttpError(404, 'not_found', `${what} not found`);
-export const forbidden = (message = 'permission denied') => new HttpError(403, 'forbidden', message);
 export const badRequest = (message: string) => new HttpError(400, 'bad_request', message);
 
 const domainStatus: Record<DomainError['code'], [number, string]> = {
@@ -34,11 +33,16 @@ export const errorReplySchema = {
   properties: { error: { type: 'string' }, message: { type: 'string' } },
 } as const;
 
-/** Maps every failure to `{error, message}` with the right status; internals never leak. */
+/**
+ * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
+ * concept also lists its `contexts`); internals never leak.
+ */
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
-    const send = (status: number, code: string, message: string) => reply.status(status).send({ error: code, message });
+    const send = (status: number, code: string, message: string, extra: object = {}) => reply.status(status).send({ error: code, message, ...extra });
     if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
+    if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts });
+    if (error instanceof UnsupportedContentError) return send(415, 'unsupported_media_type', error.message);
     if (error instanceof DomainError) {
       const [status, code] = domainStatus[error.code];
       return send(status, code, error.message);

@@ -1,3 +1,5 @@
+import { jobStates } from '../pipeline/jobs.js';
+import { sourceStatuses } from '../read/sources.js';
 import { errorReplySchema } from './errors.js';
 
 /** JSON schemas shared by several routes. */
@@ -30,11 +32,16 @@ export const listReply = <Item extends object>(item: Item) =>
 
 export const bearerSecurity = [{ bearerAuth: [] as string[] }];
 
-export const isoDate = (value: Date | string | null | undefined): string | null =>
-  value === null || value === undefined ? null : new Date(value).toISOString();
-
 /** `mode` of a search route: hybrid (the default) falls back to lexical when it cannot run. */
 export const searchModeQuery = { type: 'string', enum: ['hybrid', 'lexical'], default: 'hybrid' } as const;
+
+/** The query string of a search route: `query`, the route's own filters, `mode` and the page. */
+export const searchQuerystring = <Filters extends Record<string, object>>(filters: Filters) =>
+  ({
+    type: 'object',
+    additionalProperties: false,
+    properties: { query: { type: 'string', maxLength: 1000, default: '' }, ...filters, mode: searchModeQuery, ...pagingQuery },
+  }) as const;
 
 /** The reply of a search route: a page of items, the query, and which mode answered. */
 export const searchReply = <Item extends object>(item: Item) =>
@@ -49,3 +56,115 @@ export const searchReply = <Item extends object>(item: Item) =>
       fallback_reason: { type: ['string', 'null'], description: 'why hybrid was asked for but lexical answered' },
     },
   }) as const;
+
+/** `{repoID}` and one uuid-shaped id of a resource in it. */
+export const repositoryItemParams = (name: string) =>
+  ({
+    type: 'object',
+    required: ['repoID', name],
+    properties: { repoID: { type: 'string', minLength: 1 }, [name]: { type: 'string', format: 'uuid' } },
+  }) as const;
+
+/** The resources several routes answer with (their JSON shapes come from src/read/present.ts and src/read/*.ts). */
+export const factSchema = {
+  type: 'object',
+  required: ['id', 'content', 'content_hash', 'fact_kind', 'status'],
+  properties: {
+    id: { type: 'string' },
+    repository_id: { type: 'string' },
+    content: { type: 'string' },
+    content_hash: { type: 'string' },
+    fact_kind: { type: 'string', enum: ['text', 'image'] },
+    status: { type: 'string', enum: ['new', 'stable', 'merged'] },
+    merged_into: { type: ['string', 'null'] },
+    image_id: { type: ['string', 'null'] },
+    promptset_hash: { type: 'string' },
+    model_id: { type: ['string', 'null'] },
+    score: { type: 'number', description: 'relevance to the query (search only)' },
+    chunk_index: { type: 'integer', description: 'chunk of the source it came from (per-source lists only)' },
+    source_text: { type: 'string', description: 'the original span (per-source lists only)' },
+    created_at: { type: 'string' },
+  },
+} as const;
+
+export const conceptSummarySchema = {
+  type: 'object',
+  required: ['id', 'canonical_name', 'context', 'status', 'fact_count'],
+  properties: {
+    id: { type: 'string' },
+    canonical_name: { type: 'string' },
+    context: { type: 'string' },
+    ontology_class: { type: ['string', 'null'] },
+    status: { type: 'string', enum: ['active', 'merged'] },
+    merged_into: { type: ['string', 'null'] },
+    fact_count: { type: 'integer' },
+    aliases: { type: 'array', items: { type: 'string' } },
+    source_id: { type: ['string', 'null'] },
+    embedding_model: { type: ['string', 'null'] },
+    score: { type: 'number', description: 'relevance to the query (search only; fused score in hybrid mode)' },
+    created_at: { type: 'string' },
+    updated_at: { type: 'string' },
+  },
+} as const;
+
+/** The replies of routes that resolve a concept by name: a 409 also lists the contexts that share the name. */
+export const conceptErrorReplies = {
+  ...errorReplies,
+  409: {
+    type: 'object',
+    required: ['error', 'message'],
+    properties: { ...errorReplySchema.properties, contexts: { type: 'array', items: { type: 'string' } } },
+  },
+} as const;
+
+/** How a source is named wherever a fact or a concept points at one. */
+export const sourceReferenceProperties = {
+  url: { type: ['string', 'null'] },
+  doi: { type: ['string', 'null'] },
+  filename: { type: ['string', 'null'] },
+  title: { type: ['string', 'null'] },
+} as const;
+
+export const sourceSchema = {
+  type: 'object',
+  required: ['id', 'repository_id', 'origin', 'status'],
+  properties: {
+    id: { type: 'string' },
+    repository_id: { type: 'string' },
+    origin: { type: 'string', enum: ['url', 'doi', 'upload'] },
+    ...sourceReferenceProperties,
+    status: { type: 'string', enum: [...sourceStatuses] },
+    failure: { type: ['string', 'null'], description: 'why the source failed, when status is failed' },
+    published_at: { type: ['string', 'null'] },
+    kind: { type: ['string', 'null'], description: 'html, pdf, markdown or text once fetched' },
+    content_type: { type: ['string', 'null'] },
+    final_url: { type: ['string', 'null'] },
+    body_bytes: { type: ['integer', 'null'] },
+    fact_count: { type: 'integer' },
+    model_id: { type: ['string', 'null'] },
+    created_by: { type: 'string' },
+    created_at: { type: 'string' },
+    updated_at: { type: 'string' },
+  },
+} as const;
+
+export const jobSchema = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    kind: { type: 'string' },
+    repository_id: { type: ['string', 'null'] },
+    subject_id: { type: 'string' },
+    source_id: { type: ['string', 'null'] },
+    report_id: { type: ['string', 'null'] },
+    trigger_event_id: { type: 'string' },
+    state: { type: 'string', enum: [...jobStates] },
+    attempts: { type: 'integer' },
+    max_attempts: { type: 'integer' },
+    last_error: { type: ['string', 'null'] },
+    next_attempt_at: { type: ['string', 'null'] },
+    created_at: { type: 'string' },
+    updated_at: { type: 'string' },
+    finished_at: { type: ['string', 'null'] },
+  },
+} as const;

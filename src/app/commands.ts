@@ -1,6 +1,7 @@
 import type { Decider } from '../domain/decider.js';
 import { handleCommand, type CommandResult } from '../eventstore/commandHandler.js';
-import type { DomainEvent, EventMetadata } from '../eventstore/envelope.js';
+import type { DomainEvent } from '../domain/event.js';
+import type { EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError } from '../projection/runner.js';
 import type { AppendedWrite } from '../projection/types.js';

@@ -7,10 +7,20 @@ export function instrumentEventStore(store: EventStore, metrics: Pick<Metrics, '
   return {
     ...store,
     readStream: store.readStream.bind(store),
+    readStreams: store.readStreams.bind(store),
     readAll: store.readAll.bind(store),
     headPosition: store.headPosition.bind(store),
     subscribe: store.subscribe.bind(store),
     close: store.close.bind(store),
+    async appendToStreams(appends) {
+      const outcomes = await store.appendToStreams(appends);
+      appends.forEach((part, index) => {
+        const outcome = outcomes[index];
+        metrics.appends.inc({ outcome: outcome?.conflict ? 'conflict' : 'ok' });
+        if (outcome?.result) for (const event of part.events) metrics.appendedEvents.inc({ type: event.type });
+      });
+      return outcomes;
+    },
     async append(streamId, events, expected) {
       try {
         const result = await store.append(streamId, events, expected);

@@ -4,8 +4,9 @@ import type { OpenSearchSearchIndex } from '../search/opensearch.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
 
 /**
- * Replays the log into a new OpenSearch index and moves the alias to it in one step: readers keep
- * their answers from the old index until the switch, so there is no downtime. Run it where the
+ * Replays the log into new OpenSearch indices (one per search collection) and moves their aliases
+ * in one step: readers keep their answers from the old indices until the switch, so there is no
+ * downtime. Run it where the
  * search-index projection runs (a worker), so live writes reach both indices meanwhile.
  */
 export async function reindexSearch(
@@ -13,7 +14,7 @@ export async function reindexSearch(
   onProgress?: (done: number, total: number) => void,
 ): Promise<{ events: number }> {
   let applied = 0;
-  await deps.search.rebuildIndex(async (_write, target) => {
+  await deps.search.rebuildIndex(async (target) => {
     const projection = createSearchIndexProjection(target);
     const total = await deps.store.headPosition();
     let after = 0;

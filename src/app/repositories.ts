@@ -4,8 +4,11 @@ import { DomainError } from '../domain/decider.js';
 import { checkSlug, repositoryDecider } from '../domain/repository/decider.js';
 import { userDecider } from '../domain/user/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
-import { repositoryDomain } from '../auth/rbac.js';
+import { repositoryDomain, type Principal } from '../auth/rbac.js';
+import { presentRepositoryById } from '../read/repositories.js';
+import { authorizeInRepository, authorizeRepository, authorizeSystem, commandMetadata, type Trace } from './access.js';
 import type { CommandBus } from './commands.js';
+import type { AppContext } from './context.js';
 
 export interface CreateRepositoryInput {
   name: string;
@@ -88,11 +91,7 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
       return repositoryId;
     },
 
-    async update(
-      repositoryId: string,
-      change: { name?: string; slug?: string; description?: string; accepted_promptset_hashes?: string[] },
-      metadata: EventMetadata,
-    ) {
+    async update(repositoryId: string, change: RepositoryChange, metadata: EventMetadata) {
       const current = await knex('repositories').where({ id: repositoryId }).first('slug');
       const newSlug = change.slug !== undefined && change.slug !== current?.slug ? change.slug : undefined;
       if (newSlug !== undefined) {
@@ -127,3 +126,35 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
 }
 
 export type RepositoryService = ReturnType<typeof createRepositoryService>;
+
+export type RepositoryChange = { name?: string; slug?: string; description?: string; accepted_promptset_hashes?: string[] };
+
+/** Repository commands for a caller: create (the caller becomes owner), update, delete. */
+export function repositoryCommands(deps: Pick<AppContext, 'db' | 'repositories' | 'identity'>) {
+  const knex = deps.db.knex;
+  return {
+    async create(principal: Principal, input: CreateRepositoryInput, trace?: Trace) {
+      authorizeSystem(principal, 'repositories:create');
+      const repositoryId = await deps.repositories.create(input, commandMetadata(principal, null, trace), principal.userId);
+      // The caller just became owner: show the role in the answer.
+      const owner = { ...principal, assignments: await deps.identity.roleAssignments(principal.userId) };
+      return presentRepositoryById(knex, repositoryId, owner);
+    },
+
+    /** Changing the accepted promptset hashes is a setting: it needs `repositories:manage` too. */
+    async update(principal: Principal, input: RepositoryChange & { repository: string }, trace?: Trace) {
+      const { repository: idOrSlug, ...change } = input;
+      const repository = await authorizeRepository(knex, principal, idOrSlug, 'repositories:write');
+      if (change.accepted_promptset_hashes !== undefined) authorizeInRepository(principal, repository.id, 'repositories:manage');
+      await deps.repositories.update(repository.id, change, commandMetadata(principal, repository.id, trace));
+      return presentRepositoryById(knex, repository.id, principal);
+    },
+
+    async remove(principal: Principal, input: { repository: string }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'repositories:delete');
+      await deps.repositories.remove(repository.id, commandMetadata(principal, repository.id, trace));
+    },
+  };
+}
+
+export type RepositoryCommands = ReturnType<typeof repositoryCommands>;

@@ -6,7 +6,7 @@ import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { CommandBus } from '../app/commands.js';
 import { hashPassword, validatePasswordPolicy, verifyPassword } from './passwords.js';
-import { SYSTEM_DOMAIN, type RoleAssignment } from './rbac.js';
+import { SYSTEM_DOMAIN, type Principal, type RoleAssignment } from './rbac.js';
 import { hashToken, InvalidTokenError, newOpaqueToken, OPAQUE_TOKEN_PREFIX, type TokenService } from './tokens.js';
 
 export interface PublicUser {
@@ -21,11 +21,6 @@ export interface SessionGrant {
   refresh_token: string;
 }
 
-export interface Principal {
-  userId: string;
-  sessionId: string;
-  assignments: RoleAssignment[];
-}
 
 export interface IdentitySettings {
   passwordMinLength: number;

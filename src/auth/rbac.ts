@@ -234,6 +234,27 @@ export function can(assignments: readonly RoleAssignment[], domain: string, perm
   return allows(permissionsOf(assignments), domain, permission);
 }
 
+/**
+ * Who calls the application layer, whatever the transport: a user with their roles, and what
+ * the credential may do. A session may do all its user's roles allow; an OAuth token or API key
+ * only what its scopes (permission patterns such as `facts:read` or `sources:*`) also allow.
+ */
+export interface Principal {
+  userId: string;
+  /** The session the credential belongs to (logout ends it). */
+  sessionId: string;
+  assignments: RoleAssignment[];
+  /** Absent or `all` for a session; permission patterns for a scoped token. */
+  scopes?: readonly string[] | 'all';
+}
+
+/** May the principal do `permission` in `domain`: its roles grant it and its scopes cover it. */
+export function principalCan(principal: Principal, domain: string, permission: Permission): boolean {
+  const { scopes = 'all' } = principal;
+  const scoped = scopes === 'all' || scopes.some((pattern) => matchesPermission(pattern, permission));
+  return scoped && can(principal.assignments, domain, permission);
+}
+
 export interface RolesCatalog {
   roles: { name: string; scope: Scope; description: string; permissions: Permission[] }[];
   permissions: { permission: Permission; scope: Scope; description: string; roles: string[] }[];

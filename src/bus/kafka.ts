@@ -16,8 +16,7 @@ import { streamCategories, type RecordedEvent } from '../eventstore/envelope.js'
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import type { EventSchemaRegistry } from '../eventstore/schemas.js';
 import { decodeEvent, encodeEvent, EventDecodeError, eventHeaders, messageEventType } from './avro.js';
-import { silentBusLogger, validateConsumerOptions, type BusLogger } from './log.js';
-import { topicCategory, type Bus, type BusConsumer, type BusConsumerOptions } from './port.js';
+import { silentBusLogger, topicCategory, validateConsumerOptions, type Bus, type BusConsumer, type BusConsumerOptions, type BusLogger } from './port.js';
 
 /** Where the distributed tier's Kafka is and how its topics are made (config `bus.kafka`). */
 export interface KafkaOptions {

@@ -1,13 +1,16 @@
 import type { RecordedEvent } from '../eventstore/envelope.js';
 
 /**
- * The Bus port: how pipeline stages (job intake) and projections receive the log.
+ * The Bus port: how pipeline stages (job intake) and projections receive the log on the
+ * distributed tier (`bus.backend: kafka`, adapter `kafka.ts`): a relay publishes every event to
+ * `<prefix>.<category>` topics keyed by stream id; consumers read in consumer groups. Order holds
+ * within a stream only, and delivery is at least once, so a consumer absorbs duplicates by
+ * (stream id, stream version).
  *
- * - Embedded tier (`log.ts`): a catch-up subscription on the event store's global log; events
- *   arrive in global order and the consumer's checkpoint is a global position.
- * - Distributed tier (`kafka.ts`): a relay publishes every event to `<prefix>.<category>` topics
- *   keyed by stream id; consumers read in consumer groups. Order holds within a stream only, and
- *   delivery is at least once, so a consumer absorbs duplicates by (stream id, stream version).
+ * The embedded tier (`bus.backend: log`) has no Bus: its projection runner
+ * (`src/projection/runner.ts`) subscribes to the event store's global log directly and keeps
+ * its checkpoints in the projection's own transaction (docs/architecture.md, "The embedded tier
+ * has no bus").
  */
 export interface BusConsumerOptions {
   /** Consumer group: the projection name or `stage.<kind>`; one group reads each event once. */
@@ -39,4 +42,25 @@ export function topicCategory(streamId: string): string {
   const category = dash < 0 ? streamId : streamId.slice(0, dash);
   if (category.endsWith('s')) return category;
   return category.endsWith('y') ? `${category.slice(0, -1)}ies` : `${category}s`;
+}
+
+/** The part of a pino logger the bus adapters use (pino loggers and test spies fit). */
+export interface BusLogger {
+  info(details: Record<string, unknown>, message: string): void;
+  warn(details: Record<string, unknown>, message: string): void;
+  error(details: Record<string, unknown>, message: string): void;
+}
+
+export const silentBusLogger: BusLogger = { info() {}, warn() {}, error() {} };
+
+/** Checks that apply to every Bus adapter: a group name, and at least one event type. */
+export function validateConsumerOptions(options: BusConsumerOptions): void {
+  if (typeof options.group !== 'string' || options.group.trim() === '') throw new RangeError('group must be a non-empty string');
+  if (!Array.isArray(options.types) || options.types.length === 0) {
+    throw new RangeError(`group ${options.group}: types must name at least one event type`);
+  }
+  if (options.types.some((type) => typeof type !== 'string' || type === '')) {
+    throw new RangeError(`group ${options.group}: every type must be a non-empty string`);
+  }
+  if (typeof options.handler !== 'function') throw new RangeError(`group ${options.group}: handler must be a function`);
 }

@@ -1,17 +1,19 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import knexFactory, { type Knex } from 'knex';
-import { PGlite } from '@electric-sql/pglite';
-import { vector } from '@electric-sql/pglite-pgvector';
 import ClientPgLite from 'knex-pglite';
+import { acquireDataDirLock } from './dataDirLock.js';
+import { PgliteThread } from './pgliteThread.js';
+import { gateConnection, PriorityGate } from './priority.js';
 
 /**
- * One way to reach PostgreSQL: a knex instance over either PGlite (embedded, in-process WASM)
- * or a PostgreSQL server through `pg`. Everything above this file sees only `Database`.
+ * One way to reach PostgreSQL: a knex instance over either PGlite (embedded WASM, run in a worker
+ * thread of this process: src/db/pgliteThread.ts) or a PostgreSQL server through `pg`. Everything
+ * above this file sees only `Database`.
  */
 export interface Database {
   readonly knex: Knex;
-  /** `pglite` runs on one connection in this process; `postgres` is a server with a pool. */
+  /** `pglite` runs on one connection in a worker thread of this process; `postgres` is a server with a pool. */
   readonly kind: 'pglite' | 'postgres';
   /** Whether the pgvector extension is available (always on PGlite; probed on a server). */
   readonly hasVector: boolean;
@@ -19,7 +21,15 @@ export interface Database {
 }
 
 export type DatabaseOptions =
-  | { kind: 'pglite'; /** directory for the data files; `memory://` for a throwaway database */ dataDir: string }
+  | {
+      kind: 'pglite';
+      /** directory for the data files; `memory://` for a throwaway database */
+      dataDir: string;
+      /** a `dumpDataDir` tarball to start a new database from instead of running initdb (tests) */
+      loadDataDir?: Blob;
+      /** server settings over `pgliteMemorySettings` (`-c name=value` at start) */
+      settings?: Readonly<Record<string, string>>;
+    }
   | {
       kind: 'postgres';
       url: string;
@@ -27,24 +37,54 @@ export type DatabaseOptions =
       sslMode?: 'disable' | 'require' | 'verify-ca' | 'verify-full';
     };
 
+/**
+ * PGlite's memory is its WebAssembly heap, which grows and never shrinks, and PGlite touches its
+ * whole buffer pool when it starts. PostgreSQL's default (shared_buffers 128MB) is sized for a
+ * server; an embedded node reads the rest of its files through the OS page cache, which is not
+ * the process's memory. 32MB saves about 90 MB of RSS (docs/performance.md, "Memory").
+ */
+export const pgliteMemorySettings: Readonly<Record<string, string>> = {
+  shared_buffers: '32MB',
+};
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if (options.kind === 'pglite') {
-    if (!options.dataDir.startsWith('memory://')) mkdirSync(path.resolve(options.dataDir), { recursive: true });
-    const pglite = await PGlite.create(options.dataDir, { extensions: { vector } });
+    const inMemory = options.dataDir.startsWith('memory://');
+    // One process per data directory: a second opener gets DataDirLockedError naming the owner.
+    if (!inMemory) mkdirSync(path.resolve(options.dataDir), { recursive: true });
+    const lock = inMemory ? null : acquireDataDirLock(path.resolve(options.dataDir));
+    let pglite: PgliteThread;
+    try {
+      pglite = await PgliteThread.open({
+        dataDir: options.dataDir,
+        ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
+        settings: { ...pgliteMemorySettings, ...(options.settings ?? {}) },
+      });
+    } catch (error) {
+      lock?.release();
+      throw error;
+    }
     const knex = knexFactory({
       client: ClientPgLite,
       dialect: 'postgres',
-      // PGlite is one connection; knex-pglite manages it and refuses a pool setting.
+      // PGlite is one connection; knex-pglite manages it and refuses a pool setting. It calls
+      // only `waitReady`, `query` and `close` of its PGlite, which the worker-thread proxy has.
       connection: () => ({ pglite }),
     } as Knex.Config);
+    // Requests and projections go before the pipeline's queued statements (src/db/priority.ts).
+    gateConnection(knex.client as Parameters<typeof gateConnection>[0], new PriorityGate());
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     return {
       knex,
       kind: 'pglite',
       hasVector: true,
       close: async () => {
-        await knex.destroy();
-        if (!pglite.closed) await pglite.close();
+        try {
+          await knex.destroy();
+          if (!pglite.closed) await pglite.close();
+        } finally {
+          lock?.release();
+        }
       },
     };
   }

@@ -1,4 +1,4 @@
-import type { DomainEvent } from '../eventstore/envelope.js';
+import type { DomainEvent } from './event.js';
 
 /**
  * A decider (after Emmett): pure functions that decide which events a command produces

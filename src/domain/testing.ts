@@ -1,5 +1,5 @@
 import { foldEvents, type Decider } from './decider.js';
-import type { DomainEvent } from '../eventstore/envelope.js';
+import type { DomainEvent } from './event.js';
 
 /**
  * Given/when/then for deciders, in the shape of Emmett's DeciderSpecification:

@@ -1,5 +1,6 @@
 import type { Decider } from '../domain/decider.js';
-import type { DomainEvent, EventMetadata } from './envelope.js';
+import type { DomainEvent } from '../domain/event.js';
+import type { EventMetadata, RecordedEvent } from './envelope.js';
 import { ConcurrencyError, type EventStore } from './port.js';
 import type { AppendedWrite } from '../projection/types.js';
 
@@ -54,14 +55,39 @@ export async function handleCommand<State, Command, Event extends DomainEvent>(
   }
 }
 
+/** A stream read once: its events, the decider's state after them and its version (null: no stream). */
+export interface LoadedStream<State> {
+  events: RecordedEvent[];
+  state: State;
+  version: number | null;
+}
+
+/** Reads a stream once and folds it, so a caller can decide and look at its events without reading again. */
+export async function loadStream<State, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
+): Promise<LoadedStream<State>> {
+  return foldStream(await store.readStream(streamId), decider);
+}
+
+/** A stream's events read already (readStream, readStreams) folded into the decider's state. */
+export function foldStream<State, Event extends DomainEvent>(
+  events: RecordedEvent[],
+  decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
+): LoadedStream<State> {
+  let state = decider.initialState();
+  // The stream holds the decider's own events; the store returns them as untyped recorded envelopes.
+  for (const event of events) state = decider.evolve(state, event as unknown as Event);
+  return { events, state, version: events.length === 0 ? null : events[events.length - 1].streamVersion };
+}
+
 /** Folds a stream into a decider's state (for reads that must see the latest write). */
 export async function loadState<State, Event extends DomainEvent>(
   store: EventStore,
   streamId: string,
   decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
 ): Promise<{ state: State; version: number | null }> {
-  const recorded = await store.readStream(streamId);
-  let state = decider.initialState();
-  for (const event of recorded) state = decider.evolve(state, event as unknown as Event);
-  return { state, version: recorded.length === 0 ? null : recorded[recorded.length - 1].streamVersion };
+  const { state, version } = await loadStream(store, streamId, decider);
+  return { state, version };
 }

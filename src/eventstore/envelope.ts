@@ -3,6 +3,10 @@
  * Positions and versions are JS numbers: safe up to 2^53, far beyond any log we will hold.
  */
 
+// The domain's event type lives in the domain; re-exported here so the store's users that import
+// it with the envelope keep compiling.
+export type { DomainEvent } from '../domain/event.js';
+
 /** Who caused an event and why: stamped by the command handler, never by the store. */
 export interface EventMetadata {
   /** Repository the event belongs to; null for system-wide streams (users, oauth clients). */
@@ -40,12 +44,6 @@ export interface RecordedEvent<Type extends string = string, Data = Record<strin
   data: Data;
   /** RFC 3339 time at which the store recorded the event. */
   occurredAt: string;
-}
-
-/** The domain-only view (type + data) that deciders produce and consume. */
-export interface DomainEvent<Type extends string = string, Data = Record<string, unknown>> {
-  type: Type;
-  data: Data;
 }
 
 /** Stream names of DESIGN.md: `<category>-<id>`. */

@@ -30,11 +30,13 @@ import {
   type ExpectedVersion,
   type ReadAllOptions,
   type ReadStreamOptions,
+  type StreamAppend,
+  type StreamAppendOutcome,
   type SubscribeOptions,
   type Subscription,
 } from './port.js';
 import type { EventSchemaRegistry } from './schemas.js';
-import { checkExpectedVersion, validateNewEvents } from './validation.js';
+import { checkExpectedVersion, validateNewEvents, validateStreamAppends } from './validation.js';
 
 /**
  * The EventStore port on EventStoreDB / KurrentDB through `@eventstore/db-client` (docs/eventstoredb.md).
@@ -444,6 +446,32 @@ export function createEventStoreDbStore(options: EventStoreDbStoreOptions): Even
       if (limit === 0) return [];
       const events = await readStreamEvents(streamId, BigInt(fromVersion), limit ?? Number.MAX_SAFE_INTEGER);
       return events.map(toRecordedEvent);
+    },
+
+    // The protocol has no multi-stream read or append: one call per stream, with the port's semantics.
+    async readStreams(streamIds: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
+      const byStream = new Map<string, RecordedEvent[]>();
+      for (const streamId of streamIds) {
+        if (typeof streamId !== 'string') throw new RangeError('stream ids must be strings');
+        if (!byStream.has(streamId)) byStream.set(streamId, (await readStreamEvents(streamId, 'start', Number.MAX_SAFE_INTEGER)).map(toRecordedEvent));
+      }
+      return byStream;
+    },
+
+    async appendToStreams(appends: readonly StreamAppend[]): Promise<StreamAppendOutcome[]> {
+      // Everything is checked before the first part is written, as one statement would.
+      validateStreamAppends(options.schemas, appends);
+      for (const part of appends) toAppendDocuments(options.schemas, part.events);
+      const outcomes: StreamAppendOutcome[] = [];
+      for (const part of appends) {
+        try {
+          outcomes.push({ streamId: part.streamId, result: await store.append(part.streamId, part.events, part.expected) });
+        } catch (error) {
+          if (!(error instanceof ConcurrencyError)) throw error;
+          outcomes.push({ streamId: part.streamId, conflict: error });
+        }
+      }
+      return outcomes;
     },
 
     readAll: (readOptions: ReadAllOptions = {}) => readLog(readOptions),

@@ -28,6 +28,22 @@ export interface ReadStreamOptions {
   limit?: number;
 }
 
+/** One stream's part of a multi-stream append (`appendToStreams`). */
+export interface StreamAppend {
+  streamId: string;
+  events: readonly NewEvent[];
+  expected: ExpectedVersion;
+}
+
+/**
+ * How one stream's part of a multi-stream append ended: appended (`result`, as `append` returns
+ * it), or refused because its expected version did not hold (`conflict`, the error `append`
+ * would have thrown).
+ */
+export type StreamAppendOutcome =
+  | { streamId: string; result: AppendResult; conflict?: undefined }
+  | { streamId: string; result?: undefined; conflict: ConcurrencyError };
+
 export interface ReadAllOptions {
   /** Return events with globalPosition strictly greater than this; default 0 (from the start). */
   after?: number;
@@ -67,6 +83,20 @@ export interface Subscription {
 export interface EventStore {
   append(streamId: string, events: readonly NewEvent[], expected: ExpectedVersion): Promise<AppendResult>;
   readStream(streamId: string, options?: ReadStreamOptions): Promise<RecordedEvent[]>;
+  /**
+   * Several whole streams at once (one round trip where the adapter can): each stream's events in
+   * version order, by stream id; a stream that does not exist maps to an empty list.
+   */
+  readStreams(streamIds: readonly string[]): Promise<Map<string, RecordedEvent[]>>;
+  /**
+   * Appends to several streams at once (one round trip where the adapter can), each part with
+   * its own expected version. Each stream's part is stored whole or not at all, and parts are
+   * independent: a part whose expected version does not hold is refused (its outcome's
+   * `conflict`) while the others are stored. Outcomes come in the order of `appends`. Every
+   * event is validated first: an invalid one (or an event id given twice in the call) throws
+   * InvalidEventError and nothing is stored. A stream may appear once per call.
+   */
+  appendToStreams(appends: readonly StreamAppend[]): Promise<StreamAppendOutcome[]>;
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /** Global position of the last event visible to readers (0 for an empty log). */
   headPosition(): Promise<number>;

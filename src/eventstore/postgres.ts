@@ -9,11 +9,13 @@ import {
   type ExpectedVersion,
   type ReadAllOptions,
   type ReadStreamOptions,
+  type StreamAppend,
+  type StreamAppendOutcome,
   type SubscribeOptions,
   type Subscription,
 } from './port.js';
 import type { EventSchemaRegistry } from './schemas.js';
-import { checkExpectedVersion, validateNewEvents } from './validation.js';
+import { checkExpectedVersion, validateNewEvents, validateStreamAppends } from './validation.js';
 
 /**
  * The EventStore on PostgreSQL: the same SQL runs on PGlite (embedded) and on a server.
@@ -115,13 +117,9 @@ const migrationStatements = [
             DETAIL = coalesce(v_current::text, 'no_stream');
         END IF;
       END IF;
-      -- A retried batch whose events are already stored: the retry lost, as a version race would.
-      -- (= ANY of an array keeps this an index probe; a join would scan the whole log.)
-      IF EXISTS (SELECT 1 FROM events ev WHERE ev.event_id = ANY (
-                   ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(p_events) AS d(doc)))) THEN
-        RAISE EXCEPTION 'event id already stored' USING ERRCODE = '${wrongVersionState}',
-          DETAIL = coalesce(v_current::text, 'no_stream');
-      END IF;
+      -- A retried batch whose events are already stored fails on events_event_id_key (a unique
+      -- violation, which the caller reports as a lost version race). No lookup beforehand: its
+      -- cached generic plan scanned the whole log, so appends slowed as the log grew.
       IF v_count > 0 THEN
         UPDATE streams SET version = coalesce(v_current, -1) + v_count WHERE stream_id = p_stream_id;
         RETURN QUERY
@@ -148,10 +146,111 @@ const migrationStatements = [
   $fn$`,
 ];
 
+/**
+ * The multi-stream append (`appendToStreams`): the same steps as `factlog_append_events` for each
+ * part, under one advisory lock and in one transaction, but a part whose expected version does
+ * not hold (or whose event ids are stored already) is reported instead of raised, so the other
+ * parts are stored. Streams are locked in id order, so two multi-stream appends cannot deadlock.
+ * p_appends: a JSON array of {streamId, expected, events: [as factlog_append_events]}.
+ * Returns, per part (out_index: its place in p_appends): a refused part one row with
+ * out_conflict and the actual version (null: no stream); an empty part one row with the
+ * current version; a stored part one row per event with its position, version and time.
+ */
+const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_streams(p_appends jsonb)
+  RETURNS TABLE (out_index integer, out_conflict boolean, out_actual integer, out_position bigint, out_version integer, out_time timestamptz)
+  LANGUAGE plpgsql AS $fn$
+  DECLARE
+    v_lock_key constant bigint := hashtext('factlog.events.append');
+    v_part record;
+    v_stream text;
+    v_expected text;
+    v_events jsonb;
+    v_current integer;
+    v_found boolean;
+    v_count integer;
+    v_holds boolean;
+  BEGIN
+    IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+      RAISE EXCEPTION 'an append must be the first write of its transaction' USING ERRCODE = '${lateAppendState}';
+    END IF;
+    PERFORM pg_advisory_lock(v_lock_key);
+    BEGIN
+      PERFORM pg_current_xact_id();
+      FOR v_part IN
+        SELECT p.doc, (p.n - 1)::integer AS idx FROM jsonb_array_elements(p_appends) WITH ORDINALITY AS p(doc, n)
+        ORDER BY p.doc->>'streamId' COLLATE "C"
+      LOOP
+        v_stream := v_part.doc->>'streamId';
+        v_expected := v_part.doc->>'expected';
+        v_events := v_part.doc->'events';
+        v_count := jsonb_array_length(v_events);
+        SELECT s.version INTO v_current FROM streams s WHERE s.stream_id = v_stream FOR UPDATE;
+        v_found := FOUND;
+        IF NOT v_found THEN v_current := NULL; END IF;
+        v_holds := CASE
+          WHEN v_expected = 'no_stream' THEN v_current IS NULL
+          WHEN v_expected = 'stream_exists' THEN v_current IS NOT NULL
+          WHEN v_expected = 'any' THEN true
+          ELSE v_current IS NOT DISTINCT FROM v_expected::integer
+        END;
+        IF v_holds AND v_count > 0 AND NOT v_found THEN
+          -- Waits for a racing creator of the same stream; if it committed, its version is checked again.
+          INSERT INTO streams (stream_id, version) VALUES (v_stream, -1) ON CONFLICT (stream_id) DO NOTHING;
+          SELECT s.version INTO v_current FROM streams s WHERE s.stream_id = v_stream FOR UPDATE;
+          IF v_current = -1 THEN
+            v_current := NULL;
+          ELSE
+            v_holds := v_expected = 'any' OR v_expected = 'stream_exists' OR v_current IS NOT DISTINCT FROM
+              CASE WHEN v_expected ~ '^[0-9]+$' THEN v_expected::integer END;
+          END IF;
+        END IF;
+        -- A retried part whose events are already stored: the retry lost, as a version race would.
+        IF v_holds AND v_count > 0 AND EXISTS (SELECT 1 FROM events ev WHERE ev.event_id = ANY (
+             ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(v_events) AS d(doc)))) THEN
+          v_holds := false;
+        END IF;
+        IF NOT v_holds THEN
+          -- A stream row this part created (version -1) must not outlive the refusal.
+          DELETE FROM streams s WHERE s.stream_id = v_stream AND s.version = -1;
+          out_index := v_part.idx; out_conflict := true; out_actual := v_current;
+          out_position := NULL; out_version := NULL; out_time := NULL;
+          RETURN NEXT;
+        ELSIF v_count = 0 THEN
+          out_index := v_part.idx; out_conflict := false; out_actual := v_current;
+          out_position := NULL; out_version := NULL; out_time := NULL;
+          RETURN NEXT;
+        ELSE
+          UPDATE streams SET version = coalesce(v_current, -1) + v_count WHERE stream_id = v_stream;
+          RETURN QUERY
+            WITH inserted AS (
+              INSERT INTO events (event_id, stream_id, stream_version, type, schema_version, repository_id,
+                                  actor, causation_id, correlation_id, data)
+              SELECT (e.doc->>'eventId')::uuid, v_stream, coalesce(v_current, -1) + e.n::integer,
+                     e.doc->>'type', (e.doc->>'schemaVersion')::integer, e.doc->>'repositoryId',
+                     e.doc->>'actor', e.doc->>'causationId', e.doc->>'correlationId', e.doc->'data'
+              FROM jsonb_array_elements(v_events) WITH ORDINALITY AS e(doc, n)
+              ORDER BY e.n
+              RETURNING events.global_position, events.stream_version, events.occurred_at
+            )
+            SELECT v_part.idx, false, NULL::integer, i.global_position, i.stream_version, i.occurred_at FROM inserted i;
+        END IF;
+      END LOOP;
+    EXCEPTION
+      WHEN query_canceled THEN
+        PERFORM pg_advisory_unlock(v_lock_key);
+        RAISE;
+      WHEN OTHERS THEN
+        PERFORM pg_advisory_unlock(v_lock_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(v_lock_key);
+  END;
+  $fn$`;
+
 /** Creates the event tables and the append function; safe to run any number of times, concurrently. */
 export async function migrateEventStore(knex: Knex): Promise<void> {
   await migrateUnderLock(knex, 'events', async (trx) => {
-    for (const statement of migrationStatements) await trx.raw(statement);
+    for (const statement of [...migrationStatements, appendToStreamsFunction]) await trx.raw(statement);
   });
 }
 
@@ -186,6 +285,17 @@ const eventColumns = [
   'occurred_at',
 ] as const;
 
+/** What `factlog_append_events` assigned to one appended event. */
+interface AppendedRow {
+  global_position: string | number;
+  stream_version: number;
+  occurred_at: Date | string;
+}
+
+function isoTime(value: Date | string): string {
+  return (value instanceof Date ? value : new Date(value)).toISOString();
+}
+
 function toRecordedEvent(row: EventRow): RecordedEvent {
   return {
     eventId: row.event_id,
@@ -199,7 +309,7 @@ function toRecordedEvent(row: EventRow): RecordedEvent {
     causationId: row.causation_id,
     correlationId: row.correlation_id,
     data: row.data,
-    occurredAt: (row.occurred_at instanceof Date ? row.occurred_at : new Date(row.occurred_at)).toISOString(),
+    occurredAt: isoTime(row.occurred_at),
   };
 }
 
@@ -255,14 +365,15 @@ async function appendEvents(
   if (typeof streamId !== 'string' || streamId === '') throw new RangeError('streamId must be a non-empty string');
   checkExpectedVersion(expected);
   const documents = validateNewEvents(schemas, events);
-  let rows: EventRow[];
+  let rows: AppendedRow[];
   try {
-    const result = await runner.raw('SELECT * FROM factlog_append_events(?, ?, ?::jsonb)', [
-      streamId,
-      String(expected),
-      JSON.stringify(documents),
-    ]);
-    rows = (result as { rows: EventRow[] }).rows;
+    // Only what the store assigned comes back: the rest is in `documents`, and sending each
+    // event's data back to be parsed again cost as much as storing it.
+    const result = await runner.raw(
+      'SELECT global_position, stream_version, occurred_at FROM factlog_append_events(?, ?, ?::jsonb) ORDER BY stream_version',
+      [streamId, String(expected), JSON.stringify(documents)],
+    );
+    rows = (result as { rows: AppendedRow[] }).rows;
   } catch (error) {
     const code = databaseErrorCode(error);
     if (code === wrongVersionState) {
@@ -277,7 +388,24 @@ async function appendEvents(
     }
     throw error;
   }
-  const recorded = rows.map(toRecordedEvent).sort((a, b) => a.globalPosition - b.globalPosition);
+  // The function numbers the events in batch order: the n-th row (by stream version) is documents[n].
+  const recorded = rows.map((row, index): RecordedEvent => {
+    const document = documents[index];
+    return {
+      eventId: document.eventId,
+      streamId,
+      streamVersion: Number(row.stream_version),
+      globalPosition: Number(row.global_position),
+      type: document.type,
+      schemaVersion: document.schemaVersion,
+      repositoryId: document.repositoryId,
+      actor: document.actor,
+      causationId: document.causationId,
+      correlationId: document.correlationId,
+      data: document.data,
+      occurredAt: isoTime(row.occurred_at),
+    };
+  });
   const last = recorded[recorded.length - 1];
   if (!last) {
     // An empty batch only checks the expected version.
@@ -285,6 +413,86 @@ async function appendEvents(
     return { nextExpectedVersion: version === 'no_stream' ? -1 : version, lastPosition: 0, events: [] };
   }
   return { nextExpectedVersion: last.streamVersion, lastPosition: last.globalPosition, events: recorded };
+}
+
+/** `readStreams`: every event of the streams in one statement, grouped by stream. */
+async function readManyStreams(knex: Knex, streamIds: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
+  const byStream = new Map<string, RecordedEvent[]>();
+  for (const streamId of streamIds) {
+    if (typeof streamId !== 'string') throw new RangeError('stream ids must be strings');
+    byStream.set(streamId, []);
+  }
+  if (byStream.size === 0) return byStream;
+  const rows = (await knex('events')
+    .select(...eventColumns)
+    .whereRaw('stream_id = ANY(?::text[])', [[...byStream.keys()]])
+    .orderBy([{ column: 'stream_id' }, { column: 'stream_version' }])) as EventRow[];
+  for (const row of rows) byStream.get(row.stream_id)?.push(toRecordedEvent(row));
+  return byStream;
+}
+
+/** What `factlog_append_to_streams` returns: one row per stored event, or one per refused or empty part. */
+interface PartRow {
+  out_index: number;
+  out_conflict: boolean;
+  out_actual: number | null;
+  out_position: string | number | null;
+  out_version: number | null;
+  out_time: Date | string | null;
+}
+
+/** `appendToStreams`: every part in one statement (factlog_append_to_streams); see the port. */
+async function appendManyStreams(knex: Knex, schemas: EventSchemaRegistry, appends: readonly StreamAppend[]): Promise<StreamAppendOutcome[]> {
+  const validated = validateStreamAppends(schemas, appends);
+  if (appends.length === 0) return [];
+  let rows: PartRow[];
+  try {
+    const result = await knex.raw('SELECT * FROM factlog_append_to_streams(?::jsonb)', [
+      JSON.stringify(appends.map((part, index) => ({ streamId: part.streamId, expected: String(part.expected), events: validated[index] }))),
+    ]);
+    rows = (result as { rows: PartRow[] }).rows;
+  } catch (error) {
+    if (databaseErrorCode(error) === untranslatableCharacterState) {
+      throw new InvalidEventError(validated.flat()[0]?.type ?? 'unknown', 'a string contains a character jsonb cannot store (\\u0000)');
+    }
+    throw error;
+  }
+  const rowsByPart = new Map<number, PartRow[]>();
+  for (const row of rows) {
+    const index = Number(row.out_index);
+    const list = rowsByPart.get(index) ?? [];
+    list.push(row);
+    rowsByPart.set(index, list);
+  }
+  return appends.map((part, index): StreamAppendOutcome => {
+    const partRows = (rowsByPart.get(index) ?? []).sort((a, b) => Number(a.out_version) - Number(b.out_version));
+    const [first] = partRows;
+    const actual = first?.out_actual === null || first?.out_actual === undefined ? 'no_stream' : Number(first.out_actual);
+    if (!first || first.out_conflict) return { streamId: part.streamId, conflict: new ConcurrencyError(part.streamId, part.expected, actual) };
+    if (first.out_position === null) {
+      // An empty part only checks the version.
+      return { streamId: part.streamId, result: { nextExpectedVersion: actual === 'no_stream' ? -1 : actual, lastPosition: 0, events: [] } };
+    }
+    const events = partRows.map((row, position): RecordedEvent => {
+      const document = validated[index][position];
+      return {
+        eventId: document.eventId,
+        streamId: part.streamId,
+        streamVersion: Number(row.out_version),
+        globalPosition: Number(row.out_position),
+        type: document.type,
+        schemaVersion: document.schemaVersion,
+        repositoryId: document.repositoryId,
+        actor: document.actor,
+        causationId: document.causationId,
+        correlationId: document.correlationId,
+        data: document.data,
+        occurredAt: isoTime(row.out_time as Date | string),
+      };
+    });
+    const last = events[events.length - 1];
+    return { streamId: part.streamId, result: { nextExpectedVersion: last.streamVersion, lastPosition: last.globalPosition, events } };
+  });
 }
 
 interface GlobalReadOptions extends ReadAllOptions {
@@ -345,6 +553,16 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
         query.limit(readOptions.limit);
       }
       return ((await query) as EventRow[]).map(toRecordedEvent);
+    },
+
+    readStreams: (streamIds) => readManyStreams(knex, streamIds),
+
+    async appendToStreams(appends) {
+      const outcomes = await appendManyStreams(knex, options.schemas, appends);
+      if (outcomes.some((outcome) => outcome.result && outcome.result.events.length > 0)) {
+        for (const subscription of subscriptions) subscription.notify();
+      }
+      return outcomes;
     },
 
     readAll: (readOptions = {}) => readGlobal(knex, readOptions),

@@ -68,3 +68,30 @@ export function validateNewEvents(schemas: EventSchemaRegistry, events: readonly
     };
   });
 }
+
+/**
+ * The checks of a multi-stream append (`EventStore.appendToStreams`), all before anything is
+ * stored: each part as `append` checks it, a stream named once, and no event id given twice in
+ * the whole call. Returns the validated events of each part, in order.
+ */
+export function validateStreamAppends(
+  schemas: EventSchemaRegistry,
+  appends: readonly { streamId: string; events: readonly NewEvent[]; expected: ExpectedVersion }[],
+): ValidatedEvent[][] {
+  const streams = new Set<string>();
+  for (const { streamId, expected } of appends) {
+    if (typeof streamId !== 'string' || streamId === '') throw new RangeError('streamId must be a non-empty string');
+    if (streams.has(streamId)) throw new RangeError(`stream ${streamId} appears twice in one multi-stream append`);
+    streams.add(streamId);
+    checkExpectedVersion(expected);
+  }
+  const seenIds = new Set<string>();
+  return appends.map(({ events }) => {
+    const validated = validateNewEvents(schemas, events);
+    for (const event of validated) {
+      if (seenIds.has(event.eventId.toLowerCase())) throw new InvalidEventError(event.type, `eventId ${event.eventId} appears twice in the batch`);
+      seenIds.add(event.eventId.toLowerCase());
+    }
+    return validated;
+  });
+}

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { parseStreamName, type RecordedEvent } from '../eventstore/envelope.js';
 import type { Projection } from '../projection/types.js';
-import { JobRepository } from './jobs.js';
+import { JobRepository, type EnqueueJobInput } from './jobs.js';
 import type { Stage } from './types.js';
 
 export interface JobIntakeOptions {
@@ -73,18 +73,14 @@ export function createJobIntakeProjection(stages: readonly Stage[], options: Job
     pending.add(kind);
   }
 
-  return {
-    name: options.name ?? 'job-intake',
-    eventTypes: [...stagesByTrigger.keys()],
-    tables: [],
-    async apply(trx: Knex.Transaction, event: RecordedEvent): Promise<void> {
-      const triggered = stagesByTrigger.get(event.type);
-      if (!triggered) return;
-      const jobs = new JobRepository(trx);
-      for (const stage of triggered) {
+  /** The jobs the events trigger, inserted in one statement; kinds that got a new job are woken after commit. */
+  async function enqueueFor(trx: Knex.Transaction, events: readonly RecordedEvent[]): Promise<void> {
+    const inputs: EnqueueJobInput[] = [];
+    for (const event of events) {
+      for (const stage of stagesByTrigger.get(event.type) ?? []) {
         const subjectId = stage.subjectOf(event);
         if (subjectId === null) continue;
-        const { inserted } = await jobs.enqueue({
+        inputs.push({
           kind: stage.kind,
           subjectId,
           triggerEventId: event.eventId,
@@ -95,8 +91,21 @@ export function createJobIntakeProjection(stages: readonly Stage[], options: Job
           reportId: streamOrDataId(event, 'report', 'report_id'),
           maxAttempts: options.maxAttempts,
         });
-        if (inserted) noteEnqueued(trx, stage.kind);
       }
-    },
+    }
+    if (inputs.length === 0) return;
+    const results = await new JobRepository(trx).enqueueMany(inputs);
+    results.forEach(({ inserted }, index) => {
+      if (inserted) noteEnqueued(trx, inputs[index].kind);
+    });
+  }
+
+  return {
+    name: options.name ?? 'job-intake',
+    eventTypes: [...stagesByTrigger.keys()],
+    tables: [],
+    apply: (trx, event) => enqueueFor(trx, [event]),
+    // Job rows commute (their unique key makes each insert idempotent): a batch's jobs go in one statement.
+    applyBatch: enqueueFor,
   };
 }

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Job, JobState } from './types.js';
 import { migrateUnderLock } from '../db/database.js';
@@ -300,33 +300,54 @@ export class JobRepository {
    * inserts collide on the primary key as often as on the trigger key, and either is a duplicate.
    */
   async enqueue(input: EnqueueJobInput): Promise<{ id: string; inserted: boolean }> {
-    const kind = requireText('kind', input.kind);
-    const subjectId = requireText('subjectId', input.subjectId);
-    const triggerEventId = requireText('triggerEventId', input.triggerEventId);
-    if (!isUuid(triggerEventId)) throw new TypeError(`triggerEventId must be a UUID, got ${triggerEventId}`);
-    const triggerPosition = requireInteger('triggerPosition', input.triggerPosition, 0);
-    const maxAttempts = requireInteger('maxAttempts', input.maxAttempts ?? defaultMaxAttempts, 1, 1000);
-    const id = jobIdFor(kind, subjectId, triggerEventId);
+    const [result] = await this.enqueueMany([input]);
+    return result;
+  }
+
+  /**
+   * enqueue for many jobs in one statement; the answers in the order given. A job listed twice
+   * is inserted once (the second answer says not inserted), as two enqueues in a row would.
+   */
+  async enqueueMany(inputs: readonly EnqueueJobInput[]): Promise<Array<{ id: string; inserted: boolean }>> {
+    const rows = inputs.map((input) => {
+      const kind = requireText('kind', input.kind);
+      const subjectId = requireText('subjectId', input.subjectId);
+      const triggerEventId = requireText('triggerEventId', input.triggerEventId);
+      if (!isUuid(triggerEventId)) throw new TypeError(`triggerEventId must be a UUID, got ${triggerEventId}`);
+      const triggerPosition = requireInteger('triggerPosition', input.triggerPosition, 0);
+      const maxAttempts = requireInteger('maxAttempts', input.maxAttempts ?? defaultMaxAttempts, 1, 1000);
+      return {
+        id: jobIdFor(kind, subjectId, triggerEventId),
+        kind,
+        repository_id: input.repositoryId,
+        subject_id: subjectId,
+        source_id: input.sourceId ?? null,
+        report_id: input.reportId ?? null,
+        trigger_event_id: triggerEventId,
+        trigger_position: triggerPosition,
+        correlation_id: input.correlationId,
+        max_attempts: maxAttempts,
+      };
+    });
+    if (rows.length === 0) return [];
+    // ON CONFLICT cannot touch one row twice in a statement: a repeated id is sent once.
+    const unique = [...new Map(rows.map((row) => [row.id, row])).values()];
     const result = await this.knex.raw<{ rows: Array<{ id: string }> }>(
       `INSERT INTO jobs (id, kind, repository_id, subject_id, source_id, report_id, trigger_event_id,
                          trigger_position, correlation_id, max_attempts)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       SELECT r.id, r.kind, r.repository_id, r.subject_id, r.source_id, r.report_id, r.trigger_event_id,
+              r.trigger_position, r.correlation_id, r.max_attempts
+         FROM jsonb_to_recordset(?::jsonb) AS r(id uuid, kind text, repository_id text, subject_id text, source_id text,
+              report_id text, trigger_event_id uuid, trigger_position bigint, correlation_id text, max_attempts integer)
        ON CONFLICT DO NOTHING
        RETURNING id`,
-      [
-        id,
-        kind,
-        input.repositoryId,
-        subjectId,
-        input.sourceId ?? null,
-        input.reportId ?? null,
-        triggerEventId,
-        triggerPosition,
-        input.correlationId,
-        maxAttempts,
-      ],
+      [JSON.stringify(unique)],
     );
-    return { id, inserted: result.rows.length > 0 };
+    const inserted = new Set(result.rows.map((row) => String(row.id)));
+    return rows.map((row) => {
+      const fresh = inserted.delete(row.id);
+      return { id: row.id, inserted: fresh };
+    });
   }
 
   /**
@@ -334,33 +355,64 @@ export class JobRepository {
    * subquery plus SKIP LOCKED hands each job to exactly one of many concurrent claimers.
    */
   async claim(kind: string, workerId: string, options: ClaimOptions): Promise<ClaimedJob | null> {
+    const [claimed] = await this.claimMany(kind, workerId, 1, options);
+    return claimed ?? null;
+  }
+
+  /**
+   * Takes up to `limit` of the oldest due queued jobs of `kind` in one statement (oldest first),
+   * each with its own claim token. A dispatcher with many free workers fills them with one
+   * round trip instead of one per job.
+   */
+  async claimMany(kind: string, workerId: string, limit: number, options: ClaimOptions): Promise<ClaimedJob[]> {
+    return (await this.claimBatch(kind, workerId, limit, options)).claims;
+  }
+
+  /**
+   * claimMany, also telling whether another due job of the kind was left queued (`more`), so a
+   * dispatcher knows without a second claim that comes back empty.
+   */
+  async claimBatch(kind: string, workerId: string, limit: number, options: ClaimOptions): Promise<{ claims: ClaimedJob[]; more: boolean }> {
     requireText('kind', kind);
     requireText('workerId', workerId);
+    requireInteger('limit', limit, 1, 1000);
     const leaseMs = requireDuration('leaseMs', options.leaseMs);
     const maxAttempts =
       options.maxAttempts === undefined ? null : requireInteger('maxAttempts', options.maxAttempts, 1, 1000);
-    const result = await this.knex.raw<{ rows: JobRow[] }>(
-      `UPDATE jobs
+    // The CTE is evaluated once: `id IN (subquery ... LIMIT n SKIP LOCKED)` may be re-run per row
+    // and take more than n. It picks one job more than it claims, to tell whether any is left.
+    const result = await this.knex.raw<{ rows: Array<JobRow & { more: boolean }> }>(
+      `WITH picked AS MATERIALIZED (
+         SELECT id, next_attempt_at, trigger_position FROM jobs
+          WHERE kind = ? AND state = 'queued' AND next_attempt_at <= now()
+          ORDER BY next_attempt_at, trigger_position
+          LIMIT ?
+          FOR UPDATE SKIP LOCKED),
+       chosen AS (SELECT id FROM picked ORDER BY next_attempt_at, trigger_position LIMIT ?),
+       claimed AS (
+       UPDATE jobs
           SET state = 'running',
               attempts = attempts + 1,
               max_attempts = COALESCE(?::integer, max_attempts),
               claimed_by = ?,
-              claim_token = ?,
+              claim_token = gen_random_uuid(),
               lease_until = ${nowPlusMs},
               heartbeat_at = now(),
               finished_at = NULL,
               updated_at = now()
-        WHERE id = (SELECT id FROM jobs
-                     WHERE kind = ? AND state = 'queued' AND next_attempt_at <= now()
-                     ORDER BY next_attempt_at, trigger_position
-                     LIMIT 1
-                     FOR UPDATE SKIP LOCKED)
-          AND state = 'queued'
-        RETURNING *`,
-      [maxAttempts, workerId, randomUUID(), leaseMs, kind],
+         FROM chosen
+        WHERE jobs.id = chosen.id AND jobs.state = 'queued'
+        RETURNING jobs.*)
+       SELECT claimed.*, (SELECT count(*) FROM picked) > ? AS more FROM claimed`,
+      [kind, limit + 1, limit, maxAttempts, workerId, leaseMs, limit],
     );
-    const row = result.rows[0];
-    return row ? toClaimed(row) : null;
+    const claimed = result.rows.map(toClaimed);
+    return {
+      claims: claimed.sort(
+        (a, b) => Date.parse(a.nextAttemptAt) - Date.parse(b.nextAttemptAt) || a.triggerPosition - b.triggerPosition,
+      ),
+      more: result.rows.some((row) => row.more === true),
+    };
   }
 
   /**
@@ -382,16 +434,25 @@ export class JobRepository {
 
   /** Marks a claimed job succeeded; null when the claim was lost meanwhile (nothing changed). */
   async succeed(claim: Pick<ClaimedJob, 'id' | 'claimToken'>): Promise<JobRecord | null> {
-    const result = await this.knex.raw<{ rows: JobRow[] }>(
+    return (await this.succeedMany([claim])).get(claim.claimToken) ?? null;
+  }
+
+  /**
+   * Marks claimed jobs succeeded in one statement; the answer maps each claim token still held
+   * to its row. A token missing from it lost its claim meanwhile (nothing changed for that job).
+   */
+  async succeedMany(claims: ReadonlyArray<Pick<ClaimedJob, 'id' | 'claimToken'>>): Promise<Map<string, JobRecord>> {
+    if (claims.length === 0) return new Map();
+    const result = await this.knex.raw<{ rows: Array<JobRow & { held_token: string }> }>(
       `UPDATE jobs
           SET state = 'succeeded', last_error = NULL, lease_until = NULL, claim_token = NULL,
               finished_at = now(), updated_at = now()
-        WHERE id = ? AND claim_token = ? AND state = 'running'
-        RETURNING *`,
-      [claim.id, claim.claimToken],
+         FROM unnest(?::uuid[], ?::uuid[]) AS held(job_id, token)
+        WHERE jobs.id = held.job_id AND jobs.claim_token = held.token AND jobs.state = 'running'
+        RETURNING jobs.*, held.token AS held_token`,
+      [claims.map((claim) => claim.id), claims.map((claim) => claim.claimToken)],
     );
-    const row = result.rows[0];
-    return row ? toRecord(row) : null;
+    return new Map(result.rows.map((row) => [row.held_token, toRecord(row)]));
   }
 
   /**

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Database } from '../db/database.js';
+import { inBackground } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
-import { SCHEDULED_TRIGGER_TYPE, type JobContext, type ScheduledTriggerData, type Stage } from './types.js';
+import { isPermanentError, JOB_TRIGGER_TYPE, SCHEDULED_TRIGGER_TYPE, type JobContext, type ScheduledTriggerData, type Stage } from './types.js';
 
 /**
  * The stage runtime (DESIGN.md, "Stage runtime"): per stage, one dispatcher claims jobs while
@@ -45,37 +46,6 @@ export interface StageRuntimeSettings {
    */
   rescueIntervalMs?: number;
 }
-
-/** Spec defaults (`task.*` constants and `task.queues`); retry, lease and poll are ours. */
-export const specTaskQueues: Readonly<Record<string, number>> = {
-  retrieve_source: 20,
-  source_decomposition: 100,
-  embed_facts: 50,
-  deduplicate_facts: 50,
-  extract_concepts: 100,
-  refine_concepts: 100,
-  embed_concepts: 50,
-  cleanup_facts: 50,
-  summarize_concepts: 100,
-  synthesize_concept: 100,
-  refresh_concept_relations: 50,
-  annotate_report: 50,
-  migrate_context: 50,
-  contribute_source: 50,
-  pull_all_from_registry: 50,
-};
-
-export const defaultStageRuntimeSettings: StageRuntimeSettings = {
-  concurrency: specTaskQueues,
-  jobTimeoutMs: 4 * 60 * 60_000,
-  heartbeatIntervalMs: 60_000,
-  heartbeatTimeoutMs: 10 * 60_000,
-  leaseMs: 10 * 60_000,
-  pollIntervalMs: 1_000,
-  retry: { maxAttempts: 5, baseDelayMs: 2_000, maxDelayMs: 5 * 60_000 },
-  rescueOnStartup: true,
-  stopTimeoutMs: 30_000,
-};
 
 /** The subset of pino's API the runtime uses (pino loggers fit). */
 export interface RuntimeLogger {
@@ -159,13 +129,6 @@ export class LeaseLostError extends Error {
   }
 }
 
-/** A failure a retry cannot help: PermanentJobError, or any error flagged `permanent: true`. */
-export function isPermanentError(error: unknown): boolean {
-  if (typeof error !== 'object' || error === null) return false;
-  // By name too: a second copy of the module (duplicated package) breaks instanceof.
-  return (error as { name?: unknown }).name === 'PermanentJobError' || (error as { permanent?: unknown }).permanent === true;
-}
-
 export function isConcurrencyError(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'ConcurrencyError';
 }
@@ -205,6 +168,28 @@ export function scheduledTrigger(job: JobRecord): RecordedEvent {
     occurredAt: job.createdAt,
     repositoryId: job.repositoryId,
     actor: 'system:scheduler',
+    causationId: null,
+    correlationId: job.correlationId,
+  };
+}
+
+/**
+ * The trigger of a job whose stage needs only what the row knows of it (`Stage.triggerFromJob`):
+ * its id, position, repository and correlation id are the event's, copied at intake; its type
+ * is `JobTrigger` and it carries no data.
+ */
+export function jobTrigger(job: JobRecord): RecordedEvent {
+  return {
+    eventId: job.triggerEventId,
+    streamId: '',
+    streamVersion: -1,
+    globalPosition: job.triggerPosition,
+    type: JOB_TRIGGER_TYPE,
+    schemaVersion: 1,
+    data: {},
+    occurredAt: job.createdAt,
+    repositoryId: job.repositoryId,
+    actor: 'system:intake',
     causationId: null,
     correlationId: job.correlationId,
   };
@@ -253,6 +238,9 @@ export function validateStageRuntimeSettings(settings: StageRuntimeSettings): vo
     }
   }
 }
+
+/** Most jobs one claim statement takes for a dispatcher (and a quarter of a success batch). */
+const maxClaimBatch = 25;
 
 /** A promise that a dispatcher sleeps on until its poll interval passes or someone pokes it. */
 class Doorbell {
@@ -306,6 +294,10 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   const rescueIntervalMs = settings.rescueIntervalMs ?? settings.heartbeatTimeoutMs;
 
   const doorbells = new Map<string, Doorbell>(stages.map((stage) => [stage.kind, new Doorbell()]));
+  /** Kinds whose queue may hold due jobs beyond what their workers hold (a claim came back full, or a wake came since). */
+  const backlog = new Set<string>(stages.map((stage) => stage.kind));
+  /** Wakes per kind so far, to tell whether one came while a claim was in flight. */
+  const wakes = new Map<string, number>();
   const activeByKind = new Map<string, Set<ActiveJob>>(stages.map((stage) => [stage.kind, new Set()]));
   const listeners = new Set<JobFinishedListener>();
   const timers = new Set<NodeJS.Timeout>();
@@ -330,13 +322,19 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   }
 
   function wake(kind?: string): void {
-    if (kind === undefined) for (const bell of doorbells.values()) bell.poke();
-    else doorbells.get(kind)?.poke();
+    if (kind === undefined) {
+      for (const known of doorbells.keys()) wake(known);
+    } else if (doorbells.has(kind)) {
+      backlog.add(kind);
+      wakes.set(kind, (wakes.get(kind) ?? 0) + 1);
+      doorbells.get(kind)?.poke();
+    }
   }
 
   /** The trigger event sits at its global position; readers see a gap-free log. */
-  async function loadTrigger(job: ClaimedJob): Promise<RecordedEvent> {
+  async function loadTrigger(job: ClaimedJob, stage: Stage): Promise<RecordedEvent> {
     if (job.triggerPosition === 0) return scheduledTrigger(job);
+    if (stage.triggerFromJob) return jobTrigger(job);
     const [event] = await store.readAll({ after: job.triggerPosition - 1, limit: 1 });
     if (!event || event.globalPosition !== job.triggerPosition) {
       // Not visible yet (the distributed tier may enqueue ahead of a reader): transient.
@@ -351,6 +349,32 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       );
     }
     return event;
+  }
+
+  /**
+   * Successes are recorded in batches: while one batch's statement runs, the next ones gather,
+   * so a busy runtime records many finished jobs per round trip and an idle one waits for none.
+   */
+  const pendingSuccesses: Array<{ claim: ClaimedJob; resolve: (record: JobRecord | null) => void; reject: (error: unknown) => void }> = [];
+  let successFlush: Promise<void> | null = null;
+
+  function succeedSoon(claim: ClaimedJob): Promise<JobRecord | null> {
+    return new Promise((resolve, reject) => {
+      pendingSuccesses.push({ claim, resolve, reject });
+      successFlush ??= flushSuccesses().finally(() => (successFlush = null));
+    });
+  }
+
+  async function flushSuccesses(): Promise<void> {
+    while (pendingSuccesses.length > 0) {
+      const batch = pendingSuccesses.splice(0, maxClaimBatch * 4);
+      try {
+        const recorded = await jobs.succeedMany(batch.map((entry) => entry.claim));
+        for (const entry of batch) entry.resolve(recorded.get(entry.claim.claimToken) ?? null);
+      } catch (error) {
+        for (const entry of batch) entry.reject(error);
+      }
+    }
   }
 
   async function runJob(active: ActiveJob): Promise<void> {
@@ -368,7 +392,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     type RunResult = { ok: true } | { ok: false; error: unknown };
     const attempt = (async (): Promise<RunResult> => {
       try {
-        const trigger = await loadTrigger(claim);
+        const trigger = await loadTrigger(claim, stage);
         if (signal.aborted) return { ok: false, error: signal.reason };
         const context: JobContext = {
           job: publicView(claim),
@@ -407,7 +431,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
         if (error !== undefined) {
           log.debug({ jobId: claim.id, kind: stage.kind, err: error }, 'version conflict: a twin already did this job');
         }
-        recorded = await jobs.succeed(claim);
+        recorded = await succeedSoon(claim);
         outcome = 'succeeded';
       } else {
         const permanent = !(error instanceof JobTimeoutError) && isPermanentError(error);
@@ -465,7 +489,8 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       .catch((error: unknown) => log.error({ jobId: claim.id, err: error }, 'job runner crashed'))
       .finally(() => {
         set?.delete(active);
-        doorbells.get(stage.kind)?.poke();
+        // A freed worker claims again only when jobs may be waiting: an emptied queue waits for intake's wake.
+        if (backlog.has(stage.kind)) doorbells.get(stage.kind)?.poke();
       });
   }
 
@@ -474,29 +499,40 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     const bell = doorbells.get(stage.kind) as Doorbell;
     const active = activeByKind.get(stage.kind) as Set<ActiveJob>;
     while (phase === 'running') {
-      if (active.size >= limit) {
+      const free = Math.min(limit - active.size, maxClaimBatch);
+      if (free <= 0) {
         await bell.wait(settings.pollIntervalMs);
         continue;
       }
-      let claim: ClaimedJob | null = null;
+      let claims: ClaimedJob[] = [];
+      let more = true;
+      const wakesBefore = wakes.get(stage.kind) ?? 0;
       try {
-        claim = await jobs.claim(stage.kind, workerId, {
+        ({ claims, more } = await jobs.claimBatch(stage.kind, workerId, free, {
           leaseMs: settings.leaseMs,
           maxAttempts: settings.retry.maxAttempts,
-        });
+        }));
       } catch (error) {
         log.error({ kind: stage.kind, err: error }, 'claiming a job failed');
       }
-      if (claim) {
+      // None left behind: the queue is empty until intake wakes this kind (or the next poll), so
+      // a freed worker does not claim again only to find nothing. A wake that came while the
+      // claim ran may have brought jobs the claim did not see.
+      if (!more && wakes.get(stage.kind) === wakesBefore) backlog.delete(stage.kind);
+      else backlog.add(stage.kind);
+      if (claims.length > 0) {
         if (phase !== 'running') {
-          // stop() began while the claim was in flight: give it back uncounted.
-          await jobs.release(claim).catch((error: unknown) => {
-            log.warn({ jobId: claim?.id, err: error }, 'could not release a job claimed during stop');
-          });
+          // stop() began while the claim was in flight: give them back uncounted.
+          for (const claim of claims) {
+            await jobs.release(claim).catch((error: unknown) => {
+              log.warn({ jobId: claim.id, err: error }, 'could not release a job claimed during stop');
+            });
+          }
           break;
         }
-        launch(stage, claim);
-        continue;
+        for (const claim of claims) launch(stage, claim);
+        // More are due: claim again at once (or, with every worker busy, when one is freed).
+        if (more) continue;
       }
       await bell.wait(settings.pollIntervalMs);
     }
@@ -546,6 +582,26 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     timers.add(timer);
   }
 
+  function startDispatching(): void {
+    every(settings.heartbeatIntervalMs, beat);
+    if (rescueIntervalMs > 0) {
+      every(rescueIntervalMs, () => {
+        rescueInFlight = rescueInFlight
+          .then(() => rescue(false))
+          .catch((error: unknown) => log.warn({ err: error }, 'orphan sweep failed'));
+      });
+    }
+    dispatchers = stages.flatMap((stage) => {
+      const limit = settings.concurrency[stage.kind] ?? 1;
+      if (limit === 0) {
+        log.info({ kind: stage.kind }, 'stage disabled (concurrency 0)');
+        return [];
+      }
+      return [dispatch(stage, limit)];
+    });
+    log.info({ workerId, stages: stages.map((stage) => stage.kind) }, 'stage runtime started');
+  }
+
   return {
     workerId,
     jobs,
@@ -562,23 +618,8 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
         }
       }
       if (phase !== 'running') return; // stop() was called during the rescue
-      every(settings.heartbeatIntervalMs, beat);
-      if (rescueIntervalMs > 0) {
-        every(rescueIntervalMs, () => {
-          rescueInFlight = rescueInFlight
-            .then(() => rescue(false))
-            .catch((error: unknown) => log.warn({ err: error }, 'orphan sweep failed'));
-        });
-      }
-      dispatchers = stages.flatMap((stage) => {
-        const limit = settings.concurrency[stage.kind] ?? 1;
-        if (limit === 0) {
-          log.info({ kind: stage.kind }, 'stage disabled (concurrency 0)');
-          return [];
-        }
-        return [dispatch(stage, limit)];
-      });
-      log.info({ workerId, stages: stages.map((stage) => stage.kind) }, 'stage runtime started');
+      // Jobs, claims and timers run as background work: requests go first on PGlite's one connection.
+      inBackground(() => startDispatching());
     },
 
     stop(stopOptions: { timeoutMs?: number } = {}): Promise<void> {

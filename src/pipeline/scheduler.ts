@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { inBackground } from '../db/priority.js';
 import { JobRepository, scheduledTriggerId } from './jobs.js';
 import type { RuntimeLogger } from './runtime.js';
 
@@ -90,7 +91,7 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
   }
 
   function guardedTick(): Promise<void> {
-    const run = inFlight.then(() => (stopped ? 0 : tick()));
+    const run = inFlight.then(() => (stopped ? 0 : inBackground(tick)));
     inFlight = run.catch(() => undefined);
     return run.then(
       () => undefined,

@@ -1,4 +1,11 @@
+import type { Knex } from 'knex';
+import type { Config, QueuedJobKind } from '../config/types.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
+import type { EventStore } from '../eventstore/port.js';
+import type { Embedder } from '../providers/embeddings/port.js';
+import type { ChatModel } from '../providers/llm/port.js';
+import type { SearchIndex } from '../search/port.js';
+import type { AssetStore } from '../storage/assets.js';
 
 /** One job of the spec's job kinds (`retrieve_source`, `source_decomposition`, ...). */
 export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'dead';
@@ -62,10 +69,59 @@ export interface Stage {
    */
   sourceOf?(event: RecordedEvent): string | null;
   run(context: JobContext): Promise<void>;
+  /**
+   * True when `run` uses only what the job row knows of its trigger (event id, position,
+   * repository and correlation id): the runtime then gives a trigger built from the row
+   * (`JOB_TRIGGER_TYPE`, no data) instead of reading the event, one statement less per job.
+   */
+  readonly triggerFromJob?: boolean;
+}
+
+/** The ports a stage may use, as the composition root wired them; settings come from `config`. */
+export interface StageDeps {
+  readonly config: Config;
+  readonly store: EventStore;
+  /** The read-model database (stages read projections: repository settings, concepts, host health). */
+  readonly knex: Knex;
+  readonly assets: AssetStore;
+  readonly search: SearchIndex;
+  readonly chat: ChatModel;
+  /** Null when `providers.embeddings.provider` is `none`: stages that embed are then disabled. */
+  readonly embedder: Embedder | null;
+}
+
+/**
+ * One entry of the stage registry (`src/pipeline/registry.ts`): the composition root creates the
+ * stages whose `enabled` says yes, and schedules the periodic runs they declare. A stage file
+ * exports its definition beside its `create...Stage` function.
+ */
+export interface StageDefinition {
+  /** A job kind of the spec (`task.queues` has its worker count); the created stage has this kind. */
+  readonly kind: QueuedJobKind;
+  /** Whether this deployment runs the stage at all. */
+  enabled(config: Config): boolean;
+  /** Builds the stage once per process; called only when `enabled`. */
+  create(deps: StageDeps): Stage;
+  /** Interval of the scheduler's periodic runs (one job per repository per interval), or null: none. */
+  periodicIntervalMs?(config: Config): number | null;
+}
+
+/** Whether an embedder is configured (`providers.embeddings.provider` is not `none`). */
+export function embeddingsConfigured(config: Config): boolean {
+  return config.providers.embeddings.provider !== 'none';
+}
+
+/** The embedder of a stage that cannot run without one; its definition is enabled only with one. */
+export function requireEmbedder(deps: StageDeps, kind: QueuedJobKind): Embedder {
+  if (!deps.embedder) throw new Error(`stage ${kind} needs an embedder, and providers.embeddings.provider is none`);
+  return deps.embedder;
 }
 
 /** Type of the synthetic trigger a scheduled job runs with (never stored in the log). */
 export const SCHEDULED_TRIGGER_TYPE = 'ScheduledJobDue';
+
+/** Type of the trigger given to a stage that takes it from the job row (`Stage.triggerFromJob`). */
+export const JOB_TRIGGER_TYPE = 'JobTrigger';
 
 /** Data of the synthetic trigger of a scheduled job. */
 export interface ScheduledTriggerData extends Record<string, unknown> {
@@ -75,4 +131,14 @@ export interface ScheduledTriggerData extends Record<string, unknown> {
 /** Errors a stage throws to say a retry cannot help (bad URL, 404, unsupported content). */
 export class PermanentJobError extends Error {
   override readonly name = 'PermanentJobError';
+}
+
+/**
+ * The one test of "a retry cannot help": a PermanentJobError, or any error a provider flagged
+ * `permanent: true` (FetchError, ModelCallError, ...). By name too, not only instanceof: a second
+ * copy of this module (a duplicated package) would break instanceof.
+ */
+export function isPermanentError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  return (error as { name?: unknown }).name === 'PermanentJobError' || (error as { permanent?: unknown }).permanent === true;
 }

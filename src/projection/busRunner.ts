@@ -5,7 +5,7 @@ import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
 import { lockProjectionKeys } from './lock.js';
-import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
+import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 
 /** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
 export async function migrateProjectionStreamPositions(knex: Knex): Promise<void> {
@@ -170,14 +170,16 @@ export class BusProjectionRunner implements ReadModelRunner {
         .select('stream_id', 'stream_version');
       const versions = new Map(stored.map((row) => [row.stream_id, Number(row.stream_version)]));
       const advanced = new Map<string, RecordedEvent>();
+      const fresh: RecordedEvent[] = [];
       for (const event of relevant) {
         if (event.streamVersion <= (versions.get(event.streamId) ?? -1)) continue; // a duplicate
-        await worker.projection.apply(trx, event);
+        fresh.push(event);
         versions.set(event.streamId, event.streamVersion);
         advanced.set(event.streamId, event);
-        worker.position = Math.max(worker.position, event.globalPosition);
       }
       if (advanced.size === 0) return;
+      await applyEvents(worker.projection, trx, fresh);
+      for (const event of fresh) worker.position = Math.max(worker.position, event.globalPosition);
       // One statement for the batch's checkpoints: the last applied event of each stream.
       await trx('projection_stream_positions')
         .insert(

@@ -1,10 +1,11 @@
+import { performance } from 'node:perf_hooks';
 import cliProgress from 'cli-progress';
 import type { Knex } from 'knex';
 import { type Database, migrateUnderLock } from '../db/database.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import { lockProjectionKeys } from './lock.js';
-import type { AppendedWrite, Projection, ProjectionStatus, ReadModelRunner } from './types.js';
+import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 
 /** The part of a pino logger the runner uses. */
 export interface RunnerLogger {
@@ -21,6 +22,14 @@ export interface ProjectionRunnerOptions {
   retryMaxMs?: number;
   /** Failures, recoveries and rebuilds are logged here; silent by default. */
   log?: RunnerLogger;
+  /**
+   * Live batches start at most this often (ms from one batch's start to the next); default 20.
+   * The subscription wakes on every append, so without it a busy pipeline made a batch, with
+   * its fixed statements (BEGIN, lock, checkpoints, COMMIT), for nearly every append. The pause
+   * ends at once when someone waits for a position (waitFor/settle: read-your-writes after a
+   * command), and a full batch (catching up) never pauses. 0 turns it off.
+   */
+  minBatchIntervalMs?: number;
 }
 
 /** Creates `projection_checkpoints` if it is missing. */
@@ -47,18 +56,6 @@ export class ProjectionWaitTimeoutError extends Error {
   }
 }
 
-/** Another runner moved this projection's checkpoint (e.g. a rebuild elsewhere): resume from the stored one. */
-class CheckpointMovedError extends Error {
-  override readonly name = 'CheckpointMovedError';
-  constructor(
-    readonly projection: string,
-    readonly stored: number,
-    readonly expected: number,
-  ) {
-    super(`checkpoint of ${projection} is ${stored}, this runner expected ${expected}`);
-  }
-}
-
 interface Worker {
   readonly projection: Projection;
   readonly eventTypes: ReadonlySet<string>;
@@ -66,13 +63,31 @@ interface Worker {
   position: number;
   state: ProjectionStatus['state'];
   lastError: string | null;
-  subscription: Subscription | null;
+  /** The reader feeding this projection; null while it is halted or waits for a retry. */
+  lane: Lane | null;
   retryTimer: NodeJS.Timeout | null;
   consecutiveFailures: number;
-  /** Bumped whenever the subscription is replaced, so callbacks of an old one are ignored. */
+  /** Bumped whenever the projection is halted or resumed, so a batch begun before is not credited to it. */
   generation: number;
   /** Set while rebuild() waits for this projection. */
   rebuild: { target: number; onProgress?: (done: number, total: number) => void; resolve: () => void; reject: (error: Error) => void } | null;
+}
+
+/**
+ * One catch-up subscription that reads the log once for every projection it feeds. Normally a
+ * runner has one lane; a projection that falls behind (a rebuild, a retry after a failure) gets a
+ * lane of its own, which hands its projections over to another lane once it has read as far.
+ */
+interface Lane {
+  subscription: Subscription | null;
+  readonly workers: Set<Worker>;
+  /** Last position of the batches read so far (delivered to the handler, applied or not). */
+  readThrough: number;
+  /** The batch being applied, awaited by halt() so no write of a halted projection lands after it. */
+  inFlight: Promise<void>;
+  closed: boolean;
+  /** Ends the lane's pause between live batches early (see minBatchIntervalMs); null when not pausing. */
+  endPause: (() => void) | null;
 }
 
 interface PositionWaiter {
@@ -81,15 +96,22 @@ interface PositionWaiter {
   timer: NodeJS.Timeout;
 }
 
+/** What one projection's part of a shared batch came to. */
+type BatchOutcome = { kind: 'applied' } | { kind: 'moved'; stored: number } | { kind: 'failed'; error: unknown };
+
 /**
- * Runs read-model projections: one catch-up subscription per projection, each batch applied in
- * one transaction on `db` together with the checkpoint, so every event takes effect exactly once.
+ * Runs read-model projections. One subscription reads the log and feeds every projection: each
+ * batch is applied in one transaction on `db` together with every fed projection's checkpoint,
+ * so every event takes effect exactly once. When that transaction fails, the batch is applied
+ * again one projection per transaction, so only the failing projection stops (and retries).
  */
 export class ProjectionRunner implements ReadModelRunner {
   private readonly workers = new Map<string, Worker>();
+  private readonly lanes = new Set<Lane>();
   private readonly batchSize: number;
   private readonly retryBaseMs: number;
   private readonly retryMaxMs: number;
+  private readonly minBatchIntervalMs: number;
   private readonly log: RunnerLogger | undefined;
   private started = false;
   private migrated: Promise<void> | null = null;
@@ -109,7 +131,7 @@ export class ProjectionRunner implements ReadModelRunner {
         position: 0,
         state: 'stopped',
         lastError: null,
-        subscription: null,
+        lane: null,
         retryTimer: null,
         consecutiveFailures: 0,
         generation: 0,
@@ -119,6 +141,8 @@ export class ProjectionRunner implements ReadModelRunner {
     this.batchSize = options.batchSize ?? 500;
     this.retryBaseMs = options.retryBaseMs ?? 500;
     this.retryMaxMs = options.retryMaxMs ?? 30_000;
+    this.minBatchIntervalMs = options.minBatchIntervalMs ?? 20;
+    if (!Number.isFinite(this.minBatchIntervalMs) || this.minBatchIntervalMs < 0) throw new RangeError('minBatchIntervalMs must be a number >= 0');
     this.log = options.log;
   }
 
@@ -127,9 +151,16 @@ export class ProjectionRunner implements ReadModelRunner {
     if (this.started) return;
     await this.ensureCheckpoints();
     this.started = true;
-    for (const worker of this.workers.values()) {
-      if (worker.state !== 'rebuilding') await this.resume(worker);
+    const positions = await this.readCheckpoints();
+    const starting = [...this.workers.values()].filter((worker) => worker.state !== 'rebuilding' && worker.lane === null);
+    for (const worker of starting) {
+      worker.generation += 1;
+      worker.position = positions.get(worker.projection.name) ?? 0;
+      if (worker.state === 'stopped') worker.state = 'running';
     }
+    // Lowest checkpoint first, so projections at about the same position share a lane.
+    for (const worker of starting.sort((a, b) => a.position - b.position)) this.place(worker);
+    this.settleWaiters();
   }
 
   async stop(): Promise<void> {
@@ -176,13 +207,16 @@ export class ProjectionRunner implements ReadModelRunner {
         }, timeoutMs),
       };
       this.waiters.push(waiter);
+      // Someone reads their write: the next batch should not wait for the pause to run out.
+      for (const lane of this.lanes) lane.endPause?.();
     });
   }
 
   /**
    * Empties the projection's tables and resets its checkpoint (one transaction), replays the log
    * from 0 to the current head, then resumes live if the runner is started (otherwise stops).
-   * `onProgress(done, total)` counts in global positions.
+   * `onProgress(done, total)` counts in global positions. Rebuilds started together share one
+   * reading of the log.
    */
   async rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
     const worker = this.workers.get(name);
@@ -241,88 +275,236 @@ export class ProjectionRunner implements ReadModelRunner {
     return this.migrated;
   }
 
-  private async loadPositions(): Promise<void> {
-    await this.ensureCheckpoints();
-    const rows = (await this.db.knex('projection_checkpoints').select('name', 'position')) as Array<{
+  private async readCheckpoints(names: readonly string[] = [...this.workers.keys()], runner: Knex = this.db.knex): Promise<Map<string, number>> {
+    const rows = (await runner('projection_checkpoints').select('name', 'position').whereIn('name', [...names])) as Array<{
       name: string;
       position: string | number;
     }>;
-    for (const row of rows) {
-      const worker = this.workers.get(row.name);
-      if (worker && worker.state === 'stopped') worker.position = Number(row.position);
+    return new Map(rows.map((row) => [row.name, Number(row.position)]));
+  }
+
+  private async loadPositions(): Promise<void> {
+    await this.ensureCheckpoints();
+    for (const [name, position] of await this.readCheckpoints()) {
+      const worker = this.workers.get(name);
+      if (worker && worker.state === 'stopped') worker.position = position;
     }
   }
 
-  private async readCheckpoint(name: string): Promise<number> {
-    const row = (await this.db.knex('projection_checkpoints').select('position').where('name', name).first()) as
-      | { position: string | number }
-      | undefined;
-    return Number(row?.position ?? 0);
-  }
-
-  /** (Re)subscribes a projection from its stored checkpoint. */
+  /** Feeds a projection again from its stored checkpoint (after a rebuild reset, a failure or a moved checkpoint). */
   private async resume(worker: Worker): Promise<void> {
     worker.generation += 1;
     const generation = worker.generation;
-    worker.position = await this.readCheckpoint(worker.projection.name);
+    const position = (await this.readCheckpoints([worker.projection.name])).get(worker.projection.name) ?? 0;
     if (generation !== worker.generation) return; // halted or replaced meanwhile
+    worker.position = position;
     if (worker.state === 'stopped') worker.state = 'running';
-    worker.subscription = this.store.subscribe({
-      after: worker.position,
-      batchSize: this.batchSize,
-      handler: (batch) => this.applyBatch(worker, generation, batch),
-      onError: (error) => this.onSubscriptionError(worker, generation, error),
-    });
+    this.place(worker);
     this.settleWaiters();
   }
 
-  /** Stops a projection's subscription (waiting for a running batch) and any pending retry. */
+  /**
+   * Feeds a projection from its position: a lane that has read no further than that position,
+   * and at most a batch less, takes it (skipping what it applied already); one that has read
+   * further would skip events it needs, and one far behind would hold it back: a new lane then.
+   */
+  private place(worker: Worker): void {
+    let best: Lane | null = null;
+    for (const lane of this.lanes) {
+      if (!lane.closed && lane.readThrough <= worker.position && (!best || lane.readThrough > best.readThrough)) best = lane;
+    }
+    if (best && worker.position - best.readThrough <= this.batchSize) this.joinLane(best, worker);
+    else this.openLane(worker);
+  }
+
+  private openLane(worker: Worker): void {
+    const after = worker.position;
+    const lane: Lane = { subscription: null, workers: new Set(), readThrough: after, inFlight: Promise.resolve(), closed: false, endPause: null };
+    this.lanes.add(lane);
+    this.joinLane(lane, worker);
+    lane.subscription = this.store.subscribe({
+      after,
+      batchSize: this.batchSize,
+      handler: async (batch) => {
+        const started = performance.now();
+        lane.inFlight = this.applyBatch(lane, batch);
+        await lane.inFlight;
+        // The subscription reads again when the handler returns: a short pause lets the appends
+        // of the meantime gather into one batch. Not part of inFlight: no write happens in it.
+        if (batch.length < this.batchSize) await this.pause(lane, started + this.minBatchIntervalMs - performance.now());
+      },
+      onError: (error) => this.onLaneError(lane, error),
+    });
+  }
+
+  /** Waits `ms` unless the lane closes or someone waits for a position meanwhile. */
+  private pause(lane: Lane, ms: number): Promise<void> {
+    if (ms <= 0 || lane.closed || this.waiters.length > 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const end = () => {
+        clearTimeout(timer);
+        lane.endPause = null;
+        resolve();
+      };
+      const timer = setTimeout(end, ms);
+      lane.endPause = end;
+    });
+  }
+
+  private joinLane(lane: Lane, worker: Worker): void {
+    worker.lane?.workers.delete(worker);
+    worker.lane = lane;
+    lane.workers.add(worker);
+  }
+
+  private leaveLane(worker: Worker): void {
+    const lane = worker.lane;
+    if (!lane) return;
+    worker.lane = null;
+    lane.workers.delete(worker);
+    if (lane.workers.size === 0) this.closeLane(lane);
+  }
+
+  /** Stops a lane's subscription; not awaited, since a lane may close itself from its own handler. */
+  private closeLane(lane: Lane): void {
+    if (lane.closed) return;
+    lane.closed = true;
+    this.lanes.delete(lane);
+    lane.endPause?.();
+    void lane.subscription?.stop();
+  }
+
+  /** Stops feeding a projection (waiting for a batch that includes it) and cancels a pending retry. */
   private async halt(worker: Worker, state: ProjectionStatus['state']): Promise<void> {
     worker.generation += 1;
     if (worker.retryTimer) clearTimeout(worker.retryTimer);
     worker.retryTimer = null;
-    const subscription = worker.subscription;
-    worker.subscription = null;
+    const lane = worker.lane;
+    this.leaveLane(worker);
     worker.state = state;
-    if (subscription) await subscription.stop();
+    if (lane) {
+      await lane.inFlight.catch(() => undefined);
+      if (lane.closed) await lane.subscription?.stop();
+    }
     if (worker.rebuild && state !== 'rebuilding') worker.rebuild.reject(new Error(`projection ${worker.projection.name} was stopped`));
   }
 
-  private async applyBatch(worker: Worker, generation: number, batch: RecordedEvent[]): Promise<void> {
+  private async applyBatch(lane: Lane, batch: RecordedEvent[]): Promise<void> {
     const last = batch[batch.length - 1];
-    if (!last || generation !== worker.generation) return;
-    const { name } = worker.projection;
-    await this.db.knex.transaction(async (trx) => {
-      // The lock serialises runners of the same projection (e.g. a CLI rebuild beside a server).
-      await lockProjectionKeys(trx, [name]);
-      const row = (await trx('projection_checkpoints').select('position').where('name', name).first()) as
-        | { position: string | number }
-        | undefined;
-      const stored = Number(row?.position ?? 0);
-      if (stored !== worker.position) throw new CheckpointMovedError(name, stored, worker.position);
-      for (const event of batch) {
-        if (worker.eventTypes.has(event.type)) await worker.projection.apply(trx, event);
+    if (!last || lane.closed) return;
+    lane.readThrough = last.globalPosition;
+    // Projections that applied this batch already (they joined ahead of the lane) only wait.
+    const fed = [...lane.workers].filter((worker) => worker.position < last.globalPosition);
+    // External projections first: see Projection.external.
+    fed.sort((a, b) => Number(b.projection.external === true) - Number(a.projection.external === true));
+    const generations = new Map(fed.map((worker) => [worker, worker.generation]));
+    const outcomes = fed.length > 0 ? await this.applyShared(fed, batch, last.globalPosition) : new Map<Worker, BatchOutcome>();
+    for (const [worker, outcome] of outcomes) {
+      if (generations.get(worker) !== worker.generation) continue; // halted or rebuilt meanwhile
+      if (outcome.kind === 'applied') this.applied(worker, last.globalPosition);
+      else if (outcome.kind === 'moved') {
+        this.leaveLane(worker);
+        void this.resume(worker).catch((error: unknown) => this.failed(worker, error));
+      } else {
+        this.leaveLane(worker);
+        this.failed(worker, outcome.error);
       }
-      await trx('projection_checkpoints').where('name', name).update({ position: last.globalPosition, updated_at: trx.fn.now() });
-    });
-    worker.position = last.globalPosition;
+    }
+    this.mergeLanes(lane);
+    this.settleWaiters();
+  }
+
+  /** The batch for every fed projection in one transaction; on failure, one transaction each. */
+  private async applyShared(fed: readonly Worker[], batch: readonly RecordedEvent[], last: number): Promise<Map<Worker, BatchOutcome>> {
+    if (fed.length > 1) {
+      try {
+        const outcomes = new Map<Worker, BatchOutcome>();
+        await this.db.knex.transaction(async (trx) => {
+          const names = fed.map((worker) => worker.projection.name);
+          // The lock serialises runners of the same projection (e.g. a CLI rebuild beside a server).
+          await lockProjectionKeys(trx, names);
+          const stored = await this.readCheckpoints(names, trx);
+          const applying: Worker[] = [];
+          for (const worker of fed) {
+            const position = stored.get(worker.projection.name) ?? 0;
+            if (position === worker.position) applying.push(worker);
+            else outcomes.set(worker, { kind: 'moved', stored: position });
+          }
+          for (const worker of applying) await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
+          await trx('projection_checkpoints')
+            .whereIn('name', applying.map((worker) => worker.projection.name))
+            .update({ position: last, updated_at: trx.fn.now() });
+          for (const worker of applying) outcomes.set(worker, { kind: 'applied' });
+        });
+        return outcomes;
+      } catch {
+        // Some projection failed: find which, each in its own transaction.
+      }
+    }
+    const outcomes = new Map<Worker, BatchOutcome>();
+    for (const worker of fed) outcomes.set(worker, await this.applyAlone(worker, batch, last));
+    return outcomes;
+  }
+
+  private async applyAlone(worker: Worker, batch: readonly RecordedEvent[], last: number): Promise<BatchOutcome> {
+    const { name } = worker.projection;
+    try {
+      return await this.db.knex.transaction(async (trx): Promise<BatchOutcome> => {
+        await lockProjectionKeys(trx, [name]);
+        const stored = (await this.readCheckpoints([name], trx)).get(name) ?? 0;
+        if (stored !== worker.position) return { kind: 'moved', stored };
+        await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
+        await trx('projection_checkpoints').where('name', name).update({ position: last, updated_at: trx.fn.now() });
+        return { kind: 'applied' };
+      });
+    } catch (error) {
+      return { kind: 'failed', error };
+    }
+  }
+
+  private eventsFor(worker: Worker, batch: readonly RecordedEvent[]): RecordedEvent[] {
+    return batch.filter((event) => event.globalPosition > worker.position && worker.eventTypes.has(event.type));
+  }
+
+  private applied(worker: Worker, position: number): void {
+    worker.position = position;
     worker.consecutiveFailures = 0;
     if (worker.state === 'failed') {
-      this.log?.info({ projection: name, position: worker.position }, 'projection recovered');
+      this.log?.info({ projection: worker.projection.name, position }, 'projection recovered');
       worker.state = 'running';
       worker.lastError = null;
     }
     this.progressRebuild(worker);
-    this.settleWaiters();
   }
 
-  private onSubscriptionError(worker: Worker, generation: number, error: unknown): void {
-    if (generation !== worker.generation) return;
-    worker.subscription = null;
-    if (error instanceof CheckpointMovedError) {
-      void this.resume(worker).catch((resumeError: unknown) => this.onSubscriptionError(worker, worker.generation, resumeError));
+  /**
+   * A lane that has read as far as another (and at most a batch further) hands its projections to
+   * it and closes. The bound keeps a lane at the head from joining one that replays from far back.
+   */
+  private mergeLanes(lane: Lane): void {
+    if (lane.closed) return;
+    for (const other of this.lanes) {
+      if (other === lane || other.closed || other.readThrough > lane.readThrough) continue;
+      if (lane.readThrough - other.readThrough > this.batchSize) continue;
+      // `other` reads on after its readThrough, which this lane's projections have all passed.
+      for (const worker of [...lane.workers]) this.joinLane(other, worker);
+      this.closeLane(lane);
       return;
     }
+  }
+
+  /** A read of the log failed: every projection of the lane fails and retries. */
+  private onLaneError(lane: Lane, error: unknown): void {
+    if (lane.closed) return;
+    const workers = [...lane.workers];
+    this.closeLane(lane);
+    for (const worker of workers) {
+      worker.lane = null;
+      this.failed(worker, error);
+    }
+  }
+
+  private failed(worker: Worker, error: unknown): void {
     worker.consecutiveFailures += 1;
     worker.lastError = error instanceof Error ? error.message : String(error);
     worker.state = 'failed';
@@ -336,10 +518,11 @@ export class ProjectionRunner implements ReadModelRunner {
       { projection: worker.projection.name, position: worker.position, error: worker.lastError, retryInMs: delay },
       'projection failed; retrying',
     );
+    const generation = worker.generation;
     worker.retryTimer = setTimeout(() => {
       worker.retryTimer = null;
       if (generation !== worker.generation) return;
-      void this.resume(worker).catch((resumeError: unknown) => this.onSubscriptionError(worker, worker.generation, resumeError));
+      void this.resume(worker).catch((resumeError: unknown) => this.failed(worker, resumeError));
     }, delay);
   }
 

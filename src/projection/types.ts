@@ -1,11 +1,13 @@
 import type { Knex } from 'knex';
+import type { DomainEvent } from '../domain/event.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 
 /**
- * A read-model projection: `(event) -> read-model writes`. One file per read model in
- * `projections/`. The runner applies events in global order inside one transaction per batch
- * and writes the projection's checkpoint in that same transaction, so each event takes
- * effect exactly once and a rebuild from position 0 yields the same rows as the live run.
+ * A read-model projection: `(events) -> read-model writes`. One file per read model in
+ * `projections/`, defined with `projection()` below. The runner applies events in global order
+ * inside one transaction per batch and writes the projection's checkpoint in that same
+ * transaction, so each event takes effect exactly once and a rebuild from position 0 yields the
+ * same rows as the live run.
  */
 export interface Projection {
   /** Unique, stable name: the checkpoint key and the argument of `factlog projections rebuild`. */
@@ -14,8 +16,139 @@ export interface Projection {
   readonly eventTypes: readonly string[];
   /** Tables whose rows are wholly derived from the log: emptied before a rebuild. */
   readonly tables: readonly string[];
+  /**
+   * Writes outside the read-model database (the OpenSearch index). A shared batch applies such
+   * projections first, before the transaction writes a row and so takes a transaction id: on a
+   * server every running transaction id holds back the event store's global readers.
+   */
+  readonly external?: boolean;
   /** Must be deterministic: no clocks, no randomness, nothing but the event and the transaction. */
   apply(trx: Knex.Transaction, event: RecordedEvent): Promise<void>;
+  /**
+   * Applies events of `eventTypes`, in log order, with the effect of `apply` on each in turn but
+   * fewer statements (multi-row writes). Runners call it when present.
+   */
+  applyBatch?(trx: Knex.Transaction, events: readonly RecordedEvent[]): Promise<void>;
+}
+
+/** Applies `events` (already filtered to the projection's types) the fastest way it offers. */
+export async function applyEvents(projection: Projection, trx: Knex.Transaction, events: readonly RecordedEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  if (projection.applyBatch) {
+    await projection.applyBatch(trx, events);
+    return;
+  }
+  for (const event of events) await projection.apply(trx, event);
+}
+
+/** The recorded form of each member of a domain event union (`type` and `data` typed together). */
+export type RecordedOf<E extends DomainEvent<string, unknown>> = E extends DomainEvent<string, unknown> ? RecordedEvent<E['type'], E['data']> : never;
+
+/** Applies a run of consecutive events of one type (in log order). */
+export type RunHandler<E extends DomainEvent<string, unknown>> = (trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<E>>) => Promise<void>;
+
+/** One handler per event type of `E`: the type checker refuses a missing or an extra one. */
+export type ProjectionHandlers<E extends DomainEvent<string, unknown>> = { readonly [T in E['type']]: RunHandler<Extract<E, { type: T }>> };
+
+export interface ProjectionDefinition<E extends DomainEvent<string, unknown>> {
+  name: string;
+  tables: readonly string[];
+  external?: boolean;
+  /**
+   * Per event type, what a run of consecutive events of that type does (`each` adapts a
+   * one-event handler). The projection's `eventTypes` are these keys, so they cannot drift.
+   */
+  handlers: ProjectionHandlers<E>;
+  /**
+   * Groups of types whose events of different streams commute, and whose events of one stream
+   * come in the group's order (a concept's ConceptCreated before its ConceptEmbedded). A run of
+   * consecutive events of one group goes to the handlers type by type, in the group's order, so
+   * interleaved types still make long runs; a stream whose events break the order ends the run.
+   */
+  batchTogether?: ReadonlyArray<ReadonlyArray<E['type']>>;
+}
+
+/**
+ * Defines a projection over the domain event union `E` (e.g. `projection<UserEvent>({...})`).
+ * The events given to `applyBatch` are split into runs of one type, each passed to its handler
+ * in log order: a handler may write a whole run with one statement, as long as the result equals
+ * applying its events one after another.
+ */
+export function projection<E extends DomainEvent<string, unknown>>(definition: ProjectionDefinition<E>): Projection {
+  const handlers: Readonly<Record<string, RunHandler<E>>> = definition.handlers;
+  const eventTypes = Object.keys(handlers);
+  const handled = new Set(eventTypes);
+  /** Per grouped type: its group and its rank in it. */
+  const grouping = new Map<string, { group: readonly string[]; rank: number }>();
+  for (const group of definition.batchTogether ?? []) {
+    group.forEach((type, rank) => {
+      if (grouping.has(type)) throw new Error(`projection ${definition.name}: ${type} is in two batchTogether groups`);
+      if (!handled.has(type)) throw new Error(`projection ${definition.name}: batchTogether names ${type}, which it does not handle`);
+      grouping.set(type, { group, rank });
+    });
+  }
+  const applyRun = async (trx: Knex.Transaction, run: RecordedEvent[]) => {
+    const handler = handlers[run[0].type];
+    if (handler && isRunOf<E>(run, handled)) await handler(trx, run);
+  };
+  const applyGroupRun = async (trx: Knex.Transaction, group: readonly string[], run: RecordedEvent[]) => {
+    for (const type of group) {
+      const ofType = run.filter((event) => event.type === type);
+      if (ofType.length > 0) await applyRun(trx, ofType);
+    }
+  };
+  return {
+    name: definition.name,
+    eventTypes,
+    tables: definition.tables,
+    ...(definition.external ? { external: true } : {}),
+    apply: (trx, event) => applyRun(trx, [event]),
+    async applyBatch(trx, events) {
+      let run: RecordedEvent[] = [];
+      let runGroup: readonly string[] | null = null;
+      /** Within a group run: the rank of the last event of each stream. */
+      let streamRanks = new Map<string, number>();
+      const flush = async () => {
+        if (run.length === 0) return;
+        if (runGroup) await applyGroupRun(trx, runGroup, run);
+        else await applyRun(trx, run);
+        run = [];
+        streamRanks = new Map();
+      };
+      for (const event of events) {
+        const grouped = grouping.get(event.type);
+        const fits = grouped
+          ? runGroup === grouped.group && (streamRanks.get(event.streamId) ?? -1) <= grouped.rank
+          : runGroup === null && run.length > 0 && run[0].type === event.type;
+        if (!fits) {
+          await flush();
+          runGroup = grouped?.group ?? null;
+        }
+        run.push(event);
+        if (grouped) streamRanks.set(event.streamId, grouped.rank);
+      }
+      await flush();
+    },
+  };
+}
+
+/**
+ * Narrows events to `E` by their type tag. Their data needs no check here: the store validated
+ * every event against its type's Avro schema before appending it, and the domain event types
+ * mirror those schemas.
+ */
+function isRunOf<E extends DomainEvent<string, unknown>>(
+  run: ReadonlyArray<RecordedEvent<string, unknown>>,
+  types: ReadonlySet<string>,
+): run is ReadonlyArray<RecordedOf<E>> {
+  return run.every((event) => types.has(event.type));
+}
+
+/** A run handler that applies its events one at a time (for types that gain nothing from batching). */
+export function each<E extends DomainEvent<string, unknown>>(handler: (trx: Knex.Transaction, event: RecordedOf<E>) => Promise<void>): RunHandler<E> {
+  return async (trx, events) => {
+    for (const event of events) await handler(trx, event);
+  };
 }
 
 export interface ProjectionStatus {

@@ -1,19 +1,12 @@
 import type { Embedder } from '../providers/embeddings/port.js';
-import {
-  InvalidSearchRequestError,
-  MAX_K,
-  MAX_PAGE_SIZE,
-  VectorSearchUnavailableError,
-  type ConceptHit,
-  type FactHit,
-  type SearchIndex,
-} from './port.js';
+import type { HitOf, IndexedDocument, SearchCollection } from './collection.js';
+import { InvalidSearchRequestError, MAX_K, MAX_PAGE_SIZE, VectorSearchUnavailableError, type SearchIndex, type SearchQuery } from './port.js';
 
 /**
  * Hybrid search (spec "What the service does", item 2; docs/search.md, "Hybrid search"): the
- * lexical and the vector ranking of one query fused by reciprocal rank fusion. Falls back to
- * lexical, saying why, when hybrid is disabled, no embedder is configured, the index keeps no
- * vectors, or the query is empty.
+ * lexical and the vector ranking of one query over any collection fused by reciprocal rank
+ * fusion. Falls back to lexical, saying why, when hybrid is disabled, no embedder is configured,
+ * the index (or the collection) keeps no vectors, or the query is empty.
  */
 
 export interface HybridSettings {
@@ -29,17 +22,10 @@ export interface HybridSettings {
 
 export type SearchMode = 'hybrid' | 'lexical';
 
-export interface HybridQuery {
-  repositoryId: string;
-  query: string;
-  limit: number;
-  offset: number;
+/** A lexical query (its ids and filters restrict both sides) and the mode asked for. */
+export interface HybridQuery<Doc extends IndexedDocument = IndexedDocument> extends Omit<SearchQuery<Doc>, 'sort'> {
   /** Default hybrid. */
   mode?: SearchMode;
-  /** Restricts a fact search to these facts (concept filters). */
-  factIds?: readonly string[];
-  /** Restricts a concept search to these concepts (context and size filters). */
-  conceptIds?: readonly string[];
 }
 
 export interface HybridReply<Hit> {
@@ -53,8 +39,7 @@ export interface HybridReply<Hit> {
 }
 
 export interface HybridSearch {
-  searchFacts(query: HybridQuery): Promise<HybridReply<FactHit>>;
-  searchConcepts(query: HybridQuery): Promise<HybridReply<ConceptHit>>;
+  search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>): Promise<HybridReply<HitOf<Doc>>>;
 }
 
 /**
@@ -92,21 +77,18 @@ function validateSettings(settings: HybridSettings): void {
   }
 }
 
-/** One kind of searchable thing (facts or concepts) as the fusion needs it. */
-interface Side<Hit extends { id: string; score: number }> {
-  lexical(query: HybridQuery, limit: number, offset: number): Promise<{ total: number; items: Hit[] }>;
-  vector(query: HybridQuery, vector: number[], k: number): Promise<{ items: Hit[] }>;
-}
-
 export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedder | null; settings: HybridSettings }): HybridSearch {
-  const { search, embedder, settings } = deps;
+  const { embedder, settings } = deps;
   validateSettings(settings);
 
-  async function run<Hit extends { id: string; score: number }>(side: Side<Hit>, query: HybridQuery): Promise<HybridReply<Hit>> {
+  async function search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>): Promise<HybridReply<HitOf<Doc>>> {
+    type Hit = HitOf<Doc>;
+    const { repositoryId, ids, filters } = query;
+    const lexicalPage = (limit: number, offset: number) => deps.search.search(collection, { repositoryId, query: query.query, limit, offset, ids, filters });
     const mode = query.mode ?? 'hybrid';
     if (mode !== 'hybrid' && mode !== 'lexical') throw new InvalidSearchRequestError(`mode must be hybrid or lexical, not ${String(mode)}`);
     const lexicalOnly = async (reason: string | null): Promise<HybridReply<Hit>> => {
-      const result = await side.lexical(query, query.limit, query.offset);
+      const result = await lexicalPage(query.limit, query.offset);
       return { mode: 'lexical', fallback_reason: reason, total: result.total, items: result.items };
     };
     if (mode === 'lexical') return lexicalOnly(null);
@@ -123,7 +105,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     // deep as hybrid goes, so its total is the largest any page reports.
     const pool = query.limit === 0 ? deepest : Math.min(depth * settings.overFetchMultiplier, deepest);
     if (depth > pool) return lexicalOnly(`the page ends past result ${pool}, the deepest hybrid search ranks`);
-    const lexical = await side.lexical(query, pool, 0);
+    const lexical = await lexicalPage(pool, 0);
     let vector: number[];
     try {
       [vector] = await embedder.embed([text]);
@@ -132,7 +114,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     }
     let nearest: { items: Hit[] };
     try {
-      nearest = await side.vector(query, vector, pool);
+      nearest = await deps.search.knn(collection, { repositoryId, vector, k: pool, ids, filters });
     } catch (error) {
       if (error instanceof VectorSearchUnavailableError) return lexicalOnly(error.message);
       // The embedder's vectors do not fit the index (another dimension): a configuration fault, not the caller's.
@@ -150,18 +132,5 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     };
   }
 
-  const facts: Side<FactHit> = {
-    lexical: (query, limit, offset) => search.searchFacts({ repositoryId: query.repositoryId, query: query.query, limit, offset, factIds: query.factIds }),
-    vector: (query, vector, k) => search.searchFactsByVector({ repositoryId: query.repositoryId, vector, k, factIds: query.factIds }),
-  };
-  const concepts: Side<ConceptHit> = {
-    lexical: (query, limit, offset) =>
-      search.searchConcepts({ repositoryId: query.repositoryId, query: query.query, limit, offset, conceptIds: query.conceptIds }),
-    vector: (query, vector, k) => search.searchConceptsByVector({ repositoryId: query.repositoryId, vector, k, conceptIds: query.conceptIds }),
-  };
-
-  return {
-    searchFacts: (query) => run(facts, query),
-    searchConcepts: (query) => run(concepts, query),
-  };
+  return { search };
 }

@@ -1,170 +1,89 @@
 import type { Knex } from 'knex';
+import {
+  filterableFields,
+  listFields,
+  mergeAliases,
+  type DocumentUpdate,
+  type FieldName,
+  type FieldSpec,
+  type HitOf,
+  type IndexedDocument,
+  type SearchCollection,
+  type SortKey,
+} from './collection.js';
 
 /**
  * The SearchIndex port: lexical search, k-NN search over given vectors, and the writes that keep
- * an index in step with the log, for facts and for concepts. Hybrid (RRF) search builds on it
- * (`hybrid.ts`). Adapters: `postgres.ts` (full text on the read-model database, pgvector where
- * present) and, on the distributed tier, `opensearch.ts`. docs/search.md describes both.
+ * an index in step with the log, for any named collection (`collection.ts`; facts and concepts
+ * in `collections/`). Hybrid (RRF) search builds on it (`hybrid.ts`). Adapters: `postgres.ts`
+ * (full text on the read-model database, pgvector where present) and, on the distributed tier,
+ * `opensearch.ts`. docs/search.md describes both.
  */
-export interface FactQuery {
+
+/** The field names a query may use: the collection's, or any string where the collection is not known (checked at runtime). */
+type QueryField<Doc> = [FieldName<Doc>] extends [never] ? string : FieldName<Doc>;
+
+export interface SearchQuery<Doc extends IndexedDocument = IndexedDocument> {
   repositoryId: string;
-  /** websearch_to_tsquery syntax: words, "quoted phrases", OR, -negation. Empty lists all facts. */
+  /** websearch_to_tsquery syntax: words, "quoted phrases", OR, -negation. Empty lists every document. */
   query: string;
   /** 0..MAX_PAGE_SIZE; 0 asks for the total only. */
   limit: number;
   /** offset + limit must not pass MAX_RESULT_WINDOW. */
   offset: number;
-  /** Only these facts (the concept filters of the facts API); an empty list matches nothing. */
-  factIds?: readonly string[];
+  /** Only these documents (the concept filters of the facts API); an empty list matches nothing. */
+  ids?: readonly string[];
+  /** Filterable fields: a value, or any of a list (an empty list matches nothing). */
+  filters?: { readonly [K in QueryField<Doc>]?: string | readonly string[] };
+  /** Sortable fields, replacing the collection's order (score first, or its listing order); the id breaks ties. */
+  sort?: readonly SortKey<QueryField<Doc>>[];
 }
 
-export interface FactHit {
-  id: string;
-  content: string;
-  content_hash: string;
-  fact_kind: string;
-  status: string;
-  /**
-   * Relevance (higher is better); 0 when no query was given. Lexical scores are the adapter's
-   * own (ts_rank_cd, BM25) and not comparable across adapters; k-NN scores are the cosine
-   * similarity (-1..1) on every adapter.
-   */
-  score: number;
-  created_at: string;
-}
-
-/** A fact as an index stores it (the `facts` read model's columns, plus an optional vector). */
-export interface FactDocument {
-  id: string;
-  repository_id: string;
-  content: string;
-  content_hash: string;
-  fact_kind: string;
-  status: string;
-  /** RFC 3339. When a fact is indexed again, the index keeps the earliest time it was given. */
-  created_at: string;
-  /** Omitted or undefined: keep the stored vector; null: remove it; numbers: set it. */
-  vector?: number[] | null;
-}
-
-export interface VectorQuery {
+export interface KnnQuery<Doc extends IndexedDocument = IndexedDocument> {
   repositoryId: string;
   /** Compared by cosine similarity; must have the index's dimension and not be all zeros. */
   vector: number[];
-  /** 1..MAX_K nearest facts of the repository, nearest first. */
+  /** 1..MAX_K nearest documents of the repository, nearest first. */
   k: number;
-  /** Only these facts; an empty list matches nothing. */
-  factIds?: readonly string[];
+  ids?: readonly string[];
+  filters?: SearchQuery<Doc>['filters'];
 }
 
-/**
- * A partial change to an indexed fact: what later events of the pipeline know (a status, a
- * vector) without the fact's text. Fields left undefined are kept.
- */
-export interface FactUpdate {
-  id: string;
-  repository_id: string;
-  status?: string;
-  /** null removes the stored vector. */
-  vector?: number[] | null;
-}
-
-/** A concept as an index stores it (the `concepts` read model's columns, aliases, optional vector). */
-export interface ConceptDocument {
-  id: string;
-  repository_id: string;
-  canonical_name: string;
-  context: string;
-  aliases: string[];
-  /**
-   * Facts linked when the document was written. Informational on OpenSearch (the projection does
-   * not follow links); the API reads live counts from the `concepts` read model.
-   */
-  fact_count: number;
-  /** `active` or `merged`; merged concepts are never found. */
-  status: string;
-  /** Omitted: keep the stored vector; null: remove it; numbers: set it. */
-  vector?: number[] | null;
-  /**
-   * Version of the concept stream's event that wrote this. An index that keeps text ignores a
-   * write not newer than the one it holds, so a redelivered event cannot undo later ones.
-   */
-  version?: number;
-}
-
-/** A partial change to an indexed concept: aliases gained or lost, a vector. */
-export interface ConceptUpdate {
-  id: string;
-  repository_id: string;
-  /** Added unless present already (case-insensitively). */
-  addAliases?: string[];
-  /** Removed wherever present (case-insensitively). */
-  removeAliases?: string[];
-  vector?: number[] | null;
-  /** As ConceptDocument.version. */
-  version?: number;
-}
-
-export interface ConceptQuery {
-  repositoryId: string;
-  /** websearch syntax over the canonical name and the aliases; empty lists every active concept. */
-  query: string;
-  limit: number;
-  offset: number;
-  /** Only these concepts (the context and small-concept filters of the concepts API). */
-  conceptIds?: readonly string[];
-}
-
-export interface ConceptVectorQuery {
-  repositoryId: string;
-  vector: number[];
-  k: number;
-  conceptIds?: readonly string[];
-}
-
-export interface ConceptHit {
-  id: string;
-  canonical_name: string;
-  context: string;
-  aliases: string[];
-  fact_count: number;
-  status: string;
-  /** As FactHit.score: the adapter's lexical score, or the cosine for k-NN. */
-  score: number;
+export interface SearchPage<Hit> {
+  total: number;
+  items: Hit[];
 }
 
 export interface SearchIndex {
   /**
    * Lexical search within one repository, best match first, with the total number of matches.
-   * Merged facts (status `merged`) are never found.
+   * Hidden documents (merged ones) are never found.
    */
-  searchFacts(query: FactQuery): Promise<{ total: number; items: FactHit[] }>;
+  search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: SearchQuery<Doc>): Promise<SearchPage<HitOf<Doc>>>;
   /**
-   * Upserts facts by id. Idempotent: indexing the same documents again leaves the index as it
+   * k-NN by cosine similarity, hidden documents excluded. Throws VectorSearchUnavailableError
+   * where the adapter (or the collection) has no vectors.
+   */
+  knn<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: KnnQuery<Doc>): Promise<{ items: HitOf<Doc>[] }>;
+  /**
+   * Several k-NN queries at once (one round trip where the adapter can): the answers in the
+   * order of `queries`, each what `knn` would have returned for it. Throws as `knn` does.
+   */
+  knnMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly KnnQuery<Doc>[]): Promise<{ items: HitOf<Doc>[] }[]>;
+  /**
+   * Upserts documents by id. Idempotent: indexing the same documents again leaves the index as it
    * was, so a projection may re-apply an event after a crash or a redelivery.
    */
-  indexFacts(docs: FactDocument[]): Promise<void>;
-  /** Sets the status and/or vector of indexed facts. Idempotent. */
-  updateFacts(updates: FactUpdate[]): Promise<void>;
-  /** Removes facts (and their vectors) by id. Idempotent: unknown ids are ignored. */
-  removeFacts(repositoryId: string, ids: readonly string[]): Promise<void>;
-  /** Removes every document of the repository, facts and concepts. Idempotent. */
-  removeRepository(repositoryId: string): Promise<void>;
+  index<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, docs: readonly Doc[]): Promise<void>;
+  /** Applies partial changes (fields, list members, vectors) to indexed documents. Idempotent. */
+  update<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, updates: readonly DocumentUpdate<Doc>[]): Promise<void>;
   /**
-   * k-NN by cosine similarity, merged facts excluded. Throws VectorSearchUnavailableError where
-   * the adapter has no vectors.
+   * Removes documents (and their vectors) by id. Idempotent: unknown ids are ignored. In a
+   * collection with tombstones a removed document is never revived by a late write.
    */
-  searchFactsByVector(query: VectorQuery): Promise<{ items: FactHit[] }>;
-  /** Upserts concepts by id. Idempotent, as indexFacts. */
-  indexConcepts(docs: ConceptDocument[]): Promise<void>;
-  /** Changes aliases and/or the vector of indexed concepts. Idempotent. */
-  updateConcepts(updates: ConceptUpdate[]): Promise<void>;
-  /** Removes concepts (and their vectors) by id. Idempotent. */
-  removeConcepts(repositoryId: string, ids: readonly string[]): Promise<void>;
-  /** Lexical search over canonical names and aliases; merged concepts are never found. */
-  searchConcepts(query: ConceptQuery): Promise<{ total: number; items: ConceptHit[] }>;
-  /** k-NN over concept vectors. Throws VectorSearchUnavailableError where the adapter has no vectors. */
-  searchConceptsByVector(query: ConceptVectorQuery): Promise<{ items: ConceptHit[] }>;
+  remove<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, repositoryId: string, ids: readonly string[]): Promise<void>;
+  /** Removes every document of the repository, in every collection. Idempotent. */
+  removeRepository(repositoryId: string): Promise<void>;
   /**
    * For adapters that live in the read-model database: a view whose writes join the projection
    * runner's transaction, so they commit with its checkpoint (and do not wait for a second
@@ -218,32 +137,76 @@ export class SearchIndexMigrationError extends Error {
   }
 }
 
+/**
+ * The collections an adapter serves (for removeRepository and rebuilds), looked up by the
+ * collection a call names; a collection it was not given is a programming error.
+ */
+export function collectionRegistry(collections: readonly SearchCollection[]): {
+  all: readonly SearchCollection[];
+  resolve(collection: SearchCollection): SearchCollection;
+} {
+  const byName = new Map<string, SearchCollection>();
+  for (const collection of collections) {
+    if (byName.has(collection.name)) throw new Error(`search collection ${collection.name} is registered twice`);
+    byName.set(collection.name, collection);
+  }
+  return {
+    all: [...byName.values()],
+    resolve(collection) {
+      const known = byName.get(collection?.name);
+      if (known === undefined || known !== collection) {
+        throw new Error(`search collection ${String(collection?.name)} is not registered with this search index`);
+      }
+      return known;
+    },
+  };
+}
+
 function requireRepositoryId(repositoryId: unknown): void {
   if (typeof repositoryId !== 'string' || repositoryId === '') {
     throw new InvalidSearchRequestError('repositoryId must be a non-empty string');
   }
 }
 
-function validateIdFilter(ids: unknown, what: string): void {
-  if (ids === undefined) return;
-  if (!Array.isArray(ids) || ids.some((id) => typeof id !== 'string' || id === '')) {
+function validateStringList(values: unknown, what: string): void {
+  if (!Array.isArray(values) || values.some((value) => typeof value !== 'string' || value === '')) {
     throw new InvalidSearchRequestError(`${what} must be an array of non-empty strings`);
   }
 }
 
-export function validateConceptQuery(query: ConceptQuery): void {
-  validateFactQuery({ repositoryId: query.repositoryId, query: query.query, limit: query.limit, offset: query.offset });
-  validateIdFilter(query.conceptIds, 'conceptIds');
+/** Ids and filters: every filter field filterable, every value a non-empty string. */
+function validateRestrictions(collection: SearchCollection, query: { ids?: unknown; filters?: unknown }): void {
+  if (query.ids !== undefined) validateStringList(query.ids, 'ids');
+  if (query.filters === undefined) return;
+  if (query.filters === null || typeof query.filters !== 'object') throw new InvalidSearchRequestError('filters must be an object');
+  const allowed = filterableFields(collection);
+  for (const [name, value] of Object.entries(query.filters)) {
+    if (!allowed.includes(name)) {
+      throw new InvalidSearchRequestError(`${collection.name} cannot be filtered by ${name}; filterable: ${allowed.join(', ') || 'none'}`);
+    }
+    if (value === undefined) continue;
+    if (typeof value === 'string') {
+      if (value === '') throw new InvalidSearchRequestError(`filters.${name} must be a non-empty string or a list of them`);
+    } else validateStringList(value, `filters.${name}`);
+  }
 }
 
-export function validateConceptVectorQuery(query: ConceptVectorQuery, dimensions: number): void {
-  validateVectorQuery({ repositoryId: query.repositoryId, vector: query.vector, k: query.k }, dimensions);
-  validateIdFilter(query.conceptIds, 'conceptIds');
+/** True when an id list or a filter list is empty: such a query matches nothing. */
+export function matchesNothing(query: { ids?: readonly string[]; filters?: Readonly<Record<string, string | readonly string[] | undefined>> }): boolean {
+  if (query.ids !== undefined && query.ids.length === 0) return true;
+  return Object.values(query.filters ?? {}).some((value) => Array.isArray(value) && value.length === 0);
 }
 
-export function validateFactQuery(query: FactQuery): void {
+/** The filters of a query as field → values, undefined ones left out. */
+export function filterValues(filters: Readonly<Record<string, string | readonly string[] | undefined>> | undefined): [string, string[]][] {
+  return Object.entries(filters ?? {}).flatMap(([name, value]): [string, string[]][] =>
+    value === undefined ? [] : [[name, typeof value === 'string' ? [value] : [...value]]],
+  );
+}
+
+export function validateSearchQuery(collection: SearchCollection, query: SearchQuery): void {
   requireRepositoryId(query.repositoryId);
-  validateIdFilter(query.factIds, 'factIds');
+  validateRestrictions(collection, query);
   if (typeof query.query !== 'string') throw new InvalidSearchRequestError('query must be a string');
   const { limit, offset } = query;
   if (!Number.isInteger(limit) || limit < 0 || limit > MAX_PAGE_SIZE) {
@@ -252,6 +215,15 @@ export function validateFactQuery(query: FactQuery): void {
   if (!Number.isInteger(offset) || offset < 0) throw new InvalidSearchRequestError('offset must be a non-negative integer');
   if (offset + limit > MAX_RESULT_WINDOW) {
     throw new InvalidSearchRequestError(`offset + limit must not exceed ${MAX_RESULT_WINDOW}; narrow the query instead`);
+  }
+  if (query.sort !== undefined) {
+    if (!Array.isArray(query.sort)) throw new InvalidSearchRequestError('sort must be an array of { field, order }');
+    for (const key of query.sort) {
+      if (key === null || typeof key !== 'object' || collection.fields[key.field]?.sort !== true) {
+        throw new InvalidSearchRequestError(`${collection.name} cannot be sorted by ${String(key?.field)}`);
+      }
+      if (key.order !== 'asc' && key.order !== 'desc') throw new InvalidSearchRequestError(`sort order must be asc or desc, not ${String(key.order)}`);
+    }
   }
 }
 
@@ -269,113 +241,135 @@ export function validateVector(vector: unknown, dimensions: number, what = 'vect
   if (zero) throw new InvalidSearchRequestError(`${what} is all zeros: cosine similarity is undefined for it`);
 }
 
-export function validateVectorQuery(query: VectorQuery, dimensions: number): void {
+export function validateKnnQuery(collection: SearchCollection, query: KnnQuery, dimensions: number): void {
   requireRepositoryId(query.repositoryId);
-  validateIdFilter(query.factIds, 'factIds');
+  validateRestrictions(collection, query);
   if (!Number.isInteger(query.k) || query.k < 1 || query.k > MAX_K) {
     throw new InvalidSearchRequestError(`k must be an integer from 1 to ${MAX_K}`);
   }
   validateVector(query.vector, dimensions);
 }
 
+/** A field's value checked against its declaration; returns it normalised (UTC times, list as a set). */
+function checkedValue(spec: FieldSpec, value: unknown, where: string): unknown {
+  switch (spec.type) {
+    case 'keyword':
+      if (typeof value !== 'string' || value === '') throw new InvalidSearchRequestError(`${where} must be a non-empty string`);
+      return value;
+    case 'text':
+      if (spec.list) {
+        if (!Array.isArray(value) || value.some((item) => typeof item !== 'string')) throw new InvalidSearchRequestError(`${where} must be an array of strings`);
+        return mergeAliases([], value as string[], []);
+      }
+      if (typeof value !== 'string' || (value === '' && !spec.mayBeEmpty)) {
+        throw new InvalidSearchRequestError(`${where} must be a ${spec.mayBeEmpty ? '' : 'non-empty '}string`);
+      }
+      return value;
+    case 'date': {
+      const time = typeof value === 'string' ? new Date(value) : null;
+      if (!time || Number.isNaN(time.getTime())) throw new InvalidSearchRequestError(`${where} must be an RFC 3339 time`);
+      return time.toISOString();
+    }
+    case 'integer':
+      if (!Number.isInteger(value) || (value as number) < 0) throw new InvalidSearchRequestError(`${where} must be a non-negative integer`);
+      return value;
+  }
+}
+
+function checkIdentity(item: unknown, where: string): void {
+  if (item === null || typeof item !== 'object') throw new InvalidSearchRequestError(`${where} must be an object`);
+  for (const name of ['id', 'repository_id'] as const) {
+    const value = (item as Record<string, unknown>)[name];
+    if (typeof value !== 'string' || value === '') throw new InvalidSearchRequestError(`${where}.${name} must be a non-empty string`);
+  }
+}
+
+function checkVersionAndVector(item: { vector?: unknown; version?: unknown }, where: string, dimensions: number | null): void {
+  if (item.version !== undefined && (!Number.isInteger(item.version) || (item.version as number) < 0)) {
+    throw new InvalidSearchRequestError(`${where}.version must be a non-negative integer`);
+  }
+  if (item.vector !== undefined && item.vector !== null && dimensions !== null) validateVector(item.vector, dimensions, `${where}.vector`);
+}
+
 /**
  * Checks documents before any is written (a batch is all or nothing at this gate) and returns
- * them with created_at normalised to UTC RFC 3339, so stored times compare as strings.
+ * them normalised: times in UTC RFC 3339 (so stored times compare as strings), lists as sets.
  * `dimensions` null: the adapter keeps no vectors, so any vector is accepted and ignored.
  */
-export function normaliseFactDocuments(docs: FactDocument[], dimensions: number | null): FactDocument[] {
+export function normaliseDocuments<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, docs: readonly Doc[], dimensions: number | null): Doc[] {
   if (!Array.isArray(docs)) throw new InvalidSearchRequestError('docs must be an array');
   const seen = new Set<string>();
   return docs.map((doc, position) => {
     const where = `docs[${position}]`;
-    if (doc === null || typeof doc !== 'object') throw new InvalidSearchRequestError(`${where} must be an object`);
-    for (const field of ['id', 'repository_id', 'content_hash', 'fact_kind', 'status'] as const) {
-      if (typeof doc[field] !== 'string' || doc[field] === '') throw new InvalidSearchRequestError(`${where}.${field} must be a non-empty string`);
+    checkIdentity(doc, where);
+    const normalised: Record<string, unknown> = { ...doc };
+    for (const [name, spec] of Object.entries(collection.fields)) {
+      normalised[name] = checkedValue(spec, normalised[name], `${where}.${name}`);
     }
-    if (typeof doc.content !== 'string') throw new InvalidSearchRequestError(`${where}.content must be a string`);
     if (seen.has(doc.id)) throw new InvalidSearchRequestError(`${where}.id ${doc.id} appears twice in one batch`);
     seen.add(doc.id);
-    const createdAt = typeof doc.created_at === 'string' ? new Date(doc.created_at) : null;
-    if (!createdAt || Number.isNaN(createdAt.getTime())) throw new InvalidSearchRequestError(`${where}.created_at must be an RFC 3339 time`);
-    if (doc.vector !== undefined && doc.vector !== null && dimensions !== null) validateVector(doc.vector, dimensions, `${where}.vector`);
-    return { ...doc, created_at: createdAt.toISOString() };
+    checkVersionAndVector(doc, where, dimensions);
+    // Every declared field was checked against its spec just above, so this is a Doc.
+    return normalised as Doc;
+  });
+}
+
+/** Checks partial updates before any is written, and normalises their values and list members as documents'. */
+export function normaliseUpdates<Doc extends IndexedDocument>(
+  collection: SearchCollection<Doc>,
+  updates: readonly DocumentUpdate<Doc>[],
+  dimensions: number | null,
+): DocumentUpdate<Doc>[] {
+  if (!Array.isArray(updates)) throw new InvalidSearchRequestError('updates must be an array');
+  const lists = listFields(collection);
+  return updates.map((update, position) => {
+    const where = `updates[${position}]`;
+    checkIdentity(update, where);
+    const set: Record<string, unknown> = {};
+    for (const [name, value] of Object.entries(update.set ?? {})) {
+      const spec = collection.fields[name];
+      if (spec === undefined) throw new InvalidSearchRequestError(`${where}.set.${name} is no field of ${collection.name}`);
+      if (value !== undefined) set[name] = checkedValue(spec, value, `${where}.set.${name}`);
+    }
+    const members = (which: 'addTo' | 'removeFrom'): Record<string, string[]> => {
+      const given: Record<string, unknown> = update[which] ?? {};
+      const result: Record<string, string[]> = {};
+      for (const [name, values] of Object.entries(given)) {
+        if (!lists.includes(name)) throw new InvalidSearchRequestError(`${where}.${which}.${name} is no list field of ${collection.name}`);
+        if (values === undefined) continue;
+        if (!Array.isArray(values) || values.some((value) => typeof value !== 'string')) {
+          throw new InvalidSearchRequestError(`${where}.${which}.${name} must be an array of strings`);
+        }
+        // Added members are compared as mergeAliases does, blanks dropped; removals match any case.
+        result[name] = which === 'addTo' ? mergeAliases([], values as string[], []) : [...(values as string[])];
+      }
+      return result;
+    };
+    const addTo = members('addTo');
+    const removeFrom = members('removeFrom');
+    checkVersionAndVector(update, where, dimensions);
+    return {
+      id: update.id,
+      repository_id: update.repository_id,
+      // Values were checked field by field against the collection just above.
+      set: set as DocumentUpdate<Doc>['set'],
+      addTo: addTo as DocumentUpdate<Doc>['addTo'],
+      removeFrom: removeFrom as DocumentUpdate<Doc>['removeFrom'],
+      ...(update.vector !== undefined ? { vector: update.vector } : {}),
+      ...(update.version !== undefined ? { version: update.version } : {}),
+    };
   });
 }
 
 /** Checks a removal's arguments: a repository and a list of ids. */
 export function validateRemoval(repositoryId: unknown, ids: unknown): asserts ids is string[] {
   requireRepositoryId(repositoryId);
-  validateIdFilter(ids, 'ids');
   if (ids === undefined) throw new InvalidSearchRequestError('ids must be an array of non-empty strings');
+  validateStringList(ids, 'ids');
 }
 
-/** Checks partial fact updates before any is written, and their vectors against the dimension (null: no vectors kept). */
-export function validateFactUpdates(updates: FactUpdate[], dimensions: number | null): void {
-  if (!Array.isArray(updates)) throw new InvalidSearchRequestError('updates must be an array');
-  updates.forEach((update, position) => {
-    const where = `updates[${position}]`;
-    if (update === null || typeof update !== 'object') throw new InvalidSearchRequestError(`${where} must be an object`);
-    for (const field of ['id', 'repository_id'] as const) {
-      if (typeof update[field] !== 'string' || update[field] === '') throw new InvalidSearchRequestError(`${where}.${field} must be a non-empty string`);
-    }
-    if (update.status !== undefined && (typeof update.status !== 'string' || update.status === '')) {
-      throw new InvalidSearchRequestError(`${where}.status must be a non-empty string`);
-    }
-    if (update.vector !== undefined && update.vector !== null && dimensions !== null) validateVector(update.vector, dimensions, `${where}.vector`);
-  });
-}
-
-export function validateConceptUpdates(updates: ConceptUpdate[], dimensions: number | null): void {
-  if (!Array.isArray(updates)) throw new InvalidSearchRequestError('updates must be an array');
-  updates.forEach((update, position) => {
-    const where = `updates[${position}]`;
-    if (update === null || typeof update !== 'object') throw new InvalidSearchRequestError(`${where} must be an object`);
-    for (const field of ['id', 'repository_id'] as const) {
-      if (typeof update[field] !== 'string' || update[field] === '') throw new InvalidSearchRequestError(`${where}.${field} must be a non-empty string`);
-    }
-    for (const field of ['addAliases', 'removeAliases'] as const) {
-      const aliases = update[field];
-      if (aliases !== undefined && (!Array.isArray(aliases) || aliases.some((alias) => typeof alias !== 'string'))) {
-        throw new InvalidSearchRequestError(`${where}.${field} must be an array of strings`);
-      }
-    }
-    if (update.vector !== undefined && update.vector !== null && dimensions !== null) validateVector(update.vector, dimensions, `${where}.vector`);
-  });
-}
-
-/** Checks concept documents before any is written; aliases are deduplicated case-insensitively. */
-export function normaliseConceptDocuments(docs: ConceptDocument[], dimensions: number | null): ConceptDocument[] {
-  if (!Array.isArray(docs)) throw new InvalidSearchRequestError('docs must be an array');
-  const seen = new Set<string>();
-  return docs.map((doc, position) => {
-    const where = `docs[${position}]`;
-    if (doc === null || typeof doc !== 'object') throw new InvalidSearchRequestError(`${where} must be an object`);
-    for (const field of ['id', 'repository_id', 'canonical_name', 'context', 'status'] as const) {
-      if (typeof doc[field] !== 'string' || doc[field] === '') throw new InvalidSearchRequestError(`${where}.${field} must be a non-empty string`);
-    }
-    if (!Array.isArray(doc.aliases) || doc.aliases.some((alias) => typeof alias !== 'string')) {
-      throw new InvalidSearchRequestError(`${where}.aliases must be an array of strings`);
-    }
-    if (!Number.isInteger(doc.fact_count) || doc.fact_count < 0) throw new InvalidSearchRequestError(`${where}.fact_count must be a non-negative integer`);
-    if (seen.has(doc.id)) throw new InvalidSearchRequestError(`${where}.id ${doc.id} appears twice in one batch`);
-    seen.add(doc.id);
-    if (doc.vector !== undefined && doc.vector !== null && dimensions !== null) validateVector(doc.vector, dimensions, `${where}.vector`);
-    return { ...doc, aliases: mergeAliases([], doc.aliases, []) };
-  });
-}
-
-/** `current` plus `added` minus `removed`, case-insensitively, first spelling kept, in order. */
-export function mergeAliases(current: readonly string[], added: readonly string[], removed: readonly string[]): string[] {
-  const gone = new Set(removed.map((alias) => alias.toLowerCase()));
-  const result: string[] = [];
-  const seen = new Set<string>();
-  for (const alias of [...current, ...added]) {
-    const key = alias.toLowerCase();
-    if (alias.trim() === '' || seen.has(key) || gone.has(key)) continue;
-    seen.add(key);
-    result.push(alias);
-  }
-  return result;
+export function validateRepositoryRemoval(repositoryId: unknown): void {
+  requireRepositoryId(repositoryId);
 }
 
 /** A vector dimension given to a factory: a positive integer (OpenSearch's knn_vector allows up to 16000). */
@@ -384,3 +378,20 @@ export function validateDimensions(dimensions: unknown): asserts dimensions is n
     throw new RangeError('dimensions must be an integer from 1 to 16000');
   }
 }
+
+/** A stored row or `_source` as a hit: times as UTC RFC 3339, counts as numbers, lists never null. */
+export function hitFrom<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, stored: Record<string, unknown>, score: number): HitOf<Doc> {
+  const hit: Record<string, unknown> = { id: stored.id };
+  for (const [name, spec] of Object.entries(collection.fields)) {
+    const value = stored[name];
+    if (spec.type === 'date') hit[name] = new Date(value as string | Date).toISOString();
+    else if (spec.type === 'integer') hit[name] = Number(value ?? 0);
+    else if (spec.type === 'text' && spec.list) hit[name] = value ?? [];
+    else hit[name] = value;
+  }
+  hit.score = score;
+  // Built from the collection's declared fields, which the definition checked against Doc.
+  return hit as HitOf<Doc>;
+}
+
+export type { DocumentUpdate, HitOf, IndexedDocument, SearchCollection } from './collection.js';

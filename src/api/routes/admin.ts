@@ -1,10 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import { userDecider } from '../../domain/user/decider.js';
-import { streamName } from '../../eventstore/envelope.js';
-import { isKnownRole, rolesCatalog, scopeOfDomain } from '../../auth/rbac.js';
-import { badRequest, notFound } from '../errors.js';
-import { requestMetadata, requireSystemPermission } from '../guard.js';
+import { createApplication } from '../../app/application.js';
+import type { RoleAssignmentInput } from '../../app/users.js';
+import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies } from '../schemas.js';
 
 const assignmentSchema = {
@@ -18,11 +16,10 @@ const assignmentSchema = {
   },
 } as const;
 
-type Assignment = { user_id: string; role: string; domain: string };
-
 /** Administration: users, role assignments and the permission catalog. */
 export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['admin'], security: bearerSecurity };
+  const { users } = createApplication(context);
 
   app.get(
     '/api/v1/admin/users',
@@ -53,67 +50,20 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         },
       },
     },
-    async (request) => {
-      requireSystemPermission(request, 'user:read');
-      const users = await context.db.knex('users').orderBy('created_at').select('id', 'email', 'name', 'created_at');
-      const roles: { user_id: string; role: string; domain: string }[] = await context.db
-        .knex('role_assignments')
-        .select('user_id', 'role', 'domain')
-        .orderBy(['domain', 'role']);
-      return {
-        users: users.map((user) => ({
-          ...user,
-          created_at: new Date(user.created_at).toISOString(),
-          roles: roles.filter((r) => r.user_id === user.id).map(({ role, domain }) => ({ role, domain })),
-        })),
-      };
-    },
+    async (request) => users.list(requireUser(request)),
   );
 
-  /** Validates an assignment against the catalog and the existing users and repositories. */
-  async function checkAssignment({ user_id, role, domain }: Assignment) {
-    if (!scopeOfDomain(domain)) throw badRequest(`unknown domain '${domain}': use 'system' or 'repository:<id>'`);
-    if (!isKnownRole(role, domain)) throw badRequest(`role '${role}' does not exist in domain '${domain}'`);
-    if (!(await context.db.knex('users').where({ id: user_id }).first('id'))) throw notFound('user');
-    if (domain.startsWith('repository:')) {
-      const repositoryId = domain.slice('repository:'.length);
-      const exists = await context.db.knex('repositories').where({ id: repositoryId }).whereNull('deleted_at').first('id');
-      if (!exists) throw notFound('repository');
-    }
-  }
-
-  const repositoryOf = (domain: string) => (domain.startsWith('repository:') ? domain.slice('repository:'.length) : null);
-
-  app.put<{ Body: Assignment }>(
+  app.put<{ Body: RoleAssignmentInput }>(
     '/api/v1/admin/users/roles',
     { schema: { ...schema, body: assignmentSchema, response: { 200: assignmentSchema, ...errorReplies } } },
-    async (request) => {
-      const principal = requireSystemPermission(request, 'role:manage');
-      await checkAssignment(request.body);
-      const { user_id, role, domain } = request.body;
-      await context.commands.execute(
-        streamName('user', user_id),
-        userDecider,
-        { type: 'GrantRole', role, domain },
-        requestMetadata(request, principal, repositoryOf(domain)),
-      );
-      return { user_id, role, domain };
-    },
+    async (request) => users.grantRole(requireUser(request), request.body, traceOf(request)),
   );
 
-  app.delete<{ Body: Assignment }>(
+  app.delete<{ Body: RoleAssignmentInput }>(
     '/api/v1/admin/users/roles',
     { schema: { ...schema, body: assignmentSchema, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
-      const principal = requireSystemPermission(request, 'role:manage');
-      const { user_id, role, domain } = request.body;
-      if (!(await context.db.knex('users').where({ id: user_id }).first('id'))) throw notFound('user');
-      await context.commands.execute(
-        streamName('user', user_id),
-        userDecider,
-        { type: 'RevokeRole', role, domain },
-        requestMetadata(request, principal, repositoryOf(domain)),
-      );
+      await users.revokeRole(requireUser(request), request.body, traceOf(request));
       return reply.status(204).send();
     },
   );
@@ -157,9 +107,6 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         },
       },
     },
-    async (request) => {
-      requireSystemPermission(request, 'role:read');
-      return rolesCatalog();
-    },
+    async (request) => users.catalog(requireUser(request)),
   );
 };

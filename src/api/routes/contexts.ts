@@ -1,9 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import { allowedContexts, isOntologyLevel } from '../../domain/concept/ontology.js';
-import { repositoryDecider, type CustomContext } from '../../domain/repository/decider.js';
-import { streamName } from '../../eventstore/envelope.js';
-import { requestMetadata, requireRepository } from '../guard.js';
+import { createApplication } from '../../app/application.js';
+import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam } from '../schemas.js';
 
 const contextItem = {
@@ -48,53 +46,24 @@ const putBody = {
   },
 } as const;
 
-function present(preset: string, customContexts: CustomContext[]) {
-  return {
-    preset,
-    contexts: allowedContexts(preset, customContexts).map((choice) => ({ ...choice, kind: isOntologyLevel(choice.name) ? 'built_in' : 'custom' })),
-    custom_contexts: customContexts,
-  };
-}
-
-function parseJsonColumn<T>(value: unknown, fallback: T): T {
-  if (typeof value === 'string') return JSON.parse(value) as T;
-  return (value ?? fallback) as T;
-}
-
 /**
  * A repository's concept contexts: the built-in ontology levels its preset allows, the preset's
- * custom contexts, and its own custom contexts, which PUT replaces as a whole.
+ * custom contexts, and its own custom contexts, which PUT replaces as a whole (src/read/settings.ts,
+ * src/app/settings.ts).
  */
 export const contextRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['concepts'], security: bearerSecurity, params: idParam('repoID') };
+  const { settings } = createApplication(context);
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID/contexts',
     { schema: { ...schema, response: { 200: contextsReply, ...errorReplies } } },
-    async (request) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'repositories:read');
-      const row: { preset: string; custom_contexts: unknown } = await context.db
-        .knex('repositories')
-        .where({ id: repository.id })
-        .first('preset', 'custom_contexts');
-      return present(row.preset, parseJsonColumn<CustomContext[]>(row.custom_contexts, []));
-    },
+    async (request) => settings.contexts(requireUser(request), { repository: request.params.repoID }),
   );
 
-  app.put<{ Params: { repoID: string }; Body: { custom_contexts: CustomContext[] } }>(
+  app.put<{ Params: { repoID: string }; Body: { custom_contexts: { name: string; description?: string }[] } }>(
     '/api/v1/repositories/:repoID/contexts',
     { schema: { ...schema, body: putBody, response: { 200: contextsReply, ...errorReplies } } },
-    async (request) => {
-      const { principal, repository } = await requireRepository(context, request, request.params.repoID, 'repositories:write');
-      const result = await context.commands.execute(
-        streamName('repository', repository.id),
-        repositoryDecider,
-        { type: 'SetCustomContexts', customContexts: request.body.custom_contexts.map((c) => ({ name: c.name, description: c.description ?? '' })) },
-        requestMetadata(request, principal, repository.id),
-      );
-      const state = result.state;
-      if (state.status === 'none') throw new Error('unreachable: the repository was found above');
-      return present(state.preset, state.customContexts);
-    },
+    async (request) => settings.setContexts(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request)),
   );
 };

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import type { RecordedEvent } from '../../eventstore/envelope.js';
-import { requireRepository } from '../guard.js';
+import { createApplication } from '../../app/application.js';
+import { requireUser } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam } from '../schemas.js';
 
 export const eventSchema = {
@@ -22,28 +22,12 @@ export const eventSchema = {
   },
 } as const;
 
-export function presentEvent(event: RecordedEvent) {
-  return {
-    event_id: event.eventId,
-    stream_id: event.streamId,
-    stream_version: event.streamVersion,
-    global_position: event.globalPosition,
-    type: event.type,
-    schema_version: event.schemaVersion,
-    repository_id: event.repositoryId,
-    actor: event.actor,
-    causation_id: event.causationId,
-    correlation_id: event.correlationId,
-    occurred_at: event.occurredAt,
-    data: event.data,
-  };
-}
-
 /**
  * History: a repository's events in log order. `from` is exclusive (events after that global
  * position); pass the reply's `next_from` to read on.
  */
 export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
+  const { events } = createApplication(context);
   app.get<{ Params: { repoID: string }; Querystring: { from: number; types?: string; stream?: string; limit: number } }>(
     '/api/v1/repositories/:repoID/events',
     {
@@ -72,16 +56,8 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
       },
     },
     async (request) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'events:read');
-      const { from, types, stream, limit } = request.query;
-      const events = await context.store.readAll({
-        after: from,
-        limit,
-        repositoryId: repository.id,
-        types: types ? types.split(',') : undefined,
-        streamId: stream,
-      });
-      return { events: events.map(presentEvent), next_from: events.length ? events[events.length - 1].globalPosition : from };
+      const { types, ...query } = request.query;
+      return events.list(requireUser(request), { repository: request.params.repoID, ...query, types: types?.split(',') });
     },
   );
 };

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import { permissionsOf } from '../../auth/rbac.js';
+import { createApplication } from '../../app/application.js';
 import { requireUser } from '../guard.js';
 import { bearerSecurity, errorReplies } from '../schemas.js';
 
@@ -8,7 +8,8 @@ import { bearerSecurity, errorReplies } from '../schemas.js';
  * GET /api/v1/permissions: the caller's roles and permissions per domain — `system`, each
  * `repository:<id>` it holds a role on, and `repository:*` for a sysadmin's rights everywhere.
  */
-export const permissionRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app) => {
+export const permissionRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
+  const { users } = createApplication(context);
   app.get(
     '/api/v1/permissions',
     {
@@ -39,17 +40,6 @@ export const permissionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         },
       },
     },
-    async (request) => {
-      const principal = requireUser(request);
-      const byDomain = permissionsOf(principal.assignments);
-      const domains = [...byDomain.entries()]
-        .map(([domain, permissions]) => ({
-          domain,
-          roles: principal.assignments.filter((a) => a.domain === domain).map((a) => a.role).sort(),
-          permissions: [...permissions].sort(),
-        }))
-        .sort((a, b) => a.domain.localeCompare(b.domain));
-      return { user_id: principal.userId, domains };
-    },
+    async (request) => users.permissions(requireUser(request)),
   );
 };

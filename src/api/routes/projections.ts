@@ -1,8 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import type { ProjectionStatus } from '../../projection/types.js';
-import { notFound } from '../errors.js';
-import { requireSystemPermission } from '../guard.js';
+import { createApplication } from '../../app/application.js';
+import { requireUser } from '../guard.js';
 import { bearerSecurity, errorReplies } from '../schemas.js';
 
 const statusSchema = {
@@ -20,16 +19,12 @@ const statusSchema = {
 /** Projection health for administrators: positions, lag, and rebuild from position 0. */
 export const projectionRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['admin'], security: bearerSecurity };
-  const present = async () =>
-    (await context.projections.status()).map(({ lastError, ...status }: ProjectionStatus) => ({ ...status, last_error: lastError }));
+  const { projections } = createApplication(context);
 
   app.get(
     '/api/v1/projections',
     { schema: { ...schema, response: { 200: { type: 'object', properties: { projections: { type: 'array', items: statusSchema } } }, ...errorReplies } } },
-    async (request) => {
-      requireSystemPermission(request, 'projections:read');
-      return { projections: await present() };
-    },
+    async (request) => projections.status(requireUser(request)),
   );
 
   app.post<{ Params: { name: string } }>(
@@ -41,13 +36,7 @@ export const projectionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         response: { 202: statusSchema, ...errorReplies },
       },
     },
-    async (request, reply) => {
-      requireSystemPermission(request, 'projections:manage');
-      const status = (await present()).find((projection) => projection.name === request.params.name);
-      if (!status) throw notFound('projection');
-      // Rebuilds run in the background; progress shows in GET /api/v1/projections.
-      context.projections.rebuild(request.params.name).catch((error: unknown) => request.log.error({ err: error }, 'rebuild failed'));
-      return reply.status(202).send({ ...status, state: 'rebuilding' });
-    },
+    // Rebuilds run in the background; progress shows in GET /api/v1/projections.
+    async (request, reply) => reply.status(202).send(await projections.rebuild(requireUser(request), request.params)),
   );
 };

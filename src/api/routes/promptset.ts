@@ -1,11 +1,10 @@
 import { Ajv } from 'ajv';
 import type { FastifyPluginAsync, FastifySchema } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import { repositoryDecider } from '../../domain/repository/decider.js';
+import { createApplication } from '../../app/application.js';
 import { MAX_PROMPT_CHARS } from '../../domain/repository/prompts.js';
-import { streamName } from '../../eventstore/envelope.js';
-import { BUILT_IN_PROMPTSET_HASH, effectivePromptset, PROMPT_PHASES, type PromptOverrides } from '../../providers/llm/promptsets.js';
-import { requestMetadata, requireRepository } from '../guard.js';
+import { PROMPT_PHASES } from '../../providers/llm/promptsets.js';
+import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam } from '../schemas.js';
 
 const phaseTexts = {
@@ -47,48 +46,20 @@ const putBody = {
 const strictAjv = new Ajv({ allErrors: false, coerceTypes: false, useDefaults: false, removeAdditional: false, strict: false });
 const strictValidatorCompiler = ({ schema }: { schema: FastifySchema }) => strictAjv.compile(schema as object);
 
-/** The stored override map: jsonb arrives parsed from pg/PGlite, as text from some drivers. */
-function storedOverrides(value: unknown): PromptOverrides | null {
-  const parsed: unknown = typeof value === 'string' ? JSON.parse(value) : value;
-  return parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as PromptOverrides) : null;
-}
-
-function present(overrides: PromptOverrides | null) {
-  const promptset = effectivePromptset(overrides);
-  return { phases: promptset.phases, promptset_hash: promptset.hash, overridden: promptset.overridden, built_in_hash: BUILT_IN_PROMPTSET_HASH };
-}
-
 /** A repository's promptset: the effective prompts, their hash, and its overrides. */
 export const promptsetRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['repositories'], security: bearerSecurity, params: idParam('repoID') };
+  const { settings } = createApplication(context);
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID/promptset',
     { schema: { ...schema, response: { 200: promptsetReplySchema, ...errorReplies } } },
-    async (request) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'repositories:read');
-      const row: { prompt_overrides?: unknown } | undefined = await context.db
-        .knex('repositories')
-        .where({ id: repository.id })
-        .first('prompt_overrides');
-      return present(storedOverrides(row?.prompt_overrides));
-    },
+    async (request) => settings.promptset(requireUser(request), { repository: request.params.repoID }),
   );
 
   app.put<{ Params: { repoID: string }; Body: { prompts: Record<string, string | null> } }>(
     '/api/v1/repositories/:repoID/promptset',
     { schema: { ...schema, body: putBody, response: { 200: promptsetReplySchema, ...errorReplies } }, validatorCompiler: strictValidatorCompiler },
-    async (request) => {
-      const { principal, repository } = await requireRepository(context, request, request.params.repoID, 'repositories:write');
-      const result = await context.commands.execute(
-        streamName('repository', repository.id),
-        repositoryDecider,
-        { type: 'SetPrompts', prompts: request.body.prompts },
-        requestMetadata(request, principal, repository.id),
-      );
-      // The decider's state is authoritative; the read model may still be catching up.
-      const state = result.state;
-      return present(state.status === 'none' ? null : state.promptOverrides);
-    },
+    async (request) => settings.setPrompts(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request)),
   );
 };

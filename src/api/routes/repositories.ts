@@ -1,11 +1,10 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
+import { createApplication } from '../../app/application.js';
+import type { CreateRepositoryInput, RepositoryChange } from '../../app/repositories.js';
 import { repositoryPresets } from '../../domain/repository/presets.js';
-import { can, repositoryDomain, SYSTEM_DOMAIN } from '../../auth/rbac.js';
-import type { Principal } from '../../auth/identity.js';
-import { forbidden } from '../errors.js';
-import { requestMetadata, requireRepository, requireSystemPermission, requireUser, type RepositoryRow } from '../guard.js';
-import { bearerSecurity, errorReplies, idParam, isoDate, listReply } from '../schemas.js';
+import { requireUser, traceOf } from '../guard.js';
+import { bearerSecurity, errorReplies, idParam, listReply } from '../schemas.js';
 
 export const repositorySchema = {
   type: 'object',
@@ -33,22 +32,10 @@ const writableFields = {
   accepted_promptset_hashes: { type: 'array', maxItems: 100, items: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
 } as const;
 
-export function presentRepository(row: RepositoryRow, principal: Principal) {
-  const domain = repositoryDomain(row.id);
-  return {
-    ...row,
-    accepted_promptset_hashes: row.accepted_promptset_hashes ?? [],
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
-    roles: principal.assignments.filter((a) => a.domain === domain).map((a) => a.role),
-  };
-}
-
 /** Repositories: create, list, read, update, delete; presets. */
 export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['repositories'], security: bearerSecurity };
-  const load = async (id: string, principal: Principal) =>
-    presentRepository(await context.db.knex('repositories').where({ id }).first(), principal);
+  const { repositories } = createApplication(context);
 
   app.get(
     '/api/v1/repositories/presets',
@@ -84,13 +71,10 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         },
       },
     },
-    async (request) => {
-      requireUser(request);
-      return { default: context.config.default_repository_preset, presets: repositoryPresets };
-    },
+    async (request) => repositories.presets(requireUser(request)),
   );
 
-  app.post<{ Body: { name: string; slug?: string; description?: string; preset?: string; tier?: string; accepted_promptset_hashes?: string[] } }>(
+  app.post<{ Body: CreateRepositoryInput }>(
     '/api/v1/repositories',
     {
       schema: {
@@ -108,13 +92,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         response: { 201: repositorySchema, ...errorReplies },
       },
     },
-    async (request, reply) => {
-      const principal = requireSystemPermission(request, 'repositories:create');
-      const repositoryId = await context.repositories.create(request.body, requestMetadata(request, principal, null), principal.userId);
-      // The caller just became owner: show the role in the reply.
-      const refreshed = { ...principal, assignments: await context.identity.roleAssignments(principal.userId) };
-      return reply.status(201).send(await load(repositoryId, refreshed));
-    },
+    async (request, reply) => reply.status(201).send(await repositories.create(requireUser(request), request.body, traceOf(request))),
   );
 
   app.get<{ Querystring: { limit: number; offset: number } }>(
@@ -133,30 +111,16 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         },
       },
     },
-    async (request) => {
-      const principal = requireUser(request);
-      const query = context.db.knex('repositories').whereNull('deleted_at');
-      // Everyone sees the repositories they hold a role on; a sysadmin sees all.
-      if (!can(principal.assignments, SYSTEM_DOMAIN, 'role:manage')) {
-        const ids = principal.assignments.filter((a) => a.domain.startsWith('repository:')).map((a) => a.domain.slice('repository:'.length));
-        query.whereIn('id', ids);
-      }
-      const [{ n }] = await query.clone().count<{ n: string }[]>('* as n');
-      const rows: RepositoryRow[] = await query.orderBy([{ column: 'created_at' }, { column: 'id' }]).limit(request.query.limit).offset(request.query.offset);
-      return { items: rows.map((row) => presentRepository(row, principal)), total: Number(n) };
-    },
+    async (request) => repositories.list(requireUser(request), request.query),
   );
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID',
     { schema: { ...schema, params: idParam('repoID'), response: { 200: repositorySchema, ...errorReplies } } },
-    async (request) => {
-      const { principal, repository } = await requireRepository(context, request, request.params.repoID, 'repositories:read');
-      return presentRepository(repository, principal);
-    },
+    async (request) => repositories.get(requireUser(request), { repository: request.params.repoID }),
   );
 
-  app.put<{ Params: { repoID: string }; Body: { name?: string; slug?: string; description?: string; accepted_promptset_hashes?: string[] } }>(
+  app.put<{ Params: { repoID: string }; Body: RepositoryChange }>(
     '/api/v1/repositories/:repoID',
     {
       schema: {
@@ -166,22 +130,14 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         response: { 200: repositorySchema, ...errorReplies },
       },
     },
-    async (request) => {
-      const { principal, repository } = await requireRepository(context, request, request.params.repoID, 'repositories:write');
-      if (request.body.accepted_promptset_hashes !== undefined && !can(principal.assignments, repositoryDomain(repository.id), 'repositories:manage')) {
-        throw forbidden('permission denied: repositories:manage');
-      }
-      await context.repositories.update(repository.id, request.body, requestMetadata(request, principal, repository.id));
-      return load(repository.id, principal);
-    },
+    async (request) => repositories.update(requireUser(request), { ...request.body, repository: request.params.repoID }, traceOf(request)),
   );
 
   app.delete<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID',
     { schema: { ...schema, params: idParam('repoID'), response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
-      const { principal, repository } = await requireRepository(context, request, request.params.repoID, 'repositories:delete');
-      await context.repositories.remove(repository.id, requestMetadata(request, principal, repository.id));
+      await repositories.remove(requireUser(request), { repository: request.params.repoID }, traceOf(request));
       return reply.status(204).send();
     },
   );

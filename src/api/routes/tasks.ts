@@ -1,56 +1,10 @@
 import type { FastifyPluginAsync } from 'fastify';
+import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
-import { jobStates, type JobCounts, type JobRecord } from '../../pipeline/jobs.js';
-import type { JobState } from '../../pipeline/types.js';
-import { HttpError, notFound } from '../errors.js';
-import { requireRepository } from '../guard.js';
-import { bearerSecurity, errorReplies, idParam, pagingQuery } from '../schemas.js';
-
-/**
- * Tasks: the background jobs of a repository (one row per job of the pipeline, docs/pipeline.md),
- * their counts per kind and state, whether a source or report is done, and retrying a failed job.
- */
-
-export const jobSchema = {
-  type: 'object',
-  properties: {
-    id: { type: 'string' },
-    kind: { type: 'string' },
-    repository_id: { type: ['string', 'null'] },
-    subject_id: { type: 'string' },
-    source_id: { type: ['string', 'null'] },
-    report_id: { type: ['string', 'null'] },
-    trigger_event_id: { type: 'string' },
-    state: { type: 'string', enum: [...jobStates] },
-    attempts: { type: 'integer' },
-    max_attempts: { type: 'integer' },
-    last_error: { type: ['string', 'null'] },
-    next_attempt_at: { type: ['string', 'null'] },
-    created_at: { type: 'string' },
-    updated_at: { type: 'string' },
-    finished_at: { type: ['string', 'null'] },
-  },
-} as const;
-
-export function presentJob(job: JobRecord) {
-  return {
-    id: job.id,
-    kind: job.kind,
-    repository_id: job.repositoryId,
-    subject_id: job.subjectId,
-    source_id: job.sourceId,
-    report_id: job.reportId,
-    trigger_event_id: job.triggerEventId,
-    state: job.state,
-    attempts: job.attempts,
-    max_attempts: job.maxAttempts,
-    last_error: job.lastError,
-    next_attempt_at: job.nextAttemptAt,
-    created_at: job.createdAt,
-    updated_at: job.updatedAt,
-    finished_at: job.finishedAt,
-  };
-}
+import { jobStates } from '../../pipeline/jobs.js';
+import type { TaskListInput } from '../../read/tasks.js';
+import { requireUser } from '../guard.js';
+import { bearerSecurity, errorReplies, idParam, jobSchema, pagingQuery, repositoryItemParams } from '../schemas.js';
 
 /** counts: {kind: {state: n}}, every state present. */
 const countsSchema = {
@@ -62,29 +16,17 @@ const countsSchema = {
   },
 } as const;
 
-/** Nothing queued or running among the counted jobs. */
-function nothingPending(counts: JobCounts): boolean {
-  return Object.values(counts).every((byState) => byState.queued === 0 && byState.running === 0);
-}
-
-function totalsByState(counts: JobCounts): Record<JobState, number> {
-  const totals = Object.fromEntries(jobStates.map((state) => [state, 0])) as Record<JobState, number>;
-  for (const byState of Object.values(counts)) for (const state of jobStates) totals[state] += byState[state] ?? 0;
-  return totals;
-}
-
+/**
+ * Tasks: the background jobs of a repository, their counts per kind and state, whether a source
+ * or report is done (src/read/tasks.ts), and retrying a failed job (src/app/tasks.ts).
+ */
 export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['tasks'], security: bearerSecurity };
-  const taskParams = {
-    type: 'object',
-    required: ['repoID', 'taskID'],
-    properties: { repoID: { type: 'string', minLength: 1 }, taskID: { type: 'string', format: 'uuid' } },
-  } as const;
+  const taskParams = repositoryItemParams('taskID');
+  const { tasks } = createApplication(context);
+  const named = (params: { repoID: string; taskID: string }) => ({ repository: params.repoID, task: params.taskID });
 
-  app.get<{
-    Params: { repoID: string };
-    Querystring: { source_id?: string; report_id?: string; state?: JobState; kind?: string; limit: number; offset: number };
-  }>(
+  app.get<{ Params: { repoID: string }; Querystring: Omit<TaskListInput, 'repository'> }>(
     '/api/v1/repositories/:repoID/tasks',
     {
       schema: {
@@ -119,18 +61,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         },
       },
     },
-    async (request) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'jobs:read');
-      const { source_id: sourceId, report_id: reportId, state, kind, limit, offset } = request.query;
-      const list = await context.jobs.list({ repositoryId: repository.id, sourceId, reportId, state, kind, limit, offset });
-      // Counts and completeness cover the source or report (or repository) whatever the state/kind filters.
-      const counts = await context.jobs.countsFor({ repositoryId: repository.id, sourceId, reportId });
-      const complete =
-        sourceId !== undefined && reportId === undefined
-          ? await context.jobs.isComplete({ repositoryId: repository.id, sourceId })
-          : nothingPending(counts);
-      return { items: list.jobs.map(presentJob), total: list.total, counts, complete };
-    },
+    async (request) => tasks.list(requireUser(request), { repository: request.params.repoID, ...request.query }),
   );
 
   app.get<{ Params: { repoID: string } }>(
@@ -153,36 +84,18 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         },
       },
     },
-    async (request) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'jobs:read');
-      const counts = await context.jobs.countsFor({ repositoryId: repository.id });
-      return { counts, totals: totalsByState(counts), complete: nothingPending(counts) };
-    },
+    async (request) => tasks.stats(requireUser(request), { repository: request.params.repoID }),
   );
 
   app.get<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID',
     { schema: { ...schema, params: taskParams, response: { 200: jobSchema, ...errorReplies } } },
-    async (request) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'jobs:read');
-      const job = await context.jobs.get(request.params.taskID);
-      if (!job || job.repositoryId !== repository.id) throw notFound('task');
-      return presentJob(job);
-    },
+    async (request) => tasks.get(requireUser(request), named(request.params)),
   );
 
   app.post<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID/retry',
     { schema: { ...schema, params: taskParams, response: { 202: jobSchema, ...errorReplies } } },
-    async (request, reply) => {
-      const { repository } = await requireRepository(context, request, request.params.repoID, 'jobs:write');
-      const job = await context.jobs.get(request.params.taskID);
-      if (!job || job.repositoryId !== repository.id) throw notFound('task');
-      const result = await context.jobs.retry(job.id);
-      if (result.status === 'not_found') throw notFound('task');
-      if (result.status === 'not_retryable') throw new HttpError(409, 'conflict', `task is ${result.job.state}; only failed or dead tasks can be retried`);
-      context.wakeWorkers();
-      return reply.status(202).send(presentJob(result.job));
-    },
+    async (request, reply) => reply.status(202).send(await tasks.retry(requireUser(request), named(request.params))),
   );
 };

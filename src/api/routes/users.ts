@@ -1,33 +1,22 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
-import { can, SYSTEM_DOMAIN } from '../../auth/rbac.js';
-import { forbidden, notFound } from '../errors.js';
+import { createApplication } from '../../app/application.js';
 import { requireUser } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam, userSchema } from '../schemas.js';
 
 /** Profiles: one's own, or anyone's with `user:read` / `user:write` on the system domain. */
 export const userRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['users'], security: bearerSecurity };
+  const { users } = createApplication(context);
   app.get('/api/v1/users/me', { schema: { ...schema, response: { 200: userSchema, ...errorReplies } } }, async (request) => {
     const principal = requireUser(request);
-    const user = await context.identity.loadUser(principal.userId);
-    if (!user) throw notFound('user');
-    return user;
+    return users.get(principal, { user: principal.userId });
   });
 
   app.get<{ Params: { userID: string } }>(
     '/api/v1/users/:userID',
     { schema: { ...schema, params: idParam('userID'), response: { 200: userSchema, ...errorReplies } } },
-    async (request) => {
-      const principal = requireUser(request);
-      const { userID } = request.params;
-      if (userID !== principal.userId && !can(principal.assignments, SYSTEM_DOMAIN, 'user:read')) {
-        throw forbidden('permission denied: user:read');
-      }
-      const user = await context.identity.loadUser(userID);
-      if (!user) throw notFound('user');
-      return user;
-    },
+    async (request) => users.get(requireUser(request), { user: request.params.userID }),
   );
 
   app.put<{ Params: { userID: string }; Body: { name?: string; email?: string } }>(
@@ -45,13 +34,6 @@ export const userRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         response: { 200: userSchema, ...errorReplies },
       },
     },
-    async (request) => {
-      const principal = requireUser(request);
-      const { userID } = request.params;
-      if (userID !== principal.userId && !can(principal.assignments, SYSTEM_DOMAIN, 'user:write')) {
-        throw forbidden('permission denied: user:write');
-      }
-      return context.identity.updateProfile(principal.userId, userID, request.body);
-    },
+    async (request) => users.updateProfile(requireUser(request), { ...request.body, user: request.params.userID }),
   );
 };

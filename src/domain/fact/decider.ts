@@ -19,6 +19,11 @@ export const factDecider: Decider<FactState, FactCommand, FactEvent> = {
         return [{ type: 'FactStabilized', data: { source_id: command.sourceId } }];
       case 'MergeFact':
         if (state.status === 'merged' || state.status === 'removed') return [];
+        // A deduplication job merges a fact it found new. If a twin stabilized the fact meanwhile,
+        // that decision stands: re-applying this merge on a version conflict could close a cycle
+        // with a neighbour that merged into this fact because it saw it stable, and a cycle has
+        // no survivor. Only the catch-up pass merges a stable fact (the larger id into the smaller).
+        if (state.status === 'stable' && !command.catchup) return [];
         if (!command.survivorId) throw new DomainError('invalid', 'a merge needs a survivor');
         if (!Number.isFinite(command.similarity)) throw new DomainError('invalid', 'similarity must be a finite number');
         return [

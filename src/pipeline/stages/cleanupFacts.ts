@@ -2,7 +2,7 @@ import { factDecider } from '../../domain/fact/decider.js';
 import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
-import type { JobContext, Stage } from '../types.js';
+import type { JobContext, Stage, StageDefinition } from '../types.js';
 import { factSubject, stageMetadata } from './common.js';
 
 export interface CleanupFactsDeps {
@@ -19,6 +19,8 @@ export function createCleanupFactsStage(deps: CleanupFactsDeps): Stage {
     kind: 'cleanup_facts',
     triggers: ['FactMergedInto'],
     subjectOf: factSubject,
+    // Reads its subject's stream; of the trigger only the row's id, repository and correlation.
+    triggerFromJob: true,
     // The merge names the source whose deduplication made it (null for catch-up merges).
     sourceOf: (event: RecordedEvent) => (typeof event.data.source_id === 'string' && event.data.source_id !== '' ? event.data.source_id : null),
     async run(context: JobContext) {
@@ -30,3 +32,10 @@ export function createCleanupFactsStage(deps: CleanupFactsDeps): Stage {
     },
   };
 }
+
+/** The registry's entry. */
+export const cleanupFactsStage: StageDefinition = {
+  kind: 'cleanup_facts',
+  enabled: () => true,
+  create: ({ store }) => createCleanupFactsStage({ store }),
+};

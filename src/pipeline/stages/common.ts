@@ -1,10 +1,200 @@
 import { sourceDecider } from '../../domain/source/decider.js';
-import { handleCommand, type CommandResult } from '../../eventstore/commandHandler.js';
+import { foldStream, handleCommand, loadStream, type CommandResult, type LoadedStream } from '../../eventstore/commandHandler.js';
+
+export { foldStream, loadStream, type LoadedStream };
+import { ConcurrencyError } from '../../eventstore/port.js';
 import type { Decider } from '../../domain/decider.js';
-import { parseStreamName, type DomainEvent, type EventMetadata, type RecordedEvent } from '../../eventstore/envelope.js';
+import type { DomainEvent } from '../../domain/event.js';
+import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
+import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
-import { PermanentJobError, type JobContext } from '../types.js';
+import { isPermanentError, PermanentJobError, type JobContext } from '../types.js';
+
+/**
+ * handleCommand from a stream the stage has read already: decides on `loaded` and appends with
+ * its version, saving the read. When the stream moved since (a version conflict), it runs
+ * handleCommand, which reads, decides and appends again: the outcome is the one handleCommand
+ * alone would have had at this moment. Returns the result and the stream as it is after it.
+ */
+export async function commandFrom<State, Command, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Decider<State, Command, Event>,
+  loaded: LoadedStream<State>,
+  command: Command,
+  metadata: EventMetadata,
+  options: { retries?: number } = {},
+): Promise<{ result: CommandResult<State>; after: LoadedStream<State> }> {
+  const decided = decider.decide(command, loaded.state);
+  if (decided.length === 0) return { result: { events: decided, state: loaded.state, position: null, write: null }, after: loaded };
+  const appended = await appendDecided(store, streamId, decider, loaded, decided, metadata);
+  if (appended) return appended;
+  const result = await handleCommand(store, streamId, decider, command, metadata, options);
+  // Read again next time: the events a twin appended are not in `loaded`.
+  return { result, after: await loadStream(store, streamId, decider) };
+}
+
+/** commandOnSharedStream from a stream read already (see commandFrom); a moved stream is re-decided as there. */
+export async function sharedCommandFrom<State, Command, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Decider<State, Command, Event>,
+  loaded: LoadedStream<State>,
+  command: Command,
+  metadata: EventMetadata,
+): Promise<CommandResult<State>> {
+  const decided = decider.decide(command, loaded.state);
+  if (decided.length === 0) return { events: decided, state: loaded.state, position: null, write: null };
+  const appended = await appendDecided(store, streamId, decider, loaded, decided, metadata);
+  return appended ? appended.result : commandOnSharedStream(store, streamId, decider, command, metadata);
+}
+
+/** One command of a batch for sharedCommandsFrom: a stream read already and what to do on it. */
+export interface BatchCommand<State, Command> {
+  streamId: string;
+  /** The stream as read; commands on the same stream must give the same. */
+  loaded: LoadedStream<State>;
+  command: Command;
+}
+
+/**
+ * sharedCommandFrom for many commands at once: each is decided on its stream as read (after the
+ * batch's earlier commands on the same stream), and everything decided is appended in one
+ * multi-stream append, each stream at its read version. A stream that moved meanwhile (a
+ * version conflict) is re-read and its commands re-decided one by one, as commandOnSharedStream
+ * does, so each outcome is the one sharedCommandFrom would have had. Results come in the order
+ * of `commands`; a result's state is its stream's right after its command.
+ */
+export async function sharedCommandsFrom<State, Command, Event extends DomainEvent>(
+  store: EventStore,
+  decider: Decider<State, Command, Event>,
+  commands: readonly BatchCommand<State, Command>[],
+  metadata: EventMetadata,
+): Promise<CommandResult<State>[]> {
+  const results: CommandResult<State>[] = [];
+  const byStream = new Map<string, { loaded: LoadedStream<State>; state: State; events: Event[]; members: number[] }>();
+  for (const [index, { streamId, loaded, command }] of commands.entries()) {
+    const stream = byStream.get(streamId) ?? { loaded, state: loaded.state, events: [], members: [] };
+    byStream.set(streamId, stream);
+    const decided = decider.decide(command, stream.state);
+    for (const event of decided) stream.state = decider.evolve(stream.state, event);
+    stream.events.push(...decided);
+    stream.members.push(index);
+    results.push({ events: decided, state: stream.state, position: null, write: null });
+  }
+  const writing = [...byStream].filter(([, stream]) => stream.events.length > 0);
+  if (writing.length === 0) return results;
+  const outcomes = await store.appendToStreams(
+    writing.map(([streamId, stream]) => ({
+      streamId,
+      events: stream.events.map((event) => ({ type: event.type, data: event.data, metadata })),
+      expected: stream.loaded.version === null ? 'no_stream' : stream.loaded.version,
+    })),
+  );
+  for (const [position, [streamId, stream]] of writing.entries()) {
+    const appended = outcomes[position].result;
+    if (!appended) {
+      for (const index of stream.members) results[index] = await commandOnSharedStream(store, streamId, decider, commands[index].command, metadata);
+      continue;
+    }
+    for (const index of stream.members) {
+      if (results[index].events.length === 0) continue;
+      results[index] = {
+        ...results[index],
+        position: appended.lastPosition,
+        write: { position: appended.lastPosition, streamId, streamVersion: appended.nextExpectedVersion, types: stream.events.map((event) => event.type) },
+      };
+    }
+  }
+  return results;
+}
+
+/**
+ * Streams of one category read in batches (one readStreams per step) and kept for one job, with
+ * the job's own decisions folded in as it makes them (`set`), so its later decisions see its
+ * earlier ones. `survivorOf` says where a merged aggregate's chain goes on (null: it ends here).
+ */
+export class StreamCache<State, Event extends DomainEvent> {
+  private readonly streams = new Map<string, LoadedStream<State>>();
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly category: StreamCategory,
+    private readonly decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
+    private readonly survivorOf: (state: State) => string | null,
+  ) {}
+
+  /** Reads the streams of `ids` not read yet, all in one statement. */
+  async load(ids: Iterable<string>): Promise<void> {
+    const missing = [...new Set(ids)].filter((id) => !this.streams.has(id));
+    if (missing.length === 0) return;
+    const read = await this.store.readStreams(missing.map((id) => streamName(this.category, id)));
+    for (const id of missing) this.streams.set(id, foldStream(read.get(streamName(this.category, id)) ?? [], this.decider));
+  }
+
+  /** A stream loaded before. */
+  get(id: string): LoadedStream<State> {
+    const stream = this.streams.get(id);
+    if (!stream) throw new Error(`${this.category} ${id} was not loaded`);
+    return stream;
+  }
+
+  set(id: string, stream: LoadedStream<State>): void {
+    this.streams.set(id, stream);
+  }
+
+  /** Where each id's merge chain ends, the chains followed together: one read per step along the longest. */
+  async finals(ids: readonly string[]): Promise<Map<string, { id: string; stream: LoadedStream<State> }>> {
+    const finals = new Map<string, { id: string; stream: LoadedStream<State> }>();
+    let walking = new Map(ids.map((id) => [id, id]));
+    for (let step = 0; step <= MAX_MERGE_CHAIN && walking.size > 0; step++) {
+      await this.load(walking.values());
+      const next = new Map<string, string>();
+      for (const [start, at] of walking) {
+        const stream = this.get(at);
+        const survivor = this.survivorOf(stream.state);
+        if (survivor === null) finals.set(start, { id: at, stream });
+        else next.set(start, survivor);
+      }
+      walking = next;
+    }
+    const [cut] = walking.keys();
+    if (cut !== undefined) throw new Error(`merge chain of ${this.category} ${cut} is longer than ${MAX_MERGE_CHAIN}: a cycle?`);
+    return finals;
+  }
+}
+
+/** Appends decided events at the loaded version; null when the stream moved since (a version conflict). */
+async function appendDecided<State, Command, Event extends DomainEvent>(
+  store: EventStore,
+  streamId: string,
+  decider: Decider<State, Command, Event>,
+  loaded: LoadedStream<State>,
+  decided: Event[],
+  metadata: EventMetadata,
+): Promise<{ result: CommandResult<State>; after: LoadedStream<State> } | null> {
+  let appended;
+  try {
+    appended = await store.append(
+      streamId,
+      decided.map((event) => ({ type: event.type, data: event.data, metadata })),
+      loaded.version === null ? 'no_stream' : loaded.version,
+    );
+  } catch (error) {
+    if (error instanceof ConcurrencyError || isConcurrencyError(error)) return null;
+    throw error;
+  }
+  let state = loaded.state;
+  for (const event of decided) state = decider.evolve(state, event);
+  const result: CommandResult<State> = {
+    events: decided,
+    state,
+    position: appended.lastPosition,
+    write: { position: appended.lastPosition, streamId, streamVersion: appended.nextExpectedVersion, types: decided.map((event) => event.type) },
+  };
+  return { result, after: { events: [...loaded.events, ...appended.events], state, version: appended.nextExpectedVersion } };
+}
 
 /** The id of the trigger's stream when it is of `category`, else null. */
 export function streamSubject(category: string): (event: RecordedEvent) => string | null {
@@ -49,41 +239,6 @@ export function throwIfAborted(signal: AbortSignal): void {
   if (signal.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('job aborted');
 }
 
-/**
- * Runs `work` over `items` with at most `limit` in flight, results in input order. The first
- * failure stops new work from starting and is rethrown once the running ones settle.
- */
-export async function mapWithConcurrency<Item, Result>(
-  items: readonly Item[],
-  limit: number,
-  work: (item: Item, index: number) => Promise<Result>,
-): Promise<Result[]> {
-  const results = new Array<Result>(items.length);
-  let next = 0;
-  let failure: { error: unknown } | null = null;
-  const worker = async (): Promise<void> => {
-    while (failure === null && next < items.length) {
-      const index = next++;
-      try {
-        results[index] = await work(items[index], index);
-      } catch (error) {
-        failure ??= { error };
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
-  if (failure !== null) throw (failure as { error: unknown }).error;
-  return results;
-}
-
-/** Providers mark errors a retry cannot fix with `permanent: true`. */
-export function isPermanent(error: unknown): boolean {
-  return (
-    error instanceof PermanentJobError ||
-    (typeof error === 'object' && error !== null && (error as { permanent?: unknown }).permanent === true)
-  );
-}
-
 /** Records on the source that a stage gave up, so its status shows `failed` with the reason. */
 export async function failSource(
   store: EventStore,
@@ -111,7 +266,7 @@ export async function recordingSourceFailure(
   } catch (error) {
     // A lost version race means a twin did the work: the runtime counts it as done.
     if (isConcurrencyError(error)) throw error;
-    if (!isPermanent(error) && context.job.attempts < options.maxAttempts) throw error;
+    if (!isPermanentError(error) && context.job.attempts < options.maxAttempts) throw error;
     await failSource(options.store, options.stream, options.stage, error, stageMetadata(context));
     throw error instanceof PermanentJobError ? error : new PermanentJobError(error instanceof Error ? error.message : String(error));
   }

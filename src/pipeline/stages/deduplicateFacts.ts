@@ -1,15 +1,30 @@
 import type { Knex } from 'knex';
+import { parseDuration } from '../../config/duration.js';
 import { factDecider } from '../../domain/fact/decider.js';
-import type { FactCommand, FactState } from '../../domain/fact/events.js';
+import type { FactCommand, FactEvent, FactState } from '../../domain/fact/events.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
-import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
-import { streamName, type EventMetadata, type RecordedEvent } from '../../eventstore/envelope.js';
+import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { unpackVector } from '../../interchange/vectors.js';
+import { facts } from '../../search/collections/index.js';
 import type { SearchIndex } from '../../search/port.js';
-import type { JobContext, Stage } from '../types.js';
+import { embeddingsConfigured, type JobContext, type Stage, type StageDefinition } from '../types.js';
 import { extractedFactsOf } from './embedFacts.js';
-import { commandOnSharedStream, requireRepositoryId, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
+import {
+  commandFrom,
+  loadStream,
+  requireRepositoryId,
+  sharedCommandsFrom,
+  StreamCache,
+  sourceSubject,
+  stageMetadata,
+  throwIfAborted,
+  type BatchCommand,
+  type LoadedStream,
+} from './common.js';
+
+/** Facts the catch-up pass compares per step (streams read, k-NN asked and merges appended together). */
+const CATCH_UP_SLICE = 200;
 
 /** How long a vector may take from its FactsEmbedded event to the search index, at most, for the catch-up window. */
 export const CATCH_UP_INDEX_LAG_MARGIN_MS = 5 * 60_000;
@@ -40,24 +55,19 @@ interface FinalFact {
   status: 'new' | 'stable';
 }
 
-/** Longest merge chain followed; a longer one means a cycle, which the rule never creates. */
-const MAX_CHAIN = 64;
-
 type FactsEmbedded = Extract<SourceEvent, { type: 'FactsEmbedded' }>;
 
-async function factState(store: EventStore, factId: string): Promise<FactState> {
-  return (await loadState(store, streamName('fact', factId), factDecider)).state;
+/** The fact a merged (or removed) fact's chain ends at, with that fact's status. A longer chain than MAX_MERGE_CHAIN means a cycle, which the rule never creates. */
+export async function finalFact(store: EventStore, factId: string): Promise<FinalFact> {
+  const end = (await factStreamsOf(store).finals([factId])).get(factId) as { id: string; stream: LoadedStream<FactState> };
+  const { status } = end.stream.state;
+  if (status !== 'new' && status !== 'stable') throw new Error(`unreachable: the chain of fact ${factId} ended at a ${status} fact`);
+  return { id: end.id, status };
 }
 
-/** The fact a merged (or removed) fact's chain ends at, with that fact's status. */
-export async function finalFact(store: EventStore, factId: string): Promise<FinalFact> {
-  let id = factId;
-  for (let step = 0; step < MAX_CHAIN; step++) {
-    const state = await factState(store, id);
-    if (state.status === 'new' || state.status === 'stable') return { id, status: state.status };
-    id = state.survivorId;
-  }
-  throw new Error(`merge chain of fact ${factId} is longer than ${MAX_CHAIN}: a cycle?`);
+/** Fact streams of one job (StreamCache): a fact's chain goes on while it is merged or removed. */
+function factStreamsOf(store: EventStore): StreamCache<FactState, FactEvent> {
+  return new StreamCache(store, 'fact', factDecider, (state) => (state.status === 'new' || state.status === 'stable' ? null : state.survivorId));
 }
 
 /** Vectors of `model` from a FactsEmbedded event, by fact id. */
@@ -70,9 +80,8 @@ function vectorsOf(event: RecordedEvent | undefined, model: string): Map<string,
   return vectors;
 }
 
-/** The source's FactsEmbedded of `model`, latest first wins. */
-async function sourceVectors(store: EventStore, sourceId: string, model: string): Promise<Map<string, number[]>> {
-  const events = await store.readStream(streamName('source', sourceId));
+/** The latest FactsEmbedded of `model` among a source's events. */
+function latestVectors(events: readonly RecordedEvent[], model: string): Map<string, number[]> {
   for (let index = events.length - 1; index >= 0; index--) {
     const event = events[index];
     if (event.type === 'FactsEmbedded' && (event.data as FactsEmbedded['data']).model === model) return vectorsOf(event, model);
@@ -100,77 +109,93 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
   if (!(deps.threshold > 0 && deps.threshold <= 1)) throw new RangeError('threshold must be in (0, 1]');
   const k = deps.neighbours ?? 20;
 
-  /** Neighbours at or above the threshold, resolved to their chains' ends; null when vector search is unavailable. */
-  async function similarFacts(repositoryId: string, selfId: string, vector: number[]): Promise<Map<string, FinalFact & { similarity: number }> | null> {
-    let hits;
+  /** k-NN hits of each vector, or null when vector search is unavailable. */
+  async function nearestOf(repositoryId: string, vectors: ReadonlyArray<readonly [string, number[]]>): Promise<Map<string, Array<{ id: string; score: number }>> | null> {
+    if (vectors.length === 0) return new Map();
     try {
-      ({ items: hits } = await deps.search.searchFactsByVector({ repositoryId, vector, k }));
+      const answers = await deps.search.knnMany(facts, vectors.map(([, vector]) => ({ repositoryId, vector, k })));
+      return new Map(vectors.map(([factId], index) => [factId, answers[index].items]));
     } catch (error) {
       if (isVectorSearchUnavailable(error)) return null;
       throw error;
     }
-    const resolved = new Map<string, FinalFact & { similarity: number }>();
-    for (const hit of hits) {
-      if (hit.id === selfId || hit.score < deps.threshold) continue;
-      const final = await finalFact(deps.store, hit.id);
-      if (final.id === selfId) continue;
-      const known = resolved.get(final.id);
-      if (!known || known.similarity < hit.score) resolved.set(final.id, { ...final, similarity: hit.score });
-    }
-    return resolved;
   }
 
-  async function decide(store: EventStore, factId: string, command: FactCommand, metadata: EventMetadata): Promise<FactState> {
-    // Retries re-read the stream: after a twin's decision the decider decides nothing more.
-    return (await commandOnSharedStream(store, streamName('fact', factId), factDecider, command, metadata)).state;
-  }
-
+  /**
+   * The source's facts in a few statements whatever their number: their streams in one read, the
+   * k-NN of every new fact's vector in one query, the merge chains of the neighbours followed
+   * together, every decision appended in one multi-stream append. Facts are decided in id order,
+   * each on the streams as this job's earlier decisions left them, as one fact at a time would be.
+   */
   async function perSource(context: JobContext): Promise<void> {
     const repositoryId = requireRepositoryId(context);
     const sourceId = context.job.subjectId;
     const stream = streamName('source', sourceId);
     const metadata = stageMetadata(context);
-    const { state } = await loadState(deps.store, stream, sourceDecider);
+    const loaded = await loadStream(deps.store, stream, sourceDecider);
+    const { state } = loaded;
     if (state.status !== 'processed' || state.deduplicated) return;
-    const vectors =
-      deps.embedderModelId === null
-        ? new Map<string, number[]>()
-        : context.trigger.type === 'FactsEmbedded'
-          ? vectorsOf(context.trigger, deps.embedderModelId)
-          : await sourceVectors(deps.store, sourceId, deps.embedderModelId);
-    const factIds = [...new Set((await extractedFactsOf(deps.store, sourceId)).map((fact) => fact.fact_id))].sort();
+    // The FactsEmbedded that triggered the job is on this stream: the latest of the model.
+    const vectors = deps.embedderModelId === null ? new Map<string, number[]>() : latestVectors(loaded.events, deps.embedderModelId);
+    const factIds = [...new Set(extractedFactsOf(loaded.events).map((fact) => fact.fact_id))].sort();
+    const factStreams = factStreamsOf(deps.store);
+    await factStreams.load(factIds);
+    throwIfAborted(context.signal);
+    const undecided = factIds.filter((factId) => factStreams.get(factId).state.status === 'new');
+    const searched = deps.embedderModelId === null ? [] : undecided.flatMap((factId) => (vectors.has(factId) ? [[factId, vectors.get(factId) as number[]] as const] : []));
+    const nearest = (await nearestOf(repositoryId, searched)) ?? new Map<string, Array<{ id: string; score: number }>>();
+    const close = new Map<string, Array<{ id: string; score: number }>>();
+    for (const [factId, hits] of nearest) close.set(factId, hits.filter((hit) => hit.id !== factId && hit.score >= deps.threshold));
+    // Every neighbour's stream and chain, read before any decision; decisions below update them.
+    await factStreams.finals([...new Set([...close.values()].flat().map((hit) => hit.id))]);
+    throwIfAborted(context.signal);
+    const decisions: Array<BatchCommand<FactState, FactCommand>> = [];
+    for (const factId of undecided) {
+      const resolved = new Map<string, FinalFact & { similarity: number }>();
+      const hits = close.get(factId) ?? [];
+      const finals = await factStreams.finals(hits.map((hit) => hit.id));
+      for (const hit of hits) {
+        const end = finals.get(hit.id) as { id: string; stream: LoadedStream<FactState> };
+        const { status } = end.stream.state;
+        if (end.id === factId || (status !== 'new' && status !== 'stable')) continue;
+        const final: FinalFact = { id: end.id, status };
+        const known = resolved.get(final.id);
+        if (!known || known.similarity < hit.score) resolved.set(final.id, { ...final, similarity: hit.score });
+      }
+      const candidates = [...resolved.values()];
+      const bestStable = candidates
+        .filter((candidate) => candidate.status === 'stable')
+        .sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : 1))[0];
+      const smallerNew = candidates
+        .filter((candidate) => candidate.status === 'new' && candidate.id < factId)
+        .sort((a, b) => (a.id < b.id ? -1 : 1))[0];
+      const survivor = bestStable ?? smallerNew;
+      const command: FactCommand = survivor
+        ? { type: 'MergeFact', survivorId: survivor.id, similarity: survivor.similarity, sourceId, catchup: false }
+        : { type: 'StabilizeFact', sourceId };
+      const factStream = factStreams.get(factId);
+      decisions.push({ streamId: streamName('fact', factId), loaded: factStream, command });
+      // What later facts of this job see: the decision as if it were appended already.
+      let decided = factStream.state;
+      for (const event of factDecider.decide(command, decided)) decided = factDecider.evolve(decided, event);
+      factStreams.set(factId, { ...factStream, state: decided });
+    }
+    // Decided on the streams as read; a stream that moved meanwhile is re-read and re-decided.
+    const results = await sharedCommandsFrom(deps.store, factDecider, decisions, metadata);
+    const outcomes = new Map(decisions.map((decision, index) => [decision.streamId, results[index].state]));
     const stable: string[] = [];
     const merged: Array<{ fact_id: string; survivor_id: string }> = [];
-    let vectorSearch = deps.embedderModelId !== null;
     for (const factId of factIds) {
-      throwIfAborted(context.signal);
-      let outcome = await factState(deps.store, factId);
-      if (outcome.status === 'new') {
-        const vector = vectors.get(factId);
-        const neighbours = vectorSearch && vector ? await similarFacts(repositoryId, factId, vector) : null;
-        // The index has no vectors at all: the remaining facts need not ask again.
-        if (vectorSearch && vector && neighbours === null) vectorSearch = false;
-        const candidates = [...(neighbours?.values() ?? [])];
-        const bestStable = candidates
-          .filter((candidate) => candidate.status === 'stable')
-          .sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : 1))[0];
-        const smallerNew = candidates
-          .filter((candidate) => candidate.status === 'new' && candidate.id < factId)
-          .sort((a, b) => (a.id < b.id ? -1 : 1))[0];
-        const survivor = bestStable ?? smallerNew;
-        const command: FactCommand = survivor
-          ? { type: 'MergeFact', survivorId: survivor.id, similarity: survivor.similarity, sourceId, catchup: false }
-          : { type: 'StabilizeFact', sourceId };
-        outcome = await decide(deps.store, factId, command, metadata);
-      }
+      const outcome = outcomes.get(streamName('fact', factId)) ?? factStreams.get(factId).state;
       if (outcome.status === 'stable') stable.push(factId);
       else if (outcome.status !== 'new') merged.push({ fact_id: factId, survivor_id: outcome.survivorId });
     }
     throwIfAborted(context.signal);
-    await handleCommand(
+    await commandFrom(
       deps.store,
       stream,
       sourceDecider,
+      loaded,
       { type: 'RecordDeduplication', stableFactIds: stable, merged },
       metadata,
       { retries: 0 },
@@ -210,47 +235,62 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
       .where('facts.stable_since', '>=', since)
       .select('facts.id', 'fact_sources.source_id')
       .orderBy([{ column: 'facts.id' }, { column: 'fact_sources.source_id' }]);
-    // One source with a vector is enough per fact: read each source stream once.
+    // One source with a vector is enough per fact.
     const sourcesOf = new Map<string, string[]>();
     for (const row of rows) {
       const list = sourcesOf.get(row.id) ?? [];
       if (row.source_id) list.push(row.source_id);
       sourcesOf.set(row.id, list);
     }
-    const vectorsBySource = new Map<string, Map<string, number[]>>();
-    const vectorOf = async (factId: string): Promise<number[] | undefined> => {
-      for (const sourceId of sourcesOf.get(factId) ?? []) {
-        let vectors = vectorsBySource.get(sourceId);
-        if (!vectors) {
-          vectors = await sourceVectors(deps.store, sourceId, model);
-          vectorsBySource.set(sourceId, vectors);
-        }
-        const vector = vectors.get(factId);
-        if (vector) return vector;
-      }
-      return undefined;
-    };
-    for (const factId of sourcesOf.keys()) {
+    const factStreams = factStreamsOf(deps.store);
+    // In slices, so a long window neither holds every stream at once nor sends one huge query.
+    const ids = [...sourcesOf.keys()];
+    for (let start = 0; start < ids.length; start += CATCH_UP_SLICE) {
       throwIfAborted(context.signal);
-      const self = await finalFact(deps.store, factId);
-      if (self.id !== factId || self.status !== 'stable') continue;
-      const vector = await vectorOf(factId);
-      if (!vector) continue;
-      const neighbours = await similarFacts(repositoryId, factId, vector);
-      if (neighbours === null) return;
-      const bySimilarity = [...neighbours.values()].sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : 1));
-      for (const neighbour of bySimilarity) {
-        // Both ends may have moved: an earlier merge of this pass may have folded either.
-        const [mine, theirs] = [await finalFact(deps.store, factId), await finalFact(deps.store, neighbour.id)];
-        if (mine.id === theirs.id || mine.status !== 'stable' || theirs.status !== 'stable') continue;
-        const [survivor, loser] = mine.id < theirs.id ? [mine.id, theirs.id] : [theirs.id, mine.id];
-        await decide(
-          deps.store,
-          loser,
-          { type: 'MergeFact', survivorId: survivor, similarity: neighbour.similarity, sourceId: null, catchup: true },
-          metadata,
-        );
+      const slice = ids.slice(start, start + CATCH_UP_SLICE);
+      const selves = await factStreams.finals(slice);
+      const live = slice.filter((factId) => selves.get(factId)?.id === factId && selves.get(factId)?.stream.state.status === 'stable');
+      // Each fact's sources read together (all of them: the first with a vector wins, as before).
+      const sourceStreams = await deps.store.readStreams([...new Set(live.flatMap((factId) => sourcesOf.get(factId) ?? []))].map((id) => streamName('source', id)));
+      const vectorsBySource = new Map([...sourceStreams].map(([stream, events]) => [stream, latestVectors(events, model)]));
+      const searched = live.flatMap((factId) => {
+        for (const sourceId of sourcesOf.get(factId) ?? []) {
+          const vector = vectorsBySource.get(streamName('source', sourceId))?.get(factId);
+          if (vector) return [[factId, vector] as const];
+        }
+        return [];
+      });
+      const nearest = await nearestOf(repositoryId, searched);
+      if (nearest === null) return;
+      const close = [...nearest].map(([factId, hits]) => [factId, hits.filter((hit) => hit.id !== factId && hit.score >= deps.threshold)] as const);
+      await factStreams.finals([...new Set(close.flatMap(([, hits]) => hits.map((hit) => hit.id)))]);
+      const merges: Array<BatchCommand<FactState, FactCommand>> = [];
+      for (const [factId, hits] of close) {
+        // Resolved to chain ends, the most similar first.
+        const finals = await factStreams.finals(hits.map((hit) => hit.id));
+        const neighbours = new Map<string, { id: string; similarity: number }>();
+        for (const hit of hits) {
+          const end = finals.get(hit.id) as { id: string };
+          if (end.id === factId) continue;
+          const known = neighbours.get(end.id);
+          if (!known || known.similarity < hit.score) neighbours.set(end.id, { id: end.id, similarity: hit.score });
+        }
+        const bySimilarity = [...neighbours.values()].sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : 1));
+        for (const neighbour of bySimilarity) {
+          // Both ends may have moved: an earlier merge of this pass may have folded either.
+          const ends = await factStreams.finals([factId, neighbour.id]);
+          const [mine, theirs] = [ends.get(factId), ends.get(neighbour.id)] as Array<{ id: string; stream: LoadedStream<FactState> }>;
+          if (mine.id === theirs.id || mine.stream.state.status !== 'stable' || theirs.stream.state.status !== 'stable') continue;
+          const [survivor, loser] = mine.id < theirs.id ? [mine, theirs] : [theirs, mine];
+          const command: FactCommand = { type: 'MergeFact', survivorId: survivor.id, similarity: neighbour.similarity, sourceId: null, catchup: true };
+          merges.push({ streamId: streamName('fact', loser.id), loaded: factStreams.get(loser.id), command });
+          let state = loser.stream.state;
+          for (const event of factDecider.decide(command, state)) state = factDecider.evolve(state, event);
+          factStreams.set(loser.id, { ...factStreams.get(loser.id), state });
+        }
       }
+      // Decided on the streams as read; a stream that moved meanwhile is re-read and re-decided.
+      await sharedCommandsFrom(deps.store, factDecider, merges, metadata);
     }
   }
 
@@ -258,6 +298,24 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
     kind: 'deduplicate_facts',
     triggers: deps.embedderModelId === null ? ['FactsExtracted'] : ['FactsEmbedded'],
     subjectOf: sourceSubject,
+    // Reads its subject's stream; of the trigger only the row's id, repository and correlation.
+    triggerFromJob: true,
     run: (context) => (context.scheduled ? catchUp(context) : perSource(context)),
   };
 }
+
+/** The registry's entry; the periodic catch-up compares vectors, so it runs only with an embedder. */
+export const deduplicateFactsStage: StageDefinition = {
+  kind: 'deduplicate_facts',
+  enabled: () => true,
+  create: ({ config, store, knex, search, embedder }) =>
+    createDeduplicateFactsStage({
+      store,
+      knex,
+      search,
+      embedderModelId: embedder?.modelId ?? null,
+      threshold: config.providers.dedup.threshold,
+      catchupMaxAgeMs: parseDuration(config.providers.dedup.catchup_max_age),
+    }),
+  periodicIntervalMs: (config) => (embeddingsConfigured(config) ? parseDuration(config.providers.dedup.catchup_interval) : null),
+};

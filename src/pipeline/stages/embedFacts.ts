@@ -1,11 +1,10 @@
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
-import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
-import { streamName } from '../../eventstore/envelope.js';
+import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { packVector } from '../../interchange/vectors.js';
-import { PermanentJobError, type JobContext, type Stage } from '../types.js';
-import { recordingSourceFailure, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
+import { embeddingsConfigured, PermanentJobError, requireEmbedder, type JobContext, type Stage, type StageDefinition } from '../types.js';
+import { commandFrom, loadStream, recordingSourceFailure, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
 
 export interface EmbedFactsDeps {
   store: EventStore;
@@ -18,9 +17,8 @@ export interface EmbedFactsDeps {
 
 type FactsExtracted = Extract<SourceEvent, { type: 'FactsExtracted' }>;
 
-/** The facts of the source's latest FactsExtracted (a source records it once; a retry never re-records it). */
-export async function extractedFactsOf(store: EventStore, sourceId: string): Promise<FactsExtracted['data']['facts']> {
-  const events = await store.readStream(streamName('source', sourceId));
+/** The facts of the latest FactsExtracted among a source's events (a source records it once; a retry never re-records it). */
+export function extractedFactsOf(events: readonly RecordedEvent[]): FactsExtracted['data']['facts'] {
   for (let index = events.length - 1; index >= 0; index--) {
     const event = events[index];
     if (event.type === 'FactsExtracted') return (event.data as FactsExtracted['data']).facts;
@@ -39,16 +37,19 @@ export function createEmbedFactsStage(deps: EmbedFactsDeps): Stage {
     kind: 'embed_facts',
     triggers: ['FactsExtracted'],
     subjectOf: sourceSubject,
+    // Reads its subject's stream; of the trigger only the row's id, repository and correlation.
+    triggerFromJob: true,
     async run(context: JobContext) {
       const sourceId = context.job.subjectId;
       const stream = streamName('source', sourceId);
-      const { state } = await loadState(deps.store, stream, sourceDecider);
+      const loaded = await loadStream(deps.store, stream, sourceDecider);
+      const { state } = loaded;
       // Not processed (yet, or any more): the FactsExtracted that makes it processed triggers a new job.
       if (state.status !== 'processed') return;
       if (state.embeddedWith.includes(deps.embedder.modelId)) return;
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'embed_facts', maxAttempts: deps.maxAttempts }, async () => {
         const unique = new Map<string, string>();
-        for (const fact of await extractedFactsOf(deps.store, sourceId)) if (!unique.has(fact.fact_id)) unique.set(fact.fact_id, fact.content);
+        for (const fact of extractedFactsOf(loaded.events)) if (!unique.has(fact.fact_id)) unique.set(fact.fact_id, fact.content);
         const ids = [...unique.keys()];
         const texts = [...unique.values()];
         const vectors: Array<{ fact_id: string; vector: string }> = [];
@@ -69,10 +70,11 @@ export function createEmbedFactsStage(deps: EmbedFactsDeps): Stage {
           });
         }
         throwIfAborted(context.signal);
-        await handleCommand(
+        await commandFrom(
           deps.store,
           stream,
           sourceDecider,
+          loaded,
           { type: 'RecordEmbeddings', model: deps.embedder.modelId, dimensions: deps.embedder.dimensions, vectors },
           stageMetadata(context),
           { retries: 0 },
@@ -81,3 +83,16 @@ export function createEmbedFactsStage(deps: EmbedFactsDeps): Stage {
     },
   };
 }
+
+/** The registry's entry. Without an embedder there are no vectors: deduplication follows decomposition directly. */
+export const embedFactsStage: StageDefinition = {
+  kind: 'embed_facts',
+  enabled: embeddingsConfigured,
+  create: (deps) =>
+    createEmbedFactsStage({
+      store: deps.store,
+      embedder: requireEmbedder(deps, 'embed_facts'),
+      batchSize: deps.config.providers.ai.embed_batch_size,
+      maxAttempts: deps.config.task.retry.max_attempts,
+    }),
+};

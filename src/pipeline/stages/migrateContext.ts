@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { conceptDecider, conceptIdFor } from '../../domain/concept/decider.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
-import { PermanentJobError, type JobContext, type Stage } from '../types.js';
+import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
 import { commandOnSharedStream, repositorySubject, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
 import { finalConcept } from './extractConcepts.js';
 import { loadRepositorySettings } from './repositorySettings.js';
@@ -83,3 +83,10 @@ export function createMigrateContextStage(deps: MigrateContextDeps): Stage {
     },
   };
 }
+
+/** The registry's entry. */
+export const migrateContextStage: StageDefinition = {
+  kind: 'migrate_context',
+  enabled: () => true,
+  create: ({ store, knex }) => createMigrateContextStage({ store, knex }),
+};

@@ -1,10 +1,12 @@
 import type { Knex } from 'knex';
+import { parseDuration } from '../../config/duration.js';
 import { conceptDecider } from '../../domain/concept/decider.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, RefinementInput } from '../../providers/llm/port.js';
-import type { JobContext, Stage } from '../types.js';
-import { commandOnSharedStream, mapWithConcurrency, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
+import type { JobContext, Stage, StageDefinition } from '../types.js';
+import { mapWithConcurrency } from '../../util/concurrency.js';
+import { commandOnSharedStream, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
 import { finalConcept } from './extractConcepts.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
@@ -125,3 +127,19 @@ export function createRefineConceptsStage(deps: RefineConceptsDeps): Stage {
     },
   };
 }
+
+/** The registry's entry: `providers.refinement`; scheduled at the relations' interval, never triggered by an event. */
+export const refineConceptsStage: StageDefinition = {
+  kind: 'refine_concepts',
+  enabled: (config) => config.providers.refinement.enabled,
+  create: ({ config, store, knex, chat }) =>
+    createRefineConceptsStage({
+      store,
+      knex,
+      chat,
+      maxCandidates: config.providers.refinement.max_candidates_per_run,
+      pruneThreshold: config.providers.refinement.prune_threshold,
+      maxConcurrency: config.providers.refinement.max_concurrency,
+    }),
+  periodicIntervalMs: (config) => parseDuration(config.task.refresh_concept_relations_interval),
+};

@@ -1,9 +1,10 @@
 import type { Knex } from 'knex';
+import { parseDuration } from '../../config/duration.js';
 import { repositoryDecider } from '../../domain/repository/decider.js';
 import { handleCommand } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
-import type { JobContext, Stage } from '../types.js';
+import type { JobContext, Stage, StageDefinition } from '../types.js';
 import { requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
 import { isLiveRepository } from './repositorySettings.js';
 
@@ -86,3 +87,11 @@ export function createRefreshConceptRelationsStage(deps: RefreshConceptRelations
     },
   };
 }
+
+/** The registry's entry: scheduled every `task.refresh_concept_relations_interval`. */
+export const refreshConceptRelationsStage: StageDefinition = {
+  kind: 'refresh_concept_relations',
+  enabled: () => true,
+  create: ({ store, knex }) => createRefreshConceptRelationsStage({ store, knex }),
+  periodicIntervalMs: (config) => parseDuration(config.task.refresh_concept_relations_interval),
+};

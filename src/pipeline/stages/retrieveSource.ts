@@ -1,22 +1,22 @@
 import { sourceDecider, type SourceEvent, type SourceImage } from '../../domain/source/decider.js';
-import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { AssetStore } from '../../storage/assets.js';
 import { extractDocument, type ExtractedDocument } from '../../providers/fetch/extract.js';
 import { doiToUrl } from '../../providers/fetch/doi.js';
-import { FetchError, type AutoSkipSettings, type FetchedResource } from '../../providers/fetch/http.js';
-import { AUTO_SKIP_REASON_PREFIX, autoSkipDecision, hostOfUrl, type HostHealthReader } from '../../providers/fetch/hostHealth.js';
+import { createHttpFetcher, FetchError, fetchSettingsFromConfig, type AutoSkipSettings, type FetchedResource } from '../../providers/fetch/http.js';
+import { AUTO_SKIP_REASON_PREFIX, autoSkipDecision, createHostHealthReader, hostOfUrl, type HostHealthReader } from '../../providers/fetch/hostHealth.js';
 import {
   collectSourceImages,
   DEFAULT_IMAGE_LIMITS,
+  imageFetchSettings,
   imageIdFor,
   type ImageFetcher,
   type ImageLimits,
   type SourceImage as CollectedImage,
 } from '../../providers/fetch/images.js';
-import { PermanentJobError, type JobContext, type Stage } from '../types.js';
-import { recordingSourceFailure, sourceSubject, stageMetadata } from './common.js';
+import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
+import { commandFrom, loadStream, recordingSourceFailure, sourceSubject, stageMetadata } from './common.js';
 
 export interface RetrieveSourceDeps {
   store: EventStore;
@@ -53,15 +53,17 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
     kind: 'retrieve_source',
     triggers: ['SourceRegistered', 'SourceRetryRequested'],
     subjectOf: sourceSubject,
+    // Reads its subject's stream; of the trigger only the row's id, repository and correlation.
+    triggerFromJob: true,
     async run(context: JobContext) {
       const sourceId = context.job.subjectId;
       const stream = streamName('source', sourceId);
       const metadata = stageMetadata(context);
-      const { state } = await loadState(deps.store, stream, sourceDecider);
+      const loaded = await loadStream(deps.store, stream, sourceDecider);
       // Only a source still waiting for its body is ours; anything else was done by a twin or a retry.
-      if (state.status !== 'pending' && state.status !== 'fetching') return;
-      const registered = await firstEvent(deps.store, stream);
-      await handleCommand(deps.store, stream, sourceDecider, { type: 'StartFetch' }, metadata, { retries: 0 });
+      if (loaded.state.status !== 'pending' && loaded.state.status !== 'fetching') return;
+      const registered = firstEvent(loaded.events, stream);
+      const { after: started } = await commandFrom(deps.store, stream, sourceDecider, loaded, { type: 'StartFetch' }, metadata, { retries: 0 });
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'retrieve_source', maxAttempts: deps.maxAttempts }, async () => {
         await refuseSkippedHost(registered.data);
         const resource = await obtainBody(registered.data, context.signal);
@@ -77,10 +79,11 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
         const text = await deps.assets.put(document.text);
         const markdown = await deps.assets.put(document.markdown);
         const images = await storeImages(resource.body, document, context.signal);
-        await handleCommand(
+        await commandFrom(
           deps.store,
           stream,
           sourceDecider,
+          started,
           {
             type: 'RecordFetch',
             fetched: {
@@ -172,8 +175,29 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
   }
 }
 
-async function firstEvent(store: EventStore, stream: string) {
-  const [registered] = await store.readStream(stream, { limit: 1 });
+function firstEvent(events: readonly RecordedEvent[], stream: string) {
+  const [registered] = events;
   if (!registered || registered.type !== 'SourceRegistered') throw new PermanentJobError(`${stream} has no SourceRegistered event`);
   return registered as RecordedEvent<'SourceRegistered', Registered>;
 }
+
+/** The registry's entry: fetch settings from `providers.resolution`, image limits from `image_extraction`. */
+export const retrieveSourceStage: StageDefinition = {
+  kind: 'retrieve_source',
+  enabled: () => true,
+  create: ({ config, store, assets, knex }) => {
+    const fetchSettings = fetchSettingsFromConfig(config.providers.resolution);
+    const { image_extraction } = config.providers.decomposition;
+    const images = { maxImageBytes: image_extraction.max_image_bytes, maxImagesPerSource: image_extraction.max_images_per_source };
+    return createRetrieveSourceStage({
+      store,
+      assets,
+      fetcher: createHttpFetcher(fetchSettings),
+      imageFetcher: createHttpFetcher(imageFetchSettings(fetchSettings, images)),
+      images,
+      hostHealth: { reader: createHostHealthReader(knex), settings: fetchSettings.autoSkip },
+      doiResolver: config.providers.resolution.doi_resolver,
+      maxAttempts: config.task.retry.max_attempts,
+    });
+  },
+};

@@ -1,6 +1,5 @@
 import { v5 as uuidv5 } from 'uuid';
 import { sourceDecider, type ExtractedFactInput } from '../../domain/source/decider.js';
-import { handleCommand, loadState } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { AssetStore } from '../../storage/assets.js';
@@ -8,8 +7,9 @@ import type { ChatModel } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
 import { decomposeDocument } from '../../providers/decomposition/decompose.js';
 import { extractSourceImageFacts } from '../../providers/decomposition/imageFacts.js';
-import { PermanentJobError, type JobContext, type Stage } from '../types.js';
-import { recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata } from './common.js';
+import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
+import { commandFrom, loadStream, recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata } from './common.js';
+import { promptsetLookup } from './repositorySettings.js';
 
 /** Namespace of fact ids: uuidv5(`<repository id>:<content_hash>`), so one fact text is one fact per repository. */
 export const FACT_ID_NAMESPACE = '6f0f7a52-3c55-4c1e-9a43-0d0f6f3b1a11';
@@ -43,15 +43,26 @@ export function createSourceDecompositionStage(deps: SourceDecompositionDeps): S
     kind: 'source_decomposition',
     triggers: ['SourceFetched', 'SourceRetryRequested'],
     subjectOf: sourceSubject,
+    // Reads its subject's stream; of the trigger only the row's id, repository and correlation.
+    triggerFromJob: true,
     async run(context: JobContext) {
       const stream = streamName('source', context.job.subjectId);
       const metadata = stageMetadata(context);
-      const { state } = await loadState(deps.store, stream, sourceDecider);
+      const loaded = await loadStream(deps.store, stream, sourceDecider);
+      const { state } = loaded;
       if (state.status !== 'fetched' && state.status !== 'decomposing') return;
       const fetched = state.fetched;
       if (!fetched) throw new PermanentJobError('source has no fetched text');
       const repositoryId = requireRepositoryId(context);
-      await handleCommand(deps.store, stream, sourceDecider, { type: 'StartDecomposition', modelId: deps.chat.modelId }, metadata, { retries: 0 });
+      const { after: started } = await commandFrom(
+        deps.store,
+        stream,
+        sourceDecider,
+        loaded,
+        { type: 'StartDecomposition', modelId: deps.chat.modelId },
+        metadata,
+        { retries: 0 },
+      );
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'source_decomposition', maxAttempts: deps.maxAttempts }, async () => {
         const promptset = await deps.promptsetFor(repositoryId);
         const text = await deps.assets.getText(fetched.text_sha256);
@@ -106,10 +117,11 @@ export function createSourceDecompositionStage(deps: SourceDecompositionDeps): S
             sentence_index: -1,
           });
         }
-        await handleCommand(
+        await commandFrom(
           deps.store,
           stream,
           sourceDecider,
+          started,
           { type: 'RecordFacts', modelId: deps.chat.modelId, promptsetHash: promptset.hash, facts },
           metadata,
           { retries: 0 },
@@ -118,3 +130,21 @@ export function createSourceDecompositionStage(deps: SourceDecompositionDeps): S
     },
   };
 }
+
+/** The registry's entry: chunking and concurrency from `providers.decomposition`. */
+export const sourceDecompositionStage: StageDefinition = {
+  kind: 'source_decomposition',
+  enabled: () => true,
+  create: ({ config, store, assets, chat, knex }) => {
+    const { chunking, concurrency } = config.providers.decomposition;
+    return createSourceDecompositionStage({
+      store,
+      assets,
+      chat,
+      promptsetFor: promptsetLookup(knex),
+      chunking: { chunkSize: chunking.chunk_size, chunkOverlap: chunking.chunk_overlap },
+      concurrency: { fact: concurrency.fact, image: concurrency.image },
+      maxAttempts: config.task.retry.max_attempts,
+    });
+  },
+};

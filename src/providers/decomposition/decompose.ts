@@ -1,5 +1,5 @@
 import { contentHash, normalizeContent } from '../../interchange/hashing.js';
-import { mapWithConcurrency } from '../../pipeline/stages/common.js';
+import { mapWithConcurrency } from '../../util/concurrency.js';
 import type { ExtractedFact, FactExtractor } from '../llm/port.js';
 import type { Promptset } from '../llm/promptsets.js';
 import { chunkText, DEFAULT_CHUNKING, type ChunkingSettings, type TextChunk } from './chunking.js';

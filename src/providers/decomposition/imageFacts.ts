@@ -1,4 +1,4 @@
-import { mapWithConcurrency } from '../../pipeline/stages/common.js';
+import { mapWithConcurrency } from '../../util/concurrency.js';
 import type { ChatModel } from '../llm/port.js';
 import type { Promptset } from '../llm/promptsets.js';
 import { normalizeFacts } from './decompose.js';

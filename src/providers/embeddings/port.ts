@@ -13,4 +13,6 @@ export interface Embedder {
    * nothing to embed gets a fixed non-zero vector, so cosine similarity stays defined).
    */
   embed(texts: readonly string[], signal?: AbortSignal): Promise<number[][]>;
+  /** Releases what the adapter holds (the built-in models' worker threads); no calls after it. */
+  close?(): Promise<void>;
 }

@@ -1,5 +1,5 @@
-import winkNLP, { type ItemSentence, type PartOfSpeech, type WinkMethods } from 'wink-nlp';
-import model from 'wink-eng-lite-web-model';
+import { createRequire } from 'node:module';
+import winkNLP, { type ItemSentence, type Model, type PartOfSpeech, type WinkMethods } from 'wink-nlp';
 import { extractLocalConcepts, refineLocalConcepts } from './localConcepts.js';
 import type {
   ChatModel,
@@ -148,10 +148,19 @@ function describeImage(description: string, title: string | null): string | null
 
 let sharedNlp: WinkMethods | null = null;
 
-/** Loading the model takes a moment and some memory: once per process, on first use. */
+/**
+ * Loading the model takes a moment and some memory: once per process (per model worker thread),
+ * on first use or by `preloadLocalChatModel`. It is required here rather than imported at the
+ * top, so a process that only imports this module (the API thread) never holds the model.
+ */
 function nlp(): WinkMethods {
-  sharedNlp ??= winkNLP(model);
+  sharedNlp ??= winkNLP(createRequire(import.meta.url)('wink-eng-lite-web-model') as Model);
   return sharedNlp;
+}
+
+/** Loads the language model now instead of on the first call. */
+export function preloadLocalChatModel(): void {
+  nlp();
 }
 
 interface Token {

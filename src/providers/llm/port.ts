@@ -115,6 +115,8 @@ export interface ChatModel extends FactExtractor {
   extractConcepts(input: ConceptExtractionInput, signal?: AbortSignal): Promise<ConceptCandidate[]>;
   /** Merges of concepts naming the same thing, and aliases to prune. */
   refineConcepts(input: RefinementInput, signal?: AbortSignal): Promise<RefinementDecision[]>;
+  /** Releases what the adapter holds (the built-in models' worker threads); no calls after it. */
+  close?(): Promise<void>;
 }
 
 /** A model call that failed; `permanent` says whether a retry could help. */

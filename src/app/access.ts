@@ -1,0 +1,55 @@
+import type { Knex } from 'knex';
+import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Permission, type Principal } from '../auth/rbac.js';
+import type { RepositoryEvent } from '../domain/repository/decider.js';
+import type { EventMetadata } from '../eventstore/envelope.js';
+import { forbidden, notFound } from './errors.js';
+
+/**
+ * The access checks of the application layer: every query and command takes the caller's
+ * Principal and checks it here once, whichever transport (REST, MCP, CLI) it came through.
+ */
+
+type RepositoryFields = Extract<RepositoryEvent, { type: 'RepositoryCreated' }>['data'];
+
+/** A row of the `repositories` read model: the fields of RepositoryCreated, kept current, and bookkeeping. */
+export interface RepositoryRow extends RepositoryFields {
+  id: string;
+  created_by: string;
+  created_at: Date | string;
+  updated_at: Date | string;
+  deleted_at: Date | string | null;
+}
+
+/** Where a call came from, for the events it appends (the HTTP request id, an MCP call id). */
+export interface Trace {
+  correlationId?: string | null;
+}
+
+export function authorizeSystem(principal: Principal, permission: Permission): void {
+  if (!principalCan(principal, SYSTEM_DOMAIN, permission)) throw forbidden(`permission denied: ${permission}`);
+}
+
+/** Throws `forbidden` unless the principal holds `permission` on the repository. */
+export function authorizeInRepository(principal: Principal, repositoryId: string, permission: Permission): void {
+  if (!principalCan(principal, repositoryDomain(repositoryId), permission)) throw forbidden(`permission denied: ${permission}`);
+}
+
+/**
+ * Loads a live repository by id or slug and checks the caller's permission on it. A missing or
+ * deleted repository is `not_found`; one the caller has no right to is `forbidden`, with nothing
+ * about its content.
+ */
+export async function authorizeRepository(knex: Knex, principal: Principal, idOrSlug: string, permission: Permission): Promise<RepositoryRow> {
+  const repository: RepositoryRow | undefined = await knex('repositories')
+    .whereNull('deleted_at')
+    .where((query) => query.where('id', idOrSlug).orWhere('slug', idOrSlug))
+    .first();
+  if (!repository) throw notFound('repository');
+  authorizeInRepository(principal, repository.id, permission);
+  return repository;
+}
+
+/** Metadata for the events a call appends: the caller is the actor. */
+export function commandMetadata(principal: Principal, repositoryId: string | null, trace: Trace = {}): EventMetadata {
+  return { repositoryId, actor: principal.userId, causationId: null, correlationId: trace.correlationId ?? null };
+}

@@ -1,0 +1,38 @@
+import { conceptQueries } from '../read/concepts.js';
+import { eventQueries } from '../read/events.js';
+import { projectionQueries } from '../read/projections.js';
+import { factQueries } from '../read/facts.js';
+import { repositoryQueries } from '../read/repositories.js';
+import { settingQueries } from '../read/settings.js';
+import { sourceQueries } from '../read/sources.js';
+import { taskQueries } from '../read/tasks.js';
+import { userQueries } from '../read/users.js';
+import { conceptCommands } from './concepts.js';
+import type { AppContext } from './context.js';
+import { projectionCommands } from './projections.js';
+import { repositoryCommands } from './repositories.js';
+import { settingCommands } from './settings.js';
+import { sourceCommands } from './sources.js';
+import { taskCommands } from './tasks.js';
+import { userCommands } from './users.js';
+
+/**
+ * The application layer: every query (src/read) and command (src/app) a transport may call,
+ * each as `(principal, input[, trace])`. REST routes, MCP tools, the CLI and the web app call
+ * these same functions; none of them knows about HTTP.
+ */
+export function createApplication(context: AppContext) {
+  return {
+    repositories: { ...repositoryQueries(context), ...repositoryCommands(context) },
+    settings: { ...settingQueries(context), ...settingCommands(context) },
+    sources: { ...sourceQueries(context), ...sourceCommands(context) },
+    facts: factQueries(context),
+    concepts: { ...conceptQueries(context), ...conceptCommands(context) },
+    tasks: { ...taskQueries(context), ...taskCommands(context) },
+    events: eventQueries(context),
+    users: { ...userQueries(context), ...userCommands(context) },
+    projections: { ...projectionQueries(context), ...projectionCommands(context) },
+  };
+}
+
+export type Application = ReturnType<typeof createApplication>;

@@ -1,0 +1,21 @@
+import type { Principal } from '../auth/rbac.js';
+import { projectionStatus } from '../read/projections.js';
+import { authorizeSystem } from './access.js';
+import type { AppContext } from './context.js';
+import { notFound } from './errors.js';
+
+/** Projection commands: rebuilding a read model from position 0. */
+export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>) {
+  return {
+    /** Starts the rebuild and answers at once; progress shows in the projection status. */
+    async rebuild(principal: Principal, input: { name: string }) {
+      authorizeSystem(principal, 'projections:manage');
+      const status = (await projectionStatus(deps)).find((projection) => projection.name === input.name);
+      if (!status) throw notFound('projection');
+      deps.projections.rebuild(input.name).catch((error: unknown) => deps.log.error({ err: error, projection: input.name }, 'rebuild failed'));
+      return { ...status, state: 'rebuilding' };
+    },
+  };
+}
+
+export type ProjectionCommands = ReturnType<typeof projectionCommands>;

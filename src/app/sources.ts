@@ -1,0 +1,127 @@
+import { randomUUID } from 'node:crypto';
+import { sourceDecider } from '../domain/source/decider.js';
+import { streamName, type EventMetadata } from '../eventstore/envelope.js';
+import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
+import type { Principal } from '../auth/rbac.js';
+import { loadSource } from '../read/sources.js';
+import { presentSource, type SourceRow } from '../read/present.js';
+import { authorizeRepository, commandMetadata, type Trace } from './access.js';
+import type { AppContext } from './context.js';
+import { conflict, invalid, UnsupportedContentError } from './errors.js';
+
+const UPLOAD_TYPES: Record<string, string> = {
+  '.html': 'text/html',
+  '.htm': 'text/html',
+  '.pdf': 'application/pdf',
+  '.md': 'text/markdown',
+  '.markdown': 'text/markdown',
+  '.txt': 'text/plain',
+};
+const ACCEPTED_UPLOAD_TYPES = new Set(['text/html', 'application/pdf', 'text/markdown', 'text/x-markdown', 'text/plain']);
+
+/** An uploaded document: its name, the media type the sender declared, and its bytes. */
+export interface UploadedContent {
+  filename: string | null;
+  declaredType: string | null;
+  body: Buffer;
+}
+
+/** The content type of an upload: the declared one when the pipeline reads it, else by the file extension. */
+export function uploadContentType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
+  const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
+  const declared = (content.declaredType ?? '').split(';')[0].trim().toLowerCase();
+  const contentType = ACCEPTED_UPLOAD_TYPES.has(declared) ? declared : UPLOAD_TYPES[extension];
+  if (!contentType) throw new UnsupportedContentError(`unsupported upload type '${declared || extension || 'unknown'}': use HTML, PDF, Markdown or plain text`);
+  return contentType;
+}
+
+/** A URL or DOI as a source is registered under: an absolute http(s) URL, or a normalised DOI. */
+export function normalizeReference(reference: { url?: string; doi?: string }, doiResolver: string): { url: string; doi: null } | { url: null; doi: string } {
+  if ((reference.url === undefined) === (reference.doi === undefined)) throw invalid('give exactly one of url or doi');
+  if (reference.url !== undefined) {
+    let parsed: URL;
+    try {
+      parsed = new URL(reference.url);
+    } catch {
+      throw invalid('url is not a valid absolute URL');
+    }
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw invalid('url must use http or https');
+    return { url: parsed.toString(), doi: null };
+  }
+  const doi = reference.doi ?? '';
+  try {
+    doiToUrl(doi, doiResolver);
+  } catch (error) {
+    throw invalid((error as Error).message);
+  }
+  return { url: null, doi: normalizeDoi(doi) };
+}
+
+/** Source commands: add by URL, DOI or upload (duplicates of a URL or DOI return the existing source), and retry. */
+export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers'>) {
+  const knex = deps.db.knex;
+
+  async function register(repositoryId: string, command: Parameters<typeof sourceDecider.decide>[0], metadata: EventMetadata) {
+    const sourceId = randomUUID();
+    await deps.commands.execute(streamName('source', sourceId), sourceDecider, command, metadata);
+    return presentSource(await loadSource(knex, repositoryId, sourceId));
+  }
+
+  return {
+    /** Adds a URL or a DOI; `created` is false when the repository already had it (the existing source is answered). */
+    async add(principal: Principal, input: { repository: string; url?: string; doi?: string }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
+      const reference = normalizeReference(input, deps.config.providers.resolution.doi_resolver);
+      const existing: SourceRow | undefined = await knex('sources')
+        .where({ repository_id: repository.id })
+        .where(reference.url ? { url: reference.url } : { doi: reference.doi })
+        .first();
+      if (existing) return { created: false, source: presentSource(existing) };
+      const source = await register(
+        repository.id,
+        { type: 'RegisterSource', origin: reference.url ? 'url' : 'doi', url: reference.url, doi: reference.doi },
+        commandMetadata(principal, repository.id, trace),
+      );
+      return { created: true, source };
+    },
+
+    /**
+     * Adds an uploaded document. `content` is read only once the caller may add sources, so a
+     * refused upload is never buffered.
+     */
+    async upload(principal: Principal, input: { repository: string; content: () => Promise<UploadedContent> }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
+      const { filename, declaredType, body } = await input.content();
+      if (body.length === 0) throw invalid('the uploaded file is empty');
+      const contentType = uploadContentType({ filename, declaredType });
+      const stored = await deps.assets.put(body);
+      return register(
+        repository.id,
+        { type: 'RegisterSource', origin: 'upload', filename, contentType, bodySha256: stored.sha256, bodyBytes: stored.bytes },
+        commandMetadata(principal, repository.id, trace),
+      );
+    },
+
+    /**
+     * Retries a source: a failed source (fetch or decomposition failed) starts over; a source
+     * whose later tasks (embedding, dedup, concepts) failed has those tasks re-queued.
+     */
+    async retry(principal: Principal, input: { repository: string; source: string }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'sources:write');
+      const source = await loadSource(knex, repository.id, input.source);
+      if (source.status !== 'failed') {
+        const failed = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, state: 'failed', limit: 1000 });
+        const dead = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, state: 'dead', limit: 1000 });
+        const retryable = [...failed.jobs, ...dead.jobs];
+        if (retryable.length === 0) throw conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
+        for (const job of retryable) await deps.jobs.retry(job.id);
+        deps.wakeWorkers();
+        return presentSource(source);
+      }
+      await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'RetrySource' }, commandMetadata(principal, repository.id, trace));
+      return presentSource(await loadSource(knex, repository.id, input.source));
+    },
+  };
+}
+
+export type SourceCommands = ReturnType<typeof sourceCommands>;

@@ -1,0 +1,44 @@
+import type { Logger } from 'pino';
+import type { Config } from '../../config/types.js';
+import { parseDuration } from '../../config/duration.js';
+import type { Database } from '../../db/database.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { EventSchemaRegistry } from '../../eventstore/schemas.js';
+import { createKafkaBus, createKafkaRelay, type KafkaOptions } from '../../bus/kafka.js';
+import { runAsLeader, type Leadership } from '../../bus/leader.js';
+import type { Bus } from '../../bus/port.js';
+
+export function kafkaOptions(config: Config): KafkaOptions {
+  const { brokers, client_id, topic_prefix, partitions, replication_factor } = config.bus.kafka;
+  return { brokers, clientId: client_id, topicPrefix: topic_prefix, partitions, replicationFactor: replication_factor };
+}
+
+/**
+ * The Bus of `bus.backend`: Kafka consumer groups on the distributed tier, none on the embedded
+ * tier, where the projection runner reads the event store's log itself (docs/architecture.md).
+ */
+export function openBus(config: Config, schemas: EventSchemaRegistry, log: Logger): Bus | null {
+  if (config.bus.backend !== 'kafka') return null;
+  return createKafkaBus({
+    kafka: kafkaOptions(config),
+    registry: schemas,
+    log: log.child({ component: 'bus' }),
+    consumer: { sessionTimeoutMs: parseDuration(config.bus.kafka.session_timeout) },
+  });
+}
+
+/**
+ * Starts the relay (event store → Kafka) under leadership, so one process of the deployment
+ * publishes the log; null when the bus is not Kafka or `bus.kafka.relay` is off.
+ */
+export function startRelay(config: Config, deps: { store: EventStore; schemas: EventSchemaRegistry; db: Database; log: Logger }): Leadership | null {
+  if (config.bus.backend !== 'kafka' || !config.bus.kafka.relay) return null;
+  const relay = createKafkaRelay({
+    store: deps.store,
+    kafka: kafkaOptions(config),
+    registry: deps.schemas,
+    db: deps.db,
+    log: deps.log.child({ component: 'relay' }),
+  });
+  return runAsLeader(deps.db, 'relay', relay, { log: deps.log });
+}

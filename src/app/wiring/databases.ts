@@ -1,0 +1,31 @@
+import type { Config } from '../../config/types.js';
+import { databaseOptions } from '../../config/derived.js';
+import { openDatabase, type Database } from '../../db/database.js';
+
+/** The configured databases, each opened once by name; closes them all in one call. */
+export interface Databases {
+  open(name: string): Promise<Database>;
+  close(): Promise<void>;
+}
+
+/**
+ * On the embedded tier the event store and the read models name the same PGlite database, and
+ * one data directory has one connection: opening by name, once, is what keeps them shared.
+ */
+export function createDatabases(config: Config, cwd: string): Databases {
+  const opened = new Map<string, Promise<Database>>();
+  return {
+    open(name) {
+      let database = opened.get(name);
+      if (!database) {
+        database = openDatabase(databaseOptions(config, name, cwd));
+        opened.set(name, database);
+      }
+      return database;
+    },
+    async close() {
+      for (const database of opened.values()) await (await database).close();
+      opened.clear();
+    },
+  };
+}

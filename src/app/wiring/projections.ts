@@ -1,0 +1,53 @@
+import type { Logger } from 'pino';
+import type { Database } from '../../db/database.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { Bus } from '../../bus/port.js';
+import { BusProjectionRunner } from '../../projection/busRunner.js';
+import { ProjectionRunner } from '../../projection/runner.js';
+import type { Projection, ReadModelRunner } from '../../projection/types.js';
+
+/** A projection's own way to rebuild, instead of the runner's empty-the-tables-and-replay. */
+export type RebuildStrategy = (onProgress?: (done: number, total: number) => void) => Promise<void>;
+
+/** Rebuild strategies by projection name. */
+export type RebuildStrategies = ReadonlyMap<string, RebuildStrategy>;
+
+/**
+ * The projection runner of the tier: on Kafka a bus runner (consumer groups, per-stream
+ * checkpoints), otherwise the runner that follows the event store's global log. `rebuild` of a
+ * projection named in `rebuildStrategies` runs that strategy; every other call goes to the runner.
+ */
+export function createProjectionRunner(deps: {
+  store: EventStore;
+  db: Database;
+  bus: Bus | null;
+  projections: readonly Projection[];
+  rebuildStrategies: RebuildStrategies;
+  groupPrefix: string;
+  log: Logger;
+}): ReadModelRunner {
+  const log = deps.log.child({ component: 'projections' });
+  const runner: ReadModelRunner = deps.bus
+    ? new BusProjectionRunner(deps.bus, deps.store, deps.db, deps.projections, { groupPrefix: deps.groupPrefix, log })
+    : new ProjectionRunner(deps.store, deps.db, deps.projections, { log });
+  return withRebuildStrategies(runner, deps.rebuildStrategies);
+}
+
+/**
+ * A runner whose `rebuild` of the named projections follows their strategy, on either runner
+ * implementation. The strategy runs beside the live projection (it is not halted): the search
+ * index keeps taking live writes into the old index while the new one fills.
+ */
+export function withRebuildStrategies(runner: ReadModelRunner, strategies: RebuildStrategies): ReadModelRunner {
+  if (strategies.size === 0) return runner;
+  return {
+    start: () => runner.start(),
+    stop: () => runner.stop(),
+    status: () => runner.status(),
+    settle: (write, timeoutMs) => runner.settle(write, timeoutMs),
+    rebuild(name, onProgress) {
+      const strategy = strategies.get(name);
+      return strategy ? strategy(onProgress) : runner.rebuild(name, onProgress);
+    },
+  };
+}

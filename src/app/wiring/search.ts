@@ -1,0 +1,51 @@
+import type { Logger } from 'pino';
+import type { Config } from '../../config/types.js';
+import type { Database } from '../../db/database.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { Embedder } from '../../providers/embeddings/port.js';
+import { createHybridSearch, type HybridSearch } from '../../search/hybrid.js';
+import { createOpenSearchIndex } from '../../search/opensearch.js';
+import type { SearchIndex } from '../../search/port.js';
+import { createPostgresSearchIndex } from '../../search/postgres.js';
+import { reindexSearch } from '../reindex.js';
+import type { RebuildStrategies } from './projections.js';
+
+export interface SearchWiring {
+  index: SearchIndex;
+  /** Hybrid (lexical + k-NN, RRF) search over `index`, falling back to lexical when it cannot run. */
+  hybrid: HybridSearch;
+  /**
+   * How the search-index projection rebuilds on this backend. On OpenSearch it owns no tables:
+   * its rebuild fills a new index and moves the alias (`src/app/reindex.ts`). On PostgreSQL its
+   * rows are tables like any other projection's, so the runner's own rebuild applies.
+   */
+  rebuildStrategies(deps: { store: EventStore; db: Database }): RebuildStrategies;
+  close(): Promise<void>;
+}
+
+/** The search index of `search.backend` and the hybrid search over it. */
+export function openSearch(config: Config, db: Database, embedder: Embedder | null, log: Logger): SearchWiring {
+  const { url, index_prefix } = config.search.opensearch;
+  // One embedding model per deployment: the index's vectors have its dimensions.
+  const dimensions = config.providers.embeddings.dimensions;
+  const { hybrid } = config.search;
+  const withHybrid = (index: SearchIndex) =>
+    createHybridSearch({
+      search: index,
+      embedder,
+      settings: { enabled: hybrid.enabled, rrfK: hybrid.rrf_k, minScore: hybrid.min_score, overFetchMultiplier: hybrid.over_fetch_multiplier },
+    });
+
+  if (config.search.backend === 'opensearch') {
+    const opensearch = createOpenSearchIndex({ node: url, indexPrefix: index_prefix, dimensions, log: log.child({ component: 'search' }) });
+    return {
+      index: opensearch,
+      hybrid: withHybrid(opensearch),
+      rebuildStrategies: ({ store, db: readModels }) =>
+        new Map([['search-index', (onProgress) => reindexSearch({ store, db: readModels, search: opensearch }, onProgress).then(() => undefined)]]),
+      close: () => opensearch.close(),
+    };
+  }
+  const postgres = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions });
+  return { index: postgres, hybrid: withHybrid(postgres), rebuildStrategies: () => new Map(), close: async () => undefined };
+}

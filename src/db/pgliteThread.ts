@@ -1,0 +1,150 @@
+import { extname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { Results } from '@electric-sql/pglite';
+import { pgliteWasmModules } from './pgliteWasm.js';
+import {
+  deserializeDatabaseError,
+  type PgliteQueryOptions,
+  type PgliteReply,
+  type PgliteRequest,
+  type PgliteWorkerData,
+} from './pgliteProtocol.js';
+
+/** The worker entry beside this module: pgliteWorker.ts under tsx (tests), .js in the build. */
+const WORKER_ENTRY = new URL(`./pgliteWorker${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+
+interface Pending {
+  resolve(value: PgliteReply & { ok: true }): void;
+  reject(error: Error): void;
+}
+
+export interface PgliteThreadOptions {
+  dataDir: string;
+  loadDataDir?: Blob;
+  settings?: Readonly<Record<string, string>>;
+}
+
+/**
+ * PGlite in a worker thread, with the part of PGlite's interface that knex-pglite and the rest of
+ * the code use: `waitReady`, `query`, `exec`, `close`, `closed`. PGlite executes each statement
+ * synchronously in WebAssembly; in the worker that time no longer blocks the API thread's event
+ * loop, which only posts the statement and receives the rows (a structured clone each way).
+ *
+ * One statement is in flight at a time in practice (knex hands PGlite's one connection to one
+ * caller, behind the priority gate); the worker answers in arrival order either way.
+ *
+ * A worker that dies (out of memory, a WebAssembly abort) fails the statements in flight and every
+ * later one: the database is gone, as an in-thread PGlite's would be.
+ */
+export class PgliteThread {
+  readonly waitReady: Promise<void>;
+  private readonly worker: Worker;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private closing: Promise<void> | null = null;
+  private failure: Error | null = null;
+  private exited = false;
+  private readonly exitedPromise: Promise<void>;
+
+  private constructor(data: PgliteWorkerData, transfer: ArrayBuffer[]) {
+    this.worker = new Worker(WORKER_ENTRY, { name: 'factlog-pglite', workerData: data, transferList: transfer });
+    this.worker.unref();
+    let ready!: { resolve(): void; reject(error: Error): void };
+    this.waitReady = new Promise<void>((resolve, reject) => (ready = { resolve, reject }));
+    this.pending.set(0, { resolve: () => ready.resolve(), reject: (error) => ready.reject(error) });
+    this.worker.ref(); // until it has opened
+    this.worker.on('message', (reply: PgliteReply) => this.settle(reply));
+    this.worker.on('error', (error: Error) => {
+      this.failure ??= new Error(`the PGlite worker thread failed: ${error.message}`, { cause: error });
+    });
+    this.exitedPromise = new Promise((resolve) =>
+      this.worker.once('exit', (code) => {
+        this.exited = true;
+        this.failure ??= new Error(`the PGlite worker thread exited (code ${code})`);
+        for (const pending of this.pending.values()) pending.reject(this.failure);
+        this.pending.clear();
+        resolve();
+      }),
+    );
+  }
+
+  /** Starts the worker and resolves once its PGlite is open (initdb or `loadDataDir` done). */
+  static async open(options: PgliteThreadOptions): Promise<PgliteThread> {
+    const modules = await pgliteWasmModules();
+    const loadDataDir = options.loadDataDir ? await options.loadDataDir.arrayBuffer() : undefined;
+    const thread = new PgliteThread(
+      { dataDir: options.dataDir, ...(loadDataDir ? { loadDataDir } : {}), ...modules, settings: options.settings ?? {} },
+      loadDataDir ? [loadDataDir] : [],
+    );
+    try {
+      await thread.waitReady;
+    } catch (error) {
+      await thread.worker.terminate();
+      throw error;
+    }
+    return thread;
+  }
+
+  get closed(): boolean {
+    return this.closing !== null || this.exited;
+  }
+
+  query<T = Record<string, unknown>>(sql: string, params?: unknown[], options?: PgliteQueryOptions): Promise<Results<T>> {
+    return this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options) }) as Promise<Results<T>>;
+  }
+
+  exec(sql: string, options?: PgliteQueryOptions): Promise<Results[]> {
+    return this.send({ op: 'exec', sql, ...cloneableOptions(options) }) as Promise<Results[]>;
+  }
+
+  /** Closes PGlite (its files are consistent afterwards) and ends the worker. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      if (!this.exited) {
+        try {
+          await this.request({ op: 'close' });
+        } catch {
+          // a worker that already failed has nothing left to close
+        }
+      }
+      // The worker ends by itself once closed; one that does not (a stray handle) is ended here.
+      const stray = setTimeout(() => void this.worker.terminate(), 2000);
+      await this.exitedPromise;
+      clearTimeout(stray);
+    })();
+    return this.closing;
+  }
+
+  private send(request: DistributiveOmit<PgliteRequest, 'id'>): Promise<unknown> {
+    if (this.closing !== null) return Promise.reject(new Error('PGlite is closed'));
+    return this.request(request);
+  }
+
+  private request(request: DistributiveOmit<PgliteRequest, 'id'>): Promise<unknown> {
+    if (this.failure !== null || this.exited) return Promise.reject(this.failure ?? new Error('PGlite is closed'));
+    return new Promise((resolve, reject) => {
+      const id = this.nextId++;
+      this.pending.set(id, { resolve: (reply) => resolve(reply.value), reject });
+      // A statement in flight keeps the process alive until it is answered; an idle worker does not.
+      if (this.pending.size === 1) this.worker.ref();
+      this.worker.postMessage({ ...request, id } as PgliteRequest);
+    });
+  }
+
+  private settle(reply: PgliteReply): void {
+    const pending = this.pending.get(reply.id);
+    if (pending === undefined) return;
+    this.pending.delete(reply.id);
+    if (this.pending.size === 0) this.worker.unref();
+    if (reply.ok) pending.resolve(reply);
+    else pending.reject(deserializeDatabaseError(reply.error));
+  }
+}
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+/** Only `rowMode` crosses to the worker; knex passes no other option to PGlite. */
+function cloneableOptions(options: PgliteQueryOptions | undefined): { options?: PgliteQueryOptions } {
+  return options?.rowMode ? { options: { rowMode: options.rowMode } } : {};
+}

@@ -1,0 +1,62 @@
+import type { WordTableBuffers } from '../embeddings/wordTable.js';
+import type { ConceptExtractionInput, FactExtractionInput, ImageInput, RefinementInput } from '../llm/port.js';
+import { ModelCallError } from '../llm/port.js';
+
+/**
+ * What the API thread and a model worker (worker.ts) say to each other. Every request carries an
+ * id and gets exactly one reply with that id; errors travel as plain data and are rebuilt as the
+ * class they were thrown as, so callers see the same errors as from the in-thread models.
+ */
+
+export type ModelCall =
+  /** Load the language model now (at boot), not on the first call. */
+  | { method: 'preloadChat' }
+  /** Load (or convert, once per machine) the word table into shared buffers and answer them. */
+  | { method: 'loadWordTable'; cacheDir?: string }
+  /** Use this table, loaded by another worker. */
+  | { method: 'useWordTable'; table: WordTableBuffers }
+  | { method: 'extractFacts'; input: FactExtractionInput }
+  | { method: 'extractImageFacts'; input: ImageInput }
+  | { method: 'extractConcepts'; input: ConceptExtractionInput }
+  | { method: 'refineConcepts'; input: RefinementInput }
+  /** Answers the vectors as one Float64Array (texts × dimensions), transferred rather than copied. */
+  | { method: 'embed'; texts: readonly string[] };
+
+export interface ModelRequest {
+  id: number;
+  call: ModelCall;
+}
+
+export type ModelReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: SerializedError };
+
+export interface SerializedError {
+  name: string;
+  message: string;
+  /** ModelCallError's fields. */
+  permanent?: boolean;
+  status?: number;
+}
+
+export function serializeError(error: unknown): SerializedError {
+  if (error instanceof ModelCallError) {
+    return { name: error.name, message: error.message, permanent: error.permanent, ...(error.status === undefined ? {} : { status: error.status }) };
+  }
+  if (error instanceof Error) return { name: error.name, message: error.message };
+  return { name: 'Error', message: String(error) };
+}
+
+export function deserializeError(error: SerializedError): Error {
+  switch (error.name) {
+    case 'ModelCallError':
+      return new ModelCallError(error.message, error.permanent === true, error.status);
+    case 'TypeError':
+      return new TypeError(error.message);
+    case 'RangeError':
+      return new RangeError(error.message);
+    default: {
+      const rebuilt = new Error(error.message);
+      rebuilt.name = error.name;
+      return rebuilt;
+    }
+  }
+}

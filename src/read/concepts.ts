@@ -1,0 +1,310 @@
+import type { Knex } from 'knex';
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository } from '../app/access.js';
+import { AmbiguousConceptError, invalid, notFound } from '../app/errors.js';
+import type { Principal } from '../auth/rbac.js';
+import { followMergeChain } from '../domain/mergeChain.js';
+import { isUuid } from '../pipeline/jobs.js';
+import { concepts as conceptCollection } from '../search/collections/index.js';
+import type { SearchMode } from '../search/hybrid.js';
+import { pageOf, countOf, type PageInput } from './paging.js';
+import { isoDate, presentFact, type FactRow } from './present.js';
+
+/**
+ * Concept queries: list and hybrid search, one concept by id or canonical name (a merged one
+ * answers with its survivor), its relations in bands (spec "Concept relation (read surface)"),
+ * the facts two concepts share, a concept's facts and sources.
+ */
+
+export interface ConceptRow {
+  id: string;
+  repository_id: string;
+  canonical_name: string;
+  context: string;
+  ontology_class: string | null;
+  status: 'active' | 'merged';
+  merged_into: string | null;
+  source_id: string | null;
+  fact_count: number;
+  embedding_model: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
+}
+
+const conceptColumns = [
+  'id',
+  'canonical_name',
+  'context',
+  'ontology_class',
+  'status',
+  'merged_into',
+  'source_id',
+  'fact_count',
+  'embedding_model',
+  'created_at',
+  'updated_at',
+];
+
+/** A concept as answered; the canonical name, which the read model keeps among the alias rows, is not listed as an alias. */
+export function presentConcept(row: ConceptRow, aliases: string[] = []) {
+  const { repository_id: _repository, ...rest } = row;
+  const name = row.canonical_name.toLowerCase();
+  return {
+    ...rest,
+    fact_count: Number(row.fact_count),
+    aliases: aliases.filter((alias) => alias.toLowerCase() !== name),
+    created_at: isoDate(row.created_at),
+    updated_at: isoDate(row.updated_at),
+  };
+}
+
+export type PresentedConcept = ReturnType<typeof presentConcept>;
+
+/** Aliases of each concept, by concept id, in alias order. */
+async function aliasesOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, string[]>> {
+  const result = new Map<string, string[]>(conceptIds.map((id) => [id, []]));
+  if (conceptIds.length === 0) return result;
+  const rows: { concept_id: string; alias: string }[] = await knex('concept_aliases')
+    .whereIn('concept_id', [...conceptIds])
+    .orderBy([{ column: 'concept_id' }, { column: 'alias_lower' }])
+    .select('concept_id', 'alias');
+  for (const row of rows) result.get(row.concept_id)?.push(row.alias);
+  return result;
+}
+
+/** One concept row presented with its aliases. */
+async function presentOne(knex: Knex, row: ConceptRow): Promise<PresentedConcept> {
+  return presentConcept(row, (await aliasesOf(knex, [row.id])).get(row.id) ?? []);
+}
+
+/** Concept rows by id, presented with their aliases (ids missing from the repository left out). */
+export async function presentConcepts(knex: Knex, repositoryId: string, ids: readonly string[]): Promise<Map<string, PresentedConcept>> {
+  if (ids.length === 0) return new Map();
+  const rows: ConceptRow[] = await knex('concepts').where({ repository_id: repositoryId }).whereIn('id', [...ids]).select([...conceptColumns, 'repository_id']);
+  const aliases = await aliasesOf(knex, rows.map((row) => row.id));
+  return new Map(rows.map((row) => [row.id, presentConcept(row, aliases.get(row.id) ?? [])]));
+}
+
+export interface ResolvedConcept {
+  concept: ConceptRow;
+  /** The merged concept that was asked for, when the answer is its survivor. */
+  redirectedFrom: { id: string; canonical_name: string; context: string } | null;
+}
+
+/** The concept a (possibly merged) concept row's merge chain ends at. */
+async function followToSurvivor(knex: Knex, repositoryId: string, start: ConceptRow): Promise<ResolvedConcept> {
+  const { node: concept } = await followMergeChain(start, async (current) =>
+    current.status === 'merged' && current.merged_into
+      ? ((await knex('concepts').where({ repository_id: repositoryId, id: current.merged_into }).first(conceptColumns)) ?? null)
+      : null,
+  );
+  return {
+    concept,
+    redirectedFrom: concept.id === start.id ? null : { id: start.id, canonical_name: start.canonical_name, context: start.context },
+  };
+}
+
+/**
+ * Finds a concept of the repository by id or by canonical name (case-insensitive; then by an
+ * alias), optionally within one context. A merged concept resolves to its survivor. A name
+ * several contexts share is ambiguous without a context: AmbiguousConceptError.
+ */
+export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string): Promise<ResolvedConcept> {
+  const wanted = idOrName.trim();
+  if (wanted === '') throw invalid('a concept id or name must not be empty');
+  if (isUuid(wanted)) {
+    const byId: ConceptRow | undefined = await knex('concepts').where({ repository_id: repositoryId, id: wanted.toLowerCase() }).first(conceptColumns);
+    if (byId) return followToSurvivor(knex, repositoryId, byId);
+  }
+  const inContext = (query: Knex.QueryBuilder, column: string) => (context ? query.whereRaw(`lower(${column}) = lower(?)`, [context.trim()]) : query);
+  const byName: ConceptRow[] = await inContext(
+    knex('concepts').where({ repository_id: repositoryId }).whereRaw('lower(canonical_name) = lower(?)', [wanted]),
+    'context',
+  ).select(conceptColumns);
+  let candidates = byName.filter((row) => row.status === 'active');
+  if (candidates.length === 0 && byName.length > 0) {
+    // Only merged concepts carry the name (e.g. after a context migration): their survivors answer.
+    const survivors = await Promise.all(byName.map((row) => followToSurvivor(knex, repositoryId, row)));
+    const distinct = new Map(survivors.map((resolved) => [resolved.concept.id, resolved]));
+    if (distinct.size === 1) return [...distinct.values()][0];
+    throw new AmbiguousConceptError(wanted, [...new Set(survivors.map((resolved) => resolved.concept.context))].sort());
+  }
+  if (candidates.length === 0) {
+    const byAlias: ConceptRow[] = await inContext(
+      knex('concept_aliases as a')
+        .join('concepts as c', 'c.id', 'a.concept_id')
+        .where({ 'a.repository_id': repositoryId, 'a.alias_lower': wanted.toLowerCase(), 'c.status': 'active' }),
+      'c.context',
+    ).select(conceptColumns.map((column) => `c.${column}`));
+    candidates = [...new Map(byAlias.map((row) => [row.id, row])).values()];
+  }
+  if (candidates.length === 0) throw notFound('concept');
+  if (candidates.length > 1) throw new AmbiguousConceptError(wanted, [...new Set(candidates.map((row) => row.context))].sort());
+  return { concept: candidates[0], redirectedFrom: null };
+}
+
+export type RelationBand = 'insignificant' | 'weak' | 'stable';
+
+/** The band of a relation (spec "Concept relation"): below min → insignificant; at or above stable → stable; else weak. */
+export function relationBand(sharedFactCount: number, thresholds: { minShared: number; stableShared: number }): RelationBand {
+  if (sharedFactCount < thresholds.minShared) return 'insignificant';
+  if (sharedFactCount >= thresholds.stableShared) return 'stable';
+  return 'weak';
+}
+
+/** Facts linked to every concept of `conceptIds` (not merged), as a query to select from. */
+function sharedFacts(knex: Knex, repositoryId: string, conceptIds: string[]) {
+  return knex('facts')
+    .where('facts.repository_id', repositoryId)
+    .whereNot('facts.status', 'merged')
+    .whereIn(
+      'facts.id',
+      knex('fact_concepts').whereIn('concept_id', conceptIds).groupBy('fact_id').havingRaw('count(DISTINCT concept_id) = ?', [conceptIds.length]).select('fact_id'),
+    );
+}
+
+/** The newest page of a facts query, presented. */
+async function pageOfFacts(query: Knex.QueryBuilder, page: { limit: number; offset: number }) {
+  const facts: FactRow[] = await query
+    .select('facts.*')
+    .orderBy([{ column: 'facts.created_at', order: 'desc' }, { column: 'facts.id' }])
+    .limit(page.limit)
+    .offset(page.offset);
+  return facts.map(presentFact);
+}
+
+/** One concept of a repository: by id or canonical name, `context` picking among contexts that share the name. */
+export interface ConceptInput {
+  repository: string;
+  concept: string;
+  context?: string;
+}
+
+export interface ConceptSearchInput extends PageInput {
+  repository: string;
+  query?: string;
+  /** Also concepts with fewer than `concepts.min_concept_fact_count` facts. */
+  show_small?: boolean;
+  context?: string;
+  mode?: SearchMode;
+}
+
+export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'>) {
+  const knex = deps.db.knex;
+  const settings = deps.config.concepts;
+  const thresholds = { minShared: settings.min_shared_fact_count, stableShared: settings.stable_shared_fact_count };
+
+  async function load(principal: Principal, input: ConceptInput) {
+    const repository = await authorizeRepository(knex, principal, input.repository, 'concepts:read');
+    return { repository, ...(await resolveConcept(knex, repository.id, input.concept, input.context)) };
+  }
+
+  return {
+    /** Hybrid or lexical search over the repository's active concepts, small ones only when asked. */
+    async search(principal: Principal, input: ConceptSearchInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'concepts:read');
+      const { query = '', show_small = false, context, mode = 'hybrid' } = input;
+      const page = pageOf(input);
+      const minFacts = show_small ? 0 : settings.min_concept_fact_count;
+      // The size and context filters are read-model facts (live fact counts): they become the id set the search may return.
+      let conceptIds: string[] | undefined;
+      if (minFacts > 0 || context !== undefined) {
+        const eligible = knex('concepts').where({ repository_id: repository.id, status: 'active' }).where('fact_count', '>=', minFacts);
+        if (context !== undefined) eligible.whereRaw('lower(context) = lower(?)', [context.trim()]);
+        conceptIds = (await eligible.pluck('id')) as string[];
+      }
+      const result = await deps.hybrid.search(conceptCollection, { repositoryId: repository.id, query, ...page, mode, ids: conceptIds });
+      const rows = await presentConcepts(knex, repository.id, result.items.map((item) => item.id));
+      const items = result.items.flatMap((item) => {
+        const row = rows.get(item.id);
+        return row ? [{ ...row, score: item.score }] : [];
+      });
+      return { items, total: result.total, query, mode: result.mode, fallback_reason: result.fallback_reason };
+    },
+
+    /** One concept; a merged one answers with its survivor and says which was asked for. */
+    async get(principal: Principal, input: ConceptInput) {
+      const { concept, redirectedFrom } = await load(principal, input);
+      return { ...(await presentOne(knex, concept)), redirected_from: redirectedFrom };
+    },
+
+    /** The concepts a concept shares facts with, strongest first, with their bands. */
+    async relations(principal: Principal, input: ConceptInput & PageInput & { show_insignificant?: boolean }) {
+      const { repository, concept, redirectedFrom } = await load(principal, input);
+      const page = pageOf(input);
+      const relations = knex('concept_relations as r')
+        .where('r.repository_id', repository.id)
+        .where((query) => query.where('r.concept_a', concept.id).orWhere('r.concept_b', concept.id))
+        .where('r.shared_fact_count', '>', 0)
+        .joinRaw('JOIN concepts AS o ON o.id = CASE WHEN r.concept_a = ? THEN r.concept_b ELSE r.concept_a END', [concept.id])
+        .where('o.status', 'active');
+      if (!input.show_insignificant) relations.where('r.shared_fact_count', '>=', thresholds.minShared);
+      const total = await countOf(relations);
+      const rows: { other_id: string; shared_fact_count: number }[] = await relations
+        .select('o.id as other_id', 'r.shared_fact_count')
+        .orderBy([{ column: 'r.shared_fact_count', order: 'desc' }, { column: 'o.canonical_name' }, { column: 'o.id' }])
+        .limit(page.limit)
+        .offset(page.offset);
+      const others = await presentConcepts(knex, repository.id, rows.map((row) => row.other_id));
+      return {
+        concept: await presentOne(knex, concept),
+        redirected_from: redirectedFrom,
+        items: rows.map((row) => ({
+          concept: others.get(row.other_id),
+          shared_fact_count: Number(row.shared_fact_count),
+          band: relationBand(Number(row.shared_fact_count), thresholds),
+        })),
+        total,
+      };
+    },
+
+    /** The relation between two concepts and the facts they share now. */
+    async relation(principal: Principal, input: ConceptInput & PageInput & { other: string }) {
+      const { repository, concept } = await load(principal, input);
+      const page = pageOf(input);
+      const { concept: other } = await resolveConcept(knex, repository.id, input.other);
+      if (other.id === concept.id) throw invalid('a concept has no relation to itself');
+      const [a, b] = concept.id < other.id ? [concept.id, other.id] : [other.id, concept.id];
+      const relation = await knex('concept_relations').where({ repository_id: repository.id, concept_a: a, concept_b: b }).first('shared_fact_count');
+      const sharedFactCount = relation ? Number(relation.shared_fact_count) : 0;
+      const shared = sharedFacts(knex, repository.id, [concept.id, other.id]);
+      return {
+        concept: await presentOne(knex, concept),
+        other: await presentOne(knex, other),
+        shared_fact_count: sharedFactCount,
+        band: relationBand(sharedFactCount, thresholds),
+        total: await countOf(shared),
+        facts: await pageOfFacts(shared, page),
+      };
+    },
+
+    /** The live facts linked to a concept, newest first. */
+    async facts(principal: Principal, input: ConceptInput & PageInput) {
+      const { repository, concept } = await load(principal, input);
+      const page = pageOf(input);
+      const linked = sharedFacts(knex, repository.id, [concept.id]);
+      return { concept: await presentOne(knex, concept), total: await countOf(linked), items: await pageOfFacts(linked, page) };
+    },
+
+    /** The sources a concept's facts came from (merged twins' included), most facts first. */
+    async sources(principal: Principal, input: ConceptInput & PageInput) {
+      const { repository, concept } = await load(principal, input);
+      const page = pageOf(input);
+      const sources = knex('sources')
+        .join('fact_sources as fs', 'fs.source_id', 'sources.id')
+        .whereIn('fs.fact_id', sharedFacts(knex, repository.id, [concept.id]).select('facts.id'))
+        .where('sources.repository_id', repository.id)
+        .groupBy('sources.id');
+      const total = await countOf(knex.from(sources.clone().select('sources.id').as('s')));
+      const rows: Record<string, unknown>[] = await sources
+        .select('sources.id', 'sources.url', 'sources.doi', 'sources.filename', 'sources.title', 'sources.status')
+        .select(knex.raw('count(DISTINCT fs.fact_id)::integer AS fact_count'))
+        .orderBy([{ column: 'fact_count', order: 'desc' }, { column: 'sources.id' }])
+        .limit(page.limit)
+        .offset(page.offset);
+      return { concept: await presentOne(knex, concept), items: rows, total };
+    },
+  };
+}
+
+export type ConceptQueries = ReturnType<typeof conceptQueries>;

@@ -1,0 +1,34 @@
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository } from '../app/access.js';
+import { invalid } from '../app/errors.js';
+import type { Principal } from '../auth/rbac.js';
+import { pageOf } from './paging.js';
+import { presentEvent } from './present.js';
+
+export interface EventListInput {
+  repository: string;
+  /** Events after this global position (exclusive); the reply's `next_from` reads on. */
+  from?: number;
+  /** Only these event types. */
+  types?: readonly string[];
+  stream?: string;
+  limit?: number;
+}
+
+export const MAX_EVENTS = 1000;
+
+/** History: a repository's events in log order. */
+export function eventQueries(deps: Pick<AppContext, 'db' | 'store'>) {
+  return {
+    async list(principal: Principal, input: EventListInput) {
+      const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'events:read');
+      const { from = 0, types, stream } = input;
+      if (!Number.isInteger(from) || from < 0) throw invalid('from must be a non-negative integer');
+      const { limit } = pageOf({ limit: input.limit }, 100, MAX_EVENTS);
+      const events = await deps.store.readAll({ after: from, limit, repositoryId: repository.id, types: types?.length ? [...types] : undefined, streamId: stream });
+      return { events: events.map(presentEvent), next_from: events.length ? events[events.length - 1].globalPosition : from };
+    },
+  };
+}
+
+export type EventQueries = ReturnType<typeof eventQueries>;

@@ -1,0 +1,126 @@
+import type { Knex } from 'knex';
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository } from '../app/access.js';
+import { invalid, notFound } from '../app/errors.js';
+import type { Principal } from '../auth/rbac.js';
+import { followMergeChain } from '../domain/mergeChain.js';
+import { facts as factCollection } from '../search/collections/index.js';
+import type { SearchMode } from '../search/hybrid.js';
+import { presentConcepts, resolveConcept } from './concepts.js';
+import { pageOf, type PageInput } from './paging.js';
+import { presentFact } from './present.js';
+
+/** Most concepts `concepts` may name (each is resolved, then their fact sets intersected). */
+export const MAX_CONCEPT_FILTER = 20;
+
+export interface FactSearchInput extends PageInput {
+  repository: string;
+  query?: string;
+  /** Only facts linked to this concept (id or canonical name). */
+  concept?: string;
+  /** Comma-separated concept ids or names: only facts linked to all of them. */
+  concepts?: string;
+  /** Only facts linked to an active concept of this context (and names are looked up in it). */
+  context?: string;
+  mode?: SearchMode;
+}
+
+export interface FactInput {
+  repository: string;
+  fact: string;
+}
+
+/**
+ * The fact ids the concept filters allow (facts linked to every named concept, and to any
+ * active concept of the context), or undefined when no filter is given.
+ */
+async function factFilter(knex: Knex, repositoryId: string, filters: Pick<FactSearchInput, 'concept' | 'concepts' | 'context'>): Promise<string[] | undefined> {
+  const named = [
+    ...(filters.concept !== undefined ? [filters.concept] : []),
+    ...(filters.concepts ?? '').split(',').map((part) => part.trim()).filter((part) => part !== ''),
+  ];
+  if (filters.concepts !== undefined && named.length === (filters.concept !== undefined ? 1 : 0)) throw invalid('concepts must list at least one concept id or name');
+  if (named.length > MAX_CONCEPT_FILTER) throw invalid(`concepts may name at most ${MAX_CONCEPT_FILTER} concepts`);
+  if (named.length === 0 && filters.context === undefined) return undefined;
+  // With a context, a concept name is looked up in that context (it also narrows the facts to it).
+  const conceptIds = new Set<string>();
+  for (const name of named) conceptIds.add((await resolveConcept(knex, repositoryId, name, filters.context)).concept.id);
+  const query = knex('fact_concepts').where('fact_concepts.repository_id', repositoryId);
+  if (conceptIds.size > 0) {
+    query.whereIn(
+      'fact_concepts.fact_id',
+      knex('fact_concepts').whereIn('concept_id', [...conceptIds]).groupBy('fact_id').havingRaw('count(DISTINCT concept_id) = ?', [conceptIds.size]).select('fact_id'),
+    );
+  }
+  if (filters.context !== undefined) {
+    query.whereIn(
+      'fact_concepts.concept_id',
+      knex('concepts').where({ repository_id: repositoryId, status: 'active' }).whereRaw('lower(context) = lower(?)', [filters.context.trim()]).select('id'),
+    );
+  }
+  return (await query.distinct('fact_concepts.fact_id').pluck('fact_concepts.fact_id')) as string[];
+}
+
+interface FactLink {
+  id: string;
+  status: string;
+  merged_into: string | null;
+}
+
+/**
+ * Fact queries: search (hybrid or lexical, websearch syntax) narrowed by concepts or a context,
+ * one fact with its sources, and the concepts a fact is linked to.
+ */
+export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
+  const knex = deps.db.knex;
+  const link = (repositoryId: string, id: string): Promise<FactLink | undefined> =>
+    knex('facts').where({ id, repository_id: repositoryId }).first('id', 'status', 'merged_into');
+
+  return {
+    async search(principal: Principal, input: FactSearchInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'facts:read');
+      const { query = '', mode = 'hybrid' } = input;
+      const page = pageOf(input);
+      const factIds = await factFilter(knex, repository.id, input);
+      const result = await deps.hybrid.search(factCollection, { repositoryId: repository.id, query, ...page, mode, ids: factIds });
+      return { items: result.items, total: result.total, query, mode: result.mode, fallback_reason: result.fallback_reason };
+    },
+
+    /** One fact with the sources it came from. */
+    async get(principal: Principal, input: FactInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'facts:read');
+      const fact = await knex('facts').where({ id: input.fact, repository_id: repository.id }).first();
+      if (!fact) throw notFound('fact');
+      const sources = await knex('fact_sources')
+        .join('sources', 'sources.id', 'fact_sources.source_id')
+        .where({ 'fact_sources.fact_id': fact.id })
+        .orderBy('sources.created_at')
+        .select('fact_sources.source_id', 'sources.url', 'sources.doi', 'sources.filename', 'sources.title', 'fact_sources.chunk_index', 'fact_sources.source_text');
+      return { ...presentFact(fact), sources };
+    },
+
+    /** The active concepts a fact is linked to; a merged fact's links moved to its survivor (docs/pipeline.md), which answers. */
+    async concepts(principal: Principal, input: FactInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'facts:read');
+      const asked = await link(repository.id, input.fact);
+      if (!asked) throw notFound('fact');
+      const { node: fact } = await followMergeChain(asked, async (current) =>
+        current.status === 'merged' && current.merged_into ? ((await link(repository.id, current.merged_into)) ?? null) : null,
+      );
+      const conceptIds = (await knex('fact_concepts as fc')
+        .join('concepts as c', 'c.id', 'fc.concept_id')
+        .where({ 'fc.fact_id': fact.id, 'c.status': 'active' })
+        .orderBy([{ column: 'c.canonical_name' }, { column: 'c.context' }, { column: 'c.id' }])
+        .pluck('c.id')) as string[];
+      const presented = await presentConcepts(knex, repository.id, conceptIds);
+      return {
+        fact_id: fact.id,
+        merged_from: fact.id === asked.id ? null : asked.id,
+        items: conceptIds.flatMap((id) => presented.get(id) ?? []),
+        total: conceptIds.length,
+      };
+    },
+  };
+}
+
+export type FactQueries = ReturnType<typeof factQueries>;

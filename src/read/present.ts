@@ -1,0 +1,79 @@
+import type { RecordedEvent } from '../eventstore/envelope.js';
+import type { JobRecord } from '../pipeline/jobs.js';
+
+/**
+ * Presentation: read-model rows and records as the JSON shapes every transport answers with
+ * (docs/api.md). Leaf module, so the query modules can share it without importing each other.
+ */
+
+export const isoDate = (value: Date | string | null | undefined): string | null =>
+  value === null || value === undefined ? null : new Date(value).toISOString();
+
+/** A jsonb column: parsed by pg and PGlite, text from some drivers. */
+export function jsonColumn(value: unknown): unknown {
+  return typeof value === 'string' ? JSON.parse(value) : value;
+}
+
+export type FactRow = Record<string, unknown> & { id: string; created_at: Date | string };
+
+/** A fact row as answered: every column, the date as ISO text. */
+export function presentFact(row: FactRow): Record<string, unknown> & { id: string; created_at: string | null } {
+  return { ...row, created_at: isoDate(row.created_at) };
+}
+
+export type SourceRow = Record<string, unknown> & {
+  id: string;
+  repository_id: string;
+  status: string;
+  document_kind: string | null;
+  created_at: Date | string;
+  updated_at: Date | string;
+  body_bytes: string | number | null;
+};
+
+export function presentSource(row: SourceRow) {
+  return {
+    ...row,
+    kind: row.document_kind,
+    body_bytes: row.body_bytes === null ? null : Number(row.body_bytes),
+    created_at: isoDate(row.created_at),
+    updated_at: isoDate(row.updated_at),
+  };
+}
+
+export function presentJob(job: JobRecord) {
+  return {
+    id: job.id,
+    kind: job.kind,
+    repository_id: job.repositoryId,
+    subject_id: job.subjectId,
+    source_id: job.sourceId,
+    report_id: job.reportId,
+    trigger_event_id: job.triggerEventId,
+    state: job.state,
+    attempts: job.attempts,
+    max_attempts: job.maxAttempts,
+    last_error: job.lastError,
+    next_attempt_at: job.nextAttemptAt,
+    created_at: job.createdAt,
+    updated_at: job.updatedAt,
+    finished_at: job.finishedAt,
+  };
+}
+
+export function presentEvent(event: RecordedEvent) {
+  return {
+    event_id: event.eventId,
+    stream_id: event.streamId,
+    stream_version: event.streamVersion,
+    global_position: event.globalPosition,
+    type: event.type,
+    schema_version: event.schemaVersion,
+    repository_id: event.repositoryId,
+    actor: event.actor,
+    causation_id: event.causationId,
+    correlation_id: event.correlationId,
+    occurred_at: event.occurredAt,
+    data: event.data,
+  };
+}

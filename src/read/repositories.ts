@@ -1,0 +1,57 @@
+import type { Knex } from 'knex';
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository, type RepositoryRow } from '../app/access.js';
+import { notFound } from '../app/errors.js';
+import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Principal } from '../auth/rbac.js';
+import { repositoryPresets } from '../domain/repository/presets.js';
+import { countOf, pageOf, type PageInput } from './paging.js';
+import { isoDate } from './present.js';
+
+/** A repository as answered, with the caller's roles on it. */
+export function presentRepository(row: RepositoryRow, principal: Principal) {
+  const domain = repositoryDomain(row.id);
+  return {
+    ...row,
+    accepted_promptset_hashes: row.accepted_promptset_hashes ?? [],
+    created_at: isoDate(row.created_at),
+    updated_at: isoDate(row.updated_at),
+    roles: principal.assignments.filter((a) => a.domain === domain).map((a) => a.role),
+  };
+}
+
+/** A repository by id (deleted ones included, e.g. right after a command), presented for the principal. */
+export async function presentRepositoryById(knex: Knex, repositoryId: string, principal: Principal) {
+  const row: RepositoryRow | undefined = await knex('repositories').where({ id: repositoryId }).first();
+  if (!row) throw notFound('repository');
+  return presentRepository(row, principal);
+}
+
+/** Repository queries: the presets, the repositories a caller may see, one repository. */
+export function repositoryQueries(deps: Pick<AppContext, 'db' | 'config'>) {
+  const knex = deps.db.knex;
+  return {
+    /** The presets a repository can be created with; any signed-in caller may read them. */
+    presets(_principal: Principal) {
+      return { default: deps.config.default_repository_preset, presets: repositoryPresets };
+    },
+
+    /** The live repositories the caller holds a role on; a sysadmin sees all. Oldest first, 100 a page by default. */
+    async list(principal: Principal, input: PageInput = {}) {
+      const page = pageOf(input, 100);
+      const query = knex('repositories').whereNull('deleted_at');
+      if (!principalCan(principal, SYSTEM_DOMAIN, 'role:manage')) {
+        const ids = principal.assignments.filter((a) => a.domain.startsWith('repository:')).map((a) => a.domain.slice('repository:'.length));
+        query.whereIn('id', ids);
+      }
+      const total = await countOf(query);
+      const rows: RepositoryRow[] = await query.orderBy([{ column: 'created_at' }, { column: 'id' }]).limit(page.limit).offset(page.offset);
+      return { items: rows.map((row) => presentRepository(row, principal)), total };
+    },
+
+    async get(principal: Principal, input: { repository: string }) {
+      return presentRepository(await authorizeRepository(knex, principal, input.repository, 'repositories:read'), principal);
+    },
+  };
+}
+
+export type RepositoryQueries = ReturnType<typeof repositoryQueries>;

@@ -1,0 +1,9 @@
+import type { SearchCollection } from '../collection.js';
+import { concepts } from './concepts.js';
+import { facts } from './facts.js';
+
+export { concepts, type ConceptDocument, type ConceptHit } from './concepts.js';
+export { facts, type FactDocument, type FactHit } from './facts.js';
+
+/** The collections the service indexes: both adapters serve these unless given others. */
+export const searchCollections: readonly SearchCollection[] = [facts, concepts];

@@ -1,0 +1,132 @@
+import { TOMBSTONE, type SearchCollection, type SortKey } from '../collection.js';
+import { filterValues, type KnnQuery, type SearchQuery } from '../port.js';
+import { sortField } from './mappings.js';
+
+/**
+ * Query building: the websearch syntax both adapters accept, translated for OpenSearch, and the
+ * search bodies for lexical and k-NN queries over one collection.
+ */
+
+/**
+ * Translates websearch_to_tsquery syntax into simple_query_string syntax, so both adapters read
+ * a query alike: words are ANDed, "quoted text" is a phrase, `or` between terms is OR (binding
+ * looser than AND, as in tsquery), and `-term` / `-"phrase"` is negation. Every other character
+ * is escaped, so `*`, `~`, `+`, `|`, `(` mean nothing special, as in websearch syntax. Returns
+ * null when the query holds no term (tsquery then matches nothing).
+ */
+export function websearchToSimpleQueryString(text: string): string | null {
+  const escape = (value: string) => value.replace(/[+|\-"*()~\\]/g, (char) => `\\${char}`);
+  const groups: string[][] = [[]];
+  let pendingOr = false;
+  let index = 0;
+  while (index < text.length) {
+    const char = text[index];
+    if (/\s/.test(char)) {
+      index += 1;
+      continue;
+    }
+    let negated = false;
+    if (char === '-' && index + 1 < text.length && !/\s/.test(text[index + 1])) {
+      negated = true;
+      index += 1;
+    }
+    let term: string;
+    if (text[index] === '"') {
+      const end = text.indexOf('"', index + 1);
+      const inner = text.slice(index + 1, end < 0 ? text.length : end).trim();
+      index = end < 0 ? text.length : end + 1;
+      if (inner === '') continue;
+      term = `"${escape(inner)}"`;
+    } else {
+      let end = index;
+      while (end < text.length && !/\s/.test(text[end]) && text[end] !== '"') end += 1;
+      const word = text.slice(index, end);
+      index = end;
+      if (!negated && word.toLowerCase() === 'or') {
+        // OR between two terms; a leading, trailing or doubled `or` is ignored, as in tsquery.
+        if (groups[groups.length - 1].length > 0) pendingOr = true;
+        continue;
+      }
+      if (!/[\p{L}\p{N}]/u.test(word)) continue; // punctuation only: no lexeme
+      term = escape(word);
+    }
+    if (pendingOr) {
+      groups.push([]);
+      pendingOr = false;
+    }
+    groups[groups.length - 1].push(negated ? `-${term}` : term);
+  }
+  const nonEmpty = groups.filter((group) => group.length > 0);
+  if (nonEmpty.length === 0) return null;
+  return nonEmpty.map((group) => `(${group.join(' + ')})`).join(' | ');
+}
+
+/**
+ * Filters every search of a collection shares: the repository, complete documents only (not the
+ * partial ones an early update makes), no hidden documents or tombstones, the ids and filters.
+ */
+function restrictions(collection: SearchCollection, query: Pick<SearchQuery, 'repositoryId' | 'ids' | 'filters'>) {
+  const hidden = collection.hidden;
+  const hiddenValues = hidden ? [...hidden.values, ...(collection.tombstones ? [TOMBSTONE] : [])] : [];
+  return {
+    filter: [
+      { term: { repository_id: query.repositoryId } },
+      { exists: { field: collection.opensearch.completeField } },
+      ...(query.ids !== undefined ? [{ terms: { id: [...query.ids] } }] : []),
+      ...filterValues(query.filters).map(([name, values]) => ({ terms: { [name]: values } })),
+    ],
+    must_not: hidden ? [{ terms: { [hidden.field]: hiddenValues } }] : [],
+  };
+}
+
+/** The fields a search returns in `_source`. */
+const returnedFields = (collection: SearchCollection) => ['id', ...Object.keys(collection.fields)];
+
+/**
+ * The body of a lexical search, or null when the query holds no term (it matches nothing).
+ * Ranked: best first, then the collection's order, then id; a listing (no query) in the
+ * collection's listing order; a query's own sort replaces either. The same orders as the
+ * Postgres adapter.
+ */
+export function searchBody(collection: SearchCollection, query: SearchQuery): { body: Record<string, unknown>; ranked: boolean } | null {
+  const text = query.query.trim();
+  const translated = text === '' ? undefined : websearchToSimpleQueryString(text);
+  if (translated === null) return null;
+  const matcher =
+    translated === undefined
+      ? undefined
+      : {
+          simple_query_string: {
+            query: translated,
+            fields: [...collection.textFields],
+            default_operator: 'and',
+            flags: 'AND|OR|NOT|PHRASE|PRECEDENCE|WHITESPACE|ESCAPE',
+          },
+        };
+  const keys = (sort: readonly SortKey[]) => [...sort.map((key) => ({ [sortField(collection, key.field)]: key.order })), { id: 'asc' }];
+  const sort = query.sort ? keys(query.sort) : matcher ? [{ _score: 'desc' }, ...keys(collection.order.ranked)] : keys(collection.order.listed);
+  return {
+    ranked: matcher !== undefined,
+    body: {
+      from: query.offset,
+      size: query.limit,
+      track_total_hits: true,
+      _source: returnedFields(collection),
+      query: { bool: { ...restrictions(collection, query), ...(matcher ? { must: [matcher] } : {}) } },
+      sort,
+      track_scores: matcher !== undefined,
+    },
+  };
+}
+
+/** The body of a k-NN search: lucene applies the filters inside the HNSW search, so k results come back. */
+export function knnBody(collection: SearchCollection, query: KnnQuery): Record<string, unknown> {
+  return {
+    size: query.k,
+    _source: returnedFields(collection),
+    query: { knn: { embedding: { vector: query.vector, k: query.k, filter: { bool: restrictions(collection, query) } } } },
+  };
+}
+
+/** The lucene engine scores cosinesimil as (1 + cosine) / 2: the cosine itself. */
+export const cosineOf = (score: number | null) => 2 * Number(score ?? 0) - 1;

@@ -1,0 +1,151 @@
+import type { Knex } from 'knex';
+import { SearchIndexMigrationError } from '../port.js';
+
+export type Executor = Knex | Knex.Transaction;
+
+/** Rows a vector table grows by before its first ANALYZE (see keepAnalyzed). */
+const ANALYZE_MIN_ROWS = 200;
+
+/** A collection's vector table: `<table> (<key> text pk, repository_id text, embedding vector(N))`. */
+export interface VectorTable {
+  readonly table: string;
+  readonly key: string;
+}
+
+/** pgvector's `[1,2,3]` text form; numbers only (validated), so nothing to escape. */
+export function vectorLiteral(vector: number[]): string {
+  return `[${vector.join(',')}]`;
+}
+
+/**
+ * The vector tables of the Postgres adapter, one per collection with vectors: created on first
+ * use with an HNSW cosine index, written, cleared, and searched with the HNSW settings k-NN
+ * needs. One embedding model per deployment, so one dimension for every table.
+ */
+export function createVectorTables(dimensions: number) {
+  const ready = new Map<string, Promise<{ iterativeScan: boolean }>>();
+  /** Per table: rows counted by its last ANALYZE, and rows written since. */
+  const growth = new Map<string, { analyzed: number; written: number }>();
+
+  /**
+   * Keeps the planner's statistics of a vector table in step with its size. Without them (PGlite
+   * runs no autovacuum) the planner takes a repository's rows for a few and sorts all of them by
+   * distance instead of walking the HNSW index, so each k-NN query costs time in proportion to
+   * the repository (at 12,000 facts about 10× the indexed query). ANALYZE runs whenever the
+   * table has grown by as many rows as it held at the last one (at least ANALYZE_MIN_ROWS), so
+   * a growing table is analyzed a logarithmic number of times.
+   */
+  async function keepAnalyzed(executor: Executor, table: string, written: number): Promise<void> {
+    let known = growth.get(table);
+    if (!known) {
+      const stats = await executor.raw(`SELECT reltuples FROM pg_class WHERE oid = to_regclass(?)`, [table]);
+      known = { analyzed: Math.max(0, Number(stats.rows[0]?.reltuples ?? 0)), written: 0 };
+      growth.set(table, known);
+    }
+    known.written += written;
+    if (known.written < Math.max(ANALYZE_MIN_ROWS, known.analyzed)) return;
+    known.analyzed += known.written;
+    known.written = 0;
+    await executor.raw(`ANALYZE ${table}`);
+  }
+
+  /**
+   * Creates a vector table (idempotent DDL, so racing processes are harmless). Run inside a
+   * caller's transaction that later rolls back, the table vanishes: a missing-table error resets
+   * the memo (see withTable).
+   */
+  async function ensure(executor: Executor, { table, key }: VectorTable): Promise<{ iterativeScan: boolean }> {
+    const existing = await executor.raw(
+      `SELECT format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a
+        WHERE a.attrelid = to_regclass(?) AND a.attname = 'embedding' AND NOT a.attisdropped`,
+      [table],
+    );
+    const type: string | undefined = existing.rows[0]?.type;
+    if (type !== undefined && type !== `vector(${dimensions})`) {
+      throw new SearchIndexMigrationError(
+        `${table}.embedding is ${type} but the index is configured for vector(${dimensions}): ` +
+          `drop ${table} and re-embed (a new embedding model means new vectors)`,
+      );
+    }
+    if (type === undefined) {
+      await executor.raw(`CREATE TABLE IF NOT EXISTS ${table} (
+        ${key} text PRIMARY KEY,
+        repository_id text NOT NULL,
+        embedding vector(${dimensions}) NOT NULL
+      )`);
+      await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_repository ON ${table} (repository_id)`);
+      await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_embedding ON ${table} USING hnsw (embedding vector_cosine_ops)`);
+    }
+    // Iterative HNSW scans (pgvector 0.8) keep scanning until k rows pass the repository filter.
+    const version = await executor.raw(`SELECT extversion FROM pg_extension WHERE extname = 'vector'`);
+    const [major, minor] = String(version.rows[0]?.extversion ?? '0.0').split('.').map(Number);
+    return { iterativeScan: major > 0 || minor >= 8 };
+  }
+
+  function tableReady(executor: Executor, vectors: VectorTable): Promise<{ iterativeScan: boolean }> {
+    const known = ready.get(vectors.table);
+    if (known) return known;
+    const attempt = ensure(executor, vectors);
+    ready.set(vectors.table, attempt);
+    // A failed attempt (connection lost, dimension mismatch) is not remembered: the next call tries again.
+    attempt.catch(() => {
+      if (ready.get(vectors.table) === attempt) ready.delete(vectors.table);
+    });
+    return attempt;
+  }
+
+  async function withTable<T>(executor: Executor, vectors: VectorTable, body: (info: { iterativeScan: boolean }) => Promise<T>): Promise<T> {
+    try {
+      return await body(await tableReady(executor, vectors));
+    } catch (error) {
+      if ((error as { code?: string }).code !== '42P01') throw error;
+      // Created inside a transaction that rolled back: create it again, once.
+      ready.delete(vectors.table);
+      return await body(await tableReady(executor, vectors));
+    }
+  }
+
+  return {
+    /** Sets (numbers) or removes (null) vectors; undefined leaves them. */
+    async write(executor: Executor, vectors: VectorTable, items: readonly { id: string; repository_id: string; vector?: number[] | null }[]): Promise<void> {
+      const withVector = items.filter((item): item is typeof item & { vector: number[] } => Array.isArray(item.vector));
+      const withoutVector = items.filter((item) => item.vector === null).map((item) => item.id);
+      if (withVector.length === 0 && withoutVector.length === 0) return;
+      await withTable(executor, vectors, async () => {
+        if (withVector.length > 0) {
+          // One row per id: the last vector given wins.
+          const latest = new Map(withVector.map((item) => [item.id, item]));
+          await executor(vectors.table)
+            .insert([...latest.values()].map((item) => ({ [vectors.key]: item.id, repository_id: item.repository_id, embedding: vectorLiteral(item.vector) })))
+            .onConflict(vectors.key)
+            .merge(['repository_id', 'embedding']);
+          await keepAnalyzed(executor, vectors.table, latest.size);
+        }
+        if (withoutVector.length > 0) await executor(vectors.table).whereIn(vectors.key, withoutVector).delete();
+      });
+    },
+
+    /** Removes the vectors of `ids`, or of the whole repository (null). */
+    async remove(executor: Executor, vectors: VectorTable, repositoryId: string, ids: readonly string[] | null): Promise<void> {
+      if (ids !== null && ids.length === 0) return;
+      await withTable(executor, vectors, async () => {
+        const query = executor(vectors.table).where({ repository_id: repositoryId });
+        if (ids !== null) query.whereIn(vectors.key, [...ids]);
+        await query.delete();
+      });
+    },
+
+    /** Runs a k-NN query with the HNSW settings it needs (SET LOCAL needs a transaction: the caller's, or one of our own). */
+    nearest<T>(executor: Executor, vectors: VectorTable, k: number, body: (trx: Executor) => Promise<T>): Promise<T> {
+      return withTable(executor, vectors, ({ iterativeScan }) => {
+        const search = async (trx: Executor) => {
+          if (iterativeScan) await trx.raw(`SET LOCAL hnsw.iterative_scan = strict_order`);
+          // ef_search bounds how many neighbours HNSW returns: at least k.
+          await trx.raw(`SELECT set_config('hnsw.ef_search', ?, true)`, [String(Math.max(40, k))]);
+          return body(trx);
+        };
+        return (executor as Knex.Transaction).isTransaction === true ? search(executor) : executor.transaction((trx) => search(trx));
+      });
+    },
+  };
+}
