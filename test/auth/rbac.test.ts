@@ -10,6 +10,7 @@ import {
   matchesPermission,
   PERMISSION_CATALOG,
   permissionsOf,
+  principalCan,
   repositoryDomain,
   rolesCatalog,
   scopeOfDomain,
@@ -324,4 +325,17 @@ t.test('the permissions table in docs/auth.md matches the catalog', async (t) =>
   for (const entry of catalog.permissions) {
     t.same(rows.get(entry.permission), { scope: entry.scope, roles: entry.roles }, entry.permission);
   }
+});
+
+t.test('principalCan: the roles grant, the scopes of a token narrow', async (t) => {
+  const principal = (assignments: RoleAssignment[], scopes?: readonly string[] | 'all') => ({ userId: 'u', sessionId: 's', assignments, scopes });
+  t.ok(principalCan(principal(editorOfA), REPO_A, 'facts:write'), 'a session may do all its roles allow');
+  t.ok(principalCan(principal(editorOfA, 'all'), REPO_A, 'facts:write'));
+  t.notOk(principalCan(principal(readerOfA), REPO_A, 'facts:write'), 'no role, no right');
+  t.ok(principalCan(principal(editorOfA, ['facts:read', 'sources:*']), REPO_A, 'sources:create'), 'a pattern scope');
+  t.notOk(principalCan(principal(editorOfA, ['facts:read']), REPO_A, 'facts:write'), 'outside the scopes');
+  t.notOk(principalCan(principal(readerOfA, ['*:*']), REPO_A, 'facts:write'), 'scopes never add to the roles');
+  t.notOk(principalCan(principal(sysadmin, []), SYSTEM_DOMAIN, 'user:read'), 'no scopes, nothing');
+  t.notOk(principalCan(principal(editorOfA, ['facts']), REPO_A, 'facts:read'), 'a malformed scope matches nothing');
+  t.notOk(principalCan(principal(ownerOfA), REPO_B, 'facts:read'), 'another repository');
 });

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Kafka, logLevel, type IHeaders, type KafkaMessage } from 'kafkajs';
-import type { BusLogger } from '../../src/bus/log.js';
+import type { BusLogger } from '../../src/bus/port.js';
 import type { KafkaOptions } from '../../src/bus/kafka.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { Knex } from 'knex';

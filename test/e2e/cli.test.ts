@@ -1,32 +1,15 @@
-import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import t from 'tap';
-import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
+import { runCli } from '../helpers/processes.js';
+import { registerUser, startTestService } from '../helpers/service.js';
 import { openScratchPostgres } from '../../src/db/database.js';
 
-const run = promisify(execFile);
 // A dozen CLI processes, each starting tsx and an embedded database: on a busy shared machine
 // that is minutes, more than tap's default file timeout.
 t.setTimeout(600_000);
-const root = path.resolve(import.meta.dirname, '../..');
-
-/** Runs the CLI from source in `cwd`; resolves with exit code and output even on failure. */
-async function factlog(cwd: string, args: string[], env: Record<string, string> = {}) {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), ...args], {
-      cwd,
-      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn', ...env },
-      timeout: 120_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code: number; stdout: string; stderr: string };
-    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
-  }
-}
+const factlog = runCli;
 
 t.test('migrate, projections list/rebuild, events tail, and bad input', async (t) => {
   const cwd = await mkdtemp(path.join(tmpdir(), 'factlog-cli-'));

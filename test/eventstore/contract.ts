@@ -4,6 +4,8 @@ import knexFactory, { type Knex } from 'knex';
 import { PGlite } from '@electric-sql/pglite';
 import ClientPgLite from 'knex-pglite';
 import type { Database } from '../../src/db/database.js';
+import { pgliteTemplate } from '../helpers/pglite.js';
+import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
 import { ConcurrencyError, InvalidEventError, type EventStore } from '../../src/eventstore/port.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
@@ -37,21 +39,13 @@ export function testSchemas(): EventSchemaRegistry {
   return schemas;
 }
 
-let pgliteTemplate: Promise<File | Blob> | null = null;
-
 /**
- * A fresh in-memory PGlite Database. Creating PGlite runs initdb (about 2 s), so every call after
- * the first clones a dump of an empty instance (about 0.5 s). Without pgvector: the event store
+ * A fresh in-memory PGlite Database. Creating PGlite runs initdb (about 2 s), so it loads a dump
+ * of an empty instance (about 0.5 s; test/helpers/pglite.ts). Without pgvector: the event store
  * does not need it.
  */
 export async function openMemoryPglite(): Promise<Database> {
-  pgliteTemplate ??= (async () => {
-    const template = await PGlite.create('memory://');
-    const dump = await template.dumpDataDir('none');
-    await template.close();
-    return dump;
-  })();
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate });
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), ...(await pgliteWasmModules()) });
   const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
   return {
     knex,
@@ -87,7 +81,7 @@ export function awaitingOwnAppends(store: EventStore, timeoutMs = 60_000): Event
     if (appending > 0) return;
     await waitUntil(async () => (await store.headPosition()) >= ownHead, timeoutMs, `this store's appends up to position ${ownHead}`);
   };
-  const wrapped: Pick<EventStore, 'append' | 'readAll' | 'headPosition'> = {
+  const wrapped: Pick<EventStore, 'append' | 'readAll' | 'headPosition' | 'subscribe'> = {
     async append(streamId, events, expected) {
       appending++;
       try {
@@ -105,6 +99,17 @@ export function awaitingOwnAppends(store: EventStore, timeoutMs = 60_000): Event
     async headPosition() {
       await untilVisible();
       return store.headPosition();
+    },
+    // caughtUp() aims at the head visible when it is called: first let this store's appends show.
+    subscribe(options) {
+      const subscription = store.subscribe(options);
+      return {
+        stop: () => subscription.stop(),
+        async caughtUp() {
+          await untilVisible();
+          return subscription.caughtUp();
+        },
+      };
     },
   };
   return withOverrides(store, wrapped);
@@ -124,7 +129,10 @@ export function withOverrides<Overrides extends object>(store: EventStore, overr
   }) as EventStore & Overrides;
 }
 
-/** A migrated, empty event store on a fresh database (`sharedServer`: see awaitingOwnAppends). */
+/**
+ * A migrated, empty event store on a fresh database. On the PostgreSQL server its reads wait for
+ * its own appends to become visible (`sharedServer`, the default there: see awaitingOwnAppends).
+ */
 export async function openStore(
   openDb: () => Promise<Database>,
   options: { pollIntervalMs?: number; sharedServer?: boolean } = {},
@@ -133,7 +141,7 @@ export async function openStore(
   await migrateEventStore(db.knex);
   const schemas = testSchemas();
   const postgresStore = createPostgresEventStore(db, { schemas, pollIntervalMs: options.pollIntervalMs });
-  const store = options.sharedServer ? awaitingOwnAppends(postgresStore) : postgresStore;
+  const store = (options.sharedServer ?? db.kind === 'postgres') ? awaitingOwnAppends(postgresStore) : postgresStore;
   return {
     db,
     store,
@@ -289,6 +297,108 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
     t.equal((await store.append('s-empty', [], 'no_stream')).nextExpectedVersion, -1);
     t.same(await store.readStream('s-empty'), [], 'an empty append creates no stream');
     await store.append('s-empty', [thing('a')], 'no_stream');
+  });
+
+  withStore('readStreams reads several whole streams at once', async (t, { store }) => {
+    await store.append('many-a', [thing('a1'), thing('a2')], 'no_stream');
+    await store.append('many-b', [thing('b1')], 'no_stream');
+    await store.append('many-a', [thing('a3')], 1);
+    const read = await store.readStreams(['many-b', 'many-a', 'many-none']);
+    t.same([...read.keys()].sort(), ['many-a', 'many-b', 'many-none'], 'every stream asked for has an entry');
+    t.same(read.get('many-a'), await store.readStream('many-a'), 'a stream in version order, as readStream returns it');
+    t.same(read.get('many-b'), await store.readStream('many-b'));
+    t.same(read.get('many-none'), [], 'a stream that does not exist is empty');
+    t.same((await store.readStreams([])).size, 0, 'nothing asked, nothing read');
+  });
+
+  withStore('appendToStreams: each part with its own expected version, a refused part leaves the others stored', async (t, { store }) => {
+    await store.append('multi-old', [thing('o1')], 'no_stream');
+    await store.append('multi-stale', [thing('s1'), thing('s2')], 'no_stream');
+    const outcomes = await store.appendToStreams([
+      { streamId: 'multi-new', events: [thing('n1'), thing('n2')], expected: 'no_stream' },
+      { streamId: 'multi-stale', events: [thing('s3')], expected: 0 },
+      { streamId: 'multi-old', events: [thing('o2')], expected: 0 },
+      { streamId: 'multi-missing', events: [thing('m1')], expected: 'stream_exists' },
+      { streamId: 'multi-check', events: [], expected: 'no_stream' },
+    ]);
+    t.same(outcomes.map((outcome) => outcome.streamId), ['multi-new', 'multi-stale', 'multi-old', 'multi-missing', 'multi-check'], 'outcomes in the order asked');
+    const [created, stale, old, missing, check] = outcomes;
+    t.same(created.result?.events.map((event) => [event.streamVersion, event.data.name]), [[0, 'n1'], [1, 'n2']]);
+    t.equal(created.result?.nextExpectedVersion, 1);
+    t.equal(created.result?.lastPosition, created.result?.events[1].globalPosition);
+    t.ok(stale.conflict instanceof ConcurrencyError, 'a stale part is refused with a ConcurrencyError');
+    t.match(stale.conflict, { streamId: 'multi-stale', expected: 0, actual: 1 });
+    t.notOk(stale.result);
+    t.same(old.result?.events.map((event) => [event.streamVersion, event.data.name]), [[1, 'o2']]);
+    t.match(missing.conflict, { streamId: 'multi-missing', expected: 'stream_exists', actual: 'no_stream' });
+    t.same(check.result, { nextExpectedVersion: -1, lastPosition: 0, events: [] }, 'an empty part only checks the version');
+
+    t.same(await store.readStream('multi-new'), created.result?.events, 'the stored events read back as returned');
+    t.same((await store.readStream('multi-stale')).map((event) => event.data.name), ['s1', 's2'], 'the refused part stored nothing');
+    t.same((await store.readStream('multi-old')).map((event) => event.data.name), ['o1', 'o2']);
+    t.same(await store.readStream('multi-missing'), [], 'a refused part creates no stream');
+    t.same(await store.readStream('multi-check'), []);
+    const log = await store.readAll();
+    t.ok(isStrictlyIncreasing(positions(log)), 'positions stay in log order');
+    t.equal(log.length, 6);
+    t.equal((await store.append('multi-missing', [thing('m1')], 'no_stream')).nextExpectedVersion, 0, 'a refused new stream can be created later');
+
+    const eventId = randomUUID();
+    await store.append('multi-retried', [{ ...thing('r1'), eventId }], 'no_stream');
+    const [retried] = await store.appendToStreams([{ streamId: 'multi-retried', events: [{ ...thing('r1'), eventId }], expected: 'any' }]);
+    t.ok(retried.conflict instanceof ConcurrencyError, 'a retried event id is a lost race here too');
+    t.same((await store.readStream('multi-retried')).length, 1);
+    t.same(await store.appendToStreams([]), [], 'nothing to append');
+  });
+
+  withStore('appendToStreams checks everything before storing anything', async (t, { store }) => {
+    const bad = { type: 'ThingHappened', data: { name: 'x' }, metadata };
+    await t.rejects(
+      store.appendToStreams([
+        { streamId: 'check-a', events: [thing('a')], expected: 'any' },
+        { streamId: 'check-b', events: [bad], expected: 'any' },
+      ]),
+      InvalidEventError,
+      'an invalid event in any part',
+    );
+    const twice = randomUUID();
+    await t.rejects(
+      store.appendToStreams([
+        { streamId: 'check-a', events: [{ ...thing('a'), eventId: twice }], expected: 'any' },
+        { streamId: 'check-b', events: [{ ...thing('b'), eventId: twice }], expected: 'any' },
+      ]),
+      InvalidEventError,
+      'one event id in two parts',
+    );
+    await t.rejects(
+      store.appendToStreams([
+        { streamId: 'check-a', events: [thing('a')], expected: 'any' },
+        { streamId: 'check-a', events: [thing('b')], expected: 'any' },
+      ]),
+      RangeError,
+      'a stream named twice',
+    );
+    await t.rejects(store.appendToStreams([{ streamId: 'check-a', events: [thing('a')], expected: -1 as never }]), RangeError, 'a bad expected version');
+    await t.rejects(store.appendToStreams([{ streamId: '', events: [thing('a')], expected: 'any' }]), RangeError, 'an empty stream id');
+    t.same(await store.readAll(), [], 'nothing was stored');
+  });
+
+  withStore('appendToStreams racing append at the same version: exactly one wins per stream', async (t, { store }) => {
+    for (let round = 0; round < 5; round += 1) {
+      const streams = [`mrace-${round}-a`, `mrace-${round}-b`];
+      for (const streamId of streams) await store.append(streamId, [thing('base')], 'no_stream');
+      const [multi, single] = await Promise.allSettled([
+        store.appendToStreams(streams.map((streamId) => ({ streamId, events: [thing('m1'), thing('m2')], expected: 0 }))),
+        store.append(streams[1], [thing('s1')], 0),
+      ]);
+      t.equal(multi.status, 'fulfilled', 'the multi-stream append reports conflicts, it does not throw them');
+      const outcomes = multi.status === 'fulfilled' ? multi.value : [];
+      t.ok(outcomes[0]?.result, 'the uncontested stream is stored');
+      const singleWon = single.status === 'fulfilled';
+      t.equal(Boolean(outcomes[1]?.conflict), singleWon, 'the contested stream went to one of them');
+      const contested = await store.readStream(streams[1]);
+      t.same(contested.map((event) => event.streamVersion), singleWon ? [0, 1] : [0, 1, 2], 'no duplicate version, no partial part');
+    }
   });
 
   withStore('a retried event id is a lost race, not a duplicate', async (t, { store }) => {
@@ -620,11 +730,12 @@ function postgresStoreContract(t: Test, open: () => Promise<StoreFixture>): void
 
 /**
  * Server only: an append held open in a transaction hides every later position from readers
- * until it commits, and a subscriber then sees both in order.
+ * until it commits, and a subscriber then sees both in order. Its stores read without waiting for
+ * their own appends (`sharedServer: false`): the held append is meant to be observed hidden.
  */
 export function inFlightAppendContract(t: Test, openDb: () => Promise<Database>): void {
   t.test('an in-flight append hides later positions until it commits', async (t) => {
-    const fixture = await openStore(openDb);
+    const fixture = await openStore(openDb, { sharedServer: false });
     t.teardown(() => fixture.close());
     const { db, store, schemas } = fixture;
     const before = await store.append('before', [thing('0')], 'no_stream');
@@ -656,7 +767,7 @@ export function inFlightAppendContract(t: Test, openDb: () => Promise<Database>)
   });
 
   t.test('a rolled-back in-flight append leaves a permanent gap, never a late fill', async (t) => {
-    const fixture = await openStore(openDb);
+    const fixture = await openStore(openDb, { sharedServer: false });
     t.teardown(() => fixture.close());
     const { db, store, schemas } = fixture;
     const held = await db.knex.transaction();

@@ -54,6 +54,18 @@ async function scopedToSubtest(store: EventStore): Promise<EventStore> {
       }
     },
     readStream: async (streamId, options) => (await store.readStream(prefix + streamId, options)).map(unprefixed),
+    async readStreams(streamIds) {
+      const read = await store.readStreams(streamIds.map((streamId) => prefix + streamId));
+      return new Map([...read].map(([streamId, events]) => [outside(streamId), events.map(unprefixed)]));
+    },
+    async appendToStreams(appends) {
+      const outcomes = await store.appendToStreams(appends.map((part) => ({ ...part, streamId: part.streamId === '' ? '' : prefix + part.streamId })));
+      return outcomes.map((outcome) =>
+        outcome.conflict
+          ? { streamId: outside(outcome.streamId), conflict: new ConcurrencyError(outside(outcome.streamId), outcome.conflict.expected, outcome.conflict.actual) }
+          : { streamId: outside(outcome.streamId), result: { ...outcome.result, events: outcome.result.events.map(unprefixed) } },
+      );
+    },
     readAll: async (options = {}) =>
       ours(
         await store.readAll({

@@ -234,6 +234,20 @@ export async function assertNoFailedTasks(t: { same: (found: unknown, wanted: un
   t.same(unfinished, [], 'no task failed or died');
 }
 
+/**
+ * Attempts the repository's retrieve_source jobs took, per source id. A job retried after a
+ * transient failure (under a heavily loaded machine: a timeout) fetches its page again; work
+ * duplicated by a twin job would show as more fetches than attempts.
+ */
+export async function retrieveAttemptsBySource(api: Api, repositoryId: string): Promise<Map<string, number>> {
+  const attempts = new Map<string, number>();
+  for (const task of await listAll(api, `/api/v1/repositories/${repositoryId}/tasks?kind=retrieve_source`)) {
+    const sourceId = String(task.source_id);
+    attempts.set(sourceId, (attempts.get(sourceId) ?? 0) + Number(task.attempts));
+  }
+  return attempts;
+}
+
 /** Sources of the repository that are neither processed nor failed (still in the pipeline). */
 export async function pendingSources(api: Api, repositoryId: string): Promise<number> {
   const sources = await listAll(api, `/api/v1/repositories/${repositoryId}/sources`);

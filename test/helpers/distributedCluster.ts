@@ -116,7 +116,14 @@ export async function startDistributedCluster(options: {
       closeSync(log); // the child holds its own copy of the descriptor
       const node = { child, baseUrl: `http://127.0.0.1:${port}`, logFile };
       nodes.push(node);
-      await waitHealthy(node.baseUrl, 120_000);
+      try {
+        await waitHealthy(node.baseUrl, 300_000); // a node that starts while others ingest may wait minutes for the CPU on a loaded machine
+      } catch (error) {
+        // What the node logged while it did not answer says why (a group join, a lock, a crash).
+        const exit = child.exitCode !== null || child.signalCode !== null ? `exited (${child.exitCode ?? child.signalCode})` : 'still running';
+        const log = await readFile(logFile, 'utf8').catch(() => '(no log)');
+        throw new Error(`${role} node ${nodes.length} (${node.baseUrl}, ${exit}) did not answer /healthz: ${(error as Error).message}\n--- its log (last 200 lines) ---\n${log.split('\n').slice(-200).join('\n')}`);
+      }
       return node;
     },
     stop,

@@ -1,7 +1,8 @@
-import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
+import { execFile, spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createServer } from 'node:net';
 import path from 'node:path';
-import { eventually } from './service.js';
+import { promisify } from 'node:util';
+import { eventually, TEST_SECRET } from './service.js';
 
 /**
  * `factlog serve` as a child process, for the end-to-end tests that kill, restart or scale it:
@@ -59,4 +60,24 @@ export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 
   const exited = new Promise((resolve) => child.once('exit', resolve));
   child.kill(signal);
   await exited;
+}
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * Runs the CLI from source in `cwd` on the data directory `cwd/data`; resolves with the exit code
+ * and output, also when the command fails.
+ */
+export async function runCli(cwd: string, args: string[], env: Record<string, string> = {}) {
+  try {
+    const { stdout, stderr } = await execFileAsync(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), ...args], {
+      cwd,
+      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn', ...env },
+      timeout: 120_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code: number; stdout: string; stderr: string };
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
+  }
 }

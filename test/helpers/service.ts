@@ -7,6 +7,8 @@ import { buildConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
 import { createAppContext, type AppContext } from '../../src/app/context.js';
 import { buildApp } from '../../src/api/app.js';
+import { databaseOptions } from '../../src/config/derived.js';
+import { seedPgliteDir } from './pglite.js';
 
 export interface TestService {
   context: AppContext;
@@ -43,7 +45,10 @@ export async function startTestService(options: { overrides?: Overrides; dataDir
       options.overrides ?? {},
     ),
   );
-  const context = await createAppContext(config, { env: options.env ?? {}, logger: pino({ level: 'silent' }), workers: options.workers });
+  const database = databaseOptions(config, config.readmodels.database);
+  if (!options.dataDir && database.kind === 'pglite') await seedPgliteDir(database.dataDir);
+  // The built-in models start at their first call: most services never call one.
+  const context = await createAppContext(config, { env: options.env ?? {}, logger: pino({ level: 'silent' }), workers: options.workers, localModels: { loadAtStart: false } });
   await context.start();
   const app = await buildApp(context);
   await app.ready();

@@ -15,6 +15,10 @@ export async function startWebServer(pages: Record<string, Page>) {
   const server = createServer(async (request: IncomingMessage, response: ServerResponse) => {
     const url = new URL(request.url ?? '/', 'http://localhost');
     hits.set(url.pathname, (hits.get(url.pathname) ?? 0) + 1);
+    // One connection per request: a kept-alive socket that this server closes for idleness just
+    // as the client reuses it resets the request, and the fetcher's retry counts as a second
+    // fetch (seen on a loaded machine), which tests that count fetches must not see.
+    response.shouldKeepAlive = false;
     const page = pages[url.pathname];
     if (!page) {
       response.writeHead(404, { 'content-type': 'text/plain' }).end('not found');

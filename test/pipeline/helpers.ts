@@ -1,16 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
-import { type Database, openDatabase, openScratchPostgres } from '../../src/db/database.js';
+import { type Database, openScratchPostgres } from '../../src/db/database.js';
+import { openTestPglite } from '../helpers/pglite.js';
 import { JobRepository, migrateJobs } from '../../src/pipeline/jobs.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore, ReadAllOptions } from '../../src/eventstore/port.js';
 import type { JobOutcome, JobFinishedEvent, RuntimeLogger, StageRuntime, StageRuntimeSettings } from '../../src/pipeline/runtime.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
+import { withServers } from '../helpers/servers.js';
 
-/** The same suites run on both tiers of the read-model database. */
+/** The same suites run on both tiers of the read-model database (PGlite only in `make test-unit`). */
 export const backends: ReadonlyArray<{ name: 'pglite' | 'postgres'; open: () => Promise<Database> }> = [
-  { name: 'pglite', open: () => openDatabase({ kind: 'pglite', dataDir: 'memory://' }) },
-  { name: 'postgres', open: () => openScratchPostgres(undefined, 'factlog_pipeline') },
+  { name: 'pglite', open: openTestPglite },
+  ...(withServers ? [{ name: 'postgres' as const, open: () => openScratchPostgres(undefined, 'factlog_pipeline') }] : []),
 ];
 
 /** An in-memory log with the gap-free global positions the real store gives readers. */

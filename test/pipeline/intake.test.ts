@@ -86,6 +86,29 @@ for (const backend of backends) {
       t.match(rows.find((job) => job.triggerEventId === second.eventId), { state: 'queued' });
     });
 
+    t.test('a batch enqueues in one statement what its events would one by one', async (t) => {
+      const woken: string[][] = [];
+      const projection = createJobIntakeProjection([retrieve, embed, dedupe], { afterCommit: (kinds) => woken.push([...kinds].sort()) });
+      const first = log.add('SourceRegistered');
+      const events = [first, log.add('FactsExtracted'), log.add('ConceptCreated'), first];
+      const statements: string[] = [];
+      const record = (query: { sql: string }) => statements.push(query.sql);
+      db.knex.on('query', record);
+      try {
+        await db.knex.transaction((trx) => (projection.applyBatch as NonNullable<typeof projection.applyBatch>)(trx, events));
+      } finally {
+        db.knex.removeListener('query', record);
+      }
+      t.equal(statements.filter((sql) => /INSERT INTO jobs/i.test(sql)).length, 1, 'one insert for the batch');
+      await sleep(0);
+      t.same(woken, [['deduplicate_facts', 'embed_facts', 'retrieve_source']]);
+      const mine = (await jobs.list()).jobs.filter((job) => events.some((event) => event.eventId === job.triggerEventId));
+      t.same(mine.map((job) => job.kind).sort(), ['deduplicate_facts', 'embed_facts', 'retrieve_source'], 'a repeated event adds no job');
+      await db.knex.transaction((trx) => (projection.applyBatch as NonNullable<typeof projection.applyBatch>)(trx, events));
+      await sleep(0);
+      t.equal(woken.length, 1, 'a batch that enqueued nothing new wakes nobody');
+    });
+
     t.test('a stage that ignores the event (no subject) gets no job', async (t) => {
       const picky = testStage('picky', async () => undefined, ['SourceRegistered']);
       const projection = createJobIntakeProjection([{ ...picky, subjectOf: () => null }]);

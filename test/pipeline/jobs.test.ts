@@ -91,6 +91,67 @@ for (const backend of backends) {
       await t.rejects(jobs.claim('embed_facts', 'w', { leaseMs: -5 }), RangeError);
     });
 
+    t.test('claimMany takes up to its limit, oldest first, each with its own token', async (t) => {
+      const enqueued = [];
+      for (let i = 0; i < 5; i++) enqueued.push(await jobs.enqueue(jobInputFor('embed_facts', log.add())));
+      await jobs.enqueue(jobInputFor('extract_concepts', log.add()));
+      const first = await jobs.claimMany('embed_facts', 'w', 3, { leaseMs: 1000 });
+      t.same(first.map((claim) => claim.id), enqueued.slice(0, 3).map((job) => job.id), 'the three oldest, in trigger order');
+      t.equal(new Set(first.map((claim) => claim.claimToken)).size, 3, 'one token per claim');
+      t.ok(first.every((claim) => claim.state === 'running' && claim.attempts === 1));
+      const rest = await jobs.claimMany('embed_facts', 'w', 10, { leaseMs: 1000 });
+      t.same(rest.map((claim) => claim.id), enqueued.slice(3).map((job) => job.id), 'only what is left, no other kind');
+      t.same(await jobs.claimMany('embed_facts', 'w', 10, { leaseMs: 1000 }), [], 'nothing due');
+      await t.rejects(jobs.claimMany('embed_facts', 'w', 0, { leaseMs: 1000 }), RangeError);
+    });
+
+    t.test('enqueueMany inserts in one call what enqueue would, one by one', async (t) => {
+      const [a, b] = [log.add(), log.add()];
+      const existing = await jobs.enqueue(jobInputFor('cleanup_facts', a));
+      const results = await jobs.enqueueMany([
+        jobInputFor('cleanup_facts', a),
+        jobInputFor('cleanup_facts', b),
+        { ...jobInputFor('cleanup_facts', b), sourceId: 'ignored-twice' },
+        jobInputFor('refine_concepts', b),
+      ]);
+      t.same(results.map((result) => result.inserted), [false, true, false, true], 'a known job and a repeated one are not inserted again');
+      t.equal(results[0].id, existing.id, 'the same derived id as enqueue');
+      t.equal(results[1].id, results[2].id);
+      t.match(await jobs.get(results[1].id), { kind: 'cleanup_facts', state: 'queued', triggerPosition: b.globalPosition, correlationId: b.correlationId });
+      t.same(await jobs.enqueueMany([]), []);
+      await t.rejects(jobs.enqueueMany([jobInputFor('cleanup_facts', a), { ...jobInputFor('x', b), triggerEventId: 'not-a-uuid' }]), TypeError, 'a bad input fails the whole call');
+    });
+
+    t.test('claimBatch tells whether due jobs were left queued', async (t) => {
+      const enqueued = [];
+      for (let i = 0; i < 3; i++) enqueued.push(await jobs.enqueue(jobInputFor('migrate_context', log.add())));
+      const first = await jobs.claimBatch('migrate_context', 'w', 2, { leaseMs: 1000 });
+      t.same(first.claims.map((claim) => claim.id), enqueued.slice(0, 2).map((job) => job.id), 'the two oldest');
+      t.equal(first.more, true, 'a third is still due');
+      const last = await jobs.claimBatch('migrate_context', 'w', 1, { leaseMs: 1000 });
+      t.same(last.claims.map((claim) => claim.id), [enqueued[2].id], 'exactly the limit, though the picked set was one larger');
+      t.equal(last.more, false, 'none left behind');
+      t.same(await jobs.claimBatch('migrate_context', 'w', 5, { leaseMs: 1000 }), { claims: [], more: false }, 'nothing due');
+      t.match(await jobs.get(enqueued[2].id), { state: 'running', attempts: 1 }, 'the extra job the first batch picked was claimed by the second alone');
+    });
+
+    t.test('succeedMany records held claims and leaves lost ones alone', async (t) => {
+      for (let i = 0; i < 3; i++) await jobs.enqueue(jobInputFor('k', log.add()));
+      const [held, lost, other] = await jobs.claimMany('k', 'w', 3, { leaseMs: 60_000 });
+      if (!held || !lost || !other) throw new Error('three claims expected');
+      // The lost claim was rescued and claimed again meanwhile: its old token no longer holds it.
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'w' });
+      const [heldAgain, lostAgain, otherAgain] = await jobs.claimMany('k', 'w2', 3, { leaseMs: 60_000 });
+      if (!heldAgain || !lostAgain || !otherAgain) throw new Error('three claims expected');
+      const recorded = await jobs.succeedMany([heldAgain, lost, otherAgain]);
+      t.same([...recorded.keys()].sort(), [heldAgain.claimToken, otherAgain.claimToken].sort(), 'only claims still held');
+      t.match(recorded.get(heldAgain.claimToken), { id: heldAgain.id, state: 'succeeded' });
+      t.match(await jobs.get(lostAgain.id), { state: 'running', claimedBy: 'w2' }, 'the stale token changed nothing');
+      t.same(await jobs.succeedMany([]), new Map());
+      t.match(await jobs.succeed(lostAgain), { id: lostAgain.id, state: 'succeeded' }, 'the current claim still succeeds');
+      t.equal(await jobs.succeed(lost), null, 'the stale one does not, even after');
+    });
+
     t.test('fail: transient backs off, permanent and exhausted are final', async (t) => {
       const transient = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 2 });
       const first = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;

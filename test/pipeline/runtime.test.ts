@@ -13,7 +13,7 @@ import {
   type StageRuntime,
   type StageRuntimeSettings,
 } from '../../src/pipeline/runtime.js';
-import { PermanentJobError, type JobContext, type Stage } from '../../src/pipeline/types.js';
+import { JOB_TRIGGER_TYPE, PermanentJobError, type JobContext, type Stage } from '../../src/pipeline/types.js';
 import {
   backends,
   FakeLog,
@@ -277,17 +277,23 @@ for (const backend of backends) {
             await held.promise;
           }),
         ],
-        { heartbeatIntervalMs: 15, leaseMs: 100 },
+        // A long lease, so a loaded machine cannot let it lapse between two heartbeats: what is
+        // checked is that each heartbeat moves the lease forward, not how fast they come.
+        { heartbeatIntervalMs: 15, leaseMs: 60_000 },
       );
       const id = await enqueue('beating');
       const done = nextOutcome(runtime, id, 'succeeded');
       await runtime.start();
       while (!started) await sleep(5);
       const first = await jobs.get(id);
-      await sleep(250); // longer than the 100 ms lease: only heartbeats keep it alive
-      const later = await jobs.get(id);
+      let later = first;
+      while (Date.parse(later?.heartbeatAt ?? '') <= Date.parse(first?.heartbeatAt ?? '')) {
+        await sleep(20);
+        later = await jobs.get(id);
+      }
       t.equal(later?.state, 'running');
       t.ok(Date.parse(later?.heartbeatAt ?? '') > Date.parse(first?.heartbeatAt ?? ''), 'heartbeat_at advanced');
+      t.ok(Date.parse(later?.leaseUntil ?? '') > Date.parse(first?.leaseUntil ?? ''), 'the heartbeat moved the lease forward');
       t.ok(Date.parse(later?.leaseUntil ?? '') > Date.now(), 'the lease is still in the future');
       t.same(await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000 }), { requeued: [], dead: [] }, 'not an orphan');
       held.open();
@@ -408,6 +414,28 @@ for (const backend of backends) {
       await succeeded;
       t.equal(runs, 2);
       t.match(await jobs.get(id), { state: 'succeeded', attempts: 1, lastError: null });
+    });
+
+    t.test('a stage that takes its trigger from the job row runs without reading the event', async (t) => {
+      const seen: JobContext[] = [];
+      const stage: Stage = { ...testStage('from_row', async (context) => void seen.push(context)), triggerFromJob: true };
+      const event = log.add();
+      // Position 1 holds another event: a read would fail the job as a mismatch, so none happens.
+      const { id } = await jobs.enqueue({ ...jobInputFor('from_row', event), triggerPosition: 1 });
+      const runtime = runtimeFor(t, [stage]);
+      const done = nextOutcome(runtime, id, 'succeeded');
+      await runtime.start();
+      await done;
+      t.equal(seen.length, 1);
+      t.match(seen[0].trigger, {
+        eventId: event.eventId,
+        globalPosition: 1,
+        type: JOB_TRIGGER_TYPE,
+        data: {},
+        repositoryId: event.repositoryId,
+        correlationId: event.correlationId,
+      }, 'what the row knows of the trigger');
+      t.equal(seen[0].scheduled, false);
     });
 
     t.test('a trigger event that does not match the store fails permanently', async (t) => {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
-import { openDatabase, type Database } from '../../src/db/database.js';
+import type { Database } from '../../src/db/database.js';
+import { openTestPglite } from '../helpers/pglite.js';
 import { repositoryDecider } from '../../src/domain/repository/decider.js';
 import { sourceDecider } from '../../src/domain/source/decider.js';
 import { handleCommand } from '../../src/eventstore/commandHandler.js';
@@ -73,7 +74,7 @@ export function axisVector(dimensions: number, axis: number, tilt = 0): number[]
 
 export async function openStageFixture(t: Test, options: { dimensions?: number } = {}): Promise<StageFixture> {
   const dimensions = options.dimensions ?? 100;
-  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://' });
+  const db = await openTestPglite();
   await migrateEventStore(db.knex);
   await migrateReadModels(db.knex);
   await migrateJobs(db.knex);
@@ -278,6 +279,16 @@ export function racedStore(
       }
       return store.append(streamId, events, expected);
     }) as EventStore['append'],
+    // A multi-stream append races the same way, for each raced stream in it.
+    appendToStreams: (async (appends) => {
+      for (const { streamId } of appends) {
+        if (raced(streamId) && overrides.races < times) {
+          overrides.races++;
+          await interleave(streamId);
+        }
+      }
+      return store.appendToStreams(appends);
+    }) as EventStore['appendToStreams'],
   };
   return withOverrides(store, overrides);
 }

@@ -3,14 +3,16 @@ import t, { type Test } from 'tap';
 import type { Knex } from 'knex';
 import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import type { EventStore } from '../../src/eventstore/port.js';
 import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildWithProgressBar } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { externalProjection } from './externalProjection.js';
+import { withServers } from '../helpers/servers.js';
 import { openMemoryPglite, openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
 
 const backends: Array<{ name: string; open: () => Promise<Database> }> = [
   { name: 'pglite', open: openMemoryPglite },
-  { name: 'postgres', open: () => openScratchPostgres(undefined, 'factlog_projection') },
+  ...(withServers ? [{ name: 'postgres', open: () => openScratchPostgres(undefined, 'factlog_projection') }] : []),
 ];
 
 /** Counts ThingHappened events per name; a double-applied event would show in `count`. */
@@ -54,6 +56,37 @@ async function rows(db: Database, projectionName: string): Promise<Array<{ name:
 async function checkpoint(db: Database, name: string): Promise<number> {
   const row = (await db.knex('projection_checkpoints').where({ name }).first()) as { position: string | number } | undefined;
   return Number(row?.position ?? -1);
+}
+
+/** The store, counting the subscriptions it has running and the events it delivers. */
+function countingSubscriptions(store: EventStore): { store: EventStore; running: () => number; delivered: () => number; opened: () => number } {
+  let running = 0;
+  let opened = 0;
+  let delivered = 0;
+  const counted: EventStore = {
+    ...store,
+    subscribe(options) {
+      running += 1;
+      opened += 1;
+      const subscription = store.subscribe({
+        ...options,
+        handler: (batch) => {
+          delivered += batch.length;
+          return options.handler(batch);
+        },
+      });
+      let stopped = false;
+      return {
+        caughtUp: () => subscription.caughtUp(),
+        async stop() {
+          await subscription.stop();
+          if (!stopped) running -= 1;
+          stopped = true;
+        },
+      };
+    },
+  };
+  return { store: counted, running: () => running, delivered: () => delivered, opened: () => opened };
 }
 
 function runnerSuite(t: Test, open: () => Promise<Database>): void {
@@ -227,6 +260,45 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.same((await rows(db, 'things')).map((row) => row.count), [20], 'each event counted once');
   });
 
+  withFixture('one reading of the log feeds every projection', async (t, { db, store }) => {
+    for (const name of ['first', 'second', 'third']) await createRowsTable(db, name);
+    const counting = countingSubscriptions(store);
+    let last = 0;
+    for (let index = 0; index < 12; index += 1) last = (await store.append(`s-${index}`, [thing(`n${index % 4}`)], 'no_stream')).lastPosition;
+    const runner = new ProjectionRunner(counting.store, db, ['first', 'second', 'third'].map((name) => countingProjection(name)), { batchSize: 5 });
+    t.teardown(() => runner.stop());
+    await runner.start();
+    await runner.waitFor(last, 10_000);
+    t.equal(counting.opened(), 1, 'one subscription for three projections');
+    t.equal(counting.delivered(), 12, 'each event read once');
+    for (const name of ['first', 'second', 'third']) {
+      t.same((await rows(db, name)).map((row) => row.count), [3, 3, 3, 3], `${name} applied every event once`);
+      t.equal(await checkpoint(db, name), last);
+    }
+  });
+
+  withFixture('a rebuild reads on a lane of its own, then rejoins the shared reading', async (t, { db, store }) => {
+    for (const name of ['steady', 'rebuilt']) await createRowsTable(db, name);
+    const counting = countingSubscriptions(store);
+    let last = 0;
+    for (let index = 0; index < 30; index += 1) last = (await store.append(`s-${index}`, [thing(`n${index % 3}`)], 'no_stream')).lastPosition;
+    const runner = new ProjectionRunner(counting.store, db, [countingProjection('steady'), countingProjection('rebuilt')], { batchSize: 4 });
+    t.teardown(() => runner.stop());
+    await runner.start();
+    await runner.waitFor(last, 10_000);
+    const rebuilding = runner.rebuild('rebuilt');
+    const live = await store.append('s-live', [thing('live')], 'no_stream');
+    await rebuilding;
+    t.equal(counting.opened(), 2, 'the rebuild read from 0 on a second subscription');
+    const after = await store.append('s-after', [thing('after')], 'no_stream');
+    await runner.waitFor(Math.max(live.lastPosition, after.lastPosition), 10_000);
+    await waitUntil(() => counting.running() === 1, 10_000, 'the lanes to merge');
+    for (const name of ['steady', 'rebuilt']) {
+      t.same((await rows(db, name)).map((row) => [row.name, row.count]), [['after', 1], ['live', 1], ['n0', 10], ['n1', 10], ['n2', 10]], `${name} holds every event once`);
+    }
+    t.match(await runner.status(), [{ state: 'running', lag: 0 }, { state: 'running', lag: 0 }]);
+  });
+
   withFixture('a batch takes a transaction id only when its projection writes', async (t, { db, store }) => {
     // A projection that writes elsewhere (the OpenSearch index) keeps no transaction id open
     // while it works: on a server that id would hold back every global reader of the log.
@@ -239,6 +311,40 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await runner.waitFor(last, 10_000);
     t.same(seen, [null, null, null], 'no id while the batch applies');
     t.equal(await checkpoint(db, 'external'), last, 'and the checkpoint still moves');
+  });
+
+  withFixture('live appends made while a batch pauses go in one batch; a waiter ends the pause', async (t, { db, store }) => {
+    await createRowsTable(db, 'gathered');
+    const batches: number[][] = [];
+    const projection = countingProjection('gathered');
+    const recording: Projection = {
+      ...projection,
+      async applyBatch(trx, events) {
+        batches.push(events.map((event) => event.globalPosition));
+        for (const event of events) await projection.apply(trx, event);
+      },
+    };
+    // A pause far longer than the test: only a waiter or stop() can end it.
+    const runner = new ProjectionRunner(store, db, [recording], { minBatchIntervalMs: 600_000 });
+    await runner.start();
+    const first = await store.append('s-1', [thing('a')], 'no_stream');
+    await runner.waitFor(first.lastPosition, 10_000);
+    const second = await store.append('s-1', [thing('b')], 0);
+    const third = await store.append('s-2', [thing('c')], 'no_stream');
+    await runner.waitFor(third.lastPosition, 10_000);
+    t.same(batches, [[first.lastPosition], [second.lastPosition, third.lastPosition]], 'the two appends made during the pause were applied together');
+    t.same((await rows(db, 'gathered')).map((row) => [row.name, row.count]), [['a', 1], ['b', 1], ['c', 1]]);
+    // The runner pauses again after that batch; stopping ends the pause instead of waiting it out.
+    await store.append('s-3', [thing('d')], 'no_stream');
+    await runner.stop();
+    t.match(await runner.status(), [{ state: 'stopped', position: third.lastPosition }], 'the append made during the pause was not applied before stop');
+  });
+
+  t.test('minBatchIntervalMs must be a number >= 0', async (t) => {
+    const fixture = await openStore(open);
+    t.teardown(() => fixture.close());
+    t.throws(() => new ProjectionRunner(fixture.store, fixture.db, [], { minBatchIntervalMs: -1 }), RangeError);
+    t.throws(() => new ProjectionRunner(fixture.store, fixture.db, [], { minBatchIntervalMs: Number.NaN }), RangeError);
   });
 }
 

@@ -1,17 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
-import {
-  InvalidSearchRequestError,
-  MAX_RESULT_WINDOW,
-  type ConceptDocument,
-  type ConceptUpdate,
-  type FactDocument,
-  type SearchIndex,
-} from '../../src/search/port.js';
+import type { DocumentUpdate } from '../../src/search/collection.js';
+import { concepts, facts, type ConceptDocument, type FactDocument } from '../../src/search/collections/index.js';
+import { InvalidSearchRequestError, MAX_RESULT_WINDOW, type SearchIndex } from '../../src/search/port.js';
 
 /**
  * The SearchIndex contract, run on every adapter: the Postgres one over PGlite with pgvector
- * (test/search/postgres.test.ts) and OpenSearch (test/search/opensearch.test.ts).
+ * (test/search/postgres.test.ts) and OpenSearch (test/search/opensearch.server.test.ts).
  */
 export interface SearchHarness {
   index: SearchIndex;
@@ -24,7 +19,7 @@ export interface SearchHarness {
   removeFacts(repositoryId: string, ids: string[]): Promise<void>;
   /** Concepts alike: on Postgres the concepts projection writes the rows and aliases. */
   loadConcepts(docs: ConceptDocument[]): Promise<void>;
-  updateConcepts(updates: ConceptUpdate[]): Promise<void>;
+  updateConcepts(updates: DocumentUpdate<ConceptDocument>[]): Promise<void>;
   removeConcepts(repositoryId: string, ids: string[]): Promise<void>;
   close(): Promise<void>;
 }
@@ -74,7 +69,7 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     });
 
   const search = (index: SearchIndex, repositoryId: string, query: string, limit = 50, offset = 0) =>
-    index.searchFacts({ repositoryId, query, limit, offset });
+    index.search(facts, { repositoryId, query, limit, offset });
 
   withHarness('indexes facts and finds them by stemmed words, with every field', async (t, { index, load }, repo) => {
     const cat = fact(repo, 'Cats sleep most of the day.');
@@ -96,7 +91,7 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await load(docs);
     const before = await search(index, repo, 'sediment');
     await load(docs);
-    await index.indexFacts(docs);
+    await index.index(facts, docs);
     const after = await search(index, repo, 'sediment');
     t.equal(after.total, 2);
     t.same(after, before, 'same hits, same order, same scores');
@@ -182,28 +177,55 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     const unembedded = fact(repo, 'No vector yet.');
     const elsewhere = fact(other, 'Exact match in another repository.', { vector: [1, 0, 0, 0] });
     await load([opposite, orthogonal, near, unembedded, diagonal, elsewhere]);
-    const all = await index.searchFactsByVector({ repositoryId: repo, vector: [2, 0, 0, 0], k: 10 });
+    const all = await index.knn(facts, { repositoryId: repo, vector: [2, 0, 0, 0], k: 10 });
     t.same(ids(all.items), ids([near, diagonal, orthogonal, opposite]), 'nearest first; no fact without a vector, none of another repository');
     const expected = [1 / Math.sqrt(1.01), 1 / Math.sqrt(2), 0, -1];
     all.items.forEach((item, position) => t.ok(Math.abs(item.score - expected[position]) < 1e-3, `score ${item.score} is the cosine ${expected[position]}`));
     t.match(all.items[0], { content: 'Near.', content_hash: near.content_hash, fact_kind: 'text', status: 'stable', created_at: near.created_at });
-    const two = await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 2 });
+    const two = await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 2 });
     t.same(ids(two.items), [near.id, diagonal.id], 'k bounds the answer');
-    const theirs = await index.searchFactsByVector({ repositoryId: other, vector: [0, 1, 0, 0], k: 5 });
+    const theirs = await index.knn(facts, { repositoryId: other, vector: [0, 1, 0, 0], k: 5 });
     t.same(ids(theirs.items), [elsewhere.id]);
-    t.same((await index.searchFactsByVector({ repositoryId: `repo-${randomUUID()}`, vector: [1, 0, 0, 0], k: 3 })).items, []);
+    t.same((await index.knn(facts, { repositoryId: `repo-${randomUUID()}`, vector: [1, 0, 0, 0], k: 3 })).items, []);
+  });
+
+  withHarness('knnMany answers each query as knn does, in the order asked', async (t, { index, load }, repo) => {
+    const other = `repo-${randomUUID()}`;
+    const near = fact(repo, 'Near.', { vector: [1, 0.1, 0, 0] });
+    const diagonal = fact(repo, 'Diagonal.', { vector: [1, 1, 0, 0] });
+    const orthogonal = fact(repo, 'Orthogonal.', { vector: [0, 1, 0, 0] });
+    const elsewhere = fact(other, 'Elsewhere.', { vector: [1, 0, 0, 0] });
+    await load([near, diagonal, orthogonal, elsewhere]);
+    const queries = [
+      { repositoryId: repo, vector: [0, 1, 0, 0], k: 2 },
+      { repositoryId: other, vector: [1, 0, 0, 0], k: 5 },
+      { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, ids: [] },
+      { repositoryId: repo, vector: [1, 0, 0, 0], k: 3 },
+      { repositoryId: `repo-${randomUUID()}`, vector: [1, 0, 0, 0], k: 3 },
+    ];
+    const answers = await index.knnMany(facts, queries);
+    t.equal(answers.length, queries.length, 'one answer per query');
+    for (const [position, query] of queries.entries()) {
+      t.same(answers[position], await index.knn(facts, query), `query ${position} answered as knn answers it`);
+    }
+    t.same(ids(answers[0].items), [orthogonal.id, diagonal.id]);
+    t.same(ids(answers[1].items), [elsewhere.id], 'another repository in the same call');
+    t.same(answers[2].items, [], 'an empty id list matches nothing');
+    t.same(ids(answers[3].items), [near.id, diagonal.id, orthogonal.id]);
+    t.same(await index.knnMany(facts, []), [], 'no queries, no answers');
+    await t.rejects(index.knnMany(facts, [queries[0], { repositoryId: repo, vector: [0, 0, 0, 0], k: 1 }]), 'a bad query fails the call');
   });
 
   withHarness('vectors: omitted keeps, null removes, a new one replaces', async (t, { index, load }, repo) => {
     const a = fact(repo, 'Alpha.', { vector: [1, 0, 0, 0] });
     const b = fact(repo, 'Beta.', { vector: [0, 1, 0, 0] });
     await load([a, b]);
-    await index.indexFacts([{ ...a, vector: undefined }]);
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items), [a.id], 'omitted: kept');
-    await index.indexFacts([{ ...a, vector: [0, 0, 1, 0] }]);
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [0, 0, 1, 0], k: 1 })).items), [a.id], 'replaced');
-    await index.indexFacts([{ ...a, vector: null }]);
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [0, 0, 1, 0], k: 5 })).items), [b.id], 'null: removed');
+    await index.index(facts, [{ ...a, vector: undefined }]);
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items), [a.id], 'omitted: kept');
+    await index.index(facts, [{ ...a, vector: [0, 0, 1, 0] }]);
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [0, 0, 1, 0], k: 1 })).items), [a.id], 'replaced');
+    await index.index(facts, [{ ...a, vector: null }]);
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [0, 0, 1, 0], k: 5 })).items), [b.id], 'null: removed');
     t.same(ids((await search(index, repo, 'alpha')).items), [a.id], 'the fact itself stays searchable');
   });
 
@@ -213,9 +235,9 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     const theirs = fact(other, 'Tides follow the moon.', { vector: [1, 0, 0, 0] });
     await load([mine, theirs]);
     await index.removeRepository(repo);
-    t.same((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items, [], 'no vectors left');
+    t.same((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items, [], 'no vectors left');
     t.same(ids((await search(index, other, 'tides')).items), [theirs.id], 'the other repository keeps its facts');
-    t.same(ids((await index.searchFactsByVector({ repositoryId: other, vector: [1, 0, 0, 0], k: 5 })).items), [theirs.id]);
+    t.same(ids((await index.knn(facts, { repositoryId: other, vector: [1, 0, 0, 0], k: 5 })).items), [theirs.id]);
     await t.resolves(index.removeRepository(repo), 'removing again is harmless');
     await t.resolves(index.removeRepository(`repo-${randomUUID()}`), 'removing an unknown repository is harmless');
   });
@@ -228,13 +250,13 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await t.rejects(search(index, repo, 'x', 10, -1), bad, 'negative offset');
     await t.rejects(search(index, repo, 'x', 10, MAX_RESULT_WINDOW), bad, 'past the result window');
     await t.rejects(search(index, '', 'x'), bad, 'no repository');
-    await t.rejects(index.searchFacts({ repositoryId: repo, query: 42 as unknown as string, limit: 1, offset: 0 }), bad, 'query not a string');
+    await t.rejects(index.search(facts, { repositoryId: repo, query: 42 as unknown as string, limit: 1, offset: 0 }), bad, 'query not a string');
     const vectorQuery = { repositoryId: repo, vector: [1, 0, 0, 0], k: 3 };
-    await t.rejects(index.searchFactsByVector({ ...vectorQuery, k: 0 }), bad, 'k 0');
-    await t.rejects(index.searchFactsByVector({ ...vectorQuery, k: 100_000 }), bad, 'k too large');
-    await t.rejects(index.searchFactsByVector({ ...vectorQuery, vector: [1, 0, 0] }), bad, 'wrong dimension');
-    await t.rejects(index.searchFactsByVector({ ...vectorQuery, vector: [0, 0, 0, 0] }), bad, 'zero vector');
-    await t.rejects(index.searchFactsByVector({ ...vectorQuery, vector: [1, Number.NaN, 0, 0] }), bad, 'NaN');
+    await t.rejects(index.knn(facts, { ...vectorQuery, k: 0 }), bad, 'k 0');
+    await t.rejects(index.knn(facts, { ...vectorQuery, k: 100_000 }), bad, 'k too large');
+    await t.rejects(index.knn(facts, { ...vectorQuery, vector: [1, 0, 0] }), bad, 'wrong dimension');
+    await t.rejects(index.knn(facts, { ...vectorQuery, vector: [0, 0, 0, 0] }), bad, 'zero vector');
+    await t.rejects(index.knn(facts, { ...vectorQuery, vector: [1, Number.NaN, 0, 0] }), bad, 'NaN');
     await t.rejects(index.removeRepository(''), bad, 'removing no repository');
 
     const good = fact(repo, 'Good fact about lighthouses.', { vector: [1, 0, 0, 0] });
@@ -245,11 +267,11 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
       ['zero vector', [good, fact(repo, 'x', { vector: [0, 0, 0, 0] })]],
       ['the same id twice', [good, { ...good }]],
     ];
-    for (const [what, batch] of invalidBatches) await t.rejects(index.indexFacts(batch), bad, what);
-    t.same((await index.searchFactsByVector(vectorQuery)).items, [], 'a refused batch wrote nothing');
+    for (const [what, batch] of invalidBatches) await t.rejects(index.index(facts, batch), bad, what);
+    t.same((await index.knn(facts, vectorQuery)).items, [], 'a refused batch wrote nothing');
     await load([good]);
     t.same(ids((await search(index, repo, 'lighthouse')).items), [good.id], 'the index still works');
-    await t.resolves(index.indexFacts([]), 'an empty batch is fine');
+    await t.resolves(index.index(facts, []), 'an empty batch is fine');
   });
 
   withHarness('merged facts are never found, by words, listing or vector', async (t, { index, load }, repo) => {
@@ -259,37 +281,37 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await load([stable, fresh, merged]);
     t.same(sorted(ids((await search(index, repo, 'comets')).items)), sorted([stable.id, fresh.id]), 'lexical');
     t.equal((await search(index, repo, '')).total, 2, 'listing');
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [stable.id, fresh.id], 'k-NN');
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [stable.id, fresh.id], 'k-NN');
   });
 
-  withHarness('factIds restricts lexical and vector search to a set', async (t, { index, load }, repo) => {
+  withHarness('ids restrict lexical and vector search to a set', async (t, { index, load }, repo) => {
     const a = fact(repo, 'Bees pollinate apple trees.', { vector: [1, 0, 0, 0] });
     const b = fact(repo, 'Bees make honey from nectar.', { vector: [0.9, 0.2, 0, 0] });
     const c = fact(repo, 'Bees dance to share directions.', { vector: [0.8, 0.3, 0, 0] });
     await load([a, b, c]);
     const chosen = [a.id, c.id];
-    const lexical = await index.searchFacts({ repositoryId: repo, query: 'bees', limit: 10, offset: 0, factIds: chosen });
+    const lexical = await index.search(facts, { repositoryId: repo, query: 'bees', limit: 10, offset: 0, ids: chosen });
     t.equal(lexical.total, 2);
     t.same(sorted(ids(lexical.items)), sorted(chosen));
-    t.same(sorted(ids((await index.searchFacts({ repositoryId: repo, query: '', limit: 10, offset: 0, factIds: chosen })).items)), sorted(chosen), 'listing too');
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5, factIds: [b.id, c.id] })).items), [b.id, c.id]);
-    t.same(await index.searchFacts({ repositoryId: repo, query: 'bees', limit: 10, offset: 0, factIds: [] }), { total: 0, items: [] }, 'an empty set matches nothing');
-    t.same((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5, factIds: [] })).items, []);
-    await t.rejects(index.searchFacts({ repositoryId: repo, query: 'x', limit: 1, offset: 0, factIds: [''] }), { name: 'InvalidSearchRequestError' });
+    t.same(sorted(ids((await index.search(facts, { repositoryId: repo, query: '', limit: 10, offset: 0, ids: chosen })).items)), sorted(chosen), 'listing too');
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5, ids: [b.id, c.id] })).items), [b.id, c.id]);
+    t.same(await index.search(facts, { repositoryId: repo, query: 'bees', limit: 10, offset: 0, ids: [] }), { total: 0, items: [] }, 'an empty set matches nothing');
+    t.same((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5, ids: [] })).items, []);
+    await t.rejects(index.search(facts, { repositoryId: repo, query: 'x', limit: 1, offset: 0, ids: [''] }), { name: 'InvalidSearchRequestError' });
   });
 
   withHarness('updateFacts sets and removes vectors of indexed facts', async (t, { index, load }, repo) => {
     const a = fact(repo, 'Owls hunt at night.');
     const b = fact(repo, 'Hawks hunt by day.', { vector: [0, 1, 0, 0] });
     await load([a, b]);
-    await index.updateFacts([{ id: a.id, repository_id: repo, vector: [1, 0, 0, 0] }]);
-    await index.updateFacts([{ id: a.id, repository_id: repo, vector: [1, 0, 0, 0] }]);
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items), [a.id], 'set, twice');
-    await index.updateFacts([{ id: b.id, repository_id: repo, vector: null }]);
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [0, 1, 0, 0], k: 5 })).items), [a.id], 'null removes');
+    await index.update(facts, [{ id: a.id, repository_id: repo, vector: [1, 0, 0, 0] }]);
+    await index.update(facts, [{ id: a.id, repository_id: repo, vector: [1, 0, 0, 0] }]);
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items), [a.id], 'set, twice');
+    await index.update(facts, [{ id: b.id, repository_id: repo, vector: null }]);
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [0, 1, 0, 0], k: 5 })).items), [a.id], 'null removes');
     t.same(ids((await search(index, repo, 'hawks')).items), [b.id], 'the text stays');
-    await t.rejects(index.updateFacts([{ id: a.id, repository_id: repo, vector: [1, 0] }]), { name: 'InvalidSearchRequestError' });
-    await t.resolves(index.updateFacts([]));
+    await t.rejects(index.update(facts, [{ id: a.id, repository_id: repo, vector: [1, 0] }]), { name: 'InvalidSearchRequestError' });
+    await t.resolves(index.update(facts, []));
   });
 
   withHarness('removeFacts removes facts and their vectors, idempotently', async (t, { index, load, removeFacts }, repo) => {
@@ -298,10 +320,10 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await load([a, b]);
     await removeFacts(repo, [a.id]);
     t.same(ids((await search(index, repo, 'moss')).items), [b.id]);
-    t.same(ids((await index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [b.id]);
-    await t.resolves(index.removeFacts(repo, [a.id, 'unknown-id']), 'removing again, or an unknown id, is harmless');
-    await t.resolves(index.removeFacts(repo, []));
-    await t.rejects(index.removeFacts('', [a.id]), { name: 'InvalidSearchRequestError' });
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [b.id]);
+    await t.resolves(index.remove(facts, repo, [a.id, 'unknown-id']), 'removing again, or an unknown id, is harmless');
+    await t.resolves(index.remove(facts, repo, []));
+    await t.rejects(index.remove(facts, '', [a.id]), { name: 'InvalidSearchRequestError' });
   });
 
   withHarness('concepts are found by canonical name or alias; merged ones never', async (t, harness, repo) => {
@@ -311,20 +333,20 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     const merged = concept(repo, 'old photosynthesis', { status: 'merged' });
     const elsewhere = concept(`repo-${randomUUID()}`, 'photosynthesis');
     await loadConcepts([photosynthesis, chlorophyll, merged, elsewhere]);
-    const byName = await index.searchConcepts({ repositoryId: repo, query: 'photosynthesis', limit: 10, offset: 0 });
+    const byName = await index.search(concepts, { repositoryId: repo, query: 'photosynthesis', limit: 10, offset: 0 });
     t.equal(byName.total, 1);
     t.match(byName.items[0], { id: photosynthesis.id, canonical_name: 'photosynthesis', context: 'general', fact_count: 7, status: 'active' });
     t.same(sorted(byName.items[0].aliases), ['carbon fixation', 'light reactions']);
     t.ok(byName.items[0].score > 0);
-    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: 'light', limit: 10, offset: 0 })).items), [photosynthesis.id], 'by an alias word');
-    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: '"carbon fixation"', limit: 10, offset: 0 })).items), [photosynthesis.id], 'by an alias phrase');
-    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: 'chlorophyll or carbon', limit: 10, offset: 0 })).items).length, 2, 'or');
-    const listing = await index.searchConcepts({ repositoryId: repo, query: '', limit: 10, offset: 0 });
+    t.same(ids((await index.search(concepts, { repositoryId: repo, query: 'light', limit: 10, offset: 0 })).items), [photosynthesis.id], 'by an alias word');
+    t.same(ids((await index.search(concepts, { repositoryId: repo, query: '"carbon fixation"', limit: 10, offset: 0 })).items), [photosynthesis.id], 'by an alias phrase');
+    t.same(ids((await index.search(concepts, { repositoryId: repo, query: 'chlorophyll or carbon', limit: 10, offset: 0 })).items).length, 2, 'or');
+    const listing = await index.search(concepts, { repositoryId: repo, query: '', limit: 10, offset: 0 });
     t.same(ids(listing.items), [chlorophyll.id, photosynthesis.id], 'listing: by name, merged hidden');
-    t.same(await index.searchConcepts({ repositoryId: repo, query: '', limit: 1, offset: 5 }), { total: 2, items: [] }, 'past the last page');
-    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: '', limit: 10, offset: 0, conceptIds: [photosynthesis.id] })).items), [photosynthesis.id], 'conceptIds');
-    t.same((await index.searchConcepts({ repositoryId: repo, query: '', limit: 10, offset: 0, conceptIds: [] })).total, 0);
-    await t.rejects(index.searchConcepts({ repositoryId: repo, query: 'x', limit: -1, offset: 0 }), { name: 'InvalidSearchRequestError' });
+    t.same(await index.search(concepts, { repositoryId: repo, query: '', limit: 1, offset: 5 }), { total: 2, items: [] }, 'past the last page');
+    t.same(ids((await index.search(concepts, { repositoryId: repo, query: '', limit: 10, offset: 0, ids: [photosynthesis.id] })).items), [photosynthesis.id], 'conceptIds');
+    t.same((await index.search(concepts, { repositoryId: repo, query: '', limit: 10, offset: 0, ids: [] })).total, 0);
+    await t.rejects(index.search(concepts, { repositoryId: repo, query: 'x', limit: -1, offset: 0 }), { name: 'InvalidSearchRequestError' });
   });
 
   withHarness('concept k-NN, alias updates and removals', async (t, harness, repo) => {
@@ -334,29 +356,29 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     const merged = concept(repo, 'brook', { status: 'merged', vector: [1, 0, 0, 0] });
     const mountain = concept(repo, 'mountain');
     await loadConcepts([river, stream, merged, mountain]);
-    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [river.id, stream.id], 'nearest first, merged and unembedded left out');
-    const [nearest] = (await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items;
+    t.same(ids((await index.knn(concepts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [river.id, stream.id], 'nearest first, merged and unembedded left out');
+    const [nearest] = (await index.knn(concepts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1 })).items;
     t.ok(Math.abs(nearest.score - 1) < 1e-3, 'score is the cosine');
-    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5, conceptIds: [stream.id] })).items), [stream.id]);
-    await index.updateConcepts([{ id: mountain.id, repository_id: repo, vector: [0, 0, 1, 0] }]);
-    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [0, 0, 1, 0], k: 1 })).items), [mountain.id], 'a vector added later');
+    t.same(ids((await index.knn(concepts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5, ids: [stream.id] })).items), [stream.id]);
+    await index.update(concepts, [{ id: mountain.id, repository_id: repo, vector: [0, 0, 1, 0] }]);
+    t.same(ids((await index.knn(concepts, { repositoryId: repo, vector: [0, 0, 1, 0], k: 1 })).items), [mountain.id], 'a vector added later');
 
-    await updateConcepts([{ id: mountain.id, repository_id: repo, addAliases: ['Summit', 'peak'] }]);
-    await updateConcepts([{ id: mountain.id, repository_id: repo, addAliases: ['summit'] }]);
-    const bySummit = await index.searchConcepts({ repositoryId: repo, query: 'summit', limit: 5, offset: 0 });
+    await updateConcepts([{ id: mountain.id, repository_id: repo, addTo: { aliases: ['Summit', 'peak'] } }]);
+    await updateConcepts([{ id: mountain.id, repository_id: repo, addTo: { aliases: ['summit'] } }]);
+    const bySummit = await index.search(concepts, { repositoryId: repo, query: 'summit', limit: 5, offset: 0 });
     t.same(ids(bySummit.items), [mountain.id], 'found by a new alias');
     t.same(sorted(bySummit.items[0].aliases), ['Summit', 'peak'], 'an alias differing only in case is not added twice');
-    await updateConcepts([{ id: mountain.id, repository_id: repo, removeAliases: ['SUMMIT'] }]);
-    t.same((await index.searchConcepts({ repositoryId: repo, query: 'summit', limit: 5, offset: 0 })).total, 0, 'removed alias no longer finds it');
-    t.same(ids((await index.searchConcepts({ repositoryId: repo, query: 'peak', limit: 5, offset: 0 })).items), [mountain.id]);
+    await updateConcepts([{ id: mountain.id, repository_id: repo, removeFrom: { aliases: ['SUMMIT'] } }]);
+    t.same((await index.search(concepts, { repositoryId: repo, query: 'summit', limit: 5, offset: 0 })).total, 0, 'removed alias no longer finds it');
+    t.same(ids((await index.search(concepts, { repositoryId: repo, query: 'peak', limit: 5, offset: 0 })).items), [mountain.id]);
 
     await removeConcepts(repo, [river.id]);
-    t.same(ids((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [stream.id, mountain.id], 'removed concept');
-    t.same((await index.searchConcepts({ repositoryId: repo, query: 'river', limit: 5, offset: 0 })).total, 0);
-    await t.resolves(index.removeConcepts(repo, [river.id]), 'again: harmless');
+    t.same(ids((await index.knn(concepts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items), [stream.id, mountain.id], 'removed concept');
+    t.same((await index.search(concepts, { repositoryId: repo, query: 'river', limit: 5, offset: 0 })).total, 0);
+    await t.resolves(index.remove(concepts, repo, [river.id]), 'again: harmless');
     await index.removeRepository(repo);
-    t.same((await index.searchConceptsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items, [], 'removeRepository takes concept vectors too');
-    await t.rejects(index.searchConceptsByVector({ repositoryId: repo, vector: [0, 0, 0, 0], k: 1 }), { name: 'InvalidSearchRequestError' });
-    await t.rejects(index.indexConcepts([{ ...concept(repo, 'x'), canonical_name: '' }]), { name: 'InvalidSearchRequestError' });
+    t.same((await index.knn(concepts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5 })).items, [], 'removeRepository takes concept vectors too');
+    await t.rejects(index.knn(concepts, { repositoryId: repo, vector: [0, 0, 0, 0], k: 1 }), { name: 'InvalidSearchRequestError' });
+    await t.rejects(index.index(concepts, [{ ...concept(repo, 'x'), canonical_name: '' }]), { name: 'InvalidSearchRequestError' });
   });
 }

@@ -6,9 +6,13 @@ import knexFactory, { type Knex } from 'knex';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import ClientPgLite from 'knex-pglite';
+import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
+import { pgliteTemplate } from '../helpers/pglite.js';
 import type { Database } from '../../src/db/database.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
-import { mergeAliases, type ConceptDocument, type ConceptUpdate, type FactDocument, type SearchIndex } from '../../src/search/port.js';
+import { mergeAliases, type DocumentUpdate } from '../../src/search/collection.js';
+import { concepts, facts, type ConceptDocument, type FactDocument } from '../../src/search/collections/index.js';
+import type { SearchIndex } from '../../src/search/port.js';
 import type { SearchHarness } from './contract.js';
 
 const run = promisify(execFile);
@@ -77,7 +81,7 @@ let template: Promise<File | Blob> | null = null;
  */
 export async function openVectorPglite(): Promise<Database> {
   template ??= (async () => {
-    const pglite = await PGlite.create('memory://', { extensions: { vector } });
+    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, ...(await pgliteWasmModules()) });
     const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     await migrateReadModels(knex);
@@ -86,7 +90,7 @@ export async function openVectorPglite(): Promise<Database> {
     if (!pglite.closed) await pglite.close();
     return dump;
   })();
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await template, extensions: { vector } });
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await template, extensions: { vector }, ...(await pgliteWasmModules()) });
   const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
   return {
     knex,
@@ -145,28 +149,28 @@ export function postgresHarnessOver(db: Database, index: SearchIndex): SearchHar
     index,
     async load(docs) {
       await insertFacts(db, docs);
-      await index.indexFacts(docs);
+      await index.index(facts, docs);
     },
     async removeFacts(repositoryId, ids) {
       await db.knex('facts').where({ repository_id: repositoryId }).whereIn('id', ids).delete();
-      await index.removeFacts(repositoryId, ids);
+      await index.remove(facts, repositoryId, ids);
     },
     async loadConcepts(docs: ConceptDocument[]) {
       for (const { vector: _vector, ...doc } of docs) await writeConceptRows(db, doc);
-      await index.indexConcepts(docs);
+      await index.index(concepts, docs);
     },
-    async updateConcepts(updates: ConceptUpdate[]) {
+    async updateConcepts(updates: DocumentUpdate<ConceptDocument>[]) {
       for (const update of updates) {
         const row = await db.knex('concepts').where({ id: update.id }).first();
         const aliases = (await db.knex('concept_aliases').where({ concept_id: update.id }).orderBy('alias')).map((alias: { alias: string }) => alias.alias);
-        const merged = mergeAliases(aliases, update.addAliases ?? [], update.removeAliases ?? []);
+        const merged = mergeAliases(aliases, update.addTo?.aliases ?? [], update.removeFrom?.aliases ?? []);
         await writeConceptRows(db, { ...row, aliases: merged });
       }
-      await index.updateConcepts(updates);
+      await index.update(concepts, updates);
     },
     async removeConcepts(repositoryId, ids) {
       await db.knex('concepts').where({ repository_id: repositoryId }).whereIn('id', ids).delete();
-      await index.removeConcepts(repositoryId, ids);
+      await index.remove(concepts, repositoryId, ids);
     },
     close: () => db.close(),
   };

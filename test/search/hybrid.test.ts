@@ -4,6 +4,7 @@ import { createHybridSearch, reciprocalRankFusion, type HybridSettings } from '.
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
 import type { Embedder } from '../../src/providers/embeddings/port.js';
 import type { Database } from '../../src/db/database.js';
+import { concepts, facts } from '../../src/search/collections/index.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { concept, DIMENSIONS, fact } from './contract.js';
 
@@ -72,10 +73,10 @@ t.test('hybrid finds a paraphrase only the vector side knows, with fused scores'
     'Cars and rain make roads slippery.',
   ]);
   const hybrid = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults });
-  const lexicalOnly = await index.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  const lexicalOnly = await index.search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
   t.same(ids(lexicalOnly.items), [cars.id], 'lexically, "car" finds only the fact with the word');
 
-  const reply = await hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  const reply = await hybrid.search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
   t.equal(reply.mode, 'hybrid');
   t.equal(reply.fallback_reason, null);
   t.ok(ids(reply.items).includes(automobile.id), 'the paraphrase "automobile" is found through its vector');
@@ -88,14 +89,14 @@ t.test('hybrid finds a paraphrase only the vector side knows, with fused scores'
   t.equal(reply.items[2].id, dogs.id, 'the unrelated fact ranks last');
 
   const strict = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: { ...defaults, minScore: 1 / 61 + 0.0001 } });
-  const filtered = await strict.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  const filtered = await strict.search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
   t.same(ids(filtered.items), [cars.id], 'min_score drops the results found by one side only');
   t.equal(filtered.total, 1);
 
-  const lexical = await hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'lexical' });
+  const lexical = await hybrid.search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'lexical' });
   t.same({ mode: lexical.mode, fallback_reason: lexical.fallback_reason, ids: ids(lexical.items) }, { mode: 'lexical', fallback_reason: null, ids: [cars.id] }, 'mode lexical asked for: no fallback reason');
-  await t.rejects(hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'fuzzy' as 'hybrid' }), { name: 'InvalidSearchRequestError' });
-  await t.rejects(hybrid.searchFacts({ repositoryId: repo, query: 'car', limit: -1, offset: 0 }), { name: 'InvalidSearchRequestError' });
+  await t.rejects(hybrid.search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'fuzzy' as 'hybrid' }), { name: 'InvalidSearchRequestError' });
+  await t.rejects(hybrid.search(facts, { repositoryId: repo, query: 'car', limit: -1, offset: 0 }), { name: 'InvalidSearchRequestError' });
 });
 
 t.test('hybrid pages over the fused list and honours factIds on both sides', async (t) => {
@@ -108,20 +109,20 @@ t.test('hybrid pages over the fused list and honours factIds on both sides', asy
     'Rain fell all day.',
   ]);
   const hybrid = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults });
-  const all = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 5, offset: 0 });
+  const all = await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 5, offset: 0 });
   const pages = [
-    await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 2, offset: 0 }),
-    await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 2, offset: 2 }),
-    await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 2, offset: 4 }),
+    await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 2, offset: 0 }),
+    await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 2, offset: 2 }),
+    await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 2, offset: 4 }),
   ];
   t.same(pages.flatMap((page) => ids(page.items)), ids(all.items), 'pages are slices of one fused order');
   t.same(pages.map((page) => page.total), [all.total, all.total, all.total]);
   const chosen = [docs[0].id, docs[4].id];
-  const restricted = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 10, offset: 0, factIds: chosen });
+  const restricted = await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 10, offset: 0, ids: chosen });
   t.same(ids(restricted.items).sort(), [...chosen].sort(), 'only the given facts, from either side');
-  const none = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 10, offset: 0, factIds: [] });
+  const none = await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 10, offset: 0, ids: [] });
   t.same(none.items, []);
-  const count = await hybrid.searchFacts({ repositoryId: repo, query: 'dogs', limit: 0, offset: 0 });
+  const count = await hybrid.search(facts, { repositoryId: repo, query: 'dogs', limit: 0, offset: 0 });
   t.same({ total: count.total, items: count.items }, { total: all.total, items: [] }, 'limit 0 counts');
 });
 
@@ -129,7 +130,7 @@ t.test('hybrid falls back to lexical and says why', async (t) => {
   const { db, index, repo, embedFacts } = await setup(t);
   const [automobile, cars] = await embedFacts(['The automobile needs fuel.', 'Cars need fuel.']);
   const expectLexical = async (search: SearchIndex, settings: HybridSettings, embedder: Embedder | null, query: string, reason: RegExp) => {
-    const reply = await createHybridSearch({ search, embedder, settings }).searchFacts({ repositoryId: repo, query, limit: 10, offset: 0 });
+    const reply = await createHybridSearch({ search, embedder, settings }).search(facts, { repositoryId: repo, query, limit: 10, offset: 0 });
     t.equal(reply.mode, 'lexical');
     t.match(reply.fallback_reason, reason);
     return reply;
@@ -145,7 +146,7 @@ t.test('hybrid falls back to lexical and says why', async (t) => {
   await expectLexical(index, defaults, failing, 'car', /embedding the query failed: model offline/);
   const wrongSize: Embedder = { ...handMadeEmbedder, dimensions: 3, embed: async () => [[1, 0, 0]] };
   await expectLexical(index, defaults, wrongSize, 'car', /does not fit the index/);
-  const deep = await createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults }).searchFacts({ repositoryId: repo, query: 'car', limit: 10, offset: 995 });
+  const deep = await createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults }).search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 995 });
   t.match(deep, { mode: 'lexical', fallback_reason: /past result 1000/ }, 'a page deeper than hybrid ranks');
   t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, overFetchMultiplier: 0 } }), RangeError);
   t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, rrfK: -1 } }), RangeError);
@@ -158,14 +159,14 @@ t.test('hybrid concept search: a synonym found by vector, filters by conceptIds'
   const animal = concept(repo, 'hound', { vector: animalVector });
   await harness.loadConcepts([vehicle, animal]);
   const hybrid = createHybridSearch({ search: index, embedder: handMadeEmbedder, settings: defaults });
-  const byVector = await hybrid.searchConcepts({ repositoryId: repo, query: 'vehicle', limit: 10, offset: 0 });
+  const byVector = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0 });
   t.equal(byVector.mode, 'hybrid');
   t.equal(byVector.items[0].id, vehicle.id, '"vehicle" finds "automobile" by meaning');
-  const both = await hybrid.searchConcepts({ repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  const both = await hybrid.search(concepts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
   t.equal(both.items[0].id, vehicle.id, 'alias word and vector agree');
   t.equal(both.items[0].score, 2 / 61);
-  const filtered = await hybrid.searchConcepts({ repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, conceptIds: [animal.id] });
+  const filtered = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, ids: [animal.id] });
   t.same(ids(filtered.items), [animal.id]);
-  const lexical = await hybrid.searchConcepts({ repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, mode: 'lexical' });
+  const lexical = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, mode: 'lexical' });
   t.same(lexical, { mode: 'lexical', fallback_reason: null, total: 0, items: [] });
 });

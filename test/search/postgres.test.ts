@@ -3,8 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { openScratchPostgres } from '../../src/db/database.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
+import { facts } from '../../src/search/collections/index.js';
 import { SearchIndexMigrationError, VectorSearchUnavailableError } from '../../src/search/port.js';
 import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
+import { withServers } from '../helpers/servers.js';
 import { insertFacts, openVectorPglite, postgresHarnessOver } from './helpers.js';
 
 async function postgresHarness(): Promise<SearchHarness> {
@@ -20,9 +22,9 @@ t.test('fact_vectors is created on first use with an HNSW cosine index', async (
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const exists = async () => (await db.knex.raw(`SELECT to_regclass('fact_vectors') AS name`)).rows[0].name;
   t.equal(await exists(), null, 'not before first use');
-  await index.indexFacts([fact('repo-a', 'Text only.')]);
+  await index.index(facts, [fact('repo-a', 'Text only.')]);
   t.equal(await exists(), null, 'documents without vectors need no table');
-  await index.indexFacts([fact('repo-a', 'With a vector.', { vector: [1, 2, 3, 4] })]);
+  await index.index(facts, [fact('repo-a', 'With a vector.', { vector: [1, 2, 3, 4] })]);
   t.equal(await exists(), 'fact_vectors');
   const indexes = (await db.knex.raw(`SELECT indexdef FROM pg_indexes WHERE tablename = 'fact_vectors'`)).rows.map((row: { indexdef: string }) => row.indexdef);
   t.ok(indexes.some((definition: string) => /USING hnsw \(embedding vector_cosine_ops\)/.test(definition)), 'HNSW cosine index');
@@ -31,11 +33,30 @@ t.test('fact_vectors is created on first use with an HNSW cosine index', async (
 
   const otherDimension = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: 8 });
   await t.rejects(
-    otherDimension.searchFactsByVector({ repositoryId: 'repo-a', vector: [1, 0, 0, 0, 0, 0, 0, 0], k: 1 }),
+    otherDimension.knn(facts, { repositoryId: 'repo-a', vector: [1, 0, 0, 0, 0, 0, 0, 0], k: 1 }),
     SearchIndexMigrationError,
     'another configured dimension is refused with a clear error, not mixed in',
   );
   t.throws(() => createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: 0 }), RangeError, 'dimension 0');
+});
+
+t.test('a growing vector table is analyzed (PGlite has no autovacuum), so the planner can choose the HNSW index', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  const rowsKnown = async () => Number((await db.knex.raw(`SELECT reltuples FROM pg_class WHERE oid = 'fact_vectors'::regclass`)).rows[0].reltuples);
+  const repo = `repo-${randomUUID()}`;
+  const docs = Array.from({ length: 500 }, (_, n) => fact(repo, `Fact number ${n}.`, { vector: [Math.cos(n), Math.sin(n), (n % 7) / 7, 1] }));
+  await insertFacts(db, docs);
+  await index.index(facts, docs.slice(0, 10));
+  t.ok((await rowsKnown()) < 10, 'a small table is left to the planner as it is');
+  for (let start = 10; start < 250; start += 30) await index.index(facts, docs.slice(start, start + 30));
+  t.ok((await rowsKnown()) >= 200, `the planner knows the table's size (${await rowsKnown()} rows)`);
+  const firstCount = await rowsKnown();
+  for (let start = 250; start < 500; start += 30) await index.index(facts, docs.slice(start, start + 30));
+  t.ok((await rowsKnown()) >= 400, `analyzed again once it doubled (${firstCount} → ${await rowsKnown()} rows)`);
+  const [nearest] = await index.knnMany(facts, [{ repositoryId: repo, vector: [1, 0, 0, 1], k: 3 }]);
+  t.equal(nearest.items.length, 3);
 });
 
 t.test('writes join the projection transaction and roll back with it', async (t) => {
@@ -47,20 +68,20 @@ t.test('writes join the projection transaction and roll back with it', async (t)
   // PGlite has one connection: a write outside the open transaction would wait for ever.
   await t.rejects(
     db.knex.transaction(async (trx) => {
-      await index.withinTransaction!(trx).indexFacts([doc]);
+      await index.withinTransaction!(trx).index(facts, [doc]);
       throw new Error('the batch failed');
     }),
     /the batch failed/,
   );
-  t.same((await index.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, [], 'rolled back, table included');
+  t.same((await index.knn(facts, { repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, [], 'rolled back, table included');
   await db.knex.transaction(async (trx) => {
     const view = index.withinTransaction!(trx);
-    await view.indexFacts([doc]);
-    t.same((await view.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items.map((item) => item.id), [doc.id], 'visible inside');
+    await view.index(facts, [doc]);
+    t.same((await view.knn(facts, { repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items.map((item) => item.id), [doc.id], 'visible inside');
   });
-  t.same((await index.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items.map((item) => item.id), [doc.id], 'committed');
+  t.same((await index.knn(facts, { repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items.map((item) => item.id), [doc.id], 'committed');
   await db.knex.transaction((trx) => index.withinTransaction!(trx).removeRepository('repo-tx'));
-  t.same((await index.searchFactsByVector({ repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, []);
+  t.same((await index.knn(facts, { repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, []);
 });
 
 t.test('k-NN finds k facts of a small repository among many of others', async (t) => {
@@ -74,7 +95,7 @@ t.test('k-NN finds k facts of a small repository among many of others', async (t
   );
   const few = Array.from({ length: 5 }, (_, position) => fact('repo-few', `Few ${position}.`, { vector: [-1, position, 0, 1] }));
   await insertFacts(db, [...crowd, ...few]);
-  await index.indexFacts([...crowd, ...few]);
+  await index.index(facts, [...crowd, ...few]);
   // So few rows would be read exactly (sequential scan, or the repository index and a sort):
   // leave the planner only the HNSW index, the plan a large table gets. PGlite is one
   // connection, so the session setting reaches the adapter's queries.
@@ -84,12 +105,13 @@ t.test('k-NN finds k facts of a small repository among many of others', async (t
     `EXPLAIN SELECT fact_id FROM fact_vectors WHERE repository_id = 'repo-few' ORDER BY embedding <=> '[1,0,0,0]' LIMIT 5`,
   )).rows.map((row: { 'QUERY PLAN': string }) => row['QUERY PLAN']).join('\n');
   t.match(plan, /fact_vectors_embedding/, 'the HNSW index answers');
-  const result = await index.searchFactsByVector({ repositoryId: 'repo-few', vector: [1, 0, 0, 0], k: 5 });
+  const result = await index.knn(facts, { repositoryId: 'repo-few', vector: [1, 0, 0, 0], k: 5 });
   t.equal(result.items.length, 5);
   t.ok(result.items.every((item) => item.content.startsWith('Few')));
 });
 
-t.test('on a PostgreSQL server without pgvector', async (t) => {
+// The server half of this file: not in `make test-unit` (see test/helpers/servers.ts).
+if (withServers) t.test('on a PostgreSQL server without pgvector', async (t) => {
   const db = await openScratchPostgres(undefined, 'factlog_search');
   t.teardown(() => db.close());
   await migrateReadModels(db.knex);
@@ -98,12 +120,12 @@ t.test('on a PostgreSQL server without pgvector', async (t) => {
   const repo = `repo-${randomUUID()}`;
   const doc = fact(repo, 'Lexical search still works on the server.', { vector: [1, 0, 0, 0] });
   await insertFacts(db, [doc]);
-  await t.resolves(index.indexFacts([doc]), 'vectors are ignored on write');
-  t.same((await index.searchFacts({ repositoryId: repo, query: 'lexical server', limit: 10, offset: 0 })).items.map((item) => item.id), [doc.id]);
-  await t.rejects(index.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 }), VectorSearchUnavailableError);
+  await t.resolves(index.index(facts, [doc]), 'vectors are ignored on write');
+  t.same((await index.search(facts, { repositoryId: repo, query: 'lexical server', limit: 10, offset: 0 })).items.map((item) => item.id), [doc.id]);
+  await t.rejects(index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1 }), VectorSearchUnavailableError);
   await t.resolves(index.removeRepository(repo));
   const unconfigured = createPostgresSearchIndex(db.knex);
-  await t.rejects(unconfigured.searchFactsByVector({ repositoryId: repo, vector: [1, 0, 0, 0], k: 1 }), {
+  await t.rejects(unconfigured.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1 }), {
     name: 'VectorSearchUnavailableError',
     message: /no pgvector/,
   });

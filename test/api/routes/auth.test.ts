@@ -1,0 +1,127 @@
+import t from 'tap';
+import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
+
+let service: TestService;
+t.before(async () => {
+  service = await startTestService();
+});
+t.teardown(() => service.close());
+
+t.test('register, login, me, refresh, logout', async (t) => {
+  const first = await registerUser(service, 'Ada@Example.org', 'correct horse battery', 'Ada');
+  t.equal(first.user.email, 'ada@example.org', 'email is normalised');
+  t.equal(first.user.name, 'Ada');
+  t.match(first.token, /^[\w-]+\.[\w-]+\.[\w-]+$/, 'token is a JWT');
+  t.match(first.refresh_token, /^flr_/);
+
+  const me = await service.call('GET', '/api/v1/users/me', { token: first.token });
+  t.equal(me.status, 200);
+  t.same(me.body, first.user);
+
+  const permissions = await service.call('GET', '/api/v1/permissions', { token: first.token });
+  t.equal(permissions.status, 200);
+  const system = permissions.body.domains.find((d: { domain: string }) => d.domain === 'system');
+  t.ok(system.roles.includes('sysadmin'), 'the first user is promoted to sysadmin');
+
+  const login = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ada@example.org', password: 'correct horse battery' } });
+  t.equal(login.status, 200);
+  t.equal(login.body.user.id, first.user.id);
+
+  const refreshed = await service.call('POST', '/api/v1/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
+  t.equal(refreshed.status, 200);
+  t.not(refreshed.body.refresh_token, login.body.refresh_token, 'refresh token rotates');
+  const reused = await service.call('POST', '/api/v1/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
+  t.equal(reused.status, 401, 'a used refresh token no longer works');
+  t.equal(reused.body.error, 'unauthorized');
+
+  const logout = await service.call('POST', '/api/v1/auth/logout', { token: refreshed.body.token });
+  t.equal(logout.status, 204);
+  const after = await service.call('GET', '/api/v1/users/me', { token: refreshed.body.token });
+  t.equal(after.status, 401, 'logout ends the session');
+  const stillOk = await service.call('GET', '/api/v1/users/me', { token: first.token });
+  t.equal(stillOk.status, 200, 'other sessions live on');
+});
+
+t.test('bad registrations and logins', async (t) => {
+  await registerUser(service, 'bob@example.org');
+  const duplicate = await service.call('POST', '/api/v1/auth/register', { body: { email: 'BOB@example.org', password: 'another password' } });
+  t.equal(duplicate.status, 409);
+  t.same(Object.keys(duplicate.body).sort(), ['error', 'message']);
+  for (const body of [
+    { email: 'x@example.org' },
+    { password: 'long enough password' },
+    { email: 'not-an-email', password: 'long enough password' },
+    { email: 'short@example.org', password: 'short' },
+    { email: 'extra@example.org', password: 'long enough password', admin: true },
+  ]) {
+    const response = await service.call('POST', '/api/v1/auth/register', { body });
+    t.equal(response.status, 400, `400 for ${JSON.stringify(body)}`);
+    t.equal(response.body.error, 'bad_request');
+  }
+  const wrong = await service.call('POST', '/api/v1/auth/login', { body: { email: 'bob@example.org', password: 'wrong password' } });
+  t.equal(wrong.status, 401);
+  const unknown = await service.call('POST', '/api/v1/auth/login', { body: { email: 'nobody@example.org', password: 'whatever it is' } });
+  t.equal(unknown.status, 401);
+  t.equal(wrong.body.message, unknown.body.message, 'no hint whether the account exists');
+});
+
+t.test('tokens: missing, malformed, foreign', async (t) => {
+  t.equal((await service.call('GET', '/api/v1/users/me')).status, 401);
+  t.equal((await service.call('GET', '/api/v1/users/me', { headers: { authorization: 'Basic abc' } })).status, 401);
+  t.equal((await service.call('GET', '/api/v1/users/me', { token: 'not.a.jwt' })).status, 401);
+  // A token signed with another secret.
+  const { createTokenService } = await import('../../../src/auth/tokens.js');
+  const foreign = await createTokenService({ secret: 'another-secret-another-secret-another!!', issuer: 'http://localhost:0', sessionTtlMs: 60_000 }).signSession({ userId: 'u', sessionId: 's' });
+  t.equal((await service.call('GET', '/api/v1/users/me', { token: foreign.token })).status, 401);
+});
+
+t.test('profiles and admin', async (t) => {
+  const admin = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ada@example.org', password: 'correct horse battery' } });
+  const carol = await registerUser(service, 'carol@example.org', 'correct horse battery', 'Carol');
+  const dave = await registerUser(service, 'dave@example.org');
+
+  t.equal((await service.call('GET', `/api/v1/users/${carol.user.id}`, { token: dave.token })).status, 403, 'no reading other profiles');
+  t.equal((await service.call('GET', `/api/v1/users/${carol.user.id}`, { token: admin.body.token })).status, 200, 'sysadmin reads any');
+  t.equal((await service.call('GET', `/api/v1/users/does-not-exist`, { token: admin.body.token })).status, 404);
+
+  const renamed = await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: { name: 'Caroline' } });
+  t.equal(renamed.status, 200);
+  t.equal(renamed.body.name, 'Caroline');
+  t.equal((await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: dave.token, body: { name: 'X' } })).status, 403);
+  t.equal((await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: {} })).status, 400);
+  t.equal((await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: { email: 'dave@example.org' } })).status, 409, 'email taken');
+  const moved = await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: { email: 'caroline@example.org' } });
+  t.equal(moved.status, 200);
+  t.equal((await service.call('POST', '/api/v1/auth/login', { body: { email: 'caroline@example.org', password: 'correct horse battery' } })).status, 200, 'login follows the new email');
+
+  t.equal((await service.call('GET', '/api/v1/admin/users', { token: dave.token })).status, 403);
+  const users = await service.call('GET', '/api/v1/admin/users', { token: admin.body.token });
+  t.equal(users.status, 200);
+  t.ok(users.body.users.length >= 4);
+
+  const catalog = await service.call('GET', '/api/v1/admin/permissions', { token: admin.body.token });
+  t.equal(catalog.status, 200);
+  t.ok(catalog.body.permissions.some((p: { permission: string; roles: string[] }) => p.permission === 'role:manage' && p.roles.includes('sysadmin')));
+  t.equal((await service.call('GET', '/api/v1/admin/permissions', { token: dave.token })).status, 403);
+
+  const grant = { user_id: dave.user.id, role: 'sysadmin', domain: 'system' };
+  t.equal((await service.call('PUT', '/api/v1/admin/users/roles', { token: dave.token, body: grant })).status, 403);
+  t.equal((await service.call('PUT', '/api/v1/admin/users/roles', { token: admin.body.token, body: { ...grant, role: 'emperor' } })).status, 400);
+  t.equal((await service.call('PUT', '/api/v1/admin/users/roles', { token: admin.body.token, body: { ...grant, domain: 'galaxy' } })).status, 400);
+  t.equal((await service.call('PUT', '/api/v1/admin/users/roles', { token: admin.body.token, body: { ...grant, user_id: 'nobody' } })).status, 404);
+  t.equal((await service.call('PUT', '/api/v1/admin/users/roles', { token: admin.body.token, body: grant })).status, 200);
+  t.equal((await service.call('GET', '/api/v1/admin/users', { token: dave.token })).status, 200, 'the new role works at once');
+  t.equal((await service.call('DELETE', '/api/v1/admin/users/roles', { token: admin.body.token, body: grant })).status, 204);
+  t.equal((await service.call('GET', '/api/v1/admin/users', { token: dave.token })).status, 403, 'and is gone once revoked');
+  t.equal((await service.call('DELETE', '/api/v1/admin/users/roles', { token: admin.body.token, body: grant })).status, 404, 'revoking a role not held');
+});
+
+t.test('no secret enters the event log', async (t) => {
+  const events = await service.context.store.readAll({ limit: 10_000 });
+  const log = JSON.stringify(events);
+  t.notMatch(log, /correct horse battery/);
+  t.notMatch(log, /scrypt\$/);
+  t.notMatch(log, /flr_/);
+  t.notMatch(log, /eyJ/, 'no JWT');
+  t.ok(events.every((event) => event.actor.length > 0), 'every event has an actor');
+});

@@ -1,0 +1,45 @@
+import t from 'tap';
+import { registerUser, startTestService, waitForPipeline } from '../../helpers/service.js';
+import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
+
+/**
+ * Retrying a source: a failed source starts over (covered in sources.test.ts); a processed
+ * source whose later stage failed gets those tasks re-queued; anything else has nothing to retry.
+ */
+t.test('retrying a processed source re-queues its failed tasks, and only those', async (t) => {
+  const web = await startWebServer({ '/curie': { body: CURIE_ARTICLE } });
+  const service = await startTestService();
+  t.teardown(async () => {
+    await service.close();
+    await web.close();
+  });
+  const { token } = await registerUser(service, 'retry@example.org');
+  const repoId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Retries' } })).body.id;
+  const source = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).body;
+  await waitForPipeline(service, repoId, token);
+
+  const nothing = await service.call('POST', `/api/v1/repositories/${repoId}/sources/${source.id}/retry`, { token });
+  t.equal(nothing.status, 409, 'a processed source with no failed task has nothing to retry');
+  t.equal(nothing.body.error, 'conflict');
+  t.match(nothing.body.message, /nothing to retry/);
+
+  // Given: the source's concept extraction ended failed (as a permanent model failure leaves it).
+  const knex = service.context.db.knex;
+  const extraction = await knex('jobs').where({ source_id: source.id, kind: 'extract_concepts' }).first();
+  t.ok(extraction, 'the source had a concept-extraction task');
+  await knex('jobs').where({ id: extraction.id }).update({ state: 'failed', last_error: 'ModelCallError: 401 from the provider' });
+  const failedTasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?source_id=${source.id}&state=failed`, { token });
+  t.equal(failedTasks.body.total, 1, 'the failure is visible in the tasks API');
+  t.match(failedTasks.body.items[0].last_error, /401/);
+
+  const retried = await service.call('POST', `/api/v1/repositories/${repoId}/sources/${source.id}/retry`, { token });
+  t.equal(retried.status, 202);
+  t.equal(retried.body.status, 'processed', 'the source itself did not fail');
+  await waitForPipeline(service, repoId, token);
+  const after = await knex('jobs').where({ id: extraction.id }).first();
+  t.equal(after.state, 'succeeded', 'the failed task ran again and succeeded');
+  t.equal(after.attempts, 1);
+
+  const unknown = await service.call('POST', `/api/v1/repositories/${repoId}/sources/00000000-0000-4000-8000-000000000000/retry`, { token });
+  t.equal(unknown.status, 404);
+});

@@ -1,0 +1,168 @@
+import t from 'tap';
+import { eventually, registerUser, startTestService, type TestService } from '../../helpers/service.js';
+import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
+
+let service: TestService;
+let web: Awaited<ReturnType<typeof startWebServer>>;
+let token: string;
+let repoId: string;
+
+t.before(async () => {
+  web = await startWebServer({
+    '/curie': { body: CURIE_ARTICLE },
+    '/gone': { status: 410, body: 'gone' },
+    '/image': { contentType: 'image/png', body: Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 0, 0, 0]) },
+  });
+  service = await startTestService();
+  token = (await registerUser(service, 'editor@example.org')).token;
+  repoId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Science' } })).body.id;
+});
+t.teardown(async () => {
+  await service.close();
+  await web.close();
+});
+
+const waitForStatus = (sourceId: string, statuses: string[]) =>
+  eventually(async () => {
+    const response = await service.call('GET', `/api/v1/repositories/${repoId}/sources/${sourceId}`, { token });
+    return statuses.includes(response.body.status) ? response.body : null;
+  });
+
+t.test('a URL source is fetched, decomposed and searchable', async (t) => {
+  const added = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/curie` } });
+  t.equal(added.status, 201);
+  t.equal(added.body.status, 'pending');
+  const source = await waitForStatus(added.body.id, ['processed', 'failed']);
+  t.equal(source.status, 'processed', source.failure ?? '');
+  t.equal(source.title, 'Marie Curie');
+  t.equal(source.kind, 'html');
+  t.equal(source.published_at, '2024-03-01');
+  t.ok(source.fact_count >= 5, `fact_count ${source.fact_count}`);
+
+  const again = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/curie` } });
+  t.equal(again.status, 200, 'the same URL returns the existing source');
+  t.equal(again.body.id, added.body.id);
+
+  const facts = await service.call('GET', `/api/v1/repositories/${repoId}/sources/${added.body.id}/facts`, { token });
+  t.equal(facts.status, 200);
+  t.equal(facts.body.total, source.fact_count);
+  const contents: string[] = facts.body.items.map((f: { content: string }) => f.content);
+  t.ok(contents.some((c) => /Marie Curie was the first woman to win a Nobel Prize/.test(c)), 'leading pronoun resolved');
+  t.notOk(contents.some((c) => /Click here/.test(c)), 'boilerplate dropped');
+
+  const search = await service.call('GET', `/api/v1/repositories/${repoId}/facts?query=${encodeURIComponent('"first woman" nobel')}&mode=lexical`, { token });
+  t.equal(search.status, 200);
+  t.ok(search.body.total >= 1);
+  t.match(search.body.items[0].content, /first woman/);
+  t.ok(search.body.items[0].score > 0);
+  const negated = await service.call('GET', `/api/v1/repositories/${repoId}/facts?query=${encodeURIComponent('polonium -Poland')}&mode=lexical`, { token });
+  t.ok(negated.body.items.every((f: { content: string }) => !/Poland/.test(f.content)), 'websearch negation');
+  const none = await service.call('GET', `/api/v1/repositories/${repoId}/facts?query=zeppelin&mode=lexical`, { token });
+  t.same([none.body.total, none.body.items], [0, []]);
+  const paged = await service.call('GET', `/api/v1/repositories/${repoId}/facts?limit=2&offset=1`, { token });
+  t.equal(paged.body.items.length, 2);
+  t.equal(paged.body.total, source.fact_count);
+
+  const fact = await service.call('GET', `/api/v1/repositories/${repoId}/facts/${search.body.items[0].id}`, { token });
+  t.equal(fact.status, 200);
+  t.equal(fact.body.sources[0].source_id, added.body.id);
+  t.match(fact.body.content_hash, /^[0-9a-f]{64}$/);
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/facts/00000000-0000-4000-8000-000000000000`, { token })).status, 404);
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/facts/not-a-uuid`, { token })).status, 400);
+
+  const events = await service.call('GET', `/api/v1/repositories/${repoId}/events?stream=source-${added.body.id}`, { token });
+  // The later stages (embedding, deduplication, concepts) append more; these come first.
+  t.same(
+    events.body.events.slice(0, 5).map((e: { type: string }) => e.type),
+    ['SourceRegistered', 'SourceFetchStarted', 'SourceFetched', 'SourceDecompositionStarted', 'FactsExtracted'],
+  );
+  const [registered, started] = events.body.events;
+  t.equal(started.actor, 'system:retrieve_source');
+  t.equal(started.causation_id, registered.event_id);
+  t.equal(started.correlation_id, registered.correlation_id, 'one correlation id through the pipeline');
+  const typed = await service.call('GET', `/api/v1/repositories/${repoId}/events?types=FactsExtracted`, { token });
+  t.equal(typed.body.events.length, 1);
+  const after = await service.call('GET', `/api/v1/repositories/${repoId}/events?from=${typed.body.next_from}`, { token });
+  t.ok(after.body.events.every((e: { global_position: number }) => e.global_position > typed.body.next_from));
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/events?types=bad;type`, { token })).status, 400);
+
+  const tasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?source_id=${added.body.id}&limit=100`, { token });
+  const kinds: string[] = tasks.body.items.map((j: { kind: string; state: string }) => `${j.kind}:${j.state}`);
+  t.ok(kinds.includes('retrieve_source:succeeded') && kinds.includes('source_decomposition:succeeded'), `the source's tasks: ${kinds.join(', ')}`);
+  t.ok(tasks.body.items.every((j: { source_id: string }) => j.source_id === added.body.id), 'all of them the source\'s');
+  t.equal(tasks.body.counts.retrieve_source.succeeded, 1);
+});
+
+t.test('a second source with a shared fact links to the same fact', async (t) => {
+  const upload = await uploadFile('notes.md', 'text/markdown', '# Notes\n\nMarie Curie was the first woman to win a Nobel Prize.\n\nPierre Curie was a French physicist who studied magnetism.\n');
+  t.equal(upload.status, 201, JSON.stringify(upload.body));
+  t.equal(upload.body.origin, 'upload');
+  const source = await waitForStatus(upload.body.id, ['processed', 'failed']);
+  t.equal(source.status, 'processed', source.failure ?? '');
+  t.equal(source.kind, 'markdown');
+  const search = await service.call('GET', `/api/v1/repositories/${repoId}/facts?query=${encodeURIComponent('"first woman to win a Nobel Prize"')}&mode=lexical`, { token });
+  t.equal(search.body.total, 1, 'deduplicated by content hash');
+  const fact = await service.call('GET', `/api/v1/repositories/${repoId}/facts/${search.body.items[0].id}`, { token });
+  t.equal(fact.body.sources.length, 2, 'one fact, two sources');
+});
+
+t.test('bad sources', async (t) => {
+  for (const body of [{}, { url: 'not a url' }, { url: 'ftp://example.org/x' }, { doi: 'nonsense' }, { url: `${web.baseUrl}/x`, doi: '10.1000/1' }]) {
+    const response = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body });
+    t.equal(response.status, 400, `400 for ${JSON.stringify(body)}`);
+    t.type(response.body.message, 'string');
+  }
+  t.equal((await service.call('POST', `/api/v1/repositories/nope/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).status, 404);
+  t.equal((await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { body: { url: `${web.baseUrl}/curie` } })).status, 401);
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/sources/00000000-0000-4000-8000-000000000000`, { token })).status, 404);
+  const tooDeep = await service.call('GET', `/api/v1/repositories/${repoId}/facts?query=curie&offset=100000`, { token });
+  t.equal(tooDeep.status, 400, 'paging past the result window is a bad request');
+  t.match(tooDeep.body.message, /offset/);
+
+  const unsupported = await uploadFile('photo.png', 'image/png', 'PNG');
+  t.equal(unsupported.status, 415);
+  const empty = await uploadFile('empty.txt', 'text/plain', '');
+  t.equal(empty.status, 400);
+
+  const gone = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/gone` } });
+  const failed = await waitForStatus(gone.body.id, ['failed', 'processed']);
+  t.equal(failed.status, 'failed');
+  t.match(failed.failure, /retrieve_source: .*410/);
+  t.equal(web.hits.get('/gone'), 1, 'a 410 is permanent: fetched once');
+  const image = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/image` } });
+  const imageFailed = await waitForStatus(image.body.id, ['failed', 'processed']);
+  t.equal(imageFailed.status, 'failed');
+  t.match(imageFailed.failure, /image\/png/);
+
+  const jobs = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?state=failed`, { token });
+  const failedJob = jobs.body.items.find((j: { subject_id: string }) => j.subject_id === gone.body.id);
+  t.ok(failedJob, 'the failed job is visible');
+  t.match(failedJob.last_error, /410/);
+  const list = await service.call('GET', `/api/v1/repositories/${repoId}/sources?status=failed`, { token });
+  t.equal(list.body.total, 2);
+
+  // Retry: the server now serves the page.
+  const retried = await service.call('POST', `/api/v1/repositories/${repoId}/sources/${gone.body.id}/retry`, { token });
+  t.equal(retried.status, 202);
+  t.equal(retried.body.status, 'pending');
+  await waitForStatus(gone.body.id, ['failed']);
+  t.equal(web.hits.get('/gone'), 2, 'the retry fetched again');
+  const notFailed = await service.call('POST', `/api/v1/repositories/${repoId}/sources/${(await firstProcessed()).id}/retry`, { token });
+  t.equal(notFailed.status, 409, 'only failed sources can be retried');
+});
+
+async function firstProcessed() {
+  return (await service.call('GET', `/api/v1/repositories/${repoId}/sources?status=processed`, { token })).body.items[0];
+}
+
+async function uploadFile(filename: string, type: string, content: string) {
+  const boundary = '----factlogtest';
+  const payload = Buffer.from(
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${filename}"\r\nContent-Type: ${type}\r\n\r\n${content}\r\n--${boundary}--\r\n`,
+  );
+  return service.call('POST', `/api/v1/repositories/${repoId}/sources/upload`, {
+    token,
+    body: payload,
+    headers: { 'content-type': `multipart/form-data; boundary=${boundary}` },
+  });
+}

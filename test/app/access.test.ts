@@ -1,0 +1,44 @@
+import t from 'tap';
+import { authorizeRepository, authorizeSystem, commandMetadata } from '../../src/app/access.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+let repositoryId: string;
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Access', slug: 'access' });
+  ({ owner, stranger, repository: repositoryId } = harness);
+});
+t.teardown(() => harness.close());
+
+const knex = () => harness.service.context.db.knex;
+
+t.test('a repository is found by id or slug when the principal may', async (t) => {
+  t.equal((await authorizeRepository(knex(), owner, repositoryId, 'facts:read')).slug, 'access');
+  t.equal((await authorizeRepository(knex(), owner, 'access', 'repositories:delete')).id, repositoryId);
+});
+
+t.test('denied: no role, a scope that does not cover, a system permission without the role', async (t) => {
+  await rejectsWith(t, authorizeRepository(knex(), stranger, repositoryId, 'facts:read'), 'forbidden', /permission denied: facts:read/);
+  await rejectsWith(t, authorizeRepository(knex(), { ...owner, scopes: ['sources:read'] }, repositoryId, 'facts:read'), 'forbidden');
+  t.equal((await authorizeRepository(knex(), { ...owner, scopes: ['facts:*'] }, repositoryId, 'facts:read')).id, repositoryId, 'a scope that covers');
+  t.throws(() => authorizeSystem(owner, 'user:read'), { name: 'DomainError', code: 'forbidden' });
+  t.doesNotThrow(() => authorizeSystem(owner, 'repositories:create'), 'every user may create repositories');
+  t.throws(() => authorizeSystem({ ...owner, scopes: ['facts:read'] }, 'repositories:create'), { code: 'forbidden' }, 'unless the token is scoped narrower');
+});
+
+t.test('a missing or deleted repository is not found, before any permission is told', async (t) => {
+  await rejectsWith(t, authorizeRepository(knex(), stranger, 'no-such-repository', 'facts:read'), 'not_found', /repository not found/);
+  const doomed = await harness.app.repositories.create(owner, { name: 'Doomed' });
+  const ownerNow = await harness.refreshed(owner);
+  await harness.app.repositories.remove(ownerNow, { repository: doomed.id });
+  await rejectsWith(t, authorizeRepository(knex(), ownerNow, doomed.id, 'repositories:read'), 'not_found');
+});
+
+t.test('commands carry the principal as actor and the trace as correlation', async (t) => {
+  t.same(commandMetadata(owner, repositoryId, { correlationId: 'req-1' }), { repositoryId, actor: owner.userId, causationId: null, correlationId: 'req-1' });
+  t.same(commandMetadata(owner, null), { repositoryId: null, actor: owner.userId, causationId: null, correlationId: null }, 'no trace: no correlation');
+});

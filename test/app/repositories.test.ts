@@ -1,0 +1,43 @@
+import t from 'tap';
+import { slugify } from '../../src/app/repositories.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+
+t.before(async () => {
+  harness = await startTestApplication();
+  ({ owner, stranger } = harness);
+});
+t.teardown(() => harness.close());
+
+t.test('create: the caller becomes owner, and the answer shows it', async (t) => {
+  const created = await harness.app.repositories.create(owner, { name: 'Café Notes' });
+  t.match(created, { name: 'Café Notes', slug: slugify('Café Notes'), roles: ['owner'], created_by: owner.userId, accepted_promptset_hashes: [] });
+  await rejectsWith(t, harness.app.repositories.create(owner, { name: 'Again', slug: created.slug }), 'conflict', /taken/);
+  await rejectsWith(t, harness.app.repositories.create({ ...owner, scopes: ['facts:read'] }, { name: 'Scoped' }), 'forbidden', /repositories:create/);
+});
+
+t.test('update: a writer renames; the promptset whitelist needs repositories:manage', async (t) => {
+  const { id } = await harness.app.repositories.create(owner, { name: 'Shared' });
+  owner = await harness.refreshed(owner);
+  t.match(await harness.app.repositories.update(owner, { repository: id, description: 'notes' }), { id, description: 'notes', roles: ['owner'] });
+  const hash = 'a'.repeat(64);
+  t.same((await harness.app.repositories.update(owner, { repository: id, accepted_promptset_hashes: [hash] })).accepted_promptset_hashes, [hash]);
+  // A token scoped to repositories:write (no built-in role holds write without manage).
+  const writer = { ...owner, scopes: ['repositories:write'] };
+  t.match(await harness.app.repositories.update(writer, { repository: id, name: 'Renamed' }), { name: 'Renamed' });
+  await rejectsWith(t, harness.app.repositories.update(writer, { repository: id, accepted_promptset_hashes: [] }), 'forbidden', /repositories:manage/);
+  await rejectsWith(t, harness.app.repositories.remove(writer, { repository: id }), 'forbidden', /repositories:delete/);
+  await rejectsWith(t, harness.app.repositories.update(stranger, { repository: id, name: 'Mine' }), 'forbidden', /repositories:write/);
+});
+
+t.test('remove: the repository and its slug are gone', async (t) => {
+  const { id, slug } = await harness.app.repositories.create(owner, { name: 'Short lived', slug: 'short-lived' });
+  owner = await harness.refreshed(owner);
+  await harness.app.repositories.remove(owner, { repository: slug });
+  await rejectsWith(t, harness.app.repositories.get(owner, { repository: id }), 'not_found');
+  t.equal((await harness.app.repositories.create(owner, { name: 'Reborn', slug: 'short-lived' })).slug, 'short-lived', 'the slug is free again');
+});

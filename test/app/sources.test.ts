@@ -1,0 +1,75 @@
+import t from 'tap';
+import { normalizeReference, uploadContentType } from '../../src/app/sources.js';
+import { UnsupportedContentError } from '../../src/app/errors.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+let repository: string;
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Library' });
+  ({ owner, stranger, repository } = harness);
+});
+t.teardown(() => harness.close());
+
+t.test('references: URLs normalised, DOIs checked', async (t) => {
+  const resolver = 'https://doi.org/';
+  t.same(normalizeReference({ url: 'HTTP://Example.org/a b' }, resolver), { url: 'http://example.org/a%20b', doi: null });
+  t.same(normalizeReference({ doi: 'https://doi.org/10.1000/ABC' }, resolver), { url: null, doi: '10.1000/ABC' });
+  t.throws(() => normalizeReference({ url: 'not a url' }, resolver), { code: 'invalid', message: /valid absolute URL/ });
+  t.throws(() => normalizeReference({ url: 'ftp://example.org/file' }, resolver), { code: 'invalid', message: /http or https/ });
+  t.throws(() => normalizeReference({ doi: 'no doi here' }, resolver), { code: 'invalid' });
+  t.throws(() => normalizeReference({}, resolver), { code: 'invalid', message: /exactly one/ });
+  t.throws(() => normalizeReference({ url: 'http://example.org/', doi: '10.1000/x' }, resolver), { code: 'invalid', message: /exactly one/ });
+});
+
+t.test('adding a URL twice answers the first source', async (t) => {
+  const first = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/page' }, { correlationId: 'add-1' });
+  t.match(first, { created: true, source: { origin: 'url', url: 'http://127.0.0.1:9/page', status: 'pending', created_by: owner.userId } });
+  const again = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/page' });
+  t.same(again, { created: false, source: first.source });
+  const doi = await harness.app.sources.add(owner, { repository, doi: 'doi:10.1000/XYZ' });
+  t.match(doi.source, { origin: 'doi', doi: '10.1000/XYZ', url: null });
+  t.equal((await harness.app.sources.add(owner, { repository, doi: 'https://doi.org/10.1000/XYZ' })).created, false, 'the same DOI, spelt otherwise');
+});
+
+t.test('adding is denied without sources:create, before the input is looked at', async (t) => {
+  await rejectsWith(t, harness.app.sources.add(stranger, { repository, url: 'ftp://nowhere' }), 'forbidden', /sources:create/);
+  let read = false;
+  const content = async () => {
+    read = true;
+    return { filename: 'a.txt', declaredType: 'text/plain', body: Buffer.from('text') };
+  };
+  await rejectsWith(t, harness.app.sources.upload(stranger, { repository, content }), 'forbidden');
+  t.notOk(read, 'a refused upload is never read');
+});
+
+t.test('uploads: the type from the declaration or the extension; empty and unknown refused', async (t) => {
+  t.equal(uploadContentType({ filename: 'notes.md', declaredType: 'application/octet-stream' }), 'text/markdown');
+  t.equal(uploadContentType({ filename: null, declaredType: 'text/html; charset=utf-8' }), 'text/html');
+  const unsupported = (call: () => unknown) => {
+    try {
+      call();
+    } catch (error) {
+      return error instanceof UnsupportedContentError ? error.message : null;
+    }
+    return null;
+  };
+  t.match(unsupported(() => uploadContentType({ filename: 'image.png', declaredType: 'image/png' })), /unsupported upload type 'image\/png'/);
+  t.match(unsupported(() => uploadContentType({ filename: null, declaredType: null })), /'unknown'/);
+  const upload = (filename: string, body: string) =>
+    harness.app.sources.upload(owner, { repository, content: async () => ({ filename, declaredType: null, body: Buffer.from(body) }) });
+  t.match(await upload('paper.txt', 'Plain words.'), { origin: 'upload', filename: 'paper.txt', content_type: 'text/plain', body_bytes: 12 });
+  await rejectsWith(t, upload('empty.txt', ''), 'invalid', /empty/);
+  t.match(await upload('photo.jpg', 'jpeg bytes').catch((error: unknown) => error instanceof UnsupportedContentError && error.message), /'\.jpg'/);
+});
+
+t.test('retrying: nothing failed is a conflict; an unknown source is not found', async (t) => {
+  const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/retry' });
+  await rejectsWith(t, harness.app.sources.retry(owner, { repository, source: source.id }), 'conflict', /nothing to retry/);
+  await rejectsWith(t, harness.app.sources.retry(owner, { repository, source: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found', /source not found/);
+  await rejectsWith(t, harness.app.sources.retry(stranger, { repository, source: source.id }), 'forbidden', /sources:write/);
+});

@@ -1,0 +1,36 @@
+import t from 'tap';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let alice: Principal;
+let bob: Principal;
+let repository: string;
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Shared' });
+  ({ owner: alice, stranger: bob, repository } = harness);
+});
+t.teardown(() => harness.close());
+
+t.test('profiles: one changes one’s own; another’s needs user:write', async (t) => {
+  t.match(await harness.app.users.updateProfile(alice, { user: alice.userId, name: 'Alice' }), { id: alice.userId, name: 'Alice' });
+  await rejectsWith(t, harness.app.users.updateProfile(alice, { user: bob.userId, name: 'Robert' }), 'forbidden', /user:write/);
+  t.match(await harness.app.users.updateProfile(harness.admin, { user: bob.userId, name: 'Robert' }), { name: 'Robert' });
+  await rejectsWith(t, harness.app.users.updateProfile(alice, { user: alice.userId, email: 'not an email' }), 'invalid');
+});
+
+t.test('roles: granted and revoked with role:manage, checked against the catalog', async (t) => {
+  const grant = { user_id: bob.userId, role: 'reader', domain: `repository:${repository}` };
+  await rejectsWith(t, harness.app.users.grantRole(alice, grant), 'forbidden', /role:manage/);
+  t.same(await harness.app.users.grantRole(harness.admin, grant, { correlationId: 'grant-1' }), grant);
+  const reader = await harness.refreshed(bob);
+  t.equal((await harness.app.repositories.get(reader, { repository })).id, repository, 'the grant takes effect');
+  await harness.app.users.revokeRole(harness.admin, grant);
+  await rejectsWith(t, harness.app.repositories.get(await harness.refreshed(bob), { repository }), 'forbidden');
+  await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, domain: 'galaxy' }), 'invalid', /unknown domain/);
+  await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, role: 'sysadmin' }), 'invalid', /does not exist in domain/);
+  await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, user_id: 'nobody' }), 'not_found', /user/);
+  await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, domain: 'repository:gone' }), 'not_found', /repository/);
+  await rejectsWith(t, harness.app.users.revokeRole(harness.admin, { ...grant, user_id: 'nobody' }), 'not_found');
+});

@@ -1,0 +1,62 @@
+import t from 'tap';
+import { buildConfig, ConfigError } from '../../../src/config/index.js';
+import { createChatModel, createEmbedder } from '../../../src/app/wiring/providers.js';
+import { startOpenAIServer } from '../../helpers/openaiServer.js';
+
+t.test('defaults: the local chat model and the local embedder', async (t) => {
+  const config = buildConfig({});
+  const chat = createChatModel(config);
+  t.equal(chat.modelId, 'local/rule-based-v1');
+  t.equal(chat.canSeeImages, false);
+  const embedder = createEmbedder(config);
+  t.equal(embedder?.modelId, 'local/wink-sg-100d-v1');
+  t.equal(embedder?.dimensions, 100);
+  await chat.close?.();
+  await embedder?.close?.();
+});
+
+t.test('embeddings provider none: no embedder', async (t) => {
+  t.equal(createEmbedder(buildConfig({ providers: { embeddings: { provider: 'none' } } })), null);
+});
+
+t.test('a local provider with a model name that is not the local model is refused', async (t) => {
+  t.throws(() => createChatModel(buildConfig({ providers: { llm: { model: 'gpt-4o' } } })), ConfigError);
+  t.throws(() => createChatModel(buildConfig({ providers: { llm: { model: 'gpt-4o' } } })), /providers\.llm\.model: must be local\/rule-based-v1 when providers\.llm\.provider is local/);
+  t.throws(() => createEmbedder(buildConfig({ providers: { embeddings: { model: 'text-embedding-3-small' } } })), /providers\.embeddings\.model: must be local\/wink-sg-100d-v1/);
+  t.throws(() => createEmbedder(buildConfig({ providers: { embeddings: { dimensions: 384 } } })), /providers\.embeddings\.dimensions: must be 100 when providers\.embeddings\.provider is local/);
+});
+
+t.test('openai providers talk to the configured server with the configured key, batch size and retries', async (t) => {
+  const server = await startOpenAIServer({
+    apiKey: 'sk-configured',
+    chat: () => ({ facts: [{ content: 'Coffee grows in Ethiopia.', source_text: 'Coffee grows in Ethiopia.' }] }),
+    embed: (texts) => texts.map((text) => [text.length, 1, 0]),
+  });
+  t.teardown(server.close);
+  const config = buildConfig({
+    providers: {
+      llm: { provider: 'openai', model: 'gpt-test', base_url: server.baseUrl, api_key: 'sk-configured', vision: true },
+      embeddings: { provider: 'openai', model: 'embed-test', base_url: server.baseUrl, api_key: 'sk-configured', dimensions: 3 },
+      ai: { embed_batch_size: 2 },
+      llm_retry: { max_attempts: 2, base_delay: '10ms', max_delay: '20ms', per_call_timeout: '2s' },
+    },
+  });
+  const chat = createChatModel(config);
+  t.equal(chat.modelId, 'gpt-test');
+  t.equal(chat.canSeeImages, true);
+  server.queueFault('chat', { status: 500 });
+  t.same(await chat.extractFacts({ text: 'Coffee grows in Ethiopia.', chunkIndex: 0 }), [
+    { content: 'Coffee grows in Ethiopia.', sourceText: 'Coffee grows in Ethiopia.' },
+  ]);
+  t.equal(server.requests.chat, 2, 'retried once under providers.llm_retry');
+
+  const embedder = createEmbedder(config);
+  t.equal(embedder?.modelId, 'embed-test');
+  t.same(await embedder?.embed(['a', 'bb', 'ccc']), [
+    [1, 1, 0],
+    [2, 1, 0],
+    [3, 1, 0],
+  ]);
+  t.equal(server.requests.embeddings, 2, 'providers.ai.embed_batch_size 2: two requests for three texts');
+  t.ok(server.bodies.every((request) => request.authorization === 'Bearer sk-configured'));
+});

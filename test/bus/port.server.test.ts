@@ -1,0 +1,77 @@
+import t, { type Test } from 'tap';
+import { openScratchPostgres } from '../../src/db/database.js';
+import type { Bus, BusConsumer } from '../../src/bus/port.js';
+import { createKafkaBus, createKafkaRelay } from '../../src/bus/kafka.js';
+import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import type { EventStore } from '../../src/eventstore/port.js';
+import { openStore, thing } from '../eventstore/contract.js';
+import { deleteTestTopics, ensureBroker, perStreamOrderProblems, quickConsumer, testKafkaOptions } from './helpers.js';
+
+/** The Bus contract, run on its adapter (Kafka; the embedded tier has no bus, docs/architecture.md). */
+interface BusFixture {
+  store: EventStore;
+  bus: Bus;
+  close(): Promise<void>;
+}
+
+const waitUntil = async (check: () => boolean, timeoutMs = 60_000) => {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+};
+
+function busContract(t: Test, open: () => Promise<BusFixture>) {
+  t.test('a group sees every event of its types once, in stream order; failures are redelivered; a restart resumes', async (t) => {
+    const fixture = await open();
+    t.teardown(() => fixture.close());
+    for (let i = 0; i < 20; i++) await fixture.store.append(`thing-${i % 4}`, [thing(`n${i}`)], 'any');
+
+    const seen: RecordedEvent[] = [];
+    let failOnce = true;
+    let consumer: BusConsumer = await fixture.bus.consume({
+      group: 'contract',
+      types: ['ThingHappened'],
+      handler: async (batch) => {
+        if (failOnce && batch.length > 0) {
+          failOnce = false;
+          throw new Error('first delivery fails');
+        }
+        seen.push(...batch);
+      },
+    });
+    await waitUntil(() => new Set(seen.map((e) => e.eventId)).size === 20);
+    t.equal(seen.length, 20, 'the failed batch came again, and nothing else twice');
+    t.same(perStreamOrderProblems(seen), [], 'per-stream order kept');
+
+    await consumer.stop();
+    for (let i = 20; i < 30; i++) await fixture.store.append(`thing-${i % 4}`, [thing(`n${i}`)], 'any');
+    consumer = await fixture.bus.consume({ group: 'contract', types: ['ThingHappened'], handler: async (batch) => void seen.push(...batch) });
+    await waitUntil(() => new Set(seen.map((e) => e.eventId)).size === 30);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    t.equal(seen.length, 30, 'a restarted group resumes after what it acknowledged');
+    await consumer.stop();
+  });
+}
+
+t.test('Kafka bus (distributed)', async (t) => {
+  const brokers = await ensureBroker();
+  busContract(t, async () => {
+    const fixture = await openStore(() => openScratchPostgres(), { pollIntervalMs: 10 });
+    const kafka = testKafkaOptions(brokers);
+    const relay = createKafkaRelay({ store: fixture.store, db: fixture.db, registry: fixture.schemas, kafka });
+    await relay.start();
+    const bus = createKafkaBus({ kafka, registry: fixture.schemas, consumer: quickConsumer });
+    return {
+      store: fixture.store,
+      bus,
+      close: async () => {
+        await bus.close();
+        await relay.stop();
+        await fixture.close();
+        await deleteTestTopics(brokers, kafka.topicPrefix);
+      },
+    };
+  });
+});

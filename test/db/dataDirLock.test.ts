@@ -1,0 +1,82 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import path from 'node:path';
+import t, { type Test } from 'tap';
+import { acquireDataDirLock, announceDataDirUrl, DataDirLockedError } from '../../src/db/dataDirLock.js';
+import { openDatabase } from '../../src/db/database.js';
+import { pgliteTemplate, seedPgliteDir } from '../helpers/pglite.js';
+
+function scratchDir(t: Test): string {
+  const root = mkdtempSync(path.join(tmpdir(), 'factlog-lock-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  return path.join(root, 'pglite');
+}
+
+/** The pid of a process that has exited: a lock naming it is stale. */
+function deadPid(): number {
+  const child = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
+  return Number(child.stdout);
+}
+
+t.test('the first opener holds the lock; a second is refused with the owner named; release frees it', async (t) => {
+  const dir = scratchDir(t);
+  const lock = acquireDataDirLock(dir, 'factlog serve');
+  t.equal(lock.lockPath, `${dir}.lock`);
+  const recorded = JSON.parse(readFileSync(lock.lockPath, 'utf8'));
+  t.match(recorded, { pid: process.pid, hostname: hostname(), command: 'factlog serve' });
+
+  t.throws(() => acquireDataDirLock(dir, 'factlog migrate'), DataDirLockedError, 'even from the same process');
+  t.throws(() => acquireDataDirLock(dir), { message: `data directory ${dir} is in use by factlog serve (pid ${process.pid}): stop it first` });
+
+  announceDataDirUrl('http://127.0.0.1:8080');
+  t.equal(JSON.parse(readFileSync(lock.lockPath, 'utf8')).url, 'http://127.0.0.1:8080', 'the serving address is recorded');
+
+  lock.release();
+  t.notOk(existsSync(lock.lockPath), 'released');
+  lock.release();
+  acquireDataDirLock(dir).release();
+});
+
+t.test('a lock left by a process that is gone is taken over', async (t) => {
+  const dir = scratchDir(t);
+  const pid = deadPid();
+  writeFileSync(`${dir}.lock`, JSON.stringify({ pid, hostname: hostname(), command: 'factlog serve', startedAt: '2026-01-01T00:00:00.000Z' }));
+  const lock = acquireDataDirLock(dir);
+  t.equal(JSON.parse(readFileSync(lock.lockPath, 'utf8')).pid, process.pid);
+  t.notOk(existsSync(`${lock.lockPath}.takeover`), 'no takeover marker is left behind');
+  lock.release();
+});
+
+t.test('a lock this process did not take, with its pid, is stale (the pid was reused)', async (t) => {
+  const dir = scratchDir(t);
+  writeFileSync(`${dir}.lock`, JSON.stringify({ pid: process.pid, hostname: hostname(), command: 'factlog serve', startedAt: '2026-01-01T00:00:00.000Z' }));
+  const lock = acquireDataDirLock(dir);
+  t.equal(JSON.parse(readFileSync(lock.lockPath, 'utf8')).startedAt === '2026-01-01T00:00:00.000Z', false);
+  lock.release();
+});
+
+t.test('an unreadable lock is replaced; a lock from another host is respected', async (t) => {
+  const dir = scratchDir(t);
+  writeFileSync(`${dir}.lock`, 'not json');
+  acquireDataDirLock(dir).release();
+
+  writeFileSync(`${dir}.lock`, JSON.stringify({ pid: deadPid(), hostname: 'elsewhere.example', command: 'factlog serve', startedAt: '' }));
+  t.throws(() => acquireDataDirLock(dir), { name: 'DataDirLockedError', message: /on elsewhere\.example.*if that host is gone, delete .*pglite\.lock/ });
+});
+
+t.test('openDatabase holds the lock of a PGlite directory while open; in-memory databases take none', async (t) => {
+  const dir = scratchDir(t);
+  await seedPgliteDir(dir); // an initialised directory: the lock is the subject, not initdb (seconds of CPU)
+  const db = await openDatabase({ kind: 'pglite', dataDir: dir });
+  t.ok(existsSync(`${dir}.lock`));
+  await t.rejects(openDatabase({ kind: 'pglite', dataDir: dir }), DataDirLockedError);
+  await db.close();
+  t.notOk(existsSync(`${dir}.lock`), 'closing releases it');
+  const again = await openDatabase({ kind: 'pglite', dataDir: dir });
+  await again.close();
+
+  const first = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+  const second = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+  await Promise.all([first.close(), second.close()]);
+});

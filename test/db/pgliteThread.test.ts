@@ -1,0 +1,96 @@
+import t from 'tap';
+import { PgliteThread } from '../../src/db/pgliteThread.js';
+import { openTestPglite, pgliteTemplate } from '../helpers/pglite.js';
+
+// One PGlite in a worker for the file: opening one takes seconds.
+const thread = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+t.teardown(() => thread.close());
+
+t.test('values come back as in-thread PGlite decodes them: numbers, dates, bytea, jsonb, arrays, null', async (t) => {
+  const { rows, fields } = await thread.query<Record<string, unknown>>(
+    `SELECT 1::int AS i, 5::int8 AS big, '2026-01-02T03:04:05Z'::timestamptz AS at, '\\x0102'::bytea AS bytes,
+            '{"a":[1,"x"]}'::jsonb AS doc, ARRAY['p','q'] AS list, NULL::text AS nothing, $1::text AS param`,
+    ['given'],
+  );
+  t.same(rows[0], { i: 1, big: 5, at: new Date('2026-01-02T03:04:05Z'), bytes: new Uint8Array([1, 2]), doc: { a: [1, 'x'] }, list: ['p', 'q'], nothing: null, param: 'given' });
+  t.ok(rows[0]?.at instanceof Date);
+  t.same(fields.map((field) => field.name), ['i', 'big', 'at', 'bytes', 'doc', 'list', 'nothing', 'param']);
+});
+
+t.test('a failed statement rejects with PostgreSQL’s fields, and the connection stays usable', async (t) => {
+  await thread.exec('CREATE TABLE unique_things (id int PRIMARY KEY)');
+  await thread.query('INSERT INTO unique_things VALUES (1)');
+  const error = (await thread.query('INSERT INTO unique_things VALUES (1)').catch((caught: unknown) => caught)) as Error & Record<string, unknown>;
+  t.ok(error instanceof Error);
+  t.equal(error.code, '23505');
+  t.equal(error.constraint, 'unique_things_pkey');
+  t.match(error.message, /duplicate key/);
+  await t.rejects(thread.query('SELECT * FROM no_such_table'), { code: '42P01' });
+  t.same((await thread.query('SELECT count(*)::int AS n FROM unique_things')).rows, [{ n: 1 }]);
+});
+
+t.test('statements answer in the order they were sent; a transaction spans messages', async (t) => {
+  await thread.exec('CREATE TABLE ordered (n int)');
+  await Promise.all(Array.from({ length: 20 }, (_, n) => thread.query('INSERT INTO ordered VALUES ($1)', [n])));
+  t.same((await thread.query<{ n: number }>('SELECT n FROM ordered')).rows.map((row) => row.n), Array.from({ length: 20 }, (_, n) => n));
+  await thread.query('BEGIN');
+  await thread.query('INSERT INTO ordered VALUES (100)');
+  await thread.query('ROLLBACK');
+  t.same((await thread.query('SELECT count(*)::int AS n FROM ordered WHERE n = 100')).rows, [{ n: 0 }]);
+});
+
+t.test('the calling thread’s event loop turns while a statement runs', async (t) => {
+  let turns = 0;
+  const ticker = setInterval(() => turns++, 1);
+  try {
+    // Long enough to span many turns of the loop; in-thread PGlite would allow none.
+    await thread.query('SELECT count(*) FROM generate_series(1, 3000000) AS g CROSS JOIN LATERAL (SELECT g * 2) AS d');
+  } finally {
+    clearInterval(ticker);
+  }
+  t.ok(turns > 0, `timers ran during the statement (${turns})`);
+});
+
+t.test('through knex (openDatabase): transactions, rollback and errors as before', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  await db.knex.schema.createTable('notes', (table) => {
+    table.integer('id').primary();
+    table.jsonb('body');
+  });
+  await db.knex.transaction(async (trx) => {
+    await trx('notes').insert({ id: 1, body: JSON.stringify({ kept: true }) });
+  });
+  await t.rejects(
+    db.knex.transaction(async (trx) => {
+      await trx('notes').insert({ id: 2, body: null });
+      throw new Error('abandon');
+    }),
+    /abandon/,
+  );
+  t.same(await db.knex('notes').select('id', 'body'), [{ id: 1, body: { kept: true } }]);
+  await t.rejects(db.knex('notes').insert({ id: 1 }), { code: '23505' });
+});
+
+t.test('a closed proxy refuses statements; closing again is harmless', async (t) => {
+  const other = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+  t.equal(other.closed, false);
+  await other.close();
+  t.equal(other.closed, true);
+  await other.close();
+  await t.rejects(other.query('SELECT 1'), /closed/);
+  await t.rejects(other.exec('SELECT 1'), /closed/);
+});
+
+t.test('a data directory PGlite cannot load rejects the opening (and the file ends: no worker is left running)', async (t) => {
+  await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Blob([new Uint8Array([1, 2, 3])]) }));
+});
+
+t.test('PGlite starts with the embedded memory settings; the settings option overrides them', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '32MB' }]);
+  const tuned = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
+  t.teardown(() => tuned.close());
+  t.same((await tuned.query('SHOW work_mem')).rows, [{ work_mem: '2MB' }]);
+});

@@ -1,0 +1,124 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { buildConfig } from '../../src/config/load.js';
+import { parseDuration } from '../../src/config/duration.js';
+import { QUEUED_JOB_KINDS, type Config } from '../../src/config/types.js';
+import { createLocalEmbedder } from '../../src/providers/embeddings/local.js';
+import { createLocalChatModel } from '../../src/providers/llm/local.js';
+import { createPipelineStages, stageRegistry } from '../../src/pipeline/registry.js';
+import type { StageDefinition, StageDeps } from '../../src/pipeline/types.js';
+import { createFileAssetStore } from '../../src/storage/assets.js';
+import { openStageFixture } from './stageFixture.js';
+
+const NOT_YET_BUILT = ['summarize_concepts', 'synthesize_concept', 'annotate_report', 'contribute_source', 'pull_all_from_registry'];
+
+// One in-memory PGlite for the file: creating stages reads and writes nothing.
+const fixture = openStageFixture(t);
+const assetsDir = mkdtemp(path.join(tmpdir(), 'factlog-registry-'));
+t.teardown(async () => rm(await assetsDir, { recursive: true, force: true }));
+
+/** The deps the composition root passes, over a real in-memory PGlite. */
+async function depsFor(config: Config): Promise<StageDeps> {
+  const { store, db, search } = await fixture;
+  return {
+    config,
+    store,
+    knex: db.knex,
+    assets: createFileAssetStore(await assetsDir),
+    search,
+    // The in-thread built-in models: creating stages calls no model, so no worker threads are needed.
+    chat: createLocalChatModel(),
+    embedder: config.providers.embeddings.provider === 'none' ? null : createLocalEmbedder(),
+  };
+}
+
+/** The registry with every create() call counted by kind. */
+function counting(registry: readonly StageDefinition[]): { registry: StageDefinition[]; created: Map<string, number> } {
+  const created = new Map<string, number>();
+  return {
+    created,
+    registry: registry.map((definition) => ({
+      ...definition,
+      create(deps: StageDeps) {
+        created.set(definition.kind, (created.get(definition.kind) ?? 0) + 1);
+        return definition.create(deps);
+      },
+    })),
+  };
+}
+
+t.test('defaults: every enabled stage is created once, refinement is not, periodic jobs follow the config', async (t) => {
+  const config = buildConfig({});
+  const { registry, created } = counting(stageRegistry);
+  const { stages, periodic, kindsWithoutStage } = createPipelineStages(config, await depsFor(config), registry);
+  const expected = [
+    'retrieve_source',
+    'source_decomposition',
+    'embed_facts',
+    'deduplicate_facts',
+    'cleanup_facts',
+    'extract_concepts',
+    'embed_concepts',
+    'migrate_context',
+    'refresh_concept_relations',
+  ];
+  t.same(stages.map((stage) => stage.kind), expected, 'in registry order');
+  t.same(Object.fromEntries(created), Object.fromEntries(expected.map((kind) => [kind, 1])), 'each created once; refine_concepts never');
+  t.same(
+    periodic,
+    [
+      { kind: 'deduplicate_facts', intervalMs: parseDuration(config.providers.dedup.catchup_interval) },
+      { kind: 'refresh_concept_relations', intervalMs: parseDuration(config.task.refresh_concept_relations_interval) },
+    ],
+  );
+  t.same(kindsWithoutStage, NOT_YET_BUILT, 'spec kinds without a stage are reported');
+  t.same(stages.find((stage) => stage.kind === 'deduplicate_facts')?.triggers, ['FactsEmbedded'], 'dedup follows the embedder');
+});
+
+t.test('without embeddings and with refinement: the embedding stages are not created, refinement is', async (t) => {
+  const config = buildConfig({ providers: { embeddings: { provider: 'none' }, refinement: { enabled: true } } });
+  const { registry, created } = counting(stageRegistry);
+  const { stages, periodic } = createPipelineStages(config, await depsFor(config), registry);
+  const kinds = stages.map((stage) => stage.kind);
+  t.notOk(kinds.includes('embed_facts') || kinds.includes('embed_concepts'), 'no stage that needs vectors');
+  t.notOk(created.has('embed_facts') || created.has('embed_concepts'), 'their create() was never called');
+  t.equal(created.get('refine_concepts'), 1);
+  t.same(stages.find((stage) => stage.kind === 'deduplicate_facts')?.triggers, ['FactsExtracted'], 'dedup follows decomposition directly');
+  t.same(
+    periodic.map((job) => job.kind),
+    ['refine_concepts', 'refresh_concept_relations'],
+    'no catch-up deduplication without vectors',
+  );
+});
+
+t.test('a stage that needs an embedder refuses to be created without one', async (t) => {
+  const config = buildConfig({ providers: { embeddings: { provider: 'none' } } });
+  const deps = await depsFor(config);
+  const embedFacts = stageRegistry.find((definition) => definition.kind === 'embed_facts');
+  t.ok(embedFacts);
+  t.throws(() => embedFacts?.create(deps), /embed_facts needs an embedder/);
+});
+
+t.test('bad registries are refused before any stage is created', async (t) => {
+  const config = buildConfig({});
+  const deps = await depsFor(config);
+  const [first] = stageRegistry;
+  const { registry, created } = counting([first, first]);
+  t.throws(() => createPipelineStages(config, deps, registry), /retrieve_source is registered twice/);
+  t.equal(created.size, 0, 'nothing created');
+
+  // A kind outside the spec's list has no worker count in task.queues; plain JavaScript (or a cast) can still name one.
+  const unknown = { ...first, kind: 'summarise_everything' } as unknown as StageDefinition;
+  t.throws(() => createPipelineStages(config, deps, [unknown]), /summarise_everything is not a job kind of the spec/);
+
+  const mislabelled: StageDefinition = { ...first, kind: 'cleanup_facts' };
+  t.throws(() => createPipelineStages(config, deps, [mislabelled]), /definition of cleanup_facts created a stage of kind retrieve_source/);
+});
+
+t.test('the registry covers the spec list: each kind at most once, the rest reported as not built', async (t) => {
+  const kinds = stageRegistry.map((definition) => definition.kind);
+  t.equal(new Set(kinds).size, kinds.length, 'no kind twice');
+  t.same([...kinds, ...NOT_YET_BUILT].sort(), [...QUEUED_JOB_KINDS].sort(), 'registered and not-yet-built kinds make up the spec list');
+});

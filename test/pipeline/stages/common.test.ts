@@ -1,0 +1,97 @@
+import t from 'tap';
+import { sourceDecider } from '../../../src/domain/source/decider.js';
+import { handleCommand } from '../../../src/eventstore/commandHandler.js';
+import { streamName } from '../../../src/eventstore/envelope.js';
+import { commandFrom, loadStream, sharedCommandFrom, sharedCommandsFrom } from '../../../src/pipeline/stages/common.js';
+import { factDecider } from '../../../src/domain/fact/decider.js';
+import { withOverrides } from '../../eventstore/contract.js';
+import { openStageFixture, testMetadata } from '../stageFixture.js';
+
+/** Deciding on a stream read once: the same outcome as handleCommand, one read less when nothing moved. */
+t.test('commandFrom and sharedCommandFrom', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const metadata = testMetadata(repositoryId);
+  const register = { type: 'RegisterSource', origin: 'url', url: 'https://example.org/a', doi: null } as const;
+
+  t.test('appends on the loaded version and returns the stream after it', async (t) => {
+    const stream = streamName('source', crypto.randomUUID());
+    const loaded = await loadStream(fixture.store, stream, sourceDecider);
+    t.equal(loaded.version, null, 'no stream yet');
+    let reads = 0;
+    const counting = withOverrides(fixture.store, {
+      readStream: (...args: Parameters<typeof fixture.store.readStream>) => {
+        reads++;
+        return fixture.store.readStream(...args);
+      },
+    });
+    const { result, after } = await commandFrom(counting, stream, sourceDecider, loaded, register, metadata);
+    t.equal(reads, 0, 'nothing read again');
+    t.same(result.events.map((event) => event.type), ['SourceRegistered']);
+    t.equal(after.version, 0);
+    t.equal(after.state.status, 'pending');
+    const next = await commandFrom(counting, stream, sourceDecider, after, { type: 'StartFetch' }, metadata, { retries: 0 });
+    t.equal(next.after.state.status, 'fetching');
+    t.same((await fixture.store.readStream(stream)).map((event) => event.type), ['SourceRegistered', 'SourceFetchStarted'], 'as stored');
+    const nothing = await commandFrom(counting, stream, sourceDecider, next.after, { type: 'StartFetch' }, metadata);
+    t.same(nothing.result.events, [], 'a command that decides nothing appends nothing');
+    t.equal(reads, 0);
+  });
+
+  t.test('a stream that moved since it was read is read and decided again', async (t) => {
+    const stream = streamName('source', crypto.randomUUID());
+    await handleCommand(fixture.store, stream, sourceDecider, register, metadata);
+    const stale = await loadStream(fixture.store, stream, sourceDecider);
+    // A twin started the fetch meanwhile: StartFetch on the fresh state decides nothing more.
+    await handleCommand(fixture.store, stream, sourceDecider, { type: 'StartFetch' }, metadata);
+    const { result, after } = await commandFrom(fixture.store, stream, sourceDecider, stale, { type: 'StartFetch' }, metadata, { retries: 0 });
+    t.same(result.events, [], 'decided on the stream as it is now');
+    t.equal(after.version, 1, 'the returned stream is the current one');
+    t.equal((await fixture.store.readStream(stream)).length, 2, 'no second SourceFetchStarted');
+    const shared = await sharedCommandFrom(fixture.store, stream, sourceDecider, stale, { type: 'StartFetch' }, metadata);
+    t.same(shared.events, [], 'sharedCommandFrom re-decides too');
+  });
+
+  t.test('sharedCommandsFrom: one multi-stream append; a moved stream is re-decided alone', async (t) => {
+    const [fresh, moved, settled] = [0, 1, 2].map(() => streamName('fact', crypto.randomUUID()));
+    const sourceId = crypto.randomUUID();
+    const loaded = await Promise.all([fresh, moved, settled].map((stream) => loadStream(fixture.store, stream, factDecider)));
+    await handleCommand(fixture.store, settled, factDecider, { type: 'StabilizeFact', sourceId }, metadata);
+    const settledNow = await loadStream(fixture.store, settled, factDecider);
+    // A twin merged `moved` after it was read: the stale stabilization must not be appended.
+    await handleCommand(fixture.store, moved, factDecider, { type: 'MergeFact', survivorId: 'x', similarity: 0.99, sourceId, catchup: false }, metadata);
+    let multiAppends = 0;
+    let appends = 0;
+    const counting = withOverrides(fixture.store, {
+      appendToStreams: (...args: Parameters<typeof fixture.store.appendToStreams>) => {
+        multiAppends++;
+        return fixture.store.appendToStreams(...args);
+      },
+      append: (...args: Parameters<typeof fixture.store.append>) => {
+        appends++;
+        return fixture.store.append(...args);
+      },
+    });
+    const stabilize = { type: 'StabilizeFact', sourceId } as const;
+    const results = await sharedCommandsFrom(
+      counting,
+      factDecider,
+      [
+        { streamId: fresh, loaded: loaded[0], command: stabilize },
+        { streamId: moved, loaded: loaded[1], command: stabilize },
+        { streamId: settled, loaded: settledNow, command: stabilize },
+      ],
+      metadata,
+    );
+    t.equal(multiAppends, 1, 'one multi-stream append for everything decided');
+    t.same(results.map((result) => result.state.status), ['stable', 'merged', 'stable'], 'each outcome as the stream has it');
+    t.same(results.map((result) => result.events.map((event) => event.type)), [['FactStabilized'], [], []], 'the moved stream was re-decided: nothing more');
+    t.ok(results[0].write && results[0].position !== null, 'where the append landed');
+    t.equal(results[2].write, null, 'a command that decides nothing writes nothing');
+    t.equal(appends, 0, 're-deciding a moved stream appended nothing here');
+    t.same((await fixture.store.readStream(moved)).map((event) => event.type), ['FactMergedInto'], 'the twin\'s decision stands');
+    t.same((await fixture.store.readStream(fresh)).map((event) => event.type), ['FactStabilized']);
+    t.same(await sharedCommandsFrom(counting, factDecider, [], metadata), [], 'nothing to decide');
+    t.equal(multiAppends, 1);
+  });
+});

@@ -1,0 +1,118 @@
+import t from 'tap';
+import { ModelCallError } from '../../../src/providers/llm/port.js';
+import {
+  OutputValidationError,
+  ProviderHttpError,
+  parseRetryAfter,
+  validateLlmRetryConstraint,
+  withLlmRetry,
+  worstCaseRetryMs,
+} from '../../../src/providers/llm/retry.js';
+
+const SETTINGS = { maxAttempts: 4, baseDelayMs: 2_000, maxDelayMs: 30_000, perCallTimeoutMs: 300_000 };
+const FAST = { maxAttempts: 3, baseDelayMs: 1, maxDelayMs: 10, perCallTimeoutMs: 200 };
+
+t.test('worst case and the spec constraint', async (t) => {
+  t.equal(worstCaseRetryMs(SETTINGS), 4 * 300_000 + 2_000 + 4_000 + 8_000, '4 x 5m + 2s + 4s + 8s');
+  t.equal(worstCaseRetryMs({ ...SETTINGS, maxAttempts: 6 }), 6 * 300_000 + 2_000 + 4_000 + 8_000 + 16_000 + 30_000, 'backoff capped at max_delay');
+  t.same(validateLlmRetryConstraint(SETTINGS, 4 * 3_600_000), [], 'defaults fit the 4h job timeout');
+  t.same(validateLlmRetryConstraint(SETTINGS, 0), [], '0 = unlimited, nothing to check');
+  const tight = validateLlmRetryConstraint(SETTINGS, 20 * 60_000);
+  t.equal(tight.length, 1);
+  t.equal(tight[0]?.[0], 'task.job_timeout');
+  t.match(tight[0]?.[1], /max_attempts x per_call_timeout plus backoffs \(1200000ms; retries can take 1214000ms\)/);
+  const perCall = validateLlmRetryConstraint(SETTINGS, 60_000);
+  t.same(
+    perCall.map(([key]) => key),
+    ['providers.llm_retry.per_call_timeout', 'task.job_timeout'],
+    'a per-call timeout above the worker timeout is named too',
+  );
+  t.same(validateLlmRetryConstraint({ ...SETTINGS, perCallTimeoutMs: 0 }, 0), [['providers.llm_retry.per_call_timeout', 'must be longer than 0s']]);
+});
+
+t.test('parseRetryAfter', async (t) => {
+  t.equal(parseRetryAfter('3'), 3000);
+  t.equal(parseRetryAfter(' 0 '), 0);
+  t.equal(parseRetryAfter(null), undefined);
+  t.equal(parseRetryAfter('soon'), undefined);
+  const now = Date.parse('2026-01-01T00:00:00Z');
+  t.equal(parseRetryAfter('Thu, 01 Jan 2026 00:00:10 GMT', now), 10_000);
+  t.equal(parseRetryAfter('Wed, 31 Dec 2025 23:59:00 GMT', now), 0, 'a past date is no wait');
+});
+
+t.test('classification', async (t) => {
+  let calls = 0;
+  const failing = (error: unknown) => async () => {
+    calls++;
+    throw error;
+  };
+  for (const status of [400, 401, 403, 404, 422]) {
+    calls = 0;
+    const error = await withLlmRetry(FAST, failing(new ProviderHttpError('nope', status))).catch((e: unknown) => e);
+    t.ok(error instanceof ModelCallError && error.permanent && error.status === status, `${status} permanent`);
+    t.equal(calls, 1, `${status} not retried`);
+  }
+  for (const thrown of [new ProviderHttpError('busy', 503), new ProviderHttpError('slow down', 429), new TypeError('fetch failed')]) {
+    calls = 0;
+    const error = await withLlmRetry(FAST, failing(thrown)).catch((e: unknown) => e);
+    t.ok(error instanceof ModelCallError && !error.permanent, `${thrown.message}: transient`);
+    t.equal(calls, 3, `${thrown.message}: every attempt used`);
+  }
+  calls = 0;
+  const invalid = await withLlmRetry(FAST, failing(new OutputValidationError('bad json'))).catch((e: unknown) => e);
+  t.ok(invalid instanceof ModelCallError && invalid.permanent, 'invalid output: permanent after the attempts');
+  t.equal(calls, 3);
+
+  // A call that ignores its signal still times out.
+  calls = 0;
+  const hung = await withLlmRetry({ ...FAST, maxAttempts: 2, perCallTimeoutMs: 30 }, () => {
+    calls++;
+    return new Promise<never>(() => undefined);
+  }).catch((e: unknown) => e);
+  t.ok(hung instanceof ModelCallError && !hung.permanent, 'timeouts are transient');
+  t.match((hung as Error).message, /no answer within 30ms/);
+  t.equal(calls, 2);
+});
+
+t.test('the attempt signal aborts at the per-call timeout', async (t) => {
+  let seen: AbortSignal | undefined;
+  await withLlmRetry({ ...FAST, maxAttempts: 1, perCallTimeoutMs: 20 }, (signal) => {
+    seen = signal;
+    return new Promise<never>(() => undefined);
+  }).catch(() => undefined);
+  t.equal(seen?.aborted, true);
+});
+
+t.test('backoff doubles with jitter in the upper half, capped at max_delay', async (t) => {
+  const delays: number[] = [];
+  await withLlmRetry(
+    { maxAttempts: 5, baseDelayMs: 4, maxDelayMs: 16, perCallTimeoutMs: 100 },
+    async () => {
+      throw new ProviderHttpError('busy', 500);
+    },
+    undefined,
+    { random: () => 1, onRetry: ({ delayMs }) => delays.push(delayMs) },
+  ).catch(() => undefined);
+  t.same(delays, [4, 8, 16, 16]);
+  const low: number[] = [];
+  await withLlmRetry(
+    { maxAttempts: 3, baseDelayMs: 4, maxDelayMs: 16, perCallTimeoutMs: 100 },
+    async () => {
+      throw new ProviderHttpError('busy', 500);
+    },
+    undefined,
+    { random: () => 0, onRetry: ({ delayMs }) => low.push(delayMs) },
+  ).catch(() => undefined);
+  t.same(low, [2, 4]);
+});
+
+t.test('success passes through, an attempt after failures wins', async (t) => {
+  let calls = 0;
+  const value = await withLlmRetry(FAST, async () => {
+    calls++;
+    if (calls < 3) throw new ProviderHttpError('busy', 500);
+    return 'done';
+  });
+  t.equal(value, 'done');
+  t.equal(calls, 3);
+});

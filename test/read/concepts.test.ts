@@ -1,0 +1,91 @@
+import t from 'tap';
+import { relationBand } from '../../src/read/concepts.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { appendEvents, createConcept, extractFacts, linkFacts, refreshRelations, stabilize } from '../api/seedGraph.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let reader: Principal;
+let repository: string;
+const ids: Record<string, string> = {};
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Physics' });
+  ({ owner, stranger: reader, repository: repository } = harness);
+  const { source } = await harness.app.sources.add(owner, { repository, doi: '10.1000/physics' });
+  const seeded = await extractFacts(harness.service, repository, source.id, ['Curie studied radium.', 'Radium glows.', 'Curie won a prize.']);
+  await stabilize(harness.service, repository, source.id, seeded);
+  ids.curie = await createConcept(harness.service, repository, 'Marie Curie', 'person', ['Curie']);
+  ids.radium = await createConcept(harness.service, repository, 'Radium', 'chemical');
+  ids.prize = await createConcept(harness.service, repository, 'Nobel Prize', 'topic');
+  // Two merges in a row: M. Curie → Maria Skłodowska → Marie Curie.
+  ids.oldest = await createConcept(harness.service, repository, 'M. Curie', 'person');
+  ids.older = await createConcept(harness.service, repository, 'Maria Sklodowska', 'person');
+  await appendEvents(harness.service, repository, `concept-${ids.oldest}`, [{ type: 'ConceptMergedInto', data: { survivor_id: ids.older, reason: 'same' } }]);
+  await appendEvents(harness.service, repository, `concept-${ids.older}`, [{ type: 'ConceptMergedInto', data: { survivor_id: ids.curie, reason: 'same' } }]);
+  await linkFacts(harness.service, repository, source.id, {
+    [seeded[0].id]: [ids.curie, ids.radium],
+    [seeded[1].id]: [ids.radium],
+    [seeded[2].id]: [ids.curie, ids.prize],
+  });
+  await refreshRelations(harness.service, repository, [
+    [ids.curie, ids.radium, 5],
+    [ids.curie, ids.prize, 1],
+  ]);
+});
+t.teardown(() => harness.close());
+
+t.test('one concept by id, name or alias; a merged one answers with the end of its chain', async (t) => {
+  const byId = await harness.app.concepts.get(owner, { repository, concept: ids.curie });
+  t.match(byId, { id: ids.curie, canonical_name: 'Marie Curie', aliases: ['Curie'], redirected_from: null, fact_count: 2 });
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: 'marie curie' })).id, ids.curie, 'by name, any case');
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: 'Curie', context: 'person' })).id, ids.curie, 'by alias in a context');
+  const redirected = await harness.app.concepts.get(owner, { repository, concept: ids.oldest });
+  t.match(redirected, { id: ids.curie, redirected_from: { id: ids.oldest, canonical_name: 'M. Curie', context: 'person' } });
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: 'Maria Sklodowska' })).id, ids.curie, 'a merged name answers with its survivor');
+});
+
+t.test('relations in bands, strongest first; small ones only when asked', async (t) => {
+  const shown = await harness.app.concepts.relations(owner, { repository, concept: ids.curie });
+  t.same(shown.items.map((item) => [item.concept?.canonical_name, item.shared_fact_count]), [['Radium', 5]]);
+  const all = await harness.app.concepts.relations(owner, { repository, concept: ids.curie, show_insignificant: true });
+  const { min_shared_fact_count: minShared, stable_shared_fact_count: stableShared } = harness.service.config.concepts;
+  t.same(all.items.map((item) => item.band), [relationBand(5, { minShared, stableShared }), 'insignificant']);
+  t.equal(relationBand(5, { minShared: 3, stableShared: 6 }), 'weak', 'between the thresholds');
+  t.equal(all.total, 2);
+  const pair = await harness.app.concepts.relation(owner, { repository, concept: 'Radium', other: ids.curie });
+  t.match(pair, { shared_fact_count: 5, total: 1, concept: { id: ids.radium }, other: { id: ids.curie } });
+  t.same(pair.facts.map((fact) => String(fact.content)), ['Curie studied radium.']);
+});
+
+t.test("a concept's facts and sources", async (t) => {
+  const facts = await harness.app.concepts.facts(owner, { repository, concept: ids.curie, limit: 1 });
+  t.equal(facts.total, 2);
+  t.equal(facts.items.length, 1, 'paged');
+  const sources = await harness.app.concepts.sources(owner, { repository, concept: ids.radium });
+  t.match(sources, { total: 1, items: [{ doi: '10.1000/physics', fact_count: 2 }] });
+});
+
+t.test('search: lexical without a query; small concepts only when asked', async (t) => {
+  const small = await harness.app.concepts.search(owner, { repository, show_small: true });
+  t.equal(small.total, 3, 'the merged concepts are not listed');
+  const big = await harness.app.concepts.search(owner, { repository, context: 'PERSON', show_small: true });
+  t.same(big.items.map((item) => item.id), [ids.curie], 'one context');
+});
+
+t.test('bad input and denied access', async (t) => {
+  await rejectsWith(t, harness.app.concepts.relation(owner, { repository, concept: ids.curie, other: 'Marie Curie' }), 'invalid', /no relation to itself/);
+  await rejectsWith(t, harness.app.concepts.get(owner, { repository, concept: '' }), 'invalid');
+  await rejectsWith(t, harness.app.concepts.get(owner, { repository, concept: 'Curie', context: 'chemical' }), 'not_found', /concept not found/);
+  await rejectsWith(t, harness.app.concepts.facts(owner, { repository, concept: ids.curie, limit: 501 }), 'invalid', /limit/);
+  await rejectsWith(t, harness.app.concepts.get(reader, { repository, concept: ids.curie }), 'forbidden', /concepts:read/);
+  await rejectsWith(t, harness.app.concepts.migrateContext(reader, { repository, from_context: 'person', to_context: 'topic' }), 'forbidden');
+});
+
+t.test('a migration request names its task', async (t) => {
+  const requested = await harness.app.concepts.migrateContext(owner, { repository, from_context: 'topic', to_context: 'event' }, { correlationId: 'migrate-1' });
+  t.match(requested, { task_id: /^[0-9a-f-]{36}$/, from_context: 'topic', to_context: 'event' });
+  const [event] = (await harness.app.events.list(owner, { repository, types: ['ContextMigrationRequested'] })).events;
+  t.match(event, { actor: owner.userId, correlation_id: 'migrate-1' }, 'the principal acts; the trace correlates');
+});

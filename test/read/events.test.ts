@@ -1,0 +1,32 @@
+import t from 'tap';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+let repository: string;
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'History' }, { correlationId: 'create-1' });
+  ({ owner, stranger, repository } = harness);
+  await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/history' });
+});
+t.teardown(() => harness.close());
+
+t.test("a repository's events in log order, read on from next_from", async (t) => {
+  const first = await harness.app.events.list(owner, { repository, limit: 1 });
+  t.match(first.events, [{ type: 'RepositoryCreated', repository_id: repository, actor: owner.userId, correlation_id: 'create-1' }]);
+  const rest = await harness.app.events.list(owner, { repository, from: first.next_from });
+  t.ok(rest.events.some((event) => event.type === 'SourceRegistered'));
+  t.ok(rest.events.every((event) => event.global_position > first.next_from));
+  const none = await harness.app.events.list(owner, { repository, from: rest.next_from });
+  t.same(none, { events: [], next_from: rest.next_from }, 'at the end, next_from stays');
+  t.same((await harness.app.events.list(owner, { repository, types: ['SourceRegistered'] })).events.map((event) => event.type), ['SourceRegistered']);
+});
+
+t.test('bad input and denied access', async (t) => {
+  await rejectsWith(t, harness.app.events.list(owner, { repository, limit: 1001 }), 'invalid', /limit/);
+  await rejectsWith(t, harness.app.events.list(owner, { repository, from: -1 }), 'invalid', /from/);
+  await rejectsWith(t, harness.app.events.list(stranger, { repository }), 'forbidden', /events:read/);
+});

@@ -1,0 +1,86 @@
+import t from 'tap';
+import { MAX_CONCEPT_FILTER } from '../../src/read/facts.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { appendEvents, createConcept, extractFacts, linkFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+let repository: string;
+let facts: Record<string, SeededFact>;
+const concepts: Record<string, string> = {};
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Kitchen' });
+  ({ owner, stranger, repository } = harness);
+  const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/kitchen' });
+  const sourceId = source.id;
+  const seeded = await extractFacts(harness.service, repository, sourceId, ['Bread needs yeast.', 'Ovens bake bread.', 'Knives cut bread.', 'Bread requires yeast.']);
+  facts = { yeast: seeded[0], oven: seeded[1], knife: seeded[2], twin: seeded[3] };
+  await stabilize(harness.service, repository, sourceId, [facts.yeast, facts.oven, facts.knife]);
+  // `twin` was merged into `yeast`, which was later merged into `oven`: a chain of two.
+  await appendEvents(harness.service, repository, `fact-${facts.twin.id}`, [
+    { type: 'FactMergedInto', data: { survivor_id: facts.yeast.id, similarity: 0.97, source_id: sourceId, catchup: false } },
+  ]);
+  concepts.bread = await createConcept(harness.service, repository, 'Bread', 'product');
+  concepts.breadTopic = await createConcept(harness.service, repository, 'Bread', 'topic');
+  concepts.oven = await createConcept(harness.service, repository, 'Oven', 'technology', ['Stove']);
+  await linkFacts(harness.service, repository, sourceId, {
+    [facts.yeast.id]: [concepts.bread],
+    [facts.oven.id]: [concepts.bread, concepts.oven],
+    [facts.knife.id]: [concepts.breadTopic],
+  });
+});
+t.teardown(() => harness.close());
+
+const contents = <Item extends { content: unknown }>(result: { items: Item[] }) => result.items.map((item) => String(item.content)).sort();
+
+t.test('search: lexical without a query, narrowed by concepts by id, name or alias', async (t) => {
+  const all = await harness.app.facts.search(owner, { repository });
+  t.equal(all.total, 3, 'the merged fact is not listed');
+  t.match(all, { mode: 'lexical', query: '' });
+  t.same(contents(await harness.app.facts.search(owner, { repository, concept: concepts.oven })), ['Ovens bake bread.']);
+  t.same(contents(await harness.app.facts.search(owner, { repository, concept: 'stove' })), ['Ovens bake bread.'], 'by alias');
+});
+
+t.test('search: an ambiguous name lists its contexts; a context picks one', async (t) => {
+  await t.rejects(harness.app.facts.search(owner, { repository, concept: 'bread' }), { name: 'DomainError', code: 'conflict', contexts: ['product', 'topic'] });
+  t.same(contents(await harness.app.facts.search(owner, { repository, concept: 'bread', context: 'Product' })), ['Bread needs yeast.', 'Ovens bake bread.']);
+  t.same(contents(await harness.app.facts.search(owner, { repository, context: 'topic' })), ['Knives cut bread.'], 'a context alone narrows too');
+  t.same(contents(await harness.app.facts.search(owner, { repository, concepts: `Stove,${concepts.bread}` })), ['Ovens bake bread.'], 'all named concepts');
+});
+
+t.test('search: bad input and denied access', async (t) => {
+  await rejectsWith(t, harness.app.facts.search(owner, { repository, concepts: ' , ' }), 'invalid', /at least one concept/);
+  const many = Array.from({ length: MAX_CONCEPT_FILTER + 1 }, (_, index) => `c${index}`).join(',');
+  await rejectsWith(t, harness.app.facts.search(owner, { repository, concepts: many }), 'invalid', /at most/);
+  await rejectsWith(t, harness.app.facts.search(owner, { repository, concept: '  ' }), 'invalid', /must not be empty/);
+  await rejectsWith(t, harness.app.facts.search(owner, { repository, concept: 'no such concept' }), 'not_found');
+  await rejectsWith(t, harness.app.facts.search(owner, { repository, limit: 0 }), 'invalid', /limit/);
+  await rejectsWith(t, harness.app.facts.search(owner, { repository, offset: -1 }), 'invalid', /offset/);
+  await rejectsWith(t, harness.app.facts.search(stranger, { repository }), 'forbidden');
+  await rejectsWith(t, harness.app.facts.search({ ...owner, scopes: ['sources:read'] }, { repository }), 'forbidden', /facts:read/);
+  await rejectsWith(t, harness.app.facts.search(owner, { repository: 'elsewhere' }), 'not_found');
+});
+
+t.test('one fact, with its sources', async (t) => {
+  const fact = await harness.app.facts.get(owner, { repository, fact: facts.oven.id });
+  t.match(fact, { id: facts.oven.id, content: 'Ovens bake bread.', status: 'stable', created_at: /^\d{4}-\d\d-\d\dT/ });
+  t.match(fact.sources, [{ url: 'http://127.0.0.1:9/kitchen', source_text: 'Ovens bake bread.' }]);
+  await rejectsWith(t, harness.app.facts.get(owner, { repository, fact: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found', /fact not found/);
+  await rejectsWith(t, harness.app.facts.get(stranger, { repository, fact: facts.oven.id }), 'forbidden');
+});
+
+t.test("a fact's concepts; a merged fact answers with its survivor's along the whole chain", async (t) => {
+  const own = await harness.app.facts.concepts(owner, { repository, fact: facts.oven.id });
+  t.same(own.items.map((concept) => concept.canonical_name), ['Bread', 'Oven']);
+  t.same(own.items.find((concept) => concept.canonical_name === 'Oven')?.aliases, ['Stove']);
+  t.match(own, { fact_id: facts.oven.id, merged_from: null, total: 2 });
+  await appendEvents(harness.service, repository, `fact-${facts.yeast.id}`, [
+    { type: 'FactMergedInto', data: { survivor_id: facts.oven.id, similarity: 0.95, source_id: null, catchup: true } },
+  ]);
+  const merged = await harness.app.facts.concepts(owner, { repository, fact: facts.twin.id });
+  t.match(merged, { fact_id: facts.oven.id, merged_from: facts.twin.id, total: 2 });
+  await rejectsWith(t, harness.app.facts.concepts(owner, { repository, fact: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found');
+});

@@ -1,0 +1,45 @@
+import t from 'tap';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { extractFacts } from '../api/seedGraph.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+let repository: string;
+let sourceIds: string[];
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Archive' });
+  ({ owner, stranger, repository } = harness);
+  sourceIds = [];
+  for (const path of ['one', 'two', 'three']) sourceIds.push((await harness.app.sources.add(owner, { repository, url: `http://127.0.0.1:9/${path}` })).source.id);
+  await extractFacts(harness.service, repository, sourceIds[0], ['First fact.', 'Second fact.']);
+});
+t.teardown(() => harness.close());
+
+t.test('list: newest first, paged, by status', async (t) => {
+  const page = await harness.app.sources.list(owner, { repository, limit: 2 });
+  t.equal(page.total, 3);
+  t.same(page.items.map((source) => source.id), [sourceIds[2], sourceIds[1]], 'newest first');
+  const pending = await harness.app.sources.list(owner, { repository, status: 'pending' });
+  t.same(pending.items.map((source) => source.id).sort(), [sourceIds[1], sourceIds[2]].sort(), 'the one with facts has moved on');
+  t.equal((await harness.app.sources.list(owner, { repository, status: 'failed' })).total, 0);
+  await rejectsWith(t, harness.app.sources.list(owner, { repository, limit: 1.5 }), 'invalid', /limit/);
+});
+
+t.test('one source and its facts, by chunk', async (t) => {
+  t.match(await harness.app.sources.get(owner, { repository, source: sourceIds[1] }), { id: sourceIds[1], url: 'http://127.0.0.1:9/two', kind: null, body_bytes: null });
+  const facts = await harness.app.sources.facts(owner, { repository, source: sourceIds[0] });
+  // Facts of one chunk come in one event, so they share a creation time: their order within the chunk is by id.
+  t.same(facts.items.map((fact) => [fact.content, fact.chunk_index]).sort(), [['First fact.', 0], ['Second fact.', 0]]);
+  t.equal(facts.total, 2);
+});
+
+t.test('denied, or not there', async (t) => {
+  await rejectsWith(t, harness.app.sources.get(stranger, { repository, source: sourceIds[0] }), 'forbidden', /sources:read/);
+  await rejectsWith(t, harness.app.sources.facts({ ...owner, scopes: ['sources:read'] }, { repository, source: sourceIds[0] }), 'forbidden', /facts:read/);
+  await rejectsWith(t, harness.app.sources.get(owner, { repository, source: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found');
+  const other = (await harness.app.repositories.create(owner, { name: 'Other' })).id;
+  await rejectsWith(t, harness.app.sources.get(await harness.refreshed(owner), { repository: other, source: sourceIds[0] }), 'not_found', /source/);
+});
