@@ -19,10 +19,17 @@ export function percentile(sorted: readonly number[], fraction: number): number 
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))] as number;
 }
 
-export function summary(values: readonly number[]): { p50: number; p95: number; max: number; mean: number; count: number } {
+export function summary(values: readonly number[]): { p50: number; p95: number; p99: number; max: number; mean: number; count: number } {
   const sorted = [...values].sort((a, b) => a - b);
   const mean = sorted.reduce((sum, value) => sum + value, 0) / Math.max(1, sorted.length);
-  return { p50: percentile(sorted, 0.5), p95: percentile(sorted, 0.95), max: sorted[sorted.length - 1] ?? Number.NaN, mean, count: sorted.length };
+  return {
+    p50: percentile(sorted, 0.5),
+    p95: percentile(sorted, 0.95),
+    p99: percentile(sorted, 0.99),
+    max: sorted[sorted.length - 1] ?? Number.NaN,
+    mean,
+    count: sorted.length,
+  };
 }
 
 /** mulberry32: small, fast, seedable. */

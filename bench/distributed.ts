@@ -42,9 +42,10 @@ import { BusProjectionRunner } from '../src/projection/busRunner.js';
 import { ProjectionRunner } from '../src/projection/runner.js';
 import type { Projection, ReadModelRunner } from '../src/projection/types.js';
 import { createOpenSearchIndex } from '../src/search/opensearch.js';
-import type { FactDocument, SearchIndex } from '../src/search/port.js';
+import { facts as factCollection, type FactDocument } from '../src/search/collections/index.js';
+import type { SearchIndex } from '../src/search/port.js';
 import { createPostgresSearchIndex } from '../src/search/postgres.js';
-import { envNumber, int, log, ms, percentile, prng, secs, summary } from './common.js';
+import { envNumber, int, log, ms, prng, secs, summary } from './common.js';
 
 const run = promisify(execFile);
 
@@ -828,23 +829,23 @@ async function timeQueries(
   vectors: readonly Float32Array[],
   truth: readonly Set<string>[],
 ): Promise<Omit<SearchEngineResult, 'indexSeconds' | 'vectorIndexSeconds' | 'vectorDetail'>> {
-  for (const query of queries.slice(0, warmUpQueries)) await index.searchFacts({ repositoryId, query, limit: pageSize, offset: 0 });
+  for (const query of queries.slice(0, warmUpQueries)) await index.search(factCollection, { repositoryId, query, limit: pageSize, offset: 0 });
   const lexicalTimes: number[] = [];
   const totals: number[] = [];
   for (const query of queries) {
     const t0 = performance.now();
-    const result = await index.searchFacts({ repositoryId, query, limit: pageSize, offset: 0 });
+    const result = await index.search(factCollection, { repositoryId, query, limit: pageSize, offset: 0 });
     lexicalTimes.push(performance.now() - t0);
     totals.push(result.total);
   }
   const result: Omit<SearchEngineResult, 'indexSeconds' | 'vectorIndexSeconds' | 'vectorDetail'> = { lexical: summary(lexicalTimes), totals };
   try {
-    for (const vector of vectors.slice(0, warmUpQueries)) await index.searchFactsByVector({ repositoryId, vector: Array.from(vector), k: sizes.k });
+    for (const vector of vectors.slice(0, warmUpQueries)) await index.knn(factCollection, { repositoryId, vector: Array.from(vector), k: sizes.k });
     const knnTimes: number[] = [];
     let found = 0;
     for (const [position, vector] of vectors.entries()) {
       const t0 = performance.now();
-      const hits = await index.searchFactsByVector({ repositoryId, vector: Array.from(vector), k: sizes.k });
+      const hits = await index.knn(factCollection, { repositoryId, vector: Array.from(vector), k: sizes.k });
       knnTimes.push(performance.now() - t0);
       found += hits.items.filter((hit) => truth[position].has(hit.id)).length;
     }
@@ -875,19 +876,19 @@ async function searchOnOpenSearch(
   const indexPrefix = `factlog-bench-${runId}`;
   const index = createOpenSearchIndex({ node: openSearchNode, indexPrefix, dimensions: sizes.dimensions, requestTimeoutMs: 120_000 });
   try {
-    await index.ensureIndex();
+    await index.ensureIndices();
     const t0 = performance.now();
     const chunk = 2000;
     for (let start = 0; start < facts.length; start += chunk) {
-      await index.indexFacts(facts.slice(start, start + chunk).map((fact) => toDocument(fact, true)));
+      await index.index(factCollection, facts.slice(start, start + chunk).map((fact) => toDocument(fact, true)));
       if ((start / chunk) % 10 === 9) log(`  opensearch: ${start + chunk} indexed (${secs((performance.now() - t0) / 1000)})`);
     }
-    const refreshed = await fetch(`${openSearchNode}/${index.alias}/_refresh`, { method: 'POST' });
+    const refreshed = await fetch(`${openSearchNode}/${index.aliasOf(factCollection)}/_refresh`, { method: 'POST' });
     if (!refreshed.ok) throw new Error(`refresh answered ${refreshed.status}`);
     const indexSeconds = (performance.now() - t0) / 1000;
-    const counted = (await (await fetch(`${openSearchNode}/${index.alias}/_count`)).json()) as { count: number };
+    const counted = (await (await fetch(`${openSearchNode}/${index.aliasOf(factCollection)}/_count`)).json()) as { count: number };
     if (counted.count !== facts.length) throw new Error(`OpenSearch holds ${counted.count} facts, expected ${facts.length}`);
-    const segments = (await (await fetch(`${openSearchNode}/_cat/segments/${index.alias}?format=json`)).json()) as unknown[];
+    const segments = (await (await fetch(`${openSearchNode}/_cat/segments/${index.aliasOf(factCollection)}?format=json`)).json()) as unknown[];
     log(`  opensearch: indexed in ${secs(indexSeconds)} (${segments.length} segments); querying`);
     return { indexSeconds, segments: segments.length, ...(await timeQueries(index, queries, vectors, truth)) };
   } finally {
@@ -940,7 +941,7 @@ async function searchOnPglite(
     )`);
     await db.knex.raw('CREATE INDEX fact_vectors_repository ON fact_vectors (repository_id)');
     for (let start = 0; start < bulk.length; start += chunk) {
-      await search.indexFacts(bulk.slice(start, start + chunk).map((fact) => toDocument(fact, true)));
+      await search.index(factCollection, bulk.slice(start, start + chunk).map((fact) => toDocument(fact, true)));
     }
     const loadSeconds = (performance.now() - t1) / 1000;
     const t2 = performance.now();
@@ -951,7 +952,7 @@ async function searchOnPglite(
     const buildSeconds = (performance.now() - t2) / 1000;
     const t3 = performance.now();
     for (let start = bulk.length; start < facts.length; start += chunk) {
-      await search.indexFacts(facts.slice(start, start + chunk).map((fact) => toDocument(fact, true)));
+      await search.index(factCollection, facts.slice(start, start + chunk).map((fact) => toDocument(fact, true)));
     }
     const liveMsPerVector = live > 0 ? (performance.now() - t3) / live : Number.NaN;
     await db.knex.raw('ANALYZE fact_vectors');

@@ -3,11 +3,15 @@
  * INSERT rate of a similar table as the ceiling, on PGlite and on the PostgreSQL server.
  *
  *   node --import=tsx bench/eventstore.ts
+ *   BENCH_LOG_COPIES=40 BENCH_PHASE_MS=5000 node --import=tsx bench/eventstore.ts
+ *
+ * The catch-up rows replay a real pipeline log (bench/pipelineLog.ts: recorded once by running
+ * the pipeline over the test corpus, cached in bench/.tmp, BENCH_REFRESH_LOG=1 records it again).
  *
  * Writes the "Event store" section of bench/RESULTS.md (other sections are kept).
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -20,11 +24,18 @@ import { createPostgresEventStore, migrateEventStore } from '../src/eventstore/p
 import { EventSchemaRegistry } from '../src/eventstore/schemas.js';
 import { ProjectionRunner } from '../src/projection/runner.js';
 import type { Projection } from '../src/projection/types.js';
-import { log } from './common.js';
+import { createPostgresSearchIndex } from '../src/search/postgres.js';
+import { readModelProjections } from '../projections/index.js';
+import { migrateReadModels } from '../projections/migrations/index.js';
+import { createSearchIndexProjection } from '../projections/searchIndex.js';
+import { envNumber, log } from './common.js';
+import { appendReplicatedLog, corpusPipelineLog } from './pipelineLog.js';
 
 /** Each timed phase stops at this duration or its operation cap, whichever comes first. */
 const phaseMs = Number(process.env.BENCH_PHASE_MS ?? 5000);
 const concurrentWriters = 8;
+/** Copies of the corpus pipeline log replayed by the catch-up measurement (774 events each). */
+const logCopies = envNumber('BENCH_LOG_COPIES', 20);
 
 interface Rate {
   perSecond: number;
@@ -33,6 +44,33 @@ interface Rate {
   /** Median latency of one operation, in ms (single-operation phases only). */
   p50Ms?: number;
   p99Ms?: number;
+  /** SQL statements sent per event (catch-up rows). */
+  statementsPerEvent?: number;
+  /** CPU time per item in µs: this process (PGlite runs in it) and the server's backends; load does not change it much. */
+  cpu?: { node: number; server: number };
+}
+
+/** CPU time so far in µs: this process, and the server backends connected to `db`'s database (0 on PGlite). */
+async function cpuMicros(db: Database): Promise<{ node: number; server: number }> {
+  const usage = process.cpuUsage();
+  let server = 0;
+  if (db.kind === 'postgres') {
+    const result = await db.knex.raw('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
+    for (const { pid } of (result as { rows: Array<{ pid: number }> }).rows) {
+      try {
+        // /proc/<pid>/stat after the command name: state is field 3, utime and stime fields 14 and 15 (clock ticks of 10 ms).
+        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+        server += (Number(fields[11]) + Number(fields[12])) * 10_000;
+      } catch {
+        // a backend that ended meanwhile
+      }
+    }
+  }
+  return { node: usage.user + usage.system, server };
+}
+
+function cpuPer(before: { node: number; server: number }, after: { node: number; server: number }, items: number): { node: number; server: number } {
+  return { node: (after.node - before.node) / items, server: (after.server - before.server) / items };
 }
 
 type Row = { label: string; unit: string; pglite?: Rate; postgres?: Rate };
@@ -62,7 +100,8 @@ function benchEvent(index: number): NewEvent {
 }
 
 /** Runs `operation` back to back (on `workers` parallel loops) until the phase ends; each call returns items done. */
-async function timed(maxOperations: number, operation: (index: number) => Promise<number>, workers = 1): Promise<Rate> {
+async function timed(maxOperations: number, operation: (index: number) => Promise<number>, workers = 1, db?: Database): Promise<Rate> {
+  const cpuBefore = db ? await cpuMicros(db) : undefined;
   const latencies: number[] = [];
   let items = 0;
   let started = 0;
@@ -80,8 +119,10 @@ async function timed(maxOperations: number, operation: (index: number) => Promis
     }),
   );
   const seconds = (performance.now() - begin) / 1000;
+  const cpu = db && cpuBefore ? cpuPer(cpuBefore, await cpuMicros(db), items) : undefined;
   latencies.sort((a, b) => a - b);
   return {
+    ...(cpu ? { cpu } : {}),
     perSecond: items / seconds,
     count: items,
     seconds,
@@ -103,7 +144,8 @@ const countsProjection: Projection = {
   },
 };
 
-async function rawInsertRates(knex: Knex): Promise<{ single: Rate; multi: Rate }> {
+async function rawInsertRates(db: Database): Promise<{ single: Rate; multi: Rate }> {
+  const { knex } = db;
   await knex.raw(`CREATE TABLE raw_events (
     global_position bigserial PRIMARY KEY, event_id uuid NOT NULL UNIQUE, stream_id text NOT NULL,
     stream_version integer NOT NULL, type text NOT NULL, schema_version integer NOT NULL,
@@ -127,14 +169,62 @@ async function rawInsertRates(knex: Knex): Promise<{ single: Rate; multi: Rate }
     return 1;
   });
   const offset = 1_000_000;
-  const multi = await timed(2_000, async (index) => {
-    await knex('raw_events').insert(Array.from({ length: 100 }, (_, n) => row(offset + index * 100 + n)));
-    return 100;
-  });
+  const multi = await timed(
+    2_000,
+    async (index) => {
+      await knex('raw_events').insert(Array.from({ length: 100 }, (_, n) => row(offset + index * 100 + n)));
+      return 100;
+    },
+    1,
+    db,
+  );
   return { single, multi };
 }
 
+/**
+ * Catch-up on a real log: the corpus pipeline log (`logCopies` copies) appended to a fresh event
+ * store in this database, then every read-model projection of the service rebuilt from position
+ * 0 together (one reading of the log), then the search-index projection on pgvector alone (as
+ * the embedded tier runs it: its cost is the HNSW index, timed apart so it does not hide the rest).
+ */
+async function realLogCatchUp(db: Database): Promise<{ append: Rate; catchUp: Rate; searchIndex: Rate }> {
+  await migrateEventStore(db.knex);
+  const registry = await EventSchemaRegistry.load();
+  const store = createPostgresEventStore(db, { schemas: registry });
+  const corpusLog = await corpusPipelineLog();
+  const appendCpu = await cpuMicros(db);
+  const appendBegin = performance.now();
+  const appended = await appendReplicatedLog(store, corpusLog, logCopies);
+  const appendSeconds = (performance.now() - appendBegin) / 1000;
+  const appendCpuPerEvent = cpuPer(appendCpu, await cpuMicros(db), appended);
+  await migrateReadModels(db.knex);
+  const search = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: 100 });
+  const searchProjection = createSearchIndexProjection(search, { vectorDimensions: 100 });
+  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection]);
+  let statements = 0;
+  const countStatement = () => (statements += 1);
+  const timedRebuild = async (names: readonly string[]): Promise<Rate> => {
+    statements = 0;
+    db.knex.on('query', countStatement);
+    const cpuBefore = await cpuMicros(db);
+    const begin = performance.now();
+    await Promise.all(names.map((name) => runner.rebuild(name)));
+    const seconds = (performance.now() - begin) / 1000;
+    db.knex.off('query', countStatement);
+    const cpu = cpuPer(cpuBefore, await cpuMicros(db), appended);
+    return { perSecond: appended / seconds, count: appended, seconds, statementsPerEvent: statements / appended, cpu };
+  };
+  const catchUp = await timedRebuild(readModelProjections.map((projection) => projection.name));
+  const searchIndex = await timedRebuild([searchProjection.name]);
+  await runner.stop();
+  await store.close();
+  return { append: { perSecond: appended / appendSeconds, count: appended, seconds: appendSeconds, cpu: appendCpuPerEvent }, catchUp, searchIndex };
+}
+
 async function benchBackend(db: Database): Promise<Record<string, Rate>> {
+  log(`  real pipeline log: append ${logCopies} copies, then rebuild every read model from 0`);
+  const real = await realLogCatchUp(db);
+  await db.knex.raw('DROP TABLE events, streams CASCADE');
   await migrateEventStore(db.knex);
   const store: EventStore = createPostgresEventStore(db, { schemas: schemas() });
   const results: Record<string, Rate> = {};
@@ -148,8 +238,11 @@ async function benchBackend(db: Database): Promise<Record<string, Rate>> {
   log(`  single appends`);
   results.single = await timed(20_000, (index) => appendTo(`single-${index % 100}`, [benchEvent(index)]));
   log(`  batched appends`);
-  results.batched = await timed(400, (index) =>
-    appendTo(`batch-${index % 20}`, Array.from({ length: 100 }, (_, n) => benchEvent(index * 100 + n))),
+  results.batched = await timed(
+    400,
+    (index) => appendTo(`batch-${index % 20}`, Array.from({ length: 100 }, (_, n) => benchEvent(index * 100 + n))),
+    1,
+    db,
   );
   log(`  concurrent single appends`);
   results.concurrent = await timed(
@@ -172,9 +265,12 @@ async function benchBackend(db: Database): Promise<Record<string, Rate>> {
   results.catchUp = { perSecond: eventCount / seconds, count: eventCount, seconds };
 
   log(`  raw inserts`);
-  const raw = await rawInsertRates(db.knex);
+  const raw = await rawInsertRates(db);
   results.rawSingle = raw.single;
   results.rawMulti = raw.multi;
+  results.realAppend = real.append;
+  results.realCatchUp = real.catchUp;
+  results.realSearchIndex = real.searchIndex;
   await store.close();
   return results;
 }
@@ -184,6 +280,22 @@ function formatRate(rate: Rate | undefined): string {
   const perSecond = rate.perSecond >= 100 ? Math.round(rate.perSecond).toLocaleString('en-US') : rate.perSecond.toFixed(1);
   const latency = rate.p50Ms !== undefined && rate.count > 0 ? ` (p50 ${rate.p50Ms.toFixed(2)} ms, p99 ${rate.p99Ms?.toFixed(2)} ms)` : '';
   return `${perSecond}${latency}`;
+}
+
+function formatCpu(rate: Rate | undefined): string {
+  if (!rate?.cpu) return 'n/a';
+  const { node, server } = rate.cpu;
+  return server > 0 ? `${Math.round(node)} + ${Math.round(server)}` : `${Math.round(node)}`;
+}
+
+/** The ceiling's CPU time per row over the rate's: above 1 when the rate costs less. */
+function cpuRatio(rate: Rate | undefined, ceiling: Rate | undefined): string {
+  if (!rate?.cpu || !ceiling?.cpu) return 'n/a';
+  return `${((ceiling.cpu.node + ceiling.cpu.server) / (rate.cpu.node + rate.cpu.server)).toFixed(2)}×`;
+}
+
+function ratio(rate: Rate | undefined, ceiling: Rate | undefined): string {
+  return rate && ceiling ? `${(rate.perSecond / ceiling.perSecond).toFixed(2)}×` : 'n/a';
 }
 
 async function main(): Promise<void> {
@@ -218,6 +330,9 @@ async function main(): Promise<void> {
     { label: 'append, 100 events per append (sequential)', unit: 'events/s', pglite: byBackend.pglite.batched, postgres: byBackend.postgres.batched },
     { label: `append, 1 event per append, ${concurrentWriters} concurrent writers`, unit: 'events/s', pglite: byBackend.pglite.concurrent, postgres: byBackend.postgres.concurrent },
     { label: 'projection catch-up (1 upsert per event, 500 per transaction)', unit: 'events/s', pglite: byBackend.pglite.catchUp, postgres: byBackend.postgres.catchUp },
+    { label: `projection catch-up, real pipeline log: rebuild of the ${readModelProjections.length} read-model projections from 0, together`, unit: 'events/s', pglite: byBackend.pglite.realCatchUp, postgres: byBackend.postgres.realCatchUp },
+    { label: 'same log: rebuild of the search-index projection on pgvector (HNSW inserts)', unit: 'events/s', pglite: byBackend.pglite.realSearchIndex, postgres: byBackend.postgres.realSearchIndex },
+    { label: 'append of that log, one append per run of a stream\'s events (sequential)', unit: 'events/s', pglite: byBackend.pglite.realAppend, postgres: byBackend.postgres.realAppend },
     { label: 'ceiling: raw INSERT, 1 row per statement', unit: 'rows/s', pglite: byBackend.pglite.rawSingle, postgres: byBackend.postgres.rawSingle },
     { label: 'ceiling: raw INSERT, 100 rows per statement', unit: 'rows/s', pglite: byBackend.pglite.rawMulti, postgres: byBackend.postgres.rawMulti },
   ];
@@ -227,11 +342,15 @@ async function main(): Promise<void> {
     '',
     `Machine: ${os.availableParallelism()} CPUs (nproc), ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM; Node ${process.version}; ${serverVersion} on 127.0.0.1.`,
     `Load average at start / end: ${loadAtStart} / ${os.loadavg()[0].toFixed(2)} (the machine is shared: expect ±30% between runs).`,
-    `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/eventstore.ts\` (each phase ${phaseMs / 1000} s or its operation cap).`,
+    `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/eventstore.ts\` (each phase ${phaseMs / 1000} s or its operation cap; BENCH_LOG_COPIES=${logCopies}).`,
     '',
     `| measurement | unit | PGlite (on disk) | ${serverVersion} |`,
     '|---|---|---:|---:|',
     ...rows.map((row) => `| ${row.label} | ${row.unit} | ${formatRate(row.pglite)} | ${formatRate(row.postgres)} |`),
+    '',
+    `Statements per event during the real-log catch-up: ${[byBackend.pglite.realCatchUp, byBackend.postgres.realCatchUp].map((rate) => rate?.statementsPerEvent?.toFixed(2) ?? 'n/a').join(' / ')} (read models), ${[byBackend.pglite.realSearchIndex, byBackend.postgres.realSearchIndex].map((rate) => rate?.statementsPerEvent?.toFixed(2) ?? 'n/a').join(' / ')} (search index) (PGlite / server); the log: ${logCopies} copies of the corpus pipeline log (bench/pipelineLog.ts), ${byBackend.pglite.realCatchUp?.count ?? 0} events.`,
+    `Batched appends against the raw 100-row INSERT ceiling: ${ratio(byBackend.pglite.batched, byBackend.pglite.rawMulti)} on PGlite, ${ratio(byBackend.postgres.batched, byBackend.postgres.rawMulti)} on the server (target ≥ 0.5×); by CPU time per row (this process + server backends), which load changes less: ${cpuRatio(byBackend.pglite.batched, byBackend.pglite.rawMulti)} / ${cpuRatio(byBackend.postgres.batched, byBackend.postgres.rawMulti)}.`,
+    `CPU per event (µs, this process + server backends; PGlite / server): real-log catch-up ${formatCpu(byBackend.pglite.realCatchUp)} / ${formatCpu(byBackend.postgres.realCatchUp)}; append of that log ${formatCpu(byBackend.pglite.realAppend)} / ${formatCpu(byBackend.postgres.realAppend)}; batched append ${formatCpu(byBackend.pglite.batched)} / ${formatCpu(byBackend.postgres.batched)}; raw 100-row INSERT ${formatCpu(byBackend.pglite.rawMulti)} / ${formatCpu(byBackend.postgres.rawMulti)}.`,
     '',
     'Notes: appends are validated against the Avro schema and run through `factlog_append_events`',
     '(advisory lock + version check + insert, one round trip). PGlite is one connection, so its',

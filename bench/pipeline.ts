@@ -1,33 +1,48 @@
 /**
- * Pipeline benchmark on the embedded default (PGlite on disk, local chat model, local embedder):
+ * Pipeline benchmark (bench/RESULTS.md, "Pipeline"; how to read it: docs/performance.md, "Ingest").
+ * One command measures, side by side:
  *
- * - documents and facts per second through the whole pipeline (fetch over HTTP → decomposition
- *   → embedding → deduplication → concepts → concept embeddings → relations), for the test
- *   corpus (test/fixtures/corpus, 33 HTML and PDF documents) and for a scaled-up synthetic corpus
- *   of generated HTML pages;
- * - search latency p50/p95 through the REST route (`GET /facts?mode=lexical|hybrid`, in-process
- *   inject: routing, auth, query embedding, SQL) at 100k facts, loaded straight into the read
- *   model and the vector table (as a rebuild would) with vectors from the local embedder;
- * - peak resident memory (maxRSS) of the process that runs the service, after each part.
+ * - `ingest`: the embedded default (PGlite on disk, built-in local models, default config) as a
+ *   `factlog serve` child process; BENCH_DOCS synthetic 12-sentence HTML pages served over local
+ *   HTTP are added one after another through the REST API. Measured: documents/s and facts/s over
+ *   the run, the rate of the first and the last 100 documents (from each source's last finished
+ *   job), how long each `POST /sources` took, `/healthz` and a fact search (`GET /facts?query=`)
+ *   answered by a concurrent prober, and the child's peak RSS (VmHWM).
+ * - `openai`: the same pages through the OpenAI-compatible providers against a local test model
+ *   server that answers every call after a fixed BENCH_OPENAI_LATENCY_MS (300 ms), with
+ *   BENCH_OPENAI_WORKERS workers for each model-calling stage; the throughput is compared with
+ *   the bound that those worker counts and that latency allow (computed below, `openAIBound`).
+ * - `corpus`: the 33-document test corpus, in-process (`startTestService`).
+ * - `search`: search latency at 100k facts through the REST route, in-process.
  *
  *   node --import=tsx bench/pipeline.ts
  *
- * Sizes (environment): BENCH_DOCS (300 synthetic documents), BENCH_SENTENCES (12 per document),
- * BENCH_FACTS (100000), BENCH_QUERIES (200), BENCH_SEED (7); BENCH_PARTS (corpus,synthetic,search)
- * runs a subset, and only a full run writes the "Pipeline" section of bench/RESULTS.md.
+ * Environment: BENCH_PARTS (ingest,openai,corpus,search), BENCH_DOCS (1000), BENCH_SENTENCES (12),
+ * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
+ * (100000), BENCH_QUERIES (200), BENCH_SEED (7). Profiling the ingest child: BENCH_CPU_PROF=<dir>
+ * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
+ * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
+ * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
+ * sees; BENCH_SERVICE_NODE_ARGS adds node/V8 flags to the service. The ingest child also loads bench/serviceProbeHook.mjs (its own event-loop delay and
+ * memory). Only a run of every part writes bench/RESULTS.md.
  */
-import { existsSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { randomUUID } from 'node:crypto';
 import { contentHash } from '../src/interchange/hashing.js';
 import { createLocalEmbedder } from '../src/providers/embeddings/local.js';
-import { registerUser, startTestService, type TestService } from '../test/helpers/service.js';
+import { registerUser, startTestService, TEST_SECRET, type TestService } from '../test/helpers/service.js';
 import { startWebServer, type Page } from '../test/helpers/webServer.js';
+import { startOpenAIServer } from '../test/helpers/openaiServer.js';
+import { freePort, stopProcess, waitHealthy } from '../test/helpers/processes.js';
 import {
   createRepository,
+  httpApi,
   injectApi,
   listAll,
   PIPELINE_TEST_OVERRIDES,
@@ -38,20 +53,25 @@ import {
 import { envNumber, int, log, ms, prng, secs, summary } from './common.js';
 
 const sizes = {
-  docs: envNumber('BENCH_DOCS', 300),
+  docs: envNumber('BENCH_DOCS', 1000),
   sentences: envNumber('BENCH_SENTENCES', 12),
+  openaiDocs: envNumber('BENCH_OPENAI_DOCS', 200),
+  openaiWorkers: envNumber('BENCH_OPENAI_WORKERS', 8),
+  openaiLatencyMs: envNumber('BENCH_OPENAI_LATENCY_MS', 300),
   facts: envNumber('BENCH_FACTS', 100_000),
   queries: envNumber('BENCH_QUERIES', 200),
   seed: envNumber('BENCH_SEED', 7),
 };
-const allParts = ['corpus', 'synthetic', 'search'] as const;
+const allParts = ['ingest', 'openai', 'corpus', 'search'] as const;
 const parts = new Set((process.env.BENCH_PARTS ?? allParts.join(',')).split(',').map((part) => part.trim()));
 const warmUpQueries = 20;
 const pageSize = 20;
+const root = path.resolve(import.meta.dirname, '..');
 
 const rate = (value: number) => (value >= 100 ? int(value) : value.toFixed(1));
 /** Peak resident set size of this process so far, MiB (resourceUsage reports KiB). */
 const peakRssMiB = () => process.resourceUsage().maxRSS / 1024;
+const sleep = (milliseconds: number) => new Promise((resolve) => setTimeout(resolve, milliseconds));
 
 // -------------------------------------------------------------------------------------------
 // Synthetic sentences: simple declaratives the local extractor keeps whole
@@ -91,55 +111,391 @@ function syntheticPages(count: number, sentencesPerDoc: number, random: () => nu
 }
 
 // -------------------------------------------------------------------------------------------
-// Whole-pipeline throughput
+// The service as a child process (`factlog serve`), as a user runs it
 // -------------------------------------------------------------------------------------------
 
-interface ThroughputResult {
+interface ServiceProcess {
+  baseUrl: string;
+  api: Api;
+  child: ChildProcess;
+  /** Peak RSS of the child so far (VmHWM), MiB. */
+  peakRssMiB(): number;
+  /** CPU seconds (user + system) the child has used so far, its threads included. */
+  cpuSeconds(): number;
+  /** Restarts the service's own event-loop-delay and memory measurement (bench/serviceProbeHook.mjs). */
+  resetServiceProbe(): void;
+  /** The service's event-loop delay since the reset and its memory at the highest RSS since then. */
+  serviceProbe(): ServiceProbe | null;
+  stop(): Promise<void>;
+}
+
+/** What bench/serviceProbeHook.mjs writes. */
+interface ServiceProbe {
+  loopDelayMs: { p50: number; p99: number; max: number; samples: number };
+  /** process.memoryUsage() of the service at its highest RSS, MiB. */
+  atPeakRssMiB: Record<string, number>;
+}
+
+/**
+ * BENCH_BUILD=1 runs the compiled service (`bin/factlog.js serve` after `npm run build`), as a
+ * user runs it; otherwise `src/main.ts` under tsx, which adds its compiler and source maps to
+ * the service's memory.
+ */
+const runBuild = process.env.BENCH_BUILD === '1';
+
+/** Starts `src/main.ts serve` on a fresh data dir with the given environment, registers a user. */
+async function startServiceProcess(name: string, env: Record<string, string>, profile = false): Promise<ServiceProcess> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), `factlog-bench-${name}-`));
+  const port = await freePort();
+  const logFile = await open(path.join(dataDir, 'serve.log'), 'a');
+  const nodeArgs = runBuild ? [] : [`--import=${import.meta.resolve('tsx')}`];
+  // Extra node/V8 flags for the service, e.g. BENCH_SERVICE_NODE_ARGS=--no-wasm-dynamic-tiering.
+  nodeArgs.push(...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean));
+  if (profile && process.env.BENCH_SQL_PROFILE) {
+    if (runBuild) throw new Error('BENCH_SQL_PROFILE needs tsx (its hook is TypeScript): unset BENCH_BUILD');
+    nodeArgs.push(`--import=${path.join(root, 'bench/sqlProfileHook.ts')}`);
+  }
+  if (profile && process.env.BENCH_CPU_PROF) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${path.resolve(process.env.BENCH_CPU_PROF)}`);
+  const probeFile = path.join(dataDir, 'service-probe.json');
+  if (profile) nodeArgs.push(`--import=${pathToFileURL(path.join(root, 'bench/serviceProbeHook.mjs')).href}`);
+  const entry = runBuild ? path.join(root, 'bin/factlog.js') : path.join(root, 'src/main.ts');
+  if (runBuild && !existsSync(path.join(root, 'dist/src/main.js'))) throw new Error('BENCH_BUILD=1 runs the compiled build: npm run build first');
+  const child = spawn(process.execPath, [...nodeArgs, entry, 'serve'], {
+    cwd: dataDir,
+    env: {
+      ...process.env,
+      SERVER_PORT: String(port),
+      SERVER_HOST: '127.0.0.1',
+      STORAGE_DATA_DIR: path.join(dataDir, 'data'),
+      AUTH_JWTSECRET: TEST_SECRET,
+      LOGGING_LEVEL: 'warn',
+      BOOTSTRAP_DEFAULT_REPOSITORY: 'false',
+      ...(profile ? { BENCH_SERVICE_PROBE: probeFile } : {}),
+      ...env,
+    },
+    stdio: ['ignore', logFile.fd, logFile.fd],
+  });
+  const baseUrl = `http://127.0.0.1:${port}`;
+  await waitHealthy(baseUrl, 180_000);
+  const registered = await fetch(`${baseUrl}/api/v1/auth/register`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ email: `bench-${name}@example.org`, password: 'correct horse battery' }),
+  });
+  if (registered.status !== 201) throw new Error(`register: ${registered.status} ${await registered.text()}`);
+  const { token } = (await registered.json()) as { token: string };
+  const pid = child.pid;
+  return {
+    baseUrl,
+    api: httpApi(baseUrl, token),
+    child,
+    peakRssMiB() {
+      if (pid === undefined) return Number.NaN;
+      const match = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      return match ? Number(match[1]) / 1024 : Number.NaN;
+    },
+    cpuSeconds() {
+      if (pid === undefined) return Number.NaN;
+      // Fields 14 and 15 of /proc/<pid>/stat (after the parenthesised command): utime, stime in clock ticks.
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '').split(' ');
+      return (Number(fields[11]) + Number(fields[12])) / 100;
+    },
+    resetServiceProbe() {
+      if (profile) child.kill('SIGUSR2');
+    },
+    serviceProbe() {
+      return profile && existsSync(probeFile) ? (JSON.parse(readFileSync(probeFile, 'utf8')) as ServiceProbe) : null;
+    },
+    async stop() {
+      await stopProcess(child, 'SIGTERM');
+      await logFile.close();
+      if (!process.env.BENCH_KEEP_DATA) await rm(dataDir, { recursive: true, force: true });
+      else log(`  ${name}: data and serve.log kept in ${dataDir}`);
+    },
+  };
+}
+
+// -------------------------------------------------------------------------------------------
+// Ingest: documents/s, first and last 100, POST latency, prober, peak RSS
+// -------------------------------------------------------------------------------------------
+
+interface IngestResult {
   documents: number;
   extractedFacts: number;
   visibleFacts: number;
   concepts: number;
-  seconds: number;
   failed: number;
+  seconds: number;
+  /** Documents/s of the first and of the last 100 documents to finish. */
+  first100: number;
+  last100: number;
+  /** Each document's finish, seconds after the first POST, in order. */
+  finishes: number[];
+  post: ReturnType<typeof summary>;
+  registrationSeconds: number;
+  healthz: ReturnType<typeof summary>;
+  search: ReturnType<typeof summary>;
   peakRss: number;
+  /** The service's own event-loop delay during the run, and its memory at peak RSS. */
+  serviceProbe: ServiceProbe | null;
+  /** Load average (1 min) at the start and end of the run. */
+  load: [number, number];
+  /** CPU seconds the service used from the first POST to the end. */
+  cpuSeconds: number;
+  jobs: Map<string, number>;
 }
 
-/** Registers the URLs, then times until the repository's tasks are complete. */
-async function runDocuments(api: Api, name: string, urls: readonly string[]): Promise<ThroughputResult> {
-  const repositoryId = await createRepository(api, name);
-  const t0 = performance.now();
+/** Probes `/healthz` and a fact search in turn, one request at a time, until stopped. */
+function startProber(service: ServiceProcess, repositoryId: () => string | null) {
+  const healthz: number[] = [];
+  const search: number[] = [];
+  const words = ['telescope', 'glacier', 'Lisbon', 'engine', 'Berg harbour', 'orchid', 'Turin bridge', 'clock'];
+  let running = true;
+  const loop = (async () => {
+    for (let round = 0; running; round++) {
+      const repository = repositoryId();
+      let started = performance.now();
+      const health = await fetch(`${service.baseUrl}/healthz`);
+      await health.arrayBuffer();
+      healthz.push(performance.now() - started);
+      if (repository !== null) {
+        started = performance.now();
+        const reply = await service.api('GET', `/api/v1/repositories/${repository}/facts?query=${encodeURIComponent(words[round % words.length] as string)}&limit=20`);
+        if (reply.status !== 200) throw new Error(`probe search: ${reply.status} ${JSON.stringify(reply.body)}`);
+        search.push(performance.now() - started);
+      }
+      await sleep(100);
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return { healthz: summary(healthz), search: summary(search) };
+    },
+  };
+}
+
+/** Waits until every source is processed or failed and nothing is queued or running, twice in a row. */
+async function waitUntilDone(api: Api, repositoryId: string, documents: number, label: string, t0: number): Promise<void> {
+  let quiet = 0;
   let lastLog = performance.now();
+  while (quiet < 2) {
+    await sleep(500);
+    const tasks = await taskSummary(api, repositoryId);
+    const processed = await api('GET', `/api/v1/repositories/${repositoryId}/sources?status=processed&limit=1`);
+    const failed = await api('GET', `/api/v1/repositories/${repositoryId}/sources?status=failed&limit=1`);
+    const settled = Number(processed.body.total) + Number(failed.body.total);
+    quiet = tasks.complete === true && settled === documents ? quiet + 1 : 0;
+    if (performance.now() - lastLog > 10_000) {
+      log(`  ${label}: ${secs((performance.now() - t0) / 1000)}, ${settled} of ${documents} sources processed`);
+      lastLog = performance.now();
+    }
+  }
+}
+
+/** Each source's finish: its last finished job (every stage of a document records its source). */
+async function documentFinishes(api: Api, repositoryId: string, t0Epoch: number): Promise<{ finishes: number[]; jobs: Map<string, number> }> {
+  const last = new Map<string, number>();
+  const jobs = new Map<string, number>();
+  for (const job of await listAll(api, `/api/v1/repositories/${repositoryId}/tasks`)) {
+    jobs.set(String(job.kind), (jobs.get(String(job.kind)) ?? 0) + 1);
+    if (typeof job.source_id !== 'string' || typeof job.finished_at !== 'string') continue;
+    const finished = Date.parse(job.finished_at);
+    last.set(job.source_id, Math.max(last.get(job.source_id) ?? 0, finished));
+  }
+  return { finishes: [...last.values()].map((at) => (at - t0Epoch) / 1000).sort((a, b) => a - b), jobs };
+}
+
+/** Documents per second of the first and the last `window` documents to finish. */
+function edgeRates(finishes: readonly number[], window = 100): { first: number; last: number } {
+  const n = finishes.length;
+  if (n < window + 1) return { first: Number.NaN, last: Number.NaN };
+  return { first: window / (finishes[window - 1] as number), last: window / ((finishes[n - 1] as number) - (finishes[n - window - 1] as number)) };
+}
+
+async function addAndWait(service: ServiceProcess, name: string, urls: readonly string[], probe: boolean): Promise<Omit<IngestResult, 'peakRss' | 'serviceProbe' | 'load'>> {
+  const { api } = service;
+  let repositoryId: string | null = null;
+  const prober = probe ? startProber(service, () => repositoryId) : null;
+  repositoryId = await createRepository(api, name);
+  const cpuAtStart = service.cpuSeconds();
+  const t0 = performance.now();
+  const t0Epoch = Date.now();
+  const postTimes: number[] = [];
+  let lastLog = t0;
   for (const [position, url] of urls.entries()) {
+    const started = performance.now();
     const reply = await api('POST', `/api/v1/repositories/${repositoryId}/sources`, { url });
+    postTimes.push(performance.now() - started);
     if (reply.status !== 201) throw new Error(`register ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
     if (performance.now() - lastLog > 10_000) {
-      log(`  ${name}: ${position + 1} of ${urls.length} registered after ${secs((performance.now() - t0) / 1000)} …`);
+      log(`  ${name}: ${position + 1} of ${urls.length} registered after ${secs((performance.now() - t0) / 1000)}`);
       lastLog = performance.now();
     }
   }
-  log(`  ${name}: all ${urls.length} registered after ${secs((performance.now() - t0) / 1000)}`);
-  for (;;) {
-    const tasks = await taskSummary(api, repositoryId);
-    if (tasks.complete === true) break;
-    if (performance.now() - lastLog > 10_000) {
-      log(`  ${name}: ${secs((performance.now() - t0) / 1000)} …`);
-      lastLog = performance.now();
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  const seconds = (performance.now() - t0) / 1000;
+  const registrationSeconds = (performance.now() - t0) / 1000;
+  log(`  ${name}: all ${urls.length} registered after ${secs(registrationSeconds)}`);
+  await waitUntilDone(api, repositoryId, urls.length, name, t0);
+  const cpuSeconds = service.cpuSeconds() - cpuAtStart;
+  const probes = prober ? await prober.stop() : null;
+  const { finishes, jobs } = await documentFinishes(api, repositoryId, t0Epoch);
+  const seconds = finishes.at(-1) ?? (performance.now() - t0) / 1000;
   const sources = await listAll(api, `/api/v1/repositories/${repositoryId}/sources`);
   const facts = await api('GET', `/api/v1/repositories/${repositoryId}/facts?mode=lexical&limit=1`);
   const concepts = await api('GET', `/api/v1/repositories/${repositoryId}/concepts?show_small=true&limit=1`);
+  const edges = edgeRates(finishes);
   return {
     documents: urls.length,
     extractedFacts: sources.reduce((sum, source) => sum + Number(source.fact_count ?? 0), 0),
     visibleFacts: Number(facts.body.total),
     concepts: Number(concepts.body?.total ?? Number.NaN),
-    seconds,
     failed: sources.filter((source) => source.status !== 'processed').length,
-    peakRss: peakRssMiB(),
+    seconds,
+    first100: edges.first,
+    last100: edges.last,
+    finishes,
+    post: summary(postTimes),
+    registrationSeconds,
+    healthz: probes?.healthz ?? summary([]),
+    search: probes?.search ?? summary([]),
+    cpuSeconds,
+    jobs,
   };
+}
+
+async function runIngest(): Promise<IngestResult> {
+  const web = await startWebServer(syntheticPages(sizes.docs, sizes.sentences, prng(sizes.seed)));
+  const service = await startServiceProcess('ingest', {}, true);
+  try {
+    log(`ingest: ${sizes.docs} documents × ${sizes.sentences} sentences, embedded default`);
+    const urls = Array.from({ length: sizes.docs }, (_, doc) => `${web.baseUrl}/synthetic/${doc}.html`);
+    const loadBefore = os.loadavg()[0];
+    service.resetServiceProbe();
+    const result = await addAndWait(service, 'Ingest', urls, true);
+    await sleep(600); // the probe file is rewritten every 500 ms
+    return { ...result, peakRss: service.peakRssMiB(), serviceProbe: service.serviceProbe(), load: [loadBefore, os.loadavg()[0]] };
+  } finally {
+    await service.stop();
+    await web.close();
+  }
+}
+
+// -------------------------------------------------------------------------------------------
+// OpenAI-compatible providers at a fixed latency, against the bound of the worker counts
+// -------------------------------------------------------------------------------------------
+
+/** The model-calling stages; each gets BENCH_OPENAI_WORKERS workers in the openai part. */
+const MODEL_STAGES = ['source_decomposition', 'embed_facts', 'extract_concepts', 'embed_concepts'] as const;
+
+interface OpenAIResult extends Omit<IngestResult, 'peakRss' | 'serviceProbe' | 'load'> {
+  calls: { chat: number; embeddings: number };
+  /** Seconds the run cannot beat: the busiest stage's model time over its workers, plus one document's chain. */
+  boundSeconds: number;
+  boundStage: string;
+}
+
+/**
+ * The bound: a stage with W workers whose jobs each wait `rounds` model calls of latency L in a
+ * row keeps at most W calls in flight, so its J jobs take at least J × rounds × L / W; the
+ * run takes at least the busiest stage's time, plus the time one document needs to pass every
+ * stage (its calls one after another: the last document cannot start its last stage sooner).
+ * Rounds per job: one call per job for decomposition of a one-chunk page, embedding of one
+ * source's facts (≤ embed_batch_size) and of one concept; concept extraction sends its
+ * ceil(facts / 10) batches at once (concurrency 4), one round while a page has ≤ 40 facts.
+ */
+function openAIBound(jobs: ReadonlyMap<string, number>, calls: { chat: number; embeddings: number }, documents: number) {
+  const latency = sizes.openaiLatencyMs / 1000;
+  const stageJobs = (kind: string) => jobs.get(kind) ?? 0;
+  const chatCalls = calls.chat;
+  const decompositionCalls = stageJobs('source_decomposition');
+  const conceptCalls = chatCalls - decompositionCalls;
+  const rounds: Record<(typeof MODEL_STAGES)[number], number> = {
+    source_decomposition: 1,
+    embed_facts: 1,
+    extract_concepts: stageJobs('extract_concepts') === 0 ? 0 : Math.max(1, Math.ceil(conceptCalls / stageJobs('extract_concepts') / 4)),
+    embed_concepts: 1,
+  };
+  let boundStage = '';
+  let busiest = 0;
+  for (const kind of MODEL_STAGES) {
+    const seconds = (stageJobs(kind) * rounds[kind] * latency) / sizes.openaiWorkers;
+    if (seconds > busiest) {
+      busiest = seconds;
+      boundStage = kind;
+    }
+  }
+  const chain = MODEL_STAGES.reduce((sum, kind) => sum + rounds[kind] * latency, 0);
+  void documents;
+  return { boundSeconds: busiest + chain, boundStage };
+}
+
+async function runOpenAI(): Promise<OpenAIResult> {
+  const web = await startWebServer(syntheticPages(sizes.openaiDocs, sizes.sentences, prng(sizes.seed + 1)));
+  const openai = await startOpenAIServer();
+  openai.setStandingFault('chat', { delayMs: sizes.openaiLatencyMs });
+  openai.setStandingFault('embeddings', { delayMs: sizes.openaiLatencyMs });
+  const workers = String(sizes.openaiWorkers);
+  const service = await startServiceProcess('openai', {
+    PROVIDERS_LLM_PROVIDER: 'openai',
+    PROVIDERS_LLM_MODEL: 'bench-chat-model',
+    PROVIDERS_LLM_BASE_URL: openai.baseUrl,
+    PROVIDERS_EMBEDDINGS_PROVIDER: 'openai',
+    PROVIDERS_EMBEDDINGS_MODEL: 'bench-embedding-model',
+    PROVIDERS_EMBEDDINGS_BASE_URL: openai.baseUrl,
+    PROVIDERS_EMBEDDINGS_DIMENSIONS: '100',
+    ...Object.fromEntries(MODEL_STAGES.map((kind) => [`TASK_QUEUES_${kind.toUpperCase()}`, workers])),
+  });
+  try {
+    log(`openai: ${sizes.openaiDocs} documents, ${sizes.openaiLatencyMs} ms per model call, ${workers} workers per model stage`);
+    const urls = Array.from({ length: sizes.openaiDocs }, (_, doc) => `${web.baseUrl}/synthetic/${doc}.html`);
+    const before = { ...openai.requests };
+    const result = await addAndWait(service, 'OpenAI', urls, false);
+    const calls = { chat: openai.requests.chat - before.chat, embeddings: openai.requests.embeddings - before.embeddings };
+    return { ...result, calls, ...openAIBound(result.jobs, calls, urls.length) };
+  } finally {
+    await service.stop();
+    await openai.close();
+    await web.close();
+  }
+}
+
+// -------------------------------------------------------------------------------------------
+// The test corpus, in-process
+// -------------------------------------------------------------------------------------------
+
+interface CorpusResult {
+  documents: number;
+  extractedFacts: number;
+  visibleFacts: number;
+  concepts: number;
+  seconds: number;
+}
+
+async function runCorpus(api: Api): Promise<CorpusResult> {
+  const web = await startCorpusServer();
+  try {
+    const repositoryId = await createRepository(api, 'Corpus');
+    const t0 = performance.now();
+    for (const document of web.documents) {
+      const reply = await api('POST', `/api/v1/repositories/${repositoryId}/sources`, { url: document.url });
+      if (reply.status !== 201) throw new Error(`register ${document.url}: ${reply.status}`);
+    }
+    await waitUntilDone(api, repositoryId, web.documents.length, 'corpus', t0);
+    const seconds = (performance.now() - t0) / 1000;
+    const sources = await listAll(api, `/api/v1/repositories/${repositoryId}/sources`);
+    const facts = await api('GET', `/api/v1/repositories/${repositoryId}/facts?mode=lexical&limit=1`);
+    const concepts = await api('GET', `/api/v1/repositories/${repositoryId}/concepts?show_small=true&limit=1`);
+    return {
+      documents: web.documents.length,
+      extractedFacts: sources.reduce((sum, source) => sum + Number(source.fact_count ?? 0), 0),
+      visibleFacts: Number(facts.body.total),
+      concepts: Number(concepts.body?.total ?? Number.NaN),
+      seconds,
+    };
+  } finally {
+    await web.close();
+  }
 }
 
 // -------------------------------------------------------------------------------------------
@@ -249,61 +605,95 @@ async function runSearch(service: TestService, api: Api): Promise<SearchResult> 
 
 // -------------------------------------------------------------------------------------------
 
+const summaryCell = (values: ReturnType<typeof summary>) =>
+  values.count === 0 ? '—' : `${ms(values.p50)} / ${ms(values.p99)} / ${ms(values.max)}`;
+
 async function main(): Promise<void> {
   const started = new Date();
-  const loadStart = os.loadavg()[0] ?? 0;
-  const service = await startTestService({ overrides: PIPELINE_TEST_OVERRIDES });
-  const { token } = await registerUser(service, 'bench@example.org');
-  const api = injectApi(service, token);
-  const results: { corpus?: ThroughputResult; synthetic?: ThroughputResult; search?: SearchResult } = {};
-  try {
-    if (parts.has('corpus') || parts.has('search')) {
-      const web = await startCorpusServer();
-      try {
-        log(`corpus: ${web.documents.length} documents`);
-        results.corpus = await runDocuments(api, 'Corpus', web.documents.map((document) => document.url));
-        log(`  corpus: ${secs(results.corpus.seconds)}`);
-      } finally {
-        await web.close();
-      }
-    }
-    if (parts.has('synthetic')) {
-      const web = await startWebServer(syntheticPages(sizes.docs, sizes.sentences, prng(sizes.seed)));
-      try {
-        log(`synthetic: ${sizes.docs} documents × ${sizes.sentences} sentences`);
-        const urls = Array.from({ length: sizes.docs }, (_, doc) => `${web.baseUrl}/synthetic/${doc}.html`);
-        results.synthetic = await runDocuments(api, 'Synthetic', urls);
-        log(`  synthetic: ${secs(results.synthetic.seconds)}`);
-      } finally {
-        await web.close();
-      }
-    }
-    if (parts.has('search')) {
-      log(`search: ${int(sizes.facts)} facts`);
-      results.search = await runSearch(service, api);
-    }
-  } finally {
-    await service.close();
+  const loadStart = os.loadavg() as [number, number, number];
+  const results: { ingest?: IngestResult; openai?: OpenAIResult; corpus?: CorpusResult; search?: SearchResult; inProcessRss?: number } = {};
+  if (parts.has('ingest')) {
+    results.ingest = await runIngest();
+    log(`  ingest: ${secs(results.ingest.seconds)}, ${rate(results.ingest.documents / results.ingest.seconds)} documents/s`);
   }
+  const loadAfterIngest = os.loadavg() as [number, number, number];
+  if (parts.has('openai')) {
+    results.openai = await runOpenAI();
+    log(`  openai: ${secs(results.openai.seconds)}, bound ${secs(results.openai.boundSeconds)}`);
+  }
+  if (parts.has('corpus') || parts.has('search')) {
+    const service = await startTestService({ overrides: PIPELINE_TEST_OVERRIDES });
+    try {
+      const { token } = await registerUser(service, 'bench@example.org');
+      const api = injectApi(service, token);
+      if (parts.has('corpus') || parts.has('search')) {
+        log('corpus: the test corpus, in-process');
+        results.corpus = await runCorpus(api);
+      }
+      if (parts.has('search')) {
+        log(`search: ${int(sizes.facts)} facts`);
+        results.search = await runSearch(service, api);
+      }
+      results.inProcessRss = peakRssMiB();
+    } finally {
+      await service.close();
+    }
+  }
+  const loadEnd = os.loadavg() as [number, number, number];
+  const load = (values: [number, number, number]) => values.map((value) => value.toFixed(2)).join(' / ');
 
-  const throughputRow = (label: string, result: ThroughputResult | undefined) =>
-    result
-      ? `| ${label} | ${int(result.documents)} | ${int(result.extractedFacts)} / ${int(result.visibleFacts)} | ${Number.isNaN(result.concepts) ? '—' : int(result.concepts)} | ${secs(result.seconds)} | **${rate(result.documents / result.seconds)}** | **${rate(result.extractedFacts / result.seconds)}** | ${int(result.peakRss)} |`
-      : `| ${label} | not run | | | | | | |`;
-  const search = results.search;
   const lines = [
     '## Pipeline',
     '',
-    `Machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model.trim() ?? 'unknown'}), ${int(os.totalmem() / 2 ** 30)} GiB RAM; Node ${process.version}; embedded tier (PGlite on disk), local chat model and local embedder.`,
-    `Load average at start / end: ${loadStart.toFixed(2)} / ${(os.loadavg()[0] ?? 0).toFixed(2)} (the machine is shared: expect ±30% between runs).`,
-    `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/pipeline.ts\` (BENCH_DOCS=${sizes.docs} BENCH_SENTENCES=${sizes.sentences} BENCH_FACTS=${sizes.facts} BENCH_QUERIES=${sizes.queries}; took ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s).`,
-    '',
-    '| whole pipeline, fetch → relations | documents | facts extracted / visible after dedup | concepts | time to complete | documents/s | facts/s | peak RSS so far, MiB |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|',
-    throughputRow('test corpus (23 HTML + 10 PDF, test/fixtures/corpus)', results.corpus),
-    throughputRow(`synthetic HTML pages (${sizes.sentences} sentences each)`, results.synthetic),
+    `Machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model.trim() ?? 'unknown'}), ${int(os.totalmem() / 2 ** 30)} GiB RAM; Node ${process.version}.`,
+    `Load average (1 / 5 / 15 min) at start: ${load(loadStart)}; after the ingest part: ${load(loadAfterIngest)}; at the end: ${load(loadEnd)}.`,
+    `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/pipeline.ts\` (${runBuild ? 'BENCH_BUILD=1 ' : ''}BENCH_DOCS=${sizes.docs} BENCH_SENTENCES=${sizes.sentences} BENCH_OPENAI_DOCS=${sizes.openaiDocs} BENCH_OPENAI_WORKERS=${sizes.openaiWorkers} BENCH_OPENAI_LATENCY_MS=${sizes.openaiLatencyMs} BENCH_FACTS=${sizes.facts} BENCH_QUERIES=${sizes.queries}; took ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s).`,
     '',
   ];
+  const ingest = results.ingest;
+  if (ingest) {
+    const ratio = ingest.last100 / ingest.first100;
+    lines.push(
+      `| ingest, embedded default (\`factlog serve\`, PGlite on disk, built-in models), ${int(ingest.documents)} synthetic ${sizes.sentences}-sentence HTML pages over local HTTP | value | target |`,
+      '|---|---:|---:|',
+      `| documents/s over the run (${int(ingest.documents)} documents, ${secs(ingest.seconds)}; ${ingest.failed} not processed) | **${rate(ingest.documents / ingest.seconds)}** | ≥ 20 |`,
+      `| documents/s of the first 100 / of the last 100 (last ÷ first) | **${rate(ingest.first100)} / ${rate(ingest.last100)}** (${(ratio * 100).toFixed(0)}%) | last ≥ 80% of first |`,
+      `| facts/s (${int(ingest.extractedFacts)} extracted, ${int(ingest.visibleFacts)} visible after dedup, ${int(ingest.concepts)} concepts) | **${rate(ingest.extractedFacts / ingest.seconds)}** | |`,
+      `| \`POST /sources\` one after another, p50 / p99 / max ms (all ${int(ingest.documents)} added in ${secs(ingest.registrationSeconds)}) | **${summaryCell(ingest.post)}** | prompt |`,
+      `| \`GET /healthz\` during the run, p50 / p99 / max ms (${int(ingest.healthz.count)} probes) | **${summaryCell(ingest.healthz)}** | p99 ≤ 100 |`,
+      `| fact search \`GET /facts?query=\` (hybrid) during the run, p50 / p99 / max ms (${int(ingest.search.count)} probes) | **${summaryCell(ingest.search)}** | p99 ≤ 100 |`,
+      `| event-loop delay of the service during the run (monitorEventLoopDelay, 10 ms resolution), p50 / p99 / max ms | **${ingest.serviceProbe ? `${ms(ingest.serviceProbe.loopDelayMs.p50)} / ${ms(ingest.serviceProbe.loopDelayMs.p99)} / ${ms(ingest.serviceProbe.loopDelayMs.max)}` : '—'}** | |`,
+      `| peak RSS of the service process (VmHWM), MiB; ${runBuild ? 'compiled build (`bin/factlog.js`)' : 'under tsx'} | **${int(ingest.peakRss)}** | ≤ 500 |`,
+      `| the service's memory at its highest RSS during the run (process.memoryUsage, all threads' RSS; heaps and buffers of the main thread), MiB | ${ingest.serviceProbe ? Object.entries(ingest.serviceProbe.atPeakRssMiB).map(([key, value]) => `${key} ${int(value)}`).join(', ') : '—'} | |`,
+      `| load average (1 min) at the start / end of the run | ${ingest.load.map((value) => value.toFixed(1)).join(' / ')} | |`,
+      `| CPU time of the service per document (user + system, all threads; load-independent), ms | **${int((ingest.cpuSeconds * 1000) / ingest.documents)}** | |`,
+      '',
+    );
+  }
+  const openai = results.openai;
+  if (openai) {
+    const measured = openai.documents / openai.seconds;
+    const bound = openai.documents / openai.boundSeconds;
+    lines.push(
+      `| ingest through the OpenAI-compatible providers, ${sizes.openaiLatencyMs} ms per call, ${sizes.openaiWorkers} workers per model stage, ${int(openai.documents)} pages | value |`,
+      '|---|---:|',
+      `| documents/s measured (${secs(openai.seconds)}; ${int(openai.calls.chat)} chat + ${int(openai.calls.embeddings)} embedding calls; jobs ${MODEL_STAGES.map((kind) => `${kind} ${int(openai.jobs.get(kind) ?? 0)}`).join(', ')}) | **${rate(measured)}** |`,
+      `| bound from worker counts and latency (${secs(openai.boundSeconds)}; busiest stage ${openai.boundStage}) | **${rate(bound)}** |`,
+      `| measured ÷ bound (target ≥ 90%) | **${((measured / bound) * 100).toFixed(0)}%** |`,
+      `| CPU time of the service per document, ms | ${int((openai.cpuSeconds * 1000) / openai.documents)} |`,
+      '',
+    );
+  }
+  const corpus = results.corpus;
+  if (corpus) {
+    lines.push(
+      '| test corpus (23 HTML + 10 PDF, test/fixtures/corpus), in-process | documents | facts extracted / visible | concepts | time | documents/s |',
+      '|---|---:|---:|---:|---:|---:|',
+      `| \`startTestService\`, test overrides (poll 50 ms, relations every 1 s, dedup catch-up every 3 s) | ${corpus.documents} | ${int(corpus.extractedFacts)} / ${int(corpus.visibleFacts)} | ${int(corpus.concepts)} | ${secs(corpus.seconds)} | **${rate(corpus.documents / corpus.seconds)}** |`,
+      '',
+    );
+  }
+  const search = results.search;
   if (search) {
     lines.push(
       `| search at ${int(sizes.facts)} facts, \`GET /facts\` top ${pageSize}, ${sizes.queries} queries of 1–3 words | p50 ms | p95 ms | max ms |`,
@@ -311,27 +701,21 @@ async function main(): Promise<void> {
       `| lexical (\`mode=lexical\`: tsvector + GIN, ranked, with total; ${int(search.lexicalMeanTotal)} matches per query on average) | **${ms(search.lexical.p50)}** | **${ms(search.lexical.p95)}** | ${ms(search.lexical.max)} |`,
       `| hybrid (\`mode=hybrid\`: query embedding + HNSW k-NN + lexical, fused; reply mode ${search.hybridModes.join('/')}) | **${ms(search.hybrid.p50)}** | **${ms(search.hybrid.p95)}** | ${ms(search.hybrid.max)} |`,
       '',
-      `Peak RSS at the end: **${int(search.peakRss)} MiB** (the service, and the bench's own 100k sentences and vectors).`,
+      `Search: ${int(sizes.facts)} generated sentences embedded by the local embedder (${secs(search.embedSeconds)}), written to the \`facts\` read model and \`fact_vectors\` (${secs(search.loadSeconds)}), HNSW index built afterwards (${secs(search.indexSeconds)}); ${warmUpQueries} warm-up queries per mode, then one query at a time through the REST route (in-process inject). Peak RSS of the bench process at the end (in-process service and the bench's 100k sentences and vectors): ${int(results.inProcessRss ?? Number.NaN)} MiB.`,
       '',
     );
   }
   lines.push(
-    'Throughput is timed from the first `POST /sources` to the first `GET /tasks` that answers `complete`',
-    '(registration included; the pages come from a local HTTP server); "facts extracted" sums the sources\'',
-    '`fact_count`, "visible" is what lists and search show after deduplication. The service runs in the',
-    'benchmark process (`startTestService`: PGlite on disk under a temp dir, default worker counts, poll',
-    'interval 50 ms, relation refresh every second, dedup catch-up every 3 s; these keep running for every',
-    'repository while the queries are timed, on the same single PGlite connection), so peak RSS is that of one embedded',
-    'node including the word-vector table of the local embedder. Synthetic pages are generated sentences',
-    '(name, verb, object, place, year; fixed seed); some reach the deduplication threshold and merge.',
+    'How it is measured: docs/performance.md, "Ingest". Ingest and OpenAI runs are `factlog serve` child processes with the',
+    'default configuration (the OpenAI run changes only the providers and the worker counts of the model stages); pages',
+    'come from a local HTTP server in the bench process, added one after another by `POST /sources` over HTTP. A document',
+    'is finished when its last job (`finished_at`, every stage of a document records its source) is; rates count from',
+    'the first `POST`. The prober sends `/healthz` and then a fact search, one at a time with 100 ms between rounds,',
+    'over HTTP from the bench process for the whole ingest run.',
   );
-  if (search) {
-    lines.push(
-      `Search: ${int(sizes.facts)} generated sentences embedded by the local embedder (${secs(search.embedSeconds)}), written to the \`facts\` read model and \`fact_vectors\` (${secs(search.loadSeconds)}), HNSW index built afterwards (${secs(search.indexSeconds)}); ${warmUpQueries} warm-up queries per mode, then one query at a time through the REST route (in-process inject: auth, repository check, query embedding, SQL). The loaded facts are \`stable\` with no \`stable_since\`, like facts stabilized long ago: the dedup catch-up leaves them alone (before commit a079a0e it re-checked every stable fact of the last 168 h on each pass, which kept the single PGlite connection busy and made these queries take seconds).`,
-    );
-  }
   const section = lines.join('\n');
   process.stdout.write(`${section}\n`);
+  if (ingest) process.stdout.write(`\ningest finishes (s, every 100th document): ${ingest.finishes.filter((_, index) => (index + 1) % 100 === 0).map((value) => value.toFixed(1)).join(' ')}\n`);
 
   if (!allParts.every((part) => parts.has(part))) {
     log('(a partial run: bench/RESULTS.md left as it is)');

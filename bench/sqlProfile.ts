@@ -1,0 +1,72 @@
+/**
+ * Statement counts and time per statement shape on PGlite, for profiling the pipeline
+ * (docs/performance.md, "Ingest"). PGlite runs in this process on one connection, so the time
+ * from `query` to its answer is the statement's own execution (parse, plan, run, decode), not
+ * queueing: knex hands the one connection to one caller at a time.
+ *
+ * Enabled by `BENCH_SQL_PROFILE=1` in bench/pipeline.ts; install before the service opens its
+ * database.
+ */
+import { PGlite } from '@electric-sql/pglite';
+
+interface Shape {
+  count: number;
+  ms: number;
+}
+
+/** Statement text with literals and parameter lists collapsed, so one statement shape is one row. */
+export function statementShape(sql: string): string {
+  return sql
+    .replace(/\s+/g, ' ')
+    .replace(/\$\d+(\s*,\s*\$\d+)*/g, '$n')
+    .replace(/\(\s*\?(\s*,\s*\?)*\s*\)/g, '(?)')
+    .replace(/'[^']*'/g, "'…'")
+    .replace(/\(\$n\)(\s*,\s*\(\$n\))+/g, '($n)…')
+    .trim()
+    .slice(0, 160);
+}
+
+export interface SqlProfile {
+  /** Statement shapes by total time, longest first. */
+  top(limit: number): Array<{ shape: string; count: number; ms: number }>;
+  totals(): { count: number; ms: number };
+  reset(): void;
+}
+
+/** Wraps PGlite's `query` and `exec` (every instance of this process) to count and time statements. */
+export function installSqlProfile(): SqlProfile {
+  const shapes = new Map<string, Shape>();
+  const prototype = PGlite.prototype as unknown as Record<'query' | 'exec', (this: PGlite, sql: string, ...rest: unknown[]) => Promise<unknown>>;
+  for (const method of ['query', 'exec'] as const) {
+    const original = prototype[method];
+    prototype[method] = async function profiled(this: PGlite, sql: string, ...rest: unknown[]) {
+      const started = performance.now();
+      try {
+        return await original.call(this, sql, ...rest);
+      } finally {
+        const key = statementShape(sql);
+        const shape = shapes.get(key) ?? { count: 0, ms: 0 };
+        shape.count += 1;
+        shape.ms += performance.now() - started;
+        shapes.set(key, shape);
+      }
+    };
+  }
+  return {
+    top(limit) {
+      return [...shapes].map(([shape, { count, ms }]) => ({ shape, count, ms })).sort((a, b) => b.ms - a.ms).slice(0, limit);
+    },
+    totals() {
+      let count = 0;
+      let ms = 0;
+      for (const shape of shapes.values()) {
+        count += shape.count;
+        ms += shape.ms;
+      }
+      return { count, ms };
+    },
+    reset() {
+      shapes.clear();
+    },
+  };
+}
