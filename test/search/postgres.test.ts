@@ -130,3 +130,24 @@ if (withServers) t.test('on a PostgreSQL server without pgvector', async (t) => 
     message: /no pgvector/,
   });
 });
+
+t.test('a transaction that writes vectors while a k-NN outside it creates the table does not deadlock PGlite', async (t) => {
+  // After a restart the table check runs again. A job's k-NN (outside any transaction) started it
+  // and queued for PGlite's one connection, which a projection batch's transaction held; that
+  // transaction then waited for the same check: a deadlock that froze the whole service.
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  const repo = `repo-${randomUUID()}`;
+  const doc = fact(repo, 'Written in a transaction.', { vector: [1, 0, 0, 0] });
+  await insertFacts(db, [doc]);
+  let outside: Promise<unknown> = Promise.resolve();
+  await db.knex.transaction(async (trx) => {
+    await trx.raw('SELECT 1'); // the transaction holds the connection from here on
+    outside = index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1 });
+    await new Promise((resolve) => setImmediate(resolve)); // the k-NN has begun its table check
+    await index.withinTransaction?.(trx).index(facts, [doc]);
+  });
+  const found = (await outside) as { items: Array<{ id: string }> };
+  t.same(found.items.map((item) => item.id), [doc.id], 'the k-NN ran after the transaction and found its vector');
+});

@@ -23,7 +23,8 @@ export function vectorLiteral(vector: number[]): string {
  * needs. One embedding model per deployment, so one dimension for every table.
  */
 export function createVectorTables(dimensions: number) {
-  const ready = new Map<string, Promise<{ iterativeScan: boolean }>>();
+  const settled = new Map<string, { iterativeScan: boolean }>();
+  const inFlight = new Map<string, Promise<{ iterativeScan: boolean }>>();
   /** Per table: rows counted by its last ANALYZE, and rows written since. */
   const growth = new Map<string, { analyzed: number; written: number }>();
 
@@ -82,15 +83,30 @@ export function createVectorTables(dimensions: number) {
     return { iterativeScan: major > 0 || minor >= 8 };
   }
 
+  /**
+   * A table's readiness, checked once per process. Only non-transaction callers share an attempt in
+   * flight: a caller inside a transaction holds its connection, and waiting there for an attempt
+   * on another connection deadlocks on PGlite's one connection (that attempt waits for this
+   * transaction to end). Such a caller checks on its own transaction instead (idempotent DDL).
+   */
   function tableReady(executor: Executor, vectors: VectorTable): Promise<{ iterativeScan: boolean }> {
-    const known = ready.get(vectors.table);
-    if (known) return known;
-    const attempt = ensure(executor, vectors);
-    ready.set(vectors.table, attempt);
-    // A failed attempt (connection lost, dimension mismatch) is not remembered: the next call tries again.
-    attempt.catch(() => {
-      if (ready.get(vectors.table) === attempt) ready.delete(vectors.table);
+    const known = settled.get(vectors.table);
+    if (known) return Promise.resolve(known);
+    const inTransaction = (executor as Knex.Transaction).isTransaction === true;
+    const shared = inTransaction ? undefined : inFlight.get(vectors.table);
+    if (shared) return shared;
+    const attempt = ensure(executor, vectors).then((info) => {
+      settled.set(vectors.table, info);
+      return info;
     });
+    if (!inTransaction) {
+      inFlight.set(vectors.table, attempt);
+      // A failed attempt (connection lost, dimension mismatch) is not remembered: the next call tries again.
+      const forget = () => {
+        if (inFlight.get(vectors.table) === attempt) inFlight.delete(vectors.table);
+      };
+      attempt.then(forget, forget);
+    }
     return attempt;
   }
 
@@ -100,7 +116,7 @@ export function createVectorTables(dimensions: number) {
     } catch (error) {
       if ((error as { code?: string }).code !== '42P01') throw error;
       // Created inside a transaction that rolled back: create it again, once.
-      ready.delete(vectors.table);
+      settled.delete(vectors.table);
       return await body(await tableReady(executor, vectors));
     }
   }
