@@ -14,6 +14,12 @@ import { openDatabase } from './db/database.js';
 import { announceDataDirUrl, DataDirLockedError } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
 
+/**
+ * How long `serve` may take to stop after SIGTERM/SIGINT: the stage runtime waits up to 30 s for
+ * running jobs, and the rest (projections, consumers, databases) normally takes a second.
+ */
+const SHUTDOWN_TIMEOUT_MS = 60_000;
+
 /** The destination of `factlog events copy --to`. */
 async function openCopyTarget(target: string): Promise<{ store: EventStore; close(): Promise<void> }> {
   const schemas = await EventSchemaRegistry.load();
@@ -109,14 +115,25 @@ export function buildCli(): Command {
       // Signals are handled from the moment the service listens (/healthz answers during start):
       // a SIGTERM during start() waits for it to settle, so closing never races starting, then
       // closes everything and releases the data directory's lock.
+      // A shutdown that does not finish within SHUTDOWN_TIMEOUT_MS names the part it waits for and
+      // exits non-zero: a supervisor's stop never hangs, and the log says where to look.
       let stopping = false;
       const shutdown = async (signal: string) => {
         if (stopping) return;
         stopping = true;
+        let waitingFor = 'start';
+        setTimeout(() => {
+          context.log.error({ signal, waitingFor, timeoutMs: SHUTDOWN_TIMEOUT_MS }, 'shutdown did not finish in time; exiting');
+          process.exit(1);
+        }, SHUTDOWN_TIMEOUT_MS);
         context.log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
         await started.catch(() => undefined);
+        waitingFor = 'HTTP server';
         await app.close();
-        await context.close();
+        await context.close((step) => {
+          waitingFor = step;
+          context.log.debug({ step }, 'shutting down');
+        });
         process.exit(0);
       };
       process.on('SIGINT', () => void shutdown('SIGINT'));

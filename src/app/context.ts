@@ -60,8 +60,12 @@ export interface AppContext {
   wakeWorkers(): void;
   /** Starts projections and workers, and runs the boot-time bootstrap steps. */
   start(): Promise<void>;
-  /** Stops workers (finishing in-flight jobs), projections, and closes the databases. */
-  close(): Promise<void>;
+  /**
+   * Stops workers (finishing in-flight jobs), projections, and closes the databases, one part
+   * after another; `onStep` hears each part's name as it begins (a shutdown that hangs can say
+   * which part it waits for).
+   */
+  close(onStep?: (step: string) => void): Promise<void>;
 }
 
 export interface ContextOptions {
@@ -157,18 +161,24 @@ export async function createAppContext(config: Config, options: ContextOptions =
       if (runWorkers) await runtime.start();
       await scheduler?.start();
     },
-    async close() {
-      await scheduler?.stop();
-      await runtime.stop();
-      await projections.stop();
-      await relay?.stop();
-      await bus?.close();
-      await search.close();
-      await store.close();
-      await databases.close();
-      // The built-in models' worker threads.
-      await chat.close?.();
-      await embedder?.close?.();
+    async close(onStep) {
+      const parts: Array<[string, () => Promise<void> | undefined]> = [
+        ['scheduler', () => scheduler?.stop()],
+        ['stage runtime', () => runtime.stop()],
+        ['projections', () => projections.stop()],
+        ['relay', () => relay?.stop()],
+        ['bus', () => bus?.close()],
+        ['search', () => search.close()],
+        ['event store', () => store.close()],
+        ['databases', () => databases.close()],
+        // The built-in models' worker threads.
+        ['chat model', () => chat.close?.()],
+        ['embedder', () => embedder?.close?.()],
+      ];
+      for (const [name, stop] of parts) {
+        onStep?.(name);
+        await stop();
+      }
     },
   };
 }

@@ -89,7 +89,7 @@ t.test('a running service owns its data directory', async (t) => {
   first = serve(cwd, port);
   await waitHealthy(base, 300_000); // a generous bound: start-up takes minutes on a loaded machine
   t.equal(JSON.parse(readFileSync(lockPath, 'utf8')).pid, first.child.pid, 'a restarted service owns the directory again');
-  await stopProcess(first.child);
+  t.same(await stopProcess(first.child), { code: 0, signal: null }, 'SIGTERM ends the service cleanly');
   t.notOk(existsSync(lockPath), 'a service stopped with SIGTERM removes its lock');
 });
 

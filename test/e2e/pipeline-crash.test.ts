@@ -143,4 +143,5 @@ t.test('SIGKILL at random points during the corpus run changes nothing in the en
   const perSource = new Map<string, number>();
   for (const event of events.body.events as Array<{ stream_id: string }>) perSource.set(event.stream_id, (perSource.get(event.stream_id) ?? 0) + 1);
   t.same([...perSource.values()].filter((count) => count !== 1), [], 'facts extracted once per source');
+  t.same(await stopProcess(child, 'SIGTERM'), { code: 0, signal: null }, 'after the crashes, SIGTERM still ends the service cleanly');
 });

@@ -73,7 +73,7 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   t.ok(events.body.events.some((e: { type: string }) => e.type === 'FactsExtracted'));
 
   // Restart: everything is still there.
-  await stopProcess(child);
+  t.same(await stopProcess(child), { code: 0, signal: null }, 'SIGTERM ends the service cleanly');
   child = startService(dataDir, port);
   await waitHealthy(base);
   const afterRestart = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts`, token);

@@ -8,7 +8,7 @@ import { openScratchPostgres } from '../../src/db/database.js';
 import { deleteTestTopics, ensureBroker } from '../bus/helpers.js';
 import { startFakeEventStoreDb } from '../eventstore/fake-esdb/server.js';
 import { deleteIndices, ensureOpenSearch } from '../search/helpers.js';
-import { freePort, spawnServe, stopProcess, waitHealthy } from './processes.js';
+import { freePort, spawnServe, stopProcess, waitHealthy, type ProcessExit } from './processes.js';
 import { TEST_SECRET } from './service.js';
 
 /**
@@ -32,7 +32,7 @@ export interface DistributedCluster {
   readModels: Awaited<ReturnType<typeof openScratchPostgres>>;
   /** Starts one process of the role and waits until it is healthy. */
   start(role: 'api' | 'worker' | 'all'): Promise<ServiceNode>;
-  stop(node: ServiceNode, signal?: NodeJS.Signals): Promise<void>;
+  stop(node: ServiceNode, signal?: NodeJS.Signals): Promise<ProcessExit>;
   /**
    * The error and fatal lines of every node's log (pino levels 50 and 60), prefixed by the
    * node's role: what a failing test prints to say what went wrong inside the service.

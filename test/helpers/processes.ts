@@ -54,12 +54,20 @@ export async function waitHealthy(baseUrl: string, timeoutMs = 90_000): Promise<
   }, timeoutMs, 200);
 }
 
-/** Sends `signal` and waits for the exit; a process that already exited is left alone. */
-export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
+export interface ProcessExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/**
+ * Sends `signal` and waits for the exit; a process that already exited is left alone. Resolves
+ * with how it ended (`serve` exits 0 after a clean shutdown, 1 when its shutdown deadline passed).
+ */
+export async function stopProcess(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<ProcessExit> {
+  if (child.exitCode !== null || child.signalCode !== null) return { code: child.exitCode, signal: child.signalCode };
+  const exited = new Promise<ProcessExit>((resolve) => child.once('exit', (code, exitSignal) => resolve({ code, signal: exitSignal })));
   child.kill(signal);
-  await exited;
+  return exited;
 }
 
 const execFileAsync = promisify(execFile);
