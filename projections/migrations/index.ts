@@ -233,6 +233,37 @@ export const readModelMigrations: readonly Migration[] = [
       END $$`);
     },
   },
+  {
+    // Investigations (projections/investigations.ts): sources gathered around a question.
+    id: '005_investigations',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE investigations (
+          id text PRIMARY KEY,
+          repository_id text NOT NULL,
+          title text NOT NULL,
+          topic text NOT NULL DEFAULT '',
+          created_by text NOT NULL,
+          created_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL,
+          deleted_at timestamptz,
+          search tsvector GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || topic)) STORED
+        );
+        CREATE INDEX investigations_repository ON investigations (repository_id, created_at);
+        CREATE INDEX investigations_search ON investigations USING gin (search);
+        CREATE TABLE investigation_sources (
+          investigation_id text NOT NULL,
+          source_id text NOT NULL,
+          repository_id text NOT NULL,
+          added_at timestamptz NOT NULL,
+          -- the global position of the event that added it: the order sources were gathered in
+          position bigint NOT NULL,
+          PRIMARY KEY (investigation_id, source_id)
+        );
+        CREATE INDEX investigation_sources_source ON investigation_sources (source_id);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -19,6 +19,7 @@ import { projectionRoutes } from './routes/projections.js';
 import { promptsetRoutes } from './routes/promptset.js';
 import { repositoryRoutes } from './routes/repositories.js';
 import { sourceRoutes } from './routes/sources.js';
+import { investigationRoutes } from './routes/investigations.js';
 import { taskRoutes } from './routes/tasks.js';
 import { userRoutes } from './routes/users.js';
 
@@ -33,6 +34,7 @@ const resourceRoutes = [
   sourceRoutes,
   factRoutes,
   conceptRoutes,
+  investigationRoutes,
   contextRoutes,
   eventRoutes,
   taskRoutes,

@@ -2,6 +2,7 @@ import { conceptQueries } from '../read/concepts.js';
 import { eventQueries } from '../read/events.js';
 import { projectionQueries } from '../read/projections.js';
 import { factQueries } from '../read/facts.js';
+import { investigationQueries } from '../read/investigations.js';
 import { repositoryQueries } from '../read/repositories.js';
 import { settingQueries } from '../read/settings.js';
 import { sourceQueries } from '../read/sources.js';
@@ -9,6 +10,7 @@ import { taskQueries } from '../read/tasks.js';
 import { userQueries } from '../read/users.js';
 import { conceptCommands } from './concepts.js';
 import type { AppContext } from './context.js';
+import { investigationCommands } from './investigations.js';
 import { projectionCommands } from './projections.js';
 import { repositoryCommands } from './repositories.js';
 import { settingCommands } from './settings.js';
@@ -28,6 +30,7 @@ export function createApplication(context: AppContext) {
     sources: { ...sourceQueries(context), ...sourceCommands(context) },
     facts: factQueries(context),
     concepts: { ...conceptQueries(context), ...conceptCommands(context) },
+    investigations: { ...investigationQueries(context), ...investigationCommands(context) },
     tasks: { ...taskQueries(context), ...taskCommands(context) },
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },

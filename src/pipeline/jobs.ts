@@ -91,6 +91,8 @@ export interface JobListFilter {
   state?: JobState;
   subjectId?: string;
   sourceId?: string;
+  /** Jobs of any of these sources (an investigation's). */
+  sourceIds?: readonly string[];
   reportId?: string;
   /** 1..1000, default 50. */
   limit?: number;
@@ -116,6 +118,8 @@ export type JobCounts = Record<string, Record<JobState, number>>;
 export interface JobCountsFilter {
   repositoryId: string;
   sourceId?: string;
+  /** Jobs of any of these sources (an investigation's). */
+  sourceIds?: readonly string[];
   reportId?: string;
 }
 
@@ -569,6 +573,7 @@ export class JobRepository {
       if (filter.state !== undefined) query.where('state', requireState(filter.state));
       if (filter.subjectId !== undefined) query.where('subject_id', filter.subjectId);
       if (filter.sourceId !== undefined) query.where('source_id', filter.sourceId);
+      if (filter.sourceIds !== undefined) query.whereIn('source_id', [...filter.sourceIds]);
       if (filter.reportId !== undefined) query.where('report_id', filter.reportId);
       return query;
     };
@@ -612,12 +617,13 @@ export class JobRepository {
     return pending === undefined;
   }
 
-  private async countWhere(filter: { repositoryId?: string; sourceId?: string; reportId?: string }): Promise<JobCounts> {
+  private async countWhere(filter: { repositoryId?: string; sourceId?: string; sourceIds?: readonly string[]; reportId?: string }): Promise<JobCounts> {
     const query = this.knex('jobs')
       .select('kind', 'state', this.knex.raw('count(*)::integer AS count'))
       .groupBy('kind', 'state');
     if (filter.repositoryId !== undefined) query.where('repository_id', filter.repositoryId);
     if (filter.sourceId !== undefined) query.where('source_id', filter.sourceId);
+    if (filter.sourceIds !== undefined) query.whereIn('source_id', [...filter.sourceIds]);
     if (filter.reportId !== undefined) query.where('report_id', filter.reportId);
     const rows: Array<{ kind: string; state: JobState; count: number }> = await query;
     const counts: JobCounts = {};

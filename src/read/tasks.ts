@@ -1,9 +1,10 @@
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
-import { notFound } from '../app/errors.js';
+import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { jobStates, type JobCounts, type JobRecord } from '../pipeline/jobs.js';
 import type { JobState } from '../pipeline/types.js';
+import { investigationSourceIds, loadInvestigation } from './investigations.js';
 import { pageOf, type PageInput } from './paging.js';
 import { presentJob } from './present.js';
 
@@ -21,6 +22,8 @@ function totalsByState(counts: JobCounts): Record<JobState, number> {
 export interface TaskListInput extends PageInput {
   repository: string;
   source_id?: string;
+  /** The tasks of an investigation's sources; not with `source_id`. */
+  investigation_id?: string;
   report_id?: string;
   state?: JobState;
   kind?: string;
@@ -40,19 +43,27 @@ export async function loadTask(jobs: AppContext['jobs'], repositoryId: string, t
 
 /**
  * Task queries: the background jobs of a repository (one per pipeline job, docs/pipeline.md),
- * their counts per kind and state, and whether a source or report is done.
+ * their counts per kind and state, and whether a source, investigation or report is done.
  */
 export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs'>) {
   const knex = deps.db.knex;
   return {
     async list(principal: Principal, input: TaskListInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'jobs:read');
-      const { source_id: sourceId, report_id: reportId, state, kind } = input;
-      const list = await deps.jobs.list({ repositoryId: repository.id, sourceId, reportId, state, kind, ...pageOf(input) });
-      // Counts and completeness cover the source or report (or repository) whatever the state/kind filters.
-      const counts = await deps.jobs.countsFor({ repositoryId: repository.id, sourceId, reportId });
-      const complete =
-        sourceId !== undefined && reportId === undefined ? await deps.jobs.isComplete({ repositoryId: repository.id, sourceId }) : nothingPending(counts);
+      const { source_id: sourceId, investigation_id: investigationId, report_id: reportId, state, kind } = input;
+      if (investigationId !== undefined && sourceId !== undefined) throw invalid('give source_id or investigation_id, not both');
+      const sourceIds =
+        investigationId === undefined ? undefined : await investigationSourceIds(knex, (await loadInvestigation(knex, repository.id, investigationId)).id);
+      const list = await deps.jobs.list({ repositoryId: repository.id, sourceId, sourceIds, reportId, state, kind, ...pageOf(input) });
+      // Counts and completeness cover the source, investigation or report (or repository) whatever the state/kind filters.
+      const counts = await deps.jobs.countsFor({ repositoryId: repository.id, sourceId, sourceIds, reportId });
+      let complete: boolean;
+      if (sourceId !== undefined && reportId === undefined) complete = await deps.jobs.isComplete({ repositoryId: repository.id, sourceId });
+      else if (sourceIds !== undefined) {
+        // Between two stages a source has no job queued for a moment: its status says it is not done.
+        const unfinished = sourceIds.length === 0 ? undefined : await knex('sources').whereIn('id', sourceIds).whereNotIn('status', ['processed', 'failed']).first('id');
+        complete = nothingPending(counts) && unfinished === undefined;
+      } else complete = nothingPending(counts);
       return { items: list.jobs.map(presentJob), total: list.total, counts, complete };
     },
 

@@ -37,6 +37,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
           additionalProperties: false,
           properties: {
             source_id: { type: 'string', minLength: 1, maxLength: 200 },
+            investigation_id: { type: 'string', minLength: 1, maxLength: 200, description: "the tasks of the investigation's sources (not with source_id)" },
             report_id: { type: 'string', minLength: 1, maxLength: 200 },
             state: { type: 'string', enum: [...jobStates] },
             kind: { type: 'string', minLength: 1, maxLength: 100 },
@@ -53,7 +54,9 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
               counts: countsSchema,
               complete: {
                 type: 'boolean',
-                description: 'nothing queued or running for the source (source_id), the report (report_id), or else the whole repository',
+                description:
+                  'nothing queued or running for the source (source_id), the report (report_id), or else the whole repository; ' +
+                  "for an investigation (investigation_id), also every one of its sources processed or failed",
               },
             },
           },

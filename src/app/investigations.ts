@@ -1,0 +1,88 @@
+import { randomUUID } from 'node:crypto';
+import { investigationDecider, type InvestigationCommand } from '../domain/investigation/decider.js';
+import { streamName, type EventMetadata } from '../eventstore/envelope.js';
+import type { Principal } from '../auth/rbac.js';
+import { loadInvestigation, presentInvestigationById } from '../read/investigations.js';
+import { loadSource } from '../read/sources.js';
+import { presentSource } from '../read/present.js';
+import { authorizeRepository, commandMetadata, type Trace } from './access.js';
+import type { AppContext } from './context.js';
+import { invalid } from './errors.js';
+import { sourceCommands } from './sources.js';
+
+export interface InvestigationChange {
+  title?: string;
+  topic?: string;
+}
+
+/** What an investigation gathers: a source of the repository by id, or a URL or DOI to add. */
+export type InvestigationSourceInput = { source_id: string } | { url: string } | { doi: string };
+
+/**
+ * Investigation commands: create, edit, delete, and gather sources. Adding a URL or DOI
+ * registers the source in the repository (or takes the one it has) and links it; the pipeline
+ * processes it as any other source.
+ */
+export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers'>) {
+  const knex = deps.db.knex;
+  const sources = sourceCommands(deps);
+
+  const execute = (investigationId: string, command: InvestigationCommand, metadata: EventMetadata) =>
+    deps.commands.execute(streamName('investigation', investigationId), investigationDecider, command, metadata);
+
+  /** The repository (checked for `permission`) and the investigation in it. */
+  async function target(principal: Principal, input: { repository: string; investigation: string }, permission: 'investigations:write' | 'investigations:delete') {
+    const repository = await authorizeRepository(knex, principal, input.repository, permission);
+    const investigation = await loadInvestigation(knex, repository.id, input.investigation);
+    return { repository, investigation };
+  }
+
+  return {
+    async create(principal: Principal, input: { repository: string; title: string; topic?: string }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'investigations:create');
+      const investigationId = randomUUID();
+      await execute(investigationId, { type: 'CreateInvestigation', title: input.title, topic: input.topic ?? '' }, commandMetadata(principal, repository.id, trace));
+      return presentInvestigationById(knex, repository.id, investigationId);
+    },
+
+    async update(principal: Principal, input: InvestigationChange & { repository: string; investigation: string }, trace?: Trace) {
+      const { repository, investigation } = await target(principal, input, 'investigations:write');
+      await execute(investigation.id, { type: 'UpdateInvestigation', title: input.title, topic: input.topic }, commandMetadata(principal, repository.id, trace));
+      return presentInvestigationById(knex, repository.id, investigation.id);
+    },
+
+    /** Deletes the investigation; its sources stay in the repository. */
+    async remove(principal: Principal, input: { repository: string; investigation: string }, trace?: Trace) {
+      const { repository, investigation } = await target(principal, input, 'investigations:delete');
+      await execute(investigation.id, { type: 'DeleteInvestigation' }, commandMetadata(principal, repository.id, trace));
+    },
+
+    /**
+     * Adds a source: an existing one by `source_id`, or a URL or DOI (registered when new, which
+     * needs `sources:create` too). `added` is false when the investigation already had it.
+     */
+    async addSource(principal: Principal, input: { repository: string; investigation: string } & InvestigationSourceInput, trace?: Trace) {
+      const { repository, investigation } = await target(principal, input, 'investigations:write');
+      let source;
+      let registered = false;
+      if ('source_id' in input) {
+        source = presentSource(await loadSource(knex, repository.id, input.source_id));
+      } else if ('url' in input || 'doi' in input) {
+        const reference = 'url' in input ? { url: input.url } : { doi: input.doi };
+        const result = await sources.add(principal, { repository: repository.id, ...reference }, trace);
+        source = result.source;
+        registered = result.created;
+      } else throw invalid('give one of source_id, url or doi');
+      const result = await execute(investigation.id, { type: 'AddInvestigationSource', sourceId: source.id }, commandMetadata(principal, repository.id, trace));
+      return { added: result.events.length > 0, registered, source };
+    },
+
+    /** Removes a source from the investigation; it stays in the repository. */
+    async removeSource(principal: Principal, input: { repository: string; investigation: string; source: string }, trace?: Trace) {
+      const { repository, investigation } = await target(principal, input, 'investigations:write');
+      await execute(investigation.id, { type: 'RemoveInvestigationSource', sourceId: input.source }, commandMetadata(principal, repository.id, trace));
+    },
+  };
+}
+
+export type InvestigationCommands = ReturnType<typeof investigationCommands>;

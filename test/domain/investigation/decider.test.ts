@@ -1,0 +1,53 @@
+import t from 'tap';
+import { DomainError } from '../../../src/domain/decider.js';
+import { spec } from '../../../src/domain/testing.js';
+import {
+  investigationDecider,
+  MAX_INVESTIGATION_TITLE_CHARS,
+  MAX_INVESTIGATION_TOPIC_CHARS,
+  type InvestigationEvent,
+} from '../../../src/domain/investigation/decider.js';
+
+const given = spec(investigationDecider).given;
+const created: InvestigationEvent = { type: 'InvestigationCreated', data: { title: 'Radioactivity', topic: 'Who discovered polonium?' } };
+const added: InvestigationEvent = { type: 'InvestigationSourceAdded', data: { source_id: 'source-a' } };
+const deleted: InvestigationEvent = { type: 'InvestigationDeleted', data: { reason: null } };
+
+t.test('create: trimmed title and topic; bad input refused', async (t) => {
+  t.same(given([]).when({ type: 'CreateInvestigation', title: ' Radioactivity ', topic: ' Who discovered polonium? ' }).events(), [created]);
+  t.same(given([]).when({ type: 'CreateInvestigation', title: 'Radioactivity', topic: '' }).events(), [
+    { type: 'InvestigationCreated', data: { title: 'Radioactivity', topic: '' } },
+  ], 'a topic may be empty');
+  t.equal(given([]).when({ type: 'CreateInvestigation', title: '  ', topic: '' }).thenThrows(DomainError).code, 'invalid', 'blank title');
+  t.equal(given([]).when({ type: 'CreateInvestigation', title: 'x'.repeat(MAX_INVESTIGATION_TITLE_CHARS + 1), topic: '' }).thenThrows(DomainError).code, 'invalid', 'long title');
+  t.equal(given([]).when({ type: 'CreateInvestigation', title: 'x', topic: 'y'.repeat(MAX_INVESTIGATION_TOPIC_CHARS + 1) }).thenThrows(DomainError).code, 'invalid', 'long topic');
+  t.equal(given([created]).when({ type: 'CreateInvestigation', title: 'Again', topic: '' }).thenThrows(DomainError).code, 'conflict');
+});
+
+t.test('update records only what changed', async (t) => {
+  t.same(given([created]).when({ type: 'UpdateInvestigation', title: 'Radioactivity' }).events(), [], 'same title, no event');
+  t.same(given([created]).when({ type: 'UpdateInvestigation', title: 'Polonium', topic: 'Who discovered polonium?' }).events(), [
+    { type: 'InvestigationUpdated', data: { title: 'Polonium', topic: null } },
+  ]);
+  t.equal(given([]).when({ type: 'UpdateInvestigation', title: 'x' }).thenThrows(DomainError).code, 'not_found');
+  t.equal(given([created, deleted]).when({ type: 'UpdateInvestigation', title: 'x' }).thenThrows(DomainError).code, 'gone');
+  t.equal(given([created]).when({ type: 'UpdateInvestigation', title: '' }).thenThrows(DomainError).code, 'invalid');
+});
+
+t.test('sources: added once, removed only when present', async (t) => {
+  t.same(given([created]).when({ type: 'AddInvestigationSource', sourceId: 'source-a' }).events(), [added]);
+  t.same(given([created, added]).when({ type: 'AddInvestigationSource', sourceId: 'source-a' }).events(), [], 'adding twice is a no-op');
+  t.same(given([created, added]).when({ type: 'RemoveInvestigationSource', sourceId: 'source-a' }).events(), [
+    { type: 'InvestigationSourceRemoved', data: { source_id: 'source-a' } },
+  ]);
+  const removed: InvestigationEvent = { type: 'InvestigationSourceRemoved', data: { source_id: 'source-a' } };
+  t.equal(given([created, added, removed]).when({ type: 'RemoveInvestigationSource', sourceId: 'source-a' }).thenThrows(DomainError).code, 'not_found');
+  t.same(given([created, added, removed]).when({ type: 'AddInvestigationSource', sourceId: 'source-a' }).events(), [added], 'added again after removal');
+  t.equal(given([created, deleted]).when({ type: 'AddInvestigationSource', sourceId: 'source-b' }).thenThrows(DomainError).code, 'gone');
+});
+
+t.test('delete is final and idempotent', async (t) => {
+  t.same(given([created]).when({ type: 'DeleteInvestigation' }).events(), [deleted]);
+  t.same(given([created, deleted]).when({ type: 'DeleteInvestigation' }).events(), []);
+  t.equal(given([]).when({ type: 'DeleteInvestigation' }).thenThrows(DomainError).code, 'not_found');
+});
