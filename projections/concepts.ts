@@ -11,7 +11,7 @@ import { followMerges } from './mergeChains.js';
 type Handled =
   | ConceptEvent
   | Extract<SourceEvent, { type: 'ConceptsExtracted' }>
-  | Extract<FactEvent, { type: 'FactMergedInto' }>
+  | Extract<FactEvent, { type: 'FactMergedInto' | 'FactRetracted' }>
   | Extract<RepositoryEvent, { type: 'ConceptRelationsRefreshed' }>;
 
 /** The final survivor of each concept id (itself when it never merged). */
@@ -349,6 +349,13 @@ export const conceptsProjection = projection<Handled>({
     ConceptMergedInto: each((trx, event) => applyConceptMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
     ConceptsExtracted: applyConceptsExtracted,
     FactMergedInto: each((trx, event) => applyFactMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
+    // A retracted fact's links go, and the concepts it was linked to are recounted.
+    FactRetracted: each(async (trx, event) => {
+      const factId = parseStreamName(event.streamId).id;
+      const linked = (await trx('fact_concepts').where({ fact_id: factId }).pluck('concept_id')) as string[];
+      await trx('fact_concepts').where({ fact_id: factId }).delete();
+      await recountFacts(trx, linked);
+    }),
     ConceptRelationsRefreshed: applyRelations,
   },
 });

@@ -8,7 +8,7 @@ import { followMerges } from './mergeChains.js';
 
 type FactsExtracted = Extract<SourceEvent, { type: 'FactsExtracted' }>;
 type FactsEmbedded = Extract<SourceEvent, { type: 'FactsEmbedded' }>;
-type Handled = FactsExtracted | FactsEmbedded | FactEvent;
+type Handled = FactsExtracted | FactsEmbedded | FactEvent | Extract<SourceEvent, { type: 'SourceDeleted' }>;
 
 /** The final survivor of each fact id (itself when it never merged). */
 function survivorsOf(trx: Knex.Transaction, factIds: readonly string[]): Promise<Map<string, string>> {
@@ -144,6 +144,16 @@ export const factsProjection = projection<Handled>({
       const factId = parseStreamName(event.streamId).id;
       await trx('facts').where({ id: factId }).delete();
       await trx('fact_sources').where({ fact_id: factId }).delete();
+    }),
+    // The fact's last source was deleted; extracted again later, FactsExtracted brings it back.
+    FactRetracted: each(async (trx, event) => {
+      const factId = parseStreamName(event.streamId).id;
+      await trx('facts').where({ id: factId }).delete();
+      await trx('fact_sources').where({ fact_id: factId }).delete();
+    }),
+    // A deleted source's links go; its facts that no other source has are retracted by cleanup_facts.
+    SourceDeleted: each(async (trx, event) => {
+      await trx('fact_sources').where({ source_id: parseStreamName(event.streamId).id }).delete();
     }),
   },
 });

@@ -1,12 +1,13 @@
 import { projection, each } from '../src/projection/types.js';
 import type { InvestigationEvent } from '../src/domain/investigation/decider.js';
+import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 
 /**
  * Read models `investigations` (one row per investigation, deleted ones kept with `deleted_at`)
  * and `investigation_sources` (which sources each gathers, in the order they were added).
  */
-export const investigationsProjection = projection<InvestigationEvent>({
+export const investigationsProjection = projection<InvestigationEvent | Extract<SourceEvent, { type: 'SourceDeleted' }>>({
   name: 'investigations',
   tables: ['investigations', 'investigation_sources'],
   handlers: {
@@ -47,6 +48,10 @@ export const investigationsProjection = projection<InvestigationEvent>({
       const investigationId = parseStreamName(event.streamId).id;
       await trx('investigation_sources').where({ investigation_id: investigationId, source_id: event.data.source_id }).delete();
       await trx('investigations').where({ id: investigationId }).update({ updated_at: event.occurredAt });
+    }),
+    // A deleted source leaves every investigation that gathered it.
+    SourceDeleted: each(async (trx, event) => {
+      await trx('investigation_sources').where({ source_id: parseStreamName(event.streamId).id }).delete();
     }),
   },
 });

@@ -108,6 +108,7 @@ export function createSearchIndexProjection(index: SearchIndex, options: SearchI
       // A merged fact is never found again; its sources and links moved to the survivor.
       FactMergedInto: each((trx, event) => targetOf(trx).remove(facts, repositoryOf(event), [parseStreamName(event.streamId).id])),
       FactRemoved: each((trx, event) => targetOf(trx).remove(facts, repositoryOf(event), [parseStreamName(event.streamId).id])),
+      FactRetracted: each((trx, event) => targetOf(trx).remove(facts, repositoryOf(event), [parseStreamName(event.streamId).id])),
       // Each concept stream starts with its ConceptCreated: the run's concepts are distinct.
       async ConceptCreated(trx, events) {
         await targetOf(trx).index(

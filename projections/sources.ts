@@ -6,7 +6,7 @@ import { updateRows } from './batchWrites.js';
 
 type Handled = Extract<
   SourceEvent,
-  { type: 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted' | 'SourceFailed' | 'SourceRetryRequested' }
+  { type: 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted' | 'SourceFailed' | 'SourceRetryRequested' | 'SourceDeleted' }
 >;
 
 /** Sets `columns` (and updated_at) of each event's source, one statement for the run. */
@@ -104,6 +104,10 @@ export const sourcesProjection = projection<Handled>({
       await trx('sources')
         .where({ id: parseStreamName(event.streamId).id })
         .update({ status: trx.raw(`CASE WHEN text_sha256 IS NULL THEN 'pending' ELSE 'fetched' END`), failure: null, updated_at: event.occurredAt });
+    }),
+    // Gone from every read; its stream stays for audit, and adding its URL again registers a new source.
+    SourceDeleted: each(async (trx, event) => {
+      await trx('sources').where({ id: parseStreamName(event.streamId).id }).delete();
     }),
   },
 });

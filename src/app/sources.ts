@@ -121,6 +121,18 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'RetrySource' }, commandMetadata(principal, repository.id, trace));
       return presentSource(await loadSource(knex, repository.id, input.source));
     },
+
+    /**
+     * Deletes a source: it leaves every read and every investigation at once; cleanup_facts then
+     * retracts the facts no other source has (FactRetracted), and what was derived from them is
+     * re-made. Its stream stays, with `reason`, for audit.
+     */
+    async remove(principal: Principal, input: { repository: string; source: string; reason?: string }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'sources:delete');
+      await loadSource(knex, repository.id, input.source);
+      const reason = input.reason?.trim() || undefined;
+      await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'DeleteSource', reason }, commandMetadata(principal, repository.id, trace));
+    },
   };
 }
 

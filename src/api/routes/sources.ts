@@ -92,6 +92,25 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     async (request) => sources.facts(requireUser(request), { ...named(request.params), ...request.query }),
   );
 
+  app.delete<{ Params: { repoID: string; sourceID: string }; Querystring: { reason?: string } }>(
+    '/api/v1/repositories/:repoID/sources/:sourceID',
+    {
+      schema: {
+        ...schema,
+        description:
+          'Deletes the source: gone from every read and investigation at once; the facts no other source has are then ' +
+          'retracted (FactRetracted) and what was derived from them is re-made. The events keep `reason` for audit.',
+        params: sourceParams,
+        querystring: { type: 'object', additionalProperties: false, properties: { reason: { type: 'string', maxLength: 500 } } },
+        response: { 204: { type: 'null' }, ...errorReplies },
+      },
+    },
+    async (request, reply) => {
+      await sources.remove(requireUser(request), { ...named(request.params), reason: request.query.reason }, traceOf(request));
+      return reply.status(204).send();
+    },
+  );
+
   app.post<{ Params: { repoID: string; sourceID: string } }>(
     '/api/v1/repositories/:repoID/sources/:sourceID/retry',
     { schema: { ...schema, params: sourceParams, response: { 202: sourceSchema, ...errorReplies } } },

@@ -11,7 +11,9 @@ export type { FactCommand, FactEvent, FactState } from './events.js';
 export const factDecider: Decider<FactState, FactCommand, FactEvent> = {
   initialState: () => ({ status: 'new' }),
 
-  decide(command, state) {
+  decide(command, current) {
+    // A retracted fact extracted again (by another source) is decided about as a new one.
+    const state: FactState = current.status === 'retracted' ? { status: 'new' } : current;
     switch (command.type) {
       case 'StabilizeFact':
         // Only a new fact is stabilized; a stable one already is, a merged one stays merged.
@@ -41,6 +43,10 @@ export const factDecider: Decider<FactState, FactCommand, FactEvent> = {
         if (state.status === 'removed') return [];
         if (state.status !== 'merged') throw new DomainError('conflict', `only a merged fact is removed; this one is ${state.status}`);
         return [{ type: 'FactRemoved', data: { survivor_id: state.survivorId } }];
+      case 'RetractFact':
+        // Retracted already, or merged (its links live on the survivor, which is decided about itself).
+        if (current.status !== 'new' && current.status !== 'stable') return [];
+        return [{ type: 'FactRetracted', data: { source_id: command.sourceId, reason: command.reason } }];
     }
   },
 
@@ -52,6 +58,8 @@ export const factDecider: Decider<FactState, FactCommand, FactEvent> = {
         return { status: 'merged', survivorId: event.data.survivor_id };
       case 'FactRemoved':
         return { status: 'removed', survivorId: event.data.survivor_id };
+      case 'FactRetracted':
+        return { status: 'retracted' };
     }
   },
 };

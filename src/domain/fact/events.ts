@@ -14,15 +14,22 @@ export type FactEvent =
    */
   | { type: 'FactMergedInto'; data: { survivor_id: string; similarity: number; source_id: string | null; catchup: boolean } }
   /** cleanup_facts removed a merged fact; only its stream remains, for audit. */
-  | { type: 'FactRemoved'; data: { survivor_id: string } };
+  | { type: 'FactRemoved'; data: { survivor_id: string } }
+  /**
+   * cleanup_facts retracted a fact whose last source was deleted: the read models drop it, its
+   * concept links and its vector. Extracted again later (by another source), it comes back.
+   */
+  | { type: 'FactRetracted'; data: { source_id: string; reason: string } };
 
 export type FactCommand =
   | { type: 'StabilizeFact'; sourceId: string }
   | { type: 'MergeFact'; survivorId: string; similarity: number; sourceId: string | null; catchup: boolean }
-  | { type: 'RemoveFact' };
+  | { type: 'RemoveFact' }
+  | { type: 'RetractFact'; sourceId: string; reason: string };
 
 export type FactState =
   | { status: 'new' }
   | { status: 'stable' }
   | { status: 'merged'; survivorId: string }
-  | { status: 'removed'; survivorId: string };
+  | { status: 'removed'; survivorId: string }
+  | { status: 'retracted' };

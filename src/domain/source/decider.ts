@@ -81,6 +81,8 @@ export type SourceEvent =
     }
   | { type: 'SourceFailed'; data: { stage: string; reason: string } }
   | { type: 'SourceRetryRequested'; data: { previous_failure: string | null } }
+  /** The source leaves the repository; cleanup_facts retracts the facts no other source has. */
+  | { type: 'SourceDeleted'; data: { reason: string | null } }
   | SourcePipelineEvent;
 
 export type SourceCommand =
@@ -100,6 +102,7 @@ export type SourceCommand =
   | { type: 'RecordFacts'; modelId: string; promptsetHash?: string; facts: ExtractedFactInput[] }
   | { type: 'FailSource'; stage: string; reason: string }
   | { type: 'RetrySource' }
+  | { type: 'DeleteSource'; reason?: string }
   | SourcePipelineCommand;
 
 export type SourceState =
@@ -116,6 +119,8 @@ export type SourceState =
       deduplicated: boolean;
       /** batch_index of every ConceptsExtracted recorded. */
       conceptBatches: number[];
+      /** SourceDeleted recorded: the pipeline records nothing more for it. */
+      deleted: boolean;
     };
 
 function requireSource(state: SourceState): Exclude<SourceState, { status: 'none' }> {
@@ -141,7 +146,17 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
   initialState: () => ({ status: 'none' }),
 
   decide(command, state) {
+    if (state.status !== 'none' && state.deleted && command.type !== 'RegisterSource') {
+      // A deleted source is final: deleting again changes nothing, a retry is refused, and a
+      // pipeline job that was queued before the deletion records nothing.
+      if (command.type === 'RetrySource') throw new DomainError('gone', 'source was deleted');
+      return [];
+    }
     switch (command.type) {
+      case 'DeleteSource': {
+        requireSource(state);
+        return [{ type: 'SourceDeleted', data: { reason: command.reason ?? null } }];
+      }
       case 'RegisterSource': {
         if (state.status !== 'none') throw new DomainError('conflict', 'source already exists');
         const url = command.url ?? null;
@@ -252,6 +267,7 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         embeddedWith: [],
         deduplicated: false,
         conceptBatches: [],
+        deleted: false,
       };
     }
     if (state.status === 'none') return state;
@@ -274,6 +290,8 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         return state.embeddedWith.includes(event.data.model) ? state : { ...state, embeddedWith: [...state.embeddedWith, event.data.model] };
       case 'SourceFactsDeduplicated':
         return { ...state, deduplicated: true };
+      case 'SourceDeleted':
+        return { ...state, deleted: true };
       case 'ConceptsExtracted':
         return state.conceptBatches.includes(event.data.batch_index)
           ? state

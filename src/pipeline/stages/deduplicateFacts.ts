@@ -61,13 +61,15 @@ type FactsEmbedded = Extract<SourceEvent, { type: 'FactsEmbedded' }>;
 export async function finalFact(store: EventStore, factId: string): Promise<FinalFact> {
   const end = (await factStreamsOf(store).finals([factId])).get(factId) as { id: string; stream: LoadedStream<FactState> };
   const { status } = end.stream.state;
+  // A retracted fact that is extracted again is decided about as a new one.
+  if (status === 'retracted') return { id: end.id, status: 'new' };
   if (status !== 'new' && status !== 'stable') throw new Error(`unreachable: the chain of fact ${factId} ended at a ${status} fact`);
   return { id: end.id, status };
 }
 
 /** Fact streams of one job (StreamCache): a fact's chain goes on while it is merged or removed. */
 function factStreamsOf(store: EventStore): StreamCache<FactState, FactEvent> {
-  return new StreamCache(store, 'fact', factDecider, (state) => (state.status === 'new' || state.status === 'stable' ? null : state.survivorId));
+  return new StreamCache(store, 'fact', factDecider, (state) => (state.status === 'merged' || state.status === 'removed' ? state.survivorId : null));
 }
 
 /** Vectors of `model` from a FactsEmbedded event, by fact id. */
@@ -134,14 +136,15 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
     const metadata = stageMetadata(context);
     const loaded = await loadStream(deps.store, stream, sourceDecider);
     const { state } = loaded;
-    if (state.status !== 'processed' || state.deduplicated) return;
+    if (state.status !== 'processed' || state.deduplicated || state.deleted) return;
     // The FactsEmbedded that triggered the job is on this stream: the latest of the model.
     const vectors = deps.embedderModelId === null ? new Map<string, number[]>() : latestVectors(loaded.events, deps.embedderModelId);
     const factIds = [...new Set(extractedFactsOf(loaded.events).map((fact) => fact.fact_id))].sort();
     const factStreams = factStreamsOf(deps.store);
     await factStreams.load(factIds);
     throwIfAborted(context.signal);
-    const undecided = factIds.filter((factId) => factStreams.get(factId).state.status === 'new');
+    // A retracted fact here was extracted again (the source deleted before this one was not its last).
+    const undecided = factIds.filter((factId) => ['new', 'retracted'].includes(factStreams.get(factId).state.status));
     const searched = deps.embedderModelId === null ? [] : undecided.flatMap((factId) => (vectors.has(factId) ? [[factId, vectors.get(factId) as number[]] as const] : []));
     const nearest = (await nearestOf(repositoryId, searched)) ?? new Map<string, Array<{ id: string; score: number }>>();
     const close = new Map<string, Array<{ id: string; score: number }>>();
@@ -188,7 +191,7 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
     for (const factId of factIds) {
       const outcome = outcomes.get(streamName('fact', factId)) ?? factStreams.get(factId).state;
       if (outcome.status === 'stable') stable.push(factId);
-      else if (outcome.status !== 'new') merged.push({ fact_id: factId, survivor_id: outcome.survivorId });
+      else if (outcome.status === 'merged' || outcome.status === 'removed') merged.push({ fact_id: factId, survivor_id: outcome.survivorId });
     }
     throwIfAborted(context.signal);
     await commandFrom(

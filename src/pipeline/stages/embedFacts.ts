@@ -45,7 +45,7 @@ export function createEmbedFactsStage(deps: EmbedFactsDeps): Stage {
       const loaded = await loadStream(deps.store, stream, sourceDecider);
       const { state } = loaded;
       // Not processed (yet, or any more): the FactsExtracted that makes it processed triggers a new job.
-      if (state.status !== 'processed') return;
+      if (state.status !== 'processed' || state.deleted) return;
       if (state.embeddedWith.includes(deps.embedder.modelId)) return;
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'embed_facts', maxAttempts: deps.maxAttempts }, async () => {
         const unique = new Map<string, string>();

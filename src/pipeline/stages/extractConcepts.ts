@@ -205,7 +205,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
       const metadata = stageMetadata(context);
       const loaded = await loadStream(deps.store, stream, sourceDecider);
       const { state } = loaded;
-      if (state.status !== 'processed' || !state.deduplicated) return;
+      if (state.status !== 'processed' || !state.deduplicated || state.deleted) return;
       const deduplicated = loaded.events.find((event) => event.type === 'SourceFactsDeduplicated');
       const stableIds = [...new Set((deduplicated?.data as SourceFactsDeduplicated['data'] | undefined)?.stable_fact_ids ?? [])];
       if (stableIds.length === 0) return;

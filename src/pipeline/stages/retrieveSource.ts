@@ -61,7 +61,7 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
       const metadata = stageMetadata(context);
       const loaded = await loadStream(deps.store, stream, sourceDecider);
       // Only a source still waiting for its body is ours; anything else was done by a twin or a retry.
-      if (loaded.state.status !== 'pending' && loaded.state.status !== 'fetching') return;
+      if ((loaded.state.status !== 'pending' && loaded.state.status !== 'fetching') || loaded.state.deleted) return;
       const registered = firstEvent(loaded.events, stream);
       const { after: started } = await commandFrom(deps.store, stream, sourceDecider, loaded, { type: 'StartFetch' }, metadata, { retries: 0 });
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'retrieve_source', maxAttempts: deps.maxAttempts }, async () => {

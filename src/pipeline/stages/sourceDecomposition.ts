@@ -50,7 +50,7 @@ export function createSourceDecompositionStage(deps: SourceDecompositionDeps): S
       const metadata = stageMetadata(context);
       const loaded = await loadStream(deps.store, stream, sourceDecider);
       const { state } = loaded;
-      if (state.status !== 'fetched' && state.status !== 'decomposing') return;
+      if ((state.status !== 'fetched' && state.status !== 'decomposing') || state.deleted) return;
       const fetched = state.fetched;
       if (!fetched) throw new PermanentJobError('source has no fetched text');
       const repositoryId = requireRepositoryId(context);

@@ -48,3 +48,15 @@ t.test('evolve folds the status', async (t) => {
   t.same(fold([merged, stabilized]), { status: 'merged', survivorId: 'f0' }, 'a late stabilization does not revive a merged fact');
   t.same(fold([merged, removed]), { status: 'removed', survivorId: 'f0' });
 });
+
+t.test('a fact whose last source was deleted is retracted once; extracted again, it is decided about anew', async (t) => {
+  const retract = { type: 'RetractFact', sourceId: 's1', reason: 'source deleted' } as const;
+  const retracted: FactEvent = { type: 'FactRetracted', data: { source_id: 's1', reason: 'source deleted' } };
+  t.same(given([]).when(retract).events(), [retracted], 'a new fact');
+  t.same(given([stabilized]).when(retract).events(), [retracted], 'a stable fact');
+  t.same(given([stabilized, retracted]).when(retract).events(), [], 'retracting twice records nothing');
+  t.same(given([merged]).when(retract).events(), [], 'a merged fact lives on in its survivor');
+  t.same(given([merged, removed]).when(retract).events(), []);
+  t.same(given([stabilized, retracted]).when({ type: 'StabilizeFact', sourceId: 's2' }).events(), [{ type: 'FactStabilized', data: { source_id: 's2' } }], 'extracted again by another source');
+  t.same(given([retracted]).when(merge).events(), [{ type: 'FactMergedInto', data: { survivor_id: 'f0', similarity: 0.97, source_id: 's1', catchup: false } }]);
+});

@@ -129,3 +129,18 @@ t.test('concept batches are recorded once per batch index', async (t) => {
   const state = [...processed, batch1, batch1].reduce(sourceDecider.evolve, sourceDecider.initialState());
   t.same(state.status !== 'none' && state.conceptBatches, [1]);
 });
+
+t.test('deletion is final: later pipeline commands record nothing, a retry is refused', async (t) => {
+  const deleted: SourceEvent = { type: 'SourceDeleted', data: { reason: 'duplicate upload' } };
+  t.same(given([registered]).when({ type: 'DeleteSource', reason: 'duplicate upload' }).events(), [deleted]);
+  t.same(given([registered]).when({ type: 'DeleteSource' }).events(), [{ type: 'SourceDeleted', data: { reason: null } }], 'the reason is optional');
+  t.same(given([registered, deleted]).when({ type: 'DeleteSource' }).events(), [], 'deleting twice records nothing');
+  t.equal(given([]).when({ type: 'DeleteSource' }).thenThrows(DomainError).code, 'not_found');
+  const fetching: SourceEvent[] = [registered, { type: 'SourceFetchStarted', data: { attempt: 1 } }, deleted];
+  t.same(given(fetching).when({ type: 'RecordFetch', fetched: fetched.data as never }).events(), [], 'a fetch that was under way when the source was deleted records nothing');
+  t.same(given([registered, deleted]).when({ type: 'StartFetch' }).events(), []);
+  t.same(given([registered, deleted]).when({ type: 'FailSource', stage: 's', reason: 'r' }).events(), []);
+  const failed: SourceEvent[] = [registered, { type: 'SourceFailed', data: { stage: 's', reason: 'r' } }, deleted];
+  t.equal(given(failed).when({ type: 'RetrySource' }).thenThrows(DomainError).code, 'gone');
+  t.equal(given([registered, deleted]).when({ type: 'RegisterSource', origin: 'url', url: 'x' }).thenThrows(DomainError).code, 'conflict', 'the id is never reused');
+});

@@ -28,7 +28,7 @@ t.test('deduplicate_facts and cleanup_facts on an embedded pipeline', async (t) 
     threshold: 0.94,
     catchupMaxAgeMs: 168 * HOUR,
   });
-  const cleanup = createCleanupFactsStage({ store });
+  const cleanup = createCleanupFactsStage({ store, knex: db.knex });
   const repositoryId = await fixture.createRepository();
 
   /** A processed, embedded source; returns the FactsEmbedded trigger and fact ids. */
