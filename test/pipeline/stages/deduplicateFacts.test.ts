@@ -81,7 +81,7 @@ t.test('deduplicate_facts and cleanup_facts on an embedded pipeline', async (t) 
       stable_fact_ids: [],
       merged: [{ fact_id: loser, survivor_id: stableOne }],
     });
-    t.same(cleanup.triggers, ['FactMergedInto']);
+    t.same(cleanup.triggers, ['FactMergedInto', 'SourceDeleted']);
     t.equal(cleanup.subjectOf(events[0]), loser);
     t.equal(cleanup.sourceOf?.(events[0]), source.sourceId, 'the cleanup job counts for the merging source');
     await cleanup.run(fixture.contextFor(cleanup, events[0]));
