@@ -2,6 +2,7 @@ import type { Projection } from '../src/projection/types.js';
 import { conceptsProjection } from './concepts.js';
 import { factsProjection } from './facts.js';
 import { hostHealthProjection } from './hostHealth.js';
+import { reportsProjection } from './reports.js';
 import { repositoriesProjection } from './repositories.js';
 import { sourcesProjection } from './sources.js';
 import { usersProjection } from './users.js';
@@ -14,4 +15,5 @@ export const readModelProjections: readonly Projection[] = [
   factsProjection,
   conceptsProjection,
   hostHealthProjection,
+  reportsProjection,
 ];

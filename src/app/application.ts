@@ -3,6 +3,7 @@ import { eventQueries } from '../read/events.js';
 import { projectionQueries } from '../read/projections.js';
 import { factQueries } from '../read/facts.js';
 import { repositoryQueries } from '../read/repositories.js';
+import { reportQueries } from '../read/reports.js';
 import { settingQueries } from '../read/settings.js';
 import { sourceQueries } from '../read/sources.js';
 import { taskQueries } from '../read/tasks.js';
@@ -11,6 +12,7 @@ import { conceptCommands } from './concepts.js';
 import type { AppContext } from './context.js';
 import { projectionCommands } from './projections.js';
 import { repositoryCommands } from './repositories.js';
+import { reportCommands } from './reports.js';
 import { settingCommands } from './settings.js';
 import { sourceCommands } from './sources.js';
 import { taskCommands } from './tasks.js';
@@ -27,6 +29,7 @@ export function createApplication(context: AppContext) {
     settings: { ...settingQueries(context), ...settingCommands(context) },
     sources: { ...sourceQueries(context), ...sourceCommands(context) },
     facts: factQueries(context),
+    reports: { ...reportQueries(context), ...reportCommands(context) },
     concepts: { ...conceptQueries(context), ...conceptCommands(context) },
     tasks: { ...taskQueries(context), ...taskCommands(context) },
     events: eventQueries(context),

@@ -26,6 +26,11 @@ export type SearchMode = 'hybrid' | 'lexical';
 export interface HybridQuery<Doc extends IndexedDocument = IndexedDocument> extends Omit<SearchQuery<Doc>, 'sort'> {
   /** Default hybrid. */
   mode?: SearchMode;
+  /**
+   * The query's vector when the caller embedded it already (a batch of queries embedded in one
+   * call): the vector side uses it instead of embedding `query` again.
+   */
+  vector?: number[];
 }
 
 export interface HybridReply<Hit> {
@@ -36,6 +41,11 @@ export interface HybridReply<Hit> {
   total: number;
   /** Hybrid: `score` is the fused score; lexical: the lexical one. */
   items: Hit[];
+  /**
+   * Hybrid: the cosine similarity to the query of every candidate the vector side ranked (also
+   * those past the page); empty when lexical answered.
+   */
+  similarities: ReadonlyMap<string, number>;
 }
 
 export interface HybridSearch {
@@ -69,6 +79,11 @@ export function reciprocalRankFusion(lists: readonly (readonly { id: string }[])
     .map(([id, entry]) => ({ id, score: entry.score }));
 }
 
+/** The settings of `search.hybrid` in the config. */
+export function hybridSettingsOf(config: { enabled: boolean; rrf_k: number; min_score: number; over_fetch_multiplier: number }): HybridSettings {
+  return { enabled: config.enabled, rrfK: config.rrf_k, minScore: config.min_score, overFetchMultiplier: config.over_fetch_multiplier };
+}
+
 function validateSettings(settings: HybridSettings): void {
   if (!Number.isFinite(settings.rrfK) || settings.rrfK < 0) throw new RangeError('rrfK must be a number >= 0');
   if (!Number.isFinite(settings.minScore) || settings.minScore < 0) throw new RangeError('minScore must be a number >= 0');
@@ -89,7 +104,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     if (mode !== 'hybrid' && mode !== 'lexical') throw new InvalidSearchRequestError(`mode must be hybrid or lexical, not ${String(mode)}`);
     const lexicalOnly = async (reason: string | null): Promise<HybridReply<Hit>> => {
       const result = await lexicalPage(query.limit, query.offset);
-      return { mode: 'lexical', fallback_reason: reason, total: result.total, items: result.items };
+      return { mode: 'lexical', fallback_reason: reason, total: result.total, items: result.items, similarities: new Map() };
     };
     if (mode === 'lexical') return lexicalOnly(null);
     if (!settings.enabled) return lexicalOnly('hybrid search is disabled (search.hybrid.enabled is false)');
@@ -108,7 +123,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     const lexical = await lexicalPage(pool, 0);
     let vector: number[];
     try {
-      [vector] = await embedder.embed([text]);
+      vector = query.vector ?? (await embedder.embed([text]))[0];
     } catch (error) {
       return lexicalOnly(`embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -127,6 +142,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     return {
       mode: 'hybrid',
       fallback_reason: null,
+      similarities: new Map(nearest.items.map((hit) => [hit.id, hit.score])),
       total: fused.length,
       items: fused.slice(query.offset, query.offset + query.limit).map((entry) => ({ ...(hits.get(entry.id) as Hit), score: entry.score })),
     };
