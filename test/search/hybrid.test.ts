@@ -168,5 +168,21 @@ t.test('hybrid concept search: a synonym found by vector, filters by conceptIds'
   const filtered = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, ids: [animal.id] });
   t.same(ids(filtered.items), [animal.id]);
   const lexical = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, mode: 'lexical' });
-  t.same(lexical, { mode: 'lexical', fallback_reason: null, total: 0, items: [] });
+  t.same(lexical, { mode: 'lexical', fallback_reason: null, total: 0, items: [], similarities: new Map() });
+});
+
+t.test('a query vector given by the caller is used as is; the k-NN cosines come with the reply', async (t) => {
+  const { index, harness, repo } = await setup(t);
+  const [vehicleVector, animalVector] = await handMadeEmbedder.embed(['automobile', 'hound']);
+  const vehicle = concept(repo, 'automobile', { vector: vehicleVector });
+  const animal = concept(repo, 'hound', { vector: animalVector });
+  await harness.loadConcepts([vehicle, animal]);
+  let embedded = 0;
+  const counting = { ...handMadeEmbedder, embed: async (texts: readonly string[]) => ((embedded += texts.length), handMadeEmbedder.embed(texts)) };
+  const hybrid = createHybridSearch({ search: index, embedder: counting, settings: defaults });
+  // The words say "hound", the given vector says "automobile": the vector side follows the vector.
+  const reply = await hybrid.search(concepts, { repositoryId: repo, query: 'hound', limit: 10, offset: 0, vector: vehicleVector });
+  t.equal(embedded, 0, 'the query was not embedded');
+  t.ok(Math.abs((reply.similarities.get(vehicle.id) ?? 0) - 1) < 1e-6, 'cosine 1 to the vector given');
+  t.ok((reply.similarities.get(animal.id) ?? 1) < 0.5, 'and low to the other');
 });

@@ -64,6 +64,8 @@ function reusable(report: LiveReport, settings: AnnotationSettings, modelId: str
   return same ? previous.sentences : [];
 }
 
+const reportSubject = streamSubject('report');
+
 const roundScore = (score: number) => Math.round(score * 1e6) / 1e6;
 
 export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
@@ -122,7 +124,8 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
   return {
     kind: 'annotate_report',
     triggers: ['ReportCreated', 'ReportUpdated', 'ReportAnnotationRequested'],
-    subjectOf: streamSubject('report'),
+    // A title, topic or parent change leaves the annotation as it is: no job for it.
+    subjectOf: (event) => (event.type === 'ReportUpdated' && (event.data as { text_changed?: unknown }).text_changed === false ? null : reportSubject(event)),
     // A report job works for no source.
     sourceOf: () => null,
     triggerFromJob: true,

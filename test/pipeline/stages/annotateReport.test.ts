@@ -198,6 +198,7 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
 
   t.test('a title change needs no annotation', async (t) => {
     const titled = await report(fixture, repositoryId, { type: 'UpdateReport', reportId, title: 'Curie, briefly' }, reportId);
+    t.equal(stage.subjectOf(titled), null, 'no job is queued for it');
     const head = await fixture.store.headPosition();
     await stage.run(fixture.contextFor(stage, titled));
     t.equal(await fixture.store.headPosition(), head);
