@@ -117,12 +117,12 @@ async function main(): Promise<void> {
       }
     };
     const index = context.search;
-    const timedIndex: SearchIndex = { ...index, search: (collection, query) => timing('lexical', () => index.search(collection, query)), knn: (collection, query) => timing('knn', () => index.knn(collection, query)) };
+    const timedIndex: SearchIndex = { ...index, search: (collection, query) => timing('lexical', () => index.search(collection, query)), knn: (collection, query) => timing('knn', () => index.knn(collection, query)), knnMany: (collection, queries) => timing('knn', () => index.knnMany(collection, queries)) };
     const timedEmbedder: Embedder = { modelId: embedder.modelId, dimensions: embedder.dimensions, embed: (texts, signal) => timing('embed', () => embedder.embed(texts, signal)) };
     const chat = context.chat;
     const timedChat = { ...chat, judgePostures: (input: Parameters<typeof chat.judgePostures>[0], signal?: AbortSignal) => timing('posture', () => chat.judgePostures(input, signal)) };
     const hybrid = createHybridSearch({ search: timedIndex, embedder: timedEmbedder, settings: hybridSettingsOf(context.config.search.hybrid) });
-    const stage = createAnnotateReportStage({ store: context.store, knex, hybrid, embedder: timedEmbedder, chat: timedChat, settings: { ...reports }, maxAttempts: 3 });
+    const stage = createAnnotateReportStage({ store: context.store, knex, hybrid, chat: timedChat, settings: { ...reports }, maxAttempts: 3 });
     const timed = async (label: string): Promise<{ label: string; seconds: number; annotated: number; carried: number; facts: number; spent: string }> => {
       for (const key of Object.keys(spent) as Array<keyof typeof spent>) spent[key] = 0;
       const events = await context.store.readStream(streamName('report', reportId));

@@ -3,7 +3,6 @@ import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type Annotat
 import { runeLength, splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
-import type { Embedder } from '../../providers/embeddings/port.js';
 import { wordSimilarity } from '../../providers/llm/localPosture.js';
 import type { ChatModel } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
@@ -18,7 +17,8 @@ import { loadRepositorySettings } from './repositorySettings.js';
 /**
  * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
  * the facts behind it. Candidates come from hybrid search over the repository's facts (the
- * sentence's words OR-ed on the lexical side, its vector on the k-NN side); a candidate is kept
+ * sentence's words OR-ed on the lexical side, its vector on the k-NN side, sentences searched
+ * in batches: one embedding call and one k-NN statement per batch); a candidate is kept
  * when its similarity to the sentence reaches `similarity_threshold` (the cosine of the two
  * vectors; the cosine of their word sets when search answered lexically), at most
  * `max_facts_per_sentence` per sentence, best first. The chat model then labels each pair
@@ -32,13 +32,12 @@ import { loadRepositorySettings } from './repositorySettings.js';
 export interface AnnotateReportDeps {
   store: EventStore;
   knex: Knex;
+  /** Over the facts collection; without an embedder or vectors it answers lexically. */
   hybrid: HybridSearch;
-  /** Null without embeddings: candidates are found lexically. */
-  embedder: Embedder | null;
   chat: ChatModel;
   settings: AnnotationSettings;
   maxAttempts: number;
-  /** Sentences searched and judged at once. */
+  /** Posture calls in flight at once. */
   concurrency?: number;
 }
 
@@ -66,25 +65,41 @@ function reusable(report: LiveReport, settings: AnnotationSettings, modelId: str
 
 const reportSubject = streamSubject('report');
 
+/** Sentences searched together: one embedding call and one k-NN statement per batch. */
+const SEARCH_BATCH = 100;
+
 const roundScore = (score: number) => Math.round(score * 1e6) / 1e6;
 
 export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
   const { settings } = deps;
   const pool = candidatePool(settings);
 
-  /** The facts of one sentence: searched, thresholded, limited, judged. */
-  async function annotateSentence(repositoryId: string, sentence: ReportSentence, vector: number[] | undefined, promptset: Promptset, signal: AbortSignal): Promise<AnnotatedFact[]> {
-    const query = lexicalQueryOf(sentence.text);
-    if (query === '' && vector === undefined) return [];
-    const reply = await deps.hybrid.search(factCollection, { repositoryId, query: query || sentence.text, limit: pool, offset: 0, mode: 'hybrid', vector });
-    const scored = reply.items.flatMap((hit) => {
-      // Hybrid: the k-NN side's cosine (a candidate only the lexical side found lies beyond the
-      // k nearest, so below every cosine the threshold keeps). Lexical: the word-set cosine.
-      const similarity = reply.mode === 'hybrid' ? reply.similarities.get(hit.id) : wordSimilarity(sentence.text, hit.content ?? '');
-      return similarity !== undefined && similarity >= settings.similarity_threshold ? [{ id: hit.id, content: hit.content ?? '', similarity }] : [];
+  /** The candidates of a batch of sentences at or above the threshold, most similar first, at most the limit each. */
+  async function candidates(repositoryId: string, sentences: readonly ReportSentence[]): Promise<Array<Array<{ id: string; content: string; similarity: number }>>> {
+    const queries = sentences.map((sentence) => ({
+      repositoryId,
+      query: lexicalQueryOf(sentence.text) || sentence.text,
+      vectorText: sentence.text,
+      limit: pool,
+      offset: 0,
+      mode: 'hybrid' as const,
+    }));
+    const replies = await deps.hybrid.searchMany(factCollection, queries);
+    return replies.map((reply, position) => {
+      const sentence = sentences[position];
+      const scored = reply.items.flatMap((hit) => {
+        // Hybrid: the k-NN side's cosine (a candidate only the lexical side found lies beyond the
+        // k nearest, so below every cosine the threshold keeps). Lexical: the word-set cosine.
+        const similarity = reply.mode === 'hybrid' ? reply.similarities.get(hit.id) : wordSimilarity(sentence.text, hit.content ?? '');
+        return similarity !== undefined && similarity >= settings.similarity_threshold ? [{ id: hit.id, content: hit.content ?? '', similarity }] : [];
+      });
+      scored.sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      return scored.slice(0, settings.max_facts_per_sentence);
     });
-    scored.sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const kept = scored.slice(0, settings.max_facts_per_sentence);
+  }
+
+  /** The kept candidates of one sentence, labelled by the chat model; irrelevant ones dropped. */
+  async function judge(sentence: ReportSentence, kept: ReadonlyArray<{ id: string; content: string; similarity: number }>, promptset: Promptset, signal: AbortSignal): Promise<AnnotatedFact[]> {
     if (kept.length === 0) return [];
     throwIfAborted(signal);
     const judgements = await deps.chat.judgePostures({ sentence: sentence.text, facts: kept.map(({ id, content }) => ({ id, content })), promptset }, signal);
@@ -109,11 +124,13 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
     const fresh = eligible.filter((sentence) => !carried.has(sentence.index));
     if (fresh.length === 0) return eligible.map((sentence) => ({ ...sentence, facts: carried.get(sentence.index) ?? [], carried: true }));
     const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
-    // One embedding call for the whole batch; hybrid search then needs no call per sentence.
-    const vectors = deps.embedder ? await deps.embedder.embed(fresh.map((sentence) => sentence.text), signal) : null;
-    const annotated = await mapWithConcurrency(fresh, deps.concurrency ?? 4, (sentence, position) =>
-      annotateSentence(repositoryId, sentence, vectors?.[position], promptset, signal),
-    );
+    const annotated: AnnotatedFact[][] = [];
+    for (let start = 0; start < fresh.length; start += SEARCH_BATCH) {
+      throwIfAborted(signal);
+      const batch = fresh.slice(start, start + SEARCH_BATCH);
+      const found = await candidates(repositoryId, batch);
+      annotated.push(...(await mapWithConcurrency(batch, deps.concurrency ?? 4, (sentence, position) => judge(sentence, found[position], promptset, signal))));
+    }
     const freshFacts = new Map(fresh.map((sentence, position) => [sentence.index, annotated[position]]));
     return eligible.map((sentence) => {
       const kept = carried.get(sentence.index);
@@ -166,7 +183,6 @@ export const annotateReportStage: StageDefinition = {
       store,
       knex,
       hybrid: createHybridSearch({ search, embedder, settings: hybridSettingsOf(config.search.hybrid) }),
-      embedder,
       chat,
       settings: { ...config.providers.reports },
       maxAttempts: config.task.retry.max_attempts,

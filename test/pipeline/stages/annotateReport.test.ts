@@ -33,11 +33,13 @@ interface Counted<T> {
   model: T;
   calls: number;
   texts: number;
+  /** The texts embedded, in order. */
+  seen: string[];
 }
 
 /** The chat model with its posture calls counted. */
 function countingChat(base: ChatModel): Counted<ChatModel> {
-  const counted: Counted<ChatModel> = { model: base, calls: 0, texts: 0 };
+  const counted: Counted<ChatModel> = { model: base, calls: 0, texts: 0, seen: [] };
   counted.model = {
     ...base,
     modelId: base.modelId,
@@ -52,13 +54,14 @@ function countingChat(base: ChatModel): Counted<ChatModel> {
 
 /** The embedder with the texts it embedded counted. */
 function countingEmbedder(base: Embedder): Counted<Embedder> {
-  const counted: Counted<Embedder> = { model: base, calls: 0, texts: 0 };
+  const counted: Counted<Embedder> = { model: base, calls: 0, texts: 0, seen: [] };
   counted.model = {
     modelId: base.modelId,
     dimensions: base.dimensions,
     async embed(texts, signal) {
       counted.calls += 1;
       counted.texts += texts.length;
+      counted.seen.push(...texts);
       return base.embed(texts, signal);
     },
   };
@@ -120,7 +123,7 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
   const { fixture, repositoryId, facts } = await corpus(t, embedder.model);
   const chat = countingChat(createLocalChatModel());
   const hybrid = createHybridSearch({ search: fixture.search, embedder: embedder.model, settings: HYBRID });
-  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, embedder: embedder.model, chat: chat.model, settings: SETTINGS, maxAttempts: 3 });
+  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat: chat.model, settings: SETTINGS, maxAttempts: 3 });
   t.same(stage.triggers, ['ReportCreated', 'ReportUpdated', 'ReportAnnotationRequested']);
 
   const reportId = randomUUID();
@@ -130,6 +133,7 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
   const sentences = await annotatedOf(fixture, reportId);
   t.same(sentences.map((sentence) => sentence.index), [0, 1, 2], 'the short last sentence is not annotated');
   t.equal(embedder.texts, 3, 'the sentences are embedded in one batch, nothing else');
+  t.same(embedder.seen.slice(-3), sentences.map((sentence) => sentence.text), 'the sentences themselves, not their lexical queries');
   const idsOf = (sentence: AnnotatedSentence) => sentence.facts.map((fact) => fact.fact_id);
   const coffee = new Set([...facts].filter(([content]) => /coffee|Kaldi|Ethiopia|Yemen/i.test(content)).map(([, id]) => id));
   for (const sentence of sentences) {
@@ -212,7 +216,7 @@ t.test('through the OpenAI-compatible test server: a contradicting sentence is l
   t.teardown(server.close);
   const chat = createOpenAIChatModel({ baseUrl: server.baseUrl, model: 'gpt-test', retry: { maxAttempts: 2, baseDelayMs: 5, maxDelayMs: 50, perCallTimeoutMs: 5000 } });
   const hybrid = createHybridSearch({ search: fixture.search, embedder, settings: HYBRID });
-  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, embedder, chat, settings: SETTINGS, maxAttempts: 3 });
+  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat, settings: SETTINGS, maxAttempts: 3 });
   const reportId = randomUUID();
   const text = 'Marie Curie did not win the Nobel Prize in Chemistry in 1911. Marie Curie was the first woman to win a Nobel Prize.';
   const created = await report(fixture, repositoryId, { type: 'CreateReport', reportId, title: 'Doubts', text }, reportId);
@@ -244,7 +248,7 @@ t.test('through the OpenAI-compatible test server: a contradicting sentence is l
     });
     t.teardown(scripted.close);
     const model = createOpenAIChatModel({ baseUrl: scripted.baseUrl, model: 'gpt-test', retry: { maxAttempts: 2, baseDelayMs: 5, maxDelayMs: 50, perCallTimeoutMs: 5000 } });
-    const judged = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, embedder, chat: model, settings: SETTINGS, maxAttempts: 3 });
+    const judged = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat: model, settings: SETTINGS, maxAttempts: 3 });
     const id = randomUUID();
     const trigger = await report(fixture, repositoryId, { type: 'CreateReport', reportId: id, title: 'T', text: 'In 1903, Marie Curie won the Nobel Prize in Physics.' }, id);
     await judged.run(fixture.contextFor(judged, trigger));
@@ -257,7 +261,7 @@ t.test('through the OpenAI-compatible test server: a contradicting sentence is l
 t.test('without vectors: lexical candidates, word-set similarity', async (t) => {
   const { fixture, repositoryId, facts } = await corpus(t, null);
   const hybrid = createHybridSearch({ search: fixture.search, embedder: null, settings: HYBRID });
-  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, embedder: null, chat: createLocalChatModel(), settings: SETTINGS, maxAttempts: 3 });
+  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat: createLocalChatModel(), settings: SETTINGS, maxAttempts: 3 });
   const reportId = randomUUID();
   const created = await report(fixture, repositoryId, { type: 'CreateReport', reportId, title: 'T', text: PARAGRAPH }, reportId);
   await stage.run(fixture.contextFor(stage, created));
@@ -277,7 +281,7 @@ t.test('a failure a retry cannot fix fails the report; a transient one is retrie
       throw failure;
     },
   };
-  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, embedder: null, chat: broken, settings: SETTINGS, maxAttempts: 3 });
+  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat: broken, settings: SETTINGS, maxAttempts: 3 });
   const reportId = randomUUID();
   const created = await report(fixture, repositoryId, { type: 'CreateReport', reportId, title: 'T', text: PARAGRAPH }, reportId);
   await t.rejects(stage.run(fixture.contextFor(stage, created)), /answered 500/);
