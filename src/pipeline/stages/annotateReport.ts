@@ -142,7 +142,7 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
     kind: 'annotate_report',
     triggers: ['ReportCreated', 'ReportUpdated', 'ReportAnnotationRequested'],
     // A title, topic or parent change leaves the annotation as it is: no job for it.
-    subjectOf: (event) => (event.type === 'ReportUpdated' && (event.data as { text_changed?: unknown }).text_changed === false ? null : reportSubject(event)),
+    subjectOf: (event) => (event.type === 'ReportUpdated' && event.data.text_changed === false ? null : reportSubject(event)),
     // A report job works for no source.
     sourceOf: () => null,
     triggerFromJob: true,

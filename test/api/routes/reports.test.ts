@@ -188,3 +188,12 @@ t.test('permissions', async (t) => {
   t.equal((await service.call('POST', url(), { token: stranger, body: { text: 'x' } })).status, 403);
   t.equal((await service.call('GET', url())).status, 401);
 });
+
+t.test('the OpenAPI document describes the report routes', async (t) => {
+  const { paths } = (await service.call('GET', '/api/v1/openapi.json')).body;
+  for (const path of ['/api/v1/repositories/{repoID}/reports', '/api/v1/repositories/{repoID}/reports/upload', '/api/v1/repositories/{repoID}/reports/{reportID}', '/api/v1/repositories/{repoID}/reports/{reportID}/annotate', '/api/v1/repositories/{repoID}/reports/{reportID}/annotations']) {
+    t.ok(paths[path], path);
+  }
+  t.ok(paths['/api/v1/repositories/{repoID}/reports'].post.responses['413'], 'the size limit is documented');
+  t.same(Object.keys(paths['/api/v1/repositories/{repoID}/reports/{reportID}']).sort(), ['delete', 'get', 'put']);
+});
