@@ -3,6 +3,7 @@ import { conceptsProjection } from './concepts.js';
 import { factsProjection } from './facts.js';
 import { hostHealthProjection } from './hostHealth.js';
 import { investigationsProjection } from './investigations.js';
+import { reportsProjection } from './reports.js';
 import { repositoriesProjection } from './repositories.js';
 import { sourcesProjection } from './sources.js';
 import { usersProjection } from './users.js';
@@ -16,4 +17,5 @@ export const readModelProjections: readonly Projection[] = [
   conceptsProjection,
   hostHealthProjection,
   investigationsProjection,
+  reportsProjection,
 ];

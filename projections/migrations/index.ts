@@ -264,6 +264,60 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Reports and their per-sentence annotations (projections/reports.ts). `report_sentences`
+    // lists the annotated sentences (those of at least providers.reports.min_sentence_runes
+    // runes), `report_annotations` their facts, best first (`rank`).
+    id: '006_reports',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE reports (
+          id text PRIMARY KEY,
+          repository_id text NOT NULL,
+          title text NOT NULL,
+          text text NOT NULL,
+          topic text,
+          parent_id text,
+          origin text NOT NULL,
+          filename text,
+          status text NOT NULL,
+          revision integer NOT NULL,
+          failure text,
+          sentence_count integer NOT NULL DEFAULT 0,
+          fact_count integer NOT NULL DEFAULT 0,
+          model_id text,
+          created_by text NOT NULL,
+          created_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL,
+          annotated_at timestamptz
+        );
+        CREATE INDEX reports_repository ON reports (repository_id, created_at DESC);
+        CREATE INDEX reports_parent ON reports (repository_id, parent_id) WHERE parent_id IS NOT NULL;
+        CREATE INDEX reports_search ON reports USING gin (to_tsvector('english', title || ' ' || text));
+        CREATE TABLE report_sentences (
+          report_id text NOT NULL,
+          sentence_index integer NOT NULL,
+          repository_id text NOT NULL,
+          text text NOT NULL,
+          start_offset integer NOT NULL,
+          end_offset integer NOT NULL,
+          carried boolean NOT NULL,
+          PRIMARY KEY (report_id, sentence_index)
+        );
+        CREATE TABLE report_annotations (
+          report_id text NOT NULL,
+          sentence_index integer NOT NULL,
+          fact_id text NOT NULL,
+          repository_id text NOT NULL,
+          rank integer NOT NULL,
+          score double precision NOT NULL,
+          posture text NOT NULL,
+          PRIMARY KEY (report_id, sentence_index, fact_id)
+        );
+        CREATE INDEX report_annotations_fact ON report_annotations (repository_id, fact_id);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -17,6 +17,7 @@ import { healthRoutes } from './routes/health.js';
 import { permissionRoutes } from './routes/permissions.js';
 import { projectionRoutes } from './routes/projections.js';
 import { promptsetRoutes } from './routes/promptset.js';
+import { reportRoutes } from './routes/reports.js';
 import { repositoryRoutes } from './routes/repositories.js';
 import { sourceRoutes } from './routes/sources.js';
 import { investigationRoutes } from './routes/investigations.js';
@@ -33,6 +34,7 @@ const resourceRoutes = [
   repositoryRoutes,
   sourceRoutes,
   factRoutes,
+  reportRoutes,
   conceptRoutes,
   investigationRoutes,
   contextRoutes,

@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { AmbiguousConceptError, UnsupportedContentError } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';
+import { ReportTooLargeError } from '../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
@@ -43,6 +44,7 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
     if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts });
     if (error instanceof UnsupportedContentError) return send(415, 'unsupported_media_type', error.message);
+    if (error instanceof ReportTooLargeError) return send(413, 'payload_too_large', error.message);
     if (error instanceof DomainError) {
       const [status, code] = domainStatus[error.code];
       return send(status, code, error.message);

@@ -4,6 +4,7 @@ import { projectionQueries } from '../read/projections.js';
 import { factQueries } from '../read/facts.js';
 import { investigationQueries } from '../read/investigations.js';
 import { repositoryQueries } from '../read/repositories.js';
+import { reportQueries } from '../read/reports.js';
 import { settingQueries } from '../read/settings.js';
 import { sourceQueries } from '../read/sources.js';
 import { taskQueries } from '../read/tasks.js';
@@ -13,6 +14,7 @@ import type { AppContext } from './context.js';
 import { investigationCommands } from './investigations.js';
 import { projectionCommands } from './projections.js';
 import { repositoryCommands } from './repositories.js';
+import { reportCommands } from './reports.js';
 import { settingCommands } from './settings.js';
 import { sourceCommands } from './sources.js';
 import { taskCommands } from './tasks.js';
@@ -29,6 +31,7 @@ export function createApplication(context: AppContext) {
     settings: { ...settingQueries(context), ...settingCommands(context) },
     sources: { ...sourceQueries(context), ...sourceCommands(context) },
     facts: factQueries(context),
+    reports: { ...reportQueries(context), ...reportCommands(context) },
     concepts: { ...conceptQueries(context), ...conceptCommands(context) },
     investigations: { ...investigationQueries(context), ...investigationCommands(context) },
     tasks: { ...taskQueries(context), ...taskCommands(context) },

@@ -11,6 +11,7 @@ import { embedConceptsStage } from './stages/embedConcepts.js';
 import { refineConceptsStage } from './stages/refineConcepts.js';
 import { migrateContextStage } from './stages/migrateContext.js';
 import { refreshConceptRelationsStage } from './stages/refreshConceptRelations.js';
+import { annotateReportStage } from './stages/annotateReport.js';
 
 /**
  * Every stage of the pipeline, in the order the runtime starts their dispatchers. Adding a
@@ -28,6 +29,7 @@ export const stageRegistry: readonly StageDefinition[] = [
   refineConceptsStage,
   migrateContextStage,
   refreshConceptRelationsStage,
+  annotateReportStage,
 ];
 
 export interface PipelineStages {

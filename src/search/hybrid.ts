@@ -26,6 +26,16 @@ export type SearchMode = 'hybrid' | 'lexical';
 export interface HybridQuery<Doc extends IndexedDocument = IndexedDocument> extends Omit<SearchQuery<Doc>, 'sort'> {
   /** Default hybrid. */
   mode?: SearchMode;
+  /**
+   * The query's vector when the caller embedded it already (a batch of queries embedded in one
+   * call): the vector side uses it instead of embedding `query` again.
+   */
+  vector?: number[];
+  /**
+   * What the vector side embeds when no `vector` is given (default: `query`): a caller that
+   * rewrites its text for the lexical side (words OR-ed) keeps the text itself for meaning.
+   */
+  vectorText?: string;
 }
 
 export interface HybridReply<Hit> {
@@ -36,10 +46,21 @@ export interface HybridReply<Hit> {
   total: number;
   /** Hybrid: `score` is the fused score; lexical: the lexical one. */
   items: Hit[];
+  /**
+   * Hybrid: the cosine similarity to the query of every candidate the vector side ranked (also
+   * those past the page); empty when lexical answered.
+   */
+  similarities: ReadonlyMap<string, number>;
 }
 
 export interface HybridSearch {
   search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>): Promise<HybridReply<HitOf<Doc>>>;
+  /**
+   * Several searches at once, each answered as `search` would answer it (fallbacks included):
+   * the queries without a `vector` are embedded in one call and the vector sides run as one
+   * `knnMany`, so a batch costs one embedding call and one k-NN round trip.
+   */
+  searchMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[]): Promise<HybridReply<HitOf<Doc>>[]>;
 }
 
 /**
@@ -69,6 +90,11 @@ export function reciprocalRankFusion(lists: readonly (readonly { id: string }[])
     .map(([id, entry]) => ({ id, score: entry.score }));
 }
 
+/** The settings of `search.hybrid` in the config. */
+export function hybridSettingsOf(config: { enabled: boolean; rrf_k: number; min_score: number; over_fetch_multiplier: number }): HybridSettings {
+  return { enabled: config.enabled, rrfK: config.rrf_k, minScore: config.min_score, overFetchMultiplier: config.over_fetch_multiplier };
+}
+
 function validateSettings(settings: HybridSettings): void {
   if (!Number.isFinite(settings.rrfK) || settings.rrfK < 0) throw new RangeError('rrfK must be a number >= 0');
   if (!Number.isFinite(settings.minScore) || settings.minScore < 0) throw new RangeError('minScore must be a number >= 0');
@@ -81,56 +107,128 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
   const { embedder, settings } = deps;
   validateSettings(settings);
 
-  async function search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>): Promise<HybridReply<HitOf<Doc>>> {
-    type Hit = HitOf<Doc>;
-    const { repositoryId, ids, filters } = query;
-    const lexicalPage = (limit: number, offset: number) => deps.search.search(collection, { repositoryId, query: query.query, limit, offset, ids, filters });
+  /** What a query needs: a lexical answer (with the reason hybrid could not run), or both sides `pool` deep. */
+  type Plan = { kind: 'lexical'; reason: string | null } | { kind: 'hybrid'; pool: number; text: string };
+
+  function planOf(query: HybridQuery<IndexedDocument>): Plan {
     const mode = query.mode ?? 'hybrid';
     if (mode !== 'hybrid' && mode !== 'lexical') throw new InvalidSearchRequestError(`mode must be hybrid or lexical, not ${String(mode)}`);
-    const lexicalOnly = async (reason: string | null): Promise<HybridReply<Hit>> => {
-      const result = await lexicalPage(query.limit, query.offset);
-      return { mode: 'lexical', fallback_reason: reason, total: result.total, items: result.items };
-    };
-    if (mode === 'lexical') return lexicalOnly(null);
-    if (!settings.enabled) return lexicalOnly('hybrid search is disabled (search.hybrid.enabled is false)');
-    if (embedder === null) return lexicalOnly('no embedding provider is configured');
+    if (mode === 'lexical') return { kind: 'lexical', reason: null };
+    if (!settings.enabled) return { kind: 'lexical', reason: 'hybrid search is disabled (search.hybrid.enabled is false)' };
+    if (embedder === null) return { kind: 'lexical', reason: 'no embedding provider is configured' };
     const text = typeof query.query === 'string' ? query.query.trim() : '';
-    if (text === '') return lexicalOnly('the query is empty: results are listed, not ranked');
+    if (text === '') return { kind: 'lexical', reason: 'the query is empty: results are listed, not ranked' };
     if (!Number.isInteger(query.limit) || !Number.isInteger(query.offset) || query.limit < 0 || query.offset < 0) {
-      return lexicalOnly(null); // the lexical side refuses it with the reason
+      return { kind: 'lexical', reason: null }; // the lexical side refuses it with the reason
     }
     const depth = query.offset + query.limit;
     const deepest = Math.min(MAX_PAGE_SIZE, MAX_K);
     // Each side ranks (offset + limit) × multiplier candidates. A count only (limit 0) ranks as
     // deep as hybrid goes, so its total is the largest any page reports.
     const pool = query.limit === 0 ? deepest : Math.min(depth * settings.overFetchMultiplier, deepest);
-    if (depth > pool) return lexicalOnly(`the page ends past result ${pool}, the deepest hybrid search ranks`);
-    const lexical = await lexicalPage(pool, 0);
-    let vector: number[];
-    try {
-      [vector] = await embedder.embed([text]);
-    } catch (error) {
-      return lexicalOnly(`embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
-    }
-    let nearest: { items: Hit[] };
-    try {
-      nearest = await deps.search.knn(collection, { repositoryId, vector, k: pool, ids, filters });
-    } catch (error) {
-      if (error instanceof VectorSearchUnavailableError) return lexicalOnly(error.message);
-      // The embedder's vectors do not fit the index (another dimension): a configuration fault, not the caller's.
-      if (error instanceof InvalidSearchRequestError) return lexicalOnly(`the query vector does not fit the index: ${error.message}`);
-      throw error;
-    }
+    if (depth > pool) return { kind: 'lexical', reason: `the page ends past result ${pool}, the deepest hybrid search ranks` };
+    return { kind: 'hybrid', pool, text: query.vectorText?.trim() || text };
+  }
+
+  const lexicalPage = <Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, limit: number, offset: number) =>
+    deps.search.search(collection, { repositoryId: query.repositoryId, query: query.query, limit, offset, ids: query.ids, filters: query.filters });
+
+  async function lexicalOnly<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, reason: string | null): Promise<HybridReply<HitOf<Doc>>> {
+    const result = await lexicalPage(collection, query, query.limit, query.offset);
+    return { mode: 'lexical', fallback_reason: reason, total: result.total, items: result.items, similarities: new Map() };
+  }
+
+  /** Why a failed k-NN search leaves lexical search to answer; null when the failure is not one to fall back from. */
+  function knnFallbackReason(error: unknown): string | null {
+    if (error instanceof VectorSearchUnavailableError) return error.message;
+    // The embedder's vectors do not fit the index (another dimension): a configuration fault, not the caller's.
+    if (error instanceof InvalidSearchRequestError) return `the query vector does not fit the index: ${error.message}`;
+    return null;
+  }
+
+  function fuse<Hit extends { id: string; score: number }>(query: HybridQuery<IndexedDocument>, lexical: readonly Hit[], nearest: readonly Hit[]): HybridReply<Hit> {
     const hits = new Map<string, Hit>();
-    for (const hit of [...lexical.items, ...nearest.items]) if (!hits.has(hit.id)) hits.set(hit.id, hit);
-    const fused = reciprocalRankFusion([lexical.items, nearest.items], settings.rrfK).filter((entry) => entry.score >= settings.minScore);
+    for (const hit of [...lexical, ...nearest]) if (!hits.has(hit.id)) hits.set(hit.id, hit);
+    const fused = reciprocalRankFusion([lexical, nearest], settings.rrfK).filter((entry) => entry.score >= settings.minScore);
     return {
       mode: 'hybrid',
       fallback_reason: null,
+      similarities: new Map(nearest.map((hit) => [hit.id, hit.score])),
       total: fused.length,
       items: fused.slice(query.offset, query.offset + query.limit).map((entry) => ({ ...(hits.get(entry.id) as Hit), score: entry.score })),
     };
   }
 
-  return { search };
+  async function search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>): Promise<HybridReply<HitOf<Doc>>> {
+    type Hit = HitOf<Doc>;
+    const plan = planOf(query);
+    if (plan.kind === 'lexical' || embedder === null) return lexicalOnly(collection, query, plan.kind === 'lexical' ? plan.reason : null);
+    const lexical = await lexicalPage(collection, query, plan.pool, 0);
+    let vector: number[];
+    try {
+      vector = query.vector ?? (await embedder.embed([plan.text]))[0];
+    } catch (error) {
+      return lexicalOnly(collection, query, `embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    let nearest: { items: Hit[] };
+    try {
+      nearest = await deps.search.knn(collection, { repositoryId: query.repositoryId, vector, k: plan.pool, ids: query.ids, filters: query.filters });
+    } catch (error) {
+      const reason = knnFallbackReason(error);
+      if (reason === null) throw error;
+      return lexicalOnly(collection, query, reason);
+    }
+    return fuse(query, lexical.items, nearest.items);
+  }
+
+  async function searchMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[]): Promise<HybridReply<HitOf<Doc>>[]> {
+    type Hit = HitOf<Doc>;
+    const plans = queries.map(planOf);
+    const answers: Array<HybridReply<Hit> | null> = queries.map(() => null);
+    for (const [index, plan] of plans.entries()) if (plan.kind === 'lexical') answers[index] = await lexicalOnly(collection, queries[index], plan.reason);
+    const hybrid = plans.flatMap((plan, index) => (plan.kind === 'hybrid' ? [{ index, pool: plan.pool, text: plan.text }] : []));
+    if (hybrid.length > 0 && embedder !== null) {
+      // The vectors not given are embedded in one call; when it fails, those queries answer lexically, as `search` would.
+      const vectors = new Map(hybrid.flatMap(({ index }) => (queries[index].vector ? [[index, queries[index].vector as number[]] as const] : [])));
+      const missing = hybrid.filter(({ index }) => !vectors.has(index));
+      let embedFailure: string | null = null;
+      if (missing.length > 0) {
+        try {
+          const embedded = await embedder.embed(missing.map(({ text }) => text));
+          missing.forEach(({ index }, position) => vectors.set(index, embedded[position]));
+        } catch (error) {
+          embedFailure = `embedding the query failed: ${error instanceof Error ? error.message : String(error)}`;
+        }
+      }
+      for (const { index } of hybrid) if (!vectors.has(index)) answers[index] = await lexicalOnly(collection, queries[index], embedFailure);
+      const ready = hybrid.filter(({ index }) => vectors.has(index));
+      if (ready.length > 0) {
+        // One k-NN call for the batch (one statement on PostgreSQL); the lexical sides one by one.
+        let nearest: Array<{ items: Hit[] }>;
+        try {
+          nearest = await deps.search.knnMany(
+            collection,
+            ready.map(({ index, pool }) => ({ repositoryId: queries[index].repositoryId, vector: vectors.get(index) as number[], k: pool, ids: queries[index].ids, filters: queries[index].filters })),
+          );
+        } catch (error) {
+          const reason = knnFallbackReason(error);
+          if (reason === null) throw error;
+          for (const { index } of ready) answers[index] = await lexicalOnly(collection, queries[index], reason);
+          nearest = [];
+        }
+        for (const [position, { index, pool }] of ready.entries()) {
+          const found = nearest[position];
+          if (found === undefined) continue;
+          const lexical = await lexicalPage(collection, queries[index], pool, 0);
+          answers[index] = fuse(queries[index], lexical.items, found.items);
+        }
+      }
+    }
+    return answers.map((answer) => {
+      if (answer === null) throw new Error('hybrid searchMany left a query unanswered');
+      return answer;
+    });
+  }
+
+  return { search, searchMany };
 }

@@ -40,4 +40,19 @@ t.test('the vertical slice on the PostgreSQL server', async (t) => {
   const live = await scratch.knex('facts').orderBy('id').select();
   await service.context.projections.rebuild('facts');
   t.same(await scratch.knex('facts').orderBy('id').select(), live, 'a rebuild on the server equals the live rows');
+
+  // Reports on the server: no pgvector there, so candidates are lexical and scored by their words.
+  const reports = `/api/v1/repositories/${repo.id}/reports`;
+  const report = (await service.call('POST', reports, { token: user.token, body: { text: 'Marie Curie was the first woman to win a Nobel Prize, the article says.' } })).body;
+  const annotated = await eventually(async () => {
+    const current = (await service.call('GET', `${reports}/${report.id}`, { token: user.token })).body;
+    return ['annotated', 'failed'].includes(current.status) ? current : null;
+  });
+  t.equal(annotated.status, 'annotated', annotated.failure ?? '');
+  const annotations = (await service.call('GET', `${reports}/${report.id}/annotations`, { token: user.token })).body;
+  t.match(annotations.items[0].facts[0], { content: /first woman/, posture: 'supports' });
+  t.equal((await service.call('GET', `${reports}?query=${encodeURIComponent('first woman')}`, { token: user.token })).body.total, 1, 'full-text search on the server');
+  const liveReports = await scratch.knex('report_annotations').orderBy(['report_id', 'sentence_index', 'rank']).select();
+  await service.context.projections.rebuild('reports');
+  t.same(await scratch.knex('report_annotations').orderBy(['report_id', 'sentence_index', 'rank']).select(), liveReports, 'a rebuilt reports read model equals the live one');
 });

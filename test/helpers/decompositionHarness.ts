@@ -189,6 +189,9 @@ export function recordingChatModel(options: { canSeeImages?: boolean; delayMs?: 
     async refineConcepts() {
       return [];
     },
+    async judgePostures() {
+      return [];
+    },
   };
   return { model, imageCalls, chunkCalls, peaks };
 }

@@ -19,7 +19,7 @@ import { ModelCallError, type ChatModel } from '../../src/providers/llm/port.js'
 export type OpenAIPath = 'chat' | 'embeddings';
 
 /** The phase a chat request belongs to, recognised from the shape of its user document. */
-export type ChatPhase = 'fact_extraction' | 'image_fact_extraction' | 'concept_extraction' | 'refinement';
+export type ChatPhase = 'fact_extraction' | 'image_fact_extraction' | 'concept_extraction' | 'refinement' | 'posture';
 
 export type Fault =
   /** Answer with this status (e.g. 429 with retryAfter seconds, 500, 401). */
@@ -60,6 +60,7 @@ export function phaseOf(document: Record<string, unknown>): ChatPhase {
   if ('chunk_index' in document && 'text' in document) return 'fact_extraction';
   if ('alt_text' in document || 'surrounding_text' in document) return 'image_fact_extraction';
   if ('prune_threshold' in document) return 'refinement';
+  if ('sentence' in document && 'facts' in document) return 'posture';
   if ('facts' in document && 'contexts' in document) return 'concept_extraction';
   throw new Error(`cannot tell the phase of a chat request with keys ${Object.keys(document).join(', ')}`);
 }
@@ -142,6 +143,10 @@ export async function localChatAnswer(
             : { type: 'remove_alias', concept_id: decision.conceptId, alias: decision.alias, reason: decision.reason },
         ),
       };
+    }
+    case 'posture': {
+      const judgements = await model.judgePostures({ sentence: String(document.sentence), facts: document.facts as Array<{ id: string; content: string }> });
+      return { judgements: judgements.map((judgement) => ({ fact_id: judgement.factId, posture: judgement.posture })) };
     }
   }
 }

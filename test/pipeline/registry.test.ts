@@ -12,7 +12,7 @@ import type { StageDefinition, StageDeps } from '../../src/pipeline/types.js';
 import { createFileAssetStore } from '../../src/storage/assets.js';
 import { openStageFixture } from './stageFixture.js';
 
-const NOT_YET_BUILT = ['summarize_concepts', 'synthesize_concept', 'annotate_report', 'contribute_source', 'pull_all_from_registry'];
+const NOT_YET_BUILT = ['summarize_concepts', 'synthesize_concept', 'contribute_source', 'pull_all_from_registry'];
 
 // One in-memory PGlite for the file: creating stages reads and writes nothing.
 const fixture = openStageFixture(t);
@@ -63,6 +63,7 @@ t.test('defaults: every enabled stage is created once, refinement is not, period
     'embed_concepts',
     'migrate_context',
     'refresh_concept_relations',
+    'annotate_report',
   ];
   t.same(stages.map((stage) => stage.kind), expected, 'in registry order');
   t.same(Object.fromEntries(created), Object.fromEntries(expected.map((kind) => [kind, 1])), 'each created once; refine_concepts never');

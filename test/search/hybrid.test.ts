@@ -168,5 +168,58 @@ t.test('hybrid concept search: a synonym found by vector, filters by conceptIds'
   const filtered = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, ids: [animal.id] });
   t.same(ids(filtered.items), [animal.id]);
   const lexical = await hybrid.search(concepts, { repositoryId: repo, query: 'vehicle', limit: 10, offset: 0, mode: 'lexical' });
-  t.same(lexical, { mode: 'lexical', fallback_reason: null, total: 0, items: [] });
+  t.same(lexical, { mode: 'lexical', fallback_reason: null, total: 0, items: [], similarities: new Map() });
+});
+
+t.test('a query vector given by the caller is used as is; the k-NN cosines come with the reply', async (t) => {
+  const { index, harness, repo } = await setup(t);
+  const [vehicleVector, animalVector] = await handMadeEmbedder.embed(['automobile', 'hound']);
+  const vehicle = concept(repo, 'automobile', { vector: vehicleVector });
+  const animal = concept(repo, 'hound', { vector: animalVector });
+  await harness.loadConcepts([vehicle, animal]);
+  let embedded = 0;
+  const counting = { ...handMadeEmbedder, embed: async (texts: readonly string[]) => ((embedded += texts.length), handMadeEmbedder.embed(texts)) };
+  const hybrid = createHybridSearch({ search: index, embedder: counting, settings: defaults });
+  // The words say "hound", the given vector says "automobile": the vector side follows the vector.
+  const reply = await hybrid.search(concepts, { repositoryId: repo, query: 'hound', limit: 10, offset: 0, vector: vehicleVector });
+  t.equal(embedded, 0, 'the query was not embedded');
+  t.ok(Math.abs((reply.similarities.get(vehicle.id) ?? 0) - 1) < 1e-6, 'cosine 1 to the vector given');
+  t.ok((reply.similarities.get(animal.id) ?? 1) < 0.5, 'and low to the other');
+});
+
+t.test('searchMany answers each query as search does, with one embedding call and one k-NN call', async (t) => {
+  const { index, repo, embedFacts } = await setup(t);
+  await embedFacts(['The automobile needs fuel to run.', 'Dogs bark at strangers.', 'Cars and rain make roads slippery.', 'A storm is coming.']);
+  const calls = { embed: 0, knnMany: 0, knn: 0 };
+  const counting = { ...handMadeEmbedder, embed: async (texts: readonly string[]) => ((calls.embed += 1), handMadeEmbedder.embed(texts)) };
+  const countingIndex = {
+    ...index,
+    knn: ((collection, query) => ((calls.knn += 1), index.knn(collection, query))) as typeof index.knn,
+    knnMany: ((collection, queries) => ((calls.knnMany += 1), index.knnMany(collection, queries))) as typeof index.knnMany,
+  };
+  const hybrid = createHybridSearch({ search: countingIndex, embedder: counting, settings: defaults });
+  const [dogVector] = await handMadeEmbedder.embed(['puppy']);
+  const queries = [
+    { repositoryId: repo, query: 'car', limit: 10, offset: 0 },
+    { repositoryId: repo, query: 'weather', limit: 2, offset: 0 },
+    { repositoryId: repo, query: 'car', limit: 10, offset: 0, mode: 'lexical' as const },
+    { repositoryId: repo, query: '', limit: 10, offset: 0 },
+    { repositoryId: repo, query: 'strangers', limit: 10, offset: 0, vector: dogVector },
+  ];
+  const many = await hybrid.searchMany(facts, queries);
+  t.same(calls, { embed: 1, knnMany: 1, knn: 0 }, 'the two queries without a vector embedded together; one k-NN call');
+  for (const [position, query] of queries.entries()) t.same(many[position], await hybrid.search(facts, query), `query ${position} as search answers it`);
+  t.same(many.map((reply) => reply.mode), ['hybrid', 'hybrid', 'lexical', 'lexical', 'hybrid']);
+  t.same(await hybrid.searchMany(facts, []), []);
+
+  const failing = createHybridSearch({
+    search: index,
+    embedder: { ...handMadeEmbedder, embed: async () => Promise.reject(new Error('model down')) },
+    settings: defaults,
+  });
+  const fallen = await failing.searchMany(facts, queries.slice(0, 2));
+  t.same(fallen.map((reply) => [reply.mode, reply.fallback_reason]), [
+    ['lexical', 'embedding the query failed: model down'],
+    ['lexical', 'embedding the query failed: model down'],
+  ]);
 });

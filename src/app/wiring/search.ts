@@ -3,7 +3,7 @@ import type { Config } from '../../config/types.js';
 import type { Database } from '../../db/database.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
-import { createHybridSearch, type HybridSearch } from '../../search/hybrid.js';
+import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../search/hybrid.js';
 import { createOpenSearchIndex } from '../../search/opensearch.js';
 import type { SearchIndex } from '../../search/port.js';
 import { createPostgresSearchIndex } from '../../search/postgres.js';
@@ -33,7 +33,7 @@ export function openSearch(config: Config, db: Database, embedder: Embedder | nu
     createHybridSearch({
       search: index,
       embedder,
-      settings: { enabled: hybrid.enabled, rrfK: hybrid.rrf_k, minScore: hybrid.min_score, overFetchMultiplier: hybrid.over_fetch_multiplier },
+      settings: hybridSettingsOf(hybrid),
     });
 
   if (config.search.backend === 'opensearch') {

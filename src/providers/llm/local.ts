@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import winkNLP, { type ItemSentence, type Model, type PartOfSpeech, type WinkMethods } from 'wink-nlp';
 import { extractLocalConcepts, refineLocalConcepts } from './localConcepts.js';
+import { judgePosturesLocally } from './localPosture.js';
 import type {
   ChatModel,
   ConceptCandidate,
@@ -9,6 +10,8 @@ import type {
   FactExtractionInput,
   FactExtractor,
   ImageInput,
+  PostureInput,
+  PostureJudgement,
   RefinementDecision,
   RefinementInput,
 } from './port.js';
@@ -66,6 +69,10 @@ export function createLocalChatModel(): ChatModel {
     async refineConcepts(input: RefinementInput, signal?: AbortSignal): Promise<RefinementDecision[]> {
       signal?.throwIfAborted();
       return refineLocalConcepts(input);
+    },
+    async judgePostures(input: PostureInput, signal?: AbortSignal): Promise<PostureJudgement[]> {
+      signal?.throwIfAborted();
+      return judgePosturesLocally(input);
     },
   };
 }

@@ -6,6 +6,8 @@ import type {
   ExtractedFact,
   FactExtractionInput,
   ImageInput,
+  PostureInput,
+  PostureJudgement,
   RefinementDecision,
   RefinementInput,
 } from './port.js';
@@ -41,7 +43,7 @@ export interface OpenAIChatModelOptions {
   hooks?: RetryHooks;
 }
 
-/** Reply shapes of the four ChatModel phases. Extra keys are tolerated: models add them. */
+/** Reply shapes of the ChatModel phases. Extra keys are tolerated: models add them. */
 export const PHASE_OUTPUT_SCHEMAS = {
   fact_extraction: {
     type: 'object',
@@ -128,6 +130,23 @@ export const PHASE_OUTPUT_SCHEMAS = {
       },
     },
   },
+  posture: {
+    type: 'object',
+    required: ['judgements'],
+    properties: {
+      judgements: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['fact_id', 'posture'],
+          properties: {
+            fact_id: { type: 'string' },
+            posture: { enum: ['supports', 'contradicts', 'related', 'irrelevant'] },
+          },
+        },
+      },
+    },
+  },
 } as const;
 
 type ModelPhase = keyof typeof PHASE_OUTPUT_SCHEMAS;
@@ -137,6 +156,9 @@ interface FactsReply {
 }
 interface ConceptsReply {
   concepts: Array<{ canonical_name: string; context: string; ontology_class?: string | null; aliases?: string[]; fact_ids: string[] }>;
+}
+interface PostureReply {
+  judgements: Array<{ fact_id: string; posture: 'supports' | 'contradicts' | 'related' | 'irrelevant' }>;
 }
 interface RefinementReply {
   decisions: Array<
@@ -344,6 +366,22 @@ export function createOpenAIChatModel(options: OpenAIChatModelOptions): ChatMode
         }
       }
       return decisions;
+    },
+
+    async judgePostures(input: PostureInput, signal?: AbortSignal): Promise<PostureJudgement[]> {
+      const document = { sentence: input.sentence, facts: input.facts.map((fact) => ({ id: fact.id, content: fact.content })) };
+      const reply = await complete<PostureReply>('posture', input.promptset, JSON.stringify(document), signal);
+      // Ids the model invents are dropped; a fact judged twice keeps its first judgement.
+      const asked = new Set(input.facts.map((fact) => fact.id));
+      const judged = new Map<string, PostureJudgement['posture']>();
+      for (const judgement of reply.judgements) {
+        if (!asked.has(judgement.fact_id) || judged.has(judgement.fact_id) || judgement.posture === 'irrelevant') continue;
+        judged.set(judgement.fact_id, judgement.posture);
+      }
+      return input.facts.flatMap((fact) => {
+        const posture = judged.get(fact.id);
+        return posture === undefined ? [] : [{ factId: fact.id, posture }];
+      });
     },
   };
 }

@@ -106,6 +106,21 @@ export type RefinementDecision =
   | { type: 'merge'; loserId: string; survivorId: string; reason: string }
   | { type: 'remove_alias'; conceptId: string; alias: string; reason: string };
 
+/** A report sentence and the facts hybrid search matched it to, for posture judgement. */
+export interface PostureInput {
+  sentence: string;
+  facts: ReadonlyArray<{ id: string; content: string }>;
+  promptset?: Promptset;
+}
+
+/** How a fact stands to a sentence, as a model may answer; `irrelevant` pairs are left out of judgements. */
+export type PostureLabel = 'supports' | 'contradicts' | 'related' | 'irrelevant';
+
+export interface PostureJudgement {
+  factId: string;
+  posture: Exclude<PostureLabel, 'irrelevant'>;
+}
+
 export interface ChatModel extends FactExtractor {
   /** Whether `extractImageFacts` looks at the pixels (vision) rather than only at the text around an image. */
   readonly canSeeImages: boolean;
@@ -115,6 +130,11 @@ export interface ChatModel extends FactExtractor {
   extractConcepts(input: ConceptExtractionInput, signal?: AbortSignal): Promise<ConceptCandidate[]>;
   /** Merges of concepts naming the same thing, and aliases to prune. */
   refineConcepts(input: RefinementInput, signal?: AbortSignal): Promise<RefinementDecision[]>;
+  /**
+   * How each fact stands to the sentence (report annotation). A fact the model leaves out is
+   * irrelevant; ids it invents are ignored by the adapters.
+   */
+  judgePostures(input: PostureInput, signal?: AbortSignal): Promise<PostureJudgement[]>;
   /** Releases what the adapter holds (the built-in models' worker threads); no calls after it. */
   close?(): Promise<void>;
 }

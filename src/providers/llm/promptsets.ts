@@ -135,17 +135,19 @@ Do not add outside knowledge. Skip a concept when its facts say nothing substant
 ${JSON_ONLY} Its shape:
 {"summaries": [{"concept_id": "...", "content": "<Markdown>", "fact_ids": ["..."]}]}`,
 
-  posture: `You characterise the stance a source takes on its subject.
+  posture: `You judge how facts stand to one sentence of a report.
 
-The user message is a JSON object with "source" ({"id", "title"}) and "facts" ([{"id", "content"}]).
+The user message is a JSON object with "sentence" (a sentence of a report) and "facts"
+([{"id", "content"}]): facts of the knowledge base that a search found close to the sentence.
 
-Classify the source's posture as one of "informative" (neutral reporting), "analytical"
-(weighs evidence), "persuasive" (argues for a position), "promotional" (sells something),
-"speculative" (predictions, hypotheses) or "opinion" (personal view), with a confidence from
-0 to 1 and a one-sentence justification that refers to the facts.
+For each fact say whether the sentence "supports" it (states or implies the same thing),
+"contradicts" it (states something incompatible with it: another value, date, actor or
+outcome, or its negation), is "related" (about the same subject without agreeing or
+disagreeing), or whether the fact is "irrelevant" to the sentence. Judge only from the two
+texts; do not add outside knowledge.
 
 ${JSON_ONLY} Its shape:
-{"posture": "<one of the values above>", "confidence": <0..1>, "justification": "...", "fact_ids": ["<facts that support the judgement>"]}`,
+{"judgements": [{"fact_id": "<an id from the input>", "posture": "supports" | "contradicts" | "related" | "irrelevant"}]}`,
 
   image_picker: `You choose the images that best illustrate a concept.
 

@@ -9,9 +9,11 @@ import type {
   ExtractedFact,
   FactExtractionInput,
   ImageInput,
+  PostureInput,
   RefinementDecision,
   RefinementInput,
 } from '../llm/port.js';
+import { judgePosturesLocally } from '../llm/localPosture.js';
 import { ModelWorkerPool, type ModelWorkerPoolOptions } from './pool.js';
 import type { ModelCall } from './protocol.js';
 import { ModelCallError } from '../llm/port.js';
@@ -59,6 +61,11 @@ export function createWorkerChatModel(options: ModelWorkerOptions = {}): Closabl
       pool.call<ConceptCandidate[]>({ method: 'extractConcepts', input: withoutPromptset(input) }, signal),
     refineConcepts: (input: RefinementInput, signal?: AbortSignal) =>
       pool.call<RefinementDecision[]>({ method: 'refineConcepts', input: withoutPromptset(input) }, signal),
+    // A word-overlap rule of microseconds: a round trip to a worker would cost more than it.
+    judgePostures: async (input: PostureInput, signal?: AbortSignal) => {
+      signal?.throwIfAborted();
+      return judgePosturesLocally(input);
+    },
     close: lease.release,
   };
 }

@@ -1,0 +1,213 @@
+import type { FastifyPluginAsync } from 'fastify';
+import { createApplication } from '../../app/application.js';
+import type { AppContext } from '../../app/context.js';
+import type { ReportFields } from '../../app/reports.js';
+import { MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS, POSTURES } from '../../domain/report/decider.js';
+import { MAX_REPORT_QUERY_CHARS, reportStatuses, type ReportStatus } from '../../read/reports.js';
+import { badRequest, errorReplySchema } from '../errors.js';
+import { requireUser, traceOf } from '../guard.js';
+import { bearerSecurity, errorReplies, idParam, pagingQuery, repositoryItemParams } from '../schemas.js';
+
+const nullableString = { type: ['string', 'null'] } as const;
+
+/** A report as answered (src/read/reports.ts, presentReport); lists leave `text` out. */
+const reportSchema = {
+  type: 'object',
+  required: ['id', 'title', 'status', 'children_ids'],
+  properties: {
+    id: { type: 'string' },
+    repository_id: { type: 'string' },
+    title: { type: 'string' },
+    text: { type: 'string', description: 'left out of lists: GET the report for it' },
+    text_chars: { type: 'integer' },
+    topic: nullableString,
+    parent_id: nullableString,
+    children_ids: { type: 'array', items: { type: 'string' } },
+    status: { type: 'string', enum: [...reportStatuses] },
+    failure: nullableString,
+    revision: { type: 'integer', description: 'grows with each text change and each annotation request' },
+    origin: { type: 'string', enum: ['text', 'upload'] },
+    filename: nullableString,
+    sentence_count: { type: 'integer', description: 'annotated sentences (at least providers.reports.min_sentence_runes runes)' },
+    fact_count: { type: 'integer', description: 'distinct facts linked to its sentences' },
+    model_id: { ...nullableString, description: 'the chat model that judged the postures' },
+    created_by: { type: 'string' },
+    created_at: { type: 'string' },
+    updated_at: { type: 'string' },
+    annotated_at: nullableString,
+  },
+} as const;
+
+const annotationsSchema = {
+  type: 'object',
+  required: ['report_id', 'status', 'items', 'total'],
+  properties: {
+    report_id: { type: 'string' },
+    status: { type: 'string', enum: [...reportStatuses] },
+    revision: { type: 'integer' },
+    annotated_at: nullableString,
+    total: { type: 'integer' },
+    items: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['index', 'text', 'facts'],
+        properties: {
+          index: { type: 'integer', description: 'position among all the sentences of the report' },
+          text: { type: 'string' },
+          start: { type: 'integer', description: 'UTF-16 offset in the report text' },
+          end: { type: 'integer' },
+          carried: { type: 'boolean', description: 'kept from the previous annotation: the sentence did not change' },
+          facts: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['fact_id', 'score', 'posture'],
+              properties: {
+                fact_id: { type: 'string' },
+                content: { type: 'string' },
+                status: { type: 'string' },
+                score: { type: 'number', description: 'similarity of sentence and fact' },
+                posture: { type: 'string', enum: [...POSTURES] },
+              },
+            },
+          },
+        },
+      },
+    },
+  },
+} as const;
+
+const fieldProperties = {
+  title: { type: 'string', minLength: 1, maxLength: MAX_REPORT_TITLE_CHARS },
+  // The size limit (256 KiB of UTF-8) is checked by the application layer: 413 with the sizes.
+  text: { type: 'string' },
+  topic: { type: ['string', 'null'], maxLength: MAX_REPORT_TOPIC_CHARS },
+  parent_id: { type: ['string', 'null'], maxLength: 200 },
+} as const;
+
+const reportErrorReplies = { ...errorReplies, 413: errorReplySchema, 415: errorReplySchema } as const;
+
+/** Multipart form fields of an upload besides the file. */
+function formField(fields: Record<string, unknown>, name: string): string | undefined {
+  const field = fields[name] as { type?: string; value?: unknown } | undefined;
+  return field && field.type === 'field' && typeof field.value === 'string' ? field.value : undefined;
+}
+
+/** Reports: write, upload, list and search, read, edit, delete, annotate (src/read/reports.ts, src/app/reports.ts). */
+export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
+  const schema = { tags: ['reports'], security: bearerSecurity };
+  const repoParams = idParam('repoID');
+  const reportParams = repositoryItemParams('reportID');
+  const { reports } = createApplication(context);
+  const named = (params: { repoID: string; reportID: string }) => ({ repository: params.repoID, report: params.reportID });
+
+  app.post<{ Params: { repoID: string }; Body: ReportFields & { text: string } }>(
+    '/api/v1/repositories/:repoID/reports',
+    {
+      schema: {
+        ...schema,
+        params: repoParams,
+        body: { type: 'object', additionalProperties: false, required: ['text'], properties: fieldProperties },
+        response: { 201: reportSchema, ...reportErrorReplies },
+      },
+    },
+    async (request, reply) => reply.status(201).send(await reports.create(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request))),
+  );
+
+  app.post<{ Params: { repoID: string } }>(
+    '/api/v1/repositories/:repoID/reports/upload',
+    {
+      schema: {
+        ...schema,
+        params: repoParams,
+        consumes: ['multipart/form-data'],
+        description: 'multipart/form-data with one file part (Markdown or plain text, UTF-8, at most 256 KiB) and optional fields title, topic, parent_id',
+        response: { 201: reportSchema, ...reportErrorReplies },
+      },
+    },
+    async (request, reply) => {
+      if (!request.isMultipart()) throw badRequest('upload must be multipart/form-data with a file part');
+      const file = await request.file();
+      if (!file) throw badRequest('no file part in the upload');
+      const fields = file.fields as Record<string, unknown>;
+      const content = async () => ({ filename: file.filename ?? null, declaredType: file.mimetype ?? null, body: await file.toBuffer() });
+      const report = await reports.upload(
+        requireUser(request),
+        {
+          repository: request.params.repoID,
+          content,
+          title: formField(fields, 'title'),
+          topic: formField(fields, 'topic'),
+          parent_id: formField(fields, 'parent_id'),
+        },
+        traceOf(request),
+      );
+      return reply.status(201).send(report);
+    },
+  );
+
+  app.get<{ Params: { repoID: string }; Querystring: { query?: string; status?: ReportStatus; limit: number; offset: number } }>(
+    '/api/v1/repositories/:repoID/reports',
+    {
+      schema: {
+        ...schema,
+        params: repoParams,
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { query: { type: 'string', maxLength: MAX_REPORT_QUERY_CHARS }, status: { type: 'string', enum: [...reportStatuses] }, ...pagingQuery },
+        },
+        response: {
+          200: {
+            type: 'object',
+            required: ['items', 'total', 'query'],
+            properties: { items: { type: 'array', items: reportSchema }, total: { type: 'integer' }, query: { type: 'string' } },
+          },
+          ...errorReplies,
+        },
+      },
+    },
+    async (request) => reports.list(requireUser(request), { repository: request.params.repoID, ...request.query }),
+  );
+
+  app.get<{ Params: { repoID: string; reportID: string } }>(
+    '/api/v1/repositories/:repoID/reports/:reportID',
+    { schema: { ...schema, params: reportParams, response: { 200: reportSchema, ...errorReplies } } },
+    async (request) => reports.get(requireUser(request), named(request.params)),
+  );
+
+  app.put<{ Params: { repoID: string; reportID: string }; Body: ReportFields }>(
+    '/api/v1/repositories/:repoID/reports/:reportID',
+    {
+      schema: {
+        ...schema,
+        params: reportParams,
+        body: { type: 'object', additionalProperties: false, minProperties: 1, properties: fieldProperties },
+        response: { 200: reportSchema, ...reportErrorReplies },
+      },
+    },
+    async (request) => reports.update(requireUser(request), { ...named(request.params), ...request.body }, traceOf(request)),
+  );
+
+  app.delete<{ Params: { repoID: string; reportID: string } }>(
+    '/api/v1/repositories/:repoID/reports/:reportID',
+    { schema: { ...schema, params: reportParams, response: { 204: { type: 'null' }, ...errorReplies } } },
+    async (request, reply) => {
+      await reports.delete(requireUser(request), named(request.params), traceOf(request));
+      return reply.status(204).send();
+    },
+  );
+
+  app.post<{ Params: { repoID: string; reportID: string } }>(
+    '/api/v1/repositories/:repoID/reports/:reportID/annotate',
+    { schema: { ...schema, params: reportParams, response: { 202: reportSchema, ...errorReplies } } },
+    async (request, reply) => reply.status(202).send(await reports.annotate(requireUser(request), named(request.params), traceOf(request))),
+  );
+
+  app.get<{ Params: { repoID: string; reportID: string } }>(
+    '/api/v1/repositories/:repoID/reports/:reportID/annotations',
+    { schema: { ...schema, params: reportParams, response: { 200: annotationsSchema, ...errorReplies } } },
+    async (request) => reports.annotations(requireUser(request), named(request.params)),
+  );
+};

@@ -1,0 +1,146 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import type { Principal } from '../auth/rbac.js';
+import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
+import { plainText } from '../domain/report/sentences.js';
+import { streamName } from '../eventstore/envelope.js';
+import { childIdsOf, loadReport, presentReport, type ReportInput } from '../read/reports.js';
+import { authorizeRepository, commandMetadata, type Trace } from './access.js';
+import type { AppContext } from './context.js';
+import { invalid, UnsupportedContentError } from './errors.js';
+import type { UploadedContent } from './sources.js';
+
+/** Deepest chain of parents followed when checking a new parent (a longer one is refused). */
+export const MAX_REPORT_DEPTH = 100;
+
+export interface ReportFields {
+  title?: string;
+  text?: string;
+  topic?: string | null;
+  parent_id?: string | null;
+}
+
+const REPORT_UPLOAD_TYPES: Record<string, string> = { '.md': 'text/markdown', '.markdown': 'text/markdown', '.txt': 'text/plain', '.text': 'text/plain' };
+const ACCEPTED_REPORT_TYPES = new Set(['text/markdown', 'text/x-markdown', 'text/plain']);
+
+/** A report upload's type: Markdown or plain text, by its declared type or else its extension. */
+export function reportUploadType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
+  const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
+  const declared = (content.declaredType ?? '').split(';')[0].trim().toLowerCase();
+  const type = ACCEPTED_REPORT_TYPES.has(declared) ? declared : REPORT_UPLOAD_TYPES[extension];
+  if (!type) throw new UnsupportedContentError(`unsupported report type '${declared || extension || 'unknown'}': upload Markdown (.md) or plain text (.txt)`);
+  return type;
+}
+
+/** The first line with words, as a title, when none is given. */
+export function defaultTitle(text: string, filename: string | null = null): string {
+  const line = text.split('\n').map(plainText).find((candidate) => candidate !== '');
+  const title = line ?? (filename ? filename.replace(/\.[a-z0-9]+$/i, '') : '') ?? '';
+  return title.length > 120 ? `${title.slice(0, 119)}…` : title || 'Untitled report';
+}
+
+/**
+ * The parent and its ancestors, parent first, as the read model has them; refuses a parent that
+ * is not a report of the repository. A chain that comes back on itself stops there (the decider
+ * refuses it when it contains the report being edited).
+ */
+async function parentChain(knex: Knex, repositoryId: string, parentId: string): Promise<string[]> {
+  const chain: string[] = [];
+  let current: string | null = parentId;
+  while (current !== null && !chain.includes(current)) {
+    const row: { id: string; parent_id: string | null } | undefined = await knex('reports').where({ id: current, repository_id: repositoryId }).first('id', 'parent_id');
+    if (!row) {
+      if (chain.length === 0) throw invalid(`parent report ${parentId} not found in this repository`);
+      break; // an ancestor deleted meanwhile ends the chain
+    }
+    chain.push(row.id);
+    if (chain.length > MAX_REPORT_DEPTH) throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep`);
+    current = row.parent_id;
+  }
+  return chain;
+}
+
+/** Report commands: create (typed or uploaded), edit, delete, and ask for a new annotation. */
+export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
+  const knex = deps.db.knex;
+
+  async function execute(repositoryId: string, reportId: string, command: ReportCommand, principal: Principal, trace?: Trace) {
+    await deps.commands.execute(streamName('report', reportId), reportDecider, command, commandMetadata(principal, repositoryId, trace));
+    const row = await loadReport(knex, repositoryId, reportId);
+    return presentReport(row, await childIdsOf(knex, repositoryId, reportId));
+  }
+
+  async function create(principal: Principal, repositoryId: string, fields: ReportFields & { text: string }, origin: 'text' | 'upload', filename: string | null, trace?: Trace) {
+    if (fields.parent_id) await parentChain(knex, repositoryId, fields.parent_id);
+    const reportId = randomUUID();
+    const title = fields.title ?? defaultTitle(fields.text.slice(0, 4 * MAX_REPORT_TITLE_CHARS), filename);
+    return execute(
+      repositoryId,
+      reportId,
+      { type: 'CreateReport', reportId, title, text: fields.text, topic: fields.topic ?? null, parentId: fields.parent_id ?? null, origin, filename },
+      principal,
+      trace,
+    );
+  }
+
+  return {
+    async create(principal: Principal, input: ReportFields & { repository: string; text: string }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:create');
+      return create(principal, repository.id, input, 'text', null, trace);
+    },
+
+    /**
+     * A Markdown or plain-text file as a report. `content` is read only once the caller may
+     * create reports; a body over the limit is refused before it is decoded.
+     */
+    async upload(principal: Principal, input: Omit<ReportFields, 'text'> & { repository: string; content: () => Promise<UploadedContent> }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:create');
+      const { filename, declaredType, body } = await input.content();
+      if (body.length > MAX_REPORT_BYTES) throw new ReportTooLargeError(body.length);
+      reportUploadType({ filename, declaredType });
+      let text: string;
+      try {
+        text = new TextDecoder('utf-8', { fatal: true }).decode(body).replace(/^\uFEFF/, '');
+      } catch {
+        throw invalid('the uploaded report is not UTF-8 text');
+      }
+      return create(principal, repository.id, { ...input, text }, 'upload', filename, trace);
+    },
+
+    /** Changes any of title, text, topic and parent; a text change re-annotates the sentences that changed. */
+    async update(principal: Principal, input: ReportInput & ReportFields, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
+      await loadReport(knex, repository.id, input.report);
+      const chain = input.parent_id ? await parentChain(knex, repository.id, input.parent_id) : [];
+      return execute(
+        repository.id,
+        input.report,
+        { type: 'UpdateReport', reportId: input.report, title: input.title, text: input.text, topic: input.topic, parentId: input.parent_id, parentChain: chain },
+        principal,
+        trace,
+      );
+    },
+
+    /** Deletes a report without children (409 when it has some). */
+    async delete(principal: Principal, input: ReportInput, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:delete');
+      await loadReport(knex, repository.id, input.report);
+      const children = await childIdsOf(knex, repository.id, input.report);
+      await deps.commands.execute(
+        streamName('report', input.report),
+        reportDecider,
+        { type: 'DeleteReport', childCount: children.length },
+        commandMetadata(principal, repository.id, trace),
+      );
+    },
+
+    /** Queues a new annotation of every sentence; poll `GET .../tasks?report_id=` or the report's status. */
+    async annotate(principal: Principal, input: ReportInput, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
+      await loadReport(knex, repository.id, input.report);
+      return execute(repository.id, input.report, { type: 'RequestAnnotation' }, principal, trace);
+    },
+  };
+}
+
+export type ReportCommands = ReturnType<typeof reportCommands>;

@@ -1,0 +1,190 @@
+import type { Knex } from 'knex';
+import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type AnnotationSettings, type LiveReport, type ReportCommand, type ReportState } from '../../domain/report/decider.js';
+import { runeLength, splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
+import { streamName } from '../../eventstore/envelope.js';
+import type { EventStore } from '../../eventstore/port.js';
+import { wordSimilarity } from '../../providers/llm/localPosture.js';
+import type { ChatModel } from '../../providers/llm/port.js';
+import type { Promptset } from '../../providers/llm/promptsets.js';
+import { facts as factCollection } from '../../search/collections/index.js';
+import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../search/hybrid.js';
+import { mapWithConcurrency } from '../../util/concurrency.js';
+import { isConcurrencyError } from '../runtime.js';
+import { isPermanentError, PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
+import { commandFrom, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
+import { loadRepositorySettings } from './repositorySettings.js';
+
+/**
+ * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
+ * the facts behind it. Candidates come from hybrid search over the repository's facts (the
+ * sentence's words OR-ed on the lexical side, its vector on the k-NN side, sentences searched
+ * in batches: one embedding call and one k-NN statement per batch); a candidate is kept
+ * when its similarity to the sentence reaches `similarity_threshold` (the cosine of the two
+ * vectors; the cosine of their word sets when search answered lexically), at most
+ * `max_facts_per_sentence` per sentence, best first. The chat model then labels each pair
+ * `supports`, `contradicts` or `related`, and drops the irrelevant ones.
+ *
+ * After an edit, sentences whose text did not change keep their facts from the previous
+ * annotation (same settings and model); only the others are searched and judged again. An
+ * explicit annotation request re-annotates every sentence.
+ */
+
+export interface AnnotateReportDeps {
+  store: EventStore;
+  knex: Knex;
+  /** Over the facts collection; without an embedder or vectors it answers lexically. */
+  hybrid: HybridSearch;
+  chat: ChatModel;
+  settings: AnnotationSettings;
+  maxAttempts: number;
+  /** Posture calls in flight at once. */
+  concurrency?: number;
+}
+
+/** Candidates each sentence's search ranks before the threshold and the per-sentence limit apply. */
+export function candidatePool(settings: AnnotationSettings): number {
+  return Math.max(20, settings.max_facts_per_sentence * 4);
+}
+
+/** The sentence's words for the lexical side, OR-ed (a plain websearch query would AND them). */
+export function lexicalQueryOf(sentence: string): string {
+  const words = [...new Set(sentence.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])].filter((word) => runeLength(word) >= 3 && word !== 'or');
+  return words.slice(0, 32).join(' OR ');
+}
+
+/** Whether the previous annotation's sentences may stand for this run's: same settings and model. */
+function reusable(report: LiveReport, settings: AnnotationSettings, modelId: string): AnnotatedSentence[] {
+  const previous = report.annotation;
+  if (!previous || report.fullRequested || previous.modelId !== modelId) return [];
+  const same =
+    previous.similarity_threshold === settings.similarity_threshold &&
+    previous.max_facts_per_sentence === settings.max_facts_per_sentence &&
+    previous.min_sentence_runes === settings.min_sentence_runes;
+  return same ? previous.sentences : [];
+}
+
+const reportSubject = streamSubject('report');
+
+/** Sentences searched together: one embedding call and one k-NN statement per batch. */
+const SEARCH_BATCH = 100;
+
+const roundScore = (score: number) => Math.round(score * 1e6) / 1e6;
+
+export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
+  const { settings } = deps;
+  const pool = candidatePool(settings);
+
+  /** The candidates of a batch of sentences at or above the threshold, most similar first, at most the limit each. */
+  async function candidates(repositoryId: string, sentences: readonly ReportSentence[]): Promise<Array<Array<{ id: string; content: string; similarity: number }>>> {
+    const queries = sentences.map((sentence) => ({
+      repositoryId,
+      query: lexicalQueryOf(sentence.text) || sentence.text,
+      vectorText: sentence.text,
+      limit: pool,
+      offset: 0,
+      mode: 'hybrid' as const,
+    }));
+    const replies = await deps.hybrid.searchMany(factCollection, queries);
+    return replies.map((reply, position) => {
+      const sentence = sentences[position];
+      const scored = reply.items.flatMap((hit) => {
+        // Hybrid: the k-NN side's cosine (a candidate only the lexical side found lies beyond the
+        // k nearest, so below every cosine the threshold keeps). Lexical: the word-set cosine.
+        const similarity = reply.mode === 'hybrid' ? reply.similarities.get(hit.id) : wordSimilarity(sentence.text, hit.content ?? '');
+        return similarity !== undefined && similarity >= settings.similarity_threshold ? [{ id: hit.id, content: hit.content ?? '', similarity }] : [];
+      });
+      scored.sort((a, b) => b.similarity - a.similarity || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+      return scored.slice(0, settings.max_facts_per_sentence);
+    });
+  }
+
+  /** The kept candidates of one sentence, labelled by the chat model; irrelevant ones dropped. */
+  async function judge(sentence: ReportSentence, kept: ReadonlyArray<{ id: string; content: string; similarity: number }>, promptset: Promptset, signal: AbortSignal): Promise<AnnotatedFact[]> {
+    if (kept.length === 0) return [];
+    throwIfAborted(signal);
+    const judgements = await deps.chat.judgePostures({ sentence: sentence.text, facts: kept.map(({ id, content }) => ({ id, content })), promptset }, signal);
+    const postures = new Map(judgements.map((judgement) => [judgement.factId, judgement.posture]));
+    return kept.flatMap((fact) => {
+      const posture = postures.get(fact.id);
+      return posture === undefined ? [] : [{ fact_id: fact.id, score: roundScore(fact.similarity), posture }];
+    });
+  }
+
+  /** Every annotated sentence of the report's text; unchanged sentences carried from `previous`. */
+  async function annotate(repositoryId: string, report: LiveReport, signal: AbortSignal): Promise<AnnotatedSentence[]> {
+    const eligible = splitSentences(report.text).filter((sentence) => runeLength(sentence.text) >= settings.min_sentence_runes);
+    // Unchanged sentences by text: a repeated sentence takes the previous ones in order.
+    const previous = new Map<string, AnnotatedSentence[]>();
+    for (const sentence of reusable(report, settings, deps.chat.modelId)) previous.set(sentence.text, [...(previous.get(sentence.text) ?? []), sentence]);
+    const carried = new Map<number, AnnotatedFact[]>();
+    for (const sentence of eligible) {
+      const match = previous.get(sentence.text)?.shift();
+      if (match) carried.set(sentence.index, match.facts);
+    }
+    const fresh = eligible.filter((sentence) => !carried.has(sentence.index));
+    if (fresh.length === 0) return eligible.map((sentence) => ({ ...sentence, facts: carried.get(sentence.index) ?? [], carried: true }));
+    const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
+    const annotated: AnnotatedFact[][] = [];
+    for (let start = 0; start < fresh.length; start += SEARCH_BATCH) {
+      throwIfAborted(signal);
+      const batch = fresh.slice(start, start + SEARCH_BATCH);
+      const found = await candidates(repositoryId, batch);
+      annotated.push(...(await mapWithConcurrency(batch, deps.concurrency ?? 4, (sentence, position) => judge(sentence, found[position], promptset, signal))));
+    }
+    const freshFacts = new Map(fresh.map((sentence, position) => [sentence.index, annotated[position]]));
+    return eligible.map((sentence) => {
+      const kept = carried.get(sentence.index);
+      return { ...sentence, facts: kept ?? freshFacts.get(sentence.index) ?? [], carried: kept !== undefined };
+    });
+  }
+
+  return {
+    kind: 'annotate_report',
+    triggers: ['ReportCreated', 'ReportUpdated', 'ReportAnnotationRequested'],
+    // A title, topic or parent change leaves the annotation as it is: no job for it.
+    subjectOf: (event) => (event.type === 'ReportUpdated' && event.data.text_changed === false ? null : reportSubject(event)),
+    // A report job works for no source.
+    sourceOf: () => null,
+    triggerFromJob: true,
+    async run(context: JobContext) {
+      const stream = streamName('report', context.job.subjectId);
+      const metadata = stageMetadata(context);
+      let loaded: LoadedStream<ReportState> = await loadStream(deps.store, stream, reportDecider);
+      const initial = loaded.state;
+      // Deleted, or this revision is annotated already (a title-only edit, a twin): nothing to do.
+      if (initial.status === 'none' || initial.status === 'deleted' || initial.status === 'annotated') return;
+      const revision = initial.revision;
+      const command = (next: ReportCommand) => commandFrom(deps.store, stream, reportDecider, loaded, next, metadata);
+      try {
+        loaded = (await command({ type: 'StartAnnotation', revision })).after;
+        const report = loaded.state;
+        // The text changed again meanwhile: that change's own job annotates it.
+        if (report.status !== 'processing' || report.revision !== revision) return;
+        const sentences = await annotate(requireRepositoryId(context), report, context.signal);
+        throwIfAborted(context.signal);
+        await command({ type: 'RecordAnnotation', revision, modelId: deps.chat.modelId, sentences, ...settings });
+      } catch (error) {
+        if (isConcurrencyError(error)) throw error;
+        if (!isPermanentError(error) && context.job.attempts < deps.maxAttempts) throw error;
+        const reason = (error instanceof Error ? error.message : String(error)).slice(0, 2000);
+        await commandFrom(deps.store, stream, reportDecider, await loadStream(deps.store, stream, reportDecider), { type: 'FailAnnotation', revision, reason }, metadata);
+        throw error instanceof PermanentJobError ? error : new PermanentJobError(reason);
+      }
+    },
+  };
+}
+
+/** The registry's entry: always on; settings from `providers.reports`, search from `search.hybrid`. */
+export const annotateReportStage: StageDefinition = {
+  kind: 'annotate_report',
+  enabled: () => true,
+  create: ({ config, store, knex, search, embedder, chat }) =>
+    createAnnotateReportStage({
+      store,
+      knex,
+      hybrid: createHybridSearch({ search, embedder, settings: hybridSettingsOf(config.search.hybrid) }),
+      chat,
+      settings: { ...config.providers.reports },
+      maxAttempts: config.task.retry.max_attempts,
+    }),
+};

@@ -1,0 +1,154 @@
+import type { Knex } from 'knex';
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository } from '../app/access.js';
+import { invalid, notFound } from '../app/errors.js';
+import type { Principal } from '../auth/rbac.js';
+import { countOf, pageOf, type PageInput } from './paging.js';
+import { isoDate } from './present.js';
+
+export const reportStatuses = ['pending', 'processing', 'annotated', 'failed'] as const;
+export type ReportStatus = (typeof reportStatuses)[number];
+
+/** Longest `query` of a report search, in characters. */
+export const MAX_REPORT_QUERY_CHARS = 1000;
+
+export interface ReportInput {
+  repository: string;
+  report: string;
+}
+
+export interface ReportListInput extends PageInput {
+  repository: string;
+  /** websearch syntax over title and text. */
+  query?: string;
+  status?: ReportStatus;
+}
+
+export type ReportRow = {
+  id: string;
+  repository_id: string;
+  title: string;
+  text: string;
+  topic: string | null;
+  parent_id: string | null;
+  origin: string;
+  filename: string | null;
+  status: string;
+  revision: number;
+  failure: string | null;
+  sentence_count: number;
+  fact_count: number;
+  model_id: string | null;
+  created_by: string;
+  created_at: Date | string;
+  updated_at: Date | string;
+  annotated_at: Date | string | null;
+};
+
+/** The expression the `reports_search` index is built on (projections/migrations): queries must use it as is. */
+const SEARCH_VECTOR = `to_tsvector('english', title || ' ' || text)`;
+
+/** A live report of the repository, or `not_found`. */
+export async function loadReport(knex: Knex, repositoryId: string, reportId: string): Promise<ReportRow> {
+  const row: ReportRow | undefined = await knex('reports').where({ id: reportId, repository_id: repositoryId }).first();
+  if (!row) throw notFound('report');
+  return row;
+}
+
+/** Ids of the report's children, oldest first. */
+export async function childIdsOf(knex: Knex, repositoryId: string, reportId: string): Promise<string[]> {
+  return (await knex('reports').where({ repository_id: repositoryId, parent_id: reportId }).orderBy([{ column: 'created_at' }, { column: 'id' }]).pluck('id')) as string[];
+}
+
+/** A report as answered: every field but the text in lists (`withText` false), with its children's ids. */
+export function presentReport(row: ReportRow, childrenIds: string[], withText = true) {
+  const { text, ...rest } = row;
+  return {
+    ...rest,
+    ...(withText ? { text } : {}),
+    text_chars: text.length,
+    children_ids: childrenIds,
+    revision: Number(row.revision),
+    sentence_count: Number(row.sentence_count),
+    fact_count: Number(row.fact_count),
+    created_at: isoDate(row.created_at),
+    updated_at: isoDate(row.updated_at),
+    annotated_at: isoDate(row.annotated_at),
+  };
+}
+
+/** Report queries: list and search, one report, its annotations (src/app/reports.ts writes). */
+export function reportQueries(deps: Pick<AppContext, 'db'>) {
+  const knex = deps.db.knex;
+  return {
+    /** Newest first; with `query`, best match first (full text over title and text). Lists leave the text out. */
+    async list(principal: Principal, input: ReportListInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
+      const page = pageOf(input);
+      const text = input.query?.trim() ?? '';
+      if (text.length > MAX_REPORT_QUERY_CHARS) throw invalid(`query must be at most ${MAX_REPORT_QUERY_CHARS} characters`);
+      const query = knex('reports').where({ repository_id: repository.id });
+      if (input.status) query.where({ status: input.status });
+      if (text !== '') query.whereRaw(`${SEARCH_VECTOR} @@ websearch_to_tsquery('english', ?)`, [text]);
+      const total = await countOf(query);
+      if (text !== '') query.orderByRaw(`ts_rank_cd(${SEARCH_VECTOR}, websearch_to_tsquery('english', ?)) DESC`, [text]);
+      const rows: ReportRow[] = await query.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }]).limit(page.limit).offset(page.offset).select('*');
+      const children = new Map<string, string[]>();
+      if (rows.length > 0) {
+        const links: Array<{ id: string; parent_id: string }> = await knex('reports')
+          .where({ repository_id: repository.id })
+          .whereIn('parent_id', rows.map((row) => row.id))
+          .orderBy([{ column: 'created_at' }, { column: 'id' }])
+          .select('id', 'parent_id');
+        for (const link of links) children.set(link.parent_id, [...(children.get(link.parent_id) ?? []), link.id]);
+      }
+      return { items: rows.map((row) => presentReport(row, children.get(row.id) ?? [], false)), total, query: text };
+    },
+
+    async get(principal: Principal, input: ReportInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
+      const row = await loadReport(knex, repository.id, input.report);
+      return presentReport(row, await childIdsOf(knex, repository.id, row.id));
+    },
+
+    /**
+     * The annotated sentences of the report's last annotation, in text order, each with its facts
+     * best first (`score`, `posture`, and the fact's content). Facts removed since are left out.
+     */
+    async annotations(principal: Principal, input: ReportInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
+      const report = await loadReport(knex, repository.id, input.report);
+      const sentences: Array<{ sentence_index: number; text: string; start_offset: number; end_offset: number; carried: boolean }> = await knex('report_sentences')
+        .where({ report_id: report.id })
+        .orderBy('sentence_index');
+      const facts: Array<{ sentence_index: number; fact_id: string; score: number; posture: string; content: string; status: string }> = await knex('report_annotations as a')
+        .join('facts as f', 'f.id', 'a.fact_id')
+        .where({ 'a.report_id': report.id })
+        .orderBy([{ column: 'a.sentence_index' }, { column: 'a.rank' }])
+        .select('a.sentence_index', 'a.fact_id', 'a.score', 'a.posture', 'f.content', 'f.status');
+      const bySentence = new Map<number, Array<{ fact_id: string; content: string; score: number; posture: string; status: string }>>();
+      for (const fact of facts) {
+        const list = bySentence.get(fact.sentence_index) ?? [];
+        list.push({ fact_id: fact.fact_id, content: fact.content, score: Number(fact.score), posture: fact.posture, status: fact.status });
+        bySentence.set(fact.sentence_index, list);
+      }
+      return {
+        report_id: report.id,
+        status: report.status,
+        revision: Number(report.revision),
+        annotated_at: isoDate(report.annotated_at),
+        items: sentences.map((sentence) => ({
+          index: sentence.sentence_index,
+          text: sentence.text,
+          start: sentence.start_offset,
+          end: sentence.end_offset,
+          carried: sentence.carried,
+          facts: bySentence.get(sentence.sentence_index) ?? [],
+        })),
+        total: sentences.length,
+      };
+    },
+  };
+}
+
+export type ReportQueries = ReturnType<typeof reportQueries>;

@@ -1,0 +1,199 @@
+import t from 'tap';
+import { MAX_REPORT_BYTES } from '../../../src/domain/report/decider.js';
+import { eventually, registerUser, startTestService, waitForPipeline, type TestService } from '../../helpers/service.js';
+
+t.setTimeout(600_000);
+
+let service: TestService;
+let token: string;
+let repoId: string;
+
+t.before(async () => {
+  service = await startTestService();
+  token = (await registerUser(service, 'writer@example.org')).token;
+  repoId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Science' } })).body.id;
+  for (const [name, text] of [
+    ['curie.md', '# Marie Curie\n\nMarie Curie was born in Warsaw in 1867.\n\nMarie Curie was the first woman to win a Nobel Prize.\n\nIn 1911, Marie Curie won the Nobel Prize in Chemistry.\n'],
+    ['coffee.md', '# Coffee\n\nCoffee was first brewed in Yemen in the fifteenth century.\n\nThe coffee plant grows in the highlands of Ethiopia.\n'],
+  ]) {
+    const uploaded = await upload('sources/upload', name, 'text/markdown', text);
+    if (uploaded.status !== 201) throw new Error(`upload ${name}: ${uploaded.status} ${JSON.stringify(uploaded.body)}`);
+  }
+  await waitForPipeline(service, repoId, token);
+});
+t.teardown(async () => service.close());
+
+const url = (path = '') => `/api/v1/repositories/${repoId}/reports${path}`;
+
+/** A multipart upload of one file, with form fields sent before it. */
+async function upload(path: string, filename: string, type: string, content: string | Buffer, fields: Record<string, string> = {}) {
+  const boundary = '----factlogreports';
+  const parts = Object.entries(fields).map(([name, value]) => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`);
+  const payload = Buffer.concat([
+    Buffer.from(`${parts.join('')}--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${filename}"\r\nContent-Type: ${type}\r\n\r\n`),
+    Buffer.isBuffer(content) ? content : Buffer.from(content),
+    Buffer.from(`\r\n--${boundary}--\r\n`),
+  ]);
+  return service.call('POST', `/api/v1/repositories/${repoId}/${path}`, { token, body: payload, headers: { 'content-type': `multipart/form-data; boundary=${boundary}` } });
+}
+
+/** Polls the report's tasks until `complete`, then answers the report. */
+async function annotated(id: string) {
+  await eventually(async () => {
+    const tasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?report_id=${id}`, { token });
+    return tasks.body.complete && tasks.body.total > 0;
+  }, 60_000);
+  return (await service.call('GET', url(`/${id}`), { token })).body;
+}
+
+const TEXT = 'Marie Curie was the first woman to win a Nobel Prize, as every biography says. Marie Curie did not win the Nobel Prize in Chemistry in 1911. Short one.';
+
+t.test('a report is annotated through the pipeline; tasks of a report can be polled', async (t) => {
+  const created = await service.call('POST', url(), { token, body: { title: 'Curie', text: TEXT, topic: 'physics' } });
+  t.equal(created.status, 201, JSON.stringify(created.body));
+  t.match(created.body, { title: 'Curie', topic: 'physics', parent_id: null, children_ids: [], origin: 'text', revision: 1, text: TEXT });
+  t.ok(['pending', 'processing', 'annotated'].includes(created.body.status));
+
+  const report = await annotated(created.body.id);
+  t.equal(report.status, 'annotated', report.failure ?? '');
+  t.equal(report.sentence_count, 2, 'the short sentence is not annotated');
+  const tasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?report_id=${created.body.id}`, { token });
+  t.same(tasks.body.items.map((task: { kind: string; report_id: string; source_id: string | null }) => [task.kind, task.report_id, task.source_id]), [['annotate_report', created.body.id, null]]);
+
+  const annotations = await service.call('GET', url(`/${created.body.id}/annotations`), { token });
+  t.equal(annotations.status, 200);
+  t.match(annotations.body, { report_id: created.body.id, status: 'annotated', revision: 1, total: 2 });
+  const [first, second] = annotations.body.items;
+  t.match(first, { index: 0, text: /first woman/, start: 0, carried: false });
+  t.match(first.facts[0], { content: 'Marie Curie was the first woman to win a Nobel Prize.', posture: 'supports' });
+  t.ok(first.facts[0].score >= 0.7);
+  t.ok(first.facts.every((fact: { content: string }) => !/coffee/i.test(fact.content)), 'no coffee fact');
+  t.match(second.facts.find((fact: { content: string }) => /Chemistry/.test(fact.content)), { posture: 'contradicts' }, 'the built-in rule sees the negation');
+  t.equal(TEXT.slice(second.start, second.end), second.text);
+
+  t.test('an edit re-annotates only the changed sentence', async (t) => {
+    const text = TEXT.replace('Marie Curie did not win the Nobel Prize in Chemistry in 1911.', 'Marie Curie was born in Warsaw in 1867, long before radium.');
+    const edited = await service.call('PUT', url(`/${created.body.id}`), { token, body: { text } });
+    t.equal(edited.status, 200, JSON.stringify(edited.body));
+    t.equal(edited.body.revision, 2);
+    await eventually(async () => (await service.call('GET', url(`/${created.body.id}`), { token })).body.status === 'annotated', 60_000);
+    const after = (await service.call('GET', url(`/${created.body.id}/annotations`), { token })).body;
+    t.same(after.items.map((item: { carried: boolean }) => item.carried), [true, false]);
+    t.same(after.items[0].facts, first.facts, 'the unchanged sentence kept its facts');
+    t.match(after.items[1].facts[0], { content: /born in Warsaw/, posture: 'supports' });
+  });
+
+  t.test('annotate re-annotates every sentence', async (t) => {
+    const requested = await service.call('POST', url(`/${created.body.id}/annotate`), { token });
+    t.equal(requested.status, 202);
+    t.equal(requested.body.revision, 3);
+    await eventually(async () => (await service.call('GET', url(`/${created.body.id}`), { token })).body.status === 'annotated', 60_000);
+    const after = (await service.call('GET', url(`/${created.body.id}/annotations`), { token })).body;
+    t.same(after.items.map((item: { carried: boolean }) => item.carried), [false, false]);
+  });
+});
+
+t.test('upload, list, search, filter, page', async (t) => {
+  const uploaded = await upload('reports/upload', 'coffee-notes.md', 'text/markdown', '# Coffee notes\n\nCoffee was first brewed in Yemen in the fifteenth century, the notes say.\n', {
+    topic: 'coffee',
+  });
+  t.equal(uploaded.status, 201, JSON.stringify(uploaded.body));
+  t.match(uploaded.body, { title: 'Coffee notes', topic: 'coffee', origin: 'upload', filename: 'coffee-notes.md' });
+  const titled = await upload('reports/upload', 'plain.txt', 'text/plain', 'Just some words about tea and nothing else at all.', { title: 'Tea' });
+  t.equal(titled.body.title, 'Tea');
+  await annotated(uploaded.body.id);
+  await annotated(titled.body.id);
+
+  const all = await service.call('GET', url(), { token });
+  t.equal(all.status, 200);
+  t.ok(all.body.total >= 3);
+  t.equal(all.body.items[0].id, titled.body.id, 'newest first');
+  t.notOk('text' in all.body.items[0], 'lists leave the text out');
+  t.ok(all.body.items[0].text_chars > 0);
+  const search = await service.call('GET', url(`?query=${encodeURIComponent('yemen')}`), { token });
+  t.same(search.body.items.map((item: { id: string }) => item.id), [uploaded.body.id], 'full-text search over title and text');
+  t.equal(search.body.query, 'yemen');
+  const byStatus = await service.call('GET', url('?status=annotated&limit=1&offset=1'), { token });
+  t.equal(byStatus.body.items.length, 1);
+  t.equal(byStatus.body.total, all.body.total);
+  t.equal((await service.call('GET', url('?status=failed'), { token })).body.total, 0);
+  t.equal((await service.call('GET', url('?status=nonsense'), { token })).status, 400);
+});
+
+t.test('parents and children; deleting', async (t) => {
+  const parent = (await service.call('POST', url(), { token, body: { text: '# Overview\n\nAn overview of the radioactivity reports.' } })).body;
+  t.equal(parent.title, 'Overview', 'the first line is the default title');
+  const child = (await service.call('POST', url(), { token, body: { title: 'Part one', text: 'The first part.', parent_id: parent.id } })).body;
+  t.equal(child.parent_id, parent.id);
+  t.same((await service.call('GET', url(`/${parent.id}`), { token })).body.children_ids, [child.id]);
+  const grandchild = (await service.call('POST', url(), { token, body: { title: 'Part one, a', text: 'A detail.', parent_id: child.id } })).body;
+
+  const cycle = await service.call('PUT', url(`/${parent.id}`), { token, body: { parent_id: grandchild.id } });
+  t.equal(cycle.status, 400);
+  t.match(cycle.body, { error: 'bad_request', message: /cycle/ });
+  const self = await service.call('PUT', url(`/${parent.id}`), { token, body: { parent_id: parent.id } });
+  t.match(self.body, { error: 'bad_request', message: /cycle/ });
+  t.equal((await service.call('GET', url(`/${parent.id}`), { token })).body.parent_id, null, 'nothing written');
+
+  const moved = await service.call('PUT', url(`/${grandchild.id}`), { token, body: { parent_id: null, topic: 'detail' } });
+  t.match(moved.body, { parent_id: null, topic: 'detail', revision: 1 }, 'a parent or topic change is no new revision');
+
+  const refused = await service.call('DELETE', url(`/${parent.id}`), { token });
+  t.equal(refused.status, 409);
+  t.match(refused.body.message, /child report/);
+  t.equal((await service.call('DELETE', url(`/${child.id}`), { token })).status, 204);
+  t.equal((await service.call('GET', url(`/${child.id}`), { token })).status, 404);
+  t.equal((await service.call('GET', url(`/${child.id}/annotations`), { token })).status, 404);
+  t.equal((await service.call('DELETE', url(`/${parent.id}`), { token })).status, 204);
+  t.equal((await service.call('PUT', url(`/${parent.id}`), { token, body: { title: 'x' } })).status, 404);
+});
+
+t.test('bad input is refused clearly and nothing is written', async (t) => {
+  const events = async () => (await service.call('GET', `/api/v1/repositories/${repoId}/events?types=ReportCreated,ReportUpdated&limit=1000`, { token })).body.events.length;
+  const before = { reports: (await service.call('GET', url(), { token })).body.total, events: await events() };
+
+  const large = await service.call('POST', url(), { token, body: { text: 'x'.repeat(MAX_REPORT_BYTES + 1) } });
+  t.equal(large.status, 413);
+  t.match(large.body, { error: 'payload_too_large', message: /262145 bytes; the limit is 262144 bytes/ });
+  const largeUpload = await upload('reports/upload', 'big.md', 'text/markdown', 'y'.repeat(MAX_REPORT_BYTES + 10));
+  t.equal(largeUpload.status, 413);
+  const empty = await service.call('POST', url(), { token, body: { text: '  \n ' } });
+  t.match([empty.status, empty.body], [400, { error: 'bad_request', message: /empty/ }]);
+  t.equal((await service.call('POST', url(), { token, body: {} })).status, 400, 'text is required');
+  t.equal((await service.call('POST', url(), { token, body: { text: 'x', colour: 'red' } })).status, 400, 'unknown fields');
+  const orphan = await service.call('POST', url(), { token, body: { text: 'An orphan.', parent_id: '00000000-0000-4000-8000-000000000000' } });
+  t.match([orphan.status, orphan.body], [400, { error: 'bad_request', message: /parent report .* not found/ }]);
+  const emptyUpload = await upload('reports/upload', 'empty.md', 'text/markdown', '');
+  t.match([emptyUpload.status, emptyUpload.body.message], [400, /empty/]);
+  const image = await upload('reports/upload', 'photo.png', 'image/png', 'PNG');
+  t.match([image.status, image.body.error], [415, 'unsupported_media_type']);
+  const binary = await upload('reports/upload', 'bad.txt', 'text/plain', Buffer.from([0xff, 0xfe, 0xfd]));
+  t.match([binary.status, binary.body.message], [400, /not UTF-8/]);
+  const notMultipart = await service.call('POST', url('/upload'), { token, body: { text: 'x' } });
+  t.equal(notMultipart.status, 400);
+
+  const existing = (await service.call('GET', url('?limit=1'), { token })).body.items[0];
+  const emptied = await service.call('PUT', url(`/${existing.id}`), { token, body: { text: '' } });
+  t.equal(emptied.status, 400);
+  t.equal((await service.call('PUT', url(`/${existing.id}`), { token, body: {} })).status, 400, 'an edit changes something');
+  t.equal((await service.call('GET', url('/not-a-uuid'), { token })).status, 400);
+  t.equal((await service.call('GET', url('/00000000-0000-4000-8000-000000000000'), { token })).status, 404);
+
+  t.same({ reports: (await service.call('GET', url(), { token })).body.total, events: await events() }, before, 'no report and no event was written');
+});
+
+t.test('permissions', async (t) => {
+  const stranger = (await registerUser(service, 'stranger@example.org')).token;
+  t.equal((await service.call('GET', url(), { token: stranger })).status, 403);
+  t.equal((await service.call('POST', url(), { token: stranger, body: { text: 'x' } })).status, 403);
+  t.equal((await service.call('GET', url())).status, 401);
+});
+
+t.test('the OpenAPI document describes the report routes', async (t) => {
+  const { paths } = (await service.call('GET', '/api/v1/openapi.json')).body;
+  for (const path of ['/api/v1/repositories/{repoID}/reports', '/api/v1/repositories/{repoID}/reports/upload', '/api/v1/repositories/{repoID}/reports/{reportID}', '/api/v1/repositories/{repoID}/reports/{reportID}/annotate', '/api/v1/repositories/{repoID}/reports/{reportID}/annotations']) {
+    t.ok(paths[path], path);
+  }
+  t.ok(paths['/api/v1/repositories/{repoID}/reports'].post.responses['413'], 'the size limit is documented');
+  t.same(Object.keys(paths['/api/v1/repositories/{repoID}/reports/{reportID}']).sort(), ['delete', 'get', 'put']);
+});
