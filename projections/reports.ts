@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { projection, each } from '../src/projection/types.js';
 import type { ReportEvent } from '../src/domain/report/decider.js';
+import type { FactEvent } from '../src/domain/fact/events.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 
 const reportIdOf = (streamId: string): string => parseStreamName(streamId).id;
@@ -13,9 +14,10 @@ async function clearAnnotations(trx: Knex.Transaction, reportId: string): Promis
 
 /**
  * Read models `reports`, `report_sentences`, `report_annotations`: every live report with its
- * status, and the facts of its annotated sentences. A deleted report loses its rows.
+ * status, and the facts of its annotated sentences. A deleted report loses its rows; a retracted
+ * fact (its last source deleted) leaves every annotation, and the reports' fact counts follow.
  */
-export const reportsProjection = projection<ReportEvent>({
+export const reportsProjection = projection<ReportEvent | Extract<FactEvent, { type: 'FactRetracted' }>>({
   name: 'reports',
   tables: ['reports', 'report_sentences', 'report_annotations'],
   handlers: {
@@ -99,6 +101,15 @@ export const reportsProjection = projection<ReportEvent>({
           annotated_at: event.occurredAt,
           updated_at: event.occurredAt,
         });
+    }),
+    FactRetracted: each(async (trx, event) => {
+      const factId = parseStreamName(event.streamId).id;
+      const reportIds = (await trx('report_annotations').where({ fact_id: factId }).distinct().pluck('report_id')) as string[];
+      if (reportIds.length === 0) return;
+      await trx('report_annotations').where({ fact_id: factId }).delete();
+      await trx('reports')
+        .whereIn('id', reportIds)
+        .update({ fact_count: trx.raw('(SELECT count(DISTINCT fact_id) FROM report_annotations WHERE report_annotations.report_id = reports.id)') });
     }),
     ReportAnnotationFailed: each(async (trx, event) => {
       await trx('reports')

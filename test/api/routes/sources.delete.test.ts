@@ -38,6 +38,14 @@ t.test('a deleted source leaves; facts no other source has are retracted, with t
   const investigation = (await api('POST', '/investigations', { title: 'Curie' })).body;
   await api('POST', `/investigations/${investigation.id}/sources`, { source_id: original.id });
   await waitForPipeline(service, repoId, token);
+  // A report whose sentence the Curie article supports.
+  const report = (await api('POST', '/reports', { title: 'Notes', text: 'Marie Curie discovered polonium and radium with Pierre Curie in 1898.' })).body;
+  await waitForPipeline(service, repoId, token);
+  const annotatedFacts = async () =>
+    ((await api('GET', `/reports/${report.id}/annotations`)).body.items as Array<{ facts: Array<{ fact_id: string }> }>).flatMap((sentence) =>
+      sentence.facts.map((fact) => fact.fact_id),
+    );
+  t.ok((await annotatedFacts()).length > 0, 'the report is annotated with Curie facts');
 
   const curieFacts = (await api('GET', `/sources/${original.id}/facts?limit=500`)).body;
   const unrelatedFacts = (await api('GET', `/sources/${unrelated.id}/facts?limit=500`)).body;
@@ -66,6 +74,9 @@ t.test('a deleted source leaves; facts no other source has are retracted, with t
     'nor by their vectors',
   );
   t.equal((await api('GET', `/sources/${unrelated.id}/facts?limit=500`)).body.total, unrelatedFacts.total, 'other sources keep theirs');
+  const curieIds = new Set(curieFacts.items.map((fact: { id: string }) => fact.id));
+  t.notOk((await annotatedFacts()).some((id) => curieIds.has(id)), 'the report no longer cites them');
+  t.equal((await api('GET', `/reports/${report.id}`)).body.fact_count, (await annotatedFacts()).length, "and its fact count follows");
   const concepts = (await api('GET', '/concepts?show_small=true&limit=500&mode=lexical')).body.items as Array<{ id: string; fact_count: number }>;
   for (const concept of concepts) {
     const facts = (await api('GET', `/concepts/${concept.id}/facts?limit=500`)).body;
