@@ -4,6 +4,7 @@ import { factsProjection } from './facts.js';
 import { hostHealthProjection } from './hostHealth.js';
 import { repositoriesProjection } from './repositories.js';
 import { sourcesProjection } from './sources.js';
+import { summariesProjection } from './summaries.js';
 import { usersProjection } from './users.js';
 
 /** Every read-model projection of the service, by name. */
@@ -14,4 +15,5 @@ export const readModelProjections: readonly Projection[] = [
   factsProjection,
   conceptsProjection,
   hostHealthProjection,
+  summariesProjection,
 ];

@@ -5,6 +5,7 @@ import { factQueries } from '../read/facts.js';
 import { repositoryQueries } from '../read/repositories.js';
 import { settingQueries } from '../read/settings.js';
 import { sourceQueries } from '../read/sources.js';
+import { summaryQueries } from '../read/summaries.js';
 import { taskQueries } from '../read/tasks.js';
 import { userQueries } from '../read/users.js';
 import { conceptCommands } from './concepts.js';
@@ -28,6 +29,7 @@ export function createApplication(context: AppContext) {
     sources: { ...sourceQueries(context), ...sourceCommands(context) },
     facts: factQueries(context),
     concepts: { ...conceptQueries(context), ...conceptCommands(context) },
+    summaries: summaryQueries(context),
     tasks: { ...taskQueries(context), ...taskCommands(context) },
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },

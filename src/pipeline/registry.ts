@@ -11,6 +11,8 @@ import { embedConceptsStage } from './stages/embedConcepts.js';
 import { refineConceptsStage } from './stages/refineConcepts.js';
 import { migrateContextStage } from './stages/migrateContext.js';
 import { refreshConceptRelationsStage } from './stages/refreshConceptRelations.js';
+import { summarizeConceptsStage } from './stages/summarizeConcepts.js';
+import { synthesizeConceptStage } from './stages/synthesizeConcept.js';
 
 /**
  * Every stage of the pipeline, in the order the runtime starts their dispatchers. Adding a
@@ -28,6 +30,8 @@ export const stageRegistry: readonly StageDefinition[] = [
   refineConceptsStage,
   migrateContextStage,
   refreshConceptRelationsStage,
+  summarizeConceptsStage,
+  synthesizeConceptStage,
 ];
 
 export interface PipelineStages {

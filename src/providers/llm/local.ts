@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import winkNLP, { type ItemSentence, type Model, type PartOfSpeech, type WinkMethods } from 'wink-nlp';
 import { extractLocalConcepts, refineLocalConcepts } from './localConcepts.js';
+import { localSliceSummary, localSynthesis } from './localSummaries.js';
 import type {
   ChatModel,
   ConceptCandidate,
@@ -11,6 +12,9 @@ import type {
   ImageInput,
   RefinementDecision,
   RefinementInput,
+  SliceSummaryInput,
+  SynthesisInput,
+  SynthesisOutput,
 } from './port.js';
 
 /**
@@ -66,6 +70,14 @@ export function createLocalChatModel(): ChatModel {
     async refineConcepts(input: RefinementInput, signal?: AbortSignal): Promise<RefinementDecision[]> {
       signal?.throwIfAborted();
       return refineLocalConcepts(input);
+    },
+    async summarizeFacts(input: SliceSummaryInput, signal?: AbortSignal): Promise<{ content: string }> {
+      signal?.throwIfAborted();
+      return localSliceSummary(input);
+    },
+    async synthesizeConcept(input: SynthesisInput, signal?: AbortSignal): Promise<SynthesisOutput> {
+      signal?.throwIfAborted();
+      return localSynthesis(input);
     },
   };
 }

@@ -2,6 +2,7 @@ import { checkTexts, embedTexts, LOCAL_EMBEDDER_DIMENSIONS, LOCAL_EMBEDDER_MODEL
 import { WordTable } from '../embeddings/wordTable.js';
 import type { Embedder } from '../embeddings/port.js';
 import { LOCAL_FACT_EXTRACTOR_MODEL_ID } from '../llm/local.js';
+import { localSliceSummary, localSynthesis } from '../llm/localSummaries.js';
 import type {
   ChatModel,
   ConceptCandidate,
@@ -11,6 +12,8 @@ import type {
   ImageInput,
   RefinementDecision,
   RefinementInput,
+  SliceSummaryInput,
+  SynthesisInput,
 } from '../llm/port.js';
 import { ModelWorkerPool, type ModelWorkerPoolOptions } from './pool.js';
 import type { ModelCall } from './protocol.js';
@@ -59,6 +62,15 @@ export function createWorkerChatModel(options: ModelWorkerOptions = {}): Closabl
       pool.call<ConceptCandidate[]>({ method: 'extractConcepts', input: withoutPromptset(input) }, signal),
     refineConcepts: (input: RefinementInput, signal?: AbortSignal) =>
       pool.call<RefinementDecision[]>({ method: 'refineConcepts', input: withoutPromptset(input) }, signal),
+    // Extractive and cheap (no word table, no tagger): on the calling thread, no copy to a worker.
+    summarizeFacts: async (input: SliceSummaryInput, signal?: AbortSignal) => {
+      signal?.throwIfAborted();
+      return localSliceSummary(input);
+    },
+    synthesizeConcept: async (input: SynthesisInput, signal?: AbortSignal) => {
+      signal?.throwIfAborted();
+      return localSynthesis(input);
+    },
     close: lease.release,
   };
 }
