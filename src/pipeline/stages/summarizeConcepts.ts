@@ -10,6 +10,8 @@ import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
 import { loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
+import { conceptsProjection } from '../../../projections/concepts.js';
+import { factsProjection } from '../../../projections/facts.js';
 import { requireReadModels } from './readModelLag.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
@@ -109,7 +111,8 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
     async run(context: JobContext) {
       const repositoryId = requireRepositoryId(context);
       if (!(await isLiveRepository(deps.knex, repositoryId))) return;
-      await requireReadModels(deps.knex, ['facts', 'concepts'], context.trigger, context.scheduled);
+      // The facts and their links must be in the read models before a run decides what is stale.
+      await requireReadModels(deps.knex, [factsProjection, conceptsProjection], context.trigger, context.scheduled);
       const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
       const refusals: Refusal[] = [];
       for (const conceptId of await staleConcepts(deps.knex, repositoryId, maxConcepts)) {

@@ -1,0 +1,52 @@
+import t from 'tap';
+import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
+import { migrateProjectionStreamPositions } from '../../../src/projection/busRunner.js';
+import { migrateProjectionCheckpoints } from '../../../src/projection/runner.js';
+import { readModelsApplied, ReadModelBehindError, requireReadModels } from '../../../src/pipeline/stages/readModelLag.js';
+import { openTestPglite } from '../../helpers/pglite.js';
+
+const trigger = (type: string, globalPosition: number, streamVersion: number): RecordedEvent => ({
+  eventId: '00000000-0000-4000-8000-000000000001',
+  streamId: 'source-s1',
+  streamVersion,
+  globalPosition,
+  type,
+  schemaVersion: 1,
+  data: {},
+  repositoryId: 'r1',
+  actor: 'system:test',
+  causationId: null,
+  correlationId: null,
+  occurredAt: new Date(0).toISOString(),
+});
+const facts = { name: 'facts', eventTypes: ['FactsExtracted', 'FactMergedInto'] };
+const concepts = { name: 'concepts', eventTypes: ['ConceptsExtracted', 'FactMergedInto'] };
+
+t.test('log-fed projections: the global position decides, whatever the trigger type', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), false, 'no checkpoint table yet: behind');
+  await migrateProjectionCheckpoints(db.knex);
+  await db.knex('projection_checkpoints').insert([{ name: 'facts', position: 10 }, { name: 'concepts', position: 9 }]);
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), false, 'concepts is one behind');
+  await db.knex('projection_checkpoints').where({ name: 'concepts' }).update({ position: 12 });
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), true);
+  await t.rejects(requireReadModels(db.knex, [facts, concepts], trigger('ConceptsExtracted', 11, 4), false), ReadModelBehindError);
+  await requireReadModels(db.knex, [facts, concepts], trigger('ConceptsExtracted', 11, 4), true);
+  t.pass('a scheduled job never waits');
+});
+
+t.test('bus-fed projections: the stream version of the projections that handle the trigger', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  await migrateProjectionStreamPositions(db.knex);
+  await db.knex('projection_stream_positions').insert([
+    // facts handles no ConceptsExtracted: its version on the source stream stays at its FactsExtracted.
+    { projection: 'facts', stream_id: 'source-s1', stream_version: 2, global_position: 5 },
+    { projection: 'concepts', stream_id: 'source-s1', stream_version: 2, global_position: 5 },
+  ]);
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), false, 'concepts has not applied version 3');
+  await db.knex('projection_stream_positions').where({ projection: 'concepts' }).update({ stream_version: 3 });
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), true, 'facts is not waited for on a type it does not handle');
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('FactMergedInto', 10, 3)), false, 'but is on one it handles');
+});
