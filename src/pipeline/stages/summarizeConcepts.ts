@@ -100,6 +100,21 @@ export async function summarizeSlice(
  */
 export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage {
   const { batch_size: batchSize, max_concepts_per_run: maxConcepts, max_tokens: maxTokens } = deps.settings;
+  // Runs of one repository overlap (a job per ConceptsExtracted batch) and find the same stale
+  // concepts. Within this process, a concept another run is summarising is waited for and then
+  // planned again from its stream, so the model is not asked twice for the same slice; across
+  // processes the concept stream's version check keeps one of two writes.
+  const inFlight = new Map<string, Promise<unknown>>();
+  const exclusively = async <T>(conceptId: string, work: () => Promise<T>): Promise<T> => {
+    for (let running = inFlight.get(conceptId); running !== undefined; running = inFlight.get(conceptId)) await running.catch(() => undefined);
+    const done = work();
+    inFlight.set(conceptId, done);
+    try {
+      return await done;
+    } finally {
+      if (inFlight.get(conceptId) === done) inFlight.delete(conceptId);
+    }
+  };
   return {
     kind: 'summarize_concepts',
     triggers: ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto'],
@@ -117,7 +132,7 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
       const refusals: Refusal[] = [];
       for (const conceptId of await staleConcepts(deps.knex, repositoryId, maxConcepts)) {
         throwIfAborted(context.signal);
-        const refusal = await summarizeConcept(deps, context, conceptId, { batchSize, maxTokens, promptset });
+        const refusal = await exclusively(conceptId, () => summarizeConcept(deps, context, conceptId, { batchSize, maxTokens, promptset }));
         if (refusal) refusals.push(refusal);
       }
       if (refusals.length > 0) {

@@ -231,3 +231,14 @@ t.test('summarize_concepts waits for the read models to apply its trigger', asyn
   await summarize.run(fixture.scheduledContextFor(summarize, repositoryId));
   t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 2, 'a scheduled run does not wait');
 });
+
+t.test('summarize_concepts: overlapping runs ask the model once per slice', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const { chat, calls } = countingChat();
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: summarization });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
+  await Promise.all([summarize.run(fixture.contextFor(summarize, source.trigger)), summarize.run(fixture.contextFor(summarize, source.trigger))]);
+  t.equal(calls.summaries.length, 3, 'Marie Curie slices 1 and 2, Paris slice 1: once each');
+  t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3);
+});
