@@ -77,7 +77,9 @@ export function localSynthesis(input: SynthesisInput): SynthesisOutput {
   const names = namesOf(input.concept);
   const facts = input.facts.filter((fact) => fact.content.trim() !== '');
   const budget = input.maxTokens * CHARS_PER_TOKEN;
-  const overview = pick(facts, (fact) => (isDefinitional(fact.content, names) ? 2 : 0) + (mentions(fact.content, names) ? 1 : 0), budget / 4, OVERVIEW_FACTS);
+  // The overview: facts that name the concept, those saying what it is first; without any, its first fact.
+  const naming = facts.filter((fact) => mentions(fact.content, names));
+  const overview = pick(naming.length > 0 ? naming : facts.slice(0, 1), (fact) => (isDefinitional(fact.content, names) ? 1 : 0), budget / 4, OVERVIEW_FACTS);
   const inOverview = new Set(overview.map((fact) => fact.id));
   const rest = facts.filter((fact) => !inOverview.has(fact.id));
   const used = overview.reduce((sum, fact) => sum + citeFact(fact).length + 1, 0);
