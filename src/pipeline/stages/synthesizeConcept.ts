@@ -25,6 +25,12 @@ export interface SynthesizeConceptDeps {
 /** Model answers per synthesis: the first, and one retry when its citations are refused. */
 export const SYNTHESIS_ATTEMPTS = 2;
 
+/**
+ * Facts given to the model at most, in slice order: a concept with thousands of facts would make
+ * a prompt no model takes; its slices' summaries still speak for the rest.
+ */
+export const MAX_SYNTHESIS_FACTS = 400;
+
 /** Characters of a related concept's synthesis given as its summary. */
 const RELATED_SUMMARY_CHARS = 400;
 
@@ -132,10 +138,12 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
       const contents = new Map(linked.map((fact) => [fact.id, fact]));
       const factIds = slices.length > 0 ? slices.flatMap((slice) => slice.fact_ids) : linked.map((fact) => fact.id);
       // A fact that left the concept since its slice was written is not given (nor citable).
-      const facts = factIds.flatMap((id) => {
-        const fact = contents.get(id);
-        return fact ? [fact] : [];
-      });
+      const facts = factIds
+        .flatMap((id) => {
+          const fact = contents.get(id);
+          return fact ? [fact] : [];
+        })
+        .slice(0, MAX_SYNTHESIS_FACTS);
       if (facts.length === 0) return;
       const related = await relatedConcepts(deps.knex, repositoryId, conceptId, settings.max_related_concepts);
       const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
