@@ -51,6 +51,27 @@ export async function readModelsApplied(knex: Knex, projections: readonly Awaite
   });
 }
 
+/**
+ * Waits (polling every `pollMs`) until the projections applied the trigger, at most `timeoutMs`;
+ * returns whether they did. A scheduled job has no trigger to wait for. Rejects when `signal`
+ * aborts (the job's timeout or a shutdown).
+ */
+export async function awaitReadModels(
+  knex: Knex,
+  projections: readonly AwaitedProjection[],
+  context: { trigger: RecordedEvent; scheduled: boolean; signal: AbortSignal },
+  options: { timeoutMs: number; pollMs?: number },
+): Promise<boolean> {
+  if (context.scheduled || context.trigger.globalPosition <= 0) return true;
+  const deadline = Date.now() + options.timeoutMs;
+  for (;;) {
+    context.signal.throwIfAborted();
+    if (await readModelsApplied(knex, projections, context.trigger)) return true;
+    if (Date.now() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, options.pollMs ?? 100));
+  }
+}
+
 /** Throws ReadModelBehindError unless the projections applied the trigger (a scheduled job has none to wait for). */
 export async function requireReadModels(knex: Knex, projections: readonly AwaitedProjection[], trigger: RecordedEvent, scheduled: boolean): Promise<void> {
   if (scheduled || trigger.globalPosition <= 0) return;

@@ -12,7 +12,7 @@ import { PermanentJobError, type JobContext, type Stage, type StageDefinition } 
 import { loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
 import { factsProjection } from '../../../projections/facts.js';
-import { requireReadModels } from './readModelLag.js';
+import { awaitReadModels } from './readModelLag.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
 export type SummarizationSettings = Config['providers']['summarization'];
@@ -22,6 +22,8 @@ export interface SummarizeConceptsDeps {
   knex: Knex;
   chat: ChatModel;
   settings: SummarizationSettings;
+  /** How long a triggered run waits for the read models to apply its trigger (default 30 s). */
+  readModelWaitMs?: number;
 }
 
 /** Model answers per slice: the first, and one retry when its citations are refused. */
@@ -95,7 +97,8 @@ export async function summarizeSlice(
  * are stale, plans the slices (src/domain/concept/summaries.ts, planSlices), asks the chat model
  * for each slice to write, and records them on the concept's stream in one append. Triggered by
  * ConceptsExtracted (new links), a catch-up FactMergedInto and ConceptMergedInto (links moved),
- * and scheduled every task.refresh_concept_relations_interval as a safety net. A refused answer
+ * and scheduled every task.refresh_concept_relations_interval as a safety net (also for a run
+ * whose read models lagged past its wait). A refused answer
  * leaves its concept unrecorded and fails the job, naming the concept and why.
  */
 export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage {
@@ -127,7 +130,11 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
       const repositoryId = requireRepositoryId(context);
       if (!(await isLiveRepository(deps.knex, repositoryId))) return;
       // The facts and their links must be in the read models before a run decides what is stale.
-      await requireReadModels(deps.knex, [factsProjection, conceptsProjection], context.trigger, context.scheduled);
+      // Still behind after the wait (a bus consumer far behind): nothing to do now; the next
+      // trigger or the scheduled run finds the concepts stale then. A failed task would say
+      // something went wrong, and nothing did.
+      const applied = await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], context, { timeoutMs: deps.readModelWaitMs ?? 30_000 });
+      if (!applied) return;
       const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
       const refusals: Refusal[] = [];
       for (const conceptId of await staleConcepts(deps.knex, repositoryId, maxConcepts)) {

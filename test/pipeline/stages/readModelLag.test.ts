@@ -2,7 +2,7 @@ import t from 'tap';
 import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
 import { migrateProjectionStreamPositions } from '../../../src/projection/busRunner.js';
 import { migrateProjectionCheckpoints } from '../../../src/projection/runner.js';
-import { readModelsApplied, ReadModelBehindError, requireReadModels } from '../../../src/pipeline/stages/readModelLag.js';
+import { awaitReadModels, readModelsApplied, ReadModelBehindError, requireReadModels } from '../../../src/pipeline/stages/readModelLag.js';
 import { openTestPglite } from '../../helpers/pglite.js';
 
 const trigger = (type: string, globalPosition: number, streamVersion: number): RecordedEvent => ({
@@ -34,6 +34,14 @@ t.test('log-fed projections: the global position decides, whatever the trigger t
   await t.rejects(requireReadModels(db.knex, [facts, concepts], trigger('ConceptsExtracted', 11, 4), false), ReadModelBehindError);
   await requireReadModels(db.knex, [facts, concepts], trigger('ConceptsExtracted', 11, 4), true);
   t.pass('a scheduled job never waits');
+  const signal = new AbortController().signal;
+  t.equal(await awaitReadModels(db.knex, [facts, concepts], { trigger: trigger('ConceptsExtracted', 11, 4), scheduled: false, signal }, { timeoutMs: 50, pollMs: 10 }), false, 'gives up after its wait');
+  // A knex builder runs when awaited: the projections catch up while the wait polls.
+  setTimeout(() => db.knex('projection_checkpoints').update({ position: 20 }).then(() => undefined, () => undefined), 30);
+  t.equal(await awaitReadModels(db.knex, [facts, concepts], { trigger: trigger('ConceptsExtracted', 11, 4), scheduled: false, signal }, { timeoutMs: 60_000, pollMs: 10 }), true, 'sees the projections catch up');
+  const aborted = new AbortController();
+  aborted.abort(new Error('job timed out'));
+  await t.rejects(awaitReadModels(db.knex, [facts, concepts], { trigger: trigger('ConceptsExtracted', 99, 9), scheduled: false, signal: aborted.signal }, { timeoutMs: 60_000 }), /job timed out/);
 });
 
 t.test('bus-fed projections: the stream version of the projections that handle the trigger', async (t) => {
