@@ -1,14 +1,6 @@
 import type { Knex } from 'knex';
 import type { RecordedEvent } from '../../eventstore/envelope.js';
 
-/**
- * The read model is behind the trigger: the stage would decide from a state that does not hold
- * the trigger yet. Transient: the runtime retries with backoff, by when the projection caught up.
- */
-export class ReadModelBehindError extends Error {
-  override readonly name = 'ReadModelBehindError';
-}
-
 /** A projection to wait for: its name and the event types it handles (`Projection.eventTypes`). */
 export interface AwaitedProjection {
   name: string;
@@ -70,14 +62,6 @@ export async function awaitReadModels(
     if (Date.now() >= deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, options.pollMs ?? 100));
   }
-}
-
-/** Throws ReadModelBehindError unless the projections applied the trigger (a scheduled job has none to wait for). */
-export async function requireReadModels(knex: Knex, projections: readonly AwaitedProjection[], trigger: RecordedEvent, scheduled: boolean): Promise<void> {
-  if (scheduled || trigger.globalPosition <= 0) return;
-  if (await readModelsApplied(knex, projections, trigger)) return;
-  const names = projections.map((projection) => projection.name).join(', ');
-  throw new ReadModelBehindError(`the read models ${names} have not applied ${trigger.type} at position ${trigger.globalPosition} yet`);
 }
 
 async function tableExists(knex: Knex, table: string): Promise<boolean> {
