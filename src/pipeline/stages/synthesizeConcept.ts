@@ -110,7 +110,8 @@ export async function checkedSynthesis(chat: ChatModel, input: SynthesisInput, s
  * related concepts and related syntheses, recorded as ConceptSynthesized. Triggered by its
  * slices changing and by a request (POST .../resynthesize). Debounced: while the concept has
  * facts its slices do not cover yet, a summarize run is due and its slice writes trigger this
- * stage again, so nothing is made now; and inputs that hash as the last synthesis's make
+ * stage again, so nothing is made now; a job whose trigger is not the concept's last slice
+ * change leaves it to the job of that change; and inputs that hash as the last synthesis's make
  * nothing either, unless a resynthesis was requested. Without summarization (disabled), the
  * concept's facts stand in for slices, and syntheses are made on request.
  */
@@ -128,8 +129,11 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
       const loaded = await loadStream(deps.store, stream, conceptDecider);
       const { state } = loaded;
       if (state.status !== 'active') return;
-      const linked = await linkedFacts(deps.knex, conceptId);
       const requested = state.resynthesisRequested;
+      // A later slice change has its own job, which will see this one's inputs too: only the last makes a synthesis.
+      const lastChange = loaded.events.findLast((event) => event.type === 'SummarySliceWritten' || event.type === 'SummarySliceRemoved');
+      if (!requested && !context.scheduled && lastChange !== undefined && lastChange.globalPosition > context.trigger.globalPosition) return;
+      const linked = await linkedFacts(deps.knex, conceptId);
       if (!requested && deps.summarization) {
         const due = planSlices(state.slices, linked.map((fact) => fact.id), deps.summarization.batchSize);
         if (due.writes.length > 0 || due.removeFrom !== null) return;

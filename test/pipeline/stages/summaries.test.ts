@@ -131,6 +131,8 @@ t.test('summarize_concepts: slices freeze at exactly 20 facts, cite only their o
     frozenWrites,
     'the frozen slice is never rewritten',
   );
+  await synthesize.run(fixture.contextFor(synthesize, trigger));
+  t.equal(calls.syntheses.length, 1, 'the job of an older slice change leaves the synthesis to the job of the last one');
   await synthesize.run(fixture.contextFor(synthesize, await fixture.last(streamName('concept', marie), 'SummarySliceWritten')));
   const syntheses = await fixture.eventsOf(streamName('concept', marie), 'ConceptSynthesized');
   t.equal(syntheses.length, 2, 'the new facts re-made the synthesis');
