@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { projection, each, type RecordedOf } from '../src/projection/types.js';
 import type { RecordedEvent } from '../src/eventstore/envelope.js';
-import type { ConceptEvent } from '../src/domain/concept/events.js';
+import type { ConceptIdentityEvent as ConceptEvent } from '../src/domain/concept/events.js';
 import type { FactEvent } from '../src/domain/fact/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';

@@ -6,6 +6,7 @@ import { investigationsProjection } from './investigations.js';
 import { reportsProjection } from './reports.js';
 import { repositoriesProjection } from './repositories.js';
 import { sourcesProjection } from './sources.js';
+import { summariesProjection } from './summaries.js';
 import { usersProjection } from './users.js';
 
 /** Every read-model projection of the service, by name. */
@@ -18,4 +19,5 @@ export const readModelProjections: readonly Projection[] = [
   hostHealthProjection,
   investigationsProjection,
   reportsProjection,
+  summariesProjection,
 ];

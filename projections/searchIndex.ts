@@ -3,18 +3,19 @@ import { projection, each, type Projection, type RecordedOf } from '../src/proje
 import type { RecordedEvent } from '../src/eventstore/envelope.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import type { FactEvent } from '../src/domain/fact/events.js';
-import type { ConceptEvent } from '../src/domain/concept/events.js';
+import type { ConceptEvent, ConceptIdentityEvent } from '../src/domain/concept/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 import { unpackVector } from '../src/interchange/vectors.js';
-import { concepts, facts, type FactDocument } from '../src/search/collections/index.js';
+import { concepts, facts, summaries, type FactDocument } from '../src/search/collections/index.js';
 import type { DocumentUpdate, SearchIndex } from '../src/search/port.js';
 
 type FactsExtracted = Extract<SourceEvent, { type: 'FactsExtracted' }>;
 type Handled =
   | Extract<SourceEvent, { type: 'FactsExtracted' | 'FactsEmbedded' }>
   | FactEvent
-  | ConceptEvent
+  | ConceptIdentityEvent
+  | Extract<ConceptEvent, { type: 'SummarySliceWritten' | 'SummarySliceRemoved' }>
   | Extract<RepositoryEvent, { type: 'RepositoryDeleted' }>;
 
 function repositoryOf(recorded: RecordedEvent<string, unknown>): string {
@@ -143,6 +144,22 @@ export function createSearchIndexProjection(index: SearchIndex, options: SearchI
         if (updates.length > 0) await targetOf(trx).update(concepts, lastOfEach(updates));
       },
       ConceptMergedInto: each((trx, event) => targetOf(trx).remove(concepts, repositoryOf(event), [parseStreamName(event.streamId).id])),
+      // A slice's writes come from its concept's stream, in order: the stream version orders them.
+      SummarySliceWritten: each((trx, event) =>
+        targetOf(trx).index(summaries, [
+          {
+            id: event.data.slice_id,
+            repository_id: repositoryOf(event),
+            concept_id: parseStreamName(event.streamId).id,
+            content: event.data.content,
+            slice_number: event.data.slice_number,
+            status: event.data.is_open ? 'open' : 'frozen',
+            updated_at: event.occurredAt,
+            version: event.streamVersion,
+          },
+        ]),
+      ),
+      SummarySliceRemoved: each((trx, event) => targetOf(trx).remove(summaries, repositoryOf(event), [event.data.slice_id])),
       RepositoryDeleted: each((trx, event) => targetOf(trx).removeRepository(parseStreamName(event.streamId).id)),
     },
   });

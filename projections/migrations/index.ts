@@ -318,6 +318,60 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Summary slices and syntheses of concepts (projections/summaries.ts). concept_summaries is
+    // also the lexical index of the `summaries` search collection (src/search/collections/summaries.ts).
+    id: '007_concept_summaries',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE concept_summaries (
+          id text PRIMARY KEY,
+          repository_id text NOT NULL,
+          concept_id text NOT NULL,
+          slice_number int NOT NULL,
+          is_open boolean NOT NULL,
+          status text NOT NULL,
+          content text NOT NULL,
+          fact_ids jsonb NOT NULL,
+          fact_count int NOT NULL,
+          model_id text NOT NULL,
+          reason text NOT NULL,
+          created_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL,
+          search tsvector GENERATED ALWAYS AS (to_tsvector('english', content)) STORED,
+          UNIQUE (concept_id, slice_number)
+        );
+        CREATE INDEX concept_summaries_search ON concept_summaries USING gin (search);
+        CREATE INDEX concept_summaries_repository ON concept_summaries (repository_id, updated_at);
+        -- Which slice covers each fact of a concept: what summarize_concepts compares with fact_concepts.
+        CREATE TABLE concept_summary_facts (
+          concept_id text NOT NULL,
+          fact_id text NOT NULL,
+          repository_id text NOT NULL,
+          slice_number int NOT NULL,
+          PRIMARY KEY (concept_id, fact_id)
+        );
+        CREATE INDEX concept_summary_facts_repository ON concept_summary_facts (repository_id, concept_id);
+        CREATE TABLE concept_syntheses (
+          concept_id text PRIMARY KEY,
+          id text NOT NULL,
+          repository_id text NOT NULL,
+          content text NOT NULL,
+          fact_ids jsonb NOT NULL,
+          slice_ids jsonb NOT NULL,
+          related_concept_ids jsonb NOT NULL,
+          related_synthesis_ids jsonb NOT NULL,
+          image_fact_ids jsonb NOT NULL,
+          model_id text NOT NULL,
+          inputs_hash text NOT NULL,
+          reason text NOT NULL,
+          created_at timestamptz NOT NULL,
+          updated_at timestamptz NOT NULL
+        );
+        CREATE INDEX concept_syntheses_repository ON concept_syntheses (repository_id);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -10,6 +10,7 @@ import { authenticateRequest } from './guard.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
 import { conceptRoutes } from './routes/concepts.js';
+import { summaryRoutes } from './routes/summaries.js';
 import { contextRoutes } from './routes/contexts.js';
 import { eventRoutes } from './routes/events.js';
 import { factRoutes } from './routes/facts.js';
@@ -37,6 +38,7 @@ const resourceRoutes = [
   reportRoutes,
   conceptRoutes,
   investigationRoutes,
+  summaryRoutes,
   contextRoutes,
   eventRoutes,
   taskRoutes,

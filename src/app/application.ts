@@ -7,6 +7,7 @@ import { repositoryQueries } from '../read/repositories.js';
 import { reportQueries } from '../read/reports.js';
 import { settingQueries } from '../read/settings.js';
 import { sourceQueries } from '../read/sources.js';
+import { summaryQueries } from '../read/summaries.js';
 import { taskQueries } from '../read/tasks.js';
 import { userQueries } from '../read/users.js';
 import { conceptCommands } from './concepts.js';
@@ -34,6 +35,7 @@ export function createApplication(context: AppContext) {
     reports: { ...reportQueries(context), ...reportCommands(context) },
     concepts: { ...conceptQueries(context), ...conceptCommands(context) },
     investigations: { ...investigationQueries(context), ...investigationCommands(context) },
+    summaries: summaryQueries(context),
     tasks: { ...taskQueries(context), ...taskCommands(context) },
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },

@@ -1,15 +1,36 @@
 import type { Principal } from '../auth/rbac.js';
+import { conceptDecider } from '../domain/concept/decider.js';
 import { repositoryDecider } from '../domain/repository/decider.js';
+import { resolveConcept } from '../read/concepts.js';
 import { streamName } from '../eventstore/envelope.js';
 import { jobIdFor } from '../pipeline/jobs.js';
 import { presentJob } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { conflict } from './errors.js';
+import { conflict, invalid } from './errors.js';
 
-/** Concept commands: moving a repository's concepts from one context to another (a background task). */
-export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'store' | 'jobs'>) {
+/** Concept commands: moving a repository's concepts from one context to another, re-making a synthesis (background tasks). */
+export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'store' | 'jobs' | 'config'>) {
   return {
+    /**
+     * Asks for the concept's synthesis to be made again now, from its current inputs (a merged
+     * concept's survivor's). The answer names the synthesize_concept task that makes it.
+     */
+    async resynthesize(principal: Principal, input: { repository: string; concept: string; context?: string; reason?: string }, trace?: Trace) {
+      const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'concepts:write');
+      if (!deps.config.providers.synthesis.enabled) throw conflict('synthesis is disabled (providers.synthesis.enabled)');
+      const reason = input.reason ?? '';
+      if (reason.length > 500) throw invalid('reason must be at most 500 characters');
+      const { concept } = await resolveConcept(deps.db.knex, repository.id, input.concept, input.context);
+      const conceptStream = streamName('concept', concept.id);
+      const result = await deps.commands.execute(conceptStream, conceptDecider, { type: 'RequestResynthesis', reason }, commandMetadata(principal, repository.id, trace));
+      if (result.write === null) throw conflict('the request was not recorded');
+      const [requested] = await deps.store.readStream(conceptStream, { fromVersion: result.write.streamVersion, limit: 1 });
+      const taskId = jobIdFor('synthesize_concept', concept.id, requested.eventId);
+      const task = await deps.jobs.get(taskId);
+      return { task_id: taskId, task: task ? presentJob(task) : null, concept_id: concept.id };
+    },
+
     /** Requests the migration; the answer names the migrate_context task that carries it out. */
     async migrateContext(principal: Principal, input: { repository: string; from_context: string; to_context: string }, trace?: Trace) {
       const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'concepts:write');

@@ -12,6 +12,8 @@ import { refineConceptsStage } from './stages/refineConcepts.js';
 import { migrateContextStage } from './stages/migrateContext.js';
 import { refreshConceptRelationsStage } from './stages/refreshConceptRelations.js';
 import { annotateReportStage } from './stages/annotateReport.js';
+import { summarizeConceptsStage } from './stages/summarizeConcepts.js';
+import { synthesizeConceptStage } from './stages/synthesizeConcept.js';
 
 /**
  * Every stage of the pipeline, in the order the runtime starts their dispatchers. Adding a
@@ -30,6 +32,8 @@ export const stageRegistry: readonly StageDefinition[] = [
   migrateContextStage,
   refreshConceptRelationsStage,
   annotateReportStage,
+  summarizeConceptsStage,
+  synthesizeConceptStage,
 ];
 
 export interface PipelineStages {

@@ -13,6 +13,9 @@ const READ_MODEL_TABLES = {
   concept_aliases: 'concept_id, alias_lower',
   fact_concepts: 'fact_id, concept_id',
   concept_relations: 'repository_id, concept_a, concept_b',
+  concept_summaries: 'id',
+  concept_summary_facts: 'concept_id, fact_id',
+  concept_syntheses: 'concept_id',
 };
 
 t.test('health, OpenAPI, docs and metrics', async (t) => {
@@ -62,7 +65,7 @@ t.test('projections: status, and a rebuild from position 0 equals the live read 
   t.equal((await service.call('GET', '/api/v1/projections', { token: user.token })).status, 403);
   const status = await service.call('GET', '/api/v1/projections', { token: admin.token });
   t.equal(status.status, 200);
-  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['concepts', 'facts', 'host-health', 'investigations', 'job-intake', 'reports', 'repositories', 'search-index', 'sources', 'users']);
+  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['concepts', 'facts', 'host-health', 'investigations', 'job-intake', 'reports', 'repositories', 'search-index', 'sources', 'summaries', 'users']);
 
   const knex = service.context.db.knex;
   const snapshot = async () => {
@@ -72,7 +75,8 @@ t.test('projections: status, and a rebuild from position 0 equals the live read 
   };
   const live = await snapshot();
   t.ok((live.facts as unknown[]).length > 0);
-  for (const name of ['users', 'repositories', 'sources', 'facts', 'concepts']) await service.context.projections.rebuild(name);
+  t.ok((live.concept_summaries as unknown[]).length > 0 && (live.concept_syntheses as unknown[]).length > 0, 'the pipeline summarised and synthesised');
+  for (const name of ['users', 'repositories', 'sources', 'facts', 'concepts', 'summaries']) await service.context.projections.rebuild(name);
   t.same(await snapshot(), live, 'rebuilt rows equal live rows');
 
   t.equal((await service.call('POST', '/api/v1/projections/nope/rebuild', { token: admin.token })).status, 404);

@@ -100,7 +100,7 @@ t.test('defaults hold every constant of the spec with its value', async (t) => {
     ['providers.llm_retry.per_call_timeout', '5m'],
     ['providers.ai.embed_batch_size', 32],
     ['providers.ai.rate_limit_wait_timeout', '1h'],
-    ['providers.summarization.enabled', false],
+    ['providers.summarization.enabled', true],
     ['providers.summarization.batch_size', 20],
     ['providers.summarization.max_concepts_per_run', 40],
     ['providers.summarization.max_tokens', 600],

@@ -63,6 +63,14 @@ const clusterOf = (content: string): SnapshotFact | undefined => snapshot.facts.
 const { min_shared_fact_count: minShared, stable_shared_fact_count: stableShared } = service.config.concepts;
 const bandOf = (count: number): Band => (count >= stableShared ? 'stable' : count >= minShared ? 'weak' : 'insignificant');
 
+t.test('summaries and syntheses cite only facts of their concept; slices freeze at exactly 20 facts', async (t) => {
+  const summaries = snapshot.summaries ?? [];
+  t.ok(summaries.length > 20, 'concepts with facts have summaries');
+  t.same(summaries.filter((summary) => !summary.slices_valid || !summary.synthesis_valid).map((summary) => summary.concept), [], 'every slice and synthesis is valid');
+  t.same(summaries.filter((summary) => !summary.synthesized).map((summary) => summary.concept), [], 'every concept with facts has a synthesis');
+  t.ok(summaries.some((summary) => summary.slices >= 2), 'some concept has more than 20 facts: a frozen slice and another');
+});
+
 t.test('every document is fetched and processed', async (t) => {
   t.equal(web.documents.length, CORPUS_SIZE.documents);
   t.equal(web.documents.filter((document) => document.kind === 'pdf').length, CORPUS_SIZE.pdf);

@@ -99,6 +99,9 @@ export function snapshotDifferences(expected: CorpusSnapshot, actual: CorpusSnap
   }
   const relationLine = (relation: SnapshotRelation) => `${relation.a} ~ ${relation.b} (${relation.shared_fact_count})`;
   setDiff('relation', expected.relations.map(relationLine), actual.relations.map(relationLine));
+  const summaryLine = (summary: SnapshotSummary) =>
+    `${summary.concept}: ${summary.slices} slice(s), ${summary.open_slice_facts} open${summary.slices_valid ? '' : ', INVALID slices'}${summary.synthesized ? ', synthesized' : ''}${summary.synthesis_valid ? '' : ', INVALID synthesis'}`;
+  if (expected.summaries !== undefined) setDiff('summary', expected.summaries.map(summaryLine), (actual.summaries ?? []).map(summaryLine));
   return lines;
 }
 
@@ -116,6 +119,8 @@ export function assertSameAsRecorded(
     t.same(actual.facts, expected.facts, 'the same facts, duplicate clusters and sources'),
     t.same(actual.concepts, expected.concepts, 'the same concepts, aliases and concept facts'),
     t.same(actual.relations, expected.relations, 'the same relations and shared fact counts'),
+    // A snapshot recorded before summaries existed has none to compare: re-record it.
+    expected.summaries === undefined || t.same(actual.summaries, expected.summaries, 'the same summary slices and syntheses (counts and validity)'),
   ];
   if (results.every(Boolean)) return;
   const file = path.resolve(import.meta.dirname, '../../.cache/test-output', `${name}.json`);
@@ -341,10 +346,30 @@ export function relationBetween(snapshot: Pick<CorpusSnapshot, 'relations'>, a: 
   });
 }
 
+/**
+ * A concept's summaries and synthesis, in the parts that do not depend on the order facts
+ * arrived in: which facts a slice holds, and so which facts a summary or the synthesis cites,
+ * follows arrival order (slices are filled in order and frozen at batch_size), the counts do not.
+ */
+export interface SnapshotSummary {
+  /** Concept label (`conceptLabel`). */
+  concept: string;
+  slices: number;
+  /** Facts of the open slice (0 when every slice is frozen). */
+  open_slice_facts: number;
+  /** Every frozen slice holds exactly batch_size facts, the slices cover exactly the concept's facts, and each cites only its own. */
+  slices_valid: boolean;
+  synthesized: boolean;
+  /** The synthesis cites only facts of the concept (true without a synthesis). */
+  synthesis_valid: boolean;
+}
+
 export interface CorpusSnapshot {
   facts: SnapshotFact[];
   concepts: SnapshotConcept[];
   relations: SnapshotRelation[];
+  /** Per concept with facts, by label; absent in a snapshot recorded before summaries existed. */
+  summaries?: SnapshotSummary[];
   /** Sources by slug with their status (and failure when failed). */
   sources: Array<{ slug: string; status: string; failure: string | null }>;
 }
@@ -366,7 +391,41 @@ const byText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 export async function takeSnapshot(api: Api, repositoryId: string): Promise<CorpusSnapshot> {
   const { facts, sources, keyOf } = await factSnapshot(api, repositoryId);
   const { concepts, relations } = await conceptSnapshot(api, repositoryId, keyOf);
-  return { facts, concepts, relations, sources };
+  const summaries = await summarySnapshot(api, repositoryId);
+  return { facts, concepts, relations, summaries, sources };
+}
+
+/** The fact ids a Markdown text cites (`[text](<fact:ID>)`). */
+const citedIds = (markdown: string) => [...markdown.matchAll(/<fact:([^>]*)>/g)].map((match) => match[1] ?? '');
+
+/** Summaries and syntheses per concept with facts (SnapshotSummary), by concept label. */
+export async function summarySnapshot(api: Api, repositoryId: string, batchSize = 20): Promise<SnapshotSummary[]> {
+  const base = `/api/v1/repositories/${repositoryId}`;
+  const summaries: SnapshotSummary[] = [];
+  for (const row of await listAll(api, `${base}/concepts?show_small=true`)) {
+    if (Number(row.fact_count) === 0) continue;
+    const factIds = new Set((await listAll(api, `${base}/concepts/${row.id}/facts`)).map((fact) => fact.id as string));
+    const slices = await listAll(api, `${base}/concepts/${row.id}/summaries`);
+    const covered = slices.flatMap((slice) => slice.fact_ids as string[]);
+    const open = slices.filter((slice) => slice.is_open === true);
+    const slicesValid =
+      slices.every((slice) => slice.is_open === true || (slice.fact_ids as string[]).length === batchSize) &&
+      open.length <= 1 &&
+      covered.length === factIds.size &&
+      covered.every((id) => factIds.has(id)) &&
+      slices.every((slice) => citedIds(slice.content as string).every((id) => (slice.fact_ids as string[]).includes(id)));
+    const definition = await ok(api, 'GET', `${base}/concepts/${row.id}/definition`);
+    const synthesis = definition.synthesis as { content: string } | null;
+    summaries.push({
+      concept: conceptLabel(row.canonical_name as string, row.context as string),
+      slices: slices.length,
+      open_slice_facts: open.reduce((sum, slice) => sum + (slice.fact_ids as string[]).length, 0),
+      slices_valid: slicesValid,
+      synthesized: synthesis !== null,
+      synthesis_valid: synthesis === null || citedIds(synthesis.content).every((id) => factIds.has(id)),
+    });
+  }
+  return summaries.sort((a, b) => byText(a.concept, b.concept));
 }
 
 /**

@@ -15,6 +15,7 @@ import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 import type { Projection } from '../../src/projection/types.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
 import { createLocalFactExtractor } from '../../src/providers/llm/local.js';
+import { localSliceSummary, localSynthesis } from '../../src/providers/llm/localSummaries.js';
 import type { ChatModel, ExtractedFact, ImageInput } from '../../src/providers/llm/port.js';
 import { createFileAssetStore, type AssetStore } from '../../src/storage/assets.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
@@ -192,6 +193,9 @@ export function recordingChatModel(options: { canSeeImages?: boolean; delayMs?: 
     async judgePostures() {
       return [];
     },
+    // Decomposition never summarises: the built-in model's answers stand in.
+    summarizeFacts: async (input) => localSliceSummary(input),
+    synthesizeConcept: async (input) => localSynthesis(input),
   };
   return { model, imageCalls, chunkCalls, peaks };
 }

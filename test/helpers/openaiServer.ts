@@ -19,7 +19,7 @@ import { ModelCallError, type ChatModel } from '../../src/providers/llm/port.js'
 export type OpenAIPath = 'chat' | 'embeddings';
 
 /** The phase a chat request belongs to, recognised from the shape of its user document. */
-export type ChatPhase = 'fact_extraction' | 'image_fact_extraction' | 'concept_extraction' | 'refinement' | 'posture';
+export type ChatPhase = 'fact_extraction' | 'image_fact_extraction' | 'concept_extraction' | 'refinement' | 'posture' | 'summarization' | 'synthesis';
 
 export type Fault =
   /** Answer with this status (e.g. 429 with retryAfter seconds, 500, 401). */
@@ -62,6 +62,8 @@ export function phaseOf(document: Record<string, unknown>): ChatPhase {
   if ('prune_threshold' in document) return 'refinement';
   if ('sentence' in document && 'facts' in document) return 'posture';
   if ('facts' in document && 'contexts' in document) return 'concept_extraction';
+  if ('slice' in document && 'concept' in document) return 'summarization';
+  if ('summaries' in document && 'concept' in document) return 'synthesis';
   throw new Error(`cannot tell the phase of a chat request with keys ${Object.keys(document).join(', ')}`);
 }
 
@@ -147,6 +149,36 @@ export async function localChatAnswer(
     case 'posture': {
       const judgements = await model.judgePostures({ sentence: String(document.sentence), facts: document.facts as Array<{ id: string; content: string }> });
       return { judgements: judgements.map((judgement) => ({ fact_id: judgement.factId, posture: judgement.posture })) };
+    }
+    case 'summarization': {
+      const concept = document.concept as { id: string; canonical_name: string; context: string; aliases: string[] };
+      const slice = document.slice as { facts: Array<{ id: string; content: string }> };
+      const { content } = await model.summarizeFacts({
+        concept: { id: concept.id, canonicalName: concept.canonical_name, context: concept.context, aliases: concept.aliases },
+        facts: slice.facts,
+        maxTokens: Number(document.max_tokens),
+      });
+      return { content };
+    }
+    case 'synthesis': {
+      const concept = document.concept as { id: string; canonical_name: string; context: string; aliases: string[] };
+      const images = document.images as Array<{ id: string; caption: string }>;
+      const output = await model.synthesizeConcept({
+        concept: { id: concept.id, canonicalName: concept.canonical_name, context: concept.context, aliases: concept.aliases },
+        summaries: (document.summaries as Array<{ id: string; content: string }>).map((summary) => ({ ...summary, factIds: [] })),
+        facts: document.facts as Array<{ id: string; content: string }>,
+        relatedConcepts: (document.related_concepts as Array<{ id: string; canonical_name: string; summary: string | null }>).map((related) => ({
+          id: related.id,
+          canonicalName: related.canonical_name,
+          summary: related.summary,
+        })),
+        relatedSyntheses: [],
+        images: images.map((image) => ({ factId: image.id, imageId: image.id, caption: image.caption })),
+        maxImages: Number(document.max_images),
+        maxTokens: 10_000,
+        thinkingLevel: 'low',
+      });
+      return { content: output.content, image_ids: output.imageFactIds };
     }
   }
 }

@@ -12,7 +12,7 @@ import type { StageDefinition, StageDeps } from '../../src/pipeline/types.js';
 import { createFileAssetStore } from '../../src/storage/assets.js';
 import { openStageFixture } from './stageFixture.js';
 
-const NOT_YET_BUILT = ['summarize_concepts', 'synthesize_concept', 'contribute_source', 'pull_all_from_registry'];
+const NOT_YET_BUILT = ['contribute_source', 'pull_all_from_registry'];
 
 // One in-memory PGlite for the file: creating stages reads and writes nothing.
 const fixture = openStageFixture(t);
@@ -64,6 +64,8 @@ t.test('defaults: every enabled stage is created once, refinement is not, period
     'migrate_context',
     'refresh_concept_relations',
     'annotate_report',
+    'summarize_concepts',
+    'synthesize_concept',
   ];
   t.same(stages.map((stage) => stage.kind), expected, 'in registry order');
   t.same(Object.fromEntries(created), Object.fromEntries(expected.map((kind) => [kind, 1])), 'each created once; refine_concepts never');
@@ -72,10 +74,19 @@ t.test('defaults: every enabled stage is created once, refinement is not, period
     [
       { kind: 'deduplicate_facts', intervalMs: parseDuration(config.providers.dedup.catchup_interval) },
       { kind: 'refresh_concept_relations', intervalMs: parseDuration(config.task.refresh_concept_relations_interval) },
+      // The safety net of summaries whose trigger ran before the read models had its links.
+      { kind: 'summarize_concepts', intervalMs: parseDuration(config.task.refresh_concept_relations_interval) },
     ],
   );
   t.same(kindsWithoutStage, NOT_YET_BUILT, 'spec kinds without a stage are reported');
   t.same(stages.find((stage) => stage.kind === 'deduplicate_facts')?.triggers, ['FactsEmbedded'], 'dedup follows the embedder');
+});
+
+t.test('summarization and synthesis follow their enabled settings', async (t) => {
+  const config = buildConfig({ providers: { summarization: { enabled: false }, synthesis: { enabled: false } } });
+  const { stages, periodic } = createPipelineStages(config, await depsFor(config), stageRegistry);
+  t.notOk(stages.some((stage) => stage.kind === 'summarize_concepts' || stage.kind === 'synthesize_concept'));
+  t.notOk(periodic.some((job) => job.kind === 'summarize_concepts'));
 });
 
 t.test('without embeddings and with refinement: the embedding stages are not created, refinement is', async (t) => {
@@ -89,7 +100,7 @@ t.test('without embeddings and with refinement: the embedding stages are not cre
   t.same(stages.find((stage) => stage.kind === 'deduplicate_facts')?.triggers, ['FactsExtracted'], 'dedup follows decomposition directly');
   t.same(
     periodic.map((job) => job.kind),
-    ['refine_concepts', 'refresh_concept_relations'],
+    ['refine_concepts', 'refresh_concept_relations', 'summarize_concepts'],
     'no catch-up deduplication without vectors',
   );
 });

@@ -1,8 +1,12 @@
 import { v5 as uuidv5 } from 'uuid';
 import { DomainError, type Decider } from '../decider.js';
-import type { ConceptCommand, ConceptEvent, ConceptState } from './events.js';
+import type { ConceptCommand, ConceptEvent, ConceptState, SliceWrite } from './events.js';
+import { citationProblem } from './summaries.js';
 
-export type { ConceptCommand, ConceptEvent, ConceptState } from './events.js';
+export type { ConceptCommand, ConceptEvent, ConceptState, SliceWrite } from './events.js';
+
+/** Longest Markdown of a slice or synthesis accepted, in characters (an event must stay small). */
+export const MAX_DERIVED_CONTENT_CHARS = 200_000;
 
 /** Namespace of concept ids (uuidv5); fixed forever, since ids are derived from it. */
 export const CONCEPT_ID_NAMESPACE = '3b7c9a0e-5d2f-4e61-8f4a-2c9e1d7b6a53';
@@ -116,6 +120,36 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
         if (command.survivorId.trim() === '') throw new DomainError('invalid', 'a merge needs a survivor');
         return [{ type: 'ConceptMergedInto', data: { survivor_id: command.survivorId, reason: command.reason } }];
       }
+      case 'WriteSummarySlices':
+        return decideSlices(command, requireConcept(state));
+      case 'RecordSynthesis': {
+        const concept = requireConcept(state);
+        if (concept.status === 'merged') return [];
+        if (concept.synthesisInputs === command.inputsHash && !concept.resynthesisRequested) return [];
+        checkContent(command.content, new Set(command.allowedFactIds), 'synthesis');
+        return [
+          {
+            type: 'ConceptSynthesized',
+            data: {
+              synthesis_id: command.synthesisId,
+              content: command.content,
+              fact_ids: [...new Set(command.factIds)],
+              slice_ids: command.sliceIds,
+              related_concept_ids: command.relatedConceptIds,
+              related_synthesis_ids: command.relatedSynthesisIds,
+              image_fact_ids: command.imageFactIds,
+              model_id: command.modelId,
+              inputs_hash: command.inputsHash,
+              reason: concept.resynthesisRequested ? 'requested' : 'inputs_changed',
+            },
+          },
+        ];
+      }
+      case 'RequestResynthesis': {
+        const concept = requireConcept(state);
+        if (concept.status === 'merged') throw new DomainError('conflict', 'the concept was merged into another');
+        return [{ type: 'ConceptResynthesisRequested', data: { reason: command.reason.trim().slice(0, 500) } }];
+      }
     }
   },
 
@@ -129,6 +163,9 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
         aliases: [...event.data.aliases],
         embeddedWith: null,
         survivorId: null,
+        slices: [],
+        synthesisInputs: null,
+        resynthesisRequested: false,
       };
     }
     if (state.status === 'none') return state;
@@ -144,6 +181,94 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
         return { ...state, embeddedWith: event.data.model };
       case 'ConceptMergedInto':
         return { ...state, status: 'merged', survivorId: event.data.survivor_id };
+      case 'SummarySliceWritten': {
+        const slice = { sliceNumber: event.data.slice_number, factIds: [...event.data.fact_ids], isOpen: event.data.is_open };
+        const others = state.slices.filter((existing) => existing.sliceNumber !== slice.sliceNumber);
+        return { ...state, slices: [...others, slice].sort((a, b) => a.sliceNumber - b.sliceNumber) };
+      }
+      case 'SummarySliceRemoved':
+        return { ...state, slices: state.slices.filter((existing) => existing.sliceNumber !== event.data.slice_number) };
+      case 'ConceptSynthesized':
+        return { ...state, synthesisInputs: event.data.inputs_hash, resynthesisRequested: false };
+      case 'ConceptResynthesisRequested':
+        return { ...state, resynthesisRequested: true };
     }
   },
 };
+
+type LiveConcept = Exclude<ConceptState, { status: 'none' }>;
+
+function checkContent(content: string, allowed: ReadonlySet<string>, what: string): void {
+  if (content.length > MAX_DERIVED_CONTENT_CHARS) throw new DomainError('invalid', `the ${what} is longer than ${MAX_DERIVED_CONTENT_CHARS} characters`);
+  const problem = citationProblem(content, allowed);
+  if (problem !== null) throw new DomainError('invalid', `the ${what} was refused: ${problem}`);
+}
+
+/**
+ * The slice rules: every slice covers 1..batchSize distinct facts and cites only those; a frozen
+ * slice holds exactly batchSize facts, an open one fewer; a frozen slice is rewritten only when
+ * facts it covered left the concept; afterwards slices are numbered 1..n and only the last may
+ * be open. A slice written again with the same facts and openness records nothing (a twin's
+ * run, or a retry).
+ */
+function decideSlices(command: Extract<ConceptCommand, { type: 'WriteSummarySlices' }>, concept: LiveConcept): ConceptEvent[] {
+  if (concept.status === 'merged') return [];
+  if (!Number.isInteger(command.batchSize) || command.batchSize < 1) throw new DomainError('invalid', 'batch size must be a positive integer');
+  const current = new Map(concept.slices.map((slice) => [slice.sliceNumber, slice]));
+  const events: ConceptEvent[] = [];
+  const after = new Map(current);
+  for (const removed of command.removed) {
+    if (!after.has(removed.sliceNumber)) continue;
+    after.delete(removed.sliceNumber);
+    events.push({ type: 'SummarySliceRemoved', data: { slice_id: removed.sliceId, slice_number: removed.sliceNumber, reason: command.removeReason } });
+  }
+  for (const slice of command.slices) {
+    checkSlice(slice, command.batchSize);
+    const previous = current.get(slice.sliceNumber);
+    if (previous && previous.isOpen === slice.isOpen && sameFacts(previous.factIds, slice.factIds)) continue;
+    if (previous && !previous.isOpen && slice.reason !== 'facts_removed') {
+      throw new DomainError('conflict', `summary slice ${slice.sliceNumber} is frozen: only facts leaving the concept rewrite it`);
+    }
+    after.set(slice.sliceNumber, { sliceNumber: slice.sliceNumber, factIds: slice.factIds, isOpen: slice.isOpen });
+    events.push({
+      type: 'SummarySliceWritten',
+      data: {
+        slice_id: slice.sliceId,
+        slice_number: slice.sliceNumber,
+        is_open: slice.isOpen,
+        fact_ids: [...slice.factIds],
+        content: slice.content,
+        model_id: command.modelId,
+        reason: slice.reason,
+      },
+    });
+  }
+  const numbers = [...after.keys()].sort((a, b) => a - b);
+  numbers.forEach((number, index) => {
+    if (number !== index + 1) throw new DomainError('invalid', `summary slices must be numbered 1..n; slice ${index + 1} is missing`);
+    if (after.get(number)?.isOpen && index !== numbers.length - 1) throw new DomainError('invalid', `only the last summary slice may be open, not slice ${number}`);
+  });
+  const seen = new Set<string>();
+  for (const number of numbers) {
+    for (const factId of after.get(number)?.factIds ?? []) {
+      if (seen.has(factId)) throw new DomainError('invalid', `fact ${factId} is in two summary slices`);
+      seen.add(factId);
+    }
+  }
+  return events;
+}
+
+function checkSlice(slice: SliceWrite, batchSize: number): void {
+  if (!Number.isInteger(slice.sliceNumber) || slice.sliceNumber < 1) throw new DomainError('invalid', 'slice numbers start at 1');
+  const distinct = new Set(slice.factIds);
+  if (distinct.size !== slice.factIds.length) throw new DomainError('invalid', `summary slice ${slice.sliceNumber} lists a fact twice`);
+  if (distinct.size === 0) throw new DomainError('invalid', `summary slice ${slice.sliceNumber} covers no fact`);
+  if (slice.isOpen ? distinct.size >= batchSize : distinct.size !== batchSize) {
+    throw new DomainError('invalid', `summary slice ${slice.sliceNumber}: a ${slice.isOpen ? 'open slice holds fewer than' : 'frozen slice holds exactly'} ${batchSize} facts, not ${distinct.size}`);
+  }
+  checkContent(slice.content, distinct, `summary slice ${slice.sliceNumber}`);
+}
+
+function sameFacts(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((id, index) => id === b[index]);
+}

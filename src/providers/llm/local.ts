@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import winkNLP, { type ItemSentence, type Model, type PartOfSpeech, type WinkMethods } from 'wink-nlp';
 import { extractLocalConcepts, refineLocalConcepts } from './localConcepts.js';
 import { judgePosturesLocally } from './localPosture.js';
+import { localSliceSummary, localSynthesis } from './localSummaries.js';
 import type {
   ChatModel,
   ConceptCandidate,
@@ -14,6 +15,9 @@ import type {
   PostureJudgement,
   RefinementDecision,
   RefinementInput,
+  SliceSummaryInput,
+  SynthesisInput,
+  SynthesisOutput,
 } from './port.js';
 
 /**
@@ -73,6 +77,14 @@ export function createLocalChatModel(): ChatModel {
     async judgePostures(input: PostureInput, signal?: AbortSignal): Promise<PostureJudgement[]> {
       signal?.throwIfAborted();
       return judgePosturesLocally(input);
+    },
+    async summarizeFacts(input: SliceSummaryInput, signal?: AbortSignal): Promise<{ content: string }> {
+      signal?.throwIfAborted();
+      return localSliceSummary(input);
+    },
+    async synthesizeConcept(input: SynthesisInput, signal?: AbortSignal): Promise<SynthesisOutput> {
+      signal?.throwIfAborted();
+      return localSynthesis(input);
     },
   };
 }

@@ -10,6 +10,9 @@ import type {
   PostureJudgement,
   RefinementDecision,
   RefinementInput,
+  SliceSummaryInput,
+  SynthesisInput,
+  SynthesisOutput,
 } from './port.js';
 import { builtInPromptset, type Promptset, type PromptPhase } from './promptsets.js';
 import { type LlmRetrySettings, OutputValidationError, ProviderHttpError, parseRetryAfter, type RetryHooks, withLlmRetry } from './retry.js';
@@ -35,6 +38,12 @@ export interface OpenAIChatModelOptions {
   /** The model accepts images: image facts are extracted from the pixels too. */
   vision?: boolean;
   retry: LlmRetrySettings;
+  /**
+   * The model reasons before answering (OpenAI o-series and gpt-5, DeepSeek R1, ...): the
+   * synthesis sends `providers.synthesis.thinking_level` as `reasoning_effort`. Default: told by
+   * the model's name (`isReasoningModel`); other models would refuse the parameter.
+   */
+  reasoning?: boolean;
   /** Used when an input carries no promptset (default: the built-in one). */
   promptsetDefault?: Promptset;
   /** For tests and proxies; default the global fetch. */
@@ -147,9 +156,29 @@ export const PHASE_OUTPUT_SCHEMAS = {
       },
     },
   },
+  summarization: {
+    type: 'object',
+    required: ['content'],
+    properties: { content: { type: 'string', minLength: 1 }, fact_ids: { type: 'array', items: { type: 'string' } } },
+  },
+  synthesis: {
+    type: 'object',
+    required: ['content'],
+    properties: {
+      content: { type: 'string', minLength: 1 },
+      fact_ids: { type: 'array', items: { type: 'string' } },
+      image_ids: { type: 'array', items: { type: 'string' } },
+    },
+  },
 } as const;
 
 type ModelPhase = keyof typeof PHASE_OUTPUT_SCHEMAS;
+
+/** Model names of reasoning models, which take `reasoning_effort` (see OpenAIChatModelOptions.reasoning). */
+export function isReasoningModel(model: string): boolean {
+  const name = model.toLowerCase().split('/').at(-1) ?? '';
+  return /^(o\d|gpt-5|deepseek-r\d|qwq)/.test(name);
+}
 
 interface FactsReply {
   facts: Array<{ content: string; source_text?: string | null; sentence_index?: number | null }>;
@@ -249,11 +278,19 @@ export function createOpenAIChatModel(options: OpenAIChatModelOptions): ChatMode
   const url = endpoint(options.baseUrl, 'chat/completions');
   const defaultPromptset = options.promptsetDefault ?? builtInPromptset();
   const vision = options.vision ?? false;
+  const reasoning = options.reasoning ?? isReasoningModel(options.model);
 
   /** One phase call: prompt, request, parse, validate; retried as a whole. */
-  async function complete<T>(phase: ModelPhase, promptset: Promptset | undefined, user: UserContent, jobSignal?: AbortSignal): Promise<T> {
+  async function complete<T>(
+    phase: ModelPhase,
+    promptset: Promptset | undefined,
+    user: UserContent,
+    jobSignal?: AbortSignal,
+    extra: Record<string, unknown> = {},
+  ): Promise<T> {
     const systemPrompt = (promptset ?? defaultPromptset).phases[phase satisfies PromptPhase];
     const body = {
+      ...extra,
       model: options.model,
       messages: [
         { role: 'system', content: systemPrompt },
@@ -382,6 +419,35 @@ export function createOpenAIChatModel(options: OpenAIChatModelOptions): ChatMode
         const posture = judged.get(fact.id);
         return posture === undefined ? [] : [{ factId: fact.id, posture }];
       });
+    },
+
+    async summarizeFacts(input: SliceSummaryInput, signal?: AbortSignal): Promise<{ content: string }> {
+      const document = {
+        concept: { id: input.concept.id, canonical_name: input.concept.canonicalName, context: input.concept.context, aliases: input.concept.aliases },
+        slice: { facts: input.facts.map((fact) => ({ id: fact.id, content: fact.content })) },
+        max_tokens: input.maxTokens,
+      };
+      // max_tokens bounds the answer; a reasoning model spends part of it thinking, so it gets no cap here.
+      const reply = await complete<{ content: string }>('summarization', input.promptset, JSON.stringify(document), signal, reasoning ? {} : { max_tokens: input.maxTokens * 2 });
+      return { content: reply.content.trim() };
+    },
+
+    async synthesizeConcept(input: SynthesisInput, signal?: AbortSignal): Promise<SynthesisOutput> {
+      const document = {
+        concept: { id: input.concept.id, canonical_name: input.concept.canonicalName, context: input.concept.context, aliases: input.concept.aliases },
+        summaries: input.summaries.map((summary) => ({ id: summary.id, content: summary.content })),
+        facts: input.facts.map((fact) => ({ id: fact.id, content: fact.content })),
+        related_concepts: input.relatedConcepts.map((concept) => ({ id: concept.id, canonical_name: concept.canonicalName, summary: concept.summary })),
+        related_syntheses: input.relatedSyntheses.map((synthesis) => ({ concept_id: synthesis.conceptId, canonical_name: synthesis.canonicalName, content: synthesis.content })),
+        images: input.images.map((image) => ({ id: image.factId, caption: image.caption })),
+        max_images: input.maxImages,
+      };
+      const extra = reasoning ? { reasoning_effort: input.thinkingLevel, max_completion_tokens: input.maxTokens } : { max_tokens: input.maxTokens };
+      const reply = await complete<{ content: string; image_ids?: string[] }>('synthesis', input.promptset, JSON.stringify(document), signal, extra);
+      // Images the model invents or repeats are dropped; at most max_images stay.
+      const candidates = new Set(input.images.map((image) => image.factId));
+      const imageFactIds = [...new Set((reply.image_ids ?? []).filter((id) => candidates.has(id)))].slice(0, input.maxImages);
+      return { content: reply.content.trim(), imageFactIds };
     },
   };
 }

@@ -8,7 +8,10 @@
  * (401/403/404/400 from the provider, output that fails validation after the retries of
  * `providers.llm_retry`); anything else (timeouts, 429, 5xx, resets) is transient.
  */
+import type { ThinkingLevel } from '../../config/types.js';
 import type { Promptset } from './promptsets.js';
+
+export type { ThinkingLevel };
 
 export interface FactExtractionInput {
   /** The chunk to decompose. */
@@ -121,6 +124,52 @@ export interface PostureJudgement {
   posture: Exclude<PostureLabel, 'irrelevant'>;
 }
 
+/** The concept a summary or synthesis is about. */
+export interface ConceptIdentity {
+  id: string;
+  canonicalName: string;
+  context: string;
+  aliases: readonly string[];
+}
+
+/** One summary slice's worth of a concept's facts (`providers.summarization`). */
+export interface SliceSummaryInput {
+  concept: ConceptIdentity;
+  /** The slice's facts in their stable order (at most batch_size). The summary cites only these. */
+  facts: ReadonlyArray<{ id: string; content: string }>;
+  /** `providers.summarization.max_tokens`: the length the summary must stay within. */
+  maxTokens: number;
+  promptset?: Promptset;
+}
+
+
+/** Everything a concept's synthesis is made from (`providers.synthesis`). */
+export interface SynthesisInput {
+  concept: ConceptIdentity;
+  /** The concept's summary slices, in slice order (empty when summarization is off). */
+  summaries: ReadonlyArray<{ id: string; content: string; factIds: readonly string[] }>;
+  /** The facts the synthesis may cite: the slices' facts (or the concept's, without slices). */
+  facts: ReadonlyArray<{ id: string; content: string }>;
+  /** Concepts sharing most facts with it, strongest first, with their synthesis when they have one. */
+  relatedConcepts: ReadonlyArray<{ id: string; canonicalName: string; summary: string | null }>;
+  /** The syntheses of the strongest related concepts: context only, never cited. */
+  relatedSyntheses: ReadonlyArray<{ conceptId: string; canonicalName: string; content: string }>;
+  /** Image candidates: image facts of the concept (their caption is the fact). */
+  images: ReadonlyArray<{ factId: string; imageId: string; caption: string }>;
+  maxImages: number;
+  maxTokens: number;
+  /** Passed to models that reason before answering; others ignore it. */
+  thinkingLevel: ThinkingLevel;
+  promptset?: Promptset;
+}
+
+export interface SynthesisOutput {
+  /** Markdown citing facts of the input as `[text](<fact:FACT_ID>)`. */
+  content: string;
+  /** Chosen images (fact ids of image facts among the candidates), best first, at most maxImages. */
+  imageFactIds: string[];
+}
+
 export interface ChatModel extends FactExtractor {
   /** Whether `extractImageFacts` looks at the pixels (vision) rather than only at the text around an image. */
   readonly canSeeImages: boolean;
@@ -135,6 +184,10 @@ export interface ChatModel extends FactExtractor {
    * irrelevant; ids it invents are ignored by the adapters.
    */
   judgePostures(input: PostureInput, signal?: AbortSignal): Promise<PostureJudgement[]>;
+  /** Markdown summarising one slice of a concept's facts, citing only those facts. The caller checks the citations. */
+  summarizeFacts(input: SliceSummaryInput, signal?: AbortSignal): Promise<{ content: string }>;
+  /** The concept's synthesis. The caller checks the citations and the images chosen. */
+  synthesizeConcept(input: SynthesisInput, signal?: AbortSignal): Promise<SynthesisOutput>;
   /** Releases what the adapter holds (the built-in models' worker threads); no calls after it. */
   close?(): Promise<void>;
 }

@@ -112,28 +112,34 @@ Use {"decisions": []} when nothing needs to change.`,
 
   synthesis: `You write an encyclopedic synthesis of one concept from the facts known about it.
 
-The user message is a JSON object with "concept" ({"id", "canonical_name", "context", "aliases"}),
-"facts" ([{"id", "content"}]), "related_concepts" ([{"id", "canonical_name", "summary"}]) and
-"images" ([{"id", "caption"}]).
+The user message is a JSON object:
+- "concept": {"id", "canonical_name", "context", "aliases"}, the concept;
+- "summaries": [{"id", "content"}], summaries of the concept's facts, in order;
+- "facts": [{"id", "content"}], the facts you may cite;
+- "related_concepts": [{"id", "canonical_name", "summary"}], concepts that share facts with it;
+- "related_syntheses": [{"concept_id", "canonical_name", "content"}], syntheses of related concepts,
+  for context only: never cite or copy them;
+- "images": [{"id", "caption"}], images that may illustrate it, and "max_images".
 
 Write well-organised Markdown: a one-paragraph overview, then sections as the facts allow.
 Every sentence must rest on the given facts; cite them inline as [text](<fact:FACT_ID>) with ids
-from the input. Do not invent facts. Mention related concepts by name where the facts link them.
+from "facts" only. Do not invent facts. Mention related concepts by name where the facts link them.
+Choose at most max_images images that show the concept itself.
 
 ${JSON_ONLY} Its shape:
 {"content": "<Markdown>", "fact_ids": ["<ids of the facts cited>"], "image_ids": ["<ids of images worth showing>"]}`,
 
-  summarization: `You summarise what one source says about each of several concepts.
+  summarization: `You summarise one slice of the facts known about a concept.
 
-The user message is a JSON object with "source" ({"id", "title"}) and "concepts"
-([{"id", "canonical_name", "facts": [{"id", "content"}]}]).
+The user message is a JSON object with "concept" ({"id", "canonical_name", "context", "aliases"}),
+"slice" ({"facts": [{"id", "content"}]}, the facts to summarise, in order) and "max_tokens".
 
-For each concept write a short Markdown summary (two to five sentences) of what the source's
-facts say about it, citing facts inline as [text](<fact:FACT_ID>) with ids from the input.
-Do not add outside knowledge. Skip a concept when its facts say nothing substantive.
+Write a short Markdown summary (at most max_tokens tokens) of what these facts say about the
+concept. Every statement must rest on the given facts: cite them inline as [text](<fact:FACT_ID>),
+with ids from this slice only. Do not add outside knowledge or cite anything else.
 
 ${JSON_ONLY} Its shape:
-{"summaries": [{"concept_id": "...", "content": "<Markdown>", "fact_ids": ["..."]}]}`,
+{"content": "<Markdown>", "fact_ids": ["<ids of the facts cited>"]}`,
 
   posture: `You judge how facts stand to one sentence of a report.
 

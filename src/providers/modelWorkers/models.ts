@@ -2,6 +2,7 @@ import { checkTexts, embedTexts, LOCAL_EMBEDDER_DIMENSIONS, LOCAL_EMBEDDER_MODEL
 import { WordTable } from '../embeddings/wordTable.js';
 import type { Embedder } from '../embeddings/port.js';
 import { LOCAL_FACT_EXTRACTOR_MODEL_ID } from '../llm/local.js';
+import { localSliceSummary, localSynthesis } from '../llm/localSummaries.js';
 import type {
   ChatModel,
   ConceptCandidate,
@@ -12,6 +13,8 @@ import type {
   PostureInput,
   RefinementDecision,
   RefinementInput,
+  SliceSummaryInput,
+  SynthesisInput,
 } from '../llm/port.js';
 import { judgePosturesLocally } from '../llm/localPosture.js';
 import { ModelWorkerPool, type ModelWorkerPoolOptions } from './pool.js';
@@ -65,6 +68,15 @@ export function createWorkerChatModel(options: ModelWorkerOptions = {}): Closabl
     judgePostures: async (input: PostureInput, signal?: AbortSignal) => {
       signal?.throwIfAborted();
       return judgePosturesLocally(input);
+    },
+    // Extractive and cheap (no word table, no tagger): on the calling thread, no copy to a worker.
+    summarizeFacts: async (input: SliceSummaryInput, signal?: AbortSignal) => {
+      signal?.throwIfAborted();
+      return localSliceSummary(input);
+    },
+    synthesizeConcept: async (input: SynthesisInput, signal?: AbortSignal) => {
+      signal?.throwIfAborted();
+      return localSynthesis(input);
     },
     close: lease.release,
   };

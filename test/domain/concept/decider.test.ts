@@ -118,6 +118,9 @@ t.test('evolve', async (t) => {
     aliases: ['Madame Curie', 'M. Curie', 'Skłodowska'],
     embeddedWith: 'm',
     survivorId: 'c2',
+    slices: [],
+    synthesisInputs: null,
+    resynthesisRequested: false,
   });
   t.same(fold([{ type: 'ConceptAliasAdded', data: { alias: 'x' } }]), { status: 'none' }, 'events before creation are ignored');
 });

@@ -1,0 +1,70 @@
+import type { Knex } from 'knex';
+import type { RecordedEvent } from '../../eventstore/envelope.js';
+
+/** A projection to wait for: its name and the event types it handles (`Projection.eventTypes`). */
+export interface AwaitedProjection {
+  name: string;
+  eventTypes: readonly string[];
+}
+
+/**
+ * Whether every projection of `projections` has applied `trigger`. Projections fed from the log
+ * (embedded tier) keep one global position in `projection_checkpoints`, moved past every event
+ * whatever its type; projections fed from the bus keep a version per stream in
+ * `projection_stream_positions` (src/projection/busRunner.ts), of the events they handle only:
+ * there a projection that does not handle the trigger's type cannot be waited for, and is not.
+ */
+export async function readModelsApplied(knex: Knex, projections: readonly AwaitedProjection[], trigger: RecordedEvent): Promise<boolean> {
+  const names = projections.map((projection) => projection.name);
+  const global: Array<{ name: string; position: string | number }> = (await tableExists(knex, 'projection_checkpoints'))
+    ? await knex('projection_checkpoints').whereIn('name', names).select('name', 'position')
+    : [];
+  const done = new Set(global.filter((row) => Number(row.position) >= trigger.globalPosition).map((row) => row.name));
+  const behind = projections.filter((projection) => !done.has(projection.name));
+  if (behind.length === 0) return true;
+  if (!(await tableExists(knex, 'projection_stream_positions'))) return false;
+  const behindNames = behind.map((projection) => projection.name);
+  // Which of them the bus feeds (they keep stream positions; one index probe each), and where they are on the trigger's stream.
+  const fed = (await knex.raw(
+    `SELECT p.name FROM unnest(?::text[]) AS p(name) WHERE EXISTS (SELECT 1 FROM projection_stream_positions s WHERE s.projection = p.name)`,
+    [behindNames],
+  )) as { rows: Array<{ name: string }> };
+  const busFed = new Set(fed.rows.map((row) => row.name));
+  const here: Array<{ projection: string; stream_version: string | number }> = await knex('projection_stream_positions')
+    .whereIn('projection', behindNames)
+    .where({ stream_id: trigger.streamId })
+    .select('projection', 'stream_version');
+  return behind.every((projection) => {
+    // Not bus-fed: its global position is behind.
+    if (!busFed.has(projection.name)) return false;
+    if (!projection.eventTypes.includes(trigger.type)) return true;
+    const row = here.find((candidate) => candidate.projection === projection.name);
+    return row !== undefined && Number(row.stream_version) >= trigger.streamVersion;
+  });
+}
+
+/**
+ * Waits (polling every `pollMs`) until the projections applied the trigger, at most `timeoutMs`;
+ * returns whether they did. A scheduled job has no trigger to wait for. Rejects when `signal`
+ * aborts (the job's timeout or a shutdown).
+ */
+export async function awaitReadModels(
+  knex: Knex,
+  projections: readonly AwaitedProjection[],
+  context: { trigger: RecordedEvent; scheduled: boolean; signal: AbortSignal },
+  options: { timeoutMs: number; pollMs?: number },
+): Promise<boolean> {
+  if (context.scheduled || context.trigger.globalPosition <= 0) return true;
+  const deadline = Date.now() + options.timeoutMs;
+  for (;;) {
+    context.signal.throwIfAborted();
+    if (await readModelsApplied(knex, projections, context.trigger)) return true;
+    if (Date.now() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, options.pollMs ?? 100));
+  }
+}
+
+async function tableExists(knex: Knex, table: string): Promise<boolean> {
+  const result = (await knex.raw(`SELECT to_regclass(?) IS NOT NULL AS present`, [table])) as { rows: Array<{ present: boolean }> };
+  return result.rows[0]?.present === true;
+}

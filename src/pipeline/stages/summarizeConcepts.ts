@@ -1,0 +1,199 @@
+import type { Knex } from 'knex';
+import type { Config } from '../../config/types.js';
+import { parseDuration } from '../../config/duration.js';
+import { DomainError } from '../../domain/decider.js';
+import { conceptDecider, type SliceWrite } from '../../domain/concept/decider.js';
+import { citationProblem, planSlices, summarySliceId } from '../../domain/concept/summaries.js';
+import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
+import type { Promptset } from '../../providers/llm/promptsets.js';
+import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
+import { loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
+import { conceptsProjection } from '../../../projections/concepts.js';
+import { factsProjection } from '../../../projections/facts.js';
+import { awaitReadModels } from './readModelLag.js';
+import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
+
+export type SummarizationSettings = Config['providers']['summarization'];
+
+export interface SummarizeConceptsDeps {
+  store: EventStore;
+  knex: Knex;
+  chat: ChatModel;
+  settings: SummarizationSettings;
+  /** How long a triggered run waits for the read models to apply its trigger (default 30 s). */
+  readModelWaitMs?: number;
+}
+
+/** Model answers per slice: the first, and one retry when its citations are refused. */
+export const SUMMARY_ATTEMPTS = 2;
+
+/**
+ * Concepts of the repository whose slices do not cover exactly the facts linked to them now: a
+ * fact no slice covers, or a slice fact that left the concept (a source deleted, a fact merged
+ * away). By id, at most `limit`.
+ */
+export async function staleConcepts(knex: Knex, repositoryId: string, limit: number): Promise<string[]> {
+  const result = (await knex.raw(
+    `SELECT c.id FROM concepts c
+      WHERE c.repository_id = ? AND c.status = 'active' AND (
+        EXISTS (SELECT 1 FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
+                 WHERE fc.concept_id = c.id
+                   AND NOT EXISTS (SELECT 1 FROM concept_summary_facts s WHERE s.concept_id = c.id AND s.fact_id = fc.fact_id))
+        OR EXISTS (SELECT 1 FROM concept_summary_facts s
+                    WHERE s.concept_id = c.id
+                      AND NOT EXISTS (SELECT 1 FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
+                                       WHERE fc.concept_id = c.id AND fc.fact_id = s.fact_id)))
+      ORDER BY c.id COLLATE "C"
+      LIMIT ?`,
+    [repositoryId, limit],
+  )) as { rows: Array<{ id: string }> };
+  return result.rows.map((row) => row.id);
+}
+
+/** The facts linked to a concept now, in the stable order of its slices: oldest first, then by id. */
+export async function linkedFacts(knex: Knex, conceptId: string): Promise<Array<{ id: string; content: string; fact_kind: string; image_id: string | null }>> {
+  const result = (await knex.raw(
+    `SELECT f.id, f.content, f.fact_kind, f.image_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
+      WHERE fc.concept_id = ? AND f.status <> 'merged'
+      ORDER BY f.created_at, f.id COLLATE "C"`,
+    [conceptId],
+  )) as { rows: Array<{ id: string; content: string; fact_kind: string; image_id: string | null }> };
+  return result.rows;
+}
+
+/** A model answer that was refused twice: nothing of its concept is recorded. */
+interface Refusal {
+  conceptId: string;
+  sliceNumber: number;
+  problem: string;
+}
+
+/**
+ * Asks the model for a slice's Markdown and checks every citation against the slice's facts;
+ * an answer citing anything else (another slice's fact, another concept's or repository's, an
+ * invented id) is asked again once, then refused: the problem is returned and nothing stored.
+ */
+export async function summarizeSlice(
+  chat: ChatModel,
+  input: { concept: ConceptIdentity; facts: ReadonlyArray<{ id: string; content: string }>; maxTokens: number; promptset?: Promptset },
+  signal: AbortSignal,
+): Promise<{ content: string } | { problem: string }> {
+  const allowed = new Set(input.facts.map((fact) => fact.id));
+  let problem = '';
+  for (let attempt = 1; attempt <= SUMMARY_ATTEMPTS; attempt++) {
+    throwIfAborted(signal);
+    const { content } = await chat.summarizeFacts(input, signal);
+    const found = citationProblem(content, allowed);
+    if (found === null) return { content };
+    problem = found;
+  }
+  return { problem };
+}
+
+/**
+ * summarize_concepts: for up to `max_concepts_per_run` concepts of the repository whose slices
+ * are stale, plans the slices (src/domain/concept/summaries.ts, planSlices), asks the chat model
+ * for each slice to write, and records them on the concept's stream in one append. Triggered by
+ * ConceptsExtracted (new links), a catch-up FactMergedInto and ConceptMergedInto (links moved),
+ * and scheduled every task.refresh_concept_relations_interval as a safety net (also for a run
+ * whose read models lagged past its wait). A refused answer
+ * leaves its concept unrecorded and fails the job, naming the concept and why.
+ */
+export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage {
+  const { batch_size: batchSize, max_concepts_per_run: maxConcepts, max_tokens: maxTokens } = deps.settings;
+  // Runs of one repository overlap (a job per ConceptsExtracted batch) and find the same stale
+  // concepts. Within this process, a concept another run is summarising is waited for and then
+  // planned again from its stream, so the model is not asked twice for the same slice; across
+  // processes the concept stream's version check keeps one of two writes.
+  const inFlight = new Map<string, Promise<unknown>>();
+  const exclusively = async <T>(conceptId: string, work: () => Promise<T>): Promise<T> => {
+    for (let running = inFlight.get(conceptId); running !== undefined; running = inFlight.get(conceptId)) await running.catch(() => undefined);
+    const done = work();
+    inFlight.set(conceptId, done);
+    try {
+      return await done;
+    } finally {
+      if (inFlight.get(conceptId) === done) inFlight.delete(conceptId);
+    }
+  };
+  return {
+    kind: 'summarize_concepts',
+    triggers: ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto'],
+    subjectOf(event: RecordedEvent) {
+      // A merge during deduplication comes before concept extraction links the fact: nothing to summarise again.
+      if (event.type === 'FactMergedInto' && (event.data as { catchup?: unknown }).catchup !== true) return null;
+      return event.repositoryId;
+    },
+    async run(context: JobContext) {
+      const repositoryId = requireRepositoryId(context);
+      if (!(await isLiveRepository(deps.knex, repositoryId))) return;
+      // The facts and their links must be in the read models before a run decides what is stale.
+      // Still behind after the wait (a bus consumer far behind): nothing to do now; the next
+      // trigger or the scheduled run finds the concepts stale then. A failed task would say
+      // something went wrong, and nothing did.
+      const applied = await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], context, { timeoutMs: deps.readModelWaitMs ?? 30_000 });
+      if (!applied) return;
+      const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
+      const refusals: Refusal[] = [];
+      for (const conceptId of await staleConcepts(deps.knex, repositoryId, maxConcepts)) {
+        throwIfAborted(context.signal);
+        const refusal = await exclusively(conceptId, () => summarizeConcept(deps, context, conceptId, { batchSize, maxTokens, promptset }));
+        if (refusal) refusals.push(refusal);
+      }
+      if (refusals.length > 0) {
+        const listed = refusals.map((refusal) => `concept ${refusal.conceptId} slice ${refusal.sliceNumber}: ${refusal.problem}`).join('; ');
+        throw new PermanentJobError(`summaries refused after ${SUMMARY_ATTEMPTS} answers (nothing recorded for these): ${listed}`);
+      }
+    },
+  };
+}
+
+async function summarizeConcept(
+  deps: SummarizeConceptsDeps,
+  context: JobContext,
+  conceptId: string,
+  options: { batchSize: number; maxTokens: number; promptset: Promptset },
+): Promise<Refusal | null> {
+  const stream = streamName('concept', conceptId);
+  const loaded = await loadStream(deps.store, stream, conceptDecider);
+  const { state } = loaded;
+  if (state.status !== 'active') return null;
+  const facts = await linkedFacts(deps.knex, conceptId);
+  const plan = planSlices(state.slices, facts.map((fact) => fact.id), options.batchSize);
+  if (plan.writes.length === 0 && plan.removeFrom === null) return null;
+  const byId = new Map(facts.map((fact) => [fact.id, fact]));
+  const concept: ConceptIdentity = { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases };
+  const slices: SliceWrite[] = [];
+  for (const planned of plan.writes) {
+    const sliceFacts = planned.factIds.map((id) => ({ id, content: byId.get(id)?.content ?? '' }));
+    const answer = await summarizeSlice(deps.chat, { concept, facts: sliceFacts, maxTokens: options.maxTokens, promptset: options.promptset }, context.signal);
+    if ('problem' in answer) return { conceptId, sliceNumber: planned.sliceNumber, problem: answer.problem };
+    slices.push({ sliceId: summarySliceId(conceptId, planned.sliceNumber), ...planned, content: answer.content });
+  }
+  const lastNumber = state.slices.at(-1)?.sliceNumber ?? 0;
+  const removed = [];
+  for (let number = plan.removeFrom ?? lastNumber + 1; number <= lastNumber; number++) removed.push({ sliceId: summarySliceId(conceptId, number), sliceNumber: number });
+  throwIfAborted(context.signal);
+  const command = { type: 'WriteSummarySlices' as const, batchSize: options.batchSize, modelId: deps.chat.modelId, slices, removed, removeReason: 'facts_removed' };
+  // Decided once on the stream as read: a plan the slice rules refuse is a bug, and fails the job.
+  conceptDecider.decide(command, state);
+  try {
+    await sharedCommandFrom(deps.store, stream, conceptDecider, loaded, command, stageMetadata(context));
+  } catch (error) {
+    // Only a re-decision gets here with a DomainError: the stream moved (a twin wrote slices
+    // first) and the plan no longer fits it. The next run plans from the stream as it is now.
+    if (error instanceof DomainError) return null;
+    throw error;
+  }
+  return null;
+}
+
+/** The registry's entry: `providers.summarization.enabled`; periodic as a safety net for a trigger whose read models lagged past its retries. */
+export const summarizeConceptsStage: StageDefinition = {
+  kind: 'summarize_concepts',
+  enabled: (config) => config.providers.summarization.enabled,
+  create: ({ store, knex, chat, config }) => createSummarizeConceptsStage({ store, knex, chat, settings: config.providers.summarization }),
+  periodicIntervalMs: (config) => parseDuration(config.task.refresh_concept_relations_interval),
+};

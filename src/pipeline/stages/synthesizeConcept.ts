@@ -1,0 +1,220 @@
+import { createHash } from 'node:crypto';
+import type { Knex } from 'knex';
+import type { Config } from '../../config/types.js';
+import { conceptDecider, type ConceptEvent } from '../../domain/concept/decider.js';
+import { citationProblem, citedFactIds, planSlices, synthesisId } from '../../domain/concept/summaries.js';
+import { streamName } from '../../eventstore/envelope.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { ChatModel, SynthesisInput, SynthesisOutput } from '../../providers/llm/port.js';
+import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
+import { conceptSubject, loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
+import { loadRepositorySettings } from './repositorySettings.js';
+import { linkedFacts } from './summarizeConcepts.js';
+
+export type SynthesisSettings = Config['providers']['synthesis'];
+
+export interface SynthesizeConceptDeps {
+  store: EventStore;
+  knex: Knex;
+  chat: ChatModel;
+  settings: SynthesisSettings;
+  /** `providers.summarization` when it runs: then a synthesis waits for the concept's slices to be current. */
+  summarization: { batchSize: number } | null;
+}
+
+/** Model answers per synthesis: the first, and one retry when its citations are refused. */
+export const SYNTHESIS_ATTEMPTS = 2;
+
+/**
+ * Facts given to the model at most, in slice order: a concept with thousands of facts would make
+ * a prompt no model takes; its slices' summaries still speak for the rest.
+ */
+export const MAX_SYNTHESIS_FACTS = 400;
+
+/** Characters of a related concept's synthesis given as its summary. */
+const RELATED_SUMMARY_CHARS = 400;
+
+type SliceWritten = Extract<ConceptEvent, { type: 'SummarySliceWritten' }>['data'];
+
+/** The concept's slices as its stream holds them (the read model may lag the trigger), in slice order. */
+function slicesOf(events: ReadonlyArray<{ type: string; data: unknown }>): SliceWritten[] {
+  const slices = new Map<number, SliceWritten>();
+  for (const event of events) {
+    if (event.type === 'SummarySliceWritten') {
+      const data = event.data as SliceWritten;
+      slices.set(data.slice_number, data);
+    } else if (event.type === 'SummarySliceRemoved') {
+      slices.delete((event.data as { slice_number: number }).slice_number);
+    }
+  }
+  return [...slices.values()].sort((a, b) => a.slice_number - b.slice_number);
+}
+
+/** jsonb arrives parsed from pg and PGlite alike; a string (older drivers) is parsed here. */
+function idList(value: unknown): string[] {
+  const parsed: unknown = typeof value === 'string' ? JSON.parse(value) : value;
+  return Array.isArray(parsed) ? parsed.filter((item): item is string => typeof item === 'string') : [];
+}
+
+/** Related concepts: those sharing most facts with it (active ones), strongest first, with their synthesis when they have one. */
+async function relatedConcepts(knex: Knex, repositoryId: string, conceptId: string, limit: number) {
+  if (limit <= 0) return [];
+  const result = (await knex.raw(
+    `SELECT o.id, o.canonical_name, s.content AS synthesis
+       FROM concept_relations r
+       JOIN concepts o ON o.id = CASE WHEN r.concept_a = ? THEN r.concept_b ELSE r.concept_a END AND o.status = 'active'
+       LEFT JOIN concept_syntheses s ON s.concept_id = o.id
+      WHERE r.repository_id = ? AND (r.concept_a = ? OR r.concept_b = ?) AND r.shared_fact_count > 0
+      ORDER BY r.shared_fact_count DESC, o.canonical_name, o.id COLLATE "C"
+      LIMIT ?`,
+    [conceptId, repositoryId, conceptId, conceptId, limit],
+  )) as { rows: Array<{ id: string; canonical_name: string; synthesis: string | null }> };
+  return result.rows;
+}
+
+/**
+ * What a synthesis is made from, and the hash that identifies it: the slices (ids and content),
+ * the facts, the related concepts and which of them have a synthesis (not that synthesis's
+ * content: otherwise two related concepts would re-synthesise each other in turn for ever),
+ * the image candidates, the model and the settings that shape the answer.
+ */
+export function synthesisInputsHash(input: SynthesisInput, modelId: string): string {
+  const key = {
+    model: modelId,
+    summaries: input.summaries.map((summary) => [summary.id, createHash('sha256').update(summary.content).digest('hex')]),
+    facts: input.facts.map((fact) => fact.id),
+    related: input.relatedConcepts.map((concept) => concept.id),
+    related_syntheses: input.relatedSyntheses.map((synthesis) => synthesis.conceptId),
+    images: input.images.map((image) => image.factId),
+    settings: [input.maxImages, input.maxTokens, input.thinkingLevel],
+  };
+  return createHash('sha256').update(JSON.stringify(key)).digest('hex');
+}
+
+/** The model's synthesis, its citations checked against the facts given; asked again once, then refused. */
+export async function checkedSynthesis(chat: ChatModel, input: SynthesisInput, signal: AbortSignal): Promise<SynthesisOutput | { problem: string }> {
+  const allowed = new Set(input.facts.map((fact) => fact.id));
+  let problem = '';
+  for (let attempt = 1; attempt <= SYNTHESIS_ATTEMPTS; attempt++) {
+    throwIfAborted(signal);
+    const output = await chat.synthesizeConcept(input, signal);
+    const found = citationProblem(output.content, allowed);
+    if (found === null) return output;
+    problem = found;
+  }
+  return { problem };
+}
+
+/**
+ * synthesize_concept: one synthesis per concept, made from its summary slices (their facts),
+ * related concepts and related syntheses, recorded as ConceptSynthesized. Triggered by its
+ * slices changing and by a request (POST .../resynthesize). Debounced: while the concept has
+ * facts its slices do not cover yet, a summarize run is due and its slice writes trigger this
+ * stage again, so nothing is made now; a job whose trigger is not the concept's last slice
+ * change leaves it to the job of that change; and inputs that hash as the last synthesis's make
+ * nothing either, unless a resynthesis was requested. Without summarization (disabled), the
+ * concept's facts stand in for slices, and syntheses are made on request.
+ */
+export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage {
+  const settings = deps.settings;
+  return {
+    kind: 'synthesize_concept',
+    triggers: ['SummarySliceWritten', 'SummarySliceRemoved', 'ConceptResynthesisRequested'],
+    subjectOf: conceptSubject,
+    triggerFromJob: true,
+    async run(context: JobContext) {
+      const repositoryId = requireRepositoryId(context);
+      const conceptId = context.job.subjectId;
+      const stream = streamName('concept', conceptId);
+      const loaded = await loadStream(deps.store, stream, conceptDecider);
+      const { state } = loaded;
+      if (state.status !== 'active') return;
+      const requested = state.resynthesisRequested;
+      // A later slice change has its own job, which will see this one's inputs too: only the last makes a synthesis.
+      const lastChange = loaded.events.findLast((event) => event.type === 'SummarySliceWritten' || event.type === 'SummarySliceRemoved');
+      if (!requested && !context.scheduled && lastChange !== undefined && lastChange.globalPosition > context.trigger.globalPosition) return;
+      const linked = await linkedFacts(deps.knex, conceptId);
+      if (!requested && deps.summarization) {
+        const due = planSlices(state.slices, linked.map((fact) => fact.id), deps.summarization.batchSize);
+        if (due.writes.length > 0 || due.removeFrom !== null) return;
+      }
+      const slices = slicesOf(loaded.events);
+      const contents = new Map(linked.map((fact) => [fact.id, fact]));
+      const factIds = slices.length > 0 ? slices.flatMap((slice) => slice.fact_ids) : linked.map((fact) => fact.id);
+      // A fact that left the concept since its slice was written is not given (nor citable).
+      const facts = factIds
+        .flatMap((id) => {
+          const fact = contents.get(id);
+          return fact ? [fact] : [];
+        })
+        .slice(0, MAX_SYNTHESIS_FACTS);
+      if (facts.length === 0) return;
+      const related = await relatedConcepts(deps.knex, repositoryId, conceptId, settings.max_related_concepts);
+      const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
+      const input: SynthesisInput = {
+        concept: { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases },
+        summaries: slices.map((slice) => ({ id: slice.slice_id, content: slice.content, factIds: slice.fact_ids })),
+        facts: facts.map((fact) => ({ id: fact.id, content: fact.content })),
+        relatedConcepts: related.map((concept) => ({
+          id: concept.id,
+          canonicalName: concept.canonical_name,
+          summary: concept.synthesis === null ? null : concept.synthesis.slice(0, RELATED_SUMMARY_CHARS),
+        })),
+        relatedSyntheses: related
+          .filter((concept) => concept.synthesis !== null)
+          .slice(0, settings.max_related_syntheses)
+          .map((concept) => ({ conceptId: concept.id, canonicalName: concept.canonical_name, content: concept.synthesis ?? '' })),
+        images: facts
+          .filter((fact) => fact.fact_kind === 'image' && fact.image_id)
+          .slice(0, settings.max_image_candidates)
+          .map((fact) => ({ factId: fact.id, imageId: fact.image_id ?? '', caption: fact.content })),
+        maxImages: settings.max_images,
+        maxTokens: settings.max_tokens,
+        thinkingLevel: settings.thinking_level,
+        promptset,
+      };
+      const inputsHash = synthesisInputsHash(input, deps.chat.modelId);
+      if (!requested && inputsHash === state.synthesisInputs) return;
+      const output = await checkedSynthesis(deps.chat, input, context.signal);
+      if ('problem' in output) {
+        throw new PermanentJobError(`the synthesis of concept ${conceptId} was refused after ${SYNTHESIS_ATTEMPTS} answers (nothing recorded): ${output.problem}`);
+      }
+      const candidates = new Set(input.images.map((image) => image.factId));
+      throwIfAborted(context.signal);
+      await sharedCommandFrom(
+        deps.store,
+        stream,
+        conceptDecider,
+        loaded,
+        {
+          type: 'RecordSynthesis',
+          synthesisId: synthesisId(conceptId),
+          content: output.content,
+          factIds: citedFactIds(output.content),
+          sliceIds: slices.map((slice) => slice.slice_id),
+          relatedConceptIds: input.relatedConcepts.map((concept) => concept.id),
+          relatedSynthesisIds: input.relatedSyntheses.map((synthesis) => synthesisId(synthesis.conceptId)),
+          imageFactIds: [...new Set(output.imageFactIds.filter((id) => candidates.has(id)))].slice(0, settings.max_images),
+          modelId: deps.chat.modelId,
+          inputsHash,
+          allowedFactIds: input.facts.map((fact) => fact.id),
+        },
+        stageMetadata(context),
+      );
+    },
+  };
+}
+
+/** The registry's entry: `providers.synthesis.enabled`. */
+export const synthesizeConceptStage: StageDefinition = {
+  kind: 'synthesize_concept',
+  enabled: (config) => config.providers.synthesis.enabled,
+  create: ({ store, knex, chat, config }) =>
+    createSynthesizeConceptStage({
+      store,
+      knex,
+      chat,
+      settings: config.providers.synthesis,
+      summarization: config.providers.summarization.enabled ? { batchSize: config.providers.summarization.batch_size } : null,
+    }),
+};

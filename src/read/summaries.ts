@@ -1,0 +1,153 @@
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository } from '../app/access.js';
+import { invalid } from '../app/errors.js';
+import type { Principal } from '../auth/rbac.js';
+import { summaries as summaryCollection } from '../search/collections/index.js';
+import type { SearchMode } from '../search/hybrid.js';
+import { presentConcepts, resolveConcept, type ConceptInput } from './concepts.js';
+import { countOf, pageOf, type PageInput } from './paging.js';
+import { isoDate, jsonColumn, presentFact, type FactRow } from './present.js';
+
+/**
+ * Summaries and syntheses of concepts (docs/pipeline.md, "Summaries and syntheses"): a concept's
+ * summary slices in order, its definition (the synthesis with the facts it cites and the images
+ * it shows), and search over every slice of a repository.
+ */
+
+interface SummaryRow {
+  id: string;
+  concept_id: string;
+  slice_number: number;
+  is_open: boolean;
+  content: string;
+  fact_ids: unknown;
+  fact_count: number;
+  model_id: string;
+  reason: string;
+  created_at: Date | string;
+  updated_at: Date | string;
+}
+
+const summaryColumns = ['id', 'concept_id', 'slice_number', 'is_open', 'content', 'fact_ids', 'fact_count', 'model_id', 'reason', 'created_at', 'updated_at'];
+
+function idList(value: unknown): string[] {
+  const parsed = jsonColumn(value);
+  return Array.isArray(parsed) ? parsed.filter((item): item is string => typeof item === 'string') : [];
+}
+
+export function presentSummary(row: SummaryRow) {
+  return {
+    id: row.id,
+    concept_id: row.concept_id,
+    slice_number: Number(row.slice_number),
+    is_open: row.is_open === true,
+    content: row.content,
+    fact_ids: idList(row.fact_ids),
+    fact_count: Number(row.fact_count),
+    model_id: row.model_id,
+    reason: row.reason,
+    created_at: isoDate(row.created_at),
+    updated_at: isoDate(row.updated_at),
+  };
+}
+
+export interface SummarySearchInput extends PageInput {
+  repository: string;
+  query?: string;
+  /** Only slices of this concept (id). */
+  concept_id?: string;
+  mode?: SearchMode;
+}
+
+export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
+  const knex = deps.db.knex;
+
+  async function load(principal: Principal, input: ConceptInput) {
+    const repository = await authorizeRepository(knex, principal, input.repository, 'concepts:read');
+    const resolved = await resolveConcept(knex, repository.id, input.concept, input.context);
+    const presented = (await presentConcepts(knex, repository.id, [resolved.concept.id])).get(resolved.concept.id);
+    return { repository, concept: resolved.concept, presented, redirectedFrom: resolved.redirectedFrom };
+  }
+
+  return {
+    /** A concept's summary slices in slice order (a merged concept answers with its survivor's). */
+    async summaries(principal: Principal, input: ConceptInput & PageInput) {
+      const { concept, presented, redirectedFrom } = await load(principal, input);
+      const page = pageOf(input);
+      const slices = knex('concept_summaries').where({ concept_id: concept.id });
+      const rows: SummaryRow[] = await slices.clone().select(summaryColumns).orderBy('slice_number').limit(page.limit).offset(page.offset);
+      return { concept: presented, redirected_from: redirectedFrom, items: rows.map(presentSummary), total: await countOf(slices) };
+    },
+
+    /**
+     * The concept's definition: its synthesis with the facts it cites (in order of citation; a
+     * fact deleted since is left out) and the images it shows; `synthesis` is null until one is made.
+     */
+    async definition(principal: Principal, input: ConceptInput) {
+      const { repository, concept, presented, redirectedFrom } = await load(principal, input);
+      const row: Record<string, unknown> | undefined = await knex('concept_syntheses').where({ concept_id: concept.id }).first();
+      if (!row) return { concept: presented, redirected_from: redirectedFrom, synthesis: null, facts: [], images: [], related_concepts: [] };
+      const factIds = idList(row.fact_ids);
+      const imageFactIds = idList(row.image_fact_ids);
+      const wanted = [...new Set([...factIds, ...imageFactIds])];
+      const factRows: FactRow[] = wanted.length === 0 ? [] : await knex('facts').where({ repository_id: repository.id }).whereIn('id', wanted).select('*');
+      const byId = new Map(factRows.map((fact) => [fact.id, fact]));
+      const related = await presentConcepts(knex, repository.id, idList(row.related_concept_ids));
+      return {
+        concept: presented,
+        redirected_from: redirectedFrom,
+        synthesis: {
+          id: String(row.id),
+          content: String(row.content),
+          fact_ids: factIds,
+          slice_ids: idList(row.slice_ids),
+          model_id: String(row.model_id),
+          reason: String(row.reason),
+          created_at: isoDate(row.created_at as Date | string),
+          updated_at: isoDate(row.updated_at as Date | string),
+        },
+        facts: factIds.flatMap((id) => {
+          const fact = byId.get(id);
+          return fact ? [presentFact(fact)] : [];
+        }),
+        images: imageFactIds.flatMap((id) => {
+          const fact = byId.get(id);
+          return fact ? [{ fact_id: id, image_id: (fact.image_id as string | null) ?? null, caption: String(fact.content) }] : [];
+        }),
+        related_concepts: idList(row.related_concept_ids).flatMap((id) => {
+          const other = related.get(id);
+          return other && other.status === 'active' ? [{ id: other.id, canonical_name: other.canonical_name, context: other.context }] : [];
+        }),
+      };
+    },
+
+    /** Lexical search over the repository's summary slices (the collection keeps no vectors). */
+    async search(principal: Principal, input: SummarySearchInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'concepts:read');
+      const { query = '', mode = 'hybrid' } = input;
+      const page = pageOf(input);
+      if (input.concept_id !== undefined && input.concept_id.trim() === '') throw invalid('concept_id must not be empty');
+      const result = await deps.hybrid.search(summaryCollection, {
+        repositoryId: repository.id,
+        query,
+        ...page,
+        mode,
+        ...(input.concept_id !== undefined ? { filters: { concept_id: input.concept_id.trim() } } : {}),
+      });
+      // An external index may still hold slices of a concept merged since: the read model decides.
+      const ids = result.items.map((item) => item.id);
+      const rows: SummaryRow[] = ids.length === 0 ? [] : await knex('concept_summaries').where({ repository_id: repository.id }).whereIn('id', ids).select(summaryColumns);
+      const byId = new Map(rows.map((row) => [row.id, row]));
+      const concepts = await presentConcepts(knex, repository.id, [...new Set(rows.map((row) => row.concept_id))]);
+      const items = result.items.flatMap((item) => {
+        const row = byId.get(item.id);
+        if (!row) return [];
+        const concept = concepts.get(row.concept_id);
+        return [{ ...presentSummary(row), concept: concept ? { id: concept.id, canonical_name: concept.canonical_name, context: concept.context } : null, score: item.score }];
+      });
+      return { items, total: result.total, query, mode: result.mode, fallback_reason: result.fallback_reason };
+    },
+  };
+}
+
+export type SummaryQueries = ReturnType<typeof summaryQueries>;

@@ -1,0 +1,246 @@
+import t from 'tap';
+import { conceptDecider, conceptIdFor } from '../../../src/domain/concept/decider.js';
+import { citedFactIds } from '../../../src/domain/concept/summaries.js';
+import { factDecider } from '../../../src/domain/fact/decider.js';
+import { handleCommand } from '../../../src/eventstore/commandHandler.js';
+import { streamName, type RecordedEvent } from '../../../src/eventstore/envelope.js';
+import { createLocalChatModel } from '../../../src/providers/llm/local.js';
+import { createOpenAIChatModel } from '../../../src/providers/llm/openai.js';
+import type { ChatModel, SliceSummaryInput, SynthesisInput } from '../../../src/providers/llm/port.js';
+import { createDeduplicateFactsStage } from '../../../src/pipeline/stages/deduplicateFacts.js';
+import { createExtractConceptsStage } from '../../../src/pipeline/stages/extractConcepts.js';
+import { createSummarizeConceptsStage, staleConcepts } from '../../../src/pipeline/stages/summarizeConcepts.js';
+import { createSynthesizeConceptStage } from '../../../src/pipeline/stages/synthesizeConcept.js';
+import { PermanentJobError } from '../../../src/pipeline/types.js';
+import { startOpenAIServer } from '../../helpers/openaiServer.js';
+import { openStageFixture, testMetadata, type StageFixture } from '../stageFixture.js';
+
+t.setTimeout(300_000);
+
+const synthesisSettings = {
+  enabled: true,
+  max_tokens: 10_000,
+  thinking_level: 'low' as const,
+  max_images: 10,
+  max_image_candidates: 50,
+  max_related_concepts: 10,
+  max_related_syntheses: 3,
+};
+const summarization = { enabled: true, batch_size: 20, max_concepts_per_run: 40, max_tokens: 600 };
+
+/** The local model, counting its summary and synthesis calls. */
+function countingChat(base: ChatModel = createLocalChatModel()) {
+  const calls = { summaries: [] as SliceSummaryInput[], syntheses: [] as SynthesisInput[] };
+  const chat: ChatModel = {
+    ...base,
+    async summarizeFacts(input, signal) {
+      calls.summaries.push(input);
+      return base.summarizeFacts(input, signal);
+    },
+    async synthesizeConcept(input, signal) {
+      calls.syntheses.push(input);
+      return base.synthesizeConcept(input, signal);
+    },
+  };
+  return { chat, calls };
+}
+
+/** A source whose facts are deduplicated and all linked to Marie Curie (and the first also to Paris); returns the ConceptsExtracted trigger. */
+async function linkedSource(fixture: StageFixture, repositoryId: string, contents: string[]) {
+  const dedup = createDeduplicateFactsStage({ store: fixture.store, knex: fixture.db.knex, search: fixture.search, embedderModelId: null, threshold: 0.94, catchupMaxAgeMs: 3_600_000 });
+  const source = await fixture.addSource(repositoryId, contents);
+  await dedup.run(fixture.contextFor(dedup, source.extracted));
+  const deduplicated = await fixture.last(streamName('source', source.sourceId), 'SourceFactsDeduplicated');
+  await fixture.settle();
+  const chat: ChatModel = {
+    ...createLocalChatModel(),
+    async extractConcepts(input) {
+      return [
+        { canonicalName: 'Marie Curie', context: 'person', aliases: ['Curie'], factIds: input.facts.map((fact) => fact.id) },
+        { canonicalName: 'Paris', context: 'location', aliases: [], factIds: input.facts.slice(0, 1).map((fact) => fact.id) },
+      ];
+    },
+  };
+  const extract = createExtractConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, batchSize: 100, concurrency: 1, maxAttempts: 3 });
+  await extract.run(fixture.contextFor(extract, deduplicated));
+  await fixture.settle();
+  const trigger = await fixture.last(streamName('source', source.sourceId), 'ConceptsExtracted');
+  return { ...source, trigger };
+}
+
+const factsAbout = (from: number, count: number) =>
+  Array.from({ length: count }, (_, i) => `Marie Curie wrote research note number ${from + i} about radioactivity in ${1890 + from + i}.`);
+
+async function slicesOf(fixture: StageFixture, conceptId: string) {
+  const rows: Array<{ slice_number: number; is_open: boolean; fact_ids: string[]; content: string; reason: string }> = await fixture.db
+    .knex('concept_summaries')
+    .where({ concept_id: conceptId })
+    .orderBy('slice_number')
+    .select('slice_number', 'is_open', 'fact_ids', 'content', 'reason');
+  return rows;
+}
+
+t.test('summarize_concepts: slices freeze at exactly 20 facts, cite only their own facts, and a synthesis follows them', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const { chat, calls } = countingChat();
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: summarization });
+  const synthesize = createSynthesizeConceptStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: synthesisSettings, summarization: { batchSize: 20 } });
+  t.same(summarize.triggers, ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto']);
+
+  const first = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
+  t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [marie, conceptIdFor(repositoryId, 'Paris', 'location')].sort());
+  await summarize.run(fixture.contextFor(summarize, first.trigger));
+  await fixture.settle();
+  let slices = await slicesOf(fixture, marie);
+  t.same(slices.map((slice) => [slice.slice_number, slice.is_open, slice.fact_ids.length]), [[1, false, 20], [2, true, 5]], 'one frozen slice of exactly 20, one open');
+  t.same([...slices[0].fact_ids, ...slices[1].fact_ids].sort(), [...first.factIds].sort(), 'every fact in exactly one slice');
+  for (const slice of slices) {
+    const cited = citedFactIds(slice.content);
+    t.ok(cited.length > 0 && cited.every((id) => slice.fact_ids.includes(id)), `slice ${slice.slice_number} cites only its own facts`);
+  }
+  t.match(slices[0].content, /^\[Marie Curie wrote research note number \d+ .*\]\(<fact:[0-9a-f-]{36}>\)/, 'extractive: the facts themselves, cited');
+  t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the run');
+
+  const frozenWrites = (await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten')).filter((event) => event.data.slice_number === 1).length;
+  const trigger = await fixture.last(streamName('concept', marie), 'SummarySliceWritten');
+  await synthesize.run(fixture.contextFor(synthesize, trigger));
+  const [synthesized] = await fixture.eventsOf(streamName('concept', marie), 'ConceptSynthesized');
+  t.ok(synthesized, 'a synthesis is made');
+  const cited = citedFactIds(String(synthesized.data.content));
+  t.ok(cited.length > 0 && cited.every((id) => first.factIds.includes(id)), 'the synthesis cites only facts of its concept');
+  t.equal(calls.syntheses.length, 1);
+  t.equal(calls.syntheses[0].summaries.length, 2, 'made from both slices');
+  await synthesize.run(fixture.contextFor(synthesize, trigger));
+  t.equal(calls.syntheses.length, 1, 'the same inputs are not synthesised again');
+
+  // A second source adds 15 facts: the open slice fills to exactly 20 and freezes; slice 1 is not rewritten.
+  const second = await linkedSource(fixture, repositoryId, factsAbout(100, 15));
+  // Debounced: its facts are not summarised yet, so a synthesis now would be stale.
+  await synthesize.run(fixture.contextFor(synthesize, trigger));
+  t.equal(calls.syntheses.length, 1, 'no synthesis while slices are due');
+  const summaryCalls = calls.summaries.length;
+  await summarize.run(fixture.contextFor(summarize, second.trigger));
+  await fixture.settle();
+  slices = await slicesOf(fixture, marie);
+  t.same(slices.map((slice) => [slice.slice_number, slice.is_open, slice.fact_ids.length]), [[1, false, 20], [2, false, 20]]);
+  t.equal(calls.summaries.length, summaryCalls + 2, 'only the grown slice of each concept is asked for (Marie Curie slice 2, Paris slice 1)');
+  t.equal(
+    (await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten')).filter((event) => event.data.slice_number === 1).length,
+    frozenWrites,
+    'the frozen slice is never rewritten',
+  );
+  await synthesize.run(fixture.contextFor(synthesize, trigger));
+  t.equal(calls.syntheses.length, 1, 'the job of an older slice change leaves the synthesis to the job of the last one');
+  await synthesize.run(fixture.contextFor(synthesize, await fixture.last(streamName('concept', marie), 'SummarySliceWritten')));
+  const syntheses = await fixture.eventsOf(streamName('concept', marie), 'ConceptSynthesized');
+  t.equal(syntheses.length, 2, 'the new facts re-made the synthesis');
+  t.not(syntheses[1].data.inputs_hash, syntheses[0].data.inputs_hash);
+  t.not(syntheses[1].data.content, syntheses[0].data.content, 'the synthesis changed');
+  t.ok(citedFactIds(String(syntheses[1].data.content)).some((id) => second.factIds.includes(id)), 'and cites facts of the new source');
+
+  // Asked for: made again from the same inputs.
+  await handleCommand(fixture.store, streamName('concept', marie), conceptDecider, { type: 'RequestResynthesis', reason: 'test' }, testMetadata(repositoryId));
+  await synthesize.run(fixture.contextFor(synthesize, await fixture.last(streamName('concept', marie), 'ConceptResynthesisRequested')));
+  const again = await fixture.last(streamName('concept', marie), 'ConceptSynthesized');
+  t.match(again.data, { reason: 'requested', inputs_hash: syntheses[1].data.inputs_hash });
+  await fixture.settle();
+  t.match(await fixture.db.knex('concept_syntheses').where({ concept_id: marie }).first('reason', 'inputs_hash'), { reason: 'requested' });
+});
+
+t.test('summarize_concepts: facts leaving a concept rewrite the slices that covered them, as events', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const { chat } = countingChat();
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: { ...summarization, batch_size: 3 } });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 7));
+  await summarize.run(fixture.contextFor(summarize, source.trigger));
+  await fixture.settle();
+  const before = await slicesOf(fixture, marie);
+  t.same(before.map((slice) => [slice.slice_number, slice.is_open, slice.fact_ids.length]), [[1, false, 3], [2, false, 3], [3, true, 1]]);
+
+  // Two facts of the first slice merge away (a catch-up merge into a fact of the same concept).
+  const [loserA, loserB] = before[0].fact_ids;
+  const survivor = before[2].fact_ids[0];
+  for (const loser of [loserA, loserB]) {
+    await handleCommand(fixture.store, streamName('fact', loser), factDecider, { type: 'MergeFact', survivorId: survivor, similarity: 0.99, sourceId: null, catchup: true }, testMetadata(repositoryId));
+  }
+  await fixture.settle();
+  t.ok((await staleConcepts(fixture.db.knex, repositoryId, 40)).includes(marie), 'Marie Curie lost facts: stale');
+  const merged = await fixture.last(streamName('fact', loserB), 'FactMergedInto');
+  t.equal(summarize.subjectOf(merged), repositoryId, 'a catch-up merge triggers a run');
+  await summarize.run(fixture.contextFor(summarize, merged));
+  await fixture.settle();
+  const after = await slicesOf(fixture, marie);
+  t.same(after.map((slice) => [slice.slice_number, slice.is_open, slice.fact_ids.length]), [[1, false, 3], [2, true, 2]], 'five facts left: one frozen slice, one open');
+  t.notOk(after.some((slice) => slice.fact_ids.includes(loserA) || slice.fact_ids.includes(loserB) || /<fact:(loserA|loserB)>/.test(slice.content)), 'the merged facts are gone');
+  t.ok(after.every((slice) => citedFactIds(slice.content).every((id) => slice.fact_ids.includes(id))));
+  const events = await fixture.eventsOf(streamName('concept', marie));
+  const tail = events.slice(-3).map((event) => [event.type, event.data.slice_number, event.data.reason]);
+  t.same(tail, [['SummarySliceRemoved', 3, 'facts_removed'], ['SummarySliceWritten', 1, 'facts_removed'], ['SummarySliceWritten', 2, 'facts_removed']], 'the history says which slices changed and why');
+  t.equal(events.at(-1)?.actor, 'system:summarize_concepts');
+});
+
+t.test('summarize_concepts: an answer citing a fact of another slice or repository is asked again, then refused and never stored', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const other = await fixture.createRepository();
+  const foreign = await fixture.addSource(other, ['Pierre Curie was born in Paris in 1859.']);
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 4));
+
+  let answer = (document: Record<string, unknown>): unknown => {
+    const facts = (document.slice as { facts: Array<{ id: string }> }).facts;
+    return { content: `[a](<fact:${facts[0].id}>) [b](<fact:${foreign.factIds[0]}>)` };
+  };
+  const server = await startOpenAIServer({ chat: (document) => answer(document) });
+  t.teardown(() => server.close());
+  const chat = createOpenAIChatModel({ baseUrl: server.baseUrl, model: 'test-model', retry: { maxAttempts: 1, baseDelayMs: 1, maxDelayMs: 1, perCallTimeoutMs: 5_000 } });
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: { ...summarization, batch_size: 2 } });
+  const head = await fixture.store.headPosition();
+  await t.rejects(summarize.run(fixture.contextFor(summarize, source.trigger)), PermanentJobError);
+  const error = await summarize.run(fixture.contextFor(summarize, source.trigger)).then(() => null, (caught: unknown) => caught as Error);
+  t.match(error?.message, new RegExp(`concept ${marie} slice 1: the content cites facts outside its input: ${foreign.factIds[0]}`));
+  t.equal(await fixture.store.headPosition(), head, 'nothing is stored');
+  const asked = server.bodies.filter((received) => received.path === 'chat' && JSON.stringify(received.body).includes(marie));
+  t.equal(asked.length, 4, 'in each run the refused slice was asked twice');
+
+  // Another slice's fact is refused the same way.
+  answer = (document) => {
+    const facts = (document.slice as { facts: Array<{ id: string }> }).facts;
+    const outside = source.factIds.find((id) => !facts.some((fact) => fact.id === id)) ?? 'none';
+    return { content: `[a](<fact:${facts[0].id}>) [b](<fact:${outside}>)` };
+  };
+  await t.rejects(summarize.run(fixture.contextFor(summarize, source.trigger)), /cites facts outside its input/);
+  t.same(await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten'), []);
+
+  // A model that cites its slice's facts only is stored.
+  answer = (document) => ({ content: (document.slice as { facts: Array<{ id: string }> }).facts.map((fact) => `[x](<fact:${fact.id}>)`).join(' ') });
+  await summarize.run(fixture.contextFor(summarize, source.trigger));
+  t.equal((await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten')).length, 2);
+});
+
+t.test('summarize_concepts waits for the read models to apply its trigger, and leaves the run to the schedule when they stay behind', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: createLocalChatModel(), settings: summarization, readModelWaitMs: 300 });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 2));
+  const ahead: RecordedEvent = { ...source.trigger, globalPosition: source.trigger.globalPosition + 1_000 };
+  await summarize.run(fixture.contextFor(summarize, ahead));
+  t.same(await fixture.eventsOfType('SummarySliceWritten'), [], 'a trigger the read models never applied: nothing decided from them');
+  await summarize.run(fixture.scheduledContextFor(summarize, repositoryId));
+  t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 2, 'a scheduled run does not wait');
+});
+
+t.test('summarize_concepts: overlapping runs ask the model once per slice', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const { chat, calls } = countingChat();
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: summarization });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
+  await Promise.all([summarize.run(fixture.contextFor(summarize, source.trigger)), summarize.run(fixture.contextFor(summarize, source.trigger))]);
+  t.equal(calls.summaries.length, 3, 'Marie Curie slices 1 and 2, Paris slice 1: once each');
+  t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3);
+});
