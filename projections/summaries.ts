@@ -2,7 +2,7 @@ import { projection, each } from '../src/projection/types.js';
 import type { ConceptEvent } from '../src/domain/concept/events.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 
-type Handled = Extract<ConceptEvent, { type: 'SummarySliceWritten' | 'SummarySliceRemoved' | 'ConceptSynthesized' | 'ConceptMergedInto' }>;
+type Handled = Extract<ConceptEvent, { type: 'SummarySliceWritten' | 'SummarySliceRemoved' | 'ConceptSynthesized' | 'ConceptSynthesisRemoved' | 'ConceptMergedInto' }>;
 
 /**
  * Read models `concept_summaries` (one row per slice; also the lexical index of the `summaries`
@@ -72,6 +72,9 @@ export const summariesProjection = projection<Handled>({
       };
       const { created_at: _created, ...changes } = row;
       await trx('concept_syntheses').insert(row).onConflict('concept_id').merge(Object.keys(changes));
+    }),
+    ConceptSynthesisRemoved: each(async (trx, event) => {
+      await trx('concept_syntheses').where({ concept_id: parseStreamName(event.streamId).id }).delete();
     }),
     ConceptMergedInto: each(async (trx, event) => {
       const conceptId = parseStreamName(event.streamId).id;

@@ -145,6 +145,12 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
           },
         ];
       }
+      case 'RemoveSynthesis': {
+        const concept = requireConcept(state);
+        // Nothing to remove: never synthesised, removed already, or merged (its rows went with the merge).
+        if (concept.status === 'merged' || concept.synthesisInputs === null) return [];
+        return [{ type: 'ConceptSynthesisRemoved', data: { synthesis_id: command.synthesisId, reason: command.reason } }];
+      }
       case 'RequestResynthesis': {
         const concept = requireConcept(state);
         if (concept.status === 'merged') throw new DomainError('conflict', 'the concept was merged into another');
@@ -192,6 +198,8 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
         return { ...state, synthesisInputs: event.data.inputs_hash, resynthesisRequested: false };
       case 'ConceptResynthesisRequested':
         return { ...state, resynthesisRequested: true };
+      case 'ConceptSynthesisRemoved':
+        return { ...state, synthesisInputs: null, resynthesisRequested: false };
     }
   },
 };

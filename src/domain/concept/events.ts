@@ -65,7 +65,9 @@ export type ConceptEvent =
       };
     }
   /** Someone asked for the synthesis to be made again (POST .../resynthesize). */
-  | { type: 'ConceptResynthesisRequested'; data: { reason: string } };
+  | { type: 'ConceptResynthesisRequested'; data: { reason: string } }
+  /** Every fact left the concept (their sources were deleted): its synthesis has nothing left to say. */
+  | { type: 'ConceptSynthesisRemoved'; data: { synthesis_id: string; reason: string } };
 
 /** One slice of a WriteSummarySlices command. */
 export interface SliceWrite {
@@ -114,7 +116,8 @@ export type ConceptCommand =
       /** The facts the synthesis may cite (the concept's facts it was given). */
       allowedFactIds: string[];
     }
-  | { type: 'RequestResynthesis'; reason: string };
+  | { type: 'RequestResynthesis'; reason: string }
+  | { type: 'RemoveSynthesis'; synthesisId: string; reason: string };
 
 export type ConceptState =
   | { status: 'none' }
@@ -134,5 +137,8 @@ export type ConceptState =
     };
 
 /** The concept events of summaries and syntheses (projections/summaries.ts), apart from the concept's identity. */
-export type ConceptDerivedEvent = Extract<ConceptEvent, { type: 'SummarySliceWritten' | 'SummarySliceRemoved' | 'ConceptSynthesized' | 'ConceptResynthesisRequested' }>;
+export type ConceptDerivedEvent = Extract<
+  ConceptEvent,
+  { type: 'SummarySliceWritten' | 'SummarySliceRemoved' | 'ConceptSynthesized' | 'ConceptResynthesisRequested' | 'ConceptSynthesisRemoved' }
+>;
 export type ConceptIdentityEvent = Exclude<ConceptEvent, ConceptDerivedEvent>;

@@ -120,7 +120,8 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
   };
   return {
     kind: 'summarize_concepts',
-    triggers: ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto'],
+    // FactRetracted: a deleted source's fact left its concepts, whose slices are rewritten or reopened.
+    triggers: ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto', 'FactRetracted'],
     subjectOf(event: RecordedEvent) {
       // A merge during deduplication comes before concept extraction links the fact: nothing to summarise again.
       if (event.type === 'FactMergedInto' && (event.data as { catchup?: unknown }).catchup !== true) return null;

@@ -148,7 +148,13 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
           return fact ? [fact] : [];
         })
         .slice(0, MAX_SYNTHESIS_FACTS);
-      if (facts.length === 0) return;
+      if (facts.length === 0) {
+        // Every fact left the concept (their sources were deleted): a synthesis would cite what is gone.
+        if (linked.length === 0 && slices.length === 0) {
+          await sharedCommandFrom(deps.store, stream, conceptDecider, loaded, { type: 'RemoveSynthesis', synthesisId: synthesisId(conceptId), reason: 'no facts left' }, stageMetadata(context));
+        }
+        return;
+      }
       const related = await relatedConcepts(deps.knex, repositoryId, conceptId, settings.max_related_concepts);
       const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
       const input: SynthesisInput = {

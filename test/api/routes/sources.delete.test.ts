@@ -48,6 +48,13 @@ t.test('a deleted source leaves; facts no other source has are retracted, with t
   t.ok((await annotatedFacts()).length > 0, 'the report is annotated with Curie facts');
 
   const curieFacts = (await api('GET', `/sources/${original.id}/facts?limit=500`)).body;
+  // The concepts whose summaries hold Curie facts now.
+  const summarizedBefore: string[] = [];
+  for (const concept of (await api('GET', '/concepts?show_small=true&limit=500&mode=lexical')).body.items as Array<{ id: string }>) {
+    const slices = (await api('GET', `/concepts/${concept.id}/summaries?limit=100`)).body.items as Array<{ fact_ids: string[] }>;
+    if (slices.some((slice) => slice.fact_ids.some((id) => curieFacts.items.some((fact: { id: string }) => fact.id === id)))) summarizedBefore.push(concept.id);
+  }
+  t.ok(summarizedBefore.length > 0, 'some concept summarises Curie facts');
   const unrelatedFacts = (await api('GET', `/sources/${unrelated.id}/facts?limit=500`)).body;
   const before = (await api('GET', '/facts?limit=1&mode=lexical')).body.total;
   t.ok(curieFacts.total > 0 && unrelatedFacts.total > 0);
@@ -75,6 +82,14 @@ t.test('a deleted source leaves; facts no other source has are retracted, with t
   );
   t.equal((await api('GET', `/sources/${unrelated.id}/facts?limit=500`)).body.total, unrelatedFacts.total, 'other sources keep theirs');
   const curieIds = new Set(curieFacts.items.map((fact: { id: string }) => fact.id));
+  for (const concept of summarizedBefore) {
+    const summaries = (await api('GET', `/concepts/${concept}/summaries?limit=100`)).body;
+    if (summaries.items === undefined) continue; // a concept left with no facts may be gone from reads
+    const cited = (summaries.items as Array<{ fact_ids: string[] }>).flatMap((slice) => slice.fact_ids);
+    t.notOk(cited.some((id) => curieIds.has(id)), `concept ${concept}: no slice holds a retracted fact`);
+    const definition = (await api('GET', `/concepts/${concept}/definition`)).body;
+    t.notOk(((definition.synthesis?.fact_ids ?? []) as string[]).some((id) => curieIds.has(id)), `concept ${concept}: its synthesis cites none`);
+  }
   t.notOk((await annotatedFacts()).some((id) => curieIds.has(id)), 'the report no longer cites them');
   t.equal((await api('GET', `/reports/${report.id}`)).body.fact_count, (await annotatedFacts()).length, "and its fact count follows");
   const concepts = (await api('GET', '/concepts?show_small=true&limit=500&mode=lexical')).body.items as Array<{ id: string; fact_count: number }>;

@@ -142,3 +142,26 @@ t.test('RecordSynthesis: once per inputs, again when asked; citations checked', 
     .when({ type: 'RequestResynthesis', reason: '' })
     .thenThrows(DomainError, (error) => error.code === 'conflict');
 });
+
+t.test('RemoveSynthesis: only a concept that has one loses it, once', async (t) => {
+  const remove = { type: 'RemoveSynthesis', synthesisId: synthesisId('c1'), reason: 'no facts left' } as const;
+  const [synthesized] = given([created])
+    .when({
+      type: 'RecordSynthesis',
+      synthesisId: synthesisId('c1'),
+      content: '[a](<fact:f1>)',
+      factIds: ['f1'],
+      sliceIds: [],
+      relatedConceptIds: [],
+      relatedSynthesisIds: [],
+      imageFactIds: [],
+      modelId: 'm',
+      inputsHash: 'h1',
+      allowedFactIds: ['f1'],
+    })
+    .events();
+  const removed = { type: 'ConceptSynthesisRemoved', data: { synthesis_id: synthesisId('c1'), reason: 'no facts left' } } as const;
+  t.same(given([created, synthesized]).when(remove).events(), [removed]);
+  t.same(given([created, synthesized, removed]).when(remove).events(), [], 'removed already');
+  t.same(given([created]).when(remove).events(), [], 'never synthesised');
+});
