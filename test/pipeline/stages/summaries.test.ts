@@ -87,7 +87,7 @@ t.test('summarize_concepts: slices freeze at exactly 20 facts, cite only their o
   const { chat, calls } = countingChat();
   const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: summarization });
   const synthesize = createSynthesizeConceptStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: synthesisSettings, summarization: { batchSize: 20 } });
-  t.same(summarize.triggers, ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto']);
+  t.same(summarize.triggers, ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto', 'FactRetracted']);
 
   const first = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
   t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [marie, conceptIdFor(repositoryId, 'Paris', 'location')].sort());
