@@ -3,7 +3,7 @@ import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type Annotat
 import { runeLength, splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
-import { wordSimilarity } from '../../providers/llm/localPosture.js';
+import { STOP_WORDS, wordSimilarity } from '../../providers/llm/localPosture.js';
 import type { ChatModel } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
 import { facts as factCollection } from '../../search/collections/index.js';
@@ -46,10 +46,21 @@ export function candidatePool(settings: AnnotationSettings): number {
   return Math.max(20, settings.max_facts_per_sentence * 4);
 }
 
-/** The sentence's words for the lexical side, OR-ed (a plain websearch query would AND them). */
+/**
+ * The lexical side's query for a sentence: its names and numbers (capitalised words that are
+ * not function words, words with a digit) OR-ed, or all its words of 3 letters or more when it
+ * has none. OR, because a plain websearch query ANDs its words and a sentence restating a fact
+ * in other words would match nothing; names and numbers, because every match is ranked and
+ * common words match much of a repository (bench/RESULTS.md, "Report annotation").
+ */
 export function lexicalQueryOf(sentence: string): string {
-  const words = [...new Set(sentence.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])].filter((word) => runeLength(word) >= 3 && word !== 'or');
-  return words.slice(0, 32).join(' OR ');
+  const words = [...new Set(sentence.match(/[\p{L}\p{N}]+/gu) ?? [])];
+  const named = words.filter((word) => /\p{N}/u.test(word) || (/^\p{Lu}/u.test(word) && !STOP_WORDS.has(word.toLowerCase())));
+  const chosen = named.length > 0 ? named : words.filter((word) => runeLength(word) >= 3);
+  return [...new Set(chosen.map((word) => word.toLowerCase()))]
+    .filter((word) => word !== 'or')
+    .slice(0, 32)
+    .join(' OR ');
 }
 
 /** Whether the previous annotation's sentences may stand for this run's: same settings and model. */

@@ -10,7 +10,8 @@ import type { PostureInput, PostureJudgement, PostureLabel } from './port.js';
  * - `related` otherwise.
  */
 
-const STOP_WORDS = new Set(
+/** Function words: never content, never a name. */
+export const STOP_WORDS: ReadonlySet<string> = new Set(
   (
     'a an the and or but if then than of in on at to for from by with as into onto about over under ' +
     'is are was were be been being am do does did done has have had having it its this that these those ' +

@@ -154,6 +154,7 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
   t.notOk(postures.has('contradicts'), 'nothing in the paragraph denies a fact');
 
   t.test('read model: status, sentences and ranked facts', async (t) => {
+    await fixture.settle();
     const row = await fixture.db.knex('reports').where({ id: reportId }).first();
     t.match(row, { status: 'annotated', revision: 1, sentence_count: 3, model_id: chat.model.modelId });
     const stored = await fixture.db.knex('report_annotations').where({ report_id: reportId, sentence_index: 2 }).orderBy('rank');
@@ -268,7 +269,9 @@ t.test('without vectors: lexical candidates, word-set similarity', async (t) => 
   const sentences = await annotatedOf(fixture, reportId);
   t.same(sentences[2].facts[0], { fact_id: factLike(facts, /first woman/), score: 1, posture: 'supports' }, 'the same words: similarity 1');
   t.ok(sentences.flatMap((sentence) => sentence.facts).every((fact) => fact.score >= SETTINGS.similarity_threshold));
-  t.equal(lexicalQueryOf('Marie Curie, or Curie: a 1903 prize!'), 'marie OR curie OR 1903 OR prize', 'words OR-ed, short ones and "or" left out');
+  t.equal(lexicalQueryOf('Marie Curie, or Curie: a 1903 prize!'), 'marie OR curie OR 1903', 'names and numbers OR-ed');
+  t.equal(lexicalQueryOf('The enzyme turns starch into sugar or malt.'), 'the OR enzyme OR turns OR starch OR into OR sugar OR malt', 'without names: every word of 3 letters or more');
+  t.equal(lexicalQueryOf('In 1911 she won it.'), '1911', 'a capitalised function word is no name');
 });
 
 t.test('a failure a retry cannot fix fails the report; a transient one is retried', async (t) => {

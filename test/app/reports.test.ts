@@ -1,0 +1,68 @@
+import t from 'tap';
+import { defaultTitle, reportUploadType } from '../../src/app/reports.js';
+import { UnsupportedContentError } from '../../src/app/errors.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let stranger: Principal;
+let repository: string;
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Writing' });
+  ({ owner, stranger, repository } = harness);
+});
+t.teardown(() => harness.close());
+
+t.test('titles and upload types', async (t) => {
+  t.equal(defaultTitle('\n\n## The *first* line\nmore'), 'The first line');
+  t.equal(defaultTitle('x'.repeat(200)).length, 120);
+  t.equal(defaultTitle('', 'notes.md'), 'notes');
+  t.equal(defaultTitle(''), 'Untitled report');
+  t.equal(reportUploadType({ filename: 'a.md', declaredType: 'application/octet-stream' }), 'text/markdown', 'by extension when the declared type says nothing');
+  t.equal(reportUploadType({ filename: null, declaredType: 'text/plain; charset=utf-8' }), 'text/plain');
+  try {
+    reportUploadType({ filename: 'a.pdf', declaredType: 'application/pdf' });
+    t.fail('a PDF report was accepted');
+  } catch (error) {
+    t.ok(error instanceof UnsupportedContentError, 'a PDF is not a report (415 over HTTP)');
+    t.match((error as Error).message, /upload Markdown \(\.md\) or plain text/);
+  }
+});
+
+t.test('the application layer, without HTTP: create, edit, parents, delete; the read model rebuilds equal', async (t) => {
+  const created = await harness.app.reports.create(owner, { repository, text: 'A report about radium.' }, { correlationId: 'report-1' });
+  t.match(created, { title: 'A report about radium.', status: 'pending', revision: 1, created_by: owner.userId, children_ids: [] });
+  const child = await harness.app.reports.create(owner, { repository, title: 'Child', text: 'More.', parent_id: created.id });
+  t.same((await harness.app.reports.get(owner, { repository, report: created.id })).children_ids, [child.id]);
+  await rejectsWith(t, harness.app.reports.update(owner, { repository, report: created.id, parent_id: child.id }), 'invalid', /cycle/);
+  await rejectsWith(t, harness.app.reports.create(owner, { repository, text: 'x', parent_id: 'no-such-report' }), 'invalid', /not found/);
+  const edited = await harness.app.reports.update(owner, { repository, report: child.id, text: 'Other text.', topic: 'radium' });
+  t.match(edited, { revision: 2, topic: 'radium', status: 'pending' });
+  const requested = await harness.app.reports.annotate(owner, { repository, report: child.id });
+  t.equal(requested.revision, 3);
+  await rejectsWith(t, harness.app.reports.delete(owner, { repository, report: created.id }), 'conflict', /child/);
+
+  const { projections, db } = harness.service.context;
+  const live = await db.knex('reports').orderBy('id').select();
+  await projections.rebuild('reports');
+  t.same(await db.knex('reports').orderBy('id').select(), live, 'a rebuild equals the live rows');
+
+  await harness.app.reports.delete(owner, { repository, report: child.id });
+  await rejectsWith(t, harness.app.reports.get(owner, { repository, report: child.id }), 'not_found');
+  t.same((await harness.app.reports.list(owner, { repository })).items.map((item) => item.id), [created.id]);
+});
+
+t.test('access is checked before the input', async (t) => {
+  await rejectsWith(t, harness.app.reports.create(stranger, { repository, text: '' }), 'forbidden', /reports:create/);
+  await rejectsWith(t, harness.app.reports.list(stranger, { repository }), 'forbidden', /reports:read/);
+  let read = false;
+  const content = async () => {
+    read = true;
+    return { filename: 'a.md', declaredType: 'text/markdown', body: Buffer.from('x') };
+  };
+  await rejectsWith(t, harness.app.reports.upload(stranger, { repository, content }), 'forbidden');
+  t.notOk(read, 'a refused upload is never read');
+  await rejectsWith(t, harness.app.reports.list(owner, { repository, limit: 0 }), 'invalid', /limit/);
+});
