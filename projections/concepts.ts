@@ -6,7 +6,7 @@ import type { FactEvent } from '../src/domain/fact/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
-import { followMerges } from './mergeChains.js';
+import { followMerges, MAX_CHAIN_LENGTH } from './mergeChains.js';
 
 type Handled =
   | ConceptEvent
@@ -201,20 +201,43 @@ async function applyConceptsExtracted(trx: Knex.Transaction, events: ReadonlyArr
   await linkUnlessMerged(trx, factConceptLinks(events, survivors), { factIds: [], conceptIds: [] });
 }
 
-async function applyFactMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, factId: string, survivorId: string): Promise<void> {
-  await trx('fact_concept_redirects').insert({ fact_id: factId, survivor_id: survivorId }).onConflict('fact_id').ignore();
-  const finalSurvivor = (await factSurvivors(trx, [factId])).get(factId) ?? survivorId;
-  if (finalSurvivor === factId) return;
-  const conceptIds = (await trx('fact_concepts').where({ fact_id: factId }).pluck('concept_id')) as string[];
-  if (conceptIds.length === 0) return;
+/**
+ * A fact merged into `survivorId`, in one statement: the redirect is recorded and the fact's
+ * concept links move to its final survivor (followed from the fact's redirect as stored before
+ * this statement, as followMerges would after the ignored insert), then the concepts it was
+ * linked to are recounted. The recount cannot see this statement's own insert and delete, so it
+ * adds the rows moved and subtracts those deleted: the count a recount afterwards would make.
+ */
+async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId: string): Promise<void> {
   await trx.raw(
-    `INSERT INTO fact_concepts (fact_id, concept_id, repository_id, source_id)
-     SELECT ?, concept_id, repository_id, source_id FROM fact_concepts WHERE fact_id = ?
-     ON CONFLICT (fact_id, concept_id) DO NOTHING`,
-    [finalSurvivor, factId],
+    `WITH RECURSIVE redirect AS (
+       INSERT INTO fact_concept_redirects (fact_id, survivor_id) VALUES (?, ?) ON CONFLICT (fact_id) DO NOTHING
+     ), chain(id, depth) AS (
+       SELECT COALESCE((SELECT survivor_id FROM fact_concept_redirects WHERE fact_id = ? AND survivor_id IS NOT NULL), ?::text), 1
+       UNION ALL
+       SELECT r.survivor_id, chain.depth + 1 FROM chain JOIN fact_concept_redirects r ON r.fact_id = chain.id
+        WHERE r.survivor_id IS NOT NULL AND chain.depth < ?
+     ), target AS (
+       -- The final survivor, unless the chain leads back to the fact itself.
+       SELECT id FROM (SELECT id FROM chain ORDER BY depth DESC LIMIT 1) AS last WHERE id <> ?
+     ), linked AS (
+       SELECT concept_id, repository_id, source_id FROM fact_concepts WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)
+     ), moved AS (
+       INSERT INTO fact_concepts (fact_id, concept_id, repository_id, source_id)
+       SELECT target.id, linked.concept_id, linked.repository_id, linked.source_id FROM linked, target
+       ON CONFLICT (fact_id, concept_id) DO NOTHING
+       RETURNING concept_id
+     ), deleted AS (
+       DELETE FROM fact_concepts WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)
+       RETURNING concept_id
+     )
+     UPDATE concepts
+        SET fact_count = (SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)
+                       + (SELECT count(*) FROM moved WHERE moved.concept_id = concepts.id)
+                       - (SELECT count(*) FROM deleted WHERE deleted.concept_id = concepts.id)
+      WHERE concepts.id IN (SELECT concept_id FROM linked)`,
+    [factId, survivorId, factId, survivorId, MAX_CHAIN_LENGTH, factId, factId, factId],
   );
-  await trx('fact_concepts').where({ fact_id: factId }).delete();
-  await recountFacts(trx, conceptIds);
 }
 
 /**
@@ -398,7 +421,7 @@ export const conceptsProjection = projection<Handled>({
     ConceptEmbedded: (trx, events) => applyConceptsEmbedded(trx, embeddingsOf(events)),
     ConceptMergedInto: each((trx, event) => applyConceptMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
     ConceptsExtracted: applyConceptsExtracted,
-    FactMergedInto: each((trx, event) => applyFactMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
+    FactMergedInto: each((trx, event) => applyFactMerged(trx, parseStreamName(event.streamId).id, event.data.survivor_id)),
     ConceptRelationsRefreshed: applyRelations,
   },
 });

@@ -4,7 +4,7 @@ import { updateRows } from './batchWrites.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import type { FactEvent } from '../src/domain/fact/events.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
-import { followMerges } from './mergeChains.js';
+import { followMerges, MAX_CHAIN_LENGTH } from './mergeChains.js';
 
 type FactsExtracted = Extract<SourceEvent, { type: 'FactsExtracted' }>;
 type FactsEmbedded = Extract<SourceEvent, { type: 'FactsEmbedded' }>;
@@ -15,15 +15,36 @@ function survivorsOf(trx: Knex.Transaction, factIds: readonly string[]): Promise
   return followMerges(trx, { table: 'fact_redirects', from: 'fact_id', to: 'survivor_id' }, factIds);
 }
 
-/** Moves the source links of `loserId` to `survivorId` (a link the survivor already has is kept). */
-async function moveFactSources(trx: Knex.Transaction, loserId: string, survivorId: string): Promise<void> {
+/**
+ * A fact merged into `survivorId`, in one statement: the redirect is recorded, the fact marked
+ * merged, and its source links move to its final survivor (a link the survivor already has is
+ * kept). The final survivor is followed from the fact's redirect as stored before this statement
+ * (an earlier one wins over this, as the ignored insert leaves it) up to MAX_CHAIN_LENGTH steps,
+ * as followMerges does; a chain that leads back to the fact moves nothing.
+ */
+async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId: string, repositoryId: string | null): Promise<void> {
   await trx.raw(
-    `INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index)
-     SELECT ?, source_id, repository_id, chunk_index, source_text, sentence_index FROM fact_sources WHERE fact_id = ?
-     ON CONFLICT (fact_id, source_id) DO NOTHING`,
-    [survivorId, loserId],
+    `WITH RECURSIVE redirect AS (
+       INSERT INTO fact_redirects (fact_id, survivor_id, repository_id) VALUES (?, ?, ?) ON CONFLICT (fact_id) DO NOTHING
+     ), marked AS (
+       UPDATE facts SET status = 'merged', merged_into = ? WHERE id = ?
+     ), chain(id, depth) AS (
+       SELECT COALESCE((SELECT survivor_id FROM fact_redirects WHERE fact_id = ? AND survivor_id IS NOT NULL), ?::text), 1
+       UNION ALL
+       SELECT r.survivor_id, chain.depth + 1 FROM chain JOIN fact_redirects r ON r.fact_id = chain.id
+        WHERE r.survivor_id IS NOT NULL AND chain.depth < ?
+     ), target AS (
+       -- The final survivor, unless the chain leads back to the fact itself.
+       SELECT id FROM (SELECT id FROM chain ORDER BY depth DESC LIMIT 1) AS last WHERE id <> ?
+     ), moved AS (
+       INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index)
+       SELECT target.id, s.source_id, s.repository_id, s.chunk_index, s.source_text, s.sentence_index
+         FROM fact_sources s, target WHERE s.fact_id = ?
+       ON CONFLICT (fact_id, source_id) DO NOTHING
+     )
+     DELETE FROM fact_sources WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)`,
+    [factId, survivorId, repositoryId, survivorId, factId, factId, survivorId, MAX_CHAIN_LENGTH, factId, factId, factId],
   );
-  await trx('fact_sources').where({ fact_id: loserId }).delete();
 }
 
 /**
@@ -197,20 +218,10 @@ export const factsProjection = projection<Handled>({
     FactsEmbedded: (trx, events) => applyEmbeddings(trx, embeddingsOf(events)),
     // One statement for the run.
     FactStabilized: (trx, events) => applyStabilizations(trx, stabilizationsOf(events)),
-    FactMergedInto: each(async (trx, event) => {
-      const factId = parseStreamName(event.streamId).id;
-      await trx('fact_redirects')
-        .insert({ fact_id: factId, survivor_id: event.data.survivor_id, repository_id: event.repositoryId })
-        .onConflict('fact_id')
-        .ignore();
-      await trx('facts').where({ id: factId }).update({ status: 'merged', merged_into: event.data.survivor_id });
-      const survivor = (await survivorsOf(trx, [factId])).get(factId) ?? event.data.survivor_id;
-      if (survivor !== factId) await moveFactSources(trx, factId, survivor);
-    }),
+    FactMergedInto: each((trx, event) => applyFactMerged(trx, parseStreamName(event.streamId).id, event.data.survivor_id, event.repositoryId)),
     FactRemoved: each(async (trx, event) => {
       const factId = parseStreamName(event.streamId).id;
-      await trx('facts').where({ id: factId }).delete();
-      await trx('fact_sources').where({ fact_id: factId }).delete();
+      await trx.raw(`WITH gone AS (DELETE FROM facts WHERE id = ?) DELETE FROM fact_sources WHERE fact_id = ?`, [factId, factId]);
     }),
   },
 });
