@@ -19,5 +19,5 @@ COPY configs ./configs
 COPY schemas ./schemas
 USER node
 EXPOSE 8080
-ENTRYPOINT ["node", "bin/factlog.js"]
+ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=8", "--optimize-for-size", "bin/factlog.js"]
 CMD ["serve", "--role", "all"]

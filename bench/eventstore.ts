@@ -30,12 +30,19 @@ import { migrateReadModels } from '../projections/migrations/index.js';
 import { createSearchIndexProjection } from '../projections/searchIndex.js';
 import { envNumber, log } from './common.js';
 import { appendReplicatedLog, corpusPipelineLog } from './pipelineLog.js';
+import { statementShape } from './sqlProfile.js';
 
 /** Each timed phase stops at this duration or its operation cap, whichever comes first. */
 const phaseMs = Number(process.env.BENCH_PHASE_MS ?? 5000);
 const concurrentWriters = 8;
 /** Copies of the corpus pipeline log replayed by the catch-up measurement (774 events each). */
 const logCopies = envNumber('BENCH_LOG_COPIES', 20);
+/**
+ * BENCH_PARTS=catchup: only the real-log catch-up (and its append), printed and not written to
+ * bench/RESULTS.md; BENCH_BACKENDS=pglite or postgres runs one store only.
+ */
+const catchUpOnly = process.env.BENCH_PARTS === 'catchup';
+const backends = new Set((process.env.BENCH_BACKENDS ?? 'pglite,postgres').split(','));
 
 interface Rate {
   perSecond: number;
@@ -200,17 +207,40 @@ async function realLogCatchUp(db: Database): Promise<{ append: Rate; catchUp: Ra
   await migrateReadModels(db.knex);
   const search = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: 100 });
   const searchProjection = createSearchIndexProjection(search, { vectorDimensions: 100 });
-  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection]);
+  // BENCH_BATCH_SIZE: events per catch-up batch (the runner's default otherwise).
+  const batchSize = process.env.BENCH_BATCH_SIZE ? Number(process.env.BENCH_BATCH_SIZE) : undefined;
+  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection], batchSize ? { batchSize } : {});
   let statements = 0;
   const countStatement = () => (statements += 1);
+  // BENCH_STATEMENTS=1: count and time the catch-up's statements by shape (knex `query` to
+  // `query-response`: on PGlite one connection, so that is the statement's own time plus the hop).
+  const shapes = new Map<string, { count: number; ms: number }>();
+  const startedAt = new Map<string, { shape: string; at: number }>();
+  const onQuery = (query: { sql: string; __knexQueryUid: string }) => startedAt.set(query.__knexQueryUid, { shape: statementShape(query.sql), at: performance.now() });
+  const onResponse = (_response: unknown, query: { __knexQueryUid: string }) => {
+    const started = startedAt.get(query.__knexQueryUid);
+    if (!started) return;
+    startedAt.delete(query.__knexQueryUid);
+    const shape = shapes.get(started.shape) ?? { count: 0, ms: 0 };
+    shape.count += 1;
+    shape.ms += performance.now() - started.at;
+    shapes.set(started.shape, shape);
+  };
   const timedRebuild = async (names: readonly string[]): Promise<Rate> => {
     statements = 0;
+    shapes.clear();
     db.knex.on('query', countStatement);
+    if (process.env.BENCH_STATEMENTS) db.knex.on('query', onQuery).on('query-response', onResponse);
     const cpuBefore = await cpuMicros(db);
     const begin = performance.now();
     await Promise.all(names.map((name) => runner.rebuild(name)));
     const seconds = (performance.now() - begin) / 1000;
     db.knex.off('query', countStatement);
+    if (process.env.BENCH_STATEMENTS) {
+      db.knex.off('query', onQuery).off('query-response', onResponse);
+      const rows = [...shapes].sort((a, b) => b[1].ms - a[1].ms).slice(0, 40);
+      for (const [shape, { count, ms }] of rows) log(`    ${String(count).padStart(6)} ${ms.toFixed(0).padStart(7)} ms  ${shape}`);
+    }
     const cpu = cpuPer(cpuBefore, await cpuMicros(db), appended);
     return { perSecond: appended / seconds, count: appended, seconds, statementsPerEvent: statements / appended, cpu };
   };
@@ -224,6 +254,7 @@ async function realLogCatchUp(db: Database): Promise<{ append: Rate; catchUp: Ra
 async function benchBackend(db: Database): Promise<Record<string, Rate>> {
   log(`  real pipeline log: append ${logCopies} copies, then rebuild every read model from 0`);
   const real = await realLogCatchUp(db);
+  if (catchUpOnly) return { realAppend: real.append, realCatchUp: real.catchUp, realSearchIndex: real.searchIndex };
   await db.knex.raw('DROP TABLE events, streams CASCADE');
   await migrateEventStore(db.knex);
   const store: EventStore = createPostgresEventStore(db, { schemas: schemas() });
@@ -305,24 +336,44 @@ async function main(): Promise<void> {
   await mkdir(tmp, { recursive: true });
   const byBackend: Record<'pglite' | 'postgres', Record<string, Rate>> = { pglite: {}, postgres: {} };
 
-  log('PGlite (data directory on disk)');
-  const pglite = await openDatabase({ kind: 'pglite', dataDir: path.join(tmp, 'pglite') });
-  try {
-    byBackend.pglite = await benchBackend(pglite);
-  } finally {
-    await pglite.close();
-    await rm(tmp, { recursive: true, force: true });
+  if (backends.has('pglite')) {
+    log('PGlite (data directory on disk)');
+    const pglite = await openDatabase({ kind: 'pglite', dataDir: path.join(tmp, 'pglite') });
+    try {
+      byBackend.pglite = await benchBackend(pglite);
+    } finally {
+      await pglite.close();
+      await rm(tmp, { recursive: true, force: true });
+    }
   }
 
-  log('PostgreSQL server');
-  const server = await openScratchPostgres(undefined, 'factlog_bench');
   let serverVersion = 'PostgreSQL';
-  try {
-    const version = await server.knex.raw('SHOW server_version');
-    serverVersion = `PostgreSQL ${String((version as { rows: Array<{ server_version: string }> }).rows[0].server_version).split(' ')[0]}`;
-    byBackend.postgres = await benchBackend(server);
-  } finally {
-    await server.close();
+  if (backends.has('postgres')) {
+    log('PostgreSQL server');
+    const server = await openScratchPostgres(undefined, 'factlog_bench');
+    try {
+      const version = await server.knex.raw('SHOW server_version');
+      serverVersion = `PostgreSQL ${String((version as { rows: Array<{ server_version: string }> }).rows[0].server_version).split(' ')[0]}`;
+      byBackend.postgres = await benchBackend(server);
+    } finally {
+      await server.close();
+    }
+  }
+
+  if (catchUpOnly) {
+    const line = (label: string, rate: Rate | undefined) =>
+      rate ? `${label}: ${formatRate(rate)} events/s, ${rate.statementsPerEvent?.toFixed(3) ?? 'n/a'} statements and ${formatCpu(rate)} µs CPU per event, ${rate.seconds.toFixed(2)} s` : `${label}: not run`;
+    process.stdout.write(
+      [
+        `load average at start / end: ${loadAtStart} / ${os.loadavg()[0].toFixed(2)}; ${logCopies} copies of the corpus log`,
+        line('PGlite, read models', byBackend.pglite.realCatchUp),
+        line('PGlite, search index', byBackend.pglite.realSearchIndex),
+        line(`${serverVersion}, read models`, byBackend.postgres.realCatchUp),
+        line(`${serverVersion}, search index`, byBackend.postgres.realSearchIndex),
+        '',
+      ].join('\n'),
+    );
+    return;
   }
 
   const rows: Row[] = [

@@ -23,7 +23,8 @@
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
  * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
- * sees; BENCH_SERVICE_NODE_ARGS adds node/V8 flags to the service. The ingest child also loads bench/serviceProbeHook.mjs (its own event-loop delay and
+ * sees. The service runs with bin/factlog.js's V8 flags (its shebang; BENCH_SERVICE_FLAGS=0 leaves them
+ * out); BENCH_SERVICE_NODE_ARGS adds node/V8 flags to the service. The ingest child also loads bench/serviceProbeHook.mjs (its own event-loop delay and
  * memory). Only a run of every part writes bench/RESULTS.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -143,12 +144,20 @@ interface ServiceProbe {
  */
 const runBuild = process.env.BENCH_BUILD === '1';
 
+/** The node flags of `bin/factlog.js`'s shebang (`#!/usr/bin/env -S node <flags>`). */
+function serviceNodeFlags(): string[] {
+  const shebang = readFileSync(path.join(root, 'bin/factlog.js'), 'utf8').split('\n')[0];
+  return /^#!\/usr\/bin\/env -S node (.+)$/.exec(shebang)?.[1].split(' ') ?? [];
+}
+
 /** Starts `src/main.ts serve` on a fresh data dir with the given environment, registers a user. */
 async function startServiceProcess(name: string, env: Record<string, string>, profile = false): Promise<ServiceProcess> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), `factlog-bench-${name}-`));
   const port = await freePort();
   const logFile = await open(path.join(dataDir, 'serve.log'), 'a');
   const nodeArgs = runBuild ? [] : [`--import=${import.meta.resolve('tsx')}`];
+  // The service's own V8 flags, as `bin/factlog.js` (its shebang) starts it; BENCH_SERVICE_FLAGS=0 leaves them out.
+  if (process.env.BENCH_SERVICE_FLAGS !== '0') nodeArgs.push(...serviceNodeFlags());
   // Extra node/V8 flags for the service, e.g. BENCH_SERVICE_NODE_ARGS=--no-wasm-dynamic-tiering.
   nodeArgs.push(...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean));
   if (profile && process.env.BENCH_SQL_PROFILE) {

@@ -7,7 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { installSqlProfile } from './sqlProfile.js';
 
 const target = process.env.BENCH_SQL_PROFILE;
-if (target) {
+if (target && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
   const profile = installSqlProfile();
   process.on('exit', () => {
     const totals = profile.totals();

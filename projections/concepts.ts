@@ -6,7 +6,7 @@ import type { FactEvent } from '../src/domain/fact/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
-import { followMerges } from './mergeChains.js';
+import { followMerges, MAX_CHAIN_LENGTH } from './mergeChains.js';
 
 type Handled =
   | ConceptEvent
@@ -201,20 +201,43 @@ async function applyConceptsExtracted(trx: Knex.Transaction, events: ReadonlyArr
   await linkUnlessMerged(trx, factConceptLinks(events, survivors), { factIds: [], conceptIds: [] });
 }
 
-async function applyFactMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, factId: string, survivorId: string): Promise<void> {
-  await trx('fact_concept_redirects').insert({ fact_id: factId, survivor_id: survivorId }).onConflict('fact_id').ignore();
-  const finalSurvivor = (await factSurvivors(trx, [factId])).get(factId) ?? survivorId;
-  if (finalSurvivor === factId) return;
-  const conceptIds = (await trx('fact_concepts').where({ fact_id: factId }).pluck('concept_id')) as string[];
-  if (conceptIds.length === 0) return;
+/**
+ * A fact merged into `survivorId`, in one statement: the redirect is recorded and the fact's
+ * concept links move to its final survivor (followed from the fact's redirect as stored before
+ * this statement, as followMerges would after the ignored insert), then the concepts it was
+ * linked to are recounted. The recount cannot see this statement's own insert and delete, so it
+ * adds the rows moved and subtracts those deleted: the count a recount afterwards would make.
+ */
+async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId: string): Promise<void> {
   await trx.raw(
-    `INSERT INTO fact_concepts (fact_id, concept_id, repository_id, source_id)
-     SELECT ?, concept_id, repository_id, source_id FROM fact_concepts WHERE fact_id = ?
-     ON CONFLICT (fact_id, concept_id) DO NOTHING`,
-    [finalSurvivor, factId],
+    `WITH RECURSIVE redirect AS (
+       INSERT INTO fact_concept_redirects (fact_id, survivor_id) VALUES (?, ?) ON CONFLICT (fact_id) DO NOTHING
+     ), chain(id, depth) AS (
+       SELECT COALESCE((SELECT survivor_id FROM fact_concept_redirects WHERE fact_id = ? AND survivor_id IS NOT NULL), ?::text), 1
+       UNION ALL
+       SELECT r.survivor_id, chain.depth + 1 FROM chain JOIN fact_concept_redirects r ON r.fact_id = chain.id
+        WHERE r.survivor_id IS NOT NULL AND chain.depth < ?
+     ), target AS (
+       -- The final survivor, unless the chain leads back to the fact itself.
+       SELECT id FROM (SELECT id FROM chain ORDER BY depth DESC LIMIT 1) AS last WHERE id <> ?
+     ), linked AS (
+       SELECT concept_id, repository_id, source_id FROM fact_concepts WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)
+     ), moved AS (
+       INSERT INTO fact_concepts (fact_id, concept_id, repository_id, source_id)
+       SELECT target.id, linked.concept_id, linked.repository_id, linked.source_id FROM linked, target
+       ON CONFLICT (fact_id, concept_id) DO NOTHING
+       RETURNING concept_id
+     ), deleted AS (
+       DELETE FROM fact_concepts WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)
+       RETURNING concept_id
+     )
+     UPDATE concepts
+        SET fact_count = (SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)
+                       + (SELECT count(*) FROM moved WHERE moved.concept_id = concepts.id)
+                       - (SELECT count(*) FROM deleted WHERE deleted.concept_id = concepts.id)
+      WHERE concepts.id IN (SELECT concept_id FROM linked)`,
+    [factId, survivorId, factId, survivorId, MAX_CHAIN_LENGTH, factId, factId, factId],
   );
-  await trx('fact_concepts').where({ fact_id: factId }).delete();
-  await recountFacts(trx, conceptIds);
 }
 
 /**
@@ -257,9 +280,14 @@ async function applyRelations(trx: Knex.Transaction, events: ReadonlyArray<Recor
  * inserted. A fresh concept has no alias rows yet, so its alias text (the aliases other than the
  * canonical name, ordered as refreshAliasText orders them) comes from the event itself.
  */
-async function applyConceptsCreated(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Extract<ConceptEvent, { type: 'ConceptCreated' }>>>): Promise<void> {
+async function applyConceptsCreated(
+  trx: Knex.Transaction,
+  events: ReadonlyArray<RecordedOf<Extract<ConceptEvent, { type: 'ConceptCreated' }>>>,
+  embeddings: ReadonlyMap<string, ConceptEmbedding> = new Map(),
+): Promise<void> {
   const concepts = events.map((event, n) => {
     const id = parseStreamName(event.streamId).id;
+    const embedding = embeddings.get(id);
     const repositoryId = event.repositoryId ?? '';
     const aliases = aliasRows([{ id, repositoryId, context: event.data.context, aliases: [event.data.canonical_name, ...event.data.aliases] }]);
     return {
@@ -271,23 +299,34 @@ async function applyConceptsCreated(trx: Knex.Transaction, events: ReadonlyArray
       ontology_class: event.data.ontology_class,
       source_id: event.data.source_id,
       at: event.occurredAt,
+      embedding_model: embedding?.model ?? null,
+      embedded_at: embedding?.at ?? null,
       aliases,
     };
   });
   await trx.raw(
     `WITH input AS (
        SELECT * FROM jsonb_to_recordset(?::jsonb)
-         AS r(n int, id text, repository_id text, canonical_name text, context text, ontology_class text, source_id text, at timestamptz, aliases jsonb)
+         AS r(n int, id text, repository_id text, canonical_name text, context text, ontology_class text, source_id text, at timestamptz,
+              embedding_model text, embedded_at timestamptz, aliases jsonb)
      ), created AS (
        -- In log order: of two concepts with one identity, the first stays.
-       INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at, alias_text)
-       SELECT r.id, r.repository_id, r.canonical_name, r.context, r.ontology_class, 'active', r.source_id, r.at, r.at,
+       INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at, alias_text, embedding_model)
+       SELECT r.id, r.repository_id, r.canonical_name, r.context, r.ontology_class, 'active', r.source_id, r.at, COALESCE(r.embedded_at, r.at),
               COALESCE((SELECT string_agg(a.alias, ' ' ORDER BY a.alias_lower)
                           FROM jsonb_to_recordset(r.aliases) AS a(alias text, alias_lower text)
                          WHERE a.alias_lower <> lower(r.canonical_name)), '')
+              , r.embedding_model
          FROM input r
         ORDER BY r.n
        ON CONFLICT DO NOTHING RETURNING id
+     ), embedded AS (
+       -- The embeddings of concepts stored before this statement (its snapshot does not see the
+       -- rows it inserts, which carry theirs already).
+       UPDATE concepts SET embedding_model = e.model, updated_at = e.at
+         FROM jsonb_to_recordset(?::jsonb) AS e(id text, model text, at timestamptz)
+        WHERE concepts.id = e.id AND concepts.id = ANY(?::text[])
+       RETURNING 1
      )
      -- A stream's ConceptCreated may come twice (a twin in another spelling): the first one's row was inserted.
      INSERT INTO concept_aliases (concept_id, repository_id, alias, alias_lower, context_lower)
@@ -295,8 +334,49 @@ async function applyConceptsCreated(trx: Knex.Transaction, events: ReadonlyArray
        FROM (SELECT DISTINCT ON (r.id) r.aliases FROM input r JOIN created ON created.id = r.id ORDER BY r.id, r.n) AS fresh,
             jsonb_to_recordset(fresh.aliases) AS a(concept_id text, repository_id text, alias text, alias_lower text, context_lower text)
      ON CONFLICT (concept_id, alias_lower) DO NOTHING`,
-    [JSON.stringify(concepts)],
+    [JSON.stringify(concepts), JSON.stringify([...embeddings].map(([id, change]) => ({ id, ...change }))), [...embeddings.keys()]],
   );
+}
+
+type ConceptEmbedding = { model: string; at: string };
+
+/** A concept embedded twice ends with the later model, as one update after another would. */
+function embeddingsOf(events: ReadonlyArray<RecordedOf<Extract<ConceptEvent, { type: 'ConceptEmbedded' }>>>): Map<string, ConceptEmbedding> {
+  return new Map(events.map((event) => [parseStreamName(event.streamId).id, { model: event.data.model, at: event.occurredAt }]));
+}
+
+async function applyConceptsEmbedded(trx: Knex.Transaction, latest: ReadonlyMap<string, ConceptEmbedding>): Promise<void> {
+  if (latest.size === 0) return;
+  await trx.raw(
+    `UPDATE concepts SET embedding_model = r.model, updated_at = r.at
+       FROM jsonb_to_recordset(?::jsonb) AS r(id text, model text, at timestamptz)
+      WHERE concepts.id = r.id AND concepts.id = ANY(?::text[])`,
+    // The ids again as an array, for an index lookup (see updateRows).
+    [JSON.stringify([...latest].map(([id, change]) => ({ id, ...change }))), [...latest.keys()]],
+  );
+}
+
+/**
+ * A run of the ConceptCreated group, as the types' handlers would leave it one type after the
+ * other: creations and embeddings in one statement (a new concept is inserted with its
+ * embedding, not updated for it), then the links, then the relation changes (their own table).
+ */
+async function applyConceptsRun(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Handled>>): Promise<void> {
+  const created: Array<RecordedOf<Extract<ConceptEvent, { type: 'ConceptCreated' }>>> = [];
+  const embedded: Array<RecordedOf<Extract<ConceptEvent, { type: 'ConceptEmbedded' }>>> = [];
+  const extracted: Array<RecordedOf<ConceptsExtracted>> = [];
+  const relations: Array<RecordedOf<Extract<RepositoryEvent, { type: 'ConceptRelationsRefreshed' }>>> = [];
+  for (const event of events) {
+    if (event.type === 'ConceptCreated') created.push(event);
+    else if (event.type === 'ConceptEmbedded') embedded.push(event);
+    else if (event.type === 'ConceptsExtracted') extracted.push(event);
+    else if (event.type === 'ConceptRelationsRefreshed') relations.push(event);
+    else throw new Error(`concepts: ${event.type} is not in the ConceptCreated group`);
+  }
+  if (created.length > 0) await applyConceptsCreated(trx, created, embeddingsOf(embedded));
+  else await applyConceptsEmbedded(trx, embeddingsOf(embedded));
+  if (extracted.length > 0) await applyConceptsExtracted(trx, extracted);
+  if (relations.length > 0) await applyRelations(trx, relations);
 }
 
 /**
@@ -313,9 +393,11 @@ export const conceptsProjection = projection<Handled>({
   // appends a batch's ConceptsExtracted only once the concepts it links exist (created or found).
   // Concepts are independent of each other, and links only add rows and recount, so a run of
   // these types may create all, embed all, then link all.
-  batchTogether: [['ConceptCreated', 'ConceptEmbedded', 'ConceptsExtracted']],
+  // Relation changes touch only concept_relations, which no other type of the group reads or
+  // writes, so they join the run too (merges, which move links, still end it).
+  batchTogether: [{ types: ['ConceptCreated', 'ConceptEmbedded', 'ConceptsExtracted', 'ConceptRelationsRefreshed'], handler: applyConceptsRun }],
   handlers: {
-    ConceptCreated: applyConceptsCreated,
+    ConceptCreated: (trx, events) => applyConceptsCreated(trx, events),
     ConceptAliasAdded: each(async (trx, event) => {
       const streamId = parseStreamName(event.streamId).id;
       const concept = await liveConcept(trx, streamId);
@@ -335,20 +417,11 @@ export const conceptsProjection = projection<Handled>({
       await refreshAliasText(trx, streamId);
       await trx('concepts').where({ id: streamId }).update({ updated_at: event.occurredAt });
     }),
-    // One statement for the run; a concept embedded twice ends with the later model, as one update after another would.
-    async ConceptEmbedded(trx, events) {
-      const latest = new Map(events.map((event) => [parseStreamName(event.streamId).id, { model: event.data.model, at: event.occurredAt }]));
-      await trx.raw(
-        `UPDATE concepts SET embedding_model = r.model, updated_at = r.at
-           FROM jsonb_to_recordset(?::jsonb) AS r(id text, model text, at timestamptz)
-          WHERE concepts.id = r.id AND concepts.id = ANY(?::text[])`,
-        // The ids again as an array, for an index lookup (see updateRows).
-        [JSON.stringify([...latest].map(([id, change]) => ({ id, ...change }))), [...latest.keys()]],
-      );
-    },
+    // One statement for the run.
+    ConceptEmbedded: (trx, events) => applyConceptsEmbedded(trx, embeddingsOf(events)),
     ConceptMergedInto: each((trx, event) => applyConceptMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
     ConceptsExtracted: applyConceptsExtracted,
-    FactMergedInto: each((trx, event) => applyFactMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
+    FactMergedInto: each((trx, event) => applyFactMerged(trx, parseStreamName(event.streamId).id, event.data.survivor_id)),
     // A retracted fact's links go, and the concepts it was linked to are recounted.
     FactRetracted: each(async (trx, event) => {
       const factId = parseStreamName(event.streamId).id;

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 /** Merge chains are short (a survivor is rarely merged again); this bounds a corrupt cycle. */
-const MAX_CHAIN_LENGTH = 32;
+export const MAX_CHAIN_LENGTH = 32;
 
 /**
  * The final survivor of each id, following `table.from -> table.to` rows (a merged fact or

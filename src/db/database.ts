@@ -3,7 +3,7 @@ import path from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
 import { acquireDataDirLock } from './dataDirLock.js';
-import { PgliteThread } from './pgliteThread.js';
+import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.js';
 import { gateConnection, PriorityGate } from './priority.js';
 
 /**
@@ -53,12 +53,15 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     // One process per data directory: a second opener gets DataDirLockedError naming the owner.
     if (!inMemory) mkdirSync(path.resolve(options.dataDir), { recursive: true });
     const lock = inMemory ? null : acquireDataDirLock(path.resolve(options.dataDir));
+    const settings = { ...pgliteMemorySettings, ...(options.settings ?? {}) };
     let pglite: PgliteThread;
     try {
+      // A new directory is initialised by a child process, whose memory goes away with it.
+      if (!options.loadDataDir && needsInitdb(options.dataDir)) await initdbInChildProcess(options.dataDir, settings);
       pglite = await PgliteThread.open({
         dataDir: options.dataDir,
         ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
-        settings: { ...pgliteMemorySettings, ...(options.settings ?? {}) },
+        settings,
       });
     } catch (error) {
       lock?.release();

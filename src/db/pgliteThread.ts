@@ -1,4 +1,6 @@
-import { extname } from 'node:path';
+import { fork } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path, { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Results } from '@electric-sql/pglite';
@@ -13,6 +15,38 @@ import {
 
 /** The worker entry beside this module: pgliteWorker.ts under tsx (tests), .js in the build. */
 const WORKER_ENTRY = new URL(`./pgliteWorker${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+/** The initdb child's entry, beside this module the same way. */
+const INITDB_ENTRY = new URL(`./pgliteInitdbChild${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+
+/** Whether `dataDir` holds no database yet, so that opening it would run initdb. */
+export function needsInitdb(dataDir: string): boolean {
+  return !dataDir.startsWith('memory://') && !existsSync(path.join(path.resolve(dataDir), 'PG_VERSION'));
+}
+
+/**
+ * Runs PGlite's initdb for a new data directory in a short-lived child process
+ * (src/db/pgliteInitdbChild.ts). Done in this process, initdb raised its peak RSS by ~300 MB and
+ * left ~190 MB resident for good (docs/performance.md, "Memory of an embedded node"). The child
+ * has the same node flags (and so the same TypeScript loader in tests) as this process; it
+ * ends when initdb does, and by itself if this process dies meanwhile (its IPC channel closes).
+ */
+export async function initdbInChildProcess(dataDir: string, settings: Readonly<Record<string, string>> = {}): Promise<void> {
+  const child = fork(fileURLToPath(INITDB_ENTRY), [dataDir, JSON.stringify(settings)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    // Tells measuring hooks loaded through the inherited flags (bench/) that this is not the service.
+    env: { ...process.env, FACTLOG_PGLITE_INITDB_CHILD: '1' },
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once('error', (error) => {
+      child.kill('SIGKILL');
+      reject(error);
+    });
+    child.once('exit', (code, signal) => {
+      if (code === 0) resolve();
+      else reject(new Error(`PGlite initdb of ${dataDir} failed in its child process (${signal ?? `exit code ${code}`})`));
+    });
+  });
+}
 
 interface Pending {
   resolve(value: PgliteReply & { ok: true }): void;

@@ -65,7 +65,18 @@ export interface ProjectionDefinition<E extends DomainEvent<string, unknown>> {
    * consecutive events of one group goes to the handlers type by type, in the group's order, so
    * interleaved types still make long runs; a stream whose events break the order ends the run.
    */
-  batchTogether?: ReadonlyArray<ReadonlyArray<E['type']>>;
+  batchTogether?: ReadonlyArray<ReadonlyArray<E['type']> | BatchGroup<E>>;
+}
+
+/**
+ * A batchTogether group with a handler of its own: it gets a whole run of the group (every
+ * type, in log order) and must leave what the types' handlers would, applied type by type in the
+ * group's order. It can then write each row once per run (a fact inserted with its embedding and
+ * stabilization) instead of once per event type.
+ */
+export interface BatchGroup<E extends DomainEvent<string, unknown>> {
+  readonly types: ReadonlyArray<E['type']>;
+  readonly handler: RunHandler<E>;
 }
 
 /**
@@ -80,7 +91,11 @@ export function projection<E extends DomainEvent<string, unknown>>(definition: P
   const handled = new Set(eventTypes);
   /** Per grouped type: its group and its rank in it. */
   const grouping = new Map<string, { group: readonly string[]; rank: number }>();
-  for (const group of definition.batchTogether ?? []) {
+  /** The group handler of each group that has one. */
+  const groupHandlers = new Map<readonly string[], RunHandler<E>>();
+  for (const entry of definition.batchTogether ?? []) {
+    const group: readonly string[] = isBatchGroup(entry) ? entry.types : entry;
+    if (isBatchGroup(entry)) groupHandlers.set(group, entry.handler);
     group.forEach((type, rank) => {
       if (grouping.has(type)) throw new Error(`projection ${definition.name}: ${type} is in two batchTogether groups`);
       if (!handled.has(type)) throw new Error(`projection ${definition.name}: batchTogether names ${type}, which it does not handle`);
@@ -92,6 +107,11 @@ export function projection<E extends DomainEvent<string, unknown>>(definition: P
     if (handler && isRunOf<E>(run, handled)) await handler(trx, run);
   };
   const applyGroupRun = async (trx: Knex.Transaction, group: readonly string[], run: RecordedEvent[]) => {
+    const groupHandler = groupHandlers.get(group);
+    if (groupHandler && run.length > 1 && isRunOf<E>(run, handled)) {
+      await groupHandler(trx, run);
+      return;
+    }
     for (const type of group) {
       const ofType = run.filter((event) => event.type === type);
       if (ofType.length > 0) await applyRun(trx, ofType);
@@ -130,6 +150,10 @@ export function projection<E extends DomainEvent<string, unknown>>(definition: P
       await flush();
     },
   };
+}
+
+function isBatchGroup<E extends DomainEvent<string, unknown>>(entry: ReadonlyArray<E['type']> | BatchGroup<E>): entry is BatchGroup<E> {
+  return !Array.isArray(entry);
 }
 
 /**

@@ -1,5 +1,9 @@
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import t from 'tap';
-import { PgliteThread } from '../../src/db/pgliteThread.js';
+import { openDatabase } from '../../src/db/database.js';
+import { initdbInChildProcess, needsInitdb, PgliteThread } from '../../src/db/pgliteThread.js';
 import { openTestPglite, pgliteTemplate } from '../helpers/pglite.js';
 
 // One PGlite in a worker for the file: opening one takes seconds.
@@ -93,4 +97,30 @@ t.test('PGlite starts with the embedded memory settings; the settings option ove
   const tuned = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
   t.teardown(() => tuned.close());
   t.same((await tuned.query('SHOW work_mem')).rows, [{ work_mem: '2MB' }]);
+});
+
+t.test('a new data directory is initialised by a child process, then opened in the worker; an existing one is not initialised again', async (t) => {
+  const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = path.join(parent, 'data');
+  t.equal(needsInitdb(dataDir), true);
+  t.equal(needsInitdb('memory://'), false);
+  const db = await openDatabase({ kind: 'pglite', dataDir });
+  t.ok(existsSync(path.join(dataDir, 'PG_VERSION')));
+  t.equal(needsInitdb(dataDir), false);
+  await db.knex.raw('CREATE TABLE kept (n int)');
+  await db.knex('kept').insert({ n: 7 });
+  await db.close();
+  const again = await openDatabase({ kind: 'pglite', dataDir });
+  t.teardown(() => again.close());
+  t.same(await again.knex('kept').select('n'), [{ n: 7 }]);
+});
+
+t.test('an initdb that fails in its child process rejects with the reason', async (t) => {
+  const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  // A file where the data directory should be: initdb cannot create its files under it.
+  const notADirectory = path.join(parent, 'file');
+  writeFileSync(notADirectory, 'not a directory');
+  await t.rejects(initdbInChildProcess(notADirectory), /PGlite initdb of .* failed in its child process/);
 });

@@ -75,6 +75,29 @@ t.test('batchTogether makes one run of interleaved types, type by type, until a 
   t.same(calls, ['Opened:a,b', 'Tagged:a,b,a', 'Opened:a', 'Closed:c']);
 });
 
+t.test('a batchTogether group with a handler gets its whole run in log order; a lone event goes to its type', async (t) => {
+  const calls: string[] = [];
+  const log = (name: string) => async (_trx: Knex.Transaction, events: ReadonlyArray<{ streamId: string; type: string }>) => {
+    calls.push(`${name}:${events.map((event) => `${event.type}@${event.streamId}`).join(',')}`);
+  };
+  const definition = projection<TestEvent>({
+    name: 'grouped',
+    tables: [],
+    batchTogether: [{ types: ['Opened', 'Tagged'], handler: log('group') }],
+    handlers: { Opened: log('Opened'), Tagged: log('Tagged'), Closed: log('Closed') },
+  });
+  await definition.applyBatch?.(trx, [
+    recorded('a', 'Opened', { name: 'a' }),
+    recorded('b', 'Opened', { name: 'b' }),
+    recorded('a', 'Tagged', { tag: 'x' }),
+    recorded('c', 'Closed', { reason: 'done' }),
+    recorded('d', 'Tagged', { tag: 'y' }),
+    // `d` was tagged: opening it again must come after, so the run ends here.
+    recorded('d', 'Opened', { name: 'd' }),
+  ]);
+  t.same(calls, ['group:Opened@a,Opened@b,Tagged@a', 'Closed:Closed@c', 'Tagged:Tagged@d', 'Opened:Opened@d']);
+});
+
 t.test('apply hands one event to its handler', async (t) => {
   const seen: string[] = [];
   const definition = projection<TestEvent>({
