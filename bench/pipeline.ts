@@ -27,7 +27,7 @@
  * memory). Only a run of every part writes bench/RESULTS.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -298,7 +298,10 @@ async function waitUntilDone(api: Api, repositoryId: string, documents: number, 
 async function documentFinishes(api: Api, repositoryId: string, t0Epoch: number): Promise<{ finishes: number[]; jobs: Map<string, number> }> {
   const last = new Map<string, number>();
   const jobs = new Map<string, number>();
-  for (const job of await listAll(api, `/api/v1/repositories/${repositoryId}/tasks`)) {
+  const listed = await listAll(api, `/api/v1/repositories/${repositoryId}/tasks`);
+  // BENCH_JOBS_DUMP=<file>: every job's kind and times, to see where a run waited.
+  if (process.env.BENCH_JOBS_DUMP) writeFileSync(process.env.BENCH_JOBS_DUMP, JSON.stringify({ t0Epoch, jobs: listed }));
+  for (const job of listed) {
     jobs.set(String(job.kind), (jobs.get(String(job.kind)) ?? 0) + 1);
     if (typeof job.source_id !== 'string' || typeof job.finished_at !== 'string') continue;
     const finished = Date.parse(job.finished_at);
