@@ -160,7 +160,7 @@ t.test('embed_facts and embed_concepts with the local embedder', async (t) => {
     t.same(events.map((event) => event.type), ['ConceptCreated', 'ConceptAliasAdded', 'ConceptEmbedded'], 'the alias and the vector are both kept');
   });
 
-  t.test('embed_concepts runMany: the group's concepts in one embedding call, each decided as run would', async (t) => {
+  t.test('embed_concepts runMany: the concepts of a group in one embedding call, each decided as run would', async (t) => {
     const metadata = testMetadata(repositoryId);
     const create = async (name: string): Promise<{ id: string; created: Awaited<ReturnType<typeof fixture.last>> }> => {
       const id = conceptIdFor(repositoryId, name, 'organization');
