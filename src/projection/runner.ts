@@ -434,13 +434,24 @@ export class ProjectionRunner implements ReadModelRunner {
       try {
         await this.db.knex.transaction(async (trx) => {
           for (const worker of fed) await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
-          const result = await trx.raw<{ rows: Array<{ name: string }> }>(
-            `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()
-               FROM unnest(?::text[], ?::bigint[]) AS known(name, position)
-              WHERE c.name = known.name AND c.position = known.position
-              RETURNING c.name`,
-            [last, fed.map((worker) => worker.projection.name), fed.map((worker) => worker.position)],
-          );
+          const names = fed.map((worker) => worker.projection.name);
+          const positions = new Set(fed.map((worker) => worker.position));
+          // Projections of a lane mostly stand at one position: then a plain index lookup, which
+          // plans in half the time of the join over the pairs.
+          const result =
+            positions.size === 1
+              ? await trx.raw<{ rows: Array<{ name: string }> }>(
+                  `UPDATE projection_checkpoints SET position = ?, updated_at = now()
+                    WHERE name = ANY(?::text[]) AND position = ? RETURNING name`,
+                  [last, names, fed[0].position],
+                )
+              : await trx.raw<{ rows: Array<{ name: string }> }>(
+                  `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()
+                     FROM unnest(?::text[], ?::bigint[]) AS known(name, position)
+                    WHERE c.name = known.name AND c.position = known.position
+                    RETURNING c.name`,
+                  [last, names, fed.map((worker) => worker.position)],
+                );
           if (result.rows.length !== fed.length) throw new Error('a projection checkpoint moved during the batch');
         });
         return new Map(fed.map((worker): [Worker, BatchOutcome] => [worker, { kind: 'applied' }]));
