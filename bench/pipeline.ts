@@ -19,7 +19,7 @@
  *
  * Environment: BENCH_PARTS (ingest,openai,corpus,search), BENCH_DOCS (1000), BENCH_SENTENCES (12),
  * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
- * (100000), BENCH_QUERIES (200), BENCH_SEED (7). Profiling the ingest child: BENCH_CPU_PROF=<dir>
+ * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times). Profiling the ingest child: BENCH_CPU_PROF=<dir>
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
  * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
@@ -28,7 +28,7 @@
  * memory). Only a run of every part writes bench/RESULTS.md.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -307,7 +307,10 @@ async function waitUntilDone(api: Api, repositoryId: string, documents: number, 
 async function documentFinishes(api: Api, repositoryId: string, t0Epoch: number): Promise<{ finishes: number[]; jobs: Map<string, number> }> {
   const last = new Map<string, number>();
   const jobs = new Map<string, number>();
-  for (const job of await listAll(api, `/api/v1/repositories/${repositoryId}/tasks`)) {
+  const listed = await listAll(api, `/api/v1/repositories/${repositoryId}/tasks`);
+  // BENCH_JOBS_DUMP=<file>: every job's kind and times, to see where a run waited.
+  if (process.env.BENCH_JOBS_DUMP) writeFileSync(process.env.BENCH_JOBS_DUMP, JSON.stringify({ t0Epoch, jobs: listed }));
+  for (const job of listed) {
     jobs.set(String(job.kind), (jobs.get(String(job.kind)) ?? 0) + 1);
     if (typeof job.source_id !== 'string' || typeof job.finished_at !== 'string') continue;
     const finished = Date.parse(job.finished_at);
@@ -381,7 +384,9 @@ async function runIngest(): Promise<IngestResult> {
     const urls = Array.from({ length: sizes.docs }, (_, doc) => `${web.baseUrl}/synthetic/${doc}.html`);
     const loadBefore = os.loadavg()[0];
     service.resetServiceProbe();
-    const result = await addAndWait(service, 'Ingest', urls, true);
+    // BENCH_PROBE=0: no prober, so the CPU per document is the pipeline's alone (the prober's
+    // searches cost CPU in proportion to the run's length, which the machine's load sets).
+    const result = await addAndWait(service, 'Ingest', urls, process.env.BENCH_PROBE !== '0');
     await sleep(600); // the probe file is rewritten every 500 ms
     return { ...result, peakRss: service.peakRssMiB(), serviceProbe: service.serviceProbe(), load: [loadBefore, os.loadavg()[0]] };
   } finally {

@@ -16,14 +16,15 @@ interface Shape {
 
 /** Statement text with literals and parameter lists collapsed, so one statement shape is one row. */
 export function statementShape(sql: string): string {
-  return sql
+  const shape = sql
     .replace(/\s+/g, ' ')
     .replace(/\$\d+(\s*,\s*\$\d+)*/g, '$n')
     .replace(/\(\s*\?(\s*,\s*\?)*\s*\)/g, '(?)')
     .replace(/'[^']*'/g, "'…'")
     .replace(/\(\$n\)(\s*,\s*\(\$n\))+/g, '($n)…')
-    .trim()
-    .slice(0, 160);
+    .trim();
+  // Long statements that start alike (the event reads' column list) differ at their end.
+  return shape.length <= 200 ? shape : `${shape.slice(0, 130)} … ${shape.slice(-65)}`;
 }
 
 export interface SqlProfile {

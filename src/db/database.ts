@@ -5,6 +5,7 @@ import ClientPgLite from 'knex-pglite';
 import { acquireDataDirLock } from './dataDirLock.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.js';
 import { gateConnection, PriorityGate } from './priority.js';
+import { registerRawRunner } from './rawQuery.js';
 
 /**
  * One way to reach PostgreSQL: a knex instance over either PGlite (embedded WASM, run in a worker
@@ -75,7 +76,17 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       connection: () => ({ pglite }),
     } as Knex.Config);
     // Requests and projections go before the pipeline's queued statements (src/db/priority.ts).
-    gateConnection(knex.client as Parameters<typeof gateConnection>[0], new PriorityGate());
+    const gate = new PriorityGate();
+    gateConnection(knex.client as Parameters<typeof gateConnection>[0], gate);
+    // The hot statements skip knex (src/db/rawQuery.ts), behind the same gate.
+    registerRawRunner(knex, async (sql, bindings) => {
+      await gate.enter();
+      try {
+        return await pglite.query(sql, [...bindings]);
+      } finally {
+        gate.leave();
+      }
+    });
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     return {
       knex,

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { type Database, migrateUnderLock } from '../db/database.js';
+import { rawQuery } from '../db/rawQuery.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
 import {
   ConcurrencyError,
@@ -285,6 +286,9 @@ const eventColumns = [
   'occurred_at',
 ] as const;
 
+/** The same columns for the statements written out (rawQuery). */
+const eventColumnList = eventColumns.map((column) => `"${column}"`).join(', ');
+
 /** What `factlog_append_events` assigned to one appended event. */
 interface AppendedRow {
   global_position: string | number;
@@ -320,7 +324,7 @@ function databaseErrorCode(error: unknown): string | undefined {
 }
 
 async function currentStreamVersion(runner: Knex | Knex.Transaction, streamId: string): Promise<number | 'no_stream'> {
-  const row = (await runner('streams').select('version').where('stream_id', streamId).first()) as { version: number } | undefined;
+  const [row] = (await rawQuery<{ version: number }>(runner, 'SELECT version FROM streams WHERE stream_id = ? LIMIT 1', [streamId])).rows;
   return row ? Number(row.version) : 'no_stream';
 }
 
@@ -369,11 +373,12 @@ async function appendEvents(
   try {
     // Only what the store assigned comes back: the rest is in `documents`, and sending each
     // event's data back to be parsed again cost as much as storing it.
-    const result = await runner.raw(
+    const result = await rawQuery<AppendedRow>(
+      runner,
       'SELECT global_position, stream_version, occurred_at FROM factlog_append_events(?, ?, ?::jsonb) ORDER BY stream_version',
       [streamId, String(expected), JSON.stringify(documents)],
     );
-    rows = (result as { rows: AppendedRow[] }).rows;
+    rows = result.rows;
   } catch (error) {
     const code = databaseErrorCode(error);
     if (code === wrongVersionState) {
@@ -423,10 +428,11 @@ async function readManyStreams(knex: Knex, streamIds: readonly string[]): Promis
     byStream.set(streamId, []);
   }
   if (byStream.size === 0) return byStream;
-  const rows = (await knex('events')
-    .select(...eventColumns)
-    .whereRaw('stream_id = ANY(?::text[])', [[...byStream.keys()]])
-    .orderBy([{ column: 'stream_id' }, { column: 'stream_version' }])) as EventRow[];
+  const { rows } = await rawQuery<EventRow>(
+    knex,
+    `SELECT ${eventColumnList} FROM events WHERE stream_id = ANY(?::text[]) ORDER BY stream_id, stream_version`,
+    [[...byStream.keys()]],
+  );
   for (const row of rows) byStream.get(row.stream_id)?.push(toRecordedEvent(row));
   return byStream;
 }
@@ -447,10 +453,10 @@ async function appendManyStreams(knex: Knex, schemas: EventSchemaRegistry, appen
   if (appends.length === 0) return [];
   let rows: PartRow[];
   try {
-    const result = await knex.raw('SELECT * FROM factlog_append_to_streams(?::jsonb)', [
+    const result = await rawQuery<PartRow>(knex, 'SELECT * FROM factlog_append_to_streams(?::jsonb)', [
       JSON.stringify(appends.map((part, index) => ({ streamId: part.streamId, expected: String(part.expected), events: validated[index] }))),
     ]);
-    rows = (result as { rows: PartRow[] }).rows;
+    rows = result.rows;
   } catch (error) {
     if (databaseErrorCode(error) === untranslatableCharacterState) {
       throw new InvalidEventError(validated.flat()[0]?.type ?? 'unknown', 'a string contains a character jsonb cannot store (\\u0000)');
@@ -506,23 +512,35 @@ async function readGlobal(knex: Knex, options: GlobalReadOptions): Promise<Recor
   const after = options.after ?? 0;
   if (!Number.isInteger(after) || after < 0) throw new RangeError(`after must be an integer >= 0, got ${String(after)}`);
   if (limit === 0 || (options.types !== undefined && options.types.length === 0)) return [];
-  const query = knex('events')
-    .select(...eventColumns)
-    .whereRaw(visibleToReaders)
-    .andWhere('global_position', '>', after)
-    .orderBy('global_position')
-    .limit(limit);
-  if (options.upTo !== undefined) query.andWhere('global_position', '<=', options.upTo);
-  if (options.types !== undefined) query.whereIn('type', [...options.types]);
-  if (options.repositoryId !== undefined) query.andWhere('repository_id', options.repositoryId);
-  if (options.streamId !== undefined) query.andWhere('stream_id', options.streamId);
-  const rows = (await query) as EventRow[];
+  const conditions = [visibleToReaders, 'global_position > ?'];
+  const bindings: unknown[] = [after];
+  if (options.upTo !== undefined) {
+    conditions.push('global_position <= ?');
+    bindings.push(options.upTo);
+  }
+  if (options.types !== undefined) {
+    conditions.push('type = ANY(?::text[])');
+    bindings.push([...options.types]);
+  }
+  if (options.repositoryId !== undefined) {
+    conditions.push('repository_id = ?');
+    bindings.push(options.repositoryId);
+  }
+  if (options.streamId !== undefined) {
+    conditions.push('stream_id = ?');
+    bindings.push(options.streamId);
+  }
+  bindings.push(limit);
+  const { rows } = await rawQuery<EventRow>(
+    knex,
+    `SELECT ${eventColumnList} FROM events WHERE ${conditions.join(' AND ')} ORDER BY global_position LIMIT ?`,
+    bindings,
+  );
   return rows.map(toRecordedEvent);
 }
 
 async function readHead(knex: Knex): Promise<number> {
-  const result = await knex.raw(`SELECT coalesce(max(global_position), 0) AS head FROM events WHERE ${visibleToReaders}`);
-  const row = (result as { rows: Array<{ head: string | number }> }).rows[0];
+  const [row] = (await rawQuery<{ head: string | number }>(knex, `SELECT coalesce(max(global_position), 0) AS head FROM events WHERE ${visibleToReaders}`)).rows;
   return Number(row?.head ?? 0);
 }
 
@@ -543,16 +561,20 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
     async readStream(streamId: string, readOptions: ReadStreamOptions = {}) {
       const fromVersion = readOptions.fromVersion ?? 0;
       if (!Number.isInteger(fromVersion) || fromVersion < 0) throw new RangeError(`fromVersion must be an integer >= 0`);
-      const query = knex('events')
-        .select(...eventColumns)
-        .where('stream_id', streamId)
-        .andWhere('stream_version', '>=', fromVersion)
-        .orderBy('stream_version');
+      if (typeof streamId !== 'string') throw new RangeError('streamId must be a string');
+      const bindings: unknown[] = [streamId, fromVersion];
+      let limit = '';
       if (readOptions.limit !== undefined) {
         if (!Number.isInteger(readOptions.limit) || readOptions.limit < 0) throw new RangeError('limit must be an integer >= 0');
-        query.limit(readOptions.limit);
+        limit = ' LIMIT ?';
+        bindings.push(readOptions.limit);
       }
-      return ((await query) as EventRow[]).map(toRecordedEvent);
+      const { rows } = await rawQuery<EventRow>(
+        knex,
+        `SELECT ${eventColumnList} FROM events WHERE stream_id = ? AND stream_version >= ? ORDER BY stream_version${limit}`,
+        bindings,
+      );
+      return rows.map(toRecordedEvent);
     },
 
     readStreams: (streamIds) => readManyStreams(knex, streamIds),

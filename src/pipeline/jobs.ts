@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Job, JobState } from './types.js';
 import { migrateUnderLock } from '../db/database.js';
+import { rawQuery } from '../db/rawQuery.js';
 
 /**
  * The `jobs` table and its repository (DESIGN.md, "Stage runtime").
@@ -336,7 +337,8 @@ export class JobRepository {
     if (rows.length === 0) return [];
     // ON CONFLICT cannot touch one row twice in a statement: a repeated id is sent once.
     const unique = [...new Map(rows.map((row) => [row.id, row])).values()];
-    const result = await this.knex.raw<{ rows: Array<{ id: string }> }>(
+    const result = await rawQuery<{ id: string }>(
+      this.knex,
       `INSERT INTO jobs (id, kind, repository_id, subject_id, source_id, report_id, trigger_event_id,
                          trigger_position, correlation_id, max_attempts)
        SELECT r.id, r.kind, r.repository_id, r.subject_id, r.source_id, r.report_id, r.trigger_event_id,
@@ -385,7 +387,8 @@ export class JobRepository {
       options.maxAttempts === undefined ? null : requireInteger('maxAttempts', options.maxAttempts, 1, 1000);
     // The CTE is evaluated once: `id IN (subquery ... LIMIT n SKIP LOCKED)` may be re-run per row
     // and take more than n. It picks one job more than it claims, to tell whether any is left.
-    const result = await this.knex.raw<{ rows: Array<JobRow & { more: boolean }> }>(
+    const result = await rawQuery<JobRow & { more: boolean }>(
+      this.knex,
       `WITH picked AS MATERIALIZED (
          SELECT id, next_attempt_at, trigger_position FROM jobs
           WHERE kind = ? AND state = 'queued' AND next_attempt_at <= now()
@@ -426,7 +429,8 @@ export class JobRepository {
   async heartbeat(claimTokens: readonly string[], leaseMs: number): Promise<Set<string>> {
     requireDuration('leaseMs', leaseMs);
     if (claimTokens.length === 0) return new Set();
-    const result = await this.knex.raw<{ rows: Array<{ claim_token: string }> }>(
+    const result = await rawQuery<{ claim_token: string }>(
+      this.knex,
       `UPDATE jobs
           SET heartbeat_at = now(), lease_until = ${nowPlusMs}, updated_at = now()
         WHERE claim_token = ANY(?::uuid[]) AND state = 'running'
@@ -447,7 +451,8 @@ export class JobRepository {
    */
   async succeedMany(claims: ReadonlyArray<Pick<ClaimedJob, 'id' | 'claimToken'>>): Promise<Map<string, JobRecord>> {
     if (claims.length === 0) return new Map();
-    const result = await this.knex.raw<{ rows: Array<JobRow & { held_token: string }> }>(
+    const result = await rawQuery<JobRow & { held_token: string }>(
+      this.knex,
       `UPDATE jobs
           SET state = 'succeeded', last_error = NULL, lease_until = NULL, claim_token = NULL,
               finished_at = now(), updated_at = now()

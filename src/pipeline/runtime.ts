@@ -5,7 +5,7 @@ import { inBackground } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
-import { isPermanentError, JOB_TRIGGER_TYPE, SCHEDULED_TRIGGER_TYPE, type JobContext, type ScheduledTriggerData, type Stage } from './types.js';
+import { isPermanentError, JOB_TRIGGER_TYPE, SCHEDULED_TRIGGER_TYPE, type JobContext, type JobRunOutcome, type ScheduledTriggerData, type Stage } from './types.js';
 
 /**
  * The stage runtime (DESIGN.md, "Stage runtime"): per stage, one dispatcher claims jobs while
@@ -242,6 +242,17 @@ export function validateStageRuntimeSettings(settings: StageRuntimeSettings): vo
 /** Most jobs one claim statement takes for a dispatcher (and a quarter of a success batch). */
 const maxClaimBatch = 25;
 
+/** A signal aborted once all of `signals` are, with the last one's reason. */
+function abortedWhenAll(signals: readonly AbortSignal[]): AbortSignal {
+  const controller = new AbortController();
+  const check = (): void => {
+    if (!controller.signal.aborted && signals.every((signal) => signal.aborted)) controller.abort(signals.at(-1)?.reason);
+  };
+  for (const signal of signals) signal.addEventListener('abort', check, { once: true });
+  check();
+  return controller.signal;
+}
+
 /** A promise that a dispatcher sleeps on until its poll interval passes or someone pokes it. */
 class Doorbell {
   private ring: (() => void) | null = null;
@@ -299,6 +310,8 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   /** Wakes per kind so far, to tell whether one came while a claim was in flight. */
   const wakes = new Map<string, number>();
   const activeByKind = new Map<string, Set<ActiveJob>>(stages.map((stage) => [stage.kind, new Set()]));
+  /** Workers busy per kind: a job, or a group of jobs run together (Stage.runMany). */
+  const busyByKind = new Map<string, number>(stages.map((stage) => [stage.kind, 0]));
   const listeners = new Set<JobFinishedListener>();
   const timers = new Set<NodeJS.Timeout>();
   let dispatchers: Promise<void>[] = [];
@@ -377,7 +390,12 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     }
   }
 
-  async function runJob(active: ActiveJob): Promise<void> {
+  function contextFor(claim: ClaimedJob, stage: Stage, trigger: RecordedEvent, signal: AbortSignal): JobContext {
+    return { job: publicView(claim), trigger, scheduled: claim.triggerPosition === 0, signal, actor: `system:${stage.kind}` };
+  }
+
+  /** Runs one job (or, with `grouped`, waits for its part of a group's run) and records how it ended. */
+  async function runJob(active: ActiveJob, grouped?: Promise<JobRunOutcome>): Promise<void> {
     const { claim, stage, controller } = active;
     const signal = controller.signal;
     const aborted = new Promise<void>((resolve) => {
@@ -389,24 +407,18 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       timeout = setTimeout(() => controller.abort(new JobTimeoutError(settings.jobTimeoutMs)), settings.jobTimeoutMs);
     }
     // The race never waits on a run that ignores its signal: abort settles the job at once.
-    type RunResult = { ok: true } | { ok: false; error: unknown };
-    const attempt = (async (): Promise<RunResult> => {
-      try {
-        const trigger = await loadTrigger(claim, stage);
-        if (signal.aborted) return { ok: false, error: signal.reason };
-        const context: JobContext = {
-          job: publicView(claim),
-          trigger,
-          scheduled: claim.triggerPosition === 0,
-          signal,
-          actor: `system:${stage.kind}`,
-        };
-        await stage.run(context);
-        return { ok: true };
-      } catch (error) {
-        return { ok: false, error };
-      }
-    })();
+    const attempt =
+      grouped ??
+      (async (): Promise<JobRunOutcome> => {
+        try {
+          const trigger = await loadTrigger(claim, stage);
+          if (signal.aborted) return { ok: false, error: signal.reason };
+          await stage.run(contextFor(claim, stage, trigger, signal));
+          return { ok: true };
+        } catch (error) {
+          return { ok: false, error };
+        }
+      })();
     const result = await Promise.race([attempt, aborted.then((): null => null)]);
     if (timeout) clearTimeout(timeout);
     const durationMs = Date.now() - active.startedAt;
@@ -475,7 +487,17 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     timers.add(timer);
   }
 
-  function launch(stage: Stage, claim: ClaimedJob): void {
+  function occupy(kind: string, delta: number): void {
+    busyByKind.set(kind, (busyByKind.get(kind) ?? 0) + delta);
+  }
+
+  /** A freed worker claims again only when jobs may be waiting: an emptied queue waits for intake's wake. */
+  function freed(kind: string): void {
+    occupy(kind, -1);
+    if (backlog.has(kind)) doorbells.get(kind)?.poke();
+  }
+
+  function track(stage: Stage, claim: ClaimedJob, grouped?: (active: ActiveJob) => Promise<JobRunOutcome>): ActiveJob {
     const active: ActiveJob = {
       claim,
       stage,
@@ -485,21 +507,68 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     };
     const set = activeByKind.get(stage.kind);
     set?.add(active);
-    active.done = runJob(active)
+    active.done = runJob(active, grouped?.(active))
       .catch((error: unknown) => log.error({ jobId: claim.id, err: error }, 'job runner crashed'))
-      .finally(() => {
-        set?.delete(active);
-        // A freed worker claims again only when jobs may be waiting: an emptied queue waits for intake's wake.
-        if (backlog.has(stage.kind)) doorbells.get(stage.kind)?.poke();
-      });
+      .finally(() => set?.delete(active));
+    return active;
+  }
+
+  function launch(stage: Stage, claim: ClaimedJob): void {
+    occupy(stage.kind, 1);
+    void track(stage, claim).done.finally(() => freed(stage.kind));
+  }
+
+  /**
+   * Claimed jobs of a `runMany` stage, run together by one worker. Each job keeps its own
+   * record, timeout, heartbeat and abort; a job whose trigger cannot be read fails alone, and a
+   * group whose run throws ends every job of it with that error, as each run alone would have.
+   */
+  function launchGroup(stage: Stage, runMany: NonNullable<Stage['runMany']>, claims: readonly ClaimedJob[]): void {
+    occupy(stage.kind, 1);
+    let release!: (actives: ActiveJob[]) => void;
+    const started = new Promise<ActiveJob[]>((resolve) => (release = resolve));
+    const outcomes = started.then(async (actives): Promise<JobRunOutcome[]> => {
+      const results: JobRunOutcome[] = actives.map(() => ({ ok: true }));
+      try {
+        const signal = abortedWhenAll(actives.map((active) => active.controller.signal));
+        const contexts: JobContext[] = [];
+        const members: number[] = [];
+        for (const [index, active] of actives.entries()) {
+          try {
+            const trigger = await loadTrigger(active.claim, stage);
+            contexts.push(contextFor(active.claim, stage, trigger, active.controller.signal));
+            members.push(index);
+          } catch (error) {
+            results[index] = { ok: false, error };
+          }
+        }
+        if (contexts.length === 0) return results;
+        if (signal.aborted) {
+          for (const index of members) results[index] = { ok: false, error: signal.reason };
+          return results;
+        }
+        const ran = await runMany(contexts, signal);
+        for (const [position, index] of members.entries()) {
+          results[index] = ran[position] ?? { ok: false, error: new Error(`${stage.kind}: runMany returned no outcome for a job`) };
+        }
+      } catch (error) {
+        return actives.map(() => ({ ok: false, error }));
+      }
+      return results;
+    });
+    const actives = claims.map((claim, index) => track(stage, claim, () => outcomes.then((all) => all[index] ?? { ok: true })));
+    release(actives);
+    void Promise.all(actives.map((active) => active.done)).finally(() => freed(stage.kind));
   }
 
   async function dispatch(stage: Stage, limit: number): Promise<void> {
     // Both maps hold every stage's kind from construction on.
     const bell = doorbells.get(stage.kind) as Doorbell;
-    const active = activeByKind.get(stage.kind) as Set<ActiveJob>;
+    const runMany = stage.runMany?.bind(stage);
     while (phase === 'running') {
-      const free = Math.min(limit - active.size, maxClaimBatch);
+      const idle = limit - (busyByKind.get(stage.kind) ?? 0);
+      // A worker of a runMany stage takes a whole claim's worth of jobs.
+      const free = runMany ? (idle > 0 ? maxClaimBatch : 0) : Math.min(idle, maxClaimBatch);
       if (free <= 0) {
         await bell.wait(settings.pollIntervalMs);
         continue;
@@ -530,7 +599,8 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
           }
           break;
         }
-        for (const claim of claims) launch(stage, claim);
+        if (runMany && claims.length > 1) launchGroup(stage, runMany, claims);
+        else for (const claim of claims) launch(stage, claim);
         // More are due: claim again at once (or, with every worker busy, when one is freed).
         if (more) continue;
       }

@@ -75,7 +75,18 @@ export interface Stage {
    * (`JOB_TRIGGER_TYPE`, no data) instead of reading the event, one statement less per job.
    */
   readonly triggerFromJob?: boolean;
+  /**
+   * Runs several claimed jobs of this kind as one unit of work (one read of their streams, one
+   * model call, one append), when the stage can: the runtime then hands a worker up to a claim's
+   * worth of jobs at once instead of one. Each job ends as `run` would have ended it: one
+   * outcome per context, in order (`undefined` for done, else what `run` would have thrown).
+   * `signal` is aborted once every job's own signal is (shutdown, or the shared timeout).
+   */
+  runMany?(contexts: readonly JobContext[], signal: AbortSignal): Promise<ReadonlyArray<JobRunOutcome>>;
 }
+
+/** How one job of a `runMany` ended: done, or the error its `run` would have thrown. */
+export type JobRunOutcome = { ok: true } | { ok: false; error: unknown };
 
 /** The ports a stage may use, as the composition root wired them; settings come from `config`. */
 export interface StageDeps {

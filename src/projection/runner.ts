@@ -414,9 +414,51 @@ export class ProjectionRunner implements ReadModelRunner {
     this.settleWaiters();
   }
 
+  /**
+   * On PGlite a transaction has the one connection to itself (knex hands it to one caller at a
+   * time, and the data-directory lock keeps other processes out), so no other runner can move a
+   * checkpoint while a batch is applied: the advisory lock and the checkpoint read before the
+   * batch are two statements per batch for nothing. The batch is applied at once and the
+   * checkpoints are advanced only where they still hold the positions this runner knows; if
+   * one moved (a rebuild reset it between batches) the transaction rolls back and the careful
+   * path below finds out which. Not with an external projection, whose writes leave the
+   * database before the check and would not roll back.
+   */
+  private canApplyOptimistically(fed: readonly Worker[]): boolean {
+    return this.db.kind === 'pglite' && fed.every((worker) => worker.projection.external !== true);
+  }
+
   /** The batch for every fed projection in one transaction; on failure, one transaction each. */
   private async applyShared(fed: readonly Worker[], batch: readonly RecordedEvent[], last: number): Promise<Map<Worker, BatchOutcome>> {
-    if (fed.length > 1) {
+    if (fed.length > 1 && this.canApplyOptimistically(fed)) {
+      try {
+        await this.db.knex.transaction(async (trx) => {
+          for (const worker of fed) await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
+          const names = fed.map((worker) => worker.projection.name);
+          const positions = new Set(fed.map((worker) => worker.position));
+          // Projections of a lane mostly stand at one position: then a plain index lookup, which
+          // plans in half the time of the join over the pairs.
+          const result =
+            positions.size === 1
+              ? await trx.raw<{ rows: Array<{ name: string }> }>(
+                  `UPDATE projection_checkpoints SET position = ?, updated_at = now()
+                    WHERE name = ANY(?::text[]) AND position = ? RETURNING name`,
+                  [last, names, fed[0].position],
+                )
+              : await trx.raw<{ rows: Array<{ name: string }> }>(
+                  `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()
+                     FROM unnest(?::text[], ?::bigint[]) AS known(name, position)
+                    WHERE c.name = known.name AND c.position = known.position
+                    RETURNING c.name`,
+                  [last, names, fed.map((worker) => worker.position)],
+                );
+          if (result.rows.length !== fed.length) throw new Error('a projection checkpoint moved during the batch');
+        });
+        return new Map(fed.map((worker): [Worker, BatchOutcome] => [worker, { kind: 'applied' }]));
+      } catch {
+        // A checkpoint moved or a projection failed: find out which, each in its own transaction.
+      }
+    } else if (fed.length > 1) {
       try {
         const outcomes = new Map<Worker, BatchOutcome>();
         await this.db.knex.transaction(async (trx) => {
@@ -450,7 +492,8 @@ export class ProjectionRunner implements ReadModelRunner {
     const { name } = worker.projection;
     try {
       return await this.db.knex.transaction(async (trx): Promise<BatchOutcome> => {
-        await lockProjectionKeys(trx, [name]);
+        // On PGlite the transaction runs alone (canApplyOptimistically): the read suffices.
+        if (this.db.kind !== 'pglite') await lockProjectionKeys(trx, [name]);
         const stored = (await this.readCheckpoints([name], trx)).get(name) ?? 0;
         if (stored !== worker.position) return { kind: 'moved', stored };
         await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));

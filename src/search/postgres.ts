@@ -29,6 +29,11 @@ export interface PostgresSearchOptions {
   vectorDimensions?: number;
   /** The collections served (default: facts and concepts, `collections/index.ts`). */
   collections?: readonly SearchCollection[];
+  /**
+   * The database is one connection for the process's life (PGlite: `Database.kind`): k-NN
+   * settings are then set once for the session instead of in a transaction per query.
+   */
+  oneConnection?: boolean;
 }
 
 type Row = Record<string, unknown>;
@@ -52,7 +57,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
   const dimensions = options.hasVector && options.vectorDimensions !== undefined ? options.vectorDimensions : null;
   if (dimensions !== null) validateDimensions(dimensions);
   const registry = collectionRegistry(options.collections ?? searchCollections);
-  const vectorTables = dimensions === null ? null : createVectorTables(dimensions);
+  const vectorTables = dimensions === null ? null : createVectorTables(dimensions, { oneConnection: options.oneConnection === true });
 
   /** The id and declared fields of `row` (a table alias), computed ones by their SQL. */
   function columns(executor: Executor, collection: SearchCollection, row: string): (string | Knex.Raw)[] {

@@ -496,5 +496,75 @@ for (const backend of backends) {
       t.ok(job?.leaseUntil, 'the lease is still there');
       await runtime.stop(); // idempotent
     });
+
+    /** A stage that runs groups with `runMany` (and single claims with `run`), recording both. */
+    function groupStage(kind: string, runMany: NonNullable<Stage['runMany']>): Stage & { alone: JobContext[] } {
+      const alone: JobContext[] = [];
+      return { ...testStage(kind, async (context) => void alone.push(context)), runMany, alone };
+    }
+
+    t.test('a runMany stage gets the claimed jobs together; each job ends as its own outcome', async (t) => {
+      const groups: JobContext[][] = [];
+      let failTransient: string | null = null;
+      const stage = groupStage('grouped', async (contexts) => {
+        groups.push([...contexts]);
+        return contexts.map((context, index) =>
+          index === 1
+            ? { ok: false, error: new PermanentJobError('bad input') }
+            : index === 2 && context.job.id === failTransient
+              ? { ok: false, error: new Error('HTTP 503') }
+              : { ok: true },
+        );
+      });
+      const runtime = runtimeFor(t, [stage], { concurrency: { grouped: 1 } });
+      const ids = [await enqueue('grouped'), await enqueue('grouped'), await enqueue('grouped')];
+      failTransient = ids[2];
+      const outcomes = [
+        nextOutcome(runtime, ids[0], 'succeeded'),
+        nextOutcome(runtime, ids[1], 'failed'),
+        nextOutcome(runtime, ids[2], 'retry_scheduled'),
+      ];
+      const retried = nextOutcome(runtime, ids[2], 'succeeded');
+      await runtime.start();
+      await Promise.all(outcomes);
+      t.equal(groups.length, 1, 'one call for the three queued jobs');
+      t.same(groups[0].map((context) => context.job.id), ids, 'in claim order');
+      t.ok(groups[0].every((context) => context.actor === 'system:grouped' && context.signal.aborted === false));
+      t.match(await jobs.get(ids[1]), { state: 'failed', lastError: /bad input/ });
+      await retried;
+      t.same(stage.alone.map((context) => context.job.id), [ids[2]], 'the retry, claimed alone, ran with run');
+      t.match(await jobs.get(ids[0]), { state: 'succeeded', attempts: 1 });
+    });
+
+    t.test('a runMany that throws ends every job of its group with that error', async (t) => {
+      const stage = groupStage('grouped', async () => {
+        throw new PermanentJobError('the model is gone');
+      });
+      const runtime = runtimeFor(t, [stage]);
+      const ids = [await enqueue('grouped'), await enqueue('grouped')];
+      const failed = ids.map((id) => nextOutcome(runtime, id, 'failed'));
+      await runtime.start();
+      for (const event of await Promise.all(failed)) t.match(event.job, { state: 'failed', lastError: /the model is gone/ });
+      t.same(stage.alone, [], 'run was not used');
+    });
+
+    t.test('stop settles while a group ignores its signal, and aborts the group once every job is', async (t) => {
+      let groupSignal: AbortSignal | undefined;
+      const stage = groupStage('grouped', async (_contexts, signal) => {
+        groupSignal = signal;
+        return new Promise(() => undefined);
+      });
+      const runtime = runtimeFor(t, [stage]);
+      const ids = [await enqueue('grouped'), await enqueue('grouped')];
+      const abandoned = ids.map((id) => nextOutcome(runtime, id, 'abandoned'));
+      await runtime.start();
+      while (!groupSignal) await sleep(5);
+      t.equal(groupSignal.aborted, false);
+      await runtime.stop({ timeoutMs: 20 });
+      for (const event of await Promise.all(abandoned)) t.ok(event.error instanceof WorkerShutdownError);
+      t.equal(groupSignal.aborted, true);
+      t.ok(groupSignal.reason instanceof WorkerShutdownError);
+      for (const id of ids) t.match(await jobs.get(id), { state: 'running' }, 'left for its lease to expire');
+    });
   });
 }

@@ -260,6 +260,27 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.same((await rows(db, 'things')).map((row) => row.count), [20], 'each event counted once');
   });
 
+  withFixture('a shared batch whose checkpoint another runner moved is applied once, by one of them', async (t, { db, store }) => {
+    // Runner `both` applies its two projections in one transaction per batch (on PGlite without a
+    // lock, checking the checkpoints as it advances them); runner `one` moves `shared` meanwhile.
+    for (const name of ['shared', 'own']) await createRowsTable(db, name);
+    const both = new ProjectionRunner(store, db, [countingProjection('shared'), countingProjection('own')], { batchSize: 2, retryBaseMs: 10 });
+    const one = new ProjectionRunner(store, db, [countingProjection('shared')], { batchSize: 3, retryBaseMs: 10 });
+    t.teardown(async () => {
+      await both.stop();
+      await one.stop();
+    });
+    await Promise.all([both.start(), one.start()]);
+    let last = 0;
+    for (let index = 0; index < 20; index += 1) last = (await store.append(`s-${index}`, [thing('same')], 'no_stream')).lastPosition;
+    await Promise.all([both.waitFor(last, 10_000), one.waitFor(last, 10_000)]);
+    for (const name of ['shared', 'own']) {
+      t.same((await rows(db, name)).map((row) => row.count), [20], `${name}: each event counted once`);
+      t.equal(await checkpoint(db, name), last);
+    }
+    t.match(await both.status(), [{ state: 'running', lag: 0 }, { state: 'running', lag: 0 }]);
+  });
+
   withFixture('one reading of the log feeds every projection', async (t, { db, store }) => {
     for (const name of ['first', 'second', 'third']) await createRowsTable(db, name);
     const counting = countingSubscriptions(store);

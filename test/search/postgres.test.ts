@@ -16,6 +16,13 @@ async function postgresHarness(): Promise<SearchHarness> {
 
 t.test('contract: Postgres adapter on PGlite with pgvector', async (t) => searchContract(t, postgresHarness));
 
+t.test('contract: the same with the k-NN settings of one connection (as the embedded tier wires it)', async (t) =>
+  searchContract(t, async () => {
+    const db = await openVectorPglite();
+    return postgresHarnessOver(db, createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS, oneConnection: true }));
+  }),
+);
+
 t.test('fact_vectors is created on first use with an HNSW cosine index', async (t) => {
   const db = await openVectorPglite();
   t.teardown(() => db.close());
@@ -84,10 +91,10 @@ t.test('writes join the projection transaction and roll back with it', async (t)
   t.same((await index.knn(facts, { repositoryId: 'repo-tx', vector: [0, 0, 0, 1], k: 1 })).items, []);
 });
 
-t.test('k-NN finds k facts of a small repository among many of others', async (t) => {
+for (const oneConnection of [false, true]) t.test(`k-NN finds k facts of a small repository among many of others${oneConnection ? ' (one connection)' : ''}`, async (t) => {
   const db = await openVectorPglite();
   t.teardown(() => db.close());
-  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection });
   // Without iterative scans, HNSW would return its ef_search nearest overall and the filter would
   // leave the small repository with fewer than k.
   const crowd = Array.from({ length: 600 }, (_, position) =>
@@ -105,9 +112,24 @@ t.test('k-NN finds k facts of a small repository among many of others', async (t
     `EXPLAIN SELECT fact_id FROM fact_vectors WHERE repository_id = 'repo-few' ORDER BY embedding <=> '[1,0,0,0]' LIMIT 5`,
   )).rows.map((row: { 'QUERY PLAN': string }) => row['QUERY PLAN']).join('\n');
   t.match(plan, /fact_vectors_embedding/, 'the HNSW index answers');
+  const statements: string[] = [];
+  const record = (query: { sql: string }) => statements.push(query.sql);
+  db.knex.on('query', record);
   const result = await index.knn(facts, { repositoryId: 'repo-few', vector: [1, 0, 0, 0], k: 5 });
+  const again = await index.knn(facts, { repositoryId: 'repo-few', vector: [1, 0, 0, 0], k: 5 });
+  db.knex.removeListener('query', record);
   t.equal(result.items.length, 5);
   t.ok(result.items.every((item) => item.content.startsWith('Few')));
+  t.same(again, result);
+  if (oneConnection) {
+    t.equal(statements.filter((sql) => /^SET hnsw\.iterative_scan/.test(sql)).length, 1, 'the iterative scan is set once for the session');
+    t.equal(statements.length, 3, 'then each query is one statement, outside a transaction');
+  } else {
+    t.equal(statements.filter((sql) => /^BEGIN|^COMMIT|SET LOCAL|set_config/.test(sql)).length, 8, 'each query sets its settings in a transaction');
+  }
+  // More neighbours than pgvector's default ef_search: the per-query settings, also on one connection.
+  const many = await index.knn(facts, { repositoryId: 'repo-crowd', vector: [1, 0, 0, 0], k: 60 });
+  t.equal(many.items.length, 60);
 });
 
 // The server half of this file: not in `make test-unit` (see test/helpers/servers.ts).

@@ -46,6 +46,6 @@ export function openSearch(config: Config, db: Database, embedder: Embedder | nu
       close: () => opensearch.close(),
     };
   }
-  const postgres = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions });
+  const postgres = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions, oneConnection: db.kind === 'pglite' });
   return { index: postgres, hybrid: withHybrid(postgres), rebuildStrategies: () => new Map(), close: async () => undefined };
 }

@@ -17,14 +17,20 @@ export function vectorLiteral(vector: number[]): string {
   return `[${vector.join(',')}]`;
 }
 
+/** pgvector's default `hnsw.ef_search`, and the least this adapter asks for. */
+const DEFAULT_EF_SEARCH = 40;
+
 /**
  * The vector tables of the Postgres adapter, one per collection with vectors: created on first
  * use with an HNSW cosine index, written, cleared, and searched with the HNSW settings k-NN
  * needs. One embedding model per deployment, so one dimension for every table.
  */
-export function createVectorTables(dimensions: number) {
+
+export function createVectorTables(dimensions: number, options: { oneConnection?: boolean } = {}) {
   const settled = new Map<string, { iterativeScan: boolean }>();
   const inFlight = new Map<string, Promise<{ iterativeScan: boolean }>>();
+  /** On one connection: the session's HNSW setting, set once (see nearest). */
+  let sessionSettings: Promise<void> | null = null;
   /** Per table: rows counted by its last ANALYZE, and rows written since. */
   const growth = new Map<string, { analyzed: number; written: number }>();
 
@@ -151,16 +157,34 @@ export function createVectorTables(dimensions: number) {
       });
     },
 
-    /** Runs a k-NN query with the HNSW settings it needs (SET LOCAL needs a transaction: the caller's, or one of our own). */
+    /**
+     * Runs a k-NN query with the HNSW settings it needs (SET LOCAL needs a transaction: the
+     * caller's, or one of our own). On a database that is one connection for the process's
+     * life (PGlite), the iterative scan is set once for the session instead, and ef_search is
+     * left at pgvector's default of 40 when k needs no more: the query is then one statement
+     * instead of five (BEGIN, two settings, the query, COMMIT), with the same settings.
+     */
     nearest<T>(executor: Executor, vectors: VectorTable, k: number, body: (trx: Executor) => Promise<T>): Promise<T> {
-      return withTable(executor, vectors, ({ iterativeScan }) => {
+      return withTable(executor, vectors, async ({ iterativeScan }) => {
+        const inTransaction = (executor as Knex.Transaction).isTransaction === true;
+        if (options.oneConnection && !inTransaction && k <= DEFAULT_EF_SEARCH) {
+          if (iterativeScan) {
+            sessionSettings ??= executor.raw(`SET hnsw.iterative_scan = strict_order`).then(() => undefined);
+            // A failed SET is not remembered: the next query tries again.
+            await sessionSettings.catch((error: unknown) => {
+              sessionSettings = null;
+              throw error;
+            });
+          }
+          return body(executor);
+        }
         const search = async (trx: Executor) => {
           if (iterativeScan) await trx.raw(`SET LOCAL hnsw.iterative_scan = strict_order`);
           // ef_search bounds how many neighbours HNSW returns: at least k.
-          await trx.raw(`SELECT set_config('hnsw.ef_search', ?, true)`, [String(Math.max(40, k))]);
+          await trx.raw(`SELECT set_config('hnsw.ef_search', ?, true)`, [String(Math.max(DEFAULT_EF_SEARCH, k))]);
           return body(trx);
         };
-        return (executor as Knex.Transaction).isTransaction === true ? search(executor) : executor.transaction((trx) => search(trx));
+        return inTransaction ? search(executor) : executor.transaction((trx) => search(trx));
       });
     },
   };

@@ -159,4 +159,68 @@ t.test('embed_facts and embed_concepts with the local embedder', async (t) => {
     const events = await fixture.eventsOf(streamName('concept', cobalt));
     t.same(events.map((event) => event.type), ['ConceptCreated', 'ConceptAliasAdded', 'ConceptEmbedded'], 'the alias and the vector are both kept');
   });
+
+  t.test('embed_concepts runMany: the concepts of a group in one embedding call, each decided as run would', async (t) => {
+    const metadata = testMetadata(repositoryId);
+    const create = async (name: string): Promise<{ id: string; created: Awaited<ReturnType<typeof fixture.last>> }> => {
+      const id = conceptIdFor(repositoryId, name, 'organization');
+      await handleCommand(fixture.store, streamName('concept', id), conceptDecider, {
+        type: 'CreateConcept', canonicalName: name, context: 'organization', ontologyClass: null, aliases: [], sourceId: null,
+      }, metadata);
+      return { id, created: await fixture.last(streamName('concept', id), 'ConceptCreated') };
+    };
+    const [acme, globex, initech, hooli] = await Promise.all(['Acme', 'Globex', 'Initech', 'Hooli'].map(create));
+    await handleCommand(fixture.store, streamName('concept', initech.id), conceptDecider, { type: 'MergeConcept', survivorId: acme.id, reason: 'test' }, metadata);
+    // Hooli gains an alias between the read and the append: its part is re-decided alone.
+    const store = racedStore(
+      fixture.store,
+      (streamId) => streamId === streamName('concept', hooli.id),
+      async (streamId) => {
+        await handleCommand(fixture.store, streamId, conceptDecider, { type: 'AddAliases', aliases: ['Hooli Inc'] }, metadata);
+      },
+      1,
+    );
+    const counting = failingEmbedder(embedder, () => null);
+    const stage = createEmbedConceptsStage({ store, embedder: counting });
+    const contexts = [acme, globex, initech, hooli, globex].map(({ created }) => fixture.contextFor(stage, created));
+    const outcomes = await (stage.runMany as NonNullable<typeof stage.runMany>)(contexts, new AbortController().signal);
+    t.same(outcomes, contexts.map(() => ({ ok: true })), 'every job is done');
+    t.equal(counting.calls, 1, 'one embedding call for the group (Globex listed twice is already embedded when it runs again)');
+    t.equal(store.races, 1);
+    for (const { id } of [acme, globex, hooli]) {
+      const embedded = await fixture.eventsOf(streamName('concept', id), 'ConceptEmbedded');
+      t.equal(embedded.length, 1, `${id} embedded once`);
+    }
+    const [expected] = await embedder.embed([conceptEmbeddingText('Globex', 'organization')]);
+    const [globexEmbedded] = await fixture.eventsOf(streamName('concept', globex.id), 'ConceptEmbedded');
+    t.ok(cosineSimilarity(unpackVector(globexEmbedded.data.vector as string), expected) > 0.9999, 'the vector of its own text');
+    t.same(globexEmbedded.causationId, globex.created.eventId, 'each append carries its own job’s metadata');
+    t.same((await fixture.eventsOf(streamName('concept', hooli.id))).map((event) => event.type), ['ConceptCreated', 'ConceptAliasAdded', 'ConceptEmbedded']);
+    t.same(await fixture.eventsOf(streamName('concept', initech.id), 'ConceptEmbedded'), [], 'a merged concept is not embedded');
+  });
+
+  t.test('embed_concepts runMany: a missing vector fails that job only; a failed call fails the group', async (t) => {
+    const metadata = testMetadata(repositoryId);
+    const ids = ['Umbrella', 'Cyberdyne'].map((name) => conceptIdFor(repositoryId, name, 'organization'));
+    for (const [index, name] of ['Umbrella', 'Cyberdyne'].entries()) {
+      await handleCommand(fixture.store, streamName('concept', ids[index]), conceptDecider, {
+        type: 'CreateConcept', canonicalName: name, context: 'organization', ontologyClass: null, aliases: [], sourceId: null,
+      }, metadata);
+    }
+    const triggers = await Promise.all(ids.map((id) => fixture.last(streamName('concept', id), 'ConceptCreated')));
+    const short: Embedder = { ...embedder, embed: async (texts) => [(await embedder.embed(texts))[0]] };
+    const stage = createEmbedConceptsStage({ store: fixture.store, embedder: short });
+    const outcomes = await (stage.runMany as NonNullable<typeof stage.runMany>)(triggers.map((trigger) => fixture.contextFor(stage, trigger)), new AbortController().signal);
+    t.same(outcomes[0], { ok: true });
+    t.equal(outcomes[1].ok, false);
+    t.ok(!outcomes[1].ok && outcomes[1].error instanceof PermanentJobError, 'no vector is permanent, as in run');
+    t.equal((await fixture.eventsOf(streamName('concept', ids[1]), 'ConceptEmbedded')).length, 0);
+    const down = failingEmbedder(embedder, () => new ModelCallError('HTTP 503', false, 503));
+    const failing = createEmbedConceptsStage({ store: fixture.store, embedder: down });
+    await t.rejects(
+      (failing.runMany as NonNullable<typeof failing.runMany>)([fixture.contextFor(failing, triggers[1])], new AbortController().signal),
+      ModelCallError,
+      'a failed call is every job’s error (the runtime ends each with it)',
+    );
+  });
 });
