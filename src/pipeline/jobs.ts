@@ -154,6 +154,11 @@ export function jobIdFor(kind: string, subjectId: string, triggerEventId: string
  */
 export async function migrateJobs(knex: Knex): Promise<void> {
   await migrateUnderLock(knex, 'jobs', async (trx) => {
+    // Already migrated (the last index below exists: the DDL commits as one): no DDL at all. An
+    // ALTER TABLE takes its ACCESS EXCLUSIVE lock before it finds the column there, and a node
+    // that joins a running cluster would then deadlock with the workers' claims on `jobs`.
+    const done = await trx.raw(`SELECT to_regclass('jobs_report_idx') IS NOT NULL AS migrated`);
+    if (done.rows[0]?.migrated === true) return;
     await trx.raw(`
       CREATE TABLE IF NOT EXISTS jobs (
         id               uuid PRIMARY KEY,

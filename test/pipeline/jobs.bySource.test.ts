@@ -36,6 +36,29 @@ for (const backend of backends) {
       t.same(columns.rows.map((row) => row.column_name), ['report_id', 'source_id']);
     });
 
+    if (backend.name === 'postgres') {
+      t.test('on a migrated table the migration takes no lock: a node joining busy workers does not deadlock', async (t) => {
+        // A worker's open transaction holds a lock on jobs, as claims do; ALTER TABLE would wait for it.
+        let release!: () => void;
+        const held = new Promise<void>((resolve) => (release = resolve));
+        let locked!: () => void;
+        const hasLock = new Promise<void>((resolve) => (locked = resolve));
+        const worker = db.knex.transaction(async (trx) => {
+          await trx.raw('LOCK TABLE jobs IN ROW EXCLUSIVE MODE');
+          locked();
+          await held;
+        });
+        await hasLock;
+        try {
+          await migrateJobs(db.knex);
+          t.pass('migrated while a worker holds its lock');
+        } finally {
+          release();
+          await worker;
+        }
+      });
+    }
+
     t.test('intake fills source_id and report_id; list, countsFor and isComplete filter by them', async (t) => {
       const sourceA = randomUUID();
       const sourceB = randomUUID();
