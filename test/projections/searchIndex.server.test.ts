@@ -99,11 +99,14 @@ t.test('search-index projection on OpenSearch', async (t) => {
     'FactStabilized',
     'FactMergedInto',
     'FactRemoved',
+    'FactRetracted',
     'ConceptCreated',
     'ConceptAliasAdded',
     'ConceptAliasRemoved',
     'ConceptEmbedded',
     'ConceptMergedInto',
+    'SummarySliceWritten',
+    'SummarySliceRemoved',
     'RepositoryDeleted',
   ]);
   t.same(projection.tables, []);
