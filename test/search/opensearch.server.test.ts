@@ -124,9 +124,13 @@ t.test('OpenSearch', async (t) => {
 
     const second = createOpenSearchIndex({ node, indexPrefix: prefix, dimensions: DIMENSIONS, refresh: true, log });
     t.teardown(() => second.close());
-    t.same(await second.ensureIndices(), { facts: `${prefix}-facts-v1`, concepts: `${prefix}-concepts-v1` }, 'another process reuses the index');
+    t.same(
+      await second.ensureIndices(),
+      { facts: `${prefix}-facts-v1`, concepts: `${prefix}-concepts-v1`, summaries: `${prefix}-summaries-v1` },
+      'another process reuses the index',
+    );
     t.same((await second.search(facts, { repositoryId: repo, query: 'mapping', limit: 5, offset: 0 })).items.map((item) => item.id), [doc.id]);
-    t.same(messages, ['search index created', 'search index created'], 'the facts index once; ensureIndices also made the concepts index');
+    t.same(messages, ['search index created', 'search index created', 'search index created'], 'the facts index once; ensureIndices also made the concepts and summaries indexes');
     t.same(Object.keys((await getJson(`${node}/${prefix}-facts-v*`)).body), [`${prefix}-facts-v1`], 'no second index');
     t.same(Object.keys((await getJson(`${node}/_alias/${prefix}-concepts`)).body), [`${prefix}-concepts-v1`], 'concepts alias -> v1');
     const conceptMappings = (await getJson(`${node}/${prefix}-concepts-v1/_mapping`)).body[`${prefix}-concepts-v1`].mappings;
@@ -141,7 +145,7 @@ t.test('OpenSearch', async (t) => {
       },
     });
     await second.ensureIndices();
-    t.equal(messages.length, 2, 'nothing created a second time');
+    t.equal(messages.length, 3, 'nothing created a second time');
   });
 
   t.test('two processes creating the index at once end with one index', async (t) => {
@@ -248,6 +252,7 @@ t.test('OpenSearch', async (t) => {
       indices: {
         facts: { previous: `${prefix}-facts-v1`, current: `${prefix}-facts-v2` },
         concepts: { previous: `${prefix}-concepts-v1`, current: `${prefix}-concepts-v2` },
+        summaries: { previous: `${prefix}-summaries-v1`, current: `${prefix}-summaries-v2` },
       },
       written: 300,
     });
