@@ -311,12 +311,15 @@ async function applyConceptsCreated(
               embedding_model text, embedded_at timestamptz, aliases jsonb)
      ), created AS (
        -- In log order: of two concepts with one identity, the first stays.
-       INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at, alias_text, embedding_model)
+       -- fact_count counts links that came first: fed from the bus, a source's ConceptsExtracted
+       -- (source topic) may be applied before the concept's ConceptCreated (concept topic).
+       INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at, alias_text, embedding_model, fact_count)
        SELECT r.id, r.repository_id, r.canonical_name, r.context, r.ontology_class, 'active', r.source_id, r.at, COALESCE(r.embedded_at, r.at),
               COALESCE((SELECT string_agg(a.alias, ' ' ORDER BY a.alias_lower)
                           FROM jsonb_to_recordset(r.aliases) AS a(alias text, alias_lower text)
                          WHERE a.alias_lower <> lower(r.canonical_name)), '')
               , r.embedding_model
+              , (SELECT count(*) FROM fact_concepts fc WHERE fc.concept_id = r.id)
          FROM input r
         ORDER BY r.n
        ON CONFLICT DO NOTHING RETURNING id

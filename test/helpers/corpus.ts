@@ -403,8 +403,8 @@ export async function summarySnapshot(api: Api, repositoryId: string, batchSize 
   const base = `/api/v1/repositories/${repositoryId}`;
   const summaries: SnapshotSummary[] = [];
   for (const row of await listAll(api, `${base}/concepts?show_small=true`)) {
-    if (Number(row.fact_count) === 0) continue;
     const factIds = new Set((await listAll(api, `${base}/concepts/${row.id}/facts`)).map((fact) => fact.id as string));
+    if (factIds.size === 0) continue;
     const slices = await listAll(api, `${base}/concepts/${row.id}/summaries`);
     const covered = slices.flatMap((slice) => slice.fact_ids as string[]);
     const open = slices.filter((slice) => slice.is_open === true);

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import t, { type Test } from 'tap';
 import { conceptsProjection } from '../../projections/concepts.js';
 import { factsProjection } from '../../projections/facts.js';
@@ -182,6 +183,18 @@ for (const backend of backends) {
       await runner.rebuild('facts');
       t.same(await snapshot(db), live, 'rebuilt read models equal the live ones');
       await rebuildInOneBatch(t, { db, store, runner }, ['facts'], live);
+    });
+
+    t.test('concepts: links that arrive before their concept (bus order) are counted when it is created', async (t) => {
+      const { db, emit, settle } = await openFixture(t, backend.open);
+      const early = randomUUID();
+      await emit('source-s9', 'FactsExtracted', { model_id: 'local', facts: [fact('f9a'), fact('f9b')] });
+      await emit('source-s9', 'ConceptsExtracted', {
+        model_id: 'local', promptset_hash: '', batch_index: 0, batch_count: 1,
+        links: [{ fact_id: 'f9a', concept_ids: [early] }, { fact_id: 'f9b', concept_ids: [early] }],
+      });
+      await settle(`concept-${early}`, 'ConceptCreated', { canonical_name: 'Polonium', context: 'chemical', ontology_class: null, aliases: [], source_id: 's9' });
+      t.match(await row(db, 'concepts', { id: early }), { canonical_name: 'Polonium', fact_count: 2 });
     });
 
     t.test('concepts: aliases, links, merges, counts, relations; rebuild equals live', async (t) => {
