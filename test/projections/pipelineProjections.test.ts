@@ -189,7 +189,8 @@ for (const backend of backends) {
       const { db, emit, settle } = await openFixture(t, backend.open);
       const early = randomUUID();
       await emit('source-s9', 'FactsExtracted', { model_id: 'local', facts: [fact('f9a'), fact('f9b')] });
-      await emit('source-s9', 'ConceptsExtracted', {
+      // Applied in a batch of its own, as a bus consumer of the source topic may apply it first.
+      await settle('source-s9', 'ConceptsExtracted', {
         model_id: 'local', promptset_hash: '', batch_index: 0, batch_count: 1,
         links: [{ fact_id: 'f9a', concept_ids: [early] }, { fact_id: 'f9b', concept_ids: [early] }],
       });
