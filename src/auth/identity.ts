@@ -175,7 +175,7 @@ export function createIdentityService(deps: {
       }
       const session = await knex('sessions').where({ id: claims.sid, user_id: claims.sub }).first(['revoked_at']);
       if (!session || session.revoked_at) throw new AuthenticationError('session has ended');
-      return { userId: claims.sub, sessionId: claims.sid, assignments: await roleAssignments(claims.sub) };
+      return { userId: claims.sub, credential: { kind: 'session', id: claims.sid }, assignments: await roleAssignments(claims.sub) };
     },
 
     /** Profile changes are events; an email change also moves the credentials row, which keeps emails unique. */

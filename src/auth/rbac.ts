@@ -241,17 +241,34 @@ export function can(assignments: readonly RoleAssignment[], domain: string, perm
  */
 export interface Principal {
   userId: string;
-  /** The session the credential belongs to (logout ends it). */
-  sessionId: string;
+  /** What authenticated the call; the permission audit records its kind. */
+  credential: Credential;
   assignments: RoleAssignment[];
   /** Absent or `all` for a session; permission patterns for a scoped token. */
   scopes?: readonly string[] | 'all';
+  /** A credential bound to one repository (an API key's optional scope): no permission in any other. */
+  repositoryId?: string;
 }
 
-/** May the principal do `permission` in `domain`: its roles grant it and its scopes cover it. */
+/**
+ * The kinds of credential a principal can come from: a session (register, login, refresh; logout
+ * ends it), an OAuth 2.1 access token of a tool client, or a personal API key. `id` names the
+ * session, the token's grant family, or the key; never the secret itself.
+ */
+export type CredentialKind = 'session' | 'oauth' | 'api_key';
+export interface Credential {
+  kind: CredentialKind;
+  id: string;
+}
+
+/**
+ * May the principal do `permission` in `domain`: its roles grant it, its scopes cover it, and a
+ * credential bound to one repository is used on that repository.
+ */
 export function principalCan(principal: Principal, domain: string, permission: Permission): boolean {
   const { scopes = 'all' } = principal;
   const scoped = scopes === 'all' || scopes.some((pattern) => matchesPermission(pattern, permission));
+  if (principal.repositoryId !== undefined && scopeOfDomain(domain) === 'repository' && domain !== repositoryDomain(principal.repositoryId)) return false;
   return scoped && can(principal.assignments, domain, permission);
 }
 

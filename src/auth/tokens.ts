@@ -20,7 +20,7 @@ const DEFAULT_ACCESS_TTL_MS = 15 * 60 * 1000;
 /** Prefixes make a leaked token recognisable (secret scanners, logs) and its kind obvious. */
 export const OPAQUE_TOKEN_PREFIX = {
   refreshToken: 'flr_',
-  apiKey: 'flk_',
+  apiKey: 'fl_',
   authorizationCode: 'flc_',
 } as const;
 

@@ -328,7 +328,7 @@ t.test('the permissions table in docs/auth.md matches the catalog', async (t) =>
 });
 
 t.test('principalCan: the roles grant, the scopes of a token narrow', async (t) => {
-  const principal = (assignments: RoleAssignment[], scopes?: readonly string[] | 'all') => ({ userId: 'u', sessionId: 's', assignments, scopes });
+  const principal = (assignments: RoleAssignment[], scopes?: readonly string[] | 'all') => ({ userId: 'u', credential: { kind: 'session' as const, id: 's' }, assignments, scopes });
   t.ok(principalCan(principal(editorOfA), REPO_A, 'facts:write'), 'a session may do all its roles allow');
   t.ok(principalCan(principal(editorOfA, 'all'), REPO_A, 'facts:write'));
   t.notOk(principalCan(principal(readerOfA), REPO_A, 'facts:write'), 'no role, no right');

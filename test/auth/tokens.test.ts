@@ -161,7 +161,7 @@ t.test('opaque tokens: 32 random bytes in base64url behind an optional prefix', 
   t.equal(Buffer.from(plain, 'base64url').length, 32);
   const refresh = newOpaqueToken(OPAQUE_TOKEN_PREFIX.refreshToken);
   t.match(refresh, /^flr_[A-Za-z0-9_-]{43}$/);
-  t.match(newOpaqueToken(OPAQUE_TOKEN_PREFIX.apiKey), /^flk_[A-Za-z0-9_-]{43}$/);
+  t.match(newOpaqueToken(OPAQUE_TOKEN_PREFIX.apiKey), /^fl_[A-Za-z0-9_-]{43}$/);
   const many = new Set(Array.from({ length: 1000 }, () => newOpaqueToken()));
   t.equal(many.size, 1000, 'no repeats');
 });

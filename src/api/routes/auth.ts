@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { requireUser } from '../guard.js';
+import { HttpError } from '../errors.js';
 import { errorReplies, userSchema, bearerSecurity } from '../schemas.js';
 
 const sessionReply = {
@@ -37,7 +38,9 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/auth/logout',
     { schema: { tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
-      await context.identity.logout(requireUser(request).sessionId);
+      const { credential } = requireUser(request);
+      if (credential.kind !== 'session') throw new HttpError(400, 'invalid_request', 'logout ends a session; revoke an API key or OAuth token instead');
+      await context.identity.logout(credential.id);
       return reply.status(204).send();
     },
   );
