@@ -1,0 +1,23 @@
+import type { FastifyRequest } from 'fastify';
+import type { Config } from '../config/types.js';
+
+/** Where the MCP endpoint lives; its URL (issuer + path, no trailing slash) is the OAuth resource. */
+export const MCP_PATH = '/api/v1/mcp';
+export const AUTHORIZATION_SERVER_METADATA_PATH = '/.well-known/oauth-authorization-server';
+export const PROTECTED_RESOURCE_METADATA_PATH = '/.well-known/oauth-protected-resource';
+
+/**
+ * The OAuth issuer a request sees: `oauth.issuer` when set, else derived from the request's own
+ * scheme and host (`profile: production` refuses to start with an empty issuer, so a forged Host
+ * header can only mislead a development service about itself).
+ */
+export function issuerOf(config: Config, request: Pick<FastifyRequest, 'protocol' | 'host'>): string {
+  const configured = config.oauth.issuer.replace(/\/+$/, '');
+  return configured !== '' ? configured : `${request.protocol}://${request.host}`;
+}
+
+/** The canonical URL of the MCP endpoint (RFC 8707 resource, the `aud` of its access tokens). */
+export const mcpResourceUrl = (issuer: string): string => `${issuer}${MCP_PATH}`;
+
+/** RFC 9728 metadata of the MCP resource, at the path-suffixed URL current clients ask for first. */
+export const protectedResourceMetadataUrl = (issuer: string): string => `${issuer}${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`;

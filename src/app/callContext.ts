@@ -1,0 +1,25 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { CredentialKind } from '../auth/rbac.js';
+
+/**
+ * What a call into the application layer is, as the transport that received it names it: the
+ * permission audit records it beside each decision without every function taking it as an
+ * argument. REST sets it per request, MCP per tool call, the CLI per command.
+ */
+export interface CallContext {
+  transport: 'rest' | 'mcp' | 'cli' | 'web';
+  /** `GET /api/v1/repositories/:repoID/facts`, `tool searchFacts`, `projections rebuild`. */
+  operation: string;
+  credentialKind?: CredentialKind;
+  clientAddress?: string;
+}
+
+const storage = new AsyncLocalStorage<CallContext>();
+
+export function withCallContext<T>(call: CallContext, run: () => T): T {
+  return storage.run(call, run);
+}
+
+export function currentCall(): CallContext | undefined {
+  return storage.getStore();
+}
