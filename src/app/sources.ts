@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { sourceDecider } from '../domain/source/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
+import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
 import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
@@ -46,6 +47,8 @@ export function normalizeReference(reference: { url?: string; doi?: string }, do
       throw invalid('url is not a valid absolute URL');
     }
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw invalid('url must use http or https');
+    // A URL is stored, shown and logged: credentials in it would leak to every reader.
+    if (parsed.username || parsed.password) throw invalid('url must not contain credentials (user:password@)');
     return { url: parsed.toString(), doi: null };
   }
   const doi = reference.doi ?? '';
@@ -55,6 +58,19 @@ export function normalizeReference(reference: { url?: string; doi?: string }, do
     throw invalid((error as Error).message);
   }
   return { url: null, doi: normalizeDoi(doi) };
+}
+
+/**
+ * A URL whose host is a literal IP the outbound policy refuses is a 400 at once; host names are
+ * checked when fetched (they may resolve differently then), failing the source with the reason.
+ */
+function refuseUnreachableHost(url: string, config: AppContext['config']): void {
+  try {
+    addressPolicyFromConfig(config).assertUrlHost(new URL(url));
+  } catch (error) {
+    if (error instanceof RefusedAddressError) throw invalid(`url is refused: ${error.message}`);
+    throw error;
+  }
 }
 
 /** Source commands: add by URL, DOI or upload (duplicates of a URL or DOI return the existing source), and retry. */
@@ -72,6 +88,7 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
     async add(principal: Principal, input: { repository: string; url?: string; doi?: string }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
       const reference = normalizeReference(input, deps.config.providers.resolution.doi_resolver);
+      if (reference.url) refuseUnreachableHost(reference.url, deps.config);
       const existing: SourceRow | undefined = await knex('sources')
         .where({ repository_id: repository.id })
         .where(reference.url ? { url: reference.url } : { doi: reference.doi })

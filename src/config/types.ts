@@ -213,6 +213,23 @@ export interface Config {
     };
   };
   audit: { retention_days: number };
+  /** Outbound fetches (src/providers/fetch/addressPolicy.ts): private, loopback and metadata addresses are refused unless allowed here. */
+  network: {
+    /** `auto`: allowed in the embedded and dev profiles only. */
+    allow_loopback: 'auto' | boolean;
+    /** Host names reachable whatever they resolve to; `*.example.org` matches subdomains. */
+    allow_hosts: string[];
+    /** Address ranges reachable although private (`10.1.0.0/16`, `fd00::/8`, one address). */
+    allow_cidrs: string[];
+  };
+  /** Limits on the credential routes (src/api/rateLimits.ts); per API node. */
+  rate_limits: {
+    enabled: boolean;
+    /** Requests from one client address to the credential routes. */
+    per_address: { max: number; window: DurationString };
+    /** Failed sign-ins to one account, from any address; successes are not counted. */
+    per_account_failures: { max: number; window: DurationString };
+  };
   isolation: {
     default_database: string;
     /** Empty = closed: only `default_database`. */

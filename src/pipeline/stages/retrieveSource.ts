@@ -4,6 +4,7 @@ import type { EventStore } from '../../eventstore/port.js';
 import type { AssetStore } from '../../storage/assets.js';
 import { extractDocument, type ExtractedDocument } from '../../providers/fetch/extract.js';
 import { doiToUrl } from '../../providers/fetch/doi.js';
+import { addressPolicyFromConfig } from '../../providers/fetch/addressPolicy.js';
 import { createHttpFetcher, FetchError, fetchSettingsFromConfig, type AutoSkipSettings, type FetchedResource } from '../../providers/fetch/http.js';
 import { AUTO_SKIP_REASON_PREFIX, autoSkipDecision, createHostHealthReader, hostOfUrl, type HostHealthReader } from '../../providers/fetch/hostHealth.js';
 import {
@@ -188,12 +189,14 @@ export const retrieveSourceStage: StageDefinition = {
   create: ({ config, store, assets, knex }) => {
     const fetchSettings = fetchSettingsFromConfig(config.providers.resolution);
     const { image_extraction } = config.providers.decomposition;
+    // One policy for the document and its images: both are URLs a user chose.
+    const addressPolicy = addressPolicyFromConfig(config);
     const images = { maxImageBytes: image_extraction.max_image_bytes, maxImagesPerSource: image_extraction.max_images_per_source };
     return createRetrieveSourceStage({
       store,
       assets,
-      fetcher: createHttpFetcher(fetchSettings),
-      imageFetcher: createHttpFetcher(imageFetchSettings(fetchSettings, images)),
+      fetcher: createHttpFetcher(fetchSettings, { addressPolicy }),
+      imageFetcher: createHttpFetcher(imageFetchSettings(fetchSettings, images), { addressPolicy }),
       images,
       hostHealth: { reader: createHostHealthReader(knex), settings: fetchSettings.autoSkip },
       doiResolver: config.providers.resolution.doi_resolver,

@@ -7,6 +7,7 @@ import zlib from 'node:zlib';
 
 import { parseDuration } from '../../config/duration.js';
 import type { Config } from '../../config/types.js';
+import { RefusedAddressError, type AddressPolicy } from './addressPolicy.js';
 
 export interface AutoSkipSettings {
   enabled: boolean;
@@ -96,6 +97,11 @@ export interface FetcherDeps {
   now?: () => number;
   /** In [0, 1); drives backoff jitter. */
   random?: () => number;
+  /**
+   * Which addresses may be connected to, checked on every resolved address and on every redirect
+   * (the service wires `addressPolicyFromConfig`); without one every address is reachable.
+   */
+  addressPolicy?: AddressPolicy;
 }
 
 export interface HttpFetcher {
@@ -336,7 +342,10 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
   function sendRequest(url: URL, signal: AbortSignal): Promise<http.IncomingMessage> {
     return new Promise((resolve, reject) => {
       const client = url.protocol === 'https:' ? https : http;
-      const request = client.request(url, { method: 'GET', headers: requestHeaders, signal }, resolve);
+      const policy = deps.addressPolicy;
+      // A literal IP never reaches lookup: it is checked here, before any connection.
+      policy?.assertUrlHost(url);
+      const request = client.request(url, { method: 'GET', headers: requestHeaders, signal, ...(policy ? { lookup: policy.lookup } : {}) }, resolve);
       request.on('error', reject);
       request.end();
     });
@@ -497,6 +506,7 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
       } catch (error) {
         if (signal?.aborted) throw aborted(attempt, error);
         if (error instanceof AttemptFailure) failure = error.failure;
+        else if (error instanceof RefusedAddressError) failure = { permanent: true, reason: 'address refused', code: error.code, detail: error.message };
         else if (timedOut) failure = { permanent: false, reason: 'timeout', detail: `no complete answer within ${settings.timeoutMs} ms`, cause: error };
         else failure = classifyNetworkError(error);
       } finally {
