@@ -7,6 +7,9 @@ import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
 import { registerErrorHandling } from './errors.js';
 import { authenticateRequest } from './guard.js';
+import { registerInputGuard } from './inputGuard.js';
+import { registerRateLimits } from './rateLimits.js';
+import { registerSecurityHeaders } from './securityHeaders.js';
 import { adminRoutes } from './routes/admin.js';
 import { authRoutes } from './routes/auth.js';
 import { conceptRoutes } from './routes/concepts.js';
@@ -67,6 +70,10 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
   });
   registerErrorHandling(app);
+  registerSecurityHeaders(app);
+  registerInputGuard(app);
+  // Before every route: the limits attach to routes as they are registered, by path.
+  await registerRateLimits(app, config.rate_limits);
   await app.register(multipart, { limits: { fileSize: config.server.body_limit, files: 1 } });
   await app.register(swagger, {
     openapi: {

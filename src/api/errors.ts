@@ -27,6 +27,37 @@ const domainStatus: Record<DomainError['code'], [number, string]> = {
   gone: [404, 'not_found'],
 };
 
+/** The documented `error` of each 4xx a framework or plugin raises with its own code (docs/api.md, "Errors"). */
+const clientErrorCodes: Record<number, string> = {
+  400: 'bad_request',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  406: 'not_acceptable',
+  409: 'conflict',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  429: 'rate_limited',
+};
+
+/** Every `error` code the API can send; docs/api.md lists exactly these (test/api/openapi.test.ts checks). */
+export const ERROR_CODES = [
+  'bad_request',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'method_not_allowed',
+  'not_acceptable',
+  'conflict',
+  'ambiguous_concept',
+  'payload_too_large',
+  'unsupported_media_type',
+  'rate_limited',
+  'not_implemented',
+  'internal',
+] as const;
+
 /** The JSON schema of every error reply: `{error, message}`. */
 export const errorReplySchema = {
   type: 'object',
@@ -55,8 +86,11 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (error instanceof VectorSearchUnavailableError) return send(501, 'not_implemented', error.message);
     const fastifyError = error as FastifyError;
     if (fastifyError.validation) return send(400, 'bad_request', error.message);
-    if (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
-      return send(fastifyError.statusCode, fastifyError.code?.toLowerCase().replace(/^fst_err_/, '') || 'bad_request', error.message);
+    const statusCode = fastifyError.statusCode;
+    if (statusCode && statusCode >= 400 && statusCode < 500) {
+      // fastify's and its plugins' own codes (FST_ERR_CTP_INVALID_JSON_BODY, FST_REQ_FILE_TOO_LARGE, ...) become the documented names.
+      if (statusCode === 429 && reply.getHeader('retry-after') !== undefined) return send(429, 'rate_limited', error.message);
+      return send(statusCode, clientErrorCodes[statusCode] ?? 'bad_request', error.message);
     }
     request.log.error({ err: error }, 'unhandled error');
     return send(500, 'internal', 'internal error');

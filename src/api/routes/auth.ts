@@ -39,7 +39,7 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     { schema: { tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
       const { credential } = requireUser(request);
-      if (credential.kind !== 'session') throw new HttpError(400, 'invalid_request', 'logout ends a session; revoke an API key or OAuth token instead');
+      if (credential.kind !== 'session') throw new HttpError(400, 'bad_request', 'logout ends a session; revoke an API key or OAuth token instead');
       await context.identity.logout(credential.id);
       return reply.status(204).send();
     },

@@ -19,7 +19,9 @@ export type UserState =
 export const EMAIL_PATTERN = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 export function normalizeEmail(email: string): string {
-  return email.trim().toLowerCase();
+  // NFKC first, so compatibility look-alikes (fullwidth ＡＤＡ, ligatures) become the letters they
+  // show, then lower case: look-alike spellings of one address are one account.
+  return email.normalize('NFKC').trim().toLowerCase();
 }
 
 const holds = (state: Extract<UserState, { status: 'active' }>, role: string, domain: string) =>

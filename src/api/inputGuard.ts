@@ -1,0 +1,50 @@
+import type { FastifyInstance } from 'fastify';
+import { HttpError } from './errors.js';
+
+/** The deepest nesting of a request body walked; deeper bodies are refused rather than recursed into. */
+const MAX_DEPTH = 64;
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * Why a string cannot be stored or searched: a NUL byte (PostgreSQL text refuses it) or a lone
+ * UTF-16 surrogate (not valid Unicode, so not encodable as UTF-8). Null when the string is fine.
+ */
+export function unsafeTextReason(text: string): string | null {
+  if (text.includes('\u0000')) return 'contains a NUL character';
+  if (LONE_SURROGATE.test(text)) return 'contains a lone surrogate (not valid Unicode)';
+  return null;
+}
+
+function findUnsafe(value: unknown, path: string, depth: number): string | null {
+  if (typeof value === 'string') {
+    const reason = unsafeTextReason(value);
+    return reason && `${path} ${reason}`;
+  }
+  if (value === null || typeof value !== 'object') return null;
+  if (depth > MAX_DEPTH) return `${path} is nested deeper than ${MAX_DEPTH} levels`;
+  const entries = Array.isArray(value) ? value.map((item, index) => [String(index), item] as const) : Object.entries(value);
+  for (const [key, item] of entries) {
+    const keyReason = unsafeTextReason(key);
+    if (keyReason) return `a key of ${path} ${keyReason}`;
+    const found = findUnsafe(item, `${path}/${key}`, depth + 1);
+    if (found) return found;
+  }
+  return null;
+}
+
+/**
+ * Refuses, on every route (those registered later included), path parameters, query strings and
+ * JSON or form bodies holding text no store can keep: one check here instead of one per schema,
+ * so every route answers 400 `bad_request` with the offending location instead of failing deep
+ * in the database with a 500.
+ */
+export function registerInputGuard(app: FastifyInstance): void {
+  app.addHook('preValidation', async (request) => {
+    const problem =
+      findUnsafe(request.params, 'path parameter', 0) ??
+      findUnsafe(request.query, 'query parameter', 0) ??
+      (request.isMultipart() ? null : findUnsafe(request.body, 'body', 0));
+    if (problem) throw new HttpError(400, 'bad_request', problem.replace(/^(path parameter|query parameter)\//, '$1 '));
+  });
+}
