@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import multipart from '@fastify/multipart';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -67,6 +67,11 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     // read_timeout bounds receiving a request; the whole exchange may take read + write.
     requestTimeout: readTimeoutMs + writeTimeoutMs,
     connectionTimeout: readTimeoutMs + writeTimeoutMs,
+    // A URL that is not valid percent-encoded UTF-8 (FST_ERR_BAD_URL) is answered before routing: same `{error, message}` shape.
+    frameworkErrors: (error, _request, reply) => {
+      // The generic reply type of this hook knows no schema yet; a plain reply is what it is.
+      void (reply as FastifyReply).status(400).send({ error: 'bad_request', message: error.message });
+    },
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
   });
   registerErrorHandling(app);

@@ -1,4 +1,5 @@
 import { jobStates } from '../pipeline/jobs.js';
+import { MAX_OFFSET } from '../read/paging.js';
 import { sourceStatuses } from '../read/sources.js';
 import { errorReplySchema } from './errors.js';
 
@@ -14,7 +15,8 @@ export const idParam = (name: string) =>
 
 export const pagingQuery = {
   limit: { type: 'integer', minimum: 1, maximum: 500, default: 50 },
-  offset: { type: 'integer', minimum: 0, default: 0 },
+  // Bounded: `1e20` and 2^63 are integers to JSON Schema but overflow PostgreSQL's bigint (a 400 here, not a 500 there).
+  offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
 } as const;
 
 /** Replies for the errors every authenticated route can give. */

@@ -9,11 +9,14 @@ export interface PageInput {
 
 export const MAX_PAGE = 500;
 
+/** The largest offset (PostgreSQL takes bigint; this keeps every value a safe integer and every query sane). */
+export const MAX_OFFSET = 2_147_483_647;
+
 /** The page asked for, checked: the REST schemas say the same, other transports rely on this. */
 export function pageOf(input: PageInput, defaultLimit = 50, maxLimit = MAX_PAGE): { limit: number; offset: number } {
   const { limit = defaultLimit, offset = 0 } = input;
   if (!Number.isInteger(limit) || limit < 1 || limit > maxLimit) throw invalid(`limit must be an integer from 1 to ${maxLimit}`);
-  if (!Number.isInteger(offset) || offset < 0) throw invalid('offset must be a non-negative integer');
+  if (!Number.isInteger(offset) || offset < 0 || offset > MAX_OFFSET) throw invalid(`offset must be an integer from 0 to ${MAX_OFFSET}`);
   return { limit, offset };
 }
 

@@ -39,7 +39,7 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
           type: 'object',
           additionalProperties: false,
           properties: {
-            from: { type: 'integer', minimum: 0, default: 0 },
+            from: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 },
             types: { type: 'string', pattern: '^[A-Za-z]+(,[A-Za-z]+)*$', description: 'comma-separated event types' },
             stream: { type: 'string', minLength: 1, maxLength: 200 },
             limit: { type: 'integer', minimum: 1, maximum: 1000, default: 100 },

@@ -4,7 +4,7 @@ import { createApplication } from '../../app/application.js';
 import type { CreateRepositoryInput, RepositoryChange } from '../../app/repositories.js';
 import { repositoryPresets } from '../../domain/repository/presets.js';
 import { requireUser, traceOf } from '../guard.js';
-import { bearerSecurity, errorReplies, idParam, listReply } from '../schemas.js';
+import { bearerSecurity, errorReplies, idParam, listReply, pagingQuery } from '../schemas.js';
 
 export const repositorySchema = {
   type: 'object',
@@ -103,7 +103,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         querystring: {
           type: 'object',
           additionalProperties: false,
-          properties: { limit: { type: 'integer', minimum: 1, maximum: 500, default: 100 }, offset: { type: 'integer', minimum: 0, default: 0 } },
+          properties: { limit: { type: 'integer', minimum: 1, maximum: 500, default: 100 }, offset: pagingQuery.offset },
         },
         response: {
           200: listReply(repositorySchema),

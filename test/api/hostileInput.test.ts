@@ -1,0 +1,176 @@
+import fc from 'fast-check';
+import t from 'tap';
+
+import { ERROR_CODES } from '../../src/api/errors.js';
+import { registerUser, startTestService } from '../helpers/service.js';
+
+/**
+ * Walks every operation of the OpenAPI document with hostile parameters and bodies, as a
+ * sysadmin with a seeded repository: no answer may be a 5xx, and a refused call must not have
+ * stored anything (the event log head does not move).
+ */
+
+interface JsonSchema {
+  type?: string | string[];
+  properties?: Record<string, JsonSchema>;
+  items?: JsonSchema;
+  enum?: unknown[];
+  format?: string;
+}
+interface Parameter {
+  in: 'path' | 'query' | 'header';
+  name: string;
+  schema?: JsonSchema;
+}
+interface Operation {
+  summary?: string;
+  parameters?: Parameter[];
+  requestBody?: { content: Record<string, { schema: JsonSchema }> };
+}
+type OpenApi = { paths: Record<string, Record<string, Operation>> };
+
+/** Text an attacker tries: NUL, lone surrogates, numbers out of range, injection, traversal, huge. */
+const HOSTILE_TEXT = [
+  '\u0000',
+  'a\u0000b',
+  '\ud800',
+  'x\udfffy',
+  '\udc00\ud800',
+  '1e20',
+  '9223372036854775808',
+  '-9223372036854775809',
+  '-1',
+  'NaN',
+  '',
+  ' ',
+  "'; DROP TABLE events; --",
+  '../../../etc/passwd',
+  '%',
+  '<script>alert(1)</script>',
+  'x'.repeat(5_000),
+  'ＡＤＡ@example.org',
+  'http://user:pass@127.0.0.1/',
+  'http://169.254.169.254/latest/meta-data/',
+  'a:b:c',
+  '\u202e\u200b',
+];
+const HOSTILE_NUMBERS = [1e20, 9223372036854775808, -1, 1.5, 0, -0, 2 ** 53, Number.MAX_VALUE];
+
+/** Raw URL fragments: what an attacker types after `%` (not valid UTF-8, encoded NUL, half an escape). */
+const RAW_URL_TEXT = ['%00', 'a%00b', '%ED%A0%80', '%C0%80', '%FF%FE', '%', '%2', '1e20', '9223372036854775808', '-1', '%E2%80%AE'];
+
+const hostileText = fc.oneof(fc.constantFrom(...HOSTILE_TEXT), fc.string({ unit: 'binary', maxLength: 40 }));
+const hostileValue: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 4, arbitrary: hostileText },
+  { weight: 2, arbitrary: fc.constantFrom(...HOSTILE_NUMBERS) },
+  { weight: 1, arbitrary: fc.constantFrom(null, true, [], {}, ['\u0000'], { nested: '\ud800' }) },
+);
+
+/** A valid-looking value for a property, so a call gets past its schema and the hostile part reaches the code behind it. */
+function plausibleFor(name: string, schema: JsonSchema | undefined, depth: number): fc.Arbitrary<unknown> {
+  const types = [schema?.type ?? 'string'].flat();
+  if (schema?.enum?.length) return fc.constantFrom(...schema.enum);
+  if (types.includes('object') && depth < 3) return objectFor(schema ?? {}, depth + 1);
+  if (types.includes('array')) return fc.array(valueFor(name, schema?.items, depth + 1), { maxLength: 3 });
+  if (types.includes('integer') || types.includes('number')) return fc.constantFrom(1, 10, 50);
+  if (types.includes('boolean')) return fc.boolean();
+  if (/email/.test(name)) return fc.constantFrom('fuzz@example.org', 'admin@example.org');
+  if (/password/.test(name)) return fc.constant('correct horse battery');
+  if (/url/.test(name)) return fc.constantFrom('https://example.org/otters', 'https://example.org/a?b=c');
+  if (/(^|_)id$/.test(name) && seededIds.length) return fc.constantFrom(...seededIds);
+  return fc.constantFrom('otters', 'Sea otters use rocks as tools.', 'general');
+}
+
+/** Ids of seeded resources, so id-shaped fields sometimes name something that exists. */
+const seededIds: string[] = [];
+
+/** A value for a property: one time in three hostile, else plausible. */
+function valueFor(name: string, schema: JsonSchema | undefined, depth = 0): fc.Arbitrary<unknown> {
+  return fc.oneof({ weight: 1, arbitrary: hostileValue }, { weight: 2, arbitrary: plausibleFor(name, schema, depth) });
+}
+
+function objectFor(schema: JsonSchema, depth = 0): fc.Arbitrary<Record<string, unknown>> {
+  const shape = Object.fromEntries(Object.entries(schema.properties ?? {}).map(([name, property]) => [name, valueFor(name, property, depth)]));
+  return fc.record(shape, { requiredKeys: [] });
+}
+
+/** A query or path value as it goes into the URL: a hostile string encoded, a raw fragment, or a plausible one. */
+function urlText(plausible: fc.Arbitrary<unknown>): fc.Arbitrary<string> {
+  const encode = (value: unknown) => encodeURIComponent(String(value).replace(/[\uD800-\uDFFF]/g, '\uFFFD'));
+  return fc.oneof(
+    { weight: 1, arbitrary: fc.constantFrom(...RAW_URL_TEXT) },
+    { weight: 1, arbitrary: hostileText.map(encode) },
+    { weight: 3, arbitrary: plausible.map(encode) },
+  );
+}
+
+t.test('no route answers 5xx to hostile input, and refused calls store nothing', async (t) => {
+  const service = await startTestService({ workers: false, overrides: { rate_limits: { enabled: false } } });
+  t.teardown(() => service.close());
+  const admin = await registerUser(service, 'admin@example.org');
+  const token = admin.token;
+  const repository = await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Fuzzed', slug: 'fuzzed' } });
+  t.equal(repository.status, 201);
+  const upload = await service.app.inject({
+    method: 'POST',
+    url: `/api/v1/repositories/${repository.body.id}/sources/upload`,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'multipart/form-data; boundary=b' },
+    payload: '--b\r\nContent-Disposition: form-data; name="file"; filename="otters.md"\r\nContent-Type: text/markdown\r\n\r\n# Otters\n\nSea otters use tools.\r\n--b--\r\n',
+  });
+  t.equal(upload.statusCode, 201, upload.body);
+  const sourceId = JSON.parse(upload.body).id as string;
+
+  const document = (await service.call('GET', '/api/v1/openapi.json')).body as OpenApi;
+  const operations = Object.entries(document.paths).flatMap(([path, methods]) =>
+    Object.entries(methods).map(([method, operation]) => ({ path, method: method.toUpperCase(), operation })),
+  );
+  t.ok(operations.length > 50, `the document lists ${operations.length} operations`);
+  // Ending the session would leave the rest of the walk unauthenticated; deleting the repository would leave it nothing to reach.
+  const skipped = (path: string, method: string) => path === '/api/v1/auth/logout' || (method === 'DELETE' && path === '/api/v1/repositories/{repoID}');
+  const realIds: Record<string, string[]> = { repoID: [repository.body.id, 'fuzzed'], sourceID: [sourceId], userID: [admin.user.id] };
+  seededIds.push(sourceId, repository.body.id);
+
+  const headPosition = async () => (await service.call('GET', '/healthz')).body.head_position as number;
+  const serverErrors: string[] = [];
+  let calls = 0;
+  for (const { path, method, operation } of operations) {
+    if (skipped(path, method)) continue;
+    const parameters = operation.parameters ?? [];
+    const pathParameters = Object.fromEntries(
+      parameters
+        .filter((p) => p.in === 'path')
+        .map((p) => [p.name, urlText(realIds[p.name] ? fc.constantFrom(...realIds[p.name]) : plausibleFor(p.name, p.schema, 0))]),
+    );
+    const queryParameters = Object.fromEntries(parameters.filter((p) => p.in === 'query').map((p) => [p.name, urlText(plausibleFor(p.name, p.schema, 0))]));
+    const jsonBody = operation.requestBody?.content['application/json']?.schema;
+    const request = fc.record({
+      pathValues: fc.record(pathParameters),
+      query: fc.record(queryParameters, { requiredKeys: [] }),
+      body: jsonBody ? fc.oneof({ weight: 4, arbitrary: objectFor(jsonBody) }, { weight: 1, arbitrary: hostileValue }) : fc.constant(undefined),
+    });
+    await fc.assert(
+      fc.asyncProperty(request, async ({ pathValues, query, body }) => {
+        const url =
+          path.replace(/\{(\w+)\}/g, (_match, name: string) => pathValues[name] ?? 'x') +
+          (Object.keys(query).length ? `?${Object.entries(query).map(([name, value]) => `${name}=${value}`).join('&')}` : '');
+        const before = await headPosition();
+        const response = await service.app.inject({
+          method: method as 'GET',
+          url,
+          headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+          ...(body === undefined ? {} : { payload: JSON.stringify(body) }),
+        });
+        calls += 1;
+        if (response.statusCode >= 500) serverErrors.push(`${method} ${url} ${body === undefined ? '' : JSON.stringify(body).slice(0, 200)} -> ${response.statusCode} ${response.body.slice(0, 200)}`);
+        if (response.statusCode >= 400) {
+          const reply = JSON.parse(response.body) as { error?: unknown; message?: unknown };
+          if (!ERROR_CODES.includes(reply.error as (typeof ERROR_CODES)[number]) || typeof reply.message !== 'string') serverErrors.push(`${method} ${url}: error reply without {error, message}: ${response.body.slice(0, 200)}`);
+          const after = await headPosition();
+          if (after !== before) serverErrors.push(`${method} ${url} answered ${response.statusCode} but appended events (${before} -> ${after})`);
+        }
+      }),
+      { numRuns: 12, seed: 20261125 },
+    );
+  }
+  t.same(serverErrors, [], `${calls} hostile calls, none answered 5xx or stored on failure`);
+});
