@@ -372,6 +372,21 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Hashes of rotated session refresh tokens: presenting one again is reuse (a stolen token),
+    // and revokes its whole session (src/auth/identity.ts, refresh). Service state, not a projection.
+    id: '008_retired_refresh_tokens',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE retired_refresh_tokens (
+          token_hash text PRIMARY KEY,
+          session_id text NOT NULL,
+          retired_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX retired_refresh_tokens_session ON retired_refresh_tokens (session_id);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -29,9 +29,8 @@ export function cookieHeader(profile: Profile, name: string, value: string, opti
 
 /** Adds a cookie to the reply (several cookies each get their own Set-Cookie line). */
 export function setCookie(reply: FastifyReply, profile: Profile, name: string, value: string, options: CookieOptions = {}): void {
-  const existing = reply.getHeader('set-cookie');
-  const lines = existing === undefined ? [] : Array.isArray(existing) ? existing.map(String) : [String(existing)];
-  reply.header('set-cookie', [...lines, cookieHeader(profile, name, value, options)]);
+  // fastify appends to Set-Cookie instead of replacing it.
+  reply.header('set-cookie', cookieHeader(profile, name, value, options));
 }
 
 /** Removes a cookie: the same attributes, empty, expired at once. */

@@ -143,24 +143,36 @@ export function createIdentityService(deps: {
       await knex('sessions').where({ id: sessionId }).whereNull('revoked_at').update({ revoked_at: new Date() });
     },
 
-    /** Rotates the refresh token: the old one stops working at once. */
+    /**
+     * Rotates the refresh token: the old one stops working at once. Presenting a rotated token
+     * again means two parties hold the session (one stole it): the whole session is revoked, so
+     * the current access and refresh tokens stop working too.
+     */
     async refresh(refreshToken: string): Promise<{ token: string; refresh_token: string }> {
       const next = newOpaqueToken(OPAQUE_TOKEN_PREFIX.refreshToken);
-      const session = await knex.transaction(async (trx) => {
+      const presentedHash = hashToken(String(refreshToken ?? ''));
+      const outcome = await knex.transaction(async (trx) => {
         const row = await trx('sessions')
-          .where({ refresh_token_hash: hashToken(String(refreshToken ?? '')) })
+          .where({ refresh_token_hash: presentedHash })
           .whereNull('revoked_at')
           .where('refresh_expires_at', '>', new Date())
           .forUpdate()
           .first(['id', 'user_id']);
-        if (!row) return null;
+        if (!row) {
+          const retired = await trx('retired_refresh_tokens').where({ token_hash: presentedHash }).first(['session_id']);
+          if (!retired) return { kind: 'unknown' as const };
+          await trx('sessions').where({ id: retired.session_id }).whereNull('revoked_at').update({ revoked_at: new Date() });
+          return { kind: 'reused' as const };
+        }
+        await trx('retired_refresh_tokens').insert({ token_hash: presentedHash, session_id: row.id });
         await trx('sessions')
           .where({ id: row.id })
           .update({ refresh_token_hash: hashToken(next), rotated_at: new Date(), refresh_expires_at: new Date(Date.now() + settings.refreshTtlMs) });
-        return row as { id: string; user_id: string };
+        return { kind: 'rotated' as const, session: row as { id: string; user_id: string } };
       });
-      if (!session) throw new AuthenticationError('invalid or expired refresh token');
-      const { token } = await tokens.signSession({ userId: session.user_id, sessionId: session.id });
+      if (outcome.kind === 'reused') throw new AuthenticationError('refresh token was already used: the session is revoked, sign in again');
+      if (outcome.kind === 'unknown') throw new AuthenticationError('invalid or expired refresh token');
+      const { token } = await tokens.signSession({ userId: outcome.session.user_id, sessionId: outcome.session.id });
       return { token, refresh_token: next };
     },
 

@@ -41,6 +41,8 @@ export async function startTestService(options: { overrides?: Overrides; dataDir
         bootstrap: { default_repository: false },
         task: { poll_interval: '50ms', retry: { max_attempts: 3, base_delay: '50ms', max_delay: '200ms' } },
         providers: { resolution: { fetch: { timeout: '30s' }, retry: { base_delay: '10ms', max_delay: '50ms' } } },
+        // Tests sign in from one address far more often than a person: the limits' own tests turn them on.
+        rate_limits: { enabled: false },
       },
       options.overrides ?? {},
     ),

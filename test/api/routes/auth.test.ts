@@ -30,13 +30,21 @@ t.test('register, login, me, refresh, logout', async (t) => {
   const refreshed = await service.call('POST', '/api/v1/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
   t.equal(refreshed.status, 200);
   t.not(refreshed.body.refresh_token, login.body.refresh_token, 'refresh token rotates');
+  const stillOkBeforeReuse = await service.call('GET', '/api/v1/users/me', { token: refreshed.body.token });
+  t.equal(stillOkBeforeReuse.status, 200);
   const reused = await service.call('POST', '/api/v1/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
   t.equal(reused.status, 401, 'a used refresh token no longer works');
   t.equal(reused.body.error, 'unauthorized');
+  t.match(reused.body.message, /already used: the session is revoked/);
+  // Reuse means the token leaked: the whole session ends, the holder of the current tokens included.
+  t.equal((await service.call('GET', '/api/v1/users/me', { token: refreshed.body.token })).status, 401, 'the current access token stops working');
+  const current = await service.call('POST', '/api/v1/auth/refresh', { body: { refresh_token: refreshed.body.refresh_token } });
+  t.equal(current.status, 401, 'the current refresh token stops working');
 
-  const logout = await service.call('POST', '/api/v1/auth/logout', { token: refreshed.body.token });
+  const again = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ada@example.org', password: 'correct horse battery' } });
+  const logout = await service.call('POST', '/api/v1/auth/logout', { token: again.body.token });
   t.equal(logout.status, 204);
-  const after = await service.call('GET', '/api/v1/users/me', { token: refreshed.body.token });
+  const after = await service.call('GET', '/api/v1/users/me', { token: again.body.token });
   t.equal(after.status, 401, 'logout ends the session');
   const stillOk = await service.call('GET', '/api/v1/users/me', { token: first.token });
   t.equal(stillOk.status, 200, 'other sessions live on');
@@ -46,6 +54,11 @@ t.test('bad registrations and logins', async (t) => {
   await registerUser(service, 'bob@example.org');
   const duplicate = await service.call('POST', '/api/v1/auth/register', { body: { email: 'BOB@example.org', password: 'another password' } });
   t.equal(duplicate.status, 409);
+  // NFKC then lower case: fullwidth letters are the same address.
+  const lookalike = await service.call('POST', '/api/v1/auth/register', { body: { email: 'ＢＯＢ@example.org', password: 'another password' } });
+  t.equal(lookalike.status, 409, 'a fullwidth look-alike of a taken address is refused');
+  const lookalikeLogin = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ｂｏｂ@example.org', password: 'correct horse battery' } });
+  t.equal(lookalikeLogin.status, 200, 'and signs in to the same account');
   t.same(Object.keys(duplicate.body).sort(), ['error', 'message']);
   for (const body of [
     { email: 'x@example.org' },

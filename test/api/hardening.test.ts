@@ -1,0 +1,145 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import Fastify from 'fastify';
+import t from 'tap';
+
+import { clearCookie, cookieHeader, setCookie } from '../../src/api/cookies.js';
+import { DEFAULT_HTML_CSP, registerSecurityHeaders } from '../../src/api/securityHeaders.js';
+import { eventually, registerUser, startTestService, type TestService } from '../helpers/service.js';
+
+let service: TestService;
+let token: string;
+let repositoryId: string;
+t.before(async () => {
+  // The production profile's outbound policy (no loopback) on the embedded tier.
+  service = await startTestService({ workers: false, overrides: { network: { allow_loopback: false }, server: { body_limit: 64 * 1024 } } });
+  token = (await registerUser(service, 'admin@example.org')).token;
+  repositoryId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Hardened' } })).body.id;
+});
+t.teardown(() => service.close());
+
+const inject = (options: { method: string; url: string; payload?: string | Buffer; headers?: Record<string, string> }) =>
+  service.app.inject({ ...options, method: options.method as 'POST', headers: { authorization: `Bearer ${token}`, ...options.headers } });
+
+t.test("fastify's own failures answer with the documented codes", async (t) => {
+  const cases = [
+    { name: 'invalid JSON', payload: '{"email":', type: 'application/json', status: 400, error: 'bad_request' },
+    { name: 'empty JSON body', payload: '', type: 'application/json', status: 400, error: 'bad_request' },
+    { name: 'unsupported media type', payload: '<login/>', type: 'application/xml', status: 415, error: 'unsupported_media_type' },
+    { name: 'body too large', payload: JSON.stringify({ email: 'x'.repeat(70 * 1024), password: 'p' }), type: 'application/json', status: 413, error: 'payload_too_large' },
+  ];
+  for (const { name, payload, type, status, error } of cases) {
+    const response = await inject({ method: 'POST', url: '/api/v1/auth/login', payload, headers: { 'content-type': type } });
+    t.equal(response.statusCode, status, name);
+    t.same(Object.keys(response.json()).sort(), ['error', 'message'], `${name}: {error, message}`);
+    t.equal(response.json().error, error, name);
+  }
+  const badUrl = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/concepts/%ED%A0%80` });
+  t.equal(badUrl.statusCode, 400);
+  t.equal(badUrl.json().error, 'bad_request', 'a URL that is not UTF-8 is a bad_request too');
+});
+
+t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, never a 500', async (t) => {
+  const before = (await service.call('GET', '/healthz')).body.head_position;
+  const calls: Array<[string, string, unknown?]> = [
+    ['POST', '/api/v1/auth/register', { email: 'nul\u0000@example.org', password: 'correct horse battery' }],
+    ['POST', '/api/v1/auth/login', { email: 'nul\u0000@example.org', password: 'correct horse battery' }],
+    ['POST', '/api/v1/repositories', { name: 'lone \ud800 surrogate' }],
+    ['GET', `/api/v1/repositories/${repositoryId}/facts?query=%00`],
+    ['GET', `/api/v1/repositories/${repositoryId}/facts?concept=a%00b`],
+    ['GET', `/api/v1/repositories/${repositoryId}/concepts/a%00b`],
+    ['GET', '/api/v1/repositories/a%00b'],
+    ['GET', `/api/v1/repositories/${repositoryId}/sources?offset=1e20`],
+    ['GET', `/api/v1/repositories/${repositoryId}/sources?offset=9223372036854775808`],
+    ['GET', `/api/v1/repositories/${repositoryId}/events?from=9223372036854775808`],
+    ['GET', '/api/v1/repositories?offset=1e20'],
+  ];
+  for (const [method, url, body] of calls) {
+    const response = await service.call(method, url, { token, body });
+    t.equal(response.status, 400, `${method} ${url}`);
+    t.equal(response.body.error, 'bad_request');
+    t.type(response.body.message, 'string');
+  }
+  const nul = await service.call('POST', '/api/v1/repositories', { token, body: { name: 'x', description: 'a\u0000b' } });
+  t.equal(nul.body.message, 'body/description contains a NUL character', 'the message names the field');
+  t.equal((await service.call('GET', '/healthz')).body.head_position, before, 'nothing was stored');
+});
+
+t.test('source URLs: credentials and refused literal addresses are a 400 before anything is stored', async (t) => {
+  const investigation = (await service.call('POST', `/api/v1/repositories/${repositoryId}/investigations`, { token, body: { title: 'Otters' } })).body;
+  for (const url of ['http://user:secret@example.org/page', 'https://token@example.org/', 'http://127.0.0.1:8080/', 'http://169.254.169.254/latest/meta-data/', 'http://[::1]/', 'http://10.0.0.5/']) {
+    const direct = await service.call('POST', `/api/v1/repositories/${repositoryId}/sources`, { token, body: { url } });
+    t.equal(direct.status, 400, url);
+    t.equal(direct.body.error, 'bad_request');
+    t.notMatch(direct.body.message, /secret/, 'the message does not repeat the password');
+    const viaInvestigation = await service.call('POST', `/api/v1/repositories/${repositoryId}/investigations/${investigation.id}/sources`, { token, body: { url } });
+    t.equal(viaInvestigation.status, 400, `${url} via an investigation`);
+  }
+  const sources = await service.call('GET', `/api/v1/repositories/${repositoryId}/sources`, { token });
+  t.equal(sources.body.total, 0, 'no source was registered');
+});
+
+t.test('security headers: HTML pages get a CSP without inline script and no framing; JSON gets nosniff', async (t) => {
+  const docs = await service.app.inject({ method: 'GET', url: '/docs/' });
+  t.equal(docs.statusCode, 200);
+  t.match(docs.headers['content-type'], /text\/html/);
+  t.equal(docs.headers['content-security-policy'], DEFAULT_HTML_CSP);
+  t.match(docs.headers['content-security-policy'], /frame-ancestors 'none'/);
+  t.notMatch(String(docs.headers['content-security-policy']).match(/script-src [^;]*/)?.[0], /unsafe-inline/);
+  t.equal(docs.headers['x-content-type-options'], 'nosniff');
+  t.equal(docs.headers['referrer-policy'], 'no-referrer');
+  t.equal(docs.headers['x-frame-options'], 'DENY');
+  const json = await service.app.inject({ method: 'GET', url: '/healthz' });
+  t.equal(json.headers['x-content-type-options'], 'nosniff');
+  t.equal(json.headers['content-security-policy'], undefined);
+
+  const app = Fastify();
+  registerSecurityHeaders(app);
+  app.get('/own', async (_request, reply) => reply.type('text/html').header('content-security-policy', "default-src 'none'; script-src 'nonce-abc'").send('<p>own</p>'));
+  const own = await app.inject({ method: 'GET', url: '/own' });
+  t.equal(own.headers['content-security-policy'], "default-src 'none'; script-src 'nonce-abc'", 'a page that sets its own CSP keeps it');
+  t.equal(own.headers['x-frame-options'], 'DENY', 'and still gets the other defaults');
+  await app.close();
+});
+
+t.test('cookies: HttpOnly and SameSite always, Secure outside embedded and dev', async (t) => {
+  t.equal(cookieHeader('embedded', 'fl_state', 'abc'), 'fl_state=abc; Path=/; HttpOnly; SameSite=Lax');
+  t.equal(cookieHeader('dev', 'fl_state', 'abc', { sameSite: 'Strict' }), 'fl_state=abc; Path=/; HttpOnly; SameSite=Strict');
+  t.equal(cookieHeader('production', 'fl_state', 'abc', { maxAgeSeconds: 600, path: '/api/v1/oauth' }), 'fl_state=abc; Path=/api/v1/oauth; HttpOnly; SameSite=Lax; Secure; Max-Age=600');
+  t.match(cookieHeader('distributed', 'a', 'b'), /; Secure/);
+  t.throws(() => cookieHeader('production', 'a', 'b; Domain=evil.example'), /characters a cookie cannot carry/);
+  t.throws(() => cookieHeader('production', 'a=b', 'c'), /cookie name/);
+  const app = Fastify();
+  app.get('/', async (_request, reply) => {
+    setCookie(reply, 'production', 'one', '1');
+    clearCookie(reply, 'production', 'two');
+    return 'ok';
+  });
+  const response = await app.inject({ method: 'GET', url: '/' });
+  t.same(response.headers['set-cookie'], ['one=1; Path=/; HttpOnly; SameSite=Lax; Secure', 'two=; Path=/; HttpOnly; SameSite=Lax; Secure; Max-Age=0']);
+  await app.close();
+});
+
+t.test('a host name resolving to loopback fails the source with the reason, and the local server sees no request', async (t) => {
+  let hits = 0;
+  const server = http.createServer((_request, response) => {
+    hits += 1;
+    response.end('<html><body><p>internal admin page</p></body></html>');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const { port } = server.address() as AddressInfo;
+  const working = await startTestService({ overrides: { network: { allow_loopback: false } } });
+  t.teardown(() => working.close());
+  const owner = await registerUser(working, 'owner@example.org');
+  const repository = (await working.call('POST', '/api/v1/repositories', { token: owner.token, body: { name: 'Fetching' } })).body;
+  const added = await working.call('POST', `/api/v1/repositories/${repository.id}/sources`, { token: owner.token, body: { url: `http://localhost:${port}/admin` } });
+  t.equal(added.status, 201, 'a host name is accepted: it is checked when fetched');
+  const failed = await eventually(async () => {
+    const source = await working.call('GET', `/api/v1/repositories/${repository.id}/sources/${added.body.id}`, { token: owner.token });
+    return source.body.status === 'failed' ? source.body : null;
+  });
+  t.match(failed.failure, /address refused.*localhost resolves to .*loopback address/);
+  t.equal(hits, 0, 'no request reached the local server');
+});
