@@ -1,0 +1,72 @@
+import t from 'tap';
+
+import { AccountFailureLimiter, CREDENTIAL_PATHS } from '../../src/api/rateLimits.js';
+import { registerUser, startTestService, type TestService } from '../helpers/service.js';
+
+let service: TestService;
+t.before(async () => {
+  service = await startTestService({
+    workers: false,
+    overrides: { rate_limits: { enabled: true, per_address: { max: 5, window: '10m' }, per_account_failures: { max: 3, window: '10m' } } },
+  });
+});
+t.teardown(() => service.close());
+
+const login = (address: string, email: string, password: string) =>
+  service.app.inject({ method: 'POST', url: '/api/v1/auth/login', remoteAddress: address, payload: { email, password } });
+
+t.test('a login flood from one address is answered 429 with Retry-After; the real user signs in from another address', async (t) => {
+  await registerUser(service, 'ada@example.org');
+  const statuses: number[] = [];
+  // An attacker sprays guesses at many accounts from one address.
+  for (let attempt = 0; attempt < 8; attempt += 1) statuses.push((await login('203.0.113.7', `victim${attempt}@example.org`, 'guess')).statusCode);
+  t.same(statuses, [401, 401, 401, 401, 401, 429, 429, 429]);
+  const limited = await login('203.0.113.7', 'ada@example.org', 'correct horse battery');
+  t.equal(limited.statusCode, 429, 'the blocked address is blocked for the right password too');
+  t.equal(limited.json().error, 'rate_limited');
+  t.type(limited.json().message, 'string');
+  t.ok(Number(limited.headers['retry-after']) > 0, `Retry-After: ${limited.headers['retry-after']}`);
+  // Register and refresh share the address's budget: they are credential routes too.
+  const register = await service.app.inject({ method: 'POST', url: '/api/v1/auth/register', remoteAddress: '203.0.113.7', payload: { email: 'new@example.org', password: 'long enough password' } });
+  t.equal(register.statusCode, 429);
+  const elsewhere = await login('198.51.100.20', 'ada@example.org', 'correct horse battery');
+  t.equal(elsewhere.statusCode, 200, 'the real user is not locked out by the attacking address');
+  const otherRoute = await service.app.inject({ method: 'GET', url: '/healthz', remoteAddress: '203.0.113.7' });
+  t.equal(otherRoute.statusCode, 200, 'routes off the credential list are not limited');
+});
+
+t.test('failed sign-ins to one account from many addresses hold that account only, and only failures count', async (t) => {
+  await registerUser(service, 'grace@example.org');
+  await registerUser(service, 'linus@example.org');
+  // Successes do not count: three good logins leave the budget whole.
+  for (const address of ['192.0.2.1', '192.0.2.2', '192.0.2.3']) t.equal((await login(address, 'grace@example.org', 'correct horse battery')).statusCode, 200);
+  for (const address of ['192.0.2.11', '192.0.2.12', '192.0.2.13']) t.equal((await login(address, 'grace@example.org', 'wrong')).statusCode, 401);
+  const held = await login('192.0.2.14', 'GRACE@example.org', 'correct horse battery');
+  t.equal(held.statusCode, 429, 'the account is held after 3 failures, however its address is spelt');
+  t.equal(held.json().error, 'rate_limited');
+  t.ok(Number(held.headers['retry-after']) > 0 && Number(held.headers['retry-after']) <= 600, 'for at most the window');
+  t.equal((await login('192.0.2.15', 'linus@example.org', 'correct horse battery')).statusCode, 200, 'other accounts are unaffected');
+});
+
+t.test('the per-account count decays: each failure counts for the window only', async (t) => {
+  let now = 1_000_000;
+  const limiter = new AccountFailureLimiter(3, 300_000, () => now);
+  limiter.recordFailure('ada');
+  now += 100_000;
+  limiter.recordFailure('ada');
+  limiter.recordFailure('ada');
+  t.equal(limiter.retryAfterSeconds('ada'), 200, 'held until the first failure is 5 minutes old');
+  t.equal(limiter.retryAfterSeconds('bob'), 0);
+  now += 200_000;
+  t.equal(limiter.retryAfterSeconds('ada'), 0, 'free again once the oldest failure decayed');
+  limiter.recordFailure('ada');
+  t.ok(limiter.retryAfterSeconds('ada') > 0, 'one more failure within the window holds it again');
+  now += 300_001;
+  t.equal(limiter.retryAfterSeconds('ada'), 0);
+});
+
+t.test('the OAuth credential routes are on the list, so they are limited once registered', async (t) => {
+  t.ok(CREDENTIAL_PATHS.has('/api/v1/oauth/token'));
+  t.ok(CREDENTIAL_PATHS.has('/api/v1/oauth/authorize/login'));
+  t.ok(CREDENTIAL_PATHS.has('/api/v1/auth/refresh'));
+});
