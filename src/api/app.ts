@@ -8,6 +8,7 @@ import { parseDuration } from '../config/duration.js';
 import { registerErrorHandling } from './errors.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
+import { completeOperation } from './openapi.js';
 import { registerRateLimits } from './rateLimits.js';
 import { registerSecurityHeaders } from './securityHeaders.js';
 import { adminRoutes } from './routes/admin.js';
@@ -87,6 +88,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       servers: [{ url: context.publicUrl }],
       components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
     },
+    transform: completeOperation,
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   app.get('/api/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger());

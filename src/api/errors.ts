@@ -27,14 +27,12 @@ const domainStatus: Record<DomainError['code'], [number, string]> = {
   gone: [404, 'not_found'],
 };
 
-/** The documented `error` of each 4xx a framework or plugin raises with its own code (docs/api.md, "Errors"). */
+/** The documented `error` of each 4xx a framework or plugin raises with its own code (docs/api.md, "Errors"); other 4xx are `bad_request`. */
 const clientErrorCodes: Record<number, string> = {
   400: 'bad_request',
   401: 'unauthorized',
   403: 'forbidden',
   404: 'not_found',
-  405: 'method_not_allowed',
-  406: 'not_acceptable',
   409: 'conflict',
   413: 'payload_too_large',
   415: 'unsupported_media_type',
@@ -47,8 +45,6 @@ export const ERROR_CODES = [
   'unauthorized',
   'forbidden',
   'not_found',
-  'method_not_allowed',
-  'not_acceptable',
   'conflict',
   'ambiguous_concept',
   'payload_too_large',

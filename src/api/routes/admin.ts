@@ -25,6 +25,7 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     '/api/v1/admin/users',
     {
       schema: {
+        summary: 'List users with their role assignments',
         ...schema,
         response: {
           200: {
@@ -55,13 +56,13 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
 
   app.put<{ Body: RoleAssignmentInput }>(
     '/api/v1/admin/users/roles',
-    { schema: { ...schema, body: assignmentSchema, response: { 200: assignmentSchema, ...errorReplies } } },
+    { schema: { summary: 'Grant a role to a user in a domain', ...schema, body: assignmentSchema, response: { 200: assignmentSchema, ...errorReplies } } },
     async (request) => users.grantRole(requireUser(request), request.body, traceOf(request)),
   );
 
   app.delete<{ Body: RoleAssignmentInput }>(
     '/api/v1/admin/users/roles',
-    { schema: { ...schema, body: assignmentSchema, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Revoke a role from a user in a domain', ...schema, body: assignmentSchema, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
       await users.revokeRole(requireUser(request), request.body, traceOf(request));
       return reply.status(204).send();
@@ -72,6 +73,7 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     '/api/v1/admin/permissions',
     {
       schema: {
+        summary: 'List all roles and their permissions',
         ...schema,
         response: {
           200: {

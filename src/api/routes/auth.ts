@@ -26,17 +26,17 @@ const credentialsBody = (withName: boolean) =>
 export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   app.post<{ Body: { email: string; password: string; name?: string } }>(
     '/api/v1/auth/register',
-    { schema: { tags: ['auth'], body: credentialsBody(true), response: { 201: sessionReply, ...errorReplies } } },
+    { schema: { summary: 'Register a user and start a session', tags: ['auth'], body: credentialsBody(true), response: { 201: sessionReply, ...errorReplies } } },
     async (request, reply) => reply.status(201).send(await context.identity.register(request.body)),
   );
   app.post<{ Body: { email: string; password: string } }>(
     '/api/v1/auth/login',
-    { schema: { tags: ['auth'], body: credentialsBody(false), response: { 200: sessionReply, ...errorReplies } } },
+    { schema: { summary: 'Sign in with e-mail and password', tags: ['auth'], body: credentialsBody(false), response: { 200: sessionReply, ...errorReplies } } },
     async (request) => context.identity.login(request.body),
   );
   app.post(
     '/api/v1/auth/logout',
-    { schema: { tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'End the current session', tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
       const { credential } = requireUser(request);
       if (credential.kind !== 'session') throw new HttpError(400, 'bad_request', 'logout ends a session; revoke an API key or OAuth token instead');
@@ -48,6 +48,7 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/auth/refresh',
     {
       schema: {
+        summary: 'Rotate a refresh token for a new access token',
         tags: ['auth'],
         body: {
           type: 'object',

@@ -71,6 +71,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     '/api/v1/repositories/:repoID/concepts',
     {
       schema: {
+        summary: 'Search or list the concepts of a repository',
         ...schema,
         params: idParam('repoID'),
         querystring: searchQuerystring({
@@ -87,6 +88,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     '/api/v1/repositories/:repoID/concepts/migrate-context',
     {
       schema: {
+        summary: 'Move concepts from one context to another (background task)',
         ...schema,
         params: idParam('repoID'),
         body: {
@@ -118,6 +120,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     '/api/v1/repositories/:repoID/concepts/:conceptID',
     {
       schema: {
+        summary: 'Get a concept by id, canonical name or alias',
         ...schema,
         params: conceptParams,
         querystring: { type: 'object', additionalProperties: false, properties: contextQuery },
@@ -134,6 +137,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     '/api/v1/repositories/:repoID/concepts/:conceptID/relations',
     {
       schema: {
+        summary: 'List the concepts related to a concept',
         ...schema,
         params: conceptParams,
         querystring: {
@@ -158,6 +162,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     '/api/v1/repositories/:repoID/concepts/:conceptID/relations/:otherID',
     {
       schema: {
+        summary: 'Get the relation of two concepts and their shared facts',
         ...schema,
         params: {
           type: 'object',
@@ -187,7 +192,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
 
   app.get<{ Params: ConceptParams; Querystring: PageQuery }>(
     '/api/v1/repositories/:repoID/concepts/:conceptID/facts',
-    { schema: { ...schema, params: conceptParams, querystring: pageQuerystring, response: { 200: conceptPageReply(factSchema), ...conceptErrorReplies } } },
+    { schema: { summary: 'List the facts of a concept', ...schema, params: conceptParams, querystring: pageQuerystring, response: { 200: conceptPageReply(factSchema), ...conceptErrorReplies } } },
     async (request) => concepts.facts(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
   );
 
@@ -195,6 +200,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     '/api/v1/repositories/:repoID/concepts/:conceptID/sources',
     {
       schema: {
+        summary: 'List the sources of a concept',
         ...schema,
         params: conceptParams,
         querystring: pageQuerystring,

@@ -32,6 +32,7 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     '/api/v1/repositories/:repoID/events',
     {
       schema: {
+        summary: 'Read the event log of a repository',
         tags: ['events'],
         security: bearerSecurity,
         params: idParam('repoID'),

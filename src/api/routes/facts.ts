@@ -30,6 +30,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/repositories/:repoID/facts',
     {
       schema: {
+        summary: 'Search or list the facts of a repository',
         ...schema,
         params: idParam('repoID'),
         querystring: searchQuerystring({
@@ -47,6 +48,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/repositories/:repoID/facts/:factID/concepts',
     {
       schema: {
+        summary: 'List the concepts a fact is linked to',
         ...schema,
         params: factParams,
         response: {
@@ -71,6 +73,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/repositories/:repoID/facts/:factID',
     {
       schema: {
+        summary: 'Get a fact with its sources',
         ...schema,
         params: factParams,
         response: {

@@ -47,6 +47,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
     '/api/v1/repositories/:repoID/investigations',
     {
       schema: {
+        summary: 'Create an investigation',
         ...schema,
         params: repoParams,
         body: { type: 'object', additionalProperties: false, required: ['title'], properties: { title, topic } },
@@ -61,6 +62,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
     '/api/v1/repositories/:repoID/investigations',
     {
       schema: {
+        summary: 'List or search investigations',
         ...schema,
         params: repoParams,
         querystring: {
@@ -76,7 +78,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.get<{ Params: { repoID: string; investigationID: string } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID',
-    { schema: { ...schema, params: itemParams, response: { 200: investigationSchema, ...errorReplies } } },
+    { schema: { summary: 'Get an investigation', ...schema, params: itemParams, response: { 200: investigationSchema, ...errorReplies } } },
     async (request) => investigations.get(requireUser(request), named(request.params)),
   );
 
@@ -84,6 +86,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
     '/api/v1/repositories/:repoID/investigations/:investigationID',
     {
       schema: {
+        summary: 'Change the title or topic of an investigation',
         ...schema,
         params: itemParams,
         body: { type: 'object', additionalProperties: false, minProperties: 1, properties: { title, topic } },
@@ -95,7 +98,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.delete<{ Params: { repoID: string; investigationID: string } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID',
-    { schema: { ...schema, params: itemParams, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Delete an investigation (its sources stay)', ...schema, params: itemParams, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
       await investigations.remove(requireUser(request), named(request.params), traceOf(request));
       return reply.status(204).send();
@@ -104,7 +107,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.get<{ Params: { repoID: string; investigationID: string }; Querystring: { limit: number; offset: number } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID/sources',
-    { schema: { ...schema, params: itemParams, querystring: page, response: { 200: listReply(sourceSchema), ...errorReplies } } },
+    { schema: { summary: 'List the sources of an investigation', ...schema, params: itemParams, querystring: page, response: { 200: listReply(sourceSchema), ...errorReplies } } },
     async (request) => investigations.sources(requireUser(request), { ...named(request.params), ...request.query }),
   );
 
@@ -112,6 +115,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
     '/api/v1/repositories/:repoID/investigations/:investigationID/sources',
     {
       schema: {
+        summary: 'Add a source to an investigation (by id, URL or DOI)',
         ...schema,
         description:
           'Adds a source: an existing one (`source_id`), or a URL or DOI, which is registered in the repository when new ' +
@@ -157,6 +161,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
     '/api/v1/repositories/:repoID/investigations/:investigationID/sources/:sourceID',
     {
       schema: {
+        summary: 'Remove a source from an investigation',
         ...schema,
         description: 'Removes the source from the investigation; it stays in the repository.',
         params: { ...itemParams, required: [...itemParams.required, 'sourceID'], properties: { ...itemParams.properties, sourceID: { type: 'string', format: 'uuid' } } },
@@ -171,7 +176,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.get<{ Params: { repoID: string; investigationID: string }; Querystring: { limit: number; offset: number } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID/facts',
-    { schema: { ...schema, params: itemParams, querystring: page, response: { 200: listReply(factSchema), ...errorReplies } } },
+    { schema: { summary: 'List the facts of the sources of an investigation', ...schema, params: itemParams, querystring: page, response: { 200: listReply(factSchema), ...errorReplies } } },
     async (request) => investigations.facts(requireUser(request), { ...named(request.params), ...request.query }),
   );
 
@@ -179,6 +184,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
     '/api/v1/repositories/:repoID/investigations/:investigationID/concepts',
     {
       schema: {
+        summary: 'List the concepts of the facts of an investigation',
         ...schema,
         params: itemParams,
         querystring: page,

@@ -14,6 +14,7 @@ export const permissionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
     '/api/v1/permissions',
     {
       schema: {
+        summary: 'The caller\'s roles and permissions per domain',
         tags: ['users'],
         security: bearerSecurity,
         response: {

@@ -23,7 +23,7 @@ export const projectionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
 
   app.get(
     '/api/v1/projections',
-    { schema: { ...schema, response: { 200: { type: 'object', properties: { projections: { type: 'array', items: statusSchema } } }, ...errorReplies } } },
+    { schema: { summary: 'List projections with position, head and lag', ...schema, response: { 200: { type: 'object', properties: { projections: { type: 'array', items: statusSchema } } }, ...errorReplies } } },
     async (request) => projections.status(requireUser(request)),
   );
 
@@ -31,6 +31,7 @@ export const projectionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
     '/api/v1/projections/:name/rebuild',
     {
       schema: {
+        summary: 'Rebuild a projection from the log (background)',
         ...schema,
         params: { type: 'object', required: ['name'], properties: { name: { type: 'string', minLength: 1, maxLength: 100 } } },
         response: { 202: statusSchema, ...errorReplies },

@@ -53,13 +53,13 @@ export const promptsetRoutes: FastifyPluginAsync<{ context: AppContext }> = asyn
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID/promptset',
-    { schema: { ...schema, response: { 200: promptsetReplySchema, ...errorReplies } } },
+    { schema: { summary: 'Get the effective promptset and its overrides', ...schema, response: { 200: promptsetReplySchema, ...errorReplies } } },
     async (request) => settings.promptset(requireUser(request), { repository: request.params.repoID }),
   );
 
   app.put<{ Params: { repoID: string }; Body: { prompts: Record<string, string | null> } }>(
     '/api/v1/repositories/:repoID/promptset',
-    { schema: { ...schema, body: putBody, response: { 200: promptsetReplySchema, ...errorReplies } }, validatorCompiler: strictValidatorCompiler },
+    { schema: { summary: 'Override prompts of the repository', ...schema, body: putBody, response: { 200: promptsetReplySchema, ...errorReplies } }, validatorCompiler: strictValidatorCompiler },
     async (request) => settings.setPrompts(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request)),
   );
 };

@@ -106,6 +106,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/reports',
     {
       schema: {
+        summary: 'Create a report from text',
         ...schema,
         params: repoParams,
         body: { type: 'object', additionalProperties: false, required: ['text'], properties: fieldProperties },
@@ -119,11 +120,22 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/reports/upload',
     {
       schema: {
+        summary: 'Create a report from an uploaded Markdown or text file',
         ...schema,
         params: repoParams,
         consumes: ['multipart/form-data'],
         description: 'multipart/form-data with one file part (Markdown or plain text, UTF-8, at most 256 KiB) and optional fields title, topic, parent_id',
         response: { 201: reportSchema, ...reportErrorReplies },
+      },
+      config: {
+        multipartBody: {
+          file: 'the report text: Markdown or plain text, UTF-8, at most 256 KiB',
+          fields: {
+            title: { description: 'optional; sent before the file' },
+            topic: { description: 'optional; sent before the file' },
+            parent_id: { description: 'optional id of the parent report; sent before the file' },
+          },
+        },
       },
     },
     async (request, reply) => {
@@ -151,6 +163,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/reports',
     {
       schema: {
+        summary: 'List or search reports',
         ...schema,
         params: repoParams,
         querystring: {
@@ -173,7 +186,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.get<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID',
-    { schema: { ...schema, params: reportParams, response: { 200: reportSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a report with its text', ...schema, params: reportParams, response: { 200: reportSchema, ...errorReplies } } },
     async (request) => reports.get(requireUser(request), named(request.params)),
   );
 
@@ -181,6 +194,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/reports/:reportID',
     {
       schema: {
+        summary: 'Change a report',
         ...schema,
         params: reportParams,
         body: { type: 'object', additionalProperties: false, minProperties: 1, properties: fieldProperties },
@@ -192,7 +206,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.delete<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID',
-    { schema: { ...schema, params: reportParams, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Delete a report', ...schema, params: reportParams, response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
       await reports.delete(requireUser(request), named(request.params), traceOf(request));
       return reply.status(204).send();
@@ -201,13 +215,13 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.post<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID/annotate',
-    { schema: { ...schema, params: reportParams, response: { 202: reportSchema, ...errorReplies } } },
+    { schema: { summary: 'Annotate every sentence of a report anew', ...schema, params: reportParams, response: { 202: reportSchema, ...errorReplies } } },
     async (request, reply) => reply.status(202).send(await reports.annotate(requireUser(request), named(request.params), traceOf(request))),
   );
 
   app.get<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID/annotations',
-    { schema: { ...schema, params: reportParams, response: { 200: annotationsSchema, ...errorReplies } } },
+    { schema: { summary: 'Get the per-sentence fact annotations of a report', ...schema, params: reportParams, response: { 200: annotationsSchema, ...errorReplies } } },
     async (request) => reports.annotations(requireUser(request), named(request.params)),
   );
 };

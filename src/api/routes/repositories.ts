@@ -41,6 +41,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
     '/api/v1/repositories/presets',
     {
       schema: {
+        summary: 'List the repository presets',
         ...schema,
         response: {
           200: {
@@ -78,6 +79,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
     '/api/v1/repositories',
     {
       schema: {
+        summary: 'Create a repository',
         ...schema,
         body: {
           type: 'object',
@@ -99,6 +101,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
     '/api/v1/repositories',
     {
       schema: {
+        summary: 'List the repositories the caller holds a role on',
         ...schema,
         querystring: {
           type: 'object',
@@ -116,7 +119,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID',
-    { schema: { ...schema, params: idParam('repoID'), response: { 200: repositorySchema, ...errorReplies } } },
+    { schema: { summary: 'Get a repository by id or slug', ...schema, params: idParam('repoID'), response: { 200: repositorySchema, ...errorReplies } } },
     async (request) => repositories.get(requireUser(request), { repository: request.params.repoID }),
   );
 
@@ -124,6 +127,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
     '/api/v1/repositories/:repoID',
     {
       schema: {
+        summary: 'Change a repository',
         ...schema,
         params: idParam('repoID'),
         body: { type: 'object', additionalProperties: false, minProperties: 1, properties: writableFields },
@@ -135,7 +139,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
 
   app.delete<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID',
-    { schema: { ...schema, params: idParam('repoID'), response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Delete a repository', ...schema, params: idParam('repoID'), response: { 204: { type: 'null' }, ...errorReplies } } },
     async (request, reply) => {
       await repositories.remove(requireUser(request), { repository: request.params.repoID }, traceOf(request));
       return reply.status(204).send();

@@ -18,6 +18,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/sources',
     {
       schema: {
+        summary: 'Add a source by URL or DOI',
         ...schema,
         params: repoParams,
         body: {
@@ -41,12 +42,14 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/sources/upload',
     {
       schema: {
+        summary: 'Add a source by uploading a document',
         ...schema,
         params: repoParams,
         consumes: ['multipart/form-data'],
         description: 'multipart/form-data with one file part (HTML, PDF, Markdown or plain text)',
         response: { 201: sourceSchema, ...errorReplies },
       },
+      config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' } },
     },
     async (request, reply) => {
       const content = async () => {
@@ -64,6 +67,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/sources',
     {
       schema: {
+        summary: 'List sources',
         ...schema,
         params: repoParams,
         querystring: { type: 'object', additionalProperties: false, properties: { status: sourceSchema.properties.status, ...pagingQuery } },
@@ -75,7 +79,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.get<{ Params: { repoID: string; sourceID: string } }>(
     '/api/v1/repositories/:repoID/sources/:sourceID',
-    { schema: { ...schema, params: sourceParams, response: { 200: sourceSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a source with its status and failure', ...schema, params: sourceParams, response: { 200: sourceSchema, ...errorReplies } } },
     async (request) => sources.get(requireUser(request), named(request.params)),
   );
 
@@ -83,6 +87,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/sources/:sourceID/facts',
     {
       schema: {
+        summary: 'List the facts of a source in source order',
         ...schema,
         params: sourceParams,
         querystring: { type: 'object', additionalProperties: false, properties: pagingQuery },
@@ -96,6 +101,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     '/api/v1/repositories/:repoID/sources/:sourceID',
     {
       schema: {
+        summary: 'Delete a source',
         ...schema,
         description:
           'Deletes the source: gone from every read and investigation at once; the facts no other source has are then ' +
@@ -113,7 +119,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.post<{ Params: { repoID: string; sourceID: string } }>(
     '/api/v1/repositories/:repoID/sources/:sourceID/retry',
-    { schema: { ...schema, params: sourceParams, response: { 202: sourceSchema, ...errorReplies } } },
+    { schema: { summary: 'Retry a failed source or its failed tasks', ...schema, params: sourceParams, response: { 202: sourceSchema, ...errorReplies } } },
     async (request, reply) => reply.status(202).send(await sources.retry(requireUser(request), named(request.params), traceOf(request))),
   );
 };

@@ -30,6 +30,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/repositories/:repoID/tasks',
     {
       schema: {
+        summary: 'List the tasks (pipeline jobs) of a repository',
         ...schema,
         params: idParam('repoID'),
         querystring: {
@@ -71,6 +72,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/repositories/:repoID/tasks/stats',
     {
       schema: {
+        summary: 'Task counts of a repository',
         ...schema,
         params: idParam('repoID'),
         response: {
@@ -92,13 +94,13 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
 
   app.get<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID',
-    { schema: { ...schema, params: taskParams, response: { 200: jobSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a task', ...schema, params: taskParams, response: { 200: jobSchema, ...errorReplies } } },
     async (request) => tasks.get(requireUser(request), named(request.params)),
   );
 
   app.post<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID/retry',
-    { schema: { ...schema, params: taskParams, response: { 202: jobSchema, ...errorReplies } } },
+    { schema: { summary: 'Retry a failed or dead task', ...schema, params: taskParams, response: { 202: jobSchema, ...errorReplies } } },
     async (request, reply) => reply.status(202).send(await tasks.retry(requireUser(request), named(request.params))),
   );
 };

@@ -8,14 +8,14 @@ import { bearerSecurity, errorReplies, idParam, userSchema } from '../schemas.js
 export const userRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['users'], security: bearerSecurity };
   const { users } = createApplication(context);
-  app.get('/api/v1/users/me', { schema: { ...schema, response: { 200: userSchema, ...errorReplies } } }, async (request) => {
+  app.get('/api/v1/users/me', { schema: { summary: 'The signed-in user', ...schema, response: { 200: userSchema, ...errorReplies } } }, async (request) => {
     const principal = requireUser(request);
     return users.get(principal, { user: principal.userId });
   });
 
   app.get<{ Params: { userID: string } }>(
     '/api/v1/users/:userID',
-    { schema: { ...schema, params: idParam('userID'), response: { 200: userSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a user', ...schema, params: idParam('userID'), response: { 200: userSchema, ...errorReplies } } },
     async (request) => users.get(requireUser(request), { user: request.params.userID }),
   );
 
@@ -23,6 +23,7 @@ export const userRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/users/:userID',
     {
       schema: {
+        summary: 'Change the name or e-mail of a user',
         ...schema,
         params: idParam('userID'),
         body: {

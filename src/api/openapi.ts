@@ -1,0 +1,59 @@
+import type { SwaggerTransform } from '@fastify/swagger';
+import type { FastifySchema } from 'fastify';
+import { errorReplySchema } from './errors.js';
+import { CREDENTIAL_PATHS } from './rateLimits.js';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * The form of a multipart/form-data upload, for the OpenAPI document only: fastify does not
+     * validate multipart bodies (the handler reads the parts), so this never becomes `body`.
+     */
+    multipartBody?: MultipartBody;
+  }
+}
+
+export interface MultipartBody {
+  /** What the file part may hold. */
+  file: string;
+  /** Text fields sent with the file (before it). */
+  fields?: Record<string, { description: string }>;
+}
+
+const METHODS_WITH_BODY = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/**
+ * The error replies every route can give whatever its handler does, because they come from hooks
+ * that run for all routes: 400 (a URL that is not UTF-8, NUL or lone surrogates anywhere:
+ * src/api/inputGuard.ts), 401 (a malformed or invalid bearer token: src/api/guard.ts), 413 and
+ * 415 on methods with a body (fastify's body parser), 429 on the credential paths
+ * (src/api/rateLimits.ts). Route-specific ones (403, 404, 409, ...) are the route's to list.
+ */
+export function hookErrorCodes(method: string, url: string): number[] {
+  const codes = [400, 401];
+  if (METHODS_WITH_BODY.has(method)) codes.push(413, 415);
+  if (CREDENTIAL_PATHS.has(url)) codes.push(429);
+  return codes;
+}
+
+function multipartSchema(form: MultipartBody) {
+  return {
+    type: 'object',
+    required: ['file'],
+    properties: {
+      ...Object.fromEntries(Object.entries(form.fields ?? {}).map(([name, { description }]) => [name, { type: 'string', description }])),
+      file: { type: 'string', format: 'binary', description: form.file },
+    },
+  };
+}
+
+/** Completes each operation of the OpenAPI document: the hook error replies and multipart bodies. */
+export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
+  if (!schema || (schema as { hide?: boolean }).hide) return { schema, url };
+  const methods = [route.method].flat();
+  const response: Record<string, unknown> = { ...((schema.response as Record<string, unknown> | undefined) ?? {}) };
+  for (const method of methods) for (const code of hookErrorCodes(method, url)) response[code] ??= errorReplySchema;
+  const form = route.config?.multipartBody;
+  const completed: FastifySchema = { ...schema, response, ...(form && !schema.body ? { body: multipartSchema(form) } : {}) };
+  return { schema: completed, url };
+};

@@ -1,0 +1,80 @@
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+
+import t from 'tap';
+
+import { ERROR_CODES } from '../../src/api/errors.js';
+import { CREDENTIAL_PATHS } from '../../src/api/rateLimits.js';
+import { startTestService } from '../helpers/service.js';
+
+interface Operation {
+  summary?: string;
+  security?: unknown[];
+  requestBody?: { content: Record<string, { schema: { properties?: Record<string, { format?: string }> } }> };
+  responses: Record<string, { content?: Record<string, { schema: { required?: string[]; properties?: Record<string, unknown> } }> }>;
+}
+
+t.test('the OpenAPI document: a summary and the error replies on every operation, multipart uploads, /metrics', async (t) => {
+  const service = await startTestService({ workers: false });
+  t.teardown(() => service.close());
+  const document = (await service.call('GET', '/api/v1/openapi.json')).body as { paths: Record<string, Record<string, Operation>> };
+  const problems: string[] = [];
+  let operations = 0;
+  for (const [url, methods] of Object.entries(document.paths)) {
+    for (const [method, operation] of Object.entries(methods)) {
+      operations += 1;
+      const name = `${method.toUpperCase()} ${url}`;
+      if (!operation.summary?.trim()) problems.push(`${name}: no summary`);
+      const expected = ['400', '401'];
+      if (['post', 'put', 'patch', 'delete'].includes(method)) expected.push('413', '415');
+      if (operation.security) expected.push('403', '404');
+      if (CREDENTIAL_PATHS.has(url.replace(/\{(\w+)\}/g, ':$1'))) expected.push('429');
+      for (const code of expected) {
+        const reply = operation.responses[code];
+        // Errors are JSON; /metrics documents its one content type for all its replies.
+        const schema = Object.values(reply?.content ?? {})[0]?.schema;
+        if (!schema) problems.push(`${name}: no ${code} reply`);
+        else if (!schema.required?.includes('error') || !schema.required.includes('message')) problems.push(`${name}: the ${code} reply is not {error, message}`);
+      }
+    }
+  }
+  t.same(problems, [], `${operations} operations checked`);
+
+  for (const upload of ['/api/v1/repositories/{repoID}/sources/upload', '/api/v1/repositories/{repoID}/reports/upload']) {
+    const form = document.paths[upload].post.requestBody?.content['multipart/form-data'];
+    t.equal(form?.schema.properties?.file?.format, 'binary', `${upload} documents its multipart file part`);
+  }
+  t.ok(document.paths['/api/v1/repositories/{repoID}/reports/upload'].post.requestBody?.content['multipart/form-data'].schema.properties?.title, 'and the report upload its form fields');
+  t.ok(document.paths['/metrics']?.get?.summary, '/metrics is documented');
+  t.ok(document.paths['/api/v1/auth/login'].post.responses['429'], 'login documents 429');
+});
+
+/** Every `error` code the source can send: literal codes in HttpError and send() calls, and the mapped ones. */
+function codesInSource(): Set<string> {
+  const files: string[] = [];
+  const walk = (dir: string) => {
+    for (const entry of readdirSync(dir)) {
+      const full = path.join(dir, entry);
+      if (statSync(full).isDirectory()) walk(full);
+      else if (full.endsWith('.ts')) files.push(full);
+    }
+  };
+  walk('src');
+  const codes = new Set<string>();
+  for (const file of files) {
+    const text = readFileSync(file, 'utf8');
+    for (const match of text.matchAll(/HttpError\(\d{3}, '([a-z_]+)'/g)) codes.add(match[1]);
+    for (const match of text.matchAll(/send\(\d{3}, '([a-z_]+)'/g)) codes.add(match[1]);
+    for (const match of text.matchAll(/\[\d{3}, '([a-z_]+)'\]/g)) codes.add(match[1]);
+    for (const match of text.matchAll(/error: '([a-z_]+)', message/g)) codes.add(match[1]);
+  }
+  return codes;
+}
+
+t.test('the error codes in docs/api.md are the ones the code can send', async (t) => {
+  const documented = new Set([...readFileSync('docs/api.md', 'utf8').matchAll(/^\| \d{3} \| `([a-z_]+)` \|/gm)].map((match) => match[1]));
+  t.same([...documented].sort(), [...ERROR_CODES].sort(), 'docs/api.md lists exactly ERROR_CODES');
+  const sent = codesInSource();
+  t.ok(sent.size >= 8, `found ${sent.size} codes in the source`);
+  for (const code of sent) t.ok((ERROR_CODES as readonly string[]).includes(code), `'${code}' sent by the code is in ERROR_CODES`);
+});
