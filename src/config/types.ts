@@ -215,8 +215,8 @@ export interface Config {
   audit: { retention_days: number };
   /** Outbound fetches (src/providers/fetch/addressPolicy.ts): private, loopback and metadata addresses are refused unless allowed here. */
   network: {
-    /** `auto`: allowed in the embedded and dev profiles only. */
-    allow_loopback: 'auto' | boolean;
+    /** `auto`: allowed in the embedded and dev profiles only; `always`; `never`. */
+    allow_loopback: 'auto' | 'always' | 'never';
     /** Host names reachable whatever they resolve to; `*.example.org` matches subdomains. */
     allow_hosts: string[];
     /** Address ranges reachable although private (`10.1.0.0/16`, `fd00::/8`, one address). */

@@ -246,7 +246,7 @@ export function addressPolicyFromConfig(config: Pick<Config, 'profile' | 'networ
   const { allow_loopback, allow_hosts, allow_cidrs } = config.network;
   return createAddressPolicy(
     {
-      allowLoopback: allow_loopback === 'auto' ? profileAllowsLoopback(config.profile) : allow_loopback,
+      allowLoopback: allow_loopback === 'auto' ? profileAllowsLoopback(config.profile) : allow_loopback === 'always',
       allowHosts: allow_hosts,
       allowCidrs: allow_cidrs,
     },

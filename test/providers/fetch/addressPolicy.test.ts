@@ -101,7 +101,8 @@ t.test('profiles: embedded and dev reach loopback, distributed and production do
   t.ok(addressPolicyFromConfig({ profile: 'dev', network }).checkAddress('::1').allowed);
   t.notOk(addressPolicyFromConfig({ profile: 'distributed', network }).checkAddress('127.0.0.1').allowed);
   t.notOk(addressPolicyFromConfig({ profile: 'production', network }).checkAddress('127.0.0.1').allowed);
-  t.ok(addressPolicyFromConfig({ profile: 'production', network: { ...network, allow_loopback: true } }).checkAddress('127.0.0.1').allowed);
+  t.ok(addressPolicyFromConfig({ profile: 'production', network: { ...network, allow_loopback: 'always' as const } }).checkAddress('127.0.0.1').allowed);
+  t.notOk(addressPolicyFromConfig({ profile: 'dev', network: { ...network, allow_loopback: 'never' as const } }).checkAddress('127.0.0.1').allowed);
   // Loopback allowed never opens the metadata address or private ranges.
   t.notOk(addressPolicyFromConfig({ profile: 'embedded', network }).checkAddress('169.254.169.254').allowed);
   t.notOk(addressPolicyFromConfig({ profile: 'embedded', network }).checkAddress('10.0.0.1').allowed);
