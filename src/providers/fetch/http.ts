@@ -440,6 +440,10 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
         if (!isHttpUrl(next)) {
           throw new AttemptFailure({ permanent: true, reason: 'unsupported scheme', status, detail: `redirect to ${next.protocol} URL ${next.href}` });
         }
+        if (next.username || next.password) {
+          // node would send them as Basic auth; and the URL would end up in the source's final_url and the logs.
+          throw new AttemptFailure({ permanent: true, reason: 'invalid redirect', status, detail: `redirect to a URL with credentials on ${next.host}` });
+        }
         current = next;
         continue;
       }

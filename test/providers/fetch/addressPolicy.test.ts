@@ -175,3 +175,32 @@ t.test('assertHostResolvesAllowed: the guard other outbound callers (OAuth clien
   await t.rejects(policy.assertHostResolvesAllowed('bad.test'), RefusedAddressError);
   await t.rejects(policy.assertHostResolvesAllowed('[::1]'), RefusedAddressError);
 });
+
+t.test('the network section loads from the environment and is validated', async (t) => {
+  const { mkdtemp } = await import('node:fs/promises');
+  const { tmpdir } = await import('node:os');
+  const { loadConfig, buildConfig } = await import('../../../src/config/load.js');
+  const cwd = await mkdtemp(`${tmpdir()}/factlog-network-`);
+  const config = loadConfig({ cwd, env: { NETWORK_ALLOW_LOOPBACK: 'never', NETWORK_ALLOW_CIDRS: '10.20.0.0/16, fd00::/8', NETWORK_ALLOW_HOSTS: '*.corp.test' }, warn: () => {} });
+  t.same(config.network, { allow_loopback: 'never', allow_hosts: ['*.corp.test'], allow_cidrs: ['10.20.0.0/16', 'fd00::/8'] });
+  const policy = addressPolicyFromConfig(config);
+  t.ok(policy.checkAddress('10.20.3.4').allowed);
+  t.notOk(policy.checkAddress('10.21.3.4').allowed);
+  t.notOk(policy.checkAddress('127.0.0.1').allowed, 'never wins over the embedded profile');
+  t.throws(() => buildConfig({ network: { allow_loopback: true } }), /allow_loopback/);
+});
+
+t.test('a redirect to a URL with credentials is refused without sending them', async (t) => {
+  let authorizations = 0;
+  const server = await countingServer(t, (request, response) => {
+    if (request.headers.authorization) authorizations += 1;
+    if (request.url === '/start') response.writeHead(302, { location: `http://admin:hunter2@127.0.0.1:${server.port}/secret` }).end();
+    else response.end('secret');
+  });
+  const fetcher = createHttpFetcher(settings, { addressPolicy: createAddressPolicy({ ...PRODUCTION, allowLoopback: true }), sleep: async () => {} });
+  const error = await failure(fetcher.fetch(`http://127.0.0.1:${server.port}/start`));
+  t.equal(error.reason, 'invalid redirect');
+  t.notMatch(error.message, /hunter2/, 'the password is not repeated');
+  t.equal(server.traffic().requests, 1);
+  t.equal(authorizations, 0);
+});
