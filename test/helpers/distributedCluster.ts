@@ -79,6 +79,8 @@ export async function startDistributedCluster(options: {
   const nodes: ServiceNode[] = [];
   const env: Record<string, string> = {
     PROFILE: 'distributed',
+    // The distributed profile refuses loopback fetches; the tests' web servers listen on 127.0.0.1.
+    NETWORK_ALLOW_LOOPBACK: 'always',
     AUTH_JWTSECRET: TEST_SECRET,
     EVENTSTORE_EVENTSTOREDB_CONNECTION_STRING: esdb.connectionString,
     BUS_KAFKA_BROKERS: brokers.join(','),
