@@ -85,7 +85,6 @@ export function registerErrorHandling(app: FastifyInstance): void {
     const statusCode = fastifyError.statusCode;
     if (statusCode && statusCode >= 400 && statusCode < 500) {
       // fastify's and its plugins' own codes (FST_ERR_CTP_INVALID_JSON_BODY, FST_REQ_FILE_TOO_LARGE, ...) become the documented names.
-      if (statusCode === 429 && reply.getHeader('retry-after') !== undefined) return send(429, 'rate_limited', error.message);
       return send(statusCode, clientErrorCodes[statusCode] ?? 'bad_request', error.message);
     }
     request.log.error({ err: error }, 'unhandled error');

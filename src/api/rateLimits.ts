@@ -22,6 +22,9 @@ export const ACCOUNT_PATHS: ReadonlySet<string> = new Set(['/api/v1/auth/login',
 
 const pathOf = (request: FastifyRequest) => request.url.split('?')[0].replace(/\/+$/, '') || '/';
 
+const SWEEP_ABOVE = 10_000;
+const MAX_TRACKED_ACCOUNTS = 100_000;
+
 /**
  * Failed sign-ins per account in a sliding window: each failure counts for `windowMs` and then
  * decays on its own, so an attacker who knows an e-mail can hold that account for minutes at
@@ -29,6 +32,7 @@ const pathOf = (request: FastifyRequest) => request.url.split('?')[0].replace(/\
  */
 export class AccountFailureLimiter {
   private readonly failures = new Map<string, number[]>();
+  private lastSweep = Number.NEGATIVE_INFINITY;
 
   constructor(
     private readonly max: number,
@@ -57,6 +61,28 @@ export class AccountFailureLimiter {
     const recent = this.recent(account);
     recent.push(this.now());
     this.failures.set(account, recent.slice(-this.max));
+    // Sweeping walks every account: at most once a tenth of a window, unless past the hard cap.
+    const due = this.now() - this.lastSweep > this.windowMs / 10;
+    if ((this.failures.size > SWEEP_ABOVE && due) || this.failures.size > MAX_TRACKED_ACCOUNTS) this.sweep();
+  }
+
+  /** Accounts tracked now (failures within the window). */
+  get size(): number {
+    return this.failures.size;
+  }
+
+  /**
+   * Bounds memory when failures are sprayed over many made-up accounts: expired entries go, and
+   * past a hard cap the oldest-inserted accounts are forgotten (a forgotten account is only
+   * un-held early, never held wrongly).
+   */
+  private sweep(): void {
+    this.lastSweep = this.now();
+    for (const account of [...this.failures.keys()]) this.recent(account);
+    for (const account of this.failures.keys()) {
+      if (this.failures.size <= MAX_TRACKED_ACCOUNTS) break;
+      this.failures.delete(account);
+    }
   }
 }
 

@@ -165,6 +165,8 @@ export function createIdentityService(deps: {
           return { kind: 'reused' as const };
         }
         await trx('retired_refresh_tokens').insert({ token_hash: presentedHash, session_id: row.id });
+        // A retired token older than a refresh lifetime would have expired unused anyway: forgetting it keeps the table small.
+        await trx('retired_refresh_tokens').where('retired_at', '<', new Date(Date.now() - settings.refreshTtlMs)).delete();
         await trx('sessions')
           .where({ id: row.id })
           .update({ refresh_token_hash: hashToken(next), rotated_at: new Date(), refresh_expires_at: new Date(Date.now() + settings.refreshTtlMs) });

@@ -70,3 +70,12 @@ t.test('the OAuth credential routes are on the list, so they are limited once re
   t.ok(CREDENTIAL_PATHS.has('/api/v1/oauth/authorize/login'));
   t.ok(CREDENTIAL_PATHS.has('/api/v1/auth/refresh'));
 });
+
+t.test('failures sprayed over made-up accounts do not grow memory without bound', async (t) => {
+  let now = 0;
+  const limiter = new AccountFailureLimiter(3, 60_000, () => now);
+  for (let index = 0; index < 10_500; index += 1) limiter.recordFailure(`made-up-${index}@example.org`);
+  now += 60_001;
+  limiter.recordFailure('one-more@example.org');
+  t.equal(limiter.size, 1, 'expired accounts are swept once many are tracked');
+});
