@@ -104,6 +104,12 @@ function urlText(plausible: fc.Arbitrary<unknown>): fc.Arbitrary<string> {
   );
 }
 
+/**
+ * The OAuth protocol endpoints answer errors in RFC 6749's `{error, error_description}` with its
+ * own codes, and its sign-in pages in HTML: only "no 5xx, nothing stored" applies to them.
+ */
+const isOAuthProtocolPath = (path: string) => path.startsWith('/api/v1/oauth/') || path.startsWith('/.well-known/');
+
 t.test('no route answers 5xx to hostile input, and refused calls store nothing', async (t) => {
   const service = await startTestService({ workers: false, overrides: { rate_limits: { enabled: false } } });
   t.teardown(() => service.close());
@@ -170,8 +176,10 @@ t.test('no route answers 5xx to hostile input, and refused calls store nothing',
         calls += 1;
         if (response.statusCode >= 500) serverErrors.push(`${method} ${url} ${body === undefined ? '' : JSON.stringify(body).slice(0, 200)} -> ${response.statusCode} ${response.body.slice(0, 200)}`);
         if (response.statusCode >= 400) {
-          const reply = JSON.parse(response.body) as { error?: unknown; message?: unknown };
-          if (!ERROR_CODES.includes(reply.error as (typeof ERROR_CODES)[number]) || typeof reply.message !== 'string') serverErrors.push(`${method} ${url}: error reply without {error, message}: ${response.body.slice(0, 200)}`);
+          if (!isOAuthProtocolPath(path) && /json/.test(String(response.headers['content-type']))) {
+            const reply = JSON.parse(response.body) as { error?: unknown; message?: unknown };
+            if (!ERROR_CODES.includes(reply.error as (typeof ERROR_CODES)[number]) || typeof reply.message !== 'string') serverErrors.push(`${method} ${url}: error reply without {error, message}: ${response.body.slice(0, 200)}`);
+          } else if (!/json|html/.test(String(response.headers['content-type']))) serverErrors.push(`${method} ${url}: error reply of type ${response.headers['content-type']}`);
           const after = await storedState();
           if (after !== before) serverErrors.push(`${method} ${url} answered ${response.statusCode} but stored something (${before} -> ${after})`);
         }
