@@ -20,6 +20,16 @@ export const CREDENTIAL_PATHS: ReadonlySet<string> = new Set([
 /** The credential routes where a failure counts against the account named by the body's `email`. */
 export const ACCOUNT_PATHS: ReadonlySet<string> = new Set(['/api/v1/auth/login', '/api/v1/oauth/authorize/login']);
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * Set by a sign-in route that answers a failed sign-in with something other than 401 (an HTML
+     * page shown again with an error): the per-account limit counts it like a 401.
+     */
+    signInFailed: boolean;
+  }
+}
+
 const pathOf = (request: FastifyRequest) => request.url.split('?')[0].replace(/\/+$/, '') || '/';
 
 const SWEEP_ABOVE = 10_000;
@@ -104,6 +114,7 @@ function rateLimited(reply: FastifyReply, retryAfterSeconds: number, message: st
  * with several API nodes each node counts on its own (docs/api.md, "Rate limits").
  */
 export async function registerRateLimits(app: FastifyInstance, config: Config['rate_limits'], now: () => number = Date.now): Promise<void> {
+  app.decorateRequest('signInFailed', false);
   if (!config.enabled) return;
   await app.register(rateLimit, {
     global: true,
@@ -124,7 +135,7 @@ export async function registerRateLimits(app: FastifyInstance, config: Config['r
     if (wait > 0) throw rateLimited(reply, wait, `too many failed sign-ins to this account; retry in ${wait} seconds`);
   });
   app.addHook('onResponse', async (request, reply) => {
-    if (reply.statusCode !== 401 || !ACCOUNT_PATHS.has(pathOf(request))) return;
+    if ((reply.statusCode !== 401 && !request.signInFailed) || !ACCOUNT_PATHS.has(pathOf(request))) return;
     const account = accountOf(request);
     if (account !== null) accounts.recordFailure(account);
   });

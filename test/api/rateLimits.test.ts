@@ -79,3 +79,31 @@ t.test('failures sprayed over made-up accounts do not grow memory without bound'
   limiter.recordFailure('one-more@example.org');
   t.equal(limiter.size, 1, 'expired accounts are swept once many are tracked');
 });
+
+t.test('a route registered later on a listed path (the OAuth sign-in page) gets both limits', async (t) => {
+  const { default: Fastify } = await import('fastify');
+  const { default: formbody } = await import('@fastify/formbody');
+  const { registerErrorHandling } = await import('../../src/api/errors.js');
+  const { registerRateLimits } = await import('../../src/api/rateLimits.js');
+  const app = Fastify();
+  t.teardown(() => app.close());
+  registerErrorHandling(app);
+  await app.register(formbody);
+  await registerRateLimits(app, { enabled: true, per_address: { max: 4, window: '10m' }, per_account_failures: { max: 2, window: '10m' } });
+  // A stand-in for the OAuth sign-in page: a failed sign-in shows the form again with 200.
+  app.post<{ Body: { email: string; password: string } }>('/api/v1/oauth/authorize/login', async (request, reply) => {
+    if (request.body.password !== 'right') request.signInFailed = true;
+    return reply.type('text/html').send(request.signInFailed ? '<p>wrong password</p>' : '<p>welcome</p>');
+  });
+  const signIn = (address: string, password: string) =>
+    app.inject({ method: 'POST', url: '/api/v1/oauth/authorize/login', remoteAddress: address, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `email=ada%40example.org&password=${password}` });
+  t.equal((await signIn('192.0.2.1', 'wrong')).statusCode, 200);
+  t.equal((await signIn('192.0.2.2', 'wrong')).statusCode, 200);
+  const held = await signIn('192.0.2.3', 'right');
+  t.equal(held.statusCode, 429, 'two failed page sign-ins hold the account');
+  t.ok(Number(held.headers['retry-after']) > 0);
+  for (let attempt = 0; attempt < 4; attempt += 1) await app.inject({ method: 'POST', url: '/api/v1/oauth/authorize/login', remoteAddress: '192.0.2.9', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: `email=other${attempt}%40example.org&password=right` });
+  const flooded = await signIn('192.0.2.9', 'right');
+  t.equal(flooded.statusCode, 429, 'the per-address limit applies to the page too');
+  t.equal(flooded.json().error, 'rate_limited');
+});
