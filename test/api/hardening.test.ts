@@ -12,8 +12,8 @@ let service: TestService;
 let token: string;
 let repositoryId: string;
 t.before(async () => {
-  // The production profile's outbound policy (no loopback) on the embedded tier.
-  service = await startTestService({ workers: false, overrides: { network: { allow_loopback: 'never' }, server: { body_limit: 64 * 1024 } } });
+  // The production profile (its outbound policy refuses loopback) on the embedded tier's storage.
+  service = await startTestService({ workers: false, overrides: { profile: 'production', oauth: { issuer: 'https://factlog.example' }, server: { body_limit: 64 * 1024 } } });
   token = (await registerUser(service, 'admin@example.org')).token;
   repositoryId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Hardened' } })).body.id;
 });
@@ -130,7 +130,7 @@ t.test('a host name resolving to loopback fails the source with the reason, and 
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
   const { port } = server.address() as AddressInfo;
-  const working = await startTestService({ overrides: { network: { allow_loopback: 'never' } } });
+  const working = await startTestService({ overrides: { profile: 'production', oauth: { issuer: 'https://factlog.example' } } });
   t.teardown(() => working.close());
   const owner = await registerUser(working, 'owner@example.org');
   const repository = (await working.call('POST', '/api/v1/repositories', { token: owner.token, body: { name: 'Fetching' } })).body;
