@@ -256,7 +256,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         body: {
           type: 'object',
           description: 'RFC 7591 client metadata: redirect_uris (https, or http on loopback; exact), client_name, grant_types, application_type, ...; unknown fields are ignored',
-          required: ['redirect_uris'],
+          // redirect_uris is required, but checked in src/auth/oauth/clientMetadata.ts so that its absence is `invalid_redirect_uri` (RFC 7591 3.2.2).
           properties: { redirect_uris: { type: 'array', items: { type: 'string' } }, client_name: { type: 'string' } },
         },
         response: { 201: clientReply, 400: oauthErrorSchema },
