@@ -477,3 +477,15 @@ t.test('Client ID Metadata Documents: fetched, validated and cached', async (t) 
   documents.set('/secret.json', { body: { client_id: secretClient, redirect_uris: [REDIRECT], token_endpoint_auth_method: 'client_secret_post' } });
   t.equal((await browser.request('GET', authorizeUrl(baseParams(secretClient, pkce.challenge)))).status, 400, 'a document asking for a secret');
 });
+
+t.test('the oauth_clients read model rebuilds from the log; grants and tokens (service state) are left alone', async (t) => {
+  await registerClient({ client_name: 'Rebuilt' });
+  const knex = service.context.db.knex;
+  const clients = async () => knex('oauth_clients').orderBy('client_id').select();
+  const before = await clients();
+  const grants = await knex('oauth_grants').count<{ n: string }[]>('* as n');
+  t.ok(before.some((row: { client_name: string }) => row.client_name === 'Rebuilt'));
+  await service.context.projections.rebuild('oauth-clients');
+  t.same(await clients(), before);
+  t.same(await knex('oauth_grants').count<{ n: string }[]>('* as n'), grants);
+});
