@@ -54,10 +54,16 @@ export interface TokenResponse {
   refresh_token?: string;
 }
 
-export interface RegisteredClientResponse extends ClientRegistration {
+type RegisteredClientMetadata = Omit<ClientRegistration, 'client_uri' | 'software_id' | 'software_version'> & {
+  client_uri?: string;
+  software_id?: string;
+  software_version?: string;
+};
+
+export type RegisteredClientResponse = RegisteredClientMetadata & {
   client_id: string;
   client_id_issued_at: number;
-}
+};
 
 export interface OAuthServerDeps {
   knex: Knex;
@@ -216,7 +222,9 @@ export function createOAuthServer(deps: OAuthServerDeps) {
         causationId: null,
         correlationId: trace.correlationId ?? null,
       });
-      return { client_id: clientId, client_id_issued_at: Math.floor(now() / 1000), ...metadata };
+      // RFC 7591 3.2.1: the response holds the registered metadata; fields without a value are left out, not null.
+      const present = Object.fromEntries(Object.entries(metadata).filter(([, value]) => value !== null)) as RegisteredClientMetadata;
+      return { client_id: clientId, client_id_issued_at: Math.floor(now() / 1000), ...present };
     },
 
     /**

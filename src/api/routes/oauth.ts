@@ -96,9 +96,9 @@ const clientReply = {
     response_types: { type: 'array', items: { type: 'string' } },
     token_endpoint_auth_method: { type: 'string', enum: ['none'] },
     application_type: { type: 'string', enum: ['web', 'native'] },
-    client_uri: { type: ['string', 'null'] },
-    software_id: { type: ['string', 'null'] },
-    software_version: { type: ['string', 'null'] },
+    client_uri: { type: 'string' },
+    software_id: { type: 'string' },
+    software_version: { type: 'string' },
   },
 } as const;
 

@@ -1,6 +1,8 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { auth as sdkAuth, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { InvalidTokenError } from '../../../src/auth/tokens.js';
 import { mcpResourceUrl } from '../../../src/api/issuer.js';
@@ -408,6 +410,7 @@ t.test('dynamic registration: the record, its event, and bad inputs', async (t) 
   t.equal(registered.status, 201);
   t.match(registered.body, { client_name: 'Inspector', token_endpoint_auth_method: 'none', application_type: 'native', grant_types: ['authorization_code', 'refresh_token'] });
   t.notOk('client_secret' in registered.body, 'no secret');
+  t.notOk('client_uri' in registered.body, 'absent metadata is left out, not null (RFC 7591 3.2.1)');
   const events = await service.context.store.readStream(`oauthclient-${registered.body.client_id}`);
   t.same(events.map((event) => event.type), ['OAuthClientRegistered']);
   t.same((events[0].data as { redirect_uris: string[] }).redirect_uris, ['https://app.example/cb', 'http://localhost:6274/oauth/callback']);
@@ -488,4 +491,78 @@ t.test('the oauth_clients read model rebuilds from the log; grants and tokens (s
   await service.context.projections.rebuild('oauth-clients');
   t.same(await clients(), before);
   t.same(await knex('oauth_grants').count<{ n: string }[]>('* as n'), grants);
+});
+
+/** An MCP SDK client provider whose "browser" is a TestBrowser signing in as alice. */
+class SdkProvider implements OAuthClientProvider {
+  information: OAuthClientInformationMixed | undefined;
+  saved: OAuthTokens | undefined;
+  verifier = '';
+  authorizationUrl: URL | null = null;
+  constructor(readonly clientMetadataUrl?: string) {}
+  get redirectUrl() {
+    return REDIRECT;
+  }
+  get clientMetadata(): OAuthClientMetadata {
+    return { client_name: 'SDK client', redirect_uris: [REDIRECT], grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none' };
+  }
+  state() {
+    return 'sdk-state';
+  }
+  clientInformation() {
+    return this.information;
+  }
+  saveClientInformation(information: OAuthClientInformationMixed) {
+    this.information = information;
+  }
+  tokens() {
+    return this.saved;
+  }
+  saveTokens(tokens: OAuthTokens) {
+    this.saved = tokens;
+  }
+  redirectToAuthorization(url: URL) {
+    this.authorizationUrl = url;
+  }
+  saveCodeVerifier(verifier: string) {
+    this.verifier = verifier;
+  }
+  codeVerifier() {
+    return this.verifier;
+  }
+}
+
+/** Discovery, registration (or a metadata document), the browser's consent, the token and a refresh, all by the MCP SDK's own client. */
+async function sdkFlow(t: Test, provider: SdkProvider) {
+  t.equal(await sdkAuth(provider, { serverUrl: mcp }), 'REDIRECT');
+  const url = provider.authorizationUrl;
+  if (!url) throw new Error('the SDK did not redirect');
+  t.equal(`${url.origin}${url.pathname}`, `${issuer}/api/v1/oauth/authorize`);
+  t.equal(url.searchParams.get('code_challenge_method'), 'S256');
+  t.equal(url.searchParams.get('resource'), mcp, 'the SDK names the resource from the protected-resource document');
+  const browser = new TestBrowser(issuer);
+  const back = await approve(browser, Object.fromEntries(url.searchParams));
+  t.equal(back.searchParams.get('state'), 'sdk-state');
+  t.equal(await sdkAuth(provider, { serverUrl: mcp, authorizationCode: back.searchParams.get('code') ?? '' }), 'AUTHORIZED');
+  const first = provider.saved;
+  t.ok(first?.access_token);
+  const claims = await service.context.oauth.verifyAccessToken(first?.access_token ?? '', mcp);
+  t.equal(claims.sub, alice.user.id);
+  t.equal(await sdkAuth(provider, { serverUrl: mcp }), 'AUTHORIZED', 'the SDK refreshes with the refresh token');
+  t.not(provider.saved?.refresh_token, first?.refresh_token, 'rotated');
+  return claims;
+}
+
+t.test('the MCP SDK client: discovery, dynamic registration, code flow and refresh', async (t) => {
+  const provider = new SdkProvider();
+  const claims = await sdkFlow(t, provider);
+  t.equal(claims.client_id, provider.information?.client_id, 'the client it registered');
+  t.ok(await service.context.db.knex('oauth_clients').where({ client_id: claims.client_id, client_name: 'SDK client' }).first(), 'registered through the endpoint');
+});
+
+t.test('the MCP SDK client with a Client ID Metadata Document', async (t) => {
+  const url = 'https://clients.test/sdk/client.json';
+  documents.set('/sdk/client.json', { body: { client_id: url, client_name: 'SDK document client', redirect_uris: [REDIRECT], grant_types: ['authorization_code', 'refresh_token'], token_endpoint_auth_method: 'none' } });
+  const claims = await sdkFlow(t, new SdkProvider(url));
+  t.equal(claims.client_id, url, 'the document URL is the client id: no registration');
 });
