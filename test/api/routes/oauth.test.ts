@@ -566,3 +566,16 @@ t.test('the MCP SDK client with a Client ID Metadata Document', async (t) => {
   const claims = await sdkFlow(t, new SdkProvider(url));
   t.equal(claims.client_id, url, 'the document URL is the client id: no registration');
 });
+
+t.test('profile production: cookies are Secure, the issuer is the configured one', async (t) => {
+  const production = await startTestService({ overrides: { profile: 'production', oauth: { issuer: 'https://kg.example.org' }, bootstrap: { auto_promote_first_user: false } } });
+  t.teardown(() => production.close());
+  const registered = await production.call('POST', '/api/v1/oauth/register', { body: { client_name: 'Prod', redirect_uris: [REDIRECT] } });
+  t.equal(registered.status, 201);
+  const page = await production.call('GET', authorizeUrl(baseParams(registered.body.client_id, newPkce().challenge)));
+  t.equal(page.status, 200);
+  const cookies = [page.headers['set-cookie']].flat().map(String);
+  t.ok(cookies.length > 0 && cookies.every((line) => /;\s*Secure/i.test(line)), 'Secure');
+  const denied = await production.call('GET', authorizeUrl(baseParams(registered.body.client_id, newPkce().challenge, { code_challenge_method: 'plain' })));
+  t.equal(new URL(String(denied.headers.location)).searchParams.get('iss'), 'https://kg.example.org');
+});
