@@ -9,6 +9,7 @@ import { OAuthError } from '../../auth/oauth/errors.js';
 import type { OAuthClient } from '../../auth/oauth/clientMetadata.js';
 import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
 import { issuerOf } from '../issuer.js';
+import { allowPublicCors } from '../publicCors.js';
 import { consentPage, errorPage, loginPage, OAUTH_STYLESHEET, OAUTH_STYLESHEET_PATH, type ClientPresentation } from '../oauthPages.js';
 
 export const OAUTH_PATHS = {
@@ -115,6 +116,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
   const { config, oauth } = context;
   await app.register(formbody);
   await app.register(cookie);
+  allowPublicCors(app, [OAUTH_PATHS.register, OAUTH_PATHS.token, OAUTH_PATHS.revoke]);
   const signed = createSignedValues(config.auth.jwt_secret);
   const secureCookies = config.profile !== 'embedded' && config.profile !== 'dev';
   const cookieOptions = (maxAgeSeconds: number) =>

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { OAUTH_SCOPE } from '../../auth/oauth/clientMetadata.js';
 import { AUTHORIZATION_SERVER_METADATA_PATH, issuerOf, MCP_PATH, mcpResourceUrl, PROTECTED_RESOURCE_METADATA_PATH } from '../issuer.js';
+import { allowPublicCors } from '../publicCors.js';
 import { OAUTH_PATHS } from './oauth.js';
 
 const stringList = { type: 'array', items: { type: 'string' } } as const;
@@ -42,6 +43,7 @@ const protectedResourceReply = {
 /** Discovery documents: RFC 8414 authorization-server metadata and RFC 9728 protected-resource metadata. */
 export const wellKnownRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const { config } = context;
+  allowPublicCors(app, [AUTHORIZATION_SERVER_METADATA_PATH, PROTECTED_RESOURCE_METADATA_PATH, `${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`]);
 
   app.get(
     AUTHORIZATION_SERVER_METADATA_PATH,

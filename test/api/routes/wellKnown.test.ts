@@ -71,3 +71,17 @@ t.test('every OAuth route is in the OpenAPI document with a summary', async (t) 
   ];
   for (const [path, method] of routes) t.type(openapi.paths[path]?.[method]?.summary, 'string', `${method.toUpperCase()} ${path}`);
 });
+
+t.test('CORS for browser clients on the public endpoints, none on the pages', async (t) => {
+  for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/oauth-protected-resource/api/v1/mcp', '/api/v1/oauth/token', '/api/v1/oauth/register', '/api/v1/oauth/revoke']) {
+    const preflight = await fetch(`${origin}${path}`, { method: 'OPTIONS', headers: { origin: 'https://inspector.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type, mcp-protocol-version' } });
+    t.equal(preflight.status, 204, path);
+    t.equal(preflight.headers.get('access-control-allow-origin'), '*', path);
+    t.match(preflight.headers.get('access-control-allow-headers'), /MCP-Protocol-Version/);
+    t.equal(preflight.headers.get('access-control-allow-credentials'), null, 'never with credentials');
+  }
+  const metadata = await fetch(`${origin}/.well-known/oauth-authorization-server`, { headers: { origin: 'https://inspector.example' } });
+  t.equal(metadata.headers.get('access-control-allow-origin'), '*');
+  const page = await fetch(`${origin}/api/v1/oauth/authorize`, { headers: { origin: 'https://inspector.example' } });
+  t.equal(page.headers.get('access-control-allow-origin'), null, 'the authorization page is not readable cross-origin');
+});
