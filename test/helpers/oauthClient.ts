@@ -46,7 +46,14 @@ export function newPkce(): { verifier: string; challenge: string } {
   return { verifier, challenge: createHash('sha256').update(verifier).digest('base64url') };
 }
 
-export async function postForm(url: string, form: Record<string, string | string[]>): Promise<{ status: number; headers: Headers; body: any }> {
+/**
+ * The parsed JSON of a reply. Loosely typed on purpose, like `TestService.call`'s body: tests
+ * read the fields they assert on, and a missing one fails the assertion.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type JsonBody = any;
+
+export async function postForm(url: string, form: Record<string, string | string[]>): Promise<{ status: number; headers: Headers; body: JsonBody }> {
   const params = new URLSearchParams();
   for (const [name, value] of Object.entries(form)) for (const item of Array.isArray(value) ? value : [value]) params.append(name, item);
   const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: params.toString() });
@@ -54,7 +61,7 @@ export async function postForm(url: string, form: Record<string, string | string
   return { status: response.status, headers: response.headers, body: text === '' ? null : JSON.parse(text) };
 }
 
-export async function postJson(url: string, body: unknown): Promise<{ status: number; body: any }> {
+export async function postJson(url: string, body: unknown): Promise<{ status: number; body: JsonBody }> {
   const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   return { status: response.status, body: await response.json() };
 }
