@@ -28,6 +28,8 @@ import type { Trace } from './access.js';
  * makes. Routes (src/api/routes/oauth.ts) parse, call these and render OAuth's answers.
  */
 
+const PURGE_INTERVAL_MS = 3_600_000;
+
 /** Query or form parameters as a parser gives them: a repeated parameter is an array. */
 export type OAuthParams = Record<string, string | string[] | undefined>;
 
@@ -155,6 +157,14 @@ export function createOAuthServer(deps: OAuthServerDeps) {
     };
   }
 
+  /** Expired codes and tokens go at most once an hour per process, on an approval (no job needed for small tables). */
+  let lastPurge = Number.NEGATIVE_INFINITY;
+  async function purgeNowAndThen(): Promise<void> {
+    if (now() - lastPurge < PURGE_INTERVAL_MS) return;
+    lastPurge = now();
+    await grants.purgeExpired();
+  }
+
   async function exchangeCode(params: OAuthParams, issuer: string): Promise<TokenResponse> {
     const clientId = required(params, 'client_id');
     const code = required(params, 'code');
@@ -276,6 +286,7 @@ export function createOAuthServer(deps: OAuthServerDeps) {
 
     /** The user approved: a grant and its single-use code. */
     async approve(userId: string, request: AuthorizationRequest): Promise<{ code: string }> {
+      await purgeNowAndThen();
       const { code } = await grants.createGrant({
         client_id: request.client_id,
         user_id: userId,

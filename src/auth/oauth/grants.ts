@@ -159,6 +159,24 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
       await revoke(knex, grantId, reason);
     },
 
+    /**
+     * Deletes what can no longer be used nor tell anything: codes a day past their expiry (a
+     * code replayed later is unknown, no longer reuse), refresh tokens past their expiry, and
+     * grants with no refresh token left once their code is gone.
+     */
+    async purgeExpired(): Promise<void> {
+      const dayAgo = new Date(now() - 24 * 3_600_000);
+      await knex.transaction(async (trx) => {
+        await trx('oauth_codes').where('expires_at', '<', dayAgo).delete();
+        await trx('oauth_refresh_tokens').where('expires_at', '<', new Date(now())).delete();
+        await trx('oauth_grants')
+          .whereNotExists(trx('oauth_codes').whereRaw('oauth_codes.grant_id = oauth_grants.id'))
+          .whereNotExists(trx('oauth_refresh_tokens').whereRaw('oauth_refresh_tokens.grant_id = oauth_grants.id'))
+          .where('created_at', '<', dayAgo)
+          .delete();
+      });
+    },
+
     /** Whether tokens of the grant are still honoured (false for an unknown or revoked grant). */
     async isGrantActive(grantId: string): Promise<boolean> {
       const row = await knex('oauth_grants').where({ id: grantId }).first(['revoked_at']);
