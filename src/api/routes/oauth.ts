@@ -235,9 +235,18 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
   // else (rate limits, server errors) goes to the service's handler.
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof OAuthError) return reply.status(400).header('cache-control', 'no-store').send({ error: error.code, error_description: error.description });
+    const url = request.routeOptions.url ?? '';
+    // The service's guard refuses any Authorization header it cannot use; a client that tried to
+    // authenticate that way at the token or revocation endpoint gets RFC 6749 5.2's answer.
+    if (error.statusCode === 401 && (url === OAUTH_PATHS.token || url === OAUTH_PATHS.revoke)) {
+      return reply
+        .status(401)
+        .header('cache-control', 'no-store')
+        .header('www-authenticate', 'Basic realm="factlog"')
+        .send({ error: 'invalid_client', error_description: 'public clients do not authenticate; send client_id in the form and no Authorization header' });
+    }
     const clientError = error.validation !== undefined || error.statusCode === 400 || error.statusCode === 415;
     if (!clientError) throw error;
-    const url = request.routeOptions.url ?? '';
     if (url === OAUTH_PATHS.authorize || url === OAUTH_PATHS.login) return sendErrorPage(reply, 400, new OAuthError('invalid_request', error.message));
     const code = url === OAUTH_PATHS.register ? 'invalid_client_metadata' : 'invalid_request';
     return reply.status(400).header('cache-control', 'no-store').send({ error: code, error_description: error.message });
@@ -351,7 +360,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         summary: 'Token endpoint: authorization_code (PKCE S256) or refresh_token (rotated) for a Bearer access token',
         consumes: ['application/x-www-form-urlencoded'],
         body: tokenBody,
-        response: { 200: tokenReply, 400: oauthErrorSchema },
+        response: { 200: tokenReply, 400: oauthErrorSchema, 401: oauthErrorSchema },
       },
     },
     async (request, reply) => {
@@ -369,7 +378,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         summary: 'Token revocation (RFC 7009): revokes the authorization of a refresh or access token; 200 even for unknown tokens',
         consumes: ['application/x-www-form-urlencoded'],
         body: { type: 'object', properties: { token: stringParam, token_type_hint: stringParam, client_id: stringParam } },
-        response: { 200: { type: 'null' }, 400: oauthErrorSchema },
+        response: { 200: { type: 'null' }, 400: oauthErrorSchema, 401: oauthErrorSchema },
       },
     },
     async (request, reply) => {

@@ -319,6 +319,14 @@ t.test('token endpoint: malformed requests are refused in OAuth terms', async (t
   const json = await fetch(`${issuer}/api/v1/oauth/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ grant_type: 'authorization_code' }) });
   t.equal(json.status, 400);
   t.equal(((await json.json()) as { error: string }).error, 'invalid_request', 'form encoding only');
+  const basic = await fetch(`${issuer}/api/v1/oauth/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${Buffer.from(`${client.client_id}:secret`).toString('base64')}` },
+    body: new URLSearchParams({ grant_type: 'authorization_code', code: 'x', redirect_uri: REDIRECT, code_verifier: newPkce().verifier }).toString(),
+  });
+  t.equal(basic.status, 401, 'client authentication by header: RFC 6749 5.2');
+  t.equal(((await basic.json()) as { error: string }).error, 'invalid_client');
+  t.match(basic.headers.get('www-authenticate'), /^Basic/);
 });
 
 t.test('a code works once; its second redemption revokes what the first issued', async (t) => {
