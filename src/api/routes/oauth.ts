@@ -147,13 +147,14 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     return reply.header('cache-control', 'no-store').header('referrer-policy', 'no-referrer').redirect(target.href, 302);
   }
 
-  /** The CSRF nonce of this browser (an HttpOnly cookie), set when missing; the form carries its MAC. */
+  /**
+   * The CSRF nonce of this browser (an HttpOnly cookie), made when missing and renewed with each
+   * page so it outlives the form it serves; the form carries its MAC.
+   */
   function csrfTokenFor(request: FastifyRequest, reply: FastifyReply): string {
     let nonce = request.cookies[CSRF_COOKIE];
-    if (!nonce || !CSRF_NONCE_PATTERN.test(nonce)) {
-      nonce = randomBytes(32).toString('base64url');
-      reply.setCookie(CSRF_COOKIE, nonce, cookieOptions(3600));
-    }
+    if (!nonce || !CSRF_NONCE_PATTERN.test(nonce)) nonce = randomBytes(32).toString('base64url');
+    reply.setCookie(CSRF_COOKIE, nonce, cookieOptions((FORM_TTL_MS / 1000) * 2));
     return signed.mac('csrf', nonce);
   }
 
