@@ -16,6 +16,7 @@ label{display:block;font-weight:600;margin:0 0 .25rem}
 input[type=email],input[type=password]{width:100%;padding:.55rem;margin:0 0 1rem;border:1px solid #9aa3b2;border-radius:4px;font:inherit}
 button{font:inherit;padding:.55rem 1.1rem;border-radius:4px;border:1px solid #1f4fbf;background:#1f4fbf;color:#fff;cursor:pointer}
 button.secondary{background:#fff;color:#1f4fbf}
+button.link{padding:0;border:0;background:none;color:#1f4fbf;text-decoration:underline}
 button:focus,input:focus{outline:3px solid #f0b400;outline-offset:1px}
 .actions{display:flex;gap:.75rem;flex-wrap:wrap}
 .error{padding:.75rem;border-radius:4px;background:#fdecec;border:1px solid #d33;color:#7a1010}
@@ -90,11 +91,26 @@ ${clientNotes(input.client)}`,
   );
 }
 
-export function consentPage(input: { client: ClientPresentation; userEmail: string; scope: string; resource: string; authorizationRequest: string; csrfToken: string }): string {
+export function consentPage(input: {
+  client: ClientPresentation;
+  userEmail: string;
+  scope: string;
+  resource: string;
+  authorizationRequest: string;
+  csrfToken: string;
+  /** The authorization request again, with `prompt=login`: the "use another account" form. */
+  switchAccountQuery: Record<string, string>;
+}): string {
+  const switchFields = Object.entries(input.switchAccountQuery)
+    .map(([name, value]) => `<input type="hidden" name="${escapeHtml(name)}" value="${escapeHtml(value)}">`)
+    .join('\n');
   return page(
     'Authorize access',
     `<h1>Authorize ${clientLine(input.client)}</h1>
-<p>Signed in as <strong>${escapeHtml(input.userEmail)}</strong>.</p>
+<form method="get" action="/api/v1/oauth/authorize" class="switch">
+<p>Signed in as <strong>${escapeHtml(input.userEmail)}</strong>. <button type="submit" class="link">Use another account</button></p>
+${switchFields}
+</form>
 <p>${clientLine(input.client)} asks for:</p>
 <ul>
 <li>scope <code>${escapeHtml(input.scope)}</code>: use Factlog's tools (MCP) as you, with your roles on your repositories: read and search what you can read, and change what you can change;</li>

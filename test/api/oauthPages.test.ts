@@ -19,7 +19,7 @@ t.test('no client-controlled value reaches a page unescaped, and no page has inl
   const client = { clientName: hostile, clientId: `https://evil.example/${encodeURIComponent(hostile)}`, identifiedBy: 'metadata_document' as const, redirectUri: 'https://evil.example/cb' };
   const pages = [
     loginPage({ client, authorizationRequest: hostile, csrfToken: hostile, error: hostile, email: hostile }),
-    consentPage({ client, userEmail: hostile, scope: hostile, resource: hostile, authorizationRequest: hostile, csrfToken: hostile }),
+    consentPage({ client, userEmail: hostile, scope: hostile, resource: hostile, authorizationRequest: hostile, csrfToken: hostile, switchAccountQuery: { state: hostile } }),
     errorPage({ error: hostile, description: hostile }),
   ];
   for (const html of pages) {

@@ -50,6 +50,7 @@ const authorizeQuery = {
     scope: stringParam,
     state: stringParam,
     resource: resourceParam,
+    prompt: stringParam,
   },
 } as const;
 
@@ -195,6 +196,17 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         resource: authorization.resource,
         authorizationRequest: form,
         csrfToken: csrfTokenFor(request, reply),
+        switchAccountQuery: {
+          response_type: 'code',
+          client_id: authorization.client_id,
+          redirect_uri: authorization.redirect_uri,
+          code_challenge: authorization.code_challenge,
+          code_challenge_method: 'S256',
+          scope: authorization.scope,
+          resource: authorization.resource,
+          ...(authorization.state === null ? {} : { state: authorization.state }),
+          prompt: 'login',
+        },
       }),
       authorization.redirect_uri,
     );
@@ -294,7 +306,8 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         if (check.redirectUri === null) return sendErrorPage(reply, 400, check.error);
         return redirectWith(reply, request, check.redirectUri, { error: check.error.code, error_description: check.error.description, state: check.state });
       }
-      const user = await loggedInUser(request);
+      // `prompt=login` (OpenID Connect's, also what the consent page's "use another account" sends) asks for the login form even when signed in.
+      const user = request.query.prompt === 'login' ? null : await loggedInUser(request);
       if (!user) return renderLogin(reply, request, 200, check.client, check.request);
       return renderConsent(reply, request, check.client, check.request, user.email);
     },

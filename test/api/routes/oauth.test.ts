@@ -134,6 +134,15 @@ t.test('the code flow as a browser drives it, then refresh rotation', async (t) 
   const loginCookie = consent.setCookies.find((line) => line.startsWith('fl_oauth_login='));
   t.match(loginCookie, /HttpOnly/i);
 
+  const again = await browser.request('GET', authorizeUrl(baseParams(client.client_id, challenge)));
+  t.match(again.text, 'value="approve"', 'signed in: straight to consent');
+  const switchForm = /<form method="get" action="\/api\/v1\/oauth\/authorize"[^]*?<\/form>/.exec(again.text)?.[0] ?? '';
+  const switchQuery = new URLSearchParams([...switchForm.matchAll(/name="([^"]+)" value="([^"]*)"/g)].map((match): [string, string] => [match[1], match[2].replace(/&#(\d+);/g, (_all, code: string) => String.fromCharCode(Number(code)))]));
+  t.equal(switchQuery.get('prompt'), 'login');
+  const switched = await browser.request('GET', `/api/v1/oauth/authorize?${switchQuery}`);
+  t.match(switched.text, 'name="password"', '"use another account" shows the login form for the same request');
+  t.equal(formField(switched.text, 'authorization_request')?.split('.').length, 2);
+
   const decided = await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'approve', ...formOf(consent) });
   t.equal(decided.status, 302);
   const back = new URL(decided.headers.get('location') ?? '');
