@@ -3,6 +3,7 @@ import { conceptsProjection } from './concepts.js';
 import { factsProjection } from './facts.js';
 import { hostHealthProjection } from './hostHealth.js';
 import { investigationsProjection } from './investigations.js';
+import { oauthClientsProjection } from './oauthClients.js';
 import { reportsProjection } from './reports.js';
 import { repositoriesProjection } from './repositories.js';
 import { sourcesProjection } from './sources.js';
@@ -20,4 +21,5 @@ export const readModelProjections: readonly Projection[] = [
   investigationsProjection,
   reportsProjection,
   summariesProjection,
+  oauthClientsProjection,
 ];

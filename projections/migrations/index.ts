@@ -387,6 +387,55 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // OAuth 2.1 server (src/app/oauth.ts). oauth_clients is a projection (projections/oauthClients.ts);
+    // grants, codes and refresh tokens are service state: codes and tokens only as SHA-256 hashes, never in the log.
+    id: '009_oauth',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE oauth_clients (
+          client_id text PRIMARY KEY,
+          client_name text NOT NULL,
+          redirect_uris jsonb NOT NULL,
+          grant_types jsonb NOT NULL,
+          application_type text NOT NULL,
+          client_uri text,
+          software_id text,
+          software_version text,
+          registered_at timestamptz NOT NULL
+        );
+        -- One row per user approval: every code, refresh token and access token (claim sid) descends from one grant.
+        CREATE TABLE oauth_grants (
+          id text PRIMARY KEY,
+          client_id text NOT NULL,
+          user_id text NOT NULL,
+          scope text NOT NULL,
+          resource text NOT NULL,
+          redirect_uri text NOT NULL,
+          created_at timestamptz NOT NULL DEFAULT now(),
+          revoked_at timestamptz,
+          revoked_reason text
+        );
+        CREATE INDEX oauth_grants_user ON oauth_grants (user_id);
+        CREATE TABLE oauth_codes (
+          code_hash text PRIMARY KEY,
+          grant_id text NOT NULL,
+          code_challenge text NOT NULL,
+          expires_at timestamptz NOT NULL,
+          used_at timestamptz,
+          created_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE TABLE oauth_refresh_tokens (
+          token_hash text PRIMARY KEY,
+          grant_id text NOT NULL,
+          expires_at timestamptz NOT NULL,
+          rotated_at timestamptz,
+          created_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX oauth_refresh_tokens_grant ON oauth_refresh_tokens (grant_id);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -26,6 +26,8 @@ import { reportRoutes } from './routes/reports.js';
 import { repositoryRoutes } from './routes/repositories.js';
 import { sourceRoutes } from './routes/sources.js';
 import { investigationRoutes } from './routes/investigations.js';
+import { oauthRoutes } from './routes/oauth.js';
+import { wellKnownRoutes } from './routes/wellKnown.js';
 import { taskRoutes } from './routes/tasks.js';
 import { userRoutes } from './routes/users.js';
 
@@ -48,6 +50,8 @@ const resourceRoutes = [
   taskRoutes,
   promptsetRoutes,
   projectionRoutes,
+  wellKnownRoutes,
+  oauthRoutes,
 ];
 
 /** Builds the HTTP API: fastify with schemas on every route, OpenAPI at /api/v1/openapi.json, docs at /docs. */

@@ -18,6 +18,9 @@ import type { HybridSearch } from '../search/hybrid.js';
 import type { SearchIndex } from '../search/port.js';
 import { createFileAssetStore, type AssetStore } from '../storage/assets.js';
 import type { IdentityService } from '../auth/identity.js';
+import type { TokenService } from '../auth/tokens.js';
+import type { ClientDocumentFetch } from '../auth/oauth/clientDocuments.js';
+import type { OAuthServer } from './oauth.js';
 import { bootstrap } from './bootstrap.js';
 import { createCommandBus, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -26,7 +29,8 @@ import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, startRelay } from './wiring/bus.js';
 import { createDatabases } from './wiring/databases.js';
 import { openEventStore } from './wiring/eventStore.js';
-import { createIdentity } from './wiring/identity.js';
+import { createIdentity, createTokens } from './wiring/identity.js';
+import { createOAuth } from './wiring/oauth.js';
 import { createPipeline } from './wiring/pipeline.js';
 import { createProjectionRunner } from './wiring/projections.js';
 import { createChatModel, createEmbedder } from './wiring/providers.js';
@@ -44,6 +48,10 @@ export interface AppContext {
   assets: AssetStore;
   commands: CommandBus;
   identity: IdentityService;
+  /** Signs and verifies session and OAuth access tokens (one signer for the OAuth server and the MCP endpoint). */
+  tokens: TokenService;
+  /** The OAuth 2.1 authorization server for MCP clients (src/app/oauth.ts). */
+  oauth: OAuthServer;
   repositories: RepositoryService;
   search: SearchIndex;
   /** Hybrid (lexical + k-NN, RRF) search over `search`, falling back to lexical when it cannot run. */
@@ -82,6 +90,8 @@ export interface ContextOptions {
   role?: 'api' | 'worker' | 'all';
   /** The built-in models' worker threads (test services start them at the first call). */
   localModels?: ModelWorkerOptions;
+  /** How Client ID Metadata Documents are fetched (default: the HTTP fetcher; tests serve them locally). */
+  clientDocumentFetch?: ClientDocumentFetch;
 }
 
 /**
@@ -130,7 +140,9 @@ export async function createAppContext(config: Config, options: ContextOptions =
     log,
   });
   const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);
-  const identity = createIdentity(config, { db, store, commands, log });
+  const tokens = createTokens(config);
+  const identity = createIdentity(config, { db, store, commands, log, tokens });
+  const oauth = createOAuth(config, { db, commands, tokens, identity, clientDocumentFetch: options.clientDocumentFetch });
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
   const { runtime, scheduler } = pipeline;
   let relay: Leadership | null = null;
@@ -144,6 +156,8 @@ export async function createAppContext(config: Config, options: ContextOptions =
     assets,
     commands,
     identity,
+    tokens,
+    oauth,
     repositories,
     search: search.index,
     hybrid: search.hybrid,

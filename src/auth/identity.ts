@@ -120,6 +120,17 @@ export function createIdentityService(deps: {
     return { id: userId, email, name: (input.name ?? '').trim() };
   }
 
+  async function verifyCredentials(input: { email: string; password: string }): Promise<PublicUser> {
+    const email = normalizeEmail(String(input.email ?? ''));
+    const credentials = await knex('credentials').where({ email }).first(['user_id', 'password_hash']);
+    // Verify against a dummy hash when the email is unknown so timing does not reveal accounts.
+    const ok = await verifyPassword(input.password, credentials?.password_hash ?? DUMMY_HASH);
+    if (!credentials || !ok) throw new AuthenticationError('invalid email or password');
+    const user = await loadUser(credentials.user_id);
+    if (!user) throw new AuthenticationError('invalid email or password');
+    return user;
+  }
+
   return {
     loadUser,
     roleAssignments,
@@ -129,15 +140,11 @@ export function createIdentityService(deps: {
     },
 
     async login(input: { email: string; password: string }): Promise<SessionGrant> {
-      const email = normalizeEmail(String(input.email ?? ''));
-      const credentials = await knex('credentials').where({ email }).first(['user_id', 'password_hash']);
-      // Verify against a dummy hash when the email is unknown so timing does not reveal accounts.
-      const ok = await verifyPassword(input.password, credentials?.password_hash ?? DUMMY_HASH);
-      if (!credentials || !ok) throw new AuthenticationError('invalid email or password');
-      const user = await loadUser(credentials.user_id);
-      if (!user) throw new AuthenticationError('invalid email or password');
-      return openSession(user);
+      return openSession(await verifyCredentials(input));
     },
+
+    /** Checks an email and password without opening a session (the OAuth login page). */
+    verifyCredentials,
 
     async logout(sessionId: string): Promise<void> {
       await knex('sessions').where({ id: sessionId }).whereNull('revoked_at').update({ revoked_at: new Date() });

@@ -44,6 +44,8 @@ export interface AccessClaims extends CommonClaims {
   scope: string;
   client_id: string;
   aud: string;
+  /** The OAuth grant the token descends from: revoking the grant revokes the token (src/app/oauth.ts). */
+  sid?: string;
 }
 
 export type ClaimsOf<Type extends TokenType> = Type extends 'session' ? SessionClaims : AccessClaims;
@@ -65,7 +67,7 @@ export interface TokenServiceOptions {
 
 export interface TokenService {
   signSession(input: { userId: string; sessionId: string }): Promise<SignedToken>;
-  signAccessToken(input: { userId: string; clientId: string; scope: string; audience: string }): Promise<SignedToken>;
+  signAccessToken(input: { userId: string; clientId: string; scope: string; audience: string; grantId?: string }): Promise<SignedToken>;
   verify(token: string, expectedTyp: 'session'): Promise<SessionClaims>;
   /** Access tokens are only accepted by the resource they were issued for (RFC 8707). */
   verify(token: string, expectedTyp: 'access', expectedAudience: string | string[]): Promise<AccessClaims>;
@@ -139,11 +141,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (typeof sessionId !== 'string' || sessionId.length === 0) throw new TypeError('sessionId must be a non-empty string');
       return sign(userId, { typ: 'session', sid: sessionId }, sessionTtlMs);
     },
-    signAccessToken: async ({ userId, clientId, scope, audience }) => {
+    signAccessToken: async ({ userId, clientId, scope, audience, grantId }) => {
       if (typeof clientId !== 'string' || clientId.length === 0) throw new TypeError('clientId must be a non-empty string');
       if (typeof audience !== 'string' || audience.length === 0) throw new TypeError('audience must be a non-empty string');
       if (typeof scope !== 'string') throw new TypeError('scope must be a string');
-      return sign(userId, { typ: 'access', scope, client_id: clientId, aud: audience }, accessTtlMs);
+      if (grantId !== undefined && (typeof grantId !== 'string' || grantId.length === 0)) throw new TypeError('grantId must be a non-empty string');
+      return sign(userId, { typ: 'access', scope, client_id: clientId, aud: audience, ...(grantId === undefined ? {} : { sid: grantId }) }, accessTtlMs);
     },
     // One implementation behind the two overloads of the interface.
     verify: verify as TokenService['verify'],
@@ -173,9 +176,10 @@ function asSessionClaims(payload: JWTPayload): SessionClaims | null {
 
 function asAccessClaims(payload: JWTPayload): AccessClaims | null {
   const common = commonClaims(payload);
-  const { scope, client_id: clientId, aud } = payload;
+  const { scope, client_id: clientId, aud, sid } = payload;
   if (!common || typeof scope !== 'string' || !isNonEmptyString(clientId) || !isNonEmptyString(aud)) return null;
-  return { ...common, typ: 'access', scope, client_id: clientId, aud };
+  if (sid !== undefined && !isNonEmptyString(sid)) return null;
+  return { ...common, typ: 'access', scope, client_id: clientId, aud, ...(sid === undefined ? {} : { sid }) };
 }
 
 /** 32 random bytes as base64url (256 bits: unguessable, no padding, URL- and header-safe). */

@@ -91,6 +91,15 @@ t.test('access tokens carry scope, client and audience, and last accessTtlMs (15
   t.equal(custom.expiresAt.getTime(), T0 + 5 * 60 * 1000);
 });
 
+t.test('an access token may name its OAuth grant (claim sid); an empty one is refused', async (t) => {
+  const tokens = service();
+  const withGrant = await tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: 'grant-1' });
+  t.equal((await tokens.verify(withGrant.token, 'access', RESOURCE)).sid, 'grant-1');
+  const without = await tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE });
+  t.notOk('sid' in (await tokens.verify(without.token, 'access', RESOURCE)), 'absent when not given');
+  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: '' }), TypeError);
+});
+
 t.test('a tampered payload is invalid', async (t) => {
   const tokens = service();
   const { token } = await tokens.signSession({ userId: 'user-1', sessionId: 's' });

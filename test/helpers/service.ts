@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { buildConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
-import { createAppContext, type AppContext } from '../../src/app/context.js';
+import { createAppContext, type AppContext, type ContextOptions } from '../../src/app/context.js';
 import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
 import { seedPgliteDir } from './pglite.js';
@@ -29,7 +29,9 @@ export const TEST_SECRET = 'test-secret-that-is-long-enough-for-hs256-signing!';
  * A whole service on a throwaway PGlite under a temp dir, with fast retries for tests.
  * Pass `dataDir` to reopen the same data (restart tests).
  */
-export async function startTestService(options: { overrides?: Overrides; dataDir?: string; env?: NodeJS.ProcessEnv; workers?: boolean } = {}): Promise<TestService> {
+export async function startTestService(
+  options: { overrides?: Overrides; dataDir?: string; env?: NodeJS.ProcessEnv; workers?: boolean; clientDocumentFetch?: ContextOptions['clientDocumentFetch'] } = {},
+): Promise<TestService> {
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'factlog-test-')));
   const config = buildConfig(
     merge(
@@ -50,7 +52,7 @@ export async function startTestService(options: { overrides?: Overrides; dataDir
   const database = databaseOptions(config, config.readmodels.database);
   if (!options.dataDir && database.kind === 'pglite') await seedPgliteDir(database.dataDir);
   // The built-in models start at their first call: most services never call one.
-  const context = await createAppContext(config, { env: options.env ?? {}, logger: pino({ level: 'silent' }), workers: options.workers, localModels: { loadAtStart: false } });
+  const context = await createAppContext(config, { env: options.env ?? {}, logger: pino({ level: 'silent' }), workers: options.workers, localModels: { loadAtStart: false }, clientDocumentFetch: options.clientDocumentFetch });
   await context.start();
   const app = await buildApp(context);
   await app.ready();

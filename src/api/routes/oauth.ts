@@ -1,0 +1,405 @@
+import { randomBytes } from 'node:crypto';
+import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import cookie from '@fastify/cookie';
+import formbody from '@fastify/formbody';
+import type { AppContext } from '../../app/context.js';
+import type { AuthorizationRequest, OAuthParams } from '../../app/oauth.js';
+import { AuthenticationError } from '../../auth/identity.js';
+import { OAuthError } from '../../auth/oauth/errors.js';
+import type { OAuthClient } from '../../auth/oauth/clientMetadata.js';
+import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
+import { issuerOf } from '../issuer.js';
+import { allowPublicCors } from '../publicCors.js';
+import { consentPage, errorPage, loginPage, OAUTH_STYLESHEET, OAUTH_STYLESHEET_PATH, type ClientPresentation } from '../oauthPages.js';
+
+export const OAUTH_PATHS = {
+  register: '/api/v1/oauth/register',
+  authorize: '/api/v1/oauth/authorize',
+  login: '/api/v1/oauth/authorize/login',
+  token: '/api/v1/oauth/token',
+  revoke: '/api/v1/oauth/revoke',
+} as const;
+
+const CSRF_COOKIE = 'fl_oauth_csrf';
+const LOGIN_COOKIE = 'fl_oauth_login';
+/** A sign-in on the authorization page lasts this long: enough to approve, short enough not to be a session. */
+const LOGIN_TTL_MS = 10 * 60 * 1000;
+/** How long a login or consent form stays good. */
+const FORM_TTL_MS = 30 * 60 * 1000;
+const CSRF_NONCE_PATTERN = /^[A-Za-z0-9_-]{43}$/;
+
+const oauthErrorSchema = {
+  type: 'object',
+  required: ['error'],
+  properties: { error: { type: 'string' }, error_description: { type: 'string' } },
+} as const;
+const htmlReply = { type: 'string', description: 'an HTML page' } as const;
+
+const stringParam = { type: 'string', maxLength: 4096 } as const;
+/** RFC 8707 lets `resource` repeat; a single value becomes a one-element array. */
+const resourceParam = { type: 'array', items: { type: 'string', maxLength: 2000 }, maxItems: 10 } as const;
+
+const authorizeQuery = {
+  type: 'object',
+  properties: {
+    response_type: stringParam,
+    client_id: stringParam,
+    redirect_uri: stringParam,
+    code_challenge: stringParam,
+    code_challenge_method: stringParam,
+    scope: stringParam,
+    state: stringParam,
+    resource: resourceParam,
+    prompt: stringParam,
+  },
+} as const;
+
+const formFields = {
+  authorization_request: { type: 'string', maxLength: 16_384 },
+  csrf: { type: 'string', maxLength: 200 },
+} as const;
+
+const tokenBody = {
+  type: 'object',
+  description: 'application/x-www-form-urlencoded; parameters this server does not know are ignored (RFC 6749 3.2)',
+  properties: {
+    grant_type: stringParam,
+    code: stringParam,
+    redirect_uri: stringParam,
+    client_id: stringParam,
+    code_verifier: stringParam,
+    refresh_token: stringParam,
+    scope: stringParam,
+    resource: resourceParam,
+  },
+} as const;
+
+const tokenReply = {
+  type: 'object',
+  required: ['access_token', 'token_type', 'expires_in', 'scope'],
+  properties: {
+    access_token: { type: 'string' },
+    token_type: { type: 'string', enum: ['Bearer'] },
+    expires_in: { type: 'integer' },
+    scope: { type: 'string' },
+    refresh_token: { type: 'string' },
+  },
+} as const;
+
+const clientReply = {
+  type: 'object',
+  required: ['client_id', 'client_id_issued_at', 'redirect_uris', 'token_endpoint_auth_method'],
+  properties: {
+    client_id: { type: 'string' },
+    client_id_issued_at: { type: 'integer' },
+    client_name: { type: 'string' },
+    redirect_uris: { type: 'array', items: { type: 'string' } },
+    grant_types: { type: 'array', items: { type: 'string' } },
+    response_types: { type: 'array', items: { type: 'string' } },
+    token_endpoint_auth_method: { type: 'string', enum: ['none'] },
+    application_type: { type: 'string', enum: ['web', 'native'] },
+    client_uri: { type: 'string' },
+    software_id: { type: 'string' },
+    software_version: { type: 'string' },
+  },
+} as const;
+
+type FormBody = { authorization_request?: string; csrf?: string };
+
+const isFormEncoded = (request: FastifyRequest) => /^application\/x-www-form-urlencoded\b/i.test(request.headers['content-type'] ?? '');
+
+/**
+ * The OAuth 2.1 server's endpoints (docs/auth.md, "OAuth 2.1 server"): registration, the
+ * authorization pages, token and revocation. Form and cookie parsing are registered here, for
+ * these routes only.
+ */
+export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
+  const { config, oauth } = context;
+  await app.register(formbody);
+  await app.register(cookie);
+  allowPublicCors(app, [OAUTH_PATHS.register, OAUTH_PATHS.token, OAUTH_PATHS.revoke]);
+  const signed = createSignedValues(config.auth.jwt_secret);
+  const secureCookies = config.profile !== 'embedded' && config.profile !== 'dev';
+  const cookieOptions = (maxAgeSeconds: number) =>
+    ({ path: OAUTH_PATHS.authorize, httpOnly: true, sameSite: 'lax', secure: secureCookies, maxAge: maxAgeSeconds }) as const;
+
+  /** Pages: no framing, no referrer (the URL holds the request), no caching, styles only from this origin. */
+  function sendPage(reply: FastifyReply, status: number, html: string, redirectUri?: string): FastifyReply {
+    const formAction = redirectUri ? `'self' ${new URL(redirectUri).origin}` : `'self'`;
+    return reply
+      .status(status)
+      .header('content-type', 'text/html; charset=utf-8')
+      .header('content-security-policy', `default-src 'none'; style-src 'self'; form-action ${formAction}; frame-ancestors 'none'; base-uri 'none'`)
+      .header('x-frame-options', 'DENY')
+      .header('referrer-policy', 'no-referrer')
+      .header('x-content-type-options', 'nosniff')
+      .header('cache-control', 'no-store')
+      .send(html);
+  }
+
+  const sendErrorPage = (reply: FastifyReply, status: number, error: OAuthError) =>
+    sendPage(reply, status, errorPage({ error: error.code, description: error.description }));
+
+  /** RFC 6749 4.1.2 / RFC 9207: back to the (trusted) redirect URI with the result, `state` and `iss`. */
+  function redirectWith(reply: FastifyReply, request: FastifyRequest, redirectUri: string, params: Record<string, string | null>): FastifyReply {
+    const target = new URL(redirectUri);
+    for (const [name, value] of Object.entries(params)) if (value !== null) target.searchParams.set(name, value);
+    target.searchParams.set('iss', issuerOf(config, request));
+    return reply.header('cache-control', 'no-store').header('referrer-policy', 'no-referrer').redirect(target.href, 302);
+  }
+
+  /**
+   * The CSRF nonce of this browser (an HttpOnly cookie), made when missing and renewed with each
+   * page so it outlives the form it serves; the form carries its MAC.
+   */
+  function csrfTokenFor(request: FastifyRequest, reply: FastifyReply): string {
+    let nonce = request.cookies[CSRF_COOKIE];
+    if (!nonce || !CSRF_NONCE_PATTERN.test(nonce)) nonce = randomBytes(32).toString('base64url');
+    reply.setCookie(CSRF_COOKIE, nonce, cookieOptions((FORM_TTL_MS / 1000) * 2));
+    return signed.mac('csrf', nonce);
+  }
+
+  function csrfValid(request: FastifyRequest<{ Body: FormBody }>): boolean {
+    const nonce = request.cookies[CSRF_COOKIE];
+    const token = request.body?.csrf;
+    if (!nonce || !CSRF_NONCE_PATTERN.test(nonce) || typeof token !== 'string') return false;
+    return equalStrings(token, signed.mac('csrf', nonce));
+  }
+
+  const presentation = (client: OAuthClient, request: AuthorizationRequest): ClientPresentation => ({
+    clientName: client.client_name,
+    clientId: client.client_id,
+    identifiedBy: client.kind,
+    redirectUri: request.redirect_uri,
+  });
+
+  async function loggedInUser(request: FastifyRequest) {
+    const login = signed.verify<{ uid?: unknown }>('login', request.cookies[LOGIN_COOKIE]);
+    if (!login || typeof login.uid !== 'string') return null;
+    return oauth.loadUser(login.uid);
+  }
+
+  function renderLogin(reply: FastifyReply, request: FastifyRequest, status: number, client: OAuthClient, authorization: AuthorizationRequest, extra: { error?: string; email?: string } = {}) {
+    const form = signed.sign('authorization-request', authorization, FORM_TTL_MS);
+    return sendPage(reply, status, loginPage({ client: presentation(client, authorization), authorizationRequest: form, csrfToken: csrfTokenFor(request, reply), ...extra }), authorization.redirect_uri);
+  }
+
+  function renderConsent(reply: FastifyReply, request: FastifyRequest, client: OAuthClient, authorization: AuthorizationRequest, userEmail: string) {
+    const form = signed.sign('authorization-request', authorization, FORM_TTL_MS);
+    return sendPage(
+      reply,
+      200,
+      consentPage({
+        client: presentation(client, authorization),
+        userEmail,
+        scope: authorization.scope,
+        resource: authorization.resource,
+        authorizationRequest: form,
+        csrfToken: csrfTokenFor(request, reply),
+        switchAccountQuery: {
+          response_type: 'code',
+          client_id: authorization.client_id,
+          redirect_uri: authorization.redirect_uri,
+          code_challenge: authorization.code_challenge,
+          code_challenge_method: 'S256',
+          scope: authorization.scope,
+          resource: authorization.resource,
+          ...(authorization.state === null ? {} : { state: authorization.state }),
+          prompt: 'login',
+        },
+      }),
+      authorization.redirect_uri,
+    );
+  }
+
+  /**
+   * The checks every form post passes before anything else: the CSRF token (403 otherwise), the
+   * signed authorization request, and that its client still exists and still lists its
+   * redirect URI (400 page otherwise). Null when a page was already sent.
+   */
+  async function formContext(request: FastifyRequest<{ Body: FormBody }>, reply: FastifyReply): Promise<{ client: OAuthClient; authorization: AuthorizationRequest } | null> {
+    if (!csrfValid(request)) {
+      sendErrorPage(reply, 403, new OAuthError('invalid_request', 'the form is missing its CSRF token or the token does not match this browser; start the authorization again'));
+      return null;
+    }
+    const authorization = signed.verify<AuthorizationRequest & { exp: number }>('authorization-request', request.body.authorization_request);
+    if (!authorization) {
+      sendErrorPage(reply, 400, new OAuthError('invalid_request', 'the authorization request is missing, altered or expired; start again'));
+      return null;
+    }
+    const { exp: _expiry, ...fields } = authorization;
+    let client: OAuthClient;
+    try {
+      client = await oauth.findClient(fields.client_id);
+    } catch (error) {
+      if (!(error instanceof OAuthError)) throw error;
+      sendErrorPage(reply, 400, error);
+      return null;
+    }
+    if (!client.redirect_uris.includes(fields.redirect_uri)) {
+      sendErrorPage(reply, 400, new OAuthError('invalid_request', 'redirect_uri is no longer registered for this client'));
+      return null;
+    }
+    return { client, authorization: fields };
+  }
+
+  // Failures before a handler runs (schema, body parsing) are answered in OAuth's terms: an HTML
+  // page on the authorization routes, `{error, error_description}` on the JSON ones. Anything
+  // else (rate limits, server errors) goes to the service's handler.
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    if (error instanceof OAuthError) return reply.status(400).header('cache-control', 'no-store').send({ error: error.code, error_description: error.description });
+    const url = request.routeOptions.url ?? '';
+    // The service's guard refuses any Authorization header it cannot use; a client that tried to
+    // authenticate that way at the token or revocation endpoint gets RFC 6749 5.2's answer.
+    if (error.statusCode === 401 && (url === OAUTH_PATHS.token || url === OAUTH_PATHS.revoke)) {
+      return reply
+        .status(401)
+        .header('cache-control', 'no-store')
+        .header('www-authenticate', 'Basic realm="factlog"')
+        .send({ error: 'invalid_client', error_description: 'public clients do not authenticate; send client_id in the form and no Authorization header' });
+    }
+    const clientError = error.validation !== undefined || error.statusCode === 400 || error.statusCode === 415;
+    if (!clientError) throw error;
+    if (url === OAUTH_PATHS.authorize || url === OAUTH_PATHS.login) return sendErrorPage(reply, 400, new OAuthError('invalid_request', error.message));
+    const code = url === OAUTH_PATHS.register ? 'invalid_client_metadata' : 'invalid_request';
+    return reply.status(400).header('cache-control', 'no-store').send({ error: code, error_description: error.message });
+  });
+
+  app.get(
+    OAUTH_STYLESHEET_PATH,
+    { schema: { tags: ['oauth'], summary: 'The stylesheet of the authorization pages', response: { 200: { type: 'string' } } } },
+    async (_request, reply) => reply.header('content-type', 'text/css; charset=utf-8').header('cache-control', 'public, max-age=3600').send(OAUTH_STYLESHEET),
+  );
+
+  app.post(
+    OAUTH_PATHS.register,
+    {
+      schema: {
+        tags: ['oauth'],
+        summary: 'Dynamic client registration (RFC 7591): a public client, no secret',
+        body: {
+          type: 'object',
+          description: 'RFC 7591 client metadata: redirect_uris (https, or http on loopback; exact), client_name, grant_types, application_type, ...; unknown fields are ignored',
+          // redirect_uris is required, but checked in src/auth/oauth/clientMetadata.ts so that its absence is `invalid_redirect_uri` (RFC 7591 3.2.2).
+          properties: { redirect_uris: { type: 'array', items: { type: 'string' } }, client_name: { type: 'string' } },
+        },
+        response: { 201: clientReply, 400: oauthErrorSchema },
+      },
+    },
+    async (request, reply) => reply.status(201).header('cache-control', 'no-store').send(await oauth.registerClient(request.body, { correlationId: String(request.id) })),
+  );
+
+  app.get<{ Querystring: OAuthParams }>(
+    OAUTH_PATHS.authorize,
+    {
+      schema: {
+        tags: ['oauth'],
+        summary: 'Authorization endpoint: the login or consent page for a PKCE (S256) authorization request',
+        querystring: authorizeQuery,
+        produces: ['text/html'],
+        response: { 200: htmlReply, 302: { type: 'null', description: 'an error sent back to the registered redirect URI' }, 400: htmlReply },
+      },
+    },
+    async (request, reply) => {
+      const check = await oauth.checkAuthorizationRequest(request.query, issuerOf(config, request));
+      if (!check.ok) {
+        if (check.redirectUri === null) return sendErrorPage(reply, 400, check.error);
+        return redirectWith(reply, request, check.redirectUri, { error: check.error.code, error_description: check.error.description, state: check.state });
+      }
+      // `prompt=login` (OpenID Connect's, also what the consent page's "use another account" sends) asks for the login form even when signed in.
+      const user = request.query.prompt === 'login' ? null : await loggedInUser(request);
+      if (!user) return renderLogin(reply, request, 200, check.client, check.request);
+      return renderConsent(reply, request, check.client, check.request, user.email);
+    },
+  );
+
+  app.post<{ Body: FormBody & { email?: string; password?: string } }>(
+    OAUTH_PATHS.login,
+    {
+      schema: {
+        tags: ['oauth'],
+        summary: 'The login form of the authorization page: on success, the consent page',
+        consumes: ['application/x-www-form-urlencoded'],
+        body: { type: 'object', properties: { email: { type: 'string', maxLength: 320 }, password: { type: 'string', maxLength: 1024 }, ...formFields } },
+        produces: ['text/html'],
+        response: { 200: htmlReply, 400: htmlReply, 403: htmlReply },
+      },
+    },
+    async (request, reply) => {
+      const form = await formContext(request, reply);
+      if (!form) return reply;
+      const email = request.body.email ?? '';
+      try {
+        const user = await oauth.login({ email, password: request.body.password ?? '' });
+        reply.setCookie(LOGIN_COOKIE, signed.sign('login', { uid: user.id }, LOGIN_TTL_MS), cookieOptions(LOGIN_TTL_MS / 1000));
+        return renderConsent(reply, request, form.client, form.authorization, user.email);
+      } catch (error) {
+        if (!(error instanceof AuthenticationError)) throw error;
+        return renderLogin(reply, request, 400, form.client, form.authorization, { error: 'Wrong email or password.', email });
+      }
+    },
+  );
+
+  app.post<{ Body: FormBody & { decision?: string } }>(
+    OAUTH_PATHS.authorize,
+    {
+      schema: {
+        tags: ['oauth'],
+        summary: 'The consent decision: 302 to the redirect URI with code, state and iss, or error=access_denied',
+        consumes: ['application/x-www-form-urlencoded'],
+        body: { type: 'object', properties: { decision: { type: 'string', enum: ['approve', 'deny'] }, ...formFields } },
+        produces: ['text/html'],
+        response: { 200: htmlReply, 302: { type: 'null' }, 400: htmlReply, 403: htmlReply },
+      },
+    },
+    async (request, reply) => {
+      const form = await formContext(request, reply);
+      if (!form) return reply;
+      const { authorization } = form;
+      const user = await loggedInUser(request);
+      if (!user) return renderLogin(reply, request, 200, form.client, authorization, { error: 'Your sign-in has expired. Sign in again.' });
+      if (request.body.decision !== 'approve') {
+        return redirectWith(reply, request, authorization.redirect_uri, { error: 'access_denied', error_description: 'the user denied the request', state: authorization.state });
+      }
+      const { code } = await oauth.approve(user.id, authorization);
+      return redirectWith(reply, request, authorization.redirect_uri, { code, state: authorization.state });
+    },
+  );
+
+  app.post<{ Body: OAuthParams }>(
+    OAUTH_PATHS.token,
+    {
+      schema: {
+        tags: ['oauth'],
+        summary: 'Token endpoint: authorization_code (PKCE S256) or refresh_token (rotated) for a Bearer access token',
+        consumes: ['application/x-www-form-urlencoded'],
+        body: tokenBody,
+        response: { 200: tokenReply, 400: oauthErrorSchema, 401: oauthErrorSchema },
+      },
+    },
+    async (request, reply) => {
+      reply.header('cache-control', 'no-store').header('pragma', 'no-cache');
+      if (!isFormEncoded(request)) throw new OAuthError('invalid_request', 'the token request must be application/x-www-form-urlencoded');
+      return oauth.token(request.body, issuerOf(config, request));
+    },
+  );
+
+  app.post<{ Body: OAuthParams }>(
+    OAUTH_PATHS.revoke,
+    {
+      schema: {
+        tags: ['oauth'],
+        summary: 'Token revocation (RFC 7009): revokes the authorization of a refresh or access token; 200 even for unknown tokens',
+        consumes: ['application/x-www-form-urlencoded'],
+        body: { type: 'object', properties: { token: stringParam, token_type_hint: stringParam, client_id: stringParam } },
+        response: { 200: { type: 'null' }, 400: oauthErrorSchema, 401: oauthErrorSchema },
+      },
+    },
+    async (request, reply) => {
+      reply.header('cache-control', 'no-store');
+      if (!isFormEncoded(request)) throw new OAuthError('invalid_request', 'the revocation request must be application/x-www-form-urlencoded');
+      await oauth.revoke(request.body);
+      return reply.status(200).send();
+    },
+  );
+};

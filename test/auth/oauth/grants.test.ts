@@ -1,0 +1,47 @@
+import t from 'tap';
+import { createGrantStore } from '../../../src/auth/oauth/grants.js';
+import { hashToken } from '../../../src/auth/tokens.js';
+import { migrateReadModels } from '../../../projections/migrations/index.js';
+import { openTestPglite } from '../../helpers/pglite.js';
+
+const HOUR = 3_600_000;
+
+t.test('grant families: codes, rotation, reuse, purge', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  await migrateReadModels(db.knex);
+  let clock = Date.parse('2026-01-01T00:00:00Z');
+  const store = createGrantStore(db.knex, { codeTtlMs: 10 * 60_000, refreshTtlMs: 720 * HOUR }, () => clock);
+  const input = { client_id: 'c', user_id: 'u', scope: 'mcp', resource: 'https://kg.example/api/v1/mcp', redirect_uri: 'https://app.example/cb', codeChallenge: 'x'.repeat(43) };
+
+  const { grantId, code } = await store.createGrant(input);
+  t.notOk(await db.knex('oauth_codes').where({ code_hash: code }).first(), 'the raw code is not stored');
+  t.ok(await db.knex('oauth_codes').where({ code_hash: hashToken(code) }).first(), 'its hash is');
+  t.match(await store.redeemCode(code), { status: 'ok', grant: { id: grantId } });
+  const refresh = await store.issueRefreshToken(grantId);
+  t.match(await store.redeemCode(code), { status: 'reused' });
+  t.notOk(await store.isGrantActive(grantId), 'a reused code revokes its grant');
+  t.match(await store.rotateRefreshToken(refresh, 'c'), { status: 'revoked' });
+
+  const second = await store.createGrant(input);
+  clock += 10 * 60_000;
+  t.match(await store.redeemCode(second.code), { status: 'expired' }, 'exactly at expiry');
+  t.match(await store.redeemCode('flc_unknown'), { status: 'unknown' });
+
+  const third = await store.createGrant(input);
+  await store.redeemCode(third.code);
+  const first = await store.issueRefreshToken(third.grantId);
+  const rotated = await store.rotateRefreshToken(first, 'c');
+  t.equal(rotated.status, 'ok');
+  t.match(await store.rotateRefreshToken(first, 'other'), { status: 'wrong_client' }, 'another client touches nothing');
+  t.ok(await store.isGrantActive(third.grantId));
+  t.match(await store.rotateRefreshToken(first, 'c'), { status: 'reused' });
+  t.notOk(await store.isGrantActive(third.grantId), 'reuse revokes the family');
+
+  clock += 721 * HOUR;
+  const live = await store.createGrant(input);
+  await store.purgeExpired();
+  t.same((await db.knex('oauth_codes').select('grant_id')).map((row: { grant_id: string }) => row.grant_id), [live.grantId], 'old codes gone, the fresh one kept');
+  t.same(await db.knex('oauth_refresh_tokens').select(), [], 'expired refresh tokens gone');
+  t.same((await db.knex('oauth_grants').select('id')).map((row: { id: string }) => row.id), [live.grantId], 'grants with nothing left gone');
+});
