@@ -22,6 +22,7 @@ import { reportRoutes } from './routes/reports.js';
 import { repositoryRoutes } from './routes/repositories.js';
 import { sourceRoutes } from './routes/sources.js';
 import { investigationRoutes } from './routes/investigations.js';
+import { mcpRoutes } from './routes/mcp.js';
 import { taskRoutes } from './routes/tasks.js';
 import { userRoutes } from './routes/users.js';
 
@@ -44,6 +45,7 @@ const resourceRoutes = [
   taskRoutes,
   promptsetRoutes,
   projectionRoutes,
+  mcpRoutes,
 ];
 
 /** Builds the HTTP API: fastify with schemas on every route, OpenAPI at /api/v1/openapi.json, docs at /docs. */

@@ -18,6 +18,7 @@ import type { HybridSearch } from '../search/hybrid.js';
 import type { SearchIndex } from '../search/port.js';
 import { createFileAssetStore, type AssetStore } from '../storage/assets.js';
 import type { IdentityService } from '../auth/identity.js';
+import type { TokenService } from '../auth/tokens.js';
 import { bootstrap } from './bootstrap.js';
 import { createCommandBus, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -26,7 +27,7 @@ import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, startRelay } from './wiring/bus.js';
 import { createDatabases } from './wiring/databases.js';
 import { openEventStore } from './wiring/eventStore.js';
-import { createIdentity } from './wiring/identity.js';
+import { createIdentity, createTokens } from './wiring/identity.js';
 import { createPipeline } from './wiring/pipeline.js';
 import { createProjectionRunner } from './wiring/projections.js';
 import { createChatModel, createEmbedder } from './wiring/providers.js';
@@ -44,6 +45,8 @@ export interface AppContext {
   assets: AssetStore;
   commands: CommandBus;
   identity: IdentityService;
+  /** Signs and verifies session and OAuth access tokens (the MCP endpoint verifies access tokens). */
+  tokens: TokenService;
   repositories: RepositoryService;
   search: SearchIndex;
   /** Hybrid (lexical + k-NN, RRF) search over `search`, falling back to lexical when it cannot run. */
@@ -130,7 +133,8 @@ export async function createAppContext(config: Config, options: ContextOptions =
     log,
   });
   const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);
-  const identity = createIdentity(config, { db, store, commands, log });
+  const tokens = createTokens(config);
+  const identity = createIdentity(config, { db, store, commands, tokens, log });
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
   const { runtime, scheduler } = pipeline;
   let relay: Leadership | null = null;
@@ -144,6 +148,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     assets,
     commands,
     identity,
+    tokens,
     repositories,
     search: search.index,
     hybrid: search.hybrid,

@@ -5,21 +5,26 @@ import { oauthIssuer } from '../../config/derived.js';
 import type { Database } from '../../db/database.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { createIdentityService, type IdentityService } from '../../auth/identity.js';
-import { createTokenService } from '../../auth/tokens.js';
+import { createTokenService, type TokenService } from '../../auth/tokens.js';
 import type { CommandBus } from '../commands.js';
 
-/** Users, sessions and tokens under `auth`, `oauth` and `bootstrap.auto_promote_first_user`. */
-export function createIdentity(config: Config, deps: { db: Database; store: EventStore; commands: CommandBus; log: Logger }): IdentityService {
+/** Session and OAuth access tokens under `auth` and `oauth`: one service signs and verifies both kinds. */
+export function createTokens(config: Config): TokenService {
+  return createTokenService({
+    secret: config.auth.jwt_secret,
+    issuer: oauthIssuer(config),
+    sessionTtlMs: parseDuration(config.auth.token_ttl),
+    accessTtlMs: parseDuration(config.oauth.access_token_ttl),
+  });
+}
+
+/** Users and sessions under `auth` and `bootstrap.auto_promote_first_user`. */
+export function createIdentity(config: Config, deps: { db: Database; store: EventStore; commands: CommandBus; tokens: TokenService; log: Logger }): IdentityService {
   return createIdentityService({
     knex: deps.db.knex,
     store: deps.store,
     commands: deps.commands,
-    tokens: createTokenService({
-      secret: config.auth.jwt_secret,
-      issuer: oauthIssuer(config),
-      sessionTtlMs: parseDuration(config.auth.token_ttl),
-      accessTtlMs: parseDuration(config.oauth.access_token_ttl),
-    }),
+    tokens: deps.tokens,
     settings: {
       passwordMinLength: config.auth.password_min_length,
       refreshTtlMs: parseDuration(config.auth.refresh_token_ttl),
