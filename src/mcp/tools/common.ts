@@ -48,8 +48,9 @@ export const idArgument = (what: string) => z.string().min(1).max(200).describe(
 /** Compact JSON for a model: no indentation (tokens cost), nulls kept (they say "none"). */
 const asText = (value: unknown): string => JSON.stringify(value);
 
+/** The result as JSON text, and as structuredContent (an object: a list goes under `items`). */
 export function toolResult(value: unknown): CallToolResult {
-  const structured = typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  const structured = Array.isArray(value) ? { items: value } : typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
   return { content: [{ type: 'text', text: asText(value) }], ...(structured ? { structuredContent: structured } : {}) };
 }
 
