@@ -120,7 +120,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
           'Model Context Protocol requests (tools/list, tools/call, initialize, server/discover) with `Authorization: Bearer <OAuth access token for this resource>` ' +
           `or a personal API key. Protocol versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')} (MCP-Protocol-Version header). The reply is application/json ` +
           'or text/event-stream as the Accept header prefers. See docs/mcp.md for the tools.',
-        body: { type: ['object', 'array'], description: 'A JSON-RPC 2.0 request or notification' },
+        body: { anyOf: [{ type: 'object' }, { type: 'array' }], description: 'A JSON-RPC 2.0 request or notification' },
         response: {
           200: {
             description: 'the JSON-RPC response (application/json) or an event stream ending with it (text/event-stream)',

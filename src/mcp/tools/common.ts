@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import type { CallToolResult, ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, Tool, ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
 import type { Trace } from '../../app/access.js';
 import type { Application } from '../../app/application.js';
 import { withCallContext } from '../../app/callContext.js';
@@ -20,9 +20,11 @@ export interface ToolCall {
   clientAddress?: string;
 }
 
-/** A tool as the server registers it; the schema and description are built once per process. */
+/** A tool as the server registers it; the schema, description and tools/list entry are built once per process. */
 export interface McpTool {
   readonly name: string;
+  /** Its tools/list entry, as the SDK would list it (draft-7 JSON Schema of the input). */
+  readonly listing: Tool;
   register(server: McpServer, call: ToolCall): void;
 }
 
@@ -92,8 +94,21 @@ interface ToolSpec<Schema extends z.ZodObject> {
  */
 export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): McpTool {
   const annotations: ToolAnnotations = { title: spec.title, readOnlyHint: spec.readOnly, destructiveHint: false, openWorldHint: false };
+  const { properties = {}, ...inputJsonSchema } = z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' });
+  // A property schema may be `true` in JSON Schema; zod never makes one, and the tool type wants objects.
+  const propertySchemas: Record<string, object> = {};
+  for (const [key, schema] of Object.entries(properties)) if (typeof schema === 'object') propertySchemas[key] = schema;
   return {
     name: spec.name,
+    listing: {
+      name: spec.name,
+      title: spec.title,
+      description: spec.description,
+      inputSchema: { ...inputJsonSchema, type: 'object', properties: propertySchemas },
+      annotations,
+      // What McpServer lists for a tool registered without a task handler.
+      execution: { taskSupport: 'forbidden' },
+    },
     register(server, call) {
       // The SDK's callback type is not resolvable for a generic schema: it sees the erased one, and the parse below types the arguments.
       const inputSchema: z.ZodObject = spec.input;
