@@ -236,6 +236,14 @@ t.test('initialize answers the revision the client asked for when supported; ser
   t.match(discover.json, { id: 7, result: { supportedVersions: ['2026-07-28', '2025-11-25', '2025-06-18'], serverInfo: { name: 'factlog' }, resultType: 'complete' } });
 });
 
+t.test('an unknown tool and bad arguments are tool errors', async (t) => {
+  const unknown = await post({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'dropDatabase', arguments: {} } }, { accept: 'application/json' });
+  t.equal(unknown.status, 200);
+  t.match(unknown.json, { id: 3, result: { isError: true, content: [{ type: 'text', text: /Tool dropDatabase not found/ }] } });
+  const badArguments = await post({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'searchFacts', arguments: { repository: repoId, limit: 0 } } }, { accept: 'application/json' });
+  t.match(badArguments.json, { id: 4, result: { isError: true, content: [{ type: 'text', text: /Input validation error.*limit/s }] } });
+});
+
 t.test('a notification is accepted with 202 and no body', async (t) => {
   const response = await post({ jsonrpc: '2.0', method: 'notifications/initialized' });
   t.equal(response.status, 202);
