@@ -45,7 +45,7 @@ export interface AppContext {
   assets: AssetStore;
   commands: CommandBus;
   identity: IdentityService;
-  /** Signs and verifies session and OAuth access tokens (the MCP endpoint verifies access tokens). */
+  /** Signs and verifies session and OAuth access tokens (one signer for the OAuth server and the MCP endpoint). */
   tokens: TokenService;
   repositories: RepositoryService;
   search: SearchIndex;
@@ -134,7 +134,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
   });
   const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);
   const tokens = createTokens(config);
-  const identity = createIdentity(config, { db, store, commands, tokens, log });
+  const identity = createIdentity(config, { db, store, commands, log, tokens });
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
   const { runtime, scheduler } = pipeline;
   let relay: Leadership | null = null;

@@ -2,7 +2,7 @@ import { decodeJwt } from 'jose';
 import type { AppContext } from '../app/context.js';
 import { AuthenticationError } from '../auth/identity.js';
 import type { Principal } from '../auth/rbac.js';
-import { InvalidTokenError } from '../auth/tokens.js';
+import { InvalidTokenError, type AccessClaims } from '../auth/tokens.js';
 
 /** The OAuth scope an access token needs to call tools (spec, "Authentication" item 2). */
 export const MCP_SCOPE = 'mcp';
@@ -52,7 +52,10 @@ function unverifiedTyp(token: string): unknown {
  * Throws McpAuthRefusal (401 without or with a bad token, 403 without the `mcp` scope).
  */
 export async function authenticateMcp(
-  context: Pick<AppContext, 'tokens' | 'identity'>,
+  context: Pick<AppContext, 'identity'> & {
+    /** Checks an access token for the resource: signature, expiry, type, audience (and, with the OAuth server, that its grant is live). */
+    verifyAccessToken(token: string, resource: string): Promise<AccessClaims>;
+  },
   authorization: string | undefined,
   urls: { resource: string; metadata: string },
 ): Promise<Principal> {
@@ -77,7 +80,7 @@ export async function authenticateMcp(
   if (unverifiedTyp(token) === 'session') throw refuse('session tokens are not accepted here: use an OAuth access token issued for this resource');
   let claims;
   try {
-    claims = await context.tokens.verify(token, 'access', urls.resource);
+    claims = await context.verifyAccessToken(token, urls.resource);
   } catch (error) {
     if (error instanceof InvalidTokenError) {
       throw refuse(error.reason === 'expired' ? 'token expired' : 'token is invalid or was not issued for this resource');

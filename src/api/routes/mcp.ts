@@ -51,6 +51,11 @@ const header = (request: FastifyRequest, name: string): string | undefined => {
  */
 export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const application = createApplication(context);
+  const authentication = {
+    identity: context.identity,
+    // Signature, expiry, type and audience. With the OAuth server merged this is `context.oauth.verifyAccessToken`, which also refuses a revoked grant.
+    verifyAccessToken: (token: string, resource: string) => context.tokens.verify(token, 'access', resource),
+  };
   const schema = { tags: ['mcp'], security: bearerSecurity };
 
   /** The SDK's answer, streamed to the client as it comes (one SSE event per message, or one JSON body). */
@@ -145,7 +150,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       }
       let principal: Principal;
       try {
-        principal = await authenticateMcp(context, header(request, 'authorization'), { resource: mcpResourceUrl(issuer), metadata: protectedResourceMetadataUrl(issuer) });
+        principal = await authenticateMcp(authentication, header(request, 'authorization'), { resource: mcpResourceUrl(issuer), metadata: protectedResourceMetadataUrl(issuer) });
       } catch (error) {
         if (!(error instanceof McpAuthRefusal)) throw error;
         return reply.status(error.status).header('www-authenticate', error.challenge).send({ error: error.error, message: error.message });

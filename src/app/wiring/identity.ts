@@ -8,7 +8,7 @@ import { createIdentityService, type IdentityService } from '../../auth/identity
 import { createTokenService, type TokenService } from '../../auth/tokens.js';
 import type { CommandBus } from '../commands.js';
 
-/** Session and OAuth access tokens under `auth` and `oauth`: one service signs and verifies both kinds. */
+/** The signer and verifier of session and OAuth access tokens (`auth.jwt_secret`, `oauth.issuer`). */
 export function createTokens(config: Config): TokenService {
   return createTokenService({
     secret: config.auth.jwt_secret,
@@ -18,13 +18,13 @@ export function createTokens(config: Config): TokenService {
   });
 }
 
-/** Users and sessions under `auth` and `bootstrap.auto_promote_first_user`. */
-export function createIdentity(config: Config, deps: { db: Database; store: EventStore; commands: CommandBus; tokens: TokenService; log: Logger }): IdentityService {
+/** Users, sessions and tokens under `auth`, `oauth` and `bootstrap.auto_promote_first_user`. */
+export function createIdentity(config: Config, deps: { db: Database; store: EventStore; commands: CommandBus; log: Logger; tokens?: TokenService }): IdentityService {
   return createIdentityService({
     knex: deps.db.knex,
     store: deps.store,
     commands: deps.commands,
-    tokens: deps.tokens,
+    tokens: deps.tokens ?? createTokens(config),
     settings: {
       passwordMinLength: config.auth.password_min_length,
       refreshTtlMs: parseDuration(config.auth.refresh_token_ttl),
