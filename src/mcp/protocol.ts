@@ -118,6 +118,18 @@ export function checkRequestMetadata(
   return null;
 }
 
+/** What a 2026-07-28 request may call here: its core methods this server implements (no resources, prompts or subscriptions). */
+const MODERN_METHODS = new Set(['tools/list', 'tools/call', 'server/discover']);
+export const METHOD_NOT_FOUND = -32601;
+
+/** 2026-07-28: a method the server does not implement is 404 with -32601 (earlier revisions: a JSON-RPC error from the SDK). */
+export function checkModernMethods(messages: JsonRpcMessage[], version: SupportedProtocolVersion | null): ProtocolRefusal | null {
+  if (version !== MODERN_PROTOCOL_VERSION) return null;
+  const unknown = messages.find((message) => message.id !== undefined && (typeof message.method !== 'string' || !MODERN_METHODS.has(message.method)));
+  if (!unknown) return null;
+  return { status: 404, body: jsonRpcError(METHOD_NOT_FOUND, `Method not found: ${String(unknown.method)}`, undefined, unknown.id ?? null) };
+}
+
 /** The answer to 2026-07-28's `server/discover`: what this server speaks, before any other call. */
 export function discoverResult() {
   return {

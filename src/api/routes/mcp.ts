@@ -8,6 +8,7 @@ import type { AppContext } from '../../app/context.js';
 import type { Principal } from '../../auth/rbac.js';
 import { authenticateMcp, McpAuthRefusal } from '../../mcp/auth.js';
 import {
+  checkModernMethods,
   checkRequestMetadata,
   discoverResult,
   jsonRpcError,
@@ -85,6 +86,8 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       name: header(request, 'mcp-name'),
     });
     if (mismatch) return void reply.status(mismatch.status).send(mismatch.body);
+    const unimplemented = checkModernMethods(messages, asked.version);
+    if (unimplemented) return void reply.status(unimplemented.status).send(unimplemented.body);
     const format = replyFormat(header(request, 'accept'));
     if (format === null) return void reply.status(406).send(jsonRpcError(TRANSPORT_ERROR, 'Not Acceptable: accept application/json or text/event-stream'));
 
@@ -138,6 +141,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
           400: { description: 'an unsupported protocol version, a header that contradicts the body, or a malformed message', anyOf: [jsonRpcErrorSchema, errorReplySchema] },
           401: { description: 'no token, or an invalid, expired or foreign one (with WWW-Authenticate)', ...errorReplySchema },
           403: { description: "a foreign Origin, or a token whose scope lacks mcp (with WWW-Authenticate)", ...errorReplySchema },
+          404: { description: 'a 2026-07-28 request for a method this server does not implement (-32601)', ...jsonRpcErrorSchema },
           406: { description: 'Accept names neither application/json nor text/event-stream', ...jsonRpcErrorSchema },
         },
       },

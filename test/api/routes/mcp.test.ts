@@ -211,6 +211,12 @@ t.test('2026-07-28 request metadata must agree with the body (400 HeaderMismatch
   const nameMismatch = await post(listRepositories, { 'mcp-protocol-version': '2026-07-28', 'mcp-name': 'searchFacts' });
   t.equal(nameMismatch.status, 400);
   t.match(nameMismatch.json, { error: { code: -32020, message: /Mcp-Name/ } });
+  const unimplemented = await post({ jsonrpc: '2.0', id: 9, method: 'resources/list' }, { 'mcp-protocol-version': '2026-07-28' });
+  t.equal(unimplemented.status, 404, '2026-07-28: an unimplemented method is 404');
+  t.match(unimplemented.json, { id: 9, error: { code: -32601, message: /resources\/list/ } });
+  const legacyUnimplemented = await post({ jsonrpc: '2.0', id: 9, method: 'resources/list' }, { 'mcp-protocol-version': '2025-11-25', accept: 'application/json' });
+  t.equal(legacyUnimplemented.status, 200, 'earlier revisions: a JSON-RPC error in a 200');
+  t.match(legacyUnimplemented.json, { id: 9, error: { code: -32601 } });
   const unsupportedMeta = await post(withMeta('2099-01-01'), { 'mcp-protocol-version': '2026-07-28' });
   t.equal(unsupportedMeta.status, 400);
   t.match(unsupportedMeta.json, { error: { code: -32022 } });
