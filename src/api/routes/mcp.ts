@@ -143,6 +143,8 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
           403: { description: "a foreign Origin, or a token whose scope lacks mcp (with WWW-Authenticate)", ...errorReplySchema },
           404: { description: 'a 2026-07-28 request for a method this server does not implement (-32601)', ...jsonRpcErrorSchema },
           406: { description: 'Accept names neither application/json nor text/event-stream', ...jsonRpcErrorSchema },
+          413: { description: 'a body over server.body_limit', ...errorReplySchema },
+          415: { description: 'a body that is not application/json', ...errorReplySchema },
         },
       },
     },
@@ -151,6 +153,11 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       const origin = header(request, 'origin');
       if (origin !== undefined && origin !== new URL(issuer).origin && !context.config.mcp.allowed_origins.includes(origin)) {
         return reply.status(403).send({ error: 'forbidden', message: `origin ${origin} is not allowed (mcp.allowed_origins)` });
+      }
+      // fastify also parses text/plain; JSON-RPC comes as JSON only.
+      const mediaType = (header(request, 'content-type') ?? '').split(';')[0].trim().toLowerCase();
+      if (mediaType !== 'application/json') {
+        return reply.status(415).send({ error: 'unsupported_media_type', message: 'send the JSON-RPC message as application/json' });
       }
       let principal: Principal;
       try {

@@ -1,6 +1,5 @@
 import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
-import { decodeCursor } from '../../read/sources.js';
 import { defineTool, idArgument, repositoryArgument } from './common.js';
 
 /** Sources: find the documents a repository has, and add new ones (fetched and decomposed into facts in the background). */
@@ -20,7 +19,6 @@ export const sourceTools = [
     }),
     readOnly: true,
     async run({ app, principal }, args) {
-      decodeCursor(args.cursor);
       return app.sources.search(principal, { repository: args.repository, query: args.query, provider: args.provider, limit: args.per_page, cursor: args.cursor });
     },
   }),

@@ -260,6 +260,9 @@ t.test('a body that is not JSON-RPC is 400', async (t) => {
   const response = await post({ hello: 'world' }, { accept: 'application/json' });
   t.equal(response.status, 400);
   t.match(response.json, { error: { code: -32700 } });
+  const textBody = await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'text/plain', authorization: `Bearer ${token}` }, body: 'hello' });
+  t.equal(textBody.status, 415);
+  t.match(await textBody.json(), { error: 'unsupported_media_type', message: /application\/json/ });
   const notJson = await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: '{' });
   t.equal(notJson.status, 400);
 });
