@@ -1,6 +1,9 @@
 import t from 'tap';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { currentCall, type CallContext } from '../../src/app/callContext.js';
 import { repositoryDomain } from '../../src/auth/rbac.js';
+import type { IndexedDocument, SearchCollection } from '../../src/search/collection.js';
+import type { HybridQuery } from '../../src/search/hybrid.js';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
 import { createConcept, extractFacts, linkFacts, refreshRelations, stabilize, type SeededFact } from '../api/seedGraph.js';
 import { accessToken, connectClient, listen, parsed } from './helpers.js';
@@ -315,4 +318,26 @@ t.test('invalid arguments are tool errors naming the problem', async (t) => {
   const noRepository = await call(reader, 'getConcept', { concept: 'Radium' });
   t.ok(noRepository.isError);
   t.match(noRepository.text, /repository/);
+});
+
+t.test('each tool call runs in the call context the permission audit reads', async (t) => {
+  // The hybrid search the facts query calls sees the context (a spy around the real search; knex's
+  // query event is no probe: its pool hands connections out of another async context).
+  const seen: (CallContext | undefined)[] = [];
+  const hybrid = service.context.hybrid;
+  const search = hybrid.search;
+  const original = search.bind(hybrid);
+  hybrid.search = <Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>) => {
+    seen.push(currentCall());
+    return original(collection, query);
+  };
+  try {
+    const result = await call(reader, 'searchFacts', { repository: repoId, query: 'radium' });
+    t.notOk(result.isError, result.text);
+  } finally {
+    hybrid.search = search;
+  }
+  t.equal(seen.length, 1, 'the call searched once');
+  t.match(seen[0], { transport: 'mcp', operation: 'tool searchFacts', credentialKind: 'oauth', clientAddress: '127.0.0.1' });
+  t.equal(currentCall(), undefined, 'and only inside the call');
 });
