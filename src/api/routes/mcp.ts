@@ -49,6 +49,11 @@ const header = (request: FastifyRequest, name: string): string | undefined => {
  * the MCP SDK's server with the tools of src/mcp/tools. Before the SDK sees a request this route
  * checks its Origin (403), bearer token (401/403 with a challenge), protocol version (400) and
  * Accept (406), and answers 2026-07-28's `server/discover`.
+ *
+ * The SDK's Node transport would take the raw req/res, but it rebuilds the headers from the raw
+ * request, so the version and Accept it must see could not be adjusted; the web-standard transport
+ * it wraps takes a Request built here (with fastify's parsed body), and its Response is streamed
+ * to the hijacked raw response.
  */
 export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const application = createApplication(context);
