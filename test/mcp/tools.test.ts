@@ -198,6 +198,10 @@ t.test('investigations: create, add a source, fetch a new one into it, read it, 
   t.match(fetched.value, { created: true, added_to_investigation: true, source: { url: 'http://127.0.0.1:9/polonium', status: 'pending' } });
   const again = await call(owner, 'fetchAndProcessSource', { repository: repoId, url: 'http://127.0.0.1:9/polonium' });
   t.match(again.value, { created: false, source: { id: fetched.value.source.id } }, 'a URL the repository has answers its source');
+  const firstPage = await call(reader, 'searchSources', { repository: repoId, query: '127.0.0.1', per_page: 1 });
+  t.match(firstPage.value, { total: 2, items: [{ id: fetched.value.source.id }], next_cursor: String }, 'newest first, one a page');
+  const secondPage = await call(reader, 'searchSources', { repository: repoId, query: '127.0.0.1', per_page: 1, cursor: firstPage.value.next_cursor });
+  t.match(secondPage.value, { total: 2, items: [{ id: sourceId }], next_cursor: null });
   const neither = await call(owner, 'fetchAndProcessSource', { repository: repoId });
   t.ok(neither.isError);
   t.match(neither.text, /exactly one of url or doi/);
