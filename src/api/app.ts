@@ -28,6 +28,7 @@ import { sourceRoutes } from './routes/sources.js';
 import { investigationRoutes } from './routes/investigations.js';
 import { oauthRoutes } from './routes/oauth.js';
 import { wellKnownRoutes } from './routes/wellKnown.js';
+import { mcpRoutes } from './routes/mcp.js';
 import { taskRoutes } from './routes/tasks.js';
 import { userRoutes } from './routes/users.js';
 
@@ -52,6 +53,7 @@ const resourceRoutes = [
   projectionRoutes,
   wellKnownRoutes,
   oauthRoutes,
+  mcpRoutes,
 ];
 
 /** Builds the HTTP API: fastify with schemas on every route, OpenAPI at /api/v1/openapi.json, docs at /docs. */

@@ -3,6 +3,7 @@ import type { Principal } from '../auth/rbac.js';
 import type { AppContext } from '../app/context.js';
 import type { Trace } from '../app/access.js';
 import { HttpError } from './errors.js';
+import { MCP_PATH } from './issuer.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -14,6 +15,8 @@ declare module 'fastify' {
 /** Resolves the bearer token of a request (if any) into `request.principal`. */
 export async function authenticateRequest(context: AppContext, request: FastifyRequest): Promise<void> {
   request.principal = null;
+  // The MCP endpoint takes OAuth access tokens and answers with its own challenges (src/mcp/auth.ts).
+  if (request.routeOptions.url === MCP_PATH) return;
   const header = request.headers.authorization;
   if (!header) return;
   const match = /^Bearer\s+(\S+)$/i.exec(header);

@@ -140,6 +140,27 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       await loadReport(knex, repository.id, input.report);
       return execute(repository.id, input.report, { type: 'RequestAnnotation' }, principal, trace);
     },
+
+    /**
+     * Makes `children_ids` the report's children: each listed report gets it as parent (the same
+     * cycle and depth checks as a parent change), each former child not listed loses its parent.
+     */
+    async setChildren(principal: Principal, input: ReportInput & { children_ids: string[] }, trace?: Trace) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
+      await loadReport(knex, repository.id, input.report);
+      const wanted = [...new Set(input.children_ids)];
+      if (wanted.includes(input.report)) throw invalid('a report cannot be its own child');
+      for (const child of wanted) await loadReport(knex, repository.id, child);
+      const current = await childIdsOf(knex, repository.id, input.report);
+      const chain = await parentChain(knex, repository.id, input.report);
+      for (const child of wanted.filter((id) => !current.includes(id))) {
+        await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: input.report, parentChain: chain }, principal, trace);
+      }
+      for (const child of current.filter((id) => !wanted.includes(id))) {
+        await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
+      }
+      return presentReport(await loadReport(knex, repository.id, input.report), await childIdsOf(knex, repository.id, input.report));
+    },
   };
 }
 

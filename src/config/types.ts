@@ -104,6 +104,10 @@ export interface Config {
     refresh_token_ttl: DurationString;
     auth_code_ttl: DurationString;
   };
+  mcp: {
+    /** Origins a browser-based MCP client may call from, beside the issuer's own origin (docs/mcp.md). */
+    allowed_origins: string[];
+  };
   api_keys: {
     /** 0 = the built-in 20. */
     max_per_user: number;

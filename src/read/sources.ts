@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
-import { notFound } from '../app/errors.js';
+import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { presentFact, presentSource, type SourceRow } from './present.js';
@@ -21,6 +21,34 @@ export async function loadSource(knex: Knex, repositoryId: string, sourceId: str
   return row;
 }
 
+/** Longest `query` of a source search, in characters. */
+export const MAX_SOURCE_QUERY_CHARS = 500;
+
+/** Where searchSources looks. The registry has no search client yet (docs/mcp.md): only the repository's own sources. */
+export const SOURCE_SEARCH_PROVIDERS = [
+  { id: 'local', name: 'This repository', description: "the repository's own sources, by title, URL, DOI or file name", default: true },
+] as const;
+
+export interface SourceSearchInput {
+  repository: string;
+  query: string;
+  /** One of SOURCE_SEARCH_PROVIDERS; `local` when absent. */
+  provider?: string;
+  limit?: number;
+  /** Opaque: the `next_cursor` of the previous page. */
+  cursor?: string;
+}
+
+/** A page cursor: the offset of the next page, opaque to callers so the paging can change. */
+export const encodeCursor = (offset: number): string => Buffer.from(`o:${offset}`).toString('base64url');
+
+export function decodeCursor(cursor: string | undefined): number {
+  if (cursor === undefined || cursor === '') return 0;
+  const match = /^o:(\d{1,9})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
+  if (!match) throw invalid('cursor is not one this service returned');
+  return Number(match[1]);
+}
+
 /** Source queries: a repository's sources, one source, and the facts that came from it. */
 export function sourceQueries(deps: Pick<AppContext, 'db'>) {
   const knex = deps.db.knex;
@@ -34,6 +62,41 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
       const total = await countOf(query);
       const rows: SourceRow[] = await query.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }]).limit(page.limit).offset(page.offset);
       return { items: rows.map(presentSource), total };
+    },
+
+    /**
+     * The repository's own sources whose title, URL, DOI or file name contains every word of
+     * `query` (case-insensitive), newest first; `next_cursor` is null on the last page.
+     */
+    async search(principal: Principal, input: SourceSearchInput) {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'sources:read');
+      if (input.provider !== undefined && !SOURCE_SEARCH_PROVIDERS.some((provider) => provider.id === input.provider)) {
+        throw invalid(`unknown search provider '${input.provider}': use one of ${SOURCE_SEARCH_PROVIDERS.map((provider) => provider.id).join(', ')}`);
+      }
+      const words = input.query.trim().split(/\s+/).filter((word) => word !== '');
+      if (words.length === 0) throw invalid('query must contain a word');
+      if (input.query.length > MAX_SOURCE_QUERY_CHARS) throw invalid(`query must be at most ${MAX_SOURCE_QUERY_CHARS} characters`);
+      const { limit } = pageOf({ limit: input.limit }, 20, 100);
+      const offset = decodeCursor(input.cursor);
+      const query = knex('sources').where({ repository_id: repository.id });
+      for (const word of words) {
+        const pattern = `%${word.replace(/[\\%_]/g, (character) => `\\${character}`)}%`;
+        query.where((match) =>
+          match
+            .whereRaw('lower(coalesce(title, \'\')) LIKE lower(?)', [pattern])
+            .orWhereRaw('lower(coalesce(url, \'\')) LIKE lower(?)', [pattern])
+            .orWhereRaw('lower(coalesce(doi, \'\')) LIKE lower(?)', [pattern])
+            .orWhereRaw('lower(coalesce(filename, \'\')) LIKE lower(?)', [pattern]),
+        );
+      }
+      const total = await countOf(query);
+      const rows: SourceRow[] = await query.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }]).limit(limit).offset(offset);
+      return { items: rows.map(presentSource), total, next_cursor: offset + rows.length < total ? encodeCursor(offset + rows.length) : null };
+    },
+
+    /** The providers `search` can ask; any signed-in caller may list them. */
+    searchProviders(_principal: Principal) {
+      return { providers: SOURCE_SEARCH_PROVIDERS };
     },
 
     async get(principal: Principal, input: SourceInput) {

@@ -1,0 +1,131 @@
+import { z } from 'zod';
+import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import type { CallToolResult, Tool, ToolAnnotations } from '@modelcontextprotocol/sdk/types.js';
+import type { Trace } from '../../app/access.js';
+import type { Application } from '../../app/application.js';
+import { withCallContext } from '../../app/callContext.js';
+import type { AppContext } from '../../app/context.js';
+import type { Principal } from '../../auth/rbac.js';
+import { DomainError } from '../../domain/decider.js';
+import { ReportTooLargeError } from '../../domain/report/decider.js';
+import { ConcurrencyError, InvalidEventError } from '../../eventstore/port.js';
+import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../../search/port.js';
+
+/** Who calls a tool and with what: the same application layer and Principal a REST route has. */
+export interface ToolCall {
+  app: Application;
+  context: Pick<AppContext, 'config' | 'log'>;
+  principal: Principal;
+  trace: Trace;
+  clientAddress?: string;
+}
+
+/** A tool as the server registers it; the schema, description and tools/list entry are built once per process. */
+export interface McpTool {
+  readonly name: string;
+  /** Its tools/list entry, as the SDK would list it (draft-7 JSON Schema of the input). */
+  readonly listing: Tool;
+  register(server: McpServer, call: ToolCall): void;
+}
+
+/** The argument every repository tool takes. */
+export const repositoryArgument = z
+  .string()
+  .min(1)
+  .max(200)
+  .describe('The repository to act in: its id (UUID) or slug, as getRepositories lists them.');
+
+export const limitArgument = (defaultLimit: number, max: number) =>
+  z.number().int().min(1).max(max).optional().describe(`How many items to return (1 to ${max}; default ${defaultLimit}).`);
+export const offsetArgument = z.number().int().min(0).optional().describe('How many items to skip, for the next page (default 0).');
+export const conceptArgument = z.string().min(1).max(500).describe('The concept: its id (UUID) or canonical name (case-insensitive).');
+export const contextArgument = z
+  .string()
+  .min(1)
+  .max(200)
+  .optional()
+  .describe('The concept context (e.g. "biology") to pick among concepts that share a name.');
+export const idArgument = (what: string) => z.string().min(1).max(200).describe(`The ${what} id (UUID).`);
+
+/** Compact JSON for a model: no indentation (tokens cost), nulls kept (they say "none"). */
+const asText = (value: unknown): string => JSON.stringify(value);
+
+/** The result as JSON text, and as structuredContent (an object: a list goes under `items`). */
+export function toolResult(value: unknown): CallToolResult {
+  const structured = Array.isArray(value) ? { items: value } : typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
+  return { content: [{ type: 'text', text: asText(value) }], ...(structured ? { structuredContent: structured } : {}) };
+}
+
+export const toolError = (message: string): CallToolResult => ({ isError: true, content: [{ type: 'text', text: message }] });
+
+/**
+ * The one mapping from application-layer failures to tool errors, as src/api/errors.ts maps them
+ * to HTTP: the message is the answer (a refused permission reads "permission denied: <permission>";
+ * a missing repository, concept or report "... not found"); anything unexpected is logged and
+ * answered "internal error", never with its details.
+ */
+export function toolFailure(error: unknown, log: Pick<AppContext['log'], 'error'>): CallToolResult {
+  if (error instanceof DomainError) {
+    const prefix = error.code === 'not_found' || error.code === 'gone' ? 'not found: ' : error.code === 'conflict' ? 'conflict: ' : error.code === 'invalid' ? 'invalid: ' : '';
+    return toolError(error.code === 'forbidden' ? error.message : `${prefix}${error.message}`);
+  }
+  if (error instanceof ReportTooLargeError) return toolError(`invalid: ${error.message}`);
+  if (error instanceof ConcurrencyError) return toolError('conflict: the resource was changed concurrently; retry');
+  if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return toolError(`invalid: ${error.message}`);
+  if (error instanceof VectorSearchUnavailableError) return toolError(error.message);
+  log.error({ err: error }, 'MCP tool failed');
+  return toolError('internal error');
+}
+
+interface ToolSpec<Schema extends z.ZodObject> {
+  name: string;
+  title: string;
+  description: string;
+  input: Schema;
+  /** False for tools that change the repository (MCP annotation `readOnlyHint`). */
+  readOnly: boolean;
+  run(call: ToolCall, args: z.output<Schema>): Promise<unknown>;
+}
+
+/**
+ * A tool: the schema is validated by the SDK, then again here into typed arguments (cheap, and
+ * no cast between the SDK's schema types and ours); the run is one application-layer call inside
+ * the call context the permission audit reads.
+ */
+export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): McpTool {
+  const annotations: ToolAnnotations = { title: spec.title, readOnlyHint: spec.readOnly, destructiveHint: false, openWorldHint: false };
+  const { properties = {}, ...inputJsonSchema } = z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' });
+  // A property schema may be `true` in JSON Schema; zod never makes one, and the tool type wants objects.
+  const propertySchemas: Record<string, object> = {};
+  for (const [key, schema] of Object.entries(properties)) if (typeof schema === 'object') propertySchemas[key] = schema;
+  return {
+    name: spec.name,
+    listing: {
+      name: spec.name,
+      title: spec.title,
+      description: spec.description,
+      inputSchema: { ...inputJsonSchema, type: 'object', properties: propertySchemas },
+      annotations,
+      // What McpServer lists for a tool registered without a task handler.
+      execution: { taskSupport: 'forbidden' },
+    },
+    register(server, call) {
+      // The SDK's callback type is not resolvable for a generic schema: it sees the erased one, and the parse below types the arguments.
+      const inputSchema: z.ZodObject = spec.input;
+      server.registerTool(spec.name, { title: spec.title, description: spec.description, inputSchema, annotations }, async (rawArguments) => {
+        const parsed = spec.input.safeParse(rawArguments);
+        if (!parsed.success) return toolError(`invalid: ${z.prettifyError(parsed.error)}`);
+        return withCallContext(
+          { transport: 'mcp', operation: `tool ${spec.name}`, credentialKind: call.principal.credential.kind, clientAddress: call.clientAddress },
+          async () => {
+            try {
+              return toolResult(await spec.run(call, parsed.data));
+            } catch (error) {
+              return toolFailure(error, call.context.log);
+            }
+          },
+        );
+      });
+    },
+  };
+}

@@ -1,0 +1,85 @@
+import { z } from 'zod';
+import { conceptArgument, contextArgument, defineTool, limitArgument, offsetArgument, repositoryArgument } from './common.js';
+
+/** Concepts: the entities and ideas facts are linked to, their summaries and how they relate. */
+export const conceptTools = [
+  defineTool({
+    name: 'searchConcepts',
+    title: 'Search concepts',
+    description:
+      'Searches the concepts (entities and ideas the facts are about) of a repository by name and aliases, best match first. ' +
+      'Small concepts (few facts) are hidden unless `show_small` is true. Each item has the concept id, canonical name, context and fact count.',
+    input: z.object({
+      repository: repositoryArgument,
+      query: z.string().max(1000).optional().describe('Web-search syntax over names and aliases; empty lists concepts by size.'),
+      show_small: z.boolean().optional().describe('Also concepts with fewer facts than the repository minimum (default false).'),
+      context: contextArgument,
+      limit: limitArgument(50, 500),
+      offset: offsetArgument,
+    }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.concepts.search(principal, { ...args, limit: args.limit ?? 50 });
+    },
+  }),
+  defineTool({
+    name: 'getConcept',
+    title: 'Get a concept',
+    description: 'One concept by id or canonical name: its names, aliases, context and fact count. A merged concept answers with the concept it was merged into.',
+    input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.concepts.get(principal, args);
+    },
+  }),
+  defineTool({
+    name: 'getConceptSummaries',
+    title: "Get a concept's summaries",
+    description:
+      "A concept's summary slices (in order) and its synthesis (a definition written from its facts) with the ids of the facts the synthesis cites. " +
+      '`synthesis` is null until one has been made.',
+    input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument, limit: limitArgument(50, 500), offset: offsetArgument }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      const summaries = await app.summaries.summaries(principal, args);
+      const definition = await app.summaries.definition(principal, { repository: args.repository, concept: args.concept, context: args.context });
+      return {
+        concept: summaries.concept,
+        redirected_from: summaries.redirected_from,
+        summaries: summaries.items,
+        total: summaries.total,
+        synthesis: definition.synthesis,
+        cited_facts: definition.facts,
+      };
+    },
+  }),
+  defineTool({
+    name: 'getRelatedConcepts',
+    title: 'Get related concepts',
+    description:
+      'The concepts that share facts with this one, most shared facts first, each with `shared_fact_count` and a band (stable, weak). ' +
+      'Relations below the significance threshold are left out unless `show_insignificant` is true.',
+    input: z.object({
+      repository: repositoryArgument,
+      concept: conceptArgument,
+      context: contextArgument,
+      show_insignificant: z.boolean().optional().describe('Also relations with fewer shared facts than the threshold (default false).'),
+      limit: limitArgument(50, 500),
+      offset: offsetArgument,
+    }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.concepts.relations(principal, args);
+    },
+  }),
+  defineTool({
+    name: 'getConceptSources',
+    title: "Get a concept's sources",
+    description: 'The sources whose facts are linked to this concept, with how many of its facts each contributed.',
+    input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument, limit: limitArgument(50, 500), offset: offsetArgument }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.concepts.sources(principal, args);
+    },
+  }),
+];

@@ -1,0 +1,102 @@
+import { z } from 'zod';
+import { MAX_REPORT_TITLE_CHARS } from '../../domain/report/decider.js';
+import { reportStatuses } from '../../read/reports.js';
+import type { ToolCall } from './common.js';
+import { defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument } from './common.js';
+
+const reportText = z.string().min(1).max(262_144).describe('The report text (Markdown or plain text); each sentence is annotated with the facts that support or contradict it.');
+const reportTopic = z.string().max(1000).optional().describe('What the report is about.');
+const childrenIds = z.array(idArgument('report')).max(100).optional().describe('Reports to make children of this one (replaces its current children).');
+
+/** The report, and its children set when asked: both through the report commands. */
+async function withChildren({ app, principal, trace }: ToolCall, repository: string, report: { id: string }, children: string[] | undefined) {
+  if (children === undefined) return report;
+  return app.reports.setChildren(principal, { repository, report: report.id, children_ids: children }, trace);
+}
+
+/** Reports: texts the service annotates, sentence by sentence, with the facts that bear on them. */
+export const reportTools = [
+  defineTool({
+    name: 'createReport',
+    title: 'Create a report',
+    description:
+      'Creates a report from `text`; the service then annotates each sentence with the facts that support or contradict it (poll getReportTasks, then getReport). ' +
+      'Optional parent (`parentId`) and children (`childrenIds`) nest reports. Needs editor or owner.',
+    input: z.object({
+      repository: repositoryArgument,
+      title: z.string().min(1).max(MAX_REPORT_TITLE_CHARS).optional().describe('The title; by default the first line of the text.'),
+      text: reportText,
+      topic: reportTopic,
+      parentId: idArgument('parent report').optional(),
+      childrenIds,
+    }),
+    readOnly: false,
+    async run(call, args) {
+      const report = await call.app.reports.create(
+        call.principal,
+        { repository: args.repository, title: args.title, text: args.text, topic: args.topic, parent_id: args.parentId },
+        call.trace,
+      );
+      return withChildren(call, args.repository, report, args.childrenIds);
+    },
+  }),
+  defineTool({
+    name: 'getReport',
+    title: 'Get a report with its annotations',
+    description: "One report (text, status, children) and its annotated sentences, each with the facts (id, content, score, posture: supports or contradicts) found for it.",
+    input: z.object({ repository: repositoryArgument, reportId: idArgument('report') }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      const named = { repository: args.repository, report: args.reportId };
+      return { ...(await app.reports.get(principal, named)), annotations: await app.reports.annotations(principal, named) };
+    },
+  }),
+  defineTool({
+    name: 'listReports',
+    title: 'List reports',
+    description: 'The reports of a repository, newest first, or best match first with `search` (web-search syntax over title and text). Items leave the text out.',
+    input: z.object({
+      repository: repositoryArgument,
+      search: z.string().max(1000).optional().describe('Web-search syntax over title and text.'),
+      status: z.enum(reportStatuses).optional().describe(`Only reports in this annotation status (${reportStatuses.join(', ')}).`),
+      limit: limitArgument(50, 500),
+      offset: offsetArgument,
+    }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.reports.list(principal, { repository: args.repository, query: args.search, status: args.status, limit: args.limit, offset: args.offset });
+    },
+  }),
+  defineTool({
+    name: 'updateReport',
+    title: 'Update a report',
+    description:
+      'Replaces the text (and optionally title, topic, parent, children) of a report; changed sentences are annotated again. ' +
+      '`parentId` "" removes the parent. Needs editor or owner.',
+    input: z.object({
+      repository: repositoryArgument,
+      reportId: idArgument('report'),
+      title: z.string().min(1).max(MAX_REPORT_TITLE_CHARS).optional().describe('A new title.'),
+      text: reportText,
+      topic: reportTopic,
+      parentId: z.string().max(200).optional().describe('The new parent report id; "" removes the parent.'),
+      childrenIds,
+    }),
+    readOnly: false,
+    async run(call, args) {
+      const report = await call.app.reports.update(
+        call.principal,
+        {
+          repository: args.repository,
+          report: args.reportId,
+          title: args.title,
+          text: args.text,
+          topic: args.topic,
+          parent_id: args.parentId === undefined ? undefined : args.parentId === '' ? null : args.parentId,
+        },
+        call.trace,
+      );
+      return withChildren(call, args.repository, report, args.childrenIds);
+    },
+  }),
+];

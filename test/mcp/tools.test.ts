@@ -1,0 +1,347 @@
+import t from 'tap';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { currentCall, type CallContext } from '../../src/app/callContext.js';
+import { repositoryDomain } from '../../src/auth/rbac.js';
+import type { IndexedDocument, SearchCollection } from '../../src/search/collection.js';
+import type { HybridQuery } from '../../src/search/hybrid.js';
+import { registerUser, startTestService, type TestService } from '../helpers/service.js';
+import { createConcept, extractFacts, linkFacts, refreshRelations, stabilize, type SeededFact } from '../api/seedGraph.js';
+import { accessToken, connectClient, listen, parsed } from './helpers.js';
+
+let service: TestService;
+let owner: Client;
+let reader: Client;
+let stranger: Client;
+let repoId: string;
+let slug: string;
+let otherRepoId: string;
+let sourceId: string;
+let facts: SeededFact[];
+const ids: Record<string, string> = {};
+
+const call = async (client: Client, name: string, args: Record<string, unknown> = {}) => parsed(await client.callTool({ name, arguments: args }));
+
+t.before(async () => {
+  // No workers: the seeded events are the pipeline's output; queued tasks stay queued.
+  service = await startTestService({ workers: false });
+  const admin = await registerUser(service, 'admin@example.org'); // first user: sysadmin
+  const ownerUser = await registerUser(service, 'owner@example.org');
+  const readerUser = await registerUser(service, 'reader@example.org');
+  const strangerUser = await registerUser(service, 'stranger@example.org');
+  const created = (await service.call('POST', '/api/v1/repositories', { token: ownerUser.token, body: { name: 'Chemistry' } })).body;
+  repoId = created.id;
+  slug = created.slug;
+  otherRepoId = (await service.call('POST', '/api/v1/repositories', { token: strangerUser.token, body: { name: 'Private notes' } })).body.id;
+  const grant = await service.call('PUT', '/api/v1/admin/users/roles', { token: admin.token, body: { user_id: readerUser.user.id, role: 'reader', domain: repositoryDomain(repoId) } });
+  t.equal(grant.status, 200, 'reader role granted');
+
+  sourceId = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token: ownerUser.token, body: { url: 'http://127.0.0.1:9/curie' } })).body.id;
+  facts = await extractFacts(service, repoId, sourceId, [
+    'Marie Curie discovered radium in 1898.',
+    'Radium glows in the dark.',
+    'Marie Curie isolated radium chloride.',
+    'Radium was used in luminous paint.',
+    'Marie Curie studied radium decay.',
+    'Radium is highly radioactive.',
+    'Marie Curie was born in Warsaw.',
+  ]);
+  await stabilize(service, repoId, sourceId, facts);
+  ids.curie = await createConcept(service, repoId, 'Marie Curie', 'person', ['Madame Curie']);
+  ids.radium = await createConcept(service, repoId, 'Radium', 'chemical');
+  ids.warsaw = await createConcept(service, repoId, 'Warsaw', 'location');
+  const [f1, f2, f3, f4, f5, f6, f7] = facts.map((fact) => fact.id);
+  await linkFacts(service, repoId, sourceId, {
+    [f1]: [ids.curie, ids.radium],
+    [f2]: [ids.radium],
+    [f3]: [ids.curie, ids.radium],
+    [f4]: [ids.radium],
+    [f5]: [ids.curie, ids.radium],
+    [f6]: [ids.radium],
+    [f7]: [ids.curie, ids.warsaw],
+  });
+  await refreshRelations(service, repoId, [
+    [ids.curie, ids.radium, 3],
+    [ids.curie, ids.warsaw, 1],
+  ]);
+
+  const { issuer, endpoint } = await listen(service);
+  owner = await connectClient(endpoint, await accessToken(service, issuer, ownerUser.user.id));
+  reader = await connectClient(endpoint, await accessToken(service, issuer, readerUser.user.id));
+  stranger = await connectClient(endpoint, await accessToken(service, issuer, strangerUser.user.id));
+});
+t.teardown(async () => {
+  for (const client of [owner, reader, stranger]) await client?.close();
+  await service.close();
+});
+
+t.test('tools/list names exactly the twenty tools, each with a described input schema', async (t) => {
+  const { tools } = await owner.listTools();
+  t.same(
+    tools.map((tool) => tool.name),
+    [
+      'getRepositories',
+      'listSearchProviders',
+      'searchSources',
+      'searchFacts',
+      'getFact',
+      'searchConcepts',
+      'getConcept',
+      'getConceptSummaries',
+      'getRelatedConcepts',
+      'getConceptSources',
+      'getInvestigation',
+      'createInvestigation',
+      'addInvestigationSource',
+      'fetchAndProcessSource',
+      'getSourceTasks',
+      'createReport',
+      'getReport',
+      'listReports',
+      'getReportTasks',
+      'updateReport',
+    ],
+  );
+  for (const tool of tools) {
+    t.ok(tool.description && tool.description.length > 40, `${tool.name} has a description`);
+    const properties = (tool.inputSchema.properties ?? {}) as Record<string, { description?: string }>;
+    if (!['getRepositories', 'listSearchProviders'].includes(tool.name)) {
+      t.ok(tool.inputSchema.required?.includes('repository'), `${tool.name} requires repository`);
+    }
+    for (const [name, property] of Object.entries(properties)) t.ok(property.description, `${tool.name}.${name} is described`);
+  }
+  const createReport = tools.find((tool) => tool.name === 'createReport');
+  t.same(createReport?.inputSchema.required?.sort(), ['repository', 'text']);
+  t.equal(createReport?.annotations?.readOnlyHint, false);
+  t.equal(tools.find((tool) => tool.name === 'searchFacts')?.annotations?.readOnlyHint, true);
+});
+
+t.test('getRepositories lists only what the caller can read, with its roles', async (t) => {
+  const mine = await call(owner, 'getRepositories');
+  t.notOk(mine.isError);
+  t.match(mine.value, [{ id: repoId, name: 'Chemistry', slug, roles: ['owner'] }]);
+  t.equal(mine.value.length, 1, "the stranger's repository is not listed");
+  t.type(mine.value[0].tier, 'string');
+  const theirs = await call(reader, 'getRepositories');
+  t.match(theirs.value, [{ id: repoId, roles: ['reader'] }]);
+  const listed = await reader.callTool({ name: 'getRepositories', arguments: {} });
+  t.match(listed.structuredContent, { items: [{ id: repoId }] }, 'an array result also comes as structuredContent.items');
+});
+
+t.test('listSearchProviders and searchSources', async (t) => {
+  const providers = await call(reader, 'listSearchProviders');
+  t.match(providers.value, { providers: [{ id: 'local', default: true }] });
+  const found = await call(reader, 'searchSources', { repository: slug, query: 'curie' });
+  t.notOk(found.isError, found.text);
+  t.match(found.value, { total: 1, items: [{ id: sourceId, url: 'http://127.0.0.1:9/curie' }], next_cursor: null });
+  const none = await call(reader, 'searchSources', { repository: repoId, query: 'curie nobel' });
+  t.match(none.value, { total: 0, items: [] }, 'every word must match');
+  const unknown = await call(reader, 'searchSources', { repository: repoId, query: 'curie', provider: 'google' });
+  t.ok(unknown.isError);
+  t.match(unknown.text, /unknown search provider 'google'/);
+  const badCursor = await call(reader, 'searchSources', { repository: repoId, query: 'curie', cursor: 'nonsense' });
+  t.ok(badCursor.isError);
+  t.match(badCursor.text, /cursor/);
+});
+
+t.test('searchFacts and getFact answer with fact ids', async (t) => {
+  const found = await call(reader, 'searchFacts', { repository: repoId, query: 'radium' });
+  t.notOk(found.isError, found.text);
+  t.ok(found.value.items.length >= 3);
+  t.ok(found.value.items.every((item: { id: string }) => facts.some((fact) => fact.id === item.id)), 'items are seeded facts, by id');
+  t.ok(found.value.items.length <= 10, 'default limit 10');
+  const shared = await call(reader, 'searchFacts', { repository: repoId, concepts: ['Marie Curie', 'Radium'], limit: 50 });
+  t.same(shared.value.items.map((item: { id: string }) => item.id).sort(), [facts[0].id, facts[2].id, facts[4].id].sort(), 'the facts both concepts share');
+  const byConcept = await call(reader, 'searchFacts', { repository: repoId, concept: 'Warsaw' });
+  t.same(byConcept.value.items.map((item: { id: string }) => item.id), [facts[6].id]);
+  const both = await call(reader, 'searchFacts', { repository: repoId, concept: 'Warsaw', concepts: ['Radium', 'Marie Curie'] });
+  t.ok(both.isError);
+  t.match(both.text, /concept or concepts, not both/);
+  const one = await call(reader, 'searchFacts', { repository: repoId, concepts: ['Radium'] });
+  t.ok(one.isError, 'concepts needs at least two');
+  const fact = await call(reader, 'getFact', { repository: repoId, factId: facts[6].id });
+  t.match(fact.value, { id: facts[6].id, content: 'Marie Curie was born in Warsaw.', sources: [{ source_id: sourceId }] });
+  const missing = await call(reader, 'getFact', { repository: repoId, factId: '00000000-0000-4000-8000-000000000000' });
+  t.ok(missing.isError);
+  t.match(missing.text, /not found: fact not found/);
+});
+
+t.test('concept tools', async (t) => {
+  const search = await call(reader, 'searchConcepts', { repository: repoId, query: 'curie', show_small: true });
+  t.notOk(search.isError, search.text);
+  t.match(search.value.items, [{ id: ids.curie, canonical_name: 'Marie Curie' }]);
+  const concept = await call(reader, 'getConcept', { repository: repoId, concept: 'marie curie' });
+  t.match(concept.value, { id: ids.curie, context: 'person' });
+  const summaries = await call(reader, 'getConceptSummaries', { repository: repoId, concept: ids.curie });
+  t.notOk(summaries.isError, summaries.text);
+  t.match(summaries.value, { concept: { id: ids.curie }, summaries: [], total: 0, synthesis: null, cited_facts: [] }, 'none made yet');
+  const related = await call(reader, 'getRelatedConcepts', { repository: repoId, concept: ids.curie, show_insignificant: true });
+  t.notOk(related.isError, related.text);
+  const relatedIds = related.value.items.map((item: { concept: { id: string } } & { id?: string }) => item.concept?.id ?? item.id);
+  t.ok(relatedIds.includes(ids.radium) && relatedIds.includes(ids.warsaw), 'both relations with show_insignificant');
+  const sources = await call(reader, 'getConceptSources', { repository: repoId, concept: 'Radium' });
+  t.notOk(sources.isError, sources.text);
+  t.match(sources.value.items, [{ id: sourceId }]);
+  const unknown = await call(reader, 'getConcept', { repository: repoId, concept: 'Einstein' });
+  t.ok(unknown.isError);
+  t.match(unknown.text, /not found/);
+});
+
+t.test('investigations: create, add a source, fetch a new one into it, read it, its tasks', async (t) => {
+  const created = await call(owner, 'createInvestigation', { repository: repoId, title: 'Radioactivity', topic: 'Who found radium?' });
+  t.notOk(created.isError, created.text);
+  t.match(created.value, { title: 'Radioactivity', topic: 'Who found radium?', source_count: 0 });
+  const investigationId = created.value.id;
+  const added = await call(owner, 'addInvestigationSource', { repository: repoId, investigationId, sourceId });
+  t.match(added.value, { added: true, source: { id: sourceId } });
+  const fetched = await call(owner, 'fetchAndProcessSource', { repository: repoId, url: 'http://127.0.0.1:9/polonium', investigationId });
+  t.notOk(fetched.isError, fetched.text);
+  t.match(fetched.value, { created: true, added_to_investigation: true, source: { url: 'http://127.0.0.1:9/polonium', status: 'pending' } });
+  const again = await call(owner, 'fetchAndProcessSource', { repository: repoId, url: 'http://127.0.0.1:9/polonium' });
+  t.match(again.value, { created: false, source: { id: fetched.value.source.id } }, 'a URL the repository has answers its source');
+  const firstPage = await call(reader, 'searchSources', { repository: repoId, query: '127.0.0.1', per_page: 1 });
+  t.match(firstPage.value, { total: 2, items: [{ id: fetched.value.source.id }], next_cursor: String }, 'newest first, one a page');
+  const secondPage = await call(reader, 'searchSources', { repository: repoId, query: '127.0.0.1', per_page: 1, cursor: firstPage.value.next_cursor });
+  t.match(secondPage.value, { total: 2, items: [{ id: sourceId }], next_cursor: null });
+  const neither = await call(owner, 'fetchAndProcessSource', { repository: repoId });
+  t.ok(neither.isError);
+  t.match(neither.text, /exactly one of url or doi/);
+  const investigation = await call(reader, 'getInvestigation', { repository: repoId, investigationId });
+  t.match(investigation.value, { id: investigationId, source_count: 2 });
+  t.same(investigation.value.sources.map((source: { id: string }) => source.id).sort(), [sourceId, fetched.value.source.id].sort());
+
+  const tasks = await call(reader, 'getSourceTasks', { repository: repoId, sourceId: fetched.value.source.id, byKind: true });
+  t.notOk(tasks.isError, tasks.text);
+  t.equal(tasks.value.complete, false, 'no worker ran: the fetch is queued');
+  t.match(tasks.value.tasks, [{ kind: 'retrieve_source', state: 'queued' }]);
+  t.notOk('attempts' in tasks.value.tasks[0], 'compact unless verbose');
+  t.match(tasks.value.by_kind, { retrieve_source: { queued: 1 } });
+  const verbose = await call(reader, 'getSourceTasks', { repository: repoId, investigationId, verbose: true, limit: 1 });
+  t.equal(verbose.value.tasks.length, 1);
+  t.type(verbose.value.tasks[0].attempts, 'number');
+  t.type(verbose.value.next_cursor, 'string', 'two sources, two fetches: a next page');
+  const next = await call(reader, 'getSourceTasks', { repository: repoId, investigationId, limit: 1, cursor: verbose.value.next_cursor });
+  t.notSame(next.value.tasks[0].id, verbose.value.tasks[0].id);
+  const bothIds = await call(reader, 'getSourceTasks', { repository: repoId, investigationId, sourceId });
+  t.ok(bothIds.isError);
+});
+
+t.test('reports: create with children, read, list, update, tasks', async (t) => {
+  const child = await call(owner, 'createReport', { repository: repoId, title: 'Chapter', text: 'Radium glows.' });
+  t.notOk(child.isError, child.text);
+  const created = await call(owner, 'createReport', {
+    repository: repoId,
+    title: 'Curie',
+    text: 'Marie Curie discovered radium. She was born in Warsaw.',
+    topic: 'biography',
+    childrenIds: [child.value.id],
+  });
+  t.notOk(created.isError, created.text);
+  t.match(created.value, { title: 'Curie', topic: 'biography', children_ids: [child.value.id] });
+  const reportId = created.value.id;
+  const report = await call(reader, 'getReport', { repository: repoId, reportId });
+  t.match(report.value, { id: reportId, text: 'Marie Curie discovered radium. She was born in Warsaw.', annotations: {} });
+  const listed = await call(reader, 'listReports', { repository: repoId, search: 'warsaw' });
+  t.match(listed.value, { total: 1, items: [{ id: reportId }] });
+  const pending = await call(reader, 'listReports', { repository: repoId, status: 'pending' });
+  t.equal(pending.value.total, 2);
+  const tasks = await call(reader, 'getReportTasks', { repository: repoId, reportId });
+  t.notOk(tasks.isError, tasks.text);
+  t.match(tasks.value, { complete: false, tasks: [{ kind: 'annotate_report', report_id: reportId }] });
+  const updated = await call(owner, 'updateReport', { repository: repoId, reportId, text: 'Marie Curie discovered polonium.', title: 'Curie, revised', childrenIds: [] });
+  t.notOk(updated.isError, updated.text);
+  t.match(updated.value, { title: 'Curie, revised', children_ids: [] });
+  const childAfter = await call(reader, 'getReport', { repository: repoId, reportId: child.value.id });
+  t.equal(childAfter.value.parent_id, null, 'a child left out of childrenIds loses its parent');
+  const reparented = await call(owner, 'updateReport', { repository: repoId, reportId: child.value.id, text: 'Radium glows.', parentId: reportId });
+  t.equal(reparented.value.parent_id, reportId);
+  const cleared = await call(owner, 'updateReport', { repository: repoId, reportId: child.value.id, text: 'Radium glows.', parentId: '' });
+  t.equal(cleared.value.parent_id, null, '"" clears the parent');
+  const selfChild = await call(owner, 'updateReport', { repository: repoId, reportId, text: 'x', childrenIds: [reportId] });
+  t.ok(selfChild.isError);
+  const noText = await call(owner, 'updateReport', { repository: repoId, reportId });
+  t.ok(noText.isError, 'text is required');
+});
+
+t.test('a caller with no role on the repository gets "permission denied" from every repository tool, never data', async (t) => {
+  const calls: [string, Record<string, unknown>][] = [
+    ['searchSources', { query: 'curie' }],
+    ['searchFacts', { query: 'radium' }],
+    ['getFact', { factId: facts[0].id }],
+    ['searchConcepts', {}],
+    ['getConcept', { concept: ids.curie }],
+    ['getConceptSummaries', { concept: ids.curie }],
+    ['getRelatedConcepts', { concept: ids.curie }],
+    ['getConceptSources', { concept: ids.curie }],
+    ['getInvestigation', { investigationId: '00000000-0000-4000-8000-000000000000' }],
+    ['createInvestigation', { title: 'Mine now' }],
+    ['addInvestigationSource', { investigationId: '00000000-0000-4000-8000-000000000000', sourceId }],
+    ['fetchAndProcessSource', { url: 'http://127.0.0.1:9/x' }],
+    ['getSourceTasks', { sourceId }],
+    ['createReport', { text: 'Hello.' }],
+    ['getReport', { reportId: '00000000-0000-4000-8000-000000000000' }],
+    ['listReports', {}],
+    ['getReportTasks', { reportId: '00000000-0000-4000-8000-000000000000' }],
+    ['updateReport', { reportId: '00000000-0000-4000-8000-000000000000', text: 'x' }],
+  ];
+  t.equal(calls.length, 18, 'every tool that takes a repository');
+  for (const [name, args] of calls) {
+    const result = await call(stranger, name, { repository: repoId, ...args });
+    t.ok(result.isError, `${name} is an error`);
+    t.match(result.text, /^permission denied/, `${name}: permission denied`);
+    t.notMatch(result.text, /Curie|radium/i, `${name}: no data`);
+  }
+  const missing = await call(owner, 'searchFacts', { repository: otherRepoId, query: 'x' });
+  t.match(missing.text, /^permission denied/, "the owner of one repository has no right on another's");
+  const unknownRepository = await call(owner, 'searchFacts', { repository: 'no-such-repository', query: 'x' });
+  t.match(unknownRepository.text, /not found: repository not found/);
+});
+
+t.test('a reader calling a writing tool gets "permission denied"', async (t) => {
+  const investigation = await call(owner, 'createInvestigation', { repository: repoId, title: 'Owned' });
+  const report = await call(owner, 'createReport', { repository: repoId, text: 'Owned report.' });
+  const writes: [string, Record<string, unknown>][] = [
+    ['createReport', { text: 'Reader report.' }],
+    ['createInvestigation', { title: 'Reader investigation' }],
+    ['fetchAndProcessSource', { url: 'http://127.0.0.1:9/reader' }],
+    ['updateReport', { reportId: report.value.id, text: 'Changed by a reader.' }],
+    ['addInvestigationSource', { investigationId: investigation.value.id, sourceId }],
+  ];
+  for (const [name, args] of writes) {
+    const result = await call(reader, name, { repository: repoId, ...args });
+    t.ok(result.isError, `${name} refused`);
+    t.match(result.text, /^permission denied: (reports|investigations|sources):(create|write)$/, `${name}: permission denied`);
+  }
+  const unchanged = await call(reader, 'getReport', { repository: repoId, reportId: report.value.id });
+  t.equal(unchanged.value.text, 'Owned report.');
+});
+
+t.test('invalid arguments are tool errors naming the problem', async (t) => {
+  const result = await call(reader, 'searchFacts', { repository: repoId, limit: 500 });
+  t.ok(result.isError);
+  t.match(result.text, /limit/);
+  const noRepository = await call(reader, 'getConcept', { concept: 'Radium' });
+  t.ok(noRepository.isError);
+  t.match(noRepository.text, /repository/);
+});
+
+t.test('each tool call runs in the call context the permission audit reads', async (t) => {
+  // The hybrid search the facts query calls sees the context (a spy around the real search; knex's
+  // query event is no probe: its pool hands connections out of another async context).
+  const seen: (CallContext | undefined)[] = [];
+  const hybrid = service.context.hybrid;
+  const search = hybrid.search;
+  const original = search.bind(hybrid);
+  hybrid.search = <Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>) => {
+    seen.push(currentCall());
+    return original(collection, query);
+  };
+  try {
+    const result = await call(reader, 'searchFacts', { repository: repoId, query: 'radium' });
+    t.notOk(result.isError, result.text);
+  } finally {
+    hybrid.search = search;
+  }
+  t.equal(seen.length, 1, 'the call searched once');
+  t.match(seen[0], { transport: 'mcp', operation: 'tool searchFacts', credentialKind: 'oauth', clientAddress: '127.0.0.1' });
+  t.equal(currentCall(), undefined, 'and only inside the call');
+});
