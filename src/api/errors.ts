@@ -45,6 +45,7 @@ export const ERROR_CODES = [
   'unauthorized',
   'forbidden',
   'not_found',
+  'method_not_allowed',
   'conflict',
   'ambiguous_concept',
   'payload_too_large',

@@ -11,7 +11,28 @@ interface Operation {
   summary?: string;
   security?: unknown[];
   requestBody?: { content: Record<string, { schema: { properties?: Record<string, { format?: string }> } }> };
-  responses: Record<string, { content?: Record<string, { schema: { required?: string[]; properties?: Record<string, unknown> } }> }>;
+  responses: Record<string, { content?: Record<string, { schema: ReplySchema }> }>;
+}
+
+interface ReplySchema {
+  required?: string[];
+  properties?: Record<string, unknown>;
+  oneOf?: ReplySchema[];
+  anyOf?: ReplySchema[];
+}
+
+/**
+ * An error reply is `{error, message}`, except where a protocol fixes its own shape: the OAuth
+ * endpoints answer RFC 6749's `{error, error_description}` (the authorization pages an HTML page)
+ * and the MCP endpoint a JSON-RPC error (docs/auth.md, docs/mcp.md).
+ */
+function isErrorReply(contentType: string, schema: ReplySchema): boolean {
+  if (contentType === 'text/html') return true;
+  const alternatives = schema.oneOf ?? schema.anyOf;
+  if (alternatives) return alternatives.every((alternative) => isErrorReply(contentType, alternative));
+  const required = schema.required ?? [];
+  if (required.includes('jsonrpc')) return required.includes('error');
+  return required.includes('error') && (required.includes('message') || 'error_description' in (schema.properties ?? {}));
 }
 
 t.test('the OpenAPI document: a summary and the error replies on every operation, multipart uploads, /metrics', async (t) => {
@@ -27,14 +48,16 @@ t.test('the OpenAPI document: a summary and the error replies on every operation
       if (!operation.summary?.trim()) problems.push(`${name}: no summary`);
       const expected = ['400', '401'];
       if (['post', 'put', 'patch', 'delete'].includes(method)) expected.push('413', '415');
-      if (operation.security) expected.push('403', '404');
+      // A method a route answers only with 405 (GET and DELETE on the MCP endpoint) reaches no resource.
+      const onlyRefuses = operation.responses['405'] && !Object.keys(operation.responses).some((code) => code.startsWith('2'));
+      if (operation.security && !onlyRefuses) expected.push('403', '404');
       if (CREDENTIAL_PATHS.has(url.replace(/\{(\w+)\}/g, ':$1'))) expected.push('429');
       for (const code of expected) {
         const reply = operation.responses[code];
         // Errors are JSON; /metrics documents its one content type for all its replies.
-        const schema = Object.values(reply?.content ?? {})[0]?.schema;
-        if (!schema) problems.push(`${name}: no ${code} reply`);
-        else if (!schema.required?.includes('error') || !schema.required.includes('message')) problems.push(`${name}: the ${code} reply is not {error, message}`);
+        const [contentType, media] = Object.entries(reply?.content ?? {})[0] ?? [];
+        if (!contentType || !media?.schema) problems.push(`${name}: no ${code} reply`);
+        else if (!isErrorReply(contentType, media.schema)) problems.push(`${name}: the ${code} reply is not {error, message}`);
       }
     }
   }
