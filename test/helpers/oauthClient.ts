@@ -1,4 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
+import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
 
 /**
  * A browser and an OAuth client for tests of the authorization server over real HTTP: the
@@ -64,4 +66,76 @@ export async function postForm(url: string, form: Record<string, string | string
 export async function postJson(url: string, body: unknown): Promise<{ status: number; body: JsonBody }> {
   const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   return { status: response.status, body: await response.json() };
+}
+
+/** The hidden fields the login and consent forms carry from page to page. */
+export const formOf = (page: PageResponse) => ({ authorization_request: formField(page.text, 'authorization_request') ?? '', csrf: formField(page.text, 'csrf') ?? '' });
+
+/**
+ * The browser's way through the authorization pages: open the authorize URL, sign in on the
+ * login form when it is shown, then approve or deny on the consent page. Returns the redirect
+ * back to the client (its `code`, `state` and `iss`, or `error`).
+ */
+export async function signInAndDecide(
+  browser: TestBrowser,
+  authorizePath: string,
+  credentials: { email: string; password: string },
+  decision: 'approve' | 'deny' = 'approve',
+): Promise<URL> {
+  const loginPage = await browser.request('GET', authorizePath);
+  if (loginPage.status !== 200) throw new Error(`authorize page: ${loginPage.status} ${loginPage.text}`);
+  let consent = loginPage;
+  if (formField(loginPage.text, 'email') !== null || loginPage.text.includes('name="password"')) {
+    consent = await browser.request('POST', '/api/v1/oauth/authorize/login', { ...credentials, ...formOf(loginPage) });
+    if (consent.status !== 200) throw new Error(`login: ${consent.status}`);
+  }
+  const decided = await browser.request('POST', '/api/v1/oauth/authorize', { decision, ...formOf(consent) });
+  if (decided.status !== 302) throw new Error(`decision: ${decided.status} ${decided.text}`);
+  return new URL(decided.headers.get('location') ?? '');
+}
+
+/**
+ * The MCP SDK's OAuth client provider, kept in memory: it registers (or names its metadata
+ * document), and where a desktop client would open a browser it remembers the authorization URL
+ * for the test to drive with `signInAndDecide`.
+ */
+export class SdkAuthProvider implements OAuthClientProvider {
+  information: OAuthClientInformationMixed | undefined;
+  saved: OAuthTokens | undefined;
+  verifier = '';
+  authorizationUrl: URL | null = null;
+  constructor(
+    readonly redirect: string,
+    readonly clientMetadataUrl?: string,
+  ) {}
+  get redirectUrl() {
+    return this.redirect;
+  }
+  get clientMetadata(): OAuthClientMetadata {
+    return { client_name: 'SDK client', redirect_uris: [this.redirect], grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none' };
+  }
+  state() {
+    return 'sdk-state';
+  }
+  clientInformation() {
+    return this.information;
+  }
+  saveClientInformation(information: OAuthClientInformationMixed) {
+    this.information = information;
+  }
+  tokens() {
+    return this.saved;
+  }
+  saveTokens(tokens: OAuthTokens) {
+    this.saved = tokens;
+  }
+  redirectToAuthorization(url: URL) {
+    this.authorizationUrl = url;
+  }
+  saveCodeVerifier(verifier: string) {
+    this.verifier = verifier;
+  }
+  codeVerifier() {
+    return this.verifier;
+  }
 }

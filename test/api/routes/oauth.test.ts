@@ -1,14 +1,13 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { auth as sdkAuth, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
-import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
+import { auth as sdkAuth } from '@modelcontextprotocol/sdk/client/auth.js';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { InvalidTokenError } from '../../../src/auth/tokens.js';
 import { mcpResourceUrl } from '../../../src/api/issuer.js';
 import type { ClientDocumentFetch } from '../../../src/auth/oauth/clientDocuments.js';
 import { registerUser, startTestService, TEST_SECRET } from '../../helpers/service.js';
-import { formField, newPkce, postForm, postJson, TestBrowser, type PageResponse } from '../../helpers/oauthClient.js';
+import { formField, formOf, newPkce, postForm, postJson, SdkAuthProvider, signInAndDecide, TestBrowser } from '../../helpers/oauthClient.js';
 
 /**
  * The OAuth 2.1 server over real HTTP: a browser that keeps cookies drives the authorization
@@ -70,21 +69,9 @@ const baseParams = (clientId: string, challenge: string, extra: Record<string, s
   ...extra,
 });
 
-const formOf = (page: PageResponse) => ({ authorization_request: formField(page.text, 'authorization_request') ?? '', csrf: formField(page.text, 'csrf') ?? '' });
-
-/** The browser's way through login and consent; returns the redirect back to the client. */
-async function approve(browser: TestBrowser, params: Record<string, string | undefined>, decision: 'approve' | 'deny' = 'approve'): Promise<URL> {
-  const loginPage = await browser.request('GET', authorizeUrl(params));
-  if (loginPage.status !== 200) throw new Error(`authorize page: ${loginPage.status} ${loginPage.text}`);
-  let consent = loginPage;
-  if (formField(loginPage.text, 'email') !== null || loginPage.text.includes('name="password"')) {
-    consent = await browser.request('POST', '/api/v1/oauth/authorize/login', { email: 'alice@example.org', password: PASSWORD, ...formOf(loginPage) });
-    if (consent.status !== 200) throw new Error(`login: ${consent.status}`);
-  }
-  const decided = await browser.request('POST', '/api/v1/oauth/authorize', { decision, ...formOf(consent) });
-  if (decided.status !== 302) throw new Error(`decision: ${decided.status} ${decided.text}`);
-  return new URL(decided.headers.get('location') ?? '');
-}
+/** The browser's way through login and consent as alice; returns the redirect back to the client. */
+const approve = (browser: TestBrowser, params: Record<string, string | undefined>, decision: 'approve' | 'deny' = 'approve'): Promise<URL> =>
+  signInAndDecide(browser, authorizeUrl(params), { email: 'alice@example.org', password: PASSWORD }, decision);
 
 async function codeFor(clientId: string, challenge: string, extra: Record<string, string | undefined> = {}) {
   const back = await approve(new TestBrowser(issuer), baseParams(clientId, challenge, extra));
@@ -510,47 +497,8 @@ t.test('the oauth_clients read model rebuilds from the log; grants and tokens (s
   t.same(await knex('oauth_grants').count<{ n: string }[]>('* as n'), grants);
 });
 
-/** An MCP SDK client provider whose "browser" is a TestBrowser signing in as alice. */
-class SdkProvider implements OAuthClientProvider {
-  information: OAuthClientInformationMixed | undefined;
-  saved: OAuthTokens | undefined;
-  verifier = '';
-  authorizationUrl: URL | null = null;
-  constructor(readonly clientMetadataUrl?: string) {}
-  get redirectUrl() {
-    return REDIRECT;
-  }
-  get clientMetadata(): OAuthClientMetadata {
-    return { client_name: 'SDK client', redirect_uris: [REDIRECT], grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'], token_endpoint_auth_method: 'none' };
-  }
-  state() {
-    return 'sdk-state';
-  }
-  clientInformation() {
-    return this.information;
-  }
-  saveClientInformation(information: OAuthClientInformationMixed) {
-    this.information = information;
-  }
-  tokens() {
-    return this.saved;
-  }
-  saveTokens(tokens: OAuthTokens) {
-    this.saved = tokens;
-  }
-  redirectToAuthorization(url: URL) {
-    this.authorizationUrl = url;
-  }
-  saveCodeVerifier(verifier: string) {
-    this.verifier = verifier;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-}
-
 /** Discovery, registration (or a metadata document), the browser's consent, the token and a refresh, all by the MCP SDK's own client. */
-async function sdkFlow(t: Test, provider: SdkProvider) {
+async function sdkFlow(t: Test, provider: SdkAuthProvider) {
   t.equal(await sdkAuth(provider, { serverUrl: mcp }), 'REDIRECT');
   const url = provider.authorizationUrl;
   if (!url) throw new Error('the SDK did not redirect');
@@ -571,7 +519,7 @@ async function sdkFlow(t: Test, provider: SdkProvider) {
 }
 
 t.test('the MCP SDK client: discovery, dynamic registration, code flow and refresh', async (t) => {
-  const provider = new SdkProvider();
+  const provider = new SdkAuthProvider(REDIRECT);
   const claims = await sdkFlow(t, provider);
   t.equal(claims.client_id, provider.information?.client_id, 'the client it registered');
   t.ok(await service.context.db.knex('oauth_clients').where({ client_id: claims.client_id, client_name: 'SDK client' }).first(), 'registered through the endpoint');
@@ -580,7 +528,7 @@ t.test('the MCP SDK client: discovery, dynamic registration, code flow and refre
 t.test('the MCP SDK client with a Client ID Metadata Document', async (t) => {
   const url = 'https://clients.test/sdk/client.json';
   documents.set('/sdk/client.json', { body: { client_id: url, client_name: 'SDK document client', redirect_uris: [REDIRECT], grant_types: ['authorization_code', 'refresh_token'], token_endpoint_auth_method: 'none' } });
-  const claims = await sdkFlow(t, new SdkProvider(url));
+  const claims = await sdkFlow(t, new SdkAuthProvider(REDIRECT, url));
   t.equal(claims.client_id, url, 'the document URL is the client id: no registration');
 });
 
