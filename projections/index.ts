@@ -1,4 +1,5 @@
 import type { Projection } from '../src/projection/types.js';
+import { apiKeysProjection } from './apiKeys.js';
 import { conceptsProjection } from './concepts.js';
 import { factsProjection } from './facts.js';
 import { hostHealthProjection } from './hostHealth.js';
@@ -22,4 +23,5 @@ export const readModelProjections: readonly Projection[] = [
   reportsProjection,
   summariesProjection,
   oauthClientsProjection,
+  apiKeysProjection,
 ];

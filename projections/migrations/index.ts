@@ -436,6 +436,36 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Personal API keys (src/app/apiKeys.ts). api_keys is a projection (projections/apiKeys.ts);
+    // api_key_secrets is service state: the key's SHA-256 hash, the hint shown in lists and the
+    // last use, none of which belong in the log.
+    id: '010_api_keys',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE api_keys (
+          id text PRIMARY KEY,
+          user_id text NOT NULL,
+          name text NOT NULL,
+          scopes jsonb NOT NULL,
+          repository_id text,
+          created_at timestamptz NOT NULL,
+          expires_at timestamptz,
+          revoked_at timestamptz
+        );
+        CREATE INDEX api_keys_user ON api_keys (user_id);
+        CREATE TABLE api_key_secrets (
+          key_id text PRIMARY KEY,
+          user_id text NOT NULL,
+          token_hash text NOT NULL UNIQUE,
+          token_hint text NOT NULL,
+          created_at timestamptz NOT NULL DEFAULT now(),
+          last_used_at timestamptz
+        );
+        CREATE INDEX api_key_secrets_user ON api_key_secrets (user_id);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

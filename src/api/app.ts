@@ -12,6 +12,7 @@ import { completeOperation } from './openapi.js';
 import { registerRateLimits } from './rateLimits.js';
 import { registerSecurityHeaders } from './securityHeaders.js';
 import { adminRoutes } from './routes/admin.js';
+import { apiKeyRoutes } from './routes/apiKeys.js';
 import { authRoutes } from './routes/auth.js';
 import { conceptRoutes } from './routes/concepts.js';
 import { summaryRoutes } from './routes/summaries.js';
@@ -37,6 +38,7 @@ const resourceRoutes = [
   healthRoutes,
   authRoutes,
   userRoutes,
+  apiKeyRoutes,
   permissionRoutes,
   adminRoutes,
   repositoryRoutes,

@@ -40,12 +40,18 @@ export function authorizeInRepository(principal: Principal, repositoryId: string
  * about its content.
  */
 export async function authorizeRepository(knex: Knex, principal: Principal, idOrSlug: string, permission: Permission): Promise<RepositoryRow> {
+  const repository = await findRepository(knex, idOrSlug);
+  authorizeInRepository(principal, repository.id, permission);
+  return repository;
+}
+
+/** A live repository by id or slug, or `not_found`. No permission is checked: callers check their own. */
+export async function findRepository(knex: Knex, idOrSlug: string): Promise<RepositoryRow> {
   const repository: RepositoryRow | undefined = await knex('repositories')
     .whereNull('deleted_at')
     .where((query) => query.where('id', idOrSlug).orWhere('slug', idOrSlug))
     .first();
   if (!repository) throw notFound('repository');
-  authorizeInRepository(principal, repository.id, permission);
   return repository;
 }
 

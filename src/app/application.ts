@@ -10,6 +10,7 @@ import { sourceQueries } from '../read/sources.js';
 import { summaryQueries } from '../read/summaries.js';
 import { taskQueries } from '../read/tasks.js';
 import { userQueries } from '../read/users.js';
+import { apiKeyCommands } from './apiKeys.js';
 import { conceptCommands } from './concepts.js';
 import type { AppContext } from './context.js';
 import { investigationCommands } from './investigations.js';
@@ -39,6 +40,7 @@ export function createApplication(context: AppContext) {
     tasks: { ...taskQueries(context), ...taskCommands(context) },
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },
+    apiKeys: apiKeyCommands(context),
     projections: { ...projectionQueries(context), ...projectionCommands(context) },
   };
 }

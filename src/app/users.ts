@@ -1,4 +1,4 @@
-import { isKnownRole, scopeOfDomain, type Principal } from '../auth/rbac.js';
+import { isKnownRole, REPOSITORY_DOMAIN_PREFIX, scopeOfDomain, type Principal } from '../auth/rbac.js';
 import { userDecider } from '../domain/user/decider.js';
 import { streamName } from '../eventstore/envelope.js';
 import { authorizeSystem, commandMetadata, type Trace } from './access.js';
@@ -11,8 +11,7 @@ export interface RoleAssignmentInput {
   domain: string;
 }
 
-const REPOSITORY_PREFIX = 'repository:';
-const repositoryOf = (domain: string) => (domain.startsWith(REPOSITORY_PREFIX) ? domain.slice(REPOSITORY_PREFIX.length) : null);
+const repositoryOf = (domain: string) => (domain.startsWith(REPOSITORY_DOMAIN_PREFIX) ? domain.slice(REPOSITORY_DOMAIN_PREFIX.length) : null);
 
 /** User commands: profile changes (one's own, or anyone's with `user:write`) and role grants (`role:manage`). */
 export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'commands'>) {

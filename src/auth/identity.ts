@@ -5,6 +5,7 @@ import { EMAIL_PATTERN, normalizeEmail, userDecider, type UserEvent } from '../d
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { CommandBus } from '../app/commands.js';
+import { jsonColumn } from '../read/present.js';
 import { hashPassword, validatePasswordPolicy, verifyPassword } from './passwords.js';
 import { SYSTEM_DOMAIN, type Principal, type RoleAssignment } from './rbac.js';
 import { hashToken, InvalidTokenError, newOpaqueToken, OPAQUE_TOKEN_PREFIX, type TokenService } from './tokens.js';
@@ -27,6 +28,9 @@ export interface IdentitySettings {
   refreshTtlMs: number;
   autoPromoteFirstUser: boolean;
 }
+
+/** How precisely an API key's last use is recorded. */
+export const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
 
 /** Authentication failures the HTTP layer answers with 401. */
 export class AuthenticationError extends Error {
@@ -131,6 +135,33 @@ export function createIdentityService(deps: {
     return user;
   }
 
+  /**
+   * A personal API key acts for its owner with the owner's roles of this moment, narrowed to the
+   * key's scopes and repository (rbac.ts, effectivePermissions). Its last use is recorded at most
+   * once a minute, so a busy script costs one extra write a minute, not one per request.
+   */
+  async function authenticateApiKey(raw: string): Promise<Principal> {
+    const key = await knex('api_key_secrets as secret')
+      .join('api_keys as key', 'key.id', 'secret.key_id')
+      .where('secret.token_hash', hashToken(raw))
+      .first('key.id', 'key.user_id', 'key.scopes', 'key.repository_id', 'key.expires_at', 'key.revoked_at', 'secret.last_used_at');
+    if (!key) throw new AuthenticationError('invalid API key');
+    if (key.revoked_at) throw new AuthenticationError('API key was revoked');
+    const now = Date.now();
+    if (key.expires_at && new Date(key.expires_at).getTime() <= now) throw new AuthenticationError('API key expired');
+    if (!key.last_used_at || now - new Date(key.last_used_at).getTime() >= API_KEY_LAST_USED_RESOLUTION_MS) {
+      await knex('api_key_secrets').where({ key_id: key.id }).update({ last_used_at: new Date(now) });
+    }
+    const scopes = jsonColumn(key.scopes) as string[];
+    return {
+      userId: key.user_id,
+      credential: { kind: 'api_key', id: key.id },
+      assignments: await roleAssignments(key.user_id),
+      scopes,
+      ...(key.repository_id ? { repositoryId: key.repository_id } : {}),
+    };
+  }
+
   return {
     loadUser,
     roleAssignments,
@@ -185,8 +216,9 @@ export function createIdentityService(deps: {
       return { token, refresh_token: next };
     },
 
-    /** Resolves a bearer token to a principal, or throws AuthenticationError. */
+    /** Resolves a bearer token (a session JWT or a personal API key) to a principal, or throws AuthenticationError. */
     async authenticate(bearer: string): Promise<Principal> {
+      if (bearer.startsWith(OPAQUE_TOKEN_PREFIX.apiKey)) return authenticateApiKey(bearer);
       let claims;
       try {
         claims = await tokens.verify(bearer, 'session');

@@ -17,7 +17,7 @@
  */
 
 export const SYSTEM_DOMAIN = 'system';
-const REPOSITORY_DOMAIN_PREFIX = 'repository:';
+export const REPOSITORY_DOMAIN_PREFIX = 'repository:';
 /** Key of a permission map for "every repository"; never a valid assignment domain. */
 export const ANY_REPOSITORY_DOMAIN = 'repository:*';
 
@@ -262,14 +262,22 @@ export interface Credential {
 }
 
 /**
+ * What the principal may do, per domain: its roles' permissions, cut down to its scopes and, for a
+ * credential bound to one repository, to that repository (system permissions then drop out).
+ * Computed from the current role assignments, so a scoped credential never outlives a role.
+ */
+export function effectivePermissions(principal: Principal): Map<string, Set<Permission>> {
+  const { scopes = 'all', repositoryId } = principal;
+  if (scopes === 'all' && repositoryId === undefined) return permissionsOf(principal.assignments);
+  return intersectScopes(principal.assignments, scopes === 'all' ? ['*:*'] : scopes, repositoryId);
+}
+
+/**
  * May the principal do `permission` in `domain`: its roles grant it, its scopes cover it, and a
  * credential bound to one repository is used on that repository.
  */
 export function principalCan(principal: Principal, domain: string, permission: Permission): boolean {
-  const { scopes = 'all' } = principal;
-  const scoped = scopes === 'all' || scopes.some((pattern) => matchesPermission(pattern, permission));
-  if (principal.repositoryId !== undefined && scopeOfDomain(domain) === 'repository' && domain !== repositoryDomain(principal.repositoryId)) return false;
-  return scoped && can(principal.assignments, domain, permission);
+  return allows(effectivePermissions(principal), domain, permission);
 }
 
 export interface RolesCatalog {

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository, type RepositoryRow } from '../app/access.js';
 import { notFound } from '../app/errors.js';
-import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Principal } from '../auth/rbac.js';
+import { ANY_REPOSITORY_DOMAIN, effectivePermissions, REPOSITORY_DOMAIN_PREFIX, repositoryDomain, type Principal } from '../auth/rbac.js';
 import { repositoryPresets } from '../domain/repository/presets.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
@@ -35,12 +35,18 @@ export function repositoryQueries(deps: Pick<AppContext, 'db' | 'config'>) {
       return { default: deps.config.default_repository_preset, presets: repositoryPresets };
     },
 
-    /** The live repositories the caller holds a role on; a sysadmin sees all. Oldest first, 100 a page by default. */
+    /**
+     * The live repositories the caller may read (`repositories:read`: any role on it; a sysadmin
+     * sees all; a key bound to one repository sees that one). Oldest first, 100 a page by default.
+     */
     async list(principal: Principal, input: PageInput = {}) {
       const page = pageOf(input, 100);
       const query = knex('repositories').whereNull('deleted_at');
-      if (!principalCan(principal, SYSTEM_DOMAIN, 'role:manage')) {
-        const ids = principal.assignments.filter((a) => a.domain.startsWith('repository:')).map((a) => a.domain.slice('repository:'.length));
+      const permissions = effectivePermissions(principal);
+      if (!permissions.get(ANY_REPOSITORY_DOMAIN)?.has('repositories:read')) {
+        const ids = [...permissions]
+          .filter(([domain, held]) => domain.startsWith(REPOSITORY_DOMAIN_PREFIX) && held.has('repositories:read'))
+          .map(([domain]) => domain.slice(REPOSITORY_DOMAIN_PREFIX.length));
         query.whereIn('id', ids);
       }
       const total = await countOf(query);

@@ -1,7 +1,7 @@
 import type { AppContext } from '../app/context.js';
 import { authorizeSystem } from '../app/access.js';
 import { notFound } from '../app/errors.js';
-import { permissionsOf, rolesCatalog, type Principal } from '../auth/rbac.js';
+import { effectivePermissions, rolesCatalog, type Principal } from '../auth/rbac.js';
 import { isoDate } from './present.js';
 
 /** User queries: profiles (one's own, or anyone's with `user:read`), the user list, permissions. */
@@ -31,9 +31,12 @@ export function userQueries(deps: Pick<AppContext, 'db' | 'identity'>) {
       };
     },
 
-    /** The caller's roles and permissions per domain (`repository:*` for a sysadmin's rights everywhere). */
+    /**
+     * The caller's roles and permissions per domain (`repository:*` for a sysadmin's rights
+     * everywhere); for an API key, what the key may do (its scopes and repository applied).
+     */
     permissions(principal: Principal) {
-      const domains = [...permissionsOf(principal.assignments).entries()]
+      const domains = [...effectivePermissions(principal).entries()]
         .map(([domain, permissions]) => ({
           domain,
           roles: principal.assignments.filter((a) => a.domain === domain).map((a) => a.role).sort(),

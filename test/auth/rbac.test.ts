@@ -338,4 +338,9 @@ t.test('principalCan: the roles grant, the scopes of a token narrow', async (t) 
   t.notOk(principalCan(principal(sysadmin, []), SYSTEM_DOMAIN, 'user:read'), 'no scopes, nothing');
   t.notOk(principalCan(principal(editorOfA, ['facts']), REPO_A, 'facts:read'), 'a malformed scope matches nothing');
   t.notOk(principalCan(principal(ownerOfA), REPO_B, 'facts:read'), 'another repository');
+  const boundToA = (assignments: RoleAssignment[], scopes: readonly string[] | 'all') => ({ ...principal(assignments, scopes), repositoryId: 'repo-a' });
+  t.ok(principalCan(boundToA(sysadmin, ['facts:read']), REPO_A, 'facts:read'), "a bound sysadmin key works on its repository");
+  t.notOk(principalCan(boundToA(sysadmin, ['*:*']), REPO_B, 'facts:read'), 'a bound key works on no other repository');
+  t.notOk(principalCan(boundToA(sysadmin, ['*:*']), SYSTEM_DOMAIN, 'user:read'), 'a bound key holds no system permission');
+  t.notOk(principalCan(boundToA(ownerOfA, 'all'), SYSTEM_DOMAIN, 'repositories:create'), 'not even with every scope');
 });

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
-import { accessToken, listen } from './helpers.js';
+import { listen } from './helpers.js';
 
 // The MCP Inspector's CLI mode (@modelcontextprotocol/inspector-cli), another client than the SDK's own, run as its own process.
 const inspectorCli = path.join(path.dirname(createRequire(import.meta.url).resolve('@modelcontextprotocol/inspector-cli/package.json')), 'build', 'index.js');
@@ -28,11 +28,13 @@ t.before(async () => {
   repoId = (await service.call('POST', '/api/v1/repositories', { token: user.token, body: { name: 'Inspected' } })).body.id;
   const listening = await listen(service);
   endpoint = listening.endpoint;
-  token = await accessToken(service, listening.issuer, user.user.id);
+  // A personal API key, as a script or a desktop client configured by hand would send it.
+  const key = await service.call('POST', '/api/v1/users/me/api-keys', { token: user.token, body: { name: 'inspector', scopes: ['*:read'] } });
+  token = key.body.key;
 });
 t.teardown(() => service.close());
 
-t.test('the MCP Inspector CLI lists the tools and calls one', async (t) => {
+t.test('the MCP Inspector CLI lists the tools and calls one with an API key', async (t) => {
   const listed = await inspect('--method', 'tools/list');
   t.equal(listed.tools.length, 20);
   t.ok(listed.tools.some((tool: { name: string }) => tool.name === 'searchFacts'));

@@ -250,6 +250,31 @@ t.test('an unknown tool and bad arguments are tool errors', async (t) => {
   t.match(badArguments.json, { id: 4, result: { isError: true, content: [{ type: 'text', text: /Input validation error.*limit/s }] } });
 });
 
+t.test('personal API keys: scoped and repository-bound, as on REST', async (t) => {
+  const otherRepo = (await service.call('POST', '/api/v1/repositories', { token: sessionToken, body: { name: 'Chemistry' } })).body.id;
+  const createKey = async (body: object) => (await service.call('POST', '/api/v1/users/me/api-keys', { token: sessionToken, body })).body.key as string;
+  const call = (key: string, name: string, args: object) =>
+    post({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name, arguments: args } }, { accept: 'application/json' }, key);
+
+  const readKey = await createKey({ name: 'physics reader', scopes: ['*:read'], repository: repoId });
+  const listed = await call(readKey, 'getRepositories', {});
+  t.equal(listed.status, 200);
+  t.same(JSON.parse(listed.json.result.content[0].text).map((r: { id: string }) => r.id), [repoId], 'a bound key sees its repository only');
+  t.notOk((await call(readKey, 'searchFacts', { repository: repoId, query: 'x' })).json.result.isError);
+  const elsewhere = await call(readKey, 'searchFacts', { repository: otherRepo, query: 'x' });
+  t.match(elsewhere.json.result, { isError: true, content: [{ text: /permission denied/ }] }, 'another repository: a tool error, no data');
+  const writing = await call(readKey, 'createInvestigation', { repository: repoId, title: 'Why?' });
+  t.match(writing.json.result, { isError: true, content: [{ text: /permission denied/ }] }, 'a writing tool with a read-only key');
+
+  const revokedKey = await createKey({ name: 'soon gone', scopes: ['*:read'] });
+  const keyId = (await service.call('GET', '/api/v1/users/me/api-keys', { token: sessionToken })).body.api_keys.find((k: { name: string }) => k.name === 'soon gone').id;
+  t.equal((await call(revokedKey, 'getRepositories', {})).status, 200);
+  await service.call('DELETE', `/api/v1/users/me/api-keys/${keyId}`, { token: sessionToken });
+  const refused = await call(revokedKey, 'getRepositories', {});
+  t.equal(refused.status, 401, 'a revoked key: 401 with the challenge');
+  t.match(refused.headers.get('www-authenticate'), /error="invalid_token"/);
+});
+
 t.test('a notification is accepted with 202 and no body', async (t) => {
   const response = await post({ jsonrpc: '2.0', method: 'notifications/initialized' });
   t.equal(response.status, 202);

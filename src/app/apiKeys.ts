@@ -1,0 +1,162 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { intersectScopes, type Principal } from '../auth/rbac.js';
+import { hashToken, newOpaqueToken, OPAQUE_TOKEN_PREFIX } from '../auth/tokens.js';
+import { parseDuration } from '../config/duration.js';
+import type { Config } from '../config/types.js';
+import { apiKeyDecider, newApiKey } from '../domain/apiKey/decider.js';
+import { streamName } from '../eventstore/envelope.js';
+import { isoDate, jsonColumn } from '../read/present.js';
+import { authorizeSystem, commandMetadata, findRepository, type Trace } from './access.js';
+import type { AppContext } from './context.js';
+import { conflict, forbidden, invalid } from './errors.js';
+
+export interface CreateApiKeyInput {
+  name: string;
+  /** Permission patterns, `object:action` with `*` for any part. */
+  scopes: string[];
+  /** Id or slug of the one repository the key may act on. */
+  repository?: string;
+  /** Lifetime in days; absent = `api_keys.default_ttl`; 0 = never expires (only when `max_ttl` is `0s`). */
+  expires_in_days?: number;
+}
+
+const DAY_MS = 86_400_000;
+/** What `api_keys.max_per_user: 0` stands for. */
+const BUILT_IN_MAX_KEYS_PER_USER = 20;
+/** Characters of the raw key kept to tell keys apart in a list (`fl_` + 4 of its 43 random characters). */
+const HINT_LENGTH = OPAQUE_TOKEN_PREFIX.apiKey.length + 4;
+
+/** When a key asked for now with `expiresInDays` expires, under `api_keys`; null = never. */
+export function apiKeyExpiry(settings: Config['api_keys'], expiresInDays: number | undefined, now: number): Date | null {
+  const maxMs = parseDuration(settings.max_ttl);
+  const capText = `api_keys.max_ttl (${settings.max_ttl}, ${Math.floor(maxMs / DAY_MS)} days)`;
+  if (expiresInDays === undefined) {
+    // The default applies within the cap: with no default and a cap, a key lives as long as the cap allows.
+    const defaultMs = settings.default_ttl * DAY_MS;
+    const lifetime = defaultMs > 0 ? (maxMs > 0 ? Math.min(defaultMs, maxMs) : defaultMs) : maxMs;
+    return lifetime > 0 ? new Date(now + lifetime) : null;
+  }
+  if (!Number.isSafeInteger(expiresInDays) || expiresInDays < 0) throw invalid('expires_in_days must be a whole number of days, 0 or more');
+  if (expiresInDays === 0) {
+    if (maxMs > 0) throw invalid(`a key that never expires is refused by ${capText}`);
+    return null;
+  }
+  if (maxMs > 0 && expiresInDays * DAY_MS > maxMs) throw invalid(`expires_in_days ${expiresInDays} exceeds ${capText}`);
+  return new Date(now + expiresInDays * DAY_MS);
+}
+
+interface ApiKeyRow {
+  id: string;
+  name: string;
+  scopes: string[] | string;
+  repository_id: string | null;
+  created_at: Date | string;
+  expires_at: Date | string | null;
+  token_hint: string;
+  last_used_at: Date | string | null;
+}
+
+function presentApiKey(row: ApiKeyRow) {
+  return {
+    id: row.id,
+    name: row.name,
+    scopes: jsonColumn(row.scopes) as string[],
+    repository_id: row.repository_id,
+    hint: `${row.token_hint}…`,
+    created_at: isoDate(row.created_at),
+    expires_at: isoDate(row.expires_at),
+    last_used_at: isoDate(row.last_used_at),
+  };
+}
+
+/** A user's keys that still work or may: not revoked, not expired. Rows without a projected key (just created) count as live. */
+function liveKeysOf(knex: Knex, userId: string, now: Date) {
+  return knex('api_key_secrets as secret')
+    .leftJoin('api_keys as key', 'key.id', 'secret.key_id')
+    .where('secret.user_id', userId)
+    .whereNull('key.revoked_at')
+    .where((query) => query.whereNull('key.expires_at').orWhere('key.expires_at', '>', now));
+}
+
+/**
+ * A signed-in user's personal API keys (docs/auth.md, "Personal API keys"). Keys are managed with a
+ * session only: a key cannot mint or revoke keys, so a leaked key cannot entrench itself.
+ */
+export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'config'>) {
+  const knex = deps.db.knex;
+  const settings = deps.config.api_keys;
+  const maxPerUser = settings.max_per_user > 0 ? settings.max_per_user : BUILT_IN_MAX_KEYS_PER_USER;
+
+  const requireSession = (principal: Principal) => {
+    if (principal.credential.kind !== 'session') throw forbidden('API keys are managed with a signed-in session, not with an API key or OAuth token');
+  };
+
+  return {
+    async listApiKeys(principal: Principal) {
+      requireSession(principal);
+      const rows: ApiKeyRow[] = await knex('api_keys as key')
+        .join('api_key_secrets as secret', 'secret.key_id', 'key.id')
+        .where('key.user_id', principal.userId)
+        .whereNull('key.revoked_at')
+        .orderBy('key.created_at', 'desc')
+        .select('key.id', 'key.name', 'key.scopes', 'key.repository_id', 'key.created_at', 'key.expires_at', 'secret.token_hint', 'secret.last_used_at');
+      return { api_keys: rows.map(presentApiKey) };
+    },
+
+    /** Creates a key and answers it once, raw; only its SHA-256 is kept. */
+    async createApiKey(principal: Principal, input: CreateApiKeyInput, trace?: Trace) {
+      authorizeSystem(principal, 'apikeys:create');
+      requireSession(principal);
+      const now = Date.now();
+      const expiresAt = apiKeyExpiry(settings, input.expires_in_days, now);
+      const repositoryId = input.repository === undefined ? null : (await findRepository(knex, input.repository)).id;
+      const keyId = randomUUID();
+      const command = {
+        type: 'CreateApiKey' as const,
+        ownerId: principal.userId,
+        name: input.name,
+        scopes: input.scopes,
+        repositoryId,
+        expiresAt: expiresAt === null ? null : expiresAt.toISOString(),
+      };
+      // The record's own rules (name, known scopes) are checked before anything reads the database.
+      const created = newApiKey(command);
+      if (intersectScopes(principal.assignments, input.scopes, repositoryId ?? undefined).size === 0) {
+        throw forbidden(`the key would grant nothing: you hold none of these permissions${repositoryId ? ' on that repository' : ''}`);
+      }
+
+      const raw = newOpaqueToken(OPAQUE_TOKEN_PREFIX.apiKey);
+      await knex.transaction(async (trx) => {
+        // Serialises one user's creations, so two racing requests cannot both take the last free place.
+        await trx.raw(`SELECT pg_advisory_xact_lock(hashtext(?))`, [`factlog.api_keys:${principal.userId}`]);
+        const [{ count }] = await liveKeysOf(trx, principal.userId, new Date(now)).count({ count: '*' });
+        if (Number(count) >= maxPerUser) {
+          throw conflict(`you already hold ${maxPerUser} live API keys, the most api_keys.max_per_user allows: delete one first`);
+        }
+        await trx('api_key_secrets').insert({ key_id: keyId, user_id: principal.userId, token_hash: hashToken(raw), token_hint: raw.slice(0, HINT_LENGTH) });
+      });
+      try {
+        await deps.commands.execute(streamName('apikey', keyId), apiKeyDecider, command, commandMetadata(principal, null, trace));
+      } catch (error) {
+        await knex('api_key_secrets').where({ key_id: keyId }).delete();
+        throw error;
+      }
+      const row: ApiKeyRow = { id: keyId, ...created, created_at: new Date(now), token_hint: raw.slice(0, HINT_LENGTH), last_used_at: null };
+      return { ...presentApiKey(row), key: raw };
+    },
+
+    /** Revokes one of the caller's keys at once; another user's key is `not_found`. */
+    async revokeApiKey(principal: Principal, input: { keyId: string }, trace?: Trace) {
+      requireSession(principal);
+      await deps.commands.execute(
+        streamName('apikey', input.keyId),
+        apiKeyDecider,
+        { type: 'RevokeApiKey', requestedBy: principal.userId, reason: 'deleted by its owner' },
+        commandMetadata(principal, null, trace),
+      );
+    },
+  };
+}
+
+export type ApiKeyCommands = ReturnType<typeof apiKeyCommands>;
