@@ -466,6 +466,33 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // The permission audit (src/app/audit.ts): service state written by the API, not derived from
+    // the log; rows older than audit.retention_days are deleted daily.
+    id: '011_permission_audit',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE permission_audit (
+          id bigserial PRIMARY KEY,
+          occurred_at timestamptz NOT NULL,
+          user_id text NOT NULL,
+          credential_kind text NOT NULL,
+          credential_id text NOT NULL,
+          permission text NOT NULL,
+          domain text NOT NULL,
+          repository_id text,
+          allowed boolean NOT NULL,
+          transport text NOT NULL,
+          operation text NOT NULL,
+          client_address text,
+          request_id text
+        );
+        CREATE INDEX permission_audit_time ON permission_audit (occurred_at);
+        CREATE INDEX permission_audit_repository ON permission_audit (repository_id, occurred_at) WHERE repository_id IS NOT NULL;
+        CREATE INDEX permission_audit_user ON permission_audit (user_id, occurred_at);
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -5,6 +5,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
+import { withCallContext } from '../app/callContext.js';
 import { registerErrorHandling } from './errors.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
@@ -13,6 +14,7 @@ import { registerRateLimits } from './rateLimits.js';
 import { registerSecurityHeaders } from './securityHeaders.js';
 import { adminRoutes } from './routes/admin.js';
 import { apiKeyRoutes } from './routes/apiKeys.js';
+import { auditRoutes } from './routes/audit.js';
 import { authRoutes } from './routes/auth.js';
 import { conceptRoutes } from './routes/concepts.js';
 import { summaryRoutes } from './routes/summaries.js';
@@ -41,6 +43,7 @@ const resourceRoutes = [
   apiKeyRoutes,
   permissionRoutes,
   adminRoutes,
+  auditRoutes,
   repositoryRoutes,
   sourceRoutes,
   factRoutes,
@@ -109,6 +112,23 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     const route = request.routeOptions.url ?? 'unmatched';
     context.metrics.httpRequests.inc({ method: request.method, route, status: String(reply.statusCode) });
     context.metrics.httpDuration.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+  });
+  // Every handler runs inside its call context, so the application layer's permission decisions
+  // reach the audit with the route, the credential kind and the client address.
+  app.addHook('onRoute', (route) => {
+    const handler = route.handler;
+    const operation = `${Array.isArray(route.method) ? route.method.join(',') : route.method} ${route.url}`;
+    route.handler = function (this: FastifyInstance, request, reply) {
+      const call = {
+        transport: 'rest' as const,
+        operation,
+        credentialKind: request.principal?.credential.kind,
+        clientAddress: request.ip,
+        requestId: String(request.id),
+        audit: context.audit,
+      };
+      return withCallContext(call, () => handler.call(this, request, reply));
+    };
   });
   for (const routes of resourceRoutes) await app.register(routes, { context });
   return app;

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Permission, type Principal } from '../auth/rbac.js';
 import type { RepositoryEvent } from '../domain/repository/decider.js';
 import type { EventMetadata } from '../eventstore/envelope.js';
+import { currentCall } from './callContext.js';
 import { forbidden, notFound } from './errors.js';
 
 /**
@@ -26,12 +27,23 @@ export interface Trace {
 }
 
 export function authorizeSystem(principal: Principal, permission: Permission): void {
-  if (!principalCan(principal, SYSTEM_DOMAIN, permission)) throw forbidden(`permission denied: ${permission}`);
+  authorize(principal, SYSTEM_DOMAIN, permission);
 }
 
 /** Throws `forbidden` unless the principal holds `permission` on the repository. */
 export function authorizeInRepository(principal: Principal, repositoryId: string, permission: Permission): void {
-  if (!principalCan(principal, repositoryDomain(repositoryId), permission)) throw forbidden(`permission denied: ${permission}`);
+  authorize(principal, repositoryDomain(repositoryId), permission);
+}
+
+/** The one place a permission is decided: the decision goes to the call's permission audit, then a refusal is thrown. */
+function authorize(principal: Principal, domain: string, permission: Permission): void {
+  const allowed = principalCan(principal, domain, permission);
+  const call = currentCall();
+  call?.audit?.record(
+    { userId: principal.userId, credentialKind: principal.credential.kind, credentialId: principal.credential.id, permission, domain, allowed },
+    call,
+  );
+  if (!allowed) throw forbidden(`permission denied: ${permission}`);
 }
 
 /**

@@ -1,3 +1,4 @@
+import { auditQueries } from '../read/audit.js';
 import { conceptQueries } from '../read/concepts.js';
 import { eventQueries } from '../read/events.js';
 import { projectionQueries } from '../read/projections.js';
@@ -41,6 +42,7 @@ export function createApplication(context: AppContext) {
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },
     apiKeys: apiKeyCommands(context),
+    audit: auditQueries(context),
     projections: { ...projectionQueries(context), ...projectionCommands(context) },
   };
 }

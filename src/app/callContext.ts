@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { CredentialKind } from '../auth/rbac.js';
+import type { PermissionAudit } from './audit.js';
 
 /**
  * What a call into the application layer is, as the transport that received it names it: the
@@ -12,6 +13,10 @@ export interface CallContext {
   operation: string;
   credentialKind?: CredentialKind;
   clientAddress?: string;
+  /** The HTTP request id (also the correlation id of the events the call appends). */
+  requestId?: string;
+  /** Where the call's permission decisions are recorded (the service's audit; absent: not recorded). */
+  audit?: PermissionAudit;
 }
 
 const storage = new AsyncLocalStorage<CallContext>();

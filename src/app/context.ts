@@ -21,6 +21,7 @@ import type { IdentityService } from '../auth/identity.js';
 import type { TokenService } from '../auth/tokens.js';
 import type { ClientDocumentFetch } from '../auth/oauth/clientDocuments.js';
 import type { OAuthServer } from './oauth.js';
+import { createPermissionAudit, type PermissionAudit } from './audit.js';
 import { bootstrap } from './bootstrap.js';
 import { createCommandBus, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -52,6 +53,8 @@ export interface AppContext {
   tokens: TokenService;
   /** The OAuth 2.1 authorization server for MCP clients (src/app/oauth.ts). */
   oauth: OAuthServer;
+  /** Where every permission decision of a route or tool is recorded (src/app/audit.ts). */
+  audit: PermissionAudit;
   repositories: RepositoryService;
   search: SearchIndex;
   /** Hybrid (lexical + k-NN, RRF) search over `search`, falling back to lexical when it cannot run. */
@@ -143,6 +146,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const tokens = createTokens(config);
   const identity = createIdentity(config, { db, store, commands, log, tokens });
   const oauth = createOAuth(config, { db, commands, tokens, identity, clientDocumentFetch: options.clientDocumentFetch });
+  const audit = createPermissionAudit({ knex: db.knex, log: log.child({ component: 'audit' }), settings: { retentionDays: config.audit.retention_days } });
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
   const { runtime, scheduler } = pipeline;
   let relay: Leadership | null = null;
@@ -158,6 +162,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     identity,
     tokens,
     oauth,
+    audit,
     repositories,
     search: search.index,
     hybrid: search.hybrid,
@@ -174,6 +179,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
       await bootstrap(config, options.env ?? process.env, { identity, repositories, db, log });
       if (runWorkers) await runtime.start();
       await scheduler?.start();
+      if (runWorkers) await audit.startRetention();
     },
     async close(onStep) {
       const parts: Array<[string, () => Promise<void> | undefined]> = [
@@ -181,6 +187,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
         ['stage runtime', () => runtime.stop()],
         ['projections', () => projections.stop()],
         ['relay', () => relay?.stop()],
+        ['permission audit', () => audit.close()],
         ['bus', () => bus?.close()],
         ['search', () => search.close()],
         ['event store', () => store.close()],

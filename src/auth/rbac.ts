@@ -60,6 +60,7 @@ export const PERMISSION_CATALOG = [
   { permission: 'apikeys:manage', scope: 'system', description: "list and revoke any user's API keys" },
   { permission: 'projections:read', scope: 'system', description: 'read projection positions and health' },
   { permission: 'projections:manage', scope: 'system', description: 'rebuild projections' },
+  { permission: 'audit:read', scope: 'system', description: 'read the permission audit of the whole service' },
   // Repository domain
   { permission: 'repositories:read', scope: 'repository', description: 'see the repository and its settings' },
   { permission: 'repositories:write', scope: 'repository', description: 'rename, change description' },
@@ -67,6 +68,7 @@ export const PERMISSION_CATALOG = [
   { permission: 'repositories:delete', scope: 'repository', description: 'delete the repository' },
   { permission: 'members:read', scope: 'repository', description: 'list who holds which role on the repository' },
   { permission: 'members:manage', scope: 'repository', description: 'grant and revoke roles on the repository' },
+  { permission: 'repositories:audit', scope: 'repository', description: 'read the permission audit of the repository' },
   { permission: 'sources:read', scope: 'repository', description: 'read sources' },
   { permission: 'sources:create', scope: 'repository', description: 'add sources (URL, upload)' },
   { permission: 'sources:write', scope: 'repository', description: 'edit, refetch, redecompose sources' },

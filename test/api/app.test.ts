@@ -65,7 +65,7 @@ t.test('projections: status, and a rebuild from position 0 equals the live read 
   t.equal((await service.call('GET', '/api/v1/projections', { token: user.token })).status, 403);
   const status = await service.call('GET', '/api/v1/projections', { token: admin.token });
   t.equal(status.status, 200);
-  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['concepts', 'facts', 'host-health', 'investigations', 'job-intake', 'oauth-clients', 'reports', 'repositories', 'search-index', 'sources', 'summaries', 'users']);
+  t.same(status.body.projections.map((p: { name: string }) => p.name).sort(), ['api-keys', 'concepts', 'facts', 'host-health', 'investigations', 'job-intake', 'oauth-clients', 'reports', 'repositories', 'search-index', 'sources', 'summaries', 'users']);
 
   const knex = service.context.db.knex;
   const snapshot = async () => {

@@ -6,11 +6,12 @@ import { createMcpServer, TOOL_LIST } from '../../src/mcp/server.js';
 import type { ToolCall } from '../../src/mcp/tools/common.js';
 import type { Application } from '../../src/app/application.js';
 import type { Config } from '../../src/config/types.js';
+import type { PermissionAudit } from '../../src/app/audit.js';
 
 // tools/list never reaches the application layer: these stand-ins are never called.
 const call: ToolCall = {
   app: {} as Application,
-  context: { config: {} as Config, log: pino({ level: 'silent' }) },
+  context: { config: {} as Config, log: pino({ level: 'silent' }), audit: {} as PermissionAudit },
   principal: { userId: 'u', credential: { kind: 'oauth', id: 'token' }, assignments: [] },
   trace: {},
 };

@@ -14,7 +14,7 @@ import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../../s
 /** Who calls a tool and with what: the same application layer and Principal a REST route has. */
 export interface ToolCall {
   app: Application;
-  context: Pick<AppContext, 'config' | 'log'>;
+  context: Pick<AppContext, 'config' | 'log' | 'audit'>;
   principal: Principal;
   trace: Trace;
   clientAddress?: string;
@@ -116,7 +116,14 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
         const parsed = spec.input.safeParse(rawArguments);
         if (!parsed.success) return toolError(`invalid: ${z.prettifyError(parsed.error)}`);
         return withCallContext(
-          { transport: 'mcp', operation: `tool ${spec.name}`, credentialKind: call.principal.credential.kind, clientAddress: call.clientAddress },
+          {
+            transport: 'mcp',
+            operation: `tool ${spec.name}`,
+            credentialKind: call.principal.credential.kind,
+            clientAddress: call.clientAddress,
+            requestId: call.trace.correlationId ?? undefined,
+            audit: call.context.audit,
+          },
           async () => {
             try {
               return toolResult(await spec.run(call, parsed.data));

@@ -1,0 +1,84 @@
+import type { Knex } from 'knex';
+import type { AppContext } from '../app/context.js';
+import { authorizeRepository, authorizeSystem } from '../app/access.js';
+import { invalid } from '../app/errors.js';
+import type { CredentialKind, Principal } from '../auth/rbac.js';
+import { countOf, pageOf, type PageInput } from './paging.js';
+import { isoDate } from './present.js';
+
+/** What the audit lists can be narrowed to; every filter is optional and they combine with AND. */
+export interface AuditFilters extends PageInput {
+  user_id?: string;
+  credential_kind?: CredentialKind;
+  permission?: string;
+  allowed?: boolean;
+  transport?: 'rest' | 'mcp' | 'cli' | 'web';
+  /** RFC 3339; rows at or after. */
+  since?: string;
+  /** RFC 3339; rows before. */
+  until?: string;
+}
+
+interface AuditRow {
+  id: string | number;
+  occurred_at: Date | string;
+  user_id: string;
+  credential_kind: string;
+  credential_id: string;
+  permission: string;
+  domain: string;
+  repository_id: string | null;
+  allowed: boolean;
+  transport: string;
+  operation: string;
+  client_address: string | null;
+  request_id: string | null;
+}
+
+const instant = (name: string, value: string): Date => {
+  const parsed = new Date(value);
+  if (Number.isNaN(parsed.getTime())) throw invalid(`${name} must be an RFC 3339 date-time`);
+  return parsed;
+};
+
+function filtered(query: Knex.QueryBuilder, filters: AuditFilters): Knex.QueryBuilder {
+  if (filters.user_id !== undefined) query.where('user_id', filters.user_id);
+  if (filters.credential_kind !== undefined) query.where('credential_kind', filters.credential_kind);
+  if (filters.permission !== undefined) query.where('permission', filters.permission);
+  if (filters.allowed !== undefined) query.where('allowed', filters.allowed);
+  if (filters.transport !== undefined) query.where('transport', filters.transport);
+  if (filters.since !== undefined) query.where('occurred_at', '>=', instant('since', filters.since));
+  if (filters.until !== undefined) query.where('occurred_at', '<', instant('until', filters.until));
+  return query;
+}
+
+/**
+ * The permission audit, newest first: the whole service's (`audit:read`, system) or one
+ * repository's (`repositories:audit`). Buffered decisions are written first, so a node lists
+ * every decision it took up to the call (including the one that lets the caller read it).
+ */
+export function auditQueries(deps: Pick<AppContext, 'db' | 'audit'>) {
+  const knex = deps.db.knex;
+  const list = async (query: Knex.QueryBuilder, filters: AuditFilters) => {
+    const page = pageOf(filters, 50);
+    await deps.audit.flush();
+    filtered(query, filters);
+    const total = await countOf(query);
+    const rows: AuditRow[] = await query.orderBy([{ column: 'occurred_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(page.limit).offset(page.offset);
+    return { items: rows.map((row) => ({ ...row, id: String(row.id), occurred_at: isoDate(row.occurred_at) })), total };
+  };
+  return {
+    async listAudit(principal: Principal, filters: AuditFilters = {}) {
+      authorizeSystem(principal, 'audit:read');
+      return list(knex('permission_audit'), filters);
+    },
+
+    async listRepositoryAudit(principal: Principal, input: AuditFilters & { repository: string }) {
+      const { repository: idOrSlug, ...filters } = input;
+      const repository = await authorizeRepository(knex, principal, idOrSlug, 'repositories:audit');
+      return list(knex('permission_audit').where('repository_id', repository.id), filters);
+    },
+  };
+}
+
+export type AuditQueries = ReturnType<typeof auditQueries>;
