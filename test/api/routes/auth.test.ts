@@ -127,6 +127,25 @@ t.test('profiles and admin', async (t) => {
   t.equal((await service.call('DELETE', '/api/v1/admin/users/roles', { token: admin.body.token, body: grant })).status, 204);
   t.equal((await service.call('GET', '/api/v1/admin/users', { token: dave.token })).status, 403, 'and is gone once revoked');
   t.equal((await service.call('DELETE', '/api/v1/admin/users/roles', { token: admin.body.token, body: grant })).status, 404, 'revoking a role not held');
+  const badBodies: [string, unknown][] = [
+    ['no body', undefined],
+    ['a missing field', { user_id: dave.user.id, role: 'reader' }],
+    ['an extra field', { ...grant, until: 'tomorrow' }],
+    ['an empty role', { ...grant, role: '' }],
+    ['a number for the user', { ...grant, user_id: 42 }],
+    ['a repository that does not exist', { ...grant, role: 'reader', domain: 'repository:no-such-repo' }],
+    ['a repository role on the system domain', { ...grant, role: 'owner' }],
+  ];
+  for (const [what, body] of badBodies) {
+    for (const method of ['PUT', 'DELETE']) {
+      const answer = await service.call(method, '/api/v1/admin/users/roles', { token: admin.body.token, body });
+      t.ok([400, 404].includes(answer.status), `${method} with ${what}: ${answer.status}`);
+      t.match(answer.body, { error: /^(bad_request|not_found)$/, message: /\S/ }, `${method} with ${what}: a message`);
+    }
+  }
+  const after = await service.call('GET', '/api/v1/admin/users', { token: admin.body.token });
+  const daveRoles = after.body.users.find((user: { id: string }) => user.id === dave.user.id).roles;
+  t.same(daveRoles, [{ role: 'user', domain: 'system' }], 'nothing was granted or revoked by a bad request');
 });
 
 t.test('no secret enters the event log', async (t) => {

@@ -1,0 +1,41 @@
+import t from 'tap';
+import { openScratchPostgres } from '../../src/db/database.js';
+import { registerUser, startTestService } from '../helpers/service.js';
+
+/**
+ * Two nodes on one PostgreSQL server: a role granted or revoked through one is in force for the
+ * very next request on the other, for sessions and API keys alike. No node caches permissions:
+ * each request reads the owner's current assignments.
+ */
+t.test('a role change through one node takes effect on the next request on another', async (t) => {
+  const scratch = await openScratchPostgres(undefined, 'factlog_roles');
+  const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
+  const overrides = { databases: { default: { url, max_conns: 5 } } };
+  const nodeA = await startTestService({ overrides, workers: false });
+  const nodeB = await startTestService({ overrides, workers: false });
+  t.teardown(async () => {
+    await nodeB.close();
+    await nodeA.close();
+    await scratch.close();
+  });
+
+  const admin = await registerUser(nodeA, 'admin@example.org');
+  const bob = await registerUser(nodeA, 'bob@example.org');
+  const repoId = (await nodeA.call('POST', '/api/v1/repositories', { token: admin.token, body: { name: 'Shared' } })).body.id;
+  // A key must grant something when it is made: bob can create repositories, and will read facts once he has a role.
+  const created = await nodeA.call('POST', '/api/v1/users/me/api-keys', { token: bob.token, body: { name: 'script', scopes: ['facts:read', 'repositories:create'] } });
+  t.equal(created.status, 201);
+  const key = created.body.key;
+  const readOnB = async (token: string) => (await nodeB.call('GET', `/api/v1/repositories/${repoId}/facts`, { token })).status;
+  t.equal(await readOnB(bob.token), 403);
+  t.equal(await readOnB(key), 403);
+
+  const grant = { user_id: bob.user.id, role: 'reader', domain: `repository:${repoId}` };
+  t.equal((await nodeA.call('PUT', '/api/v1/admin/users/roles', { token: admin.token, body: grant })).status, 200);
+  t.equal(await readOnB(bob.token), 200, 'the session on node B has the role at once');
+  t.equal(await readOnB(key), 200, 'and so has the key');
+
+  t.equal((await nodeA.call('DELETE', '/api/v1/admin/users/roles', { token: admin.token, body: grant })).status, 204);
+  t.equal(await readOnB(bob.token), 403, 'revoked on A: refused on B at the next request');
+  t.equal(await readOnB(key), 403);
+});
