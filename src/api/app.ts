@@ -97,7 +97,11 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       openapi: '3.0.3',
       info: { title: 'Factlog API', version: '1', description: 'Event-sourced knowledge-graph service' },
       servers: [{ url: context.publicUrl }],
-      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } } },
+      components: {
+        securitySchemes: {
+          bearerAuth: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT or API key', description: 'a session token (JWT) from register, login or refresh, or a personal API key (fl_…); the MCP endpoint takes OAuth access tokens and API keys' },
+        },
+      },
     },
     transform: completeOperation,
   });
