@@ -54,7 +54,7 @@ function filtered(query: Knex.QueryBuilder, filters: AuditFilters): Knex.QueryBu
 
 /**
  * The permission audit, newest first: the whole service's (`audit:read`, system) or one
- * repository's (`repositories:audit`). Buffered decisions are written first, so a node lists
+ * repository's (`members:read`). Buffered decisions are written first, so a node lists
  * every decision it took up to the call (including the one that lets the caller read it).
  */
 export function auditQueries(deps: Pick<AppContext, 'db' | 'audit'>) {
@@ -75,7 +75,7 @@ export function auditQueries(deps: Pick<AppContext, 'db' | 'audit'>) {
 
     async listRepositoryAudit(principal: Principal, input: AuditFilters & { repository: string }) {
       const { repository: idOrSlug, ...filters } = input;
-      const repository = await authorizeRepository(knex, principal, idOrSlug, 'repositories:audit');
+      const repository = await authorizeRepository(knex, principal, idOrSlug, 'members:read');
       return list(knex('permission_audit').where('repository_id', repository.id), filters);
     },
   };
