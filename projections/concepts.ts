@@ -6,7 +6,7 @@ import type { FactEvent } from '../src/domain/fact/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
-import { followMerges, MAX_CHAIN_LENGTH } from './mergeChains.js';
+import { finalSurvivorParams, finalSurvivorSql, followMerges } from './mergeChains.js';
 
 type Handled =
   | ConceptEvent
@@ -212,15 +212,7 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
   await trx.raw(
     `WITH RECURSIVE redirect AS (
        INSERT INTO fact_concept_redirects (fact_id, survivor_id) VALUES (?, ?) ON CONFLICT (fact_id) DO NOTHING
-     ), chain(id, depth) AS (
-       SELECT COALESCE((SELECT survivor_id FROM fact_concept_redirects WHERE fact_id = ? AND survivor_id IS NOT NULL), ?::text), 1
-       UNION ALL
-       SELECT r.survivor_id, chain.depth + 1 FROM chain JOIN fact_concept_redirects r ON r.fact_id = chain.id
-        WHERE r.survivor_id IS NOT NULL AND chain.depth < ?
-     ), target AS (
-       -- The final survivor, unless the chain leads back to the fact itself.
-       SELECT id FROM (SELECT id FROM chain ORDER BY depth DESC LIMIT 1) AS last WHERE id <> ?
-     ), linked AS (
+     ), ${finalSurvivorSql('fact_concept_redirects')}, linked AS (
        SELECT concept_id, repository_id, source_id FROM fact_concepts WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)
      ), moved AS (
        INSERT INTO fact_concepts (fact_id, concept_id, repository_id, source_id)
@@ -236,7 +228,7 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
                        + (SELECT count(*) FROM moved WHERE moved.concept_id = concepts.id)
                        - (SELECT count(*) FROM deleted WHERE deleted.concept_id = concepts.id)
       WHERE concepts.id IN (SELECT concept_id FROM linked)`,
-    [factId, survivorId, factId, survivorId, MAX_CHAIN_LENGTH, factId, factId, factId],
+    [factId, survivorId, ...finalSurvivorParams(factId, survivorId), factId, factId],
   );
 }
 

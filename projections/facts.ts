@@ -4,7 +4,7 @@ import { updateRows } from './batchWrites.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import type { FactEvent } from '../src/domain/fact/events.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
-import { followMerges, MAX_CHAIN_LENGTH } from './mergeChains.js';
+import { finalSurvivorParams, finalSurvivorSql, followMerges } from './mergeChains.js';
 
 type FactsExtracted = Extract<SourceEvent, { type: 'FactsExtracted' }>;
 type FactsEmbedded = Extract<SourceEvent, { type: 'FactsEmbedded' }>;
@@ -28,22 +28,14 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
        INSERT INTO fact_redirects (fact_id, survivor_id, repository_id) VALUES (?, ?, ?) ON CONFLICT (fact_id) DO NOTHING
      ), marked AS (
        UPDATE facts SET status = 'merged', merged_into = ? WHERE id = ?
-     ), chain(id, depth) AS (
-       SELECT COALESCE((SELECT survivor_id FROM fact_redirects WHERE fact_id = ? AND survivor_id IS NOT NULL), ?::text), 1
-       UNION ALL
-       SELECT r.survivor_id, chain.depth + 1 FROM chain JOIN fact_redirects r ON r.fact_id = chain.id
-        WHERE r.survivor_id IS NOT NULL AND chain.depth < ?
-     ), target AS (
-       -- The final survivor, unless the chain leads back to the fact itself.
-       SELECT id FROM (SELECT id FROM chain ORDER BY depth DESC LIMIT 1) AS last WHERE id <> ?
-     ), moved AS (
+     ), ${finalSurvivorSql('fact_redirects')}, moved AS (
        INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index)
        SELECT target.id, s.source_id, s.repository_id, s.chunk_index, s.source_text, s.sentence_index
          FROM fact_sources s, target WHERE s.fact_id = ?
        ON CONFLICT (fact_id, source_id) DO NOTHING
      )
      DELETE FROM fact_sources WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)`,
-    [factId, survivorId, repositoryId, survivorId, factId, factId, survivorId, MAX_CHAIN_LENGTH, factId, factId, factId],
+    [factId, survivorId, repositoryId, survivorId, factId, ...finalSurvivorParams(factId, survivorId), factId, factId],
   );
 }
 

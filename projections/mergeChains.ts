@@ -31,3 +31,23 @@ export async function followMerges(
   }
   return final;
 }
+
+/**
+ * SQL of two CTEs for a statement that moves a merged fact's rows: `chain` follows the
+ * redirects of `redirects` (fact_id → survivor_id) from the fact, preferring a redirect already
+ * recorded over the new survivor (an earlier merge wins), up to MAX_CHAIN_LENGTH steps; `target`
+ * is the final survivor, or no row when the chain leads back to the fact itself. Its parameters
+ * are `finalSurvivorParams`, in the place the SQL is put.
+ */
+export function finalSurvivorSql(redirects: 'fact_redirects' | 'fact_concept_redirects'): string {
+  return `chain(id, depth) AS (
+       SELECT COALESCE((SELECT survivor_id FROM ${redirects} WHERE fact_id = ? AND survivor_id IS NOT NULL), ?::text), 1
+       UNION ALL
+       SELECT r.survivor_id, chain.depth + 1 FROM chain JOIN ${redirects} r ON r.fact_id = chain.id
+        WHERE r.survivor_id IS NOT NULL AND chain.depth < ?
+     ), target AS (
+       SELECT id FROM (SELECT id FROM chain ORDER BY depth DESC LIMIT 1) AS last WHERE id <> ?
+     )`;
+}
+
+export const finalSurvivorParams = (factId: string, survivorId: string): Array<string | number> => [factId, survivorId, MAX_CHAIN_LENGTH, factId];
