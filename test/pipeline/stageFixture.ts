@@ -16,7 +16,7 @@ import { migrateReadModels } from '../../projections/migrations/index.js';
 import { readModelProjections } from '../../projections/index.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
 import { migrateJobs } from '../../src/pipeline/jobs.js';
-import { scheduledTrigger } from '../../src/pipeline/runtime.js';
+import { scheduledJobContext } from '../helpers/jobContext.js';
 import { factIdFor } from '../../src/pipeline/stages/sourceDecomposition.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
@@ -90,14 +90,14 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
 
   const settle = async (): Promise<void> => runner.waitFor(await store.headPosition(), 20_000);
 
-  function contextWith(stage: Stage, trigger: RecordedEvent, scheduled: boolean, options: { attempts?: number; signal?: AbortSignal }): JobContext {
+  function contextWith(stage: Stage, trigger: RecordedEvent, options: { attempts?: number; signal?: AbortSignal }): JobContext {
     const now = new Date().toISOString();
     return {
       job: {
         id: randomUUID(),
         kind: stage.kind,
         repositoryId: trigger.repositoryId,
-        subjectId: scheduled ? (trigger.repositoryId ?? '') : (stage.subjectOf(trigger) ?? ''),
+        subjectId: stage.subjectOf(trigger) ?? '',
         sourceId: null,
         reportId: null,
         triggerEventId: trigger.eventId,
@@ -110,7 +110,7 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
         updatedAt: now,
       },
       trigger,
-      scheduled,
+      scheduled: false,
       signal: options.signal ?? new AbortController().signal,
       actor: `system:${stage.kind}`,
     };
@@ -202,35 +202,11 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
     },
 
     contextFor(stage, trigger, options = {}) {
-      return contextWith(stage, trigger, false, options);
+      return contextWith(stage, trigger, options);
     },
 
     scheduledContextFor(stage, repositoryId, options = {}) {
-      const now = new Date().toISOString();
-      const triggerEventId = randomUUID();
-      const trigger = scheduledTrigger({
-        id: randomUUID(),
-        kind: stage.kind,
-        repositoryId,
-        subjectId: repositoryId,
-        sourceId: null,
-        reportId: null,
-        triggerEventId,
-        triggerPosition: 0,
-        correlationId: triggerEventId,
-        state: 'running',
-        attempts: 1,
-        maxAttempts: 5,
-        lastError: null,
-        nextAttemptAt: now,
-        leaseUntil: null,
-        heartbeatAt: null,
-        claimedBy: null,
-        finishedAt: null,
-        createdAt: now,
-        updatedAt: now,
-      });
-      return contextWith(stage, trigger, true, options);
+      return scheduledJobContext(stage, repositoryId, options);
     },
 
     async eventsOf(stream, type) {

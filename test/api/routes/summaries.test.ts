@@ -3,10 +3,10 @@ import t from 'tap';
 import { citedFactIds } from '../../../src/domain/concept/summaries.js';
 import { createOpenAIChatModel } from '../../../src/providers/llm/openai.js';
 import type { ChatModel } from '../../../src/providers/llm/port.js';
-import { scheduledTrigger } from '../../../src/pipeline/runtime.js';
 import { createSummarizeConceptsStage } from '../../../src/pipeline/stages/summarizeConcepts.js';
 import { createSynthesizeConceptStage } from '../../../src/pipeline/stages/synthesizeConcept.js';
 import type { JobContext, Stage } from '../../../src/pipeline/types.js';
+import { scheduledJobContext } from '../../helpers/jobContext.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
 import { createConcept, extractFacts, linkFacts, refreshRelations, stabilize, type SeededFact } from '../seedGraph.js';
@@ -25,35 +25,6 @@ const ids: Record<string, string> = {};
 const url = (path: string, repository = repoId) => `/api/v1/repositories/${repository}${path}`;
 const get = (path: string, as = token) => service.call('GET', url(path), { token: as });
 
-/** The context the runtime gives a job of `stage` about `subjectId` (a scheduled-style trigger: the stages read their streams, not the trigger). */
-function jobContext(stage: Stage, repositoryId: string, subjectId: string): JobContext {
-  const now = new Date().toISOString();
-  const triggerEventId = randomUUID();
-  const job = {
-    id: randomUUID(),
-    kind: stage.kind,
-    repositoryId,
-    subjectId,
-    sourceId: null,
-    reportId: null,
-    triggerEventId,
-    triggerPosition: 0,
-    correlationId: triggerEventId,
-    state: 'running' as const,
-    attempts: 1,
-    maxAttempts: 3,
-    lastError: null,
-    nextAttemptAt: now,
-    leaseUntil: null,
-    heartbeatAt: null,
-    claimedBy: null,
-    finishedAt: null,
-    createdAt: now,
-    updatedAt: now,
-  };
-  return { job, trigger: scheduledTrigger(job), scheduled: true, signal: new AbortController().signal, actor: `system:${stage.kind}` };
-}
-
 function stagesWith(chat: ChatModel) {
   const { store, db, config } = service.context;
   return {
@@ -65,8 +36,8 @@ function stagesWith(chat: ChatModel) {
 /** Runs summarize for the repository, then synthesize for each concept, and waits for the read models. */
 async function runPipeline(chat: ChatModel = service.context.chat, concepts = [ids.curie, ids.radium]) {
   const { summarize, synthesize } = stagesWith(chat);
-  await summarize.run(jobContext(summarize, repoId, repoId));
-  for (const concept of concepts) await synthesize.run(jobContext(synthesize, repoId, concept));
+  await summarize.run(scheduledJobContext(summarize, repoId, { subjectId: repoId }));
+  for (const concept of concepts) await synthesize.run(scheduledJobContext(synthesize, repoId, { subjectId: concept }));
   // The embedded runner settles on the global position alone.
   await service.context.projections.settle({ position: await service.context.store.headPosition(), streamId: '', streamVersion: 0, types: [] }, 30_000);
 }
@@ -146,7 +117,7 @@ t.test('resynthesize records the request and names the task', async (t) => {
   t.equal((await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token: strangerToken })).status, 403);
   t.equal((await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token, body: { reason: 'x'.repeat(501) } })).status, 400);
   const { synthesize } = stagesWith(service.context.chat);
-  await synthesize.run(jobContext(synthesize, repoId, ids.curie));
+  await synthesize.run(scheduledJobContext(synthesize, repoId, { subjectId: ids.curie }));
   await runPipeline(service.context.chat, []);
   t.match((await get(`/concepts/${ids.curie}/definition`)).body.synthesis, { reason: 'requested' });
   const events = await service.call('GET', `/api/v1/repositories/${repoId}/events?stream=concept-${ids.curie}`, { token });
@@ -167,12 +138,12 @@ t.test('a model answer citing a fact of another repository or another slice is r
     return { content: `[a](<fact:${given[0].id}>) [b](<fact:${foreignFacts[0].id}>)` };
   };
   await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token });
-  await t.rejects(synthesize.run(jobContext(synthesize, repoId, ids.curie)), new RegExp(`refused after 2 answers .*outside its input: ${foreignFacts[0].id}`));
+  await t.rejects(synthesize.run(scheduledJobContext(synthesize, repoId, { subjectId: ids.curie })), new RegExp(`refused after 2 answers .*outside its input: ${foreignFacts[0].id}`));
   t.equal(server.requests.chat, 2, 'asked again once, then refused');
 
   // Radium's fact f2 is not Marie Curie's: citing it is refused the same way.
   answer = (document) => ({ content: `[a](<fact:${(document.facts as Array<{ id: string }>)[0].id}>) [b](<fact:${facts[1].id}>)` });
-  await t.rejects(synthesize.run(jobContext(synthesize, repoId, ids.curie)), /outside its input/);
+  await t.rejects(synthesize.run(scheduledJobContext(synthesize, repoId, { subjectId: ids.curie })), /outside its input/);
   t.equal(await service.context.store.headPosition(), head + 1, 'only the request was recorded');
   t.same((await get(`/concepts/${ids.curie}/definition`)).body.synthesis, before, 'the definition is unchanged');
 });
