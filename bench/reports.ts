@@ -14,8 +14,6 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { contentHash } from '../src/interchange/hashing.js';
-import { facts as factCollection } from '../src/search/collections/index.js';
 import { createHybridSearch, hybridSettingsOf } from '../src/search/hybrid.js';
 import type { SearchIndex } from '../src/search/port.js';
 import type { Embedder } from '../src/providers/embeddings/port.js';
@@ -24,32 +22,12 @@ import type { JobContext, Stage } from '../src/pipeline/types.js';
 import { streamName, type RecordedEvent } from '../src/eventstore/envelope.js';
 import { registerUser, startTestService } from '../test/helpers/service.js';
 import { envNumber, int, log, prng, secs } from './common.js';
+import { loadFacts, syntheticFacts, type FactParts, type SeededBenchFact } from './seedFacts.js';
 
 const sizes = { facts: envNumber('BENCH_FACTS', 100_000), sentences: envNumber('BENCH_SENTENCES', 1000), seed: envNumber('BENCH_SEED', 7) };
 
-const FIRST = ['Anna', 'Boris', 'Clara', 'David', 'Elena', 'Felix', 'Greta', 'Hugo', 'Ingrid', 'Jonas', 'Karin', 'Lukas', 'Marta', 'Nils', 'Olga', 'Paul', 'Rosa', 'Stefan', 'Tanja', 'Viktor'];
-const LAST = ['Berg', 'Costa', 'Dahl', 'Engel', 'Fischer', 'Gruber', 'Hansen', 'Ivanov', 'Jensen', 'Keller', 'Lindqvist', 'Moreau', 'Novak', 'Olsen', 'Petrov', 'Quist', 'Rossi', 'Schmidt', 'Tanaka', 'Weber'];
-const VERBS = ['built', 'studied', 'measured', 'described', 'tested', 'designed', 'repaired', 'photographed', 'catalogued', 'analysed', 'sold', 'bought', 'restored', 'painted', 'mapped'];
-const OBJECTS = ['a copper telescope', 'the northern glacier', 'a steam engine', 'the old lighthouse', 'a rare orchid', 'the harbour crane', 'a silver compass', 'the river delta', 'a wooden bridge', 'the salt mine'];
-const PLACES = ['Bergen', 'Lisbon', 'Krakow', 'Lyon', 'Turin', 'Ghent', 'Tartu', 'Porto', 'Basel', 'Malmo', 'Riga', 'Leiden', 'Graz', 'Aarhus', 'Bilbao'];
-
-interface Parts {
-  first: string;
-  last: string;
-  verb: string;
-  object: string;
-  place: string;
-  year: number;
-}
-
-function parts(random: () => number): Parts {
-  const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)] as T;
-  return { first: pick(FIRST), last: pick(LAST), verb: pick(VERBS), object: pick(OBJECTS), place: pick(PLACES), year: 1700 + Math.floor(random() * 320) };
-}
-
-const factText = (p: Parts) => `${p.first} ${p.last} ${p.verb} ${p.object} in ${p.place} in ${p.year}.`;
 /** The same fact in other words (order and framing), at least 40 runes. */
-const restated = (p: Parts) => `In ${p.year}, in ${p.place}, ${p.first} ${p.last} ${p.verb} ${p.object}, the records say.`;
+const restated = (p: FactParts) => `In ${p.year}, in ${p.place}, ${p.first} ${p.last} ${p.verb} ${p.object}, the records say.`;
 const unrelated = (random: () => number, index: number) =>
   `Sentence ${index} of the report talks about ${['weather', 'music', 'cooking', 'sailing', 'gardening'][Math.floor(random() * 5)]} and about nothing the repository holds.`;
 
@@ -65,40 +43,11 @@ async function main(): Promise<void> {
     if (!embedder) throw new Error('the bench needs the local embedder');
 
     const random = prng(sizes.seed);
-    const all = new Map<string, Parts>();
-    while (all.size < sizes.facts) {
-      const p = parts(random);
-      all.set(factText(p), p);
-    }
-    const facts = [...all].map(([content, p]) => ({ id: randomUUID(), content, hash: contentHash(content), parts: p }));
-    const t0 = performance.now();
-    const vectors: number[][] = [];
-    for (let start = 0; start < facts.length; start += 1000) vectors.push(...(await embedder.embed(facts.slice(start, start + 1000).map((fact) => fact.content))));
-    log(`facts embedded in ${secs((performance.now() - t0) / 1000)}`);
-    // One document through the port creates the vector table; the rest are loaded in bulk.
-    const [first] = facts;
-    await context.search.index(factCollection, [
-      { id: first.id, repository_id: repositoryId, content: first.content, content_hash: first.hash, fact_kind: 'text', status: 'stable', created_at: new Date().toISOString(), vector: vectors[0] },
-    ]);
-    await knex.raw('DROP INDEX IF EXISTS fact_vectors_embedding');
-    const createdAt = new Date();
-    const t1 = performance.now();
-    for (let start = 1; start < facts.length; start += 500) {
-      const slice = facts.slice(start, start + 500);
-      await knex('facts').insert(
-        slice.map((fact) => ({ id: fact.id, repository_id: repositoryId, content: fact.content, content_hash: fact.hash, fact_kind: 'text', status: 'stable', model_id: 'bench', embedding_model: embedder.modelId, created_at: createdAt })),
-      );
-      await knex('fact_vectors').insert(slice.map((fact, offset) => ({ fact_id: fact.id, repository_id: repositoryId, embedding: `[${(vectors[start + offset] as number[]).join(',')}]` })));
-    }
-    await knex.raw(`SET maintenance_work_mem = '512MB'`);
-    await knex.raw('CREATE INDEX fact_vectors_embedding ON fact_vectors USING hnsw (embedding vector_cosine_ops)');
-    await knex.raw('RESET maintenance_work_mem');
-    await knex.raw('ANALYZE facts');
-    await knex.raw('ANALYZE fact_vectors');
-    log(`facts loaded and indexed in ${secs((performance.now() - t1) / 1000)}`);
+    const facts = syntheticFacts(random, sizes.facts);
+    await loadFacts(service, repositoryId, facts);
 
     const sentences = Array.from({ length: sizes.sentences }, (_, index) =>
-      index % 2 === 0 ? restated((facts[Math.floor(random() * facts.length)] as { parts: Parts }).parts) : unrelated(random, index),
+      index % 2 === 0 ? restated((facts[Math.floor(random() * facts.length)] as SeededBenchFact).parts) : unrelated(random, index),
     );
     const reportsUrl = `/api/v1/repositories/${repositoryId}/reports`;
     const created = await service.call('POST', reportsUrl, { token: user.token, body: { title: 'Bench', text: sentences.join(' ') } });

@@ -61,6 +61,14 @@ export interface HybridSearch {
    * `knnMany`, so a batch costs one embedding call and one k-NN round trip.
    */
   searchMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[]): Promise<HybridReply<HitOf<Doc>>[]>;
+  /**
+   * The vector side alone, batched as `searchMany` is: each query's `offset + limit` nearest by
+   * cosine (reply mode `hybrid`, `score` and `similarities` the cosine), or, where vectors cannot
+   * answer, lexical search with the reason, as `searchMany` falls back. For callers that keep only
+   * candidates above a cosine threshold (report annotation): a hit only the lexical side finds has
+   * no cosine, so ranking that side would be work thrown away.
+   */
+  nearestMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[]): Promise<HybridReply<HitOf<Doc>>[]>;
 }
 
 /**
@@ -181,9 +189,28 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     return fuse(query, lexical.items, nearest.items);
   }
 
-  async function searchMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[]): Promise<HybridReply<HitOf<Doc>>[]> {
+  /** The vector side's k nearest as a reply: cosine scores, nothing fused. */
+  function nearestReply<Hit extends { id: string; score: number }>(query: HybridQuery<IndexedDocument>, nearest: readonly Hit[]): HybridReply<Hit> {
+    return {
+      mode: 'hybrid',
+      fallback_reason: null,
+      similarities: new Map(nearest.map((hit) => [hit.id, hit.score])),
+      total: nearest.length,
+      items: nearest.slice(query.offset, query.offset + query.limit),
+    };
+  }
+
+  /**
+   * searchMany and nearestMany: one embedding call and one knnMany for the batch, then per query
+   * either the lexical side fused in (`withLexical`) or the nearest alone.
+   */
+  async function answerMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[], withLexical: boolean): Promise<HybridReply<HitOf<Doc>>[]> {
     type Hit = HitOf<Doc>;
-    const plans = queries.map(planOf);
+    const plans = queries.map((query) => {
+      const plan = planOf(query);
+      // Nothing is fused, so nothing is over-fetched: the page's depth is the k asked for.
+      return plan.kind === 'hybrid' && !withLexical ? { ...plan, pool: Math.min(query.offset + query.limit, MAX_K) } : plan;
+    });
     const answers: Array<HybridReply<Hit> | null> = queries.map(() => null);
     for (const [index, plan] of plans.entries()) if (plan.kind === 'lexical') answers[index] = await lexicalOnly(collection, queries[index], plan.reason);
     const hybrid = plans.flatMap((plan, index) => (plan.kind === 'hybrid' ? [{ index, pool: plan.pool, text: plan.text }] : []));
@@ -219,6 +246,10 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
         for (const [position, { index, pool }] of ready.entries()) {
           const found = nearest[position];
           if (found === undefined) continue;
+          if (!withLexical) {
+            answers[index] = nearestReply(queries[index], found.items);
+            continue;
+          }
           const lexical = await lexicalPage(collection, queries[index], pool, 0);
           answers[index] = fuse(queries[index], lexical.items, found.items);
         }
@@ -230,5 +261,9 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     });
   }
 
-  return { search, searchMany };
+  return {
+    search,
+    searchMany: (collection, queries) => answerMany(collection, queries, true),
+    nearestMany: (collection, queries) => answerMany(collection, queries, false),
+  };
 }

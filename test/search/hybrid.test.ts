@@ -223,3 +223,34 @@ t.test('searchMany answers each query as search does, with one embedding call an
     ['lexical', 'embedding the query failed: model down'],
   ]);
 });
+
+t.test('nearestMany: the k nearest by cosine alone, no lexical work; lexical where vectors cannot answer', async (t) => {
+  const { db, index, repo, embedFacts } = await setup(t);
+  const [automobile, , cars] = await embedFacts(['The automobile needs fuel to run.', 'Dogs bark at strangers.', 'Cars and rain make roads slippery.', 'A storm is coming.']);
+  const calls = { embed: 0, knnMany: 0, search: 0 };
+  const counting = { ...handMadeEmbedder, embed: async (texts: readonly string[]) => ((calls.embed += 1), handMadeEmbedder.embed(texts)) };
+  const countingIndex = {
+    ...index,
+    search: ((collection, query) => ((calls.search += 1), index.search(collection, query))) as typeof index.search,
+    knnMany: ((collection, queries) => ((calls.knnMany += 1), index.knnMany(collection, queries))) as typeof index.knnMany,
+  };
+  const hybrid = createHybridSearch({ search: countingIndex, embedder: counting, settings: defaults });
+  const queries = [
+    { repositoryId: repo, query: 'zzz', vectorText: 'car', limit: 2, offset: 0 },
+    { repositoryId: repo, query: 'weather', limit: 1, offset: 0 },
+  ];
+  const [car, weather] = await hybrid.nearestMany(facts, queries);
+  t.same(calls, { embed: 1, knnMany: 1, search: 0 }, 'one embedding call, one k-NN call, no lexical search');
+  const [carVector] = await handMadeEmbedder.embed(['car']);
+  const expected = (await index.knn(facts, { repositoryId: repo, vector: carVector, k: 2 })).items;
+  t.same(car.items, expected, 'exactly the k nearest, with their cosine as score');
+  t.same(ids(car.items).sort(), [automobile.id, cars.id].sort(), 'found by meaning although the lexical query matches nothing');
+  t.same([...car.similarities.entries()], expected.map((hit) => [hit.id, hit.score]));
+  t.match(car, { mode: 'hybrid', fallback_reason: null, total: 2 });
+  t.equal(weather.items.length, 1);
+
+  const withoutVectors = createHybridSearch({ search: createPostgresSearchIndex(db.knex, { hasVector: false, vectorDimensions: DIMENSIONS }), embedder: handMadeEmbedder, settings: defaults });
+  const [fallen] = await withoutVectors.nearestMany(facts, [{ repositoryId: repo, query: 'cars', limit: 5, offset: 0 }]);
+  t.match(fallen, { mode: 'lexical', fallback_reason: /vector search is unavailable/ });
+  t.same(ids(fallen.items), [cars.id], 'the lexical side answers instead');
+});

@@ -16,9 +16,9 @@ import { loadRepositorySettings } from './repositorySettings.js';
 
 /**
  * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
- * the facts behind it. Candidates come from hybrid search over the repository's facts (the
- * sentence's words OR-ed on the lexical side, its vector on the k-NN side, sentences searched
- * in batches: one embedding call and one k-NN statement per batch); a candidate is kept
+ * the facts behind it. Candidates are the sentence's nearest facts by vector (sentences searched
+ * in batches: one embedding call and one k-NN statement per batch), or, where the repository has
+ * no vectors, a lexical search for its words OR-ed (`HybridSearch.nearestMany`); a candidate is kept
  * when its similarity to the sentence reaches `similarity_threshold` (the cosine of the two
  * vectors; the cosine of their word sets when search answered lexically), at most
  * `max_facts_per_sentence` per sentence, best first. The chat model then labels each pair
@@ -95,12 +95,13 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       offset: 0,
       mode: 'hybrid' as const,
     }));
-    const replies = await deps.hybrid.searchMany(factCollection, queries);
+    // Only candidates with a cosine at or above the threshold are kept, and only the vector side
+    // gives one: the nearest alone, the lexical side only where vectors cannot answer.
+    const replies = await deps.hybrid.nearestMany(factCollection, queries);
     return replies.map((reply, position) => {
       const sentence = sentences[position];
       const scored = reply.items.flatMap((hit) => {
-        // Hybrid: the k-NN side's cosine (a candidate only the lexical side found lies beyond the
-        // k nearest, so below every cosine the threshold keeps). Lexical: the word-set cosine.
+        // Vectors answered: their cosine. Lexical (no vectors): the word-set cosine.
         const similarity = reply.mode === 'hybrid' ? reply.similarities.get(hit.id) : wordSimilarity(sentence.text, hit.content ?? '');
         return similarity !== undefined && similarity >= settings.similarity_threshold ? [{ id: hit.id, content: hit.content ?? '', similarity }] : [];
       });
