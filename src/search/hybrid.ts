@@ -63,7 +63,8 @@ export interface HybridSearch {
   searchMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[]): Promise<HybridReply<HitOf<Doc>>[]>;
   /**
    * The vector side alone, batched as `searchMany` is: each query's `offset + limit` nearest by
-   * cosine (reply mode `hybrid`, `score` and `similarities` the cosine), or, where vectors cannot
+   * cosine, ranked as deep as hybrid ranks (reply mode `hybrid`, `score` and `similarities` the
+   * cosine of every candidate ranked), or, where vectors cannot
    * answer, lexical search with the reason, as `searchMany` falls back. For callers that keep only
    * candidates above a cosine threshold (report annotation): a hit only the lexical side finds has
    * no cosine, so ranking that side would be work thrown away.
@@ -206,11 +207,10 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
    */
   async function answerMany<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, queries: readonly HybridQuery<Doc>[], withLexical: boolean): Promise<HybridReply<HitOf<Doc>>[]> {
     type Hit = HitOf<Doc>;
-    const plans = queries.map((query) => {
-      const plan = planOf(query);
-      // Nothing is fused, so nothing is over-fetched: the page's depth is the k asked for.
-      return plan.kind === 'hybrid' && !withLexical ? { ...plan, pool: Math.min(query.offset + query.limit, MAX_K) } : plan;
-    });
+    // The vector side ranks as deep as in a hybrid search (over-fetched) even when nothing is
+    // fused: HNSW's recall grows with k (ef_search follows it), and the nearest must be the ones
+    // hybrid search would find.
+    const plans = queries.map(planOf);
     const answers: Array<HybridReply<Hit> | null> = queries.map(() => null);
     for (const [index, plan] of plans.entries()) if (plan.kind === 'lexical') answers[index] = await lexicalOnly(collection, queries[index], plan.reason);
     const hybrid = plans.flatMap((plan, index) => (plan.kind === 'hybrid' ? [{ index, pool: plan.pool, text: plan.text }] : []));

@@ -242,11 +242,12 @@ t.test('nearestMany: the k nearest by cosine alone, no lexical work; lexical whe
   const [car, weather] = await hybrid.nearestMany(facts, queries);
   t.same(calls, { embed: 1, knnMany: 1, search: 0 }, 'one embedding call, one k-NN call, no lexical search');
   const [carVector] = await handMadeEmbedder.embed(['car']);
-  const expected = (await index.knn(facts, { repositoryId: repo, vector: carVector, k: 2 })).items;
-  t.same(car.items, expected, 'exactly the k nearest, with their cosine as score');
+  // Ranked as deep as hybrid ranks (limit × over_fetch_multiplier), the page is the first `limit`.
+  const ranked = (await index.knn(facts, { repositoryId: repo, vector: carVector, k: 2 * defaults.overFetchMultiplier })).items;
+  t.same(car.items, ranked.slice(0, 2), 'the nearest, with their cosine as score');
   t.same(ids(car.items).sort(), [automobile.id, cars.id].sort(), 'found by meaning although the lexical query matches nothing');
-  t.same([...car.similarities.entries()], expected.map((hit) => [hit.id, hit.score]));
-  t.match(car, { mode: 'hybrid', fallback_reason: null, total: 2 });
+  t.same([...car.similarities.entries()], ranked.map((hit) => [hit.id, hit.score]), 'the cosine of every candidate ranked');
+  t.match(car, { mode: 'hybrid', fallback_reason: null, total: ranked.length });
   t.equal(weather.items.length, 1);
 
   const withoutVectors = createHybridSearch({ search: createPostgresSearchIndex(db.knex, { hasVector: false, vectorDimensions: DIMENSIONS }), embedder: handMadeEmbedder, settings: defaults });
