@@ -1,6 +1,7 @@
 import t from 'tap';
 import { PARAPHRASE } from '../fixtures/corpus/expected.js';
 import {
+  annotationSnapshot,
   assertNoFailedTasks,
   createRepository,
   httpApi,
@@ -61,6 +62,7 @@ t.test('the corpus gives the same facts, concepts and relations on both tiers', 
   await cluster.stop(worker1, 'SIGKILL');
 
   const distributed = await waitForPipeline(api, repositoryId, { timeoutMs: 600_000 });
+  distributed.annotations = await annotationSnapshot(api, repositoryId);
   const local = recordedSnapshot();
   t.comment(`distributed: ${distributed.facts.length} facts, ${distributed.concepts.length} concepts, ${distributed.relations.length} relations`);
   t.ok(local.facts.length > 100 && local.concepts.length > 20 && local.relations.length > 10, 'the recorded embedded run has knowledge to compare');

@@ -2,6 +2,7 @@ import t from 'tap';
 import { registerUser, startTestService } from '../helpers/service.js';
 import {
   assertNoFailedTasks,
+  annotationSnapshot,
   assertSameAsRecorded,
   clusterKey,
   createRepository,
@@ -51,12 +52,25 @@ const started = Date.now();
 const snapshot: CorpusSnapshot = await waitForPipeline(api, repositoryId, { timeoutMs: 600_000 });
 t.comment(`corpus processed in ${((Date.now() - started) / 1000).toFixed(1)} s: ${snapshot.facts.length} facts, ${snapshot.concepts.length} concepts, ${snapshot.relations.length} relations`);
 
+// A report written from the corpus, annotated with its facts: part of what both tiers must agree on.
+snapshot.annotations = await annotationSnapshot(api, repositoryId);
+
 if (process.env.FACTLOG_UPDATE_SNAPSHOT) recordSnapshot(snapshot);
 
 t.test('the run equals the recorded snapshot the other corpus tests compare with', async (t) => {
   const recorded = recordedSnapshot();
   t.same(snapshot.sources, recorded.sources, 'sources');
   assertSameAsRecorded(t, 'pipeline-corpus', snapshot, recorded);
+});
+
+t.test('a report written from the corpus gets the facts behind its sentences', async (t) => {
+  const [becquerel, turing, coffee, denial, weather] = snapshot.annotations ?? [];
+  t.ok(becquerel?.facts.includes('Henri Becquerel discovered radioactivity in 1896. (supports)'), 'a restated fact supports its sentence');
+  t.ok(turing?.facts.includes('Alan Turing worked at Bletchley Park during the Second World War. (supports)'));
+  t.ok(coffee?.facts.includes('The Dutch East India Company shipped coffee from Java to Amsterdam. (supports)'));
+  t.ok(denial?.facts.some((fact) => fact.includes('Marie Curie won the Nobel Prize in Chemistry in 1911.') && fact.endsWith('(contradicts)')), 'a denied fact contradicts');
+  t.same(weather?.facts, [], 'a sentence about nothing stored gets no fact');
+  t.ok(snapshot.annotations?.every((sentence) => sentence.facts.length <= 5), 'at most max_facts_per_sentence each');
 });
 
 const clusterOf = (content: string): SnapshotFact | undefined => snapshot.facts.find((fact) => fact.members.includes(content));

@@ -102,6 +102,8 @@ export function snapshotDifferences(expected: CorpusSnapshot, actual: CorpusSnap
   const summaryLine = (summary: SnapshotSummary) =>
     `${summary.concept}: ${summary.slices} slice(s), ${summary.open_slice_facts} open${summary.slices_valid ? '' : ', INVALID slices'}${summary.synthesized ? ', synthesized' : ''}${summary.synthesis_valid ? '' : ', INVALID synthesis'}`;
   if (expected.summaries !== undefined) setDiff('summary', expected.summaries.map(summaryLine), (actual.summaries ?? []).map(summaryLine));
+  const annotationLines = (snapshot: CorpusSnapshot) => (snapshot.annotations ?? []).flatMap((annotation) => annotation.facts.map((fact) => `${annotation.sentence} -> ${fact}`));
+  if (expected.annotations !== undefined && actual.annotations !== undefined) setDiff('annotation', annotationLines(expected), annotationLines(actual));
   return lines;
 }
 
@@ -121,6 +123,8 @@ export function assertSameAsRecorded(
     t.same(actual.relations, expected.relations, 'the same relations and shared fact counts'),
     // A snapshot recorded before summaries existed has none to compare: re-record it.
     expected.summaries === undefined || t.same(actual.summaries, expected.summaries, 'the same summary slices and syntheses (counts and validity)'),
+    // Only the runs that write CORPUS_REPORT (annotationSnapshot) have annotations to compare.
+    expected.annotations === undefined || actual.annotations === undefined || t.same(actual.annotations, expected.annotations, 'the same report sentences annotated with the same facts and postures'),
   ];
   if (results.every(Boolean)) return;
   const file = path.resolve(import.meta.dirname, '../../.cache/test-output', `${name}.json`);
@@ -364,12 +368,20 @@ export interface SnapshotSummary {
   synthesis_valid: boolean;
 }
 
+/** One annotated sentence of CORPUS_REPORT: the facts linked to it, as `<cluster key> (<posture>)`, sorted. */
+export interface SnapshotAnnotation {
+  sentence: string;
+  facts: string[];
+}
+
 export interface CorpusSnapshot {
   facts: SnapshotFact[];
   concepts: SnapshotConcept[];
   relations: SnapshotRelation[];
   /** Per concept with facts, by label; absent in a snapshot recorded before summaries existed. */
   summaries?: SnapshotSummary[];
+  /** CORPUS_REPORT annotated (annotationSnapshot); only the runs that write the report have it. */
+  annotations?: SnapshotAnnotation[];
   /** Sources by slug with their status (and failure when failed). */
   sources: Array<{ slug: string; status: string; failure: string | null }>;
 }
@@ -397,6 +409,41 @@ export async function takeSnapshot(api: Api, repositoryId: string): Promise<Corp
 
 /** The fact ids a Markdown text cites (`[text](<fact:ID>)`). */
 const citedIds = (markdown: string) => [...markdown.matchAll(/<fact:([^>]*)>/g)].map((match) => match[1] ?? '');
+
+/**
+ * A report written from the corpus: sentences that restate facts of each topic in other words,
+ * one that denies a fact, and one about nothing the corpus holds.
+ */
+export const CORPUS_REPORT = [
+  'Radioactivity was discovered by Henri Becquerel in the year 1896.',
+  'During the Second World War, Alan Turing worked at Bletchley Park on codes.',
+  'Coffee from Java was shipped to Amsterdam by the Dutch East India Company.',
+  'Marie Curie did not win the Nobel Prize in Chemistry, the pamphlet claims.',
+  'The weather at the seaside was mild and nobody there talked about anything else.',
+].join(' ');
+
+/**
+ * Writes CORPUS_REPORT into the repository, waits for its annotation and answers its sentences
+ * with their facts as cluster keys (so two runs compare whichever duplicate survived) and postures.
+ */
+export async function annotationSnapshot(api: Api, repositoryId: string, timeoutMs = 120_000): Promise<SnapshotAnnotation[]> {
+  const base = `/api/v1/repositories/${repositoryId}/reports`;
+  const report = await ok(api, 'POST', base, { title: 'From the corpus', text: CORPUS_REPORT }, [201]);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const current = await ok(api, 'GET', `${base}/${report.id}`);
+    if (current.status === 'annotated') break;
+    if (current.status === 'failed') throw new Error(`the corpus report failed: ${current.failure}`);
+    if (Date.now() > deadline) throw new Error(`the corpus report was not annotated within ${timeoutMs} ms (status ${current.status})`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  const { keyOf } = await factSnapshot(api, repositoryId);
+  const annotations = await listAll(api, `${base}/${report.id}/annotations`);
+  return annotations.map((sentence) => ({
+    sentence: sentence.text as string,
+    facts: (sentence.facts as Array<{ fact_id: string; posture: string }>).map((fact) => `${keyOf.get(fact.fact_id) ?? `unknown fact ${fact.fact_id}`} (${fact.posture})`).sort(byText),
+  }));
+}
 
 /** Summaries and syntheses per concept with facts (SnapshotSummary), by concept label. */
 export async function summarySnapshot(api: Api, repositoryId: string, batchSize = 20): Promise<SnapshotSummary[]> {
