@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Principal } from '../auth/rbac.js';
+import { withNamedLock } from '../db/namedLock.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
 import { streamName } from '../eventstore/envelope.js';
@@ -70,17 +71,30 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     return presentReport(row, await childIdsOf(knex, repositoryId, reportId));
   }
 
+  /**
+   * Parent changes of one repository, one at a time on every node: each checks the chain it
+   * extends and appends before the next reads the chains, so two concurrent edits (A under B, B
+   * under A) cannot close a cycle that each alone would not.
+   */
+  const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.report-tree.${repositoryId}`, work);
+
   async function create(principal: Principal, repositoryId: string, fields: ReportFields & { text: string }, origin: 'text' | 'upload', filename: string | null, trace?: Trace) {
-    if (fields.parent_id) await parentChain(knex, repositoryId, fields.parent_id);
     const reportId = randomUUID();
     const title = fields.title ?? defaultTitle(fields.text.slice(0, 4 * MAX_REPORT_TITLE_CHARS), filename);
-    return execute(
-      repositoryId,
-      reportId,
-      { type: 'CreateReport', reportId, title, text: fields.text, topic: fields.topic ?? null, parentId: fields.parent_id ?? null, origin, filename },
-      principal,
-      trace,
-    );
+    const run = () =>
+      execute(
+        repositoryId,
+        reportId,
+        { type: 'CreateReport', reportId, title, text: fields.text, topic: fields.topic ?? null, parentId: fields.parent_id ?? null, origin, filename },
+        principal,
+        trace,
+      );
+    const parentId = fields.parent_id;
+    if (!parentId) return run();
+    return inReportTree(repositoryId, async () => {
+      await parentChain(knex, repositoryId, parentId);
+      return run();
+    });
   }
 
   return {
@@ -111,14 +125,17 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     async update(principal: Principal, input: ReportInput & ReportFields, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
       await loadReport(knex, repository.id, input.report);
-      const chain = input.parent_id ? await parentChain(knex, repository.id, input.parent_id) : [];
-      return execute(
-        repository.id,
-        input.report,
-        { type: 'UpdateReport', reportId: input.report, title: input.title, text: input.text, topic: input.topic, parentId: input.parent_id, parentChain: chain },
-        principal,
-        trace,
-      );
+      const run = async () => {
+        const chain = input.parent_id ? await parentChain(knex, repository.id, input.parent_id) : [];
+        return execute(
+          repository.id,
+          input.report,
+          { type: 'UpdateReport', reportId: input.report, title: input.title, text: input.text, topic: input.topic, parentId: input.parent_id, parentChain: chain },
+          principal,
+          trace,
+        );
+      };
+      return input.parent_id ? inReportTree(repository.id, run) : run();
     },
 
     /** Deletes a report without children (409 when it has some). */
@@ -151,14 +168,16 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       const wanted = [...new Set(input.children_ids)];
       if (wanted.includes(input.report)) throw invalid('a report cannot be its own child');
       for (const child of wanted) await loadReport(knex, repository.id, child);
-      const current = await childIdsOf(knex, repository.id, input.report);
-      const chain = await parentChain(knex, repository.id, input.report);
-      for (const child of wanted.filter((id) => !current.includes(id))) {
-        await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: input.report, parentChain: chain }, principal, trace);
-      }
-      for (const child of current.filter((id) => !wanted.includes(id))) {
-        await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
-      }
+      await inReportTree(repository.id, async () => {
+        const current = await childIdsOf(knex, repository.id, input.report);
+        const chain = await parentChain(knex, repository.id, input.report);
+        for (const child of wanted.filter((id) => !current.includes(id))) {
+          await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: input.report, parentChain: chain }, principal, trace);
+        }
+        for (const child of current.filter((id) => !wanted.includes(id))) {
+          await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
+        }
+      });
       return presentReport(await loadReport(knex, repository.id, input.report), await childIdsOf(knex, repository.id, input.report));
     },
   };

@@ -135,6 +135,17 @@ t.test('parents and children; deleting', async (t) => {
   t.match(self.body, { error: 'bad_request', message: /cycle/ });
   t.equal((await service.call('GET', url(`/${parent.id}`), { token })).body.parent_id, null, 'nothing written');
 
+  // Two edits at once that would each be fine alone but together close a cycle: one is refused.
+  const a = (await service.call('POST', url(), { token, body: { title: 'A', text: 'Report A.' } })).body;
+  const b = (await service.call('POST', url(), { token, body: { title: 'B', text: 'Report B.' } })).body;
+  const racing = await Promise.all([
+    service.call('PUT', url(`/${a.id}`), { token, body: { parent_id: b.id } }),
+    service.call('PUT', url(`/${b.id}`), { token, body: { parent_id: a.id } }),
+  ]);
+  t.same(racing.map((answer) => answer.status).sort(), [200, 400], 'one of two racing edits closes no cycle');
+  const parents = [(await service.call('GET', url(`/${a.id}`), { token })).body.parent_id, (await service.call('GET', url(`/${b.id}`), { token })).body.parent_id];
+  t.equal(parents.filter((parentId) => parentId !== null).length, 1, 'exactly one parent link was written');
+
   const moved = await service.call('PUT', url(`/${grandchild.id}`), { token, body: { parent_id: null, topic: 'detail' } });
   t.match(moved.body, { parent_id: null, topic: 'detail', revision: 1 }, 'a parent or topic change is no new revision');
 
