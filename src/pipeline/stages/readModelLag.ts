@@ -1,10 +1,24 @@
 import type { Knex } from 'knex';
 import type { RecordedEvent } from '../../eventstore/envelope.js';
+import type { AppendedWrite } from '../../projection/types.js';
 
 /** A projection to wait for: its name and the event types it handles (`Projection.eventTypes`). */
 export interface AwaitedProjection {
   name: string;
   eventTypes: readonly string[];
+}
+
+/** An event to wait for: a job's trigger, or a write the stage appended (RecordedEvent is one). */
+export interface AwaitedEvent {
+  globalPosition: number;
+  streamId: string;
+  streamVersion: number;
+  type: string;
+}
+
+/** The last event of a write that `sharedCommandFrom` and its kin report. */
+export function lastEventOf(write: AppendedWrite): AwaitedEvent {
+  return { globalPosition: write.position, streamId: write.streamId, streamVersion: write.streamVersion, type: write.types.at(-1) ?? '' };
 }
 
 /**
@@ -14,7 +28,7 @@ export interface AwaitedProjection {
  * `projection_stream_positions` (src/projection/busRunner.ts), of the events they handle only:
  * there a projection that does not handle the trigger's type cannot be waited for, and is not.
  */
-export async function readModelsApplied(knex: Knex, projections: readonly AwaitedProjection[], trigger: RecordedEvent): Promise<boolean> {
+export async function readModelsApplied(knex: Knex, projections: readonly AwaitedProjection[], trigger: AwaitedEvent): Promise<boolean> {
   const names = projections.map((projection) => projection.name);
   const global: Array<{ name: string; position: string | number }> = (await tableExists(knex, 'projection_checkpoints'))
     ? await knex('projection_checkpoints').whereIn('name', names).select('name', 'position')
@@ -54,11 +68,23 @@ export async function awaitReadModels(
   context: { trigger: RecordedEvent; scheduled: boolean; signal: AbortSignal },
   options: { timeoutMs: number; pollMs?: number },
 ): Promise<boolean> {
-  if (context.scheduled || context.trigger.globalPosition <= 0) return true;
+  if (context.scheduled) return true;
+  return awaitApplied(knex, projections, context.trigger, context.signal, options);
+}
+
+/** awaitReadModels for any event, e.g. one the stage appended itself; an event without a position (0) counts as applied. */
+export async function awaitApplied(
+  knex: Knex,
+  projections: readonly AwaitedProjection[],
+  event: AwaitedEvent,
+  signal: AbortSignal,
+  options: { timeoutMs: number; pollMs?: number },
+): Promise<boolean> {
+  if (event.globalPosition <= 0) return true;
   const deadline = Date.now() + options.timeoutMs;
   for (;;) {
-    context.signal.throwIfAborted();
-    if (await readModelsApplied(knex, projections, context.trigger)) return true;
+    signal.throwIfAborted();
+    if (await readModelsApplied(knex, projections, event)) return true;
     if (Date.now() >= deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, options.pollMs ?? 100));
   }

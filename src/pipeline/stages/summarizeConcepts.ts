@@ -12,7 +12,9 @@ import { PermanentJobError, type JobContext, type Stage, type StageDefinition } 
 import { loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
 import { factsProjection } from '../../../projections/facts.js';
-import { awaitReadModels } from './readModelLag.js';
+import { awaitApplied, awaitReadModels, lastEventOf, type AwaitedEvent } from './readModelLag.js';
+import { summariesProjection } from '../../../projections/summaries.js';
+import type { AppendedWrite } from '../../projection/types.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
 export type SummarizationSettings = Config['providers']['summarization'];
@@ -32,12 +34,12 @@ export const SUMMARY_ATTEMPTS = 2;
 /**
  * Concepts of the repository whose slices do not cover exactly the facts linked to them now: a
  * fact no slice covers, or a slice fact that left the concept (a source deleted, a fact merged
- * away). By id, at most `limit`.
+ * away). By id, at most `limit`, after the id `after` when given (the next page).
  */
-export async function staleConcepts(knex: Knex, repositoryId: string, limit: number): Promise<string[]> {
+export async function staleConcepts(knex: Knex, repositoryId: string, limit: number, after = ''): Promise<string[]> {
   const result = (await knex.raw(
     `SELECT c.id FROM concepts c
-      WHERE c.repository_id = ? AND c.status = 'active' AND (
+      WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND (
         EXISTS (SELECT 1 FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
                  WHERE fc.concept_id = c.id
                    AND NOT EXISTS (SELECT 1 FROM concept_summary_facts s WHERE s.concept_id = c.id AND s.fact_id = fc.fact_id))
@@ -47,7 +49,7 @@ export async function staleConcepts(knex: Knex, repositoryId: string, limit: num
                                        WHERE fc.concept_id = c.id AND fc.fact_id = s.fact_id)))
       ORDER BY c.id COLLATE "C"
       LIMIT ?`,
-    [repositoryId, limit],
+    [repositoryId, after, limit],
   )) as { rows: Array<{ id: string }> };
   return result.rows.map((row) => row.id);
 }
@@ -103,21 +105,8 @@ export async function summarizeSlice(
  */
 export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage {
   const { batch_size: batchSize, max_concepts_per_run: maxConcepts, max_tokens: maxTokens } = deps.settings;
-  // Runs of one repository overlap (a job per ConceptsExtracted batch) and find the same stale
-  // concepts. Within this process, a concept another run is summarising is waited for and then
-  // planned again from its stream, so the model is not asked twice for the same slice; across
-  // processes the concept stream's version check keeps one of two writes.
-  const inFlight = new Map<string, Promise<unknown>>();
-  const exclusively = async <T>(conceptId: string, work: () => Promise<T>): Promise<T> => {
-    for (let running = inFlight.get(conceptId); running !== undefined; running = inFlight.get(conceptId)) await running.catch(() => undefined);
-    const done = work();
-    inFlight.set(conceptId, done);
-    try {
-      return await done;
-    } finally {
-      if (inFlight.get(conceptId) === done) inFlight.delete(conceptId);
-    }
-  };
+  const readModelWaitMs = deps.readModelWaitMs ?? 30_000;
+  const runs = new RepositoryRuns();
   return {
     kind: 'summarize_concepts',
     // FactRetracted: a deleted source's fact left its concepts, whose slices are rewritten or reopened.
@@ -129,26 +118,93 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
     },
     async run(context: JobContext) {
       const repositoryId = requireRepositoryId(context);
-      if (!(await isLiveRepository(deps.knex, repositoryId))) return;
-      // The facts and their links must be in the read models before a run decides what is stale.
-      // Still behind after the wait (a bus consumer far behind): nothing to do now; the next
-      // trigger or the scheduled run finds the concepts stale then. A failed task would say
-      // something went wrong, and nothing did.
-      const applied = await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], context, { timeoutMs: deps.readModelWaitMs ?? 30_000 });
-      if (!applied) return;
-      const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
-      const refusals: Refusal[] = [];
-      for (const conceptId of await staleConcepts(deps.knex, repositoryId, maxConcepts)) {
-        throwIfAborted(context.signal);
-        const refusal = await exclusively(conceptId, () => summarizeConcept(deps, context, conceptId, { batchSize, maxTokens, promptset }));
-        if (refusal) refusals.push(refusal);
-      }
-      if (refusals.length > 0) {
-        const listed = refusals.map((refusal) => `concept ${refusal.conceptId} slice ${refusal.sliceNumber}: ${refusal.problem}`).join('; ');
-        throw new PermanentJobError(`summaries refused after ${SUMMARY_ATTEMPTS} answers (nothing recorded for these): ${listed}`);
-      }
+      await runs.one(repositoryId, context, async (triggers, progress) => {
+        if (!(await isLiveRepository(deps.knex, repositoryId))) return;
+        // The facts and their links must be in the read models before a run decides what is stale,
+        // for its own trigger and those of the runs that left their work to it. Still behind after
+        // the wait (a bus consumer far behind): nothing to do now; the next trigger or the
+        // scheduled run finds the concepts stale then. A failed task would say something went
+        // wrong, and nothing did.
+        for (const trigger of triggers) {
+          if (!(await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], trigger, { timeoutMs: readModelWaitMs }))) return;
+        }
+        // And the slices this process wrote last must be in `concept_summary_facts`, or the run
+        // would find those concepts stale again and plan them once more.
+        if (progress.lastWrite && !(await awaitApplied(deps.knex, [summariesProjection], progress.lastWrite, context.signal, { timeoutMs: readModelWaitMs }))) return;
+        const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
+        const refusals: Refusal[] = [];
+        // Pages of max_concepts_per_run stale concepts in id order, going on from where the last
+        // run of the repository stopped, so that during a burst of sources every concept gets its
+        // turn. A full page is followed by the next one unless a run is queued behind this one
+        // (that run goes on from here); the end of the ids wraps around to the start once.
+        let wrapped = progress.cursor === '';
+        for (;;) {
+          const page = await staleConcepts(deps.knex, repositoryId, maxConcepts, progress.cursor);
+          for (const conceptId of page) {
+            throwIfAborted(context.signal);
+            const outcome = await summarizeConcept(deps, context, conceptId, { batchSize, maxTokens, promptset });
+            if ('problem' in outcome) refusals.push(outcome);
+            else if (outcome.write) progress.lastWrite = lastEventOf(outcome.write);
+            progress.cursor = conceptId;
+          }
+          if (page.length < maxConcepts) {
+            progress.cursor = '';
+            if (wrapped) break;
+            wrapped = true;
+          }
+          if (runs.queuedBehind(repositoryId)) break;
+        }
+        if (refusals.length > 0) {
+          const listed = refusals.map((refusal) => `concept ${refusal.conceptId} slice ${refusal.sliceNumber}: ${refusal.problem}`).join('; ');
+          throw new PermanentJobError(`summaries refused after ${SUMMARY_ATTEMPTS} answers (nothing recorded for these): ${listed}`);
+        }
+      });
     },
   };
+}
+
+/** Where the summarize runs of a repository in this process are: their last write, and the id the next page starts after. */
+interface RunProgress {
+  lastWrite: AwaitedEvent | null;
+  cursor: string;
+}
+
+/**
+ * The summarize runs of each repository in this process: one at a time, and a run that finds
+ * another queued behind it leaves its work to that one. Runs are triggered per document (each
+ * ConceptsExtracted) and would find the same stale concepts and plan them again one after
+ * another; the last run in the queue starts after the others and waits for all their triggers
+ * to be applied, so it finds everything they would have found. Across processes the concept
+ * stream's version check keeps one of two writes.
+ */
+class RepositoryRuns {
+  private readonly byRepository = new Map<string, { tail: Promise<void>; queued: number; triggers: JobContext[]; progress: RunProgress }>();
+
+  /** Whether a run of the repository waits for the one running now. */
+  queuedBehind(repositoryId: string): boolean {
+    return (this.byRepository.get(repositoryId)?.queued ?? 0) > 0;
+  }
+
+  async one(repositoryId: string, context: JobContext, work: (triggers: JobContext[], progress: RunProgress) => Promise<void>): Promise<void> {
+    let entry = this.byRepository.get(repositoryId);
+    if (!entry) {
+      entry = { tail: Promise.resolve(), queued: 0, triggers: [], progress: { lastWrite: null, cursor: '' } };
+      this.byRepository.set(repositoryId, entry);
+    }
+    const previous = entry.tail;
+    let release = () => {};
+    entry.tail = new Promise<void>((resolve) => (release = resolve));
+    entry.queued += 1;
+    entry.triggers.push(context);
+    try {
+      await previous;
+      entry.queued -= 1;
+      if (entry.queued > 0) return;
+      await work(entry.triggers.splice(0), entry.progress);
+    } finally {
+      release();
+    }
+  }
 }
 
 async function summarizeConcept(
@@ -156,14 +212,14 @@ async function summarizeConcept(
   context: JobContext,
   conceptId: string,
   options: { batchSize: number; maxTokens: number; promptset: Promptset },
-): Promise<Refusal | null> {
+): Promise<Refusal | { write: AppendedWrite | null }> {
   const stream = streamName('concept', conceptId);
   const loaded = await loadStream(deps.store, stream, conceptDecider);
   const { state } = loaded;
-  if (state.status !== 'active') return null;
+  if (state.status !== 'active') return { write: null };
   const facts = await linkedFacts(deps.knex, conceptId);
   const plan = planSlices(state.slices, facts.map((fact) => fact.id), options.batchSize);
-  if (plan.writes.length === 0 && plan.removeFrom === null) return null;
+  if (plan.writes.length === 0 && plan.removeFrom === null) return { write: null };
   const byId = new Map(facts.map((fact) => [fact.id, fact]));
   const concept: ConceptIdentity = { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases };
   const slices: SliceWrite[] = [];
@@ -181,14 +237,14 @@ async function summarizeConcept(
   // Decided once on the stream as read: a plan the slice rules refuse is a bug, and fails the job.
   conceptDecider.decide(command, state);
   try {
-    await sharedCommandFrom(deps.store, stream, conceptDecider, loaded, command, stageMetadata(context));
+    const { write } = await sharedCommandFrom(deps.store, stream, conceptDecider, loaded, command, stageMetadata(context));
+    return { write };
   } catch (error) {
     // Only a re-decision gets here with a DomainError: the stream moved (a twin wrote slices
     // first) and the plan no longer fits it. The next run plans from the stream as it is now.
-    if (error instanceof DomainError) return null;
+    if (error instanceof DomainError) return { write: null };
     throw error;
   }
-  return null;
 }
 
 /** The registry's entry: `providers.summarization.enabled`; periodic as a safety net for a trigger whose read models lagged past its retries. */

@@ -11,6 +11,7 @@ import { createDeduplicateFactsStage } from '../../../src/pipeline/stages/dedupl
 import { createExtractConceptsStage } from '../../../src/pipeline/stages/extractConcepts.js';
 import { createSummarizeConceptsStage, staleConcepts } from '../../../src/pipeline/stages/summarizeConcepts.js';
 import { createSynthesizeConceptStage } from '../../../src/pipeline/stages/synthesizeConcept.js';
+import type { EventStore, ReadStreamOptions } from '../../../src/eventstore/port.js';
 import { PermanentJobError } from '../../../src/pipeline/types.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 import { openStageFixture, testMetadata, type StageFixture } from '../stageFixture.js';
@@ -243,4 +244,31 @@ t.test('summarize_concepts: overlapping runs ask the model once per slice', asyn
   await Promise.all([summarize.run(fixture.contextFor(summarize, source.trigger)), summarize.run(fixture.contextFor(summarize, source.trigger))]);
   t.equal(calls.summaries.length, 3, 'Marie Curie slices 1 and 2, Paris slice 1: once each');
   t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3);
+});
+
+t.test('summarize_concepts: runs queued behind another leave their work to the last, which starts after the slices before it are applied', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const { chat, calls } = countingChat();
+  // Counts the concept streams the runs read: each is a concept planned once more.
+  const conceptReads: string[] = [];
+  const store: EventStore = Object.create(fixture.store, {
+    readStream: {
+      value: (streamId: string, options?: ReadStreamOptions) => {
+        if (streamId.startsWith('concept-')) conceptReads.push(streamId);
+        return fixture.store.readStream(streamId, options);
+      },
+    },
+  });
+  // Pages of one concept: Marie Curie and Paris are stale.
+  const summarize = createSummarizeConceptsStage({ store, knex: fixture.db.knex, chat, settings: { ...summarization, max_concepts_per_run: 1 } });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
+  const contexts = Array.from({ length: 5 }, () => fixture.contextFor(summarize, source.trigger));
+  await Promise.all(contexts.map((context) => summarize.run(context)));
+  t.equal(conceptReads.length, 2, 'five runs at once: the last plans both concepts, a page each; the four queued before it leave their work to it');
+  t.equal(calls.summaries.length, 3, 'Marie Curie slices 1 and 2, Paris slice 1: once each');
+  await summarize.run(fixture.contextFor(summarize, source.trigger));
+  t.equal(conceptReads.length, 2, 'the next run waits for those slices to be applied and plans nothing again');
+  await fixture.settle();
+  t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the runs');
 });
