@@ -2,19 +2,18 @@ import type { Knex } from 'knex';
 import type { Config } from '../../config/types.js';
 import { parseDuration } from '../../config/duration.js';
 import { DomainError } from '../../domain/decider.js';
-import { conceptDecider, type SliceWrite } from '../../domain/concept/decider.js';
+import { conceptDecider, type ConceptCommand, type ConceptState, type SliceWrite } from '../../domain/concept/decider.js';
 import { citationProblem, planSlices, summarySliceId } from '../../domain/concept/summaries.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
+import { foldStream, requireRepositoryId, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
 import { factsProjection } from '../../../projections/facts.js';
 import { awaitApplied, awaitReadModels, lastEventOf, type AwaitedEvent } from './readModelLag.js';
 import { summariesProjection } from '../../../projections/summaries.js';
-import type { AppendedWrite } from '../../projection/types.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
 export type SummarizationSettings = Config['providers']['summarization'];
@@ -54,15 +53,35 @@ export async function staleConcepts(knex: Knex, repositoryId: string, limit: num
   return result.rows.map((row) => row.id);
 }
 
+/** A fact linked to a concept, as summaries and syntheses are made from it. */
+export interface LinkedFact {
+  id: string;
+  content: string;
+  fact_kind: string;
+  image_id: string | null;
+}
+
 /** The facts linked to a concept now, in the stable order of its slices: oldest first, then by id. */
-export async function linkedFacts(knex: Knex, conceptId: string): Promise<Array<{ id: string; content: string; fact_kind: string; image_id: string | null }>> {
+export async function linkedFacts(knex: Knex, conceptId: string): Promise<LinkedFact[]> {
+  return (await linkedFactsOf(knex, [conceptId])).get(conceptId) ?? [];
+}
+
+/** linkedFacts of many concepts in one statement; a concept with none has no entry. */
+export async function linkedFactsOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, LinkedFact[]>> {
+  const byConcept = new Map<string, LinkedFact[]>();
+  if (conceptIds.length === 0) return byConcept;
   const result = (await knex.raw(
-    `SELECT f.id, f.content, f.fact_kind, f.image_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
-      WHERE fc.concept_id = ? AND f.status <> 'merged'
-      ORDER BY f.created_at, f.id COLLATE "C"`,
-    [conceptId],
-  )) as { rows: Array<{ id: string; content: string; fact_kind: string; image_id: string | null }> };
-  return result.rows;
+    `SELECT fc.concept_id, f.id, f.content, f.fact_kind, f.image_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
+      WHERE fc.concept_id = ANY(?::text[]) AND f.status <> 'merged'
+      ORDER BY fc.concept_id, f.created_at, f.id COLLATE "C"`,
+    [[...conceptIds]],
+  )) as { rows: Array<LinkedFact & { concept_id: string }> };
+  for (const { concept_id: conceptId, ...fact } of result.rows) {
+    const facts = byConcept.get(conceptId) ?? [];
+    facts.push(fact);
+    byConcept.set(conceptId, facts);
+  }
+  return byConcept;
 }
 
 /** A model answer that was refused twice: nothing of its concept is recorded. */
@@ -140,13 +159,10 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
         let wrapped = progress.cursor === '';
         for (;;) {
           const page = await staleConcepts(deps.knex, repositoryId, maxConcepts, progress.cursor);
-          for (const conceptId of page) {
-            throwIfAborted(context.signal);
-            const outcome = await summarizeConcept(deps, context, conceptId, { batchSize, maxTokens, promptset });
-            if ('problem' in outcome) refusals.push(outcome);
-            else if (outcome.write) progress.lastWrite = lastEventOf(outcome.write);
-            progress.cursor = conceptId;
-          }
+          const done = await summarizePage(deps, context, page, { batchSize, maxTokens, promptset });
+          refusals.push(...done.refusals);
+          progress.lastWrite = done.lastWrite ?? progress.lastWrite;
+          progress.cursor = page.at(-1) ?? progress.cursor;
           if (page.length < maxConcepts) {
             progress.cursor = '';
             if (wrapped) break;
@@ -207,19 +223,58 @@ class RepositoryRuns {
   }
 }
 
-async function summarizeConcept(
+/**
+ * Plans and writes the slices of a page of concepts: their streams in one read, their linked
+ * facts in one statement, the model asked slice by slice, and every concept's slices in one
+ * multi-stream append (a stream that moved meanwhile is re-decided alone). A refused answer
+ * leaves its concept out; the others are written.
+ */
+async function summarizePage(
+  deps: SummarizeConceptsDeps,
+  context: JobContext,
+  conceptIds: readonly string[],
+  options: { batchSize: number; maxTokens: number; promptset: Promptset },
+): Promise<{ refusals: Refusal[]; lastWrite: AwaitedEvent | null }> {
+  const refusals: Refusal[] = [];
+  if (conceptIds.length === 0) return { refusals, lastWrite: null };
+  const streams = await deps.store.readStreams(conceptIds.map((conceptId) => streamName('concept', conceptId)));
+  const linked = await linkedFactsOf(deps.knex, conceptIds);
+  const commands: Array<BatchCommand<ConceptState, ConceptCommand>> = [];
+  for (const conceptId of conceptIds) {
+    throwIfAborted(context.signal);
+    const stream = streamName('concept', conceptId);
+    const loaded = foldStream(streams.get(stream) ?? [], conceptDecider);
+    const planned = await plannedSlices(deps, context, conceptId, loaded.state, linked.get(conceptId) ?? [], options);
+    if (planned === null) continue;
+    if ('problem' in planned) refusals.push(planned);
+    else commands.push({ streamId: stream, loaded, command: planned });
+  }
+  throwIfAborted(context.signal);
+  if (commands.length === 0) return { refusals, lastWrite: null };
+  try {
+    const results = await sharedCommandsFrom(deps.store, conceptDecider, commands, stageMetadata(context));
+    const write = results.findLast((result) => result.write !== null)?.write;
+    return { refusals, lastWrite: write ? lastEventOf(write) : null };
+  } catch (error) {
+    // Only a re-decision gets here with a DomainError: a stream moved (a twin wrote slices
+    // first) and the plan no longer fits it. The next run plans from the stream as it is now.
+    if (error instanceof DomainError) return { refusals, lastWrite: null };
+    throw error;
+  }
+}
+
+/** The slices a concept's command writes and removes, a refusal, or null when its slices are current. */
+async function plannedSlices(
   deps: SummarizeConceptsDeps,
   context: JobContext,
   conceptId: string,
+  state: ConceptState,
+  facts: readonly LinkedFact[],
   options: { batchSize: number; maxTokens: number; promptset: Promptset },
-): Promise<Refusal | { write: AppendedWrite | null }> {
-  const stream = streamName('concept', conceptId);
-  const loaded = await loadStream(deps.store, stream, conceptDecider);
-  const { state } = loaded;
-  if (state.status !== 'active') return { write: null };
-  const facts = await linkedFacts(deps.knex, conceptId);
+): Promise<Refusal | Extract<ConceptCommand, { type: 'WriteSummarySlices' }> | null> {
+  if (state.status !== 'active') return null;
   const plan = planSlices(state.slices, facts.map((fact) => fact.id), options.batchSize);
-  if (plan.writes.length === 0 && plan.removeFrom === null) return { write: null };
+  if (plan.writes.length === 0 && plan.removeFrom === null) return null;
   const byId = new Map(facts.map((fact) => [fact.id, fact]));
   const concept: ConceptIdentity = { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases };
   const slices: SliceWrite[] = [];
@@ -232,19 +287,10 @@ async function summarizeConcept(
   const lastNumber = state.slices.at(-1)?.sliceNumber ?? 0;
   const removed = [];
   for (let number = plan.removeFrom ?? lastNumber + 1; number <= lastNumber; number++) removed.push({ sliceId: summarySliceId(conceptId, number), sliceNumber: number });
-  throwIfAborted(context.signal);
   const command = { type: 'WriteSummarySlices' as const, batchSize: options.batchSize, modelId: deps.chat.modelId, slices, removed, removeReason: 'facts_removed' };
   // Decided once on the stream as read: a plan the slice rules refuse is a bug, and fails the job.
   conceptDecider.decide(command, state);
-  try {
-    const { write } = await sharedCommandFrom(deps.store, stream, conceptDecider, loaded, command, stageMetadata(context));
-    return { write };
-  } catch (error) {
-    // Only a re-decision gets here with a DomainError: the stream moved (a twin wrote slices
-    // first) and the plan no longer fits it. The next run plans from the stream as it is now.
-    if (error instanceof DomainError) return { write: null };
-    throw error;
-  }
+  return command;
 }
 
 /** The registry's entry: `providers.summarization.enabled`; periodic as a safety net for a trigger whose read models lagged past its retries. */

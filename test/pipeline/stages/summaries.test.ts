@@ -69,6 +69,41 @@ async function linkedSource(fixture: StageFixture, repositoryId: string, content
   return { ...source, trigger };
 }
 
+/** The store, counting the concept streams read (each a concept planned once more) and the appends to concept streams. */
+function countingStore(base: EventStore) {
+  const conceptReads: string[] = [];
+  const appends: string[][] = [];
+  const concepts = (streamIds: readonly string[]) => streamIds.filter((streamId) => streamId.startsWith('concept-'));
+  const store: EventStore = Object.create(base, {
+    readStream: {
+      value: (streamId: string, options?: ReadStreamOptions) => {
+        conceptReads.push(...concepts([streamId]));
+        return base.readStream(streamId, options);
+      },
+    },
+    readStreams: {
+      value: (streamIds: readonly string[]) => {
+        conceptReads.push(...concepts(streamIds));
+        return base.readStreams(streamIds);
+      },
+    },
+    append: {
+      value: (streamId: string, ...rest: Parameters<EventStore['append']> extends [string, ...infer R] ? R : never) => {
+        if (concepts([streamId]).length > 0) appends.push([streamId]);
+        return base.append(streamId, ...rest);
+      },
+    },
+    appendToStreams: {
+      value: (writes: Parameters<EventStore['appendToStreams']>[0]) => {
+        const streams = concepts(writes.map((write) => write.streamId));
+        if (streams.length > 0) appends.push(streams);
+        return base.appendToStreams(writes);
+      },
+    },
+  });
+  return { store, conceptReads, appends };
+}
+
 const factsAbout = (from: number, count: number) =>
   Array.from({ length: count }, (_, i) => `Marie Curie wrote research note number ${from + i} about radioactivity in ${1890 + from + i}.`);
 
@@ -250,16 +285,7 @@ t.test('summarize_concepts: runs queued behind another leave their work to the l
   const fixture = await openStageFixture(t);
   const repositoryId = await fixture.createRepository();
   const { chat, calls } = countingChat();
-  // Counts the concept streams the runs read: each is a concept planned once more.
-  const conceptReads: string[] = [];
-  const store: EventStore = Object.create(fixture.store, {
-    readStream: {
-      value: (streamId: string, options?: ReadStreamOptions) => {
-        if (streamId.startsWith('concept-')) conceptReads.push(streamId);
-        return fixture.store.readStream(streamId, options);
-      },
-    },
-  });
+  const { store, conceptReads } = countingStore(fixture.store);
   // Pages of one concept: Marie Curie and Paris are stale.
   const summarize = createSummarizeConceptsStage({ store, knex: fixture.db.knex, chat, settings: { ...summarization, max_concepts_per_run: 1 } });
   const source = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
@@ -271,4 +297,16 @@ t.test('summarize_concepts: runs queued behind another leave their work to the l
   t.equal(conceptReads.length, 2, 'the next run waits for those slices to be applied and plans nothing again');
   await fixture.settle();
   t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the runs');
+});
+
+t.test('summarize_concepts: a page of concepts is read in one statement and written in one append', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const { store, conceptReads, appends } = countingStore(fixture.store);
+  const summarize = createSummarizeConceptsStage({ store, knex: fixture.db.knex, chat: createLocalChatModel(), settings: summarization });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 3));
+  await summarize.run(fixture.contextFor(summarize, source.trigger));
+  const both = [conceptIdFor(repositoryId, 'Marie Curie', 'person'), conceptIdFor(repositoryId, 'Paris', 'location')].map((id) => streamName('concept', id)).sort();
+  t.same([...conceptReads].sort(), both, 'each concept read once');
+  t.same(appends.map((streams) => [...streams].sort()), [both], 'both concepts slices in one append');
 });
