@@ -56,6 +56,8 @@ export interface BatchCommand<State, Command> {
   /** The stream as read; commands on the same stream must give the same. */
   loaded: LoadedStream<State>;
   command: Command;
+  /** The metadata of this command's events, when not the batch's (commands of several jobs). */
+  metadata?: EventMetadata;
 }
 
 /**
@@ -73,13 +75,13 @@ export async function sharedCommandsFrom<State, Command, Event extends DomainEve
   metadata: EventMetadata,
 ): Promise<CommandResult<State>[]> {
   const results: CommandResult<State>[] = [];
-  const byStream = new Map<string, { loaded: LoadedStream<State>; state: State; events: Event[]; members: number[] }>();
-  for (const [index, { streamId, loaded, command }] of commands.entries()) {
+  const byStream = new Map<string, { loaded: LoadedStream<State>; state: State; events: Array<{ event: Event; metadata: EventMetadata }>; members: number[] }>();
+  for (const [index, { streamId, loaded, command, metadata: own }] of commands.entries()) {
     const stream = byStream.get(streamId) ?? { loaded, state: loaded.state, events: [], members: [] };
     byStream.set(streamId, stream);
     const decided = decider.decide(command, stream.state);
     for (const event of decided) stream.state = decider.evolve(stream.state, event);
-    stream.events.push(...decided);
+    stream.events.push(...decided.map((event) => ({ event, metadata: own ?? metadata })));
     stream.members.push(index);
     results.push({ events: decided, state: stream.state, position: null, write: null });
   }
@@ -88,14 +90,14 @@ export async function sharedCommandsFrom<State, Command, Event extends DomainEve
   const outcomes = await store.appendToStreams(
     writing.map(([streamId, stream]) => ({
       streamId,
-      events: stream.events.map((event) => ({ type: event.type, data: event.data, metadata })),
+      events: stream.events.map(({ event, metadata: own }) => ({ type: event.type, data: event.data, metadata: own })),
       expected: stream.loaded.version === null ? 'no_stream' : stream.loaded.version,
     })),
   );
   for (const [position, [streamId, stream]] of writing.entries()) {
     const appended = outcomes[position].result;
     if (!appended) {
-      for (const index of stream.members) results[index] = await commandOnSharedStream(store, streamId, decider, commands[index].command, metadata);
+      for (const index of stream.members) results[index] = await commandOnSharedStream(store, streamId, decider, commands[index].command, commands[index].metadata ?? metadata);
       continue;
     }
     for (const index of stream.members) {
@@ -103,7 +105,7 @@ export async function sharedCommandsFrom<State, Command, Event extends DomainEve
       results[index] = {
         ...results[index],
         position: appended.lastPosition,
-        write: { position: appended.lastPosition, streamId, streamVersion: appended.nextExpectedVersion, types: stream.events.map((event) => event.type) },
+        write: { position: appended.lastPosition, streamId, streamVersion: appended.nextExpectedVersion, types: stream.events.map(({ event }) => event.type) },
       };
     }
   }

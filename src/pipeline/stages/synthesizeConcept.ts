@@ -1,15 +1,15 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Config } from '../../config/types.js';
-import { conceptDecider, type ConceptEvent } from '../../domain/concept/decider.js';
+import { conceptDecider, type ConceptCommand, type ConceptEvent, type ConceptState } from '../../domain/concept/decider.js';
 import { citationProblem, citedFactIds, planSlices, synthesisId } from '../../domain/concept/summaries.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, SynthesisInput, SynthesisOutput } from '../../providers/llm/port.js';
-import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { conceptSubject, loadStream, requireRepositoryId, sharedCommandFrom, stageMetadata, throwIfAborted } from './common.js';
+import { PermanentJobError, type JobContext, type JobRunOutcome, type Stage, type StageDefinition } from '../types.js';
+import { conceptSubject, foldStream, requireRepositoryId, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
-import { linkedFacts } from './summarizeConcepts.js';
+import { linkedFactsOf, type LinkedFact } from './summarizeConcepts.js';
 
 export type SynthesisSettings = Config['providers']['synthesis'];
 
@@ -117,96 +117,165 @@ export async function checkedSynthesis(chat: ChatModel, input: SynthesisInput, s
  */
 export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage {
   const settings = deps.settings;
-  return {
+
+  /**
+   * What a job decides for its concept, from the stream and read models as read for its group:
+   * a command (a synthesis, or its removal), or null when nothing is to be made. A refused model
+   * answer throws, failing that job alone.
+   */
+  async function decideFor(context: JobContext, loaded: LoadedStream<ConceptState>, linked: readonly LinkedFact[], inputs: GroupInputs): Promise<ConceptCommand | null> {
+    const repositoryId = requireRepositoryId(context);
+    const conceptId = context.job.subjectId;
+    const { state } = loaded;
+    if (state.status !== 'active') return null;
+    const requested = state.resynthesisRequested;
+    // A later slice change has its own job, which will see this one's inputs too: only the last makes a synthesis.
+    const lastChange = loaded.events.findLast((event) => event.type === 'SummarySliceWritten' || event.type === 'SummarySliceRemoved');
+    if (!requested && !context.scheduled && lastChange !== undefined && lastChange.globalPosition > context.trigger.globalPosition) return null;
+    if (!requested && deps.summarization) {
+      const due = planSlices(state.slices, linked.map((fact) => fact.id), deps.summarization.batchSize);
+      if (due.writes.length > 0 || due.removeFrom !== null) return null;
+    }
+    const slices = slicesOf(loaded.events);
+    const contents = new Map(linked.map((fact) => [fact.id, fact]));
+    const factIds = slices.length > 0 ? slices.flatMap((slice) => slice.fact_ids) : linked.map((fact) => fact.id);
+    // A fact that left the concept since its slice was written is not given (nor citable).
+    const facts = factIds
+      .flatMap((id) => {
+        const fact = contents.get(id);
+        return fact ? [fact] : [];
+      })
+      .slice(0, MAX_SYNTHESIS_FACTS);
+    if (facts.length === 0) {
+      // Every fact left the concept (their sources were deleted): a synthesis would cite what is gone.
+      return linked.length === 0 && slices.length === 0 ? { type: 'RemoveSynthesis', synthesisId: synthesisId(conceptId), reason: 'no facts left' } : null;
+    }
+    const related = await inputs.related(repositoryId, conceptId);
+    const { promptset } = await inputs.settings(repositoryId);
+    const input: SynthesisInput = {
+      concept: { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases },
+      summaries: slices.map((slice) => ({ id: slice.slice_id, content: slice.content, factIds: slice.fact_ids })),
+      facts: facts.map((fact) => ({ id: fact.id, content: fact.content })),
+      relatedConcepts: related.map((concept) => ({
+        id: concept.id,
+        canonicalName: concept.canonical_name,
+        summary: concept.synthesis === null ? null : concept.synthesis.slice(0, RELATED_SUMMARY_CHARS),
+      })),
+      relatedSyntheses: related
+        .filter((concept) => concept.synthesis !== null)
+        .slice(0, settings.max_related_syntheses)
+        .map((concept) => ({ conceptId: concept.id, canonicalName: concept.canonical_name, content: concept.synthesis ?? '' })),
+      images: facts
+        .filter((fact) => fact.fact_kind === 'image' && fact.image_id)
+        .slice(0, settings.max_image_candidates)
+        .map((fact) => ({ factId: fact.id, imageId: fact.image_id ?? '', caption: fact.content })),
+      maxImages: settings.max_images,
+      maxTokens: settings.max_tokens,
+      thinkingLevel: settings.thinking_level,
+      promptset,
+    };
+    const inputsHash = synthesisInputsHash(input, deps.chat.modelId);
+    if (!requested && inputsHash === state.synthesisInputs) return null;
+    const output = await checkedSynthesis(deps.chat, input, context.signal);
+    if ('problem' in output) {
+      throw new PermanentJobError(`the synthesis of concept ${conceptId} was refused after ${SYNTHESIS_ATTEMPTS} answers (nothing recorded): ${output.problem}`);
+    }
+    const candidates = new Set(input.images.map((image) => image.factId));
+    return {
+      type: 'RecordSynthesis',
+      synthesisId: synthesisId(conceptId),
+      content: output.content,
+      factIds: citedFactIds(output.content),
+      sliceIds: slices.map((slice) => slice.slice_id),
+      relatedConceptIds: input.relatedConcepts.map((concept) => concept.id),
+      relatedSynthesisIds: input.relatedSyntheses.map((synthesis) => synthesisId(synthesis.conceptId)),
+      imageFactIds: [...new Set(output.imageFactIds.filter((id) => candidates.has(id)))].slice(0, settings.max_images),
+      modelId: deps.chat.modelId,
+      inputsHash,
+      allowedFactIds: input.facts.map((fact) => fact.id),
+    };
+  }
+
+  const stage: Stage = {
     kind: 'synthesize_concept',
     triggers: ['SummarySliceWritten', 'SummarySliceRemoved', 'ConceptResynthesisRequested'],
     subjectOf: conceptSubject,
     triggerFromJob: true,
     async run(context: JobContext) {
-      const repositoryId = requireRepositoryId(context);
-      const conceptId = context.job.subjectId;
-      const stream = streamName('concept', conceptId);
-      const loaded = await loadStream(deps.store, stream, conceptDecider);
-      const { state } = loaded;
-      if (state.status !== 'active') return;
-      const requested = state.resynthesisRequested;
-      // A later slice change has its own job, which will see this one's inputs too: only the last makes a synthesis.
-      const lastChange = loaded.events.findLast((event) => event.type === 'SummarySliceWritten' || event.type === 'SummarySliceRemoved');
-      if (!requested && !context.scheduled && lastChange !== undefined && lastChange.globalPosition > context.trigger.globalPosition) return;
-      const linked = await linkedFacts(deps.knex, conceptId);
-      if (!requested && deps.summarization) {
-        const due = planSlices(state.slices, linked.map((fact) => fact.id), deps.summarization.batchSize);
-        if (due.writes.length > 0 || due.removeFrom !== null) return;
-      }
-      const slices = slicesOf(loaded.events);
-      const contents = new Map(linked.map((fact) => [fact.id, fact]));
-      const factIds = slices.length > 0 ? slices.flatMap((slice) => slice.fact_ids) : linked.map((fact) => fact.id);
-      // A fact that left the concept since its slice was written is not given (nor citable).
-      const facts = factIds
-        .flatMap((id) => {
-          const fact = contents.get(id);
-          return fact ? [fact] : [];
-        })
-        .slice(0, MAX_SYNTHESIS_FACTS);
-      if (facts.length === 0) {
-        // Every fact left the concept (their sources were deleted): a synthesis would cite what is gone.
-        if (linked.length === 0 && slices.length === 0) {
-          await sharedCommandFrom(deps.store, stream, conceptDecider, loaded, { type: 'RemoveSynthesis', synthesisId: synthesisId(conceptId), reason: 'no facts left' }, stageMetadata(context));
+      const [outcome] = await runGroup([context], context.signal);
+      if (outcome && !outcome.ok) throw outcome.error;
+    },
+    runMany: (contexts, signal) => runGroup(contexts, signal),
+  };
+
+  /**
+   * The jobs of a group (one job: `run`): their concept streams in one read, their linked facts in
+   * one statement, each repository's settings once, a model call per synthesis (side by side),
+   * and every command in one multi-stream append (a stream that moved meanwhile is re-decided alone). A
+   * concept listed twice runs alone after the others, on the stream as the first left it.
+   */
+  async function runGroup(contexts: readonly JobContext[], signal: AbortSignal): Promise<JobRunOutcome[]> {
+    const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
+    const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
+    const firsts = contexts.flatMap((_, index) => (streams.indexOf(streams[index]) === index ? [index] : []));
+    const again = contexts.flatMap((_, index) => (streams.indexOf(streams[index]) === index ? [] : [index]));
+    const read = await deps.store.readStreams(firsts.map((index) => streams[index]));
+    const linked = await linkedFactsOf(
+      deps.knex,
+      firsts.map((index) => contexts[index].job.subjectId),
+    );
+    const inputs = groupInputs(deps.knex, settings.max_related_concepts);
+    // The jobs' model calls run side by side, as separate jobs' would.
+    const decided = await Promise.all(
+      firsts.map(async (index) => {
+        const context = contexts[index];
+        try {
+          signal.throwIfAborted();
+          const loaded = foldStream(read.get(streams[index]) ?? [], conceptDecider);
+          const command = await decideFor(context, loaded, linked.get(context.job.subjectId) ?? [], inputs);
+          return command ? [{ index, streamId: streams[index], loaded, command, metadata: stageMetadata(context) }] : [];
+        } catch (error) {
+          outcomes[index] = { ok: false, error };
+          return [];
         }
-        return;
+      }),
+    );
+    const commands: Array<BatchCommand<ConceptState, ConceptCommand> & { index: number }> = decided.flat();
+    if (commands.length > 0) {
+      throwIfAborted(signal);
+      try {
+        await sharedCommandsFrom(deps.store, conceptDecider, commands, stageMetadata(contexts[commands[0].index]));
+      } catch (error) {
+        for (const { index } of commands) outcomes[index] = { ok: false, error };
       }
-      const related = await relatedConcepts(deps.knex, repositoryId, conceptId, settings.max_related_concepts);
-      const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
-      const input: SynthesisInput = {
-        concept: { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases },
-        summaries: slices.map((slice) => ({ id: slice.slice_id, content: slice.content, factIds: slice.fact_ids })),
-        facts: facts.map((fact) => ({ id: fact.id, content: fact.content })),
-        relatedConcepts: related.map((concept) => ({
-          id: concept.id,
-          canonicalName: concept.canonical_name,
-          summary: concept.synthesis === null ? null : concept.synthesis.slice(0, RELATED_SUMMARY_CHARS),
-        })),
-        relatedSyntheses: related
-          .filter((concept) => concept.synthesis !== null)
-          .slice(0, settings.max_related_syntheses)
-          .map((concept) => ({ conceptId: concept.id, canonicalName: concept.canonical_name, content: concept.synthesis ?? '' })),
-        images: facts
-          .filter((fact) => fact.fact_kind === 'image' && fact.image_id)
-          .slice(0, settings.max_image_candidates)
-          .map((fact) => ({ factId: fact.id, imageId: fact.image_id ?? '', caption: fact.content })),
-        maxImages: settings.max_images,
-        maxTokens: settings.max_tokens,
-        thinkingLevel: settings.thinking_level,
-        promptset,
-      };
-      const inputsHash = synthesisInputsHash(input, deps.chat.modelId);
-      if (!requested && inputsHash === state.synthesisInputs) return;
-      const output = await checkedSynthesis(deps.chat, input, context.signal);
-      if ('problem' in output) {
-        throw new PermanentJobError(`the synthesis of concept ${conceptId} was refused after ${SYNTHESIS_ATTEMPTS} answers (nothing recorded): ${output.problem}`);
+    }
+    for (const index of again) {
+      try {
+        await stage.run(contexts[index]);
+      } catch (error) {
+        outcomes[index] = { ok: false, error };
       }
-      const candidates = new Set(input.images.map((image) => image.factId));
-      throwIfAborted(context.signal);
-      await sharedCommandFrom(
-        deps.store,
-        stream,
-        conceptDecider,
-        loaded,
-        {
-          type: 'RecordSynthesis',
-          synthesisId: synthesisId(conceptId),
-          content: output.content,
-          factIds: citedFactIds(output.content),
-          sliceIds: slices.map((slice) => slice.slice_id),
-          relatedConceptIds: input.relatedConcepts.map((concept) => concept.id),
-          relatedSynthesisIds: input.relatedSyntheses.map((synthesis) => synthesisId(synthesis.conceptId)),
-          imageFactIds: [...new Set(output.imageFactIds.filter((id) => candidates.has(id)))].slice(0, settings.max_images),
-          modelId: deps.chat.modelId,
-          inputsHash,
-          allowedFactIds: input.facts.map((fact) => fact.id),
-        },
-        stageMetadata(context),
-      );
+    }
+    return outcomes;
+  }
+
+  return stage;
+}
+
+/** Related concepts and repository settings of a group's jobs, each read once. */
+interface GroupInputs {
+  related(repositoryId: string, conceptId: string): Promise<Awaited<ReturnType<typeof relatedConcepts>>>;
+  settings(repositoryId: string): ReturnType<typeof loadRepositorySettings>;
+}
+
+function groupInputs(knex: Knex, maxRelated: number): GroupInputs {
+  const settings = new Map<string, ReturnType<typeof loadRepositorySettings>>();
+  return {
+    related: (repositoryId, conceptId) => relatedConcepts(knex, repositoryId, conceptId, maxRelated),
+    settings(repositoryId) {
+      const loaded = settings.get(repositoryId) ?? loadRepositorySettings(knex, repositoryId);
+      settings.set(repositoryId, loaded);
+      return loaded;
     },
   };
 }

@@ -310,3 +310,35 @@ t.test('summarize_concepts: a page of concepts is read in one statement and writ
   t.same([...conceptReads].sort(), both, 'each concept read once');
   t.same(appends.map((streams) => [...streams].sort()), [both], 'both concepts slices in one append');
 });
+
+t.test('synthesize_concept: jobs run together read their concepts once and append once, each with its own causation; a refused synthesis fails its job alone', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const paris = conceptIdFor(repositoryId, 'Paris', 'location');
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: createLocalChatModel(), settings: summarization });
+  const source = await linkedSource(fixture, repositoryId, factsAbout(1, 3));
+  await summarize.run(fixture.contextFor(summarize, source.trigger));
+  await fixture.settle();
+  const { store, conceptReads, appends } = countingStore(fixture.store);
+  const local = createLocalChatModel();
+  const chat: ChatModel = {
+    ...local,
+    async synthesizeConcept(input, signal) {
+      // Paris's answers cite a fact it was not given: refused twice.
+      if (input.concept.id === paris) return { content: 'See [x](<fact:not-a-fact>).', imageFactIds: [] };
+      return local.synthesizeConcept(input, signal);
+    },
+  };
+  const synthesize = createSynthesizeConceptStage({ store, knex: fixture.db.knex, chat, settings: synthesisSettings, summarization: { batchSize: 20 } });
+  const triggers = [await fixture.last(streamName('concept', marie), 'SummarySliceWritten'), await fixture.last(streamName('concept', paris), 'SummarySliceWritten')];
+  const contexts = triggers.map((trigger) => fixture.contextFor(synthesize, trigger));
+  const outcomes = await synthesize.runMany?.(contexts, new AbortController().signal);
+  t.same(outcomes?.[0], { ok: true }, 'Marie Curie: synthesised');
+  t.ok(outcomes?.[1] && !outcomes[1].ok && outcomes[1].error instanceof PermanentJobError, 'Paris: its job fails with the refusal');
+  t.same([...conceptReads].sort(), [streamName('concept', marie), streamName('concept', paris)].sort(), 'both concepts read in one statement');
+  t.same(appends, [[streamName('concept', marie)]], 'one append, of the synthesis made');
+  const [synthesized] = await fixture.eventsOf(streamName('concept', marie), 'ConceptSynthesized');
+  t.equal(synthesized?.causationId, triggers[0].eventId, "the synthesis is caused by its own job's trigger");
+  t.same(await fixture.eventsOf(streamName('concept', paris), 'ConceptSynthesized'), [], 'nothing recorded for Paris');
+});
