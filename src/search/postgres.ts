@@ -102,31 +102,42 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     if (asked.length === 0) return answers;
     const { table } = served.postgres;
     return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx) => {
-      // One inner query per k-NN query, each ordered by distance alone so the HNSW index can
-      // serve it; ties and the row's columns are settled on the k rows each returns. Only
-      // vectors of visible rows (not merged, passing the filters) count in the inner query,
-      // so k of them come back, even when a late vector arrived after its fact was merged
-      // and removed (Kafka: another partition). All of them go in one statement (UNION ALL).
-      const inners = asked.map(({ query, index }) => {
-        const literal = vectorLiteral(query.vector);
-        const live = visible(trx(`${table} as live`).whereRaw(`live.id = ${vectors.table}.${vectors.key}`), served, 'live', query);
-        const inner = trx(vectors.table)
-          .where(`${vectors.table}.repository_id`, query.repositoryId)
+      // Queries with the same restrictions (filters and ids) go in one statement: a LATERAL
+      // k-NN per row of a recordset of (query, repository, vector, k), planned once, whose inner
+      // query is ordered by distance alone so the HNSW index can serve it (planning twelve
+      // inner queries of a UNION cost more than running them). Only vectors of visible rows
+      // (not merged, passing the filters) count in the inner query, so k of them come back, even
+      // when a late vector arrived after its fact was merged and removed (Kafka: another
+      // partition). Ties and the row's columns are settled on the k rows each returns.
+      const groups = new Map<string, typeof asked>();
+      for (const entry of asked) {
+        const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)]]);
+        groups.set(key, [...(groups.get(key) ?? []), entry]);
+      }
+      for (const group of groups.values()) {
+        const restrictions = group[0].query;
+        const live = visible(trx(`${table} as live`).whereRaw(`live.id = v.${vectors.key}`), served, 'live', restrictions);
+        const inner = trx(`${vectors.table} as v`)
+          .whereRaw('v.repository_id = qv.repository_id')
           .whereExists(live.select(trx.raw('1')))
-          .select(trx.raw('?::integer AS query_index', [index]), vectors.key, trx.raw('embedding <=> ?::vector AS distance', [literal]))
-          .orderByRaw('embedding <=> ?::vector', [literal])
-          .limit(query.k);
-        if (query.ids !== undefined) inner.whereIn(`${vectors.table}.${vectors.key}`, [...query.ids]);
-        return inner;
-      });
-      const nearest = trx.queryBuilder().unionAll(inners, true);
-      const rows: Row[] = await trx
-        .from(nearest.as('n'))
-        .join(`${table} as r`, 'r.id', `n.${vectors.key}`)
-        .select(columns(trx, served, 'r'))
-        .select('n.query_index', trx.raw('1 - n.distance AS score'))
-        .orderBy([{ column: 'n.query_index' }, { column: 'n.distance' }, { column: 'r.id' }]);
-      for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
+          .select(`v.${vectors.key}`, trx.raw('v.embedding <=> qv.vector AS distance'))
+          .orderByRaw('v.embedding <=> qv.vector');
+        if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
+        const { sql, bindings } = inner.toSQL();
+        const recordset = JSON.stringify(group.map(({ query, index }) => ({ query_index: index, repository_id: query.repositoryId, vector: vectorLiteral(query.vector), k: query.k })));
+        const rows: Row[] = await trx
+          .from(
+            trx.raw(`jsonb_to_recordset(?::jsonb) AS qv(query_index integer, repository_id text, vector vector, k integer) CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`, [
+              recordset,
+              ...bindings,
+            ]),
+          )
+          .join(`${table} as r`, 'r.id', `n.${vectors.key}`)
+          .select(columns(trx, served, 'r'))
+          .select('qv.query_index', trx.raw('1 - n.distance AS score'))
+          .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'r.id' }]);
+        for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
+      }
       return answers;
     });
   }

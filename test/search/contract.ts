@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
 import type { DocumentUpdate } from '../../src/search/collection.js';
 import { concepts, facts, type ConceptDocument, type FactDocument } from '../../src/search/collections/index.js';
-import { InvalidSearchRequestError, MAX_RESULT_WINDOW, type SearchIndex } from '../../src/search/port.js';
+import { InvalidSearchRequestError, MAX_RESULT_WINDOW, type KnnQuery, type SearchIndex } from '../../src/search/port.js';
 
 /**
  * The SearchIndex contract, run on every adapter: the Postgres one over PGlite with pgvector
@@ -194,14 +194,18 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     const near = fact(repo, 'Near.', { vector: [1, 0.1, 0, 0] });
     const diagonal = fact(repo, 'Diagonal.', { vector: [1, 1, 0, 0] });
     const orthogonal = fact(repo, 'Orthogonal.', { vector: [0, 1, 0, 0] });
+    const picture = fact(repo, 'A picture.', { vector: [1, 0.2, 0, 0], fact_kind: 'image' });
     const elsewhere = fact(other, 'Elsewhere.', { vector: [1, 0, 0, 0] });
-    await load([near, diagonal, orthogonal, elsewhere]);
-    const queries = [
+    await load([near, diagonal, orthogonal, picture, elsewhere]);
+    const queries: KnnQuery<FactDocument>[] = [
       { repositoryId: repo, vector: [0, 1, 0, 0], k: 2 },
       { repositoryId: other, vector: [1, 0, 0, 0], k: 5 },
       { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, ids: [] },
       { repositoryId: repo, vector: [1, 0, 0, 0], k: 3 },
       { repositoryId: `repo-${randomUUID()}`, vector: [1, 0, 0, 0], k: 3 },
+      { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, ids: [orthogonal.id, diagonal.id] },
+      { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, filters: { fact_kind: 'image' } },
+      { repositoryId: repo, vector: [0, 1, 0, 0], k: 1, filters: { fact_kind: 'text' } },
     ];
     const answers = await index.knnMany(facts, queries);
     t.equal(answers.length, queries.length, 'one answer per query');
@@ -211,7 +215,10 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     t.same(ids(answers[0].items), [orthogonal.id, diagonal.id]);
     t.same(ids(answers[1].items), [elsewhere.id], 'another repository in the same call');
     t.same(answers[2].items, [], 'an empty id list matches nothing');
-    t.same(ids(answers[3].items), [near.id, diagonal.id, orthogonal.id]);
+    t.same(ids(answers[3].items), [near.id, picture.id, diagonal.id]);
+    t.same(ids(answers[5].items), [diagonal.id, orthogonal.id], 'restricted to ids, beside unrestricted queries');
+    t.same(ids(answers[6].items), [picture.id], 'filtered, beside unfiltered queries');
+    t.same(ids(answers[7].items), [orthogonal.id], 'another filter in the same call');
     t.same(await index.knnMany(facts, []), [], 'no queries, no answers');
     await t.rejects(index.knnMany(facts, [queries[0], { repositoryId: repo, vector: [0, 0, 0, 0], k: 1 }]), 'a bad query fails the call');
   });
