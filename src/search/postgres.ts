@@ -103,9 +103,10 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     const { table } = served.postgres;
     return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx) => {
       // Queries with the same restrictions (filters and ids) go in one statement: a LATERAL
-      // k-NN per row of a recordset of (query, repository, vector, k), planned once, whose inner
-      // query is ordered by distance alone so the HNSW index can serve it (planning twelve
-      // inner queries of a UNION cost more than running them). Only vectors of visible rows
+      // k-NN per row of a recordset of (query, repository, vector, k), whose inner query is
+      // ordered by distance alone so the HNSW index can serve it. One inner query and one
+      // parameter however many queries come (annotate_report sends one per sentence; a UNION
+      // of them hit PostgreSQL's 65,535 parameters at some size). Only vectors of visible rows
       // (not merged, passing the filters) count in the inner query, so k of them come back, even
       // when a late vector arrived after its fact was merged and removed (Kafka: another
       // partition). Ties and the row's columns are settled on the k rows each returns.
