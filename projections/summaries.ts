@@ -14,14 +14,18 @@ export const summariesProjection = projection<Handled>({
   name: 'summaries',
   tables: ['concept_summaries', 'concept_summary_facts', 'concept_syntheses'],
   handlers: {
-    SummarySliceWritten: each(async (trx, event) => {
-      const conceptId = parseStreamName(event.streamId).id;
-      const { data } = event;
-      await trx('concept_summaries')
-        .insert({
+    // A run of slice writes in three statements, leaving what applying them one by one would.
+    SummarySliceWritten: async (trx, events) => {
+      // concept_summaries: one row per slice, the last write's content; created_at is the
+      // first write's (kept by the upsert when the row exists).
+      const slices = new Map<string, Record<string, unknown>>();
+      for (const event of events) {
+        const { data } = event;
+        const first = slices.get(data.slice_id);
+        slices.set(data.slice_id, {
           id: data.slice_id,
           repository_id: event.repositoryId,
-          concept_id: conceptId,
+          concept_id: parseStreamName(event.streamId).id,
           slice_number: data.slice_number,
           is_open: data.is_open,
           status: data.is_open ? 'open' : 'frozen',
@@ -30,49 +34,72 @@ export const summariesProjection = projection<Handled>({
           fact_count: data.fact_ids.length,
           model_id: data.model_id,
           reason: data.reason,
-          created_at: event.occurredAt,
+          created_at: first?.created_at ?? event.occurredAt,
           updated_at: event.occurredAt,
-        })
+        });
+      }
+      await trx('concept_summaries')
+        .insert([...slices.values()])
         .onConflict('id')
         .merge(['is_open', 'status', 'content', 'fact_ids', 'fact_count', 'model_id', 'reason', 'updated_at']);
-      // A rewrite may move a fact from a later slice to this one before that slice is rewritten
-      // in the same append: the row is claimed here (merge), and the later slice's delete by
-      // its number leaves it alone.
-      await trx('concept_summary_facts').where({ concept_id: conceptId, slice_number: data.slice_number }).delete();
-      if (data.fact_ids.length > 0) {
-        await trx('concept_summary_facts')
-          .insert(data.fact_ids.map((factId) => ({ concept_id: conceptId, fact_id: factId, repository_id: event.repositoryId, slice_number: data.slice_number })))
-          .onConflict(['concept_id', 'fact_id'])
-          .merge(['slice_number']);
+      // concept_summary_facts: one by one, a write deletes its slice's rows and then claims its
+      // facts (a fact moved from a later slice to this one before that slice is rewritten keeps
+      // this slice: the later delete is by slice number). Played here on the rows of the run;
+      // in the table, every row of a slice written and of a fact claimed in the run goes first
+      // (one by one, each was deleted or overwritten), then the rows left at the end are written.
+      const touched = new Map<string, [string, number]>();
+      const everClaimed = new Map<string, [string, string]>();
+      const claims = new Map<string, { concept_id: string; fact_id: string; repository_id: string | null; slice_number: number }>();
+      for (const event of events) {
+        const conceptId = parseStreamName(event.streamId).id;
+        const sliceNumber = event.data.slice_number;
+        touched.set(`${conceptId}:${sliceNumber}`, [conceptId, sliceNumber]);
+        for (const [key, claim] of claims) if (claim.concept_id === conceptId && claim.slice_number === sliceNumber) claims.delete(key);
+        for (const factId of event.data.fact_ids) {
+          const key = `${conceptId}:${factId}`;
+          everClaimed.set(key, [conceptId, factId]);
+          claims.set(key, { concept_id: conceptId, fact_id: factId, repository_id: event.repositoryId, slice_number: sliceNumber });
+        }
       }
-    }),
+      await trx('concept_summary_facts')
+        .where((rows) => {
+          rows.whereIn(['concept_id', 'slice_number'], [...touched.values()]);
+          if (everClaimed.size > 0) rows.orWhereIn(['concept_id', 'fact_id'], [...everClaimed.values()]);
+        })
+        .delete();
+      if (claims.size > 0) await trx('concept_summary_facts').insert([...claims.values()]);
+    },
     SummarySliceRemoved: each(async (trx, event) => {
       const conceptId = parseStreamName(event.streamId).id;
       await trx('concept_summaries').where({ id: event.data.slice_id }).delete();
       await trx('concept_summary_facts').where({ concept_id: conceptId, slice_number: event.data.slice_number }).delete();
     }),
-    ConceptSynthesized: each(async (trx, event) => {
-      const conceptId = parseStreamName(event.streamId).id;
-      const { data } = event;
-      const row = {
-        concept_id: conceptId,
-        id: data.synthesis_id,
-        repository_id: event.repositoryId,
-        content: data.content,
-        fact_ids: JSON.stringify(data.fact_ids),
-        slice_ids: JSON.stringify(data.slice_ids),
-        related_concept_ids: JSON.stringify(data.related_concept_ids),
-        related_synthesis_ids: JSON.stringify(data.related_synthesis_ids),
-        image_fact_ids: JSON.stringify(data.image_fact_ids),
-        model_id: data.model_id,
-        inputs_hash: data.inputs_hash,
-        reason: data.reason,
-        created_at: event.occurredAt,
-        updated_at: event.occurredAt,
-      };
-      const { created_at: _created, ...changes } = row;
-      await trx('concept_syntheses').insert(row).onConflict('concept_id').merge(Object.keys(changes));
-    }),
+    // A run of syntheses in one upsert: per concept the last, created_at the first's.
+    ConceptSynthesized: async (trx, events) => {
+      const rows = new Map<string, Record<string, unknown>>();
+      for (const event of events) {
+        const conceptId = parseStreamName(event.streamId).id;
+        const { data } = event;
+        rows.set(conceptId, {
+          concept_id: conceptId,
+          id: data.synthesis_id,
+          repository_id: event.repositoryId,
+          content: data.content,
+          fact_ids: JSON.stringify(data.fact_ids),
+          slice_ids: JSON.stringify(data.slice_ids),
+          related_concept_ids: JSON.stringify(data.related_concept_ids),
+          related_synthesis_ids: JSON.stringify(data.related_synthesis_ids),
+          image_fact_ids: JSON.stringify(data.image_fact_ids),
+          model_id: data.model_id,
+          inputs_hash: data.inputs_hash,
+          reason: data.reason,
+          created_at: rows.get(conceptId)?.created_at ?? event.occurredAt,
+          updated_at: event.occurredAt,
+        });
+      }
+      const changed = ['id', 'repository_id', 'content', 'fact_ids', 'slice_ids', 'related_concept_ids', 'related_synthesis_ids', 'image_fact_ids', 'model_id', 'inputs_hash', 'reason', 'updated_at'];
+      await trx('concept_syntheses').insert([...rows.values()]).onConflict('concept_id').merge(changed);
+    },
     ConceptSynthesisRemoved: each(async (trx, event) => {
       await trx('concept_syntheses').where({ concept_id: parseStreamName(event.streamId).id }).delete();
     }),
