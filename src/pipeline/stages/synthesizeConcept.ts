@@ -56,20 +56,33 @@ function idList(value: unknown): string[] {
   return Array.isArray(parsed) ? parsed.filter((item): item is string => typeof item === 'string') : [];
 }
 
-/** Related concepts: those sharing most facts with it (active ones), strongest first, with their synthesis when they have one. */
-async function relatedConcepts(knex: Knex, repositoryId: string, conceptId: string, limit: number) {
-  if (limit <= 0) return [];
+/** A concept related to another: sharing facts with it, with its synthesis when it has one. */
+interface RelatedConcept {
+  id: string;
+  canonical_name: string;
+  synthesis: string | null;
+}
+
+/** Related concepts of each of `conceptIds` in one statement: active ones sharing most facts with it, strongest first, at most `limit` each. */
+async function relatedConceptsOf(knex: Knex, repositoryId: string, conceptIds: readonly string[], limit: number): Promise<Map<string, RelatedConcept[]>> {
+  const related = new Map<string, RelatedConcept[]>();
+  if (limit <= 0 || conceptIds.length === 0) return related;
   const result = (await knex.raw(
-    `SELECT o.id, o.canonical_name, s.content AS synthesis
-       FROM concept_relations r
-       JOIN concepts o ON o.id = CASE WHEN r.concept_a = ? THEN r.concept_b ELSE r.concept_a END AND o.status = 'active'
-       LEFT JOIN concept_syntheses s ON s.concept_id = o.id
-      WHERE r.repository_id = ? AND (r.concept_a = ? OR r.concept_b = ?) AND r.shared_fact_count > 0
-      ORDER BY r.shared_fact_count DESC, o.canonical_name, o.id COLLATE "C"
-      LIMIT ?`,
-    [conceptId, repositoryId, conceptId, conceptId, limit],
-  )) as { rows: Array<{ id: string; canonical_name: string; synthesis: string | null }> };
-  return result.rows;
+    `SELECT q.id AS concept_id, rel.id, rel.canonical_name, rel.synthesis
+       FROM unnest(?::text[]) WITH ORDINALITY AS q(id, n)
+       CROSS JOIN LATERAL (
+         SELECT o.id, o.canonical_name, s.content AS synthesis
+           FROM concept_relations r
+           JOIN concepts o ON o.id = CASE WHEN r.concept_a = q.id THEN r.concept_b ELSE r.concept_a END AND o.status = 'active'
+           LEFT JOIN concept_syntheses s ON s.concept_id = o.id
+          WHERE r.repository_id = ? AND (r.concept_a = q.id OR r.concept_b = q.id) AND r.shared_fact_count > 0
+          ORDER BY r.shared_fact_count DESC, o.canonical_name, o.id COLLATE "C"
+          LIMIT ?) rel
+      ORDER BY q.n`,
+    [[...conceptIds], repositoryId, limit],
+  )) as { rows: Array<RelatedConcept & { concept_id: string }> };
+  for (const { concept_id: conceptId, ...concept } of result.rows) related.set(conceptId, [...(related.get(conceptId) ?? []), concept]);
+  return related;
 }
 
 /**
@@ -224,7 +237,14 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
       deps.knex,
       firsts.map((index) => contexts[index].job.subjectId),
     );
-    const inputs = groupInputs(deps.knex, settings.max_related_concepts);
+    const conceptsByRepository = new Map<string, string[]>();
+    for (const index of firsts) {
+      const context = contexts[index];
+      // The repository decideFor asks for (requireRepositoryId's).
+      const repositoryId = context.trigger.repositoryId ?? context.job.repositoryId;
+      if (repositoryId) conceptsByRepository.set(repositoryId, [...(conceptsByRepository.get(repositoryId) ?? []), context.job.subjectId]);
+    }
+    const inputs = groupInputs(deps.knex, settings.max_related_concepts, conceptsByRepository);
     // The jobs' model calls run side by side, as separate jobs' would.
     const decided = await Promise.all(
       firsts.map(async (index) => {
@@ -264,14 +284,20 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
 
 /** Related concepts and repository settings of a group's jobs, each read once. */
 interface GroupInputs {
-  related(repositoryId: string, conceptId: string): Promise<Awaited<ReturnType<typeof relatedConcepts>>>;
+  related(repositoryId: string, conceptId: string): Promise<RelatedConcept[]>;
   settings(repositoryId: string): ReturnType<typeof loadRepositorySettings>;
 }
 
-function groupInputs(knex: Knex, maxRelated: number): GroupInputs {
+/** The group's inputs: the related concepts of all its concepts, one statement per repository, read on first use. */
+function groupInputs(knex: Knex, maxRelated: number, conceptsByRepository: ReadonlyMap<string, readonly string[]>): GroupInputs {
   const settings = new Map<string, ReturnType<typeof loadRepositorySettings>>();
+  const related = new Map<string, Promise<Map<string, RelatedConcept[]>>>();
   return {
-    related: (repositoryId, conceptId) => relatedConcepts(knex, repositoryId, conceptId, maxRelated),
+    async related(repositoryId, conceptId) {
+      const loaded = related.get(repositoryId) ?? relatedConceptsOf(knex, repositoryId, conceptsByRepository.get(repositoryId) ?? [conceptId], maxRelated);
+      related.set(repositoryId, loaded);
+      return (await loaded).get(conceptId) ?? [];
+    },
     settings(repositoryId) {
       const loaded = settings.get(repositoryId) ?? loadRepositorySettings(knex, repositoryId);
       settings.set(repositoryId, loaded);

@@ -10,6 +10,7 @@ import type { ChatModel, SliceSummaryInput, SynthesisInput } from '../../../src/
 import { createDeduplicateFactsStage } from '../../../src/pipeline/stages/deduplicateFacts.js';
 import { createExtractConceptsStage } from '../../../src/pipeline/stages/extractConcepts.js';
 import { createSummarizeConceptsStage, staleConcepts } from '../../../src/pipeline/stages/summarizeConcepts.js';
+import { createRefreshConceptRelationsStage } from '../../../src/pipeline/stages/refreshConceptRelations.js';
 import { createSynthesizeConceptStage } from '../../../src/pipeline/stages/synthesizeConcept.js';
 import type { EventStore, ReadStreamOptions } from '../../../src/eventstore/port.js';
 import { PermanentJobError } from '../../../src/pipeline/types.js';
@@ -319,12 +320,16 @@ t.test('synthesize_concept: jobs run together read their concepts once and appen
   const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: createLocalChatModel(), settings: summarization });
   const source = await linkedSource(fixture, repositoryId, factsAbout(1, 3));
   await summarize.run(fixture.contextFor(summarize, source.trigger));
+  const relations = createRefreshConceptRelationsStage({ store: fixture.store, knex: fixture.db.knex });
+  await relations.run(fixture.scheduledContextFor(relations, repositoryId));
   await fixture.settle();
   const { store, conceptReads, appends } = countingStore(fixture.store);
   const local = createLocalChatModel();
+  const relatedAsked = new Map<string, string[]>();
   const chat: ChatModel = {
     ...local,
     async synthesizeConcept(input, signal) {
+      relatedAsked.set(input.concept.id, input.relatedConcepts.map((concept) => concept.id));
       // Paris's answers cite a fact it was not given: refused twice.
       if (input.concept.id === paris) return { content: 'See [x](<fact:not-a-fact>).', imageFactIds: [] };
       return local.synthesizeConcept(input, signal);
@@ -338,6 +343,7 @@ t.test('synthesize_concept: jobs run together read their concepts once and appen
   t.ok(outcomes?.[1] && !outcomes[1].ok && outcomes[1].error instanceof PermanentJobError, 'Paris: its job fails with the refusal');
   t.same([...conceptReads].sort(), [streamName('concept', marie), streamName('concept', paris)].sort(), 'both concepts read in one statement');
   t.same(appends, [[streamName('concept', marie)]], 'one append, of the synthesis made');
+  t.same(Object.fromEntries(relatedAsked), { [marie]: [paris], [paris]: [marie] }, 'each concept is given its own related concepts');
   const [synthesized] = await fixture.eventsOf(streamName('concept', marie), 'ConceptSynthesized');
   t.equal(synthesized?.causationId, triggers[0].eventId, "the synthesis is caused by its own job's trigger");
   t.same(await fixture.eventsOf(streamName('concept', paris), 'ConceptSynthesized'), [], 'nothing recorded for Paris');
