@@ -9,7 +9,7 @@ import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, ty
 import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
-import { isPermanentError, PermanentJobError, type JobContext } from '../types.js';
+import { isPermanentError, PermanentJobError, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
 
 /**
  * handleCommand from a stream the stage has read already: decides on `loaded` and appends with
@@ -110,6 +110,25 @@ export async function sharedCommandsFrom<State, Command, Event extends DomainEve
     }
   }
   return results;
+}
+
+/**
+ * The jobs of a runMany group whose subject came earlier in the group, run alone with `run` after
+ * the others (on the stream as those left it); a failure is recorded in `outcomes`.
+ */
+export async function runRepeatsAlone(
+  stage: Pick<Stage, 'run'>,
+  contexts: readonly JobContext[],
+  repeats: readonly number[],
+  outcomes: JobRunOutcome[],
+): Promise<void> {
+  for (const index of repeats) {
+    try {
+      await stage.run(contexts[index]);
+    } catch (error) {
+      outcomes[index] = { ok: false, error };
+    }
+  }
 }
 
 /**

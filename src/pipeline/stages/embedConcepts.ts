@@ -4,7 +4,7 @@ import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { packVector } from '../../interchange/vectors.js';
 import { embeddingsConfigured, PermanentJobError, requireEmbedder, type JobContext, type JobRunOutcome, type Stage, type StageDefinition } from '../types.js';
-import { commandOnSharedStream, conceptSubject, foldStream, loadStream, sharedCommandFrom, stageMetadata, type LoadedStream } from './common.js';
+import { commandOnSharedStream, conceptSubject, foldStream, loadStream, runRepeatsAlone, sharedCommandFrom, stageMetadata, type LoadedStream } from './common.js';
 import type { ConceptState } from '../../domain/concept/events.js';
 
 export interface EmbedConceptsDeps {
@@ -105,13 +105,7 @@ export function createEmbedConceptsStage(deps: EmbedConceptsDeps): Stage {
           }
         }
       }
-      for (const index of again) {
-        try {
-          await stage.run(contexts[index]);
-        } catch (error) {
-          outcomes[index] = { ok: false, error };
-        }
-      }
+      await runRepeatsAlone(stage, contexts, again, outcomes);
       return outcomes;
     },
   };

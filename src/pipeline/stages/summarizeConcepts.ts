@@ -8,6 +8,7 @@ import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
+import { mapWithConcurrency } from '../../util/concurrency.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
 import { foldStream, requireRepositoryId, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
@@ -25,6 +26,12 @@ export interface SummarizeConceptsDeps {
   settings: SummarizationSettings;
   /** How long a triggered run waits for the read models to apply its trigger (default 30 s). */
   readModelWaitMs?: number;
+  /**
+   * Concepts of a page summarised side by side (default 8; the registry passes the kind's
+   * worker count, `task.queues.summarize_concepts`): a run is one at a time per repository, so
+   * its model calls are what would otherwise have run in separate jobs.
+   */
+  concurrency?: number;
 }
 
 /** Model answers per slice: the first, and one retry when its citations are refused. */
@@ -240,14 +247,16 @@ async function summarizePage(
   const streams = await deps.store.readStreams(conceptIds.map((conceptId) => streamName('concept', conceptId)));
   const linked = await linkedFactsOf(deps.knex, conceptIds);
   const commands: Array<BatchCommand<ConceptState, ConceptCommand>> = [];
-  for (const conceptId of conceptIds) {
+  const planned = await mapWithConcurrency(conceptIds, deps.concurrency ?? 8, async (conceptId) => {
     throwIfAborted(context.signal);
     const stream = streamName('concept', conceptId);
     const loaded = foldStream(streams.get(stream) ?? [], conceptDecider);
-    const planned = await plannedSlices(deps, context, conceptId, loaded.state, linked.get(conceptId) ?? [], options);
-    if (planned === null) continue;
-    if ('problem' in planned) refusals.push(planned);
-    else commands.push({ streamId: stream, loaded, command: planned });
+    return { stream, loaded, plan: await plannedSlices(deps, context, conceptId, loaded.state, linked.get(conceptId) ?? [], options) };
+  });
+  for (const { stream, loaded, plan } of planned) {
+    if (plan === null) continue;
+    if ('problem' in plan) refusals.push(plan);
+    else commands.push({ streamId: stream, loaded, command: plan });
   }
   throwIfAborted(context.signal);
   if (commands.length === 0) return { refusals, lastWrite: null };
@@ -297,6 +306,7 @@ async function plannedSlices(
 export const summarizeConceptsStage: StageDefinition = {
   kind: 'summarize_concepts',
   enabled: (config) => config.providers.summarization.enabled,
-  create: ({ store, knex, chat, config }) => createSummarizeConceptsStage({ store, knex, chat, settings: config.providers.summarization }),
+  create: ({ store, knex, chat, config }) =>
+    createSummarizeConceptsStage({ store, knex, chat, settings: config.providers.summarization, concurrency: config.task.queues.summarize_concepts }),
   periodicIntervalMs: (config) => parseDuration(config.task.refresh_concept_relations_interval),
 };

@@ -7,7 +7,7 @@ import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, SynthesisInput, SynthesisOutput } from '../../providers/llm/port.js';
 import { PermanentJobError, type JobContext, type JobRunOutcome, type Stage, type StageDefinition } from '../types.js';
-import { conceptSubject, foldStream, requireRepositoryId, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
+import { conceptSubject, foldStream, requireRepositoryId, runRepeatsAlone, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { linkedFactsOf, type LinkedFact } from './summarizeConcepts.js';
 
@@ -269,13 +269,7 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
         for (const { index } of commands) outcomes[index] = { ok: false, error };
       }
     }
-    for (const index of again) {
-      try {
-        await stage.run(contexts[index]);
-      } catch (error) {
-        outcomes[index] = { ok: false, error };
-      }
-    }
+    await runRepeatsAlone(stage, contexts, again, outcomes);
     return outcomes;
   }
 

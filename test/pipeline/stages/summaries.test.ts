@@ -348,3 +348,28 @@ t.test('synthesize_concept: jobs run together read their concepts once and appen
   t.equal(synthesized?.causationId, triggers[0].eventId, "the synthesis is caused by its own job's trigger");
   t.same(await fixture.eventsOf(streamName('concept', paris), 'ConceptSynthesized'), [], 'nothing recorded for Paris');
 });
+
+t.test('summarize_concepts: the concepts of a page are summarised side by side, at most `concurrency` at once', async (t) => {
+  for (const concurrency of [1, 8]) {
+    const fixture = await openStageFixture(t);
+    const repositoryId = await fixture.createRepository();
+    const local = createLocalChatModel();
+    let inFlight = 0;
+    let most = 0;
+    const chat: ChatModel = {
+      ...local,
+      async summarizeFacts(input, signal) {
+        inFlight += 1;
+        most = Math.max(most, inFlight);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        inFlight -= 1;
+        return local.summarizeFacts(input, signal);
+      },
+    };
+    const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, settings: summarization, concurrency });
+    const source = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
+    await summarize.run(fixture.contextFor(summarize, source.trigger));
+    t.equal(most, Math.min(concurrency, 2), `concurrency ${concurrency}: Marie Curie's and Paris's first slices ${concurrency > 1 ? 'together' : 'one after the other'}`);
+    t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3, 'every slice written');
+  }
+});
