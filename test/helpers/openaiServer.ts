@@ -204,6 +204,8 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
   const queues: Record<OpenAIPath, Fault[]> = { chat: [...(options.faults?.chat ?? [])], embeddings: [...(options.faults?.embeddings ?? [])] };
   const standing: Partial<Record<OpenAIPath, Fault>> = {};
   const requests: Record<OpenAIPath, number> = { chat: 0, embeddings: 0 };
+  /** Chat requests answered, by phase. */
+  const phases: Partial<Record<ChatPhase, number>> = {};
   const bodies: ReceivedRequest[] = [];
   const timers = new Set<NodeJS.Timeout>();
 
@@ -214,6 +216,7 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
     else {
       const { document, image } = userDocument(body);
       const phase = phaseOf(document);
+      phases[phase] = (phases[phase] ?? 0) + 1;
       const answer = options.chat ? options.chat(document, phase) : await localChatAnswer(defaultLocalModels().chat, document, phase, image);
       content = JSON.stringify(answer);
     }
@@ -291,6 +294,7 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
     /** What clients take as base_url. */
     baseUrl: `http://127.0.0.1:${port}/v1`,
     requests,
+    phases,
     bodies,
     queueFault(path: OpenAIPath, ...faults: Fault[]): void {
       queues[path].push(...faults);
