@@ -68,12 +68,10 @@ export interface LinkedFact {
   image_id: string | null;
 }
 
-/** The facts linked to a concept now, in the stable order of its slices: oldest first, then by id. */
-export async function linkedFacts(knex: Knex, conceptId: string): Promise<LinkedFact[]> {
-  return (await linkedFactsOf(knex, [conceptId])).get(conceptId) ?? [];
-}
-
-/** linkedFacts of many concepts in one statement; a concept with none has no entry. */
+/**
+ * The facts linked to each of `conceptIds` now, in the stable order of its slices (oldest first,
+ * then by id), in one statement; a concept with none has no entry.
+ */
 export async function linkedFactsOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, LinkedFact[]>> {
   const byConcept = new Map<string, LinkedFact[]>();
   if (conceptIds.length === 0) return byConcept;
