@@ -50,15 +50,19 @@ export const summariesProjection = projection<Handled>({
       const touched = new Map<string, [string, number]>();
       const everClaimed = new Map<string, [string, string]>();
       const claims = new Map<string, { concept_id: string; fact_id: string; repository_id: string | null; slice_number: number }>();
+      // The facts each slice claimed in the run (some may have moved on since: checked on delete).
+      const claimedBy = new Map<string, string[]>();
       for (const event of events) {
         const conceptId = parseStreamName(event.streamId).id;
         const sliceNumber = event.data.slice_number;
-        touched.set(`${conceptId}:${sliceNumber}`, [conceptId, sliceNumber]);
-        for (const [key, claim] of claims) if (claim.concept_id === conceptId && claim.slice_number === sliceNumber) claims.delete(key);
-        for (const factId of event.data.fact_ids) {
-          const key = `${conceptId}:${factId}`;
-          everClaimed.set(key, [conceptId, factId]);
-          claims.set(key, { concept_id: conceptId, fact_id: factId, repository_id: event.repositoryId, slice_number: sliceNumber });
+        const slice = `${conceptId}:${sliceNumber}`;
+        touched.set(slice, [conceptId, sliceNumber]);
+        for (const key of claimedBy.get(slice) ?? []) if (claims.get(key)?.slice_number === sliceNumber) claims.delete(key);
+        const keys = event.data.fact_ids.map((factId) => `${conceptId}:${factId}`);
+        claimedBy.set(slice, keys);
+        for (const [position, factId] of event.data.fact_ids.entries()) {
+          everClaimed.set(keys[position], [conceptId, factId]);
+          claims.set(keys[position], { concept_id: conceptId, fact_id: factId, repository_id: event.repositoryId, slice_number: sliceNumber });
         }
       }
       await trx('concept_summary_facts')
