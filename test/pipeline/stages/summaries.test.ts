@@ -89,9 +89,9 @@ function countingStore(base: EventStore) {
       },
     },
     append: {
-      value: (streamId: string, ...rest: Parameters<EventStore['append']> extends [string, ...infer R] ? R : never) => {
-        if (concepts([streamId]).length > 0) appends.push([streamId]);
-        return base.append(streamId, ...rest);
+      value: (...args: Parameters<EventStore['append']>) => {
+        if (concepts([args[0]]).length > 0) appends.push([args[0]]);
+        return base.append(...args);
       },
     },
     appendToStreams: {
