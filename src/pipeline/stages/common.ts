@@ -112,6 +112,18 @@ export async function sharedCommandsFrom<State, Command, Event extends DomainEve
   return results;
 }
 
+/** Splits a runMany group by subject stream: the first job of each stream, and the repeats (for runRepeatsAlone). */
+export function firstsAndRepeats(streamIds: readonly string[]): { firsts: number[]; repeats: number[] } {
+  const firsts: number[] = [];
+  const repeats: number[] = [];
+  const seen = new Set<string>();
+  for (const [index, streamId] of streamIds.entries()) {
+    (seen.has(streamId) ? repeats : firsts).push(index);
+    seen.add(streamId);
+  }
+  return { firsts, repeats };
+}
+
 /**
  * The jobs of a runMany group whose subject came earlier in the group, run alone with `run` after
  * the others (on the stream as those left it); a failure is recorded in `outcomes`.
@@ -249,8 +261,13 @@ export function stageMetadata(context: JobContext): EventMetadata {
 }
 
 /** The repository a job works in; a trigger without one cannot be processed. */
+/** The repository a job works in: its trigger's, else its row's; null when neither has one. */
+export function repositoryIdOf(context: JobContext): string | null {
+  return context.trigger.repositoryId ?? context.job.repositoryId;
+}
+
 export function requireRepositoryId(context: JobContext): string {
-  const repositoryId = context.trigger.repositoryId ?? context.job.repositoryId;
+  const repositoryId = repositoryIdOf(context);
   if (!repositoryId) throw new PermanentJobError(`${context.trigger.type} ${context.trigger.eventId} carries no repository id`);
   return repositoryId;
 }

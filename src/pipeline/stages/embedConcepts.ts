@@ -4,7 +4,7 @@ import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { packVector } from '../../interchange/vectors.js';
 import { embeddingsConfigured, PermanentJobError, requireEmbedder, type JobContext, type JobRunOutcome, type Stage, type StageDefinition } from '../types.js';
-import { commandOnSharedStream, conceptSubject, foldStream, loadStream, runRepeatsAlone, sharedCommandFrom, stageMetadata, type LoadedStream } from './common.js';
+import { commandOnSharedStream, conceptSubject, firstsAndRepeats, foldStream, loadStream, runRepeatsAlone, sharedCommandFrom, stageMetadata, type LoadedStream } from './common.js';
 import type { ConceptState } from '../../domain/concept/events.js';
 
 export interface EmbedConceptsDeps {
@@ -62,17 +62,11 @@ export function createEmbedConceptsStage(deps: EmbedConceptsDeps): Stage {
     async runMany(contexts: readonly JobContext[], signal: AbortSignal): Promise<JobRunOutcome[]> {
       const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
       const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
-      const read = await deps.store.readStreams([...new Set(streams)]);
+      const { firsts, repeats } = firstsAndRepeats(streams);
+      const read = await deps.store.readStreams(firsts.map((index) => streams[index]));
       const todo: Array<{ index: number; loaded: LoadedStream<ConceptState>; state: Known }> = [];
-      const again: number[] = [];
-      const seen = new Set<string>();
-      for (const [index, stream] of streams.entries()) {
-        if (seen.has(stream)) {
-          again.push(index);
-          continue;
-        }
-        seen.add(stream);
-        const loaded = foldStream(read.get(stream) ?? [], conceptDecider);
+      for (const index of firsts) {
+        const loaded = foldStream(read.get(streams[index]) ?? [], conceptDecider);
         if (needsEmbedding(loaded.state)) todo.push({ index, loaded, state: loaded.state });
       }
       if (todo.length > 0) {
@@ -105,7 +99,7 @@ export function createEmbedConceptsStage(deps: EmbedConceptsDeps): Stage {
           }
         }
       }
-      await runRepeatsAlone(stage, contexts, again, outcomes);
+      await runRepeatsAlone(stage, contexts, repeats, outcomes);
       return outcomes;
     },
   };

@@ -7,7 +7,7 @@ import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, SynthesisInput, SynthesisOutput } from '../../providers/llm/port.js';
 import { PermanentJobError, type JobContext, type JobRunOutcome, type Stage, type StageDefinition } from '../types.js';
-import { conceptSubject, foldStream, requireRepositoryId, runRepeatsAlone, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
+import { conceptSubject, firstsAndRepeats, foldStream, repositoryIdOf, requireRepositoryId, runRepeatsAlone, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { linkedFactsOf, type LinkedFact } from './summarizeConcepts.js';
 
@@ -230,8 +230,7 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
   async function runGroup(contexts: readonly JobContext[], signal: AbortSignal): Promise<JobRunOutcome[]> {
     const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
     const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
-    const firsts = contexts.flatMap((_, index) => (streams.indexOf(streams[index]) === index ? [index] : []));
-    const again = contexts.flatMap((_, index) => (streams.indexOf(streams[index]) === index ? [] : [index]));
+    const { firsts, repeats } = firstsAndRepeats(streams);
     const read = await deps.store.readStreams(firsts.map((index) => streams[index]));
     const linked = await linkedFactsOf(
       deps.knex,
@@ -239,10 +238,8 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
     );
     const conceptsByRepository = new Map<string, string[]>();
     for (const index of firsts) {
-      const context = contexts[index];
-      // The repository decideFor asks for (requireRepositoryId's).
-      const repositoryId = context.trigger.repositoryId ?? context.job.repositoryId;
-      if (repositoryId) conceptsByRepository.set(repositoryId, [...(conceptsByRepository.get(repositoryId) ?? []), context.job.subjectId]);
+      const repositoryId = repositoryIdOf(contexts[index]);
+      if (repositoryId) conceptsByRepository.set(repositoryId, [...(conceptsByRepository.get(repositoryId) ?? []), contexts[index].job.subjectId]);
     }
     const inputs = groupInputs(deps.knex, settings.max_related_concepts, conceptsByRepository);
     // The jobs' model calls run side by side, as separate jobs' would.
@@ -269,7 +266,7 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
         for (const { index } of commands) outcomes[index] = { ok: false, error };
       }
     }
-    await runRepeatsAlone(stage, contexts, again, outcomes);
+    await runRepeatsAlone(stage, contexts, repeats, outcomes);
     return outcomes;
   }
 
