@@ -106,10 +106,11 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
       // k-NN per row of a recordset of (query, repository, vector, k), whose inner query is
       // ordered by distance alone so the HNSW index can serve it. One inner query and one
       // parameter however many queries come (annotate_report sends one per sentence; a UNION
-      // of them hit PostgreSQL's 65,535 parameters at some size). Only vectors of visible rows
-      // (not merged, passing the filters) count in the inner query, so k of them come back, even
-      // when a late vector arrived after its fact was merged and removed (Kafka: another
-      // partition). Ties and the row's columns are settled on the k rows each returns.
+      // of them, five parameters a query, would reach PostgreSQL's limit of 65,535). Only
+      // vectors of visible rows (not merged, passing the filters) count in the inner query, so
+      // k of them come back, even when a late vector arrived after its fact was merged and
+      // removed (Kafka: another partition). Ties and the row's columns are settled on the k rows
+      // each returns.
       const groups = new Map<string, typeof asked>();
       for (const entry of asked) {
         const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)]]);
