@@ -19,7 +19,7 @@
  *
  * Environment: BENCH_PARTS (ingest,openai,corpus,search), BENCH_DOCS (1000), BENCH_SENTENCES (12),
  * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
- * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times). Profiling the ingest child: BENCH_CPU_PROF=<dir>
+ * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
  * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
@@ -470,7 +470,7 @@ async function runOpenAI(): Promise<OpenAIResult> {
     PROVIDERS_EMBEDDINGS_BASE_URL: openai.baseUrl,
     PROVIDERS_EMBEDDINGS_DIMENSIONS: '100',
     ...Object.fromEntries(MODEL_STAGES.map((kind) => [`TASK_QUEUES_${kind.toUpperCase()}`, workers])),
-  });
+  }, true);
   try {
     log(`openai: ${sizes.openaiDocs} documents, ${sizes.openaiLatencyMs} ms per model call, ${workers} workers per model stage`);
     const urls = Array.from({ length: sizes.openaiDocs }, (_, doc) => `${web.baseUrl}/synthetic/${doc}.html`);
