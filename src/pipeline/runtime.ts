@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Database } from '../db/database.js';
 import { inBackground } from '../db/priority.js';
+import { Doorbell } from '../util/concurrency.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
@@ -251,34 +252,6 @@ function abortedWhenAll(signals: readonly AbortSignal[]): AbortSignal {
   for (const signal of signals) signal.addEventListener('abort', check, { once: true });
   check();
   return controller.signal;
-}
-
-/** A promise that a dispatcher sleeps on until its poll interval passes or someone pokes it. */
-class Doorbell {
-  private ring: (() => void) | null = null;
-  /** A poke that came while nobody waited: the next wait returns at once. */
-  private pending = false;
-
-  poke(): void {
-    if (this.ring) this.ring();
-    else this.pending = true;
-  }
-
-  wait(ms: number): Promise<void> {
-    if (this.pending) {
-      this.pending = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const finish = (): void => {
-        clearTimeout(timer);
-        if (this.ring === finish) this.ring = null;
-        resolve();
-      };
-      const timer = setTimeout(finish, ms);
-      this.ring = finish;
-    });
-  }
 }
 
 interface ActiveJob {

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { mapWithConcurrency } from '../../src/util/concurrency.js';
+import { Doorbell, mapWithConcurrency, Semaphore } from '../../src/util/concurrency.js';
 
 /** A promise with its resolver, so a test decides when each piece of work finishes. */
 function deferred(): { promise: Promise<void>; resolve: () => void } {
@@ -67,4 +67,52 @@ t.test('the first failure stops new work and is rethrown after the running work 
   await t.rejects(failing, { message: 'item 1 failed' });
   t.same(started, [0, 1, 2], 'nothing started after the failure was seen');
   t.equal(settled, started.length, 'work in flight finished before the rejection');
+});
+
+t.test('Semaphore: at most `limit` at once, the freed place to the first waiter, freed on failure too', async (t) => {
+  const places = new Semaphore(2);
+  let inFlight = 0;
+  let most = 0;
+  const started: number[] = [];
+  const releases: Array<() => void> = [];
+  const work = (index: number, fail = false) =>
+    places.run(async () => {
+      started.push(index);
+      inFlight += 1;
+      most = Math.max(most, inFlight);
+      await new Promise<void>((resolve) => releases.push(resolve));
+      inFlight -= 1;
+      if (fail) throw new Error(`work ${index} failed`);
+      return index;
+    });
+  const runs = [work(0, true), work(1), work(2), work(3)];
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(started, [0, 1], 'two start, two wait');
+  releases.shift()?.();
+  await t.rejects(runs[0], /work 0 failed/);
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(started, [0, 1, 2], "the failed work's place goes to the first waiter");
+  while (started.length < 4 || releases.length > 0) {
+    releases.shift()?.();
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  t.same(await Promise.all(runs.slice(1)), [1, 2, 3]);
+  t.equal(most, 2);
+  t.throws(() => new Semaphore(0), RangeError, 'a limit below 1 is refused');
+});
+
+t.test('Doorbell: a wait ends on a poke; a poke with nobody waiting ends the next wait at once; a timed wait ends by itself', async (t) => {
+  const bell = new Doorbell();
+  let rung = false;
+  const waiting = bell.wait().then(() => (rung = true));
+  await new Promise((resolve) => setImmediate(resolve));
+  t.equal(rung, false, 'waits until poked');
+  bell.poke();
+  await waiting;
+  t.equal(rung, true);
+  bell.poke();
+  await bell.wait();
+  t.pass('the earlier poke was kept for this wait');
+  await bell.wait(5);
+  t.pass('a timed wait ends without a poke');
 });

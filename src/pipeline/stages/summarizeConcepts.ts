@@ -8,9 +8,9 @@ import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
-import { mapWithConcurrency } from '../../util/concurrency.js';
+import { Doorbell, Semaphore } from '../../util/concurrency.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { foldStream, requireRepositoryId, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
+import { foldStream, requireRepositoryId, type LoadedStream, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
 import { factsProjection } from '../../../projections/facts.js';
 import { awaitApplied, awaitReadModels, lastEventOf, type AwaitedEvent } from './readModelLag.js';
@@ -40,12 +40,13 @@ export const SUMMARY_ATTEMPTS = 2;
 /**
  * Concepts of the repository whose slices do not cover exactly the facts linked to them now: a
  * fact no slice covers, or a slice fact that left the concept (a source deleted, a fact merged
- * away). By id, at most `limit`, after the id `after` when given (the next page).
+ * away). By id, at most `limit`, after the id `after` when given (the next page), leaving out
+ * `excluding` (concepts being summarised now).
  */
-export async function staleConcepts(knex: Knex, repositoryId: string, limit: number, after = ''): Promise<string[]> {
+export async function staleConcepts(knex: Knex, repositoryId: string, limit: number, after = '', excluding: readonly string[] = []): Promise<string[]> {
   const result = (await knex.raw(
     `SELECT c.id FROM concepts c
-      WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND (
+      WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND NOT (c.id = ANY(?::text[])) AND (
         EXISTS (SELECT 1 FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
                  WHERE fc.concept_id = c.id
                    AND NOT EXISTS (SELECT 1 FROM concept_summary_facts s WHERE s.concept_id = c.id AND s.fact_id = fc.fact_id))
@@ -55,7 +56,7 @@ export async function staleConcepts(knex: Knex, repositoryId: string, limit: num
                                        WHERE fc.concept_id = c.id AND fc.fact_id = s.fact_id)))
       ORDER BY c.id COLLATE "C"
       LIMIT ?`,
-    [repositoryId, after, limit],
+    [repositoryId, after, [...excluding], limit],
   )) as { rows: Array<{ id: string }> };
   return result.rows.map((row) => row.id);
 }
@@ -119,20 +120,23 @@ export async function summarizeSlice(
 }
 
 /**
- * summarize_concepts: for up to `max_concepts_per_run` concepts of the repository whose slices
- * are stale, plans the slices (src/domain/concept/summaries.ts, planSlices), asks the chat model
- * for each slice to write, and records them on the concept's stream in one append. Triggered by
- * ConceptsExtracted (new links), a catch-up FactMergedInto and ConceptMergedInto (links moved),
- * and scheduled every task.refresh_concept_relations_interval as a safety net (also for a run
- * whose read models lagged past its wait). A refused answer
- * leaves its concept unrecorded and fails the job, naming the concept and why.
+ * summarize_concepts: plans the slices of the repository's concepts whose slices are stale
+ * (src/domain/concept/summaries.ts, planSlices), asks the chat model for each slice to write, and
+ * records a page of concepts' slices in one append. Triggered by ConceptsExtracted (new links), a
+ * catch-up FactMergedInto and ConceptMergedInto (links moved), and scheduled every
+ * task.refresh_concept_relations_interval as a safety net (also for a trigger whose read models
+ * lagged past the wait). A refused answer leaves its concept unrecorded and fails the job,
+ * naming the concept and why.
  */
 export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage {
-  const { batch_size: batchSize, max_concepts_per_run: maxConcepts, max_tokens: maxTokens } = deps.settings;
   const readModelWaitMs = deps.readModelWaitMs ?? 30_000;
-  const runs = new RepositoryRuns();
+  const concurrency = deps.concurrency ?? 8;
+  // One limit on model calls in flight for the stage, whichever repository's summaries ask.
+  const calls = new Semaphore(concurrency);
+  const summarizers = new Map<string, RepositorySummarizer>();
   return {
     kind: 'summarize_concepts',
+    deferred: true,
     // FactRetracted: a deleted source's fact left its concepts, whose slices are rewritten or reopened.
     triggers: ['ConceptsExtracted', 'FactMergedInto', 'ConceptMergedInto', 'FactRetracted'],
     subjectOf(event: RecordedEvent) {
@@ -142,131 +146,206 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
     },
     async run(context: JobContext) {
       const repositoryId = requireRepositoryId(context);
-      await runs.one(repositoryId, context, async (triggers, progress) => {
-        if (!(await isLiveRepository(deps.knex, repositoryId))) return;
-        // The facts and their links must be in the read models before a run decides what is stale,
-        // for its own trigger and those of the runs that left their work to it. Still behind after
-        // the wait (a bus consumer far behind): nothing to do now; the next trigger or the
-        // scheduled run finds the concepts stale then. A failed task would say something went
-        // wrong, and nothing did.
-        for (const trigger of triggers) {
-          if (!(await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], trigger, { timeoutMs: readModelWaitMs }))) return;
-        }
-        // And the slices this process wrote last must be in `concept_summary_facts`, or the run
-        // would find those concepts stale again and plan them once more.
-        if (progress.lastWrite && !(await awaitApplied(deps.knex, [summariesProjection], progress.lastWrite, context.signal, { timeoutMs: readModelWaitMs }))) return;
-        const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
-        const refusals: Refusal[] = [];
-        // Pages of max_concepts_per_run stale concepts in id order, going on from where the last
-        // run of the repository stopped, so that during a burst of sources every concept gets its
-        // turn. A full page is followed by the next one unless a run is queued behind this one
-        // (that run goes on from here); the end of the ids wraps around to the start once.
-        let wrapped = progress.cursor === '';
-        for (;;) {
-          const page = await staleConcepts(deps.knex, repositoryId, maxConcepts, progress.cursor);
-          const done = await summarizePage(deps, context, page, { batchSize, maxTokens, promptset });
-          refusals.push(...done.refusals);
-          progress.lastWrite = done.lastWrite ?? progress.lastWrite;
-          progress.cursor = page.at(-1) ?? progress.cursor;
-          if (page.length < maxConcepts) {
-            progress.cursor = '';
-            if (wrapped) break;
-            wrapped = true;
-          }
-          if (runs.queuedBehind(repositoryId)) break;
-        }
-        if (refusals.length > 0) {
-          const listed = refusals.map((refusal) => `concept ${refusal.conceptId} slice ${refusal.sliceNumber}: ${refusal.problem}`).join('; ');
-          throw new PermanentJobError(`summaries refused after ${SUMMARY_ATTEMPTS} answers (nothing recorded for these): ${listed}`);
-        }
-      });
+      // The facts and their links must be in the read models before the stale concepts are
+      // looked for. Still behind after the wait (a bus consumer far behind): nothing to do now;
+      // the next trigger or the scheduled run finds the concepts stale then. A failed task would
+      // say something went wrong, and nothing did.
+      if (!(await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], context, { timeoutMs: readModelWaitMs }))) return;
+      let summarizer = summarizers.get(repositoryId);
+      if (!summarizer) {
+        summarizer = new RepositorySummarizer(deps, repositoryId, calls, { concurrency, readModelWaitMs });
+        summarizers.set(repositoryId, summarizer);
+      }
+      await summarizer.request(context);
     },
   };
 }
 
-/** Where the summarize runs of a repository in this process are: their last write, and the id the next page starts after. */
-interface RunProgress {
-  lastWrite: AwaitedEvent | null;
-  cursor: string;
+/** A stale concept found by a search, its stream and linked facts read, waiting for a place in the model. */
+interface QueuedConcept {
+  conceptId: string;
+  streamId: string;
+  loaded: LoadedStream<ConceptState>;
+  facts: readonly LinkedFact[];
 }
 
 /**
- * The summarize runs of each repository in this process: one at a time, and a run that finds
- * another queued behind it leaves its work to that one. Runs are triggered per document (each
- * ConceptsExtracted) and would find the same stale concepts and plan them again one after
- * another; the last run in the queue starts after the others and waits for all their triggers
- * to be applied, so it finds everything they would have found. Across processes the concept
- * stream's version check keeps one of two writes.
+ * The summaries of one repository in this process. Runs are triggered per document (each
+ * ConceptsExtracted) and would find the same stale concepts and plan them again side by side, so
+ * one job at a time carries the work: a job that finds it carried hands its (applied) trigger to
+ * the carrier, which searches for stale concepts again, and succeeds at once.
+ *
+ * The carrier keeps up to `concurrency` concepts in the model. A search takes up to
+ * `max_concepts_per_run` stale concepts by id, going on from where the last one stopped (so
+ * during a burst of sources every concept gets its turn), reads their streams and facts in one
+ * statement each, and queues them; the next search comes as soon as the queue is empty and a
+ * place is free, not when the slowest concept of the last search is done. Planned concepts are
+ * written together: in one append per `concurrency` of them, or when nothing else is in the
+ * model. A concept is left out of every search from the search that found it until its slices
+ * are written. Across processes the concept stream's version check keeps one of two writes.
  */
-class RepositoryRuns {
-  private readonly byRepository = new Map<string, { tail: Promise<void>; queued: number; triggers: JobContext[]; progress: RunProgress }>();
+class RepositorySummarizer {
+  /** The job carrying the work now, if any. */
+  private carrier: symbol | null = null;
+  /** A trigger came (applied) since the carrier last searched. */
+  private triggered = false;
+  private readonly bell = new Doorbell();
+  /** The last write of this process, which a search must find applied. */
+  private lastWrite: AwaitedEvent | null = null;
+  /** The id the next search starts after. */
+  private cursor = '';
 
-  /** Whether a run of the repository waits for the one running now. */
-  queuedBehind(repositoryId: string): boolean {
-    return (this.byRepository.get(repositoryId)?.queued ?? 0) > 0;
-  }
+  constructor(
+    private readonly deps: SummarizeConceptsDeps,
+    private readonly repositoryId: string,
+    private readonly calls: Semaphore,
+    private readonly options: { concurrency: number; readModelWaitMs: number },
+  ) {}
 
-  async one(repositoryId: string, context: JobContext, work: (triggers: JobContext[], progress: RunProgress) => Promise<void>): Promise<void> {
-    let entry = this.byRepository.get(repositoryId);
-    if (!entry) {
-      entry = { tail: Promise.resolve(), queued: 0, triggers: [], progress: { lastWrite: null, cursor: '' } };
-      this.byRepository.set(repositoryId, entry);
+  async request(context: JobContext): Promise<void> {
+    this.triggered = true;
+    if (this.carrier !== null) {
+      this.bell.poke();
+      return;
     }
-    const previous = entry.tail;
-    let release = () => {};
-    entry.tail = new Promise<void>((resolve) => (release = resolve));
-    entry.queued += 1;
-    entry.triggers.push(context);
+    const me = Symbol('carrier');
+    this.carrier = me;
     try {
-      await previous;
-      entry.queued -= 1;
-      if (entry.queued > 0) return;
-      await work(entry.triggers.splice(0), entry.progress);
+      await this.carry(context);
     } finally {
-      release();
+      if (this.carrier === me) this.carrier = null;
     }
   }
-}
 
-/**
- * Plans and writes the slices of a page of concepts: their streams in one read, their linked
- * facts in one statement, the model asked slice by slice, and every concept's slices in one
- * multi-stream append (a stream that moved meanwhile is re-decided alone). A refused answer
- * leaves its concept out; the others are written.
- */
-async function summarizePage(
-  deps: SummarizeConceptsDeps,
-  context: JobContext,
-  conceptIds: readonly string[],
-  options: { batchSize: number; maxTokens: number; promptset: Promptset },
-): Promise<{ refusals: Refusal[]; lastWrite: AwaitedEvent | null }> {
-  const refusals: Refusal[] = [];
-  if (conceptIds.length === 0) return { refusals, lastWrite: null };
-  const streams = await deps.store.readStreams(conceptIds.map((conceptId) => streamName('concept', conceptId)));
-  const linked = await linkedFactsOf(deps.knex, conceptIds);
-  const commands: Array<BatchCommand<ConceptState, ConceptCommand>> = [];
-  const planned = await mapWithConcurrency(conceptIds, deps.concurrency ?? 8, async (conceptId) => {
-    throwIfAborted(context.signal);
-    const stream = streamName('concept', conceptId);
-    const loaded = foldStream(streams.get(stream) ?? [], conceptDecider);
-    return { stream, loaded, plan: await plannedSlices(deps, context, conceptId, loaded.state, linked.get(conceptId) ?? [], options) };
-  });
-  for (const { stream, loaded, plan } of planned) {
-    if (plan === null) continue;
-    if ('problem' in plan) refusals.push(plan);
-    else commands.push({ streamId: stream, loaded, command: plan });
+  private async carry(context: JobContext): Promise<void> {
+    const { deps, repositoryId, bell } = this;
+    const { concurrency, readModelWaitMs } = this.options;
+    if (!(await isLiveRepository(deps.knex, repositoryId))) return;
+    const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
+    const { batch_size: batchSize, max_concepts_per_run: maxConcepts, max_tokens: maxTokens } = deps.settings;
+    const sliceOptions = { batchSize, maxTokens, promptset };
+    const queue: QueuedConcept[] = [];
+    const held = new Set<string>();
+    const ready: Array<{ conceptId: string; write: BatchCommand<ConceptState, ConceptCommand> }> = [];
+    const running = new Set<Promise<void>>();
+    const refusals: Refusal[] = [];
+    let failure: { error: unknown } | null = null;
+    let planning = 0;
+    let writing = false;
+    let search = false;
+    let wrapped = false;
+    // A search that left out held concepts is repeated once they are written: they may be stale again.
+    let searchWhenIdle = false;
+    const track = (work: Promise<void>): void => {
+      const tracked = work
+        .catch((error: unknown) => {
+          failure ??= { error };
+        })
+        .finally(() => {
+          running.delete(tracked);
+          bell.poke();
+        });
+      running.add(tracked);
+    };
+    for (;;) {
+      if (this.triggered) {
+        this.triggered = false;
+        search = true;
+        wrapped = this.cursor === '';
+      }
+      if (failure !== null || context.signal.aborted) break;
+      while (queue.length > 0 && planning < concurrency) {
+        const concept = queue.shift() as QueuedConcept;
+        planning += 1;
+        track(
+          this.calls
+            .run(() => plannedSlices(deps, context, concept.conceptId, concept.loaded.state, concept.facts, sliceOptions))
+            .then((plan) => {
+              if (plan !== null && !('problem' in plan)) ready.push({ conceptId: concept.conceptId, write: { streamId: concept.streamId, loaded: concept.loaded, command: plan } });
+              else {
+                if (plan !== null) refusals.push(plan);
+                held.delete(concept.conceptId);
+              }
+            })
+            .finally(() => (planning -= 1)),
+        );
+      }
+      if (!writing && ready.length > 0 && (ready.length >= concurrency || (planning === 0 && queue.length === 0))) {
+        const batch = ready.splice(0);
+        writing = true;
+        track(
+          this.write(context, batch.map((planned) => planned.write)).finally(() => {
+            for (const { conceptId } of batch) held.delete(conceptId);
+            writing = false;
+          }),
+        );
+      }
+      const idle = running.size === 0 && queue.length === 0 && ready.length === 0;
+      if (!search && idle) {
+        if (!searchWhenIdle) {
+          // In the same turn as the check of `triggered` above: a job that comes after this carries the work itself.
+          this.carrier = null;
+          break;
+        }
+        searchWhenIdle = false;
+        search = true;
+        wrapped = this.cursor === '';
+      }
+      if (!search || queue.length > 0 || planning >= concurrency) {
+        await bell.wait();
+        continue;
+      }
+      // The slices this process wrote last must be in `concept_summary_facts`, or the search would
+      // find those concepts stale again. Still behind after the wait: the next trigger or the
+      // scheduled run searches again.
+      if (this.lastWrite && !(await awaitApplied(deps.knex, [summariesProjection], this.lastWrite, context.signal, { timeoutMs: readModelWaitMs }))) {
+        search = false;
+        searchWhenIdle = false;
+        continue;
+      }
+      const found = await staleConcepts(deps.knex, repositoryId, maxConcepts, this.cursor, [...held]);
+      if (held.size > 0) searchWhenIdle = true;
+      this.cursor = found.at(-1) ?? this.cursor;
+      if (found.length < maxConcepts) {
+        // The end of the ids: round to the first once.
+        this.cursor = '';
+        if (wrapped) search = false;
+        wrapped = true;
+      }
+      if (found.length === 0) continue;
+      for (const conceptId of found) held.add(conceptId);
+      queue.push(...(await this.read(found)));
+    }
+    await Promise.all(running);
+    if (failure !== null) throw (failure as { error: unknown }).error;
+    context.signal.throwIfAborted();
+    if (refusals.length > 0) {
+      const listed = refusals.map((refusal) => `concept ${refusal.conceptId} slice ${refusal.sliceNumber}: ${refusal.problem}`).join('; ');
+      throw new PermanentJobError(`summaries refused after ${SUMMARY_ATTEMPTS} answers (nothing recorded for these): ${listed}`);
+    }
   }
-  throwIfAborted(context.signal);
-  if (commands.length === 0) return { refusals, lastWrite: null };
-  try {
-    const results = await sharedCommandsFrom(deps.store, conceptDecider, commands, stageMetadata(context));
-    const write = results.findLast((result) => result.write !== null)?.write;
-    return { refusals, lastWrite: write ? lastEventOf(write) : null };
-  } catch (error) {
-    // Only a re-decision gets here with a DomainError: a stream moved (a twin wrote slices
-    // first) and the plan no longer fits it. The next run plans from the stream as it is now.
-    if (error instanceof DomainError) return { refusals, lastWrite: null };
-    throw error;
+
+  /** The streams of the concepts found, in one read, and their linked facts, in one statement. */
+  private async read(conceptIds: readonly string[]): Promise<QueuedConcept[]> {
+    const streams = await this.deps.store.readStreams(conceptIds.map((conceptId) => streamName('concept', conceptId)));
+    const linked = await linkedFactsOf(this.deps.knex, conceptIds);
+    return conceptIds.map((conceptId) => {
+      const streamId = streamName('concept', conceptId);
+      return { conceptId, streamId, loaded: foldStream(streams.get(streamId) ?? [], conceptDecider), facts: linked.get(conceptId) ?? [] };
+    });
+  }
+
+  /** The planned concepts' slices in one multi-stream append (a stream that moved meanwhile is re-decided alone). */
+  private async write(context: JobContext, commands: Array<BatchCommand<ConceptState, ConceptCommand>>): Promise<void> {
+    try {
+      const results = await sharedCommandsFrom(this.deps.store, conceptDecider, commands, stageMetadata(context));
+      const write = results.findLast((result) => result.write !== null)?.write;
+      if (write) this.lastWrite = lastEventOf(write);
+    } catch (error) {
+      // Only a re-decision gets here with a DomainError: a stream moved (a twin wrote slices
+      // first) and the plan no longer fits it. The next search plans from the stream as it is now.
+      if (!(error instanceof DomainError)) throw error;
+    }
   }
 }
 

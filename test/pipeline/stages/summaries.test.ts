@@ -6,7 +6,7 @@ import { handleCommand } from '../../../src/eventstore/commandHandler.js';
 import { streamName, type RecordedEvent } from '../../../src/eventstore/envelope.js';
 import { createLocalChatModel } from '../../../src/providers/llm/local.js';
 import { createOpenAIChatModel } from '../../../src/providers/llm/openai.js';
-import type { ChatModel, SliceSummaryInput, SynthesisInput } from '../../../src/providers/llm/port.js';
+import type { ChatModel, ConceptCandidate, SliceSummaryInput, SynthesisInput } from '../../../src/providers/llm/port.js';
 import { createDeduplicateFactsStage } from '../../../src/pipeline/stages/deduplicateFacts.js';
 import { createExtractConceptsStage } from '../../../src/pipeline/stages/extractConcepts.js';
 import { createSummarizeConceptsStage, staleConcepts } from '../../../src/pipeline/stages/summarizeConcepts.js';
@@ -47,8 +47,16 @@ function countingChat(base: ChatModel = createLocalChatModel()) {
   return { chat, calls };
 }
 
-/** A source whose facts are deduplicated and all linked to Marie Curie (and the first also to Paris); returns the ConceptsExtracted trigger. */
-async function linkedSource(fixture: StageFixture, repositoryId: string, contents: string[]) {
+type ExtractedConcept = ConceptCandidate;
+
+/** Every fact linked to Marie Curie, and the first also to Paris. */
+const marieAndParis = (factIds: string[]): ExtractedConcept[] => [
+  { canonicalName: 'Marie Curie', context: 'person', aliases: ['Curie'], factIds },
+  { canonicalName: 'Paris', context: 'location', aliases: [], factIds: factIds.slice(0, 1) },
+];
+
+/** A source whose facts are deduplicated and linked to the concepts `linked` names (Marie Curie and Paris unless told); returns the ConceptsExtracted trigger. */
+async function linkedSource(fixture: StageFixture, repositoryId: string, contents: string[], linked: (factIds: string[]) => ExtractedConcept[] = marieAndParis) {
   const dedup = createDeduplicateFactsStage({ store: fixture.store, knex: fixture.db.knex, search: fixture.search, embedderModelId: null, threshold: 0.94, catchupMaxAgeMs: 3_600_000 });
   const source = await fixture.addSource(repositoryId, contents);
   await dedup.run(fixture.contextFor(dedup, source.extracted));
@@ -57,10 +65,7 @@ async function linkedSource(fixture: StageFixture, repositoryId: string, content
   const chat: ChatModel = {
     ...createLocalChatModel(),
     async extractConcepts(input) {
-      return [
-        { canonicalName: 'Marie Curie', context: 'person', aliases: ['Curie'], factIds: input.facts.map((fact) => fact.id) },
-        { canonicalName: 'Paris', context: 'location', aliases: [], factIds: input.facts.slice(0, 1).map((fact) => fact.id) },
-      ];
+      return linked(input.facts.map((fact) => fact.id));
     },
   };
   const extract = createExtractConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat, batchSize: 100, concurrency: 1, maxAttempts: 3 });
@@ -282,7 +287,7 @@ t.test('summarize_concepts: overlapping runs ask the model once per slice', asyn
   t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3);
 });
 
-t.test('summarize_concepts: runs queued behind another leave their work to the last, which starts after the slices before it are applied', async (t) => {
+t.test('summarize_concepts: jobs that come while another carries the work hand it their triggers; the next job waits for the slices written to be applied', async (t) => {
   const fixture = await openStageFixture(t);
   const repositoryId = await fixture.createRepository();
   const { chat, calls } = countingChat();
@@ -292,10 +297,10 @@ t.test('summarize_concepts: runs queued behind another leave their work to the l
   const source = await linkedSource(fixture, repositoryId, factsAbout(1, 25));
   const contexts = Array.from({ length: 5 }, () => fixture.contextFor(summarize, source.trigger));
   await Promise.all(contexts.map((context) => summarize.run(context)));
-  t.equal(conceptReads.length, 2, 'five runs at once: the last plans both concepts, a page each; the four queued before it leave their work to it');
+  t.equal(conceptReads.length, 2, 'five jobs at once: one carries the work and plans both concepts, a search each; the four others hand it their triggers');
   t.equal(calls.summaries.length, 3, 'Marie Curie slices 1 and 2, Paris slice 1: once each');
   await summarize.run(fixture.contextFor(summarize, source.trigger));
-  t.equal(conceptReads.length, 2, 'the next run waits for those slices to be applied and plans nothing again');
+  t.equal(conceptReads.length, 2, 'the next job waits for those slices to be applied and plans nothing again');
   await fixture.settle();
   t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the runs');
 });
@@ -372,4 +377,52 @@ t.test('summarize_concepts: the concepts of a page are summarised side by side, 
     t.equal(most, Math.min(concurrency, 2), `concurrency ${concurrency}: Marie Curie's and Paris's first slices ${concurrency > 1 ? 'together' : 'one after the other'}`);
     t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3, 'every slice written');
   }
+});
+
+t.test('summarize_concepts: a concept that became stale is taken up as soon as a place is free, not when the slowest concept in the model is done', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const pierre = conceptIdFor(repositoryId, 'Pierre Curie', 'person');
+  const local = createLocalChatModel();
+  let releaseMarie = () => {};
+  const marieHeld = new Promise<void>((resolve) => (releaseMarie = resolve));
+  const asked: string[] = [];
+  const chat: ChatModel = {
+    ...local,
+    async summarizeFacts(input, signal) {
+      asked.push(input.concept.canonicalName);
+      // Marie Curie's answer is slow: it comes only once Pierre Curie's slices are written.
+      if (input.concept.id === marie) await marieHeld;
+      return local.summarizeFacts(input, signal);
+    },
+  };
+  const { store, appends } = countingStore(fixture.store);
+  let pierreWritten = () => {};
+  const pierreInStore = new Promise<void>((resolve) => (pierreWritten = resolve));
+  const watched: EventStore = Object.create(store, {
+    appendToStreams: {
+      value: async (writes: Parameters<EventStore['appendToStreams']>[0]) => {
+        const result = await store.appendToStreams(writes);
+        if (writes.some((write) => write.streamId === streamName('concept', pierre))) pierreWritten();
+        return result;
+      },
+    },
+  });
+  const summarize = createSummarizeConceptsStage({ store: watched, knex: fixture.db.knex, chat, settings: summarization, concurrency: 2 });
+  const first = await linkedSource(fixture, repositoryId, factsAbout(1, 3));
+  const carrying = summarize.run(fixture.contextFor(summarize, first.trigger));
+  const second = await linkedSource(fixture, repositoryId, ['Pierre Curie shared the 1903 Nobel Prize in Physics.'], (factIds) => [
+    { canonicalName: 'Pierre Curie', context: 'person', aliases: [], factIds },
+  ]);
+  await summarize.run(fixture.contextFor(summarize, second.trigger));
+  await pierreInStore;
+  t.same(await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten'), [], "Pierre Curie's slices are written while Marie Curie's answer is still awaited");
+  releaseMarie();
+  await carrying;
+  await fixture.settle();
+  t.equal((await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten')).length, 1, "then Marie Curie's");
+  t.same([...asked].sort(), ['Marie Curie', 'Paris', 'Pierre Curie'], 'each slice asked for once');
+  t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the runs');
+  t.ok(appends.length >= 2, 'written in more than one append: the slow concept did not hold the others back');
 });
