@@ -6,42 +6,55 @@ import { AsyncLocalStorage } from 'node:async_hooks';
  * it works, and a request arriving behind them would wait for all of them. Work started inside
  * `inBackground` (the stage runtime's jobs, the scheduler) marks its statements as background:
  * whenever the connection comes free, a waiting foreground statement (a request, a projection
- * batch) gets it before any waiting background one.
+ * batch) gets it before any waiting background one. Deferred work (the stages that derive
+ * summaries, syntheses and relations from what the source stages made) waits behind both: while
+ * sources are being decomposed and linked, it takes the connection only when they leave it free,
+ * and it has more to do at once, in fewer statements and model calls, when its turn comes.
  */
-const background = new AsyncLocalStorage<true>();
+export type BackgroundLevel = 'background' | 'deferred';
 
-/** Runs `work` (and everything it starts) as background work. */
-export function inBackground<T>(work: () => T): T {
-  return background.run(true, work);
+const background = new AsyncLocalStorage<BackgroundLevel>();
+
+/** Runs `work` (and everything it starts) as background (or deferred) work. */
+export function inBackground<T>(work: () => T, level: BackgroundLevel = 'background'): T {
+  return background.run(level, work);
 }
 
 export function isBackground(): boolean {
-  return background.getStore() === true;
+  return background.getStore() !== undefined;
 }
 
-/** One holder at a time; a waiting foreground caller goes before every waiting background one. */
+/** The level of the work running now: `foreground` outside `inBackground`. */
+export function backgroundLevel(): BackgroundLevel | 'foreground' {
+  return background.getStore() ?? 'foreground';
+}
+
+/** One holder at a time; a waiting foreground caller goes first, then background, then deferred ones. */
 export class PriorityGate {
   private held = false;
   private readonly foreground: Array<() => void> = [];
   private readonly backgroundQueue: Array<() => void> = [];
+  private readonly deferredQueue: Array<() => void> = [];
 
   enter(): Promise<void> {
     if (!this.held) {
       this.held = true;
       return Promise.resolve();
     }
-    return new Promise((resolve) => (isBackground() ? this.backgroundQueue : this.foreground).push(resolve));
+    const level = backgroundLevel();
+    const queue = level === 'deferred' ? this.deferredQueue : level === 'background' ? this.backgroundQueue : this.foreground;
+    return new Promise((resolve) => queue.push(resolve));
   }
 
   leave(): void {
-    const next = this.foreground.shift() ?? this.backgroundQueue.shift();
+    const next = this.foreground.shift() ?? this.backgroundQueue.shift() ?? this.deferredQueue.shift();
     if (next) next();
     else this.held = false;
   }
 
-  /** Callers waiting: foreground and background. */
-  waiting(): { foreground: number; background: number } {
-    return { foreground: this.foreground.length, background: this.backgroundQueue.length };
+  /** Callers waiting: foreground, background and deferred. */
+  waiting(): { foreground: number; background: number; deferred: number } {
+    return { foreground: this.foreground.length, background: this.backgroundQueue.length, deferred: this.deferredQueue.length };
   }
 }
 

@@ -572,8 +572,11 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
           }
           break;
         }
-        if (runMany && claims.length > 1) launchGroup(stage, runMany, claims);
-        else for (const claim of claims) launch(stage, claim);
+        // A deferred stage's jobs (and all they start) queue for the database behind the others'.
+        inBackground(() => {
+          if (runMany && claims.length > 1) launchGroup(stage, runMany, claims);
+          else for (const claim of claims) launch(stage, claim);
+        }, stage.deferred ? 'deferred' : 'background');
         // More are due: claim again at once (or, with every worker busy, when one is freed).
         if (more) continue;
       }

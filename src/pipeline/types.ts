@@ -76,6 +76,12 @@ export interface Stage {
    */
   readonly triggerFromJob?: boolean;
   /**
+   * True for a stage that derives from what the source stages made (summaries, syntheses,
+   * relations): its jobs' statements wait on PGlite's one connection behind every other stage's
+   * (src/db/priority.ts), so that sources are decomposed and linked first.
+   */
+  readonly deferred?: boolean;
+  /**
    * Runs several claimed jobs of this kind as one unit of work (one read of their streams, one
    * model call, one append), when the stage can: the runtime then hands a worker up to a claim's
    * worth of jobs at once instead of one. Each job ends as `run` would have ended it: one

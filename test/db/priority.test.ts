@@ -8,25 +8,28 @@ t.test('inBackground marks the work it starts, and only that', async (t) => {
     await new Promise((resolve) => setTimeout(resolve, 1));
     t.equal(isBackground(), true, 'still background after an await');
   });
+  await inBackground(async () => t.equal(isBackground(), true, 'deferred work is background work too'), 'deferred');
   t.equal(isBackground(), false, 'the caller is not');
 });
 
-t.test('the gate lets one holder in, and a waiting foreground caller before background ones', async (t) => {
+t.test('the gate lets one holder in: a waiting foreground caller first, then background ones, then deferred ones', async (t) => {
   const gate = new PriorityGate();
   const order: string[] = [];
   await gate.enter();
   const waiters = [
+    inBackground(() => gate.enter().then(() => order.push('deferred 1')), 'deferred'),
     inBackground(() => gate.enter().then(() => order.push('background 1'))),
+    inBackground(() => gate.enter().then(() => order.push('deferred 2')), 'deferred'),
     inBackground(() => gate.enter().then(() => order.push('background 2'))),
     gate.enter().then(() => order.push('foreground')),
   ];
-  t.same(gate.waiting(), { foreground: 1, background: 2 });
-  for (let i = 0; i < 3; i++) {
+  t.same(gate.waiting(), { foreground: 1, background: 2, deferred: 2 });
+  for (let i = 0; i < 5; i++) {
     gate.leave();
     await new Promise((resolve) => setImmediate(resolve));
   }
   await Promise.all(waiters);
-  t.same(order, ['foreground', 'background 1', 'background 2'], 'foreground first, background in arrival order');
+  t.same(order, ['foreground', 'background 1', 'background 2', 'deferred 1', 'deferred 2'], 'by level, each level in arrival order');
   gate.leave();
   await gate.enter();
   t.pass('free again once every holder left');

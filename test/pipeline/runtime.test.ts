@@ -14,6 +14,7 @@ import {
   type StageRuntimeSettings,
 } from '../../src/pipeline/runtime.js';
 import { JOB_TRIGGER_TYPE, PermanentJobError, type JobContext, type Stage } from '../../src/pipeline/types.js';
+import { backgroundLevel } from '../../src/db/priority.js';
 import {
   backends,
   FakeLog,
@@ -102,6 +103,22 @@ for (const backend of backends) {
       await sleep(50);
       t.equal(seen.length, 1, 'a succeeded job is not run again');
       await t.rejects(runtime.start(), /cannot start/, 'a runtime starts once');
+    });
+
+    t.test("a deferred stage's jobs run as deferred work, every other stage's as background work", async (t) => {
+      const levels = new Map<string, string>();
+      const record = (kind: string) => async () => {
+        await sleep(1);
+        levels.set(kind, backgroundLevel());
+      };
+      const derived: Stage = { ...testStage('summarize_concepts', record('summarize_concepts')), deferred: true };
+      const runtime = runtimeFor(t, [testStage('embed_facts', record('embed_facts')), derived]);
+      const ids = [await enqueue('embed_facts'), await enqueue('summarize_concepts')];
+      const done = Promise.all(ids.map((id) => nextOutcome(runtime, id, 'succeeded')));
+      await runtime.start();
+      await done;
+      t.same(Object.fromEntries(levels), { embed_facts: 'background', summarize_concepts: 'deferred' }, 'after an await, too');
+      t.equal(backgroundLevel(), 'foreground', 'the caller is not');
     });
 
     t.test('transient errors are retried with backoff, then succeed', async (t) => {

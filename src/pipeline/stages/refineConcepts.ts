@@ -85,6 +85,7 @@ async function candidatesByContext(knex: Knex, repositoryId: string, limit: numb
 export function createRefineConceptsStage(deps: RefineConceptsDeps): Stage {
   return {
     kind: 'refine_concepts',
+    deferred: true,
     triggers: [],
     subjectOf: () => null,
     async run(context: JobContext) {

@@ -68,6 +68,7 @@ export async function relationChanges(knex: Knex, repositoryId: string): Promise
 export function createRefreshConceptRelationsStage(deps: RefreshConceptRelationsDeps): Stage {
   return {
     kind: 'refresh_concept_relations',
+    deferred: true,
     triggers: [],
     subjectOf: () => null,
     async run(context: JobContext) {

@@ -211,6 +211,7 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
 
   const stage: Stage = {
     kind: 'synthesize_concept',
+    deferred: true,
     triggers: ['SummarySliceWritten', 'SummarySliceRemoved', 'ConceptResynthesisRequested'],
     subjectOf: conceptSubject,
     triggerFromJob: true,
