@@ -1,47 +1,59 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 
 /**
- * Background work on a one-connection database (PGlite). Everything the process sends to PGlite
+ * Priorities on a one-connection database (PGlite). Everything the process sends to PGlite
  * queues for its one connection; the pipeline keeps hundreds of statements in that queue while
- * it works, and a request arriving behind them would wait for all of them. Work started inside
- * `inBackground` (the stage runtime's jobs, the scheduler) marks its statements as background:
- * whenever the connection comes free, a waiting foreground statement (a request, a projection
- * batch) gets it before any waiting background one.
+ * it works, and a request arriving behind them would wait for all of them. Whenever the
+ * connection comes free it goes to a waiting caller of the highest level, in arrival order:
+ *
+ * 1. foreground: requests (and whatever runs outside the two marks below);
+ * 2. projections: the projection runner's reads of the log and its batches (`inProjections`),
+ *    so a request waits for the batch holding the connection, never for queued ones;
+ * 3. background: the stage runtime's jobs and the scheduler (`inBackground`).
  */
-const background = new AsyncLocalStorage<true>();
+type Level = 'projections' | 'background';
+const level = new AsyncLocalStorage<Level>();
 
 /** Runs `work` (and everything it starts) as background work. */
 export function inBackground<T>(work: () => T): T {
-  return background.run(true, work);
+  return level.run('background', work);
+}
+
+/** Runs `work` (and everything it starts) as projection work: after requests, before background work. */
+export function inProjections<T>(work: () => T): T {
+  return level.run('projections', work);
 }
 
 export function isBackground(): boolean {
-  return background.getStore() === true;
+  return level.getStore() === 'background';
 }
 
-/** One holder at a time; a waiting foreground caller goes before every waiting background one. */
+/** One holder at a time; a waiting caller goes before every waiting caller of a lower level. */
 export class PriorityGate {
   private held = false;
   private readonly foreground: Array<() => void> = [];
-  private readonly backgroundQueue: Array<() => void> = [];
+  private readonly projections: Array<() => void> = [];
+  private readonly background: Array<() => void> = [];
 
   enter(): Promise<void> {
     if (!this.held) {
       this.held = true;
       return Promise.resolve();
     }
-    return new Promise((resolve) => (isBackground() ? this.backgroundQueue : this.foreground).push(resolve));
+    const store = level.getStore();
+    const queue = store === 'background' ? this.background : store === 'projections' ? this.projections : this.foreground;
+    return new Promise((resolve) => queue.push(resolve));
   }
 
   leave(): void {
-    const next = this.foreground.shift() ?? this.backgroundQueue.shift();
+    const next = this.foreground.shift() ?? this.projections.shift() ?? this.background.shift();
     if (next) next();
     else this.held = false;
   }
 
-  /** Callers waiting: foreground and background. */
-  waiting(): { foreground: number; background: number } {
-    return { foreground: this.foreground.length, background: this.backgroundQueue.length };
+  /** Callers waiting, by level. */
+  waiting(): { foreground: number; projections: number; background: number } {
+    return { foreground: this.foreground.length, projections: this.projections.length, background: this.background.length };
   }
 }
 
