@@ -28,24 +28,48 @@ export function isBackground(): boolean {
   return level.getStore() === 'background';
 }
 
-/** One holder at a time; a waiting caller goes before every waiting caller of a lower level. */
+/**
+ * One holder at a time; a waiting caller goes before every waiting caller of a lower level.
+ *
+ * A request runs its statements one after another (authentication, then its reads), each
+ * entering the gate anew. Handed straight to the next waiter when a request's statement ends,
+ * the connection would go to a projection batch or a pipeline statement before the request's
+ * next statement arrives, and that statement would wait for all of it. So when a request
+ * leaves and only lower levels wait, the hand-off waits for the end of the current turn of the
+ * event loop (setImmediate): a statement the request sends on at once still goes first.
+ */
 export class PriorityGate {
   private held = false;
+  /** The level of the holder (or of the last holder, while a hand-off waits). */
+  private holder: Level | 'foreground' = 'foreground';
   private readonly foreground: Array<() => void> = [];
   private readonly projections: Array<() => void> = [];
   private readonly background: Array<() => void> = [];
 
   enter(): Promise<void> {
+    const entering = level.getStore() ?? 'foreground';
     if (!this.held) {
       this.held = true;
+      this.holder = entering;
       return Promise.resolve();
     }
-    const store = level.getStore();
-    const queue = store === 'background' ? this.background : store === 'projections' ? this.projections : this.foreground;
-    return new Promise((resolve) => queue.push(resolve));
+    const queue = entering === 'background' ? this.background : entering === 'projections' ? this.projections : this.foreground;
+    return new Promise((resolve) =>
+      queue.push(() => {
+        this.holder = entering;
+        resolve();
+      }),
+    );
   }
 
   leave(): void {
+    const next = this.foreground.shift();
+    if (next) next();
+    else if (this.holder === 'foreground' && this.projections.length + this.background.length > 0) setImmediate(() => this.handOff());
+    else this.handOff();
+  }
+
+  private handOff(): void {
     const next = this.foreground.shift() ?? this.projections.shift() ?? this.background.shift();
     if (next) next();
     else this.held = false;

@@ -35,6 +35,34 @@ t.test('the gate lets one holder in: requests, then projections, then background
   t.pass('free again once every holder left');
 });
 
+t.test("a request's next statement, sent as its previous one ends, goes before waiting lower levels", async (t) => {
+  const gate = new PriorityGate();
+  const order: string[] = [];
+  await gate.enter(); // a request's first statement
+  const lower = [
+    inProjections(() => gate.enter().then(() => order.push('projections'))).then(() => gate.leave()),
+    inBackground(() => gate.enter().then(() => order.push('background'))).then(() => gate.leave()),
+  ];
+  gate.leave();
+  await Promise.resolve(); // the request's code goes on to its next statement
+  await gate.enter();
+  order.push('request again');
+  gate.leave();
+  await Promise.all(lower);
+  t.same(order, ['request again', 'projections', 'background'], 'then the lower levels, once the request sent nothing more');
+  // A projection that leaves hands the connection on at once: waiting background work goes before a later request.
+  const handedOn: string[] = [];
+  await inProjections(() => gate.enter());
+  const background = inBackground(() => gate.enter().then(() => handedOn.push('background'))).then(() => gate.leave());
+  gate.leave();
+  await Promise.resolve();
+  await gate.enter();
+  handedOn.push('request');
+  gate.leave();
+  await background;
+  t.same(handedOn, ['background', 'request']);
+});
+
 t.test('on PGlite a request waiting behind queued background statements goes first', async (t) => {
   const db = await openTestPglite();
   t.teardown(() => db.close());
