@@ -13,6 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { isMainThread } from 'node:worker_threads';
 import { ProjectionRunner } from '../src/projection/runner.js';
+import { ModelWorkerPool } from '../src/providers/modelWorkers/pool.js';
 import { isBackground, PriorityGate } from '../src/db/priority.js';
 import { PgliteThread } from '../src/db/pgliteThread.js';
 import { statementShape } from './sqlProfile.js';
@@ -73,10 +74,26 @@ if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
       return label.run(`projection ${method}`, () => original.apply(this, args));
     };
   }
+  // The built-in models' worker threads are another queue a request's query embedding waits in.
+  const modelCalls: Array<{ method: string; background: boolean; ms: number; queued: number }> = [];
+  const pool = ModelWorkerPool.prototype as unknown as { call: (this: ModelWorkerPool, call: { method: string }, signal?: AbortSignal) => Promise<unknown> };
+  const call = pool.call;
+  let modelInFlight = 0;
+  pool.call = async function profiledCall(this: ModelWorkerPool, request, signal) {
+    const started = performance.now();
+    const queued = modelInFlight++;
+    try {
+      return await call.call(this, request, signal);
+    } finally {
+      modelInFlight -= 1;
+      modelCalls.push({ method: request.method, background: isBackground(), ms: performance.now() - started, queued });
+    }
+  };
   // SIGUSR2 (the bench's start of the ingest) forgets boot.
   process.on('SIGUSR2', () => {
     holds.length = 0;
     waits.length = 0;
+    modelCalls.length = 0;
   });
   const gate = PriorityGate.prototype;
   const enter = gate.enter;
@@ -168,6 +185,17 @@ if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
     lines.push('', '## The 25 longest holds: ms, statements, holder, longest statement (ms)');
     for (const hold of [...holds].sort((a, b) => b.end - b.start - (a.end - a.start)).slice(0, 25)) {
       lines.push(`${(hold.end - hold.start).toFixed(0).padStart(7)} ${String(hold.statements).padStart(5)}  ${hold.background ? 'bg' : 'fg'} ${hold.holder}  | ${hold.longest.ms.toFixed(0)} ms ${hold.longest.shape}`);
+    }
+    lines.push('', '## Model worker calls (ms from call to answer, queue included): count, p50, p99, max, calls in flight before it (mean / max)');
+    const byMethod = new Map<string, typeof modelCalls>();
+    for (const entry of modelCalls) {
+      const key = `${entry.background ? 'bg' : 'fg'} ${entry.method}`;
+      byMethod.set(key, [...(byMethod.get(key) ?? []), entry]);
+    }
+    for (const [key, list] of byMethod) {
+      const ms = list.map((entry) => entry.ms).sort((a, b) => a - b);
+      const queued = list.map((entry) => entry.queued);
+      lines.push(`${String(list.length).padStart(7)} ${percentile(ms, 50).toFixed(1).padStart(7)} ${percentile(ms, 99).toFixed(1).padStart(7)} ${(ms[ms.length - 1] as number).toFixed(1).padStart(7)}  ${(queued.reduce((a, b) => a + b, 0) / list.length).toFixed(1)} / ${Math.max(...queued)}  ${key}`);
     }
     writeFileSync(target, `${lines.join('\n')}\n`);
   });
