@@ -11,6 +11,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { AsyncLocalStorage } from 'node:async_hooks';
+import { Server, type IncomingMessage, type ServerResponse } from 'node:http';
 import { isMainThread } from 'node:worker_threads';
 import { ProjectionRunner } from '../src/projection/runner.js';
 import { ModelWorkerPool } from '../src/providers/modelWorkers/pool.js';
@@ -89,11 +90,26 @@ if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
       modelCalls.push({ method: request.method, background: isBackground(), ms: performance.now() - started, queued });
     }
   };
+  // Each HTTP request: its time in the service, and how much of it was waiting for and holding the connection.
+  interface RequestTime { kind: string; start: number; waited: number; held: number; statements: number }
+  const requestOf = new AsyncLocalStorage<RequestTime>();
+  const requests: Array<RequestTime & { ms: number }> = [];
+  // emit's overloads do not take a plain rest array: call it through a looser type.
+  const emit = Server.prototype.emit as (this: Server, event: string | symbol, ...args: unknown[]) => boolean;
+  Server.prototype.emit = function timedEmit(this: Server, event: string | symbol, ...args: unknown[]) {
+    if (event !== 'request') return emit.call(this, event, ...args);
+    const [request, response] = args as [IncomingMessage, ServerResponse];
+    const kind = (request.url ?? '').startsWith('/healthz') ? 'healthz' : /\/facts\?query=/.test(request.url ?? '') ? 'fact search' : 'other';
+    const timing: RequestTime = { kind, start: performance.now(), waited: 0, held: 0, statements: 0 };
+    response.once('finish', () => requests.push({ ...timing, ms: performance.now() - timing.start }));
+    return requestOf.run(timing, () => emit.call(this, event, ...args));
+  } as typeof Server.prototype.emit;
   // SIGUSR2 (the bench's start of the ingest) forgets boot.
   process.on('SIGUSR2', () => {
     holds.length = 0;
     waits.length = 0;
     modelCalls.length = 0;
+    requests.length = 0;
   });
   const gate = PriorityGate.prototype;
   const enter = gate.enter;
@@ -113,6 +129,12 @@ if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
       // Knex's promise chains lose the async stack: name such a holder by what it ran.
       if (current.holder === 'unknown') current.holder = `${current.statements > 1 ? 'trx' : 'knex'}[${current.first.slice(0, 70)}]`;
       holds.push(current);
+      const request = requestOf.getStore();
+      if (request) {
+        request.waited += current.waited;
+        request.held += current.end - current.start;
+        request.statements += current.statements;
+      }
       if (current.waited > 0.05) waits.push({ waiter: current.holder, background: current.background, start: current.start - current.waited, end: current.start });
       current = null;
     }
@@ -185,6 +207,19 @@ if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
     lines.push('', '## The 25 longest holds: ms, statements, holder, longest statement (ms)');
     for (const hold of [...holds].sort((a, b) => b.end - b.start - (a.end - a.start)).slice(0, 25)) {
       lines.push(`${(hold.end - hold.start).toFixed(0).padStart(7)} ${String(hold.statements).padStart(5)}  ${hold.background ? 'bg' : 'fg'} ${hold.holder}  | ${hold.longest.ms.toFixed(0)} ms ${hold.longest.shape}`);
+    }
+    lines.push('', '## HTTP requests in the service (ms): count, then p50 / p99 / max of: the whole request, waiting for the connection, holding it; statements (mean)');
+    for (const kind of ['healthz', 'fact search']) {
+      const list = requests.filter((request) => request.kind === kind);
+      if (list.length === 0) continue;
+      const cell = (values: number[]) => {
+        const sorted = [...values].sort((a, b) => a - b);
+        return `${percentile(sorted, 50).toFixed(1)} / ${percentile(sorted, 99).toFixed(1)} / ${(sorted[sorted.length - 1] as number).toFixed(1)}`;
+      };
+      lines.push(`${String(list.length).padStart(7)}  whole ${cell(list.map((r) => r.ms))}  waiting ${cell(list.map((r) => r.waited))}  holding ${cell(list.map((r) => r.held))}  statements ${(list.reduce((sum, r) => sum + r.statements, 0) / list.length).toFixed(1)}  ${kind}`);
+      // The slowest 1%: where their time went.
+      const slowest = [...list].sort((a, b) => b.ms - a.ms).slice(0, Math.max(1, Math.ceil(list.length / 100)));
+      for (const request of slowest) lines.push(`          slow ${kind}: ${request.ms.toFixed(0)} ms, waiting ${request.waited.toFixed(0)}, holding ${request.held.toFixed(0)}, ${request.statements} statements`);
     }
     lines.push('', '## Model worker calls (ms from call to answer, queue included): count, p50, p99, max, calls in flight before it (mean / max)');
     const byMethod = new Map<string, typeof modelCalls>();
