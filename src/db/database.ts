@@ -18,6 +18,12 @@ export interface Database {
   readonly kind: 'pglite' | 'postgres';
   /** Whether the pgvector extension is available (always on PGlite; probed on a server). */
   readonly hasVector: boolean;
+  /**
+   * Whether a request (a foreground caller, src/db/priority.ts) waits for the connection. Only
+   * on PGlite, where every caller queues for one connection: work that holds it for a series of
+   * transactions (the projection runner's batches) ends the series early to let a request in.
+   */
+  requestsWaiting?(): boolean;
   close(): Promise<void>;
 }
 
@@ -75,7 +81,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       // only `waitReady`, `query` and `close` of its PGlite, which the worker-thread proxy has.
       connection: () => ({ pglite }),
     } as Knex.Config);
-    // Requests and projections go before the pipeline's queued statements (src/db/priority.ts).
+    // Requests go before the projections' queued statements, and both before the pipeline's (src/db/priority.ts).
     const gate = new PriorityGate();
     gateConnection(knex.client as Parameters<typeof gateConnection>[0], gate);
     // The hot statements skip knex (src/db/rawQuery.ts), behind the same gate.
@@ -92,6 +98,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       knex,
       kind: 'pglite',
       hasVector: true,
+      requestsWaiting: () => gate.waiting().foreground > 0,
       close: async () => {
         try {
           await knex.destroy();

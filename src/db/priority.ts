@@ -1,60 +1,95 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 
 /**
- * Background work on a one-connection database (PGlite). Everything the process sends to PGlite
+ * Priorities on a one-connection database (PGlite). Everything the process sends to PGlite
  * queues for its one connection; the pipeline keeps hundreds of statements in that queue while
- * it works, and a request arriving behind them would wait for all of them. Work started inside
- * `inBackground` (the stage runtime's jobs, the scheduler) marks its statements as background:
- * whenever the connection comes free, a waiting foreground statement (a request, a projection
- * batch) gets it before any waiting background one. Deferred work (the stages that derive
- * summaries, syntheses and relations from what the source stages made) waits behind both: while
- * sources are being decomposed and linked, it takes the connection only when they leave it free,
- * and it has more to do at once, in fewer statements and model calls, when its turn comes.
+ * it works, and a request arriving behind them would wait for all of them. Whenever the
+ * connection comes free it goes to a waiting caller of the highest level, in arrival order:
+ *
+ * 1. foreground: requests (and whatever runs outside the two marks below);
+ * 2. projections: the projection runner's reads of the log and its batches (`inProjections`),
+ *    so a request waits for the batch holding the connection, never for queued ones;
+ * 3. background: the stage runtime's jobs and the scheduler (`inBackground`);
+ * 4. deferred: the jobs of the stages that derive summaries, syntheses and relations from what
+ *    the source stages made (`inBackground(work, 'deferred')`, `Stage.deferred`): while sources
+ *    are being decomposed and linked, they take the connection only when those leave it free,
+ *    and have more to do at once, in fewer statements and model calls, when their turn comes.
  */
 export type BackgroundLevel = 'background' | 'deferred';
-
-const background = new AsyncLocalStorage<BackgroundLevel>();
+type Level = 'projections' | BackgroundLevel;
+const level = new AsyncLocalStorage<Level>();
 
 /** Runs `work` (and everything it starts) as background (or deferred) work. */
-export function inBackground<T>(work: () => T, level: BackgroundLevel = 'background'): T {
-  return background.run(level, work);
+export function inBackground<T>(work: () => T, as: BackgroundLevel = 'background'): T {
+  return level.run(as, work);
+}
+
+/** Runs `work` (and everything it starts) as projection work: after requests, before background work. */
+export function inProjections<T>(work: () => T): T {
+  return level.run('projections', work);
 }
 
 export function isBackground(): boolean {
-  return background.getStore() !== undefined;
+  const current = level.getStore();
+  return current === 'background' || current === 'deferred';
 }
 
-/** The level of the work running now: `foreground` outside `inBackground`. */
-export function backgroundLevel(): BackgroundLevel | 'foreground' {
-  return background.getStore() ?? 'foreground';
+/** The level of the work running now: `foreground` outside the marks above. */
+export function backgroundLevel(): Level | 'foreground' {
+  return level.getStore() ?? 'foreground';
 }
 
-/** One holder at a time; a waiting foreground caller goes first, then background, then deferred ones. */
+/**
+ * One holder at a time; a waiting caller goes before every waiting caller of a lower level.
+ *
+ * A request runs its statements one after another (authentication, then its reads), each
+ * entering the gate anew. Handed straight to the next waiter when a request's statement ends,
+ * the connection would go to a projection batch or a pipeline statement before the request's
+ * next statement arrives, and that statement would wait for all of it. So when a request
+ * leaves and only lower levels wait, the hand-off waits for the end of the current turn of the
+ * event loop (setImmediate): a statement the request sends on at once still goes first.
+ */
 export class PriorityGate {
   private held = false;
+  /** The level of the holder (or of the last holder, while a hand-off waits). */
+  private holder: Level | 'foreground' = 'foreground';
   private readonly foreground: Array<() => void> = [];
-  private readonly backgroundQueue: Array<() => void> = [];
-  private readonly deferredQueue: Array<() => void> = [];
+  private readonly projections: Array<() => void> = [];
+  private readonly background: Array<() => void> = [];
+  private readonly deferred: Array<() => void> = [];
 
   enter(): Promise<void> {
+    const entering = backgroundLevel();
     if (!this.held) {
       this.held = true;
+      this.holder = entering;
       return Promise.resolve();
     }
-    const level = backgroundLevel();
-    const queue = level === 'deferred' ? this.deferredQueue : level === 'background' ? this.backgroundQueue : this.foreground;
-    return new Promise((resolve) => queue.push(resolve));
+    const queue = { foreground: this.foreground, projections: this.projections, background: this.background, deferred: this.deferred }[entering];
+    return new Promise((resolve) =>
+      queue.push(() => {
+        this.holder = entering;
+        resolve();
+      }),
+    );
   }
 
   leave(): void {
-    const next = this.foreground.shift() ?? this.backgroundQueue.shift() ?? this.deferredQueue.shift();
+    const next = this.foreground.shift();
+    if (next) next();
+    else if (this.holder === 'foreground' && this.projections.length + this.background.length + this.deferred.length > 0) setImmediate(() => this.handOff());
+    else this.handOff();
+  }
+
+  private handOff(): void {
+    const next = this.foreground.shift() ?? this.projections.shift() ?? this.background.shift() ?? this.deferred.shift();
     if (next) next();
     else this.held = false;
   }
 
-  /** Callers waiting: foreground, background and deferred. */
-  waiting(): { foreground: number; background: number; deferred: number } {
-    return { foreground: this.foreground.length, background: this.backgroundQueue.length, deferred: this.deferredQueue.length };
+  /** Callers waiting, by level. */
+  waiting(): { foreground: number; projections: number; background: number; deferred: number } {
+    return { foreground: this.foreground.length, projections: this.projections.length, background: this.background.length, deferred: this.deferred.length };
   }
 }
 

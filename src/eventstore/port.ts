@@ -100,6 +100,13 @@ export interface EventStore {
   readAll(options?: ReadAllOptions): Promise<RecordedEvent[]>;
   /** Global position of the last event visible to readers (0 for an empty log). */
   headPosition(): Promise<number>;
+  /**
+   * The head as this process last learnt it (headPosition, a subscription's reads, its own
+   * appends where they are visible at once), if it read the log within `maxAgeMs`; null when it
+   * has not (nothing read yet, or too long ago). Runs no statement: for answers that must not
+   * wait for the database (/healthz, docs/api.md). Adapters that do not track it leave it out.
+   */
+  recentHeadPosition?(maxAgeMs: number): number | null;
   /** Catch-up subscription: reads from `after` to the head, then follows new appends. */
   subscribe(options: SubscribeOptions): Subscription;
   close(): Promise<void>;

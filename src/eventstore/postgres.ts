@@ -539,22 +539,66 @@ async function readGlobal(knex: Knex, options: GlobalReadOptions): Promise<Recor
   return rows.map(toRecordedEvent);
 }
 
-async function readHead(knex: Knex): Promise<number> {
+async function readHead(knex: Knex, seen: SeenHead): Promise<number> {
   const [row] = (await rawQuery<{ head: string | number }>(knex, `SELECT coalesce(max(global_position), 0) AS head FROM events WHERE ${visibleToReaders}`)).rows;
-  return Number(row?.head ?? 0);
+  const head = Number(row?.head ?? 0);
+  seen.read(head);
+  return head;
+}
+
+/**
+ * The head as this process learnt it, for `recentHeadPosition`: read by a statement (the head
+ * itself, or a subscription's unfiltered read that came back short), or raised by an append
+ * where a committed append is visible at once (PGlite: one connection, so no older transaction
+ * can still be running). Only a read makes it recent.
+ */
+export class SeenHead {
+  private position = 0;
+  private readAt = Number.NEGATIVE_INFINITY;
+
+  /** A statement found `position` to be the head. */
+  read(position: number): void {
+    // Lower: an append noted meanwhile moved it on after the statement's snapshot.
+    if (position < this.position) return;
+    this.position = position;
+    this.readAt = performance.now();
+  }
+
+  /**
+   * A read found nothing visible after `position`. That is the head only if the head is known
+   * to have reached it already: a subscription may start after a position the log never had.
+   */
+  nothingAfter(position: number): void {
+    if (position === this.position) this.readAt = performance.now();
+  }
+
+  /** An event at `position` is stored and visible (a full read's last event, an append on PGlite). */
+  raise(position: number): void {
+    this.position = Math.max(this.position, position);
+  }
+
+  recent(maxAgeMs: number): number | null {
+    return performance.now() - this.readAt <= maxAgeMs ? this.position : null;
+  }
 }
 
 export function createPostgresEventStore(db: Database, options: PostgresEventStoreOptions): EventStore {
   const { knex } = db;
   const pollIntervalMs = options.pollIntervalMs ?? (db.kind === 'pglite' ? 250 : 50);
   const subscriptions = new Set<PollingSubscription>();
+  const seen = new SeenHead();
+  // On a server an older transaction of another connection may still hide a committed append from readers.
+  const appendsVisibleAtOnce = db.kind === 'pglite';
 
   return {
     async append(streamId, events, expected) {
       const result = await appendEvents(knex, options.schemas, streamId, events, expected, () =>
         currentStreamVersion(knex, streamId),
       );
-      if (result.events.length > 0) for (const subscription of subscriptions) subscription.notify();
+      if (result.events.length > 0) {
+        if (appendsVisibleAtOnce) seen.raise(result.lastPosition);
+        for (const subscription of subscriptions) subscription.notify();
+      }
       return result;
     },
 
@@ -582,6 +626,7 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
     async appendToStreams(appends) {
       const outcomes = await appendManyStreams(knex, options.schemas, appends);
       if (outcomes.some((outcome) => outcome.result && outcome.result.events.length > 0)) {
+        if (appendsVisibleAtOnce) for (const outcome of outcomes) if (outcome.result) seen.raise(outcome.result.lastPosition);
         for (const subscription of subscriptions) subscription.notify();
       }
       return outcomes;
@@ -589,10 +634,12 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
 
     readAll: (readOptions = {}) => readGlobal(knex, readOptions),
 
-    headPosition: () => readHead(knex),
+    headPosition: () => readHead(knex, seen),
+
+    recentHeadPosition: (maxAgeMs) => seen.recent(maxAgeMs),
 
     subscribe(subscribeOptions: SubscribeOptions): Subscription {
-      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, () =>
+      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, seen, () =>
         subscriptions.delete(subscription),
       );
       subscriptions.add(subscription);
@@ -631,6 +678,7 @@ class PollingSubscription implements Subscription {
     private readonly knex: Knex,
     private readonly options: SubscribeOptions,
     private readonly pollIntervalMs: number,
+    private readonly seen: SeenHead,
     private readonly onFinished: () => void,
   ) {
     if (!Number.isInteger(options.after) || options.after < 0) throw new RangeError('after must be an integer >= 0');
@@ -660,7 +708,7 @@ class PollingSubscription implements Subscription {
   }
 
   async caughtUp(): Promise<void> {
-    const target = await readHead(this.knex);
+    const target = await readHead(this.knex, this.seen);
     return new Promise<void>((resolve, reject) => {
       this.waiters.push({ target, resolve, reject });
       this.settleWaiters();
@@ -683,10 +731,11 @@ class PollingSubscription implements Subscription {
       try {
         this.appendedSinceRead = false;
         // With a type filter the batch alone cannot tell how far the log was scanned: bound it by the head.
-        const upTo = types !== undefined ? await readHead(this.knex) : undefined;
+        const upTo = types !== undefined ? await readHead(this.knex, this.seen) : undefined;
         const batch = await readGlobal(this.knex, { after: this.position, limit: this.batchSize, types, upTo });
         if (!this.running) return;
         const last = batch[batch.length - 1];
+        if (types === undefined) this.noteHead(batch, last);
         if (last) {
           await handler(batch);
           this.position = last.globalPosition;
@@ -704,6 +753,13 @@ class PollingSubscription implements Subscription {
       }
       if (!this.appendedSinceRead && this.running) await this.sleep();
     }
+  }
+
+  /** An unfiltered read tells the head: its last event if it came back short, else a position the head has passed. */
+  private noteHead(batch: readonly RecordedEvent[], last: RecordedEvent | undefined): void {
+    if (!last) this.seen.nothingAfter(this.position);
+    else if (batch.length < this.batchSize) this.seen.read(last.globalPosition);
+    else this.seen.raise(last.globalPosition);
   }
 
   private sleep(): Promise<void> {

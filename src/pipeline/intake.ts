@@ -104,6 +104,8 @@ export function createJobIntakeProjection(stages: readonly Stage[], options: Job
     name: options.name ?? 'job-intake',
     eventTypes: [...stagesByTrigger.keys()],
     tables: [],
+    // Its jobs read the read models their triggers change: after those in a split batch.
+    startsWork: true,
     apply: (trx, event) => enqueueFor(trx, [event]),
     // Job rows commute (their unique key makes each insert idempotent): a batch's jobs go in one statement.
     applyBatch: enqueueFor,

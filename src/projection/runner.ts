@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import cliProgress from 'cli-progress';
 import type { Knex } from 'knex';
 import { type Database, migrateUnderLock } from '../db/database.js';
+import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import { lockProjectionKeys } from './lock.js';
@@ -322,7 +323,8 @@ export class ProjectionRunner implements ReadModelRunner {
     const lane: Lane = { subscription: null, workers: new Set(), readThrough: after, inFlight: Promise.resolve(), closed: false, endPause: null };
     this.lanes.add(lane);
     this.joinLane(lane, worker);
-    lane.subscription = this.store.subscribe({
+    // The subscription's reads and the batches it delivers queue after requests (src/db/priority.ts).
+    lane.subscription = inProjections(() => this.store.subscribe({
       after,
       batchSize: this.batchSize,
       handler: async (batch) => {
@@ -334,7 +336,7 @@ export class ProjectionRunner implements ReadModelRunner {
         if (batch.length < this.batchSize) await this.pause(lane, started + this.minBatchIntervalMs - performance.now());
       },
       onError: (error) => this.onLaneError(lane, error),
-    });
+    }));
   }
 
   /** Waits `ms` unless the lane closes or someone waits for a position meanwhile. */
@@ -395,8 +397,9 @@ export class ProjectionRunner implements ReadModelRunner {
     lane.readThrough = last.globalPosition;
     // Projections that applied this batch already (they joined ahead of the lane) only wait.
     const fed = [...lane.workers].filter((worker) => worker.position < last.globalPosition);
-    // External projections first: see Projection.external.
-    fed.sort((a, b) => Number(b.projection.external === true) - Number(a.projection.external === true));
+    // External projections first (see Projection.external), those that start work last (Projection.startsWork).
+    const rank = (worker: Worker) => (worker.projection.external === true ? 0 : worker.projection.startsWork === true ? 2 : 1);
+    fed.sort((a, b) => rank(a) - rank(b));
     const generations = new Map(fed.map((worker) => [worker, worker.generation]));
     const outcomes = fed.length > 0 ? await this.applyShared(fed, batch, last.globalPosition) : new Map<Worker, BatchOutcome>();
     for (const [worker, outcome] of outcomes) {
@@ -428,39 +431,41 @@ export class ProjectionRunner implements ReadModelRunner {
     return this.db.kind === 'pglite' && fed.every((worker) => worker.projection.external !== true);
   }
 
-  /** The batch for every fed projection in one transaction; on failure, one transaction each. */
+  /**
+   * The batch for every fed projection in one transaction; on failure, one transaction each.
+   *
+   * On PGlite a transaction holds the one connection until it ends, and a batch of a busy
+   * pipeline holds it for hundreds of milliseconds (HNSW inserts of many vectors), while a
+   * request waits. So when a request waits (`Database.requestsWaiting`) after a projection has
+   * applied its part, the transaction commits what it has (those projections' writes and
+   * checkpoints: each still exactly once) and the rest of the batch follows in a new one, which
+   * queues behind the request. Projections that start work commit last (Projection.startsWork).
+   */
   private async applyShared(fed: readonly Worker[], batch: readonly RecordedEvent[], last: number): Promise<Map<Worker, BatchOutcome>> {
+    const outcomes = new Map<Worker, BatchOutcome>();
+    let pending = fed;
     if (fed.length > 1 && this.canApplyOptimistically(fed)) {
       try {
-        await this.db.knex.transaction(async (trx) => {
-          for (const worker of fed) await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
-          const names = fed.map((worker) => worker.projection.name);
-          const positions = new Set(fed.map((worker) => worker.position));
-          // Projections of a lane mostly stand at one position: then a plain index lookup, which
-          // plans in half the time of the join over the pairs.
-          const result =
-            positions.size === 1
-              ? await trx.raw<{ rows: Array<{ name: string }> }>(
-                  `UPDATE projection_checkpoints SET position = ?, updated_at = now()
-                    WHERE name = ANY(?::text[]) AND position = ? RETURNING name`,
-                  [last, names, fed[0].position],
-                )
-              : await trx.raw<{ rows: Array<{ name: string }> }>(
-                  `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()
-                     FROM unnest(?::text[], ?::bigint[]) AS known(name, position)
-                    WHERE c.name = known.name AND c.position = known.position
-                    RETURNING c.name`,
-                  [last, names, fed.map((worker) => worker.position)],
-                );
-          if (result.rows.length !== fed.length) throw new Error('a projection checkpoint moved during the batch');
-        });
-        return new Map(fed.map((worker): [Worker, BatchOutcome] => [worker, { kind: 'applied' }]));
+        while (pending.length > 0) {
+          const applied = await this.db.knex.transaction(async (trx) => {
+            const slice: Worker[] = [];
+            for (const worker of pending) {
+              if (slice.length > 0 && this.db.requestsWaiting?.() === true) break;
+              await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
+              slice.push(worker);
+            }
+            await this.advanceCheckpoints(trx, slice, last);
+            return slice;
+          });
+          for (const worker of applied) outcomes.set(worker, { kind: 'applied' });
+          pending = pending.slice(applied.length);
+        }
+        return outcomes;
       } catch {
-        // A checkpoint moved or a projection failed: find out which, each in its own transaction.
+        // A checkpoint moved or a projection failed: find out which of the rest, each in its own transaction.
       }
     } else if (fed.length > 1) {
       try {
-        const outcomes = new Map<Worker, BatchOutcome>();
         await this.db.knex.transaction(async (trx) => {
           const names = fed.map((worker) => worker.projection.name);
           // The lock serialises runners of the same projection (e.g. a CLI rebuild beside a server).
@@ -483,9 +488,34 @@ export class ProjectionRunner implements ReadModelRunner {
         // Some projection failed: find which, each in its own transaction.
       }
     }
-    const outcomes = new Map<Worker, BatchOutcome>();
-    for (const worker of fed) outcomes.set(worker, await this.applyAlone(worker, batch, last));
+    for (const worker of pending) outcomes.set(worker, await this.applyAlone(worker, batch, last));
     return outcomes;
+  }
+
+  /**
+   * Moves the checkpoints of `applied` to `last` where they still hold the positions this runner
+   * knows (see canApplyOptimistically); throws, rolling the transaction back, if one moved.
+   */
+  private async advanceCheckpoints(trx: Knex.Transaction, applied: readonly Worker[], last: number): Promise<void> {
+    const names = applied.map((worker) => worker.projection.name);
+    const positions = new Set(applied.map((worker) => worker.position));
+    // Projections of a lane mostly stand at one position: then a plain index lookup, which
+    // plans in half the time of the join over the pairs.
+    const result =
+      positions.size === 1
+        ? await trx.raw<{ rows: Array<{ name: string }> }>(
+            `UPDATE projection_checkpoints SET position = ?, updated_at = now()
+              WHERE name = ANY(?::text[]) AND position = ? RETURNING name`,
+            [last, names, applied[0].position],
+          )
+        : await trx.raw<{ rows: Array<{ name: string }> }>(
+            `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()
+               FROM unnest(?::text[], ?::bigint[]) AS known(name, position)
+              WHERE c.name = known.name AND c.position = known.position
+              RETURNING c.name`,
+            [last, names, applied.map((worker) => worker.position)],
+          );
+    if (result.rows.length !== applied.length) throw new Error('a projection checkpoint moved during the batch');
   }
 
   private async applyAlone(worker: Worker, batch: readonly RecordedEvent[], last: number): Promise<BatchOutcome> {

@@ -22,6 +22,12 @@ export interface Projection {
    * server every running transaction id holds back the event store's global readers.
    */
   readonly external?: boolean;
+  /**
+   * Its rows start work that reads the other read models (the job intake). When a shared batch
+   * is split into several transactions (on PGlite, to let a waiting request in), it commits
+   * last, so a job never runs before the read models have applied its trigger.
+   */
+  readonly startsWork?: boolean;
   /** Must be deterministic: no clocks, no randomness, nothing but the event and the transaction. */
   apply(trx: Knex.Transaction, event: RecordedEvent): Promise<void>;
   /**

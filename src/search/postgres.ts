@@ -53,6 +53,9 @@ type Row = Record<string, unknown>;
  * and `knn` throws VectorSearchUnavailableError: vectors live in OpenSearch there.
  * Hidden documents (merged facts and concepts) are never found.
  */
+/** On one connection, outside a transaction: k-NN queries per statement (see knnManyOn). */
+export const KNN_QUERIES_PER_STATEMENT = 4;
+
 export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOptions = {}): SearchIndex {
   const dimensions = options.hasVector && options.vectorDimensions !== undefined ? options.vectorDimensions : null;
   if (dimensions !== null) validateDimensions(dimensions);
@@ -91,7 +94,13 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     );
   }
 
-  /** k-NN queries in one statement (see knnMany). */
+  /**
+   * k-NN queries in one statement (see knnMany), except on one connection outside a transaction:
+   * there a statement holds PGlite's connection for all its queries, and a request waited for
+   * the deduplication's twelve (up to 1.7 s on a loaded machine, docs/performance.md "Fifth
+   * round"), so the queries go in statements of `KNN_QUERIES_PER_STATEMENT`, between which a
+   * request has its turn. Each query's answer is its own either way.
+   */
   async function knnManyOn<Doc extends IndexedDocument>(executor: Executor, collection: SearchCollection<Doc>, queries: readonly KnnQuery<Doc>[]): Promise<{ items: HitOf<Doc>[] }[]> {
     const served = registry.resolve(collection);
     const vectors = served.postgres.vectors;
@@ -116,7 +125,11 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)]]);
         groups.set(key, [...(groups.get(key) ?? []), entry]);
       }
-      for (const group of groups.values()) {
+      const perStatement = options.oneConnection === true && (trx as Knex.Transaction).isTransaction !== true ? KNN_QUERIES_PER_STATEMENT : asked.length;
+      const statements = [...groups.values()].flatMap((group) =>
+        Array.from({ length: Math.ceil(group.length / perStatement) }, (_, index) => group.slice(index * perStatement, (index + 1) * perStatement)),
+      );
+      for (const group of statements) {
         const restrictions = group[0].query;
         const live = visible(trx(`${table} as live`).whereRaw(`live.id = v.${vectors.key}`), served, 'live', restrictions);
         const inner = trx(`${vectors.table} as v`)

@@ -45,6 +45,22 @@ t.test('health, OpenAPI, docs and metrics', async (t) => {
   t.same(Object.keys(unknown.body).sort(), ['error', 'message']);
   const requestId = await service.call('GET', '/healthz', { headers: { 'x-request-id': 'trace-123' } });
   t.equal(requestId.headers['x-request-id'], 'trace-123');
+
+  // Liveness without the database: the head comes from what the store last read (the projection
+  // runner reads the log all the time), not from a statement queued behind the pipeline's.
+  const { store } = service.context;
+  const head = await store.headPosition();
+  t.ok(head > 0, 'the registration stored events');
+  const readHead = store.headPosition;
+  let headReads = 0;
+  store.headPosition = () => {
+    headReads += 1;
+    return readHead();
+  };
+  t.teardown(() => (store.headPosition = readHead));
+  const liveness = await service.call('GET', '/healthz');
+  t.same(liveness.body, { status: 'ok', head_position: head });
+  t.equal(headReads, 0, '/healthz ran no statement');
 });
 
 t.test('projections: status, and a rebuild from position 0 equals the live read models', async (t) => {

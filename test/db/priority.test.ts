@@ -1,5 +1,5 @@
 import t from 'tap';
-import { inBackground, isBackground, PriorityGate } from '../../src/db/priority.js';
+import { inBackground, inProjections, isBackground, PriorityGate } from '../../src/db/priority.js';
 import { openTestPglite } from '../helpers/pglite.js';
 
 t.test('inBackground marks the work it starts, and only that', async (t) => {
@@ -12,27 +12,62 @@ t.test('inBackground marks the work it starts, and only that', async (t) => {
   t.equal(isBackground(), false, 'the caller is not');
 });
 
-t.test('the gate lets one holder in: a waiting foreground caller first, then background ones, then deferred ones', async (t) => {
+t.test('the gate lets one holder in: requests, then projections, then background work, then deferred work', async (t) => {
   const gate = new PriorityGate();
   const order: string[] = [];
   await gate.enter();
   const waiters = [
     inBackground(() => gate.enter().then(() => order.push('deferred 1')), 'deferred'),
     inBackground(() => gate.enter().then(() => order.push('background 1'))),
+    inProjections(() => gate.enter().then(() => order.push('projections 1'))),
     inBackground(() => gate.enter().then(() => order.push('deferred 2')), 'deferred'),
     inBackground(() => gate.enter().then(() => order.push('background 2'))),
+    inProjections(() => gate.enter().then(() => order.push('projections 2'))),
     gate.enter().then(() => order.push('foreground')),
   ];
-  t.same(gate.waiting(), { foreground: 1, background: 2, deferred: 2 });
-  for (let i = 0; i < 5; i++) {
+  t.same(gate.waiting(), { foreground: 1, projections: 2, background: 2, deferred: 2 });
+  t.equal(inProjections(isBackground), false, 'projection work is not background work');
+  for (let i = 0; i < waiters.length; i++) {
     gate.leave();
     await new Promise((resolve) => setImmediate(resolve));
   }
   await Promise.all(waiters);
-  t.same(order, ['foreground', 'background 1', 'background 2', 'deferred 1', 'deferred 2'], 'by level, each level in arrival order');
+  t.same(
+    order,
+    ['foreground', 'projections 1', 'projections 2', 'background 1', 'background 2', 'deferred 1', 'deferred 2'],
+    'by level, each level in arrival order',
+  );
   gate.leave();
   await gate.enter();
   t.pass('free again once every holder left');
+});
+
+t.test("a request's next statement, sent as its previous one ends, goes before waiting lower levels", async (t) => {
+  const gate = new PriorityGate();
+  const order: string[] = [];
+  await gate.enter(); // a request's first statement
+  const lower = [
+    inProjections(() => gate.enter().then(() => order.push('projections'))).then(() => gate.leave()),
+    inBackground(() => gate.enter().then(() => order.push('background'))).then(() => gate.leave()),
+  ];
+  gate.leave();
+  await Promise.resolve(); // the request's code goes on to its next statement
+  await gate.enter();
+  order.push('request again');
+  gate.leave();
+  await Promise.all(lower);
+  t.same(order, ['request again', 'projections', 'background'], 'then the lower levels, once the request sent nothing more');
+  // A projection that leaves hands the connection on at once: waiting background work goes before a later request.
+  const handedOn: string[] = [];
+  await inProjections(() => gate.enter());
+  const background = inBackground(() => gate.enter().then(() => handedOn.push('background'))).then(() => gate.leave());
+  gate.leave();
+  await Promise.resolve();
+  await gate.enter();
+  handedOn.push('request');
+  gate.leave();
+  await background;
+  t.same(handedOn, ['background', 'request']);
 });
 
 t.test('on PGlite a request waiting behind queued background statements goes first', async (t) => {
@@ -50,4 +85,27 @@ t.test('on PGlite a request waiting behind queued background statements goes fir
     await trx.raw('SELECT 1');
   });
   t.pass('transactions acquire and release through the gate');
+});
+
+t.test('on PGlite requestsWaiting says whether a request waits for the connection', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  t.equal(db.requestsWaiting?.(), false, 'nobody waits');
+  let request: Promise<string> | null = null;
+  let queuedWork: Promise<string[]> | null = null;
+  await db.knex.transaction(async (trx) => {
+    await trx.raw('SELECT 1');
+    // A knex query starts when it is awaited (then).
+    const queued = [inBackground(() => db.knex.raw('SELECT 1').then(() => 'background')), inProjections(() => db.knex.raw('SELECT 1').then(() => 'projections'))];
+    // knex takes a few turns of the loop to ask for the connection.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    t.equal(db.requestsWaiting?.(), false, 'background and projection work waiting is no request');
+    request = db.knex.raw('SELECT 1').then(() => 'request');
+    for (let turn = 0; turn < 1000 && db.requestsWaiting?.() !== true; turn++) await new Promise((resolve) => setImmediate(resolve));
+    t.equal(db.requestsWaiting?.(), true, 'a request waits behind the transaction');
+    queuedWork = Promise.all(queued);
+  });
+  t.equal(await request, 'request');
+  t.same(await queuedWork, ['background', 'projections']);
+  t.equal(db.requestsWaiting?.(), false, 'answered');
 });

@@ -726,6 +726,29 @@ function postgresStoreContract(t: Test, open: () => Promise<StoreFixture>): void
     );
     t.same(await store.readStream('trx-3'), []);
   });
+
+  withStore('recentHeadPosition: the head as this process last read it, if recent enough', async (t, { db, store }) => {
+    const recent = (maxAgeMs: number) => store.recentHeadPosition?.(maxAgeMs);
+    t.equal(recent(60_000), null, 'unknown before anything was read');
+    const first = await store.append('recent-1', [thing('a')], 'no_stream');
+    t.equal(recent(60_000), null, 'an append alone does not make it known');
+    t.equal(await store.headPosition(), first.lastPosition);
+    t.equal(recent(60_000), first.lastPosition, 'headPosition read it');
+    const second = await store.append('recent-1', [thing('b')], 0);
+    // On PGlite a committed append is visible at once; on a server an older transaction may hide it.
+    t.equal(recent(60_000), db.kind === 'pglite' ? second.lastPosition : first.lastPosition, 'an append raises it on PGlite only');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    t.equal(recent(1), null, 'a read older than maxAgeMs does not answer');
+
+    const subscription = store.subscribe({ after: 0, batchSize: 1, handler: async () => undefined });
+    t.teardown(() => subscription.stop());
+    await subscription.caughtUp();
+    const third = await store.append('recent-2', [thing('c')], 'no_stream');
+    await waitUntil(() => recent(60_000) === third.lastPosition, 10_000, "the subscription's reads to reach the new head");
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await waitUntil(() => recent(2) !== null, 10_000, 'an idle poll that finds nothing new to make it recent again');
+    t.equal(recent(60_000), third.lastPosition, 'and it is still the head');
+  });
 }
 
 /**
@@ -753,6 +776,7 @@ export function inFlightAppendContract(t: Test, openDb: () => Promise<Database>)
       t.notOk(visible.includes(later.lastPosition), 'readAll hides the committed later append');
       t.notOk(visible.includes(heldResult.lastPosition), 'and of course the uncommitted one');
       t.ok((await store.headPosition()) < heldResult.lastPosition, 'headPosition stays below the in-flight append');
+      t.ok((store.recentHeadPosition?.(60_000) ?? 0) < later.lastPosition, 'so does the head it last read: a server append does not raise it');
       t.equal((await store.readStream('later')).length, 1, 'readStream sees committed events at once');
       await new Promise((resolve) => setTimeout(resolve, 300)); // several polls
       t.same(positions(seen), positions(before.events), 'the subscriber has not moved past the in-flight append');

@@ -372,3 +372,55 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
 for (const backend of backends) {
   t.test(backend.name, async (t) => runnerSuite(t, backend.open));
 }
+
+t.test('pglite: a waiting request splits a shared batch between projections; each event once, intake last', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  const { store } = fixture;
+  let requestWaits = false;
+  const db: Database = { ...fixture.db, requestsWaiting: () => requestWaits };
+  for (const name of ['first', 'second', 'intake']) await createRowsTable(db, name);
+  // What the batches did, in order: transactions and which projection applied (once per run of events).
+  const log: string[] = [];
+  let recording = false;
+  const note = (entry: string) => {
+    if (recording && log.at(-1) !== entry) log.push(entry);
+  };
+  db.knex.on('query', (query: { sql: string }) => {
+    if (/^(BEGIN|COMMIT)/i.test(query.sql)) note(query.sql.replace(/;$/, ''));
+  });
+  let poison: string | null = null;
+  const counted = (name: string) => countingProjection(name, { beforeApply: async () => note(name), failOn: name === 'second' ? () => poison : undefined });
+  // Listed before `second`, but it starts work: it commits last.
+  const runner = new ProjectionRunner(store, db, [counted('first'), { ...counted('intake'), startsWork: true }, counted('second')], { retryBaseMs: 20, retryMaxMs: 50 });
+  t.teardown(() => runner.stop());
+  await runner.start();
+  recording = true;
+
+  const one = await store.append('s-1', [thing('a'), thing('b')], 'no_stream');
+  await runner.waitFor(one.lastPosition, 10_000);
+  t.same(log, ['BEGIN', 'first', 'second', 'intake', 'COMMIT'], 'no request waits: one transaction');
+
+  log.length = 0;
+  requestWaits = true;
+  const two = await store.append('s-2', [thing('a'), thing('c')], 'no_stream');
+  await runner.waitFor(two.lastPosition, 10_000);
+  t.same(log, ['BEGIN', 'first', 'COMMIT', 'BEGIN', 'second', 'COMMIT', 'BEGIN', 'intake', 'COMMIT'], 'a request waits: a transaction per projection');
+  for (const name of ['first', 'second', 'intake']) {
+    t.same((await rows(db, name)).map((row) => [row.name, row.count]), [['a', 2], ['b', 1], ['c', 1]], `${name}: each event applied once`);
+    t.equal(await checkpoint(db, name), two.lastPosition);
+  }
+
+  // A projection that fails in a split batch: what committed before it stays, applied once.
+  poison = 'boom';
+  const three = await store.append('s-3', [thing('boom')], 'no_stream');
+  await waitUntil(async () => (await runner.status()).some((status) => status.name === 'second' && status.state === 'failed'));
+  await runner.waitFor(three.lastPosition, 10_000);
+  for (const name of ['first', 'intake']) t.same((await rows(db, name)).find((row) => row.name === 'boom')?.count, 1, `${name} applied it once`);
+  t.equal(await checkpoint(db, 'second'), two.lastPosition, 'the failed one did not move');
+  poison = null;
+  await waitUntil(async () => (await checkpoint(db, 'second')) === three.lastPosition);
+  for (const name of ['first', 'second', 'intake']) {
+    t.same((await rows(db, name)).find((row) => row.name === 'boom')?.count, 1, `${name}: once after the recovery too`);
+  }
+});

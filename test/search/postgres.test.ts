@@ -2,7 +2,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { openScratchPostgres } from '../../src/db/database.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
-import { createPostgresSearchIndex } from '../../src/search/postgres.js';
+import { createPostgresSearchIndex, KNN_QUERIES_PER_STATEMENT } from '../../src/search/postgres.js';
 import { facts } from '../../src/search/collections/index.js';
 import { SearchIndexMigrationError, VectorSearchUnavailableError } from '../../src/search/port.js';
 import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
@@ -130,6 +130,31 @@ for (const oneConnection of [false, true]) t.test(`k-NN finds k facts of a small
   // More neighbours than pgvector's default ef_search: the per-query settings, also on one connection.
   const many = await index.knn(facts, { repositoryId: 'repo-crowd', vector: [1, 0, 0, 0], k: 60 });
   t.equal(many.items.length, 60);
+});
+
+t.test('on one connection, knnMany outside a transaction sends its queries a few per statement, answering the same', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection: true });
+  const stored = Array.from({ length: 12 }, (_, position) => fact('repo-k', `Fact ${position}.`, { vector: [1, Math.sin(position), Math.cos(position), 0.1] }));
+  await insertFacts(db, stored);
+  await index.index(facts, stored);
+  const queries = Array.from({ length: 9 }, (_, position) => ({ repositoryId: 'repo-k', vector: [Math.cos(position), 1, Math.sin(position), 0], k: 3 }));
+  const knnStatements: string[] = [];
+  const record = (query: { sql: string }) => {
+    if (query.sql.includes('jsonb_to_recordset')) knnStatements.push(query.sql);
+  };
+  db.knex.on('query', record);
+  const answers = await index.knnMany(facts, queries);
+  t.equal(knnStatements.length, Math.ceil(queries.length / KNN_QUERIES_PER_STATEMENT), 'a statement per few queries: a request can go between them');
+  knnStatements.length = 0;
+  const inTransaction = await db.knex.transaction((trx) => (index.withinTransaction?.(trx) ?? index).knnMany(facts, queries));
+  t.equal(knnStatements.length, 1, 'in a transaction, which holds the connection anyway, one statement');
+  db.knex.removeListener('query', record);
+  t.same(inTransaction, answers);
+  for (const [position, query] of queries.entries()) {
+    t.same(answers[position], await index.knn(facts, query), `query ${position} answered as knn answers it`);
+  }
 });
 
 // The server half of this file: not in `make test-unit` (see test/helpers/servers.ts).
