@@ -118,8 +118,11 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
       // of them, five parameters a query, would reach PostgreSQL's limit of 65,535). Only
       // vectors of visible rows (not merged, passing the filters) count in the inner query, so
       // k of them come back, even when a late vector arrived after its fact was merged and
-      // removed (Kafka: another partition). Ties and the row's columns are settled on the k rows
-      // each returns.
+      // removed (Kafka: another partition). The inner query also takes the row's columns, by
+      // its primary key for each of the k vectors: joined outside, the planner guessed the
+      // LATERAL's size from nothing and hashed the whole row table per query (a scan that grew
+      // with the repository: docs/performance.md, "Fifth round"). Ties are settled on the k
+      // rows each returns.
       const groups = new Map<string, typeof asked>();
       for (const entry of asked) {
         const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)]]);
@@ -131,11 +134,16 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
       );
       for (const group of statements) {
         const restrictions = group[0].query;
-        const live = visible(trx(`${table} as live`).whereRaw(`live.id = v.${vectors.key}`), served, 'live', restrictions);
-        const inner = trx(`${vectors.table} as v`)
-          .whereRaw('v.repository_id = qv.repository_id')
-          .whereExists(live.select(trx.raw('1')))
-          .select(`v.${vectors.key}`, trx.raw('v.embedding <=> qv.vector AS distance'))
+        const inner = visible(
+          trx(`${vectors.table} as v`)
+            .join(`${table} as r`, 'r.id', `v.${vectors.key}`)
+            .whereRaw('v.repository_id = qv.repository_id'),
+          served,
+          'r',
+          restrictions,
+        )
+          .select(columns(trx, served, 'r'))
+          .select(trx.raw('v.embedding <=> qv.vector AS distance'))
           .orderByRaw('v.embedding <=> qv.vector');
         if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
         const { sql, bindings } = inner.toSQL();
@@ -147,10 +155,9 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
               ...bindings,
             ]),
           )
-          .join(`${table} as r`, 'r.id', `n.${vectors.key}`)
-          .select(columns(trx, served, 'r'))
+          .select(['id', ...Object.keys(served.fields)].map((name) => `n.${name}`))
           .select('qv.query_index', trx.raw('1 - n.distance AS score'))
-          .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'r.id' }]);
+          .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'n.id' }]);
         for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
       }
       return answers;
