@@ -15,6 +15,7 @@ import { registerHooks } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import t, { type Test } from 'tap';
+import { markGroupedRun } from './helpers/groupedRun.js';
 
 const root = path.resolve(import.meta.dirname, '..');
 
@@ -99,6 +100,7 @@ export async function runGroup(entryFile: string): Promise<void> {
   }
   const files = unitTestFiles().filter((file) => groupOf(file) === group);
   hookTapImports();
+  markGroupedRun();
   const timeout = perFileTimeoutMs();
   // tap's root timeout is per process (TAP_TIMEOUT, 30 s for `node test/groups/x.ts`): a group
   // gets its files' sum; `make test-unit` gives the tap runner's own timer as much.
