@@ -2,7 +2,7 @@ import { cpSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { openDatabase, type Database } from '../../src/db/database.js';
+import { openDatabase, pgliteMemorySettings, type Database } from '../../src/db/database.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 
 /**
@@ -21,6 +21,16 @@ const root = path.resolve(import.meta.dirname, '../..');
 const version = JSON.parse(readFileSync(path.join(root, 'node_modules/@electric-sql/pglite/package.json'), 'utf8')).version as string;
 let template: Promise<Blob> | null = null;
 let templateDir: Promise<string> | null = null;
+
+/**
+ * Start parameters for a PGlite opened in the test's own thread, with the settings the service
+ * gives its PGlite (src/db/database.ts): PostgreSQL's default 128 MB buffer pool, touched at
+ * every start, made an in-memory start cost about 0.34 CPU-s instead of 0.23.
+ */
+export const pgliteStartParams: string[] = [
+  ...PGlite.defaultStartParams,
+  ...Object.entries(pgliteMemorySettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+];
 
 export function pgliteTemplate(): Promise<Blob> {
   template ??= (async () => {
