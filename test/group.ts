@@ -104,8 +104,9 @@ export async function runGroup(entryFile: string): Promise<void> {
   hookTapImports();
   markGroupedRun();
   const timeout = perFileTimeoutMs();
-  // tap's root timeout is per process (TAP_TIMEOUT, 30 s for `node test/groups/x.ts`): a group
-  // gets its files' sum; `make test-unit` gives the tap runner's own timer as much.
+  // tap's root timeout is per process (TAP_TIMEOUT; 30 s for `node test/groups/x.ts`): the group
+  // gets its files' sum here, and the tap runner's own timer for the process is the Makefile's
+  // --timeout (1800 s).
   t.setTimeout(timeout * Math.max(files.length, 1));
   for (const file of files) {
     const url = pathToFileURL(path.join(root, file)).href;
