@@ -77,8 +77,11 @@ test: install postgres typecheck infra
 # tap's --node-arg replaces package.json's list, so the loader is named again.
 UNIT_NODE_ARGS := --node-arg=--import=./test/loader.mjs --node-arg=--no-wasm-code-gc --node-arg=--liftoff-only --node-arg=--single-threaded
 
+# The unit files run in groups, several files to a process (test/group.ts, test/groups/): Node,
+# the app's modules and PGlite's WebAssembly start once per group, not once per file. Each file
+# keeps its own timeout inside its group; --timeout is the whole group's, a net for a hung one.
 test-unit: install
-	FACTLOG_TEST_SERVERS=none npx tap $(UNIT_NODE_ARGS) --exclude='test/e2e/**' --exclude='**/*.server.test.ts'
+	FACTLOG_TEST_SERVERS=none npx tap $(UNIT_NODE_ARGS) --timeout=1800 test/groups/*.ts
 
 bench: install postgres
 	node --import=tsx bench/eventstore.ts

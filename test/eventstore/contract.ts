@@ -4,7 +4,7 @@ import knexFactory, { type Knex } from 'knex';
 import { PGlite } from '@electric-sql/pglite';
 import ClientPgLite from 'knex-pglite';
 import type { Database } from '../../src/db/database.js';
-import { pgliteTemplate } from '../helpers/pglite.js';
+import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
 import { ConcurrencyError, InvalidEventError, type EventStore } from '../../src/eventstore/port.js';
@@ -45,7 +45,7 @@ export function testSchemas(): EventSchemaRegistry {
  * does not need it.
  */
 export async function openMemoryPglite(): Promise<Database> {
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), ...(await pgliteWasmModules()) });
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
   const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
   return {
     knex,

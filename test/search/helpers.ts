@@ -7,7 +7,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import ClientPgLite from 'knex-pglite';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
-import { pgliteTemplate } from '../helpers/pglite.js';
+import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
 import type { Database } from '../../src/db/database.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
 import { mergeAliases, type DocumentUpdate } from '../../src/search/collection.js';
@@ -81,7 +81,7 @@ let template: Promise<File | Blob> | null = null;
  */
 export async function openVectorPglite(): Promise<Database> {
   template ??= (async () => {
-    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, ...(await pgliteWasmModules()) });
+    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
     const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     await migrateReadModels(knex);
@@ -90,7 +90,7 @@ export async function openVectorPglite(): Promise<Database> {
     if (!pglite.closed) await pglite.close();
     return dump;
   })();
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await template, extensions: { vector }, ...(await pgliteWasmModules()) });
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await template, extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
   const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
   return {
     knex,
