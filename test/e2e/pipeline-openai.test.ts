@@ -123,7 +123,13 @@ t.test('the OpenAI-compatible providers give the local result through faults, an
   }, 180_000, 100);
   t.match(failed.failure, /401|api key|unauthori[sz]ed/i, `the failure says why: ${failed.failure}`);
   t.ok(openai.requests.chat - before <= 2, `a 401 is not retried (${openai.requests.chat - before} chat requests)`);
-  const tasks = await api('GET', `/api/v1/repositories/${repositoryId}/tasks?source_id=${late.body.id}`);
+  // The source's failure (an event, applied by the projections) can show before the job runtime
+  // has recorded the job's end (a statement of the pipeline's, which waits behind projections on
+  // PGlite's connection): the tasks reply catches up within moments.
+  const tasks = await eventually(async () => {
+    const reply = await api('GET', `/api/v1/repositories/${repositoryId}/tasks?source_id=${late.body.id}`);
+    return reply.status !== 200 || reply.body.complete !== false ? reply : null;
+  }, 30_000, 100);
   t.equal(tasks.status, 200);
   t.not(tasks.body.complete, undefined, 'the tasks reply says whether the source is done');
   t.equal(tasks.body.complete, true, 'nothing left to run for the failed source');
