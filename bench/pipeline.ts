@@ -19,7 +19,7 @@
  *
  * Environment: BENCH_PARTS (ingest,openai,corpus,search), BENCH_DOCS (1000), BENCH_SENTENCES (12),
  * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
- * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
+ * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_BATCH (0; n adds n documents at a time, each batch waited for), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
  * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
@@ -55,6 +55,8 @@ import { envNumber, int, log, ms, prng, secs, summary } from './common.js';
 
 const sizes = {
   docs: envNumber('BENCH_DOCS', 1000),
+  /** BENCH_BATCH=n: the ingest part adds n documents at a time and waits for each batch (0: all at once). */
+  batch: envNumber('BENCH_BATCH', 0),
   sentences: envNumber('BENCH_SENTENCES', 12),
   openaiDocs: envNumber('BENCH_OPENAI_DOCS', 200),
   openaiWorkers: envNumber('BENCH_OPENAI_WORKERS', 8),
@@ -240,6 +242,8 @@ interface IngestResult {
   last100: number;
   /** The same by each document's source stages alone (its summaries left out): how the rate holds as the repository grows. */
   sourceStages: { first100: number; last100: number; seconds: number };
+  /** BENCH_BATCH: each batch's time from its first POST to the pipeline idle again. */
+  batches: { size: number; seconds: number[] } | null;
   /** Each document's finish, seconds after the first POST, in order. */
   finishes: number[];
   post: ReturnType<typeof summary>;
@@ -334,6 +338,16 @@ async function documentFinishes(api: Api, repositoryId: string, t0Epoch: number)
   return { finishes: seconds(last), bySourceStages: seconds(lastOfSourceStages), jobs };
 }
 
+/** The report's row for BENCH_BATCH: each batch's rate, and the last's against the first's. */
+function batchRows(batches: IngestResult['batches']): string[] {
+  if (batches === null || batches.seconds.length === 0) return [];
+  const rates = batches.seconds.map((seconds) => batches.size / seconds);
+  const kept = ((rates.at(-1) as number) / (rates[0] as number)) * 100;
+  return [
+    `| documents/s of each batch of ${int(batches.size)}, added to the growing repository once the one before was done (last ÷ first) | ${rates.map(rate).join(', ')} (${kept.toFixed(0)}%) | last ≥ 80% of first |`,
+  ];
+}
+
 /** Documents per second of the first and the last `window` documents to finish. */
 function edgeRates(finishes: readonly number[], window = 100): { first: number; last: number } {
   const n = finishes.length;
@@ -341,7 +355,7 @@ function edgeRates(finishes: readonly number[], window = 100): { first: number; 
   return { first: window / (finishes[window - 1] as number), last: window / ((finishes[n - 1] as number) - (finishes[n - window - 1] as number)) };
 }
 
-async function addAndWait(service: ServiceProcess, name: string, urls: readonly string[], probe: boolean): Promise<Omit<IngestResult, 'peakRss' | 'serviceProbe' | 'load'>> {
+async function addAndWait(service: ServiceProcess, name: string, urls: readonly string[], probe: boolean, batch = 0): Promise<Omit<IngestResult, 'peakRss' | 'serviceProbe' | 'load'>> {
   const { api } = service;
   let repositoryId: string | null = null;
   const prober = probe ? startProber(service, () => repositoryId) : null;
@@ -351,19 +365,28 @@ async function addAndWait(service: ServiceProcess, name: string, urls: readonly 
   const t0Epoch = Date.now();
   const postTimes: number[] = [];
   let lastLog = t0;
-  for (const [position, url] of urls.entries()) {
-    const started = performance.now();
-    const reply = await api('POST', `/api/v1/repositories/${repositoryId}/sources`, { url });
-    postTimes.push(performance.now() - started);
-    if (reply.status !== 201) throw new Error(`register ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
-    if (performance.now() - lastLog > 10_000) {
-      log(`  ${name}: ${position + 1} of ${urls.length} registered after ${secs((performance.now() - t0) / 1000)}`);
-      lastLog = performance.now();
+  // BENCH_BATCH: batches added one after another to the growing repository, each waited for.
+  const batchSize = batch > 0 ? batch : urls.length;
+  const batchSeconds: number[] = [];
+  let registrationSeconds = 0;
+  for (let from = 0; from < urls.length; from += batchSize) {
+    const batchStart = performance.now();
+    for (const [offset, url] of urls.slice(from, from + batchSize).entries()) {
+      const started = performance.now();
+      const reply = await api('POST', `/api/v1/repositories/${repositoryId}/sources`, { url });
+      postTimes.push(performance.now() - started);
+      if (reply.status !== 201) throw new Error(`register ${url}: ${reply.status} ${JSON.stringify(reply.body)}`);
+      if (performance.now() - lastLog > 10_000) {
+        log(`  ${name}: ${from + offset + 1} of ${urls.length} registered after ${secs((performance.now() - t0) / 1000)}`);
+        lastLog = performance.now();
+      }
     }
+    registrationSeconds += (performance.now() - batchStart) / 1000;
+    const added = Math.min(urls.length, from + batchSize);
+    if (added === urls.length) log(`  ${name}: all ${urls.length} registered after ${secs((performance.now() - t0) / 1000)}`);
+    await waitUntilDone(api, repositoryId, added, name, t0);
+    batchSeconds.push((performance.now() - batchStart) / 1000);
   }
-  const registrationSeconds = (performance.now() - t0) / 1000;
-  log(`  ${name}: all ${urls.length} registered after ${secs(registrationSeconds)}`);
-  await waitUntilDone(api, repositoryId, urls.length, name, t0);
   const cpuSeconds = service.cpuSeconds() - cpuAtStart;
   const probes = prober ? await prober.stop() : null;
   const { finishes, bySourceStages, jobs } = await documentFinishes(api, repositoryId, t0Epoch);
@@ -383,6 +406,7 @@ async function addAndWait(service: ServiceProcess, name: string, urls: readonly 
     first100: edges.first,
     last100: edges.last,
     sourceStages: { first100: sourceEdges.first, last100: sourceEdges.last, seconds: bySourceStages.at(-1) ?? Number.NaN },
+    batches: batch > 0 ? { size: batchSize, seconds: batchSeconds } : null,
     finishes,
     post: summary(postTimes),
     registrationSeconds,
@@ -403,7 +427,7 @@ async function runIngest(): Promise<IngestResult> {
     service.resetServiceProbe();
     // BENCH_PROBE=0: no prober, so the CPU per document is the pipeline's alone (the prober's
     // searches cost CPU in proportion to the run's length, which the machine's load sets).
-    const result = await addAndWait(service, 'Ingest', urls, process.env.BENCH_PROBE !== '0');
+    const result = await addAndWait(service, 'Ingest', urls, process.env.BENCH_PROBE !== '0', sizes.batch);
     await sleep(600); // the probe file is rewritten every 500 ms
     return { ...result, peakRss: service.peakRssMiB(), serviceProbe: service.serviceProbe(), load: [loadBefore, os.loadavg()[0]] };
   } finally {
@@ -700,6 +724,7 @@ async function main(): Promise<void> {
       '|---|---:|---:|',
       `| documents/s over the run (${int(ingest.documents)} documents, ${secs(ingest.seconds)}; ${ingest.failed} not processed) | **${rate(ingest.documents / ingest.seconds)}** | ≥ 20 |`,
       `| documents/s of the first 100 / of the last 100 (last ÷ first) | **${rate(ingest.first100)} / ${rate(ingest.last100)}** (${(ratio * 100).toFixed(0)}%) | last ≥ 80% of first |`,
+      ...batchRows(ingest.batches),
       `| the same by each document's source stages (fetched, decomposed, embedded, deduplicated, linked to concepts; the repository's summaries left out; all done at ${secs(ingest.sourceStages.seconds)}) | ${rate(ingest.sourceStages.first100)} / ${rate(ingest.sourceStages.last100)} (${((ingest.sourceStages.last100 / ingest.sourceStages.first100) * 100).toFixed(0)}%) | |`,
       `| facts/s (${int(ingest.extractedFacts)} extracted, ${int(ingest.visibleFacts)} visible after dedup, ${int(ingest.concepts)} concepts) | **${rate(ingest.extractedFacts / ingest.seconds)}** | |`,
       `| \`POST /sources\` one after another, p50 / p99 / max ms (all ${int(ingest.documents)} added in ${secs(ingest.registrationSeconds)}) | **${summaryCell(ingest.post)}** | prompt |`,
