@@ -260,12 +260,12 @@ export function stageMetadata(context: JobContext): EventMetadata {
   };
 }
 
-/** The repository a job works in; a trigger without one cannot be processed. */
 /** The repository a job works in: its trigger's, else its row's; null when neither has one. */
 export function repositoryIdOf(context: JobContext): string | null {
   return context.trigger.repositoryId ?? context.job.repositoryId;
 }
 
+/** The repository a job works in; a trigger without one cannot be processed. */
 export function requireRepositoryId(context: JobContext): string {
   const repositoryId = repositoryIdOf(context);
   if (!repositoryId) throw new PermanentJobError(`${context.trigger.type} ${context.trigger.eventId} carries no repository id`);
