@@ -38,6 +38,9 @@ export interface PostgresSearchOptions {
 
 type Row = Record<string, unknown>;
 
+/** On one connection, outside a transaction: k-NN queries per statement (see knnManyOn). */
+export const KNN_QUERIES_PER_STATEMENT = 4;
+
 /**
  * Search on the read-model database.
  *
@@ -53,18 +56,18 @@ type Row = Record<string, unknown>;
  * and `knn` throws VectorSearchUnavailableError: vectors live in OpenSearch there.
  * Hidden documents (merged facts and concepts) are never found.
  */
-/** On one connection, outside a transaction: k-NN queries per statement (see knnManyOn). */
-export const KNN_QUERIES_PER_STATEMENT = 4;
-
 export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOptions = {}): SearchIndex {
   const dimensions = options.hasVector && options.vectorDimensions !== undefined ? options.vectorDimensions : null;
   if (dimensions !== null) validateDimensions(dimensions);
   const registry = collectionRegistry(options.collections ?? searchCollections);
   const vectorTables = dimensions === null ? null : createVectorTables(dimensions, { oneConnection: options.oneConnection === true });
 
+  /** The names of a hit's columns: the id and the collection's declared fields. */
+  const columnNames = (collection: SearchCollection): string[] => ['id', ...Object.keys(collection.fields)];
+
   /** The id and declared fields of `row` (a table alias), computed ones by their SQL. */
   function columns(executor: Executor, collection: SearchCollection, row: string): (string | Knex.Raw)[] {
-    return ['id', ...Object.keys(collection.fields)].map((name) => {
+    return columnNames(collection).map((name) => {
       const computed = collection.postgres.computed?.[name];
       return computed ? executor.raw(`${computed(row)} AS ??`, [name]) : `${row}.${name}`;
     });
@@ -155,7 +158,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
               ...bindings,
             ]),
           )
-          .select(['id', ...Object.keys(served.fields)].map((name) => `n.${name}`))
+          .select(columnNames(served).map((name) => `n.${name}`))
           .select('qv.query_index', trx.raw('1 - n.distance AS score'))
           .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'n.id' }]);
         for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
