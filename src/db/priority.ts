@@ -30,7 +30,7 @@ export function inProjections<T>(work: () => T): T {
 }
 
 export function isBackground(): boolean {
-  const current = level.getStore();
+  const current = backgroundLevel();
   return current === 'background' || current === 'deferred';
 }
 
@@ -53,10 +53,8 @@ export class PriorityGate {
   private held = false;
   /** The level of the holder (or of the last holder, while a hand-off waits). */
   private holder: Level | 'foreground' = 'foreground';
-  private readonly foreground: Array<() => void> = [];
-  private readonly projections: Array<() => void> = [];
-  private readonly background: Array<() => void> = [];
-  private readonly deferred: Array<() => void> = [];
+  /** Waiting callers by level, highest first (the keys' order is the order of service). */
+  private readonly queues: Record<Level | 'foreground', Array<() => void>> = { foreground: [], projections: [], background: [], deferred: [] };
 
   enter(): Promise<void> {
     const entering = backgroundLevel();
@@ -65,9 +63,8 @@ export class PriorityGate {
       this.holder = entering;
       return Promise.resolve();
     }
-    const queue = { foreground: this.foreground, projections: this.projections, background: this.background, deferred: this.deferred }[entering];
     return new Promise((resolve) =>
-      queue.push(() => {
+      this.queues[entering].push(() => {
         this.holder = entering;
         resolve();
       }),
@@ -75,21 +72,22 @@ export class PriorityGate {
   }
 
   leave(): void {
-    const next = this.foreground.shift();
+    const next = this.queues.foreground.shift();
     if (next) next();
-    else if (this.holder === 'foreground' && this.projections.length + this.background.length + this.deferred.length > 0) setImmediate(() => this.handOff());
+    else if (this.holder === 'foreground' && Object.values(this.queues).some((queue) => queue.length > 0)) setImmediate(() => this.handOff());
     else this.handOff();
   }
 
   private handOff(): void {
-    const next = this.foreground.shift() ?? this.projections.shift() ?? this.background.shift() ?? this.deferred.shift();
+    const next = Object.values(this.queues).find((queue) => queue.length > 0)?.shift();
     if (next) next();
     else this.held = false;
   }
 
   /** Callers waiting, by level. */
-  waiting(): { foreground: number; projections: number; background: number; deferred: number } {
-    return { foreground: this.foreground.length, projections: this.projections.length, background: this.background.length, deferred: this.deferred.length };
+  waiting(): Record<Level | 'foreground', number> {
+    const { foreground, projections, background, deferred } = this.queues;
+    return { foreground: foreground.length, projections: projections.length, background: background.length, deferred: deferred.length };
   }
 }
 
