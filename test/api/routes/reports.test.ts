@@ -38,12 +38,20 @@ async function upload(path: string, filename: string, type: string, content: str
 }
 
 /** Polls the report's tasks until `complete`, then answers the report. */
+/**
+ * The report once its tasks are done and the read model shows their outcome: a job's end is
+ * recorded by the job runtime, its events reach the `reports` read model through the
+ * projections, and either can come first.
+ */
 async function annotated(id: string) {
   await eventually(async () => {
     const tasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?report_id=${id}`, { token });
     return tasks.body.complete && tasks.body.total > 0;
   }, 60_000);
-  return (await service.call('GET', url(`/${id}`), { token })).body;
+  return eventually(async () => {
+    const report = (await service.call('GET', url(`/${id}`), { token })).body;
+    return ['pending', 'processing'].includes(report.status) ? null : report;
+  }, 60_000);
 }
 
 const TEXT = 'Marie Curie was the first woman to win a Nobel Prize, as every biography says. Marie Curie did not win the Nobel Prize in Chemistry in 1911. Short one.';
