@@ -10,7 +10,7 @@ import { sourceDecider, type SourceCommand, type SourceState } from '../../src/d
 import { handleCommand, loadState } from '../../src/eventstore/commandHandler.js';
 import { streamName, type RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore } from '../../src/eventstore/port.js';
-import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
+import { createPostgresEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 import type { Projection } from '../../src/projection/types.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
@@ -18,9 +18,9 @@ import { createLocalFactExtractor } from '../../src/providers/llm/local.js';
 import { localSliceSummary, localSynthesis } from '../../src/providers/llm/localSummaries.js';
 import type { ChatModel, ExtractedFact, ImageInput } from '../../src/providers/llm/port.js';
 import { createFileAssetStore, type AssetStore } from '../../src/storage/assets.js';
-import { migrateReadModels } from '../../projections/migrations/index.js';
 import { sourcesProjection } from '../../projections/sources.js';
 import { openMemoryPglite } from '../eventstore/contract.js';
+import { migrateEmbeddedSchema } from './schema.js';
 
 export const REPOSITORY_ID = 'repo-stages';
 
@@ -31,8 +31,7 @@ export const REPOSITORY_ID = 'repo-stages';
  */
 export async function openStageFixture(t: Test) {
   const db: Database = await openMemoryPglite();
-  await migrateEventStore(db.knex);
-  await migrateReadModels(db.knex);
+  await migrateEmbeddedSchema(db.knex);
   const store: EventStore = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   const assetsDir = await mkdtemp(path.join(tmpdir(), 'factlog-assets-'));
   const assets: AssetStore = createFileAssetStore(assetsDir);

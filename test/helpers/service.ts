@@ -10,12 +10,9 @@ import { createAppContext, type AppContext, type ContextOptions } from '../../sr
 import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
 import { openDatabase } from '../../src/db/database.js';
-import { migrateEventStore } from '../../src/eventstore/postgres.js';
-import { migrateJobs } from '../../src/pipeline/jobs.js';
-import { migrateProjectionCheckpoints } from '../../src/projection/runner.js';
-import { migrateReadModels } from '../../projections/migrations/index.js';
 import { isGroupedRun } from './groupedRun.js';
 import { seedPgliteDir } from './pglite.js';
+import { migrateEmbeddedSchema } from './schema.js';
 
 export interface TestService {
   context: AppContext;
@@ -107,11 +104,7 @@ async function seedMigratedPgliteDir(dir: string): Promise<void> {
     await seedPgliteDir(template);
     const db = await openDatabase({ kind: 'pglite', dataDir: template });
     try {
-      // What createAppContext and the projection runner migrate on the embedded tier.
-      await migrateReadModels(db.knex);
-      await migrateJobs(db.knex);
-      await migrateEventStore(db.knex);
-      await migrateProjectionCheckpoints(db.knex);
+      await migrateEmbeddedSchema(db.knex);
     } finally {
       await db.close();
     }

@@ -12,21 +12,20 @@ import { sourceDecider } from '../../src/domain/source/decider.js';
 import { handleCommand } from '../../src/eventstore/commandHandler.js';
 import { streamName, type EventMetadata, type RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore } from '../../src/eventstore/port.js';
-import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
+import { createPostgresEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 import { contentHash } from '../../src/interchange/hashing.js';
 import { packVector } from '../../src/interchange/vectors.js';
 import { ProjectionRunner } from '../../src/projection/runner.js';
-import { migrateReadModels } from '../../projections/migrations/index.js';
 import { readModelProjections } from '../../projections/index.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
-import { migrateJobs } from '../../src/pipeline/jobs.js';
 import { scheduledJobContext } from '../helpers/jobContext.js';
 import { factIdFor } from '../../src/pipeline/stages/sourceDecomposition.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { withOverrides } from '../eventstore/contract.js';
+import { migrateEmbeddedSchema } from '../helpers/schema.js';
 
 /**
  * A real embedded pipeline for stage tests: PGlite with the event store, every read-model
@@ -91,9 +90,7 @@ function migratedTemplate(): Promise<Blob> {
     const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
     try {
       await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
-      await migrateEventStore(knex);
-      await migrateReadModels(knex);
-      await migrateJobs(knex);
+      await migrateEmbeddedSchema(knex);
       return await pglite.dumpDataDir('none');
     } finally {
       await knex.destroy();
@@ -106,9 +103,7 @@ function migratedTemplate(): Promise<Blob> {
 export async function openStageFixture(t: Test, options: { dimensions?: number } = {}): Promise<StageFixture> {
   const dimensions = options.dimensions ?? 100;
   const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
-  await migrateEventStore(db.knex);
-  await migrateReadModels(db.knex);
-  await migrateJobs(db.knex);
+  await migrateEmbeddedSchema(db.knex);
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   const search = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions });
   const runner = new ProjectionRunner(store, db, [...readModelProjections, createSearchIndexProjection(search)], { retryBaseMs: 20 });

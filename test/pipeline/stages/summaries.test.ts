@@ -75,8 +75,11 @@ async function linkedSource(fixture: StageFixture, repositoryId: string, content
   return { ...source, trigger };
 }
 
-/** The store, counting the concept streams read (each a concept planned once more) and the appends to concept streams. */
-function countingStore(base: EventStore) {
+/**
+ * The store, counting the concept streams read (each a concept planned once more) and the appends
+ * to concept streams; `onConceptAppend` hears each such append's streams once it is stored.
+ */
+function countingStore(base: EventStore, onConceptAppend: (streamIds: readonly string[]) => void = () => {}) {
   const conceptReads: string[] = [];
   const appends: string[][] = [];
   const concepts = (streamIds: readonly string[]) => streamIds.filter((streamId) => streamId.startsWith('concept-'));
@@ -94,16 +97,21 @@ function countingStore(base: EventStore) {
       },
     },
     append: {
-      value: (...args: Parameters<EventStore['append']>) => {
-        if (concepts([args[0]]).length > 0) appends.push([args[0]]);
-        return base.append(...args);
+      value: async (...args: Parameters<EventStore['append']>) => {
+        const streams = concepts([args[0]]);
+        if (streams.length > 0) appends.push(streams);
+        const result = await base.append(...args);
+        if (streams.length > 0) onConceptAppend(streams);
+        return result;
       },
     },
     appendToStreams: {
-      value: (writes: Parameters<EventStore['appendToStreams']>[0]) => {
+      value: async (writes: Parameters<EventStore['appendToStreams']>[0]) => {
         const streams = concepts(writes.map((write) => write.streamId));
         if (streams.length > 0) appends.push(streams);
-        return base.appendToStreams(writes);
+        const outcomes = await base.appendToStreams(writes);
+        if (streams.length > 0) onConceptAppend(streams);
+        return outcomes;
       },
     },
   });
@@ -397,19 +405,12 @@ t.test('summarize_concepts: a concept that became stale is taken up as soon as a
       return local.summarizeFacts(input, signal);
     },
   };
-  const { store, appends } = countingStore(fixture.store);
   let pierreWritten = () => {};
   const pierreInStore = new Promise<void>((resolve) => (pierreWritten = resolve));
-  const watched: EventStore = Object.create(store, {
-    appendToStreams: {
-      value: async (writes: Parameters<EventStore['appendToStreams']>[0]) => {
-        const result = await store.appendToStreams(writes);
-        if (writes.some((write) => write.streamId === streamName('concept', pierre))) pierreWritten();
-        return result;
-      },
-    },
+  const { store, appends } = countingStore(fixture.store, (streamIds) => {
+    if (streamIds.includes(streamName('concept', pierre))) pierreWritten();
   });
-  const summarize = createSummarizeConceptsStage({ store: watched, knex: fixture.db.knex, chat, settings: summarization, concurrency: 2 });
+  const summarize = createSummarizeConceptsStage({ store, knex: fixture.db.knex, chat, settings: summarization, concurrency: 2 });
   const first = await linkedSource(fixture, repositoryId, factsAbout(1, 3));
   const carrying = summarize.run(fixture.contextFor(summarize, first.trigger));
   const second = await linkedSource(fixture, repositoryId, ['Pierre Curie shared the 1903 Nobel Prize in Physics.'], (factIds) => [
