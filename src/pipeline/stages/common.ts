@@ -53,8 +53,11 @@ export async function sharedCommandFrom<State, Command, Event extends DomainEven
 /** One command of a batch for sharedCommandsFrom: a stream read already and what to do on it. */
 export interface BatchCommand<State, Command> {
   streamId: string;
-  /** The stream as read; commands on the same stream must give the same. */
-  loaded: LoadedStream<State>;
+  /**
+   * The stream as read (its state and version: a batch decides on the state alone, so a caller
+   * that queues reads need not keep their events); commands on the same stream must give the same.
+   */
+  loaded: Pick<LoadedStream<State>, 'state' | 'version'>;
   command: Command;
   /** The metadata of this command's events, when not the batch's (commands of several jobs). */
   metadata?: EventMetadata;
@@ -75,7 +78,7 @@ export async function sharedCommandsFrom<State, Command, Event extends DomainEve
   metadata: EventMetadata,
 ): Promise<CommandResult<State>[]> {
   const results: CommandResult<State>[] = [];
-  const byStream = new Map<string, { loaded: LoadedStream<State>; state: State; events: Array<{ event: Event; metadata: EventMetadata }>; members: number[] }>();
+  const byStream = new Map<string, { loaded: BatchCommand<State, Command>['loaded']; state: State; events: Array<{ event: Event; metadata: EventMetadata }>; members: number[] }>();
   for (const [index, { streamId, loaded, command, metadata: own }] of commands.entries()) {
     const stream = byStream.get(streamId) ?? { loaded, state: loaded.state, events: [], members: [] };
     byStream.set(streamId, stream);

@@ -161,11 +161,16 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
   };
 }
 
-/** A stale concept found by a search, its stream and linked facts read, waiting for a place in the model. */
+/**
+ * A stale concept found by a search, its stream folded and its linked facts read, waiting for a
+ * place in the model. The stream's events are not kept: planning and writing need only the state
+ * and version, and a concept's stream holds every slice ever written for it (tens of MB for a
+ * search's forty large concepts at 1,000 pages).
+ */
 interface QueuedConcept {
   conceptId: string;
   streamId: string;
-  loaded: LoadedStream<ConceptState>;
+  loaded: Pick<LoadedStream<ConceptState>, 'state' | 'version'>;
   facts: readonly LinkedFact[];
 }
 
@@ -331,7 +336,8 @@ class RepositorySummarizer {
     const linked = await linkedFactsOf(this.deps.knex, conceptIds);
     return conceptIds.map((conceptId) => {
       const streamId = streamName('concept', conceptId);
-      return { conceptId, streamId, loaded: foldStream(streams.get(streamId) ?? [], conceptDecider), facts: linked.get(conceptId) ?? [] };
+      const { state, version } = foldStream(streams.get(streamId) ?? [], conceptDecider);
+      return { conceptId, streamId, loaded: { state, version }, facts: linked.get(conceptId) ?? [] };
     });
   }
 
