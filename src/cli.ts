@@ -7,7 +7,6 @@ import { buildApp } from './api/app.js';
 import { presentEvent } from './read/present.js';
 import { rebuildWithProgressBar } from './projection/runner.js';
 import { copyEvents } from './eventstore/copy.js';
-import { createEventStoreDbStore } from './eventstore/eventstoredb.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
 import { EventSchemaRegistry } from './eventstore/schemas.js';
 import { openDatabase } from './db/database.js';
@@ -24,6 +23,8 @@ const SHUTDOWN_TIMEOUT_MS = 60_000;
 async function openCopyTarget(target: string): Promise<{ store: EventStore; close(): Promise<void> }> {
   const schemas = await EventSchemaRegistry.load();
   if (/^(esdb|kurrentdb)(\+discover)?:\/\//.test(target)) {
+    // EventStoreDB's client is loaded only for a copy to it, not by every command of the CLI.
+    const { createEventStoreDbStore } = await import('./eventstore/eventstoredb.js');
     const store = createEventStoreDbStore({ connectionString: target, schemas });
     return { store, close: () => store.close() };
   }

@@ -121,7 +121,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
   const chat = createChatModel(config, { localModels: options.localModels });
   const embedder = createEmbedder(config, { localModels: options.localModels });
-  const search = openSearch(config, db, embedder, log);
+  const search = await openSearch(config, db, embedder, log);
 
   const pipeline = createPipeline({
     config,
@@ -131,7 +131,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     runWorkers,
     log,
   });
-  const bus = openBus(config, schemas, log);
+  const bus = await openBus(config, schemas, log);
   const projections = createProjectionRunner({
     store,
     db,
@@ -174,7 +174,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     metrics,
     wakeWorkers: () => runtime.wake(),
     async start() {
-      if (runWorkers) relay = startRelay(config, { store, schemas, db, log });
+      if (runWorkers) relay = await startRelay(config, { store, schemas, db, log });
       if (runProjections) await projections.start();
       await bootstrap(config, options.env ?? process.env, { identity, repositories, db, log });
       if (runWorkers) await runtime.start();

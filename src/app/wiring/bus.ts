@@ -4,7 +4,7 @@ import { parseDuration } from '../../config/duration.js';
 import type { Database } from '../../db/database.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { EventSchemaRegistry } from '../../eventstore/schemas.js';
-import { createKafkaBus, createKafkaRelay, type KafkaOptions } from '../../bus/kafka.js';
+import type { KafkaOptions } from '../../bus/kafka.js';
 import { runAsLeader, type Leadership } from '../../bus/leader.js';
 import type { Bus } from '../../bus/port.js';
 
@@ -17,8 +17,10 @@ export function kafkaOptions(config: Config): KafkaOptions {
  * The Bus of `bus.backend`: Kafka consumer groups on the distributed tier, none on the embedded
  * tier, where the projection runner reads the event store's log itself (docs/architecture.md).
  */
-export function openBus(config: Config, schemas: EventSchemaRegistry, log: Logger): Bus | null {
+export async function openBus(config: Config, schemas: EventSchemaRegistry, log: Logger): Promise<Bus | null> {
   if (config.bus.backend !== 'kafka') return null;
+  // Kafka's client is loaded only when it is configured.
+  const { createKafkaBus } = await import('../../bus/kafka.js');
   return createKafkaBus({
     kafka: kafkaOptions(config),
     registry: schemas,
@@ -31,8 +33,9 @@ export function openBus(config: Config, schemas: EventSchemaRegistry, log: Logge
  * Starts the relay (event store → Kafka) under leadership, so one process of the deployment
  * publishes the log; null when the bus is not Kafka or `bus.kafka.relay` is off.
  */
-export function startRelay(config: Config, deps: { store: EventStore; schemas: EventSchemaRegistry; db: Database; log: Logger }): Leadership | null {
+export async function startRelay(config: Config, deps: { store: EventStore; schemas: EventSchemaRegistry; db: Database; log: Logger }): Promise<Leadership | null> {
   if (config.bus.backend !== 'kafka' || !config.bus.kafka.relay) return null;
+  const { createKafkaRelay } = await import('../../bus/kafka.js');
   const relay = createKafkaRelay({
     store: deps.store,
     kafka: kafkaOptions(config),

@@ -4,7 +4,6 @@ import type { Database } from '../../db/database.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../search/hybrid.js';
-import { createOpenSearchIndex } from '../../search/opensearch.js';
 import type { SearchIndex } from '../../search/port.js';
 import { createPostgresSearchIndex } from '../../search/postgres.js';
 import { reindexSearch } from '../reindex.js';
@@ -23,8 +22,8 @@ export interface SearchWiring {
   close(): Promise<void>;
 }
 
-/** The search index of `search.backend` and the hybrid search over it. */
-export function openSearch(config: Config, db: Database, embedder: Embedder | null, log: Logger): SearchWiring {
+/** The search index of `search.backend` and the hybrid search over it; OpenSearch's client is loaded only when configured. */
+export async function openSearch(config: Config, db: Database, embedder: Embedder | null, log: Logger): Promise<SearchWiring> {
   const { url, index_prefix } = config.search.opensearch;
   // One embedding model per deployment: the index's vectors have its dimensions.
   const dimensions = config.providers.embeddings.dimensions;
@@ -37,6 +36,7 @@ export function openSearch(config: Config, db: Database, embedder: Embedder | nu
     });
 
   if (config.search.backend === 'opensearch') {
+    const { createOpenSearchIndex } = await import('../../search/opensearch.js');
     const opensearch = createOpenSearchIndex({ node: url, indexPrefix: index_prefix, dimensions, log: log.child({ component: 'search' }) });
     return {
       index: opensearch,
