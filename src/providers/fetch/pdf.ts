@@ -1,4 +1,3 @@
-import { getDocument, VerbosityLevel } from 'pdfjs-dist/legacy/build/pdf.mjs';
 import type { TextItem, TextMarkedContent } from 'pdfjs-dist/types/src/display/api.js';
 
 import { joinParagraphs, UnsupportedContentError, type ExtractedDocument } from './document.js';
@@ -90,12 +89,25 @@ function describeLoadError(error: unknown): string {
  * paragraphs. The title is the metadata Title, else the first line. pdf.js runs in-process
  * (its fake worker), with no eval, no font loading and no network.
  */
+type Pdfjs = typeof import('pdfjs-dist/legacy/build/pdf.mjs');
+let pdfjs: Promise<Pdfjs> | null = null;
+
+/**
+ * pdf.js, loaded with the first PDF: its module costs about 27 MB of memory, which a service that
+ * ingests no PDF need not hold (docs/performance.md, "Sixth round").
+ */
+export function loadPdfjs(): Promise<Pdfjs> {
+  pdfjs ??= import('pdfjs-dist/legacy/build/pdf.mjs');
+  return pdfjs;
+}
+
 /**
  * Opens a PDF with pdf.js in-process (its fake worker): no eval, no font loading, no network,
  * no canvas or image decoder. A file pdf.js cannot open is UnsupportedContentError. The caller
  * destroys the loading task when done.
  */
 export async function openPdf(bytes: Uint8Array) {
+  const { getDocument, VerbosityLevel } = await loadPdfjs();
   const loadingTask = getDocument({
     // A copy, because pdf.js rejects Node Buffers and may take ownership of the array.
     data: new Uint8Array(bytes),

@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto';
 
-import { ImageKind, OPS } from 'pdfjs-dist/legacy/build/pdf.mjs';
 import { PNG } from 'pngjs';
 
-import { openPdf } from './pdf.js';
+import { loadPdfjs, openPdf } from './pdf.js';
 
 /** A raster image drawn on a PDF page, re-encoded as PNG. */
 export interface PdfImage {
@@ -40,8 +39,8 @@ const MAX_PIXELS = 16_000_000;
 // How long to wait for pdf.js to resolve one image object.
 const OBJECT_TIMEOUT_MS = 10_000;
 
-/** Expands pdf.js image data (1-bit grey, RGB or RGBA) to RGBA, as pngjs wants it. */
-function toRgba(image: DecodedPdfImage): Buffer | null {
+/** Expands pdf.js image data (1-bit grey, RGB or RGBA; `ImageKind`, pdf.js's names of them) to RGBA, as pngjs wants it. */
+function toRgba(image: DecodedPdfImage, ImageKind: Awaited<ReturnType<typeof loadPdfjs>>['ImageKind']): Buffer | null {
   const { width, height, data } = image;
   if (!data) return null;
   const pixels = width * height;
@@ -122,6 +121,7 @@ export async function extractPdfImages(bytes: Uint8Array, limits: PdfImageLimits
   const minBytes = limits.minBytes ?? DEFAULT_MIN_IMAGE_BYTES;
   const images: PdfImage[] = [];
   if (limits.maxImages <= 0) return images;
+  const { ImageKind, OPS } = await loadPdfjs();
   const { loadingTask, pdf } = await openPdf(bytes);
   try {
     const seen = new Set<string>();
@@ -148,7 +148,7 @@ export async function extractPdfImages(bytes: Uint8Array, limits: PdfImageLimits
         if (!isDecodedImage(decoded)) continue;
         if (decoded.width < minDimension || decoded.height < minDimension) continue;
         if (decoded.width * decoded.height > MAX_PIXELS) continue;
-        const rgba = toRgba(decoded);
+        const rgba = toRgba(decoded, ImageKind);
         if (!rgba) continue;
         // PNG.sync.write reads only width, height and data of its PNG argument.
         const png = PNG.sync.write({ width: decoded.width, height: decoded.height, data: rgba } as PNG, { colorType: 6 });
