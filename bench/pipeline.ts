@@ -242,8 +242,11 @@ interface IngestResult {
   last100: number;
   /** The same by each document's source stages alone (its summaries left out): how the rate holds as the repository grows. */
   sourceStages: { first100: number; last100: number; seconds: number };
-  /** BENCH_BATCH: each batch's time from its first POST to the pipeline idle again. */
-  batches: { size: number; seconds: number[] } | null;
+  /**
+   * BENCH_BATCH: each batch's time from its first POST to the pipeline idle again, and the
+   * service's CPU seconds over that time (which the machine's load changes less than the time).
+   */
+  batches: { size: number; seconds: number[]; cpuSeconds: number[] } | null;
   /** Each document's finish, seconds after the first POST, in order. */
   finishes: number[];
   post: ReturnType<typeof summary>;
@@ -343,8 +346,11 @@ function batchRows(batches: IngestResult['batches']): string[] {
   if (batches === null || batches.seconds.length === 0) return [];
   const rates = batches.seconds.map((seconds) => batches.size / seconds);
   const kept = ((rates.at(-1) as number) / (rates[0] as number)) * 100;
+  const cpuMs = batches.cpuSeconds.map((seconds) => (seconds * 1000) / batches.size);
+  const cpuKept = ((cpuMs[0] as number) / (cpuMs.at(-1) as number)) * 100;
   return [
     `| documents/s of each batch of ${int(batches.size)}, added to the growing repository once the one before was done (last ÷ first) | ${rates.map(rate).join(', ')} (${kept.toFixed(0)}%) | last ≥ 80% of first |`,
+    `| service CPU per document of each batch, ms (first ÷ last: the rate the CPU alone would allow, load-independent) | ${cpuMs.map((ms) => int(ms)).join(', ')} (${cpuKept.toFixed(0)}%) | |`,
   ];
 }
 
@@ -368,9 +374,11 @@ async function addAndWait(service: ServiceProcess, name: string, urls: readonly 
   // BENCH_BATCH: batches added one after another to the growing repository, each waited for.
   const batchSize = batch > 0 ? batch : urls.length;
   const batchSeconds: number[] = [];
+  const batchCpuSeconds: number[] = [];
   let registrationSeconds = 0;
   for (let from = 0; from < urls.length; from += batchSize) {
     const batchStart = performance.now();
+    const batchCpuStart = service.cpuSeconds();
     for (const [offset, url] of urls.slice(from, from + batchSize).entries()) {
       const started = performance.now();
       const reply = await api('POST', `/api/v1/repositories/${repositoryId}/sources`, { url });
@@ -386,6 +394,7 @@ async function addAndWait(service: ServiceProcess, name: string, urls: readonly 
     if (added === urls.length) log(`  ${name}: all ${urls.length} registered after ${secs((performance.now() - t0) / 1000)}`);
     await waitUntilDone(api, repositoryId, added, name, t0);
     batchSeconds.push((performance.now() - batchStart) / 1000);
+    batchCpuSeconds.push(service.cpuSeconds() - batchCpuStart);
   }
   const cpuSeconds = service.cpuSeconds() - cpuAtStart;
   const probes = prober ? await prober.stop() : null;
@@ -406,7 +415,7 @@ async function addAndWait(service: ServiceProcess, name: string, urls: readonly 
     first100: edges.first,
     last100: edges.last,
     sourceStages: { first100: sourceEdges.first, last100: sourceEdges.last, seconds: bySourceStages.at(-1) ?? Number.NaN },
-    batches: batch > 0 ? { size: batchSize, seconds: batchSeconds } : null,
+    batches: batch > 0 ? { size: batchSize, seconds: batchSeconds, cpuSeconds: batchCpuSeconds } : null,
     finishes,
     post: summary(postTimes),
     registrationSeconds,

@@ -170,6 +170,7 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
     v_found boolean;
     v_count integer;
     v_holds boolean;
+    v_stored boolean;
   BEGIN
     IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
       RAISE EXCEPTION 'an append must be the first write of its transaction' USING ERRCODE = '${lateAppendState}';
@@ -206,9 +207,14 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
           END IF;
         END IF;
         -- A retried part whose events are already stored: the retry lost, as a version race would.
-        IF v_holds AND v_count > 0 AND EXISTS (SELECT 1 FROM events ev WHERE ev.event_id = ANY (
-             ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(v_events) AS d(doc)))) THEN
-          v_holds := false;
+        -- EXECUTE plans the lookup for the table as it is now. As a static statement PL/pgSQL
+        -- cached one plan per session, and a plan made while events was small (a new data
+        -- directory) was a sequential scan, kept while the table grew: every part of every
+        -- multi-stream append then read the whole log.
+        IF v_holds AND v_count > 0 THEN
+          EXECUTE 'SELECT EXISTS (SELECT 1 FROM events WHERE event_id = ANY ($1))' INTO v_stored
+            USING ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(v_events) AS d(doc));
+          IF v_stored THEN v_holds := false; END IF;
         END IF;
         IF NOT v_holds THEN
           -- A stream row this part created (version -1) must not outlive the refusal.
