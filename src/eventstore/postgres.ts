@@ -663,7 +663,7 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
     recentHeadPosition: (maxAgeMs) => seen.recent(maxAgeMs),
 
     subscribe(subscribeOptions: SubscribeOptions): Subscription {
-      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, readShape, db.kind === 'postgres', seen, () =>
+      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, readShape, seen, () =>
         subscriptions.delete(subscription),
       );
       subscriptions.add(subscription);
@@ -703,15 +703,6 @@ class PollingSubscription implements Subscription {
     private readonly options: SubscribeOptions,
     private readonly pollIntervalMs: number,
     private readonly readShape: GlobalReadShape,
-    /**
-     * Catching up on a server, the read of the next batch starts before the handler applies this
-     * one, on another connection of the pool: the read's round trip and the driver's parsing of
-     * its rows overlap the batch's transaction instead of following it. A read that runs beside
-     * an uncommitted transaction of the handler sees only what that transaction does not hold
-     * back (visibleToReaders), so it may come back short, never out of order. Not on PGlite: one
-     * connection, where the read would only queue behind the transaction.
-     */
-    private readonly readAhead: boolean,
     private readonly seen: SeenHead,
     private readonly onFinished: () => void,
   ) {
@@ -761,51 +752,32 @@ class PollingSubscription implements Subscription {
 
   private async run(): Promise<void> {
     const { types, handler } = this.options;
-    /** The read of the batch after the one being handled (readAhead), or null. */
-    let next: Promise<RecordedEvent[]> | null = null;
-    try {
-      while (this.running) {
-        try {
-          // An append from here on may have come too late for this batch's read (a read ahead began earlier).
-          if (!next) this.appendedSinceRead = false;
-          // With a type filter the batch alone cannot tell how far the log was scanned: bound it by the head.
-          const upTo = types !== undefined ? await readHead(this.knex, this.seen) : undefined;
-          const batch = await (next ?? this.read(this.position, upTo));
-          next = null;
-          if (!this.running) return;
-          const last = batch[batch.length - 1];
-          if (types === undefined) this.noteHead(batch, last);
-          const full = batch.length === this.batchSize;
-          if (last) {
-            if (this.readAhead && full && types === undefined) {
-              this.appendedSinceRead = false;
-              next = this.read(last.globalPosition, undefined);
-              // Awaited above or in the finally below; a failure is reported when the batch is needed.
-              next.catch(() => undefined);
-            }
-            await handler(batch);
-            this.position = last.globalPosition;
-          }
-          this.scanned = Math.max(this.scanned, full || upTo === undefined ? this.position : upTo);
-          this.settleWaiters();
-          if (full) continue;
-        } catch (error) {
-          this.failure = error instanceof Error ? error : new Error(String(error));
-          this.running = false;
-          if (this.options.onError) this.options.onError(error);
-          else process.emitWarning(`event subscription stopped: ${this.failure.message}`);
-          return;
+    while (this.running) {
+      try {
+        this.appendedSinceRead = false;
+        // With a type filter the batch alone cannot tell how far the log was scanned: bound it by the head.
+        const upTo = types !== undefined ? await readHead(this.knex, this.seen) : undefined;
+        const batch = await readGlobal(this.knex, { after: this.position, limit: this.batchSize, types, upTo }, this.readShape);
+        if (!this.running) return;
+        const last = batch[batch.length - 1];
+        if (types === undefined) this.noteHead(batch, last);
+        if (last) {
+          await handler(batch);
+          this.position = last.globalPosition;
         }
-        if (!this.appendedSinceRead && this.running) await this.sleep();
+        const full = batch.length === this.batchSize;
+        this.scanned = Math.max(this.scanned, full || upTo === undefined ? this.position : upTo);
+        this.settleWaiters();
+        if (full) continue;
+      } catch (error) {
+        this.failure = error instanceof Error ? error : new Error(String(error));
+        this.running = false;
+        if (this.options.onError) this.options.onError(error);
+        else process.emitWarning(`event subscription stopped: ${this.failure.message}`);
+        return;
       }
-    } finally {
-      // No statement of a stopped subscription outlives stop().
-      await next?.catch(() => undefined);
+      if (!this.appendedSinceRead && this.running) await this.sleep();
     }
-  }
-
-  private read(after: number, upTo: number | undefined): Promise<RecordedEvent[]> {
-    return readGlobal(this.knex, { after, limit: this.batchSize, types: this.options.types, upTo }, this.readShape);
   }
 
   /** An unfiltered read tells the head: its last event if it came back short, else a position the head has passed. */
