@@ -363,7 +363,7 @@ async function applyConceptsEmbedded(trx: Knex.Transaction, latest: ReadonlyMap<
  * counts its links as it is inserted (applyConceptsCreated: as fed from the bus, where links may
  * come first). Created after its links, a concept is no longer inserted and then updated again for
  * the recount: a second row version, its search tsvector computed again and an entry in each of
- * its four indexes (docs/performance.md, "Fifth round: catch-up").
+ * its four indexes (docs/performance.md, "Catch-up, fourth round").
  */
 async function applyConceptsRun(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Handled>>): Promise<void> {
   const created: Array<RecordedOf<Extract<ConceptEvent, { type: 'ConceptCreated' }>>> = [];

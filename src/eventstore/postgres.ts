@@ -511,8 +511,8 @@ interface GlobalReadOptions extends ReadAllOptions {
  * pg driver parses each row on this thread). `json`: on PGlite, the whole batch as one JSON text
  * (`json_agg`), parsed on this thread. PGlite runs in a worker thread that is the bottleneck of a
  * catch-up (busy 95% of it, this thread 10%), and per row it decoded every column and cloned a
- * row object across threads: half of a 500-event read's cost there (docs/performance.md, "Fifth
- * round: catch-up"). One text clones as one string. On a server the aggregate costs the server
+ * row object across threads: half of a 500-event read's cost there (docs/performance.md, "Catch-up,
+ * fourth round"). One text clones as one string. On a server the aggregate costs the server
  * more than the rows cost the driver, so it reads rows.
  */
 type GlobalReadShape = 'rows' | 'json';
