@@ -353,8 +353,17 @@ async function applyConceptsEmbedded(trx: Knex.Transaction, latest: ReadonlyMap<
 
 /**
  * A run of the ConceptCreated group, as the types' handlers would leave it one type after the
- * other: creations and embeddings in one statement (a new concept is inserted with its
- * embedding, not updated for it), then the links, then the relation changes (their own table).
+ * other, with each new concept written once: the links first, then the creations and embeddings
+ * in one statement (a new concept is inserted with its embedding and with its fact_count counted
+ * from the links just written, not updated for them), then the relation changes (their own table).
+ *
+ * Links before creations leaves the same rows: fact_concepts has no reference to concepts, a link
+ * checks only whether a concept stored before merged (one created in the run has not), and the
+ * link statement's recount updates the concepts stored before, while each concept the run inserts
+ * counts its links as it is inserted (applyConceptsCreated: as fed from the bus, where links may
+ * come first). Created after its links, a concept is no longer inserted and then updated again for
+ * the recount: a second row version, its search tsvector computed again and an entry in each of
+ * its four indexes (docs/performance.md, "Catch-up, fourth round").
  */
 async function applyConceptsRun(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Handled>>): Promise<void> {
   const created: Array<RecordedOf<Extract<ConceptEvent, { type: 'ConceptCreated' }>>> = [];
@@ -368,9 +377,9 @@ async function applyConceptsRun(trx: Knex.Transaction, events: ReadonlyArray<Rec
     else if (event.type === 'ConceptRelationsRefreshed') relations.push(event);
     else throw new Error(`concepts: ${event.type} is not in the ConceptCreated group`);
   }
+  if (extracted.length > 0) await applyConceptsExtracted(trx, extracted);
   if (created.length > 0) await applyConceptsCreated(trx, created, embeddingsOf(embedded));
   else await applyConceptsEmbedded(trx, embeddingsOf(embedded));
-  if (extracted.length > 0) await applyConceptsExtracted(trx, extracted);
   if (relations.length > 0) await applyRelations(trx, relations);
 }
 

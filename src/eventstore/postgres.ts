@@ -512,7 +512,18 @@ interface GlobalReadOptions extends ReadAllOptions {
   upTo?: number;
 }
 
-async function readGlobal(knex: Knex, options: GlobalReadOptions): Promise<RecordedEvent[]> {
+/**
+ * How a global read comes back. `rows`: one row per event, as the driver shapes it (a server: the
+ * pg driver parses each row on this thread). `json`: on PGlite, the whole batch as one JSON text
+ * (`json_agg`), parsed on this thread. PGlite runs in a worker thread that is the bottleneck of a
+ * catch-up (busy 95% of it, this thread 10%), and per row it decoded every column and cloned a
+ * row object across threads: half of a 500-event read's cost there (docs/performance.md, "Catch-up,
+ * fourth round"). One text clones as one string. On a server the aggregate costs the server
+ * more than the rows cost the driver, so it reads rows.
+ */
+type GlobalReadShape = 'rows' | 'json';
+
+async function readGlobal(knex: Knex, options: GlobalReadOptions, shape: GlobalReadShape = 'rows'): Promise<RecordedEvent[]> {
   const limit = options.limit ?? defaultReadLimit;
   if (!Number.isInteger(limit) || limit < 0) throw new RangeError(`limit must be an integer >= 0, got ${String(limit)}`);
   const after = options.after ?? 0;
@@ -537,6 +548,18 @@ async function readGlobal(knex: Knex, options: GlobalReadOptions): Promise<Recor
     bindings.push(options.streamId);
   }
   bindings.push(limit);
+  if (shape === 'json') {
+    const { rows } = await rawQuery<{ events: string | null }>(
+      knex,
+      `SELECT json_agg(e ORDER BY e.global_position)::text AS events
+         FROM (SELECT ${eventColumnList} FROM events WHERE ${conditions.join(' AND ')} ORDER BY global_position LIMIT ?) AS e`,
+      bindings,
+    );
+    const text = rows[0]?.events;
+    // JSON gives int8 as a number and occurred_at as an RFC 3339 string, which isoTime parses as
+    // PGlite parses the row's text (`new Date`): the same occurredAt either way.
+    return text ? (JSON.parse(text) as EventRow[]).map(toRecordedEvent) : [];
+  }
   const { rows } = await rawQuery<EventRow>(
     knex,
     `SELECT ${eventColumnList} FROM events WHERE ${conditions.join(' AND ')} ORDER BY global_position LIMIT ?`,
@@ -595,6 +618,7 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
   const seen = new SeenHead();
   // On a server an older transaction of another connection may still hide a committed append from readers.
   const appendsVisibleAtOnce = db.kind === 'pglite';
+  const readShape: GlobalReadShape = db.kind === 'pglite' ? 'json' : 'rows';
 
   return {
     async append(streamId, events, expected) {
@@ -638,14 +662,14 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
       return outcomes;
     },
 
-    readAll: (readOptions = {}) => readGlobal(knex, readOptions),
+    readAll: (readOptions = {}) => readGlobal(knex, readOptions, readShape),
 
     headPosition: () => readHead(knex, seen),
 
     recentHeadPosition: (maxAgeMs) => seen.recent(maxAgeMs),
 
     subscribe(subscribeOptions: SubscribeOptions): Subscription {
-      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, seen, () =>
+      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, readShape, seen, () =>
         subscriptions.delete(subscription),
       );
       subscriptions.add(subscription);
@@ -684,6 +708,7 @@ class PollingSubscription implements Subscription {
     private readonly knex: Knex,
     private readonly options: SubscribeOptions,
     private readonly pollIntervalMs: number,
+    private readonly readShape: GlobalReadShape,
     private readonly seen: SeenHead,
     private readonly onFinished: () => void,
   ) {
@@ -738,7 +763,7 @@ class PollingSubscription implements Subscription {
         this.appendedSinceRead = false;
         // With a type filter the batch alone cannot tell how far the log was scanned: bound it by the head.
         const upTo = types !== undefined ? await readHead(this.knex, this.seen) : undefined;
-        const batch = await readGlobal(this.knex, { after: this.position, limit: this.batchSize, types, upTo });
+        const batch = await readGlobal(this.knex, { after: this.position, limit: this.batchSize, types, upTo }, this.readShape);
         if (!this.running) return;
         const last = batch[batch.length - 1];
         if (types === undefined) this.noteHead(batch, last);
