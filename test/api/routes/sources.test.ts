@@ -86,8 +86,16 @@ t.test('a URL source is fetched, decomposed and searchable', async (t) => {
   t.ok(after.body.events.every((e: { global_position: number }) => e.global_position > typed.body.next_from));
   t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/events?types=bad;type`, { token })).status, 400);
 
-  const tasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?source_id=${added.body.id}&limit=100`, { token });
-  const kinds: string[] = tasks.body.items.map((j: { kind: string; state: string }) => `${j.kind}:${j.state}`);
+  // The source reads processed once its events are projected; its jobs' success is recorded by
+  // the runtime after the stage returns, in a statement of its own: wait for that record too.
+  const taskStates = async () => {
+    const reply = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?source_id=${added.body.id}&limit=100`, { token });
+    return { tasks: reply, kinds: (reply.body.items as Array<{ kind: string; state: string }>).map((j) => `${j.kind}:${j.state}`) };
+  };
+  const { tasks, kinds } = await eventually(async () => {
+    const states = await taskStates();
+    return states.kinds.includes('retrieve_source:succeeded') && states.kinds.includes('source_decomposition:succeeded') ? states : null;
+  }).catch(taskStates);
   t.ok(kinds.includes('retrieve_source:succeeded') && kinds.includes('source_decomposition:succeeded'), `the source's tasks: ${kinds.join(', ')}`);
   t.ok(tasks.body.items.every((j: { source_id: string }) => j.source_id === added.body.id), 'all of them the source\'s');
   t.equal(tasks.body.counts.retrieve_source.succeeded, 1);
