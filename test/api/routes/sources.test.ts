@@ -142,8 +142,12 @@ t.test('bad sources', async (t) => {
   t.equal(imageFailed.status, 'failed');
   t.match(imageFailed.failure, /image\/png/);
 
-  const jobs = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?state=failed`, { token });
-  const failedJob = jobs.body.items.find((j: { subject_id: string }) => j.subject_id === gone.body.id);
+  // As above: the source can read failed before the runtime has recorded the job's failure.
+  const failedTask = async () => {
+    const jobs = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?state=failed`, { token });
+    return jobs.body.items.find((j: { subject_id: string }) => j.subject_id === gone.body.id);
+  };
+  const failedJob = await eventually(failedTask).catch(failedTask);
   t.ok(failedJob, 'the failed job is visible');
   t.match(failedJob.last_error, /410/);
   const list = await service.call('GET', `/api/v1/repositories/${repoId}/sources?status=failed`, { token });
