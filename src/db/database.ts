@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
+import { startAutovacuum } from './autovacuum.js';
 import { acquireDataDirLock } from './dataDirLock.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.js';
 import { gateConnection, PriorityGate } from './priority.js';
@@ -36,6 +37,8 @@ export type DatabaseOptions =
       loadDataDir?: Blob;
       /** server settings over `pgliteMemorySettings` (`-c name=value` at start) */
       settings?: Readonly<Record<string, string>>;
+      /** ms between the embedded autovacuum's rounds (src/db/autovacuum.ts; default 10 s); false for none */
+      autovacuumIntervalMs?: number | false;
     }
   | {
       kind: 'postgres';
@@ -53,6 +56,9 @@ export type DatabaseOptions =
 export const pgliteMemorySettings: Readonly<Record<string, string>> = {
   shared_buffers: '32MB',
 };
+
+/** How often an embedded node checks its tables for a VACUUM or ANALYZE (the server's autovacuum_naptime is 60 s). */
+export const EMBEDDED_AUTOVACUUM_INTERVAL_MS = 10_000;
 
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if (options.kind === 'pglite') {
@@ -94,6 +100,12 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       }
     });
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+    // PGlite has no autovacuum daemon; without statistics and vacuums, plans and tables decay as they grow.
+    const autovacuumIntervalMs = options.autovacuumIntervalMs ?? EMBEDDED_AUTOVACUUM_INTERVAL_MS;
+    const autovacuum =
+      autovacuumIntervalMs === false
+        ? null
+        : startAutovacuum(knex, { intervalMs: autovacuumIntervalMs, onError: (error) => console.warn('embedded autovacuum round failed:', error) });
     return {
       knex,
       kind: 'pglite',
@@ -101,6 +113,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       requestsWaiting: () => gate.waiting().foreground > 0,
       close: async () => {
         try {
+          await autovacuum?.stop();
           await knex.destroy();
           if (!pglite.closed) await pglite.close();
         } finally {
