@@ -44,16 +44,17 @@ export const SUMMARY_ATTEMPTS = 2;
  * `excluding` (concepts being summarised now).
  */
 export async function staleConcepts(knex: Knex, repositoryId: string, limit: number, after = '', excluding: readonly string[] = []): Promise<string[]> {
+  // One hash full join per concept: its live links against its slices' facts, a row missing on
+  // either side makes it stale. (Two anti-joins, the first form, were planned as nested loops
+  // with a join filter: quadratic in a concept's size, 290 ms at 400 pages against 48 ms.)
   const result = (await knex.raw(
     `SELECT c.id FROM concepts c
-      WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND NOT (c.id = ANY(?::text[])) AND (
-        EXISTS (SELECT 1 FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
-                 WHERE fc.concept_id = c.id
-                   AND NOT EXISTS (SELECT 1 FROM concept_summary_facts s WHERE s.concept_id = c.id AND s.fact_id = fc.fact_id))
-        OR EXISTS (SELECT 1 FROM concept_summary_facts s
-                    WHERE s.concept_id = c.id
-                      AND NOT EXISTS (SELECT 1 FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
-                                       WHERE fc.concept_id = c.id AND fc.fact_id = s.fact_id)))
+      WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND NOT (c.id = ANY(?::text[]))
+        AND EXISTS (
+          SELECT 1 FROM (SELECT fc.fact_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
+                          WHERE fc.concept_id = c.id) AS linked
+            FULL JOIN (SELECT s.fact_id FROM concept_summary_facts s WHERE s.concept_id = c.id) AS covered USING (fact_id)
+           WHERE linked.fact_id IS NULL OR covered.fact_id IS NULL)
       ORDER BY c.id COLLATE "C"
       LIMIT ?`,
     [repositoryId, after, [...excluding], limit],
