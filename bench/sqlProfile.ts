@@ -30,13 +30,16 @@ export function statementShape(sql: string): string {
 export interface SqlProfile {
   /** Statement shapes by total time, longest first. */
   top(limit: number): Array<{ shape: string; count: number; ms: number }>;
+  /** Every statement's end (ms since the epoch), duration and shape, when installed with `trace`. */
+  trace(): Array<[endedAt: number, ms: number, shape: string]>;
   totals(): { count: number; ms: number };
   reset(): void;
 }
 
 /** Wraps PGlite's `query` and `exec` (every instance of this process) to count and time statements. */
-export function installSqlProfile(): SqlProfile {
+export function installSqlProfile(options: { trace?: boolean } = {}): SqlProfile {
   const shapes = new Map<string, Shape>();
+  const traced: Array<[number, number, string]> = [];
   const prototype = PGlite.prototype as unknown as Record<'query' | 'exec', (this: PGlite, sql: string, ...rest: unknown[]) => Promise<unknown>>;
   for (const method of ['query', 'exec'] as const) {
     const original = prototype[method];
@@ -48,14 +51,19 @@ export function installSqlProfile(): SqlProfile {
         const key = statementShape(sql);
         const shape = shapes.get(key) ?? { count: 0, ms: 0 };
         shape.count += 1;
-        shape.ms += performance.now() - started;
+        const ms = performance.now() - started;
+        shape.ms += ms;
         shapes.set(key, shape);
+        if (options.trace) traced.push([Date.now(), ms, key]);
       }
     };
   }
   return {
     top(limit) {
       return [...shapes].map(([shape, { count, ms }]) => ({ shape, count, ms })).sort((a, b) => b.ms - a.ms).slice(0, limit);
+    },
+    trace() {
+      return traced;
     },
     totals() {
       let count = 0;
@@ -68,6 +76,7 @@ export function installSqlProfile(): SqlProfile {
     },
     reset() {
       shapes.clear();
+      traced.length = 0;
     },
   };
 }
