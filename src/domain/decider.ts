@@ -11,6 +11,15 @@ export interface Decider<State, Command, Event extends DomainEvent> {
   initialState(): State;
 }
 
+/**
+ * Fields of its events' data that a decider's `evolve` never reads, by event type: a reader that
+ * only folds state may leave them out of its read (the event store's `omitData`). Typed by the
+ * events, so a renamed field fails to compile here.
+ */
+export type UnreadData<Event extends DomainEvent> = {
+  readonly [Type in Event['type']]?: ReadonlyArray<keyof Extract<Event, { type: Type }>['data'] & string>;
+};
+
 /** A rule of the domain was broken by a command; the HTTP layer maps `code` to a status. */
 export class DomainError extends Error {
   override readonly name = 'DomainError';

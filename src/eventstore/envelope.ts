@@ -46,6 +46,15 @@ export interface RecordedEvent<Type extends string = string, Data = Record<strin
   occurredAt: string;
 }
 
+/** `event` without the `data` fields `omitData` names for its type (ReadStreamsOptions, for adapters that read whole events). */
+export function withoutOmittedData(event: RecordedEvent, omitData: Readonly<Record<string, readonly string[]>> | undefined): RecordedEvent {
+  const omitted = omitData?.[event.type];
+  if (!omitted || omitted.length === 0) return event;
+  const data = { ...event.data };
+  for (const field of omitted) delete data[field];
+  return { ...event, data };
+}
+
 /** Stream names of DESIGN.md: `<category>-<id>`. */
 export const streamCategories = [
   'repository',

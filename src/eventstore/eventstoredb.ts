@@ -21,7 +21,7 @@ import {
 import streamsPb from '@eventstore/db-client/generated/streams_pb.js';
 import streamsGrpc from '@eventstore/db-client/generated/streams_grpc_pb.js';
 import sharedPb from '@eventstore/db-client/generated/shared_pb.js';
-import type { NewEvent, RecordedEvent } from './envelope.js';
+import { withoutOmittedData, type NewEvent, type RecordedEvent } from './envelope.js';
 import {
   ConcurrencyError,
   InvalidEventError,
@@ -30,6 +30,7 @@ import {
   type ExpectedVersion,
   type ReadAllOptions,
   type ReadStreamOptions,
+  type ReadStreamsOptions,
   type StreamAppend,
   type StreamAppendOutcome,
   type SubscribeOptions,
@@ -449,11 +450,14 @@ export function createEventStoreDbStore(options: EventStoreDbStoreOptions): Even
     },
 
     // The protocol has no multi-stream read or append: one call per stream, with the port's semantics.
-    async readStreams(streamIds: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
+    async readStreams(streamIds: readonly string[], readOptions: ReadStreamsOptions = {}): Promise<Map<string, RecordedEvent[]>> {
       const byStream = new Map<string, RecordedEvent[]>();
       for (const streamId of streamIds) {
         if (typeof streamId !== 'string') throw new RangeError('stream ids must be strings');
-        if (!byStream.has(streamId)) byStream.set(streamId, (await readStreamEvents(streamId, 'start', Number.MAX_SAFE_INTEGER)).map(toRecordedEvent));
+        if (!byStream.has(streamId)) {
+          const events = await readStreamEvents(streamId, 'start', Number.MAX_SAFE_INTEGER);
+          byStream.set(streamId, events.map((event) => withoutOmittedData(toRecordedEvent(event), readOptions.omitData)));
+        }
       }
       return byStream;
     },

@@ -28,6 +28,18 @@ export interface ReadStreamOptions {
   limit?: number;
 }
 
+/** Top-level fields of `data` a reader does not need, by event type (see ReadStreamsOptions). */
+export type OmittedData = Readonly<Record<string, readonly string[]>>;
+
+export interface ReadStreamsOptions {
+  /**
+   * Fields left out of the `data` of events of these types, for a reader that folds state from
+   * the others (a concept's decider needs a slice's fact ids, not its Markdown): the store need
+   * not send them. The events are otherwise as stored; a field not present is no error.
+   */
+  omitData?: OmittedData;
+}
+
 /** One stream's part of a multi-stream append (`appendToStreams`). */
 export interface StreamAppend {
   streamId: string;
@@ -87,7 +99,7 @@ export interface EventStore {
    * Several whole streams at once (one round trip where the adapter can): each stream's events in
    * version order, by stream id; a stream that does not exist maps to an empty list.
    */
-  readStreams(streamIds: readonly string[]): Promise<Map<string, RecordedEvent[]>>;
+  readStreams(streamIds: readonly string[], options?: ReadStreamsOptions): Promise<Map<string, RecordedEvent[]>>;
   /**
    * Appends to several streams at once (one round trip where the adapter can), each part with
    * its own expected version. Each stream's part is stored whole or not at all, and parts are

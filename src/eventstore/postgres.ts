@@ -10,6 +10,7 @@ import {
   type ExpectedVersion,
   type ReadAllOptions,
   type ReadStreamOptions,
+  type ReadStreamsOptions,
   type StreamAppend,
   type StreamAppendOutcome,
   type SubscribeOptions,
@@ -427,17 +428,23 @@ async function appendEvents(
 }
 
 /** `readStreams`: every event of the streams in one statement, grouped by stream. */
-async function readManyStreams(knex: Knex, streamIds: readonly string[]): Promise<Map<string, RecordedEvent[]>> {
+async function readManyStreams(knex: Knex, streamIds: readonly string[], options: ReadStreamsOptions = {}): Promise<Map<string, RecordedEvent[]>> {
   const byStream = new Map<string, RecordedEvent[]>();
   for (const streamId of streamIds) {
     if (typeof streamId !== 'string') throw new RangeError('stream ids must be strings');
     byStream.set(streamId, []);
   }
   if (byStream.size === 0) return byStream;
+  // The omitted fields are removed where the rows are made (`data - fields`), so they never cross to this thread.
+  const omitted = Object.entries(options.omitData ?? {}).filter(([, fields]) => fields.length > 0);
+  const columns =
+    omitted.length === 0
+      ? eventColumnList
+      : eventColumnList.replace('"data"', `CASE "type" ${omitted.map(() => 'WHEN ? THEN "data" - ?::text[]').join(' ')} ELSE "data" END AS "data"`);
   const { rows } = await rawQuery<EventRow>(
     knex,
-    `SELECT ${eventColumnList} FROM events WHERE stream_id = ANY(?::text[]) ORDER BY stream_id, stream_version`,
-    [[...byStream.keys()]],
+    `SELECT ${columns} FROM events WHERE stream_id = ANY(?::text[]) ORDER BY stream_id, stream_version`,
+    [...omitted.flatMap(([type, fields]) => [type, [...fields]]), [...byStream.keys()]],
   );
   for (const row of rows) byStream.get(row.stream_id)?.push(toRecordedEvent(row));
   return byStream;
@@ -651,7 +658,7 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
       return rows.map(toRecordedEvent);
     },
 
-    readStreams: (streamIds) => readManyStreams(knex, streamIds),
+    readStreams: (streamIds, readOptions) => readManyStreams(knex, streamIds, readOptions),
 
     async appendToStreams(appends) {
       const outcomes = await appendManyStreams(knex, options.schemas, appends);

@@ -311,6 +311,24 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
     t.same((await store.readStreams([])).size, 0, 'nothing asked, nothing read');
   });
 
+  withStore('readStreams leaves out the data fields a reader names, by event type, and nothing else', async (t, { store }) => {
+    const tags = Array.from({ length: 500 }, (_, index) => `tag-${index}`);
+    await store.append('slim-a', [thing('a1', { tags, note: 'kept' }), other(7)], 'no_stream');
+    await store.append('slim-b', [thing('b1')], 'no_stream');
+    const full = await store.readStreams(['slim-a', 'slim-b']);
+    const slim = await store.readStreams(['slim-a', 'slim-b'], { omitData: { ThingHappened: ['tags', 'count', 'absent'], Unknown: ['value'] } });
+    const without = (data: Record<string, unknown> | undefined, ...fields: string[]) => Object.fromEntries(Object.entries(data ?? {}).filter(([field]) => !fields.includes(field)));
+    t.same(full.get('slim-a')?.[0].data.tags, tags, 'stored whole');
+    t.same(slim.get('slim-a')?.[0].data, without(full.get('slim-a')?.[0].data, 'tags', 'count'), 'the named fields are gone; a field not present is no error');
+    t.equal(slim.get('slim-a')?.[0].data.note, 'kept', 'the others are kept');
+    t.same(slim.get('slim-a')?.[1], full.get('slim-a')?.[1], 'an event of another type is as stored');
+    t.same(slim.get('slim-b')?.[0].data, without(full.get('slim-b')?.[0].data, 'tags', 'count'));
+    const withoutData = (events: RecordedEvent[] | undefined) => events?.map(({ data: _data, ...envelope }) => envelope);
+    t.same(withoutData(slim.get('slim-a')), withoutData(full.get('slim-a')), 'the envelopes are as stored');
+    t.same(await store.readStreams(['slim-a'], { omitData: {} }), new Map([['slim-a', full.get('slim-a')]]), 'nothing named: whole events');
+    t.same((await store.readStream('slim-a'))[0].data.tags, tags, 'nothing was changed in the store');
+  });
+
   withStore('appendToStreams: each part with its own expected version, a refused part leaves the others stored', async (t, { store }) => {
     await store.append('multi-old', [thing('o1')], 'no_stream');
     await store.append('multi-stale', [thing('s1'), thing('s2')], 'no_stream');

@@ -54,8 +54,8 @@ async function scopedToSubtest(store: EventStore): Promise<EventStore> {
       }
     },
     readStream: async (streamId, options) => (await store.readStream(prefix + streamId, options)).map(unprefixed),
-    async readStreams(streamIds) {
-      const read = await store.readStreams(streamIds.map((streamId) => prefix + streamId));
+    async readStreams(streamIds, options) {
+      const read = await store.readStreams(streamIds.map((streamId) => prefix + streamId), options);
       return new Map([...read].map(([streamId, events]) => [outside(streamId), events.map(unprefixed)]));
     },
     async appendToStreams(appends) {

@@ -1,5 +1,5 @@
 import { v5 as uuidv5 } from 'uuid';
-import { DomainError, type Decider } from '../decider.js';
+import { DomainError, type Decider, type UnreadData } from '../decider.js';
 import type { ConceptCommand, ConceptEvent, ConceptState, SliceWrite } from './events.js';
 import { citationProblem } from './summaries.js';
 
@@ -203,6 +203,17 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
     }
   },
 };
+
+/**
+ * What conceptDecider's evolve never reads: the Markdown of slices and syntheses (half a concept
+ * stream's bytes each) and an embedding's vector. Stages that only fold a concept's state read
+ * its stream without them.
+ */
+export const conceptUnreadData = {
+  SummarySliceWritten: ['content'],
+  ConceptSynthesized: ['content'],
+  ConceptEmbedded: ['vector'],
+} as const satisfies UnreadData<ConceptEvent>;
 
 type LiveConcept = Exclude<ConceptState, { status: 'none' }>;
 

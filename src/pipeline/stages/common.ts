@@ -7,7 +7,7 @@ import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
-import type { EventStore } from '../../eventstore/port.js';
+import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
 
@@ -159,13 +159,18 @@ export class StreamCache<State, Event extends DomainEvent> {
     private readonly category: StreamCategory,
     private readonly decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
     private readonly survivorOf: (state: State) => string | null,
+    /** Fields of the streams' events the decider's evolve never reads (ReadStreamsOptions). */
+    private readonly readOptions: ReadStreamsOptions = {},
   ) {}
 
   /** Reads the streams of `ids` not read yet, all in one statement. */
   async load(ids: Iterable<string>): Promise<void> {
     const missing = [...new Set(ids)].filter((id) => !this.streams.has(id));
     if (missing.length === 0) return;
-    const read = await this.store.readStreams(missing.map((id) => streamName(this.category, id)));
+    const read = await this.store.readStreams(
+      missing.map((id) => streamName(this.category, id)),
+      this.readOptions,
+    );
     for (const id of missing) this.streams.set(id, foldStream(read.get(streamName(this.category, id)) ?? [], this.decider));
   }
 

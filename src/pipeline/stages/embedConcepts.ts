@@ -1,4 +1,4 @@
-import { conceptDecider } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptUnreadData } from '../../domain/concept/decider.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
@@ -63,7 +63,10 @@ export function createEmbedConceptsStage(deps: EmbedConceptsDeps): Stage {
       const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
       const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
       const { firsts, repeats } = firstsAndRepeats(streams);
-      const read = await deps.store.readStreams(firsts.map((index) => streams[index]));
+      const read = await deps.store.readStreams(
+        firsts.map((index) => streams[index]),
+        { omitData: conceptUnreadData },
+      );
       const todo: Array<{ index: number; loaded: LoadedStream<ConceptState>; state: Known }> = [];
       for (const index of firsts) {
         const loaded = foldStream(read.get(streams[index]) ?? [], conceptDecider);

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { conceptDecider, conceptIdFor, MAX_CONCEPT_NAME_CHARS } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptIdFor, conceptUnreadData, MAX_CONCEPT_NAME_CHARS } from '../../domain/concept/decider.js';
 import type { ConceptCommand, ConceptEvent, ConceptState } from '../../domain/concept/events.js';
 import { followMergeChain, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
@@ -105,7 +105,9 @@ async function lookupConcepts(knex: Knex, repositoryId: string, asked: readonly 
 
 /** Concept streams of one job (StreamCache): a concept's chain goes on while it is merged. */
 function conceptStreamsOf(store: EventStore): StreamCache<ConceptState, ConceptEvent> {
-  return new StreamCache(store, 'concept', conceptDecider, (state) => (state.status === 'merged' && state.survivorId ? state.survivorId : null));
+  return new StreamCache(store, 'concept', conceptDecider, (state) => (state.status === 'merged' && state.survivorId ? state.survivorId : null), {
+    omitData: conceptUnreadData,
+  });
 }
 
 /**

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Config } from '../../config/types.js';
 import { parseDuration } from '../../config/duration.js';
 import { DomainError } from '../../domain/decider.js';
-import { conceptDecider, type ConceptCommand, type ConceptState, type SliceWrite } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptState, type SliceWrite } from '../../domain/concept/decider.js';
 import { citationProblem, planSlices, summarySliceId } from '../../domain/concept/summaries.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
@@ -333,7 +333,10 @@ class RepositorySummarizer {
 
   /** The streams of the concepts found, in one read, and their linked facts, in one statement. */
   private async read(conceptIds: readonly string[]): Promise<QueuedConcept[]> {
-    const streams = await this.deps.store.readStreams(conceptIds.map((conceptId) => streamName('concept', conceptId)));
+    const streams = await this.deps.store.readStreams(
+      conceptIds.map((conceptId) => streamName('concept', conceptId)),
+      { omitData: conceptUnreadData },
+    );
     const linked = await linkedFactsOf(this.deps.knex, conceptIds);
     return conceptIds.map((conceptId) => {
       const streamId = streamName('concept', conceptId);

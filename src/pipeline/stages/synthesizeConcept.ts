@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Config } from '../../config/types.js';
-import { conceptDecider, type ConceptCommand, type ConceptEvent, type ConceptState } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptEvent, type ConceptState } from '../../domain/concept/decider.js';
 import { citationProblem, citedFactIds, planSlices, synthesisId } from '../../domain/concept/summaries.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
@@ -232,7 +232,12 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
     const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
     const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
     const { firsts, repeats } = firstsAndRepeats(streams);
-    const read = await deps.store.readStreams(firsts.map((index) => streams[index]));
+    // The slices' Markdown is the synthesis's input; older syntheses and the vector are not read.
+    const { SummarySliceWritten: _slices, ...unread } = conceptUnreadData;
+    const read = await deps.store.readStreams(
+      firsts.map((index) => streams[index]),
+      { omitData: unread },
+    );
     const linked = await linkedFactsOf(
       deps.knex,
       firsts.map((index) => contexts[index].job.subjectId),

@@ -1,8 +1,10 @@
 import t from 'tap';
-import { conceptDecider, type ConceptCommand, type ConceptEvent, type SliceWrite } from '../../../src/domain/concept/decider.js';
+import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptEvent, type SliceWrite } from '../../../src/domain/concept/decider.js';
 import { citationProblem, citedFactIds, planSlices, summarySliceId, synthesisId } from '../../../src/domain/concept/summaries.js';
-import { DomainError } from '../../../src/domain/decider.js';
+import { DomainError, foldEvents } from '../../../src/domain/decider.js';
+import { withoutOmittedData, type RecordedEvent } from '../../../src/eventstore/envelope.js';
 import { spec } from '../../../src/domain/testing.js';
+import { packVector } from '../../../src/interchange/vectors.js';
 
 const given = spec(conceptDecider).given;
 const created: ConceptEvent = {
@@ -27,6 +29,21 @@ const write = (slices: SliceWrite[], removed: Array<{ sliceId: string; sliceNumb
   removed,
   removeReason: 'facts_removed',
 });
+/** The envelope around a domain event as a store returns it (only its type and data matter here). */
+const recordedShape: RecordedEvent = {
+  eventId: 'e',
+  streamId: 'concept-c1',
+  streamVersion: 0,
+  globalPosition: 1,
+  type: '',
+  schemaVersion: 1,
+  data: {},
+  occurredAt: '2026-01-01T00:00:00Z',
+  repositoryId: 'r',
+  actor: 'test',
+  causationId: null,
+  correlationId: 'c',
+};
 const written = (s: SliceWrite): ConceptEvent => ({
   type: 'SummarySliceWritten',
   data: { slice_id: s.sliceId, slice_number: s.sliceNumber, is_open: s.isOpen, fact_ids: s.factIds, content: s.content, model_id: 'm', reason: s.reason },
@@ -164,4 +181,21 @@ t.test('RemoveSynthesis: only a concept that has one loses it, once', async (t) 
   t.same(given([created, synthesized]).when(remove).events(), [removed]);
   t.same(given([created, synthesized, removed]).when(remove).events(), [], 'removed already');
   t.same(given([created]).when(remove).events(), [], 'never synthesised');
+});
+
+t.test('conceptUnreadData: a stream read without those fields folds to the same state and decides alike', async (t) => {
+  const one = slice(1, ['f1', 'f2', 'f3'], false);
+  const two = slice(2, ['f4'], true);
+  const stream: ConceptEvent[] = [
+    created,
+    { type: 'ConceptEmbedded', data: { model: 'local', dimensions: 2, vector: packVector([0.6, 0.8]) } },
+    written(one),
+    written(two),
+    given([created]).when({ type: 'RecordSynthesis', synthesisId: synthesisId('c1'), content: '[a](<fact:f1>)', factIds: ['f1'], sliceIds: [one.sliceId], relatedConceptIds: [], relatedSynthesisIds: [], imageFactIds: [], modelId: 'm', inputsHash: 'h1', allowedFactIds: ['f1'] }).events()[0],
+  ];
+  const stripped = stream.map((event) => withoutOmittedData({ ...recordedShape, type: event.type, data: { ...event.data } }, conceptUnreadData)) as unknown as ConceptEvent[]; // recorded envelopes carry the domain event's type and data
+  t.notOk(stripped.some((event) => 'content' in event.data || 'vector' in event.data), 'the Markdown and the vector are gone');
+  t.same(foldEvents(conceptDecider, stripped), foldEvents(conceptDecider, stream), 'the same state');
+  const grow = write([slice(2, ['f4', 'f5'], true)]);
+  t.same(spec(conceptDecider).given(stripped).when(grow).events(), given(stream).when(grow).events(), 'the same decision');
 });

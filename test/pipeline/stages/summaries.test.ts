@@ -91,9 +91,9 @@ function countingStore(base: EventStore, onConceptAppend: (streamIds: readonly s
       },
     },
     readStreams: {
-      value: (streamIds: readonly string[]) => {
-        conceptReads.push(...concepts(streamIds));
-        return base.readStreams(streamIds);
+      value: (...args: Parameters<EventStore['readStreams']>) => {
+        conceptReads.push(...concepts(args[0]));
+        return base.readStreams(...args);
       },
     },
     append: {
