@@ -3,7 +3,7 @@ import type { Config } from '../../config/types.js';
 import { parseDuration } from '../../config/duration.js';
 import { DomainError } from '../../domain/decider.js';
 import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptState, type SliceWrite } from '../../domain/concept/decider.js';
-import { citationProblem, planSlices, summarySliceId } from '../../domain/concept/summaries.js';
+import { citationProblem, planSlices, summarySliceId, type SlicePlan } from '../../domain/concept/summaries.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
@@ -91,6 +91,35 @@ export async function linkedFactsOf(knex: Knex, conceptIds: readonly string[]): 
   return byConcept;
 }
 
+/**
+ * The ids of the facts linked to each of `conceptIds` now, in the order of linkedFactsOf; a
+ * concept with none has no entry. Planning needs only the ids: the content is read for the
+ * facts of the slices to write (factContentsOf), a few of a large concept's hundreds.
+ */
+export async function linkedFactIdsOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, string[]>> {
+  const byConcept = new Map<string, string[]>();
+  if (conceptIds.length === 0) return byConcept;
+  const result = (await knex.raw(
+    `SELECT fc.concept_id, f.id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
+      WHERE fc.concept_id = ANY(?::text[]) AND f.status <> 'merged'
+      ORDER BY fc.concept_id, f.created_at, f.id COLLATE "C"`,
+    [[...conceptIds]],
+  )) as { rows: Array<{ concept_id: string; id: string }> };
+  for (const { concept_id: conceptId, id } of result.rows) {
+    const ids = byConcept.get(conceptId) ?? [];
+    ids.push(id);
+    byConcept.set(conceptId, ids);
+  }
+  return byConcept;
+}
+
+/** The content of each of `factIds` that exists, by id. */
+export async function factContentsOf(knex: Knex, factIds: readonly string[]): Promise<Map<string, string>> {
+  if (factIds.length === 0) return new Map();
+  const result = (await knex.raw(`SELECT id, content FROM facts WHERE id = ANY(?::text[])`, [[...new Set(factIds)]])) as { rows: Array<{ id: string; content: string }> };
+  return new Map(result.rows.map((row) => [row.id, row.content]));
+}
+
 /** A model answer that was refused twice: nothing of its concept is recorded. */
 interface Refusal {
   conceptId: string;
@@ -163,16 +192,19 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
 }
 
 /**
- * A stale concept found by a search, its stream folded and its linked facts read, waiting for a
- * place in the model. The stream's events are not kept: planning and writing need only the state
- * and version, and a concept's stream holds every slice ever written for it (tens of MB for a
- * search's forty large concepts at 1,000 pages).
+ * A stale concept found by a search, its stream folded and its slices planned from the ids of its
+ * linked facts, waiting for a place in the model. Only the state and version are kept, and the
+ * content of the facts of the slices to write: a concept's stream holds every slice ever written
+ * for it, and a large concept has hundreds of facts of which a plan writes a few (tens of MB for
+ * a search's forty large concepts at 1,000 pages).
  */
 interface QueuedConcept {
   conceptId: string;
   streamId: string;
   loaded: Pick<LoadedStream<ConceptState>, 'state' | 'version'>;
-  facts: readonly LinkedFact[];
+  /** null: nothing to write (merged meanwhile, or its slices current). */
+  plan: SlicePlan | null;
+  contents: ReadonlyMap<string, string>;
 }
 
 /**
@@ -265,7 +297,7 @@ class RepositorySummarizer {
         planning += 1;
         track(
           this.calls
-            .run(() => plannedSlices(deps, context, concept.conceptId, concept.loaded.state, concept.facts, sliceOptions))
+            .run(() => plannedSlices(deps, context, concept, sliceOptions))
             .then((plan) => {
               if (plan !== null && !('problem' in plan)) ready.push({ conceptId: concept.conceptId, write: { streamId: concept.streamId, loaded: concept.loaded, command: plan } });
               else {
@@ -320,7 +352,7 @@ class RepositorySummarizer {
       }
       if (found.length === 0) continue;
       for (const conceptId of found) held.add(conceptId);
-      queue.push(...(await this.read(found)));
+      queue.push(...(await this.read(found, batchSize)));
     }
     await Promise.all(running);
     if (failure !== null) throw (failure as { error: unknown }).error;
@@ -331,18 +363,28 @@ class RepositorySummarizer {
     }
   }
 
-  /** The streams of the concepts found, in one read, and their linked facts, in one statement. */
-  private async read(conceptIds: readonly string[]): Promise<QueuedConcept[]> {
+  /**
+   * The streams of the concepts found in one read, the ids of their linked facts in one
+   * statement, their slices planned, and the content of the facts those slices need in one more.
+   */
+  private async read(conceptIds: readonly string[], batchSize: number): Promise<QueuedConcept[]> {
     const streams = await this.deps.store.readStreams(
       conceptIds.map((conceptId) => streamName('concept', conceptId)),
       { omitData: conceptUnreadData },
     );
-    const linked = await linkedFactsOf(this.deps.knex, conceptIds);
-    return conceptIds.map((conceptId) => {
+    const linked = await linkedFactIdsOf(this.deps.knex, conceptIds);
+    const planned = conceptIds.map((conceptId) => {
       const streamId = streamName('concept', conceptId);
       const { state, version } = foldStream(streams.get(streamId) ?? [], conceptDecider);
-      return { conceptId, streamId, loaded: { state, version }, facts: linked.get(conceptId) ?? [] };
+      const plan = state.status === 'active' ? planSlices(state.slices, linked.get(conceptId) ?? [], batchSize) : null;
+      const due = plan !== null && (plan.writes.length > 0 || plan.removeFrom !== null);
+      return { conceptId, streamId, loaded: { state, version }, plan: due ? plan : null };
     });
+    const contents = await factContentsOf(
+      this.deps.knex,
+      planned.flatMap(({ plan }) => plan?.writes.flatMap((slice) => slice.factIds) ?? []),
+    );
+    return planned.map((concept) => ({ ...concept, contents }));
   }
 
   /** The planned concepts' slices in one multi-stream append (a stream that moved meanwhile is re-decided alone). */
@@ -363,19 +405,14 @@ class RepositorySummarizer {
 async function plannedSlices(
   deps: SummarizeConceptsDeps,
   context: JobContext,
-  conceptId: string,
-  state: ConceptState,
-  facts: readonly LinkedFact[],
+  { conceptId, loaded: { state }, plan, contents }: QueuedConcept,
   options: { batchSize: number; maxTokens: number; promptset: Promptset },
 ): Promise<Refusal | Extract<ConceptCommand, { type: 'WriteSummarySlices' }> | null> {
-  if (state.status !== 'active') return null;
-  const plan = planSlices(state.slices, facts.map((fact) => fact.id), options.batchSize);
-  if (plan.writes.length === 0 && plan.removeFrom === null) return null;
-  const byId = new Map(facts.map((fact) => [fact.id, fact]));
+  if (state.status !== 'active' || plan === null) return null;
   const concept: ConceptIdentity = { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases };
   const slices: SliceWrite[] = [];
   for (const planned of plan.writes) {
-    const sliceFacts = planned.factIds.map((id) => ({ id, content: byId.get(id)?.content ?? '' }));
+    const sliceFacts = planned.factIds.map((id) => ({ id, content: contents.get(id) ?? '' }));
     const answer = await summarizeSlice(deps.chat, { concept, facts: sliceFacts, maxTokens: options.maxTokens, promptset: options.promptset }, context.signal);
     if ('problem' in answer) return { conceptId, sliceNumber: planned.sliceNumber, problem: answer.problem };
     slices.push({ sliceId: summarySliceId(conceptId, planned.sliceNumber), ...planned, content: answer.content });
