@@ -93,7 +93,7 @@ t.test('a data directory PGlite cannot load rejects the opening (and the file en
 t.test('PGlite starts with the embedded memory settings; the settings option overrides them', async (t) => {
   const db = await openTestPglite();
   t.teardown(() => db.close());
-  t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '32MB' }]);
+  t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '24MB' }]);
   const tuned = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
   t.teardown(() => tuned.close());
   t.same((await tuned.query('SHOW work_mem')).rows, [{ work_mem: '2MB' }]);
