@@ -1,7 +1,7 @@
 import type { Decider } from '../domain/decider.js';
 import type { DomainEvent } from '../domain/event.js';
 import type { EventMetadata, RecordedEvent } from './envelope.js';
-import { ConcurrencyError, type EventStore } from './port.js';
+import { ConcurrencyError, type EventStore, type ReadStreamsOptions } from './port.js';
 import type { AppendedWrite } from '../projection/types.js';
 
 export interface CommandResult<State> {
@@ -80,6 +80,52 @@ export function foldStream<State, Event extends DomainEvent>(
   // The stream holds the decider's own events; the store returns them as untyped recorded envelopes.
   for (const event of events) state = decider.evolve(state, event as unknown as Event);
   return { events, state, version: events.length === 0 ? null : events[events.length - 1].streamVersion };
+}
+
+/**
+ * States folded from streams, kept so the next read of a stream reads on from the version they
+ * were folded to (`readStreams`' `after`) instead of the whole stream: a concept that every page
+ * touches is read whole each time otherwise, and its stream grows with every summary. Safe
+ * because streams only grow and a decider's evolve is pure: the events after the version, folded
+ * onto the kept state, give the state of the whole stream. The least recently read go first
+ * beyond `capacity`. The returned `events` are those read now, not the whole stream.
+ */
+export class FoldedStates<State, Event extends DomainEvent> {
+  private readonly states = new Map<string, { state: State; version: number }>();
+
+  constructor(
+    private readonly decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
+    private readonly capacity: number,
+  ) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be a positive integer');
+  }
+
+  /** The streams' states now, reading only what came after the kept ones, in one readStreams. */
+  async load(store: EventStore, streamIds: readonly string[], options: Omit<ReadStreamsOptions, 'after'> = {}): Promise<Map<string, LoadedStream<State>>> {
+    const after: Record<string, number> = {};
+    for (const streamId of streamIds) {
+      const kept = this.states.get(streamId);
+      if (kept) after[streamId] = kept.version;
+    }
+    const read = await store.readStreams(streamIds, { ...options, after });
+    const loaded = new Map<string, LoadedStream<State>>();
+    for (const streamId of streamIds) {
+      const events = read.get(streamId) ?? [];
+      const kept = this.states.get(streamId);
+      let state = kept?.state ?? this.decider.initialState();
+      // The stream holds the decider's own events; the store returns them as untyped recorded envelopes.
+      for (const event of events) state = this.decider.evolve(state, event as unknown as Event);
+      const version = events.at(-1)?.streamVersion ?? kept?.version ?? null;
+      loaded.set(streamId, { events, state, version });
+      this.states.delete(streamId);
+      if (version !== null) this.states.set(streamId, { state, version });
+    }
+    for (const oldest of this.states.keys()) {
+      if (this.states.size <= this.capacity) break;
+      this.states.delete(oldest);
+    }
+    return loaded;
+  }
 }
 
 /** Folds a stream into a decider's state (for reads that must see the latest write). */

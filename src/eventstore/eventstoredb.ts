@@ -455,7 +455,8 @@ export function createEventStoreDbStore(options: EventStoreDbStoreOptions): Even
       for (const streamId of streamIds) {
         if (typeof streamId !== 'string') throw new RangeError('stream ids must be strings');
         if (!byStream.has(streamId)) {
-          const events = await readStreamEvents(streamId, 'start', Number.MAX_SAFE_INTEGER);
+          const after = readOptions.after?.[streamId];
+          const events = await readStreamEvents(streamId, after === undefined ? 'start' : BigInt(after + 1), Number.MAX_SAFE_INTEGER);
           byStream.set(streamId, events.map((event) => withoutOmittedData(toRecordedEvent(event), readOptions.omitData)));
         }
       }

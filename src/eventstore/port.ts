@@ -38,6 +38,11 @@ export interface ReadStreamsOptions {
    * not send them. The events are otherwise as stored; a field not present is no error.
    */
   omitData?: OmittedData;
+  /**
+   * For these streams, only the events after the given version: a reader that holds a state
+   * folded up to it (FoldedStates) reads on from there instead of the whole stream.
+   */
+  after?: Readonly<Record<string, number>>;
 }
 
 /** One stream's part of a multi-stream append (`appendToStreams`). */

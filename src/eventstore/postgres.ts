@@ -441,11 +441,22 @@ async function readManyStreams(knex: Knex, streamIds: readonly string[], options
     omitted.length === 0
       ? eventColumnList
       : eventColumnList.replace('"data"', `CASE "type" ${omitted.map(() => 'WHEN ? THEN "data" - ?::text[]').join(' ')} ELSE "data" END AS "data"`);
-  const { rows } = await rawQuery<EventRow>(
-    knex,
-    `SELECT ${columns} FROM events WHERE stream_id = ANY(?::text[]) ORDER BY stream_id, stream_version`,
-    [...omitted.flatMap(([type, fields]) => [type, [...fields]]), [...byStream.keys()]],
-  );
+  const ids = [...byStream.keys()];
+  const omittedBindings = omitted.flatMap(([type, fields]) => [type, [...fields]]);
+  // Read on from a version: one index range per stream, so the rows before it are never visited.
+  const { rows } = options.after
+    ? await rawQuery<EventRow>(
+        knex,
+        `SELECT ${columns} FROM unnest(?::text[], ?::int[]) AS s(id, read_after)
+           CROSS JOIN LATERAL (SELECT * FROM events WHERE stream_id = s.id AND stream_version > s.read_after) AS e
+          ORDER BY e.stream_id, e.stream_version`,
+        [...omittedBindings, ids, ids.map((id) => options.after?.[id] ?? -1)],
+      )
+    : await rawQuery<EventRow>(
+        knex,
+        `SELECT ${columns} FROM events WHERE stream_id = ANY(?::text[]) ORDER BY stream_id, stream_version`,
+        [...omittedBindings, ids],
+      );
   for (const row of rows) byStream.get(row.stream_id)?.push(toRecordedEvent(row));
   return byStream;
 }

@@ -329,6 +329,18 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
     t.same((await store.readStream('slim-a'))[0].data.tags, tags, 'nothing was changed in the store');
   });
 
+  withStore('readStreams reads on after the versions a reader names', async (t, { store }) => {
+    await store.append('after-a', [thing('a0'), thing('a1'), thing('a2')], 'no_stream');
+    await store.append('after-b', [thing('b0')], 'no_stream');
+    const whole = await store.readStreams(['after-a', 'after-b', 'after-none']);
+    const read = await store.readStreams(['after-a', 'after-b', 'after-none'], { after: { 'after-a': 0, 'after-b': 0, 'after-none': 3 } });
+    t.same(read.get('after-a'), whole.get('after-a')?.slice(1), 'the events after version 0, in order');
+    t.same(read.get('after-b'), [], 'nothing after the last version');
+    t.same(read.get('after-none'), [], 'a stream that does not exist is empty');
+    t.same((await store.readStreams(['after-a'], { after: { 'after-a': 1 }, omitData: { ThingHappened: ['count'] } })).get('after-a')?.map((event) => event.data.count), [undefined], 'with omitData');
+    t.same((await store.readStreams(['after-a', 'after-b'], { after: { 'after-a': 2 } })).get('after-b'), whole.get('after-b'), 'a stream not named is read whole');
+  });
+
   withStore('appendToStreams: each part with its own expected version, a refused part leaves the others stored', async (t, { store }) => {
     await store.append('multi-old', [thing('o1')], 'no_stream');
     await store.append('multi-stale', [thing('s1'), thing('s2')], 'no_stream');

@@ -55,7 +55,8 @@ async function scopedToSubtest(store: EventStore): Promise<EventStore> {
     },
     readStream: async (streamId, options) => (await store.readStream(prefix + streamId, options)).map(unprefixed),
     async readStreams(streamIds, options) {
-      const read = await store.readStreams(streamIds.map((streamId) => prefix + streamId), options);
+      const after = options?.after && Object.fromEntries(Object.entries(options.after).map(([streamId, version]) => [prefix + streamId, version]));
+      const read = await store.readStreams(streamIds.map((streamId) => prefix + streamId), { ...options, ...(after ? { after } : {}) });
       return new Map([...read].map(([streamId, events]) => [outside(streamId), events.map(unprefixed)]));
     },
     async appendToStreams(appends) {

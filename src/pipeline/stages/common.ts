@@ -1,5 +1,5 @@
 import { sourceDecider } from '../../domain/source/decider.js';
-import { foldStream, handleCommand, loadStream, type CommandResult, type LoadedStream } from '../../eventstore/commandHandler.js';
+import { FoldedStates, foldStream, handleCommand, loadStream, type CommandResult, type LoadedStream } from '../../eventstore/commandHandler.js';
 
 export { foldStream, loadStream, type LoadedStream };
 import { ConcurrencyError } from '../../eventstore/port.js';
@@ -147,6 +147,13 @@ export async function runRepeatsAlone(
 }
 
 /**
+ * Concept states a stage keeps across its jobs (FoldedStates): the concepts a page mentions are
+ * mostly ones read before, and a kept state is read on from its version. A state is the
+ * concept's names and its slices' fact ids: kilobytes, so a few MB at most.
+ */
+export const FOLDED_CONCEPTS = 5_000;
+
+/**
  * Streams of one category read in batches (one readStreams per step) and kept for one job, with
  * the job's own decisions folded in as it makes them (`set`), so its later decisions see its
  * earlier ones. `survivorOf` says where a merged aggregate's chain goes on (null: it ends here).
@@ -160,17 +167,22 @@ export class StreamCache<State, Event extends DomainEvent> {
     private readonly decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
     private readonly survivorOf: (state: State) => string | null,
     /** Fields of the streams' events the decider's evolve never reads (ReadStreamsOptions). */
-    private readonly readOptions: ReadStreamsOptions = {},
+    private readonly readOptions: Omit<ReadStreamsOptions, 'after'> = {},
+    /** States kept across jobs: a stream read before is read on from there (its `events` are then the new ones only). */
+    private readonly folded: FoldedStates<State, Event> | null = null,
   ) {}
 
   /** Reads the streams of `ids` not read yet, all in one statement. */
   async load(ids: Iterable<string>): Promise<void> {
     const missing = [...new Set(ids)].filter((id) => !this.streams.has(id));
     if (missing.length === 0) return;
-    const read = await this.store.readStreams(
-      missing.map((id) => streamName(this.category, id)),
-      this.readOptions,
-    );
+    const streamIds = missing.map((id) => streamName(this.category, id));
+    if (this.folded) {
+      const loaded = await this.folded.load(this.store, streamIds, this.readOptions);
+      for (const [index, id] of missing.entries()) this.streams.set(id, loaded.get(streamIds[index]) as LoadedStream<State>);
+      return;
+    }
+    const read = await this.store.readStreams(streamIds, this.readOptions);
     for (const id of missing) this.streams.set(id, foldStream(read.get(streamName(this.category, id)) ?? [], this.decider));
   }
 

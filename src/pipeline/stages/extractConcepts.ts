@@ -4,6 +4,7 @@ import type { ConceptCommand, ConceptEvent, ConceptState } from '../../domain/co
 import { followMergeChain, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
 import { streamName, type EventMetadata } from '../../eventstore/envelope.js';
+import { FoldedStates } from '../../eventstore/commandHandler.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptCandidate, ConceptContextChoice } from '../../providers/llm/port.js';
 import type { JobContext, Stage, StageDefinition } from '../types.js';
@@ -11,6 +12,7 @@ import { extractedFactsOf } from './embedFacts.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
 import {
   commandOnSharedStream,
+  FOLDED_CONCEPTS,
   loadStream,
   recordingSourceFailure,
   requireRepositoryId,
@@ -104,10 +106,15 @@ async function lookupConcepts(knex: Knex, repositoryId: string, asked: readonly 
 }
 
 /** Concept streams of one job (StreamCache): a concept's chain goes on while it is merged. */
-function conceptStreamsOf(store: EventStore): StreamCache<ConceptState, ConceptEvent> {
-  return new StreamCache(store, 'concept', conceptDecider, (state) => (state.status === 'merged' && state.survivorId ? state.survivorId : null), {
-    omitData: conceptUnreadData,
-  });
+function conceptStreamsOf(store: EventStore, folded: FoldedStates<ConceptState, ConceptEvent>): StreamCache<ConceptState, ConceptEvent> {
+  return new StreamCache(
+    store,
+    'concept',
+    conceptDecider,
+    (state) => (state.status === 'merged' && state.survivorId ? state.survivorId : null),
+    { omitData: conceptUnreadData },
+    folded,
+  );
 }
 
 /**
@@ -124,6 +131,7 @@ function conceptStreamsOf(store: EventStore): StreamCache<ConceptState, ConceptE
 export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
   if (!Number.isInteger(deps.batchSize) || deps.batchSize < 1) throw new RangeError('batchSize must be a positive integer');
   if (!Number.isInteger(deps.concurrency) || deps.concurrency < 1) throw new RangeError('concurrency must be a positive integer');
+  const foldedConcepts = new FoldedStates<ConceptState, ConceptEvent>(conceptDecider, FOLDED_CONCEPTS);
 
   /** The context and clean names of a candidate, or null for model output to drop, not to fail on. */
   function usable(candidate: ConceptCandidate, contexts: readonly ConceptContextChoice[]): { context: ConceptContextChoice; names: string[] } | null {
@@ -155,7 +163,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
   ): Promise<string[]> {
     const known = await lookupConcepts(deps.knex, repositoryId, candidates.map(({ context, names }) => ({ context: context.name, names })));
     const starts = candidates.map(({ context, names }, index) => known[index] ?? conceptIdFor(repositoryId, names[0], context.name));
-    const concepts = conceptStreamsOf(deps.store);
+    const concepts = conceptStreamsOf(deps.store, foldedConcepts);
     const finals = await concepts.finals(starts);
     const targets = starts.map((start) => (finals.get(start) as { id: string }).id);
     const states = new Map<string, ConceptState>();

@@ -2,15 +2,16 @@ import type { Knex } from 'knex';
 import type { Config } from '../../config/types.js';
 import { parseDuration } from '../../config/duration.js';
 import { DomainError } from '../../domain/decider.js';
-import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptState, type SliceWrite } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptEvent, type ConceptState, type SliceWrite } from '../../domain/concept/decider.js';
 import { citationProblem, planSlices, summarySliceId, type SlicePlan } from '../../domain/concept/summaries.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
+import { FoldedStates } from '../../eventstore/commandHandler.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, ConceptIdentity } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
 import { Doorbell, Semaphore } from '../../util/concurrency.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { foldStream, requireRepositoryId, type LoadedStream, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
+import { FOLDED_CONCEPTS, requireRepositoryId, type LoadedStream, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
 import { factsProjection } from '../../../projections/facts.js';
 import { awaitApplied, awaitReadModels, lastEventOf, type AwaitedEvent } from './readModelLag.js';
@@ -164,6 +165,7 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
   // One limit on model calls in flight for the stage, whichever repository's summaries ask.
   const calls = new Semaphore(concurrency);
   const summarizers = new Map<string, RepositorySummarizer>();
+  const foldedConcepts = new FoldedStates<ConceptState, ConceptEvent>(conceptDecider, FOLDED_CONCEPTS);
   return {
     kind: 'summarize_concepts',
     deferred: true,
@@ -183,7 +185,7 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
       if (!(await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], context, { timeoutMs: readModelWaitMs }))) return;
       let summarizer = summarizers.get(repositoryId);
       if (!summarizer) {
-        summarizer = new RepositorySummarizer(deps, repositoryId, calls, { concurrency, readModelWaitMs });
+        summarizer = new RepositorySummarizer(deps, repositoryId, calls, foldedConcepts, { concurrency, readModelWaitMs });
         summarizers.set(repositoryId, summarizer);
       }
       await summarizer.request(context);
@@ -237,6 +239,8 @@ class RepositorySummarizer {
     private readonly deps: SummarizeConceptsDeps,
     private readonly repositoryId: string,
     private readonly calls: Semaphore,
+    /** Concept states kept across runs, read on from their versions (shared by the stage's repositories). */
+    private readonly folded: FoldedStates<ConceptState, ConceptEvent>,
     private readonly options: { concurrency: number; readModelWaitMs: number },
   ) {}
 
@@ -368,14 +372,15 @@ class RepositorySummarizer {
    * statement, their slices planned, and the content of the facts those slices need in one more.
    */
   private async read(conceptIds: readonly string[], batchSize: number): Promise<QueuedConcept[]> {
-    const streams = await this.deps.store.readStreams(
+    const streams = await this.folded.load(
+      this.deps.store,
       conceptIds.map((conceptId) => streamName('concept', conceptId)),
       { omitData: conceptUnreadData },
     );
     const linked = await linkedFactIdsOf(this.deps.knex, conceptIds);
     const planned = conceptIds.map((conceptId) => {
       const streamId = streamName('concept', conceptId);
-      const { state, version } = foldStream(streams.get(streamId) ?? [], conceptDecider);
+      const { state, version } = streams.get(streamId) as LoadedStream<ConceptState>;
       const plan = state.status === 'active' ? planSlices(state.slices, linked.get(conceptId) ?? [], batchSize) : null;
       const due = plan !== null && (plan.writes.length > 0 || plan.removeFrom !== null);
       return { conceptId, streamId, loaded: { state, version }, plan: due ? plan : null };

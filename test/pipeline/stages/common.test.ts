@@ -1,6 +1,6 @@
 import t from 'tap';
 import { sourceDecider } from '../../../src/domain/source/decider.js';
-import { handleCommand } from '../../../src/eventstore/commandHandler.js';
+import { FoldedStates, foldStream, handleCommand } from '../../../src/eventstore/commandHandler.js';
 import { streamName } from '../../../src/eventstore/envelope.js';
 import { commandFrom, loadStream, sharedCommandFrom, sharedCommandsFrom } from '../../../src/pipeline/stages/common.js';
 import { factDecider } from '../../../src/domain/fact/decider.js';
@@ -94,4 +94,40 @@ t.test('commandFrom and sharedCommandFrom', async (t) => {
     t.same(await sharedCommandsFrom(counting, factDecider, [], metadata), [], 'nothing to decide');
     t.equal(multiAppends, 1);
   });
+});
+
+t.test('FoldedStates: a stream read before is read on from its version, to the state of the whole stream', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const metadata = testMetadata(repositoryId);
+  const [one, two] = [streamName('source', crypto.randomUUID()), streamName('source', crypto.randomUUID())];
+  const asked: Array<Record<string, number> | undefined> = [];
+  const counting = withOverrides(fixture.store, {
+    readStreams: (...args: Parameters<typeof fixture.store.readStreams>) => {
+      asked.push(args[1]?.after);
+      return fixture.store.readStreams(...args);
+    },
+  });
+  const folded = new FoldedStates(sourceDecider, 1);
+  const register = { type: 'RegisterSource', origin: 'url', url: 'https://example.org/a', doi: null } as const;
+  await handleCommand(fixture.store, one, sourceDecider, register, metadata);
+  const first = await folded.load(counting, [one]);
+  t.same(asked.at(-1), {}, 'nothing kept: read whole');
+  t.equal(first.get(one)?.state.status, 'pending');
+  await handleCommand(fixture.store, one, sourceDecider, { type: 'StartFetch' }, metadata);
+  const second = await folded.load(counting, [one]);
+  t.same(asked.at(-1), { [one]: 0 }, 'read on after version 0');
+  t.same(second.get(one)?.events.map((event) => event.type), ['SourceFetchStarted'], 'only the new events come back');
+  t.same({ state: second.get(one)?.state, version: second.get(one)?.version }, (({ state, version }) => ({ state, version }))(foldStream(await fixture.store.readStream(one), sourceDecider)), 'the state and version of the whole stream');
+  const unchanged = await folded.load(counting, [one]);
+  t.same(unchanged.get(one)?.events, [], 'nothing new');
+  t.equal(unchanged.get(one)?.version, 1, 'the kept version');
+  t.equal(unchanged.get(one)?.state.status, 'fetching', 'the kept state');
+  const missing = await folded.load(counting, [two]);
+  t.equal(missing.get(two)?.version, null, 'a stream that does not exist: nothing kept');
+  await handleCommand(fixture.store, two, sourceDecider, register, metadata);
+  await folded.load(counting, [two]);
+  await folded.load(counting, [one]);
+  t.same(asked.at(-1), {}, 'capacity 1: the least recently read was let go, and is read whole');
+  t.throws(() => new FoldedStates(sourceDecider, 0), RangeError);
 });
