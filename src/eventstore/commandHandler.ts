@@ -71,15 +71,19 @@ export async function loadStream<State, Event extends DomainEvent>(
   return foldStream(await store.readStream(streamId), decider);
 }
 
-/** A stream's events read already (readStream, readStreams) folded into the decider's state. */
+/**
+ * A stream's events read already (readStream, readStreams) folded into the decider's state; with
+ * `from`, the events after its version folded onto its state (FoldedStates).
+ */
 export function foldStream<State, Event extends DomainEvent>(
   events: RecordedEvent[],
   decider: Pick<Decider<State, unknown, Event>, 'evolve' | 'initialState'>,
+  from?: { state: State; version: number },
 ): LoadedStream<State> {
-  let state = decider.initialState();
+  let state = from?.state ?? decider.initialState();
   // The stream holds the decider's own events; the store returns them as untyped recorded envelopes.
   for (const event of events) state = decider.evolve(state, event as unknown as Event);
-  return { events, state, version: events.length === 0 ? null : events[events.length - 1].streamVersion };
+  return { events, state, version: events.at(-1)?.streamVersion ?? from?.version ?? null };
 }
 
 /**
@@ -110,15 +114,11 @@ export class FoldedStates<State, Event extends DomainEvent> {
     const read = await store.readStreams(streamIds, { ...options, after });
     const loaded = new Map<string, LoadedStream<State>>();
     for (const streamId of streamIds) {
-      const events = read.get(streamId) ?? [];
-      const kept = this.states.get(streamId);
-      let state = kept?.state ?? this.decider.initialState();
-      // The stream holds the decider's own events; the store returns them as untyped recorded envelopes.
-      for (const event of events) state = this.decider.evolve(state, event as unknown as Event);
-      const version = events.at(-1)?.streamVersion ?? kept?.version ?? null;
-      loaded.set(streamId, { events, state, version });
+      const stream = foldStream(read.get(streamId) ?? [], this.decider, this.states.get(streamId));
+      loaded.set(streamId, stream);
+      // Re-inserted, so the Map's order is the order of last reading.
       this.states.delete(streamId);
-      if (version !== null) this.states.set(streamId, { state, version });
+      if (stream.version !== null) this.states.set(streamId, { state: stream.state, version: stream.version });
     }
     for (const oldest of this.states.keys()) {
       if (this.states.size <= this.capacity) break;

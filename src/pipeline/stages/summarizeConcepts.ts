@@ -72,46 +72,40 @@ export interface LinkedFact {
 }
 
 /**
- * The facts linked to each of `conceptIds` now, in the stable order of its slices (oldest first,
- * then by id), in one statement; a concept with none has no entry.
+ * Rows of the facts linked to each of `conceptIds` now (the `f.` columns named), in the stable
+ * order of its slices (oldest first, then by id), in one statement; a concept with none has no entry.
  */
-export async function linkedFactsOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, LinkedFact[]>> {
-  const byConcept = new Map<string, LinkedFact[]>();
+async function linkedRowsOf<Row>(knex: Knex, conceptIds: readonly string[], factColumns: string): Promise<Map<string, Row[]>> {
+  const byConcept = new Map<string, Row[]>();
   if (conceptIds.length === 0) return byConcept;
   const result = (await knex.raw(
-    `SELECT fc.concept_id, f.id, f.content, f.fact_kind, f.image_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
+    `SELECT fc.concept_id, ${factColumns} FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
       WHERE fc.concept_id = ANY(?::text[]) AND f.status <> 'merged'
       ORDER BY fc.concept_id, f.created_at, f.id COLLATE "C"`,
     [[...conceptIds]],
-  )) as { rows: Array<LinkedFact & { concept_id: string }> };
-  for (const { concept_id: conceptId, ...fact } of result.rows) {
-    const facts = byConcept.get(conceptId) ?? [];
-    facts.push(fact);
-    byConcept.set(conceptId, facts);
+  )) as { rows: Array<Row & { concept_id: string }> };
+  for (const { concept_id: conceptId, ...row } of result.rows) {
+    const rows = byConcept.get(conceptId) ?? [];
+    // The row without its concept_id is the Row asked for.
+    rows.push(row as Row);
+    byConcept.set(conceptId, rows);
   }
   return byConcept;
 }
 
+/** The facts linked to each of `conceptIds` now, as linkedRowsOf orders them. */
+export function linkedFactsOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, LinkedFact[]>> {
+  return linkedRowsOf<LinkedFact>(knex, conceptIds, 'f.id, f.content, f.fact_kind, f.image_id');
+}
+
 /**
- * The ids of the facts linked to each of `conceptIds` now, in the order of linkedFactsOf; a
- * concept with none has no entry. Planning needs only the ids: the content is read for the
- * facts of the slices to write (factContentsOf), a few of a large concept's hundreds.
+ * The ids of the facts linked to each of `conceptIds` now, as linkedFactsOf orders them. Planning
+ * needs only the ids: the content is read for the facts of the slices to write (factContentsOf),
+ * a few of a large concept's hundreds.
  */
 export async function linkedFactIdsOf(knex: Knex, conceptIds: readonly string[]): Promise<Map<string, string[]>> {
-  const byConcept = new Map<string, string[]>();
-  if (conceptIds.length === 0) return byConcept;
-  const result = (await knex.raw(
-    `SELECT fc.concept_id, f.id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id
-      WHERE fc.concept_id = ANY(?::text[]) AND f.status <> 'merged'
-      ORDER BY fc.concept_id, f.created_at, f.id COLLATE "C"`,
-    [[...conceptIds]],
-  )) as { rows: Array<{ concept_id: string; id: string }> };
-  for (const { concept_id: conceptId, id } of result.rows) {
-    const ids = byConcept.get(conceptId) ?? [];
-    ids.push(id);
-    byConcept.set(conceptId, ids);
-  }
-  return byConcept;
+  const rows = await linkedRowsOf<{ id: string }>(knex, conceptIds, 'f.id');
+  return new Map([...rows].map(([conceptId, facts]) => [conceptId, facts.map((fact) => fact.id)]));
 }
 
 /** The content of each of `factIds` that exists, by id. */
