@@ -113,7 +113,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     const answers = queries.map((): { items: HitOf<Doc>[] } => ({ items: [] }));
     if (asked.length === 0) return answers;
     const { table } = served.postgres;
-    return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx) => {
+    return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx, efSearchInStatement) => {
       // Queries with the same restrictions (filters and ids) go in one statement: a LATERAL
       // k-NN per row of a recordset of (query, repository, vector, k), whose inner query is
       // ordered by distance alone so the HNSW index can serve it. One inner query and one
@@ -151,13 +151,22 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
         const { sql, bindings } = inner.toSQL();
         const recordset = JSON.stringify(group.map(({ query, index }) => ({ query_index: index, repository_id: query.repositoryId, vector: vectorLiteral(query.vector), k: query.k })));
+        const queries = 'AS qv(query_index integer, repository_id text, vector vector, k integer)';
+        // ef_search carried by the statement (one connection, outside a transaction): a
+        // transaction-local set_config outside a transaction lasts for the statement's own
+        // implicit transaction, and the recordset depends on it (LATERAL), so it is set before
+        // any HNSW scan begins and is gone when the statement ends.
+        const from =
+          efSearchInStatement === null
+            ? trx.raw(`jsonb_to_recordset(?::jsonb) ${queries} CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`, [recordset, ...bindings])
+            : trx.raw(
+                `(SELECT set_config('hnsw.ef_search', ?, true) AS ef_search) AS settings
+                 CROSS JOIN LATERAL jsonb_to_recordset(CASE WHEN settings.ef_search IS NOT NULL THEN ?::jsonb END) ${queries}
+                 CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`,
+                [String(efSearchInStatement), recordset, ...bindings],
+              );
         const rows: Row[] = await trx
-          .from(
-            trx.raw(`jsonb_to_recordset(?::jsonb) AS qv(query_index integer, repository_id text, vector vector, k integer) CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`, [
-              recordset,
-              ...bindings,
-            ]),
-          )
+          .from(from)
           .select(columnNames(served).map((name) => `n.${name}`))
           .select('qv.query_index', trx.raw('1 - n.distance AS score'))
           .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'n.id' }]);

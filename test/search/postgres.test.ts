@@ -144,8 +144,24 @@ for (const oneConnection of [false, true]) t.test(`k-NN finds k facts of a small
     t.equal(statements.filter((sql) => /^BEGIN|^COMMIT|SET LOCAL|set_config/.test(sql)).length, 8, 'each query sets its settings in a transaction');
   }
   // More neighbours than pgvector's default ef_search: the per-query settings, also on one connection.
+  statements.length = 0;
+  db.knex.on('query', record);
   const many = await index.knn(facts, { repositoryId: 'repo-crowd', vector: [1, 0, 0, 0], k: 60 });
+  db.knex.removeListener('query', record);
   t.equal(many.items.length, 60);
+  if (oneConnection) {
+    t.equal(statements.length, 1, 'on one connection, still one statement');
+    t.match(statements[0], /set_config\('hnsw\.ef_search'/, 'which carries its ef_search');
+    const after = await db.knex.raw(`SELECT current_setting('hnsw.ef_search') AS ef_search`);
+    t.equal(after.rows[0].ef_search, '40', 'and leaves the session at the default');
+    // Without iterative scans HNSW returns at most ef_search rows: 60 back means the statement's 60 was in force.
+    await db.knex.raw('SET hnsw.iterative_scan = off');
+    t.equal((await index.knn(facts, { repositoryId: 'repo-crowd', vector: [1, 0, 0, 0], k: 60 })).items.length, 60, 'the ef_search it carries is in force for its scan');
+    await db.knex.raw('SET hnsw.iterative_scan = strict_order');
+  } else t.equal(statements.filter((sql) => /^BEGIN|^COMMIT|SET LOCAL|set_config/.test(sql)).length, 4, 'in a transaction');
+  // The settings in force are the same as in a transaction's SET LOCAL: the same answer.
+  const inTransaction = await db.knex.transaction((trx) => index.withinTransaction!(trx).knn(facts, { repositoryId: 'repo-crowd', vector: [1, 0, 0, 0], k: 60 }));
+  t.same(many, inTransaction, 'as answered inside a transaction with SET LOCAL');
 });
 
 t.test('on one connection, knnMany outside a transaction sends its queries a few per statement, answering the same', async (t) => {

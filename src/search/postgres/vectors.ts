@@ -158,16 +158,18 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
     },
 
     /**
-     * Runs a k-NN query with the HNSW settings it needs (SET LOCAL needs a transaction: the
-     * caller's, or one of our own). On a database that is one connection for the process's
-     * life (PGlite), the iterative scan is set once for the session instead, and ef_search is
-     * left at pgvector's default of 40 when k needs no more: the query is then one statement
-     * instead of five (BEGIN, two settings, the query, COMMIT), with the same settings.
+     * Runs a k-NN query with the HNSW settings it needs. On a server, `SET LOCAL` in a
+     * transaction (the caller's, or one of our own). On a database that is one connection for
+     * the process's life (PGlite), outside a transaction, the iterative scan is set once for the
+     * session and the query is one statement: `body` gets the `ef_search` its statement must set
+     * itself (`efSearchInStatement`, see knnManyOn), or null when pgvector's default of 40
+     * covers k. One round trip instead of five (BEGIN, two settings, the query, COMMIT), each a
+     * message to PGlite's thread while the connection is held, with the same settings.
      */
-    nearest<T>(executor: Executor, vectors: VectorTable, k: number, body: (trx: Executor) => Promise<T>): Promise<T> {
+    nearest<T>(executor: Executor, vectors: VectorTable, k: number, body: (trx: Executor, efSearchInStatement: number | null) => Promise<T>): Promise<T> {
       return withTable(executor, vectors, async ({ iterativeScan }) => {
         const inTransaction = (executor as Knex.Transaction).isTransaction === true;
-        if (options.oneConnection && !inTransaction && k <= DEFAULT_EF_SEARCH) {
+        if (options.oneConnection && !inTransaction) {
           if (iterativeScan) {
             sessionSettings ??= executor.raw(`SET hnsw.iterative_scan = strict_order`).then(() => undefined);
             // A failed SET is not remembered: the next query tries again.
@@ -176,13 +178,13 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
               throw error;
             });
           }
-          return body(executor);
+          return body(executor, k <= DEFAULT_EF_SEARCH ? null : k);
         }
         const search = async (trx: Executor) => {
           if (iterativeScan) await trx.raw(`SET LOCAL hnsw.iterative_scan = strict_order`);
           // ef_search bounds how many neighbours HNSW returns: at least k.
           await trx.raw(`SELECT set_config('hnsw.ef_search', ?, true)`, [String(Math.max(DEFAULT_EF_SEARCH, k))]);
-          return body(trx);
+          return body(trx, null);
         };
         return inTransaction ? search(executor) : executor.transaction((trx) => search(trx));
       });
