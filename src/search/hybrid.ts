@@ -172,22 +172,31 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     type Hit = HitOf<Doc>;
     const plan = planOf(query);
     if (plan.kind === 'lexical' || embedder === null) return lexicalOnly(collection, query, plan.kind === 'lexical' ? plan.reason : null);
-    const lexical = await lexicalPage(collection, query, plan.pool, 0);
+    // The query is embedded while the lexical side runs, and the k-NN is asked as soon as the
+    // vector is there: on one connection (PGlite) it then waits right behind the lexical
+    // statement instead of behind whatever took the connection while the embedding ran.
+    const lexical = lexicalPage(collection, query, plan.pool, 0);
+    // Settled either way below; a failure surfaces where it is awaited.
+    lexical.catch(() => undefined);
     let vector: number[];
     try {
       vector = query.vector ?? (await embedder.embed([plan.text]))[0];
     } catch (error) {
+      await lexical;
       return lexicalOnly(collection, query, `embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
     }
-    let nearest: { items: Hit[] };
+    const nearest = deps.search.knn(collection, { repositoryId: query.repositoryId, vector, k: plan.pool, ids: query.ids, filters: query.filters });
+    nearest.catch(() => undefined);
+    const lexicalItems = (await lexical).items;
+    let nearestItems: Hit[];
     try {
-      nearest = await deps.search.knn(collection, { repositoryId: query.repositoryId, vector, k: plan.pool, ids: query.ids, filters: query.filters });
+      nearestItems = (await nearest).items;
     } catch (error) {
       const reason = knnFallbackReason(error);
       if (reason === null) throw error;
       return lexicalOnly(collection, query, reason);
     }
-    return fuse(query, lexical.items, nearest.items);
+    return fuse(query, lexicalItems, nearestItems);
   }
 
   /** The vector side's k nearest as a reply: cosine scores, nothing fused. */

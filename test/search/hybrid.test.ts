@@ -152,6 +152,37 @@ t.test('hybrid falls back to lexical and says why', async (t) => {
   t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, rrfK: -1 } }), RangeError);
 });
 
+t.test('the query is embedded and its k-NN asked while the lexical side is still running', async (t) => {
+  const { index, repo, embedFacts } = await setup(t);
+  const [automobile, cars] = await embedFacts(['The automobile needs fuel.', 'Cars need fuel.']);
+  // The lexical answer is held until the k-NN is asked (or two seconds pass): hybrid search that
+  // asked for the k-NN only after the lexical answer would see the timeout.
+  let knnAsked!: () => void;
+  const asked = new Promise<void>((resolve) => (knnAsked = resolve));
+  const order: string[] = [];
+  const watched: SearchIndex = {
+    ...index,
+    async search(collection, query) {
+      const answer = await index.search(collection, query);
+      const first = await Promise.race([asked.then(() => 'knn'), new Promise<string>((resolve) => setTimeout(() => resolve('timeout'), 2000))]);
+      order.push(`lexical answered after ${first}`);
+      return answer;
+    },
+    async knn(collection, query) {
+      knnAsked();
+      order.push('knn asked');
+      return index.knn(collection, query);
+    },
+  };
+  const reply = await createHybridSearch({ search: watched, embedder: handMadeEmbedder, settings: defaults }).search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  t.same(order, ['knn asked', 'lexical answered after knn']);
+  t.equal(reply.mode, 'hybrid');
+  t.same(ids(reply.items).sort(), [automobile.id, cars.id].sort(), 'both sides fused as before');
+  // A lexical side that fails fails the search, embedding and k-NN notwithstanding.
+  const failing: SearchIndex = { ...index, search: async () => Promise.reject(new Error('lexical broke')) };
+  await t.rejects(createHybridSearch({ search: failing, embedder: handMadeEmbedder, settings: defaults }).search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 }), /lexical broke/);
+});
+
 t.test('hybrid concept search: a synonym found by vector, filters by conceptIds', async (t) => {
   const { index, harness, repo } = await setup(t);
   const [vehicleVector, animalVector] = await handMadeEmbedder.embed(['automobile', 'hound']);
