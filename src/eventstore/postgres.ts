@@ -444,13 +444,15 @@ async function readManyStreams(knex: Knex, streamIds: readonly string[], options
   const ids = [...byStream.keys()];
   const omittedBindings = omitted.flatMap(([type, fields]) => [type, [...fields]]);
   // Read on from a version: one index range per stream, so the rows before it are never visited.
-  const { rows } = options.after
+  // Only when some stream has one: a reader that keeps none (FoldedStates' first read) reads whole.
+  const after = options.after;
+  const { rows } = after !== undefined && ids.some((id) => after[id] !== undefined)
     ? await rawQuery<EventRow>(
         knex,
         `SELECT ${columns} FROM unnest(?::text[], ?::int[]) AS s(id, read_after)
            CROSS JOIN LATERAL (SELECT * FROM events WHERE stream_id = s.id AND stream_version > s.read_after) AS e
           ORDER BY e.stream_id, e.stream_version`,
-        [...omittedBindings, ids, ids.map((id) => options.after?.[id] ?? -1)],
+        [...omittedBindings, ids, ids.map((id) => after[id] ?? -1)],
       )
     : await rawQuery<EventRow>(
         knex,
