@@ -151,20 +151,22 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
         const { sql, bindings } = inner.toSQL();
         const recordset = JSON.stringify(group.map(({ query, index }) => ({ query_index: index, repository_id: query.repositoryId, vector: vectorLiteral(query.vector), k: query.k })));
-        const queries = 'AS qv(query_index integer, repository_id text, vector vector, k integer)';
         // ef_search carried by the statement (one connection, outside a transaction): a
         // transaction-local set_config outside a transaction lasts for the statement's own
         // implicit transaction, and the recordset depends on it (LATERAL), so it is set before
         // any HNSW scan begins and is gone when the statement ends.
-        const from =
+        const [recordsetSql, settingBindings] =
           efSearchInStatement === null
-            ? trx.raw(`jsonb_to_recordset(?::jsonb) ${queries} CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`, [recordset, ...bindings])
-            : trx.raw(
+            ? ['jsonb_to_recordset(?::jsonb)', []]
+            : [
                 `(SELECT set_config('hnsw.ef_search', ?, true) AS ef_search) AS settings
-                 CROSS JOIN LATERAL jsonb_to_recordset(CASE WHEN settings.ef_search IS NOT NULL THEN ?::jsonb END) ${queries}
-                 CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`,
-                [String(efSearchInStatement), recordset, ...bindings],
-              );
+                 CROSS JOIN LATERAL jsonb_to_recordset(CASE WHEN settings.ef_search IS NOT NULL THEN ?::jsonb END)`,
+                [String(efSearchInStatement)],
+              ];
+        const from = trx.raw(
+          `${recordsetSql} AS qv(query_index integer, repository_id text, vector vector, k integer) CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`,
+          [...settingBindings, recordset, ...bindings],
+        );
         const rows: Row[] = await trx
           .from(from)
           .select(columnNames(served).map((name) => `n.${name}`))
