@@ -63,6 +63,12 @@ t.test('walk-through on EventStoreDB + Kafka + PostgreSQL + OpenSearch with 1 AP
     quietReads = tasks.body.complete === true && tasks.body.total > 0 ? quietReads + 1 : 0;
     return quietReads >= 2;
   }, 120_000, 250);
+  // `complete` reads "nothing queued or running" (docs/api.md), which a slow machine can also see
+  // for a moment between two stages: the source's last pipeline event is what says it is done.
+  await eventually(async () => {
+    const events = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/events?stream=source-${source.body.id}`, token);
+    return events.body.events.some((e: { type: string }) => e.type === 'ConceptsExtracted') ? true : null;
+  }, 120_000, 250);
 
   const found = await eventually(async () => {
     const result = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts?mode=lexical&query=${encodeURIComponent('"polonium and radium"')}`, token);
