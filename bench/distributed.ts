@@ -409,6 +409,7 @@ function instrumentedBus(bus: Bus, stats: BatchStats): Bus {
           }
         },
       }),
+    backlog: (groups) => bus.backlog(groups),
     close: () => bus.close(),
   };
 }

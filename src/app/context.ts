@@ -27,7 +27,7 @@ import { createCommandBus, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { createRepositoryService, type RepositoryService } from './repositories.js';
 import { instrumentEventStore } from './instrumentedStore.js';
-import { openBus, startRelay } from './wiring/bus.js';
+import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
 import { createDatabases } from './wiring/databases.js';
 import { openEventStore } from './wiring/eventStore.js';
 import { createIdentity, createTokens } from './wiring/identity.js';
@@ -140,6 +140,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     projections: [...readModelProjections, pipeline.intake, createSearchIndexProjection(search.index)],
     rebuildStrategies: search.rebuildStrategies({ store, db }),
     groupPrefix: config.bus.kafka.topic_prefix,
+    publishedPosition: bus ? relayedPosition(config, db) : undefined,
     log,
   });
   const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log);

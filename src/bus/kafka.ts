@@ -215,6 +215,11 @@ export async function migrateRelayPositions(knex: Knex): Promise<void> {
   });
 }
 
+/** The default `bus_relay_positions` row of a relay to these Kafka settings. */
+export function relayPositionName(kafka: Pick<KafkaOptions, 'topicPrefix'>): string {
+  return `kafka:${kafka.topicPrefix}`;
+}
+
 /** The stored relay position (0: nothing published yet). */
 export async function readRelayPosition(knex: Knex, name: string): Promise<number> {
   const row: { position: string | number } | undefined = await knex('bus_relay_positions').where({ name }).first('position');
@@ -233,7 +238,7 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
   const { store, registry, db } = options;
   const kafkaOptions = options.kafka;
   const log = options.log ?? silentBusLogger;
-  const name = options.name ?? `kafka:${kafkaOptions.topicPrefix}`;
+  const name = options.name ?? relayPositionName(kafkaOptions);
   const batchSize = options.batchSize ?? 500;
   if (!Number.isInteger(batchSize) || batchSize < 1) throw new RangeError('relay batchSize must be an integer >= 1');
   const retryBaseMs = options.retryBaseMs ?? 500;
@@ -507,6 +512,19 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
       return consumer;
     },
 
+    async backlog(groups: readonly string[]): Promise<number> {
+      // A partition that just moved or a topic just created answers "not the leader" until the
+      // client refreshes its metadata, which kafkajs does on the retry.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await unacknowledged(await connectedAdmin(), await shared.subscribableTopics(), groups);
+        } catch (error) {
+          if (attempt >= 5 || (error as { retriable?: boolean }).retriable !== true) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
+        }
+      }
+    },
+
     async close() {
       closed = true;
       await Promise.allSettled([...consumers].map((consumer) => consumer.stop()));
@@ -520,6 +538,26 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
       ]);
     },
   };
+}
+
+/** Messages on `topics` that the groups have not committed (a group that committed nothing on a partition owes it all). */
+async function unacknowledged(admin: Admin, topics: readonly string[], groups: readonly string[]): Promise<number> {
+  const ends = new Map<string, { low: bigint; high: bigint }>();
+  for (const topic of topics) {
+    for (const entry of await admin.fetchTopicOffsets(topic)) ends.set(`${topic}/${entry.partition}`, { low: BigInt(entry.low), high: BigInt(entry.high) });
+  }
+  let owed = 0n;
+  for (const groupId of groups) {
+    for (const { topic, partitions } of await admin.fetchOffsets({ groupId, topics: [...topics] })) {
+      for (const { partition, offset } of partitions) {
+        const end = ends.get(`${topic}/${partition}`);
+        if (!end) continue;
+        const from = offset === '-1' ? end.low : BigInt(offset);
+        if (end.high > from) owed += end.high - from;
+      }
+    }
+  }
+  return Number(owed);
 }
 
 type ResolvedConsumerSettings = Required<KafkaConsumerSettings>;

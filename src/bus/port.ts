@@ -33,6 +33,11 @@ export interface BusConsumer {
 
 export interface Bus {
   consume(options: BusConsumerOptions): Promise<BusConsumer>;
+  /**
+   * Messages published to the topics the groups read that the groups have not acknowledged yet,
+   * whichever node consumes them; 0 when every group has committed all it was sent.
+   */
+  backlog(groups: readonly string[]): Promise<number>;
   close(): Promise<void>;
 }
 

@@ -612,21 +612,6 @@ export class JobRepository {
     return this.countWhere(filter);
   }
 
-  /**
-   * Whether nothing is queued or running for the source. A source whose pipeline is between
-   * two stages (an event appended, its job not yet enqueued by intake) also reads complete for
-   * that moment; callers that need "finished" combine this with the source's status.
-   */
-  async isComplete(filter: { repositoryId: string; sourceId: string }): Promise<boolean> {
-    requireText('repositoryId', filter.repositoryId);
-    requireText('sourceId', filter.sourceId);
-    const pending = await this.knex('jobs')
-      .where({ repository_id: filter.repositoryId, source_id: filter.sourceId })
-      .whereIn('state', ['queued', 'running'])
-      .first('id');
-    return pending === undefined;
-  }
-
   private async countWhere(filter: { repositoryId?: string; sourceId?: string; sourceIds?: readonly string[]; reportId?: string }): Promise<JobCounts> {
     const query = this.knex('jobs')
       .select('kind', 'state', this.knex.raw('count(*)::integer AS count'))

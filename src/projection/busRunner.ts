@@ -45,7 +45,16 @@ export class BusProjectionRunner implements ReadModelRunner {
     private readonly store: EventStore,
     private readonly db: Database,
     projections: readonly Projection[],
-    private readonly options: { groupPrefix?: string; log?: RunnerLogger; pollMs?: number } = {},
+    private readonly options: {
+      groupPrefix?: string;
+      log?: RunnerLogger;
+      pollMs?: number;
+      /**
+       * Where the relay has published the log through (`bus_relay_positions`); without it
+       * `caughtUp` takes the bus's backlog alone (a test that feeds the bus itself).
+       */
+      publishedPosition?: () => Promise<number>;
+    } = {},
   ) {
     for (const projection of projections) {
       if (this.workers.has(projection.name)) throw new Error(`two projections are named ${projection.name}`);
@@ -105,6 +114,24 @@ export class BusProjectionRunner implements ReadModelRunner {
   }
 
   /**
+   * Kafka keeps no order across streams, so no per-stream checkpoint says "everything through
+   * `position`": instead the relay has published through it and every projection's consumer group
+   * has acknowledged all it was sent (a group acknowledges a batch after its transaction commits).
+   */
+  async caughtUp(position: number, timeoutMs: number): Promise<boolean> {
+    const groups = [...this.workers.values()]
+      .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
+      .map((worker) => this.groupOf(worker));
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const published = this.options.publishedPosition === undefined || (await this.options.publishedPosition()) >= position;
+      if (published && (groups.length === 0 || (await this.bus.backlog(groups)) === 0)) return true;
+      if (Date.now() > deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(this.options.pollMs ?? 20, 50)));
+    }
+  }
+
+  /**
    * Empties the projection's tables and checkpoints, replays the whole log from the event store in
    * global order, then resumes consuming: the bus redelivers from its committed offsets and the
    * per-stream checkpoints skip what the replay already applied.
@@ -135,9 +162,13 @@ export class BusProjectionRunner implements ReadModelRunner {
     if (wasRunning) await this.consume(worker);
   }
 
+  private groupOf(worker: Worker): string {
+    return `${this.options.groupPrefix ?? 'factlog'}.projection.${worker.projection.name}`;
+  }
+
   private async consume(worker: Worker): Promise<void> {
     worker.consumer = await this.bus.consume({
-      group: `${this.options.groupPrefix ?? 'factlog'}.projection.${worker.projection.name}`,
+      group: this.groupOf(worker),
       types: worker.projection.eventTypes,
       handler: async (batch) => {
         try {

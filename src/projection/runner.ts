@@ -193,6 +193,16 @@ export class ProjectionRunner implements ReadModelRunner {
     return this.waitFor(write.position, timeoutMs);
   }
 
+  async caughtUp(position: number, timeoutMs: number): Promise<boolean> {
+    try {
+      await this.waitFor(position, timeoutMs);
+      return true;
+    } catch (error) {
+      if (error instanceof ProjectionWaitTimeoutError) return false;
+      throw error;
+    }
+  }
+
   waitFor(position: number, timeoutMs: number): Promise<void> {
     if (this.reached(position)) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {

@@ -213,5 +213,11 @@ export interface ReadModelRunner {
   status(): Promise<ProjectionStatus[]>;
   /** Resolves once every projection that handles the write's event types has applied it. */
   settle(write: AppendedWrite, timeoutMs: number): Promise<void>;
+  /**
+   * Whether every running projection has applied the whole log through `position` (waiting up to
+   * `timeoutMs` for it): what "the pipeline is done" needs, since the job intake is a projection
+   * and a finished job's follow-up exists only once its events are applied.
+   */
+  caughtUp(position: number, timeoutMs: number): Promise<boolean>;
   rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void>;
 }

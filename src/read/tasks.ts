@@ -13,6 +13,34 @@ function nothingPending(counts: JobCounts): boolean {
   return Object.values(counts).every((byState) => byState.queued === 0 && byState.running === 0);
 }
 
+function sameCounts(a: JobCounts, b: JobCounts): boolean {
+  const kinds = new Set([...Object.keys(a), ...Object.keys(b)]);
+  return [...kinds].every((kind) => jobStates.every((state) => (a[kind]?.[state] ?? 0) === (b[kind]?.[state] ?? 0)));
+}
+
+/** How long a completeness check waits for the read models to reach the log's head before it answers "not yet". */
+const CATCH_UP_WAIT_MS = 1_000;
+
+/**
+ * Whether the jobs counted by `countJobs` (first read: `counts`) are done for good. Nothing queued
+ * or running is not enough: a job that just finished has its follow-up enqueued only when the job
+ * intake, a projection, applies the events it appended. So: nothing pending; then every projection
+ * has applied the log through its head as read after that (the follow-ups are enqueued, the read
+ * models show the results); then the same counts again. Each job finished before the first read
+ * appended before the head was read, so its follow-ups were enqueued before the second read; and
+ * equal counts mean no job was enqueued, claimed or finished in between.
+ */
+async function settledComplete(
+  deps: Pick<AppContext, 'store' | 'projections'>,
+  counts: JobCounts,
+  countJobs: () => Promise<JobCounts>,
+): Promise<boolean> {
+  if (!nothingPending(counts)) return false;
+  const head = await deps.store.headPosition();
+  if (!(await deps.projections.caughtUp(head, CATCH_UP_WAIT_MS))) return false;
+  return sameCounts(counts, await countJobs());
+}
+
 function totalsByState(counts: JobCounts): Record<JobState, number> {
   const totals = Object.fromEntries(jobStates.map((state) => [state, 0])) as Record<JobState, number>;
   for (const byState of Object.values(counts)) for (const state of jobStates) totals[state] += byState[state] ?? 0;
@@ -45,7 +73,7 @@ export async function loadTask(jobs: AppContext['jobs'], repositoryId: string, t
  * Task queries: the background jobs of a repository (one per pipeline job, docs/pipeline.md),
  * their counts per kind and state, and whether a source, investigation or report is done.
  */
-export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs'>) {
+export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'projections'>) {
   const knex = deps.db.knex;
   return {
     async list(principal: Principal, input: TaskListInput) {
@@ -56,21 +84,21 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs'>) {
         investigationId === undefined ? undefined : await investigationSourceIds(knex, (await loadInvestigation(knex, repository.id, investigationId)).id);
       const list = await deps.jobs.list({ repositoryId: repository.id, sourceId, sourceIds, reportId, state, kind, ...pageOf(input) });
       // Counts and completeness cover the source, investigation or report (or repository) whatever the state/kind filters.
-      const counts = await deps.jobs.countsFor({ repositoryId: repository.id, sourceId, sourceIds, reportId });
-      let complete: boolean;
-      if (sourceId !== undefined && reportId === undefined) complete = await deps.jobs.isComplete({ repositoryId: repository.id, sourceId });
-      else if (sourceIds !== undefined) {
-        // Between two stages a source has no job queued for a moment: its status says it is not done.
-        const unfinished = sourceIds.length === 0 ? undefined : await knex('sources').whereIn('id', sourceIds).whereNotIn('status', ['processed', 'failed']).first('id');
-        complete = nothingPending(counts) && unfinished === undefined;
-      } else complete = nothingPending(counts);
+      const countJobs = () => deps.jobs.countsFor({ repositoryId: repository.id, sourceId, sourceIds, reportId });
+      const counts = await countJobs();
+      let complete = await settledComplete(deps, counts, countJobs);
+      if (complete && sourceIds !== undefined && sourceIds.length > 0) {
+        // An investigation's source still being added (its first job not enqueued yet) is not done either.
+        complete = (await knex('sources').whereIn('id', sourceIds).whereNotIn('status', ['processed', 'failed']).first('id')) === undefined;
+      }
       return { items: list.jobs.map(presentJob), total: list.total, counts, complete };
     },
 
     async stats(principal: Principal, input: { repository: string }) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'jobs:read');
-      const counts = await deps.jobs.countsFor({ repositoryId: repository.id });
-      return { counts, totals: totalsByState(counts), complete: nothingPending(counts) };
+      const countJobs = () => deps.jobs.countsFor({ repositoryId: repository.id });
+      const counts = await countJobs();
+      return { counts, totals: totalsByState(counts), complete: await settledComplete(deps, counts, countJobs) };
     },
 
     async get(principal: Principal, input: TaskInput) {

@@ -53,6 +53,33 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
     t.equal(seen.length, 30, 'a restarted group resumes after what it acknowledged');
     await consumer.stop();
   });
+
+  t.test('backlog: what the groups were sent and have not acknowledged', async (t) => {
+    const fixture = await open();
+    t.teardown(() => fixture.close());
+    const eventually = async (check: () => Promise<boolean>) => {
+      const deadline = Date.now() + 60_000;
+      while (!(await check())) {
+        if (Date.now() > deadline) throw new Error('timed out');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    };
+    for (let i = 0; i < 6; i++) await fixture.store.append(`thing-${i % 3}`, [thing(`n${i}`)], 'any');
+    await eventually(async () => (await fixture.bus.backlog(['never-consumed'])) === 6);
+    t.pass('a group that never consumed owes everything published');
+
+    let seen = 0;
+    const consumer = await fixture.bus.consume({ group: 'backlog', types: ['ThingHappened'], handler: async (batch) => void (seen += batch.length) });
+    await eventually(async () => (await fixture.bus.backlog(['backlog'])) === 0);
+    t.equal(seen, 6, 'no backlog once the group has handled and committed all it was sent');
+    t.equal(await fixture.bus.backlog(['backlog', 'never-consumed']), 6, 'groups add up');
+    t.equal(await fixture.bus.backlog([]), 0);
+    await consumer.stop();
+
+    for (let i = 0; i < 4; i++) await fixture.store.append(`thing-${i}`, [thing(`m${i}`)], 'any');
+    await eventually(async () => (await fixture.bus.backlog(['backlog'])) === 4);
+    t.pass('a stopped group owes what was published after it');
+  });
 }
 
 t.test('Kafka bus (distributed)', async (t) => {

@@ -41,7 +41,7 @@ t.test('a source runs through every stage, and scheduled relation refreshes foll
   );
   t.ok(batches.length >= 1);
 
-  await eventually(async () => ((await context.jobs.isComplete({ repositoryId: repo.id, sourceId: source.id })) ? true : null), 60_000);
+  await eventually(async () => (await service.call('GET', `/api/v1/repositories/${repo.id}/tasks?source_id=${source.id}&limit=1`, { token: user.token })).body.complete, 60_000);
   const counts = await context.jobs.countsFor({ repositoryId: repo.id, sourceId: source.id });
   for (const kind of ['retrieve_source', 'source_decomposition', 'embed_facts', 'deduplicate_facts', 'extract_concepts', 'embed_concepts']) {
     t.ok((counts[kind]?.succeeded ?? 0) >= 1, `${kind} ran for the source`);

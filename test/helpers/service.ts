@@ -144,9 +144,9 @@ export async function eventually<T>(check: () => Promise<T | undefined | null | 
 }
 
 /**
- * Waits until the repository's pipeline is idle: every source processed or failed and nothing
- * queued or running (the tasks API's `complete`), twice in a row so a job enqueued by the last
- * one's events is not missed between the two reads.
+ * Waits until the repository's pipeline is idle: every source processed or failed and the tasks
+ * API's `complete` (nothing queued or running, the read models through the log's head), twice
+ * in a row.
  */
 export async function waitForPipeline(service: TestService, repositoryId: string, token: string, timeoutMs = 90_000): Promise<void> {
   let quietReads = 0;

@@ -30,6 +30,12 @@ class DuplicatingBus implements Bus {
       }
     }
   }
+  owed = 0; // deliver() hands every batch over before it returns
+  readonly backlogAsked: (readonly string[])[] = [];
+  async backlog(groups: readonly string[]) {
+    this.backlogAsked.push(groups);
+    return this.owed;
+  }
   async close() {}
 }
 
@@ -65,6 +71,7 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
 
   await t.rejects(runner.settle({ ...write, streamVersion: 5 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'settle times out for a write not yet applied');
   await runner.settle({ ...write, types: ['SomethingElse'] }, 50); // no projection handles it: nothing to wait for
+  t.equal(await runner.caughtUp(b.lastPosition, 50), true, 'no relay reader: the bus owes nothing, so caught up');
 
   const [status] = await runner.status();
   t.equal(status.position, b.lastPosition);
@@ -76,7 +83,14 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   t.same(await counts(), { a: 2, b: 1 }, 'redelivery after the rebuild changes nothing');
   await runner.stop();
   t.equal(bus.consumers.length, 0);
-  const apiNode = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  let published = a.lastPosition;
+  const apiNode = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5, publishedPosition: async () => published });
+  t.equal(await apiNode.caughtUp(b.lastPosition, 60), false, 'the relay has not published the head yet');
+  published = b.lastPosition;
+  t.equal(await apiNode.caughtUp(b.lastPosition, 60), true, 'published, and every group acknowledged it');
+  bus.owed = 1;
+  t.equal(await apiNode.caughtUp(b.lastPosition, 60), false, 'a group has not acknowledged what it was sent');
+  t.same(bus.backlogAsked.at(-1), ['factlog.projection.counts'], "the projections' groups are asked");
   await apiNode.settle(write, 200); // never started here: it reads the checkpoints the workers wrote
   await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
 });

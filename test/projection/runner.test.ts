@@ -238,6 +238,8 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const timeout = await t.rejects(runner.waitFor(pending.lastPosition, 100), ProjectionWaitTimeoutError);
     t.match(timeout, { position: pending.lastPosition, behind: [`slow at ${first.lastPosition}`] });
     t.notOk(reached, 'not reached while the projection is held');
+    t.equal(await runner.caughtUp(pending.lastPosition, 50), false, 'caughtUp answers false where waitFor times out');
+    t.equal(await runner.caughtUp(first.lastPosition, 50), true);
     // (No status() here: on PGlite the held projection transaction owns the only connection.)
     release();
     await waiting;

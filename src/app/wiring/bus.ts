@@ -45,3 +45,20 @@ export async function startRelay(config: Config, deps: { store: EventStore; sche
   });
   return runAsLeader(deps.db, 'relay', relay, { log: deps.log });
 }
+
+/**
+ * Reads where the relay to this Kafka has published the log through, from `bus_relay_positions`
+ * in the shared read-model database, whichever node relays; 0 until some relay has stored one.
+ */
+export function relayedPosition(config: Config, db: Database): () => Promise<number> {
+  return async () => {
+    const { readRelayPosition, relayPositionName } = await import('../../bus/kafka.js');
+    try {
+      return await readRelayPosition(db.knex, relayPositionName(kafkaOptions(config)));
+    } catch (error) {
+      // No relay has started yet: its table does not exist, and nothing is published.
+      if ((error as { code?: string }).code === '42P01') return 0;
+      throw error;
+    }
+  };
+}

@@ -24,11 +24,13 @@ export function createProjectionRunner(deps: {
   projections: readonly Projection[];
   rebuildStrategies: RebuildStrategies;
   groupPrefix: string;
+  /** On the bus tier: where the relay has published the log through (`relayedPosition` in wiring/bus.ts). */
+  publishedPosition?: () => Promise<number>;
   log: Logger;
 }): ReadModelRunner {
   const log = deps.log.child({ component: 'projections' });
   const runner: ReadModelRunner = deps.bus
-    ? new BusProjectionRunner(deps.bus, deps.store, deps.db, deps.projections, { groupPrefix: deps.groupPrefix, log })
+    ? new BusProjectionRunner(deps.bus, deps.store, deps.db, deps.projections, { groupPrefix: deps.groupPrefix, log, publishedPosition: deps.publishedPosition })
     : new ProjectionRunner(deps.store, deps.db, deps.projections, { log });
   return withRebuildStrategies(runner, deps.rebuildStrategies);
 }
@@ -45,6 +47,7 @@ export function withRebuildStrategies(runner: ReadModelRunner, strategies: Rebui
     stop: () => runner.stop(),
     status: () => runner.status(),
     settle: (write, timeoutMs) => runner.settle(write, timeoutMs),
+    caughtUp: (position, timeoutMs) => runner.caughtUp(position, timeoutMs),
     rebuild(name, onProgress) {
       const strategy = strategies.get(name);
       return strategy ? strategy(onProgress) : runner.rebuild(name, onProgress);
