@@ -1,3 +1,3 @@
-import { runGroup } from '../group.js';
+import { runGroupEntry } from '../groupEntry.js';
 
-await runGroup(import.meta.filename);
+await runGroupEntry(import.meta.filename);

@@ -1,0 +1,45 @@
+// What a group entry (test/groups/<group>.ts) runs. tap starts each test process with two module
+// hooks of its own, @tapjs/processinfo's (which files a test loaded, for coverage and --changed)
+// and @tapjs/mock's (t.mockImport), both on a separate loader thread that sees every import, and
+// puts the first in NODE_OPTIONS too, so each worker thread and child process a test starts loads
+// it again. A group imports hundreds of modules and starts dozens of PGlite threads: the hooks
+// cost it about a third more CPU (docs/testing.md, "How test files run"), for coverage this suite
+// turns off and mocks no test uses. So under tap, the entry starts the group in a child process
+// without them, which writes its TAP to the same stdout for tap to read; timeouts and tap's
+// messages pass through. Run without tap (`node --import=./test/loader.mjs test/groups/x.ts`),
+// the entry runs the group itself. This module imports nothing of tap's: a root `t` made here
+// would print a TAP stream of its own beside the child's.
+import { fork } from 'node:child_process';
+
+const TAP_HOOK = '/@tapjs/';
+
+export async function runGroupEntry(entryFile: string): Promise<void> {
+  if (!process.execArgv.some((argument) => argument.includes(TAP_HOOK))) {
+    const { runGroup } = await import('./group.js');
+    await runGroup(entryFile);
+    return;
+  }
+  const env = { ...process.env };
+  delete env.NODE_OPTIONS;
+  for (const name of Object.keys(env)) if (name.startsWith('_TAPJS_PROCESSINFO_')) delete env[name];
+  const child = fork(entryFile, process.argv.slice(2), {
+    execArgv: process.execArgv.filter((argument) => !argument.includes(TAP_HOOK)),
+    env,
+    stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
+  });
+  // tap's timeout handshake: the child's setTimeout reaches the runner, the runner's abort the child.
+  child.on('message', (message) => process.send?.(message));
+  const fromRunner = (message: unknown): void => {
+    if (child.connected) child.send(message as Parameters<typeof child.send>[0]);
+  };
+  process.on('message', fromRunner);
+  const signals = ['SIGALRM', 'SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+  const forward = (signal: NodeJS.Signals): void => void child.kill(signal);
+  for (const signal of signals) process.on(signal, forward);
+  const [code, signal] = (await new Promise((resolve) => child.once('exit', (...result) => resolve(result)))) as [number | null, NodeJS.Signals | null];
+  for (const name of signals) process.off(name, forward);
+  process.off('message', fromRunner);
+  process.disconnect?.();
+  if (signal !== null) process.kill(process.pid, signal);
+  process.exitCode = code ?? 1;
+}
