@@ -147,6 +147,11 @@ async function ensureTopics(
   for (const topic of wanted) known.add(topic);
 }
 
+/** Whether kafkajs marks the error as one a retry may get past (a leader moving, a topic just created). */
+function isRetriable(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { retriable?: unknown }).retriable === true;
+}
+
 /** Waits until every partition of `topics` has a leader, so producing and joining can start. */
 async function waitForLeaders(admin: Admin, topics: readonly string[], timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -159,8 +164,7 @@ async function waitForLeaders(admin: Admin, topics: readonly string[], timeoutMs
       lastProblem = `no leader yet for ${leaderless.map((topic) => topic.name).join(', ')}`;
     } catch (error) {
       // Right after creation a broker may still answer UNKNOWN_TOPIC_OR_PARTITION or LEADER_NOT_AVAILABLE.
-      const retriable = typeof error === 'object' && error !== null && (error as { retriable?: unknown }).retriable === true;
-      if (!retriable) throw error;
+      if (!isRetriable(error)) throw error;
       lastProblem = errorMessage(error);
     }
     if (Date.now() > deadline) throw new Error(`kafka topics ${topics.join(', ')} not ready after ${timeoutMs} ms: ${lastProblem}`);
@@ -519,7 +523,7 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
         try {
           return await unacknowledged(await connectedAdmin(), await shared.subscribableTopics(), groups);
         } catch (error) {
-          if (attempt >= 5 || (error as { retriable?: boolean }).retriable !== true) throw error;
+          if (attempt >= 5 || !isRetriable(error)) throw error;
           await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
         }
       }
