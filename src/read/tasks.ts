@@ -22,23 +22,23 @@ function sameCounts(a: JobCounts, b: JobCounts): boolean {
 const CATCH_UP_WAIT_MS = 1_000;
 
 /**
- * Whether the jobs counted by `countJobs` (first read: `counts`) are done for good. Nothing queued
- * or running is not enough: a job that just finished has its follow-up enqueued only when the job
- * intake, a projection, applies the events it appended. So: nothing pending; then every projection
- * has applied the log through its head as read after that (the follow-ups are enqueued, the read
+ * The jobs `countJobs` counts, and whether they are done for good. Nothing queued or running is
+ * not enough: a job that just finished has its follow-up enqueued only when the job intake, a
+ * projection, applies the events it appended. So: nothing pending; then every projection has
+ * applied the log through its head as read after that (the follow-ups are enqueued, the read
  * models show the results); then the same counts again. Each job finished before the first read
  * appended before the head was read, so its follow-ups were enqueued before the second read; and
  * equal counts mean no job was enqueued, claimed or finished in between.
  */
-async function settledComplete(
+async function countsAndCompleteness(
   deps: Pick<AppContext, 'store' | 'projections'>,
-  counts: JobCounts,
   countJobs: () => Promise<JobCounts>,
-): Promise<boolean> {
-  if (!nothingPending(counts)) return false;
+): Promise<{ counts: JobCounts; complete: boolean }> {
+  const counts = await countJobs();
+  if (!nothingPending(counts)) return { counts, complete: false };
   const head = await deps.store.headPosition();
-  if (!(await deps.projections.caughtUp(head, CATCH_UP_WAIT_MS))) return false;
-  return sameCounts(counts, await countJobs());
+  if (!(await deps.projections.caughtUp(head, CATCH_UP_WAIT_MS))) return { counts, complete: false };
+  return { counts, complete: sameCounts(counts, await countJobs()) };
 }
 
 function totalsByState(counts: JobCounts): Record<JobState, number> {
@@ -84,21 +84,19 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
         investigationId === undefined ? undefined : await investigationSourceIds(knex, (await loadInvestigation(knex, repository.id, investigationId)).id);
       const list = await deps.jobs.list({ repositoryId: repository.id, sourceId, sourceIds, reportId, state, kind, ...pageOf(input) });
       // Counts and completeness cover the source, investigation or report (or repository) whatever the state/kind filters.
-      const countJobs = () => deps.jobs.countsFor({ repositoryId: repository.id, sourceId, sourceIds, reportId });
-      const counts = await countJobs();
-      let complete = await settledComplete(deps, counts, countJobs);
-      if (complete && sourceIds !== undefined && sourceIds.length > 0) {
-        // An investigation's source still being added (its first job not enqueued yet) is not done either.
-        complete = (await knex('sources').whereIn('id', sourceIds).whereNotIn('status', ['processed', 'failed']).first('id')) === undefined;
-      }
+      const scope = { repositoryId: repository.id, sourceId, sourceIds, reportId };
+      const { counts, complete: jobsComplete } = await countsAndCompleteness(deps, () => deps.jobs.countsFor(scope));
+      // An investigation's source still being added (its first job not enqueued yet) is not done either.
+      const complete =
+        jobsComplete &&
+        (sourceIds === undefined || sourceIds.length === 0 || (await knex('sources').whereIn('id', sourceIds).whereNotIn('status', ['processed', 'failed']).first('id')) === undefined);
       return { items: list.jobs.map(presentJob), total: list.total, counts, complete };
     },
 
     async stats(principal: Principal, input: { repository: string }) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'jobs:read');
-      const countJobs = () => deps.jobs.countsFor({ repositoryId: repository.id });
-      const counts = await countJobs();
-      return { counts, totals: totalsByState(counts), complete: await settledComplete(deps, counts, countJobs) };
+      const { counts, complete } = await countsAndCompleteness(deps, () => deps.jobs.countsFor({ repositoryId: repository.id }));
+      return { counts, totals: totalsByState(counts), complete };
     },
 
     async get(principal: Principal, input: TaskInput) {
