@@ -1,14 +1,14 @@
-// What a group entry (test/groups/<group>.ts) runs. tap starts each test process with two module
-// hooks of its own, @tapjs/processinfo's (which files a test loaded, for coverage and --changed)
-// and @tapjs/mock's (t.mockImport), both on a separate loader thread that sees every import, and
-// puts the first in NODE_OPTIONS too, so each worker thread and child process a test starts loads
-// it again. A group imports hundreds of modules and starts dozens of PGlite threads: the hooks
-// cost it about a third more CPU (docs/testing.md, "How test files run"), for coverage this suite
-// turns off and mocks no test uses. So under tap, the entry starts the group in a child process
-// without them, which writes its TAP to the same stdout for tap to read; timeouts and tap's
-// messages pass through. Run without tap (`node --import=./test/loader.mjs test/groups/x.ts`),
-// the entry runs the group itself. This module imports nothing of tap's: a root `t` made here
-// would print a TAP stream of its own beside the child's.
+// What a group entry (test/groups/<group>.ts) runs. tap starts each test process with a module
+// hook of its own, @tapjs/processinfo's (which files a test loaded, for coverage and --changed),
+// on a separate loader thread that sees every import, and puts it in NODE_OPTIONS too, so each
+// worker thread and child process a test starts loads it again (its other hook, @tapjs/mock's,
+// is left out by package.json's plugin list). A group imports hundreds of modules and starts
+// dozens of PGlite threads: tap's hooks cost it about a third more CPU (docs/testing.md, "How test
+// files run"), for coverage this suite turns off. So under tap, the entry starts the group in a
+// child process without them, which writes its TAP to the same stdout for tap to read; timeouts
+// and tap's messages pass through. Run without tap (`node --import=./test/loader.mjs
+// test/groups/x.ts`), the entry runs the group itself. This module imports nothing of tap's: a
+// root `t` made here would print a TAP stream of its own beside the child's.
 import { fork } from 'node:child_process';
 
 const TAP_HOOK = '/@tapjs/';
