@@ -136,6 +136,8 @@ function jobContext(stage: Stage, trigger: RecordedEvent, repositoryId: string):
     scheduled: false,
     signal: new AbortController().signal,
     actor: `system:${stage.kind}`,
+    // The bench runs the stage by hand: no queue behind it.
+    coverQueued: async () => 0,
   };
 }
 

@@ -470,6 +470,30 @@ export class JobRepository {
   }
 
   /**
+   * Ends, as succeeded and without running them, the queued jobs of `kind` and `subjectId` whose
+   * triggers are at or before `throughPosition` (scheduled ones, at 0, too): a run that began
+   * after the read models had applied those triggers does what each of them would do
+   * (`JobContext.coverQueued`). Their `attempts` stay as they were (0 for a job never claimed).
+   * A job claimed meanwhile is not queued any more and is left to its worker. Returns how many ended.
+   */
+  async endCovered(kind: string, subjectId: string, throughPosition: number): Promise<number> {
+    requireText('kind', kind);
+    requireText('subjectId', subjectId);
+    requireInteger('throughPosition', throughPosition, 0);
+    const result = await rawQuery<{ ended: number }>(
+      this.knex,
+      `WITH ended AS (
+         UPDATE jobs
+            SET state = 'succeeded', last_error = NULL, finished_at = now(), updated_at = now()
+          WHERE kind = ? AND state = 'queued' AND subject_id = ? AND trigger_position <= ?
+          RETURNING 1)
+       SELECT count(*)::integer AS ended FROM ended`,
+      [kind, subjectId, throughPosition],
+    );
+    return Number(result.rows[0]?.ended ?? 0);
+  }
+
+  /**
    * Records a failed attempt. Permanent, or transient with no attempt left: `failed`.
    * Transient with attempts left: back to `queued`, due after `retryDelayMs`.
    * Null when the claim was lost meanwhile (nothing changed).

@@ -364,7 +364,14 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   }
 
   function contextFor(claim: ClaimedJob, stage: Stage, trigger: RecordedEvent, signal: AbortSignal): JobContext {
-    return { job: publicView(claim), trigger, scheduled: claim.triggerPosition === 0, signal, actor: `system:${stage.kind}` };
+    return {
+      job: publicView(claim),
+      trigger,
+      scheduled: claim.triggerPosition === 0,
+      signal,
+      actor: `system:${stage.kind}`,
+      coverQueued: (throughPosition) => jobs.endCovered(stage.kind, claim.subjectId, throughPosition),
+    };
   }
 
   /** Runs one job (or, with `grouped`, waits for its part of a group's run) and records how it ended. */

@@ -50,6 +50,14 @@ export interface JobContext {
   readonly signal: AbortSignal;
   /** `system:<kind>`: the actor stamped on events the job appends. */
   readonly actor: string;
+  /**
+   * Ends the queued jobs of this job's kind and subject whose triggers are at or before
+   * `throughPosition`, without running them; returns how many. For a stage whose run does the
+   * whole subject's work from the read models (summarize_concepts: every stale concept of the
+   * repository): once the read models have applied everything up to a position and a run reads
+   * them, the jobs of the triggers up to there have nothing left to do. Call it before reading.
+   */
+  coverQueued(throughPosition: number): Promise<number>;
 }
 
 /**

@@ -91,6 +91,7 @@ export async function openStageFixture(t: Test) {
       scheduled: false,
       signal: new AbortController().signal,
       actor: `system:${stage.kind}`,
+      coverQueued: async () => 0,
     };
     try {
       await stage.run(context);

@@ -9,7 +9,7 @@ import type { JobContext, Stage } from '../../src/pipeline/types.js';
 export function scheduledJobContext(
   stage: Stage,
   repositoryId: string,
-  options: { subjectId?: string; attempts?: number; signal?: AbortSignal } = {},
+  options: { subjectId?: string; attempts?: number; signal?: AbortSignal; coverQueued?: JobContext['coverQueued'] } = {},
 ): JobContext {
   const now = new Date().toISOString();
   const triggerEventId = randomUUID();
@@ -35,5 +35,13 @@ export function scheduledJobContext(
     createdAt: now,
     updatedAt: now,
   };
-  return { job, trigger: scheduledTrigger(job), scheduled: true, signal: options.signal ?? new AbortController().signal, actor: `system:${stage.kind}` };
+  return {
+    job,
+    trigger: scheduledTrigger(job),
+    scheduled: true,
+    signal: options.signal ?? new AbortController().signal,
+    actor: `system:${stage.kind}`,
+    // No jobs table behind a run by hand unless the caller gives one: nothing queued to cover.
+    coverQueued: options.coverQueued ?? (async () => 0),
+  };
 }

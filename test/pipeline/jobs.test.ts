@@ -152,6 +152,29 @@ for (const backend of backends) {
       t.equal(await jobs.succeed(lost), null, 'the stale one does not, even after');
     });
 
+    t.test('endCovered ends the queued jobs of one kind and subject up to a position, and nothing else', async (t) => {
+      const subject = randomUUID();
+      const onSubject = (kind: string) => jobInputFor(kind, log.add('SourceRegistered', {}, subject));
+      const [early, running, retrying, atLimit, later] = [onSubject('k'), onSubject('k'), onSubject('k'), onSubject('k'), onSubject('k')];
+      const otherKind = onSubject('other');
+      const otherSubject = jobInputFor('k', log.add());
+      const scheduled = { ...onSubject('k'), triggerPosition: 0 };
+      await jobs.enqueueMany([early, running, retrying, atLimit, later, otherKind, otherSubject, scheduled]);
+      const idOf = (input: { kind: string; subjectId: string; triggerEventId: string }) => jobIdFor(input.kind, input.subjectId, input.triggerEventId);
+      // One is running, one waits out a retry's backoff after a failed attempt.
+      await db.knex('jobs').where({ id: idOf(running) }).update({ state: 'running' });
+      await db.knex('jobs').where({ id: idOf(retrying) }).update({ attempts: 1, last_error: 'HTTP 503', next_attempt_at: new Date(Date.now() + 60_000) });
+
+      t.equal(await jobs.endCovered('k', subject, atLimit.triggerPosition), 4, 'the scheduled job, the early one, the retrying one and the one at the position');
+      for (const input of [scheduled, early, atLimit]) t.match(await jobs.get(idOf(input)), { state: 'succeeded', attempts: 0, lastError: null, finishedAt: String });
+      t.match(await jobs.get(idOf(retrying)), { state: 'succeeded', attempts: 1, lastError: null }, 'a retry still due covered too, its attempt kept');
+      t.match(await jobs.get(idOf(running)), { state: 'running' }, 'a running job is its worker’s to end');
+      for (const input of [later, otherKind, otherSubject]) t.match(await jobs.get(idOf(input)), { state: 'queued' }, 'a later trigger, another kind or subject stays queued');
+      t.equal(await jobs.endCovered('k', subject, atLimit.triggerPosition), 0, 'a second call finds nothing more');
+      await t.rejects(jobs.endCovered('k', subject, -1), RangeError);
+      await t.rejects(jobs.endCovered('', subject, 1), TypeError);
+    });
+
     t.test('fail: transient backs off, permanent and exhausted are final', async (t) => {
       const transient = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 2 });
       const first = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import type { Test } from 'tap';
 import type { Database } from '../../src/db/database.js';
@@ -103,6 +104,29 @@ for (const backend of backends) {
       await sleep(50);
       t.equal(seen.length, 1, 'a succeeded job is not run again');
       await t.rejects(runtime.start(), /cannot start/, 'a runtime starts once');
+    });
+
+    t.test('a run covers the queued jobs of its kind and subject up to a position: they end without running', async (t) => {
+      const ran: string[] = [];
+      let covered = -1;
+      const stage = testStage('covering', async (context) => {
+        ran.push(context.job.id);
+        covered = await context.coverQueued(context.job.triggerPosition + 1);
+      });
+      const runtime = runtimeFor(t, [stage], { concurrency: { covering: 1 } });
+      const subjectId = randomUUID();
+      const onSubject = () => jobInputFor('covering', log.add('SourceRegistered', {}, subjectId));
+      const [first, next, later] = [onSubject(), onSubject(), onSubject()];
+      const elsewhere = jobInputFor('covering', log.add());
+      const [firstId, nextId, laterId, elsewhereId] = (await jobs.enqueueMany([first, next, later, elsewhere])).map((result) => result.id);
+      const done = nextOutcome(runtime, firstId, 'succeeded');
+      await runtime.start();
+      await done;
+      t.equal(covered, 1, 'the first run covered the next trigger of its subject');
+      t.match(await jobs.get(nextId), { state: 'succeeded', attempts: 0 }, 'ended without a claim');
+      await Promise.all([nextOutcome(runtime, laterId, 'succeeded'), nextOutcome(runtime, elsewhereId, 'succeeded')]);
+      t.notOk(ran.includes(nextId), 'the covered job never ran');
+      t.ok(ran.includes(laterId) && ran.includes(elsewhereId), 'a later trigger and another subject ran as usual');
     });
 
     t.test("a deferred stage's jobs run as deferred work, every other stage's as background work", async (t) => {

@@ -21,6 +21,7 @@ import { readModelProjections } from '../../projections/index.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
 import { scheduledJobContext } from '../helpers/jobContext.js';
 import { factIdFor } from '../../src/pipeline/stages/sourceDecomposition.js';
+import { JobRepository } from '../../src/pipeline/jobs.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
 import type { SearchIndex } from '../../src/search/port.js';
@@ -116,14 +117,17 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
 
   const settle = async (): Promise<void> => runner.waitFor(await store.headPosition(), 20_000);
 
+  const jobs = new JobRepository(db.knex);
+
   function contextWith(stage: Stage, trigger: RecordedEvent, options: { attempts?: number; signal?: AbortSignal }): JobContext {
     const now = new Date().toISOString();
+    const subjectId = stage.subjectOf(trigger) ?? '';
     return {
       job: {
         id: randomUUID(),
         kind: stage.kind,
         repositoryId: trigger.repositoryId,
-        subjectId: stage.subjectOf(trigger) ?? '',
+        subjectId,
         sourceId: null,
         reportId: null,
         triggerEventId: trigger.eventId,
@@ -139,8 +143,12 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
       scheduled: false,
       signal: options.signal ?? new AbortController().signal,
       actor: `system:${stage.kind}`,
+      coverQueued: coverQueuedOf(stage, subjectId),
     };
   }
+
+  /** As the runtime covers: the fixture's jobs table holds what a test enqueued there. */
+  const coverQueuedOf = (stage: Stage, subjectId: string) => (throughPosition: number) => jobs.endCovered(stage.kind, subjectId, throughPosition);
 
   const fixture: StageFixture = {
     db,
@@ -232,7 +240,7 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
     },
 
     scheduledContextFor(stage, repositoryId, options = {}) {
-      return scheduledJobContext(stage, repositoryId, options);
+      return scheduledJobContext(stage, repositoryId, { ...options, coverQueued: coverQueuedOf(stage, repositoryId) });
     },
 
     async eventsOf(stream, type) {

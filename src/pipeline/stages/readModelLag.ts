@@ -29,11 +29,8 @@ export function lastEventOf(write: AppendedWrite): AwaitedEvent {
  * there a projection that does not handle the trigger's type cannot be waited for, and is not.
  */
 export async function readModelsApplied(knex: Knex, projections: readonly AwaitedProjection[], trigger: AwaitedEvent): Promise<boolean> {
-  const names = projections.map((projection) => projection.name);
-  const global: Array<{ name: string; position: string | number }> = (await tableExists(knex, 'projection_checkpoints'))
-    ? await knex('projection_checkpoints').whereIn('name', names).select('name', 'position')
-    : [];
-  const done = new Set(global.filter((row) => Number(row.position) >= trigger.globalPosition).map((row) => row.name));
+  const global = await globalCheckpoints(knex, projections);
+  const done = new Set([...global].filter(([, position]) => position >= trigger.globalPosition).map(([name]) => name));
   const behind = projections.filter((projection) => !done.has(projection.name));
   if (behind.length === 0) return true;
   if (!(await tableExists(knex, 'projection_stream_positions'))) return false;
@@ -55,6 +52,29 @@ export async function readModelsApplied(knex: Knex, projections: readonly Awaite
     const row = here.find((candidate) => candidate.projection === projection.name);
     return row !== undefined && Number(row.stream_version) >= trigger.streamVersion;
   });
+}
+
+/**
+ * The global position up to which every one of `projections` has applied the log (the least of
+ * their checkpoints), or null when one of them keeps none (fed from the bus: versions per stream,
+ * no global position to give).
+ */
+export async function appliedThrough(knex: Knex, projections: readonly AwaitedProjection[]): Promise<number | null> {
+  const global = await globalCheckpoints(knex, projections);
+  if (projections.length === 0 || projections.some((projection) => !global.has(projection.name))) return null;
+  return Math.min(...global.values());
+}
+
+/** The log-fed projections' checkpoints (global positions) by name; a projection without one is absent. */
+async function globalCheckpoints(knex: Knex, projections: readonly AwaitedProjection[]): Promise<Map<string, number>> {
+  if (!(await tableExists(knex, 'projection_checkpoints'))) return new Map();
+  const rows: Array<{ name: string; position: string | number }> = await knex('projection_checkpoints')
+    .whereIn(
+      'name',
+      projections.map((projection) => projection.name),
+    )
+    .select('name', 'position');
+  return new Map(rows.map((row) => [row.name, Number(row.position)]));
 }
 
 /**

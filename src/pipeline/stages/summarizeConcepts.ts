@@ -14,7 +14,7 @@ import { PermanentJobError, type JobContext, type Stage, type StageDefinition } 
 import { FOLDED_CONCEPTS, requireRepositoryId, type LoadedStream, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand } from './common.js';
 import { conceptsProjection } from '../../../projections/concepts.js';
 import { factsProjection } from '../../../projections/facts.js';
-import { awaitApplied, awaitReadModels, lastEventOf, type AwaitedEvent } from './readModelLag.js';
+import { appliedThrough, awaitApplied, awaitReadModels, lastEventOf, type AwaitedEvent } from './readModelLag.js';
 import { summariesProjection } from '../../../projections/summaries.js';
 import { isLiveRepository, loadRepositorySettings } from './repositorySettings.js';
 
@@ -272,6 +272,8 @@ class RepositorySummarizer {
     let wrapped = false;
     // A search that left out held concepts is repeated once they are written: they may be stale again.
     let searchWhenIdle = false;
+    // A pass that triggers started ends the queued jobs its first search covers (below).
+    let coverBeforeSearch = false;
     const track = (work: Promise<void>): void => {
       const tracked = work
         .catch((error: unknown) => {
@@ -287,6 +289,7 @@ class RepositorySummarizer {
       if (this.triggered) {
         this.triggered = false;
         search = true;
+        coverBeforeSearch = true;
         wrapped = this.cursor === '';
       }
       if (failure !== null || context.signal.aborted) break;
@@ -338,6 +341,15 @@ class RepositorySummarizer {
         search = false;
         searchWhenIdle = false;
         continue;
+      }
+      if (coverBeforeSearch) {
+        coverBeforeSearch = false;
+        // This pass searches every concept once more, in read models that have applied the log up
+        // to `through`: the queued jobs of triggers up to there would find nothing this pass does
+        // not. A burst of sources queues a job per page, which would otherwise each be claimed,
+        // wait for the read models and hand its trigger over (thousands after a large import).
+        const through = await appliedThrough(deps.knex, [factsProjection, conceptsProjection]);
+        if (through !== null) await context.coverQueued(through);
       }
       const found = await staleConcepts(deps.knex, repositoryId, maxConcepts, this.cursor, [...held]);
       if (held.size > 0) searchWhenIdle = true;

@@ -2,7 +2,7 @@ import t from 'tap';
 import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
 import { migrateProjectionStreamPositions } from '../../../src/projection/busRunner.js';
 import { migrateProjectionCheckpoints } from '../../../src/projection/runner.js';
-import { awaitReadModels, readModelsApplied } from '../../../src/pipeline/stages/readModelLag.js';
+import { appliedThrough, awaitReadModels, readModelsApplied } from '../../../src/pipeline/stages/readModelLag.js';
 import { openTestPglite } from '../../helpers/pglite.js';
 
 const trigger = (type: string, globalPosition: number, streamVersion: number): RecordedEvent => ({
@@ -55,4 +55,17 @@ t.test('bus-fed projections: the stream version of the projections that handle t
   await db.knex('projection_stream_positions').where({ projection: 'concepts' }).update({ stream_version: 3 });
   t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), true, 'facts is not waited for on a type it does not handle');
   t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('FactMergedInto', 10, 3)), false, 'but is on one it handles');
+});
+
+t.test('appliedThrough: the least global checkpoint of the projections, or null where one keeps none', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  t.equal(await appliedThrough(db.knex, [facts, concepts]), null, 'no checkpoint table yet');
+  await migrateProjectionCheckpoints(db.knex);
+  await db.knex('projection_checkpoints').insert([{ name: 'facts', position: 40 }]);
+  t.equal(await appliedThrough(db.knex, [facts, concepts]), null, 'concepts keeps no global position (fed from the bus)');
+  await db.knex('projection_checkpoints').insert([{ name: 'concepts', position: 25 }]);
+  t.equal(await appliedThrough(db.knex, [facts, concepts]), 25, 'the one further behind');
+  t.equal(await appliedThrough(db.knex, [facts]), 40);
+  t.equal(await appliedThrough(db.knex, []), null, 'no projection named: no position to give');
 });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import { conceptDecider, conceptIdFor } from '../../../src/domain/concept/decider.js';
 import { citedFactIds } from '../../../src/domain/concept/summaries.js';
@@ -13,6 +14,7 @@ import { createSummarizeConceptsStage, staleConcepts } from '../../../src/pipeli
 import { createRefreshConceptRelationsStage } from '../../../src/pipeline/stages/refreshConceptRelations.js';
 import { createSynthesizeConceptStage } from '../../../src/pipeline/stages/synthesizeConcept.js';
 import type { EventStore, ReadStreamOptions } from '../../../src/eventstore/port.js';
+import { JobRepository } from '../../../src/pipeline/jobs.js';
 import { PermanentJobError } from '../../../src/pipeline/types.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 import { openStageFixture, testMetadata, type StageFixture } from '../stageFixture.js';
@@ -311,6 +313,36 @@ t.test('summarize_concepts: jobs that come while another carries the work hand i
   t.equal(conceptReads.length, 2, 'the next job waits for those slices to be applied and plans nothing again');
   await fixture.settle();
   t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the runs');
+});
+
+t.test('summarize_concepts: a run ends the queued jobs whose triggers the read models had applied when it searched, and no others', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const elsewhere = await fixture.createRepository();
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: createLocalChatModel(), settings: summarization });
+  const first = await linkedSource(fixture, repositoryId, factsAbout(1, 3));
+  const second = await linkedSource(fixture, repositoryId, factsAbout(4, 3));
+  const jobs = new JobRepository(fixture.db.knex);
+  const queued = (subjectId: string, triggerPosition: number) => ({
+    kind: 'summarize_concepts',
+    subjectId,
+    repositoryId: subjectId,
+    triggerEventId: randomUUID(),
+    triggerPosition,
+    correlationId: null,
+  });
+  const head = await fixture.store.headPosition();
+  // The pages' jobs still queued behind the one that runs, a scheduled one, a trigger the read
+  // models have not applied yet, and another repository's.
+  const covered = [queued(repositoryId, first.trigger.globalPosition), queued(repositoryId, second.trigger.globalPosition), queued(repositoryId, 0)];
+  const ahead = queued(repositoryId, head + 1_000);
+  const otherRepository = queued(elsewhere, second.trigger.globalPosition);
+  const ids = await jobs.enqueueMany([...covered, ahead, otherRepository]);
+  await summarize.run(fixture.contextFor(summarize, first.trigger));
+  t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 2, 'the run summarised Marie Curie and Paris, both pages’ facts');
+  const states = await Promise.all(ids.map(async ({ id }) => (await jobs.get(id))?.state));
+  t.same(states, ['succeeded', 'succeeded', 'succeeded', 'queued', 'queued'], 'covered: the applied triggers and the scheduled run; left: the trigger ahead, the other repository');
+  t.match(await jobs.get(ids[0].id), { attempts: 0 }, 'never claimed: ended, not run');
 });
 
 t.test('summarize_concepts: a page of concepts is read in one statement and written in one append', async (t) => {
