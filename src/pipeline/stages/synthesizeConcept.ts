@@ -7,7 +7,7 @@ import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, SynthesisInput, SynthesisOutput } from '../../providers/llm/port.js';
 import { PermanentJobError, type JobContext, type JobRunOutcome, type Stage, type StageDefinition } from '../types.js';
-import { conceptSubject, firstsAndRepeats, foldStream, repositoryIdOf, requireRepositoryId, runRepeatsAlone, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
+import { conceptSubject, foldStream, repositoryIdOf, requireRepositoryId, sharedCommandsFrom, stageMetadata, throwIfAborted, type BatchCommand, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { linkedFactsOf, type LinkedFact } from './summarizeConcepts.js';
 
@@ -140,11 +140,8 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
     const repositoryId = requireRepositoryId(context);
     const conceptId = context.job.subjectId;
     const { state } = loaded;
-    if (state.status !== 'active') return null;
+    if (state.status !== 'active' || leftToLaterJob(context, loaded)) return null;
     const requested = state.resynthesisRequested;
-    // A later slice change has its own job, which will see this one's inputs too: only the last makes a synthesis.
-    const lastChange = loaded.events.findLast((event) => event.type === 'SummarySliceWritten' || event.type === 'SummarySliceRemoved');
-    if (!requested && !context.scheduled && lastChange !== undefined && lastChange.globalPosition > context.trigger.globalPosition) return null;
     if (!requested && deps.summarization) {
       const due = planSlices(state.slices, linked.map((fact) => fact.id), deps.summarization.batchSize);
       if (due.writes.length > 0 || due.removeFrom !== null) return null;
@@ -225,19 +222,26 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
   /**
    * The jobs of a group (one job: `run`): their concept streams in one read, their linked facts in
    * one statement, each repository's settings once, a model call per synthesis (side by side),
-   * and every command in one multi-stream append (a stream that moved meanwhile is re-decided alone). A
-   * concept listed twice runs alone after the others, on the stream as the first left it.
+   * and every command in one multi-stream append (a stream that moved meanwhile is re-decided alone). Of
+   * a concept listed more than once, only the job of the latest trigger decides.
    */
   async function runGroup(contexts: readonly JobContext[], signal: AbortSignal): Promise<JobRunOutcome[]> {
     const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
     const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
-    const { firsts, repeats } = firstsAndRepeats(streams);
+    // Of a concept's jobs in the group, the one of the latest trigger decides on the stream as it
+    // is now, which holds every earlier trigger, and makes what any of them would (a synthesis is
+    // made once, from the inputs of the last change): the others end with it. After a burst of
+    // slice writes a group holds tens of jobs of the concepts every page touches.
+    const latest = latestOfEachSubject(contexts);
     // The slices' Markdown is the synthesis's input; older syntheses and the vector are not read.
     const { SummarySliceWritten: _slices, ...unread } = conceptUnreadData;
     const read = await deps.store.readStreams(
-      firsts.map((index) => streams[index]),
+      latest.map((index) => streams[index]),
       { omitData: unread },
     );
+    const loadedOf = new Map(latest.map((index) => [index, foldStream(read.get(streams[index]) ?? [], conceptDecider)]));
+    // A job a later one (in another group) will decide for, or of a concept gone, reads no facts.
+    const firsts = latest.filter((index) => !leftToLaterJob(contexts[index], loadedOf.get(index) as LoadedStream<ConceptState>));
     const linked = await linkedFactsOf(
       deps.knex,
       firsts.map((index) => contexts[index].job.subjectId),
@@ -254,7 +258,7 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
         const context = contexts[index];
         try {
           signal.throwIfAborted();
-          const loaded = foldStream(read.get(streams[index]) ?? [], conceptDecider);
+          const loaded = loadedOf.get(index) as LoadedStream<ConceptState>;
           const command = await decideFor(context, loaded, linked.get(context.job.subjectId) ?? [], inputs);
           return command ? [{ index, streamId: streams[index], loaded, command, metadata: stageMetadata(context) }] : [];
         } catch (error) {
@@ -272,11 +276,32 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
         for (const { index } of commands) outcomes[index] = { ok: false, error };
       }
     }
-    await runRepeatsAlone(stage, contexts, repeats, outcomes);
     return outcomes;
   }
 
   return stage;
+}
+
+/**
+ * Whether a job makes nothing on the concept's stream as read: the concept is not active, or a
+ * later slice change has its own job, which will see this one's inputs too (only the last makes a
+ * synthesis; a requested resynthesis and a scheduled run do not wait for it).
+ */
+function leftToLaterJob(context: JobContext, { state, events }: LoadedStream<ConceptState>): boolean {
+  if (state.status !== 'active') return true;
+  if (state.resynthesisRequested || context.scheduled) return false;
+  const lastChange = events.findLast((event) => event.type === 'SummarySliceWritten' || event.type === 'SummarySliceRemoved');
+  return lastChange !== undefined && lastChange.globalPosition > context.trigger.globalPosition;
+}
+
+/** The index of each subject's job of the latest trigger in a group (a scheduled job's is 0), in the group's order. */
+function latestOfEachSubject(contexts: readonly JobContext[]): number[] {
+  const latest = new Map<string, number>();
+  for (const [index, context] of contexts.entries()) {
+    const kept = latest.get(context.job.subjectId);
+    if (kept === undefined || context.trigger.globalPosition > contexts[kept].trigger.globalPosition) latest.set(context.job.subjectId, index);
+  }
+  return [...latest.values()].sort((a, b) => a - b);
 }
 
 /** Related concepts and repository settings of a group's jobs, each read once. */

@@ -394,6 +394,42 @@ t.test('synthesize_concept: jobs run together read their concepts once and appen
   t.same(await fixture.eventsOf(streamName('concept', paris), 'ConceptSynthesized'), [], 'nothing recorded for Paris');
 });
 
+t.test("synthesize_concept: of a concept's jobs in a group only the latest trigger's decides; the others end with it, reading nothing", async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const paris = conceptIdFor(repositoryId, 'Paris', 'location');
+  const summarize = createSummarizeConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: createLocalChatModel(), settings: summarization });
+  // Two pages, each summarised: Marie Curie's slice is written twice, Paris's twice.
+  for (const [from, count] of [[1, 3], [4, 3]]) {
+    const source = await linkedSource(fixture, repositoryId, factsAbout(from, count));
+    await summarize.run(fixture.contextFor(summarize, source.trigger));
+    await fixture.settle();
+  }
+  const { chat, calls } = countingChat();
+  const { store, conceptReads } = countingStore(fixture.store);
+  const synthesize = createSynthesizeConceptStage({ store, knex: fixture.db.knex, chat, settings: synthesisSettings, summarization: { batchSize: 20 } });
+  const marieChanges = await fixture.eventsOf(streamName('concept', marie), 'SummarySliceWritten');
+  const parisChanges = await fixture.eventsOf(streamName('concept', paris), 'SummarySliceWritten');
+  t.equal(marieChanges.length, 2);
+  t.equal(parisChanges.length, 2);
+  // In claim order: Marie's first change, a scheduled run of hers, her last change; Paris's first change only (its last is in a later group).
+  const contexts = [
+    fixture.contextFor(synthesize, marieChanges[0]),
+    fixture.scheduledContextFor(synthesize, repositoryId),
+    fixture.contextFor(synthesize, marieChanges[1]),
+    fixture.contextFor(synthesize, parisChanges[0]),
+  ];
+  contexts[1] = { ...contexts[1], job: { ...contexts[1].job, subjectId: marie } };
+  const outcomes = await synthesize.runMany?.(contexts, new AbortController().signal);
+  t.same(outcomes, contexts.map(() => ({ ok: true })), 'every job succeeds');
+  t.same(calls.syntheses.map((input) => input.concept.id), [marie], 'one synthesis: Marie Curie’s, by her last change; Paris’s is left to the job of its last change');
+  t.same([...conceptReads].sort(), [streamName('concept', marie), streamName('concept', paris)].sort(), 'each concept read once, in one statement');
+  const [synthesized, ...more] = await fixture.eventsOf(streamName('concept', marie), 'ConceptSynthesized');
+  t.equal(more.length, 0);
+  t.equal(synthesized?.causationId, marieChanges[1].eventId, 'made by the job of the latest trigger');
+});
+
 t.test('summarize_concepts: the concepts of a page are summarised side by side, at most `concurrency` at once', async (t) => {
   for (const concurrency of [1, 8]) {
     const fixture = await openStageFixture(t);
