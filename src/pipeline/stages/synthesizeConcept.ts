@@ -230,8 +230,9 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
     const streams = contexts.map((context) => streamName('concept', context.job.subjectId));
     // Of a concept's jobs in the group, the one of the latest trigger decides on the stream as it
     // is now, which holds every earlier trigger, and makes what any of them would (a synthesis is
-    // made once, from the inputs of the last change): the others end with it. After a burst of
-    // slice writes a group holds tens of jobs of the concepts every page touches.
+    // made once, from the inputs of the last change): the others succeed without work (a failure
+    // of that job is its own, and its retries do theirs). After a burst of slice writes a group
+    // holds tens of jobs of the concepts every page touches.
     const latest = latestOfEachSubject(contexts);
     // The slices' Markdown is the synthesis's input; older syntheses and the vector are not read.
     const { SummarySliceWritten: _slices, ...unread } = conceptUnreadData;
@@ -241,20 +242,20 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
     );
     const loadedOf = new Map(latest.map((index) => [index, foldStream(read.get(streams[index]) ?? [], conceptDecider)]));
     // A job a later one (in another group) will decide for, or of a concept gone, reads no facts.
-    const firsts = latest.filter((index) => !leftToLaterJob(contexts[index], loadedOf.get(index) as LoadedStream<ConceptState>));
+    const deciding = latest.filter((index) => !leftToLaterJob(contexts[index], loadedOf.get(index) as LoadedStream<ConceptState>));
     const linked = await linkedFactsOf(
       deps.knex,
-      firsts.map((index) => contexts[index].job.subjectId),
+      deciding.map((index) => contexts[index].job.subjectId),
     );
     const conceptsByRepository = new Map<string, string[]>();
-    for (const index of firsts) {
+    for (const index of deciding) {
       const repositoryId = repositoryIdOf(contexts[index]);
       if (repositoryId) conceptsByRepository.set(repositoryId, [...(conceptsByRepository.get(repositoryId) ?? []), contexts[index].job.subjectId]);
     }
     const inputs = groupInputs(deps.knex, settings.max_related_concepts, conceptsByRepository);
     // The jobs' model calls run side by side, as separate jobs' would.
     const decided = await Promise.all(
-      firsts.map(async (index) => {
+      deciding.map(async (index) => {
         const context = contexts[index];
         try {
           signal.throwIfAborted();

@@ -394,7 +394,7 @@ t.test('synthesize_concept: jobs run together read their concepts once and appen
   t.same(await fixture.eventsOf(streamName('concept', paris), 'ConceptSynthesized'), [], 'nothing recorded for Paris');
 });
 
-t.test("synthesize_concept: of a concept's jobs in a group only the latest trigger's decides; the others end with it, reading nothing", async (t) => {
+t.test("synthesize_concept: of a concept's jobs in a group only the latest trigger's decides; the others succeed without reading", async (t) => {
   const fixture = await openStageFixture(t);
   const repositoryId = await fixture.createRepository();
   const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
