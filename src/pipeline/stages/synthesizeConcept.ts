@@ -140,7 +140,8 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
     const repositoryId = requireRepositoryId(context);
     const conceptId = context.job.subjectId;
     const { state } = loaded;
-    if (state.status !== 'active' || leftToLaterJob(context, loaded)) return null;
+    // runGroup left out the jobs left to a later one (leftToLaterJob); the check narrows the state.
+    if (state.status !== 'active') return null;
     const requested = state.resynthesisRequested;
     if (!requested && deps.summarization) {
       const due = planSlices(state.slices, linked.map((fact) => fact.id), deps.summarization.batchSize);
@@ -240,26 +241,33 @@ export function createSynthesizeConceptStage(deps: SynthesizeConceptDeps): Stage
       latest.map((index) => streams[index]),
       { omitData: unread },
     );
-    const loadedOf = new Map(latest.map((index) => [index, foldStream(read.get(streams[index]) ?? [], conceptDecider)]));
+    // A stream that cannot be folded fails its job alone.
+    const folded = latest.flatMap((index) => {
+      try {
+        return [{ index, loaded: foldStream(read.get(streams[index]) ?? [], conceptDecider) }];
+      } catch (error) {
+        outcomes[index] = { ok: false, error };
+        return [];
+      }
+    });
     // A job a later one (in another group) will decide for, or of a concept gone, reads no facts.
-    const deciding = latest.filter((index) => !leftToLaterJob(contexts[index], loadedOf.get(index) as LoadedStream<ConceptState>));
+    const deciding = folded.filter(({ index, loaded }) => !leftToLaterJob(contexts[index], loaded));
     const linked = await linkedFactsOf(
       deps.knex,
-      deciding.map((index) => contexts[index].job.subjectId),
+      deciding.map(({ index }) => contexts[index].job.subjectId),
     );
     const conceptsByRepository = new Map<string, string[]>();
-    for (const index of deciding) {
+    for (const { index } of deciding) {
       const repositoryId = repositoryIdOf(contexts[index]);
       if (repositoryId) conceptsByRepository.set(repositoryId, [...(conceptsByRepository.get(repositoryId) ?? []), contexts[index].job.subjectId]);
     }
     const inputs = groupInputs(deps.knex, settings.max_related_concepts, conceptsByRepository);
     // The jobs' model calls run side by side, as separate jobs' would.
     const decided = await Promise.all(
-      deciding.map(async (index) => {
+      deciding.map(async ({ index, loaded }) => {
         const context = contexts[index];
         try {
           signal.throwIfAborted();
-          const loaded = loadedOf.get(index) as LoadedStream<ConceptState>;
           const command = await decideFor(context, loaded, linked.get(context.job.subjectId) ?? [], inputs);
           return command ? [{ index, streamId: streams[index], loaded, command, metadata: stageMetadata(context) }] : [];
         } catch (error) {
