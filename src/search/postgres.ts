@@ -17,7 +17,8 @@ import {
   type KnnQuery,
   type SearchIndex,
 } from './port.js';
-import { createVectorTables, vectorLiteral, type Executor } from './postgres/vectors.js';
+import { createNeighbourGraphs } from './postgres/neighbourGraphs.js';
+import { createVectorTables, vectorLiteral, type Executor, type VectorTable } from './postgres/vectors.js';
 
 export interface PostgresSearchOptions {
   /** Whether the database has pgvector (`Database.hasVector`). Without it there is no k-NN. */
@@ -34,12 +35,34 @@ export interface PostgresSearchOptions {
    * settings are then set once for the session instead of in a transaction per query.
    */
   oneConnection?: boolean;
+  /**
+   * This process alone writes the database (the embedded tier's PGlite, one owner per data
+   * directory): k-NN candidates come from HNSW graphs in its memory, mirrored from the vector
+   * tables (`postgres/neighbourGraphs.ts`), instead of pgvector's HNSW index inside the database.
+   * Never with a database other processes write: their vectors would be missing from the graphs.
+   */
+  nearestInMemory?: boolean;
 }
 
 type Row = Record<string, unknown>;
 
 /** On one connection, outside a transaction: k-NN queries per statement (see knnManyOn). */
 export const KNN_QUERIES_PER_STATEMENT = 4;
+
+/**
+ * Candidates first asked of the graphs in memory for k neighbours: more than k, since some may be
+ * filtered out (merged, other filters) or dropped by the exact ordering; then CANDIDATES_GROWTH
+ * times as many while too few pass.
+ */
+const firstCandidateCount = (k: number) => 2 * k + 10;
+const CANDIDATES_GROWTH = 4;
+
+/** A k-NN query of knnMany, its place in the answers, and the graph's candidates (null: none asked). */
+interface Asked<Doc extends IndexedDocument> {
+  query: KnnQuery<Doc>;
+  index: number;
+  candidates: readonly string[] | null;
+}
 
 /**
  * Search on the read-model database.
@@ -60,7 +83,8 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
   const dimensions = options.hasVector && options.vectorDimensions !== undefined ? options.vectorDimensions : null;
   if (dimensions !== null) validateDimensions(dimensions);
   const registry = collectionRegistry(options.collections ?? searchCollections);
-  const vectorTables = dimensions === null ? null : createVectorTables(dimensions, { oneConnection: options.oneConnection === true });
+  const graphs = dimensions !== null && options.nearestInMemory === true ? createNeighbourGraphs(knex, dimensions) : null;
+  const vectorTables = dimensions === null ? null : createVectorTables(dimensions, { oneConnection: options.oneConnection === true, hnswIndex: graphs === null });
 
   /** The names of a hit's columns: the id and the collection's declared fields. */
   const columnNames = (collection: SearchCollection): string[] => ['id', ...Object.keys(collection.fields)];
@@ -112,70 +136,129 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     const asked = queries.map((query, index) => ({ query, index })).filter(({ query }) => !matchesNothing(query));
     const answers = queries.map((): { items: HitOf<Doc>[] } => ({ items: [] }));
     if (asked.length === 0) return answers;
-    const { table } = served.postgres;
     return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx, efSearchInStatement) => {
-      // Queries with the same restrictions (filters and ids) go in one statement: a LATERAL
-      // k-NN per row of a recordset of (query, repository, vector, k), whose inner query is
-      // ordered by distance alone so the HNSW index can serve it. One inner query and one
-      // parameter however many queries come (annotate_report sends one per sentence; a UNION
-      // of them, five parameters a query, would reach PostgreSQL's limit of 65,535). Only
-      // vectors of visible rows (not merged, passing the filters) count in the inner query, so
-      // k of them come back, even when a late vector arrived after its fact was merged and
-      // removed (Kafka: another partition). The inner query also takes the row's columns, by
-      // its primary key for each of the k vectors: joined outside, the planner guessed the
-      // LATERAL's size from nothing and hashed the whole row table per query (a scan that grew
-      // with the repository: docs/performance.md, "Fifth round"). Ties are settled on the k
-      // rows each returns.
-      const groups = new Map<string, typeof asked>();
-      for (const entry of asked) {
-        const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)]]);
-        groups.set(key, [...(groups.get(key) ?? []), entry]);
-      }
-      const perStatement = options.oneConnection === true && (trx as Knex.Transaction).isTransaction !== true ? KNN_QUERIES_PER_STATEMENT : asked.length;
-      const statements = [...groups.values()].flatMap((group) =>
-        Array.from({ length: Math.ceil(group.length / perStatement) }, (_, index) => group.slice(index * perStatement, (index + 1) * perStatement)),
-      );
-      for (const group of statements) {
-        const restrictions = group[0].query;
-        const inner = visible(
-          trx(`${vectors.table} as v`)
-            .join(`${table} as r`, 'r.id', `v.${vectors.key}`)
-            .whereRaw('v.repository_id = qv.repository_id'),
-          served,
-          'r',
-          restrictions,
-        )
-          .select(columns(trx, served, 'r'))
-          .select(trx.raw('v.embedding <=> qv.vector AS distance'))
-          .orderByRaw('v.embedding <=> qv.vector');
-        if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
-        const { sql, bindings } = inner.toSQL();
-        const recordset = JSON.stringify(group.map(({ query, index }) => ({ query_index: index, repository_id: query.repositoryId, vector: vectorLiteral(query.vector), k: query.k })));
-        // ef_search carried by the statement (one connection, outside a transaction): a
-        // transaction-local set_config outside a transaction lasts for the statement's own
-        // implicit transaction, and the recordset depends on it (LATERAL), so it is set before
-        // any HNSW scan begins and is gone when the statement ends.
-        const [recordsetSql, settingBindings] =
-          efSearchInStatement === null
-            ? ['jsonb_to_recordset(?::jsonb)', []]
-            : [
-                `(SELECT set_config('hnsw.ef_search', ?, true) AS ef_search) AS settings
-                 CROSS JOIN LATERAL jsonb_to_recordset(CASE WHEN settings.ef_search IS NOT NULL THEN ?::jsonb END)`,
-                [String(efSearchInStatement)],
-              ];
-        const from = trx.raw(
-          `${recordsetSql} AS qv(query_index integer, repository_id text, vector vector, k integer) CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`,
-          [...settingBindings, recordset, ...bindings],
-        );
-        const rows: Row[] = await trx
-          .from(from)
-          .select(columnNames(served).map((name) => `n.${name}`))
-          .select('qv.query_index', trx.raw('1 - n.distance AS score'))
-          .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'n.id' }]);
+      const answer = async (entries: readonly Asked<Doc>[]) => {
+        for (const { index } of entries) answers[index].items = [];
+        const rows = await nearestRows(trx, served, vectors, efSearchInStatement, entries);
         for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
+      };
+      if (graphs === null) {
+        await answer(asked.map((entry) => ({ ...entry, candidates: null })));
+        return answers;
+      }
+      // Queries restricted to ids compare those ids' vectors exactly; the others take candidates
+      // from the graph, widened while too few of them pass the filters and the graph has more.
+      let round = asked.map((entry) => ({ ...entry, count: entry.query.ids === undefined ? firstCandidateCount(entry.query.k) : null }));
+      while (round.length > 0) {
+        const planned = await Promise.all(
+          round.map(async (entry) => ({
+            ...entry,
+            found: entry.count === null ? null : await graphs.nearest(trx, vectors, entry.query.repositoryId, entry.query.vector, entry.count),
+          })),
+        );
+        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found?.ids ?? null })));
+        round = planned
+          .filter((entry) => entry.found !== null && entry.count !== null && !entry.found.exhausted && answers[entry.index].items.length < entry.query.k)
+          .map((entry) => ({ ...entry, count: (entry.count ?? 0) * CANDIDATES_GROWTH }));
       }
       return answers;
     });
+  }
+
+  /**
+   * The rows of k-NN queries, each tagged with its `query_index` and score, in as few statements
+   * as their restrictions allow (see knnManyOn): a LATERAL k-NN per row of a recordset of
+   * (query, repository, vector, k, candidates), whose inner query is ordered by distance alone so
+   * an HNSW index can serve it, or, with candidates from the graphs in memory, looks them up by id.
+   */
+  async function nearestRows<Doc extends IndexedDocument>(
+    trx: Executor,
+    served: SearchCollection,
+    vectors: VectorTable,
+    efSearchInStatement: number | null,
+    entries: readonly Asked<Doc>[],
+  ): Promise<Row[]> {
+    const { table } = served.postgres;
+    // Queries with the same restrictions (filters and ids) go in one statement: one inner query
+    // and one parameter however many queries come (annotate_report sends one per sentence; a
+    // UNION of them, five parameters a query, would reach PostgreSQL's limit of 65,535). Only
+    // vectors of visible rows (not merged, passing the filters) count in the inner query, so k of
+    // them come back, even when a late vector arrived after its fact was merged and removed
+    // (Kafka: another partition). The inner query also takes the row's columns, by its primary
+    // key for each of the k vectors: joined outside, the planner guessed the LATERAL's size from
+    // nothing and hashed the whole row table per query (a scan that grew with the repository:
+    // docs/performance.md, "Fifth round"). Ties are settled on the k rows each returns.
+    const groups = new Map<string, Asked<Doc>[]>();
+    for (const entry of entries) {
+      if (entry.candidates !== null && entry.candidates.length === 0) continue;
+      const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)], entry.candidates !== null]);
+      groups.set(key, [...(groups.get(key) ?? []), entry]);
+    }
+    const perStatement = options.oneConnection === true && (trx as Knex.Transaction).isTransaction !== true ? KNN_QUERIES_PER_STATEMENT : entries.length;
+    const statements = [...groups.values()].flatMap((group) =>
+      Array.from({ length: Math.ceil(group.length / perStatement) }, (_, index) => group.slice(index * perStatement, (index + 1) * perStatement)),
+    );
+    const rows: Row[] = [];
+    for (const group of statements) {
+      const restrictions = group[0].query;
+      const inner = visible(
+        trx(`${vectors.table} as v`)
+          .join(`${table} as r`, 'r.id', `v.${vectors.key}`)
+          .whereRaw('v.repository_id = qv.repository_id'),
+        served,
+        'r',
+        restrictions,
+      )
+        .select(columns(trx, served, 'r'))
+        .select(trx.raw('v.embedding <=> qv.vector AS distance'))
+        .orderByRaw('v.embedding <=> qv.vector');
+      if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
+      if (group[0].candidates !== null) inner.whereRaw(`v.?? = ANY(qv.candidates)`, [vectors.key]);
+      const { sql, bindings } = inner.toSQL();
+      const recordset = JSON.stringify(
+        group.map(({ query, index, candidates }) => ({ query_index: index, repository_id: query.repositoryId, vector: vectorLiteral(query.vector), k: query.k, candidates })),
+      );
+      // ef_search carried by the statement (one connection, outside a transaction): a
+      // transaction-local set_config outside a transaction lasts for the statement's own
+      // implicit transaction, and the recordset depends on it (LATERAL), so it is set before
+      // any HNSW scan begins and is gone when the statement ends.
+      const [recordsetSql, settingBindings] =
+        efSearchInStatement === null
+          ? ['jsonb_to_recordset(?::jsonb)', []]
+          : [
+              `(SELECT set_config('hnsw.ef_search', ?, true) AS ef_search) AS settings
+               CROSS JOIN LATERAL jsonb_to_recordset(CASE WHEN settings.ef_search IS NOT NULL THEN ?::jsonb END)`,
+              [String(efSearchInStatement)],
+            ];
+      const from = trx.raw(
+        `${recordsetSql} AS qv(query_index integer, repository_id text, vector vector, k integer, candidates text[]) CROSS JOIN LATERAL (${sql} LIMIT qv.k) AS n`,
+        [...settingBindings, recordset, ...bindings],
+      );
+      rows.push(
+        ...(await trx
+          .from(from)
+          .select(columnNames(served).map((name) => `n.${name}`))
+          .select('qv.query_index', trx.raw('1 - n.distance AS score'))
+          .orderBy([{ column: 'qv.query_index' }, { column: 'n.distance' }, { column: 'n.id' }])),
+      );
+    }
+    return rows;
+  }
+
+  /** Sets (numbers) or removes (null) the vectors of a collection with vectors, in its table and, once committed, in the graphs. */
+  async function writeVectors(executor: Executor, served: SearchCollection, items: readonly { id: string; repository_id: string; vector?: number[] | null }[]): Promise<void> {
+    const vectors = served.postgres.vectors;
+    if (vectorTables === null || vectors === undefined) return;
+    await vectorTables.write(executor, vectors, items);
+    graphs?.written(executor, vectors, items);
+  }
+
+  /** Removes the vectors of `ids`, or of the whole repository (null), in the table and, once committed, in the graphs. */
+  async function removeVectors(executor: Executor, served: SearchCollection, repositoryId: string, ids: readonly string[] | null): Promise<void> {
+    const vectors = served.postgres.vectors;
+    if (vectorTables === null || vectors === undefined) return;
+    await vectorTables.remove(executor, vectors, repositoryId, ids);
+    graphs?.removed(executor, vectors, repositoryId, ids);
   }
 
   function view(executor: Executor): SearchIndex {
@@ -231,27 +314,27 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         const served = registry.resolve(collection);
         const checked = normaliseDocuments(collection, docs, dimensions);
         // Text lives in the read model (its projection's); only vectors are this adapter's.
-        if (vectorTables !== null && served.postgres.vectors) await vectorTables.write(executor, served.postgres.vectors, checked);
+        await writeVectors(executor, served, checked);
       },
 
       async update(collection, updates) {
         const served = registry.resolve(collection);
         const checked = normaliseUpdates(collection, updates, dimensions);
         // Fields and lists live in the read model; only vectors are this adapter's.
-        if (vectorTables !== null && served.postgres.vectors) await vectorTables.write(executor, served.postgres.vectors, checked);
+        await writeVectors(executor, served, checked);
       },
 
       async remove(collection, repositoryId, ids) {
         const served = registry.resolve(collection);
         validateRemoval(repositoryId, ids);
-        if (vectorTables !== null && served.postgres.vectors) await vectorTables.remove(executor, served.postgres.vectors, repositoryId, ids);
+        await removeVectors(executor, served, repositoryId, ids);
       },
 
       async removeRepository(repositoryId) {
         validateRepositoryRemoval(repositoryId);
         // The rows belong to their projections; only the vectors are this adapter's.
         for (const served of registry.all) {
-          if (vectorTables !== null && served.postgres.vectors) await vectorTables.remove(executor, served.postgres.vectors, repositoryId, null);
+          await removeVectors(executor, served, repositoryId, null);
         }
       },
 

@@ -39,6 +39,16 @@ t.test('contract: the same with the k-NN settings of one connection (as the embe
   ),
 );
 
+t.test('contract: the same with k-NN candidates from the graphs in memory (as the embedded tier wires it)', async (t) =>
+  searchContract(
+    t,
+    sharedHarness(t, async () => {
+      const db = await openVectorPglite();
+      return postgresHarnessOver(db, createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS, oneConnection: true, nearestInMemory: true }));
+    }),
+  ),
+);
+
 t.test('fact_vectors is created on first use with an HNSW cosine index', async (t) => {
   const db = await openVectorPglite();
   t.teardown(() => db.close());

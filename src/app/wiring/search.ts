@@ -46,6 +46,12 @@ export async function openSearch(config: Config, db: Database, embedder: Embedde
       close: () => opensearch.close(),
     };
   }
-  const postgres = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions, oneConnection: db.kind === 'pglite' });
+  const postgres = createPostgresSearchIndex(db.knex, {
+    hasVector: db.hasVector,
+    vectorDimensions: dimensions,
+    oneConnection: db.kind === 'pglite',
+    // The embedded data directory has one owner (src/db/dataDirLock.ts): this process writes every vector.
+    nearestInMemory: db.kind === 'pglite',
+  });
   return { index: postgres, hybrid: withHybrid(postgres), rebuildStrategies: () => new Map(), close: async () => undefined };
 }

@@ -24,9 +24,13 @@ const DEFAULT_EF_SEARCH = 40;
  * The vector tables of the Postgres adapter, one per collection with vectors: created on first
  * use with an HNSW cosine index, written, cleared, and searched with the HNSW settings k-NN
  * needs. One embedding model per deployment, so one dimension for every table.
+ *
+ * With `hnswIndex: false` (the graphs in memory answer k-NN, `neighbourGraphs.ts`) a table has no
+ * HNSW index (one left by an earlier version is dropped): k-NN statements then look vectors up
+ * by id, and keeping that index cost each insert a walk of the graph inside the database.
  */
-
-export function createVectorTables(dimensions: number, options: { oneConnection?: boolean } = {}) {
+export function createVectorTables(dimensions: number, options: { oneConnection?: boolean; hnswIndex?: boolean } = {}) {
+  const hnswIndex = options.hnswIndex !== false;
   const settled = new Map<string, { iterativeScan: boolean }>();
   const inFlight = new Map<string, Promise<{ iterativeScan: boolean }>>();
   /** On one connection: the session's HNSW setting, set once (see nearest). */
@@ -81,8 +85,9 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
         embedding vector(${dimensions}) NOT NULL
       )`);
       await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_repository ON ${table} (repository_id)`);
-      await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_embedding ON ${table} USING hnsw (embedding vector_cosine_ops)`);
+      if (hnswIndex) await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_embedding ON ${table} USING hnsw (embedding vector_cosine_ops)`);
     }
+    if (!hnswIndex) await executor.raw(`DROP INDEX IF EXISTS ${table}_embedding`);
     // Iterative HNSW scans (pgvector 0.8) keep scanning until k rows pass the repository filter.
     const version = await executor.raw(`SELECT extversion FROM pg_extension WHERE extname = 'vector'`);
     const [major, minor] = String(version.rows[0]?.extversion ?? '0.0').split('.').map(Number);
@@ -168,6 +173,8 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
      */
     nearest<T>(executor: Executor, vectors: VectorTable, k: number, body: (trx: Executor, efSearchInStatement: number | null) => Promise<T>): Promise<T> {
       return withTable(executor, vectors, async ({ iterativeScan }) => {
+        // No HNSW index: nothing for its settings to steer.
+        if (!hnswIndex) return body(executor, null);
         const inTransaction = (executor as Knex.Transaction).isTransaction === true;
         if (options.oneConnection && !inTransaction) {
           if (iterativeScan) {

@@ -1,0 +1,226 @@
+import type { Knex } from 'knex';
+import { Index, MetricKind, ScalarKind } from 'usearch';
+import type { Executor, VectorTable } from './vectors.js';
+
+/**
+ * HNSW graphs in this process's memory, one per vector table and repository, mirroring the
+ * vector tables of the Postgres adapter (`vectors.ts`) on a database that this process alone
+ * writes (the embedded tier's PGlite, whose data directory has one owner).
+ *
+ * Why: pgvector's HNSW index runs inside PGlite, on the one thread every statement of the
+ * service shares, compiled to WebAssembly. Inserting a page's twelve vectors and the
+ * deduplication's twelve k-NN queries took about 76 ms of that thread per page
+ * (docs/performance.md, "Eleventh round"); here (usearch, native) they take well under a
+ * millisecond each, on the caller's thread.
+ *
+ * The graphs only propose candidates: the adapter reads the candidates' rows and exact distances
+ * from the vector table and the read model (visibility, filters, ordering), so a graph that holds
+ * a vector the table lost (a write whose outer transaction rolled back after a savepoint was
+ * released) or an older vector of an id costs a candidate, never a wrong answer.
+ *
+ * A graph is loaded from its table on first use and then follows every write the adapter makes.
+ * A vector set is in the graph at once, so a k-NN inside the writing transaction finds it as the
+ * table does; if that transaction rolls back, the ids are read again from the table. A removal
+ * takes effect when its transaction commits: a k-NN before then still finds the vector, as the
+ * table still has it. Writes made while a graph loads win over the rows the load reads,
+ * whichever came first: a write that committed before the load's read carries that read's vector.
+ */
+
+/** usearch's HNSW parameters: its defaults for the graph's degree, a wider beam than its default. */
+const CONNECTIVITY = 16;
+const EXPANSION_ADD = 128;
+const EXPANSION_SEARCH = 64;
+
+/** The nearest ids of a graph, nearest first, and whether the graph has no more to give. */
+export interface Candidates {
+  ids: string[];
+  exhausted: boolean;
+}
+
+/** One repository's vectors of one table: the usearch index and the mapping of ids to its integer keys. */
+class NeighbourGraph {
+  private readonly index: Index;
+  private readonly keyOf = new Map<string, bigint>();
+  private readonly idOf = new Map<bigint, string>();
+  private nextKey = 0n;
+  /** Ids written while the graph loads (see load); null once loaded. */
+  private writtenWhileLoading: Set<string> | null = new Set();
+
+  constructor(dimensions: number) {
+    this.index = new Index({
+      dimensions,
+      metric: MetricKind.Cos,
+      quantization: ScalarKind.F32,
+      connectivity: CONNECTIVITY,
+      expansion_add: EXPANSION_ADD,
+      expansion_search: EXPANSION_SEARCH,
+      multi: false,
+    });
+  }
+
+  /** Sets an id's vector. A new key each time: usearch removes by marking, so a key is never reused. */
+  set(id: string, vector: Float32Array): void {
+    this.writtenWhileLoading?.add(id);
+    this.unset(id);
+    const key = this.nextKey++;
+    // One thread: a page's vectors are a few, and the service's other work needs the second core.
+    this.index.add(key, vector, 1);
+    this.keyOf.set(id, key);
+    this.idOf.set(key, id);
+  }
+
+  remove(id: string): void {
+    this.writtenWhileLoading?.add(id);
+    this.unset(id);
+  }
+
+  private unset(id: string): void {
+    const key = this.keyOf.get(id);
+    if (key === undefined) return;
+    this.index.remove(key);
+    this.keyOf.delete(id);
+    this.idOf.delete(key);
+  }
+
+  /** The table's rows as read by the load; ids written since the load began keep their writes. */
+  loaded(rows: readonly { id: string; vector: Float32Array }[]): void {
+    const written = this.writtenWhileLoading ?? new Set<string>();
+    this.writtenWhileLoading = null;
+    for (const row of rows) if (!written.has(row.id)) this.set(row.id, row.vector);
+  }
+
+  nearest(vector: Float32Array, count: number): Candidates {
+    if (this.keyOf.size === 0) return { ids: [], exhausted: true };
+    const matches = this.index.search(vector, Math.min(count, this.keyOf.size), 1);
+    const ids: string[] = [];
+    for (const key of matches.keys) {
+      const id = this.idOf.get(key);
+      if (id !== undefined) ids.push(id);
+    }
+    return { ids, exhausted: count >= this.keyOf.size };
+  }
+
+  get size(): number {
+    return this.keyOf.size;
+  }
+}
+
+/** Runs `apply` once the executor's transaction commits (at once outside one), `undo` if it rolls back. */
+function onOutcome(executor: Executor, apply: () => void, undo: () => void): void {
+  const transaction = executor as Knex.Transaction;
+  if (transaction.isTransaction !== true) {
+    apply();
+    return;
+  }
+  // executionPromise settles when the transaction commits or rolls back.
+  transaction.executionPromise.then(apply, undo);
+}
+
+/** pgvector's text form `[1,2,3]`, as the load reads it. */
+function parseVector(text: string): Float32Array {
+  return Float32Array.from(text.slice(1, -1).split(','), Number);
+}
+
+export function createNeighbourGraphs(knex: Knex, dimensions: number) {
+  /** Per table, per repository: the graph, or its load in flight. */
+  const graphs = new Map<string, Map<string, { graph: NeighbourGraph; ready: Promise<NeighbourGraph> }>>();
+
+  const graphsOf = (table: string) => {
+    let byRepository = graphs.get(table);
+    if (!byRepository) graphs.set(table, (byRepository = new Map()));
+    return byRepository;
+  };
+
+  /** The graph writes go to: the loaded or loading one; none when nothing asked for the repository yet (its load will read the table). */
+  const existing = (table: string, repositoryId: string) => graphs.get(table)?.get(repositoryId)?.graph;
+
+  /** The repository's graph, loaded from the table the first time it is asked for. */
+  function graphFor(executor: Executor, { table, key }: VectorTable, repositoryId: string): Promise<NeighbourGraph> {
+    const byRepository = graphsOf(table);
+    const known = byRepository.get(repositoryId);
+    if (known) return known.ready;
+    const graph = new NeighbourGraph(dimensions);
+    const ready = (async () => {
+      const rows: { id: string; embedding: string }[] = (
+        await executor.raw(`SELECT ?? AS id, embedding::text AS embedding FROM ?? WHERE repository_id = ?`, [key, table, repositoryId])
+      ).rows;
+      graph.loaded(rows.map((row) => ({ id: row.id, vector: parseVector(row.embedding) })));
+      return graph;
+    })();
+    const entry = { graph, ready };
+    byRepository.set(repositoryId, entry);
+    // A failed load is forgotten (with the writes applied to its graph: the table has them): the next query loads again.
+    ready.catch(() => {
+      if (byRepository.get(repositoryId) === entry) byRepository.delete(repositoryId);
+    });
+    return ready;
+  }
+
+  /**
+   * After a rollback, the rolled-back vectors' ids as the table has them again. A failure to read
+   * leaves a graph with vectors the table lacks: candidates the adapter's exact read drops.
+   */
+  async function reread({ table, key }: VectorTable, items: readonly { id: string; repository_id: string }[]): Promise<void> {
+    if (items.length === 0) return;
+    try {
+      const rows: { id: string; repository_id: string; embedding: string }[] = (
+        await knex.raw(`SELECT ?? AS id, repository_id, embedding::text AS embedding FROM ?? WHERE ?? = ANY(?)`, [key, table, key, items.map((item) => item.id)])
+      ).rows;
+      const stored = new Map(rows.map((row) => [row.id, row]));
+      for (const item of items) {
+        const row = stored.get(item.id);
+        const graph = existing(table, item.repository_id);
+        if (row === undefined || row.repository_id !== item.repository_id) graph?.remove(item.id);
+        else graph?.set(item.id, parseVector(row.embedding));
+      }
+    } catch {
+      // The table itself rolled back with the transaction that created it, or the database closed.
+    }
+  }
+
+
+  return {
+    /** Up to `count` ids nearest to `vector` in the repository's graph, nearest first (approximate). */
+    async nearest(executor: Executor, vectors: VectorTable, repositoryId: string, vector: readonly number[], count: number): Promise<Candidates> {
+      const graph = await graphFor(executor, vectors, repositoryId);
+      return graph.nearest(Float32Array.from(vector), count);
+    },
+
+    /** Follows `VectorTables.write`: vectors set (numbers) at once, removed (null) once the executor's transaction commits. */
+    written(executor: Executor, vectors: VectorTable, items: readonly { id: string; repository_id: string; vector?: number[] | null }[]): void {
+      const set = items.filter((item): item is typeof item & { vector: number[] } => Array.isArray(item.vector));
+      for (const item of set) existing(vectors.table, item.repository_id)?.set(item.id, Float32Array.from(item.vector));
+      const removedIds = items.filter((item) => item.vector === null);
+      onOutcome(
+        executor,
+        () => {
+          for (const item of removedIds) existing(vectors.table, item.repository_id)?.remove(item.id);
+        },
+        () => void reread(vectors, set),
+      );
+    },
+
+    /** Follows `VectorTables.remove`: the ids' vectors, or the whole repository's (null), once the executor's transaction commits. */
+    removed(executor: Executor, { table }: VectorTable, repositoryId: string, ids: readonly string[] | null): void {
+      onOutcome(
+        executor,
+        () => {
+          if (ids === null) {
+            graphs.get(table)?.delete(repositoryId);
+            return;
+          }
+          const graph = existing(table, repositoryId);
+          for (const id of ids) graph?.remove(id);
+        },
+        () => undefined,
+      );
+    },
+
+    /** The vectors held for a repository (tests and diagnostics); null when its graph is not loaded. */
+    sizeOf(table: string, repositoryId: string): number | null {
+      return existing(table, repositoryId)?.size ?? null;
+    },
+  };
+}
+
+export type NeighbourGraphs = ReturnType<typeof createNeighbourGraphs>;

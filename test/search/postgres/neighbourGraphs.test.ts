@@ -1,0 +1,162 @@
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { createPostgresSearchIndex } from '../../../src/search/postgres.js';
+import { createNeighbourGraphs } from '../../../src/search/postgres/neighbourGraphs.js';
+import { facts } from '../../../src/search/collections/index.js';
+import { DIMENSIONS, fact } from '../contract.js';
+import { insertFacts, openVectorPglite } from '../helpers.js';
+import type { Database } from '../../../src/db/database.js';
+import type { FactDocument } from '../../../src/search/collections/facts.js';
+
+/** The embedded tier's wiring: one connection, k-NN candidates from the graphs in memory. */
+const inMemory = (db: Database) => createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection: true, nearestInMemory: true });
+
+const cosine = (a: readonly number[], b: readonly number[]) => {
+  let dot = 0;
+  let normA = 0;
+  let normB = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i] * b[i];
+    normA += a[i] * a[i];
+    normB += b[i] * b[i];
+  }
+  return dot / Math.sqrt(normA * normB);
+};
+
+/** A deterministic spread of vectors (no two alike, none all zeros). */
+const spread = (n: number) => [Math.cos(n * 1.7) + 0.01 * n, Math.sin(n * 0.9), Math.cos(n * 0.31) * 0.5, 1 + Math.sin(n * 2.3) * 0.8];
+
+const indexedFacts = async (db: Database, index: ReturnType<typeof inMemory>, repositoryId: string, count: number, extra: (n: number) => Partial<FactDocument> = () => ({})) => {
+  const docs = Array.from({ length: count }, (_, n) => fact(repositoryId, `Fact ${n} of ${repositoryId}.`, { vector: spread(n), ...extra(n) }));
+  await insertFacts(db, docs);
+  await index.index(facts, docs);
+  return docs;
+};
+
+t.test('the vector table gets no HNSW index, and one left by an earlier version is dropped', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const indexNames = async () => (await db.knex.raw(`SELECT indexname FROM pg_indexes WHERE tablename = 'fact_vectors' ORDER BY 1`)).rows.map((row: { indexname: string }) => row.indexname);
+  // An earlier version's table, with pgvector's HNSW index.
+  const withHnsw = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection: true });
+  await indexedFacts(db, withHnsw, 'repo-a', 3);
+  t.ok((await indexNames()).includes('fact_vectors_embedding'), 'the earlier version built the HNSW index');
+  const index = inMemory(db);
+  const found = await index.knn(facts, { repositoryId: 'repo-a', vector: spread(1), k: 1 });
+  t.same(found.items.map((item) => item.content), ['Fact 1 of repo-a.'], 'the vectors written before are found (the graph loads the table)');
+  t.same(await indexNames(), ['fact_vectors_pkey', 'fact_vectors_repository'], 'the HNSW index is gone');
+
+  const fresh = await openVectorPglite();
+  t.teardown(() => fresh.close());
+  await indexedFacts(fresh, inMemory(fresh), 'repo-b', 2);
+  const created = (await fresh.knex.raw(`SELECT indexname FROM pg_indexes WHERE tablename = 'fact_vectors' ORDER BY 1`)).rows.map((row: { indexname: string }) => row.indexname);
+  t.same(created, ['fact_vectors_pkey', 'fact_vectors_repository'], 'a new table is created without one');
+});
+
+t.test('answers as an exact search would: the nearest by cosine, each query in the statement looking its candidates up by id', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = inMemory(db);
+  const repositoryId = `repo-${randomUUID()}`;
+  const docs = await indexedFacts(db, index, repositoryId, 400);
+  await indexedFacts(db, index, `other-${randomUUID()}`, 50);
+  const queries = Array.from({ length: 12 }, (_, n) => ({ repositoryId, vector: spread(1000 + n * 7), k: 8 }));
+  const statements: string[] = [];
+  const record = (query: { sql: string }) => statements.push(query.sql);
+  db.knex.on('query', record);
+  const answers = await index.knnMany(facts, queries);
+  db.knex.removeListener('query', record);
+  for (const [position, query] of queries.entries()) {
+    const exact = [...docs].sort((a, b) => cosine(b.vector as number[], query.vector) - cosine(a.vector as number[], query.vector)).slice(0, query.k);
+    t.same(answers[position].items.map((item) => item.id), exact.map((doc) => doc.id), `query ${position}: the exact nearest, nearest first`);
+    t.ok(Math.abs(answers[position].items[0].score - cosine(exact[0].vector as number[], query.vector)) < 1e-5, `query ${position}: the score is the cosine similarity`);
+  }
+  const knnStatements = statements.filter((sql) => sql.includes('jsonb_to_recordset'));
+  t.ok(knnStatements.length > 0 && knnStatements.every((sql) => sql.includes('= ANY(qv.candidates)')), 'each statement looks its candidates up');
+  t.notOk(statements.some((sql) => /hnsw\./.test(sql)), 'no HNSW setting is sent');
+});
+
+t.test('widens its candidates while too few pass the filters, and returns fewer only when none are left', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = inMemory(db);
+  const repositoryId = `repo-${randomUUID()}`;
+  // 300 tables near the query, 5 texts far from it: the first candidates are all tables.
+  const near = Array.from({ length: 300 }, (_, n) => fact(repositoryId, `Near ${n}.`, { fact_kind: 'table', vector: [1, 0.001 * n, 0, 0] }));
+  const far = Array.from({ length: 5 }, (_, n) => fact(repositoryId, `Far ${n}.`, { fact_kind: 'text', vector: [0, 1, 0.1 * n, 0] }));
+  await insertFacts(db, [...near, ...far]);
+  await index.index(facts, [...near, ...far]);
+  const texts = await index.knn(facts, { repositoryId, vector: [1, 0, 0, 0], k: 5, filters: { fact_kind: 'text' } });
+  t.same(texts.items.map((item) => item.content).sort(), far.map((doc) => doc.content).sort(), 'the five texts, found past 300 nearer tables');
+  const more = await index.knn(facts, { repositoryId, vector: [1, 0, 0, 0], k: 9, filters: { fact_kind: 'text' } });
+  t.equal(more.items.length, 5, 'no more than there are');
+  // Merged facts are hidden: their rows say so, whatever the graph holds.
+  await db.knex('facts').where({ repository_id: repositoryId }).whereIn('id', near.slice(0, 10).map((doc) => doc.id)).update({ status: 'merged' });
+  const unmerged = await index.knn(facts, { repositoryId, vector: [1, 0, 0, 0], k: 3 });
+  t.same(unmerged.items.map((item) => item.content), ['Near 10.', 'Near 11.', 'Near 12.'], 'merged facts skipped, k found');
+  const restricted = await index.knn(facts, { repositoryId, vector: [1, 0, 0, 0], k: 2, ids: [far[3].id, near[200].id, far[0].id] });
+  t.same(restricted.items.map((item) => item.content), ['Near 200.', 'Far 0.'], 'a query restricted to ids compares exactly those');
+});
+
+t.test('follows writes: set at once, removed on commit, put back from the table when a transaction rolls back', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = inMemory(db);
+  const repositoryId = `repo-${randomUUID()}`;
+  // Enough facts that the graph's candidates for a query are its neighbourhood, not every fact.
+  const [first, second, third] = await indexedFacts(db, index, repositoryId, 200);
+  const nearestTo = async (vector: number[]) => (await index.knn(facts, { repositoryId, vector, k: 1 })).items.map((item) => item.id);
+  t.same(await nearestTo(spread(0)), [first.id], 'loaded');
+
+  // A new vector for `first`, found inside its transaction; that transaction rolls back.
+  await t.rejects(
+    db.knex.transaction(async (trx) => {
+      const view = index.withinTransaction!(trx);
+      await view.update(facts, [{ id: first.id, repository_id: repositoryId, vector: [0, 0, -1, 0] }]);
+      t.same(await view.knn(facts, { repositoryId, vector: [0, 0, -1, 0], k: 1 }).then((found) => found.items.map((item) => item.id)), [first.id], 'found inside its transaction');
+      throw new Error('the batch failed');
+    }),
+    /the batch failed/,
+  );
+  // The graph reads the rolled-back id again from the table; a k-NN after that finds the old vector.
+  let back: string[] = [];
+  for (let attempt = 0; attempt < 50 && back[0] !== first.id; attempt++) back = await nearestTo(spread(0));
+  t.same(back, [first.id], 'the stored vector is the one the graph holds again');
+  const scored = await index.knn(facts, { repositoryId, vector: spread(0), k: 1 });
+  t.ok(scored.items[0].score > 0.9999, 'and its score is the stored vector’s');
+
+  // A removal rolled back leaves the vector; one committed takes it.
+  await t.rejects(
+    db.knex.transaction(async (trx) => {
+      await index.withinTransaction!(trx).remove(facts, repositoryId, [second.id]);
+      throw new Error('again');
+    }),
+    /again/,
+  );
+  t.same(await nearestTo(spread(1)), [second.id], 'a rolled-back removal leaves the vector');
+  await db.knex.transaction((trx) => index.withinTransaction!(trx).remove(facts, repositoryId, [second.id]));
+  t.notSame(await nearestTo(spread(1)), [second.id], 'a committed removal takes it');
+  t.same(await nearestTo(spread(2)), [third.id], 'and leaves the others');
+  await index.removeRepository(repositoryId);
+  t.same(await nearestTo(spread(0)), [], 'removing the repository empties its graph');
+  const graphs = createNeighbourGraphs(db.knex, DIMENSIONS);
+  t.equal(graphs.sizeOf('fact_vectors', repositoryId), null, 'a graph is loaded only when asked for');
+});
+
+t.test('a write made while a graph loads wins over the row the load reads', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = inMemory(db);
+  const repositoryId = `repo-${randomUUID()}`;
+  const [doc] = await indexedFacts(db, index, repositoryId, 1);
+  const graphs = createNeighbourGraphs(db.knex, DIMENSIONS);
+  const table = { table: 'fact_vectors', key: 'fact_id' };
+  // The load starts (its read is queued on the connection); the write lands before it is applied.
+  const loading = graphs.nearest(db.knex, table, repositoryId, [0, 0, 0, 1], 1);
+  graphs.written(db.knex, table, [{ id: doc.id, repository_id: repositoryId, vector: [0, 0, 0, 1] }, { id: 'late', repository_id: repositoryId, vector: [0, 0, 1, 0] }]);
+  t.same((await loading).ids, [doc.id], 'the written vector, not the row read');
+  t.equal(graphs.sizeOf('fact_vectors', repositoryId), 2);
+  graphs.written(db.knex, table, [{ id: 'late', repository_id: repositoryId, vector: null }]);
+  t.equal(graphs.sizeOf('fact_vectors', repositoryId), 1, 'a vector set to null leaves the graph');
+  t.same(await graphs.nearest(db.knex, table, repositoryId, [0, 0, 1, 0], 5), { ids: [doc.id], exhausted: true });
+});
