@@ -23,7 +23,7 @@ import { scheduledJobContext } from '../helpers/jobContext.js';
 import { factIdFor } from '../../src/pipeline/stages/sourceDecomposition.js';
 import { JobRepository } from '../../src/pipeline/jobs.js';
 import type { JobContext, Stage } from '../../src/pipeline/types.js';
-import { createPostgresSearchIndex } from '../../src/search/postgres.js';
+import { postgresSearchIndexOn } from '../../src/app/wiring/search.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { withOverrides } from '../eventstore/contract.js';
 import { migrateEmbeddedSchema } from '../helpers/schema.js';
@@ -106,7 +106,8 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
   const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
   await migrateEmbeddedSchema(db.knex);
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
-  const search = createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions });
+  // As the embedded tier wires it: k-NN from the graphs in this process.
+  const search = postgresSearchIndexOn(db, dimensions);
   const runner = new ProjectionRunner(store, db, [...readModelProjections, createSearchIndexProjection(search)], { retryBaseMs: 20 });
   await runner.start();
   t.teardown(async () => {

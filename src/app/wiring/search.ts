@@ -46,12 +46,16 @@ export async function openSearch(config: Config, db: Database, embedder: Embedde
       close: () => opensearch.close(),
     };
   }
-  const postgres = createPostgresSearchIndex(db.knex, {
-    hasVector: db.hasVector,
-    vectorDimensions: dimensions,
-    oneConnection: db.kind === 'pglite',
-    // The embedded data directory has one owner (src/db/dataDirLock.ts): this process writes every vector.
-    nearestInMemory: db.kind === 'pglite',
-  });
+  const postgres = postgresSearchIndexOn(db, dimensions);
   return { index: postgres, hybrid: withHybrid(postgres), rebuildStrategies: () => new Map(), close: async () => undefined };
+}
+
+/**
+ * The Postgres search index as a tier wires it on `db`: on PGlite, one connection and k-NN from
+ * graphs in the process (the embedded data directory has one owner, src/db/dataDirLock.ts, so
+ * this process writes every vector); on a server, pgvector's index where it is installed.
+ */
+export function postgresSearchIndexOn(db: Database, dimensions: number): SearchIndex {
+  const embedded = db.kind === 'pglite';
+  return createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: dimensions, oneConnection: embedded, nearestInMemory: embedded });
 }
