@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { createPostgresSearchIndex } from '../../../src/search/postgres.js';
 import { createNeighbourGraphs } from '../../../src/search/postgres/neighbourGraphs.js';
 import { facts } from '../../../src/search/collections/index.js';
+import { cosineSimilarity } from '../../../src/interchange/vectors.js';
 import { DIMENSIONS, fact } from '../contract.js';
 import { insertFacts, openVectorPglite } from '../helpers.js';
 import type { Database } from '../../../src/db/database.js';
@@ -11,17 +12,7 @@ import type { FactDocument } from '../../../src/search/collections/facts.js';
 /** The embedded tier's wiring: one connection, k-NN candidates from the graphs in memory. */
 const inMemory = (db: Database) => createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection: true, nearestInMemory: true });
 
-const cosine = (a: readonly number[], b: readonly number[]) => {
-  let dot = 0;
-  let normA = 0;
-  let normB = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i] * b[i];
-    normA += a[i] * a[i];
-    normB += b[i] * b[i];
-  }
-  return dot / Math.sqrt(normA * normB);
-};
+const cosine = cosineSimilarity;
 
 /** A deterministic spread of vectors (no two alike, none all zeros). */
 const spread = (n: number) => [Math.cos(n * 1.7) + 0.01 * n, Math.sin(n * 0.9), Math.cos(n * 0.31) * 0.5, 1 + Math.sin(n * 2.3) * 0.8];
