@@ -19,7 +19,7 @@
  *
  * Environment: BENCH_PARTS (ingest,openai,corpus,search), BENCH_DOCS (1000), BENCH_SENTENCES (12),
  * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
- * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_BATCH (0; n adds n documents at a time, each batch waited for), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
+ * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_BATCH (0; n adds n documents at a time, each batch waited for), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times), BENCH_PROBE_DUMP (a file for every search probe's start and time). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
  * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
@@ -267,6 +267,9 @@ interface IngestResult {
 function startProber(service: ServiceProcess, repositoryId: () => string | null) {
   const healthz: number[] = [];
   const search: number[] = [];
+  /** Every search probe's start (ms since the prober started) and time, for BENCH_PROBE_DUMP. */
+  const searchTimes: Array<[at: number, ms: number]> = [];
+  const proberStart = performance.now();
   const words = ['telescope', 'glacier', 'Lisbon', 'engine', 'Berg harbour', 'orchid', 'Turin bridge', 'clock'];
   let running = true;
   const loop = (async () => {
@@ -281,6 +284,7 @@ function startProber(service: ServiceProcess, repositoryId: () => string | null)
         const reply = await service.api('GET', `/api/v1/repositories/${repository}/facts?query=${encodeURIComponent(words[round % words.length] as string)}&limit=20`);
         if (reply.status !== 200) throw new Error(`probe search: ${reply.status} ${JSON.stringify(reply.body)}`);
         search.push(performance.now() - started);
+        searchTimes.push([started - proberStart, performance.now() - started]);
       }
       await sleep(100);
     }
@@ -289,6 +293,7 @@ function startProber(service: ServiceProcess, repositoryId: () => string | null)
     async stop() {
       running = false;
       await loop;
+      if (process.env.BENCH_PROBE_DUMP) writeFileSync(process.env.BENCH_PROBE_DUMP, JSON.stringify({ search: searchTimes }));
       return { healthz: summary(healthz), search: summary(search) };
     },
   };
