@@ -70,6 +70,8 @@ interface Worker {
   consecutiveFailures: number;
   /** Bumped whenever the projection is halted or resumed, so a batch begun before is not credited to it. */
   generation: number;
+  /** What applying one of its events has cost lately, in ms (see noteCost); null until known. */
+  msPerEvent: number | null;
   /** Set while rebuild() waits for this projection. */
   rebuild: { target: number; onProgress?: (done: number, total: number) => void; resolve: () => void; reject: (error: Error) => void } | null;
 }
@@ -96,6 +98,11 @@ interface PositionWaiter {
   resolve: () => void;
   timer: NodeJS.Timeout;
 }
+
+/** About how long a part of one projection's events may hold PGlite's connection (see applyShared). */
+const PART_BUDGET_MS = 25;
+/** The fewest events a run must have to tell the projection's cost per event (see noteCost). */
+const COST_SAMPLE_MIN_EVENTS = 20;
 
 /** What one projection's part of a shared batch came to. */
 type BatchOutcome = { kind: 'applied' } | { kind: 'moved'; stored: number } | { kind: 'failed'; error: unknown };
@@ -136,6 +143,7 @@ export class ProjectionRunner implements ReadModelRunner {
         retryTimer: null,
         consecutiveFailures: 0,
         generation: 0,
+        msPerEvent: null,
         rebuild: null,
       });
     }
@@ -445,11 +453,18 @@ export class ProjectionRunner implements ReadModelRunner {
    * The batch for every fed projection in one transaction; on failure, one transaction each.
    *
    * On PGlite a transaction holds the one connection until it ends, and a batch of a busy
-   * pipeline holds it for hundreds of milliseconds (HNSW inserts of many vectors), while a
-   * request waits. So when a request waits (`Database.requestsWaiting`) after a projection has
-   * applied its part, the transaction commits what it has (those projections' writes and
-   * checkpoints: each still exactly once) and the rest of the batch follows in a new one, which
-   * queues behind the request. Projections that start work commit last (Projection.startsWork).
+   * pipeline holds it for hundreds of milliseconds, while a request waits. So when a request
+   * waits (`Database.requestsWaiting`) after a projection has applied its part, the transaction
+   * commits what it has (those projections' writes and checkpoints: each still exactly once)
+   * and the rest of the batch follows in a new one, which queues behind the request.
+   * Projections that start work commit last (Projection.startsWork).
+   *
+   * One projection's part can be long too: a summary pass appends a slice event for every
+   * concept, and the `summaries` projection took 200–360 ms over 400 of them
+   * (docs/performance.md, "Eleventh round"). So a projection's events go in parts of about
+   * PART_BUDGET_MS each, by what its events have cost so far (`partSize`), and when a request
+   * waits after a part, the transaction commits with that projection's checkpoint at the part's
+   * last event: as if the subscription had delivered a smaller batch.
    */
   private async applyShared(fed: readonly Worker[], batch: readonly RecordedEvent[], last: number): Promise<Map<Worker, BatchOutcome>> {
     const outcomes = new Map<Worker, BatchOutcome>();
@@ -457,18 +472,24 @@ export class ProjectionRunner implements ReadModelRunner {
     if (fed.length > 1 && this.canApplyOptimistically(fed)) {
       try {
         while (pending.length > 0) {
-          const applied = await this.db.knex.transaction(async (trx) => {
-            const slice: Worker[] = [];
+          const generations = new Map(pending.map((worker) => [worker, worker.generation]));
+          const { whole, partial } = await this.db.knex.transaction(async (trx) => {
+            const applied: Worker[] = [];
+            let cut: { worker: Worker; through: number } | null = null;
             for (const worker of pending) {
-              if (slice.length > 0 && this.db.requestsWaiting?.() === true) break;
-              await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
-              slice.push(worker);
+              if (applied.length > 0 && this.db.requestsWaiting?.() === true) break;
+              cut = await this.applyInParts(trx, worker, this.eventsFor(worker, batch));
+              if (cut !== null) break;
+              applied.push(worker);
             }
-            await this.advanceCheckpoints(trx, slice, last);
-            return slice;
+            await this.advanceCheckpoints(trx, applied, last);
+            if (cut !== null) await this.advanceCheckpoints(trx, [cut.worker], cut.through);
+            return { whole: applied, partial: cut };
           });
-          for (const worker of applied) outcomes.set(worker, { kind: 'applied' });
-          pending = pending.slice(applied.length);
+          for (const worker of whole) outcomes.set(worker, { kind: 'applied' });
+          pending = pending.slice(whole.length);
+          // Committed up to the cut; the rest of its events go in the next transaction.
+          if (partial !== null && generations.get(partial.worker) === partial.worker.generation) this.applied(partial.worker, partial.through);
         }
         return outcomes;
       } catch {
@@ -526,6 +547,40 @@ export class ProjectionRunner implements ReadModelRunner {
             [last, names, applied.map((worker) => worker.position)],
           );
     if (result.rows.length !== applied.length) throw new Error('a projection checkpoint moved during the batch');
+  }
+
+  /**
+   * Applies a projection's events in parts (see applyShared). Returns null when all are applied,
+   * or where it stopped: a request waits after a part and events are left.
+   */
+  private async applyInParts(trx: Knex.Transaction, worker: Worker, events: readonly RecordedEvent[]): Promise<{ worker: Worker; through: number } | null> {
+    let start = 0;
+    while (start < events.length) {
+      const part = events.slice(start, start + this.partSize(worker, events.length - start));
+      const began = performance.now();
+      await applyEvents(worker.projection, trx, part);
+      this.noteCost(worker, part.length, performance.now() - began);
+      start += part.length;
+      if (start < events.length && this.db.requestsWaiting?.() === true) return { worker, through: part[part.length - 1].globalPosition };
+    }
+    return null;
+  }
+
+  /** How many of `remaining` events fit PART_BUDGET_MS at the projection's cost so far (all while unknown). */
+  private partSize(worker: Worker, remaining: number): number {
+    const cost = worker.msPerEvent;
+    if (cost === null || cost <= 0) return remaining;
+    return Math.max(1, Math.min(remaining, Math.floor(PART_BUDGET_MS / cost)));
+  }
+
+  /**
+   * Follows a projection's cost per event (a moving average). Only from runs long enough that a
+   * statement's fixed cost does not pass for the events' (COST_SAMPLE_MIN_EVENTS).
+   */
+  private noteCost(worker: Worker, events: number, ms: number): void {
+    if (events < COST_SAMPLE_MIN_EVENTS) return;
+    const sample = ms / events;
+    worker.msPerEvent = worker.msPerEvent === null ? sample : worker.msPerEvent * 0.7 + sample * 0.3;
   }
 
   private async applyAlone(worker: Worker, batch: readonly RecordedEvent[], last: number): Promise<BatchOutcome> {

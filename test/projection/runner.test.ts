@@ -426,3 +426,52 @@ t.test('pglite: a waiting request splits a shared batch between projections; eac
     t.same((await rows(db, name)).find((row) => row.name === 'boom')?.count, 1, `${name}: once after the recovery too`);
   }
 });
+
+t.test('pglite: a long run of one projection\'s events goes in parts, and a waiting request gets a commit between them', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  const { store } = fixture;
+  let requestWaits = false;
+  const db: Database = { ...fixture.db, requestsWaiting: () => requestWaits };
+  for (const name of ['slow', 'quick']) await createRowsTable(db, name);
+  // Each of slow's events takes about 2 ms: its parts of about 25 ms hold about a dozen.
+  const slow = countingProjection('slow', { beforeApply: () => new Promise((resolve) => setTimeout(resolve, 2)) });
+  const quick = countingProjection('quick');
+  const runner = new ProjectionRunner(store, db, [slow, quick], { retryBaseMs: 20, retryMaxMs: 50 });
+  t.teardown(() => runner.stop());
+  await runner.start();
+  const transactions = { begun: 0 };
+  db.knex.on('query', (query: { sql: string; bindings?: unknown[] }) => {
+    if (/^BEGIN/i.test(query.sql)) transactions.begun += 1;
+  });
+  const appendMany = async (stream: string, count: number) => store.append(stream, Array.from({ length: count }, (_, index) => thing(`${stream}-${index}`)), 'no_stream');
+
+  // No request waits: one transaction for the whole batch, whatever its parts (the first run also
+  // tells the runner what slow's events cost).
+  const first = await appendMany('s-1', 40);
+  await runner.waitFor(first.lastPosition, 20_000);
+  t.equal(transactions.begun, 1, 'no request waits: one transaction');
+
+  // A request waits all along: a commit after each part of slow's events.
+  transactions.begun = 0;
+  requestWaits = true;
+  const positions: number[] = [];
+  const watcher = setInterval(() => {
+    void checkpoint(db, 'slow').then((position) => {
+      if (positions.at(-1) !== position) positions.push(position);
+    });
+  }, 1);
+  const second = await appendMany('s-2', 60);
+  await runner.waitFor(second.lastPosition, 20_000);
+  clearInterval(watcher);
+  t.ok(transactions.begun >= 3, `a request waits: slow's 60 events in several transactions (${transactions.begun})`);
+  t.equal(await checkpoint(db, 'slow'), second.lastPosition, 'slow reached the end of the batch');
+  t.equal(await checkpoint(db, 'quick'), second.lastPosition, 'so did quick');
+  for (const name of ['slow', 'quick']) {
+    const counted = await rows(db, name);
+    t.equal(counted.length, 100, `${name}: every event applied`);
+    t.ok(counted.every((row) => row.count === 1), `${name}: each once`);
+  }
+  const between = positions.filter((position) => position > first.lastPosition && position < second.lastPosition);
+  t.ok(between.length > 0, `slow's checkpoint stood between batches, at the end of a part (${between.join(', ')})`);
+});
