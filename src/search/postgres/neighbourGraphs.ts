@@ -26,7 +26,7 @@ import type { Executor, VectorTable } from './vectors.js';
  * whichever came first: a write that committed before the load's read carries that read's vector.
  */
 
-/** usearch's HNSW parameters: its defaults for the graph's degree, a wider beam than its default. */
+/** The graphs' HNSW parameters: usearch's defaults, stated so that a new version of it does not change them. */
 const CONNECTIVITY = 16;
 const EXPANSION_ADD = 128;
 const EXPANSION_SEARCH = 64;
@@ -43,7 +43,7 @@ class NeighbourGraph {
   private readonly keyOf = new Map<string, bigint>();
   private readonly idOf = new Map<bigint, string>();
   private nextKey = 0n;
-  /** Ids written while the graph loads (see load); null once loaded. */
+  /** Ids written while the graph loads (see `loaded`); null once loaded. */
   private writtenWhileLoading: Set<string> | null = new Set();
 
   constructor(dimensions: number) {
