@@ -147,20 +147,19 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         await answer(asked.map((entry) => ({ ...entry, candidates: null })));
         return answers;
       }
-      // Queries restricted to ids compare those ids' vectors exactly; the others take candidates
-      // from the graph, widened while too few of them pass the filters and the graph has more.
-      let round = asked.map((entry) => ({ ...entry, count: entry.query.ids === undefined ? firstCandidateCount(entry.query.k) : null }));
+      // Queries restricted to ids compare those ids' vectors exactly (their own statements either
+      // way); the others take candidates from the graph, widened while too few of them pass the
+      // filters and the graph has more.
+      await answer(asked.filter(({ query }) => query.ids !== undefined).map((entry) => ({ ...entry, candidates: null })));
+      let round = asked.filter(({ query }) => query.ids === undefined).map((entry) => ({ ...entry, count: firstCandidateCount(entry.query.k) }));
       while (round.length > 0) {
         const planned = await Promise.all(
-          round.map(async (entry) => ({
-            ...entry,
-            found: entry.count === null ? null : await graphs.nearest(trx, vectors, entry.query.repositoryId, entry.query.vector, entry.count),
-          })),
+          round.map(async (entry) => ({ ...entry, found: await graphs.nearest(trx, vectors, entry.query.repositoryId, entry.query.vector, entry.count) })),
         );
-        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found?.ids ?? null })));
+        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found.ids })));
         round = planned
-          .filter((entry) => entry.found !== null && entry.count !== null && !entry.found.exhausted && answers[entry.index].items.length < entry.query.k)
-          .map((entry) => ({ ...entry, count: (entry.count ?? 0) * CANDIDATES_GROWTH }));
+          .filter((entry) => !entry.found.exhausted && answers[entry.index].items.length < entry.query.k)
+          .map((entry) => ({ ...entry, count: entry.count * CANDIDATES_GROWTH }));
       }
       return answers;
     });
@@ -246,7 +245,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     return rows;
   }
 
-  /** Sets (numbers) or removes (null) the vectors of a collection with vectors, in its table and, once committed, in the graphs. */
+  /** Sets (numbers) or removes (null) the vectors of a collection with vectors, in its table and in the graphs (neighbourGraphs.ts: sets at once, removals on commit). */
   async function writeVectors(executor: Executor, served: SearchCollection, items: readonly { id: string; repository_id: string; vector?: number[] | null }[]): Promise<void> {
     const vectors = served.postgres.vectors;
     if (vectorTables === null || vectors === undefined) return;
@@ -254,7 +253,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     graphs?.written(executor, vectors, items);
   }
 
-  /** Removes the vectors of `ids`, or of the whole repository (null), in the table and, once committed, in the graphs. */
+  /** Removes the vectors of `ids`, or of the whole repository (null), in the table and, on commit, in the graphs. */
   async function removeVectors(executor: Executor, served: SearchCollection, repositoryId: string, ids: readonly string[] | null): Promise<void> {
     const vectors = served.postgres.vectors;
     if (vectorTables === null || vectors === undefined) return;

@@ -116,9 +116,17 @@ function onOutcome(executor: Executor, apply: () => void, undo: () => void): voi
   transaction.executionPromise.then(apply, undo);
 }
 
-/** pgvector's text form `[1,2,3]`, as the load reads it. */
-function parseVector(text: string): Float32Array {
-  return Float32Array.from(text.slice(1, -1).split(','), Number);
+/** The vectors a table holds for a repository, or for some ids (pgvector's text form `[1,2,3]`, parsed). */
+async function storedVectors(
+  executor: Executor,
+  { table, key }: VectorTable,
+  where: { repositoryId: string } | { ids: readonly string[] },
+): Promise<Array<{ id: string; repository_id: string; vector: Float32Array }>> {
+  const [condition, value] = 'ids' in where ? [`?? = ANY(?)`, [key, [...where.ids]]] : ['repository_id = ?', [where.repositoryId]];
+  const rows: { id: string; repository_id: string; embedding: string }[] = (
+    await executor.raw(`SELECT ?? AS id, repository_id, embedding::text AS embedding FROM ?? WHERE ${condition}`, [key, table, ...value])
+  ).rows;
+  return rows.map((row) => ({ id: row.id, repository_id: row.repository_id, vector: Float32Array.from(row.embedding.slice(1, -1).split(','), Number) }));
 }
 
 export function createNeighbourGraphs(knex: Knex, dimensions: number) {
@@ -135,16 +143,13 @@ export function createNeighbourGraphs(knex: Knex, dimensions: number) {
   const existing = (table: string, repositoryId: string) => graphs.get(table)?.get(repositoryId)?.graph;
 
   /** The repository's graph, loaded from the table the first time it is asked for. */
-  function graphFor(executor: Executor, { table, key }: VectorTable, repositoryId: string): Promise<NeighbourGraph> {
-    const byRepository = graphsOf(table);
+  function graphFor(executor: Executor, vectors: VectorTable, repositoryId: string): Promise<NeighbourGraph> {
+    const byRepository = graphsOf(vectors.table);
     const known = byRepository.get(repositoryId);
     if (known) return known.ready;
     const graph = new NeighbourGraph(dimensions);
     const ready = (async () => {
-      const rows: { id: string; embedding: string }[] = (
-        await executor.raw(`SELECT ?? AS id, embedding::text AS embedding FROM ?? WHERE repository_id = ?`, [key, table, repositoryId])
-      ).rows;
-      graph.loaded(rows.map((row) => ({ id: row.id, vector: parseVector(row.embedding) })));
+      graph.loaded(await storedVectors(executor, vectors, { repositoryId }));
       return graph;
     })();
     const entry = { graph, ready };
@@ -160,24 +165,20 @@ export function createNeighbourGraphs(knex: Knex, dimensions: number) {
    * After a rollback, the rolled-back vectors' ids as the table has them again. A failure to read
    * leaves a graph with vectors the table lacks: candidates the adapter's exact read drops.
    */
-  async function reread({ table, key }: VectorTable, items: readonly { id: string; repository_id: string }[]): Promise<void> {
+  async function reread(vectors: VectorTable, items: readonly { id: string; repository_id: string }[]): Promise<void> {
     if (items.length === 0) return;
     try {
-      const rows: { id: string; repository_id: string; embedding: string }[] = (
-        await knex.raw(`SELECT ?? AS id, repository_id, embedding::text AS embedding FROM ?? WHERE ?? = ANY(?)`, [key, table, key, items.map((item) => item.id)])
-      ).rows;
-      const stored = new Map(rows.map((row) => [row.id, row]));
+      const stored = new Map((await storedVectors(knex, vectors, { ids: items.map((item) => item.id) })).map((row) => [row.id, row]));
       for (const item of items) {
         const row = stored.get(item.id);
-        const graph = existing(table, item.repository_id);
+        const graph = existing(vectors.table, item.repository_id);
         if (row === undefined || row.repository_id !== item.repository_id) graph?.remove(item.id);
-        else graph?.set(item.id, parseVector(row.embedding));
+        else graph?.set(item.id, row.vector);
       }
     } catch {
       // The table itself rolled back with the transaction that created it, or the database closed.
     }
   }
-
 
   return {
     /** Up to `count` ids nearest to `vector` in the repository's graph, nearest first (approximate). */
@@ -222,5 +223,3 @@ export function createNeighbourGraphs(knex: Knex, dimensions: number) {
     },
   };
 }
-
-export type NeighbourGraphs = ReturnType<typeof createNeighbourGraphs>;
