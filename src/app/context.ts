@@ -29,7 +29,7 @@ import { createRepositoryService, type RepositoryService } from './repositories.
 import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
 import { createDatabases } from './wiring/databases.js';
-import { openEventStore } from './wiring/eventStore.js';
+import { openEventStore, pipelineEventStore } from './wiring/eventStore.js';
 import { createIdentity, createTokens } from './wiring/identity.js';
 import { createOAuth } from './wiring/oauth.js';
 import { createPipeline } from './wiring/pipeline.js';
@@ -117,7 +117,8 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const schemas = await EventSchemaRegistry.load();
   const jobs = new JobRepository(db.knex);
   const metrics = createMetrics({ projectionStatus: () => projections.status(), jobCounts: () => jobs.counts() });
-  const store = instrumentEventStore(await openEventStore(config, schemas, databases), metrics);
+  const openedStore = await openEventStore(config, schemas, databases);
+  const store = instrumentEventStore(openedStore.store, metrics);
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
   const chat = createChatModel(config, { localModels: options.localModels });
   const embedder = createEmbedder(config, { localModels: options.localModels });
@@ -127,7 +128,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
     config,
     db,
     store,
-    deps: { config, store, knex: db.knex, assets, search: search.index, chat, embedder },
+    deps: { config, store: pipelineEventStore(openedStore, store), knex: db.knex, assets, search: search.index, chat, embedder },
     runWorkers,
     log,
   });

@@ -16,8 +16,10 @@ import { AsyncLocalStorage } from 'node:async_hooks';
  *    and have more to do at once, in fewer statements and model calls, when their turn comes.
  */
 export type BackgroundLevel = 'background' | 'deferred';
-type Level = 'projections' | BackgroundLevel;
-const level = new AsyncLocalStorage<Level>();
+type MarkedLevel = 'projections' | BackgroundLevel;
+/** Every level, highest first. */
+export type Level = 'foreground' | MarkedLevel;
+const level = new AsyncLocalStorage<MarkedLevel>();
 
 /** Runs `work` (and everything it starts) as background (or deferred) work. */
 export function inBackground<T>(work: () => T, as: BackgroundLevel = 'background'): T {
@@ -29,13 +31,18 @@ export function inProjections<T>(work: () => T): T {
   return level.run('projections', work);
 }
 
+/** Runs `work` at `at`: what backgroundLevel() said where a caller was, for work done on its behalf later. */
+export function runAtLevel<T>(at: Level, work: () => T): T {
+  return at === 'foreground' ? level.exit(work) : level.run(at, work);
+}
+
 export function isBackground(): boolean {
   const current = backgroundLevel();
   return current === 'background' || current === 'deferred';
 }
 
 /** The level of the work running now: `foreground` outside the marks above. */
-export function backgroundLevel(): Level | 'foreground' {
+export function backgroundLevel(): Level {
   return level.getStore() ?? 'foreground';
 }
 
@@ -52,9 +59,9 @@ export function backgroundLevel(): Level | 'foreground' {
 export class PriorityGate {
   private held = false;
   /** The level of the holder (or of the last holder, while a hand-off waits). */
-  private holder: Level | 'foreground' = 'foreground';
+  private holder: Level = 'foreground';
   /** Waiting callers by level, highest first (the keys' order is the order of service). */
-  private readonly queues: Record<Level | 'foreground', Array<() => void>> = { foreground: [], projections: [], background: [], deferred: [] };
+  private readonly queues: Record<Level, Array<() => void>> = { foreground: [], projections: [], background: [], deferred: [] };
 
   enter(): Promise<void> {
     const entering = backgroundLevel();
@@ -85,7 +92,7 @@ export class PriorityGate {
   }
 
   /** Callers waiting, by level. */
-  waiting(): Record<Level | 'foreground', number> {
+  waiting(): Record<Level, number> {
     const { foreground, projections, background, deferred } = this.queues;
     return { foreground: foreground.length, projections: projections.length, background: background.length, deferred: deferred.length };
   }

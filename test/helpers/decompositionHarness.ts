@@ -64,13 +64,13 @@ export async function openStageFixture(t: Test) {
     return id;
   }
 
-  /** Runs `stage` on the source as the runtime would on attempt `attempt`; resolves with the job's error, if any. */
-  async function run(stage: Stage, sourceId: string, attempt = 1): Promise<Error | null> {
+  /** The context the runtime gives a job of `stage` on the source, on attempt `attempt`. */
+  async function contextFor(stage: Stage, sourceId: string, attempt = 1): Promise<JobContext> {
     const triggers = (await store.readStream(streamName('source', sourceId))).filter((event) => stage.triggers.includes(event.type));
     const trigger = triggers[triggers.length - 1];
     if (!trigger) throw new Error(`no ${stage.triggers.join('/')} event on source ${sourceId}`);
     const now = new Date().toISOString();
-    const context: JobContext = {
+    return {
       job: {
         id: randomUUID(),
         kind: stage.kind,
@@ -93,6 +93,11 @@ export async function openStageFixture(t: Test) {
       actor: `system:${stage.kind}`,
       coverQueued: async () => 0,
     };
+  }
+
+  /** Runs `stage` on the source as the runtime would on attempt `attempt`; resolves with the job's error, if any. */
+  async function run(stage: Stage, sourceId: string, attempt = 1): Promise<Error | null> {
+    const context = await contextFor(stage, sourceId, attempt);
     try {
       await stage.run(context);
       return null;
@@ -127,7 +132,7 @@ export async function openStageFixture(t: Test) {
     }
   }
 
-  return { db, store, assets, register, run, state, events, project };
+  return { db, store, assets, register, contextFor, run, state, events, project };
 }
 
 /** A PNG of deterministic noise (noise does not compress: about width × height × 4 bytes). */

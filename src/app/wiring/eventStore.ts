@@ -1,5 +1,6 @@
 import type { Config } from '../../config/types.js';
 import type { EventStore } from '../../eventstore/port.js';
+import { coalescingEventStore } from '../../eventstore/coalescing.js';
 import { createPostgresEventStore, migrateEventStore } from '../../eventstore/postgres.js';
 import type { EventSchemaRegistry } from '../../eventstore/schemas.js';
 import type { Databases } from './databases.js';
@@ -9,12 +10,27 @@ import type { Databases } from './databases.js';
  * EventStoreDB, whose client (gRPC and its protocol definitions, about 30 MB of memory) is loaded
  * only when it is configured; so are the other tiers' adapters (docs/architecture.md, "Wiring").
  */
-export async function openEventStore(config: Config, schemas: EventSchemaRegistry, databases: Databases): Promise<EventStore> {
+export async function openEventStore(config: Config, schemas: EventSchemaRegistry, databases: Databases): Promise<OpenedEventStore> {
   if (config.eventstore.backend === 'eventstoredb') {
     const { createEventStoreDbStore } = await import('../../eventstore/eventstoredb.js');
-    return createEventStoreDbStore({ connectionString: config.eventstore.eventstoredb.connection_string, schemas });
+    return { store: createEventStoreDbStore({ connectionString: config.eventstore.eventstoredb.connection_string, schemas }), oneConnection: false };
   }
   const storeDb = await databases.open(config.eventstore.database);
   await migrateEventStore(storeDb.knex);
-  return createPostgresEventStore(storeDb, { schemas });
+  return { store: createPostgresEventStore(storeDb, { schemas }), oneConnection: storeDb.kind === 'pglite' };
+}
+
+export interface OpenedEventStore {
+  store: EventStore;
+  /** Whether every caller queues for one connection (PGlite). */
+  oneConnection: boolean;
+}
+
+/**
+ * The store the pipeline's stages use. On one connection their jobs' single-stream reads and
+ * appends go together (coalescingEventStore): dozens of jobs at once then queue a statement per
+ * step instead of one each. A server's pool runs them side by side, so there they go as called.
+ */
+export function pipelineEventStore(opened: OpenedEventStore, store: EventStore): EventStore {
+  return opened.oneConnection ? coalescingEventStore(store) : store;
 }

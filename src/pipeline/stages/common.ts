@@ -147,6 +147,27 @@ export async function runRepeatsAlone(
 }
 
 /**
+ * A runMany for a stage whose jobs gain nothing from one shared plan: each job's `run` side by
+ * side, a subject's repeats alone after the others. Their statements still go together where the
+ * store coalesces them (the pipeline's store on PGlite, src/eventstore/coalescing.ts).
+ */
+export async function runSideBySide(stage: Pick<Stage, 'run'>, contexts: readonly JobContext[], streamIds: readonly string[]): Promise<JobRunOutcome[]> {
+  const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
+  const { firsts, repeats } = firstsAndRepeats(streamIds);
+  await Promise.all(
+    firsts.map(async (index) => {
+      try {
+        await stage.run(contexts[index]);
+      } catch (error) {
+        outcomes[index] = { ok: false, error };
+      }
+    }),
+  );
+  await runRepeatsAlone(stage, contexts, repeats, outcomes);
+  return outcomes;
+}
+
+/**
  * Concept states a stage keeps across its jobs (FoldedStates): the concepts a page mentions are
  * mostly ones read before, and a kept state is read on from its version. A state is the
  * concept's names and its slices' fact ids: kilobytes, so a few MB at most.

@@ -17,7 +17,8 @@ import {
   type SourceImage as CollectedImage,
 } from '../../providers/fetch/images.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { commandFrom, loadStream, recordingSourceFailure, sourceSubject, stageMetadata } from './common.js';
+import { Semaphore } from '../../util/concurrency.js';
+import { commandFrom, loadStream, recordingSourceFailure, runSideBySide, sourceSubject, stageMetadata } from './common.js';
 
 export interface RetrieveSourceDeps {
   store: EventStore;
@@ -37,6 +38,11 @@ export interface RetrieveSourceDeps {
   hostHealth?: { reader: HostHealthReader; settings: AutoSkipSettings } | null;
   /** Epoch milliseconds, for the auto-skip cooldown. */
   now?: () => number;
+  /**
+   * Sources fetched at once by this process, over all its groups (`task.queues.retrieve_source`):
+   * a worker runs a group of jobs, and their fetches share these places. Default 20.
+   */
+  fetchesAtOnce?: number;
 }
 
 type Registered = Extract<SourceEvent, { type: 'SourceRegistered' }>['data'];
@@ -50,7 +56,8 @@ type Registered = Extract<SourceEvent, { type: 'SourceRegistered' }>['data'];
 export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
   const imageLimits = deps.images ?? DEFAULT_IMAGE_LIMITS;
   const now = deps.now ?? Date.now;
-  return {
+  const fetchPlaces = new Semaphore(deps.fetchesAtOnce ?? 20);
+  const stage: Stage = {
     kind: 'retrieve_source',
     triggers: ['SourceRegistered', 'SourceRetryRequested'],
     subjectOf: sourceSubject,
@@ -67,19 +74,22 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
       const { after: started } = await commandFrom(deps.store, stream, sourceDecider, loaded, { type: 'StartFetch' }, metadata, { retries: 0 });
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'retrieve_source', maxAttempts: deps.maxAttempts }, async () => {
         await refuseSkippedHost(registered.data);
-        const resource = await obtainBody(registered.data, context.signal);
-        const document = await extractDocument({
-          body: resource.body,
-          contentType: resource.contentType ?? undefined,
-          url: resource.finalUrl ?? undefined,
-          filename: registered.data.filename ?? undefined,
+        const { resource, document, body, text, markdown, images } = await fetchPlaces.run(async () => {
+          const resource = await obtainBody(registered.data, context.signal);
+          const document = await extractDocument({
+            body: resource.body,
+            contentType: resource.contentType ?? undefined,
+            url: resource.finalUrl ?? undefined,
+            filename: registered.data.filename ?? undefined,
+          });
+          // One after the other: text and Markdown are often the same bytes, and two concurrent
+          // puts of one blob race on its temporary file in the asset store.
+          const body = await deps.assets.put(resource.body);
+          const text = await deps.assets.put(document.text);
+          const markdown = await deps.assets.put(document.markdown);
+          const images = await storeImages(resource.body, document, context.signal);
+          return { resource, document, body, text, markdown, images };
         });
-        // One after the other: text and Markdown are often the same bytes, and two concurrent
-        // puts of one blob race on its temporary file in the asset store.
-        const body = await deps.assets.put(resource.body);
-        const text = await deps.assets.put(document.text);
-        const markdown = await deps.assets.put(document.markdown);
-        const images = await storeImages(resource.body, document, context.signal);
         await commandFrom(
           deps.store,
           stream,
@@ -106,7 +116,11 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
         );
       });
     },
+    // A worker takes a group of sources: their reads and appends go together where the store
+    // coalesces them, while their fetches share the process's places (fetchesAtOnce).
+    runMany: (contexts) => runSideBySide(stage, contexts, contexts.map((context) => streamName('source', context.job.subjectId))),
   };
+  return stage;
 
   /** The host auto-skip is about: a URL source's own host (a DOI goes through the resolver to many publishers). */
   function skipHostOf(registered: Registered): string | null {
@@ -201,6 +215,7 @@ export const retrieveSourceStage: StageDefinition = {
       hostHealth: { reader: createHostHealthReader(knex), settings: fetchSettings.autoSkip },
       doiResolver: config.providers.resolution.doi_resolver,
       maxAttempts: config.task.retry.max_attempts,
+      fetchesAtOnce: config.task.queues.retrieve_source,
     });
   },
 };

@@ -1,3 +1,4 @@
+import { coalescer } from '../../db/coalesce.js';
 import type { Knex } from 'knex';
 
 import type { AutoSkipSettings } from './http.js';
@@ -101,21 +102,30 @@ function toIso(value: unknown): string | null {
   return Number.isNaN(parsed) ? null : new Date(parsed).toISOString();
 }
 
-/** Reads `host_health` rows (read-model database). */
+type HostHealthRow = { host: string; attempts: number | string; failures: number | string; last_failure_at: unknown; last_error: string | null };
+
+interface HostHealthCall {
+  host: string;
+  resolve(record: HostHealthRecord | null): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * Reads `host_health` rows (read-model database). The reads that arrive while one is out go
+ * together as one statement (src/db/coalesce.ts): every source a retrieve_source group fetches
+ * asks about its host.
+ */
 export function createHostHealthReader(knex: Knex): HostHealthReader {
+  const queue = coalescer<HostHealthCall>(async (batch) => {
+    const hosts = [...new Set(batch.map(({ host }) => host))];
+    const rows = (await knex('host_health').whereIn('host', hosts)) as HostHealthRow[];
+    const byHost = new Map(rows.map((row) => [row.host, row]));
+    for (const call of batch) {
+      const row = byHost.get(call.host);
+      call.resolve(row ? { host: row.host, attempts: Number(row.attempts), failures: Number(row.failures), lastFailureAt: toIso(row.last_failure_at), lastError: row.last_error } : null);
+    }
+  });
   return {
-    async get(host) {
-      const row = (await knex('host_health').where({ host: host.toLowerCase() }).first()) as
-        | { host: string; attempts: number | string; failures: number | string; last_failure_at: unknown; last_error: string | null }
-        | undefined;
-      if (!row) return null;
-      return {
-        host: row.host,
-        attempts: Number(row.attempts),
-        failures: Number(row.failures),
-        lastFailureAt: toIso(row.last_failure_at),
-        lastError: row.last_error,
-      };
-    },
+    get: (host) => new Promise((resolve, reject) => queue({ host: host.toLowerCase(), resolve, reject })),
   };
 }
