@@ -7,6 +7,7 @@ import {
   matchesNothing,
   normaliseDocuments,
   normaliseUpdates,
+  passesMinScore,
   silentSearchLogger,
   validateDimensions,
   validateKnnQuery,
@@ -126,7 +127,12 @@ export function createOpenSearchIndex(options: OpenSearchIndexOptions): OpenSear
       validateKnnQuery(family.collection, query, dimensions);
       if (matchesNothing(query)) return { items: [] };
       const result = await family.search(readFrom(family), knnBody(family.collection, query));
-      return { items: result.hits.hits.map((hit) => hitFrom(collection, hit._source, cosineOf(hit._score))) };
+      return {
+        items: result.hits.hits.flatMap((hit) => {
+          const score = cosineOf(hit._score);
+          return passesMinScore(query, score) ? [hitFrom(collection, hit._source, score)] : [];
+        }),
+      };
     }
 
     return {

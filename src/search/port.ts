@@ -47,6 +47,17 @@ export interface KnnQuery<Doc extends IndexedDocument = IndexedDocument> {
   k: number;
   ids?: readonly string[];
   filters?: SearchQuery<Doc>['filters'];
+  /**
+   * Only documents at least this similar (cosine similarity, -1..1): of the k nearest, those at
+   * or above it. An adapter may look at fewer candidates for it (the embedded tier's graphs send
+   * only the close ones to the database, and none when none is close).
+   */
+  minScore?: number;
+}
+
+/** Whether a hit's score passes the query's `minScore` (every hit does without one). */
+export function passesMinScore(query: Pick<KnnQuery, 'minScore'>, score: number): boolean {
+  return query.minScore === undefined || score >= query.minScore;
 }
 
 export interface SearchPage<Hit> {
@@ -246,6 +257,9 @@ export function validateKnnQuery(collection: SearchCollection, query: KnnQuery, 
   validateRestrictions(collection, query);
   if (!Number.isInteger(query.k) || query.k < 1 || query.k > MAX_K) {
     throw new InvalidSearchRequestError(`k must be an integer from 1 to ${MAX_K}`);
+  }
+  if (query.minScore !== undefined && !(Number.isFinite(query.minScore) && query.minScore >= -1 && query.minScore <= 1)) {
+    throw new InvalidSearchRequestError('minScore must be a number from -1 to 1');
   }
   validateVector(query.vector, dimensions);
 }

@@ -10,6 +10,7 @@ import {
   normaliseUpdates,
   validateDimensions,
   validateKnnQuery,
+  passesMinScore,
   validateRemoval,
   validateRepositoryRemoval,
   validateSearchQuery,
@@ -141,7 +142,11 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
       const answer = async (entries: readonly Asked<Doc>[]) => {
         for (const { index } of entries) answers[index].items = [];
         const rows = await nearestRows(trx, served, vectors, efSearchInStatement, entries);
-        for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
+        for (const row of rows) {
+          const index = Number(row.query_index);
+          const score = Number(row.score);
+          if (passesMinScore(queries[index], score)) answers[index].items.push(hitFrom(collection, row, score));
+        }
       };
       if (graphs === null) {
         await answer(asked.map((entry) => ({ ...entry, candidates: null })));
@@ -154,7 +159,10 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
       let round = asked.filter(({ query }) => query.ids === undefined).map((entry) => ({ ...entry, count: firstCandidateCount(entry.query.k) }));
       while (round.length > 0) {
         const planned = await Promise.all(
-          round.map(async (entry) => ({ ...entry, found: await graphs.nearest(trx, vectors, entry.query.repositoryId, entry.query.vector, entry.count) })),
+          round.map(async (entry) => ({
+            ...entry,
+            found: await graphs.nearest(trx, vectors, entry.query.repositoryId, entry.query.vector, entry.count, entry.query.minScore),
+          })),
         );
         await answer(planned.map((entry) => ({ ...entry, candidates: entry.found.ids })));
         round = planned

@@ -223,6 +223,30 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await t.rejects(index.knnMany(facts, [queries[0], { repositoryId: repo, vector: [0, 0, 0, 0], k: 1 }]), 'a bad query fails the call');
   });
 
+  withHarness('k-NN with minScore: of the k nearest, those at least that similar', async (t, { index, load }, repo) => {
+    const near = fact(repo, 'Near.', { vector: [1, 0.1, 0, 0] });
+    const diagonal = fact(repo, 'Diagonal.', { vector: [1, 1, 0, 0] });
+    const orthogonal = fact(repo, 'Orthogonal.', { vector: [0, 1, 0, 0] });
+    const opposite = fact(repo, 'Opposite.', { vector: [-1, 0, 0, 0] });
+    await load([opposite, orthogonal, near, diagonal]);
+    const ask = (minScore: number, k = 10, vector = [1, 0, 0, 0]) => index.knn(facts, { repositoryId: repo, vector, k, minScore });
+    t.same(ids((await ask(0.9)).items), [near.id], 'cosine 0.995 passes 0.9, 0.707 does not');
+    t.same(ids((await ask(0.7)).items), [near.id, diagonal.id]);
+    t.same(ids((await ask(-1e-6)).items), [near.id, diagonal.id, orthogonal.id], 'orthogonal (0) passes just below 0, opposite (-1) does not');
+    t.same(ids((await ask(-1)).items), [near.id, diagonal.id, orthogonal.id, opposite.id], '-1: every vector');
+    t.same(ids((await ask(0.7, 1)).items), [near.id], 'still at most k');
+    t.same((await ask(0.999)).items, [], 'none that close: none');
+    t.ok((await ask(0.7)).items.every((item) => item.score >= 0.7), 'every score at or above it');
+    const [many, none] = await index.knnMany(facts, [
+      { repositoryId: repo, vector: [0, 1, 0, 0], k: 3, minScore: 0.5 },
+      { repositoryId: repo, vector: [0, 0, 1, 0], k: 3, minScore: 0.5 },
+    ]);
+    t.same(ids(many.items), [orthogonal.id, diagonal.id], 'knnMany too, each query with its own');
+    t.same(none.items, []);
+    await t.rejects(ask(1.5), { name: 'InvalidSearchRequestError', message: 'minScore must be a number from -1 to 1' });
+    await t.rejects(ask(Number.NaN), { name: 'InvalidSearchRequestError' });
+  });
+
   withHarness('vectors: omitted keeps, null removes, a new one replaces', async (t, { index, load }, repo) => {
     const a = fact(repo, 'Alpha.', { vector: [1, 0, 0, 0] });
     const b = fact(repo, 'Beta.', { vector: [0, 1, 0, 0] });

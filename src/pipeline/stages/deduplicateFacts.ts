@@ -115,7 +115,8 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
   async function nearestOf(repositoryId: string, vectors: ReadonlyArray<readonly [string, number[]]>): Promise<Map<string, Array<{ id: string; score: number }>> | null> {
     if (vectors.length === 0) return new Map();
     try {
-      const answers = await deps.search.knnMany(facts, vectors.map(([, vector]) => ({ repositoryId, vector, k })));
+      // Only neighbours at the threshold count (below): the index need not bring the others.
+      const answers = await deps.search.knnMany(facts, vectors.map(([, vector]) => ({ repositoryId, vector, k, minScore: deps.threshold })));
       return new Map(vectors.map(([factId], index) => [factId, answers[index].items]));
     } catch (error) {
       if (isVectorSearchUnavailable(error)) return null;

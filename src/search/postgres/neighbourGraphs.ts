@@ -32,6 +32,13 @@ const EXPANSION_ADD = 128;
 const EXPANSION_SEARCH = 64;
 
 /** The nearest ids of a graph, nearest first, and whether the graph has no more to give. */
+/**
+ * How far below a query's minScore a candidate's similarity may be by the graph's arithmetic
+ * (float32, its own order of summation) and still be sent to the database, whose exact score
+ * decides: far more than the two computations can differ by.
+ */
+const SCORE_SLACK = 1e-3;
+
 export interface Candidates {
   ids: string[];
   exhausted: boolean;
@@ -89,15 +96,27 @@ class NeighbourGraph {
     for (const row of rows) if (!written.has(row.id)) this.set(row.id, row.vector);
   }
 
-  nearest(vector: Float32Array, count: number): Candidates {
+  /**
+   * The ids of the `count` nearest vectors. With `minScore`, only those that may be that similar
+   * (within SCORE_SLACK of it by the graph's own arithmetic; the database computes the exact
+   * score), and exhausted once a candidate is farther: every later one is farther still.
+   */
+  nearest(vector: Float32Array, count: number, minScore?: number): Candidates {
     if (this.keyOf.size === 0) return { ids: [], exhausted: true };
     const matches = this.index.search(vector, Math.min(count, this.keyOf.size), 1);
+    // usearch's cosine distance is 1 - similarity.
+    const farthest = minScore === undefined ? Infinity : 1 - minScore + SCORE_SLACK;
     const ids: string[] = [];
-    for (const key of matches.keys) {
+    let beyond = false;
+    for (const [position, key] of matches.keys.entries()) {
+      if (matches.distances[position] > farthest) {
+        beyond = true;
+        break;
+      }
       const id = this.idOf.get(key);
       if (id !== undefined) ids.push(id);
     }
-    return { ids, exhausted: count >= this.keyOf.size };
+    return { ids, exhausted: beyond || count >= this.keyOf.size };
   }
 
   get size(): number {
@@ -182,9 +201,9 @@ export function createNeighbourGraphs(knex: Knex, dimensions: number) {
 
   return {
     /** Up to `count` ids nearest to `vector` in the repository's graph, nearest first (approximate). */
-    async nearest(executor: Executor, vectors: VectorTable, repositoryId: string, vector: readonly number[], count: number): Promise<Candidates> {
+    async nearest(executor: Executor, vectors: VectorTable, repositoryId: string, vector: readonly number[], count: number, minScore?: number): Promise<Candidates> {
       const graph = await graphFor(executor, vectors, repositoryId);
-      return graph.nearest(Float32Array.from(vector), count);
+      return graph.nearest(Float32Array.from(vector), count, minScore);
     },
 
     /** Follows `VectorTables.write`: vectors set (numbers) at once, removed (null) once the executor's transaction commits. */

@@ -89,6 +89,41 @@ t.test('widens its candidates while too few pass the filters, and returns fewer 
   t.same(restricted.items.map((item) => item.content), ['Near 200.', 'Far 0.'], 'a query restricted to ids compares exactly those');
 });
 
+t.test('with minScore only the candidates that may be that close reach the database, and none go when none are', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = inMemory(db);
+  const repositoryId = `repo-${randomUUID()}`;
+  const docs = await indexedFacts(db, index, repositoryId, 300);
+  const statements: Array<{ sql: string; bindings: readonly unknown[] }> = [];
+  const record = (query: { sql: string; bindings?: readonly unknown[] }) => statements.push({ sql: query.sql, bindings: query.bindings ?? [] });
+  db.knex.on('query', record);
+  t.teardown(() => db.knex.removeListener('query', record));
+
+  const vector = spread(17);
+  const minScore = 0.995;
+  const exact = docs
+    .map((doc) => ({ id: doc.id, score: cosine(doc.vector as number[], vector) }))
+    .filter(({ score }) => score >= minScore)
+    .sort((a, b) => b.score - a.score)
+    .slice(0, 20);
+  t.ok(exact.length >= 1 && exact.length < 20, `a few facts are that close (${exact.length}), fewer than k`);
+  const answer = await index.knn(facts, { repositoryId, vector, k: 20, minScore });
+  t.same(answer.items.map((item) => item.id), exact.map(({ id }) => id), 'the exact answer: those at least that similar, nearest first');
+  const knn = statements.filter(({ sql }) => sql.includes('jsonb_to_recordset'));
+  t.equal(knn.length, 1, 'one statement: no widening, the graph knows the rest is farther');
+  const sent = JSON.parse(String(knn[0].bindings.find((binding) => typeof binding === 'string' && binding.includes('candidates')))) as Array<{ candidates: string[] }>;
+  t.ok(sent[0].candidates.length < 30, `only the close candidates are looked up (${sent[0].candidates.length} of the 30 the graph gave)`);
+
+  statements.length = 0;
+  const far = await index.knnMany(facts, [
+    { repositoryId, vector: [0, 0, -1, -1], k: 20, minScore },
+    { repositoryId, vector: [0, -1, 0, -1], k: 20, minScore },
+  ]);
+  t.same(far.map((one) => one.items), [[], []], 'nothing that close: nothing');
+  t.equal(statements.filter(({ sql }) => sql.includes('jsonb_to_recordset')).length, 0, 'and no statement at all');
+});
+
 t.test('follows writes: set at once, removed on commit, put back from the table when a transaction rolls back', async (t) => {
   const db = await openVectorPglite();
   t.teardown(() => db.close());
