@@ -51,19 +51,30 @@ function takeAll<Call>(waiting: Call[]): Call[] {
   return waiting.splice(0, waiting.length);
 }
 
-/** A `take` that puts each key in a batch once: a later call with a key already taken waits for the next batch. */
-export function takeEachKeyOnce<Call>(keyOf: (call: Call) => string): (waiting: Call[]) => Call[] {
+/**
+ * A `take` for batches that must stay short: each key at most once (a later call with a key
+ * already taken waits for the next batch), and calls taken in arrival order until their weight
+ * reaches `maxWeight` (the first call always goes, whatever its weight). A bounded batch keeps
+ * the statement short, so a request that arrives meanwhile waits for a short statement, not a
+ * long one (src/db/priority.ts: a holder is never interrupted).
+ */
+export function takeBounded<Call>(options: { keyOf?: (call: Call) => string; weightOf?: (call: Call) => number; maxWeight: number }): (waiting: Call[]) => Call[] {
+  const weightOf = options.weightOf ?? (() => 1);
   return (waiting) => {
     const batch: Call[] = [];
     const rest: Call[] = [];
     const keys = new Set<string>();
+    let weight = 0;
     for (const call of waiting) {
-      const key = keyOf(call);
-      if (keys.has(key)) rest.push(call);
-      else {
-        keys.add(key);
-        batch.push(call);
+      const key = options.keyOf?.(call);
+      const full = batch.length > 0 && weight >= options.maxWeight;
+      if (full || (key !== undefined && keys.has(key))) {
+        rest.push(call);
+        continue;
       }
+      if (key !== undefined) keys.add(key);
+      batch.push(call);
+      weight += weightOf(call);
     }
     waiting.splice(0, waiting.length, ...rest);
     return batch;

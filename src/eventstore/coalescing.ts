@@ -1,4 +1,4 @@
-import { coalescer, takeEachKeyOnce } from '../db/coalesce.js';
+import { coalescer, takeBounded } from '../db/coalesce.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
 import type { AppendResult, EventStore, ExpectedVersion, ReadStreamOptions } from './port.js';
 
@@ -28,6 +28,14 @@ interface ReadCall {
  * the connection: N jobs at one step then cost a statement, not N (docs/performance.md, "Twelfth
  * round").
  */
+/**
+ * Bounds of one batch: a statement of many calls holds PGlite's one connection, and a request
+ * that arrives meanwhile waits for it to end. A summary pass's hundred concepts, each appending
+ * slices, would otherwise go as one append of hundreds of events.
+ */
+const MAX_EVENTS_PER_APPEND = 64;
+const MAX_STREAMS_PER_READ = 64;
+
 export function coalescingEventStore(store: EventStore): EventStore {
   const appendOne = (call: AppendCall): Promise<void> => store.append(call.streamId, call.events, call.expected).then(call.resolve, call.reject);
 
@@ -47,15 +55,18 @@ export function coalescingEventStore(store: EventStore): EventStore {
         else call.reject(outcome.conflict);
       }
     },
-    // appendToStreams takes a stream once per call.
-    takeEachKeyOnce(({ streamId }) => streamId),
+    // appendToStreams takes a stream once per call; a batch of at most MAX_EVENTS_PER_APPEND events.
+    takeBounded({ keyOf: ({ streamId }) => streamId, weightOf: ({ events }) => Math.max(1, events.length), maxWeight: MAX_EVENTS_PER_APPEND }),
   );
 
-  const queueRead = coalescer<ReadCall>(async (batch) => {
-    const streams = await store.readStreams([...new Set(batch.map(({ streamId }) => streamId))]);
-    // Each caller its own array: callers of one stream must not see what another changes in it.
-    for (const call of batch) call.resolve([...(streams.get(call.streamId) ?? [])]);
-  });
+  const queueRead = coalescer<ReadCall>(
+    async (batch) => {
+      const streams = await store.readStreams([...new Set(batch.map(({ streamId }) => streamId))]);
+      // Each caller its own array: callers of one stream must not see what another changes in it.
+      for (const call of batch) call.resolve([...(streams.get(call.streamId) ?? [])]);
+    },
+    takeBounded({ maxWeight: MAX_STREAMS_PER_READ }),
+  );
 
   return {
     ...store,

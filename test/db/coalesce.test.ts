@@ -1,5 +1,5 @@
 import t from 'tap';
-import { coalescer, takeEachKeyOnce } from '../../src/db/coalesce.js';
+import { coalescer, takeBounded } from '../../src/db/coalesce.js';
 import { backgroundLevel, inBackground, runAtLevel } from '../../src/db/priority.js';
 
 interface Call {
@@ -61,8 +61,8 @@ t.test('each priority level has its own batches, sent at that level', async (t) 
   t.same(await Promise.all([background, request, ...queued]), ['done background 1', 'done request', 'done background 2', 'done deferred']);
 });
 
-t.test('takeEachKeyOnce leaves a key already in the batch for the next one', async (t) => {
-  const { batches, call, releaseNext } = heldBatches(takeEachKeyOnce(({ key }) => key));
+t.test('takeBounded leaves a key already in the batch for the next one', async (t) => {
+  const { batches, call, releaseNext } = heldBatches(takeBounded({ keyOf: ({ key }) => key, maxWeight: 100 }));
   const calls = [call('x'), call('x'), call('y'), call('x'), call('z')];
   await releaseNext();
   t.same(batches[1].keys, ['x', 'y', 'z'], 'one of each key');
@@ -71,6 +71,19 @@ t.test('takeEachKeyOnce leaves a key already in the batch for the next one', asy
   await releaseNext();
   t.same(batches.length, 3);
   t.equal((await Promise.all(calls)).length, 5);
+});
+
+t.test('takeBounded stops a batch at its weight, in arrival order, and always takes the first call', async (t) => {
+  const weights: Record<string, number> = { a: 1, b: 2, c: 1, d: 1, huge: 10, e: 1 };
+  const { batches, call, releaseNext } = heldBatches(takeBounded({ weightOf: ({ key }) => weights[key], maxWeight: 3 }));
+  const calls = ['first', 'a', 'b', 'c', 'd', 'huge', 'e'].map((key) => call(key === 'first' ? 'a' : key));
+  for (let round = 0; round < 5; round++) await releaseNext();
+  t.same(
+    batches.map(({ keys }) => keys),
+    [['a'], ['a', 'b'], ['c', 'd', 'huge'], ['e']],
+    'weights 1 + 2 reach 3; 1 + 1 + 10 passes it with its last call; a call over the bound alone still goes',
+  );
+  t.equal((await Promise.all(calls)).length, 7);
 });
 
 t.test('a send that throws rejects its batch, and the lane goes on', async (t) => {

@@ -105,3 +105,17 @@ t.test('whole-stream reads that come while one is out go as one read; reads from
   x1.pop();
   t.same(x2.map((event) => event.data.name), ['x1', 'x2'], 'callers of one stream each get their own list');
 });
+
+t.test('a batch stays short: at most 64 events an append, 64 streams a read', async (t) => {
+  const { store, real, calls } = await countedStore(t);
+  const first = store.append('thing-first', [thing('first')], 'no_stream');
+  const burst = Array.from({ length: 100 }, (_, n) => store.append(`thing-${n}`, [thing(`${n}`)], 'no_stream'));
+  await Promise.all([first, ...burst]);
+  t.same(calls.appendToStreams, [64, 36], 'a hundred appends of one event: 64, then the rest');
+  t.equal((await real.readAll({ limit: 1000 })).length, 101);
+  const reading = store.readStream('thing-first');
+  const reads = Array.from({ length: 100 }, (_, n) => store.readStream(`thing-${n}`));
+  const streams = await Promise.all([reading, ...reads]);
+  t.same(calls.readStreams, [1, 64, 36]);
+  t.ok(streams.every((events) => events.length === 1), 'every reader its stream');
+});
