@@ -7,6 +7,7 @@ import {
   matchesNothing,
   normaliseDocuments,
   normaliseUpdates,
+  exclusionOf,
   passesMinScore,
   silentSearchLogger,
   validateDimensions,
@@ -126,12 +127,15 @@ export function createOpenSearchIndex(options: OpenSearchIndexOptions): OpenSear
       const family = familyOf(collection);
       validateKnnQuery(family.collection, query, dimensions);
       if (matchesNothing(query)) return { items: [] };
-      const result = await family.search(readFrom(family), knnBody(family.collection, query));
+      const { asked, kept } = exclusionOf(query);
+      const result = await family.search(readFrom(family), knnBody(family.collection, asked));
       return {
-        items: result.hits.hits.flatMap((hit) => {
-          const score = cosineOf(hit._score);
-          return passesMinScore(query, score) ? [hitFrom(collection, hit._source, score)] : [];
-        }),
+        items: kept(
+          result.hits.hits.flatMap((hit) => {
+            const score = cosineOf(hit._score);
+            return passesMinScore(query, score) ? [hitFrom(collection, hit._source, score)] : [];
+          }),
+        ),
       };
     }
 

@@ -53,11 +53,29 @@ export interface KnnQuery<Doc extends IndexedDocument = IndexedDocument> {
    * only the close ones to the database, and none when none is close).
    */
   minScore?: number;
+  /**
+   * Documents never in the answer: the k nearest of the others. Deduplication leaves out the
+   * fact it asks about, which is in the index by then.
+   */
+  exclude?: readonly string[];
 }
 
 /** Whether a hit's score passes the query's `minScore` (every hit does without one). */
 export function passesMinScore(query: Pick<KnnQuery, 'minScore'>, score: number): boolean {
   return query.minScore === undefined || score >= query.minScore;
+}
+
+/**
+ * How an adapter answers `exclude`: it asks for k plus the excluded ids' number (`asked`), and
+ * keeps of that answer the hits not excluded, at most k (`kept`): the k nearest of the others.
+ */
+export function exclusionOf<Doc extends IndexedDocument>(query: KnnQuery<Doc>) {
+  const excluded = new Set(query.exclude ?? []);
+  return {
+    excluded,
+    asked: { ...query, k: query.k + excluded.size, exclude: undefined },
+    kept: <Hit extends { id: string }>(items: readonly Hit[]): Hit[] => items.filter((item) => !excluded.has(item.id)).slice(0, query.k),
+  };
 }
 
 export interface SearchPage<Hit> {
@@ -260,6 +278,9 @@ export function validateKnnQuery(collection: SearchCollection, query: KnnQuery, 
   }
   if (query.minScore !== undefined && !(Number.isFinite(query.minScore) && query.minScore >= -1 && query.minScore <= 1)) {
     throw new InvalidSearchRequestError('minScore must be a number from -1 to 1');
+  }
+  if (query.exclude !== undefined && (!Array.isArray(query.exclude) || query.exclude.length > MAX_K || query.exclude.some((id) => typeof id !== 'string'))) {
+    throw new InvalidSearchRequestError(`exclude must be a list of at most ${MAX_K} ids`);
   }
   validateVector(query.vector, dimensions);
 }

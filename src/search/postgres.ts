@@ -10,6 +10,7 @@ import {
   normaliseUpdates,
   validateDimensions,
   validateKnnQuery,
+  exclusionOf,
   passesMinScore,
   validateRemoval,
   validateRepositoryRemoval,
@@ -135,7 +136,9 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     const vectors = served.postgres.vectors;
     if (vectorTables === null || dimensions === null || vectors === undefined) throw unavailable(served);
     for (const query of queries) validateKnnQuery(served, query, dimensions);
-    const asked = queries.map((query, index) => ({ query, index })).filter(({ query }) => !matchesNothing(query));
+    // Each query as run: k widened by its excluded ids, which its answer then leaves out.
+    const exclusions = queries.map((query) => exclusionOf(query));
+    const asked = exclusions.map(({ asked: query }, index) => ({ query, index })).filter(({ query }) => !matchesNothing(query));
     const answers = queries.map((): { items: HitOf<Doc>[] } => ({ items: [] }));
     if (asked.length === 0) return answers;
     return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx, efSearchInStatement) => {
@@ -148,9 +151,10 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
           if (passesMinScore(queries[index], score)) answers[index].items.push(hitFrom(collection, row, score));
         }
       };
+      const keptAnswers = () => answers.map((answer, index) => ({ items: exclusions[index].kept(answer.items) }));
       if (graphs === null) {
         await answer(asked.map((entry) => ({ ...entry, candidates: null })));
-        return answers;
+        return keptAnswers();
       }
       // Queries restricted to ids compare those ids' vectors exactly (their own statements either
       // way); the others take candidates from the graph, widened while too few of them pass the
@@ -164,12 +168,13 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
             found: await graphs.nearest(trx, vectors, entry.query.repositoryId, entry.query.vector, entry.count, entry.query.minScore),
           })),
         );
-        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found.ids })));
+        // An excluded id is never looked up: a query whose only candidate it is sends nothing.
+        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found.ids.filter((id) => !exclusions[entry.index].excluded.has(id)) })));
         round = planned
           .filter((entry) => !entry.found.exhausted && answers[entry.index].items.length < entry.query.k)
           .map((entry) => ({ ...entry, count: entry.count * CANDIDATES_GROWTH }));
       }
-      return answers;
+      return keptAnswers();
     });
   }
 

@@ -247,6 +247,25 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await t.rejects(ask(Number.NaN), { name: 'InvalidSearchRequestError' });
   });
 
+  withHarness('k-NN with exclude: the k nearest of the others', async (t, { index, load }, repo) => {
+    const near = fact(repo, 'Near.', { vector: [1, 0.1, 0, 0] });
+    const diagonal = fact(repo, 'Diagonal.', { vector: [1, 1, 0, 0] });
+    const orthogonal = fact(repo, 'Orthogonal.', { vector: [0, 1, 0, 0] });
+    await load([orthogonal, near, diagonal]);
+    const ask = (exclude: string[], k: number, minScore?: number) => index.knn(facts, { repositoryId: repo, vector: [1, 0.1, 0, 0], k, exclude, ...(minScore === undefined ? {} : { minScore }) });
+    t.same(ids((await ask([near.id], 2)).items), [diagonal.id, orthogonal.id], 'the nearest left out, still k');
+    t.same(ids((await ask([diagonal.id], 1)).items), [near.id], 'an excluded id further away changes nothing nearer');
+    t.same(ids((await ask([near.id, 'unknown'], 5)).items), [diagonal.id, orthogonal.id], 'unknown ids are no error');
+    t.same((await ask([near.id], 3, 0.9)).items, [], 'with minScore: the only close one excluded, nothing');
+    const [first, second] = await index.knnMany(facts, [
+      { repositoryId: repo, vector: [0, 1, 0, 0], k: 1, exclude: [orthogonal.id] },
+      { repositoryId: repo, vector: [0, 1, 0, 0], k: 1 },
+    ]);
+    t.same([ids(first.items), ids(second.items)], [[diagonal.id], [orthogonal.id]], 'knnMany: each query its own exclusions');
+    // A caller outside TypeScript (an MCP tool's JSON) can send anything.
+    await t.rejects(index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 1, exclude: [7 as unknown as string] }), { name: 'InvalidSearchRequestError' });
+  });
+
   withHarness('vectors: omitted keeps, null removes, a new one replaces', async (t, { index, load }, repo) => {
     const a = fact(repo, 'Alpha.', { vector: [1, 0, 0, 0] });
     const b = fact(repo, 'Beta.', { vector: [0, 1, 0, 0] });

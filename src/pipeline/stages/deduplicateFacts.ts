@@ -115,8 +115,10 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
   async function nearestOf(repositoryId: string, vectors: ReadonlyArray<readonly [string, number[]]>): Promise<Map<string, Array<{ id: string; score: number }>> | null> {
     if (vectors.length === 0) return new Map();
     try {
-      // Only neighbours at the threshold count (below): the index need not bring the others.
-      const answers = await deps.search.knnMany(facts, vectors.map(([, vector]) => ({ repositoryId, vector, k, minScore: deps.threshold })));
+      // Only other facts at the threshold count (below): the index need not bring the others. The
+      // fact itself was one of the k nearest (its own vector, similarity 1), so k - 1 others.
+      const others = Math.max(1, k - 1);
+      const answers = await deps.search.knnMany(facts, vectors.map(([factId, vector]) => ({ repositoryId, vector, k: others, minScore: deps.threshold, exclude: [factId] })));
       return new Map(vectors.map(([factId], index) => [factId, answers[index].items]));
     } catch (error) {
       if (isVectorSearchUnavailable(error)) return null;
