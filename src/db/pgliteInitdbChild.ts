@@ -6,6 +6,7 @@
  * then opens the initialised directory, never holds it.
  */
 import { PGlite } from '@electric-sql/pglite';
+import { INITDB_DONE } from './pgliteProtocol.js';
 
 const [dataDir, settingsJson] = process.argv.slice(2);
 if (!dataDir || !process.send) {
@@ -21,7 +22,8 @@ try {
     startParams: [...PGlite.defaultStartParams, ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])],
   });
   await pglite.close();
-  process.exit(0);
+  // Done once the parent knows; the parent kills a child whose exit then hangs (pgliteThread.ts).
+  process.send(INITDB_DONE, () => process.exit(0));
 } catch (error) {
   console.error('PGlite initdb failed:', error);
   process.exit(1);

@@ -52,3 +52,6 @@ export function deserializeDatabaseError(serialized: SerializedDatabaseError): E
   error.name = name;
   return error;
 }
+
+/** What the initdb child sends when the directory is initialised and closed (src/db/pgliteInitdbChild.ts). */
+export const INITDB_DONE = 'pglite initdb done';

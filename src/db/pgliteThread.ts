@@ -6,6 +6,7 @@ import { Worker } from 'node:worker_threads';
 import type { Results } from '@electric-sql/pglite';
 import { pgliteWasmModules } from './pgliteWasm.js';
 import {
+  INITDB_DONE,
   deserializeDatabaseError,
   type PgliteQueryOptions,
   type PgliteReply,
@@ -30,23 +31,36 @@ export function needsInitdb(dataDir: string): boolean {
  * has the same node flags (and so the same TypeScript loader in tests) as this process; it
  * ends when initdb does, and by itself if this process dies meanwhile (its IPC channel closes).
  */
-export async function initdbInChildProcess(dataDir: string, settings: Readonly<Record<string, string>> = {}): Promise<void> {
-  const child = fork(fileURLToPath(INITDB_ENTRY), [dataDir, JSON.stringify(settings)], {
+export async function initdbInChildProcess(dataDir: string, settings: Readonly<Record<string, string>> = {}, entry: URL = INITDB_ENTRY): Promise<void> {
+  const child = fork(fileURLToPath(entry), [dataDir, JSON.stringify(settings)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     // Tells measuring hooks loaded through the inherited flags (bench/) that this is not the service.
     env: { ...process.env, FACTLOG_PGLITE_INITDB_CHILD: '1' },
   });
   await new Promise<void>((resolve, reject) => {
+    let done = false;
+    // The child says so once the directory is initialised and closed. Its exit can then hang in
+    // node's teardown (seen once in 15 boots: the main thread waiting on a futex after
+    // process.exit), so a child that is done and still there after a moment is killed.
+    child.on('message', (message) => {
+      if (message !== INITDB_DONE || done) return;
+      done = true;
+      resolve();
+      setTimeout(() => child.kill('SIGKILL'), INITDB_EXIT_GRACE_MS).unref();
+    });
     child.once('error', (error) => {
       child.kill('SIGKILL');
       reject(error);
     });
     child.once('exit', (code, signal) => {
-      if (code === 0) resolve();
+      if (code === 0 || done) resolve();
       else reject(new Error(`PGlite initdb of ${dataDir} failed in its child process (${signal ?? `exit code ${code}`})`));
     });
   });
 }
+
+/** How long a child that is done may take to exit before it is killed. */
+const INITDB_EXIT_GRACE_MS = 2000;
 
 interface Pending {
   resolve(value: PgliteReply & { ok: true }): void;

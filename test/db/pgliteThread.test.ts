@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
@@ -123,4 +123,24 @@ t.test('an initdb that fails in its child process rejects with the reason', asyn
   const notADirectory = path.join(parent, 'file');
   writeFileSync(notADirectory, 'not a directory');
   await t.rejects(initdbInChildProcess(notADirectory), /PGlite initdb of .* failed in its child process/);
+});
+
+t.test('a child that is done but does not exit is killed, and the initdb counts as done', async (t) => {
+  const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = path.join(parent, 'pglite');
+  await initdbInChildProcess(dataDir, {}, new URL('../helpers/initdbHangingChild.ts', import.meta.url));
+  const pid = Number(readFileSync(`${dataDir}.pid`, 'utf8'));
+  const alive = () => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  t.ok(alive(), 'resolved on its word, while it still runs');
+  const deadline = Date.now() + 20_000;
+  while (alive() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
+  t.notOk(alive(), 'then killed');
 });
