@@ -79,3 +79,8 @@ export class Semaphore {
     }
   }
 }
+
+/** Resolves after the event loop's next turn (timers and I/O that came meanwhile run first). */
+export function nextTurnOfEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}

@@ -1,5 +1,6 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
+import { Index } from 'usearch';
 import { createPostgresSearchIndex } from '../../../src/search/postgres.js';
 import { createNeighbourGraphs } from '../../../src/search/postgres/neighbourGraphs.js';
 import { facts } from '../../../src/search/collections/index.js';
@@ -185,4 +186,38 @@ t.test('a write made while a graph loads wins over the row the load reads', asyn
   graphs.written(db.knex, table, [{ id: 'late', repository_id: repositoryId, vector: null }]);
   t.equal(graphs.sizeOf('fact_vectors', repositoryId), 1, 'a vector set to null leaves the graph');
   t.same(await graphs.nearest(db.knex, table, repositoryId, [0, 0, 1, 0], 5), { ids: [doc.id], exhausted: true });
+});
+
+t.test('many graph searches let the event loop turn between them', async (t) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  const index = inMemory(db);
+  const repositoryId = `repo-${randomUUID()}`;
+  await indexedFacts(db, index, repositoryId, 200);
+  // Count the graph's searches; a chain of immediates notes how many were done at each turn.
+  let searches = 0;
+  const search = Index.prototype.search;
+  Index.prototype.search = function (this: Index, ...args: unknown[]) {
+    searches += 1;
+    return Reflect.apply(search, this, args) as ReturnType<Index['search']>;
+  } as Index['search'];
+  t.teardown(() => {
+    Index.prototype.search = search;
+  });
+  const seenAtTurns: number[] = [];
+  let running = true;
+  const note = () => {
+    seenAtTurns.push(searches);
+    if (running) setImmediate(note);
+  };
+  // A similarity no fact reaches: the answer needs no statement, only graph searches.
+  const queries = Array.from({ length: 3000 }, (_, n) => ({ repositoryId, vector: spread(5000 + n), k: 5, minScore: 0.99999999 }));
+  await index.knn(facts, queries[0]); // the graph is loaded before the count starts
+  searches = 0;
+  setImmediate(note);
+  const answers = await index.knnMany(facts, queries);
+  running = false;
+  t.equal(searches, 3000, 'one graph search per query');
+  t.ok(answers.every((answer) => answer.items.length === 0));
+  t.ok(seenAtTurns.some((count) => count > 0 && count < 3000), `the loop turned while the searches ran (counts seen: ${seenAtTurns.slice(0, 5).join(', ')}…)`);
 });
