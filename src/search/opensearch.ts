@@ -7,8 +7,7 @@ import {
   matchesNothing,
   normaliseDocuments,
   normaliseUpdates,
-  exclusionOf,
-  passesMinScore,
+  knnAnswerOf,
   silentSearchLogger,
   validateDimensions,
   validateKnnQuery,
@@ -127,16 +126,9 @@ export function createOpenSearchIndex(options: OpenSearchIndexOptions): OpenSear
       const family = familyOf(collection);
       validateKnnQuery(family.collection, query, dimensions);
       if (matchesNothing(query)) return { items: [] };
-      const { asked, kept } = exclusionOf(query);
+      const { asked, kept } = knnAnswerOf(query);
       const result = await family.search(readFrom(family), knnBody(family.collection, asked));
-      return {
-        items: kept(
-          result.hits.hits.flatMap((hit) => {
-            const score = cosineOf(hit._score);
-            return passesMinScore(query, score) ? [hitFrom(collection, hit._source, score)] : [];
-          }),
-        ),
-      };
+      return { items: kept(result.hits.hits.map((hit) => hitFrom(collection, hit._source, cosineOf(hit._score)))) };
     }
 
     return {

@@ -60,21 +60,23 @@ export interface KnnQuery<Doc extends IndexedDocument = IndexedDocument> {
   exclude?: readonly string[];
 }
 
-/** Whether a hit's score passes the query's `minScore` (every hit does without one). */
-export function passesMinScore(query: Pick<KnnQuery, 'minScore'>, score: number): boolean {
-  return query.minScore === undefined || score >= query.minScore;
-}
-
 /**
- * How an adapter answers `exclude`: it asks for k plus the excluded ids' number (`asked`), and
- * keeps of that answer the hits not excluded, at most k (`kept`): the k nearest of the others.
+ * How an adapter answers `exclude` and `minScore`: it runs `asked` (k plus the excluded ids'
+ * number, without them) and `kept` makes the answer of its nearest-first hits: those not
+ * excluded and at least `minScore` similar, at most k. So the k nearest of the others, of them
+ * the close enough ones.
  */
-export function exclusionOf<Doc extends IndexedDocument>(query: KnnQuery<Doc>) {
+export function knnAnswerOf<Doc extends IndexedDocument>(query: KnnQuery<Doc>) {
   const excluded = new Set(query.exclude ?? []);
+  const minScore = query.minScore ?? -Infinity;
   return {
     excluded,
     asked: { ...query, k: query.k + excluded.size, exclude: undefined },
-    kept: <Hit extends { id: string }>(items: readonly Hit[]): Hit[] => items.filter((item) => !excluded.has(item.id)).slice(0, query.k),
+    kept: <Hit extends { id: string; score: number }>(items: readonly Hit[]): Hit[] =>
+      items
+        .filter((item) => !excluded.has(item.id))
+        .slice(0, query.k)
+        .filter((item) => item.score >= minScore),
   };
 }
 
