@@ -375,13 +375,18 @@ for (const backend of backends) {
   t.test(backend.name, async (t) => runnerSuite(t, backend.open));
 }
 
-t.test('pglite: a waiting request splits a shared batch between projections; each event once, intake last', async (t) => {
+/** A PGlite store whose database says a request waits when the test says so, with a rows table per name. */
+async function openPgliteWithRequests(t: Test, tables: readonly string[]) {
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());
-  const { store } = fixture;
-  let requestWaits = false;
-  const db: Database = { ...fixture.db, requestsWaiting: () => requestWaits };
-  for (const name of ['first', 'second', 'intake']) await createRowsTable(db, name);
+  const requests = { waiting: false };
+  const db: Database = { ...fixture.db, requestsWaiting: () => requests.waiting };
+  for (const name of tables) await createRowsTable(db, name);
+  return { store: fixture.store, db, requests };
+}
+
+t.test('pglite: a waiting request splits a shared batch between projections; each event once, intake last', async (t) => {
+  const { store, db, requests } = await openPgliteWithRequests(t, ['first', 'second', 'intake']);
   // What the batches did, in order: transactions and which projection applied (once per run of events).
   const log: string[] = [];
   let recording = false;
@@ -404,7 +409,7 @@ t.test('pglite: a waiting request splits a shared batch between projections; eac
   t.same(log, ['BEGIN', 'first', 'second', 'intake', 'COMMIT'], 'no request waits: one transaction');
 
   log.length = 0;
-  requestWaits = true;
+  requests.waiting = true;
   const two = await store.append('s-2', [thing('a'), thing('c')], 'no_stream');
   await runner.waitFor(two.lastPosition, 10_000);
   t.same(log, ['BEGIN', 'first', 'COMMIT', 'BEGIN', 'second', 'COMMIT', 'BEGIN', 'intake', 'COMMIT'], 'a request waits: a transaction per projection');
@@ -428,12 +433,7 @@ t.test('pglite: a waiting request splits a shared batch between projections; eac
 });
 
 t.test('pglite: a long run of one projection\'s events goes in parts, and a waiting request gets a commit between them', async (t) => {
-  const fixture = await openStore(openMemoryPglite);
-  t.teardown(() => fixture.close());
-  const { store } = fixture;
-  let requestWaits = false;
-  const db: Database = { ...fixture.db, requestsWaiting: () => requestWaits };
-  for (const name of ['slow', 'quick']) await createRowsTable(db, name);
+  const { store, db, requests } = await openPgliteWithRequests(t, ['slow', 'quick']);
   // Each of slow's events takes about 2 ms: its parts of about 25 ms hold about a dozen.
   const slow = countingProjection('slow', { beforeApply: () => new Promise((resolve) => setTimeout(resolve, 2)) });
   const quick = countingProjection('quick');
@@ -454,7 +454,7 @@ t.test('pglite: a long run of one projection\'s events goes in parts, and a wait
 
   // A request waits all along: a commit after each part of slow's events.
   transactions.begun = 0;
-  requestWaits = true;
+  requests.waiting = true;
   const positions: number[] = [];
   const watcher = setInterval(() => {
     void checkpoint(db, 'slow').then((position) => {

@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Index } from 'usearch';
 import { createPostgresSearchIndex } from '../../../src/search/postgres.js';
@@ -17,6 +17,13 @@ const cosine = cosineSimilarity;
 
 /** A deterministic spread of vectors (no two alike, none all zeros). */
 const spread = (n: number) => [Math.cos(n * 1.7) + 0.01 * n, Math.sin(n * 0.9), Math.cos(n * 0.31) * 0.5, 1 + Math.sin(n * 2.3) * 0.8];
+
+/** A fresh vector database with the embedded tier's search index over it, and a repository id of its own. */
+const openGraphIndex = async (t: Test) => {
+  const db = await openVectorPglite();
+  t.teardown(() => db.close());
+  return { db, index: inMemory(db), repositoryId: `repo-${randomUUID()}` };
+};
 
 const indexedFacts = async (db: Database, index: ReturnType<typeof inMemory>, repositoryId: string, count: number, extra: (n: number) => Partial<FactDocument> = () => ({})) => {
   const docs = Array.from({ length: count }, (_, n) => fact(repositoryId, `Fact ${n} of ${repositoryId}.`, { vector: spread(n), ...extra(n) }));
@@ -46,10 +53,7 @@ t.test('the vector table gets no HNSW index, and one left by an earlier version 
 });
 
 t.test('answers as an exact search would: the nearest by cosine, each query in the statement looking its candidates up by id', async (t) => {
-  const db = await openVectorPglite();
-  t.teardown(() => db.close());
-  const index = inMemory(db);
-  const repositoryId = `repo-${randomUUID()}`;
+  const { db, index, repositoryId } = await openGraphIndex(t);
   const docs = await indexedFacts(db, index, repositoryId, 400);
   await indexedFacts(db, index, `other-${randomUUID()}`, 50);
   const queries = Array.from({ length: 12 }, (_, n) => ({ repositoryId, vector: spread(1000 + n * 7), k: 8 }));
@@ -69,10 +73,7 @@ t.test('answers as an exact search would: the nearest by cosine, each query in t
 });
 
 t.test('widens its candidates while too few pass the filters, and returns fewer only when none are left', async (t) => {
-  const db = await openVectorPglite();
-  t.teardown(() => db.close());
-  const index = inMemory(db);
-  const repositoryId = `repo-${randomUUID()}`;
+  const { db, index, repositoryId } = await openGraphIndex(t);
   // 300 tables near the query, 5 texts far from it: the first candidates are all tables.
   const near = Array.from({ length: 300 }, (_, n) => fact(repositoryId, `Near ${n}.`, { fact_kind: 'table', vector: [1, 0.001 * n, 0, 0] }));
   const far = Array.from({ length: 5 }, (_, n) => fact(repositoryId, `Far ${n}.`, { fact_kind: 'text', vector: [0, 1, 0.1 * n, 0] }));
@@ -91,10 +92,7 @@ t.test('widens its candidates while too few pass the filters, and returns fewer 
 });
 
 t.test('with minScore only the candidates that may be that close reach the database, and none go when none are', async (t) => {
-  const db = await openVectorPglite();
-  t.teardown(() => db.close());
-  const index = inMemory(db);
-  const repositoryId = `repo-${randomUUID()}`;
+  const { db, index, repositoryId } = await openGraphIndex(t);
   const docs = await indexedFacts(db, index, repositoryId, 300);
   const statements: Array<{ sql: string; bindings: readonly unknown[] }> = [];
   const record = (query: { sql: string; bindings?: readonly unknown[] }) => statements.push({ sql: query.sql, bindings: query.bindings ?? [] });
@@ -126,10 +124,7 @@ t.test('with minScore only the candidates that may be that close reach the datab
 });
 
 t.test('follows writes: set at once, removed on commit, put back from the table when a transaction rolls back', async (t) => {
-  const db = await openVectorPglite();
-  t.teardown(() => db.close());
-  const index = inMemory(db);
-  const repositoryId = `repo-${randomUUID()}`;
+  const { db, index, repositoryId } = await openGraphIndex(t);
   // Enough facts that the graph's candidates for a query are its neighbourhood, not every fact.
   const [first, second, third] = await indexedFacts(db, index, repositoryId, 200);
   const nearestTo = async (vector: number[]) => (await index.knn(facts, { repositoryId, vector, k: 1 })).items.map((item) => item.id);
@@ -171,10 +166,7 @@ t.test('follows writes: set at once, removed on commit, put back from the table 
 });
 
 t.test('a write made while a graph loads wins over the row the load reads', async (t) => {
-  const db = await openVectorPglite();
-  t.teardown(() => db.close());
-  const index = inMemory(db);
-  const repositoryId = `repo-${randomUUID()}`;
+  const { db, index, repositoryId } = await openGraphIndex(t);
   const [doc] = await indexedFacts(db, index, repositoryId, 1);
   const graphs = createNeighbourGraphs(db.knex, DIMENSIONS);
   const table = { table: 'fact_vectors', key: 'fact_id' };
@@ -189,10 +181,7 @@ t.test('a write made while a graph loads wins over the row the load reads', asyn
 });
 
 t.test('many graph searches let the event loop turn between them', async (t) => {
-  const db = await openVectorPglite();
-  t.teardown(() => db.close());
-  const index = inMemory(db);
-  const repositoryId = `repo-${randomUUID()}`;
+  const { db, index, repositoryId } = await openGraphIndex(t);
   await indexedFacts(db, index, repositoryId, 200);
   // Count the graph's searches; a chain of immediates notes how many were done at each turn.
   let searches = 0;
