@@ -17,6 +17,14 @@ interface ReadCall {
 }
 
 /**
+ * Bounds of one batch: a statement of many calls holds PGlite's one connection, and a request
+ * that arrives meanwhile waits for it to end. A summary pass's hundred concepts, each appending
+ * slices, would otherwise go as one append of hundreds of events.
+ */
+const MAX_EVENTS_PER_APPEND = 64;
+const MAX_STREAMS_PER_READ = 64;
+
+/**
  * The event store with its single-stream calls sent together (src/db/coalesce.ts): the `append`s
  * that arrive while one of their priority level is out go next as one `appendToStreams`, and
  * whole-stream `readStream`s as one `readStreams`. Each caller gets what its own call would have
@@ -28,14 +36,6 @@ interface ReadCall {
  * the connection: N jobs at one step then cost a statement, not N (docs/performance.md, "Twelfth
  * round").
  */
-/**
- * Bounds of one batch: a statement of many calls holds PGlite's one connection, and a request
- * that arrives meanwhile waits for it to end. A summary pass's hundred concepts, each appending
- * slices, would otherwise go as one append of hundreds of events.
- */
-const MAX_EVENTS_PER_APPEND = 64;
-const MAX_STREAMS_PER_READ = 64;
-
 export function coalescingEventStore(store: EventStore): EventStore {
   const appendOne = (call: AppendCall): Promise<void> => store.append(call.streamId, call.events, call.expected).then(call.resolve, call.reject);
 
