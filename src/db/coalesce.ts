@@ -15,8 +15,9 @@ interface Lane<Call> {
  *
  * `send` settles every call of its batch (each call carries its own resolve and reject) and runs
  * at the callers' level; when it throws, every call of the batch is rejected with the error (a
- * call it settled already keeps its outcome). `take` picks the next batch out of the waiting calls (default: all); the
- * calls it leaves go in a later batch. Returns the function that queues a call.
+ * call it settled already keeps its outcome). `take` picks the next batch out of the waiting
+ * calls (default: all); the calls it leaves go in a later batch. Returns the function that
+ * queues a call.
  */
 export function coalescer<Call extends { reject(error: unknown): void }>(send: (batch: Call[]) => Promise<void>, take: (waiting: Call[]) => Call[] = takeAll): (call: Call) => void {
   const lanes = new Map<Level, Lane<Call>>();
