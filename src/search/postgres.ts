@@ -139,8 +139,8 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     if (vectorTables === null || dimensions === null || vectors === undefined) throw unavailable(served);
     for (const query of queries) validateKnnQuery(served, query, dimensions);
     // Each query as run (k widened by its excluded ids) and how its answer is kept (knnAnswerOf).
-    const shapes = queries.map((query) => knnAnswerOf(query));
-    const asked = shapes.map(({ asked: query }, index) => ({ query, index })).filter(({ query }) => !matchesNothing(query));
+    const answerPlans = queries.map((query) => knnAnswerOf(query));
+    const asked = answerPlans.map(({ asked: query }, index) => ({ query, index })).filter(({ query }) => !matchesNothing(query));
     const answers = queries.map((): { items: HitOf<Doc>[] } => ({ items: [] }));
     if (asked.length === 0) return answers;
     return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx, efSearchInStatement) => {
@@ -149,7 +149,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         const rows = await nearestRows(trx, served, vectors, efSearchInStatement, entries);
         for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
       };
-      const keptAnswers = () => answers.map((answer, index) => ({ items: shapes[index].kept(answer.items) }));
+      const keptAnswers = () => answers.map((answer, index) => ({ items: answerPlans[index].kept(answer.items) }));
       if (graphs === null) {
         await answer(asked.map((entry) => ({ ...entry, candidates: null })));
         return keptAnswers();
@@ -172,7 +172,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
           }
         }
         // An excluded id is never looked up: a query whose only candidate it is sends nothing.
-        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found.ids.filter((id) => !shapes[entry.index].excluded.has(id)) })));
+        await answer(planned.map((entry) => ({ ...entry, candidates: entry.found.ids.filter((id) => !answerPlans[entry.index].excluded.has(id)) })));
         round = planned
           .filter((entry) => !entry.found.exhausted && answers[entry.index].items.length < entry.query.k)
           .map((entry) => ({ ...entry, count: entry.count * CANDIDATES_GROWTH }));
