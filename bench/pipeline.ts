@@ -19,7 +19,7 @@
  *
  * Environment: BENCH_PARTS (ingest,openai,corpus,search), BENCH_DOCS (1000), BENCH_SENTENCES (12),
  * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
- * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_BATCH (0; n adds n documents at a time, each batch waited for), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times), BENCH_PROBE_DUMP (a file for every search probe's start and time). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
+ * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_BATCH (0; n adds n documents at a time, each batch waited for), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times), BENCH_CALLS_DUMP (a file for every model call's phase and times in the openai part), BENCH_PROBE_DUMP (a file for every search probe's start and time). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
  * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
@@ -39,7 +39,7 @@ import { contentHash } from '../src/interchange/hashing.js';
 import { createLocalEmbedder } from '../src/providers/embeddings/local.js';
 import { registerUser, startTestService, TEST_SECRET, type TestService } from '../test/helpers/service.js';
 import { startWebServer, type Page } from '../test/helpers/webServer.js';
-import { startOpenAIServer } from '../test/helpers/openaiServer.js';
+import { startOpenAIServer, type AnsweredCall } from '../test/helpers/openaiServer.js';
 import { freePort, stopProcess, waitHealthy } from '../test/helpers/processes.js';
 import {
   createRepository,
@@ -464,6 +464,8 @@ interface OpenAIResult extends Omit<IngestResult, 'peakRss' | 'serviceProbe' | '
   /** Seconds the run cannot beat: the busiest stage's model time over its calls in flight, plus one document's chain. */
   boundSeconds: number;
   boundStage: string;
+  /** Per phase of the model server: calls in flight on average while it was busy (its first call to its last answer), and when that was. */
+  inFlight: Record<string, { mean: number; from: number; to: number }>;
 }
 
 /**
@@ -510,6 +512,34 @@ function openAIBound(jobs: ReadonlyMap<string, number>, calls: { chat: number; e
   return { stageCalls, boundSeconds: busiest + chain, boundStage };
 }
 
+/** Calls of `phase` in flight on average over [from, to) ms since the epoch. */
+function callsInFlight(calls: readonly AnsweredCall[], phase: AnsweredCall['phase'], from: number, to: number): number {
+  let busy = 0;
+  for (const call of calls) if (call.phase === phase) busy += Math.max(0, Math.min(call.answeredAt, to) - Math.max(call.arrivedAt, from));
+  return to > from ? busy / (to - from) : 0;
+}
+
+function meanInFlight(calls: readonly AnsweredCall[], t0: number): OpenAIResult['inFlight'] {
+  const byPhase: OpenAIResult['inFlight'] = {};
+  for (const phase of new Set(calls.map((call) => call.phase))) {
+    const own = calls.filter((call) => call.phase === phase);
+    const from = Math.min(...own.map((call) => call.arrivedAt));
+    const to = Math.max(...own.map((call) => call.answeredAt));
+    byPhase[String(phase)] = { mean: callsInFlight(own, phase, from, to), from: (from - t0) / 1000, to: (to - t0) / 1000 };
+  }
+  return byPhase;
+}
+
+/** The calls in flight per phase in 5-second steps, in the log: where a stage had fewer than its workers. */
+function logInFlight(calls: readonly AnsweredCall[], t0: number): void {
+  const phases = [...new Set(calls.map((call) => call.phase))];
+  const end = Math.max(t0, ...calls.map((call) => call.answeredAt));
+  log(`  calls in flight, mean per 5 s (${phases.join(', ')}):`);
+  for (let from = t0; from < end; from += 5000) {
+    log(`    ${String(Math.round((from - t0) / 1000)).padStart(4)} s  ${phases.map((phase) => callsInFlight(calls, phase, from, from + 5000).toFixed(1).padStart(5)).join(' ')}`);
+  }
+}
+
 async function runOpenAI(): Promise<OpenAIResult> {
   const web = await startWebServer(syntheticPages(sizes.openaiDocs, sizes.sentences, prng(sizes.seed + 1)));
   const openai = await startOpenAIServer();
@@ -530,9 +560,13 @@ async function runOpenAI(): Promise<OpenAIResult> {
     log(`openai: ${sizes.openaiDocs} documents, ${sizes.openaiLatencyMs} ms per model call, ${workers} workers per model stage`);
     const urls = Array.from({ length: sizes.openaiDocs }, (_, doc) => `${web.baseUrl}/synthetic/${doc}.html`);
     const before = { ...openai.requests };
+    const t0 = Date.now();
     const result = await addAndWait(service, 'OpenAI', urls, false);
     const calls = { chat: openai.requests.chat - before.chat, embeddings: openai.requests.embeddings - before.embeddings };
-    return { ...result, calls, ...openAIBound(result.jobs, calls, openai.phases) };
+    // BENCH_CALLS_DUMP=<file>: every model call's phase and times, to see when each stage had its calls in flight.
+    if (process.env.BENCH_CALLS_DUMP) writeFileSync(process.env.BENCH_CALLS_DUMP, JSON.stringify({ t0Epoch: t0, calls: openai.answered }));
+    logInFlight(openai.answered, t0);
+    return { ...result, calls, ...openAIBound(result.jobs, calls, openai.phases), inFlight: meanInFlight(openai.answered, t0) };
   } finally {
     await service.stop();
     await openai.close();
@@ -763,6 +797,7 @@ async function main(): Promise<void> {
       `| bound from worker counts and latency (${secs(openai.boundSeconds)}; busiest stage ${openai.boundStage}) | **${rate(bound)}** |`,
       `| measured ÷ bound (target ≥ 90%) | **${((measured / bound) * 100).toFixed(0)}%** |`,
       `| CPU time of the service per document, ms | ${int((openai.cpuSeconds * 1000) / openai.documents)} |`,
+      `| model calls in flight on average from a phase's first call to its last answer (seconds since the first \`POST\`) | ${Object.entries(openai.inFlight).map(([phase, { mean, from, to }]) => `${phase} ${mean.toFixed(1)} (${from.toFixed(0)}–${to.toFixed(0)} s)`).join('; ')} |`,
       '',
     );
   }

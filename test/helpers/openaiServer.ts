@@ -206,22 +206,26 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
   const requests: Record<OpenAIPath, number> = { chat: 0, embeddings: 0 };
   /** Chat requests answered, by phase. */
   const phases: Partial<Record<ChatPhase, number>> = {};
+  /** Every answered request: its phase (`embeddings` for an embedding request) and when it came and was answered (ms, epoch). */
+  const answered: AnsweredCall[] = [];
   const bodies: ReceivedRequest[] = [];
   const timers = new Set<NodeJS.Timeout>();
 
-  const answerChat = async (body: Record<string, unknown>, fault: Fault | undefined): Promise<{ status: number; body: unknown; raw?: string }> => {
+  const answerChat = async (body: Record<string, unknown>, fault: Fault | undefined): Promise<{ status: number; body: unknown; phase: ChatPhase | null }> => {
     let content: string;
+    let phase: ChatPhase | null = null;
     if (fault && 'malformedContent' in fault) content = '{"facts": [ this is not json';
     else if (fault && 'invalidContent' in fault) content = JSON.stringify(fault.invalidContent);
     else {
       const { document, image } = userDocument(body);
-      const phase = phaseOf(document);
+      phase = phaseOf(document);
       phases[phase] = (phases[phase] ?? 0) + 1;
       const answer = options.chat ? options.chat(document, phase) : await localChatAnswer(defaultLocalModels().chat, document, phase, image);
       content = JSON.stringify(answer);
     }
     return {
       status: 200,
+      phase,
       body: {
         id: `chatcmpl-${requests.chat}`,
         object: 'chat.completion',
@@ -253,6 +257,7 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
         return;
       }
       requests[path]++;
+      const arrivedAt = Date.now();
       const raw = await readBody(request);
       const body = JSON.parse(raw) as Record<string, unknown>;
       bodies.push({ path, body, authorization: request.headers.authorization });
@@ -281,8 +286,9 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
         response.writeHead(200, { 'content-type': 'application/json' }).end('<html>gateway</html>');
         return;
       }
-      const answer = path === 'chat' ? await answerChat(body, fault) : await answerEmbeddings(body, fault);
+      const answer = path === 'chat' ? await answerChat(body, fault) : { ...(await answerEmbeddings(body, fault)), phase: 'embeddings' as const };
       sendJson(response, answer.status, answer.body);
+      answered.push({ phase: answer.phase, arrivedAt, answeredAt: Date.now() });
     } catch (error) {
       if (!response.headersSent) sendJson(response, 500, { error: { message: `test server: ${(error as Error).message}`, type: 'server_error' } });
     }
@@ -295,6 +301,7 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
     baseUrl: `http://127.0.0.1:${port}/v1`,
     requests,
     phases,
+    answered,
     bodies,
     queueFault(path: OpenAIPath, ...faults: Fault[]): void {
       queues[path].push(...faults);
@@ -313,6 +320,13 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
 }
 
 export type OpenAIServer = Awaited<ReturnType<typeof startOpenAIServer>>;
+
+export interface AnsweredCall {
+  /** null: a chat answer a fault made (no phase read). */
+  phase: ChatPhase | 'embeddings' | null;
+  arrivedAt: number;
+  answeredAt: number;
+}
 
 /** For tests of the clients: expects the call to fail with a ModelCallError, and returns it. */
 export async function modelErrorOf(promise: Promise<unknown>): Promise<ModelCallError> {
