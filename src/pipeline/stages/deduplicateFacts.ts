@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { parseDuration } from '../../config/duration.js';
 import { factDecider } from '../../domain/fact/decider.js';
 import type { FactCommand, FactEvent, FactState } from '../../domain/fact/events.js';
+import type { UnreadData } from '../../domain/decider.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
@@ -47,6 +48,8 @@ export interface DeduplicateFactsDeps {
   catchupMaxAgeMs: number;
   /** Neighbours fetched per fact; default 20. */
   neighbours?: number;
+  /** Facts the catch-up pass compares per step, about (whole sources); default CATCH_UP_SLICE. */
+  catchUpSlice?: number;
 }
 
 /** Where a fact stands after following its merge chain to the end. */
@@ -89,6 +92,40 @@ function latestVectors(events: readonly RecordedEvent[], model: string): Map<str
     if (event.type === 'FactsEmbedded' && (event.data as FactsEmbedded['data']).model === model) return vectorsOf(event, model);
   }
   return new Map();
+}
+
+/** What a reader of a source's vectors leaves out: the facts' text and the concept links (most of a stream's other bytes). */
+const vectorReadOmits = {
+  FactsExtracted: ['facts'],
+  ConceptsExtracted: ['links'],
+} as const satisfies UnreadData<SourceEvent>;
+
+/**
+ * The catch-up's facts in slices of about `size`, a source's facts never split: facts go by
+ * their first source (`sourcesOf` lists each fact's sources by id), in fact-id order within it. A fact with no source has no vector
+ * to compare and is left out.
+ */
+export function slicesBySource(sourcesOf: ReadonlyMap<string, readonly string[]>, size: number): string[][] {
+  const bySource = new Map<string, string[]>();
+  for (const [factId, sources] of sourcesOf) {
+    const [first] = sources;
+    if (first === undefined) continue;
+    const facts = bySource.get(first) ?? [];
+    facts.push(factId);
+    bySource.set(first, facts);
+  }
+  const slices: string[][] = [];
+  let current: string[] = [];
+  for (const source of [...bySource.keys()].sort()) {
+    const facts = (bySource.get(source) ?? []).sort();
+    if (current.length > 0 && current.length + facts.length > size) {
+      slices.push(current);
+      current = [];
+    }
+    current.push(...facts);
+  }
+  if (current.length > 0) slices.push(current);
+  return slices;
 }
 
 function isVectorSearchUnavailable(error: unknown): boolean {
@@ -248,23 +285,36 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
       if (row.source_id) list.push(row.source_id);
       sourcesOf.set(row.id, list);
     }
+    for (const list of sourcesOf.values()) list.sort();
     const factStreams = factStreamsOf(deps.store);
     // In slices, so a long window neither holds every stream at once nor sends one huge query.
-    const ids = [...sourcesOf.keys()];
-    for (let start = 0; start < ids.length; start += CATCH_UP_SLICE) {
+    // A slice holds whole sources (the facts by their first source): each source's vectors are
+    // read once a pass, where slices in fact-id order read every source in nearly every slice.
+    for (const slice of slicesBySource(sourcesOf, deps.catchUpSlice ?? CATCH_UP_SLICE)) {
       throwIfAborted(context.signal);
-      const slice = ids.slice(start, start + CATCH_UP_SLICE);
       const selves = await factStreams.finals(slice);
       const live = slice.filter((factId) => selves.get(factId)?.id === factId && selves.get(factId)?.stream.state.status === 'stable');
-      // Each fact's sources read together (all of them: the first with a vector wins, as before).
-      const sourceStreams = await deps.store.readStreams([...new Set(live.flatMap((factId) => sourcesOf.get(factId) ?? []))].map((id) => streamName('source', id)));
-      const vectorsBySource = new Map([...sourceStreams].map(([stream, events]) => [stream, latestVectors(events, model)]));
-      const searched = live.flatMap((factId) => {
+      // The vector of each fact from its first source that has one: the first sources read
+      // together (only their vectors), a fact's other sources only when its first has none.
+      const vectorsBySource = new Map<string, Map<string, number[]>>();
+      const readVectors = async (sourceIds: Iterable<string>) => {
+        const unread = [...new Set(sourceIds)].filter((id) => !vectorsBySource.has(id));
+        if (unread.length === 0) return;
+        const streams = await deps.store.readStreams(unread.map((id) => streamName('source', id)), { omitData: vectorReadOmits });
+        for (const id of unread) vectorsBySource.set(id, latestVectors(streams.get(streamName('source', id)) ?? [], model));
+      };
+      const vectorOf = (factId: string) => {
         for (const sourceId of sourcesOf.get(factId) ?? []) {
-          const vector = vectorsBySource.get(streamName('source', sourceId))?.get(factId);
-          if (vector) return [[factId, vector] as const];
+          const vector = vectorsBySource.get(sourceId)?.get(factId);
+          if (vector) return vector;
         }
-        return [];
+        return undefined;
+      };
+      await readVectors(live.flatMap((factId) => (sourcesOf.get(factId) ?? []).slice(0, 1)));
+      await readVectors(live.filter((factId) => !vectorOf(factId)).flatMap((factId) => sourcesOf.get(factId) ?? []));
+      const searched = live.flatMap((factId) => {
+        const vector = vectorOf(factId);
+        return vector ? [[factId, vector] as const] : [];
       });
       const nearest = await nearestOf(repositoryId, searched);
       if (nearest === null) return;

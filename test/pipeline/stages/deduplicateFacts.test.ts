@@ -5,7 +5,7 @@ import { sourceDecider } from '../../../src/domain/source/decider.js';
 import { handleCommand } from '../../../src/eventstore/commandHandler.js';
 import { streamName } from '../../../src/eventstore/envelope.js';
 import { createCleanupFactsStage } from '../../../src/pipeline/stages/cleanupFacts.js';
-import { CATCH_UP_INDEX_LAG_MARGIN_MS, createDeduplicateFactsStage, finalFact } from '../../../src/pipeline/stages/deduplicateFacts.js';
+import { CATCH_UP_INDEX_LAG_MARGIN_MS, createDeduplicateFactsStage, finalFact, slicesBySource } from '../../../src/pipeline/stages/deduplicateFacts.js';
 import { createPostgresSearchIndex } from '../../../src/search/postgres.js';
 import { contentHash } from '../../../src/interchange/hashing.js';
 import { factIdFor } from '../../../src/pipeline/stages/sourceDecomposition.js';
@@ -240,6 +240,40 @@ t.test('deduplicate_facts and cleanup_facts on an embedded pipeline', async (t) 
     t.ok(await fixture.last(streamName('fact', large), 'FactMergedInto'), 'the pair raced and is merged now');
   });
 
+  t.test('catch-up reads each source once a pass, its vectors without the facts\' text', async (t) => {
+    // A repository of three sources of three stable facts, fact ids interleaved across them; steps of about 3 facts.
+    const repositoryId = await fixture.createRepository();
+    const sources = [];
+    for (const [index, axis] of [70, 75, 80].entries()) {
+      const source = await fixture.addSource(repositoryId, [1, 2, 3].map((n) => `Read-once fact ${n} of source ${index}.`));
+      await fixture.embedSource(repositoryId, source.sourceId, new Map(source.factIds.map((id, n) => [id, axisVector(DIMS, axis + n)])));
+      for (const factId of source.factIds) {
+        await handleCommand(store, streamName('fact', factId), factDecider, { type: 'StabilizeFact', sourceId: source.sourceId }, testMetadata(repositoryId));
+      }
+      sources.push(source);
+    }
+    await fixture.settle();
+    const read: string[] = [];
+    const readEvents: Array<{ type: string; data: Record<string, unknown> }> = [];
+    const recording = withOverrides(store, {
+      async readStreams(streamIds: readonly string[], options?: Parameters<typeof store.readStreams>[1]) {
+        const result = await store.readStreams(streamIds, options);
+        for (const [streamId, events] of result) {
+          if (!streamId.startsWith('source-')) continue;
+          read.push(streamId);
+          readEvents.push(...events.map((event) => ({ type: event.type, data: event.data })));
+        }
+        return result;
+      },
+    });
+    const stepwise = createDeduplicateFactsStage({ store: recording, knex: db.knex, search: fixture.search, embedderModelId: TEST_MODEL, threshold: 0.94, catchupMaxAgeMs: 168 * HOUR, catchUpSlice: 3 });
+    await stepwise.run(fixture.scheduledContextFor(stepwise, repositoryId));
+    for (const source of sources) t.equal(read.filter((id) => id === streamName('source', source.sourceId)).length, 1, `source ${source.sourceId} read once`);
+    t.same(read.filter((id, index) => read.indexOf(id) !== index), [], 'no source read twice');
+    t.ok(readEvents.some((event) => event.type === 'FactsEmbedded' && Array.isArray(event.data.vectors)), 'the vectors are read');
+    t.notOk(readEvents.some((event) => event.type === 'FactsExtracted' && 'facts' in event.data), 'the facts\' text is not');
+  });
+
   t.test('catch-up ignores facts older than catchup_max_age', async (t) => {
     const narrow = createDeduplicateFactsStage({
       store,
@@ -270,6 +304,21 @@ t.test('deduplicate_facts and cleanup_facts on an embedded pipeline', async (t) 
     await t.rejects(stage.run(fixture.contextFor(stage, source.embedded, { signal: controller.signal })), /worker shutting down/);
     t.same(await factEvents(source.factIds[0]), []);
   });
+});
+
+t.test('the catch-up\'s slices hold whole sources, in source order', async (t) => {
+  const sourcesOf = new Map<string, string[]>([
+    ['f1', ['sB']],
+    ['f2', ['sA']],
+    ['f3', ['sA', 'sB']],
+    ['f4', ['sC']],
+    ['f5', []],
+    ['f6', ['sA']],
+  ]);
+  t.same(slicesBySource(sourcesOf, 3), [['f2', 'f3', 'f6'], ['f1', 'f4']], 'by first source (sA: f2, f3, f6), never split; no source, left out');
+  t.same(slicesBySource(sourcesOf, 4), [['f2', 'f3', 'f6', 'f1'], ['f4']]);
+  t.same(slicesBySource(sourcesOf, 1), [['f2', 'f3', 'f6'], ['f1'], ['f4']], 'a source larger than a step is one step');
+  t.same(slicesBySource(new Map(), 200), []);
 });
 
 t.test('deduplicate_facts without vector search stabilizes every new fact', async (t) => {
