@@ -50,6 +50,45 @@ export async function sharedCommandFrom<State, Command, Event extends DomainEven
   return appended ? appended.result : commandOnSharedStream(store, streamId, decider, command, metadata);
 }
 
+/**
+ * Commands of one job on one shared stream (commandOnSharedStream), one after another, each
+ * decided on the stream as the job's previous command left it: a job whose parts record on its
+ * source side by side (extract_concepts' batches) reads the stream once, not once a part, and
+ * its parts never lose a version race to each other. A race with another writer is re-decided
+ * as commandOnSharedStream does, and the stream is read again for the next command.
+ */
+export class SharedStreamWriter<State, Command, Event extends DomainEvent> {
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly streamId: string,
+    private readonly decider: Decider<State, Command, Event>,
+    /** The stream as the job read it. */
+    private known: LoadedStream<State>,
+    private readonly metadata: EventMetadata,
+  ) {}
+
+  execute(command: Command): Promise<CommandResult<State>> {
+    const run = this.queue.then(() => this.executeNow(command));
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async executeNow(command: Command): Promise<CommandResult<State>> {
+    const decided = this.decider.decide(command, this.known.state);
+    if (decided.length === 0) return { events: decided, state: this.known.state, position: null, write: null };
+    const appended = await appendDecided(this.store, this.streamId, this.decider, this.known, decided, this.metadata);
+    if (appended) {
+      this.known = appended.after;
+      return appended.result;
+    }
+    const result = await commandOnSharedStream(this.store, this.streamId, this.decider, command, this.metadata);
+    this.known = await loadStream(this.store, this.streamId, this.decider);
+    return result;
+  }
+}
+
 /** One command of a batch for sharedCommandsFrom: a stream read already and what to do on it. */
 export interface BatchCommand<State, Command> {
   streamId: string;

@@ -11,12 +11,12 @@ import type { JobContext, Stage, StageDefinition } from '../types.js';
 import { extractedFactsOf } from './embedFacts.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
 import {
-  commandOnSharedStream,
   FOLDED_CONCEPTS,
   loadStream,
   recordingSourceFailure,
   requireRepositoryId,
   sharedCommandFrom,
+  SharedStreamWriter,
   sharedCommandsFrom,
   sourceSubject,
   stageMetadata,
@@ -227,6 +227,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
       const done = new Set(state.conceptBatches);
       if (batches.every((_, index) => done.has(index))) return;
       const settings = await loadRepositorySettings(deps.knex, repositoryId);
+      const sourceWriter = new SharedStreamWriter(deps.store, stream, sourceDecider, loaded, metadata);
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'extract_concepts', maxAttempts: deps.maxAttempts }, async () => {
         await mapWithConcurrency(batches, deps.concurrency, async (facts, batchIndex) => {
           if (done.has(batchIndex)) return;
@@ -245,22 +246,16 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
             for (const factId of mentioned) links.get(factId)?.add(conceptIds[index]);
           });
           throwIfAborted(context.signal);
-          // Batches of this job append to one source stream: a conflict with a sibling batch is
-          // retried; the decider records each batch index once, so a twin's batch wins quietly.
-          await commandOnSharedStream(
-            deps.store,
-            stream,
-            sourceDecider,
-            {
-              type: 'RecordConceptBatch',
-              modelId: deps.chat.modelId,
-              promptsetHash: settings.promptset.hash,
-              batchIndex,
-              batchCount: batches.length,
-              links: [...links].map(([factId, conceptIds]) => ({ fact_id: factId, concept_ids: [...conceptIds].sort() })),
-            },
-            metadata,
-          );
+          // Batches of this job append to one source stream, one after another; the decider
+          // records each batch index once, so a twin's batch wins quietly.
+          await sourceWriter.execute({
+            type: 'RecordConceptBatch',
+            modelId: deps.chat.modelId,
+            promptsetHash: settings.promptset.hash,
+            batchIndex,
+            batchCount: batches.length,
+            links: [...links].map(([factId, conceptIds]) => ({ fact_id: factId, concept_ids: [...conceptIds].sort() })),
+          });
         });
       });
     },

@@ -1,8 +1,8 @@
 import t from 'tap';
-import { sourceDecider } from '../../../src/domain/source/decider.js';
+import { sourceDecider, type SourceCommand } from '../../../src/domain/source/decider.js';
 import { FoldedStates, foldStream, handleCommand } from '../../../src/eventstore/commandHandler.js';
 import { streamName } from '../../../src/eventstore/envelope.js';
-import { commandFrom, loadStream, sharedCommandFrom, sharedCommandsFrom } from '../../../src/pipeline/stages/common.js';
+import { commandFrom, loadStream, sharedCommandFrom, sharedCommandsFrom, SharedStreamWriter } from '../../../src/pipeline/stages/common.js';
 import { factDecider } from '../../../src/domain/fact/decider.js';
 import { withOverrides } from '../../eventstore/contract.js';
 import { openStageFixture, testMetadata } from '../stageFixture.js';
@@ -93,6 +93,67 @@ t.test('commandFrom and sharedCommandFrom', async (t) => {
     t.same((await fixture.store.readStream(fresh)).map((event) => event.type), ['FactStabilized']);
     t.same(await sharedCommandsFrom(counting, factDecider, [], metadata), [], 'nothing to decide');
     t.equal(multiAppends, 1);
+  });
+});
+
+t.test('SharedStreamWriter: a job\'s commands on one stream, each on the stream as the last left it', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const metadata = testMetadata(repositoryId);
+  const batch = (batchIndex: number): SourceCommand => ({ type: 'RecordConceptBatch', modelId: 'm', promptsetHash: 'p', batchIndex, batchCount: 4, links: [] });
+  const counted = () => {
+    const calls = { reads: 0, appends: 0, conflicts: 0 };
+    const store = withOverrides(fixture.store, {
+      readStream: (...args: Parameters<typeof fixture.store.readStream>) => {
+        calls.reads++;
+        return fixture.store.readStream(...args);
+      },
+      append: async (...args: Parameters<typeof fixture.store.append>) => {
+        calls.appends++;
+        try {
+          return await fixture.store.append(...args);
+        } catch (error) {
+          calls.conflicts++;
+          throw error;
+        }
+      },
+    });
+    return { calls, store };
+  };
+
+  t.test('given a stream read once, when its parts record side by side, then no read and no race between them', async (t) => {
+    const source = await fixture.addSource(repositoryId, ['Writers take turns.']);
+    const stream = streamName('source', source.sourceId);
+    const { calls, store } = counted();
+    const writer = new SharedStreamWriter(store, stream, sourceDecider, await loadStream(fixture.store, stream, sourceDecider), metadata);
+    const results = await Promise.all([0, 1, 2].map((index) => writer.execute(batch(index))));
+    t.same(results.map((result) => result.events.map((event) => event.type)), [['ConceptsExtracted'], ['ConceptsExtracted'], ['ConceptsExtracted']]);
+    t.same(calls, { reads: 0, appends: 3, conflicts: 0 });
+    const stored = await fixture.eventsOf(stream, 'ConceptsExtracted');
+    t.same(stored.map((event) => event.data.batch_index), [0, 1, 2], 'in the order asked');
+    t.same((await writer.execute(batch(1))).events, [], 'a part recorded before records nothing');
+  });
+
+  t.test('given another writer moved the stream, then the part is re-decided on the stream as it is', async (t) => {
+    const source = await fixture.addSource(repositoryId, ['Twins race.']);
+    const stream = streamName('source', source.sourceId);
+    const { calls, store } = counted();
+    const writer = new SharedStreamWriter(store, stream, sourceDecider, await loadStream(fixture.store, stream, sourceDecider), metadata);
+    await handleCommand(fixture.store, stream, sourceDecider, batch(1), metadata);
+    t.same((await writer.execute(batch(1))).events, [], 'the twin recorded batch 1: nothing more');
+    t.same((await writer.execute(batch(2))).events.map((event) => event.type), ['ConceptsExtracted'], 'the next part appends on the fresh stream');
+    t.equal(calls.conflicts, 1, 'one race lost, to the other writer');
+    t.same((await fixture.eventsOf(stream, 'ConceptsExtracted')).map((event) => event.data.batch_index), [1, 2]);
+  });
+
+  t.test('given a part the decider refuses, then only its caller fails', async (t) => {
+    const source = await fixture.addSource(repositoryId, ['Refusals stay local.']);
+    const stream = streamName('source', source.sourceId);
+    const writer = new SharedStreamWriter(fixture.store, stream, sourceDecider, await loadStream(fixture.store, stream, sourceDecider), metadata);
+    const [refused, fine] = await Promise.allSettled([writer.execute(batch(9)), writer.execute(batch(0))]);
+    t.match(refused, { status: 'rejected', reason: { code: 'invalid' } });
+    t.match(fine, { status: 'fulfilled' });
+    t.same((await fixture.eventsOf(stream, 'ConceptsExtracted')).map((event) => event.data.batch_index), [0]);
   });
 });
 
