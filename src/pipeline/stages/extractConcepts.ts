@@ -85,13 +85,19 @@ async function lookupConcepts(knex: Knex, repositoryId: string, asked: readonly 
     names.map((name, position) => ({ i: index, context_lower: context.toLowerCase(), name_lower: name.toLowerCase(), canonical: position === 0 })),
   );
   const { rows } = await knex.raw<{ rows: Array<{ i: number; concept_id: string; by: number }> }>(
+    // One index probe per name (LATERAL ... LIMIT 1, the smallest id): joined as sets, the planner
+    // hashed the repository's whole concepts and aliases for a few names, a scan that grew with it.
     `WITH q AS (SELECT * FROM jsonb_to_recordset(?::jsonb) AS q(i integer, context_lower text, name_lower text, canonical boolean))
-     SELECT q.i, a.concept_id, 0 AS by FROM q JOIN concept_aliases a
-         ON a.repository_id = ? AND a.context_lower = q.context_lower AND a.alias_lower = q.name_lower
+     SELECT q.i, a.concept_id, 0 AS by FROM q CROSS JOIN LATERAL (
+         SELECT a.concept_id FROM concept_aliases a
+          WHERE a.repository_id = ? AND a.context_lower = q.context_lower AND a.alias_lower = q.name_lower
+          ORDER BY a.concept_id COLLATE "C" LIMIT 1) a
       WHERE q.canonical
      UNION ALL
-     SELECT q.i, c.id AS concept_id, 1 AS by FROM q JOIN concepts c
-         ON c.repository_id = ? AND lower(c.context) = q.context_lower AND lower(c.canonical_name) = q.name_lower
+     SELECT q.i, c.id AS concept_id, 1 AS by FROM q CROSS JOIN LATERAL (
+         SELECT c.id FROM concepts c
+          WHERE c.repository_id = ? AND lower(c.context) = q.context_lower AND lower(c.canonical_name) = q.name_lower
+          ORDER BY c.id COLLATE "C" LIMIT 1) c
       WHERE NOT q.canonical`,
     [JSON.stringify(names), repositoryId, repositoryId],
   );
