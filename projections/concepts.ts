@@ -118,10 +118,12 @@ async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent
 type FactConceptLink = { fact_id: string; concept_id: string; repository_id: string | null; source_id: string };
 
 /**
- * Links facts to concepts and recounts the linked concepts in one statement, unless a fact or a
- * concept of `unlessMerged` merged (then it writes nothing and returns false: the caller follows
- * the merges first). The recount cannot see the rows its own statement inserts, so it adds those
- * the insert returned to the links stored before: the count a recount afterwards would make.
+ * Links facts to concepts and counts the new links in one statement, unless a fact or a concept
+ * of `unlessMerged` merged (then it writes nothing and returns false: the caller follows the
+ * merges first). Every statement that changes links leaves `fact_count` exact (recountFacts, or
+ * this one), so adding the links the insert returned gives the count a recount would make,
+ * without counting a popular concept's thousands of links again for every page that names it;
+ * a concept that gained no link is not written.
  */
 async function linkUnlessMerged(
   trx: Knex.Transaction,
@@ -141,20 +143,14 @@ async function linkUnlessMerged(
         WHERE NOT EXISTS (SELECT 1 FROM merged)
        ON CONFLICT (fact_id, concept_id) DO NOTHING
        RETURNING concept_id
-     ), recounted AS (
-       UPDATE concepts
-          SET fact_count = (SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)
-                         + (SELECT count(*) FROM linked WHERE linked.concept_id = concepts.id)
-        WHERE concepts.id = ANY(?::text[]) AND NOT EXISTS (SELECT 1 FROM merged)
+     ), counted AS (
+       UPDATE concepts SET fact_count = concepts.fact_count + added.n
+         FROM (SELECT concept_id, count(*) AS n FROM linked GROUP BY concept_id) AS added
+        WHERE concepts.id = added.concept_id
        RETURNING 1
      )
      SELECT NOT EXISTS (SELECT 1 FROM merged) AS linked`,
-    [
-      [...new Set(unlessMerged.factIds)],
-      [...new Set(unlessMerged.conceptIds)],
-      JSON.stringify(links),
-      [...new Set(links.map((link) => link.concept_id))],
-    ],
+    [[...new Set(unlessMerged.factIds)], [...new Set(unlessMerged.conceptIds)], JSON.stringify(links)],
   )) as { rows: Array<{ linked: boolean }> };
   return result.rows[0]?.linked === true;
 }
