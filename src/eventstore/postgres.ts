@@ -171,7 +171,7 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
     v_found boolean;
     v_count integer;
     v_holds boolean;
-    v_stored boolean;
+    v_stored_ids uuid[];
   BEGIN
     IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
       RAISE EXCEPTION 'an append must be the first write of its transaction' USING ERRCODE = '${lateAppendState}';
@@ -179,6 +179,14 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
     PERFORM pg_advisory_lock(v_lock_key);
     BEGIN
       PERFORM pg_current_xact_id();
+      -- The call's event ids already stored (a retried part), looked up once for every part: a
+      -- lookup per part cost about 0.2 ms each, a third of a 20-part append (docs/performance.md,
+      -- "Fourteenth round"). The ids are distinct within a call (validateStreamAppends), so no part
+      -- can meet another part's events. EXECUTE plans the lookup for the table as it is now: as a
+      -- static statement PL/pgSQL cached one plan per session, and a plan made while events was
+      -- small (a new data directory) was a sequential scan, kept while the table grew.
+      EXECUTE 'SELECT coalesce(array_agg(e.event_id), ''{}'') FROM events e WHERE e.event_id = ANY ($1)' INTO v_stored_ids
+        USING ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(p_appends) AS p(doc), jsonb_array_elements(p.doc->'events') AS d(doc));
       FOR v_part IN
         SELECT p.doc, (p.n - 1)::integer AS idx FROM jsonb_array_elements(p_appends) WITH ORDINALITY AS p(doc, n)
         ORDER BY p.doc->>'streamId' COLLATE "C"
@@ -208,14 +216,9 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
           END IF;
         END IF;
         -- A retried part whose events are already stored: the retry lost, as a version race would.
-        -- EXECUTE plans the lookup for the table as it is now. As a static statement PL/pgSQL
-        -- cached one plan per session, and a plan made while events was small (a new data
-        -- directory) was a sequential scan, kept while the table grew: every part of every
-        -- multi-stream append then read the whole log.
-        IF v_holds AND v_count > 0 THEN
-          EXECUTE 'SELECT EXISTS (SELECT 1 FROM events WHERE event_id = ANY ($1))' INTO v_stored
-            USING ARRAY(SELECT (d.doc->>'eventId')::uuid FROM jsonb_array_elements(v_events) AS d(doc));
-          IF v_stored THEN v_holds := false; END IF;
+        IF v_holds AND v_count > 0 AND cardinality(v_stored_ids) > 0
+           AND EXISTS (SELECT 1 FROM jsonb_array_elements(v_events) AS d(doc) WHERE (d.doc->>'eventId')::uuid = ANY (v_stored_ids)) THEN
+          v_holds := false;
         END IF;
         IF NOT v_holds THEN
           -- A stream row this part created (version -1) must not outlive the refusal.
