@@ -21,7 +21,9 @@
  * BENCH_OPENAI_DOCS (200), BENCH_OPENAI_WORKERS (8), BENCH_OPENAI_LATENCY_MS (300), BENCH_FACTS
  * (100000), BENCH_QUERIES (200), BENCH_SEED (7), BENCH_BATCH (0; n adds n documents at a time, each batch waited for), BENCH_PROBE (1; 0 runs ingest without the prober), BENCH_JOBS_DUMP (a file for every job's times), BENCH_CALLS_DUMP (a file for every model call's phase and times in the openai part), BENCH_PROBE_DUMP (a file for every search probe's start and time). Profiling the ingest and openai children: BENCH_CPU_PROF=<dir>
  * (node --cpu-prof) and BENCH_SQL_PROFILE=<file> (statement counts and time per statement shape,
- * bench/sqlProfile.ts, written to that file when the service exits). BENCH_BUILD=1 runs the
+ * bench/sqlProfile.ts, written to that file when the service exits), BENCH_READ_PROFILE=<file>
+ * (what the event store's stream reads bring back: streams, rows and bytes by stream category and
+ * event type, bench/readProfileHook.ts). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
  * sees. The service runs with bin/factlog.js's V8 flags (its shebang; BENCH_SERVICE_FLAGS=0 leaves them
  * out); BENCH_SERVICE_NODE_ARGS adds node/V8 flags to the service. The ingest child also loads bench/serviceProbeHook.mjs (its own event-loop delay and
@@ -165,6 +167,10 @@ async function startServiceProcess(name: string, env: Record<string, string>, pr
   if (profile && process.env.BENCH_SQL_PROFILE) {
     if (runBuild) throw new Error('BENCH_SQL_PROFILE needs tsx (its hook is TypeScript): unset BENCH_BUILD');
     nodeArgs.push(`--import=${path.join(root, 'bench/sqlProfileHook.ts')}`);
+  }
+  if (profile && process.env.BENCH_READ_PROFILE) {
+    if (runBuild) throw new Error('BENCH_READ_PROFILE needs tsx (its hook is TypeScript): unset BENCH_BUILD');
+    nodeArgs.push(`--import=${path.join(root, 'bench/readProfileHook.ts')}`);
   }
   if (profile && process.env.BENCH_CPU_PROF) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${path.resolve(process.env.BENCH_CPU_PROF)}`);
   const probeFile = path.join(dataDir, 'service-probe.json');
