@@ -15,7 +15,8 @@ import { isPermanentError, PermanentJobError, type JobContext, type JobRunOutcom
  * handleCommand from a stream the stage has read already: decides on `loaded` and appends with
  * its version, saving the read. When the stream moved since (a version conflict), it runs
  * handleCommand, which reads, decides and appends again: the outcome is the one handleCommand
- * alone would have had at this moment. Returns the result and the stream as it is after it.
+ * alone would have had at this moment (with `shared`, commandOnSharedStream's). Returns the
+ * result and the stream as it is after it.
  */
 export async function commandFrom<State, Command, Event extends DomainEvent>(
   store: EventStore,
@@ -24,13 +25,15 @@ export async function commandFrom<State, Command, Event extends DomainEvent>(
   loaded: LoadedStream<State>,
   command: Command,
   metadata: EventMetadata,
-  options: { retries?: number } = {},
+  options: { retries?: number; shared?: boolean } = {},
 ): Promise<{ result: CommandResult<State>; after: LoadedStream<State> }> {
   const decided = decider.decide(command, loaded.state);
   if (decided.length === 0) return { result: { events: decided, state: loaded.state, position: null, write: null }, after: loaded };
   const appended = await appendDecided(store, streamId, decider, loaded, decided, metadata);
   if (appended) return appended;
-  const result = await handleCommand(store, streamId, decider, command, metadata, options);
+  const result = options.shared
+    ? await commandOnSharedStream(store, streamId, decider, command, metadata)
+    : await handleCommand(store, streamId, decider, command, metadata, { retries: options.retries });
   // Read again next time: the events a twin appended are not in `loaded`.
   return { result, after: await loadStream(store, streamId, decider) };
 }
@@ -76,15 +79,8 @@ export class SharedStreamWriter<State, Command, Event extends DomainEvent> {
   }
 
   private async executeNow(command: Command): Promise<CommandResult<State>> {
-    const decided = this.decider.decide(command, this.known.state);
-    if (decided.length === 0) return { events: decided, state: this.known.state, position: null, write: null };
-    const appended = await appendDecided(this.store, this.streamId, this.decider, this.known, decided, this.metadata);
-    if (appended) {
-      this.known = appended.after;
-      return appended.result;
-    }
-    const result = await commandOnSharedStream(this.store, this.streamId, this.decider, command, this.metadata);
-    this.known = await loadStream(this.store, this.streamId, this.decider);
+    const { result, after } = await commandFrom(this.store, this.streamId, this.decider, this.known, command, this.metadata, { shared: true });
+    this.known = after;
     return result;
   }
 }
