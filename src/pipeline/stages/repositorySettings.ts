@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { coalescer } from '../../db/coalesce.js';
 import { allowedContexts } from '../../domain/concept/ontology.js';
 import type { ConceptContextChoice } from '../../providers/llm/port.js';
 import { effectivePromptset, type PromptOverrides, type Promptset } from '../../providers/llm/promptsets.js';
@@ -33,14 +34,55 @@ function customContextsOf(value: unknown): Array<{ name: string; description: st
   });
 }
 
+/** The columns of a `repositories` row the stages read. */
+interface SettingsRow {
+  id: string;
+  preset: string;
+  custom_contexts: unknown;
+  prompt_overrides: unknown;
+  deleted_at: unknown;
+}
+
+interface SettingsRead {
+  repositoryId: string;
+  resolve(row: SettingsRow | undefined): void;
+  reject(error: unknown): void;
+}
+
+/** One reader per database: its reads of the same moment go as one statement. */
+const settingsReaders = new WeakMap<Knex, (read: SettingsRead) => void>();
+
+/**
+ * The repository's row, read after the call: every job of the model-calling stages reads its
+ * repository's settings first (about two statements a page). Reads that arrive while one is out
+ * go together as the next statement (src/db/coalesce.ts), so each still sees the row as it is
+ * after its own call. Inside a transaction, the transaction reads it.
+ */
+function readSettingsRow(knex: Knex, repositoryId: string): Promise<SettingsRow | undefined> {
+  if ((knex as Knex.Transaction).isTransaction === true) {
+    return knex('repositories').where({ id: repositoryId }).first('id', 'preset', 'custom_contexts', 'prompt_overrides', 'deleted_at');
+  }
+  let read = settingsReaders.get(knex);
+  if (read === undefined) {
+    read = coalescer<SettingsRead>(async (batch) => {
+      const rows: SettingsRow[] = await knex('repositories')
+        .whereIn('id', [...new Set(batch.map((call) => call.repositoryId))])
+        .select('id', 'preset', 'custom_contexts', 'prompt_overrides', 'deleted_at');
+      const byId = new Map(rows.map((row) => [row.id, row]));
+      for (const call of batch) call.resolve(byId.get(call.repositoryId));
+    });
+    settingsReaders.set(knex, read);
+  }
+  const enqueue = read;
+  return new Promise((resolve, reject) => enqueue({ repositoryId, resolve, reject }));
+}
+
 /**
  * The repository's settings from the `repositories` read model (preset, custom_contexts,
  * prompt_overrides). A repository that is missing or deleted cannot be processed: permanent.
  */
 export async function loadRepositorySettings(knex: Knex, repositoryId: string): Promise<RepositorySettings> {
-  const row: { preset: string; custom_contexts: unknown; prompt_overrides: unknown; deleted_at: unknown } | undefined = await knex('repositories')
-    .where({ id: repositoryId })
-    .first('preset', 'custom_contexts', 'prompt_overrides', 'deleted_at');
+  const row = await readSettingsRow(knex, repositoryId);
   if (!row) throw new PermanentJobError(`repository ${repositoryId} is not in the read model`);
   if (row.deleted_at) throw new PermanentJobError(`repository ${repositoryId} was deleted`);
   return {
@@ -56,6 +98,6 @@ export function promptsetLookup(knex: Knex): (repositoryId: string) => Promise<P
 
 /** Whether the repository exists in the read model and is not deleted (scheduled jobs of a deleted one have nothing to do). */
 export async function isLiveRepository(knex: Knex, repositoryId: string): Promise<boolean> {
-  const row: { deleted_at: unknown } | undefined = await knex('repositories').where({ id: repositoryId }).first('deleted_at');
+  const row = await readSettingsRow(knex, repositoryId);
   return row !== undefined && !row.deleted_at;
 }
