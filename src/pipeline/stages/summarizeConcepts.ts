@@ -297,8 +297,7 @@ class RepositorySummarizer {
         const concept = queue.shift() as QueuedConcept;
         planning += 1;
         track(
-          this.calls
-            .run(() => plannedSlices(deps, context, concept, sliceOptions))
+          plannedSlices(deps, context, concept, { ...sliceOptions, calls: this.calls })
             .then((plan) => {
               if (plan !== null && !('problem' in plan)) ready.push({ conceptId: concept.conceptId, write: { streamId: concept.streamId, loaded: concept.loaded, command: plan } });
               else {
@@ -412,19 +411,30 @@ class RepositorySummarizer {
   }
 }
 
-/** The slices a concept's command writes and removes, a refusal, or null when its slices are current. */
+/**
+ * The slices a concept's command writes and removes, a refusal, or null when its slices are
+ * current. Its slices are asked for side by side, each taking a place among the stage's calls in
+ * flight: a large concept's slices one after another kept the model's places empty at the end of
+ * a pass, when few concepts were left (docs/performance.md, "Fifteenth round"). A refused slice
+ * refuses the concept (the first in slice order is named).
+ */
 async function plannedSlices(
   deps: SummarizeConceptsDeps,
   context: JobContext,
   { conceptId, loaded: { state }, plan, contents }: QueuedConcept,
-  options: { batchSize: number; maxTokens: number; promptset: Promptset },
+  options: { batchSize: number; maxTokens: number; promptset: Promptset; calls: Semaphore },
 ): Promise<Refusal | Extract<ConceptCommand, { type: 'WriteSummarySlices' }> | null> {
   if (state.status !== 'active' || plan === null) return null;
   const concept: ConceptIdentity = { id: conceptId, canonicalName: state.canonicalName, context: state.context, aliases: state.aliases };
+  const answers = await Promise.all(
+    plan.writes.map((planned) => {
+      const sliceFacts = planned.factIds.map((id) => ({ id, content: contents.get(id) ?? '' }));
+      return options.calls.run(() => summarizeSlice(deps.chat, { concept, facts: sliceFacts, maxTokens: options.maxTokens, promptset: options.promptset }, context.signal));
+    }),
+  );
   const slices: SliceWrite[] = [];
-  for (const planned of plan.writes) {
-    const sliceFacts = planned.factIds.map((id) => ({ id, content: contents.get(id) ?? '' }));
-    const answer = await summarizeSlice(deps.chat, { concept, facts: sliceFacts, maxTokens: options.maxTokens, promptset: options.promptset }, context.signal);
+  for (const [index, planned] of plan.writes.entries()) {
+    const answer = answers[index];
     if ('problem' in answer) return { conceptId, sliceNumber: planned.sliceNumber, problem: answer.problem };
     slices.push({ sliceId: summarySliceId(conceptId, planned.sliceNumber), ...planned, content: answer.content });
   }
