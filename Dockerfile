@@ -19,5 +19,5 @@ COPY configs ./configs
 COPY schemas ./schemas
 USER node
 EXPOSE 8080
-ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=2", "--heap-growing-percent=10", "bin/factlog.js"]
+ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=8", "--optimize-for-size", "bin/factlog.js"]
 CMD ["serve", "--role", "all"]

@@ -47,7 +47,7 @@ typecheck: install
 	npx tsc -p tsconfig.test.json
 
 run: build
-	node --liftoff-only --max-semi-space-size=2 --heap-growing-percent=10 bin/factlog.js serve
+	node --liftoff-only --max-semi-space-size=8 --optimize-for-size bin/factlog.js serve
 
 # The PostgreSQL server the store and pipeline suites run against (127.0.0.1:5432, trust auth).
 postgres:

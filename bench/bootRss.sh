@@ -6,7 +6,7 @@
 dir=${1:-.}
 port=${2:-18301}
 data=$(mktemp -d)
-(cd "$dir" && STORAGE_DATA_DIR=$data SERVER_PORT=$port exec node --liftoff-only --max-semi-space-size=2 --heap-growing-percent=10 bin/factlog.js serve >"$data.log" 2>&1) &
+(cd "$dir" && STORAGE_DATA_DIR=$data SERVER_PORT=$port exec node --liftoff-only --max-semi-space-size=8 --optimize-for-size bin/factlog.js serve >"$data.log" 2>&1) &
 pid=$!
 for _ in $(seq 1 60); do
   sleep 1

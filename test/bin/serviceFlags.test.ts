@@ -13,7 +13,7 @@ const shebang = read('bin/factlog.js').split('\n')[0];
 const flags = /^#!\/usr\/bin\/env -S node (.+)$/.exec(shebang)?.[1].split(' ') ?? [];
 
 t.test('bin/factlog.js starts node with the memory flags', async (t) => {
-  t.same(flags, ['--liftoff-only', '--max-semi-space-size=2', '--heap-growing-percent=10']);
+  t.same(flags, ['--liftoff-only', '--max-semi-space-size=8', '--optimize-for-size']);
 });
 
 t.test('package.json, the Makefile and the Dockerfile start the service with the same flags', async (t) => {
