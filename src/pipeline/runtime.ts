@@ -36,6 +36,14 @@ export interface StageRuntimeSettings {
   leaseMs: number;
   /** How often an idle dispatcher looks for due jobs when nobody wakes it. */
   pollIntervalMs: number;
+  /**
+   * How long a kind whose queue was found empty waits for a wake before it looks again (default
+   * `pollIntervalMs`). Where every job is enqueued by this process, which wakes its kind (the
+   * embedded tier: intake, the scheduler, retries and rescues all wake), the wait is a safety
+   * net, and the looks of kinds that have no jobs are statements on the one connection for
+   * nothing. A retry due within it wakes its kind when it is due.
+   */
+  idlePollIntervalMs?: number;
   retry: RetrySettings;
   /** `task.rescue_on_startup`. */
   rescueOnStartup: boolean;
@@ -218,6 +226,10 @@ export function validateStageRuntimeSettings(settings: StageRuntimeSettings): vo
   requirePositive('heartbeatTimeoutMs', settings.heartbeatTimeoutMs);
   requirePositive('leaseMs', settings.leaseMs);
   requirePositive('pollIntervalMs', settings.pollIntervalMs);
+  if (settings.idlePollIntervalMs !== undefined) {
+    requirePositive('idlePollIntervalMs', settings.idlePollIntervalMs);
+    if (settings.idlePollIntervalMs < settings.pollIntervalMs) throw new RangeError('idlePollIntervalMs must not be shorter than pollIntervalMs');
+  }
   if (settings.leaseMs <= settings.heartbeatIntervalMs) {
     throw new RangeError('leaseMs must exceed heartbeatIntervalMs, or leases lapse between heartbeats');
   }
@@ -276,12 +288,13 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   }
   const stopTimeoutMs = settings.stopTimeoutMs ?? 30_000;
   const rescueIntervalMs = settings.rescueIntervalMs ?? settings.heartbeatTimeoutMs;
+  const idlePollIntervalMs = settings.idlePollIntervalMs ?? settings.pollIntervalMs;
 
   const doorbells = new Map<string, Doorbell>(stages.map((stage) => [stage.kind, new Doorbell()]));
   /** Kinds whose queue may hold due jobs beyond what their workers hold (a claim came back full, or a wake came since). */
   const backlog = new Set<string>(stages.map((stage) => stage.kind));
   /** Wakes per kind so far, to tell whether one came while a claim was in flight. */
-  const wakes = new Map<string, number>();
+  const wakes = new Map<string, number>(stages.map((stage) => [stage.kind, 0]));
   const activeByKind = new Map<string, Set<ActiveJob>>(stages.map((stage) => [stage.kind, new Set()]));
   /** Workers busy per kind: a job, or a group of jobs run together (Stage.runMany). */
   const busyByKind = new Map<string, number>(stages.map((stage) => [stage.kind, 0]));
@@ -453,12 +466,12 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   }
 
   /**
-   * Pokes the dispatcher when a backoff shorter than the poll interval ends, so the retry
-   * is not up to a whole interval late; longer backoffs are left to the regular poll.
+   * Pokes the dispatcher when a backoff shorter than the idle poll interval ends, so the retry
+   * is not up to a whole interval late; longer backoffs are left to the idle poll.
    */
   function scheduleWake(kind: string, dueAt: string): void {
     const delay = Math.max(0, Date.parse(dueAt) - Date.now()) + 5;
-    if (delay > settings.pollIntervalMs) return;
+    if (delay > idlePollIntervalMs) return;
     const timer = setTimeout(() => {
       timers.delete(timer);
       wake(kind);
@@ -550,7 +563,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       // A worker of a runMany stage takes a whole claim's worth of jobs.
       const free = runMany ? (idle > 0 ? maxClaimBatch : 0) : Math.min(idle, maxClaimBatch);
       if (free <= 0) {
-        await bell.wait(settings.pollIntervalMs);
+        await bell.wait(pollWait(stage.kind));
         continue;
       }
       let claims: ClaimedJob[] = [];
@@ -587,8 +600,13 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
         // More are due: claim again at once (or, with every worker busy, when one is freed).
         if (more) continue;
       }
-      await bell.wait(settings.pollIntervalMs);
+      await bell.wait(pollWait(stage.kind));
     }
+  }
+
+  /** A kind with jobs left behind looks again after the poll interval; one whose queue is empty, after the idle one. */
+  function pollWait(kind: string): number {
+    return backlog.has(kind) ? settings.pollIntervalMs : idlePollIntervalMs;
   }
 
   function beat(): void {

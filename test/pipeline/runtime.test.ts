@@ -3,7 +3,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import type { Database } from '../../src/db/database.js';
 import { ConcurrencyError } from '../../src/eventstore/port.js';
-import type { ClaimedJob } from '../../src/pipeline/jobs.js';
+import { JobRepository, type ClaimedJob } from '../../src/pipeline/jobs.js';
 import {
   createStageRuntime,
   JobTimeoutError,
@@ -48,6 +48,7 @@ t.test('createStageRuntime rejects bad settings and stages', async (t) => {
   t.throws(() => build({ leaseMs: 10, heartbeatIntervalMs: 20 }), RangeError, 'lease shorter than heartbeat');
   t.throws(() => build({ heartbeatTimeoutMs: 10 }), RangeError);
   t.throws(() => build({ pollIntervalMs: 0 }), RangeError);
+  t.throws(() => build({ pollIntervalMs: 100, idlePollIntervalMs: 50 }), /idlePollIntervalMs must not be shorter/);
   t.throws(() => build({ jobTimeoutMs: -1 }), RangeError);
   t.throws(() => build({ retry: { maxAttempts: 0, baseDelayMs: 1, maxDelayMs: 2 } }), RangeError);
   t.throws(() => build({ retry: { maxAttempts: 3, baseDelayMs: 10, maxDelayMs: 2 } }), RangeError);
@@ -143,6 +144,40 @@ for (const backend of backends) {
       await done;
       t.same(Object.fromEntries(levels), { embed_facts: 'background', summarize_concepts: 'deferred' }, 'after an await, too');
       t.equal(backgroundLevel(), 'foreground', 'the caller is not');
+    });
+
+    t.test('with an idle poll interval, a kind whose queue is empty waits for a wake; a retry wakes its kind when due', async (t) => {
+      const claimBatch = JobRepository.prototype.claimBatch;
+      const claimsOf = new Map<string, number>();
+      JobRepository.prototype.claimBatch = function counted(this: JobRepository, ...args: Parameters<JobRepository['claimBatch']>) {
+        claimsOf.set(args[0], (claimsOf.get(args[0]) ?? 0) + 1);
+        return claimBatch.apply(this, args);
+      };
+      t.teardown(() => {
+        JobRepository.prototype.claimBatch = claimBatch;
+      });
+      let attempts = 0;
+      const runtime = runtimeFor(
+        t,
+        [
+          testStage('idle_kind', async () => undefined),
+          testStage('woken', async () => {
+            attempts += 1;
+            if (attempts === 1) throw new Error('HTTP 503 from provider');
+          }),
+        ],
+        { pollIntervalMs: 10, idlePollIntervalMs: 60_000, retry: { maxAttempts: 3, baseDelayMs: 30, maxDelayMs: 60 } },
+      );
+      await runtime.start();
+      await sleep(300);
+      t.ok((claimsOf.get('idle_kind') ?? 0) <= 2, `an empty queue looked at ${claimsOf.get('idle_kind')} times in 300 ms (every 10 ms would be ~30)`);
+      const id = await enqueue('woken');
+      await sleep(100);
+      t.equal(attempts, 0, 'a job enqueued without a wake waits for the idle poll');
+      const done = nextOutcome(runtime, id, 'succeeded');
+      runtime.wake('woken');
+      await done;
+      t.equal(attempts, 2, 'woken, failed once, and retried when its 30-60 ms backoff ended, not after the 60 s idle poll');
     });
 
     t.test('transient errors are retried with backoff, then succeed', async (t) => {

@@ -51,6 +51,7 @@ export function createPipeline(options: {
       heartbeatTimeoutMs: parseDuration(config.task.heartbeat_timeout),
       leaseMs: parseDuration(config.task.heartbeat_timeout),
       pollIntervalMs: parseDuration(config.task.poll_interval),
+      idlePollIntervalMs: idlePollIntervalMs(options.db.kind, parseDuration(config.task.poll_interval)),
       retry,
       rescueOnStartup: config.task.rescue_on_startup,
     },
@@ -64,3 +65,18 @@ export function createPipeline(options: {
     : null;
   return { runtime, intake, scheduler };
 }
+
+/**
+ * How long an embedded node's kind with an empty queue waits for a wake. One process owns an
+ * embedded data directory and enqueues every job itself, waking the kind as it does (intake, the
+ * scheduler, a retry due within this wait, rescues, `POST .../retry`), so `task.poll_interval`
+ * there only made kinds without jobs ask PGlite's one connection for nothing: four such kinds
+ * made 296 of a 500-page run's 1,108 claims (docs/performance.md, "Fifteenth round"). On a server
+ * other processes enqueue, and idle kinds look every poll interval.
+ */
+export const EMBEDDED_IDLE_POLL_MS = 5_000;
+
+function idlePollIntervalMs(kind: Database['kind'], pollIntervalMs: number): number {
+  return kind === 'pglite' ? Math.max(pollIntervalMs, EMBEDDED_IDLE_POLL_MS) : pollIntervalMs;
+}
+
