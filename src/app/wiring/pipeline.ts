@@ -74,7 +74,7 @@ export function createPipeline(options: {
  * made 296 of a 500-page run's 1,108 claims (docs/performance.md, "Fifteenth round"). On a server
  * other processes enqueue, and idle kinds look every poll interval.
  */
-export const EMBEDDED_IDLE_POLL_MS = 5_000;
+const EMBEDDED_IDLE_POLL_MS = 5_000;
 
 function idlePollIntervalMs(kind: Database['kind'], pollIntervalMs: number): number {
   return kind === 'pglite' ? Math.max(pollIntervalMs, EMBEDDED_IDLE_POLL_MS) : pollIntervalMs;

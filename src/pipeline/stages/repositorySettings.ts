@@ -43,6 +43,8 @@ interface SettingsRow {
   deleted_at: unknown;
 }
 
+const SETTINGS_COLUMNS = ['id', 'preset', 'custom_contexts', 'prompt_overrides', 'deleted_at'] as const;
+
 interface SettingsRead {
   repositoryId: string;
   resolve(row: SettingsRow | undefined): void;
@@ -52,6 +54,21 @@ interface SettingsRead {
 /** One reader per database: its reads of the same moment go as one statement. */
 const settingsReaders = new WeakMap<Knex, (read: SettingsRead) => void>();
 
+function settingsReaderOf(knex: Knex): (read: SettingsRead) => void {
+  let reader = settingsReaders.get(knex);
+  if (reader === undefined) {
+    reader = coalescer<SettingsRead>(async (batch) => {
+      const rows: SettingsRow[] = await knex('repositories')
+        .whereIn('id', [...new Set(batch.map((call) => call.repositoryId))])
+        .select(...SETTINGS_COLUMNS);
+      const byId = new Map(rows.map((row) => [row.id, row]));
+      for (const call of batch) call.resolve(byId.get(call.repositoryId));
+    });
+    settingsReaders.set(knex, reader);
+  }
+  return reader;
+}
+
 /**
  * The repository's row, read after the call: every job of the model-calling stages reads its
  * repository's settings first (about two statements a page). Reads that arrive while one is out
@@ -60,21 +77,10 @@ const settingsReaders = new WeakMap<Knex, (read: SettingsRead) => void>();
  */
 function readSettingsRow(knex: Knex, repositoryId: string): Promise<SettingsRow | undefined> {
   if ((knex as Knex.Transaction).isTransaction === true) {
-    return knex('repositories').where({ id: repositoryId }).first('id', 'preset', 'custom_contexts', 'prompt_overrides', 'deleted_at');
+    return knex('repositories').where({ id: repositoryId }).first(...SETTINGS_COLUMNS);
   }
-  let read = settingsReaders.get(knex);
-  if (read === undefined) {
-    read = coalescer<SettingsRead>(async (batch) => {
-      const rows: SettingsRow[] = await knex('repositories')
-        .whereIn('id', [...new Set(batch.map((call) => call.repositoryId))])
-        .select('id', 'preset', 'custom_contexts', 'prompt_overrides', 'deleted_at');
-      const byId = new Map(rows.map((row) => [row.id, row]));
-      for (const call of batch) call.resolve(byId.get(call.repositoryId));
-    });
-    settingsReaders.set(knex, read);
-  }
-  const enqueue = read;
-  return new Promise((resolve, reject) => enqueue({ repositoryId, resolve, reject }));
+  const read = settingsReaderOf(knex);
+  return new Promise((resolve, reject) => read({ repositoryId, resolve, reject }));
 }
 
 /**
