@@ -2,6 +2,8 @@
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+# npm ci's postinstall applies them (patch-package; patches/README.md says what each changes and why).
+COPY patches ./patches
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src

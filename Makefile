@@ -31,10 +31,11 @@ $(NODE_HOME)/bin/node:
 	@rm -rf .cache/node-download
 	@$@ --version
 
-# Reinstalled when the lock file or the Node version changes (native modules follow the ABI).
+# Reinstalled when the lock file, a patch of a dependency (patches/, applied by npm ci's postinstall)
+# or the Node version changes (native modules follow the ABI).
 # `tap build` applies the plugin list of package.json (without it tap loads its TypeScript
 # plugin, which type-checks every test file as it loads: minutes slower).
-node_modules/.installed: package.json package-lock.json $(NODE_DEP)
+node_modules/.installed: package.json package-lock.json $(wildcard patches/*.patch) $(NODE_DEP)
 	$(NPM) ci --no-audit --no-fund
 	npx tap build
 	@touch $@
