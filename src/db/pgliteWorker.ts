@@ -9,6 +9,7 @@
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
+import { PreparedStatements } from './pglitePrepared.js';
 import { serializeDatabaseError, type PgliteRequest, type PgliteReply, type PgliteWorkerData } from './pgliteProtocol.js';
 
 if (parentPort === null) throw new Error('pgliteWorker.ts runs as a worker thread (src/db/pgliteThread.ts)');
@@ -27,6 +28,8 @@ async function open(): Promise<PGlite> {
 }
 
 const opened = open();
+// Every statement of the `query` op runs as a named prepared statement of this session (pglitePrepared.ts).
+let prepared: PreparedStatements | null = null;
 opened.then(
   () => port.postMessage({ id: 0, ok: true, value: null } satisfies PgliteReply),
   (error: unknown) => port.postMessage({ id: 0, ok: false, error: serializeDatabaseError(error) } satisfies PgliteReply),
@@ -41,7 +44,8 @@ async function handle(request: PgliteRequest): Promise<PgliteReply> {
     const pglite = await opened;
     switch (request.op) {
       case 'query':
-        return { id: request.id, ok: true, value: await pglite.query(request.sql, request.params, request.options) };
+        prepared ??= new PreparedStatements(pglite);
+        return { id: request.id, ok: true, value: await prepared.query(request.sql, request.params, request.options) };
       case 'exec':
         return { id: request.id, ok: true, value: await pglite.exec(request.sql, request.options) };
       case 'close':

@@ -1,0 +1,166 @@
+import { parse, protocol, type PGlite, type Results } from '@electric-sql/pglite';
+import type { PgliteQueryOptions } from './pgliteProtocol.js';
+
+/**
+ * PGlite's `query` (src/db/pgliteWorker.ts's statements) as named prepared statements.
+ *
+ * `PGlite.query` sends Parse, Describe, Bind, Describe, Execute and Sync as six calls into
+ * PostgreSQL, and parses and plans the statement every time. Here a statement's text is parsed
+ * once per session under a name (Parse + Describe: its parameter types), and each execution is
+ * one call (Bind + Describe + Execute + Sync), whose plan PostgreSQL's plan cache keeps once a
+ * generic plan is as good as the custom ones (after five executions). The job claim took 15 ms
+ * through `query` and 0.9 ms prepared, a point lookup 1.4 and 0.6 ms (docs/performance.md,
+ * "Sixteenth round").
+ *
+ * What a caller sees is what `PGlite.query` gives: the same parameter serializers (by the types
+ * PostgreSQL inferred), the same result parsers, the same errors (with `query` set). PostgreSQL
+ * re-plans a prepared statement by itself when a table it uses changes or is analysed; the one
+ * change it refuses is a different result row type (a `SELECT *` of an altered table): the
+ * statement is then forgotten and, outside a transaction, run once more freshly prepared.
+ *
+ * At most `capacity` statements are kept, the least recently used closed first (a plan lives
+ * in PGlite's WebAssembly heap, which never shrinks).
+ */
+export class PreparedStatements {
+  /** By text, in order of last use (a Map keeps insertion order). */
+  private readonly statements = new Map<string, PreparedStatement>();
+  /** Statements evicted and not yet closed in the session: closed with the next execution. */
+  private closing: string[] = [];
+  private nextId = 1;
+
+  constructor(
+    private readonly pglite: PGlite,
+    readonly capacity = DEFAULT_PREPARED_CAPACITY,
+  ) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be a positive integer');
+  }
+
+  /** How many statements are prepared now (for tests and measurements). */
+  get size(): number {
+    return this.statements.size;
+  }
+
+  query<T = Record<string, unknown>>(sql: string, params: readonly unknown[] = [], options?: PgliteQueryOptions): Promise<Results<T>> {
+    return this.pglite.runExclusive(async () => {
+      try {
+        return await this.run<T>(sql, params, options);
+      } catch (error) {
+        if (!isStalePreparedStatement(error)) throw withQuery(error, sql);
+        if (isMissingStatement(error)) this.forgetAll();
+        else this.forget(sql);
+        if (this.pglite.isInTransaction()) throw withQuery(error, sql);
+        try {
+          return await this.run<T>(sql, params, options);
+        } catch (retryError) {
+          throw withQuery(retryError, sql);
+        }
+      }
+    });
+  }
+
+  private async run<T>(sql: string, params: readonly unknown[], options: PgliteQueryOptions | undefined): Promise<Results<T>> {
+    const statement = await this.prepared(sql);
+    const values = params.map((param, i) => {
+      if (param === null || param === undefined) return null;
+      // As PGlite.query does: the serializer of the type PostgreSQL inferred, else the text of the value.
+      const serialize = this.pglite.serializers[statement.paramTypes[i]];
+      return serialize ? serialize(param) : String(param);
+    });
+    const { messages } = await this.pglite.execProtocol(
+      concatenate([
+        ...this.takeClosing().map((name) => protocol.serialize.close({ type: 'S', name })),
+        protocol.serialize.bind({ statement: statement.name, values }),
+        protocol.serialize.describe({ type: 'P' }),
+        protocol.serialize.execute({}),
+        protocol.serialize.sync(),
+      ]),
+    );
+    return parse.parseResults(messages, this.pglite.parsers, options)[0] as Results<T>;
+  }
+
+  private async prepared(sql: string): Promise<PreparedStatement> {
+    const known = this.statements.get(sql);
+    if (known !== undefined) {
+      // Most recently used last.
+      this.statements.delete(sql);
+      this.statements.set(sql, known);
+      return known;
+    }
+    const name = `factlog_${this.nextId++}`;
+    const { messages } = await this.pglite.execProtocol(
+      concatenate([
+        ...this.takeClosing().map((closed) => protocol.serialize.close({ type: 'S', name: closed })),
+        protocol.serialize.parse({ name, text: sql }),
+        protocol.serialize.describe({ type: 'S', name }),
+        protocol.serialize.sync(),
+      ]),
+    );
+    const statement = { name, paramTypes: parse.parseDescribeStatementResults(messages) };
+    this.statements.set(sql, statement);
+    if (this.statements.size > this.capacity) {
+      const [oldestSql, oldest] = this.statements.entries().next().value as [string, PreparedStatement];
+      this.statements.delete(oldestSql);
+      this.closing.push(oldest.name);
+    }
+    return statement;
+  }
+
+  private takeClosing(): string[] {
+    const names = this.closing;
+    this.closing = [];
+    return names;
+  }
+
+  private forget(sql: string): void {
+    const statement = this.statements.get(sql);
+    if (statement === undefined) return;
+    this.statements.delete(sql);
+    this.closing.push(statement.name);
+  }
+
+  /** The session has none of them (prepared statements deallocated by a statement): nothing to close. */
+  private forgetAll(): void {
+    this.statements.clear();
+    this.closing = [];
+  }
+}
+
+/** Enough for every statement the service runs again and again (about 150 texts in an ingest run). */
+export const DEFAULT_PREPARED_CAPACITY = 400;
+
+interface PreparedStatement {
+  name: string;
+  /** The parameter types PostgreSQL inferred at Parse (type OIDs), which choose the serializers. */
+  paramTypes: number[];
+}
+
+function concatenate(parts: readonly Uint8Array[]): Uint8Array {
+  const joined = new Uint8Array(parts.reduce((length, part) => length + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    joined.set(part, offset);
+    offset += part.length;
+  }
+  return joined;
+}
+
+function errorCode(error: unknown): unknown {
+  return typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;
+}
+
+/** SQLSTATE 26000: the name is not prepared in the session (a DEALLOCATE ALL or DISCARD ALL ran). */
+function isMissingStatement(error: unknown): boolean {
+  return errorCode(error) === '26000';
+}
+
+/** PostgreSQL refuses to run a prepared statement whose result type changed (SQLSTATE 0A000), or one it no longer has. */
+function isStalePreparedStatement(error: unknown): boolean {
+  if (isMissingStatement(error)) return true;
+  return errorCode(error) === '0A000' && error instanceof Error && /cached plan must not change result type/.test(error.message);
+}
+
+/** As PGlite.query's errors: the statement's text rides along. */
+function withQuery(error: unknown, sql: string): unknown {
+  if (typeof error === 'object' && error !== null) Object.assign(error, { query: sql });
+  return error;
+}
