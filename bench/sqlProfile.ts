@@ -8,6 +8,7 @@
  * database.
  */
 import { PGlite } from '@electric-sql/pglite';
+import { PreparedStatements } from '../src/db/pglitePrepared.js';
 
 interface Shape {
   count: number;
@@ -36,14 +37,25 @@ export interface SqlProfile {
   reset(): void;
 }
 
-/** Wraps PGlite's `query` and `exec` (every instance of this process) to count and time statements. */
+type StatementMethod = (this: unknown, sql: string, ...rest: unknown[]) => Promise<unknown>;
+
+/**
+ * Wraps PGlite's `query` and `exec` (every instance of this process) and the embedded node's
+ * prepared statements (src/db/pglitePrepared.ts, which run without PGlite's `query`) to count and
+ * time statements.
+ */
 export function installSqlProfile(options: { trace?: boolean } = {}): SqlProfile {
   const shapes = new Map<string, Shape>();
   const traced: Array<[number, number, string]> = [];
-  const prototype = PGlite.prototype as unknown as Record<'query' | 'exec', (this: PGlite, sql: string, ...rest: unknown[]) => Promise<unknown>>;
-  for (const method of ['query', 'exec'] as const) {
+  // Both classes' methods take the statement first; the casts only let one wrapper replace them.
+  const methods: Array<[Record<string, StatementMethod>, string]> = [
+    [PGlite.prototype as unknown as Record<string, StatementMethod>, 'query'],
+    [PGlite.prototype as unknown as Record<string, StatementMethod>, 'exec'],
+    [PreparedStatements.prototype as unknown as Record<string, StatementMethod>, 'query'],
+  ];
+  for (const [prototype, method] of methods) {
     const original = prototype[method];
-    prototype[method] = async function profiled(this: PGlite, sql: string, ...rest: unknown[]) {
+    prototype[method] = async function profiled(this: unknown, sql: string, ...rest: unknown[]) {
       const started = performance.now();
       try {
         return await original.call(this, sql, ...rest);
