@@ -67,8 +67,8 @@ export class PreparedStatements {
       return serialize ? serialize(param) : String(param);
     });
     const { messages } = await this.pglite.execProtocol(
-      concatenate([
-        ...this.takeClosing().map((name) => protocol.serialize.close({ type: 'S', name })),
+      Buffer.concat([
+        ...this.closeEvicted(),
         protocol.serialize.bind({ statement: statement.name, values }),
         protocol.serialize.describe({ type: 'P' }),
         protocol.serialize.execute({}),
@@ -88,8 +88,8 @@ export class PreparedStatements {
     }
     const name = `factlog_${this.nextId++}`;
     const { messages } = await this.pglite.execProtocol(
-      concatenate([
-        ...this.takeClosing().map((closed) => protocol.serialize.close({ type: 'S', name: closed })),
+      Buffer.concat([
+        ...this.closeEvicted(),
         protocol.serialize.parse({ name, text: sql }),
         protocol.serialize.describe({ type: 'S', name }),
         protocol.serialize.sync(),
@@ -97,18 +97,16 @@ export class PreparedStatements {
     );
     const statement = { name, paramTypes: parse.parseDescribeStatementResults(messages) };
     this.statements.set(sql, statement);
-    if (this.statements.size > this.capacity) {
-      const [oldestSql, oldest] = this.statements.entries().next().value as [string, PreparedStatement];
-      this.statements.delete(oldestSql);
-      this.closing.push(oldest.name);
-    }
+    // The least recently used is first; the map is not empty here.
+    if (this.statements.size > this.capacity) this.forget(this.statements.keys().next().value as string);
     return statement;
   }
 
-  private takeClosing(): string[] {
+  /** Close messages for the evicted statements, sent ahead of the next call's own messages. */
+  private closeEvicted(): Uint8Array[] {
     const names = this.closing;
     this.closing = [];
-    return names;
+    return names.map((name) => protocol.serialize.close({ type: 'S', name }));
   }
 
   private forget(sql: string): void {
@@ -135,16 +133,6 @@ interface PreparedStatement {
   name: string;
   /** The parameter types PostgreSQL inferred at Parse (type OIDs), which choose the serializers. */
   paramTypes: number[];
-}
-
-function concatenate(parts: readonly Uint8Array[]): Uint8Array {
-  const joined = new Uint8Array(parts.reduce((length, part) => length + part.length, 0));
-  let offset = 0;
-  for (const part of parts) {
-    joined.set(part, offset);
-    offset += part.length;
-  }
-  return joined;
 }
 
 function errorCode(error: unknown): unknown {
