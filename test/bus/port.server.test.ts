@@ -11,13 +11,15 @@ import { deleteTestTopics, ensureBroker, perStreamOrderProblems, quickConsumer, 
 interface BusFixture {
   store: EventStore;
   bus: Bus;
+  /** What the bus and the relay logged (kafkajs's warnings and errors, consumer crashes): shown on a timeout. */
+  logged(): string[];
   close(): Promise<void>;
 }
 
-const waitUntil = async (check: () => boolean, timeoutMs = 60_000) => {
+const waitUntil = async (fixture: BusFixture, what: string, check: () => boolean, timeoutMs = 60_000) => {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
-    if (Date.now() > deadline) throw new Error('timed out');
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; the bus logged:\n${fixture.logged().slice(-40).join('\n')}`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
 };
@@ -41,14 +43,14 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
         seen.push(...batch);
       },
     });
-    await waitUntil(() => new Set(seen.map((e) => e.eventId)).size === 20);
+    await waitUntil(fixture, 'the first 20 events', () => new Set(seen.map((e) => e.eventId)).size === 20);
     t.equal(seen.length, 20, 'the failed batch came again, and nothing else twice');
     t.same(perStreamOrderProblems(seen), [], 'per-stream order kept');
 
     await consumer.stop();
     for (let i = 20; i < 30; i++) await fixture.store.append(`thing-${i % 4}`, [thing(`n${i}`)], 'any');
     consumer = await fixture.bus.consume({ group: 'contract', types: ['ThingHappened'], handler: async (batch) => void seen.push(...batch) });
-    await waitUntil(() => new Set(seen.map((e) => e.eventId)).size === 30);
+    await waitUntil(fixture, 'the 10 events after the restart', () => new Set(seen.map((e) => e.eventId)).size === 30);
     await new Promise((resolve) => setTimeout(resolve, 300));
     t.equal(seen.length, 30, 'a restarted group resumes after what it acknowledged');
     await consumer.stop();
@@ -60,7 +62,7 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
     const eventually = async (check: () => Promise<boolean>) => {
       const deadline = Date.now() + 60_000;
       while (!(await check())) {
-        if (Date.now() > deadline) throw new Error('timed out');
+        if (Date.now() > deadline) throw new Error(`timed out; the bus logged:\n${fixture.logged().slice(-40).join('\n')}`);
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
     };
@@ -87,12 +89,19 @@ t.test('Kafka bus (distributed)', async (t) => {
   busContract(t, async () => {
     const fixture = await openStore(() => openScratchPostgres(), { pollIntervalMs: 10 });
     const kafka = testKafkaOptions(brokers);
-    const relay = createKafkaRelay({ store: fixture.store, db: fixture.db, registry: fixture.schemas, kafka });
+    const started = Date.now();
+    const lines: string[] = [];
+    // Stacks left out: kafkajs logs one per failed batch, and the handler's is known.
+    const line = (level: string) => ({ stack: _stack, ...details }: Record<string, unknown>, message: string) =>
+      void lines.push(`+${Date.now() - started} ms ${level} ${message} ${JSON.stringify(details)}`);
+    const log = { info: line('info'), warn: line('warn'), error: line('error') };
+    const relay = createKafkaRelay({ store: fixture.store, db: fixture.db, registry: fixture.schemas, kafka, log });
     await relay.start();
-    const bus = createKafkaBus({ kafka, registry: fixture.schemas, consumer: quickConsumer });
+    const bus = createKafkaBus({ kafka, registry: fixture.schemas, consumer: quickConsumer, log });
     return {
       store: fixture.store,
       bus,
+      logged: () => lines,
       close: async () => {
         await bus.close();
         await relay.stop();
