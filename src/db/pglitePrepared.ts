@@ -20,6 +20,12 @@ import type { PgliteQueryOptions } from './pgliteProtocol.js';
  *
  * At most `capacity` statements are kept, the least recently used closed first (a plan lives
  * in PGlite's WebAssembly heap, which never shrinks).
+ *
+ * A pgvector `vector` parameter given in its text form (`[0.1,0.2,…]`) is sent in pgvector's
+ * binary form, its numbers parsed here: PostgreSQL's WebAssembly parsed each number with strtof at
+ * about 2 µs, 0.2 ms a 100-dimension vector, more than half of a statement writing vectors
+ * (docs/performance.md, "Seventeenth round"). A text that is not a plain list of decimal numbers
+ * each within float4's range goes as text, so PostgreSQL reports on it as before.
  */
 export class PreparedStatements {
   /** By text, in order of last use (a Map keeps insertion order). */
@@ -27,6 +33,10 @@ export class PreparedStatements {
   /** Statements evicted and not yet closed in the session: closed with the next execution. */
   private closing: string[] = [];
   private nextId = 1;
+  /** Type names of the user-defined parameter types met (an extension's types have no fixed OID). */
+  private readonly typeNames = new Map<number, string>();
+  /** Parameters sent in a binary form so far (for tests and measurements). */
+  binaryParameters = 0;
 
   constructor(
     private readonly pglite: PGlite,
@@ -60,8 +70,13 @@ export class PreparedStatements {
 
   private async run<T>(sql: string, params: readonly unknown[], options: PgliteQueryOptions | undefined): Promise<Results<T>> {
     const statement = await this.prepared(sql);
-    const values = params.map((param, i) => {
+    const values = params.map((param, i): string | Uint8Array | null => {
       if (param === null || param === undefined) return null;
+      const binary = statement.binaryEncoders[i]?.(param);
+      if (binary) {
+        this.binaryParameters++;
+        return binary;
+      }
       // As PGlite.query does: the serializer of the type PostgreSQL inferred, else the text of the value.
       const serialize = this.pglite.serializers[statement.paramTypes[i]];
       return serialize ? serialize(param) : String(param);
@@ -95,11 +110,22 @@ export class PreparedStatements {
         protocol.serialize.sync(),
       ]),
     );
-    const statement = { name, paramTypes: parse.parseDescribeStatementResults(messages) };
+    const paramTypes = parse.parseDescribeStatementResults(messages);
+    const statement = { name, paramTypes, binaryEncoders: await this.binaryEncoders(paramTypes) };
     this.statements.set(sql, statement);
     // The least recently used is first; the map is not empty here.
     if (this.statements.size > this.capacity) this.forget(this.statements.keys().next().value as string);
     return statement;
+  }
+
+  /** Per parameter, the binary encoder of its type, if it has one (see BINARY_ENCODERS). */
+  private async binaryEncoders(paramTypes: readonly number[]): Promise<(BinaryEncoder | undefined)[]> {
+    for (const oid of paramTypes) {
+      if (oid < FIRST_USER_OID || this.typeNames.has(oid)) continue;
+      const { rows } = await this.run<{ typname: string }>('SELECT typname FROM pg_type WHERE oid = $1', [oid], undefined);
+      this.typeNames.set(oid, rows[0]?.typname ?? '');
+    }
+    return paramTypes.map((oid) => BINARY_ENCODERS[this.typeNames.get(oid) ?? '']);
   }
 
   /** Close messages for the evicted statements, sent ahead of the next call's own messages. */
@@ -133,7 +159,43 @@ interface PreparedStatement {
   name: string;
   /** The parameter types PostgreSQL inferred at Parse (type OIDs), which choose the serializers. */
   paramTypes: number[];
+  /** Per parameter, how to send a value in binary form (null: as text after all). */
+  binaryEncoders: (BinaryEncoder | undefined)[];
 }
+
+type BinaryEncoder = (value: unknown) => Uint8Array | null;
+
+/** PostgreSQL's first OID for objects created after initdb: below it, built-in types with serializers of their own. */
+const FIRST_USER_OID = 16384;
+
+/** A decimal number as strtof reads it (no hex, no infinities, no NaN). */
+const DECIMAL = /^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$/;
+
+/** pgvector's limit on dimensions (VECTOR_MAX_DIM). */
+const VECTOR_MAX_DIMENSIONS = 16000;
+
+/**
+ * pgvector's binary form of a `vector` (vector_recv: dimensions and an unused word as int16,
+ * then each element as a big-endian float4) from its text form. Null for anything else, which
+ * then goes as text: a number beyond float4 (PostgreSQL's "out of range"), NaN, an empty list.
+ */
+export function vectorBinary(value: unknown): Uint8Array | null {
+  if (typeof value !== 'string' || value.length < 3 || value[0] !== '[' || value[value.length - 1] !== ']') return null;
+  const parts = value.slice(1, -1).split(',');
+  if (parts.length > VECTOR_MAX_DIMENSIONS) return null;
+  const view = new DataView(new ArrayBuffer(4 + 4 * parts.length));
+  view.setInt16(0, parts.length);
+  view.setInt16(2, 0);
+  for (let i = 0; i < parts.length; i++) {
+    if (!DECIMAL.test(parts[i])) return null;
+    const element = Math.fround(Number(parts[i]));
+    if (!Number.isFinite(element)) return null;
+    view.setFloat32(4 + 4 * i, element);
+  }
+  return new Uint8Array(view.buffer);
+}
+
+const BINARY_ENCODERS: Readonly<Record<string, BinaryEncoder>> = { vector: vectorBinary };
 
 function errorCode(error: unknown): unknown {
   return typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;

@@ -1,11 +1,12 @@
 import { PGlite } from '@electric-sql/pglite';
+import { vector } from '@electric-sql/pglite-pgvector';
 import t, { type Test } from 'tap';
-import { PreparedStatements } from '../../src/db/pglitePrepared.js';
+import { PreparedStatements, vectorBinary } from '../../src/db/pglitePrepared.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
 
-async function openPglite(t: Test): Promise<PGlite> {
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
+async function openPglite(t: Test, extensions: { vector?: typeof vector } = {}): Promise<PGlite> {
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, extensions, ...(await pgliteWasmModules()) });
   t.teardown(() => pglite.close());
   return pglite;
 }
@@ -126,4 +127,52 @@ t.test('statements deallocated by the session (DEALLOCATE ALL) are prepared agai
   await statements.query('BEGIN');
   t.same((await statements.query('SELECT 8 AS n')).rows, [{ n: 8 }]);
   await statements.query('COMMIT');
+});
+
+t.test('pgvector vectors given as text are sent in binary form, stored as the text form stores them', async (t) => {
+  const pglite = await openPglite(t, { vector });
+  const statements = new PreparedStatements(pglite);
+  await pglite.exec('CREATE EXTENSION vector; CREATE TABLE vectors (id int PRIMARY KEY, embedding vector(3)); CREATE TABLE plain (id int PRIMARY KEY, embedding vector(3))');
+  const texts = ['[1,2,3]', '[0.1, -0.25 ,3e-2]', '[0.123456789012345678,-1e-50,+4.5E+3]', '[.5,5.,-0]', '[1e-40,3.4e38,-3.4e38]'];
+  for (const [i, text] of texts.entries()) {
+    await statements.query('INSERT INTO vectors (id, embedding) VALUES ($1, $2)', [i, text]);
+    await pglite.query('INSERT INTO plain (id, embedding) VALUES ($1, $2)', [i, text]);
+  }
+  t.equal(statements.binaryParameters, texts.length, 'each vector went in binary form');
+  const stored = async (table: string) => (await pglite.query<{ t: string }>(`SELECT embedding::text AS t FROM ${table} ORDER BY id`)).rows.map((row) => row.t);
+  t.same(await stored('vectors'), await stored('plain'), 'the same vectors as PostgreSQL parsing the text');
+  t.same(
+    (await statements.query<{ d: number }>('SELECT embedding <=> $1 AS d FROM vectors WHERE id = 0', ['[2,4,6]'])).rows,
+    [{ d: 0 }],
+    'a query vector too',
+  );
+
+  // What the binary form cannot say goes as text, and PostgreSQL's own error stands.
+  const before = statements.binaryParameters;
+  const refused = ['[1,2]', '[1,2,3,4]', '[1,,3]', '[1,2,NaN]', '[1,2,3.5e38]', '[1,2,Infinity]', '[]', '1,2,3'];
+  for (const text of refused) {
+    const prepared = await rejection(statements.query('INSERT INTO vectors (id, embedding) VALUES (99, $1)', [text]));
+    const plain = await rejection(pglite.query('INSERT INTO plain (id, embedding) VALUES (99, $1)', [text]));
+    t.equal(prepared.message, plain.message, `${text}: ${plain.message}`);
+  }
+  t.equal(statements.binaryParameters - before, 2, 'only the two lists of the wrong length went in binary form (vector_recv checks the dimensions)');
+  t.same((await pglite.query('SELECT count(*)::int AS n FROM vectors')).rows, [{ n: texts.length }], 'nothing stored by a refused statement');
+
+  // strtof reads hexadecimal numbers, vectorBinary does not: such a text goes as text and is stored.
+  t.same((await statements.query<{ t: string }>('SELECT $1::vector(3)::text AS t', ['[0x10,1,2]'])).rows, [{ t: '[16,1,2]' }]);
+  // Another type whose text looks like a vector is left alone.
+  t.same((await statements.query<{ t: string }>('SELECT $1::text AS t', ['[1,2,3]'])).rows, [{ t: '[1,2,3]' }]);
+  t.equal(statements.binaryParameters - before, 2);
+});
+
+t.test('vectorBinary: pgvector’s binary layout, or null for what only PostgreSQL should judge', async (t) => {
+  const bytes = vectorBinary('[1,-2.5]');
+  t.ok(bytes);
+  const view = new DataView(bytes!.buffer);
+  t.same([view.getInt16(0), view.getInt16(2), view.getFloat32(4), view.getFloat32(8)], [2, 0, 1, -2.5], 'dimensions, a zero word, big-endian float4s');
+  t.equal(bytes!.byteLength, 12);
+  for (const text of ['', '[]', '[1', '1]', '[a]', '[1,,2]', '[1e39]', '[-1e39]', '[nan]', '[0x1]', `[${Array(16001).fill(1).join(',')}]`]) {
+    t.equal(vectorBinary(text), null, JSON.stringify(text.slice(0, 20)));
+  }
+  t.equal(vectorBinary([1, 2]), null, 'not a text');
 });
