@@ -56,6 +56,22 @@ const defaultBatchSize = 500;
 /** Events of the global log visible to readers: written by transactions older than every running one. */
 const visibleToReaders = 'transaction_id < pg_snapshot_xmin(pg_current_snapshot())';
 
+/**
+ * The end of both append functions: the append lock is a session lock (so it can be released
+ * before commit), released on every error and after the work.
+ */
+const releaseAppendLockAndEnd = `    EXCEPTION
+      WHEN query_canceled THEN
+        PERFORM pg_advisory_unlock(v_lock_key);
+        RAISE;
+      WHEN OTHERS THEN
+        PERFORM pg_advisory_unlock(v_lock_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(v_lock_key);
+  END;
+  $fn$`;
+
 const migrationStatements = [
   `CREATE TABLE IF NOT EXISTS events (
     global_position bigserial PRIMARY KEY,
@@ -134,18 +150,7 @@ const migrationStatements = [
           ORDER BY e.n
           RETURNING *;
       END IF;
-    EXCEPTION
-      -- The lock is a session lock (so it can be released before commit): release it on every error.
-      WHEN query_canceled THEN
-        PERFORM pg_advisory_unlock(v_lock_key);
-        RAISE;
-      WHEN OTHERS THEN
-        PERFORM pg_advisory_unlock(v_lock_key);
-        RAISE;
-    END;
-    PERFORM pg_advisory_unlock(v_lock_key);
-  END;
-  $fn$`,
+${releaseAppendLockAndEnd}`,
 ];
 
 /**
@@ -246,17 +251,7 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
             SELECT v_part.idx, false, NULL::integer, i.global_position, i.stream_version, i.occurred_at FROM inserted i;
         END IF;
       END LOOP;
-    EXCEPTION
-      WHEN query_canceled THEN
-        PERFORM pg_advisory_unlock(v_lock_key);
-        RAISE;
-      WHEN OTHERS THEN
-        PERFORM pg_advisory_unlock(v_lock_key);
-        RAISE;
-    END;
-    PERFORM pg_advisory_unlock(v_lock_key);
-  END;
-  $fn$`;
+${releaseAppendLockAndEnd}`;
 
 /** Creates the event tables and the append function; safe to run any number of times, concurrently. */
 export async function migrateEventStore(knex: Knex): Promise<void> {
