@@ -4,7 +4,7 @@ import type { Bus, BusConsumer } from '../../src/bus/port.js';
 import { createKafkaBus, createKafkaRelay } from '../../src/bus/kafka.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore } from '../../src/eventstore/port.js';
-import { openStore, thing } from '../eventstore/contract.js';
+import { openStore, thing, waitUntil } from '../eventstore/contract.js';
 import { deleteTestTopics, ensureBroker, perStreamOrderProblems, quickConsumer, testKafkaOptions } from './helpers.js';
 
 /** The Bus contract, run on its adapter (Kafka; the embedded tier has no bus, docs/architecture.md). */
@@ -16,13 +16,9 @@ interface BusFixture {
   close(): Promise<void>;
 }
 
-const waitUntil = async (fixture: BusFixture, what: string, check: () => boolean, timeoutMs = 60_000) => {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; the bus logged:\n${fixture.logged().slice(-40).join('\n')}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-};
+/** Waits up to 60 s for `check`; a timeout's message ends with the last 40 lines the bus logged. */
+const waitForBus = (fixture: BusFixture, what: string, check: () => boolean | Promise<boolean>, intervalMs: number) =>
+  waitUntil(check, 60_000, () => `${what}; the bus logged:\n${fixture.logged().slice(-40).join('\n')}`, intervalMs);
 
 function busContract(t: Test, open: () => Promise<BusFixture>) {
   t.test('a group sees every event of its types once, in stream order; failures are redelivered; a restart resumes', async (t) => {
@@ -43,14 +39,14 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
         seen.push(...batch);
       },
     });
-    await waitUntil(fixture, 'the first 20 events', () => new Set(seen.map((e) => e.eventId)).size === 20);
+    await waitForBus(fixture, 'the first 20 events', () => new Set(seen.map((e) => e.eventId)).size === 20, 25);
     t.equal(seen.length, 20, 'the failed batch came again, and nothing else twice');
     t.same(perStreamOrderProblems(seen), [], 'per-stream order kept');
 
     await consumer.stop();
     for (let i = 20; i < 30; i++) await fixture.store.append(`thing-${i % 4}`, [thing(`n${i}`)], 'any');
     consumer = await fixture.bus.consume({ group: 'contract', types: ['ThingHappened'], handler: async (batch) => void seen.push(...batch) });
-    await waitUntil(fixture, 'the 10 events after the restart', () => new Set(seen.map((e) => e.eventId)).size === 30);
+    await waitForBus(fixture, 'the 10 events after the restart', () => new Set(seen.map((e) => e.eventId)).size === 30, 25);
     await new Promise((resolve) => setTimeout(resolve, 300));
     t.equal(seen.length, 30, 'a restarted group resumes after what it acknowledged');
     await consumer.stop();
@@ -59,27 +55,23 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
   t.test('backlog: what the groups were sent and have not acknowledged', async (t) => {
     const fixture = await open();
     t.teardown(() => fixture.close());
-    const eventually = async (check: () => Promise<boolean>) => {
-      const deadline = Date.now() + 60_000;
-      while (!(await check())) {
-        if (Date.now() > deadline) throw new Error(`timed out; the bus logged:\n${fixture.logged().slice(-40).join('\n')}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    };
+    // The backlog asks the broker's admin API each time: every 50 ms is often enough.
+    const backlogOf = (groups: string[], expected: number) =>
+      waitForBus(fixture, `a backlog of ${expected} for ${groups.join(', ')}`, async () => (await fixture.bus.backlog(groups)) === expected, 50);
     for (let i = 0; i < 6; i++) await fixture.store.append(`thing-${i % 3}`, [thing(`n${i}`)], 'any');
-    await eventually(async () => (await fixture.bus.backlog(['never-consumed'])) === 6);
+    await backlogOf(['never-consumed'], 6);
     t.pass('a group that never consumed owes everything published');
 
     let seen = 0;
     const consumer = await fixture.bus.consume({ group: 'backlog', types: ['ThingHappened'], handler: async (batch) => void (seen += batch.length) });
-    await eventually(async () => (await fixture.bus.backlog(['backlog'])) === 0);
+    await backlogOf(['backlog'], 0);
     t.equal(seen, 6, 'no backlog once the group has handled and committed all it was sent');
     t.equal(await fixture.bus.backlog(['backlog', 'never-consumed']), 6, 'groups add up');
     t.equal(await fixture.bus.backlog([]), 0);
     await consumer.stop();
 
     for (let i = 0; i < 4; i++) await fixture.store.append(`thing-${i}`, [thing(`m${i}`)], 'any');
-    await eventually(async () => (await fixture.bus.backlog(['backlog'])) === 4);
+    await backlogOf(['backlog'], 4);
     t.pass('a stopped group owes what was published after it');
   });
 }

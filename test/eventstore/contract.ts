@@ -163,11 +163,17 @@ function other(value: number, repositoryId: string | null = 'repo-1'): NewEvent 
   return { type: 'OtherHappened', data: { value }, metadata: { ...metadata, repositoryId } };
 }
 
-export async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs = 10_000, what = 'condition'): Promise<void> {
+/** `what` names the condition in the timeout's message; a function is asked at the timeout (say, for a log). */
+export async function waitUntil(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+  what: string | (() => string) = 'condition',
+  intervalMs = 10,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 
