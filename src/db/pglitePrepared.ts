@@ -125,7 +125,7 @@ export class PreparedStatements {
       const { rows } = await this.run<{ typname: string }>('SELECT typname FROM pg_type WHERE oid = $1', [oid], undefined);
       this.typeNames.set(oid, rows[0]?.typname ?? '');
     }
-    return paramTypes.map((oid) => BINARY_ENCODERS[this.typeNames.get(oid) ?? '']);
+    return paramTypes.map((oid) => BINARY_ENCODERS.get(this.typeNames.get(oid) ?? ''));
   }
 
   /** Close messages for the evicted statements, sent ahead of the next call's own messages. */
@@ -195,7 +195,8 @@ export function vectorBinary(value: unknown): Uint8Array | null {
   return new Uint8Array(view.buffer);
 }
 
-const BINARY_ENCODERS: Readonly<Record<string, BinaryEncoder>> = { vector: vectorBinary };
+/** By type name; a Map, so a type named like an Object member (`toString`) finds nothing. */
+const BINARY_ENCODERS: ReadonlyMap<string, BinaryEncoder> = new Map([['vector', vectorBinary]]);
 
 function errorCode(error: unknown): unknown {
   return typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;

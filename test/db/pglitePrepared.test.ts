@@ -160,8 +160,10 @@ t.test('pgvector vectors given as text are sent in binary form, stored as the te
 
   // strtof reads hexadecimal numbers, vectorBinary does not: such a text goes as text and is stored.
   t.same((await statements.query<{ t: string }>('SELECT $1::vector(3)::text AS t', ['[0x10,1,2]'])).rows, [{ t: '[16,1,2]' }]);
-  // Another type whose text looks like a vector is left alone.
+  // Another type whose text looks like a vector is left alone, a user-defined one named like an Object member too.
   t.same((await statements.query<{ t: string }>('SELECT $1::text AS t', ['[1,2,3]'])).rows, [{ t: '[1,2,3]' }]);
+  await pglite.exec('CREATE DOMAIN "toString" AS text');
+  t.same((await statements.query<{ t: string }>('SELECT $1::"toString" AS t', ['[1,2,3]'])).rows, [{ t: '[1,2,3]' }]);
   t.equal(statements.binaryParameters - before, 2);
 });
 
