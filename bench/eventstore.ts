@@ -31,6 +31,7 @@ import { createSearchIndexProjection } from '../projections/searchIndex.js';
 import { envNumber, log } from './common.js';
 import { appendReplicatedLog, corpusPipelineLog } from './pipelineLog.js';
 import { statementShape } from './sqlProfile.js';
+import { describeGauge, machineGauge } from './machineGauge.js';
 
 /** Each timed phase stops at this duration or its operation cap, whichever comes first. */
 const phaseMs = Number(process.env.BENCH_PHASE_MS ?? 5000);
@@ -337,6 +338,9 @@ function ratio(rate: Rate | undefined, ceiling: Rate | undefined): string {
 async function main(): Promise<void> {
   const started = new Date();
   const loadAtStart = os.loadavg()[0].toFixed(2);
+  // Before the work, so its own load does not count: which hour of this VM the run had.
+  const gauge = describeGauge(await machineGauge());
+  log(gauge);
   const tmp = path.resolve('bench/.tmp', `eventstore-${process.pid}`);
   await mkdir(tmp, { recursive: true });
   const byBackend: Record<'pglite' | 'postgres', Record<string, Rate>> = { pglite: {}, postgres: {} };
@@ -371,6 +375,7 @@ async function main(): Promise<void> {
     process.stdout.write(
       [
         `load average at start / end: ${loadAtStart} / ${os.loadavg()[0].toFixed(2)}; ${logCopies} copies of the corpus log`,
+        gauge,
         line('PGlite, read models', byBackend.pglite.realCatchUp),
         line('PGlite, search index', byBackend.pglite.realSearchIndex),
         line(`${serverVersion}, read models`, byBackend.postgres.realCatchUp),
@@ -398,6 +403,7 @@ async function main(): Promise<void> {
     '',
     `Machine: ${os.availableParallelism()} CPUs (nproc), ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM; Node ${process.version}; ${serverVersion} on 127.0.0.1.`,
     `Load average at start / end: ${loadAtStart} / ${os.loadavg()[0].toFixed(2)} (the machine is shared: expect ±30% between runs).`,
+    `At the start, the ${gauge}.`,
     `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/eventstore.ts\` (each phase ${phaseMs / 1000} s or its operation cap; BENCH_LOG_COPIES=${logCopies}).`,
     '',
     `| measurement | unit | PGlite (on disk) | ${serverVersion} |`,

@@ -53,7 +53,8 @@ import {
   taskSummary,
   type Api,
 } from '../test/helpers/corpus.js';
-import { envNumber, int, log, ms, prng, secs, summary } from './common.js';
+import { envNumber, int, log, ms, prng, secs, serviceNodeFlags, summary } from './common.js';
+import { describeGauge, machineGauge } from './machineGauge.js';
 
 const sizes = {
   docs: envNumber('BENCH_DOCS', 1000),
@@ -147,12 +148,6 @@ interface ServiceProbe {
  * the service's memory.
  */
 const runBuild = process.env.BENCH_BUILD === '1';
-
-/** The node flags of `bin/factlog.js`'s shebang (`#!/usr/bin/env -S node <flags>`). */
-function serviceNodeFlags(): string[] {
-  const shebang = readFileSync(path.join(root, 'bin/factlog.js'), 'utf8').split('\n')[0];
-  return /^#!\/usr\/bin\/env -S node (.+)$/.exec(shebang)?.[1].split(' ') ?? [];
-}
 
 /** Starts `src/main.ts serve` on a fresh data dir with the given environment, registers a user. */
 async function startServiceProcess(name: string, env: Record<string, string>, profile = false): Promise<ServiceProcess> {
@@ -731,6 +726,9 @@ const summaryCell = (values: ReturnType<typeof summary>) =>
 async function main(): Promise<void> {
   const started = new Date();
   const loadStart = os.loadavg() as [number, number, number];
+  // Before the work, so its own load does not count: which hour of this VM the run had.
+  const gauge = describeGauge(await machineGauge());
+  log(gauge);
   const results: { ingest?: IngestResult; openai?: OpenAIResult; corpus?: CorpusResult; search?: SearchResult; inProcessRss?: number } = {};
   if (parts.has('ingest')) {
     results.ingest = await runIngest();
@@ -767,6 +765,7 @@ async function main(): Promise<void> {
     '',
     `Machine: ${os.cpus().length} CPUs (${os.cpus()[0]?.model.trim() ?? 'unknown'}), ${int(os.totalmem() / 2 ** 30)} GiB RAM; Node ${process.version}.`,
     `Load average (1 / 5 / 15 min) at start: ${load(loadStart)}; after the ingest part: ${load(loadAfterIngest)}; at the end: ${load(loadEnd)}.`,
+    `At the start, the ${gauge}.`,
     `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/pipeline.ts\` (${runBuild ? 'BENCH_BUILD=1 ' : ''}BENCH_DOCS=${sizes.docs} BENCH_SENTENCES=${sizes.sentences} BENCH_OPENAI_DOCS=${sizes.openaiDocs} BENCH_OPENAI_WORKERS=${sizes.openaiWorkers} BENCH_OPENAI_LATENCY_MS=${sizes.openaiLatencyMs} BENCH_FACTS=${sizes.facts} BENCH_QUERIES=${sizes.queries}; took ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s).`,
     '',
   ];
