@@ -61,7 +61,7 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
 }
 
-if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
+if (target && isMainThread && !process.env.FACTLOG_HELPER_PROCESS) {
   Error.stackTraceLimit = 40;
   const holds: Hold[] = [];
   const waits: Wait[] = [];

@@ -22,7 +22,7 @@ interface ReadShape {
 type Query = (this: PGlite, sql: string, params?: unknown[], ...rest: unknown[]) => Promise<{ rows: Array<Record<string, unknown>> }>;
 
 const target = process.env.BENCH_READ_PROFILE;
-if (target && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
+if (target && !process.env.FACTLOG_HELPER_PROCESS) {
   const byShape = new Map<string, ReadShape>();
   const byType = new Map<string, { rows: number; bytes: number }>();
   // The prototype's `query` is generic over the row type; one signature is enough to wrap it.

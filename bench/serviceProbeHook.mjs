@@ -11,7 +11,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isMainThread } from 'node:worker_threads';
 
 const target = process.env.BENCH_SERVICE_PROBE;
-if (target && isMainThread && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
+if (target && isMainThread && !process.env.FACTLOG_HELPER_PROCESS) {
   const delay = monitorEventLoopDelay({ resolution: 10 });
   delay.enable();
   let peak = process.memoryUsage();

@@ -9,7 +9,7 @@ import { writeFileSync } from 'node:fs';
 import { installSqlProfile } from './sqlProfile.js';
 
 const target = process.env.BENCH_SQL_PROFILE;
-if (target && !process.env.FACTLOG_PGLITE_INITDB_CHILD) {
+if (target && !process.env.FACTLOG_HELPER_PROCESS) {
   const profile = installSqlProfile({ trace: process.env.BENCH_SQL_TRACE === '1' });
   process.on('exit', () => {
     const totals = profile.totals();

@@ -1,10 +1,11 @@
 import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import path, { extname } from 'node:path';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Results } from '@electric-sql/pglite';
 import { pgliteWasmModules } from './pgliteWasm.js';
+import { helperExecArgv, helperProcessEnv, siblingEntry } from '../util/helperProcess.js';
 import {
   INITDB_DONE,
   deserializeDatabaseError,
@@ -14,10 +15,8 @@ import {
   type PgliteWorkerData,
 } from './pgliteProtocol.js';
 
-/** The worker entry beside this module: pgliteWorker.ts under tsx (tests), .js in the build. */
-const WORKER_ENTRY = new URL(`./pgliteWorker${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
-/** The initdb child's entry, beside this module the same way. */
-const INITDB_ENTRY = new URL(`./pgliteInitdbChild${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+const WORKER_ENTRY = siblingEntry(import.meta.url, 'pgliteWorker');
+const INITDB_ENTRY = siblingEntry(import.meta.url, 'pgliteInitdbChild');
 
 /** Whether `dataDir` holds no database yet, so that opening it would run initdb. */
 export function needsInitdb(dataDir: string): boolean {
@@ -34,8 +33,8 @@ export function needsInitdb(dataDir: string): boolean {
 export async function initdbInChildProcess(dataDir: string, settings: Readonly<Record<string, string>> = {}, entry: URL = INITDB_ENTRY): Promise<void> {
   const child = fork(fileURLToPath(entry), [dataDir, JSON.stringify(settings)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    // Tells measuring hooks loaded through the inherited flags (bench/) that this is not the service.
-    env: { ...process.env, FACTLOG_PGLITE_INITDB_CHILD: '1' },
+    execArgv: helperExecArgv(),
+    env: helperProcessEnv(),
   });
   await new Promise<void>((resolve, reject) => {
     let done = false;

@@ -1,7 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, openSync, readSync, closeSync, renameSync, rmSync, writeFileSync, fstatSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { helperExecArgv, helperProcessEnv, siblingEntry } from '../../util/helperProcess.js';
 import type { Embedder } from './port.js';
 import { buildWordTable, type WordTable } from './wordTable.js';
 
@@ -18,7 +21,8 @@ import { buildWordTable, type WordTable } from './wordTable.js';
  *   name stay below the deduplication threshold (0.94) while reorderings of one fact stay above.
  *
  * The package is one 307 MB JSON file. It is converted once into a compact binary cache (the
- * most frequent words, unit-normalized float32) and later processes read only the cache.
+ * most frequent words, unit-normalized float32), by a short-lived child process, and every
+ * process reads only the cache.
  */
 
 export const LOCAL_EMBEDDER_MODEL_ID = 'local/wink-sg-100d-v1';
@@ -112,7 +116,7 @@ export function loadWordTable(cacheDir: string = defaultCacheDir()): WordTable {
   let converted = false;
   let table = readCache(path);
   if (table === null) {
-    writeCache(path, convertPackage());
+    convertInChildProcess(path);
     converted = true;
     table = readCache(path);
     if (table === null) throw new Error(`the embedding cache ${path} is unreadable right after writing it`);
@@ -120,6 +124,34 @@ export function loadWordTable(cacheDir: string = defaultCacheDir()): WordTable {
   tables.set(cacheDir, table);
   lastLoad = { cachePath: path, converted, milliseconds: performance.now() - started, words: table.size };
   return table;
+}
+
+const CONVERSION_ENTRY = siblingEntry(import.meta.url, 'wordTableChild');
+
+/**
+ * Writes the cache in a child process (src/providers/embeddings/wordTableChild.ts) and waits for
+ * it: done in the model worker, the conversion's buffers stayed in the service for its life
+ * (a first run's peak RSS 419 → 545 MiB over 300 pages, docs/performance.md, "Eighteenth round").
+ * This thread waits as it waited for the conversion itself; the child has this process's node flags.
+ */
+function convertInChildProcess(path: string): void {
+  const child = spawnSync(process.execPath, [...helperExecArgv(), fileURLToPath(CONVERSION_ENTRY), path], {
+    stdio: ['ignore', 'inherit', 'pipe'],
+    env: helperProcessEnv(),
+    encoding: 'utf8',
+  });
+  if (child.error) throw new Error(`the word vectors' conversion could not start: ${child.error.message}`, { cause: child.error });
+  if (child.status !== 0) {
+    const said = child.stderr.trim().split('\n').at(-1) ?? '';
+    throw new Error(`converting the word vectors into ${path} failed (${child.signal ?? `exit code ${child.status}`})${said ? `: ${said}` : ''}`);
+  }
+}
+
+/** What the conversion child runs: the package's vectors into the cache file at `path`. */
+export function writeConvertedCache(path: string): void {
+  // A directory that cannot be made fails now, not after the minute of conversion.
+  mkdirSync(dirname(path), { recursive: true });
+  writeCache(path, convertPackage());
 }
 
 interface RawTable {
@@ -440,8 +472,3 @@ const EMPTY_TEXT_VECTOR: number[] = normalized(
   Array.from({ length: LOCAL_EMBEDDER_DIMENSIONS }, (_, d) => ((fnv1a(`empty:${d}`, 7) % 2000) - 1000) / 1000),
 );
 
-/** Loads the table for `cacheDir` (or the default) now instead of on the first `embed`. */
-export function preloadLocalEmbedder(options: LocalEmbedderOptions = {}): WordTableLoadStats {
-  loadWordTable(options.cacheDir ?? defaultCacheDir());
-  return lastLoad as WordTableLoadStats;
-}

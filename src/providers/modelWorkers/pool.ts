@@ -1,9 +1,8 @@
 import { availableParallelism } from 'node:os';
-import { extname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Worker, type ResourceLimits } from 'node:worker_threads';
 import type { WordTableBuffers } from '../embeddings/wordTable.js';
 import { ModelCallError } from '../llm/port.js';
+import { siblingEntry } from '../../util/helperProcess.js';
 import { deserializeError, type ModelCall, type ModelReply, type ModelRequest } from './protocol.js';
 
 /**
@@ -49,7 +48,7 @@ interface WorkerSlot {
 }
 
 /** The worker entry beside this module: worker.ts under tsx (tests), worker.js in the build. */
-const WORKER_ENTRY = new URL(`./worker${extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+const WORKER_ENTRY = siblingEntry(import.meta.url, 'worker');
 
 export class ModelWorkerPool {
   private readonly size: number;

@@ -189,10 +189,25 @@ t.test('the binary cache: built once, rebuilt when damaged, safe when processes 
   t.same(later.v, expected);
   t.comment(`load from cache: ${later.stats.milliseconds.toFixed(0)} ms, process RSS after first embed ${(later.rss / 2 ** 20).toFixed(0)} MiB`);
   t.ok(later.stats.milliseconds < 3000, 'reading the cache is quick');
+  // The conversion runs in a child process of its own: what it held does not stay in the process that asked for it.
+  t.comment(`process RSS after first embed: ${(one.rss / 2 ** 20).toFixed(0)} / ${(two.rss / 2 ** 20).toFixed(0)} MiB converting, ${(later.rss / 2 ** 20).toFixed(0)} MiB reading the cache`);
+  t.ok(Math.max(one.rss, two.rss) < later.rss + 40 * 2 ** 20, 'a converting process ends about as large as one that read the cache');
 
   // A damaged cache (a crash cannot leave one, but a disk can) is rebuilt.
   writeFileSync(cacheFileIn(cacheDir), Buffer.from('garbage'));
   const repaired = await child();
   t.equal(repaired.stats.converted, true);
   t.same(repaired.v, expected);
+});
+
+t.test('a cache that cannot be written fails the embed with the reason, and the embedder recovers nothing half-made', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'factlog-emb-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // The cache directory's place is taken by a file: the conversion child cannot make it.
+  const blocked = join(dir, 'not-a-directory');
+  writeFileSync(blocked, 'x');
+  await t.rejects(createLocalEmbedder({ cacheDir: blocked }).embed(['Polonium was discovered in 1898.']), {
+    message: /^converting the word vectors into .*not-a-directory.* failed \(exit code 1\): .*(EEXIST|ENOTDIR)/,
+  });
+  t.same(readdirSync(dir), ['not-a-directory'], 'nothing written beside it');
 });
