@@ -149,7 +149,7 @@ function convertInChildProcess(path: string): void {
 
 /** What the conversion child runs: the package's vectors into the cache file at `path`. */
 export function writeConvertedCache(path: string): void {
-  // A directory that cannot be made fails now, not after the minute of conversion.
+  // A directory that cannot be made fails now, not after the seconds of conversion.
   mkdirSync(dirname(path), { recursive: true });
   writeCache(path, convertPackage());
 }
