@@ -236,8 +236,8 @@ function convertVectors(fd: number): RawTable {
 }
 
 /** Layout: magic, format, word count, dimensions (uint32 LE); float32 vectors; words joined by '\n'. */
+/** Into an existing directory (writeConvertedCache makes it before converting). */
 function writeCache(path: string, raw: RawTable): void {
-  mkdirSync(dirname(path), { recursive: true });
   const header = Buffer.alloc(HEADER_BYTES);
   header.writeUInt32LE(CACHE_MAGIC, 0);
   header.writeUInt32LE(CACHE_FORMAT, 4);
