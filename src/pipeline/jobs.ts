@@ -154,49 +154,104 @@ export function jobIdFor(kind: string, subjectId: string, triggerEventId: string
  */
 export async function migrateJobs(knex: Knex): Promise<void> {
   await migrateUnderLock(knex, 'jobs', async (trx) => {
-    // Already migrated (the last index below exists: the DDL commits as one): no DDL at all. An
-    // ALTER TABLE takes its ACCESS EXCLUSIVE lock before it finds the column there, and a node
+    // Already migrated (the last object of each step exists: each step's DDL commits as one): no DDL
+    // at all. An ALTER TABLE takes its ACCESS EXCLUSIVE lock before it finds the column there, and a node
     // that joins a running cluster would then deadlock with the workers' claims on `jobs`.
-    const done = await trx.raw(`SELECT to_regclass('jobs_report_idx') IS NOT NULL AS migrated`);
-    if (done.rows[0]?.migrated === true) return;
-    await trx.raw(`
-      CREATE TABLE IF NOT EXISTS jobs (
-        id               uuid PRIMARY KEY,
-        kind             text NOT NULL,
-        repository_id    text,
-        subject_id       text NOT NULL,
-        trigger_event_id uuid NOT NULL,
-        trigger_position bigint NOT NULL,
-        correlation_id   text,
-        state            text NOT NULL DEFAULT 'queued'
-                         CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'dead')),
-        attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-        max_attempts     integer NOT NULL DEFAULT ${defaultMaxAttempts} CHECK (max_attempts >= 1),
-        next_attempt_at  timestamptz NOT NULL DEFAULT now(),
-        lease_until      timestamptz,
-        heartbeat_at     timestamptz,
-        claimed_by       text,
-        claim_token      uuid,
-        last_error       text,
-        created_at       timestamptz NOT NULL DEFAULT now(),
-        updated_at       timestamptz NOT NULL DEFAULT now(),
-        finished_at      timestamptz,
-        CONSTRAINT jobs_trigger_key UNIQUE (kind, subject_id, trigger_event_id)
-      )`);
-    // Claiming scans only queued rows of one kind, oldest due first.
-    await trx.raw(
-      `CREATE INDEX IF NOT EXISTS jobs_claim_idx ON jobs (kind, next_attempt_at) WHERE state = 'queued'`,
+    const done = await trx.raw(
+      `SELECT to_regclass('jobs_report_idx') IS NOT NULL AS migrated, to_regclass('job_count_deltas') IS NOT NULL AS counted`,
     );
-    // Rescue scans only running rows.
-    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_running_idx ON jobs (lease_until) WHERE state = 'running'`);
-    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_repository_idx ON jobs (repository_id, created_at DESC)`);
-    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_subject_idx ON jobs (subject_id)`);
-    // Added after the first release: additive, so databases created before gain them in place.
-    await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS source_id text`);
-    await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS report_id text`);
-    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_source_idx ON jobs (repository_id, source_id) WHERE source_id IS NOT NULL`);
-    await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_report_idx ON jobs (repository_id, report_id) WHERE report_id IS NOT NULL`);
+    if (done.rows[0]?.migrated !== true) await createJobsTable(trx);
+    if (done.rows[0]?.counted !== true) await createJobCounts(trx);
   });
+}
+
+async function createJobsTable(trx: Knex.Transaction): Promise<void> {
+  await trx.raw(`
+    CREATE TABLE IF NOT EXISTS jobs (
+      id               uuid PRIMARY KEY,
+      kind             text NOT NULL,
+      repository_id    text,
+      subject_id       text NOT NULL,
+      trigger_event_id uuid NOT NULL,
+      trigger_position bigint NOT NULL,
+      correlation_id   text,
+      state            text NOT NULL DEFAULT 'queued'
+                       CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'dead')),
+      attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+      max_attempts     integer NOT NULL DEFAULT ${defaultMaxAttempts} CHECK (max_attempts >= 1),
+      next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+      lease_until      timestamptz,
+      heartbeat_at     timestamptz,
+      claimed_by       text,
+      claim_token      uuid,
+      last_error       text,
+      created_at       timestamptz NOT NULL DEFAULT now(),
+      updated_at       timestamptz NOT NULL DEFAULT now(),
+      finished_at      timestamptz,
+      CONSTRAINT jobs_trigger_key UNIQUE (kind, subject_id, trigger_event_id)
+    )`);
+  // Claiming scans only queued rows of one kind, oldest due first.
+  await trx.raw(
+    `CREATE INDEX IF NOT EXISTS jobs_claim_idx ON jobs (kind, next_attempt_at) WHERE state = 'queued'`,
+  );
+  // Rescue scans only running rows.
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_running_idx ON jobs (lease_until) WHERE state = 'running'`);
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_repository_idx ON jobs (repository_id, created_at DESC)`);
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_subject_idx ON jobs (subject_id)`);
+  // Added after the first release: additive, so databases created before gain them in place.
+  await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS source_id text`);
+  await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS report_id text`);
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_source_idx ON jobs (repository_id, source_id) WHERE source_id IS NOT NULL`);
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_report_idx ON jobs (repository_id, report_id) WHERE report_id IS NOT NULL`);
+}
+
+/**
+ * A repository's job counts by kind and state, kept as they change: the tasks API answers every
+ * poll with them, and counting `jobs` itself grows with the repository's history (18 ms of
+ * PGlite's thread a poll at 1,000 pages, about 12,000 jobs; docs/performance.md, "Nineteenth
+ * round"). Statement-level triggers add each statement's net change per (repository, kind,
+ * state) as rows of `job_count_deltas`: insert-only, so concurrent workers never wait on a
+ * shared counter row; readers sum them, and a reader that finds many rows folds them into one
+ * per group (`compactJobCounts`). Created with the current counts, under a lock that keeps
+ * `jobs` still meanwhile.
+ */
+async function createJobCounts(trx: Knex.Transaction): Promise<void> {
+  await trx.raw('LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE');
+  await trx.raw(`CREATE TABLE job_count_deltas (
+    repository_id text,
+    kind          text NOT NULL,
+    state         text NOT NULL,
+    delta         bigint NOT NULL
+  )`);
+  await trx.raw('CREATE INDEX job_count_deltas_repository_idx ON job_count_deltas (repository_id)');
+  // One function for inserts, updates and deletes: a transition table an event lacks is empty.
+  const changes = {
+    INSERT: `SELECT repository_id, kind, state, 1 AS d FROM new_jobs`,
+    UPDATE: `SELECT repository_id, kind, state, 1 AS d FROM new_jobs UNION ALL SELECT repository_id, kind, state, -1 FROM old_jobs`,
+    DELETE: `SELECT repository_id, kind, state, -1 AS d FROM old_jobs`,
+  };
+  for (const [event, rows] of Object.entries(changes)) {
+    const name = `factlog_job_counts_${event.toLowerCase()}`;
+    await trx.raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+      BEGIN
+        INSERT INTO job_count_deltas (repository_id, kind, state, delta)
+          SELECT repository_id, kind, state, sum(d) FROM (${rows}) AS changed
+          GROUP BY repository_id, kind, state HAVING sum(d) <> 0;
+        RETURN NULL;
+      END
+      $fn$`);
+    const transitions = { INSERT: 'NEW TABLE AS new_jobs', UPDATE: 'OLD TABLE AS old_jobs NEW TABLE AS new_jobs', DELETE: 'OLD TABLE AS old_jobs' }[event];
+    await trx.raw(`CREATE TRIGGER ${name} AFTER ${event} ON jobs REFERENCING ${transitions} FOR EACH STATEMENT EXECUTE FUNCTION ${name}()`);
+  }
+  await trx.raw(`CREATE FUNCTION factlog_job_counts_truncate() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      DELETE FROM job_count_deltas;
+      RETURN NULL;
+    END
+    $fn$`);
+  await trx.raw('CREATE TRIGGER factlog_job_counts_truncate AFTER TRUNCATE ON jobs FOR EACH STATEMENT EXECUTE FUNCTION factlog_job_counts_truncate()');
+  await trx.raw(`INSERT INTO job_count_deltas (repository_id, kind, state, delta)
+    SELECT repository_id, kind, state, count(*) FROM jobs GROUP BY repository_id, kind, state`);
 }
 
 interface JobRow {
@@ -292,6 +347,18 @@ function requireState(value: unknown): JobState {
 
 export function truncateError(message: string): string {
   return message.length <= maxErrorLength ? message : `${message.slice(0, maxErrorLength - 1)}…`;
+}
+
+/** More rows than this in `job_count_deltas` for one read: the read folds them (about a few seconds of an ingest's job changes). */
+const compactAbove = 500;
+
+function countsOf(rows: ReadonlyArray<{ kind: string; state: JobState; count: number }>): JobCounts {
+  const counts: JobCounts = {};
+  for (const row of rows) {
+    counts[row.kind] ??= { queued: 0, running: 0, succeeded: 0, failed: 0, dead: 0 };
+    counts[row.kind][row.state] = row.count;
+  }
+  return counts;
 }
 
 /** `now() + ms` in SQL; ms bound as float8 so fractions and large values both work. */
@@ -619,10 +686,22 @@ export class JobRepository {
       ])
       .limit(limit)
       .offset(offset);
-    const totalRow: { total: number } | undefined = await where(this.knex('jobs'))
-      .select(this.knex.raw('count(*)::integer AS total'))
-      .first();
-    return { jobs: rows.map(toRecord), total: totalRow?.total ?? 0 };
+    return { jobs: rows.map(toRecord), total: await this.total(filter, where) };
+  }
+
+  /** How many jobs `list`'s filter matches: from the kept counts when it filters by repository, kind and state only. */
+  private async total(filter: JobListFilter, where: (query: Knex.QueryBuilder) => Knex.QueryBuilder): Promise<number> {
+    const keptCountsAnswer = filter.subjectId === undefined && filter.sourceId === undefined && filter.sourceIds === undefined && filter.reportId === undefined;
+    if (!keptCountsAnswer) {
+      const row: { total: number } | undefined = await where(this.knex('jobs')).select(this.knex.raw('count(*)::integer AS total')).first();
+      return row?.total ?? 0;
+    }
+    let total = 0;
+    for (const [kind, byState] of Object.entries(await this.keptCounts(filter.repositoryId))) {
+      if (filter.kind !== undefined && kind !== filter.kind) continue;
+      for (const state of jobStates) if (filter.state === undefined || state === filter.state) total += byState[state];
+    }
+    return total;
   }
 
   /** Counts by kind and state, optionally for one repository. */
@@ -637,6 +716,7 @@ export class JobRepository {
   }
 
   private async countWhere(filter: { repositoryId?: string; sourceId?: string; sourceIds?: readonly string[]; reportId?: string }): Promise<JobCounts> {
+    if (filter.sourceId === undefined && filter.sourceIds === undefined && filter.reportId === undefined) return this.keptCounts(filter.repositoryId);
     const query = this.knex('jobs')
       .select('kind', 'state', this.knex.raw('count(*)::integer AS count'))
       .groupBy('kind', 'state');
@@ -644,13 +724,37 @@ export class JobRepository {
     if (filter.sourceId !== undefined) query.where('source_id', filter.sourceId);
     if (filter.sourceIds !== undefined) query.whereIn('source_id', [...filter.sourceIds]);
     if (filter.reportId !== undefined) query.where('report_id', filter.reportId);
-    const rows: Array<{ kind: string; state: JobState; count: number }> = await query;
-    const counts: JobCounts = {};
-    for (const row of rows) {
-      counts[row.kind] ??= { queued: 0, running: 0, succeeded: 0, failed: 0, dead: 0 };
-      counts[row.kind][row.state] = row.count;
-    }
-    return counts;
+    return countsOf(await query);
+  }
+
+  /**
+   * The counts of one repository's jobs (or of every job), summed from `job_count_deltas`
+   * (createJobCounts). Once a read sums more than `compactAbove` rows it folds them.
+   */
+  private async keptCounts(repositoryId?: string): Promise<JobCounts> {
+    const query = this.knex('job_count_deltas')
+      .select('kind', 'state', this.knex.raw('sum(delta)::integer AS count'), this.knex.raw('count(*)::integer AS rows'))
+      .groupBy('kind', 'state');
+    if (repositoryId !== undefined) query.where('repository_id', repositoryId);
+    const rows: Array<{ kind: string; state: JobState; count: number; rows: number }> = await query;
+    if (rows.reduce((sum, row) => sum + row.rows, 0) > compactAbove) await this.compactCounts();
+    return countsOf(rows.filter((row) => row.count !== 0));
+  }
+
+  /**
+   * Folds `job_count_deltas` into one row per (repository, kind, state), in one statement: the
+   * rows it deletes are the rows it sums, and rows added meanwhile stay as they are. Two folds
+   * at once would each sum only the rows it deleted first, so a fold runs only when it gets the
+   * lock, and a reader that does not get it leaves the rows to the one that did.
+   */
+  private async compactCounts(): Promise<void> {
+    await this.knex.transaction(async (trx) => {
+      const lock = await trx.raw(`SELECT pg_try_advisory_xact_lock(hashtext('factlog.job_count_deltas')) AS held`);
+      if (lock.rows[0]?.held !== true) return;
+      await trx.raw(`WITH folded AS (DELETE FROM job_count_deltas RETURNING repository_id, kind, state, delta)
+        INSERT INTO job_count_deltas (repository_id, kind, state, delta)
+        SELECT repository_id, kind, state, sum(delta) FROM folded GROUP BY repository_id, kind, state HAVING sum(delta) <> 0`);
+    });
   }
 }
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import t from 'tap';
-import { JobRepository, jobIdFor, migrateJobs, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import t, { type Test } from 'tap';
+import { JobRepository, jobIdFor, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
+import type { JobState } from '../../src/pipeline/types.js';
 import { backends, FakeLog, jobInputFor, sleep } from './helpers.js';
 
 for (const backend of backends) {
@@ -16,7 +17,28 @@ for (const backend of backends) {
       await db.knex.raw('TRUNCATE jobs');
     });
 
-    t.test('a duplicate enqueue is harmless', async (t) => {
+    /** The counts by a group-by of `jobs` itself, as `counts` answered before it kept them. */
+    const countedRows = async (repositoryId?: string): Promise<JobCounts> => {
+      const query = db.knex('jobs').select('kind', 'state').count<Array<{ kind: string; state: JobState; count: string | number }>>('* as count').groupBy('kind', 'state');
+      if (repositoryId !== undefined) query.where('repository_id', repositoryId);
+      const counts: JobCounts = {};
+      for (const row of await query) {
+        counts[row.kind] ??= { queued: 0, running: 0, succeeded: 0, failed: 0, dead: 0 };
+        counts[row.kind][row.state] = Number(row.count);
+      }
+      return counts;
+    };
+    // Every operation the tests below make keeps the kept counts equal to the rows' (createJobCounts' triggers).
+    const test = (name: string, body: (t: Test) => Promise<void>) =>
+      t.test(name, async (t) => {
+        await body(t);
+        t.same(await jobs.counts(), await countedRows(), 'the kept counts of every job are the rows counted');
+        for (const repositoryId of ['repo-1', 'repo-2']) {
+          t.same(await jobs.counts({ repositoryId }), await countedRows(repositoryId), `the kept counts of ${repositoryId} are its rows counted`);
+        }
+      });
+
+    test('a duplicate enqueue is harmless', async (t) => {
       const event = log.add();
       const first = await jobs.enqueue(jobInputFor('embed_facts', event));
       const again = await jobs.enqueue(jobInputFor('embed_facts', event));
@@ -43,7 +65,7 @@ for (const backend of backends) {
       t.equal(typeof job?.triggerPosition, 'number');
     });
 
-    t.test('enqueue rejects bad input', async (t) => {
+    test('enqueue rejects bad input', async (t) => {
       const input = jobInputFor('embed_facts', log.add());
       await t.rejects(jobs.enqueue({ ...input, kind: '' }), TypeError);
       await t.rejects(jobs.enqueue({ ...input, subjectId: ' ' }), TypeError);
@@ -54,7 +76,7 @@ for (const backend of backends) {
       t.equal((await jobs.list()).total, 0, 'nothing was inserted');
     });
 
-    t.test('claim hands each job to exactly one of many concurrent claimers', async (t) => {
+    test('claim hands each job to exactly one of many concurrent claimers', async (t) => {
       const jobCount = 40;
       for (let i = 0; i < jobCount; i++) await jobs.enqueue(jobInputFor('embed_facts', log.add()));
       const claimedBy = new Map<string, string[]>();
@@ -78,7 +100,7 @@ for (const backend of backends) {
       }
     });
 
-    t.test('claim takes only due jobs of its own kind and counts the attempt', async (t) => {
+    test('claim takes only due jobs of its own kind and counts the attempt', async (t) => {
       const event = log.add();
       const { id } = await jobs.enqueue(jobInputFor('embed_facts', event));
       t.equal(await jobs.claim('extract_concepts', 'w', { leaseMs: 1000 }), null, 'other kind');
@@ -91,7 +113,7 @@ for (const backend of backends) {
       await t.rejects(jobs.claim('embed_facts', 'w', { leaseMs: -5 }), RangeError);
     });
 
-    t.test('claimMany takes up to its limit, oldest first, each with its own token', async (t) => {
+    test('claimMany takes up to its limit, oldest first, each with its own token', async (t) => {
       const enqueued = [];
       for (let i = 0; i < 5; i++) enqueued.push(await jobs.enqueue(jobInputFor('embed_facts', log.add())));
       await jobs.enqueue(jobInputFor('extract_concepts', log.add()));
@@ -105,7 +127,7 @@ for (const backend of backends) {
       await t.rejects(jobs.claimMany('embed_facts', 'w', 0, { leaseMs: 1000 }), RangeError);
     });
 
-    t.test('enqueueMany inserts in one call what enqueue would, one by one', async (t) => {
+    test('enqueueMany inserts in one call what enqueue would, one by one', async (t) => {
       const [a, b] = [log.add(), log.add()];
       const existing = await jobs.enqueue(jobInputFor('cleanup_facts', a));
       const results = await jobs.enqueueMany([
@@ -122,7 +144,7 @@ for (const backend of backends) {
       await t.rejects(jobs.enqueueMany([jobInputFor('cleanup_facts', a), { ...jobInputFor('x', b), triggerEventId: 'not-a-uuid' }]), TypeError, 'a bad input fails the whole call');
     });
 
-    t.test('claimBatch tells whether due jobs were left queued', async (t) => {
+    test('claimBatch tells whether due jobs were left queued', async (t) => {
       const enqueued = [];
       for (let i = 0; i < 3; i++) enqueued.push(await jobs.enqueue(jobInputFor('migrate_context', log.add())));
       const first = await jobs.claimBatch('migrate_context', 'w', 2, { leaseMs: 1000 });
@@ -135,7 +157,7 @@ for (const backend of backends) {
       t.match(await jobs.get(enqueued[2].id), { state: 'running', attempts: 1 }, 'the extra job the first batch picked was claimed by the second alone');
     });
 
-    t.test('succeedMany records held claims and leaves lost ones alone', async (t) => {
+    test('succeedMany records held claims and leaves lost ones alone', async (t) => {
       for (let i = 0; i < 3; i++) await jobs.enqueue(jobInputFor('k', log.add()));
       const [held, lost, other] = await jobs.claimMany('k', 'w', 3, { leaseMs: 60_000 });
       if (!held || !lost || !other) throw new Error('three claims expected');
@@ -152,7 +174,7 @@ for (const backend of backends) {
       t.equal(await jobs.succeed(lost), null, 'the stale one does not, even after');
     });
 
-    t.test('endCovered ends the queued jobs of one kind and subject up to a position, and nothing else', async (t) => {
+    test('endCovered ends the queued jobs of one kind and subject up to a position, and nothing else', async (t) => {
       const subject = randomUUID();
       const onSubject = (kind: string) => jobInputFor(kind, log.add('SourceRegistered', {}, subject));
       const [early, running, retrying, atLimit, later] = [onSubject('k'), onSubject('k'), onSubject('k'), onSubject('k'), onSubject('k')];
@@ -175,7 +197,7 @@ for (const backend of backends) {
       await t.rejects(jobs.endCovered('', subject, 1), TypeError);
     });
 
-    t.test('fail: transient backs off, permanent and exhausted are final', async (t) => {
+    test('fail: transient backs off, permanent and exhausted are final', async (t) => {
       const transient = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 2 });
       const first = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
       t.equal(first.id, transient.id);
@@ -207,7 +229,7 @@ for (const backend of backends) {
       await t.rejects(jobs.fail(longClaim, { error: 'e', permanent: false, retryDelayMs: Number.NaN }), RangeError);
     });
 
-    t.test('writes are fenced by the claim token', async (t) => {
+    test('writes are fenced by the claim token', async (t) => {
       await jobs.enqueue(jobInputFor('k', log.add()));
       const claim = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
       const stranger = { id: claim.id, claimToken: randomUUID() };
@@ -222,7 +244,7 @@ for (const backend of backends) {
       t.same(await jobs.heartbeat([claim.claimToken], 1000), new Set(), 'a finished job holds no lease');
     });
 
-    t.test('heartbeat extends the lease', async (t) => {
+    test('heartbeat extends the lease', async (t) => {
       await jobs.enqueue(jobInputFor('k', log.add()));
       const claim = (await jobs.claim('k', 'w', { leaseMs: 50 })) as ClaimedJob;
       await sleep(20);
@@ -232,7 +254,7 @@ for (const backend of backends) {
       t.ok(Date.parse(job?.heartbeatAt ?? '') > Date.parse(claim.heartbeatAt ?? ''), 'heartbeat_at advanced');
     });
 
-    t.test('rescueOrphans requeues expired leases and stale heartbeats, and kills the exhausted', async (t) => {
+    test('rescueOrphans requeues expired leases and stale heartbeats, and kills the exhausted', async (t) => {
       const expired = await jobs.enqueue(jobInputFor('k', log.add()));
       await jobs.claim('k', 'dead-worker', { leaseMs: 1 });
       const live = await jobs.enqueue(jobInputFor('k', log.add()));
@@ -261,7 +283,7 @@ for (const backend of backends) {
       await t.rejects(jobs.rescueOrphans({ heartbeatTimeoutMs: -1 }), RangeError);
     });
 
-    t.test('retry requeues failed and dead jobs only', async (t) => {
+    test('retry requeues failed and dead jobs only', async (t) => {
       const failing = await jobs.enqueue({ ...jobInputFor('k', log.add()), maxAttempts: 1 });
       const claim = (await jobs.claim('k', 'w', { leaseMs: 1000 })) as ClaimedJob;
       await jobs.fail(claim, { error: 'boom', permanent: false, retryDelayMs: 0 });
@@ -279,7 +301,7 @@ for (const backend of backends) {
       t.equal((await jobs.retry('not-a-uuid')).status, 'not_found');
     });
 
-    t.test('get, list and counts', async (t) => {
+    test('get, list and counts', async (t) => {
       const a = await jobs.enqueue(jobInputFor('embed_facts', log.add()));
       const b = await jobs.enqueue({ ...jobInputFor('embed_facts', log.add()), repositoryId: 'repo-2' });
       const c = await jobs.enqueue(jobInputFor('extract_concepts', log.add()));
@@ -309,6 +331,45 @@ for (const backend of backends) {
       t.same(await jobs.counts({ repositoryId: 'repo-2' }), {
         embed_facts: { queued: 1, running: 0, succeeded: 0, failed: 0, dead: 0 },
       });
+      // Totals of a filter by repository, kind and state come from the kept counts; the others count rows.
+      t.equal((await jobs.list({ repositoryId: 'repo-1', kind: 'embed_facts', state: 'queued' })).total, 1);
+      t.equal((await jobs.list({ repositoryId: 'repo-1', state: 'queued' })).total, 1);
+      t.equal((await jobs.list({ kind: 'embed_facts', state: 'running' })).total, 0);
+      t.equal((await jobs.list({ kind: 'no_such_kind' })).total, 0);
+      t.equal((await jobs.list({ repositoryId: 'repo-3' })).total, 0);
+      t.equal((await jobs.list({ repositoryId: 'repo-1', subjectId: subject })).total, 1);
+    });
+
+    test('the kept counts follow many changes, and a read that finds many rows folds them', async (t) => {
+      const inputs = Array.from({ length: 600 }, (_, i) => ({ ...jobInputFor(i % 3 === 0 ? 'embed_facts' : 'extract_concepts', log.add()), repositoryId: i % 2 === 0 ? 'repo-1' : 'repo-2' }));
+      for (const input of inputs) await jobs.enqueue(input);
+      for (let i = 0; i < 120; i++) {
+        const claim = await jobs.claim(i % 2 === 0 ? 'embed_facts' : 'extract_concepts', 'w', { leaseMs: 60_000 });
+        if (!claim) continue;
+        if (i % 5 === 0) await jobs.fail(claim, { error: 'no', permanent: true, retryDelayMs: 0 });
+        else await jobs.succeed(claim);
+      }
+      const deltaRows = async () => Number((await db.knex('job_count_deltas').count<Array<{ n: string | number }>>('* as n'))[0].n);
+      t.ok((await deltaRows()) > 500, 'the changes left more rows than a read keeps');
+      const counted = await countedRows('repo-1');
+      t.same(await jobs.counts({ repositoryId: 'repo-1' }), counted, 'the read that folds answers the rows counted');
+      const kept = await deltaRows();
+      t.ok(kept <= 2 * 2 * 5, `folded into one row per repository, kind and state (${kept})`);
+      t.same(await jobs.counts({ repositoryId: 'repo-1' }), counted, 'and reads the same after');
+      t.same(await jobs.counts(), await countedRows());
+    });
+
+    test('a database whose jobs predate the kept counts gets them counted by the migration', async (t) => {
+      for (let i = 0; i < 4; i++) await jobs.enqueue(jobInputFor('embed_facts', log.add()));
+      const claim = await jobs.claim('embed_facts', 'w', { leaseMs: 60_000 });
+      if (claim) await jobs.succeed(claim);
+      await db.knex.raw('DROP TABLE job_count_deltas');
+      for (const event of ['insert', 'update', 'delete', 'truncate']) {
+        await db.knex.raw(`DROP TRIGGER factlog_job_counts_${event} ON jobs`);
+        await db.knex.raw(`DROP FUNCTION factlog_job_counts_${event}()`);
+      }
+      await migrateJobs(db.knex);
+      t.same(await jobs.counts(), { embed_facts: { queued: 3, running: 0, succeeded: 1, failed: 0, dead: 0 } });
     });
   });
 }
