@@ -68,14 +68,20 @@ export const summariesProjection = projection<Handled>({
           claims.set(keys[position], { concept_id: conceptId, fact_id: factId, repository_id: event.repositoryId, slice_number: sliceNumber });
         }
       }
-      // Deletes joined to the pairs by the primary key (concept_id first): one statement with
-      // both lists of pairs OR-ed together scanned the whole table, comparing each row with every
-      // pair (about a second a run at 400 pages, holding the one connection meanwhile).
+      // Deletes joined to the pairs (the slice index, concept_id first): one statement with both
+      // lists of pairs OR-ed together scanned the whole table, comparing each row with every pair
+      // (about a second a run at 400 pages, holding the one connection meanwhile). A row whose
+      // fact the run claims stays and is upserted below, and the upsert leaves a row that already
+      // says what it would write as it is: rewriting a slice of a concept writes only what moved,
+      // not the slice's every row twice (docs/performance.md, "Nineteenth round").
       const slicePairs = [...touched.values()];
+      const claimed = [...claims.values()];
       await trx.raw(
         `DELETE FROM concept_summary_facts s USING unnest(?::text[], ?::int[]) AS t(concept_id, slice_number)
-          WHERE s.concept_id = t.concept_id AND s.slice_number = t.slice_number`,
-        [slicePairs.map(([conceptId]) => conceptId), slicePairs.map(([, sliceNumber]) => sliceNumber)],
+          WHERE s.concept_id = t.concept_id AND s.slice_number = t.slice_number
+            AND NOT EXISTS (SELECT 1 FROM unnest(?::text[], ?::text[]) AS c(concept_id, fact_id)
+                             WHERE c.concept_id = s.concept_id AND c.fact_id = s.fact_id)`,
+        [slicePairs.map(([conceptId]) => conceptId), slicePairs.map(([, sliceNumber]) => sliceNumber), claimed.map((row) => row.concept_id), claimed.map((row) => row.fact_id)],
       );
       const dropped = [...everClaimed].filter(([key]) => !claims.has(key)).map(([, pair]) => pair);
       if (dropped.length > 0) {
@@ -85,8 +91,15 @@ export const summariesProjection = projection<Handled>({
           [dropped.map(([conceptId]) => conceptId), dropped.map(([, factId]) => factId)],
         );
       }
-      if (claims.size > 0) {
-        await trx('concept_summary_facts').insert([...claims.values()]).onConflict(['concept_id', 'fact_id']).merge(['slice_number', 'repository_id']);
+      if (claimed.length > 0) {
+        await trx.raw(
+          `INSERT INTO concept_summary_facts AS s (concept_id, fact_id, repository_id, slice_number)
+           SELECT r.concept_id, r.fact_id, r.repository_id, r.slice_number
+             FROM jsonb_to_recordset(?::jsonb) AS r(concept_id text, fact_id text, repository_id text, slice_number int)
+           ON CONFLICT (concept_id, fact_id) DO UPDATE SET slice_number = excluded.slice_number, repository_id = excluded.repository_id
+            WHERE s.slice_number IS DISTINCT FROM excluded.slice_number OR s.repository_id IS DISTINCT FROM excluded.repository_id`,
+          [JSON.stringify(claimed)],
+        );
       }
     },
     SummarySliceRemoved: each(async (trx, event) => {

@@ -493,6 +493,14 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // A slice's rows by its number: rewriting a large concept's open slice found them among all
+    // the concept's rows (the primary key's concept_id prefix), 12 ms a statement at 1,000 pages.
+    id: '012_concept_summary_facts_slice',
+    async up(knex) {
+      await execStatements(knex, `CREATE INDEX concept_summary_facts_slice ON concept_summary_facts (concept_id, slice_number);`);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

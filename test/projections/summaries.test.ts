@@ -57,15 +57,18 @@ t.test('summaries: runs of slice writes and syntheses applied together leave wha
   const metadata = { repositoryId: REPO, actor: 'system:test', causationId: null, correlationId: null };
   // Concept C's slices change within a run of writes: facts move between slices, are dropped
   // again, a fact that had a slice before the run moves and is dropped, and one (h) moves from a
-  // slice the run does not write; concept D cites the same fact id. A synthesis between the
+  // slice the run does not write; concept D cites the same fact ids, one of them (k) as C's
+  // rewrite of slice 6 leaves it out. A synthesis between the
   // writes ends the first run; two syntheses of C follow.
   const concept = [
     slice(4, ['g']),
     slice(5, ['h']),
     slice(1, ['a', 'b']),
     slice(2, ['c']),
+    slice(6, ['k']),
     synthesis('First.'),
     slice(1, ['a', 'c']),
+    slice(6, ['m']),
     slice(2, ['d']),
     slice(3, ['b']),
     slice(3, ['e']),
@@ -78,15 +81,15 @@ t.test('summaries: runs of slice writes and syntheses applied together leave wha
   let position = 0;
   for (const [index, event] of concept.entries()) {
     position = (await store.append('concept-C', [{ ...event, metadata }], 'any')).lastPosition;
-    if (index === 7) position = (await store.append('concept-D', [{ ...slice(1, ['a'], 'D.'), data: { ...slice(1, ['a'], 'D.').data, slice_id: 'd-slice-1' }, metadata }], 'any')).lastPosition;
+    if (index === 9) position = (await store.append('concept-D', [{ ...slice(1, ['a', 'k'], 'D.'), data: { ...slice(1, ['a', 'k'], 'D.').data, slice_id: 'd-slice-1' }, metadata }], 'any')).lastPosition;
   }
   await oneByOne.start();
   await oneByOne.waitFor(position, 20_000);
   const live = await snapshot(db);
   t.same(
     (live.concept_summary_facts as Array<{ concept_id: string; fact_id: string; slice_number: number }>).map((row) => `${row.concept_id}:${row.fact_id}:${row.slice_number}`),
-    ['C:a:1', 'C:c:1', 'C:d:2', 'C:e:3', 'C:f:1', 'C:h:2', 'D:a:1'],
-    'one by one: each fact in the slice that claimed it last; b and g dropped with the slice rewrites that left them out',
+    ['C:a:1', 'C:c:1', 'C:d:2', 'C:e:3', 'C:f:1', 'C:h:2', 'C:m:6', 'D:a:1', 'D:k:1'],
+    'one by one: each fact in the slice that claimed it last; b, g and k dropped with the slice rewrites that left them out (D claiming k keeps only its own)',
   );
   t.same(
     (live.concept_syntheses as Array<{ content: string }>).map((row) => row.content),
@@ -96,5 +99,5 @@ t.test('summaries: runs of slice writes and syntheses applied together leave wha
   await oneByOne.stop();
   const together = new ProjectionRunner(store, db, [summariesProjection], { batchSize: 10_000 });
   await together.rebuild(summariesProjection.name);
-  t.same(await snapshot(db), live, 'rebuilt in one batch (runs of 4 and 8 writes, 1 and 2 syntheses), the read models equal the ones applied one by one');
+  t.same(await snapshot(db), live, 'rebuilt in one batch (runs of 5 and 10 writes, 1 and 2 syntheses), the read models equal the ones applied one by one');
 });
