@@ -221,6 +221,18 @@ t.test('summarize_concepts: facts leaving a concept rewrite the slices that cove
   }
   await fixture.settle();
   t.ok((await staleConcepts(fixture.db.knex, repositoryId, 40)).includes(marie), 'Marie Curie lost facts: stale');
+  // A resynthesis asked for before the slices are rewritten is made from the slices' facts that are still hers.
+  await handleCommand(fixture.store, streamName('concept', marie), conceptDecider, { type: 'RequestResynthesis', reason: 'asked' }, testMetadata(repositoryId));
+  await fixture.settle();
+  const synthesisCalls = countingChat();
+  const synthesize = createSynthesizeConceptStage({ store: fixture.store, knex: fixture.db.knex, chat: synthesisCalls.chat, settings: synthesisSettings, summarization: { batchSize: 3 } });
+  const asked = await fixture.last(streamName('concept', marie), 'ConceptResynthesisRequested');
+  t.same(await synthesize.runMany?.([fixture.contextFor(synthesize, asked)], new AbortController().signal), [{ ok: true }]);
+  t.same(
+    synthesisCalls.calls.syntheses[0]?.facts.map((fact) => fact.id),
+    before.flatMap((slice) => slice.fact_ids).filter((id) => id !== loserA && id !== loserB),
+    'the synthesis is given the slices’ facts but the two that merged away',
+  );
   const merged = await fixture.last(streamName('fact', loserB), 'FactMergedInto');
   t.equal(summarize.subjectOf(merged), repositoryId, 'a catch-up merge triggers a run');
   await summarize.run(fixture.contextFor(summarize, merged));
