@@ -212,7 +212,7 @@ async function createJobsTable(trx: Knex.Transaction): Promise<void> {
  * round"). Statement-level triggers add each statement's net change per (repository, kind,
  * state) as rows of `job_count_deltas`: insert-only, so concurrent workers never wait on a
  * shared counter row; readers sum them, and a reader that finds many rows folds them into one
- * per group (`compactJobCounts`). Created with the current counts, under a lock that keeps
+ * per group (`JobRepository.compactCounts`). Created with the current counts, under a lock that keeps
  * `jobs` still meanwhile.
  */
 async function createJobCounts(trx: Knex.Transaction): Promise<void> {
@@ -224,7 +224,7 @@ async function createJobCounts(trx: Knex.Transaction): Promise<void> {
     delta         bigint NOT NULL
   )`);
   await trx.raw('CREATE INDEX job_count_deltas_repository_idx ON job_count_deltas (repository_id)');
-  // One function for inserts, updates and deletes: a transition table an event lacks is empty.
+  // A function per event, each summing the transition tables its event has (an update's old rows count -1, its new rows +1).
   const changes = {
     INSERT: `SELECT repository_id, kind, state, 1 AS d FROM new_jobs`,
     UPDATE: `SELECT repository_id, kind, state, 1 AS d FROM new_jobs UNION ALL SELECT repository_id, kind, state, -1 FROM old_jobs`,
