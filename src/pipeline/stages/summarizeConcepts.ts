@@ -39,28 +39,46 @@ export interface SummarizeConceptsDeps {
 export const SUMMARY_ATTEMPTS = 2;
 
 /**
+ * Concepts one statement of the stale search looks at. Once the summaries have caught up a search
+ * finds few stale concepts and so reads every concept's links; in one statement that was the
+ * longest of an ingest (94 ms on average at 1,000 pages, 230 ms at 2,000), and every API call
+ * that came meanwhile waited for it on PGlite's one connection. A window of concepts a statement
+ * keeps each statement short (docs/performance.md, "Nineteenth round").
+ */
+const STALE_SEARCH_WINDOW = 50;
+
+/**
  * Concepts of the repository whose slices do not cover exactly the facts linked to them now: a
  * fact no slice covers, or a slice fact that left the concept (a source deleted, a fact merged
  * away). By id, at most `limit`, after the id `after` when given (the next page), leaving out
  * `excluding` (concepts being summarised now).
  */
 export async function staleConcepts(knex: Knex, repositoryId: string, limit: number, after = '', excluding: readonly string[] = []): Promise<string[]> {
-  // One hash full join per concept: its live links against its slices' facts, a row missing on
-  // either side makes it stale. (Two anti-joins, the first form, were planned as nested loops
-  // with a join filter: quadratic in a concept's size, 290 ms at 400 pages against 48 ms.)
-  const result = (await knex.raw(
-    `SELECT c.id FROM concepts c
-      WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND NOT (c.id = ANY(?::text[]))
-        AND EXISTS (
-          SELECT 1 FROM (SELECT fc.fact_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
-                          WHERE fc.concept_id = c.id) AS linked
-            FULL JOIN (SELECT s.fact_id FROM concept_summary_facts s WHERE s.concept_id = c.id) AS covered USING (fact_id)
-           WHERE linked.fact_id IS NULL OR covered.fact_id IS NULL)
-      ORDER BY c.id COLLATE "C"
-      LIMIT ?`,
-    [repositoryId, after, [...excluding], limit],
-  )) as { rows: Array<{ id: string }> };
-  return result.rows.map((row) => row.id);
+  const found: string[] = [];
+  for (let cursor = after; found.length < limit; ) {
+    // One hash full join per concept: its live links against its slices' facts, a row missing on
+    // either side makes it stale. (Two anti-joins, the first form, were planned as nested loops
+    // with a join filter: quadratic in a concept's size, 290 ms at 400 pages against 48 ms.)
+    const result = (await knex.raw(
+      `WITH scanned AS (
+         SELECT c.id FROM concepts c
+          WHERE c.repository_id = ? AND c.status = 'active' AND c.id > ? COLLATE "C" AND NOT (c.id = ANY(?::text[]))
+          ORDER BY c.id COLLATE "C"
+          LIMIT ?)
+       SELECT s.id, EXISTS (
+           SELECT 1 FROM (SELECT fc.fact_id FROM fact_concepts fc JOIN facts f ON f.id = fc.fact_id AND f.status <> 'merged'
+                           WHERE fc.concept_id = s.id) AS linked
+             FULL JOIN (SELECT cs.fact_id FROM concept_summary_facts cs WHERE cs.concept_id = s.id) AS covered USING (fact_id)
+            WHERE linked.fact_id IS NULL OR covered.fact_id IS NULL) AS stale
+         FROM scanned s
+        ORDER BY s.id COLLATE "C"`,
+      [repositoryId, cursor, [...excluding], STALE_SEARCH_WINDOW],
+    )) as { rows: Array<{ id: string; stale: boolean }> };
+    for (const row of result.rows) if (row.stale && found.length < limit) found.push(row.id);
+    if (result.rows.length < STALE_SEARCH_WINDOW) break;
+    cursor = result.rows[result.rows.length - 1].id;
+  }
+  return found;
 }
 
 /** A fact linked to a concept, as summaries and syntheses are made from it. */

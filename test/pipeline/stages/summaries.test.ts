@@ -18,6 +18,8 @@ import { JobRepository } from '../../../src/pipeline/jobs.js';
 import { PermanentJobError } from '../../../src/pipeline/types.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 import { openStageFixture, testMetadata, type StageFixture } from '../stageFixture.js';
+import { migrateReadModels } from '../../../projections/migrations/index.js';
+import { openMemoryPglite } from '../../eventstore/contract.js';
 
 t.setTimeout(300_000);
 
@@ -506,4 +508,38 @@ t.test('summarize_concepts: a concept that became stale is taken up as soon as a
   t.same([...asked].sort(), ['Marie Curie', 'Paris', 'Pierre Curie'], 'each slice asked for once');
   t.same(await staleConcepts(fixture.db.knex, repositoryId, 40), [], 'nothing stale after the runs');
   t.ok(appends.length >= 2, 'written in more than one append: the slow concept did not hold the others back');
+});
+
+t.test('staleConcepts: the search looks at the concepts a window at a time and finds, in id order, what one pass over them all would', async (t) => {
+  const db = await openMemoryPglite();
+  t.teardown(() => db.close());
+  await migrateReadModels(db.knex);
+  const repositoryId = 'repo-windows';
+  const now = new Date().toISOString();
+  // 130 concepts, each with a fact of its own; every seventh has no slice covering it, and c050's
+  // slices also cover a fact that is no longer linked to it. c007 is merged (never stale), c014
+  // of another repository.
+  const ids = Array.from({ length: 130 }, (_, i) => `c${String(i).padStart(3, '0')}`);
+  await db.knex('concepts').insert(
+    ids.map((id, i) => ({ id, repository_id: id === 'c014' ? 'repo-other' : repositoryId, canonical_name: id, context: 'general', status: id === 'c007' ? 'merged' : 'active', created_at: now, updated_at: now, fact_count: 1 + i })),
+  );
+  await db.knex('facts').insert([...ids, 'gone'].map((id) => ({ id: `f-${id}`, repository_id: repositoryId, content: `Fact ${id}.`, content_hash: id, status: 'stable', created_at: now })));
+  await db.knex('fact_concepts').insert(ids.map((id) => ({ fact_id: `f-${id}`, concept_id: id, repository_id: repositoryId })));
+  const covered = ids.filter((_, i) => i % 7 !== 0);
+  await db.knex('concept_summary_facts').insert([
+    ...covered.map((id) => ({ concept_id: id, fact_id: `f-${id}`, repository_id: repositoryId, slice_number: 1 })),
+    { concept_id: 'c050', fact_id: 'f-gone', repository_id: repositoryId, slice_number: 1 },
+  ]);
+  const expected = ids.filter((id, i) => (i % 7 === 0 || id === 'c050') && id !== 'c007' && id !== 'c014').sort();
+  t.same([expected.length, expected.at(-1)], [18, 'c126'], 'stale concepts in every window of 50');
+  t.same(await staleConcepts(db.knex, repositoryId, 100), expected, 'all of them, in id order');
+  t.same(await staleConcepts(db.knex, repositoryId, 5), expected.slice(0, 5), 'the first page');
+  t.same(await staleConcepts(db.knex, repositoryId, 5, expected[4]), expected.slice(5, 10), 'the next page, after the last id found');
+  t.same(await staleConcepts(db.knex, repositoryId, 100, 'c049'), expected.filter((id) => id > 'c049'), 'a page that starts inside a window');
+  t.same(
+    await staleConcepts(db.knex, repositoryId, 100, '', ['c000', 'c056', 'c126']),
+    expected.filter((id) => !['c000', 'c056', 'c126'].includes(id)),
+    'leaving out the concepts being summarised',
+  );
+  t.same(await staleConcepts(db.knex, repositoryId, 100, 'c126'), [], 'nothing after the last');
 });
