@@ -224,24 +224,23 @@ async function createJobCounts(trx: Knex.Transaction): Promise<void> {
     delta         bigint NOT NULL
   )`);
   await trx.raw('CREATE INDEX job_count_deltas_repository_idx ON job_count_deltas (repository_id)');
-  // A function per event, each summing the transition tables its event has (an update's old rows count -1, its new rows +1).
-  const changes = {
-    INSERT: `SELECT repository_id, kind, state, 1 AS d FROM new_jobs`,
-    UPDATE: `SELECT repository_id, kind, state, 1 AS d FROM new_jobs UNION ALL SELECT repository_id, kind, state, -1 FROM old_jobs`,
-    DELETE: `SELECT repository_id, kind, state, -1 AS d FROM old_jobs`,
-  };
-  for (const [event, rows] of Object.entries(changes)) {
+  // A function per event, each summing the transition tables its event has (an old row counts -1, a new row +1).
+  const newRows = { table: 'NEW TABLE AS new_jobs', rows: 'SELECT repository_id, kind, state, 1 AS d FROM new_jobs' };
+  const oldRows = { table: 'OLD TABLE AS old_jobs', rows: 'SELECT repository_id, kind, state, -1 AS d FROM old_jobs' };
+  const transitions = { INSERT: [newRows], UPDATE: [oldRows, newRows], DELETE: [oldRows] };
+  for (const [event, tables] of Object.entries(transitions)) {
     const name = `factlog_job_counts_${event.toLowerCase()}`;
     await trx.raw(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $fn$
       BEGIN
         INSERT INTO job_count_deltas (repository_id, kind, state, delta)
-          SELECT repository_id, kind, state, sum(d) FROM (${rows}) AS changed
+          SELECT repository_id, kind, state, sum(d) FROM (${tables.map((table) => table.rows).join(' UNION ALL ')}) AS changed
           GROUP BY repository_id, kind, state HAVING sum(d) <> 0;
         RETURN NULL;
       END
       $fn$`);
-    const transitions = { INSERT: 'NEW TABLE AS new_jobs', UPDATE: 'OLD TABLE AS old_jobs NEW TABLE AS new_jobs', DELETE: 'OLD TABLE AS old_jobs' }[event];
-    await trx.raw(`CREATE TRIGGER ${name} AFTER ${event} ON jobs REFERENCING ${transitions} FOR EACH STATEMENT EXECUTE FUNCTION ${name}()`);
+    await trx.raw(
+      `CREATE TRIGGER ${name} AFTER ${event} ON jobs REFERENCING ${tables.map((table) => table.table).join(' ')} FOR EACH STATEMENT EXECUTE FUNCTION ${name}()`,
+    );
   }
   await trx.raw(`CREATE FUNCTION factlog_job_counts_truncate() RETURNS trigger LANGUAGE plpgsql AS $fn$
     BEGIN

@@ -235,8 +235,10 @@ function convertVectors(fd: number): RawTable {
   return { words: words.slice(0, kept), vectors: vectors.subarray(0, kept * dims) };
 }
 
-/** Layout: magic, format, word count, dimensions (uint32 LE); float32 vectors; words joined by '\n'. */
-/** Into an existing directory (writeConvertedCache makes it before converting). */
+/**
+ * Layout: magic, format, word count, dimensions (uint32 LE); float32 vectors; words joined by '\n'.
+ * Into an existing directory (writeConvertedCache makes it before converting).
+ */
 function writeCache(path: string, raw: RawTable): void {
   const header = Buffer.alloc(HEADER_BYTES);
   header.writeUInt32LE(CACHE_MAGIC, 0);
