@@ -5,6 +5,7 @@ import {
   type Admin,
   type Consumer,
   type EachBatchPayload,
+  type ITopicMetadata,
   type KafkaMessage,
   type LogEntry,
   type Message,
@@ -134,7 +135,10 @@ async function ensureTopics(
   }
   const present = wanted.filter((topic) => existing.has(topic));
   if (present.length > 0) {
-    const metadata = await admin.fetchTopicMetadata({ topics: present });
+    // Listed is not ready: another process (a relay beside this consumer) may have just created
+    // the topic. A consumer that joins its group before the partitions have leaders is assigned
+    // none of them and waits for its next metadata refresh, five minutes by default.
+    const metadata = await waitForLeaders(admin, present);
     for (const topic of metadata.topics) {
       if (topic.partitions.length !== options.partitions) {
         log.warn(
@@ -152,15 +156,15 @@ function isRetriable(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { retriable?: unknown }).retriable === true;
 }
 
-/** Waits until every partition of `topics` has a leader, so producing and joining can start. */
-async function waitForLeaders(admin: Admin, topics: readonly string[], timeoutMs = 30_000): Promise<void> {
+/** Waits until every partition of `topics` has a leader, so producing and joining can start; returns their metadata. */
+async function waitForLeaders(admin: Admin, topics: readonly string[], timeoutMs = 30_000): Promise<{ topics: ITopicMetadata[] }> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     let lastProblem: string;
     try {
       const metadata = await admin.fetchTopicMetadata({ topics: [...topics] });
       const leaderless = metadata.topics.filter((topic) => topic.partitions.some((partition) => partition.leader < 0));
-      if (leaderless.length === 0) return;
+      if (leaderless.length === 0) return metadata;
       lastProblem = `no leader yet for ${leaderless.map((topic) => topic.name).join(', ')}`;
     } catch (error) {
       // Right after creation a broker may still answer UNKNOWN_TOPIC_OR_PARTITION or LEADER_NOT_AVAILABLE.
