@@ -7,7 +7,9 @@ import type { RuntimeLogger } from './runtime.js';
  * The scheduler of periodic jobs (docs/pipeline.md, "Stages"): for every live repository and
  * every periodic kind it enqueues one job per interval bucket. The job's trigger id is derived
  * from (kind, repository, bucket) and buckets are cut on the database clock, so any number of
- * workers ticking at any moment within a bucket enqueue the same row once.
+ * workers ticking at any moment within a bucket enqueue the same row once. A bucket whose
+ * repository still has the kind's previous scheduled job queued or running gets none: the
+ * passes of one repository never overlap (JobRepository.enqueueMany, `skipWhilePending`).
  */
 
 export interface PeriodicJob {
@@ -62,13 +64,11 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
     );
     const nowMs = Number(clock.rows[0]?.now_ms);
     const repositories: Array<{ id: string }> = await knex('repositories').whereNull('deleted_at').select('id').orderBy('id');
-    let inserted = 0;
-    const woken = new Set<string>();
-    for (const job of periodic) {
+    const inputs = periodic.flatMap((job) => {
       const bucket = Math.floor(nowMs / job.intervalMs);
-      for (const repository of repositories) {
+      return repositories.map((repository) => {
         const triggerEventId = scheduledTriggerId(job.kind, repository.id, bucket);
-        const result = await jobs.enqueue({
+        return {
           kind: job.kind,
           subjectId: repository.id,
           triggerEventId,
@@ -76,13 +76,12 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
           repositoryId: repository.id,
           correlationId: triggerEventId,
           maxAttempts: options.maxAttempts,
-        });
-        if (result.inserted) {
-          inserted += 1;
-          woken.add(job.kind);
-        }
-      }
-    }
+        };
+      });
+    });
+    const results = inputs.length === 0 ? [] : await jobs.enqueueMany(inputs, { skipWhilePending: true });
+    const woken = new Set(inputs.filter((_, index) => results[index].inserted).map((input) => input.kind));
+    const inserted = results.filter((result) => result.inserted).length;
     if (woken.size > 0) {
       log.debug({ kinds: [...woken], inserted }, 'scheduled jobs enqueued');
       options.onEnqueued?.([...woken]);

@@ -85,6 +85,39 @@ for (const backend of backends) {
       t.same(woken.flat().filter((kind) => !periodic.some((job) => job.kind === kind)), [], 'only scheduled kinds are woken');
     });
 
+    t.test('a bucket gets no job while the previous scheduled job of its kind and repository is queued or running', async (t) => {
+      const [repository, other, third] = [randomUUID(), randomUUID(), randomUUID()];
+      const scheduled = (kind: string, repositoryId: string, bucket: number) => {
+        const triggerEventId = scheduledTriggerId(kind, repositoryId, bucket);
+        return { kind, subjectId: repositoryId, triggerEventId, triggerPosition: 0, repositoryId, correlationId: triggerEventId };
+      };
+      const enqueue = async (...inputs: Array<ReturnType<typeof scheduled>>) =>
+        (await jobs.enqueueMany(inputs, { skipWhilePending: true })).map((result) => result.inserted);
+      const kind = 'summarize_concepts';
+
+      t.same(await enqueue(scheduled(kind, repository, 1)), [true]);
+      t.same(
+        await enqueue(scheduled(kind, repository, 2), scheduled(kind, other, 2), scheduled('deduplicate_facts', repository, 2)),
+        [false, true, true],
+        'queued: the next bucket is skipped; another repository and another kind are not held back',
+      );
+      const claims = await jobs.claimMany(kind, 'worker-1', 10, { leaseMs: 60_000 });
+      t.equal(claims.length, 2);
+      t.same(await enqueue(scheduled(kind, repository, 3), scheduled(kind, other, 3)), [false, false], 'running: skipped too');
+      const mine = claims.find((claim) => claim.subjectId === repository);
+      const theirs = claims.find((claim) => claim.subjectId === other);
+      if (!mine || !theirs) throw new Error('both repositories claimed');
+      t.ok(await jobs.succeed(mine));
+      t.ok(await jobs.fail(theirs, { error: 'boom', permanent: true, retryDelayMs: 0 }));
+      t.same(await enqueue(scheduled(kind, repository, 4), scheduled(kind, other, 4)), [true, true], 'a succeeded or failed pass holds nothing back');
+
+      // A job with a trigger event (summarize_concepts has both kinds) is not a scheduled pass.
+      await jobs.enqueue({ kind, subjectId: third, triggerEventId: randomUUID(), triggerPosition: 7, repositoryId: third, correlationId: null });
+      t.same(await enqueue(scheduled(kind, third, 4)), [true], 'an event-triggered job does not hold the schedule back');
+      const plain = await jobs.enqueueMany([scheduled(kind, third, 5)]);
+      t.equal(plain[0].inserted, true, 'without skipWhilePending a job is enqueued beside a pending one');
+    });
+
     t.test('the runtime runs a scheduled job with a synthetic trigger', async (t) => {
       const seen: JobContext[] = [];
       const stage: Stage = {
