@@ -1,5 +1,5 @@
 import type { Decider } from '../domain/decider.js';
-import { handleCommand, type CommandResult } from '../eventstore/commandHandler.js';
+import { handleCommand, type CommandResult, type HandleCommandOptions } from '../eventstore/commandHandler.js';
 import type { DomainEvent } from '../domain/event.js';
 import type { EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
@@ -16,6 +16,8 @@ export interface CommandBus {
     decider: Decider<State, Command, Event>,
     command: Command,
     metadata: EventMetadata,
+    /** `newStream` for a stream id made just now (HandleCommandOptions). */
+    options?: Pick<HandleCommandOptions, 'newStream'>,
   ): Promise<CommandResult<State>>;
   /** Waits for the read models to apply a write (e.g. after a raw append). */
   settle(write: AppendedWrite | null): Promise<void>;
@@ -37,8 +39,8 @@ export function createCommandBus(
     }
   };
   return {
-    async execute(streamId, decider, command, metadata) {
-      const result = await handleCommand(store, streamId, decider, command, metadata);
+    async execute(streamId, decider, command, metadata, options) {
+      const result = await handleCommand(store, streamId, decider, command, metadata, options);
       await settle(result.write);
       return result;
     },

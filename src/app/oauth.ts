@@ -231,7 +231,7 @@ export function createOAuthServer(deps: OAuthServerDeps) {
         actor: 'system:oauth-registration',
         causationId: null,
         correlationId: trace.correlationId ?? null,
-      });
+      }, { newStream: true });
       // RFC 7591 3.2.1: the response holds the registered metadata; fields without a value are left out, not null.
       const present = Object.fromEntries(Object.entries(metadata).filter(([, value]) => value !== null)) as RegisteredClientMetadata;
       return { client_id: clientId, client_id_issued_at: Math.floor(now() / 1000), ...present };

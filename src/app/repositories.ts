@@ -75,6 +75,7 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
             registryId: input.registry_id ?? null,
           },
           fullMetadata,
+          { newStream: true },
         );
       } catch (error) {
         await releaseSlug(slug, repositoryId);

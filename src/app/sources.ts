@@ -79,7 +79,7 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
 
   async function register(repositoryId: string, command: Parameters<typeof sourceDecider.decide>[0], metadata: EventMetadata) {
     const sourceId = randomUUID();
-    await deps.commands.execute(streamName('source', sourceId), sourceDecider, command, metadata);
+    await deps.commands.execute(streamName('source', sourceId), sourceDecider, command, metadata, { newStream: true });
     return presentSource(await loadSource(knex, repositoryId, sourceId));
   }
 

@@ -15,10 +15,23 @@ export interface CommandResult<State> {
   write: AppendedWrite | null;
 }
 
+/** handleCommand's options. */
+export interface HandleCommandOptions {
+  /** Re-runs after a lost race; default 3 (API commands). Pipeline stages pass 0 and let the ConcurrencyError mark the job done by its twin. */
+  retries?: number;
+  /**
+   * The stream id was made just now (a random UUID): the stream has no events, so the first
+   * attempt decides on the initial state without reading and appends expecting no stream. A
+   * request that creates something (a source, a repository) is a chain of turns on the
+   * embedded database's one connection, each waiting for the statement in flight; this is one
+   * fewer. Should the stream exist after all, the append fails and the retry reads it.
+   */
+  newStream?: boolean;
+}
+
 /**
  * Runs a command against a stream: read, fold, decide, append with the read version as the
- * expected version. `retries` re-runs the whole cycle after a lost race (API commands), while
- * pipeline stages pass 0 and let the ConcurrencyError mark the job done by its twin.
+ * expected version (HandleCommandOptions for retries and new streams).
  */
 export async function handleCommand<State, Command, Event extends DomainEvent>(
   store: EventStore,
@@ -26,11 +39,11 @@ export async function handleCommand<State, Command, Event extends DomainEvent>(
   decider: Decider<State, Command, Event>,
   command: Command,
   metadata: EventMetadata,
-  options: { retries?: number } = {},
+  options: HandleCommandOptions = {},
 ): Promise<CommandResult<State>> {
   const retries = options.retries ?? 3;
   for (let attempt = 0; ; attempt++) {
-    const loaded = await loadState(store, streamId, decider);
+    const loaded = options.newStream === true && attempt === 0 ? { state: decider.initialState(), version: null } : await loadState(store, streamId, decider);
     let state = loaded.state;
     const events = decider.decide(command, state);
     if (events.length === 0) return { events, state, position: null, write: null };
