@@ -9,7 +9,7 @@ import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
 import { ConcurrencyError, InvalidEventError, type EventStore } from '../../src/eventstore/port.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
-import { appendInTransaction, createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
+import { appendInTransaction, createPostgresEventStore, migrateEventStore, unfilteredEventColumns } from '../../src/eventstore/postgres.js';
 
 /** Event schemas of the suite only: the real ones live in schemas/events. */
 export function testSchemas(): EventSchemaRegistry {
@@ -730,6 +730,17 @@ function postgresStoreContract(t: Test, open: () => Promise<StoreFixture>): void
     t.equal(await store.headPosition(), 0, 'an empty log has head 0');
     t.same(await store.readAll(), []);
     t.same(await store.readStream('thing-none'), []);
+  });
+
+  withStore('ANALYZE keeps no statistics of the columns no read filters on', async (t, { db, store }) => {
+    for (let i = 0; i < 20; i++) await store.append(`thing-${i}`, [thing(`n${i}`, { note: 'x'.repeat(200) })], 'no_stream');
+    await db.knex.raw('ANALYZE events');
+    await migrateEventStore(db.knex); // again: leaves the setting as it is
+    await db.knex.raw('ANALYZE events');
+    const { rows } = (await db.knex.raw(`SELECT attname FROM pg_stats WHERE tablename = 'events' ORDER BY attname`)) as { rows: Array<{ attname: string }> };
+    const analyzed = rows.map((row) => row.attname);
+    t.same(analyzed.filter((column) => (unfilteredEventColumns as readonly string[]).includes(column)), [], 'none of the payload and provenance columns');
+    for (const column of ['global_position', 'stream_id', 'stream_version', 'type', 'repository_id', 'event_id']) t.ok(analyzed.includes(column), `${column} has statistics`);
   });
 
   withStore('appendInTransaction commits or rolls back with the caller', async (t, { db, store, schemas }) => {
