@@ -301,7 +301,7 @@ function commonDirection(vectors: Float32Array, count: number): Float32Array {
     const weight = sifWeight(rank);
     for (let d = 0; d < dims; d++) sum[d] += weight * (vectors[rank * dims + d] ?? 0);
   }
-  return Float32Array.from(normalized(Array.from(sum)));
+  return Float32Array.from(normalizeInPlace(sum));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -470,10 +470,6 @@ function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return sum;
 }
 
-function normalized(vector: number[]): number[] {
-  return normalizeInPlace(vector.slice());
-}
-
 /** `vector` scaled to length 1 (all zeros when it is zero), in place; returns it. */
 function normalizeInPlace<Vector extends number[] | Float64Array>(vector: Vector): Vector {
   const norm = Math.sqrt(dot(vector, vector));
@@ -482,7 +478,7 @@ function normalizeInPlace<Vector extends number[] | Float64Array>(vector: Vector
 }
 
 /** A text with nothing to embed: a fixed unit vector (cosine stays defined, and it matches only itself). */
-const EMPTY_TEXT_VECTOR: number[] = normalized(
+const EMPTY_TEXT_VECTOR: number[] = normalizeInPlace(
   Array.from({ length: LOCAL_EMBEDDER_DIMENSIONS }, (_, d) => ((fnv1a(`empty:${d}`, 7) % 2000) - 1000) / 1000),
 );
 
