@@ -79,7 +79,7 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
         };
       });
     });
-    const results = inputs.length === 0 ? [] : await jobs.enqueueMany(inputs, { skipWhilePending: true });
+    const results = await jobs.enqueueMany(inputs, { skipWhilePending: true });
     const woken = new Set(inputs.filter((_, index) => results[index].inserted).map((input) => input.kind));
     const inserted = results.filter((result) => result.inserted).length;
     if (woken.size > 0) {
