@@ -566,10 +566,16 @@ export class ProjectionRunner implements ReadModelRunner {
     return null;
   }
 
-  /** How many of `remaining` events fit PART_BUDGET_MS at the projection's cost so far (all while unknown). */
+  /**
+   * How many of `remaining` events fit PART_BUDGET_MS at the projection's cost so far. While the
+   * cost is unknown, a first part of COST_SAMPLE_MIN_EVENTS tells it: the first summary pass of a
+   * repository once went whole, about 400 slice events in three statements that held PGlite's
+   * connection 570 ms while a search waited (docs/performance.md, "Twenty-first round").
+   */
   private partSize(worker: Worker, remaining: number): number {
     const cost = worker.msPerEvent;
-    if (cost === null || cost <= 0) return remaining;
+    if (cost === null) return Math.min(remaining, COST_SAMPLE_MIN_EVENTS);
+    if (cost <= 0) return remaining;
     return Math.max(1, Math.min(remaining, Math.floor(PART_BUDGET_MS / cost)));
   }
 

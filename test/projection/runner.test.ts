@@ -432,6 +432,32 @@ t.test('pglite: a waiting request splits a shared batch between projections; eac
   }
 });
 
+t.test('pglite: a projection whose cost is not known yet applies a first part of 20 events, and a waiting request gets a commit after it', async (t) => {
+  const { store, db, requests } = await openPgliteWithRequests(t, ['fresh', 'other']);
+  // Without the first small part, a projection's first run went whole: the first summary pass of a
+  // repository held the connection for over half a second while a search waited.
+  const fresh = countingProjection('fresh', { beforeApply: () => new Promise((resolve) => setTimeout(resolve, 2)) });
+  const runner = new ProjectionRunner(store, db, [fresh, countingProjection('other')], { retryBaseMs: 20, retryMaxMs: 50 });
+  t.teardown(() => runner.stop());
+  await runner.start();
+  // Every position fresh's checkpoint was moved to, in order.
+  const moves: number[] = [];
+  db.knex.on('query', (query: { sql: string; bindings?: unknown[] }) => {
+    const [position, names] = query.bindings ?? [];
+    if (/^UPDATE projection_checkpoints/i.test(query.sql) && Array.isArray(names) && names.includes('fresh')) moves.push(Number(position));
+  });
+  requests.waiting = true;
+  const appended = await store.append('s-1', Array.from({ length: 60 }, (_, index) => thing(`e-${index}`)), 'no_stream');
+  await runner.waitFor(appended.lastPosition, 20_000);
+  const firstPosition = appended.lastPosition - 59;
+  t.equal(moves[0], firstPosition + 19, 'the first commit ends after the first 20 events');
+  t.ok(moves.length >= 2, `the rest followed in further commits (${moves.join(', ')})`);
+  t.equal(moves.at(-1), appended.lastPosition, 'and reached the end');
+  const counted = await rows(db, 'fresh');
+  t.equal(counted.length, 60, 'every event applied');
+  t.ok(counted.every((row) => row.count === 1), 'each once');
+});
+
 t.test('pglite: a long run of one projection\'s events goes in parts, and a waiting request gets a commit between them', async (t) => {
   const { store, db, requests } = await openPgliteWithRequests(t, ['slow', 'quick']);
   // Each of slow's events takes about 2 ms: its parts of about 25 ms hold about a dozen.
