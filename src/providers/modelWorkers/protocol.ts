@@ -3,9 +3,9 @@ import type { ConceptExtractionInput, FactExtractionInput, ImageInput, Refinemen
 import { ModelCallError } from '../llm/port.js';
 
 /**
- * What the API thread and a model worker (worker.ts) say to each other. Every request carries an
- * id and gets exactly one reply with that id; errors travel as plain data and are rebuilt as the
- * class they were thrown as, so callers see the same errors as from the in-thread models.
+ * What the API thread asks a model worker (worker.ts) through the WorkerPool
+ * (src/util/workerPool.ts); errors travel as plain data and are rebuilt as the class they were
+ * thrown as, so callers see the same errors as from the in-thread models.
  */
 
 export type ModelCall =
@@ -21,13 +21,6 @@ export type ModelCall =
   | { method: 'refineConcepts'; input: RefinementInput }
   /** Answers the vectors as one Float64Array (texts × dimensions), transferred rather than copied. */
   | { method: 'embed'; texts: readonly string[] };
-
-export interface ModelRequest {
-  id: number;
-  call: ModelCall;
-}
-
-export type ModelReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: SerializedError };
 
 export interface SerializedError {
   name: string;

@@ -1,17 +1,14 @@
-import { parentPort } from 'node:worker_threads';
 import { embedTexts, LOCAL_EMBEDDER_DIMENSIONS, loadWordTable } from '../embeddings/local.js';
 import { WordTable } from '../embeddings/wordTable.js';
 import { createLocalChatModel, preloadLocalChatModel } from '../llm/local.js';
-import { serializeError, type ModelCall, type ModelReply, type ModelRequest } from './protocol.js';
+import { serveWorkerCalls } from '../../util/workerPool.js';
+import { serializeError, type ModelCall } from './protocol.js';
 
 /**
  * A model worker thread: runs the built-in models (llm/local.ts, embeddings/local.ts) for the
  * pool (pool.ts). Requests are handled one at a time, in order; the word table arrives as shared
  * buffers, so every worker reads the one copy its loader made.
  */
-
-const port = parentPort;
-if (port === null) throw new Error('modelWorkers/worker.ts runs as a worker thread only');
 
 const chat = createLocalChatModel();
 let table: WordTable | null = null;
@@ -47,9 +44,4 @@ async function run(call: ModelCall): Promise<{ value: unknown; transfer?: ArrayB
   }
 }
 
-port.on('message', (request: ModelRequest) => {
-  run(request.call).then(
-    ({ value, transfer }) => port.postMessage({ id: request.id, ok: true, value } satisfies ModelReply, transfer),
-    (error: unknown) => port.postMessage({ id: request.id, ok: false, error: serializeError(error) } satisfies ModelReply),
-  );
-});
+serveWorkerCalls(run, serializeError);
