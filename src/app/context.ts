@@ -36,6 +36,7 @@ import { createPipeline } from './wiring/pipeline.js';
 import { createProjectionRunner } from './wiring/projections.js';
 import { createChatModel, createEmbedder } from './wiring/providers.js';
 import type { ModelWorkerOptions } from '../providers/modelWorkers/models.js';
+import { createWorkerDocumentExtractor } from '../providers/fetch/extractionWorkers.js';
 import { openSearch } from './wiring/search.js';
 
 /** Everything a request handler or CLI command needs, built once per process from the config. */
@@ -122,13 +123,14 @@ export async function createAppContext(config: Config, options: ContextOptions =
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
   const chat = createChatModel(config, { localModels: options.localModels });
   const embedder = createEmbedder(config, { localModels: options.localModels });
+  const documents = createWorkerDocumentExtractor();
   const search = await openSearch(config, db, embedder, log);
 
   const pipeline = createPipeline({
     config,
     db,
     store,
-    deps: { config, store: pipelineEventStore(openedStore, store), knex: db.knex, assets, search: search.index, chat, embedder },
+    deps: { config, store: pipelineEventStore(openedStore, store), knex: db.knex, assets, search: search.index, chat, embedder, documents },
     runWorkers,
     log,
   });
@@ -194,9 +196,10 @@ export async function createAppContext(config: Config, options: ContextOptions =
         ['search', () => search.close()],
         ['event store', () => store.close()],
         ['databases', () => databases.close()],
-        // The built-in models' worker threads.
+        // The built-in models' and document extraction's worker threads.
         ['chat model', () => chat.close?.()],
         ['embedder', () => embedder?.close?.()],
+        ['document extraction', () => documents.close()],
       ];
       for (const [name, stop] of parts) {
         onStep?.(name);

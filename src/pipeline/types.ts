@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Config, QueuedJobKind } from '../config/types.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
+import type { DocumentExtractor } from '../providers/fetch/extractionWorkers.js';
 import type { Embedder } from '../providers/embeddings/port.js';
 import type { ChatModel } from '../providers/llm/port.js';
 import type { SearchIndex } from '../search/port.js';
@@ -113,6 +114,8 @@ export interface StageDeps {
   readonly chat: ChatModel;
   /** Null when `providers.embeddings.provider` is `none`: stages that embed are then disabled. */
   readonly embedder: Embedder | null;
+  /** Text, Markdown and images of a fetched or uploaded body, off the API thread in the service. */
+  readonly documents: DocumentExtractor;
 }
 
 /**

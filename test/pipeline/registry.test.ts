@@ -8,6 +8,7 @@ import { QUEUED_JOB_KINDS, type Config } from '../../src/config/types.js';
 import { createLocalEmbedder } from '../../src/providers/embeddings/local.js';
 import { createLocalChatModel } from '../../src/providers/llm/local.js';
 import { createPipelineStages, stageRegistry } from '../../src/pipeline/registry.js';
+import { inThreadDocumentExtractor } from '../../src/providers/fetch/extractionWorkers.js';
 import type { StageDefinition, StageDeps } from '../../src/pipeline/types.js';
 import { createFileAssetStore } from '../../src/storage/assets.js';
 import { openStageFixture } from './stageFixture.js';
@@ -31,6 +32,7 @@ async function depsFor(config: Config): Promise<StageDeps> {
     // The in-thread built-in models: creating stages calls no model, so no worker threads are needed.
     chat: createLocalChatModel(),
     embedder: config.providers.embeddings.provider === 'none' ? null : createLocalEmbedder(),
+    documents: inThreadDocumentExtractor,
   };
 }
 

@@ -2,7 +2,8 @@ import { sourceDecider, type SourceEvent, type SourceImage } from '../../domain/
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { AssetStore } from '../../storage/assets.js';
-import { extractDocument, type ExtractedDocument } from '../../providers/fetch/extract.js';
+import type { ExtractedDocument } from '../../providers/fetch/extract.js';
+import { inThreadDocumentExtractor, type DocumentExtractor } from '../../providers/fetch/extractionWorkers.js';
 import { doiToUrl } from '../../providers/fetch/doi.js';
 import { addressPolicyFromConfig } from '../../providers/fetch/addressPolicy.js';
 import { createHttpFetcher, FetchError, fetchSettingsFromConfig, type AutoSkipSettings, type FetchedResource } from '../../providers/fetch/http.js';
@@ -25,6 +26,8 @@ export interface RetrieveSourceDeps {
   assets: AssetStore;
   fetcher: { fetch(url: string, signal?: AbortSignal): Promise<FetchedResource> };
   doiResolver: string;
+  /** Extracts text, Markdown and image references; default on the calling thread (the service passes its worker threads). */
+  documents?: DocumentExtractor;
   /** Attempts the runtime makes before giving up; on the last one a failure is recorded on the source. */
   maxAttempts: number;
   /**
@@ -55,6 +58,7 @@ type Registered = Extract<SourceEvent, { type: 'SourceRegistered' }>['data'];
  */
 export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
   const imageLimits = deps.images ?? DEFAULT_IMAGE_LIMITS;
+  const documents = deps.documents ?? inThreadDocumentExtractor;
   const now = deps.now ?? Date.now;
   const fetchPlaces = new Semaphore(deps.fetchesAtOnce ?? 20);
   const stage: Stage = {
@@ -76,12 +80,15 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
         await refuseSkippedHost(registered.data);
         const { resource, document, body, text, markdown, images } = await fetchPlaces.run(async () => {
           const resource = await obtainBody(registered.data, context.signal);
-          const document = await extractDocument({
-            body: resource.body,
-            contentType: resource.contentType ?? undefined,
-            url: resource.finalUrl ?? undefined,
-            filename: registered.data.filename ?? undefined,
-          });
+          const document = await documents.extract(
+            {
+              body: resource.body,
+              contentType: resource.contentType ?? undefined,
+              url: resource.finalUrl ?? undefined,
+              filename: registered.data.filename ?? undefined,
+            },
+            context.signal,
+          );
           // One after the other: text and Markdown are often the same bytes, and two concurrent
           // puts of one blob race on its temporary file in the asset store.
           const body = await deps.assets.put(resource.body);
@@ -200,7 +207,7 @@ function firstEvent(events: readonly RecordedEvent[], stream: string) {
 export const retrieveSourceStage: StageDefinition = {
   kind: 'retrieve_source',
   enabled: () => true,
-  create: ({ config, store, assets, knex }) => {
+  create: ({ config, store, assets, knex, documents }) => {
     const fetchSettings = fetchSettingsFromConfig(config.providers.resolution);
     const { image_extraction } = config.providers.decomposition;
     // One policy for the document and its images: both are URLs a user chose.
@@ -214,6 +221,7 @@ export const retrieveSourceStage: StageDefinition = {
       images,
       hostHealth: { reader: createHostHealthReader(knex), settings: fetchSettings.autoSkip },
       doiResolver: config.providers.resolution.doi_resolver,
+      documents,
       maxAttempts: config.task.retry.max_attempts,
       fetchesAtOnce: config.task.queues.retrieve_source,
     });

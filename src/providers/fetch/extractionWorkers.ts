@@ -1,0 +1,102 @@
+import type { ResourceLimits } from 'node:worker_threads';
+import { siblingEntry } from '../../util/helperProcess.js';
+import { WorkerPool } from '../../util/workerPool.js';
+import { UnsupportedContentError } from './document.js';
+import type { ExtractedDocument, ExtractInput } from './extract.js';
+
+/**
+ * Document extraction (HTML through linkedom, Readability and Turndown; PDF through pdf.js) is
+ * the heaviest JavaScript a source costs: a 115 KB page took about 210 ms, a 425 KB one 500 ms,
+ * and on the API thread every request waited for it (docs/performance.md, "Twenty-first round").
+ * The service runs it in a worker thread of its own; tests of a stage may run it in the thread.
+ */
+export interface DocumentExtractor {
+  /** `extractDocument` (providers/fetch/extract.ts): the same document, or the same error. */
+  extract(input: ExtractInput, signal?: AbortSignal): Promise<ExtractedDocument>;
+}
+
+/**
+ * On the calling thread. Its modules (linkedom, Readability, Turndown) load at the first call, so
+ * the service, which extracts in its workers, does not hold a second copy of them: about 20 MiB
+ * of the API thread's memory.
+ */
+export const inThreadDocumentExtractor: DocumentExtractor = {
+  async extract(input, signal) {
+    signal?.throwIfAborted();
+    const { extractDocument } = await import('./extract.js');
+    return extractDocument(input);
+  },
+};
+
+/** What the API thread asks an extraction worker (extractionWorker.ts). */
+export interface ExtractionCall {
+  method: 'extract';
+  input: ExtractInput;
+}
+
+/** An error as it crosses the thread: UnsupportedContentError keeps its content type (and so stays permanent). */
+export interface SerializedExtractionError {
+  name: string;
+  message: string;
+  contentType?: string | null;
+}
+
+export function serializeExtractionError(error: unknown): SerializedExtractionError {
+  if (error instanceof UnsupportedContentError) return { name: error.name, message: error.message, contentType: error.contentType };
+  if (error instanceof Error) return { name: error.name, message: error.message };
+  return { name: 'Error', message: String(error) };
+}
+
+export function rebuildExtractionError(error: SerializedExtractionError): Error {
+  if (error.name === 'UnsupportedContentError') return new UnsupportedContentError(error.message, error.contentType ?? null);
+  const rebuilt = new Error(error.message);
+  rebuilt.name = error.name;
+  return rebuilt;
+}
+
+/** Each worker's heap: a document whose parse needs more ends its worker (the attempt fails and is retried), not the service. */
+export const EXTRACTION_WORKER_LIMITS: ResourceLimits = { maxOldGenerationSizeMb: 512 };
+
+const WORKER_ENTRY = siblingEntry(import.meta.url, 'extractionWorker');
+
+/**
+ * Bodies smaller than this are extracted on the calling thread: a page of a few kilobytes takes a
+ * few milliseconds there, and sending it to a worker would start a thread (and an isolate's
+ * memory, about 20-30 MiB at the 1,000-page bench's peak, past its memory target) for no gain in
+ * responsiveness. Real web pages (50-500 KB of HTML) and papers are larger.
+ */
+export const IN_THREAD_BELOW_BYTES = 16 * 1024;
+
+/**
+ * Extraction in worker threads (one by default: one source's parse at a time, as on the API
+ * thread before), started at the first document of IN_THREAD_BELOW_BYTES or more. A call whose
+ * signal aborts (its job's deadline) ends its worker, so a document that never finishes parsing
+ * cannot hold a worker; `close` ends them all.
+ */
+export function createWorkerDocumentExtractor(
+  options: { size?: number; resourceLimits?: ResourceLimits; inThreadBelowBytes?: number } = {},
+): DocumentExtractor & { close(): Promise<void>; readonly workerCount: number } {
+  const inThreadBelow = options.inThreadBelowBytes ?? IN_THREAD_BELOW_BYTES;
+  const pool = new WorkerPool<ExtractionCall>({
+    entry: WORKER_ENTRY,
+    name: 'factlog-extraction',
+    size: options.size ?? 1,
+    resourceLimits: options.resourceLimits ?? EXTRACTION_WORKER_LIMITS,
+    closedError: (inFlight) => new Error(inFlight ? 'document extraction was closed during the call' : 'document extraction is closed'),
+    lostError: (cause) => new Error(`a document extraction worker stopped (${cause}); the call can be retried`),
+    rebuildError: (error) => rebuildExtractionError(error as SerializedExtractionError),
+  });
+  return {
+    extract(input, signal) {
+      if (pool.closed) return Promise.reject(new Error('document extraction is closed'));
+      if (input.body.byteLength < inThreadBelow) return inThreadDocumentExtractor.extract(input, signal);
+      // A copy of just the body's bytes, moved rather than cloned: a Buffer may view a larger pooled allocation.
+      const body = new Uint8Array(input.body);
+      return pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, signal, [body.buffer]);
+    },
+    close: () => pool.close(),
+    get workerCount() {
+      return pool.workerCount;
+    },
+  };
+}

@@ -1,0 +1,127 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import t from 'tap';
+import { extractDocument, UnsupportedContentError } from '../../../src/providers/fetch/extract.js';
+import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, inThreadDocumentExtractor, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
+import { isPermanentError } from '../../../src/pipeline/types.js';
+import { CORPUS_DIR } from '../../helpers/corpus.js';
+
+const corpusFile = (name: string) => readFileSync(path.join(CORPUS_DIR, 'docs', name));
+
+/** A long article page: hundreds of paragraphs, as a news or encyclopaedia page has. */
+function longPage(paragraphs: number): Buffer {
+  const body = Array.from(
+    { length: paragraphs },
+    (_, i) => `<div class="c"><p>Paragraph ${i}: the <a href="/x${i}">Geiger counter</a> was refined in <em>1928</em> by Walther Müller, and its tube detects <strong>ionising radiation</strong>.</p></div>`,
+  ).join('\n');
+  return Buffer.from(`<!doctype html><html><head><title>Long page</title></head><body><nav>${'<a href="/n">nav</a> '.repeat(50)}</nav><article><h1>Long page</h1>${body}</article></body></html>`);
+}
+
+async function rejection(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error('expected a rejection');
+}
+
+t.test('a worker extracts the document the calling thread extracts, HTML and PDF', async (t) => {
+  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
+  t.teardown(() => extractor.close());
+  for (const [name, contentType] of [
+    ['r01-becquerel-rays.html', 'text/html; charset=utf-8'],
+    ['c03-computable-numbers.pdf', 'application/pdf'],
+  ] as const) {
+    const input = { body: corpusFile(name), contentType, url: `https://example.org/${name}` };
+    const inWorker = await extractor.extract(input);
+    t.same(inWorker, await extractDocument(input), `${name}: the same document`);
+    t.ok(inWorker.text.length > 100, `${name}: with its text`);
+  }
+  const body = Buffer.from('<html><body><p>Bytes the caller keeps.</p></body></html>');
+  await extractor.extract({ body, contentType: 'text/html' });
+  t.equal(body.toString('utf8'), '<html><body><p>Bytes the caller keeps.</p></body></html>', "the caller's buffer is left as it was (a copy went to the worker)");
+});
+
+t.test("a worker's refusals are UnsupportedContentError with the content type, permanent as in the thread", async (t) => {
+  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
+  t.teardown(() => extractor.close());
+  const cases = [
+    { body: Buffer.from('%PDF-1.7 not really a pdf'), contentType: 'application/pdf' },
+    { body: Buffer.from('<html><body>   </body></html>'), contentType: 'text/html' },
+    { body: Buffer.from([0, 1, 2, 3]), contentType: 'image/png' },
+  ];
+  for (const input of cases) {
+    const inThread = await rejection(inThreadDocumentExtractor.extract(input));
+    const inWorker = await rejection(extractor.extract(input));
+    t.ok(inWorker instanceof UnsupportedContentError, `${input.contentType}: UnsupportedContentError`);
+    t.equal(inWorker.message, inThread.message, `${input.contentType}: the same message (${inWorker.message})`);
+    t.equal((inWorker as UnsupportedContentError).contentType, (inThread as UnsupportedContentError).contentType, 'the same content type');
+    t.ok(isPermanentError(inWorker), 'never retried');
+  }
+});
+
+t.test('the calling thread keeps turning while a worker parses a long page; in the thread it stops', async (t) => {
+  const extractor = createWorkerDocumentExtractor();
+  t.teardown(() => extractor.close());
+  const input = { body: longPage(1200), contentType: 'text/html' };
+  // Counts turns of this thread's event loop while an extraction is out.
+  const turnsDuring = async (documents: DocumentExtractor) => {
+    let turns = 0;
+    let spinning = true;
+    const spin = () => {
+      if (!spinning) return;
+      turns += 1;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    const document = await documents.extract(input);
+    spinning = false;
+    t.match(document.title, /Long page/);
+    return turns;
+  };
+  await extractor.extract(input); // the worker's modules are loaded before the count
+  t.ok((await turnsDuring(extractor)) > 10, 'the loop turned while the worker parsed');
+  t.equal(await turnsDuring(inThreadDocumentExtractor), 0, 'on the calling thread the parse held the loop');
+});
+
+t.test('an aborted extraction rejects with the reason and ends its worker; the next call gets a new one', async (t) => {
+  const extractor = createWorkerDocumentExtractor();
+  t.teardown(() => extractor.close());
+  const controller = new AbortController();
+  const out = extractor.extract({ body: longPage(3000), contentType: 'text/html' }, controller.signal);
+  controller.abort(new Error('job deadline'));
+  t.match(await rejection(out), { message: 'job deadline' });
+  const document = await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' });
+  t.ok(document.text.length > 100, 'a later call is answered');
+  const already = new AbortController();
+  already.abort(new Error('too late'));
+  t.match(await rejection(extractor.extract({ body: Buffer.from('<p>x</p>'), contentType: 'text/html' }, already.signal)), { message: 'too late' });
+});
+
+t.test('a worker that runs out of memory fails its call as retryable, and the next call gets a new worker', async (t) => {
+  const extractor = createWorkerDocumentExtractor({ resourceLimits: { maxOldGenerationSizeMb: 64 }, inThreadBelowBytes: 0 });
+  t.teardown(() => extractor.close());
+  const error = await rejection(extractor.extract({ body: longPage(60_000), contentType: 'text/html' }));
+  t.match(error.message, /document extraction worker stopped/);
+  t.notOk(isPermanentError(error), 'retryable: the job runtime tries again');
+  t.ok((await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' })).text.length > 100, 'a new worker answers a small page');
+});
+
+t.test('a small body is extracted on the calling thread: no worker starts for it', async (t) => {
+  const extractor = createWorkerDocumentExtractor();
+  t.teardown(() => extractor.close());
+  const small = corpusFile('r01-becquerel-rays.html');
+  t.ok(small.byteLength < IN_THREAD_BELOW_BYTES, 'a small page');
+  t.same(await extractor.extract({ body: small, contentType: 'text/html' }), await extractDocument({ body: small, contentType: 'text/html' }));
+  t.equal(extractor.workerCount, 0, 'no worker started');
+  await extractor.extract({ body: longPage(200), contentType: 'text/html' });
+  t.equal(extractor.workerCount, 1, 'a long page started one');
+});
+
+t.test('after close, calls are refused', async (t) => {
+  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
+  await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' });
+  await extractor.close();
+  t.match(await rejection(extractor.extract({ body: Buffer.from('<p>x</p>'), contentType: 'text/html' })), { message: 'document extraction is closed' });
+});
