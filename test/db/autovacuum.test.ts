@@ -27,7 +27,12 @@ t.test('on PGlite: a grown and updated table is vacuumed and analyzed once, then
   const before = new Map((await tableActivity(db.knex)).map((activity) => [activity.table, activity]));
   t.match(before.get('public.grown'), { estimatedRows: -1, deadTuples: 2000, modifiedSinceAnalyze: 7000 }, 'the statistics are flushed before they are read');
 
+  const statements: string[] = [];
+  db.knex.on('query', (query: { sql: string }) => {
+    if (/^(VACUUM|ANALYZE)/.test(query.sql)) statements.push(query.sql);
+  });
   t.same(await maintainTables(db.knex), [{ table: 'public.grown', maintenance: 'VACUUM (ANALYZE)' }], 'only the grown table');
+  t.same(statements, ['VACUUM public.grown', 'ANALYZE public.grown'], 'a VACUUM and then an ANALYZE: two shorter holds of the connection');
   const stats = (await db.knex.raw(`SELECT n_dead_tup::int AS dead, last_vacuum IS NOT NULL AS vacuumed, last_analyze IS NOT NULL AS analyzed FROM pg_stat_user_tables WHERE relname = 'grown'`)).rows[0];
   t.same(stats, { dead: 0, vacuumed: true, analyzed: true });
   t.equal((await db.knex.raw(`SELECT reltuples::int AS n FROM pg_class WHERE relname = 'grown'`)).rows[0].n, 5000, 'the planner knows the table’s size');
