@@ -26,7 +26,7 @@ export interface RetrieveSourceDeps {
   assets: AssetStore;
   fetcher: { fetch(url: string, signal?: AbortSignal): Promise<FetchedResource> };
   doiResolver: string;
-  /** Extracts text, Markdown and image references; default on the calling thread (the service passes its worker threads). */
+  /** Extracts text, Markdown, image references and a PDF's images; default on the calling thread (the service passes its worker threads). */
   documents?: DocumentExtractor;
   /** Attempts the runtime makes before giving up; on the last one a failure is recorded on the source. */
   maxAttempts: number;
@@ -152,6 +152,7 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
         images: document.images,
         limits: imageLimits,
         fetcher: deps.imageFetcher ?? deps.fetcher,
+        pdfImages: (body, limits, abort) => documents.pdfImages(body, limits, abort),
         signal,
       });
     } catch (error) {

@@ -3,6 +3,7 @@ import { siblingEntry } from '../../util/helperProcess.js';
 import { WorkerPool } from '../../util/workerPool.js';
 import { UnsupportedContentError } from './document.js';
 import type { ExtractedDocument, ExtractInput } from './extract.js';
+import type { PdfImage, PdfImageLimits } from './pdfImages.js';
 
 /**
  * Document extraction (HTML through linkedom, Readability and Turndown; PDF through pdf.js) is
@@ -13,6 +14,8 @@ import type { ExtractedDocument, ExtractInput } from './extract.js';
 export interface DocumentExtractor {
   /** `extractDocument` (providers/fetch/extract.ts): the same document, or the same error. */
   extract(input: ExtractInput, signal?: AbortSignal): Promise<ExtractedDocument>;
+  /** `extractPdfImages` (providers/fetch/pdfImages.ts): a PDF's raster images as PNG, or the same error. */
+  pdfImages(body: Uint8Array, limits: PdfImageLimits, signal?: AbortSignal): Promise<PdfImage[]>;
 }
 
 /**
@@ -26,13 +29,15 @@ export const inThreadDocumentExtractor: DocumentExtractor = {
     const { extractDocument } = await import('./extract.js');
     return extractDocument(input);
   },
+  async pdfImages(body, limits, signal) {
+    signal?.throwIfAborted();
+    const { extractPdfImages } = await import('./pdfImages.js');
+    return extractPdfImages(body, limits, signal);
+  },
 };
 
 /** What the API thread asks an extraction worker (extractionWorker.ts). */
-export interface ExtractionCall {
-  method: 'extract';
-  input: ExtractInput;
-}
+export type ExtractionCall = { method: 'extract'; input: ExtractInput } | { method: 'pdfImages'; body: Uint8Array; limits: PdfImageLimits };
 
 /** An error as it crosses the thread: UnsupportedContentError keeps its content type (and so stays permanent). */
 export interface SerializedExtractionError {
@@ -86,13 +91,23 @@ export function createWorkerDocumentExtractor(
     lostError: (cause) => new Error(`a document extraction worker stopped (${cause}); the call can be retried`),
     rebuildError: (error) => rebuildExtractionError(error as SerializedExtractionError),
   });
+  /** A copy of just the body's bytes, to move rather than clone: a Buffer may view a larger pooled allocation. */
+  const movable = (body: Uint8Array) => new Uint8Array(body);
+  const closed = () => Promise.reject(new Error('document extraction is closed'));
   return {
     extract(input, signal) {
-      if (pool.closed) return Promise.reject(new Error('document extraction is closed'));
+      if (pool.closed) return closed();
       if (input.body.byteLength < inThreadBelow) return inThreadDocumentExtractor.extract(input, signal);
-      // A copy of just the body's bytes, moved rather than cloned: a Buffer may view a larger pooled allocation.
-      const body = new Uint8Array(input.body);
+      const body = movable(input.body);
       return pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, signal, [body.buffer]);
+    },
+    async pdfImages(body, limits, signal) {
+      if (pool.closed) return closed();
+      if (body.byteLength < inThreadBelow) return inThreadDocumentExtractor.pdfImages(body, limits, signal);
+      const copy = movable(body);
+      const images = await pool.call<PdfImage[]>({ method: 'pdfImages', body: copy, limits }, signal, [copy.buffer]);
+      // A Buffer crosses the thread as a plain Uint8Array: the caller gets Buffers, as from the thread.
+      return images.map((image) => ({ ...image, png: Buffer.from(image.png.buffer, image.png.byteOffset, image.png.byteLength) }));
     },
     close: () => pool.close(),
     get workerCount() {

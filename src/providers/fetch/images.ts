@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 
 import type { DocumentImage, DocumentKind } from './document.js';
 import type { FetchedResource, FetchSettings } from './http.js';
-import { DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_DIMENSION, extractPdfImages } from './pdfImages.js';
+import { DEFAULT_MIN_IMAGE_BYTES, DEFAULT_MIN_IMAGE_DIMENSION, extractPdfImages, type PdfImage, type PdfImageLimits } from './pdfImages.js';
 
 /** The spec's `providers.decomposition.image_extraction`. */
 export interface ImageLimits {
@@ -38,6 +38,8 @@ export interface CollectImagesInput {
   limits: ImageLimits;
   /** Fetches referenced images; without one only inline images are kept. */
   fetcher?: ImageFetcher | null;
+  /** Reads a PDF's raster images; default `extractPdfImages` on the calling thread (the service: DocumentExtractor's worker). */
+  pdfImages?: (body: Uint8Array, limits: PdfImageLimits, signal?: AbortSignal) => Promise<PdfImage[]>;
   signal?: AbortSignal;
 }
 
@@ -125,7 +127,7 @@ export async function collectSourceImages(input: CollectImagesInput): Promise<So
   const { limits } = input;
   if (limits.maxImagesPerSource <= 0) return [];
   if (input.kind === 'pdf') {
-    const pdfImages = await extractPdfImages(
+    const pdfImages = await (input.pdfImages ?? extractPdfImages)(
       input.body,
       { maxImageBytes: limits.maxImageBytes, maxImages: limits.maxImagesPerSource, minDimension: DEFAULT_MIN_IMAGE_DIMENSION },
       input.signal,

@@ -4,6 +4,7 @@ import t, { type Test } from 'tap';
 import type { SourceImage } from '../../../src/domain/source/decider.js';
 import { createRetrieveSourceStage } from '../../../src/pipeline/stages/retrieveSource.js';
 import { createHttpFetcher, DEFAULT_FETCH_SETTINGS } from '../../../src/providers/fetch/http.js';
+import { createWorkerDocumentExtractor, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
 import { imageFetchSettings, type ImageLimits } from '../../../src/providers/fetch/images.js';
 import { startWebServer } from '../../helpers/webServer.js';
 import { noisePng, openStageFixture } from '../../helpers/decompositionHarness.js';
@@ -144,4 +145,50 @@ t.test('a page whose images all fail is still fetched', async (t) => {
   t.equal(await fixture.run(stageWith({ maxImageBytes: 5_242_880, maxImagesPerSource: 20 }), source), null);
   t.same(await fetchedImages(t, source), []);
   t.ok((broken.hits.get('/img/chart.png') ?? 0) >= 1, 'the missing images were asked for');
+});
+
+t.test('with the extraction worker: the same page and PDF images as on the calling thread', async (t) => {
+  const workers = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
+  t.teardown(() => workers.close());
+  const calls = { extract: 0, pdfImages: 0 };
+  const documents: DocumentExtractor = {
+    extract: (input, signal) => (calls.extract++, workers.extract(input, signal)),
+    pdfImages: (body, limits, signal) => (calls.pdfImages++, workers.pdfImages(body, limits, signal)),
+  };
+  const images = { maxImageBytes: 50_000, maxImagesPerSource: 20 };
+  const settings = { ...DEFAULT_FETCH_SETTINGS, maxAttempts: 1, timeoutMs: 5000 };
+  const inWorker = createRetrieveSourceStage({
+    store: fixture.store,
+    assets: fixture.assets,
+    fetcher: createHttpFetcher(settings),
+    imageFetcher: createHttpFetcher(imageFetchSettings(settings, images)),
+    doiResolver: 'https://doi.org/',
+    maxAttempts: 1,
+    images,
+    documents,
+  });
+  const withoutIds = (list: SourceImage[]) => list.map(({ image_id: _id, ...image }) => image);
+  const page = { url: `${server.baseUrl}/article.html` };
+  const [here, there] = [await fixture.register(page), await fixture.register(page)];
+  t.equal(await fixture.run(stageWith(images), here), null);
+  t.equal(await fixture.run(inWorker, there), null);
+  t.same(withoutIds(await fetchedImages(t, there)), withoutIds(await fetchedImages(t, here)), 'the page: the same images');
+  const [hereState, thereState] = [await fixture.state(here), await fixture.state(there)];
+  t.same(
+    { title: thereState.fetched?.title, text: thereState.fetched?.text_sha256, markdown: thereState.fetched?.markdown_sha256 },
+    { title: hereState.fetched?.title, text: hereState.fetched?.text_sha256, markdown: hereState.fetched?.markdown_sha256 },
+    'the page: the same title, text and Markdown',
+  );
+  t.match(thereState.fetched, { title: 'Sea otters', text_sha256: /^[0-9a-f]{64}$/, markdown_sha256: /^[0-9a-f]{64}$/ }, 'all of them there');
+
+  const pdf = buildPdfWithImages([{ lines: ['Sea otters float on their backs.'], images: [noiseImage(64, 48, 31), noiseImage(40, 40, 32)] }], 'Otters');
+  const upload = { upload: pdf, contentType: 'application/pdf', filename: 'otters.pdf' };
+  const [pdfHere, pdfThere] = [await fixture.register(upload), await fixture.register(upload)];
+  t.equal(await fixture.run(stageWith(images), pdfHere), null);
+  t.equal(await fixture.run(inWorker, pdfThere), null);
+  const extracted = await fetchedImages(t, pdfThere);
+  t.equal(extracted.length, 2, "the PDF's two images");
+  t.same(withoutIds(extracted), withoutIds(await fetchedImages(t, pdfHere)), 'the PDF: the same images');
+  t.same(calls, { extract: 2, pdfImages: 1 }, 'the page and the PDF went to the extractor, and so did the PDF\'s images');
+  t.equal(workers.workerCount, 1, 'its worker did the work');
 });

@@ -4,6 +4,8 @@ import t from 'tap';
 import { extractDocument, UnsupportedContentError } from '../../../src/providers/fetch/extract.js';
 import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, inThreadDocumentExtractor, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
 import { isPermanentError } from '../../../src/pipeline/types.js';
+import { extractPdfImages } from '../../../src/providers/fetch/pdfImages.js';
+import { buildPdfWithImages, noiseImage } from '../../fixtures/fetch/pdfWithImages.js';
 import { CORPUS_DIR } from '../../helpers/corpus.js';
 
 const corpusFile = (name: string) => readFileSync(path.join(CORPUS_DIR, 'docs', name));
@@ -41,6 +43,21 @@ t.test('a worker extracts the document the calling thread extracts, HTML and PDF
   const body = Buffer.from('<html><body><p>Bytes the caller keeps.</p></body></html>');
   await extractor.extract({ body, contentType: 'text/html' });
   t.equal(body.toString('utf8'), '<html><body><p>Bytes the caller keeps.</p></body></html>', "the caller's buffer is left as it was (a copy went to the worker)");
+});
+
+t.test("a worker reads a PDF's images as the calling thread does, as Buffers", async (t) => {
+  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
+  t.teardown(() => extractor.close());
+  const pdf = buildPdfWithImages([{ lines: ['A page with a photo.'], images: [noiseImage(48, 32, 11)] }, { lines: ['And another.'], images: [noiseImage(20, 20, 13)] }], 'Images');
+  const limits = { maxImageBytes: 5_242_880, maxImages: 20 };
+  const inWorker = await extractor.pdfImages(pdf, limits);
+  const inThread = await extractPdfImages(pdf, limits);
+  t.same(inWorker.map((image) => [image.page, image.width, image.height]), [[1, 48, 32], [2, 20, 20]]);
+  t.same(inWorker.map((image) => image.png.toString('base64')), inThread.map((image) => image.png.toString('base64')), 'the same PNG bytes');
+  t.ok(inWorker.every((image) => Buffer.isBuffer(image.png)), 'Buffers, as from the calling thread');
+  const broken = await rejection(extractor.pdfImages(Buffer.from('%PDF-1.4 garbage'), limits));
+  t.ok(broken instanceof UnsupportedContentError, 'a broken PDF: UnsupportedContentError');
+  t.ok(isPermanentError(broken));
 });
 
 t.test("a worker's refusals are UnsupportedContentError with the content type, permanent as in the thread", async (t) => {
