@@ -488,21 +488,53 @@ interface PartRow {
   out_time: Date | string | null;
 }
 
-/** `appendToStreams`: every part in one statement (factlog_append_to_streams); see the port. */
+/**
+ * How much JSON one statement of a multi-stream append carries at most (a part larger than this
+ * goes alone). On PGlite a statement holds the one connection until it ends: a summary pass's
+ * append of 120 concepts' slices (1.1 MB) held it 146 ms while a search waited
+ * (docs/performance.md, "Twenty-first round"). Parts are independent (see the port), so a call
+ * may go as several statements, in order.
+ */
+const APPEND_STATEMENT_BYTES = 256 * 1024;
+
+/** Consecutive parts' JSON documents in groups of at most APPEND_STATEMENT_BYTES. */
+function statementGroups(documents: readonly string[]): Array<{ start: number; documents: string[] }> {
+  const groups: Array<{ start: number; documents: string[] }> = [];
+  let bytes = 0;
+  for (const [index, document] of documents.entries()) {
+    const current = groups.at(-1);
+    if (current === undefined || bytes + document.length > APPEND_STATEMENT_BYTES) {
+      groups.push({ start: index, documents: [document] });
+      bytes = document.length;
+    } else {
+      current.documents.push(document);
+      bytes += document.length;
+    }
+  }
+  return groups;
+}
+
+/**
+ * `appendToStreams`: the parts in as few statements of factlog_append_to_streams as
+ * APPEND_STATEMENT_BYTES allows (one for most calls); see the port.
+ */
 async function appendManyStreams(knex: Knex, schemas: EventSchemaRegistry, appends: readonly StreamAppend[]): Promise<StreamAppendOutcome[]> {
   const validated = validateStreamAppends(schemas, appends);
   if (appends.length === 0) return [];
-  let rows: PartRow[];
-  try {
-    const result = await rawQuery<PartRow>(knex, 'SELECT * FROM factlog_append_to_streams(?::jsonb)', [
-      JSON.stringify(appends.map((part, index) => ({ streamId: part.streamId, expected: String(part.expected), events: validated[index] }))),
-    ]);
-    rows = result.rows;
-  } catch (error) {
-    if (databaseErrorCode(error) === untranslatableCharacterState) {
-      throw new InvalidEventError(validated.flat()[0]?.type ?? 'unknown', 'a string contains a character jsonb cannot store (\\u0000)');
+  const refuseNul = () => new InvalidEventError(validated.flat()[0]?.type ?? 'unknown', 'a string contains a character jsonb cannot store (\\u0000)');
+  const documents = appends.map((part, index) => JSON.stringify({ streamId: part.streamId, expected: String(part.expected), events: validated[index] }));
+  const groups = statementGroups(documents);
+  // One statement refuses a \u0000 before storing anything; several must find it before the first.
+  if (groups.length > 1 && documents.some((document) => document.includes('\\u0000'))) throw refuseNul();
+  const rows: PartRow[] = [];
+  for (const group of groups) {
+    try {
+      const result = await rawQuery<PartRow>(knex, 'SELECT * FROM factlog_append_to_streams(?::jsonb)', [`[${group.documents.join(',')}]`]);
+      for (const row of result.rows) rows.push({ ...row, out_index: Number(row.out_index) + group.start });
+    } catch (error) {
+      if (databaseErrorCode(error) === untranslatableCharacterState) throw refuseNul();
+      throw error;
     }
-    throw error;
   }
   const rowsByPart = new Map<number, PartRow[]>();
   for (const row of rows) {

@@ -419,6 +419,29 @@ export function eventStorePortContract(t: Test, options: PortContractOptions): v
     t.same(await store.readAll(), [], 'nothing was stored');
   });
 
+  withStore('appendToStreams of a large payload (about 500 KB): every part as one call would have it, a NUL stores nothing', async (t, { store }) => {
+    // PostgreSQL sends at most about 256 KB a statement: these go as several, with one part refused in a later one.
+    const big = (n: number) => thing(`${n}-${'v'.repeat(60_000)}`);
+    const streams = Array.from({ length: 8 }, (_, n) => `large-${n}`);
+    await store.append('large-6', [thing('there already')], 'no_stream');
+    const outcomes = await store.appendToStreams(streams.map((streamId, n) => ({ streamId, events: [big(n)], expected: n === 6 ? 'no_stream' : 'any' })));
+    t.same(outcomes.map((outcome) => outcome.streamId), streams, 'outcomes in the order of the parts');
+    t.same(outcomes.map((outcome) => (outcome.conflict ? 'refused' : 'stored')), ['stored', 'stored', 'stored', 'stored', 'stored', 'stored', 'refused', 'stored']);
+    for (const [n, streamId] of streams.entries()) {
+      const events = await store.readStream(streamId);
+      const name = n === 6 ? 'there already' : `${n}-${'v'.repeat(60_000)}`;
+      t.same(events.map((event) => event.data.name), [name], `${streamId}: its own event`);
+      if (n !== 6) t.equal(outcomes[n]?.result?.lastPosition, events[0]?.globalPosition, `${streamId}: its outcome's position`);
+    }
+    const head = await store.headPosition();
+    await t.rejects(
+      store.appendToStreams(streams.map((streamId, n) => ({ streamId: `nul-${streamId}`, events: [n === 7 ? thing('x\u0000y') : big(n)], expected: 'any' }))),
+      InvalidEventError,
+      'a NUL in the last part',
+    );
+    t.equal(await store.headPosition(), head, 'nothing of that call was stored');
+  });
+
   withStore('appendToStreams racing append at the same version: exactly one wins per stream', async (t, { store }) => {
     for (let round = 0; round < 5; round += 1) {
       const streams = [`mrace-${round}-a`, `mrace-${round}-b`];
