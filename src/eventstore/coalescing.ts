@@ -23,20 +23,6 @@ interface ReadCall {
  */
 const MAX_EVENTS_PER_APPEND = 64;
 const MAX_STREAMS_PER_READ = 64;
-/**
- * An append's events weigh by their payload too: one event per this many bytes of JSON `data`.
- * A page's FactsEmbedded carries its vectors (about 20 KB with the built-in embedder), and 64 of
- * them in one append held PGlite's connection 50-85 ms while a search waited
- * (docs/performance.md, "Twenty-first round"); a batch now carries about 256 KB at most.
- */
-const PAYLOAD_BYTES_PER_EVENT = 4096;
-
-/** An append call's weight in a batch: its events, or its payload in PAYLOAD_BYTES_PER_EVENT units if more. */
-export function appendWeight(events: readonly NewEvent[]): number {
-  let bytes = 0;
-  for (const event of events) bytes += JSON.stringify(event.data).length;
-  return Math.max(1, events.length, Math.ceil(bytes / PAYLOAD_BYTES_PER_EVENT));
-}
 
 /**
  * The event store with its single-stream calls sent together (src/db/coalesce.ts): the `append`s
@@ -69,8 +55,8 @@ export function coalescingEventStore(store: EventStore): EventStore {
         else call.reject(outcome.conflict);
       }
     },
-    // appendToStreams takes a stream once per call; a batch of at most MAX_EVENTS_PER_APPEND events' weight.
-    takeBounded({ keyOf: ({ streamId }) => streamId, weightOf: ({ events }) => appendWeight(events), maxWeight: MAX_EVENTS_PER_APPEND }),
+    // appendToStreams takes a stream once per call; a batch of at most MAX_EVENTS_PER_APPEND events.
+    takeBounded({ keyOf: ({ streamId }) => streamId, weightOf: ({ events }) => Math.max(1, events.length), maxWeight: MAX_EVENTS_PER_APPEND }),
   );
 
   const queueRead = coalescer<ReadCall>(

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { appendWeight, coalescingEventStore } from '../../src/eventstore/coalescing.js';
+import { coalescingEventStore } from '../../src/eventstore/coalescing.js';
 import { ConcurrencyError, InvalidEventError, type EventStore } from '../../src/eventstore/port.js';
 import { eventStorePortContract, openMemoryPglite, openStore, thing, withOverrides } from './contract.js';
 
@@ -104,18 +104,6 @@ t.test('whole-stream reads that come while one is out go as one read; reads from
   t.same(none, []);
   x1.pop();
   t.same(x2.map((event) => event.data.name), ['x1', 'x2'], 'callers of one stream each get their own list');
-});
-
-t.test("a batch stays short by its events' payload too: about 256 KB of data an append", async (t) => {
-  const { store, real, calls } = await countedStore(t);
-  t.equal(appendWeight([thing('small')]), 1, 'a small event weighs one');
-  const heavy = (n: number) => thing(`${n}-${'v'.repeat(20_000)}`);
-  t.equal(appendWeight([heavy(0)]), 5, 'an event of 20 KB weighs five');
-  const first = store.append('thing-first', [thing('first')], 'no_stream');
-  const burst = Array.from({ length: 30 }, (_, n) => store.append(`thing-${n}`, [heavy(n)], 'no_stream'));
-  await Promise.all([first, ...burst]);
-  t.same(calls.appendToStreams, [13, 13, 4], 'thirty appends of 20 KB each: 13 at a time (65 of weight), not all 30');
-  t.equal((await real.readAll({ limit: 1000 })).length, 31, 'every event stored');
 });
 
 t.test('a batch stays short: at most 64 events an append, 64 streams a read', async (t) => {
