@@ -9,7 +9,8 @@ import type { PdfImage, PdfImageLimits } from './pdfImages.js';
  * Document extraction (HTML through linkedom, Readability and Turndown; PDF through pdf.js) is
  * the heaviest JavaScript a source costs: a 115 KB page took about 210 ms, a 425 KB one 500 ms,
  * and on the API thread every request waited for it (docs/performance.md, "Twenty-first round").
- * The service runs it in a worker thread of its own; tests of a stage may run it in the thread.
+ * The service sends documents of IN_THREAD_BELOW_BYTES or more to a worker thread of its own;
+ * tests of a stage may run it all on the calling thread.
  */
 export interface DocumentExtractor {
   /** `extractDocument` (providers/fetch/extract.ts): the same document, or the same error. */
@@ -20,8 +21,7 @@ export interface DocumentExtractor {
 
 /**
  * On the calling thread. Its modules (linkedom, Readability, Turndown) load at the first call, so
- * the service, which extracts in its workers, does not hold a second copy of them: about 20 MiB
- * of the API thread's memory.
+ * a service whose documents all go to the worker holds no second copy of them on the API thread.
  */
 export const inThreadDocumentExtractor: DocumentExtractor = {
   async extract(input, signal) {
