@@ -46,7 +46,7 @@ const server = await startWebServer({
 });
 t.teardown(server.close);
 
-function stageWith(images: ImageLimits) {
+function stageWith(images: ImageLimits, documents?: DocumentExtractor) {
   const settings = { ...DEFAULT_FETCH_SETTINGS, maxAttempts: 1, timeoutMs: 5000 };
   return createRetrieveSourceStage({
     store: fixture.store,
@@ -56,6 +56,7 @@ function stageWith(images: ImageLimits) {
     doiResolver: 'https://doi.org/',
     maxAttempts: 1,
     images,
+    ...(documents ? { documents } : {}),
   });
 }
 
@@ -156,17 +157,7 @@ t.test('with the extraction worker: the same page and PDF images as on the calli
     pdfImages: (body, limits, signal) => (calls.pdfImages++, workers.pdfImages(body, limits, signal)),
   };
   const images = { maxImageBytes: 50_000, maxImagesPerSource: 20 };
-  const settings = { ...DEFAULT_FETCH_SETTINGS, maxAttempts: 1, timeoutMs: 5000 };
-  const inWorker = createRetrieveSourceStage({
-    store: fixture.store,
-    assets: fixture.assets,
-    fetcher: createHttpFetcher(settings),
-    imageFetcher: createHttpFetcher(imageFetchSettings(settings, images)),
-    doiResolver: 'https://doi.org/',
-    maxAttempts: 1,
-    images,
-    documents,
-  });
+  const inWorker = stageWith(images, documents);
   const withoutIds = (list: SourceImage[]) => list.map(({ image_id: _id, ...image }) => image);
   const page = { url: `${server.baseUrl}/article.html` };
   const [here, there] = [await fixture.register(page), await fixture.register(page)];
