@@ -67,7 +67,7 @@ const WORKER_ENTRY = siblingEntry(import.meta.url, 'extractionWorker');
 /**
  * Bodies smaller than this are extracted on the calling thread: a page of a few kilobytes takes a
  * few milliseconds there, and sending it to a worker would start a thread (and an isolate's
- * memory, about 20-30 MiB at the 1,000-page bench's peak, past its memory target) for no gain in
+ * memory, 15-30 MiB at the 1,000-page bench's peak, past its memory target) for no gain in
  * responsiveness. Real web pages (50-500 KB of HTML) and papers are larger.
  */
 export const IN_THREAD_BELOW_BYTES = 16 * 1024;
@@ -82,18 +82,20 @@ export function createWorkerDocumentExtractor(
   options: { size?: number; resourceLimits?: ResourceLimits; inThreadBelowBytes?: number } = {},
 ): DocumentExtractor & { close(): Promise<void>; readonly workerCount: number } {
   const inThreadBelow = options.inThreadBelowBytes ?? IN_THREAD_BELOW_BYTES;
+  const closedError = (inFlight: boolean) => new Error(inFlight ? 'document extraction was closed during the call' : 'document extraction is closed');
   const pool = new WorkerPool<ExtractionCall>({
     entry: WORKER_ENTRY,
     name: 'factlog-extraction',
     size: options.size ?? 1,
     resourceLimits: options.resourceLimits ?? EXTRACTION_WORKER_LIMITS,
-    closedError: (inFlight) => new Error(inFlight ? 'document extraction was closed during the call' : 'document extraction is closed'),
+    closedError,
     lostError: (cause) => new Error(`a document extraction worker stopped (${cause}); the call can be retried`),
     rebuildError: (error) => rebuildExtractionError(error as SerializedExtractionError),
   });
   /** A copy of just the body's bytes, to move rather than clone: a Buffer may view a larger pooled allocation. */
   const movable = (body: Uint8Array) => new Uint8Array(body);
-  const closed = () => Promise.reject(new Error('document extraction is closed'));
+  // Refused after close whichever thread would have done the work.
+  const closed = () => Promise.reject(closedError(false));
   return {
     extract(input, signal) {
       if (pool.closed) return closed();
