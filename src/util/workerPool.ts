@@ -24,6 +24,23 @@ export interface WorkerRequest<Call> {
 
 export type WorkerReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: unknown };
 
+/** An error as plain data for the other thread: its name and message (a pool adds its error classes' fields). */
+export interface PlainError {
+  name: string;
+  message: string;
+}
+
+export function plainError(error: unknown): PlainError {
+  return error instanceof Error ? { name: error.name, message: error.message } : { name: 'Error', message: String(error) };
+}
+
+/** An Error with the name and message a worker sent: what a pool's `rebuildError` gives for a class it does not know. */
+export function errorFrom(error: PlainError): Error {
+  const rebuilt = new Error(error.message);
+  rebuilt.name = error.name;
+  return rebuilt;
+}
+
 export interface WorkerPoolOptions {
   /** The worker's module (`siblingEntry`: .ts under tsx, .js in the build). */
   entry: URL;

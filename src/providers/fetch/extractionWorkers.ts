@@ -1,6 +1,6 @@
 import type { ResourceLimits } from 'node:worker_threads';
 import { siblingEntry } from '../../util/helperProcess.js';
-import { WorkerPool } from '../../util/workerPool.js';
+import { errorFrom, plainError, WorkerPool, type PlainError } from '../../util/workerPool.js';
 import { UnsupportedContentError } from './document.js';
 import type { ExtractedDocument, ExtractInput } from './extract.js';
 import type { PdfImage, PdfImageLimits } from './pdfImages.js';
@@ -40,23 +40,18 @@ export const inThreadDocumentExtractor: DocumentExtractor = {
 export type ExtractionCall = { method: 'extract'; input: ExtractInput } | { method: 'pdfImages'; body: Uint8Array; limits: PdfImageLimits };
 
 /** An error as it crosses the thread: UnsupportedContentError keeps its content type (and so stays permanent). */
-export interface SerializedExtractionError {
-  name: string;
-  message: string;
+export interface SerializedExtractionError extends PlainError {
   contentType?: string | null;
 }
 
 export function serializeExtractionError(error: unknown): SerializedExtractionError {
   if (error instanceof UnsupportedContentError) return { name: error.name, message: error.message, contentType: error.contentType };
-  if (error instanceof Error) return { name: error.name, message: error.message };
-  return { name: 'Error', message: String(error) };
+  return plainError(error);
 }
 
 export function rebuildExtractionError(error: SerializedExtractionError): Error {
   if (error.name === 'UnsupportedContentError') return new UnsupportedContentError(error.message, error.contentType ?? null);
-  const rebuilt = new Error(error.message);
-  rebuilt.name = error.name;
-  return rebuilt;
+  return errorFrom(error);
 }
 
 /** Each worker's heap: a document whose parse needs more ends its worker (the attempt fails and is retried), not the service. */

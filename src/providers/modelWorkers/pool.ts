@@ -31,6 +31,9 @@ export interface ModelWorkerPoolOptions {
   resourceLimits?: ResourceLimits;
 }
 
+/** Why a call fails after close (`inFlight`: it was out when the pool closed). */
+const modelsClosed = (inFlight: boolean) => new ModelCallError(inFlight ? 'the local models were closed during the call' : 'the local models are closed', false);
+
 /** The worker entry beside this module: worker.ts under tsx (tests), worker.js in the build. */
 const WORKER_ENTRY = siblingEntry(import.meta.url, 'worker');
 
@@ -48,7 +51,7 @@ export class ModelWorkerPool {
       name: 'factlog-model',
       size: options.size ?? defaultModelWorkerCount(),
       ...(options.resourceLimits ? { resourceLimits: options.resourceLimits } : {}),
-      closedError: (inFlight) => new ModelCallError(inFlight ? 'the local models were closed during the call' : 'the local models are closed', false),
+      closedError: modelsClosed,
       lostError: (cause) => new ModelCallError(`a local model worker stopped (${cause}); the call can be retried`, false),
       rebuildError: (error) => deserializeError(error as SerializedError),
       onSpawn: (slot) => {
@@ -68,7 +71,7 @@ export class ModelWorkerPool {
 
   /** Starts loading the word table (once); resolves with its shared buffers when every worker can embed. */
   wordTable(): Promise<WordTableBuffers> {
-    if (this.workers.closed) return Promise.reject(new ModelCallError('the local models are closed', false));
+    if (this.workers.closed) return Promise.reject(modelsClosed(false));
     this.table ??= this.loadTable();
     return this.table;
   }

@@ -1,6 +1,7 @@
 import type { WordTableBuffers } from '../embeddings/wordTable.js';
 import type { ConceptExtractionInput, FactExtractionInput, ImageInput, RefinementInput } from '../llm/port.js';
 import { ModelCallError } from '../llm/port.js';
+import { errorFrom, plainError, type PlainError } from '../../util/workerPool.js';
 
 /**
  * What the API thread asks a model worker (worker.ts) through the WorkerPool
@@ -22,9 +23,7 @@ export type ModelCall =
   /** Answers the vectors as one Float64Array (texts × dimensions), transferred rather than copied. */
   | { method: 'embed'; texts: readonly string[] };
 
-export interface SerializedError {
-  name: string;
-  message: string;
+export interface SerializedError extends PlainError {
   /** ModelCallError's fields. */
   permanent?: boolean;
   status?: number;
@@ -34,8 +33,7 @@ export function serializeError(error: unknown): SerializedError {
   if (error instanceof ModelCallError) {
     return { name: error.name, message: error.message, permanent: error.permanent, ...(error.status === undefined ? {} : { status: error.status }) };
   }
-  if (error instanceof Error) return { name: error.name, message: error.message };
-  return { name: 'Error', message: String(error) };
+  return plainError(error);
 }
 
 export function deserializeError(error: SerializedError): Error {
@@ -46,10 +44,7 @@ export function deserializeError(error: SerializedError): Error {
       return new TypeError(error.message);
     case 'RangeError':
       return new RangeError(error.message);
-    default: {
-      const rebuilt = new Error(error.message);
-      rebuilt.name = error.name;
-      return rebuilt;
-    }
+    default:
+      return errorFrom(error);
   }
 }
