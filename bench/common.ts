@@ -1,12 +1,4 @@
-/** What every bench script needs: settings from the environment, progress lines, statistics, seeded randomness, number formats and the service's node flags. */
-import { readFileSync } from 'node:fs';
-
-/** The node flags of `bin/factlog.js`'s shebang (`#!/usr/bin/env -S node <flags>`), which the service runs with. */
-export function serviceNodeFlags(): string[] {
-  const shebang = readFileSync(new URL('../bin/factlog.js', import.meta.url), 'utf8').split('\n')[0];
-  return /^#!\/usr\/bin\/env -S node (.+)$/.exec(shebang ?? '')?.[1]?.split(' ') ?? [];
-}
-
+/** What every bench script needs: settings from the environment, progress lines, statistics, seeded randomness and number formats. */
 /** A positive number from the environment, or `fallback` when unset. */
 export function envNumber(name: string, fallback: number): number {
   const raw = process.env[name];

@@ -4,7 +4,8 @@
  * and a plain JavaScript loop does not show it: on 2026-11-27 a JS, hashing and JSON loop ran
  * fastest on the evening hour whose 1,000-page run took the most CPU a page. PGlite's
  * WebAssembly (most of an embedded node's CPU) does show it, so the gauge times fixed PGlite work
- * under the service's V8 flags, in a child process of its own:
+ * in a child process of its own, under fixed V8 flags (GAUGE_NODE_FLAGS) so that its readings
+ * compare across rounds whatever flags the service ships with:
  *
  *   node --import=tsx bench/machineGauge.ts          (prints the gauge)
  *
@@ -15,7 +16,6 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { serviceNodeFlags } from './common.js';
 
 export interface MachineGauge {
   /** CPU ms of PGlite's initdb in memory (its WebAssembly compiled and run once). */
@@ -66,9 +66,15 @@ async function measure(): Promise<MachineGauge> {
   return { initdbCpuMs, statementsCpuMs, javascriptCpuMs };
 }
 
-/** Runs the gauge in a child process with the service's V8 flags (under tsx, as the benches run). */
+/**
+ * The service's V8 flags from the eighteenth round, when the gauge was made, to the twenty-second
+ * (docs/performance.md, "Twenty-second round"): every reading since was taken under them.
+ */
+const GAUGE_NODE_FLAGS = ['--liftoff-only', '--max-semi-space-size=8', '--optimize-for-size'];
+
+/** Runs the gauge in a child process with GAUGE_NODE_FLAGS (under tsx, as the benches run). */
 export async function machineGauge(): Promise<MachineGauge> {
-  const child = spawn(process.execPath, ['--import=tsx', ...serviceNodeFlags(), fileURLToPath(import.meta.url), '--json'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import=tsx', ...GAUGE_NODE_FLAGS, fileURLToPath(import.meta.url), '--json'], { stdio: ['ignore', 'pipe', 'inherit'] });
   let output = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve));

@@ -25,7 +25,7 @@
  * (what the event store's stream reads bring back: streams, rows and bytes by stream category and
  * event type, bench/readProfileHook.ts). BENCH_BUILD=1 runs the
  * compiled service (`npm run build` first) instead of src/main.ts under tsx, for the RSS a user
- * sees. The service runs with bin/factlog.js's V8 flags (its shebang; BENCH_SERVICE_FLAGS=0 leaves them
+ * sees. The service runs with bin/factlog.js's environment and V8 flags (its shebang; BENCH_SERVICE_FLAGS=0 leaves them
  * out); BENCH_SERVICE_NODE_ARGS adds node/V8 flags to the service. The ingest child also loads bench/serviceProbeHook.mjs (its own event-loop delay and
  * memory). Only a run of every part writes bench/RESULTS.md.
  */
@@ -53,7 +53,8 @@ import {
   taskSummary,
   type Api,
 } from '../test/helpers/corpus.js';
-import { envNumber, int, log, ms, prng, secs, serviceNodeFlags, summary } from './common.js';
+import { serviceLaunch } from '../test/helpers/serviceLaunch.js';
+import { envNumber, int, log, ms, prng, secs, summary } from './common.js';
 import { describeGauge, machineGauge } from './machineGauge.js';
 
 const sizes = {
@@ -155,8 +156,9 @@ async function startServiceProcess(name: string, env: Record<string, string>, pr
   const port = await freePort();
   const logFile = await open(path.join(dataDir, 'serve.log'), 'a');
   const nodeArgs = runBuild ? [] : [`--import=${import.meta.resolve('tsx')}`];
-  // The service's own V8 flags, as `bin/factlog.js` (its shebang) starts it; BENCH_SERVICE_FLAGS=0 leaves them out.
-  if (process.env.BENCH_SERVICE_FLAGS !== '0') nodeArgs.push(...serviceNodeFlags());
+  // The service's own environment and V8 flags, as `bin/factlog.js` (its shebang) starts it; BENCH_SERVICE_FLAGS=0 leaves them out.
+  const launch = process.env.BENCH_SERVICE_FLAGS === '0' ? { env: {}, flags: [] } : serviceLaunch();
+  nodeArgs.push(...launch.flags);
   // Extra node/V8 flags for the service, e.g. BENCH_SERVICE_NODE_ARGS=--no-wasm-dynamic-tiering.
   nodeArgs.push(...(process.env.BENCH_SERVICE_NODE_ARGS ?? '').split(' ').filter(Boolean));
   if (profile && process.env.BENCH_SQL_PROFILE) {
@@ -175,6 +177,7 @@ async function startServiceProcess(name: string, env: Record<string, string>, pr
   const child = spawn(process.execPath, [...nodeArgs, entry, 'serve'], {
     cwd: dataDir,
     env: {
+      ...launch.env,
       ...process.env,
       SERVER_PORT: String(port),
       SERVER_HOST: '127.0.0.1',
