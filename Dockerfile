@@ -13,6 +13,8 @@ RUN npx tsc -p tsconfig.json && npm prune --omit=dev
 FROM node:24-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
+# bin/factlog.js says why (its shebang sets it when the CLI is run directly).
+ENV MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
@@ -21,5 +23,5 @@ COPY configs ./configs
 COPY schemas ./schemas
 USER node
 EXPOSE 8080
-ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=8", "--optimize-for-size", "bin/factlog.js"]
+ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=1", "--heap-growing-percent=30", "bin/factlog.js"]
 CMD ["serve", "--role", "all"]

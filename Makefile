@@ -48,7 +48,7 @@ typecheck: install
 	npx tsc -p tsconfig.test.json
 
 run: build
-	node --liftoff-only --max-semi-space-size=8 --optimize-for-size bin/factlog.js serve
+	MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072 node --liftoff-only --max-semi-space-size=1 --heap-growing-percent=30 bin/factlog.js serve
 
 # The PostgreSQL server the store and pipeline suites run against (127.0.0.1:5432, trust auth).
 postgres:
