@@ -25,6 +25,12 @@ export interface Database {
    * transactions (the projection runner's batches) ends the series early to let a request in.
    */
   requestsWaiting?(): boolean;
+  /**
+   * Milliseconds since a request last entered for the connection (PGlite only; Infinity before
+   * the first). The projection runner sizes its parts by it: short while requests come, so one
+   * that arrives waits little; long on a quiet node, where a catch-up then writes each run whole.
+   */
+  msSinceRequest?(): number;
   close(): Promise<void>;
 }
 
@@ -112,6 +118,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       kind: 'pglite',
       hasVector: true,
       requestsWaiting: () => gate.waiting().foreground > 0,
+      msSinceRequest: () => gate.msSinceForeground(),
       close: async () => {
         try {
           await autovacuum?.stop();

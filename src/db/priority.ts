@@ -62,9 +62,12 @@ export class PriorityGate {
   private holder: Level = 'foreground';
   /** Waiting callers by level, highest first (the keys' order is the order of service). */
   private readonly queues: Record<Level, Array<() => void>> = { foreground: [], projections: [], background: [], deferred: [] };
+  /** When a foreground caller last entered (performance.now()). */
+  private lastForegroundAt = Number.NEGATIVE_INFINITY;
 
   enter(): Promise<void> {
     const entering = backgroundLevel();
+    if (entering === 'foreground') this.lastForegroundAt = performance.now();
     if (!this.held) {
       this.held = true;
       this.holder = entering;
@@ -89,6 +92,11 @@ export class PriorityGate {
     const next = Object.values(this.queues).find((queue) => queue.length > 0)?.shift();
     if (next) next();
     else this.held = false;
+  }
+
+  /** Milliseconds since a foreground caller last entered; Infinity if none has. */
+  msSinceForeground(): number {
+    return performance.now() - this.lastForegroundAt;
   }
 
   /** Callers waiting, by level. */

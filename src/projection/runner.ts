@@ -99,8 +99,17 @@ interface PositionWaiter {
   timer: NodeJS.Timeout;
 }
 
-/** About how long a part of one projection's events may hold PGlite's connection (see applyShared). */
+/** About how long a part of one projection's events may hold PGlite's connection while requests come (see applyShared). */
 const PART_BUDGET_MS = 25;
+/**
+ * The same on a quiet node: no request for QUIET_AFTER_MS. Each cut between parts costs
+ * statements and rows written twice (a concept inserted in one part, updated for its embedding
+ * in the next): with 25 ms parts a catch-up sent half again as many statements and took 15–30%
+ * longer (docs/performance.md, "Twenty-third round"). A request that comes to a quiet node
+ * waits for at most about one such part.
+ */
+const QUIET_PART_BUDGET_MS = 100;
+const QUIET_AFTER_MS = 1_000;
 /** The fewest events a run must have to tell the projection's cost per event (see noteCost). */
 const COST_SAMPLE_MIN_EVENTS = 20;
 
@@ -237,7 +246,13 @@ export class ProjectionRunner implements ReadModelRunner {
    * `onProgress(done, total)` counts in global positions. Rebuilds started together share one
    * reading of the log.
    */
-  async rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
+  rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
+    // Its statements (the truncate, the checkpoint reset) are projection work, not a request's:
+    // a request goes before them, and they do not make the node look busy (partBudgetMs).
+    return inProjections(() => this.rebuildFromStart(name, onProgress));
+  }
+
+  private async rebuildFromStart(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
     const worker = this.workers.get(name);
     if (!worker) throw new Error(`unknown projection ${name}; known: ${[...this.workers.keys()].join(', ')}`);
     if (worker.rebuild) throw new Error(`projection ${name} is already rebuilding`);
@@ -567,7 +582,7 @@ export class ProjectionRunner implements ReadModelRunner {
   }
 
   /**
-   * How many of `remaining` events fit PART_BUDGET_MS at the projection's cost so far. While the
+   * How many of `remaining` events fit the part budget (partBudgetMs) at the projection's cost so far. While the
    * cost is unknown, a first part of COST_SAMPLE_MIN_EVENTS tells it: the first summary pass of a
    * repository once went whole, about 400 slice events in three statements that held PGlite's
    * connection 570 ms while a search waited (docs/performance.md, "Twenty-first round").
@@ -576,7 +591,12 @@ export class ProjectionRunner implements ReadModelRunner {
     const cost = worker.msPerEvent;
     if (cost === null) return Math.min(remaining, COST_SAMPLE_MIN_EVENTS);
     if (cost <= 0) return remaining;
-    return Math.max(1, Math.min(remaining, Math.floor(PART_BUDGET_MS / cost)));
+    return Math.max(1, Math.min(remaining, Math.floor(this.partBudgetMs() / cost)));
+  }
+
+  /** PART_BUDGET_MS while requests come, QUIET_PART_BUDGET_MS when none came for QUIET_AFTER_MS. */
+  private partBudgetMs(): number {
+    return (this.db.msSinceRequest?.() ?? 0) > QUIET_AFTER_MS ? QUIET_PART_BUDGET_MS : PART_BUDGET_MS;
   }
 
   /**

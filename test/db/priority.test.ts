@@ -109,3 +109,18 @@ t.test('on PGlite requestsWaiting says whether a request waits for the connectio
   t.same(await queuedWork, ['background', 'projections']);
   t.equal(db.requestsWaiting?.(), false, 'answered');
 });
+
+t.test('the gate says how long ago a request last entered; projection and background work do not count', async (t) => {
+  const gate = new PriorityGate();
+  t.equal(gate.msSinceForeground(), Number.POSITIVE_INFINITY, 'no request yet');
+  await inProjections(() => gate.enter());
+  gate.leave();
+  await inBackground(() => gate.enter());
+  gate.leave();
+  t.equal(gate.msSinceForeground(), Number.POSITIVE_INFINITY, 'projection and background work are no requests');
+  await gate.enter();
+  gate.leave();
+  await new Promise((resolve) => setTimeout(resolve, 30));
+  const since = gate.msSinceForeground();
+  t.ok(since >= 25 && since < 10_000, `a request entered ${since.toFixed(1)} ms ago`);
+});

@@ -501,3 +501,50 @@ t.test('pglite: a long run of one projection\'s events goes in parts, and a wait
   const between = positions.filter((position) => position > first.lastPosition && position < second.lastPosition);
   t.ok(between.length > 0, `slow's checkpoint stood between batches, at the end of a part (${between.join(', ')})`);
 });
+
+t.test('pglite: parts are short while requests come and longer on a quiet node', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  const node = { msSinceRequest: 0 };
+  const db: Database = { ...fixture.db, requestsWaiting: () => false, msSinceRequest: () => node.msSinceRequest };
+  await createRowsTable(db, 'parted');
+  // Each event takes at least 1 ms (a busy wait, so no timer makes it cheaper); the part sizes
+  // the runner chose are what applyBatch was called with.
+  const partSizes: number[] = [];
+  const base = countingProjection('parted');
+  const parted: Projection = {
+    ...base,
+    async applyBatch(trx, events) {
+      partSizes.push(events.length);
+      for (const event of events) {
+        const until = performance.now() + 1;
+        while (performance.now() < until);
+        await base.apply(trx, event);
+      }
+    },
+  };
+  const runner = new ProjectionRunner(fixture.store, db, [parted, countingProjection('other')], { retryBaseMs: 20, retryMaxMs: 50 });
+  t.teardown(() => runner.stop());
+  await createRowsTable(db, 'other');
+  await runner.start();
+  const appendMany = async (stream: string, count: number) => fixture.store.append(stream, Array.from({ length: count }, (_, index) => thing(`${stream}-${index}`)), 'no_stream');
+
+  // The first batch tells the runner the cost per event (a first part of 20 events).
+  await runner.waitFor((await appendMany('s-1', 40)).lastPosition, 20_000);
+  partSizes.length = 0;
+  const busy = await appendMany('s-2', 60);
+  await runner.waitFor(busy.lastPosition, 20_000);
+  const whileBusy = [...partSizes];
+  partSizes.length = 0;
+  node.msSinceRequest = 60_000;
+  const quiet = await appendMany('s-3', 60);
+  await runner.waitFor(quiet.lastPosition, 20_000);
+  const whileQuiet = [...partSizes];
+  t.equal(whileBusy.reduce((sum, size) => sum + size, 0), 60, `every event of the busy batch applied (${whileBusy.join(', ')})`);
+  t.equal(whileQuiet.reduce((sum, size) => sum + size, 0), 60, `every event of the quiet batch applied (${whileQuiet.join(', ')})`);
+  // 25 ms parts at ≥ 1 ms an event hold at most 25; 100 ms parts hold at least three times as many as the
+  // busy ones (four times the budget), or the whole batch.
+  t.ok(Math.max(...whileBusy) <= 25, 'busy: parts of about 25 ms');
+  t.ok(Math.max(...whileQuiet) >= Math.min(60, 3 * Math.max(...whileBusy)), 'quiet: parts of about 100 ms');
+  t.same((await rows(db, 'parted')).length, 160, 'each event once');
+});
