@@ -105,7 +105,7 @@ const PART_BUDGET_MS = 25;
  * The same on a quiet node: no request for QUIET_AFTER_MS. Each cut between parts costs
  * statements and rows written twice (a concept inserted in one part, updated for its embedding
  * in the next): with 25 ms parts a catch-up sent half again as many statements and took 15–30%
- * longer (docs/performance.md, "Twenty-third round"). A request that comes to a quiet node
+ * longer (docs/performance.md, "Catch-up, fifth round"). A request that comes to a quiet node
  * waits for at most about one such part.
  */
 const QUIET_PART_BUDGET_MS = 100;
