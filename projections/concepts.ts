@@ -6,6 +6,7 @@ import type { FactEvent } from '../src/domain/fact/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
+import { chunked } from '../src/util/chunked.js';
 import { finalSurvivorParams, finalSurvivorSql, followMerges } from './mergeChains.js';
 
 type Handled =
@@ -228,10 +229,14 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
   );
 }
 
+/** Relation rows one statement of applyRelations writes at most (the rows travel as one JSON parameter). */
+const RELATION_ROWS_PER_STATEMENT = 1000;
+
 /**
- * A run of ConceptRelationsRefreshed: the changes of all its events in one upsert and one delete.
- * Pairs are stored ordered (a < b) whatever order an event gives; of two changes of one pair the
- * later wins, as applying them in turn would leave it.
+ * A run of ConceptRelationsRefreshed: the changes of all its events in upserts and deletes of at
+ * most RELATION_ROWS_PER_STATEMENT rows each (a catch-up's run can hold a repository's every
+ * pair). Pairs are stored ordered (a < b) whatever order an event gives; of two changes of one
+ * pair the later wins, as applying them in turn would leave it.
  */
 async function applyRelations(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Extract<RepositoryEvent, { type: 'ConceptRelationsRefreshed' }>>>): Promise<void> {
   const latest = new Map<string, { repository_id: string; concept_a: string; concept_b: string; shared_fact_count: number; updated_at: string }>();
@@ -244,21 +249,23 @@ async function applyRelations(trx: Knex.Transaction, events: ReadonlyArray<Recor
   }
   const removed = [...latest.values()].filter((change) => change.shared_fact_count <= 0);
   const kept = [...latest.values()].filter((change) => change.shared_fact_count > 0);
-  if (removed.length > 0) {
+  for (const rows of chunked(removed, RELATION_ROWS_PER_STATEMENT)) {
     await trx.raw(
       `DELETE FROM concept_relations USING jsonb_to_recordset(?::jsonb) AS r(repository_id text, concept_a text, concept_b text)
         WHERE concept_relations.repository_id = r.repository_id AND concept_relations.concept_a = r.concept_a AND concept_relations.concept_b = r.concept_b
           AND concept_relations.repository_id = ANY(?::text[]) AND concept_relations.concept_a = ANY(?::text[])`,
       // The leading key columns again as arrays, for an index lookup (see updateRows).
-      [
-        JSON.stringify(removed),
-        [...new Set(removed.map((change) => change.repository_id))],
-        [...new Set(removed.map((change) => change.concept_a))],
-      ],
+      [JSON.stringify(rows), [...new Set(rows.map((change) => change.repository_id))], [...new Set(rows.map((change) => change.concept_a))]],
     );
   }
-  if (kept.length > 0) {
-    await trx('concept_relations').insert(kept).onConflict(['repository_id', 'concept_a', 'concept_b']).merge(['shared_fact_count', 'updated_at']);
+  for (const rows of chunked(kept, RELATION_ROWS_PER_STATEMENT)) {
+    await trx.raw(
+      `INSERT INTO concept_relations (repository_id, concept_a, concept_b, shared_fact_count, updated_at)
+       SELECT r.repository_id, r.concept_a, r.concept_b, r.shared_fact_count, r.updated_at
+         FROM jsonb_to_recordset(?::jsonb) AS r(repository_id text, concept_a text, concept_b text, shared_fact_count int, updated_at timestamptz)
+       ON CONFLICT (repository_id, concept_a, concept_b) DO UPDATE SET shared_fact_count = excluded.shared_fact_count, updated_at = excluded.updated_at`,
+      [JSON.stringify(rows)],
+    );
   }
 }
 

@@ -283,6 +283,14 @@ for (const backend of backends) {
       t.equal(await count(db, 'concept_relations', { repository_id: REPO }), 0, '0 shared facts: the pair is gone');
       t.equal(await count(db, 'concept_relations', { repository_id: OTHER_REPO }), 1);
       await settle(`repository-${REPO}`, 'ConceptRelationsRefreshed', { changes: [{ concept_a: a, concept_b: b, shared_fact_count: 3 }] });
+      // A refresh of a large repository: more rows than one statement's 65,535 bind parameters
+      // would take as a multi-row VALUES list (five columns a row), written in chunks.
+      const many = Array.from({ length: 14_000 }, (_, i) => ({ concept_a: `m${String(i).padStart(5, '0')}`, concept_b: 'z', shared_fact_count: 1 + (i % 4) }));
+      await settle(`repository-${OTHER_REPO}`, 'ConceptRelationsRefreshed', { changes: many }, OTHER_REPO);
+      t.equal(await count(db, 'concept_relations', { repository_id: OTHER_REPO }), 14_001, 'every pair of a large refresh is stored');
+      t.equal(Number((await db.knex('concept_relations').where({ repository_id: OTHER_REPO }).sum({ total: 'shared_fact_count' }))[0].total), 5 + 14_000 * 2.5);
+      await settle(`repository-${OTHER_REPO}`, 'ConceptRelationsRefreshed', { changes: many.slice(0, 12_000).map((change) => ({ ...change, shared_fact_count: 0 })) }, OTHER_REPO);
+      t.equal(await count(db, 'concept_relations', { repository_id: OTHER_REPO }), 2_001, 'and removed');
 
       const live = await snapshot(db);
       await db.knex('fact_concepts').insert({ fact_id: 'junk', concept_id: 'junk', repository_id: REPO });

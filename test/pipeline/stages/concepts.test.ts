@@ -243,6 +243,37 @@ t.test('refresh_concept_relations, migrate_context and refine_concepts', async (
     t.equal(await fixture.store.headPosition(), head, 'unchanged: nothing recorded');
   });
 
+  t.test('relations: computed a window of concepts at a time, recorded in events of bounded size', async (t) => {
+    t.throws(() => createRefreshConceptRelationsStage({ store: fixture.store, knex: fixture.db.knex, windowConcepts: 0 }), RangeError);
+    t.throws(() => createRefreshConceptRelationsStage({ store: fixture.store, knex: fixture.db.knex, changesPerEvent: 1.5 }), RangeError);
+    // A repository of its own, so the subtests after this one see the first repository as it was.
+    const own = await fixture.createRepository();
+    const ownStream = streamName('repository', own);
+    const more = await deduplicatedSource(fixture, own, [
+      'Pierre Curie and Marie Curie shared the Nobel Prize in Physics with Henri Becquerel.',
+      'Henri Becquerel discovered radioactivity in uranium salts in Paris.',
+      'Marie Curie discovered radium with Pierre Curie in Paris.',
+    ]);
+    await extract.run(fixture.contextFor(extract, more.trigger));
+    await fixture.settle();
+    const expected = await relationChanges(fixture.db.knex, own);
+    t.ok(expected.length > 4, `several pairs changed (${expected.length})`);
+    t.same(await relationChanges(fixture.db.knex, own, 1), expected, 'the same changes, one concept a statement');
+    const head = await fixture.store.headPosition();
+    const windowed = createRefreshConceptRelationsStage({ store: fixture.store, knex: fixture.db.knex, windowConcepts: 2, changesPerEvent: 2 });
+    await windowed.run(fixture.scheduledContextFor(windowed, own));
+    const recorded = (await fixture.eventsOf(ownStream, 'ConceptRelationsRefreshed')).filter((event) => event.globalPosition > head);
+    t.equal(recorded.length, Math.ceil(expected.length / 2), 'two changes an event');
+    t.same(recorded.flatMap((event) => event.data.changes), expected, 'in pair order, none lost or repeated');
+    await fixture.settle();
+    t.same(await relationChanges(fixture.db.knex, own), [], 'the read model holds every pair now');
+    const stored = await fixture.db.knex('concept_relations').where({ repository_id: own }).where('shared_fact_count', '>', 0).count({ n: '*' });
+    t.ok(Number(stored[0].n) >= expected.filter((change) => change.shared_fact_count > 0).length);
+    const after = await fixture.store.headPosition();
+    await windowed.run(fixture.scheduledContextFor(windowed, own));
+    t.equal(await fixture.store.headPosition(), after, 'a rerun records nothing');
+  });
+
   t.test('migrate_context moves every concept of a context and is idempotent', async (t) => {
     await handleCommand(fixture.store, repositoryStream, repositoryDecider, {
       type: 'SetCustomContexts',
