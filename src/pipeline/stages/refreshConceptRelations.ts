@@ -27,10 +27,11 @@ export interface RelationChange {
 /**
  * Concepts (as the pair's `concept_a`) one statement of a refresh looks at. The whole
  * repository's pairs in one statement held PGlite's one connection 340 ms at 1,000 pages (and
- * the upsert of their 20,000-odd rows 580 ms more), while requests waited behind it
- * (docs/performance.md, "Twenty-fourth round"); it grows with the repository.
+ * the upsert of their rows 580 ms more), while requests waited behind it, and it grows with the
+ * repository; windows of 50 concepts still took up to 136 ms where a popular concept fell
+ * (docs/performance.md, "Twenty-fourth round").
  */
-export const RELATION_WINDOW_CONCEPTS = 50;
+export const RELATION_WINDOW_CONCEPTS = 20;
 
 /**
  * Changes one ConceptRelationsRefreshed carries at most. A refresh records its changes as several
