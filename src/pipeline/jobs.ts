@@ -24,6 +24,9 @@ export const defaultMaxAttempts = 5;
 /** `last_error` is for people reading the tasks API, not a log: long stacks are cut. */
 const maxErrorLength = 4000;
 
+/** Queued jobs one statement of `endCovered` ends at most (see there). */
+export const ENDED_PER_STATEMENT = 200;
+
 /** A job row with the bookkeeping the tasks API and the runtime need beyond `Job`. */
 export interface JobRecord extends Job {
   maxAttempts: number;
@@ -558,22 +561,34 @@ export class JobRepository {
    * after the read models had applied those triggers does what each of them would do
    * (`JobContext.coverQueued`). Their `attempts` stay as they were (0 for a job never claimed).
    * A job claimed meanwhile is not queued any more and is left to its worker. Returns how many ended.
+   *
+   * At most ENDED_PER_STATEMENT jobs a statement: a summaries run covers a repository's every
+   * queued trigger, a thousand and more during a burst of pages, and ending them in one
+   * statement held PGlite's one connection up to 166 ms while requests waited
+   * (docs/performance.md, "Twenty-fourth round").
    */
   async endCovered(kind: string, subjectId: string, throughPosition: number): Promise<number> {
     requireText('kind', kind);
     requireText('subjectId', subjectId);
     requireInteger('throughPosition', throughPosition, 0);
-    const result = await rawQuery<{ ended: number }>(
-      this.knex,
-      `WITH ended AS (
-         UPDATE jobs
-            SET state = 'succeeded', last_error = NULL, finished_at = now(), updated_at = now()
-          WHERE kind = ? AND state = 'queued' AND subject_id = ? AND trigger_position <= ?
-          RETURNING 1)
-       SELECT count(*)::integer AS ended FROM ended`,
-      [kind, subjectId, throughPosition],
-    );
-    return Number(result.rows[0]?.ended ?? 0);
+    let total = 0;
+    for (;;) {
+      // A picked job claimed before the update reached it stays its worker's: ended < picked.
+      const result = await rawQuery<{ picked: number; ended: number }>(
+        this.knex,
+        `WITH picked AS MATERIALIZED (
+           SELECT id FROM jobs WHERE kind = ? AND state = 'queued' AND subject_id = ? AND trigger_position <= ? LIMIT ?),
+         ended AS (
+           UPDATE jobs
+              SET state = 'succeeded', last_error = NULL, finished_at = now(), updated_at = now()
+            WHERE id IN (SELECT id FROM picked) AND state = 'queued'
+            RETURNING 1)
+         SELECT (SELECT count(*) FROM picked)::integer AS picked, (SELECT count(*) FROM ended)::integer AS ended`,
+        [kind, subjectId, throughPosition, ENDED_PER_STATEMENT],
+      );
+      total += Number(result.rows[0]?.ended ?? 0);
+      if (Number(result.rows[0]?.picked ?? 0) < ENDED_PER_STATEMENT) return total;
+    }
   }
 
   /**

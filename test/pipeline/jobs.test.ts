@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import t, { type Test } from 'tap';
-import { JobRepository, jobIdFor, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
+import { ENDED_PER_STATEMENT, JobRepository, jobIdFor, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
 import type { JobState } from '../../src/pipeline/types.js';
 import { backends, FakeLog, jobInputFor, sleep } from './helpers.js';
 
@@ -195,6 +195,17 @@ for (const backend of backends) {
       t.equal(await jobs.endCovered('k', subject, atLimit.triggerPosition), 0, 'a second call finds nothing more');
       await t.rejects(jobs.endCovered('k', subject, -1), RangeError);
       await t.rejects(jobs.endCovered('', subject, 1), TypeError);
+    });
+
+    test('endCovered ends more queued jobs than one statement takes', async (t) => {
+      const subject = randomUUID();
+      const inputs = Array.from({ length: ENDED_PER_STATEMENT * 2 + 7 }, () => jobInputFor('many', log.add('SourceRegistered', {}, subject)));
+      await jobs.enqueueMany(inputs);
+      const last = Math.max(...inputs.map((input) => input.triggerPosition));
+      t.equal(await jobs.endCovered('many', subject, last), inputs.length, 'every one, over three statements');
+      const states = (await db.knex('jobs').where({ kind: 'many', subject_id: subject }).select('state').count({ n: '*' }).groupBy('state')) as Array<{ state: string; n: string | number }>;
+      t.same(states.map((row) => ({ state: row.state, n: Number(row.n) })), [{ state: 'succeeded', n: inputs.length }]);
+      t.equal(await jobs.endCovered('many', subject, last), 0);
     });
 
     test('fail: transient backs off, permanent and exhausted are final', async (t) => {
