@@ -90,10 +90,11 @@ t.test('a data directory PGlite cannot load rejects the opening (and the file en
   await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Blob([new Uint8Array([1, 2, 3])]) }));
 });
 
-t.test('PGlite starts with the embedded memory settings; the settings option overrides them', async (t) => {
+t.test('PGlite starts with the embedded settings; the settings option overrides them', async (t) => {
   const db = await openTestPglite();
   t.teardown(() => db.close());
   t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '24MB' }]);
+  t.same((await db.knex.raw('SHOW default_statistics_target')).rows, [{ default_statistics_target: '30' }], 'ANALYZE samples 9,000 rows, not 30,000');
   const tuned = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
   t.teardown(() => tuned.close());
   t.same((await tuned.query('SHOW work_mem')).rows, [{ work_mem: '2MB' }]);

@@ -2,7 +2,7 @@ import { cpSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { openDatabase, pgliteMemorySettings, type Database } from '../../src/db/database.js';
+import { openDatabase, pgliteSettings, type Database } from '../../src/db/database.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 
 /**
@@ -29,7 +29,7 @@ let templateDir: Promise<string> | null = null;
  */
 export const pgliteStartParams: string[] = [
   ...PGlite.defaultStartParams,
-  ...Object.entries(pgliteMemorySettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+  ...Object.entries(pgliteSettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
 ];
 
 export function pgliteTemplate(): Promise<Blob> {
