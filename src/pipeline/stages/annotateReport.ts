@@ -13,6 +13,7 @@ import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
 import { commandFrom, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
+import { chunked } from '../../util/chunked.js';
 
 /**
  * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
@@ -137,9 +138,8 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
     if (fresh.length === 0) return eligible.map((sentence) => ({ ...sentence, facts: carried.get(sentence.index) ?? [], carried: true }));
     const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);
     const annotated: AnnotatedFact[][] = [];
-    for (let start = 0; start < fresh.length; start += SEARCH_BATCH) {
+    for (const batch of chunked(fresh, SEARCH_BATCH)) {
       throwIfAborted(signal);
-      const batch = fresh.slice(start, start + SEARCH_BATCH);
       const found = await candidates(repositoryId, batch);
       annotated.push(...(await mapWithConcurrency(batch, deps.concurrency ?? 4, (sentence, position) => judge(sentence, found[position], promptset, signal))));
     }

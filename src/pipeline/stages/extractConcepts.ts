@@ -25,6 +25,7 @@ import {
   type LoadedStream,
 } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
+import { chunked } from '../../util/chunked.js';
 
 export interface ExtractConceptsDeps {
   store: EventStore;
@@ -226,10 +227,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
       const stableIds = [...new Set((deduplicated?.data as SourceFactsDeduplicated['data'] | undefined)?.stable_fact_ids ?? [])];
       if (stableIds.length === 0) return;
       const content = new Map(extractedFactsOf(loaded.events).map((fact) => [fact.fact_id, fact.content]));
-      const batches: Array<Array<{ id: string; content: string }>> = [];
-      for (let start = 0; start < stableIds.length; start += deps.batchSize) {
-        batches.push(stableIds.slice(start, start + deps.batchSize).map((id) => ({ id, content: content.get(id) ?? '' })));
-      }
+      const batches = chunked(stableIds, deps.batchSize).map((ids) => ids.map((id) => ({ id, content: content.get(id) ?? '' })));
       const done = new Set(state.conceptBatches);
       if (batches.every((_, index) => done.has(index))) return;
       const settings = await loadRepositorySettings(deps.knex, repositoryId);

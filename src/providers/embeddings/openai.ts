@@ -10,6 +10,7 @@ import {
   runWithDeadline,
 } from '../llm/retry.js';
 import type { Embedder } from './port.js';
+import { chunked } from '../../util/chunked.js';
 
 /**
  * Embeddings over an OpenAI-compatible API: POST `{baseUrl}/embeddings` in batches of
@@ -155,8 +156,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
         else pending.push(i);
       });
       const budget = { waitedMs: 0 };
-      for (let start = 0; start < pending.length; start += batchSize) {
-        const positions = pending.slice(start, start + batchSize);
+      for (const positions of chunked(pending, batchSize)) {
         const batch = await embedBatch(
           positions.map((i) => texts[i] as string),
           budget,

@@ -4,6 +4,7 @@ import { MAX_RESULT_WINDOW, SearchIndexMigrationError, type SearchLogger } from 
 import { failedDeletions, scriptsOf, sendBulk, type BulkAction, type CollectionScripts, type WriteTarget } from './bulk.js';
 import { describe, errorStatus, errorType, SearchIndexWriteError } from './client.js';
 import { mappingOf } from './mappings.js';
+import { chunked } from '../../util/chunked.js';
 
 /**
  * Index management: each collection is one family of versioned indices `<prefix>-<name>-v<N>`
@@ -195,8 +196,7 @@ export function createIndexFamily(collection: SearchCollection, settings: Family
     if (actions.length === 0) return;
     if (targets.some((target) => target.viaAlias)) await ensure();
     try {
-      for (let start = 0; start < actions.length; start += settings.bulkBatchSize) {
-        const batch = actions.slice(start, start + settings.bulkBatchSize);
+      for (const batch of chunked(actions, settings.bulkBatchSize)) {
         for (const target of targets) await sendBulk(client, target, batch, { refresh: settings.refresh, log, what: name });
       }
     } catch (error) {
