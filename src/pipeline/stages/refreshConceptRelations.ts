@@ -1,11 +1,11 @@
 import type { Knex } from 'knex';
 import { parseDuration } from '../../config/duration.js';
-import { repositoryDecider, type RepositoryState } from '../../domain/repository/decider.js';
+import { repositoryDecider, type RepositoryCommand, type RepositoryState } from '../../domain/repository/decider.js';
 import { loadStream, type LoadedStream } from '../../eventstore/commandHandler.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { JobContext, Stage, StageDefinition } from '../types.js';
-import { requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
+import { commandFrom, requireRepositoryId, stageMetadata, throwIfAborted } from './common.js';
 import { isLiveRepository } from './repositorySettings.js';
 
 export interface RefreshConceptRelationsDeps {
@@ -117,9 +117,10 @@ export async function relationChanges(knex: Knex, repositoryId: string, windowCo
  * the read model's last refresh; nothing when nothing changed. The pairs are computed a window of
  * concepts at a time and recorded in events of at most RELATION_CHANGES_PER_EVENT changes, each
  * its own append, so no statement of a refresh (nor the read model's transaction applying one
- * event) grows with the repository. The repository stream is read once; a version conflict on it
- * ends the run as done (what was appended stays): the next interval computes the rest from the
- * read model again.
+ * event) grows with the repository. The repository stream is read once and each event appended
+ * on the version that read left (commandFrom); a stream that moved meanwhile is read and decided
+ * again once, and a second conflict ends the run as done (what was appended stays): the next
+ * interval computes the rest from the read model again.
  */
 export function createRefreshConceptRelationsStage(deps: RefreshConceptRelationsDeps): Stage {
   const windowConcepts = deps.windowConcepts ?? RELATION_WINDOW_CONCEPTS;
@@ -140,18 +141,8 @@ export function createRefreshConceptRelationsStage(deps: RefreshConceptRelations
       const record = async (changes: RelationChange[]): Promise<void> => {
         throwIfAborted(context.signal);
         repository ??= await loadStream(deps.store, streamId, repositoryDecider);
-        let { state, version } = repository;
-        const events = repositoryDecider.decide({ type: 'RecordRelationChanges', changes }, state);
-        if (events.length === 0) return;
-        const metadata = stageMetadata(context);
-        const appended = await deps.store.append(
-          streamId,
-          events.map((event) => ({ type: event.type, data: event.data, metadata })),
-          version ?? 'no_stream',
-        );
-        for (const event of events) state = repositoryDecider.evolve(state, event);
-        version = appended.nextExpectedVersion;
-        repository = { ...repository, state, version };
+        const command: RepositoryCommand = { type: 'RecordRelationChanges', changes };
+        ({ after: repository } = await commandFrom(deps.store, streamId, repositoryDecider, repository, command, stageMetadata(context), { retries: 0 }));
       };
       const pending: RelationChange[] = [];
       for await (const window of relationChangeWindows(deps.knex, repositoryId, windowConcepts)) {
