@@ -1,4 +1,5 @@
 import type { PGliteOptions, QueryOptions, Results } from '@electric-sql/pglite';
+import type { Level } from './priority.js';
 
 /** The messages between the main thread's PGlite proxy (pgliteThread.ts) and its worker (pgliteWorker.ts). */
 
@@ -18,10 +19,21 @@ export interface PgliteWorkerData {
 /** Query options that survive a structured clone: no parsers, serializers or callbacks. */
 export type PgliteQueryOptions = Pick<QueryOptions, 'rowMode'>;
 
+/** Whose statement it is, for the worker's order (src/db/statementScheduler.ts). */
+export interface StatementTag {
+  session: number;
+  level: Level;
+}
+
+export type PgliteStatementRequest =
+  | ({ id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions } & StatementTag)
+  | ({ id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions } & StatementTag);
+
 export type PgliteRequest =
-  | { id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions }
-  | { id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions }
-  | { id: number; op: 'close' };
+  | PgliteStatementRequest
+  | { id: number; op: 'close' }
+  /** The request whose statement ended last sent nothing more in that turn of the API thread: lower levels may go. No reply. */
+  | { op: 'yield' };
 
 /** Id 0 answers the opening. */
 export type PgliteReply =
