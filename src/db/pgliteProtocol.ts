@@ -26,7 +26,8 @@ export interface StatementTag {
 }
 
 export type PgliteStatementRequest =
-  | ({ id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions } & StatementTag)
+  /** `begin`: the session's BEGIN, held back until this first statement of its transaction (src/db/pgliteThread.ts), run just before it. */
+  | ({ id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions; begin?: string } & StatementTag)
   | ({ id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions } & StatementTag);
 
 export type PgliteRequest =

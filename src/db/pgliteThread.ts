@@ -163,21 +163,43 @@ export class PgliteThread {
    * this way are one session, as on an in-thread PGlite (a BEGIN sent here holds PGlite for them).
    */
   query<T = Record<string, unknown>>(sql: string, params?: unknown[], options?: PgliteQueryOptions): Promise<Results<T>> {
-    return this.session(backgroundLevel(), SHARED_SESSION).query<T>(sql, params, options);
+    return this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options), session: SHARED_SESSION, level: backgroundLevel() }) as Promise<Results<T>>;
   }
 
   exec(sql: string, options?: PgliteQueryOptions): Promise<Results[]> {
-    return this.session(backgroundLevel(), SHARED_SESSION).exec(sql, options);
+    return this.send({ op: 'exec', sql, ...cloneableOptions(options), session: SHARED_SESSION, level: backgroundLevel() }) as Promise<Results[]>;
   }
 
   /** A new session at `level` (default: the caller's). */
-  session(level: Level = backgroundLevel(), id = ++this.lastSession): PgliteSession {
-    const tag: StatementTag = { session: id, level };
+  session(level: Level = backgroundLevel()): PgliteSession {
+    const tag: StatementTag = { session: ++this.lastSession, level };
+    /**
+     * A transaction's BEGIN is answered here and sent with the transaction's first statement:
+     * the caller computes that statement after BEGIN returns (a projection applies its events),
+     * and meanwhile PGlite's thread, not yet inside the transaction, runs other sessions'
+     * statements instead of waiting for it. PostgreSQL takes a transaction's snapshot at its
+     * first statement, not at BEGIN, so nothing a caller can see changes.
+     */
+    let heldBegin: string | undefined;
+    const takeBegin = () => {
+      const begin = heldBegin;
+      heldBegin = undefined;
+      return begin === undefined ? {} : { begin };
+    };
     return {
       waitReady: this.waitReady,
-      query: <T>(sql: string, params?: unknown[], options?: PgliteQueryOptions) =>
-        this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options), ...tag }) as Promise<Results<T>>,
-      exec: (sql: string, options?: PgliteQueryOptions) => this.send({ op: 'exec', sql, ...cloneableOptions(options), ...tag }) as Promise<Results[]>,
+      query: <T>(sql: string, params?: unknown[], options?: PgliteQueryOptions) => {
+        if (heldBegin === undefined && (params === undefined || params.length === 0) && BEGIN.test(sql)) {
+          heldBegin = sql;
+          return Promise.resolve(BEGIN_ANSWER as Results<T>);
+        }
+        return this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options), ...tag, ...takeBegin() }) as Promise<Results<T>>;
+      },
+      exec: async (sql: string, options?: PgliteQueryOptions) => {
+        const { begin } = takeBegin();
+        if (begin !== undefined) await this.send({ op: 'query', sql: begin, ...tag });
+        return (await this.send({ op: 'exec', sql, ...cloneableOptions(options), ...tag })) as Results[];
+      },
     };
   }
 
@@ -257,6 +279,12 @@ export class PgliteThread {
     });
   }
 }
+
+/** A statement that opens a transaction block (knex: `BEGIN;`, `BEGIN TRANSACTION ISOLATION LEVEL …;`). */
+const BEGIN = /^\s*BEGIN\b/i;
+
+/** What PGlite answers a BEGIN. */
+const BEGIN_ANSWER: Results = { rows: [], fields: [], affectedRows: 0 };
 
 /** The session of statements sent with `query` and `exec` on the thread itself. */
 const SHARED_SESSION = 0;

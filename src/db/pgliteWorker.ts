@@ -89,6 +89,7 @@ async function run(request: PgliteStatementRequest): Promise<PgliteReply> {
     switch (request.op) {
       case 'query':
         prepared ??= new PreparedStatements(pglite);
+        if (request.begin !== undefined) await prepared.query(request.begin);
         return { id: request.id, ok: true, value: await prepared.query(request.sql, request.params, request.options) };
       case 'exec':
         return { id: request.id, ok: true, value: await pglite.exec(request.sql, request.options) };

@@ -87,3 +87,36 @@ t.test('on PGlite msSinceRequest says how long ago a request sent a statement; p
   await db.knex.raw('SELECT 1');
   t.ok((db.msSinceRequest?.() ?? 0) < 25, 'and a request now');
 });
+
+t.test("on PGlite a transaction's BEGIN goes with its first statement: until then other statements run", async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  await db.knex.raw('CREATE TABLE computed (n int)');
+  let release!: () => void;
+  const computing = new Promise<void>((resolve) => (release = resolve));
+  const transaction = inProjections(() =>
+    db.knex.transaction(async (trx) => {
+      await computing; // the transaction's code working out its first statement
+      await trx.raw('INSERT INTO computed VALUES (1)');
+      return (await trx.raw('SHOW transaction_isolation')).rows[0];
+    }, { isolationLevel: 'serializable' }),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  try {
+    const outside = inBackground(async () => (await db.knex.raw('INSERT INTO computed VALUES (2)'), 'ran'));
+    t.equal(await Promise.race([outside, new Promise((resolve) => setTimeout(() => resolve('waited for the transaction'), 2000))]), 'ran');
+  } finally {
+    release();
+  }
+  t.same(await transaction, { transaction_isolation: 'serializable' }, 'the held BEGIN, with its isolation level, opened the transaction');
+  await db.knex.transaction(async () => undefined);
+  t.same((await db.knex.raw('SELECT n FROM computed ORDER BY n')).rows, [{ n: 1 }, { n: 2 }], 'an empty transaction commits, and nothing stays open');
+  await t.rejects(
+    db.knex.transaction(async (trx) => {
+      await trx.raw('INSERT INTO computed VALUES (3)');
+      throw new Error('roll back');
+    }),
+    /roll back/,
+  );
+  t.same((await db.knex.raw('SELECT count(*)::int AS n FROM computed')).rows, [{ n: 2 }], 'a rollback undoes the first statement');
+});
