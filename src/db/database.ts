@@ -4,8 +4,8 @@ import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
 import { startAutovacuum } from './autovacuum.js';
 import { acquireDataDirLock } from './dataDirLock.js';
-import { initdbInChildProcess, needsInitdb, PgliteThread, type PgliteSession } from './pgliteThread.js';
-import { backgroundLevel } from './priority.js';
+import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.js';
+import { gateConnection, PriorityGate } from './priority.js';
 import { registerRawRunner } from './rawQuery.js';
 
 /**
@@ -103,10 +103,18 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       // only `waitReady`, `query` and `close` of its PGlite, which the worker-thread proxy has.
       connection: () => ({ pglite }),
     } as Knex.Config);
-    // Each hand-out is a session of its own at its caller's level; PGlite's thread orders them (src/db/priority.ts).
-    handOutSessions(knex.client as Parameters<typeof handOutSessions>[0], pglite);
-    // The hot statements skip knex (src/db/rawQuery.ts), each a session of its own.
-    registerRawRunner(knex, (sql, bindings) => pglite.query(sql, [...bindings]));
+    // Requests go before the projections' queued statements, and both before the pipeline's (src/db/priority.ts).
+    const gate = new PriorityGate();
+    gateConnection(knex.client as Parameters<typeof gateConnection>[0], gate);
+    // The hot statements skip knex (src/db/rawQuery.ts), behind the same gate.
+    registerRawRunner(knex, async (sql, bindings) => {
+      await gate.enter();
+      try {
+        return await pglite.query(sql, [...bindings]);
+      } finally {
+        gate.leave();
+      }
+    });
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     // PGlite has no autovacuum daemon; without statistics and vacuums, plans and tables decay as they grow.
     const autovacuumIntervalMs = options.autovacuumIntervalMs ?? EMBEDDED_AUTOVACUUM_INTERVAL_MS;
@@ -118,8 +126,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       knex,
       kind: 'pglite',
       hasVector: true,
-      requestsWaiting: () => pglite.requestsWaiting(),
-      msSinceRequest: () => pglite.msSinceRequest(),
+      requestsWaiting: () => gate.waiting().foreground > 0,
+      msSinceRequest: () => gate.msSinceForeground(),
       close: async () => {
         try {
           await autovacuum?.stop();
@@ -150,26 +158,6 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     }
   }
   return { knex, kind: 'postgres', hasVector, close: () => knex.destroy() };
-}
-
-/** The part of a knex client whose connection hand-out is replaced. */
-interface ConnectionHandout {
-  acquireConnection(): Promise<unknown>;
-  releaseConnection(connection: unknown): Promise<void>;
-}
-
-/**
- * Replaces knex's one-connection pool: every acquisition gets a session of its own on the same
- * PGlite at once, and its statements go to PGlite's thread as they are sent, where the order is
- * decided (src/db/statementScheduler.ts). A transaction is one acquisition, so its statements are
- * one session, which the worker runs alone once it opened the transaction.
- */
-function handOutSessions(client: ConnectionHandout, pglite: PgliteThread): void {
-  client.acquireConnection = async (): Promise<PgliteSession> => {
-    await pglite.waitReady;
-    return pglite.session(backgroundLevel());
-  };
-  client.releaseConnection = async () => {};
 }
 
 /**

@@ -1,5 +1,4 @@
 import type { PGliteOptions, QueryOptions, Results } from '@electric-sql/pglite';
-import type { Level } from './priority.js';
 
 /** The messages between the main thread's PGlite proxy (pgliteThread.ts) and its worker (pgliteWorker.ts). */
 
@@ -19,22 +18,10 @@ export interface PgliteWorkerData {
 /** Query options that survive a structured clone: no parsers, serializers or callbacks. */
 export type PgliteQueryOptions = Pick<QueryOptions, 'rowMode'>;
 
-/** Whose statement it is, for the worker's order (src/db/statementScheduler.ts). */
-export interface StatementTag {
-  session: number;
-  level: Level;
-}
-
-export type PgliteStatementRequest =
-  /** `begin`: the session's BEGIN, held back until this first statement of its transaction (src/db/pgliteThread.ts), run just before it. */
-  | ({ id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions; begin?: string } & StatementTag)
-  | ({ id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions } & StatementTag);
-
 export type PgliteRequest =
-  | PgliteStatementRequest
-  | { id: number; op: 'close' }
-  /** The request whose statement ended last sent nothing more in that turn of the API thread: lower levels may go. No reply. */
-  | { op: 'yield' };
+  | { id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions }
+  | { id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions }
+  | { id: number; op: 'close' };
 
 /** Id 0 answers the opening. */
 export type PgliteReply =

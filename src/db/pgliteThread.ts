@@ -13,9 +13,7 @@ import {
   type PgliteReply,
   type PgliteRequest,
   type PgliteWorkerData,
-  type StatementTag,
 } from './pgliteProtocol.js';
-import { backgroundLevel, type Level } from './priority.js';
 
 const WORKER_ENTRY = siblingEntry(import.meta.url, 'pgliteWorker');
 const INITDB_ENTRY = siblingEntry(import.meta.url, 'pgliteInitdbChild');
@@ -66,17 +64,6 @@ const INITDB_EXIT_GRACE_MS = 2000;
 interface Pending {
   resolve(value: PgliteReply & { ok: true }): void;
   reject(error: Error): void;
-  level?: Level;
-}
-
-/**
- * One hand-out of the connection (src/db/database.ts gives knex one per acquisition): its
- * statements share a session, so the worker runs a transaction's statements alone until it ends.
- */
-export interface PgliteSession {
-  readonly waitReady: Promise<void>;
-  query<T = Record<string, unknown>>(sql: string, params?: unknown[], options?: PgliteQueryOptions): Promise<Results<T>>;
-  exec(sql: string, options?: PgliteQueryOptions): Promise<Results[]>;
 }
 
 export interface PgliteThreadOptions {
@@ -91,10 +78,8 @@ export interface PgliteThreadOptions {
  * synchronously in WebAssembly; in the worker that time no longer blocks the API thread's event
  * loop, which only posts the statement and receives the rows (a structured clone each way).
  *
- * Every statement is posted as soon as its caller sends it, tagged with its session and its
- * caller's level (src/db/priority.ts); the worker decides the order (src/db/statementScheduler.ts).
- * This side tells the worker when a request's code sent nothing more in a turn of this event
- * loop, and keeps what the projection runner asks: whether a request waits, and since when none came.
+ * One statement is in flight at a time in practice (knex hands PGlite's one connection to one
+ * caller, behind the priority gate); the worker answers in arrival order either way.
  *
  * A worker that dies (out of memory, a WebAssembly abort) fails the statements in flight and every
  * later one: the database is gone, as an in-thread PGlite's would be.
@@ -108,12 +93,6 @@ export class PgliteThread {
   private failure: Error | null = null;
   private exited = false;
   private readonly exitedPromise: Promise<void>;
-  private lastSession = 0;
-  /** Requests' statements sent and not yet answered. */
-  private foregroundInFlight = 0;
-  private yieldScheduled = false;
-  /** When a request's statement was last sent (performance.now()). */
-  private lastForegroundAt = Number.NEGATIVE_INFINITY;
 
   private constructor(data: PgliteWorkerData, transfer: ArrayBuffer[]) {
     this.worker = new Worker(WORKER_ENTRY, { name: 'factlog-pglite', workerData: data, transferList: transfer });
@@ -158,59 +137,12 @@ export class PgliteThread {
     return this.closing !== null || this.exited;
   }
 
-  /**
-   * A statement of the thread's shared session (0), at the caller's level: statements sent
-   * this way are one session, as on an in-thread PGlite (a BEGIN sent here holds PGlite for them).
-   */
   query<T = Record<string, unknown>>(sql: string, params?: unknown[], options?: PgliteQueryOptions): Promise<Results<T>> {
-    return this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options), session: SHARED_SESSION, level: backgroundLevel() }) as Promise<Results<T>>;
+    return this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options) }) as Promise<Results<T>>;
   }
 
   exec(sql: string, options?: PgliteQueryOptions): Promise<Results[]> {
-    return this.send({ op: 'exec', sql, ...cloneableOptions(options), session: SHARED_SESSION, level: backgroundLevel() }) as Promise<Results[]>;
-  }
-
-  /** A new session at `level` (default: the caller's). */
-  session(level: Level = backgroundLevel()): PgliteSession {
-    const tag: StatementTag = { session: ++this.lastSession, level };
-    /**
-     * A transaction's BEGIN is answered here and sent with the transaction's first statement:
-     * the caller computes that statement after BEGIN returns (a projection applies its events),
-     * and meanwhile PGlite's thread, not yet inside the transaction, runs other sessions'
-     * statements instead of waiting for it. PostgreSQL takes a transaction's snapshot at its
-     * first statement, not at BEGIN, so nothing a caller can see changes.
-     */
-    let heldBegin: string | undefined;
-    const takeBegin = () => {
-      const begin = heldBegin;
-      heldBegin = undefined;
-      return begin === undefined ? {} : { begin };
-    };
-    return {
-      waitReady: this.waitReady,
-      query: <T>(sql: string, params?: unknown[], options?: PgliteQueryOptions) => {
-        if (heldBegin === undefined && (params === undefined || params.length === 0) && BEGIN.test(sql)) {
-          heldBegin = sql;
-          return Promise.resolve(BEGIN_ANSWER as Results<T>);
-        }
-        return this.send({ op: 'query', sql, ...(params ? { params } : {}), ...cloneableOptions(options), ...tag, ...takeBegin() }) as Promise<Results<T>>;
-      },
-      exec: async (sql: string, options?: PgliteQueryOptions) => {
-        const { begin } = takeBegin();
-        if (begin !== undefined) await this.send({ op: 'query', sql: begin, ...tag });
-        return (await this.send({ op: 'exec', sql, ...cloneableOptions(options), ...tag })) as Results[];
-      },
-    };
-  }
-
-  /** Whether a request's statement waits (or runs) in the worker. */
-  requestsWaiting(): boolean {
-    return this.foregroundInFlight > 0;
-  }
-
-  /** Milliseconds since a request's statement was last sent; Infinity if none was. */
-  msSinceRequest(): number {
-    return performance.now() - this.lastForegroundAt;
+    return this.send({ op: 'exec', sql, ...cloneableOptions(options) }) as Promise<Results[]>;
   }
 
   /** Closes PGlite (its files are consistent afterwards) and ends the worker. Idempotent. */
@@ -231,21 +163,16 @@ export class PgliteThread {
     return this.closing;
   }
 
-  private send(request: DistributiveOmit<Exclude<PgliteRequest, { op: 'yield' }>, 'id'>): Promise<unknown> {
+  private send(request: DistributiveOmit<PgliteRequest, 'id'>): Promise<unknown> {
     if (this.closing !== null) return Promise.reject(new Error('PGlite is closed'));
     return this.request(request);
   }
 
-  private request(request: DistributiveOmit<Exclude<PgliteRequest, { op: 'yield' }>, 'id'>): Promise<unknown> {
+  private request(request: DistributiveOmit<PgliteRequest, 'id'>): Promise<unknown> {
     if (this.failure !== null || this.exited) return Promise.reject(this.failure ?? new Error('PGlite is closed'));
-    const level = 'level' in request ? request.level : undefined;
-    if (level === 'foreground') {
-      this.foregroundInFlight++;
-      this.lastForegroundAt = performance.now();
-    }
     return new Promise((resolve, reject) => {
       const id = this.nextId++;
-      this.pending.set(id, { resolve: (reply) => resolve(reply.value), reject, ...(level ? { level } : {}) });
+      this.pending.set(id, { resolve: (reply) => resolve(reply.value), reject });
       // A statement in flight keeps the process alive until it is answered; an idle worker does not.
       if (this.pending.size === 1) this.worker.ref();
       this.worker.postMessage({ ...request, id } as PgliteRequest);
@@ -257,37 +184,10 @@ export class PgliteThread {
     if (pending === undefined) return;
     this.pending.delete(reply.id);
     if (this.pending.size === 0) this.worker.unref();
-    if (pending.level === 'foreground') {
-      this.foregroundInFlight--;
-      this.scheduleYield();
-    }
     if (reply.ok) pending.resolve(reply);
     else pending.reject(deserializeDatabaseError(reply.error));
   }
-
-  /**
-   * After a request's statement is answered, the request's code runs on in this turn of the
-   * event loop; if it sent no further statement by the end of the turn, the worker hears that
-   * lower levels may go (it holds them until then: src/db/statementScheduler.ts).
-   */
-  private scheduleYield(): void {
-    if (this.yieldScheduled) return;
-    this.yieldScheduled = true;
-    setImmediate(() => {
-      this.yieldScheduled = false;
-      if (this.foregroundInFlight === 0 && !this.exited) this.worker.postMessage({ op: 'yield' } satisfies PgliteRequest);
-    });
-  }
 }
-
-/** A statement that opens a transaction block (knex: `BEGIN;`, `BEGIN TRANSACTION ISOLATION LEVEL …;`). */
-const BEGIN = /^\s*BEGIN\b/i;
-
-/** What PGlite answers a BEGIN. */
-const BEGIN_ANSWER: Results = { rows: [], fields: [], affectedRows: 0 };
-
-/** The session of statements sent with `query` and `exec` on the thread itself. */
-const SHARED_SESSION = 0;
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 

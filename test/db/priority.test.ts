@@ -1,5 +1,5 @@
 import t from 'tap';
-import { inBackground, inProjections, isBackground } from '../../src/db/priority.js';
+import { inBackground, inProjections, isBackground, PriorityGate } from '../../src/db/priority.js';
 import { openTestPglite } from '../helpers/pglite.js';
 
 t.test('inBackground marks the work it starts, and only that', async (t) => {
@@ -10,6 +10,64 @@ t.test('inBackground marks the work it starts, and only that', async (t) => {
   });
   await inBackground(async () => t.equal(isBackground(), true, 'deferred work is background work too'), 'deferred');
   t.equal(isBackground(), false, 'the caller is not');
+});
+
+t.test('the gate lets one holder in: requests, then projections, then background work, then deferred work', async (t) => {
+  const gate = new PriorityGate();
+  const order: string[] = [];
+  await gate.enter();
+  const waiters = [
+    inBackground(() => gate.enter().then(() => order.push('deferred 1')), 'deferred'),
+    inBackground(() => gate.enter().then(() => order.push('background 1'))),
+    inProjections(() => gate.enter().then(() => order.push('projections 1'))),
+    inBackground(() => gate.enter().then(() => order.push('deferred 2')), 'deferred'),
+    inBackground(() => gate.enter().then(() => order.push('background 2'))),
+    inProjections(() => gate.enter().then(() => order.push('projections 2'))),
+    gate.enter().then(() => order.push('foreground')),
+  ];
+  t.same(gate.waiting(), { foreground: 1, projections: 2, background: 2, deferred: 2 });
+  t.equal(inProjections(isBackground), false, 'projection work is not background work');
+  for (let i = 0; i < waiters.length; i++) {
+    gate.leave();
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  await Promise.all(waiters);
+  t.same(
+    order,
+    ['foreground', 'projections 1', 'projections 2', 'background 1', 'background 2', 'deferred 1', 'deferred 2'],
+    'by level, each level in arrival order',
+  );
+  gate.leave();
+  await gate.enter();
+  t.pass('free again once every holder left');
+});
+
+t.test("a request's next statement, sent as its previous one ends, goes before waiting lower levels", async (t) => {
+  const gate = new PriorityGate();
+  const order: string[] = [];
+  await gate.enter(); // a request's first statement
+  const lower = [
+    inProjections(() => gate.enter().then(() => order.push('projections'))).then(() => gate.leave()),
+    inBackground(() => gate.enter().then(() => order.push('background'))).then(() => gate.leave()),
+  ];
+  gate.leave();
+  await Promise.resolve(); // the request's code goes on to its next statement
+  await gate.enter();
+  order.push('request again');
+  gate.leave();
+  await Promise.all(lower);
+  t.same(order, ['request again', 'projections', 'background'], 'then the lower levels, once the request sent nothing more');
+  // A projection that leaves hands the connection on at once: waiting background work goes before a later request.
+  const handedOn: string[] = [];
+  await inProjections(() => gate.enter());
+  const background = inBackground(() => gate.enter().then(() => handedOn.push('background'))).then(() => gate.leave());
+  gate.leave();
+  await Promise.resolve();
+  await gate.enter();
+  handedOn.push('request');
+  gate.leave();
+  await background;
+  t.same(handedOn, ['background', 'request']);
 });
 
 t.test('on PGlite a request waiting behind queued background statements goes first', async (t) => {
@@ -26,7 +84,7 @@ t.test('on PGlite a request waiting behind queued background statements goes fir
   await db.knex.transaction(async (trx) => {
     await trx.raw('SELECT 1');
   });
-  t.pass('transactions run through the session hand-out');
+  t.pass('transactions acquire and release through the gate');
 });
 
 t.test('on PGlite requestsWaiting says whether a request waits for the connection', async (t) => {
@@ -52,71 +110,17 @@ t.test('on PGlite requestsWaiting says whether a request waits for the connectio
   t.equal(db.requestsWaiting?.(), false, 'answered');
 });
 
-t.test('on PGlite a transaction is never interleaved with statements sent meanwhile', async (t) => {
-  const db = await openTestPglite();
-  t.teardown(() => db.close());
-  await db.knex.raw('CREATE TABLE interleaved (n int)');
-  let outside: Promise<unknown> | null = null;
-  await t.rejects(
-    inBackground(() =>
-      db.knex.transaction(async (trx) => {
-        await trx.raw('INSERT INTO interleaved VALUES (1)');
-        // Sent while the transaction is open, at a higher level: it must not run inside it.
-        outside = db.knex.raw('INSERT INTO interleaved VALUES (2)').then(() => 'sent');
-        await new Promise((resolve) => setTimeout(resolve, 20));
-        await trx.raw('INSERT INTO interleaved VALUES (3)');
-        throw new Error('roll back');
-      }),
-    ),
-    /roll back/,
-  );
-  await outside;
-  t.same((await db.knex.raw('SELECT n FROM interleaved ORDER BY n')).rows, [{ n: 2 }], "the outside statement kept, the transaction's rolled back");
-});
-
-t.test('on PGlite msSinceRequest says how long ago a request sent a statement; projection and background work do not count', async (t) => {
-  const db = await openTestPglite();
-  t.teardown(() => db.close());
-  await db.knex.raw('SELECT 1');
+t.test('the gate says how long ago a request last entered; projection and background work do not count', async (t) => {
+  const gate = new PriorityGate();
+  t.equal(gate.msSinceForeground(), Number.POSITIVE_INFINITY, 'no request yet');
+  await inProjections(() => gate.enter());
+  gate.leave();
+  await inBackground(() => gate.enter());
+  gate.leave();
+  t.equal(gate.msSinceForeground(), Number.POSITIVE_INFINITY, 'projection and background work are no requests');
+  await gate.enter();
+  gate.leave();
   await new Promise((resolve) => setTimeout(resolve, 30));
-  // A knex query starts when awaited: inside the mark, as the runner's and the stages' code does.
-  await inProjections(async () => await db.knex.raw('SELECT 1'));
-  await inBackground(async () => await db.knex.raw('SELECT 1'));
-  const since = db.msSinceRequest?.() ?? 0;
-  t.ok(since >= 25 && since < 10_000, `a request sent a statement ${since.toFixed(1)} ms ago`);
-  await db.knex.raw('SELECT 1');
-  t.ok((db.msSinceRequest?.() ?? 0) < 25, 'and a request now');
-});
-
-t.test("on PGlite a transaction's BEGIN goes with its first statement: until then other statements run", async (t) => {
-  const db = await openTestPglite();
-  t.teardown(() => db.close());
-  await db.knex.raw('CREATE TABLE computed (n int)');
-  let release!: () => void;
-  const computing = new Promise<void>((resolve) => (release = resolve));
-  const transaction = inProjections(() =>
-    db.knex.transaction(async (trx) => {
-      await computing; // the transaction's code working out its first statement
-      await trx.raw('INSERT INTO computed VALUES (1)');
-      return (await trx.raw('SHOW transaction_isolation')).rows[0];
-    }, { isolationLevel: 'serializable' }),
-  );
-  await new Promise((resolve) => setTimeout(resolve, 20));
-  try {
-    const outside = inBackground(async () => (await db.knex.raw('INSERT INTO computed VALUES (2)'), 'ran'));
-    t.equal(await Promise.race([outside, new Promise((resolve) => setTimeout(() => resolve('waited for the transaction'), 2000))]), 'ran');
-  } finally {
-    release();
-  }
-  t.same(await transaction, { transaction_isolation: 'serializable' }, 'the held BEGIN, with its isolation level, opened the transaction');
-  await db.knex.transaction(async () => undefined);
-  t.same((await db.knex.raw('SELECT n FROM computed ORDER BY n')).rows, [{ n: 1 }, { n: 2 }], 'an empty transaction commits, and nothing stays open');
-  await t.rejects(
-    db.knex.transaction(async (trx) => {
-      await trx.raw('INSERT INTO computed VALUES (3)');
-      throw new Error('roll back');
-    }),
-    /roll back/,
-  );
-  t.same((await db.knex.raw('SELECT count(*)::int AS n FROM computed')).rows, [{ n: 2 }], 'a rollback undoes the first statement');
+  const since = gate.msSinceForeground();
+  t.ok(since >= 25 && since < 10_000, `a request entered ${since.toFixed(1)} ms ago`);
 });
