@@ -26,7 +26,7 @@ export function unpackVector(packed: string): number[] {
 if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) throw new Error('packVector assumes a little-endian host');
 
 /** Cosine similarity of two vectors of equal length; 0 when either is all zeros. */
-export function cosineSimilarity(a: readonly number[], b: readonly number[]): number {
+export function cosineSimilarity(a: ArrayLike<number>, b: ArrayLike<number>): number {
   if (a.length !== b.length) throw new RangeError(`vectors differ in length: ${a.length} and ${b.length}`);
   let dot = 0;
   let normA = 0;

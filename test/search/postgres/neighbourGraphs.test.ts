@@ -210,3 +210,78 @@ t.test('many graph searches let the event loop turn between them', async (t) => 
   t.ok(answers.every((answer) => answer.items.length === 0));
   t.ok(seenAtTurns.some((count) => count > 0 && count < 3000), `the loop turned while the searches ran (counts seen: ${seenAtTurns.slice(0, 5).join(', ')}…)`);
 });
+
+t.test('a written vector is pending: compared exactly at once, added to the HNSW index at later turns of the event loop', async (t) => {
+  const { db, index, repositoryId } = await openGraphIndex(t);
+  await indexedFacts(db, index, `other-${randomUUID()}`, 1); // the vector table exists
+  const graphs = createNeighbourGraphs(db.knex, DIMENSIONS);
+  const table = { table: 'fact_vectors', key: 'fact_id' };
+  let additions = 0;
+  const add = Index.prototype.add;
+  Index.prototype.add = function (this: Index, ...args: unknown[]) {
+    additions += 1;
+    return Reflect.apply(add, this, args) as ReturnType<Index['add']>;
+  } as Index['add'];
+  t.teardown(() => {
+    Index.prototype.add = add;
+  });
+  t.same(await graphs.nearest(db.knex, table, repositoryId, spread(0), 3), { ids: [], exhausted: true }, 'an empty graph, loaded');
+
+  const vectors = Array.from({ length: 300 }, (_, n) => ({ id: `v${n}`, repository_id: repositoryId, vector: spread(n) }));
+  graphs.written(db.knex, table, vectors.slice(0, 200));
+  await graphs.added();
+  t.equal(additions, 200, 'the first 200 are in the index once added() resolves');
+  t.equal(graphs.pendingOf('fact_vectors', repositoryId), 0);
+
+  graphs.written(db.knex, table, vectors.slice(200));
+  t.equal(additions, 200, 'writing adds nothing to the index in the writer’s turn');
+  t.equal(graphs.pendingOf('fact_vectors', repositoryId), 100, 'the new vectors are pending');
+  t.equal(graphs.sizeOf('fact_vectors', repositoryId), 300, 'and held');
+  const exactNearest = (query: number[], count: number, minScore = -Infinity) =>
+    vectors
+      .map(({ id, vector }) => ({ id, score: cosine(vector, query) }))
+      .filter(({ score }) => score >= minScore)
+      .sort((a, b) => b.score - a.score)
+      .slice(0, count)
+      .map(({ id }) => id);
+  for (const n of [205, 250, 17, 3001]) {
+    const query = spread(n);
+    const { ids } = await graphs.nearest(db.knex, table, repositoryId, query, 10);
+    t.same(ids, exactNearest(query, 10), `query ${n}: the index’s and the pending vectors merged, nearest first`);
+  }
+  const close = await graphs.nearest(db.knex, table, repositoryId, spread(250), 50, 0.9999);
+  t.same(close, { ids: exactNearest(spread(250), 50, 0.9999), exhausted: true }, 'with minScore: only the close ones, pending or not, and nothing more to give');
+  t.ok(close.ids.includes('v250'), 'a pending vector among them');
+  const cut = await graphs.nearest(db.knex, table, repositoryId, spread(250), 2);
+  t.equal(cut.exhausted, false, 'a cut answer is not exhausted');
+
+  graphs.written(db.knex, table, [{ id: 'v250', repository_id: repositoryId, vector: null }]);
+  t.notOk((await graphs.nearest(db.knex, table, repositoryId, spread(250), 10)).ids.includes('v250'), 'a pending vector removed (outside a transaction: at once) is gone');
+  await graphs.added();
+  t.equal(additions, 299, 'the rest are added, the removed one not');
+  t.equal(graphs.pendingOf('fact_vectors', repositoryId), 0);
+  t.same((await graphs.nearest(db.knex, table, repositoryId, spread(205), 10)).ids, exactNearest(spread(205), 10), 'the index alone answers the same');
+});
+
+t.test('pending vectors are added a few milliseconds at a turn: the event loop turns between', async (t) => {
+  const { db, index, repositoryId } = await openGraphIndex(t);
+  await indexedFacts(db, index, `other-${randomUUID()}`, 1); // the vector table exists
+  // Wide vectors, so that adding them takes long enough to need many turns.
+  const dimensions = 384;
+  const graphs = createNeighbourGraphs(db.knex, dimensions);
+  const table = { table: 'fact_vectors', key: 'fact_id' };
+  await graphs.nearest(db.knex, table, repositoryId, new Array<number>(dimensions).fill(1), 1);
+  const wide = (n: number) => Array.from({ length: dimensions }, (_, i) => Math.sin(n * 0.37 + i * 1.3) + 0.01);
+  graphs.written(db.knex, table, Array.from({ length: 3000 }, (_, n) => ({ id: `w${n}`, repository_id: repositoryId, vector: wide(n) })));
+  const seen: number[] = [];
+  let watching = true;
+  const note = () => {
+    seen.push(graphs.pendingOf('fact_vectors', repositoryId) ?? -1);
+    if (watching) setImmediate(note);
+  };
+  setImmediate(note);
+  await graphs.added();
+  watching = false;
+  t.equal(graphs.pendingOf('fact_vectors', repositoryId), 0, 'all added');
+  t.ok(seen.filter((count) => count > 0 && count < 3000).length >= 3, `the loop turned while they were added (pending seen: ${seen.slice(0, 5).join(', ')}…)`);
+});
