@@ -21,6 +21,27 @@ export interface AutovacuumThresholds {
   analyzeScale: number;
 }
 
+/**
+ * A statement that turns off the planner statistics of a table's columns that no statement
+ * filters, joins or sorts on, so an ANALYZE samples only what plans read: an ANALYZE holds an
+ * embedded node's one connection while requests wait, and each column's statistics cost it
+ * about as much as the sampling does. Changes the catalogue only when a column still has
+ * statistics: an ALTER at every start would invalidate every connection's cached plans of the
+ * table. Names are identifiers written in this codebase, never input.
+ */
+export function withoutPlannerStatistics(table: string, columns: readonly string[]): string {
+  return `DO $stats$
+  BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute
+                WHERE attrelid = '${table}'::regclass
+                  AND attname IN (${columns.map((column) => `'${column}'`).join(', ')})
+                  AND attstattarget IS DISTINCT FROM 0) THEN
+      ALTER TABLE ${table} ${columns.map((column) => `ALTER COLUMN ${column} SET STATISTICS 0`).join(', ')};
+    END IF;
+  END
+  $stats$`;
+}
+
 /** PostgreSQL's defaults for the settings above. */
 export const POSTGRES_AUTOVACUUM_DEFAULTS: Readonly<AutovacuumThresholds> = {
   vacuumBase: 50,

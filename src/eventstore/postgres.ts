@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { withoutPlannerStatistics } from '../db/autovacuum.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
 import { rawQuery } from '../db/rawQuery.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
@@ -99,16 +100,7 @@ const migrationStatements = [
   // the payloads too and held PGlite's one connection 160 ms (60 ms without them), several times
   // a 1,000-page ingest (docs/performance.md, "Twentieth round"). Set once: changing the catalogue
   // at every start would invalidate every connection's cached plans of the table.
-  `DO $stats$
-  BEGIN
-    IF EXISTS (SELECT 1 FROM pg_attribute
-                WHERE attrelid = 'events'::regclass
-                  AND attname IN (${unfilteredEventColumns.map((column) => `'${column}'`).join(', ')})
-                  AND attstattarget IS DISTINCT FROM 0) THEN
-      ALTER TABLE events ${unfilteredEventColumns.map((column) => `ALTER COLUMN ${column} SET STATISTICS 0`).join(', ')};
-    END IF;
-  END
-  $stats$`,
+  withoutPlannerStatistics('events', unfilteredEventColumns),
   `CREATE TABLE IF NOT EXISTS streams (
     stream_id text PRIMARY KEY,
     version integer NOT NULL

@@ -1,9 +1,9 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { migrateJobs } from '../../src/pipeline/jobs.js';
+import { migrateJobs, unfilteredJobColumns } from '../../src/pipeline/jobs.js';
 import { createJobIntakeProjection, sourceIdOf } from '../../src/pipeline/intake.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
-import { backends, FakeLog, openJobsFixture, testStage } from './helpers.js';
+import { backends, FakeLog, jobInputFor, openJobsFixture, testStage } from './helpers.js';
 
 /** An event on any stream, for intake's source/report rules. */
 function eventOn(log: FakeLog, streamId: string, type: string, data: Record<string, unknown>): RecordedEvent {
@@ -34,6 +34,21 @@ for (const backend of backends) {
         `SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs' AND column_name IN ('source_id', 'report_id') ORDER BY column_name`,
       );
       t.same(columns.rows.map((row) => row.column_name), ['report_id', 'source_id']);
+    });
+
+    t.test('ANALYZE keeps no statistics of the columns no statement filters on', async (t) => {
+      // A table migrated before the setting existed: every column with statistics.
+      await db.knex.raw(`ALTER TABLE jobs ${unfilteredJobColumns.map((column) => `ALTER COLUMN ${column} SET STATISTICS -1`).join(', ')}`);
+      for (let n = 0; n < 30; n++) await jobs.enqueue(jobInputFor('fetch_source', log.add('SourceAdded', { sourceId: `source-${n}` })));
+      await migrateJobs(db.knex);
+      await migrateJobs(db.knex); // again: leaves the setting as it is
+      await db.knex.raw('ANALYZE jobs');
+      const { rows } = (await db.knex.raw(`SELECT attname FROM pg_stats WHERE tablename = 'jobs' ORDER BY attname`)) as { rows: Array<{ attname: string }> };
+      const analyzed = rows.map((row) => row.attname);
+      t.same(analyzed.filter((column) => (unfilteredJobColumns as readonly string[]).includes(column)), [], 'none of the unfiltered columns');
+      for (const column of ['id', 'kind', 'state', 'subject_id', 'repository_id', 'next_attempt_at', 'trigger_position', 'created_at', 'claim_token']) {
+        t.ok(analyzed.includes(column), `${column} has statistics`);
+      }
     });
 
     if (backend.name === 'postgres') {
