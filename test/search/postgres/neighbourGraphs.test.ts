@@ -25,6 +25,20 @@ const openGraphIndex = async (t: Test) => {
   return { db, index: inMemory(db), repositoryId: `repo-${randomUUID()}` };
 };
 
+/** Counts the calls of a usearch `Index` method in every graph until the test ends. */
+const countCalls = <M extends 'add' | 'search'>(t: Test, method: M) => {
+  const counter = { count: 0 };
+  const original: Index[M] = Index.prototype[method];
+  Index.prototype[method] = function (this: Index, ...args: unknown[]) {
+    counter.count += 1;
+    return Reflect.apply(original, this, args) as ReturnType<Index[M]>;
+  } as Index[M];
+  t.teardown(() => {
+    Index.prototype[method] = original;
+  });
+  return counter;
+};
+
 const indexedFacts = async (db: Database, index: ReturnType<typeof inMemory>, repositoryId: string, count: number, extra: (n: number) => Partial<FactDocument> = () => ({})) => {
   const docs = Array.from({ length: count }, (_, n) => fact(repositoryId, `Fact ${n} of ${repositoryId}.`, { vector: spread(n), ...extra(n) }));
   await insertFacts(db, docs);
@@ -184,29 +198,21 @@ t.test('many graph searches let the event loop turn between them', async (t) => 
   const { db, index, repositoryId } = await openGraphIndex(t);
   await indexedFacts(db, index, repositoryId, 200);
   // Count the graph's searches; a chain of immediates notes how many were done at each turn.
-  let searches = 0;
-  const search = Index.prototype.search;
-  Index.prototype.search = function (this: Index, ...args: unknown[]) {
-    searches += 1;
-    return Reflect.apply(search, this, args) as ReturnType<Index['search']>;
-  } as Index['search'];
-  t.teardown(() => {
-    Index.prototype.search = search;
-  });
+  const searches = countCalls(t, 'search');
   const seenAtTurns: number[] = [];
   let running = true;
   const note = () => {
-    seenAtTurns.push(searches);
+    seenAtTurns.push(searches.count);
     if (running) setImmediate(note);
   };
   // A similarity no fact reaches: the answer needs no statement, only graph searches.
   const queries = Array.from({ length: 3000 }, (_, n) => ({ repositoryId, vector: spread(5000 + n), k: 5, minScore: 0.99999999 }));
   await index.knn(facts, queries[0]); // the graph is loaded before the count starts
-  searches = 0;
+  searches.count = 0;
   setImmediate(note);
   const answers = await index.knnMany(facts, queries);
   running = false;
-  t.equal(searches, 3000, 'one graph search per query');
+  t.equal(searches.count, 3000, 'one graph search per query');
   t.ok(answers.every((answer) => answer.items.length === 0));
   t.ok(seenAtTurns.some((count) => count > 0 && count < 3000), `the loop turned while the searches ran (counts seen: ${seenAtTurns.slice(0, 5).join(', ')}…)`);
 });
@@ -216,25 +222,17 @@ t.test('a written vector is pending: compared exactly at once, added to the HNSW
   await indexedFacts(db, index, `other-${randomUUID()}`, 1); // the vector table exists
   const graphs = createNeighbourGraphs(db.knex, DIMENSIONS);
   const table = { table: 'fact_vectors', key: 'fact_id' };
-  let additions = 0;
-  const add = Index.prototype.add;
-  Index.prototype.add = function (this: Index, ...args: unknown[]) {
-    additions += 1;
-    return Reflect.apply(add, this, args) as ReturnType<Index['add']>;
-  } as Index['add'];
-  t.teardown(() => {
-    Index.prototype.add = add;
-  });
+  const additions = countCalls(t, 'add');
   t.same(await graphs.nearest(db.knex, table, repositoryId, spread(0), 3), { ids: [], exhausted: true }, 'an empty graph, loaded');
 
   const vectors = Array.from({ length: 300 }, (_, n) => ({ id: `v${n}`, repository_id: repositoryId, vector: spread(n) }));
   graphs.written(db.knex, table, vectors.slice(0, 200));
   await graphs.added();
-  t.equal(additions, 200, 'the first 200 are in the index once added() resolves');
+  t.equal(additions.count, 200, 'the first 200 are in the index once added() resolves');
   t.equal(graphs.pendingOf('fact_vectors', repositoryId), 0);
 
   graphs.written(db.knex, table, vectors.slice(200));
-  t.equal(additions, 200, 'writing adds nothing to the index in the writer’s turn');
+  t.equal(additions.count, 200, 'writing adds nothing to the index in the writer’s turn');
   t.equal(graphs.pendingOf('fact_vectors', repositoryId), 100, 'the new vectors are pending');
   t.equal(graphs.sizeOf('fact_vectors', repositoryId), 300, 'and held');
   const exactNearest = (query: number[], count: number, minScore = -Infinity) =>
@@ -258,7 +256,7 @@ t.test('a written vector is pending: compared exactly at once, added to the HNSW
   graphs.written(db.knex, table, [{ id: 'v250', repository_id: repositoryId, vector: null }]);
   t.notOk((await graphs.nearest(db.knex, table, repositoryId, spread(250), 10)).ids.includes('v250'), 'a pending vector removed (outside a transaction: at once) is gone');
   await graphs.added();
-  t.equal(additions, 299, 'the rest are added, the removed one not');
+  t.equal(additions.count, 299, 'the rest are added, the removed one not');
   t.equal(graphs.pendingOf('fact_vectors', repositoryId), 0);
   t.same((await graphs.nearest(db.knex, table, repositoryId, spread(205), 10)).ids, exactNearest(spread(205), 10), 'the index alone answers the same');
 });
