@@ -248,7 +248,9 @@ export function createNeighbourGraphs(knex: Knex, dimensions: number) {
     byRepository.set(repositoryId, entry);
     // A failed load is forgotten (with the writes applied to its graph: the table has them): the next query loads again.
     ready.catch(() => {
-      if (byRepository.get(repositoryId) === entry) byRepository.delete(repositoryId);
+      if (byRepository.get(repositoryId) !== entry) return;
+      byRepository.delete(repositoryId);
+      withPending.delete(graph);
     });
     return ready;
   }
@@ -302,11 +304,13 @@ export function createNeighbourGraphs(knex: Knex, dimensions: number) {
       onOutcome(
         executor,
         () => {
+          const graph = existing(table, repositoryId);
           if (ids === null) {
             graphs.get(table)?.delete(repositoryId);
+            // A dropped graph's pending vectors are not worth adding.
+            if (graph !== undefined) withPending.delete(graph);
             return;
           }
-          const graph = existing(table, repositoryId);
           for (const id of ids) graph?.remove(id);
         },
         () => undefined,

@@ -259,6 +259,11 @@ t.test('a written vector is pending: compared exactly at once, added to the HNSW
   t.equal(additions.count, 299, 'the rest are added, the removed one not');
   t.equal(graphs.pendingOf('fact_vectors', repositoryId), 0);
   t.same((await graphs.nearest(db.knex, table, repositoryId, spread(205), 10)).ids, exactNearest(spread(205), 10), 'the index alone answers the same');
+
+  graphs.written(db.knex, table, vectors.slice(0, 50).map((vector) => ({ ...vector, vector: spread(9000 + Number(vector.id.slice(1))) })));
+  graphs.removed(db.knex, table, repositoryId, null);
+  await graphs.added();
+  t.equal(additions.count, 299, 'the pending vectors of a removed repository’s graph are dropped, not added');
 });
 
 t.test('pending vectors are added a few milliseconds at a turn: the event loop turns between', async (t) => {
