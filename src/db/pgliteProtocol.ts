@@ -18,9 +18,13 @@ export interface PgliteWorkerData {
 /** Query options that survive a structured clone: no parsers, serializers or callbacks. */
 export type PgliteQueryOptions = Pick<QueryOptions, 'rowMode'>;
 
+/**
+ * `begin`: a `BEGIN` the proxy held back (pgliteThread.ts), run just before the statement; its
+ * failure is the statement's.
+ */
 export type PgliteRequest =
-  | { id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions }
-  | { id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions }
+  | { id: number; op: 'query'; sql: string; params?: unknown[]; options?: PgliteQueryOptions; begin?: string }
+  | { id: number; op: 'exec'; sql: string; options?: PgliteQueryOptions; begin?: string }
   | { id: number; op: 'close' };
 
 /** Id 0 answers the opening. */

@@ -42,9 +42,10 @@ port.on('message', (request: PgliteRequest) => {
 async function handle(request: PgliteRequest): Promise<PgliteReply> {
   try {
     const pglite = await opened;
+    prepared ??= new PreparedStatements(pglite);
+    if (request.op !== 'close' && request.begin !== undefined) await prepared.query(request.begin);
     switch (request.op) {
       case 'query':
-        prepared ??= new PreparedStatements(pglite);
         return { id: request.id, ok: true, value: await prepared.query(request.sql, request.params, request.options) };
       case 'exec':
         return { id: request.id, ok: true, value: await pglite.exec(request.sql, request.options) };

@@ -43,6 +43,37 @@ t.test('statements answer in the order they were sent; a transaction spans messa
   t.same((await thread.query('SELECT count(*)::int AS n FROM ordered WHERE n = 100')).rows, [{ n: 0 }]);
 });
 
+t.test('a BEGIN is answered at once and runs with the next statement: the transaction is the same', async (t) => {
+  await thread.exec('CREATE TABLE begun (n int)');
+  let slowAnswered = false;
+  const slow = thread.query('SELECT pg_sleep(0.2)').then(() => (slowAnswered = true));
+  await thread.query('BEGIN;');
+  t.notOk(slowAnswered, 'the BEGIN did not wait for the worker to finish the statement before it');
+  await slow;
+  await thread.query('INSERT INTO begun VALUES (1)');
+  const inside = await thread.query<{ open: boolean }>('SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS open');
+  t.same(inside.rows, [{ open: true }], 'the insert ran inside a transaction');
+  await thread.query('ROLLBACK');
+  t.same((await thread.query('SELECT count(*)::int AS n FROM begun')).rows, [{ n: 0 }], 'rolled back');
+
+  await thread.query('BEGIN');
+  await thread.exec('INSERT INTO begun VALUES (2); INSERT INTO begun VALUES (3)');
+  await thread.query('COMMIT');
+  t.same((await thread.query('SELECT count(*)::int AS n FROM begun')).rows, [{ n: 2 }], 'a held BEGIN rides with exec too');
+
+  // A statement that fails after a held BEGIN leaves the transaction open and aborted, as it would have.
+  await thread.query('BEGIN');
+  await t.rejects(thread.query('SELECT 1 / 0'), { code: '22012' });
+  await t.rejects(thread.query('SELECT 1'), { code: '25P02' });
+  await thread.query('ROLLBACK');
+  t.same((await thread.query('SELECT 1 AS one')).rows, [{ one: 1 }]);
+
+  // A BEGIN with parameters or options is sent as it comes.
+  await thread.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
+  t.same((await thread.query("SELECT current_setting('transaction_isolation') AS level")).rows, [{ level: 'serializable' }]);
+  await thread.query('ROLLBACK');
+});
+
 t.test('the calling thread’s event loop turns while a statement runs', async (t) => {
   let turns = 0;
   const ticker = setInterval(() => turns++, 1);
