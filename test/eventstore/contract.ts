@@ -1,11 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
 import knexFactory, { type Knex } from 'knex';
-import { PGlite } from '@electric-sql/pglite';
 import ClientPgLite from 'knex-pglite';
 import type { Database } from '../../src/db/database.js';
-import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
-import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
+import { releaseMemoryPglite, takeMemoryPglite } from '../helpers/pglite.js';
 import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
 import { ConcurrencyError, InvalidEventError, type EventStore } from '../../src/eventstore/port.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
@@ -45,15 +43,21 @@ export function testSchemas(): EventSchemaRegistry {
  * does not need it.
  */
 export async function openMemoryPglite(): Promise<Database> {
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
-  const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
+  const pglite = await takeMemoryPglite();
+  // knex-pglite closes its PGlite when knex is destroyed; this one goes back to be emptied and kept.
+  const connection = { waitReady: pglite.waitReady, query: pglite.query.bind(pglite), close: async () => undefined };
+  const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite: connection }) } as Knex.Config);
+  let closing: Promise<void> | null = null;
   return {
     knex,
     kind: 'pglite',
     hasVector: false,
-    close: async () => {
-      await knex.destroy();
-      if (!pglite.closed) await pglite.close();
+    close: () => {
+      closing ??= (async () => {
+        await knex.destroy();
+        await releaseMemoryPglite(pglite);
+      })();
+      return closing;
     },
   };
 }
