@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
+import { processWideSchemaCompilers } from './schemaCompilers.js';
 import multipart from '@fastify/multipart';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -85,6 +86,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       void (reply as FastifyReply).status(400).send({ error: 'bad_request', message: error.message });
     },
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: processWideSchemaCompilers },
   });
   registerErrorHandling(app);
   registerSecurityHeaders(app);

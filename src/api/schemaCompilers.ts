@@ -1,0 +1,61 @@
+import { AjvCompiler } from '@fastify/ajv-compiler';
+import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
+import type { FastifySchemaCompiler, FastifySerializerCompiler, FastifyServerOptions } from 'fastify';
+
+type CompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>;
+type RouteValidatorCompiler = FastifySchemaCompiler<unknown>;
+type RouteSerializerCompiler = FastifySerializerCompiler<unknown>;
+/** A compilers factory as fastify calls it: the app's shared schemas and options in, a compiler of one route's schema out. */
+type Factory<Compiler> = (externalSchemas: unknown, options: unknown) => Compiler;
+
+/**
+ * Route schemas compiled once per process, not once per app. fastify's default compilers make
+ * a new Ajv and compile every route's validators and response serializers (fast-json-stringify)
+ * for each app it builds: about half of the API thread's work in starting one. A process that
+ * builds several apps (the test suite starts a service per file, several per file at times)
+ * compiled the same schemas again each time (docs/testing.md, "What a test file pays for").
+ *
+ * A compiled function depends only on the schema, the part or status it is for and the
+ * compiler's options, so it is kept under those, as JSON (the schemas are data; a schema that
+ * differs between apps, say by a configured limit, is a different key). Validators come from one
+ * process-wide pool of Ajv instances (one per set of options), as fastify's compiler pools them
+ * within one app. No route schema has an `$id`, which an Ajv instance would hold once.
+ */
+const compiledValidators = new Map<string, ReturnType<RouteValidatorCompiler>>();
+const compiledSerializers = new Map<string, ReturnType<RouteSerializerCompiler>>();
+// The packages' declarations describe an older call shape (a bare schema); at run time their
+// factories take and return what fastify passes, which FastifySchemaCompiler describes.
+const validatorPool = AjvCompiler() as unknown as Factory<RouteValidatorCompiler>;
+const serializerFactory = SerializerSelector() as unknown as Factory<RouteSerializerCompiler>;
+
+const buildValidator: Factory<RouteValidatorCompiler> = (externalSchemas, options) => {
+  const compile = validatorPool(externalSchemas, options);
+  const compilerKey = JSON.stringify([externalSchemas, options]);
+  return (route) => {
+    const key = JSON.stringify([compilerKey, route.httpPart, route.schema]);
+    let compiled = compiledValidators.get(key);
+    if (compiled === undefined) {
+      compiled = compile(route);
+      compiledValidators.set(key, compiled);
+    }
+    return compiled;
+  };
+};
+
+const buildSerializer: Factory<RouteSerializerCompiler> = (externalSchemas, options) => {
+  const compile = serializerFactory(externalSchemas, options);
+  const compilerKey = JSON.stringify([externalSchemas, options]);
+  return (route) => {
+    const key = JSON.stringify([compilerKey, route.httpStatus, route.contentType, route.schema]);
+    let compiled = compiledSerializers.get(key);
+    if (compiled === undefined) {
+      compiled = compile(route);
+      compiledSerializers.set(key, compiled);
+    }
+    return compiled;
+  };
+};
+
+/** fastify's `schemaController.compilersFactory`: its own compilers, their results kept for the process. */
+// fastify's option is typed with the packages' declarations (above), so it takes these as they do.
+export const processWideSchemaCompilers = { buildValidator, buildSerializer } as unknown as CompilersFactory;

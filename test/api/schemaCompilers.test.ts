@@ -1,0 +1,52 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import t from 'tap';
+import { processWideSchemaCompilers } from '../../src/api/schemaCompilers.js';
+
+/** A small app as buildApp configures fastify's compilers, with one route whose body holds a name of at most `maxName` characters. */
+async function appWith(maxName: number, seen: { validators: unknown[]; serializers: unknown[] }): Promise<FastifyInstance> {
+  const app = Fastify({
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: processWideSchemaCompilers },
+  });
+  app.post(
+    '/things',
+    {
+      schema: {
+        body: { type: 'object', required: ['name'], additionalProperties: false, properties: { name: { type: 'string', maxLength: maxName }, count: { type: 'integer', default: 1 } } },
+        response: { 200: { type: 'object', properties: { name: { type: 'string' }, count: { type: 'integer' } } } },
+      },
+    },
+    async (request, reply) => {
+      seen.validators.push(request.getValidationFunction('body'));
+      seen.serializers.push(reply.getSerializationFunction('200'));
+      return { ...(request.body as object), secret: 'not in the response schema' };
+    },
+  );
+  await app.ready();
+  return app;
+}
+
+t.test('apps of one process share the compiled functions of equal schemas, and each validates by its own', async (t) => {
+  const seen = { validators: [] as unknown[], serializers: [] as unknown[] };
+  const first = await appWith(5, seen);
+  const second = await appWith(5, seen);
+  const other = await appWith(10, seen);
+  t.teardown(async () => {
+    await Promise.all([first.close(), second.close(), other.close()]);
+  });
+
+  for (const app of [first, second, other]) {
+    const ok = await app.inject({ method: 'POST', url: '/things', payload: { name: 'abc' } });
+    t.equal(ok.statusCode, 200);
+    t.same(ok.json(), { name: 'abc', count: 1 }, 'defaults applied, fields outside the response schema left out');
+  }
+  t.equal(seen.validators[0], seen.validators[1], 'the same schema: one validator for both apps');
+  t.equal(seen.serializers[0], seen.serializers[1], 'the same response schema: one serializer');
+  t.not(seen.validators[0], seen.validators[2], 'a schema that differs has its own validator');
+
+  const long = { name: 'abcdefgh' };
+  t.equal((await first.inject({ method: 'POST', url: '/things', payload: long })).statusCode, 400, 'the 5-character limit holds');
+  t.equal((await second.inject({ method: 'POST', url: '/things', payload: long })).statusCode, 400);
+  t.equal((await other.inject({ method: 'POST', url: '/things', payload: long })).statusCode, 200, 'the 10-character app accepts it');
+  t.equal((await other.inject({ method: 'POST', url: '/things', payload: { name: 'a', extra: true } })).statusCode, 400, 'additional properties refused');
+});
