@@ -101,10 +101,89 @@ function migratedTemplate(): Promise<Blob> {
   return migratedDump;
 }
 
+/**
+ * The databases of closed fixtures, emptied to what the migrated dump holds and kept for the next
+ * fixture of this process: opening one (PGlite's thread started, the dump loaded) costs about
+ * 0.6 CPU-s, emptying one a few milliseconds, and test/pipeline/stages/summaries.test.ts alone
+ * opens thirteen (docs/testing.md, "What a test file pays for"). knex's pool keeps a timer that
+ * holds the process open until the database is closed, so one not taken again within KEEP_MS is
+ * closed: a process that is done exits that much later.
+ */
+const keptDatabases: Array<{ db: Database; closer: NodeJS.Timeout }> = [];
+const MAX_KEPT_DATABASES = 2;
+/** A file's next fixture opens within milliseconds of the last one's teardown. */
+const KEEP_MS = 200;
+/** The relations and functions of `public` in a fixture's database before any test used it. */
+let migratedObjects: Promise<Set<string>> | null = null;
+
+/** Each relation (by kind) and function of `public`, one string each. */
+async function publicObjects(db: Database): Promise<Set<string>> {
+  const { rows } = await db.knex.raw<{ rows: Array<{ object: string }> }>(
+    `SELECT c.relkind::text || ' ' || quote_ident(c.relname) AS object FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
+     UNION ALL
+     SELECT 'f ' || p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace`,
+  );
+  return new Set(rows.map((row) => row.object));
+}
+
+async function takeFixtureDatabase(): Promise<Database> {
+  const kept = keptDatabases.pop();
+  if (kept) {
+    clearTimeout(kept.closer);
+    return kept.db;
+  }
+  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
+  try {
+    await migrateEmbeddedSchema(db.knex);
+    migratedObjects ??= publicObjects(db);
+    await migratedObjects;
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
+  return db;
+}
+
+/**
+ * Empties a fixture's database to what the migrated dump holds and keeps it: what a test made
+ * beyond the migrations (the vector tables a search index makes on first use, their indexes,
+ * anything else) is dropped, every table of the migrations truncated with its sequences
+ * restarted, and advisory locks released. One that cannot be emptied is closed.
+ */
+async function releaseFixtureDatabase(db: Database): Promise<void> {
+  try {
+    if (keptDatabases.length >= MAX_KEPT_DATABASES || migratedObjects === null) throw new Error('not kept');
+    const migrated = await migratedObjects;
+    const dropOrder: Array<[string, string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
+    for (const [kind, keyword] of dropOrder) {
+      // Dropping a table drops its indexes and sequences: each kind is listed after the drops before it.
+      for (const object of await publicObjects(db)) {
+        if (object.startsWith(`${kind} `) && !migrated.has(object)) await db.knex.raw(`DROP ${keyword} IF EXISTS ${object.slice(2)} CASCADE`);
+      }
+    }
+    const left = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
+    if (left.length > 0) throw new Error(`not emptied: ${left.join(', ')}`);
+    const tables = [...migrated].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
+    await db.knex.raw(`TRUNCATE ${tables.join(', ')} RESTART IDENTITY CASCADE`);
+    await db.knex.raw('SELECT pg_advisory_unlock_all()');
+  } catch {
+    await db.close();
+    return;
+  }
+  const entry = {
+    db,
+    closer: setTimeout(() => {
+      keptDatabases.splice(keptDatabases.indexOf(entry), 1);
+      void db.close();
+    }, KEEP_MS),
+  };
+  entry.closer.unref();
+  keptDatabases.push(entry);
+}
+
 export async function openStageFixture(t: Test, options: { dimensions?: number } = {}): Promise<StageFixture> {
   const dimensions = options.dimensions ?? 100;
-  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
-  await migrateEmbeddedSchema(db.knex);
+  const db = await takeFixtureDatabase();
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   // As the embedded tier wires it: k-NN from the graphs in this process.
   const search = postgresSearchIndexOn(db, dimensions);
@@ -113,7 +192,7 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
   t.teardown(async () => {
     await runner.stop();
     await store.close();
-    await db.close();
+    await releaseFixtureDatabase(db);
   });
 
   const settle = async (): Promise<void> => runner.waitFor(await store.headPosition(), 20_000);

@@ -1,0 +1,3 @@
+import { runGroupEntry } from '../groupEntry.js';
+
+await runGroupEntry(import.meta.filename);
