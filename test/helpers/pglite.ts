@@ -4,6 +4,7 @@ import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { openDatabase, pgliteSettings, type Database } from '../../src/db/database.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
+import { ReusePool } from './reusePool.js';
 
 /**
  * A fresh PGlite runs initdb, seconds of CPU; loading a dump of a freshly initialised one takes a
@@ -85,29 +86,15 @@ function pgliteTemplateDir(): Promise<string> {
 }
 
 /**
- * In-thread PGlites that tests of this process closed, emptied and kept for the next opener
- * (takeMemoryPglite). Starting one from the template costs about 0.3 CPU-s; emptying one a few
- * milliseconds. The event-store contract and the projection runner's tests open one per subtest,
- * about a hundred in a unit run (docs/testing.md, "What a test file pays for").
- *
- * An open PGlite keeps its process alive: PostgreSQL arms a timer (its idle statistics flush,
- * 10 s) that only closing clears. So a kept one not taken again within KEEP_MS is closed, and a
- * process that is done exits that much later, not ten seconds later.
+ * In-thread PGlites closed by tests and kept for the next opener of the process (ReusePool): the
+ * event-store contract and the projection runner's tests open one per subtest, about a hundred in
+ * a unit run, at about 0.3 CPU-s each.
  */
-const keptPglites: Array<{ pglite: PGlite; closer: NodeJS.Timeout }> = [];
-/** More kept would only hold memory: tests open one or two at a time. */
-const MAX_KEPT_PGLITES = 2;
-/** Subtests open their next one within milliseconds of closing the last. */
-const KEEP_MS = 200;
+const keptPglites = new ReusePool<PGlite>((pglite) => pglite.close());
 
 /** An in-memory PGlite in this thread, empty as one fresh from the template: a kept one, else a new one. */
 export async function takeMemoryPglite(): Promise<PGlite> {
-  const kept = keptPglites.pop();
-  if (kept) {
-    clearTimeout(kept.closer);
-    return kept.pglite;
-  }
-  return PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
+  return keptPglites.take() ?? PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
 }
 
 /**
@@ -125,19 +112,11 @@ export async function releaseMemoryPglite(pglite: PGlite): Promise<void> {
     const schemas = await pglite.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM pg_namespace WHERE nspname NOT IN ('public', 'information_schema') AND nspname NOT LIKE 'pg\\_%'`,
     );
-    if ((schemas.rows[0]?.n ?? 1) > 0 || keptPglites.length >= MAX_KEPT_PGLITES) throw new Error('not kept');
+    if ((schemas.rows[0]?.n ?? 1) > 0 || keptPglites.full) throw new Error('not kept');
     await pglite.exec('DROP SCHEMA public CASCADE; CREATE SCHEMA public');
   } catch {
     if (!pglite.closed) await pglite.close();
     return;
   }
-  const entry = {
-    pglite,
-    closer: setTimeout(() => {
-      keptPglites.splice(keptPglites.indexOf(entry), 1);
-      void pglite.close();
-    }, KEEP_MS),
-  };
-  entry.closer.unref();
-  keptPglites.push(entry);
+  keptPglites.keep(pglite);
 }

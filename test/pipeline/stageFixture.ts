@@ -7,6 +7,7 @@ import ClientPgLite from 'knex-pglite';
 import { openDatabase, type Database } from '../../src/db/database.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
+import { ReusePool } from '../helpers/reusePool.js';
 import { repositoryDecider } from '../../src/domain/repository/decider.js';
 import { sourceDecider } from '../../src/domain/source/decider.js';
 import { handleCommand } from '../../src/eventstore/commandHandler.js';
@@ -103,16 +104,10 @@ function migratedTemplate(): Promise<Blob> {
 
 /**
  * The databases of closed fixtures, emptied to what the migrated dump holds and kept for the next
- * fixture of this process: opening one (PGlite's thread started, the dump loaded) costs about
- * 0.6 CPU-s, emptying one a few milliseconds, and test/pipeline/stages/summaries.test.ts alone
- * opens thirteen (docs/testing.md, "What a test file pays for"). knex's pool keeps a timer that
- * holds the process open until the database is closed, so one not taken again within KEEP_MS is
- * closed: a process that is done exits that much later.
+ * fixture of this process (ReusePool): opening one (PGlite's thread started, the dump loaded)
+ * costs about 0.6 CPU-s, and test/pipeline/stages/summaries.test.ts alone opens thirteen.
  */
-const keptDatabases: Array<{ db: Database; closer: NodeJS.Timeout }> = [];
-const MAX_KEPT_DATABASES = 2;
-/** A file's next fixture opens within milliseconds of the last one's teardown. */
-const KEEP_MS = 200;
+const keptDatabases = new ReusePool<Database>((db) => db.close());
 /** The relations and functions of `public` in a fixture's database before any test used it. */
 let migratedObjects: Promise<Set<string>> | null = null;
 
@@ -127,11 +122,8 @@ async function publicObjects(db: Database): Promise<Set<string>> {
 }
 
 async function takeFixtureDatabase(): Promise<Database> {
-  const kept = keptDatabases.pop();
-  if (kept) {
-    clearTimeout(kept.closer);
-    return kept.db;
-  }
+  const kept = keptDatabases.take();
+  if (kept) return kept;
   const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
   try {
     await migrateEmbeddedSchema(db.knex);
@@ -152,7 +144,7 @@ async function takeFixtureDatabase(): Promise<Database> {
  */
 async function releaseFixtureDatabase(db: Database): Promise<void> {
   try {
-    if (keptDatabases.length >= MAX_KEPT_DATABASES || migratedObjects === null) throw new Error('not kept');
+    if (keptDatabases.full || migratedObjects === null) throw new Error('not kept');
     const migrated = await migratedObjects;
     const dropOrder: Array<[string, string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
     for (const [kind, keyword] of dropOrder) {
@@ -170,15 +162,7 @@ async function releaseFixtureDatabase(db: Database): Promise<void> {
     await db.close();
     return;
   }
-  const entry = {
-    db,
-    closer: setTimeout(() => {
-      keptDatabases.splice(keptDatabases.indexOf(entry), 1);
-      void db.close();
-    }, KEEP_MS),
-  };
-  entry.closer.unref();
-  keptDatabases.push(entry);
+  keptDatabases.keep(db);
 }
 
 export async function openStageFixture(t: Test, options: { dimensions?: number } = {}): Promise<StageFixture> {
