@@ -5,6 +5,8 @@ import type { FastifySchemaCompiler, FastifySerializerCompiler, FastifyServerOpt
 type CompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>;
 type RouteValidatorCompiler = FastifySchemaCompiler<unknown>;
 type RouteSerializerCompiler = FastifySerializerCompiler<unknown>;
+/** One route's schema and what it is for (method, URL, part or status, content type). */
+type RouteSchema = Parameters<RouteValidatorCompiler>[0];
 /** A compilers factory as fastify calls it: the app's shared schemas and options in, a compiler of one route's schema out. */
 type Factory<Compiler> = (externalSchemas: unknown, options: unknown) => Compiler;
 
@@ -21,40 +23,34 @@ type Factory<Compiler> = (externalSchemas: unknown, options: unknown) => Compile
  * process-wide pool of Ajv instances (one per set of options), as fastify's compiler pools them
  * within one app. No route schema has an `$id`, which an Ajv instance would hold once.
  */
-const compiledValidators = new Map<string, ReturnType<RouteValidatorCompiler>>();
-const compiledSerializers = new Map<string, ReturnType<RouteSerializerCompiler>>();
 // The packages' declarations describe an older call shape (a bare schema); at run time their
 // factories take and return what fastify passes, which FastifySchemaCompiler describes.
 const validatorPool = AjvCompiler() as unknown as Factory<RouteValidatorCompiler>;
 const serializerFactory = SerializerSelector() as unknown as Factory<RouteSerializerCompiler>;
 
-const buildValidator: Factory<RouteValidatorCompiler> = (externalSchemas, options) => {
-  const compile = validatorPool(externalSchemas, options);
-  const compilerKey = JSON.stringify([externalSchemas, options]);
-  return (route) => {
-    const key = JSON.stringify([compilerKey, route.httpPart, route.schema]);
-    let compiled = compiledValidators.get(key);
-    if (compiled === undefined) {
-      compiled = compile(route);
-      compiledValidators.set(key, compiled);
-    }
-    return compiled;
+/**
+ * `factory` with what its compilers compile kept for the process, under the app's shared schemas
+ * and options and the route's parts that `partsOf` names (the schema among them).
+ */
+function remembering<Compiled>(factory: Factory<(route: RouteSchema) => Compiled>, partsOf: (route: RouteSchema) => unknown[]): Factory<(route: RouteSchema) => Compiled> {
+  const compiled = new Map<string, Compiled>();
+  return (externalSchemas, options) => {
+    const compile = factory(externalSchemas, options);
+    const compilerKey = JSON.stringify([externalSchemas, options]);
+    return (route) => {
+      const key = JSON.stringify([compilerKey, ...partsOf(route)]);
+      let result = compiled.get(key);
+      if (result === undefined) {
+        result = compile(route);
+        compiled.set(key, result);
+      }
+      return result;
+    };
   };
-};
+}
 
-const buildSerializer: Factory<RouteSerializerCompiler> = (externalSchemas, options) => {
-  const compile = serializerFactory(externalSchemas, options);
-  const compilerKey = JSON.stringify([externalSchemas, options]);
-  return (route) => {
-    const key = JSON.stringify([compilerKey, route.httpStatus, route.contentType, route.schema]);
-    let compiled = compiledSerializers.get(key);
-    if (compiled === undefined) {
-      compiled = compile(route);
-      compiledSerializers.set(key, compiled);
-    }
-    return compiled;
-  };
-};
+const buildValidator = remembering(validatorPool, (route) => [route.httpPart, route.schema]);
+const buildSerializer = remembering(serializerFactory, (route) => [route.httpStatus, route.contentType, route.schema]);
 
 /** fastify's `schemaController.compilersFactory`: its own compilers, their results kept for the process. */
 // fastify's option is typed with the packages' declarations (above), so it takes these as they do.
