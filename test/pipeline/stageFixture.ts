@@ -111,6 +111,9 @@ const keptDatabases = new ReusePool<Database>((db) => db.close());
 /** The relations and functions of `public` in a fixture's database before any test used it. */
 let migratedObjects: Promise<Set<string>> | null = null;
 
+/** The kinds of `publicObjects`' strings and the statements that drop them, in the order they are dropped. */
+const DROP_ORDER: ReadonlyArray<[kind: string, keyword: string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
+
 /** Each relation (by kind) and function of `public`, one string each. */
 async function publicObjects(db: Database): Promise<Set<string>> {
   const { rows } = await db.knex.raw<{ rows: Array<{ object: string }> }>(
@@ -146,12 +149,10 @@ async function releaseFixtureDatabase(db: Database): Promise<void> {
   try {
     if (keptDatabases.full || migratedObjects === null) throw new Error('not kept');
     const migrated = await migratedObjects;
-    const dropOrder: Array<[string, string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
-    for (const [kind, keyword] of dropOrder) {
-      // Dropping a table drops its indexes and sequences: each kind is listed after the drops before it.
-      for (const object of await publicObjects(db)) {
-        if (object.startsWith(`${kind} `) && !migrated.has(object)) await db.knex.raw(`DROP ${keyword} IF EXISTS ${object.slice(2)} CASCADE`);
-      }
+    const added = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
+    // Tables first: dropping one drops its indexes and sequences, which IF EXISTS then passes over.
+    for (const [kind, keyword] of DROP_ORDER) {
+      for (const object of added) if (object.startsWith(`${kind} `)) await db.knex.raw(`DROP ${keyword} IF EXISTS ${object.slice(2)} CASCADE`);
     }
     const left = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
     if (left.length > 0) throw new Error(`not emptied: ${left.join(', ')}`);
