@@ -6,7 +6,7 @@ import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { CommandBus } from '../app/commands.js';
 import { jsonColumn } from '../read/present.js';
-import { hashPassword, validatePasswordPolicy, verifyPassword } from './passwords.js';
+import { hashPassword, needsRehash, validatePasswordPolicy, verifyPassword } from './passwords.js';
 import { SYSTEM_DOMAIN, type Principal, type RoleAssignment } from './rbac.js';
 import { hashToken, InvalidTokenError, newOpaqueToken, OPAQUE_TOKEN_PREFIX, type TokenService } from './tokens.js';
 
@@ -25,6 +25,8 @@ export interface SessionGrant {
 
 export interface IdentitySettings {
   passwordMinLength: number;
+  /** log2 of scrypt's N for new hashes (`auth.password_hash_cost`); older hashes are re-made at their next login. */
+  passwordHashCost: number;
   refreshTtlMs: number;
   autoPromoteFirstUser: boolean;
 }
@@ -94,7 +96,7 @@ export function createIdentityService(deps: {
     if (!EMAIL_PATTERN.test(email)) throw new DomainError('invalid', 'email is not a valid address');
     const policy = validatePasswordPolicy(input.password, settings.passwordMinLength);
     if (policy) throw new DomainError('invalid', policy);
-    const passwordHash = await hashPassword(input.password);
+    const passwordHash = await hashPassword(input.password, settings.passwordHashCost);
     const userId = randomUUID();
     const isFirstUser = await knex.transaction(async (trx) => {
       // Serialises registrations so exactly one of two racing first users is promoted.
@@ -139,11 +141,22 @@ export function createIdentityService(deps: {
     const email = normalizeEmail(String(input.email ?? ''));
     const credentials = await knex('credentials').where({ email }).first(['user_id', 'password_hash']);
     // Verify against a dummy hash when the email is unknown so timing does not reveal accounts.
-    const ok = await verifyPassword(input.password, credentials?.password_hash ?? DUMMY_HASH);
+    const ok = await verifyPassword(input.password, credentials?.password_hash ?? (await dummyHash(settings.passwordHashCost)));
     if (!credentials || !ok) throw new AuthenticationError('invalid email or password');
     const user = await loadUser(credentials.user_id);
     if (!user) throw new AuthenticationError('invalid email or password');
+    if (needsRehash(credentials.password_hash, settings.passwordHashCost)) await rehash(credentials.user_id, credentials.password_hash, input.password);
     return user;
+  }
+
+  /**
+   * A hash made at another cost (the setting changed since) is made again while the password is
+   * at hand. Only the hash that was verified is replaced: a password changed meanwhile stays.
+   */
+  async function rehash(userId: string, verifiedHash: string, password: string): Promise<void> {
+    const passwordHash = await hashPassword(password, settings.passwordHashCost);
+    const replaced = await knex('credentials').where({ user_id: userId, password_hash: verifiedHash }).update({ password_hash: passwordHash });
+    if (replaced > 0) deps.log.info({ userId }, 'password hash re-made at the configured cost (auth.password_hash_cost)');
   }
 
   /**
@@ -281,5 +294,14 @@ export function createIdentityService(deps: {
 
 export type IdentityService = ReturnType<typeof createIdentityService>;
 
-/** A valid scrypt encoding of a random password: verifying against it costs as much as a real check. */
-const DUMMY_HASH = await hashPassword(randomUUID());
+/** Valid scrypt encodings of a random password by cost: verifying against one costs as much as a real check. */
+const dummyHashes = new Map<number, Promise<string>>();
+
+function dummyHash(cost: number): Promise<string> {
+  let hash = dummyHashes.get(cost);
+  if (!hash) {
+    hash = hashPassword(randomUUID(), cost);
+    dummyHashes.set(cost, hash);
+  }
+  return hash;
+}

@@ -11,8 +11,13 @@ import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:c
  */
 
 const SCHEME = 'scrypt';
-/** N=2^15, r=8, p=1: 32 MiB per hash, about 100 ms on this project's machines (see docs/auth.md). */
-const CURRENT_COST = { N: 2 ** 15, r: 8, p: 1 } as const;
+/**
+ * The cost as log2 of scrypt's N (`auth.password_hash_cost`), with r=8, p=1. The default, 15, is
+ * 32 MiB per hash and about 100 ms on this project's machines (see docs/auth.md).
+ */
+export const DEFAULT_PASSWORD_HASH_COST = 15;
+const BLOCK_SIZE_R = 8;
+const PARALLELISM_P = 1;
 const SALT_BYTES = 16;
 const HASH_BYTES = 32;
 
@@ -20,8 +25,8 @@ const HASH_BYTES = 32;
  * Bounds for parameters read back from a stored hash, so a corrupt or planted value can neither
  * exhaust memory nor pass with a trivially weak cost.
  */
-const MIN_LOG2_N = 10;
-const MAX_LOG2_N = 20;
+export const MIN_PASSWORD_HASH_COST = 10;
+export const MAX_PASSWORD_HASH_COST = 20;
 const MAX_R = 32;
 const MAX_P = 16;
 const MAX_SCRYPT_MEMORY_BYTES = 256 * 1024 * 1024;
@@ -62,11 +67,19 @@ function normalizePassword(password: string): string {
   return password.normalize('NFKC');
 }
 
-export async function hashPassword(password: string): Promise<string> {
+/** scrypt's parameters for a cost (log2 of N) within the bounds a stored hash may have. */
+function scryptCost(cost: number): ScryptCost {
+  if (!Number.isInteger(cost) || cost < MIN_PASSWORD_HASH_COST || cost > MAX_PASSWORD_HASH_COST) {
+    throw new RangeError(`password hash cost must be an integer from ${MIN_PASSWORD_HASH_COST} to ${MAX_PASSWORD_HASH_COST}`);
+  }
+  return { N: 2 ** cost, r: BLOCK_SIZE_R, p: PARALLELISM_P };
+}
+
+export async function hashPassword(password: string, cost: number = DEFAULT_PASSWORD_HASH_COST): Promise<string> {
   if (typeof password !== 'string') throw new TypeError('password must be a string');
+  const { N, r, p } = scryptCost(cost);
   const salt = randomBytes(SALT_BYTES);
-  const hash = await deriveKey(password, salt, HASH_BYTES, CURRENT_COST);
-  const { N, r, p } = CURRENT_COST;
+  const hash = await deriveKey(password, salt, HASH_BYTES, { N, r, p });
   return [SCHEME, N, r, p, salt.toString('base64'), hash.toString('base64')].join('$');
 }
 
@@ -87,14 +100,15 @@ export async function verifyPassword(password: string, encoded: string): Promise
   return timingSafeEqual(candidate, parsed.hash);
 }
 
-/** True when a (valid) stored hash was made with other parameters than the current ones. */
-export function needsRehash(encoded: string): boolean {
+/** True when a (valid) stored hash was made with other parameters than those of `cost`. */
+export function needsRehash(encoded: string, cost: number = DEFAULT_PASSWORD_HASH_COST): boolean {
   const parsed = parseEncodedHash(encoded);
   if (!parsed) return true;
+  const current = scryptCost(cost);
   return (
-    parsed.N !== CURRENT_COST.N ||
-    parsed.r !== CURRENT_COST.r ||
-    parsed.p !== CURRENT_COST.p ||
+    parsed.N !== current.N ||
+    parsed.r !== current.r ||
+    parsed.p !== current.p ||
     parsed.salt.length !== SALT_BYTES ||
     parsed.hash.length !== HASH_BYTES
   );
@@ -114,7 +128,7 @@ function parseEncodedHash(encoded: unknown): ParsedHash | null {
   const r = Number(rText);
   const p = Number(pText);
   const log2N = Math.log2(N);
-  if (!Number.isInteger(log2N) || log2N < MIN_LOG2_N || log2N > MAX_LOG2_N) return null;
+  if (!Number.isInteger(log2N) || log2N < MIN_PASSWORD_HASH_COST || log2N > MAX_PASSWORD_HASH_COST) return null;
   if (r > MAX_R || p > MAX_P) return null;
   if (128 * r * (N + p + 2) > MAX_SCRYPT_MEMORY_BYTES) return null;
   if (saltText.length === 0 || hashText.length === 0 || !BASE64.test(saltText) || !BASE64.test(hashText)) return null;

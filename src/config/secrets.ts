@@ -1,3 +1,4 @@
+import { DEFAULT_PASSWORD_HASH_COST } from '../auth/passwords.js';
 import { type Config, ConfigError, JWT_SECRET_PLACEHOLDER } from './types.js';
 
 /** Anything with a `warn(message)`: a pino logger, `console`, or a test spy. */
@@ -36,6 +37,9 @@ export function checkSecrets(config: Config, log: ConfigWarningLog): void {
 
   if (production && config.oauth.issuer === '') {
     refusals.push('oauth.issuer: must be set in production to the public issuer URL (SVC_OAUTH_ISSUER)');
+  }
+  if (production && config.auth.password_hash_cost < DEFAULT_PASSWORD_HASH_COST) {
+    refusals.push(`auth.password_hash_cost: is ${config.auth.password_hash_cost}; production needs at least ${DEFAULT_PASSWORD_HASH_COST} (lower costs are for tests)`);
   }
   if (production && config.bootstrap.auto_promote_first_user) {
     log.warn(

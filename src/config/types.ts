@@ -96,6 +96,8 @@ export interface Config {
     token_ttl: DurationString;
     refresh_token_ttl: DurationString;
     password_min_length: number;
+    /** log2 of scrypt's N for new password hashes (10–20; production refuses below 15). */
+    password_hash_cost: number;
   };
   oauth: {
     /** Empty = the public base URL; must be set in production. */

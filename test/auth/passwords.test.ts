@@ -1,5 +1,13 @@
 import t from 'tap';
-import { hashPassword, MAX_PASSWORD_BYTES, needsRehash, validatePasswordPolicy, verifyPassword } from '../../src/auth/passwords.js';
+import {
+  hashPassword,
+  MAX_PASSWORD_BYTES,
+  MAX_PASSWORD_HASH_COST,
+  MIN_PASSWORD_HASH_COST,
+  needsRehash,
+  validatePasswordPolicy,
+  verifyPassword,
+} from '../../src/auth/passwords.js';
 
 const FORMAT = /^scrypt\$32768\$8\$1\$[A-Za-z0-9+/]+={0,2}\$[A-Za-z0-9+/]+={0,2}$/;
 
@@ -14,6 +22,20 @@ t.test('hash and verify round trip', async (t) => {
   t.equal(await verifyPassword('Correct horse battery staple', encoded), false, 'case matters');
   t.equal(await verifyPassword('', encoded), false, 'empty password');
   t.equal(needsRehash(encoded), false, 'current parameters need no rehash');
+});
+
+t.test('the cost is log2 of N: a hash at another cost verifies and needs a rehash; costs out of bounds are refused', async (t) => {
+  const cheap = await hashPassword('cost-test password', MIN_PASSWORD_HASH_COST);
+  t.match(cheap, /^scrypt\$1024\$8\$1\$/);
+  t.equal(await verifyPassword('cost-test password', cheap), true);
+  t.equal(await verifyPassword('cost-test passworD', cheap), false);
+  t.equal(needsRehash(cheap, MIN_PASSWORD_HASH_COST), false);
+  t.equal(needsRehash(cheap), true, 'the default cost is 15');
+  t.equal(needsRehash(await hashPassword('cost-test password', 11), MIN_PASSWORD_HASH_COST), true);
+  for (const cost of [MIN_PASSWORD_HASH_COST - 1, MAX_PASSWORD_HASH_COST + 1, 12.5, Number.NaN]) {
+    await t.rejects(hashPassword('x', cost), RangeError, `cost ${cost}`);
+    t.throws(() => needsRehash(cheap, cost), RangeError);
+  }
 });
 
 t.test('two hashes of one password differ (random salt) and both verify', async (t) => {

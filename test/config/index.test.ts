@@ -144,6 +144,7 @@ t.test('defaults hold every constant of the spec with its value', async (t) => {
     ['readmodels.database', 'default'],
     ['auth.refresh_token_ttl', '720h'],
     ['auth.password_min_length', 8],
+    ['auth.password_hash_cost', 15],
     ['task.retry.max_attempts', 5],
     ['task.retry.base_delay', '2s'],
     ['task.retry.max_delay', '5m'],
@@ -380,6 +381,8 @@ t.test('bad YAML values name the key, the problem and the file', async (t) => {
         '    thinking_level: extreme',
         '  registry:',
         '    url: ftp://nope',
+        'auth:',
+        '  password_hash_cost: 9',
         'unknown_group:',
         '  a: 1',
         'databases:',
@@ -398,6 +401,7 @@ t.test('bad YAML values name the key, the problem and the file', async (t) => {
   t.match(message, 'providers.synthesis.thinking_level: must be one of low, medium, high');
   t.match(message, 'providers.registry.url: must be empty or an http(s) URL');
   t.match(message, 'unknown_group: unknown key');
+  t.match(message, 'auth.password_hash_cost: must be at least 10');
   t.match(message, 'databases.Bad-Name: is not a valid name');
 });
 
@@ -526,6 +530,12 @@ t.test('checkSecrets: loud warning outside production, refusal in production', a
 
   const productionNoIssuer = load({ env: { PROFILE: 'production', AUTH_JWTSECRET: STRONG_SECRET } });
   t.match(configErrorOf(() => checkSecrets(productionNoIssuer, log)), /oauth\.issuer: must be set in production/);
+
+  const productionCheapHashes = load({ env: { PROFILE: 'production', AUTH_JWTSECRET: STRONG_SECRET, SVC_OAUTH_ISSUER: 'https://kg.example', AUTH_PASSWORD_HASH_COST: '14' } });
+  t.match(configErrorOf(() => checkSecrets(productionCheapHashes, log)), /auth\.password_hash_cost: is 14; production needs at least 15/);
+  warnings.length = 0;
+  checkSecrets(load({ env: { AUTH_JWTSECRET: STRONG_SECRET, AUTH_PASSWORD_HASH_COST: '10' } }), log);
+  t.same(warnings, [], 'a low cost is allowed outside production');
 
   warnings.length = 0;
   const productionReady = load({

@@ -80,7 +80,7 @@ export async function runCli(cwd: string, args: string[], env: Record<string, st
   try {
     const { stdout, stderr } = await execFileAsync(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), ...args], {
       cwd,
-      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn', ...env },
+      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, AUTH_PASSWORD_HASH_COST: '10', STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn', ...env },
       timeout: 120_000,
     });
     return { code: 0, stdout, stderr };

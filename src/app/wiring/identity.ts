@@ -27,6 +27,7 @@ export function createIdentity(config: Config, deps: { db: Database; store: Even
     tokens: deps.tokens ?? createTokens(config),
     settings: {
       passwordMinLength: config.auth.password_min_length,
+      passwordHashCost: config.auth.password_hash_cost,
       refreshTtlMs: parseDuration(config.auth.refresh_token_ttl),
       autoPromoteFirstUser: config.bootstrap.auto_promote_first_user,
     },

@@ -1,4 +1,6 @@
 import t from 'tap';
+import { createIdentity } from '../../../src/app/wiring/identity.js';
+import { verifyPassword } from '../../../src/auth/passwords.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
 
 let service: TestService;
@@ -146,6 +148,27 @@ t.test('profiles and admin', async (t) => {
   const after = await service.call('GET', '/api/v1/admin/users', { token: admin.body.token });
   const daveRoles = after.body.users.find((user: { id: string }) => user.id === dave.user.id).roles;
   t.same(daveRoles, [{ role: 'user', domain: 'system' }], 'nothing was granted or revoked by a bad request');
+});
+
+t.test('a password hash made at another cost is made again at the next login, and only then', async (t) => {
+  const user = await registerUser(service, 'grace@example.org', 'correct horse battery');
+  const storedHash = async () => (await service.context.db.knex('credentials').where({ user_id: user.user.id }).first('password_hash')).password_hash as string;
+  const before = await storedHash();
+  t.match(before, /^scrypt\$1024\$/, "the test service's cost, 10");
+  // The same data with auth.password_hash_cost raised to 11.
+  const { db, store, commands, log, tokens } = service.context;
+  const raised = createIdentity({ ...service.config, auth: { ...service.config.auth, password_hash_cost: 11 } }, { db, store, commands, log, tokens });
+  await t.rejects(raised.verifyCredentials({ email: 'grace@example.org', password: 'wrong horse battery' }), { name: 'AuthenticationError' });
+  t.equal(await storedHash(), before, 'a failed login changes nothing');
+  t.equal((await raised.verifyCredentials({ email: 'grace@example.org', password: 'correct horse battery' })).id, user.user.id);
+  const after = await storedHash();
+  t.match(after, /^scrypt\$2048\$8\$1\$/, 'made again at cost 11');
+  t.equal(await verifyPassword('correct horse battery', after), true);
+  t.equal((await raised.verifyCredentials({ email: 'grace@example.org', password: 'correct horse battery' })).id, user.user.id);
+  t.equal(await storedHash(), after, 'a hash at the current cost stays');
+  const login = await service.call('POST', '/api/v1/auth/login', { body: { email: 'grace@example.org', password: 'correct horse battery' } });
+  t.equal(login.status, 200, 'the cost-10 service still verifies it');
+  t.match(await storedHash(), /^scrypt\$1024\$/, 'and makes it again at its own cost');
 });
 
 t.test('no secret enters the event log', async (t) => {
