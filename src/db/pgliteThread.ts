@@ -30,7 +30,11 @@ export function needsInitdb(dataDir: string): boolean {
  * has the same node flags (and so the same TypeScript loader in tests) as this process; it
  * ends when initdb does, and by itself if this process dies meanwhile (its IPC channel closes).
  */
-export async function initdbInChildProcess(dataDir: string, settings: Readonly<Record<string, string>> = {}, entry: URL = INITDB_ENTRY): Promise<void> {
+export async function initdbInChildProcess(
+  dataDir: string,
+  settings: Readonly<Record<string, string>> = {},
+  { entry = INITDB_ENTRY, exitGraceMs = INITDB_EXIT_GRACE_MS }: { entry?: URL; exitGraceMs?: number } = {},
+): Promise<void> {
   const child = fork(fileURLToPath(entry), [dataDir, JSON.stringify(settings)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     execArgv: helperExecArgv(),
@@ -45,7 +49,7 @@ export async function initdbInChildProcess(dataDir: string, settings: Readonly<R
       if (message !== INITDB_DONE || done) return;
       done = true;
       resolve();
-      setTimeout(() => child.kill('SIGKILL'), INITDB_EXIT_GRACE_MS).unref();
+      setTimeout(() => child.kill('SIGKILL'), exitGraceMs).unref();
     });
     child.once('error', (error) => {
       child.kill('SIGKILL');

@@ -161,7 +161,7 @@ t.test('a child that is done but does not exit is killed, and the initdb counts 
   const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
   t.teardown(() => rmSync(parent, { recursive: true, force: true }));
   const dataDir = path.join(parent, 'pglite');
-  await initdbInChildProcess(dataDir, {}, new URL('../helpers/initdbHangingChild.ts', import.meta.url));
+  await initdbInChildProcess(dataDir, {}, { entry: new URL('../helpers/initdbHangingChild.ts', import.meta.url), exitGraceMs: 100 });
   const pid = Number(readFileSync(`${dataDir}.pid`, 'utf8'));
   const alive = () => {
     try {

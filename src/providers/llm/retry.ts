@@ -110,6 +110,8 @@ export interface RetryHooks {
   onRetry?: (info: { attempt: number; delayMs: number; error: unknown }) => void;
   /** Names the call in error messages ("chat completion", "embeddings"). */
   what?: string;
+  /** Waits between attempts; tests pass one that records the wait instead of sitting it out. Default abortableSleep. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
 }
 
 /** Waits `ms`, or rejects with the signal's reason when it aborts first. */
@@ -183,6 +185,7 @@ export async function withLlmRetry<T>(
 ): Promise<T> {
   const random = hooks.random ?? Math.random;
   const what = hooks.what ?? 'model call';
+  const sleep = hooks.sleep ?? abortableSleep;
   const attempts = Math.max(1, Math.floor(settings.maxAttempts));
   for (let attempt = 1; ; attempt++) {
     jobSignal?.throwIfAborted();
@@ -211,7 +214,7 @@ export async function withLlmRetry<T>(
         delayMs = error.retryAfterMs;
       }
       hooks.onRetry?.({ attempt, delayMs, error });
-      await abortableSleep(delayMs, jobSignal);
+      await sleep(delayMs, jobSignal);
     }
   }
 }
