@@ -1,13 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Test } from 'tap';
-import { PGlite } from '@electric-sql/pglite';
-import { vector } from '@electric-sql/pglite-pgvector';
-import knexFactory, { type Knex } from 'knex';
-import ClientPgLite from 'knex-pglite';
-import { openDatabase, type Database } from '../../src/db/database.js';
-import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
-import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
-import { ReusePool } from '../helpers/reusePool.js';
+import type { Database } from '../../src/db/database.js';
+import { openMigratedDatabase } from '../helpers/migratedDatabase.js';
 import { repositoryDecider } from '../../src/domain/repository/decider.js';
 import { sourceDecider } from '../../src/domain/source/decider.js';
 import { handleCommand } from '../../src/eventstore/commandHandler.js';
@@ -27,7 +21,6 @@ import type { JobContext, Stage } from '../../src/pipeline/types.js';
 import { postgresSearchIndexOn } from '../../src/app/wiring/search.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { withOverrides } from '../eventstore/contract.js';
-import { migrateEmbeddedSchema } from '../helpers/schema.js';
 
 /**
  * A real embedded pipeline for stage tests: PGlite with the event store, every read-model
@@ -78,97 +71,9 @@ export function axisVector(dimensions: number, axis: number, tilt = 0): number[]
   return vector;
 }
 
-let migratedDump: Promise<Blob> | null = null;
-
-/**
- * A dump of a database with the schema a fixture needs, made once per process from the code
- * under test: a fixture loads it instead of running the read-model migrations again (about
- * 0.45 CPU-s each; test/pipeline/stages/summaries.test.ts opens nine fixtures). The fixture's
- * own migrations still run, and find nothing to do.
- */
-function migratedTemplate(): Promise<Blob> {
-  migratedDump ??= (async () => {
-    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
-    const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
-    try {
-      await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
-      await migrateEmbeddedSchema(knex);
-      return await pglite.dumpDataDir('none');
-    } finally {
-      await knex.destroy();
-      if (!pglite.closed) await pglite.close();
-    }
-  })();
-  return migratedDump;
-}
-
-/**
- * The databases of closed fixtures, emptied to what the migrated dump holds and kept for the next
- * fixture of this process (ReusePool): opening one (PGlite's thread started, the dump loaded)
- * costs about 0.6 CPU-s, and test/pipeline/stages/summaries.test.ts alone opens thirteen.
- */
-const keptDatabases = new ReusePool<Database>((db) => db.close());
-/** The relations and functions of `public` in a fixture's database before any test used it. */
-let migratedObjects: Promise<Set<string>> | null = null;
-
-/** The kinds of `publicObjects`' strings and the statements that drop them, in the order they are dropped. */
-const DROP_ORDER: ReadonlyArray<[kind: string, keyword: string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
-
-/** Each relation (by kind) and function of `public`, one string each. */
-async function publicObjects(db: Database): Promise<Set<string>> {
-  const { rows } = await db.knex.raw<{ rows: Array<{ object: string }> }>(
-    `SELECT c.relkind::text || ' ' || quote_ident(c.relname) AS object FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
-     UNION ALL
-     SELECT 'f ' || p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace`,
-  );
-  return new Set(rows.map((row) => row.object));
-}
-
-async function takeFixtureDatabase(): Promise<Database> {
-  const kept = keptDatabases.take();
-  if (kept) return kept;
-  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
-  try {
-    await migrateEmbeddedSchema(db.knex);
-    migratedObjects ??= publicObjects(db);
-    await migratedObjects;
-  } catch (error) {
-    await db.close();
-    throw error;
-  }
-  return db;
-}
-
-/**
- * Empties a fixture's database to what the migrated dump holds and keeps it: what a test made
- * beyond the migrations (the vector tables a search index makes on first use, their indexes,
- * anything else) is dropped, every table of the migrations truncated with its sequences
- * restarted, and advisory locks released. One that cannot be emptied is closed.
- */
-async function releaseFixtureDatabase(db: Database): Promise<void> {
-  try {
-    if (keptDatabases.full || migratedObjects === null) throw new Error('not kept');
-    const migrated = await migratedObjects;
-    const added = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
-    // Tables first: dropping one drops its indexes and sequences, which IF EXISTS then passes over.
-    for (const [kind, keyword] of DROP_ORDER) {
-      for (const object of added) if (object.startsWith(`${kind} `)) await db.knex.raw(`DROP ${keyword} IF EXISTS ${object.slice(2)} CASCADE`);
-    }
-    const left = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
-    if (left.length > 0) throw new Error(`not emptied: ${left.join(', ')}`);
-    const tables = [...migrated].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
-    await db.knex.raw(`TRUNCATE ${tables.join(', ')} RESTART IDENTITY CASCADE`);
-    await db.knex.raw('SELECT pg_advisory_unlock_all()');
-  } catch {
-    await db.close();
-    return;
-  }
-  keptDatabases.keep(db);
-}
-
 export async function openStageFixture(t: Test, options: { dimensions?: number } = {}): Promise<StageFixture> {
   const dimensions = options.dimensions ?? 100;
-  const db = await takeFixtureDatabase();
+  const db = await openMigratedDatabase();
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   // As the embedded tier wires it: k-NN from the graphs in this process.
   const search = postgresSearchIndexOn(db, dimensions);
@@ -177,7 +82,7 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
   t.teardown(async () => {
     await runner.stop();
     await store.close();
-    await releaseFixtureDatabase(db);
+    await db.close();
   });
 
   const settle = async (): Promise<void> => runner.waitFor(await store.headPosition(), 20_000);

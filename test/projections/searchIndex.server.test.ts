@@ -11,7 +11,8 @@ import { concepts, facts } from '../../src/search/collections/index.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { packVector } from '../../src/interchange/vectors.js';
 import { DIMENSIONS } from '../search/contract.js';
-import { deleteIndices, ensureOpenSearch, openVectorPglite, uniquePrefix } from '../search/helpers.js';
+import { deleteIndices, ensureOpenSearch, uniquePrefix } from '../search/helpers.js';
+import { openMigratedDatabase } from '../helpers/migratedDatabase.js';
 
 t.setTimeout(600_000);
 
@@ -177,7 +178,7 @@ t.test('search-index projection on OpenSearch', async (t) => {
 });
 
 t.test('search-index projection on the Postgres adapter', async (t: Test) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const projection = createSearchIndexProjection(index);
@@ -302,7 +303,7 @@ t.test('pipeline events on OpenSearch: status, vectors, merges, concepts, replay
 });
 
 t.test('pipeline events on the Postgres adapter: vectors inside the transaction', async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const projection = createSearchIndexProjection(index, { vectorDimensions: DIMENSIONS });

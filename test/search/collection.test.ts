@@ -8,8 +8,9 @@ import { createPostgresSearchIndex } from '../../src/search/postgres.js';
 import { collectionRegistry, type SearchIndex } from '../../src/search/port.js';
 import type { Embedder } from '../../src/providers/embeddings/port.js';
 import { DIMENSIONS } from './contract.js';
-import { deleteIndices, ensureOpenSearch, getJson, openVectorPglite, uniquePrefix } from './helpers.js';
+import { deleteIndices, ensureOpenSearch, getJson, uniquePrefix } from './helpers.js';
 import { withServers } from '../helpers/servers.js';
+import { openMigratedDatabase } from '../helpers/migratedDatabase.js';
 
 /**
  * A searchable collection defined here, in the test, and served by both adapters with no change
@@ -156,7 +157,7 @@ function notesContract(t: Test, open: (t: Test) => Promise<NotesHarness>): void 
 
 t.test('on the Postgres adapter (PGlite with pgvector)', async (t) =>
   notesContract(t, async (t) => {
-    const db = await openVectorPglite();
+    const db = await openMigratedDatabase();
     t.teardown(() => db.close());
     await db.knex.raw(notesTable);
     const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, collections: [notes] });

@@ -2,14 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import knexFactory, { type Knex } from 'knex';
-import { PGlite } from '@electric-sql/pglite';
-import { vector } from '@electric-sql/pglite-pgvector';
-import ClientPgLite from 'knex-pglite';
-import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
-import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
 import type { Database } from '../../src/db/database.js';
-import { migrateReadModels } from '../../projections/migrations/index.js';
 import { mergeAliases, type DocumentUpdate } from '../../src/search/collection.js';
 import { concepts, facts, type ConceptDocument, type FactDocument } from '../../src/search/collections/index.js';
 import type { SearchIndex } from '../../src/search/port.js';
@@ -71,36 +64,6 @@ export async function getJson(url: string): Promise<{ status: number; body: any 
 
 export function uniquePrefix(label: string): string {
   return `factlog-test-${label}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
-}
-
-let template: Promise<File | Blob> | null = null;
-
-/**
- * A fresh in-memory PGlite with pgvector and the read-model migrations. The first call runs
- * initdb and the migrations (a few seconds); later ones load a dump of that instance.
- */
-export async function openVectorPglite(): Promise<Database> {
-  template ??= (async () => {
-    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
-    const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
-    await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
-    await migrateReadModels(knex);
-    const dump = await pglite.dumpDataDir('none');
-    await knex.destroy();
-    if (!pglite.closed) await pglite.close();
-    return dump;
-  })();
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await template, extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
-  const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
-  return {
-    knex,
-    kind: 'pglite',
-    hasVector: true,
-    close: async () => {
-      await knex.destroy();
-      if (!pglite.closed) await pglite.close();
-    },
-  };
 }
 
 /** What the facts projection writes for a fact (first insert wins, as in projections/facts.ts). */

@@ -8,7 +8,8 @@ import { concepts, facts } from '../../src/search/collections/index.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { concept, DIMENSIONS, fact } from './contract.js';
 
-import { openVectorPglite, postgresHarnessOver } from './helpers.js';
+import { postgresHarnessOver } from './helpers.js';
+import { openMigratedDatabase } from '../helpers/migratedDatabase.js';
 
 /**
  * A hand-made embedder of four "meanings": vehicles, animals, weather, and a small constant so
@@ -38,7 +39,7 @@ const handMadeEmbedder: Embedder = {
 const defaults: HybridSettings = { enabled: true, rrfK: 60, minScore: 0, overFetchMultiplier: 3 };
 
 async function setup(t: Test) {
-  const db: Database = await openVectorPglite();
+  const db: Database = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const harness = postgresHarnessOver(db, index);

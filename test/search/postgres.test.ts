@@ -7,10 +7,11 @@ import { facts } from '../../src/search/collections/index.js';
 import { SearchIndexMigrationError, VectorSearchUnavailableError } from '../../src/search/port.js';
 import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
 import { withServers } from '../helpers/servers.js';
-import { insertFacts, openVectorPglite, postgresHarnessOver } from './helpers.js';
+import { insertFacts, postgresHarnessOver } from './helpers.js';
+import { openMigratedDatabase } from '../helpers/migratedDatabase.js';
 
 async function postgresHarness(): Promise<SearchHarness> {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   return postgresHarnessOver(db, createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS }));
 }
 
@@ -33,7 +34,7 @@ t.test('contract: the same with the k-NN settings of one connection (as the embe
   searchContract(
     t,
     sharedHarness(t, async () => {
-      const db = await openVectorPglite();
+      const db = await openMigratedDatabase();
       return postgresHarnessOver(db, createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS, oneConnection: true }));
     }),
   ),
@@ -43,14 +44,14 @@ t.test('contract: the same with k-NN candidates from the graphs in memory (as th
   searchContract(
     t,
     sharedHarness(t, async () => {
-      const db = await openVectorPglite();
+      const db = await openMigratedDatabase();
       return postgresHarnessOver(db, createPostgresSearchIndex(db.knex, { hasVector: db.hasVector, vectorDimensions: DIMENSIONS, oneConnection: true, nearestInMemory: true }));
     }),
   ),
 );
 
 t.test('fact_vectors is created on first use with an HNSW cosine index', async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const exists = async () => (await db.knex.raw(`SELECT to_regclass('fact_vectors') AS name`)).rows[0].name;
@@ -74,7 +75,7 @@ t.test('fact_vectors is created on first use with an HNSW cosine index', async (
 });
 
 t.test('a growing vector table is analyzed (PGlite has no autovacuum), so the planner can choose the HNSW index', async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const rowsKnown = async () => Number((await db.knex.raw(`SELECT reltuples FROM pg_class WHERE oid = 'fact_vectors'::regclass`)).rows[0].reltuples);
@@ -93,7 +94,7 @@ t.test('a growing vector table is analyzed (PGlite has no autovacuum), so the pl
 });
 
 t.test('writes join the projection transaction and roll back with it', async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const doc = fact('repo-tx', 'Transactional.', { vector: [0, 0, 0, 1] });
@@ -118,7 +119,7 @@ t.test('writes join the projection transaction and roll back with it', async (t)
 });
 
 for (const oneConnection of [false, true]) t.test(`k-NN finds k facts of a small repository among many of others${oneConnection ? ' (one connection)' : ''}`, async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection });
   // Without iterative scans, HNSW would return its ef_search nearest overall and the filter would
@@ -175,7 +176,7 @@ for (const oneConnection of [false, true]) t.test(`k-NN finds k facts of a small
 });
 
 t.test('on one connection, knnMany outside a transaction sends its queries a few per statement, answering the same', async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection: true });
   const stored = Array.from({ length: 12 }, (_, position) => fact('repo-k', `Fact ${position}.`, { vector: [1, Math.sin(position), Math.cos(position), 0.1] }));
@@ -224,7 +225,7 @@ t.test('a transaction that writes vectors while a k-NN outside it creates the ta
   // After a restart the table check runs again. A job's k-NN (outside any transaction) started it
   // and queued for PGlite's one connection, which a projection batch's transaction held; that
   // transaction then waited for the same check: a deadlock that froze the whole service.
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS });
   const repo = `repo-${randomUUID()}`;

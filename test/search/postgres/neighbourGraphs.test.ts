@@ -6,9 +6,10 @@ import { createNeighbourGraphs } from '../../../src/search/postgres/neighbourGra
 import { facts } from '../../../src/search/collections/index.js';
 import { cosineSimilarity } from '../../../src/interchange/vectors.js';
 import { DIMENSIONS, fact } from '../contract.js';
-import { insertFacts, openVectorPglite } from '../helpers.js';
+import { insertFacts } from '../helpers.js';
 import type { Database } from '../../../src/db/database.js';
 import type { FactDocument } from '../../../src/search/collections/facts.js';
+import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 
 /** The embedded tier's wiring: one connection, k-NN candidates from the graphs in memory. */
 const inMemory = (db: Database) => createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: DIMENSIONS, oneConnection: true, nearestInMemory: true });
@@ -20,7 +21,7 @@ const spread = (n: number) => [Math.cos(n * 1.7) + 0.01 * n, Math.sin(n * 0.9), 
 
 /** A fresh vector database with the embedded tier's search index over it, and a repository id of its own. */
 const openGraphIndex = async (t: Test) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   return { db, index: inMemory(db), repositoryId: `repo-${randomUUID()}` };
 };
@@ -47,7 +48,7 @@ const indexedFacts = async (db: Database, index: ReturnType<typeof inMemory>, re
 };
 
 t.test('the vector table gets no HNSW index, and one left by an earlier version is dropped', async (t) => {
-  const db = await openVectorPglite();
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
   const indexNames = async () => (await db.knex.raw(`SELECT indexname FROM pg_indexes WHERE tablename = 'fact_vectors' ORDER BY 1`)).rows.map((row: { indexname: string }) => row.indexname);
   // An earlier version's table, with pgvector's HNSW index.
@@ -59,7 +60,7 @@ t.test('the vector table gets no HNSW index, and one left by an earlier version 
   t.same(found.items.map((item) => item.content), ['Fact 1 of repo-a.'], 'the vectors written before are found (the graph loads the table)');
   t.same(await indexNames(), ['fact_vectors_pkey', 'fact_vectors_repository'], 'the HNSW index is gone');
 
-  const fresh = await openVectorPglite();
+  const fresh = await openMigratedDatabase();
   t.teardown(() => fresh.close());
   await indexedFacts(fresh, inMemory(fresh), 'repo-b', 2);
   const created = (await fresh.knex.raw(`SELECT indexname FROM pg_indexes WHERE tablename = 'fact_vectors' ORDER BY 1`)).rows.map((row: { indexname: string }) => row.indexname);

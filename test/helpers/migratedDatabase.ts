@@ -1,0 +1,107 @@
+import { PGlite } from '@electric-sql/pglite';
+import { vector } from '@electric-sql/pglite-pgvector';
+import knexFactory, { type Knex } from 'knex';
+import ClientPgLite from 'knex-pglite';
+import { openDatabase, type Database } from '../../src/db/database.js';
+import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
+import { pgliteStartParams, pgliteTemplate } from './pglite.js';
+import { ReusePool } from './reusePool.js';
+import { migrateEmbeddedSchema } from './schema.js';
+
+let migratedDump: Promise<Blob> | null = null;
+
+/**
+ * A dump of a database with the embedded tier's schema (the event store's tables, the read
+ * models, pgvector), made once per process from the code under test: a database loads it instead
+ * of running the migrations again (about 0.45 CPU-s each). The opener's own migrations still run,
+ * and find nothing to do.
+ */
+function migratedTemplate(): Promise<Blob> {
+  migratedDump ??= (async () => {
+    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
+    const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
+    try {
+      await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+      await migrateEmbeddedSchema(knex);
+      return await pglite.dumpDataDir('none');
+    } finally {
+      await knex.destroy();
+      if (!pglite.closed) await pglite.close();
+    }
+  })();
+  return migratedDump;
+}
+
+/**
+ * Closed databases, emptied to what the migrated dump holds and kept for the next opener of this
+ * process (ReusePool): opening one (PGlite's thread started, the dump loaded) costs about 0.6
+ * CPU-s; the stage fixtures and the search tests open about fifty in a unit run.
+ */
+const keptDatabases = new ReusePool<Database>((db) => db.close());
+/** The relations and functions of `public` in a migrated database before any test used it. */
+let migratedObjects: Promise<Set<string>> | null = null;
+
+/** The kinds of `publicObjects`' strings and the statements that drop them, in the order they are dropped. */
+const DROP_ORDER: ReadonlyArray<[kind: string, keyword: string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
+
+/** Each relation (by kind) and function of `public`, one string each. */
+async function publicObjects(db: Database): Promise<Set<string>> {
+  const { rows } = await db.knex.raw<{ rows: Array<{ object: string }> }>(
+    `SELECT c.relkind::text || ' ' || quote_ident(c.relname) AS object FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
+     UNION ALL
+     SELECT 'f ' || p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace`,
+  );
+  return new Set(rows.map((row) => row.object));
+}
+
+/**
+ * A throwaway PGlite database (in a worker thread, as the service runs it) with the embedded
+ * tier's schema and pgvector, empty: a kept one, else one loaded from the migrated dump. Its
+ * `close()` gives it back to be emptied and kept.
+ */
+export async function openMigratedDatabase(): Promise<Database> {
+  const db = keptDatabases.take() ?? (await openFromTemplate());
+  let released: Promise<void> | null = null;
+  // A second close is the first one's: the database is kept once.
+  return { ...db, close: () => (released ??= releaseMigratedDatabase(db)) };
+}
+
+async function openFromTemplate(): Promise<Database> {
+  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
+  try {
+    await migrateEmbeddedSchema(db.knex);
+    migratedObjects ??= publicObjects(db);
+    await migratedObjects;
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
+  return db;
+}
+
+/**
+ * Empties a database to what the migrated dump holds and keeps it: what a test made beyond the
+ * migrations (the vector tables a search index makes on first use, their indexes, anything else)
+ * is dropped, every table of the migrations truncated with its sequences restarted, and advisory
+ * locks released. One that cannot be emptied is closed.
+ */
+async function releaseMigratedDatabase(db: Database): Promise<void> {
+  try {
+    if (keptDatabases.full || migratedObjects === null) throw new Error('not kept');
+    const migrated = await migratedObjects;
+    const added = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
+    // Tables first: dropping one drops its indexes and sequences, which IF EXISTS then passes over.
+    for (const [kind, keyword] of DROP_ORDER) {
+      for (const object of added) if (object.startsWith(`${kind} `)) await db.knex.raw(`DROP ${keyword} IF EXISTS ${object.slice(2)} CASCADE`);
+    }
+    const left = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
+    if (left.length > 0) throw new Error(`not emptied: ${left.join(', ')}`);
+    const tables = [...migrated].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
+    await db.knex.raw(`TRUNCATE ${tables.join(', ')} RESTART IDENTITY CASCADE`);
+    await db.knex.raw('SELECT pg_advisory_unlock_all()');
+  } catch {
+    await db.close();
+    return;
+  }
+  keptDatabases.keep(db);
+}
