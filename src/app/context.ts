@@ -2,7 +2,7 @@ import pino, { type Logger } from 'pino';
 import type { Config } from '../config/types.js';
 import { dataPaths, publicBaseUrl } from '../config/derived.js';
 import { checkSecrets } from '../config/load.js';
-import type { Database } from '../db/database.js';
+import type { Database, DatabaseOptions } from '../db/database.js';
 import { EventSchemaRegistry } from '../eventstore/schemas.js';
 import type { EventStore } from '../eventstore/port.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
@@ -96,6 +96,8 @@ export interface ContextOptions {
   localModels?: ModelWorkerOptions;
   /** How Client ID Metadata Documents are fetched (default: the HTTP fetcher; tests serve them locally). */
   clientDocumentFetch?: ClientDocumentFetch;
+  /** How a configured database is opened (default: openDatabase; test services take emptied ones kept from earlier services). */
+  openDatabase?: (options: DatabaseOptions) => Promise<Database>;
 }
 
 /**
@@ -111,7 +113,7 @@ export async function createAppContext(config: Config, options: ContextOptions =
   // On the embedded tier no other process can run the projections, so an API process runs them too.
   const runProjections = role !== 'api' || config.bus.backend === 'log';
 
-  const databases = createDatabases(config, cwd);
+  const databases = createDatabases(config, cwd, options.openDatabase);
   const db = await databases.open(config.readmodels.database);
   await migrateReadModels(db.knex);
   await migrateJobs(db.knex);

@@ -134,7 +134,7 @@ t.test('first-user promotion can be turned off', async (t) => {
 });
 
 t.test('data survives a restart of the context', async (t) => {
-  const service = await startTestService();
+  const service = await startTestService({ persistent: true });
   const user = await registerUser(service, 'keep@example.org');
   const repo = (await service.call('POST', '/api/v1/repositories', { token: user.token, body: { name: 'Kept' } })).body;
   await service.close({ keepData: true });

@@ -38,8 +38,12 @@ function migratedTemplate(): Promise<Blob> {
  * CPU-s; the stage fixtures and the search tests open about fifty in a unit run.
  */
 const keptDatabases = new ReusePool<Database>((db) => db.close());
-/** The relations and functions of `public` in a migrated database before any test used it. */
-let migratedObjects: Promise<Set<string>> | null = null;
+/**
+ * A migrated database before any test used it: the relations and functions of `public`, and the
+ * tables the migrations filled (`schema_migrations`, which a service's own migrations read) with
+ * their row counts. Emptying truncates every other table.
+ */
+let migratedState: Promise<{ objects: Set<string>; filled: Map<string, number> }> | null = null;
 
 /** The kinds of `publicObjects`' strings and the statements that drop them, in the order they are dropped. */
 const DROP_ORDER: ReadonlyArray<[kind: string, keyword: string]> = [['r', 'TABLE'], ['m', 'MATERIALIZED VIEW'], ['v', 'VIEW'], ['i', 'INDEX'], ['S', 'SEQUENCE'], ['f', 'FUNCTION']];
@@ -52,6 +56,20 @@ async function publicObjects(db: Database): Promise<Set<string>> {
      SELECT 'f ' || p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace`,
   );
   return new Set(rows.map((row) => row.object));
+}
+
+/** The tables of `objects` that hold rows, with their counts. */
+async function filledTables(db: Database, objects: ReadonlySet<string>): Promise<Map<string, number>> {
+  const tables = [...objects].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
+  const counts = await db.knex.raw<{ rows: Array<{ table: string; rows: number }> }>(
+    tables.map((table) => `SELECT ${db.knex.raw('?', [table]).toQuery()} AS table, count(*)::int AS rows FROM ${table}`).join(' UNION ALL '),
+  );
+  return new Map(counts.rows.filter((row) => row.rows > 0).map((row) => [row.table, row.rows]));
+}
+
+async function migratedStateOf(db: Database): Promise<{ objects: Set<string>; filled: Map<string, number> }> {
+  const objects = await publicObjects(db);
+  return { objects, filled: await filledTables(db, objects) };
 }
 
 /**
@@ -70,8 +88,8 @@ async function openFromTemplate(): Promise<Database> {
   const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
   try {
     await migrateEmbeddedSchema(db.knex);
-    migratedObjects ??= publicObjects(db);
-    await migratedObjects;
+    migratedState ??= migratedStateOf(db);
+    await migratedState;
   } catch (error) {
     await db.close();
     throw error;
@@ -82,13 +100,14 @@ async function openFromTemplate(): Promise<Database> {
 /**
  * Empties a database to what the migrated dump holds and keeps it: what a test made beyond the
  * migrations (the vector tables a search index makes on first use, their indexes, anything else)
- * is dropped, every table of the migrations truncated with its sequences restarted, and advisory
- * locks released. One that cannot be emptied is closed.
+ * is dropped, every table of the migrations truncated with its sequences restarted (but those the
+ * migrations filled, whose rows must then be as they were), and advisory locks released. One that
+ * cannot be emptied is closed.
  */
 async function releaseMigratedDatabase(db: Database): Promise<void> {
   try {
-    if (keptDatabases.full || migratedObjects === null) throw new Error('not kept');
-    const migrated = await migratedObjects;
+    if (keptDatabases.full || migratedState === null) throw new Error('not kept');
+    const { objects: migrated, filled } = await migratedState;
     const added = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
     // Tables first: dropping one drops its indexes and sequences, which IF EXISTS then passes over.
     for (const [kind, keyword] of DROP_ORDER) {
@@ -97,7 +116,9 @@ async function releaseMigratedDatabase(db: Database): Promise<void> {
     const left = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
     if (left.length > 0) throw new Error(`not emptied: ${left.join(', ')}`);
     const tables = [...migrated].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
-    await db.knex.raw(`TRUNCATE ${tables.join(', ')} RESTART IDENTITY CASCADE`);
+    await db.knex.raw(`TRUNCATE ${tables.filter((table) => !filled.has(table)).join(', ')} RESTART IDENTITY`);
+    const stillFilled = await filledTables(db, migrated);
+    if ([...filled].some(([table, rows]) => stillFilled.get(table) !== rows) || stillFilled.size !== filled.size) throw new Error('not emptied: a filled table changed');
     await db.knex.raw('SELECT pg_advisory_unlock_all()');
   } catch {
     await db.close();

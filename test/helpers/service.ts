@@ -9,8 +9,9 @@ import type { Config } from '../../src/config/types.js';
 import { createAppContext, type AppContext, type ContextOptions } from '../../src/app/context.js';
 import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
-import { openDatabase } from '../../src/db/database.js';
+import { openDatabase, type Database, type DatabaseOptions } from '../../src/db/database.js';
 import { isGroupedRun } from './groupedRun.js';
+import { openMigratedDatabase } from './migratedDatabase.js';
 import { seedPgliteDir } from './pglite.js';
 import { migrateEmbeddedSchema } from './schema.js';
 
@@ -31,10 +32,23 @@ export const TEST_SECRET = 'test-secret-that-is-long-enough-for-hs256-signing!';
 
 /**
  * A whole service on a throwaway PGlite under a temp dir, with fast retries for tests.
- * Pass `dataDir` to reopen the same data (restart tests).
+ * Pass `dataDir` to reopen the same data (restart tests); the service that wrote it says
+ * `persistent: true`, so that its database is in that directory when it closes with `keepData`.
+ *
+ * In a grouped run (test/group.ts) a service that is not persistent runs on a database kept from
+ * an earlier service or fixture of the process and emptied (test/helpers/migratedDatabase.ts): in
+ * memory, in PGlite's worker thread as the service runs it, without opening PGlite again. Every
+ * other service opens PGlite on its own directory, as `factlog serve` does.
  */
 export async function startTestService(
-  options: { overrides?: Overrides; dataDir?: string; env?: NodeJS.ProcessEnv; workers?: boolean; clientDocumentFetch?: ContextOptions['clientDocumentFetch'] } = {},
+  options: {
+    overrides?: Overrides;
+    dataDir?: string;
+    persistent?: boolean;
+    env?: NodeJS.ProcessEnv;
+    workers?: boolean;
+    clientDocumentFetch?: ContextOptions['clientDocumentFetch'];
+  } = {},
 ): Promise<TestService> {
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), 'factlog-test-')));
   const config = buildConfig(
@@ -56,9 +70,17 @@ export async function startTestService(
     ),
   );
   const database = databaseOptions(config, config.readmodels.database);
-  if (!options.dataDir && database.kind === 'pglite') await (isGroupedRun() ? seedMigratedPgliteDir : seedPgliteDir)(database.dataDir);
+  const keptDatabase = isGroupedRun() && !options.dataDir && !options.persistent && database.kind === 'pglite';
+  if (!options.dataDir && !keptDatabase && database.kind === 'pglite') await (isGroupedRun() ? seedMigratedPgliteDir : seedPgliteDir)(database.dataDir);
   // The built-in models start at their first call: most services never call one.
-  const context = await createAppContext(config, { env: options.env ?? {}, logger: pino({ level: 'silent' }), workers: options.workers, localModels: { loadAtStart: false }, clientDocumentFetch: options.clientDocumentFetch });
+  const context = await createAppContext(config, {
+    env: options.env ?? {},
+    logger: pino({ level: 'silent' }),
+    workers: options.workers,
+    localModels: { loadAtStart: false },
+    clientDocumentFetch: options.clientDocumentFetch,
+    ...(keptDatabase ? { openDatabase: openKeptPglite } : {}),
+  });
   await context.start();
   const app = await buildApp(context);
   await app.ready();
@@ -83,11 +105,17 @@ export async function startTestService(
       return { status: response.statusCode, body: parsed, headers: response.headers };
     },
     async close({ keepData = false } = {}) {
+      if (keepData && keptDatabase) throw new Error('close({ keepData: true }) needs startTestService({ persistent: true }): this database is not on disk');
       await app.close();
       await context.close();
       if (!keepData && !options.dataDir) await rm(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** A configured PGlite database as a kept, emptied one; a server's as configured. */
+function openKeptPglite(options: DatabaseOptions): Promise<Database> {
+  return options.kind === 'pglite' ? openMigratedDatabase() : openDatabase(options);
 }
 
 let migratedTemplate: Promise<string> | null = null;

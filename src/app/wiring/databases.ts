@@ -1,6 +1,6 @@
 import type { Config } from '../../config/types.js';
 import { databaseOptions } from '../../config/derived.js';
-import { openDatabase, type Database } from '../../db/database.js';
+import { openDatabase, type Database, type DatabaseOptions } from '../../db/database.js';
 
 /** The configured databases, each opened once by name; closes them all in one call. */
 export interface Databases {
@@ -12,13 +12,13 @@ export interface Databases {
  * On the embedded tier the event store and the read models name the same PGlite database, and
  * one data directory has one connection: opening by name, once, is what keeps them shared.
  */
-export function createDatabases(config: Config, cwd: string): Databases {
+export function createDatabases(config: Config, cwd: string, open: (options: DatabaseOptions) => Promise<Database> = openDatabase): Databases {
   const opened = new Map<string, Promise<Database>>();
   return {
     open(name) {
       let database = opened.get(name);
       if (!database) {
-        database = openDatabase(databaseOptions(config, name, cwd));
+        database = open(databaseOptions(config, name, cwd));
         opened.set(name, database);
       }
       return database;

@@ -153,7 +153,7 @@ t.test('retention: rows older than audit.retention_days go, at start and daily a
   t.equal(await service.context.audit.prune(), 1);
   t.same((await knex('permission_audit').where({ operation: 'GET /retention-test' }).select('user_id')).map((r) => r.user_id), ['recent']);
 
-  const restarted = await startTestService({ overrides: { audit: { retention_days: 1 } } });
+  const restarted = await startTestService({ persistent: true, overrides: { audit: { retention_days: 1 } } });
   t.teardown(() => restarted.close());
   await restarted.context.db.knex('permission_audit').insert([row(2, 'old')]);
   await restarted.close({ keepData: true });
