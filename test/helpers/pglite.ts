@@ -19,7 +19,9 @@ import { ReusePool } from './reusePool.js';
  */
 const TEMPLATE_RECIPE = 'postgres-only';
 const root = path.resolve(import.meta.dirname, '../..');
-const version = JSON.parse(readFileSync(path.join(root, 'node_modules/@electric-sql/pglite/package.json'), 'utf8')).version as string;
+/** The installed PGlite's version: its data directories and dumps are kept per version. */
+export const PGLITE_VERSION = JSON.parse(readFileSync(path.join(root, 'node_modules/@electric-sql/pglite/package.json'), 'utf8')).version as string;
+const version = PGLITE_VERSION;
 let template: Promise<Blob> | null = null;
 let templateDir: Promise<string> | null = null;
 
