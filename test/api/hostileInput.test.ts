@@ -137,12 +137,13 @@ t.test('no route answers 5xx to hostile input, and refused calls store nothing',
   seededIds.push(sourceId, repository.body.id);
 
   const knex = service.context.db.knex;
-  // What a call can store: events, and the service state kept out of the log.
+  // What a call can store: events, and the service state kept out of the log (one statement: it runs around each of ~1,200 calls).
   const storedState = async () => {
-    const counts = await Promise.all(
-      ['credentials', 'sessions', 'slug_reservations', 'retired_refresh_tokens'].map(async (table) => `${table}=${(await knex(table).count<{ n: string }[]>('* as n'))[0].n}`),
-    );
-    return [`events=${(await service.call('GET', '/healthz')).body.head_position}`, ...counts].join(' ');
+    const counted = ['credentials', 'sessions', 'slug_reservations', 'retired_refresh_tokens'].map((table) => `(SELECT count(*) FROM ${table}) AS ${table}`);
+    const { rows } = await knex.raw<{ rows: Array<Record<string, unknown>> }>(`SELECT (SELECT coalesce(max(global_position), 0) FROM events) AS events, ${counted.join(', ')}`);
+    return Object.entries(rows[0] ?? {})
+      .map(([name, value]) => `${name}=${String(value)}`)
+      .join(' ');
   };
   const serverErrors: string[] = [];
   let calls = 0;
