@@ -56,8 +56,8 @@ export function rebuildExtractionError(error: SerializedExtractionError): Error 
 
 /**
  * Each worker's heap: a document whose parse needs more ends its worker (the attempt fails and is
- * retried), not the service. The young generation is bounded as well: with V8's default (16 MB
- * semi-spaces) a worker reaching its old-generation limit during a scavenge aborted the whole
+ * retried), not the service. The young generation is bounded as well: with V8's default size a
+ * worker reaching its old-generation limit during a scavenge aborted the whole
  * process in 4 of 6 runs of its test (`FATAL ERROR: Reached heap limit`, nodejs/node#47224);
  * with 2 MB (as `bin/factlog.js`'s --max-semi-space-size=1 gives every isolate) in none.
  */
