@@ -77,7 +77,8 @@ export async function startTestService(
     env: options.env ?? {},
     logger: pino({ level: 'silent' }),
     workers: options.workers,
-    localModels: { loadAtStart: false },
+    // The models' pool outlives a service by a moment: the next service of a grouped process reuses it.
+    localModels: { loadAtStart: false, keepIdleMs: 500 },
     clientDocumentFetch: options.clientDocumentFetch,
     ...(keptDatabase ? { openDatabase: openKeptPglite } : {}),
   });

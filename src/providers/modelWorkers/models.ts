@@ -37,6 +37,12 @@ export interface ModelWorkerOptions extends ModelWorkerPoolOptions {
    * false: about 2 s of CPU per service.
    */
   loadAtStart?: boolean;
+  /**
+   * How long the process's pool stays after its last adapter is closed, for the next one made
+   * meanwhile (default 0: its workers end at once). Test services set it: a grouped test process
+   * starts dozens of services one after another, and each would load the models again.
+   */
+  keepIdleMs?: number;
 }
 
 export interface ClosableChatModel extends ChatModel {
@@ -122,33 +128,55 @@ interface SharedPool {
   /** Made at the first use, so a lease that never calls starts no worker. */
   pool: ModelWorkerPool | null;
   leases: number;
+  /** While no lease holds it: the timer that ends it (`keepIdleMs`). */
+  idleEnd: NodeJS.Timeout | null;
 }
 
 const pools = new Map<string, SharedPool>();
+let poolStarts = 0;
 
-function leasePool({ loadAtStart: _perLease, ...options }: ModelWorkerOptions): { pool: () => ModelWorkerPool; release: () => Promise<void> } {
+/** How many pools this process has started (each loads the models again): what `keepIdleMs` saves, for tests and benches. */
+export function localModelPoolStarts(): number {
+  return poolStarts;
+}
+
+function leasePool({ loadAtStart: _perLease, keepIdleMs = 0, ...options }: ModelWorkerOptions): { pool: () => ModelWorkerPool; release: () => Promise<void> } {
   const key = JSON.stringify([options.size ?? null, options.cacheDir ?? null, options.resourceLimits ?? null]);
   let shared = pools.get(key);
   if (shared === undefined) {
-    shared = { options, pool: null, leases: 0 };
+    shared = { options, pool: null, leases: 0, idleEnd: null };
     pools.set(key, shared);
+  }
+  if (shared.idleEnd !== null) {
+    clearTimeout(shared.idleEnd);
+    shared.idleEnd = null;
   }
   shared.leases++;
   const held = shared;
   let released = false;
   return {
     pool() {
-      // A released lease that never started the pool has none to call (a started one refuses the call itself).
-      if (released && held.pool === null) throw new ModelCallError('the local models are closed', false);
-      return (held.pool ??= new ModelWorkerPool(held.options));
+      // A released lease calls no more, whether its pool ended or is kept for the next lease.
+      if (released) throw new ModelCallError('the local models are closed', false);
+      if (held.pool === null) {
+        held.pool = new ModelWorkerPool(held.options);
+        poolStarts++;
+      }
+      return held.pool;
     },
     async release() {
       if (released) return;
       released = true;
       held.leases--;
       if (held.leases > 0) return;
-      if (pools.get(key) === held) pools.delete(key);
-      await held.pool?.close();
+      const end = async () => {
+        held.idleEnd = null;
+        if (pools.get(key) === held) pools.delete(key);
+        await held.pool?.close();
+      };
+      if (keepIdleMs <= 0 || held.pool === null) return end();
+      // Its workers keep the process alive until then; the timer itself does not.
+      held.idleEnd = setTimeout(() => void end(), keepIdleMs).unref();
     },
   };
 }

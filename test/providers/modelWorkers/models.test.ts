@@ -4,7 +4,7 @@ import t from 'tap';
 import { createLocalEmbedder } from '../../../src/providers/embeddings/local.js';
 import { createLocalChatModel } from '../../../src/providers/llm/local.js';
 import { ModelCallError, type ConceptContextChoice } from '../../../src/providers/llm/port.js';
-import { createWorkerChatModel, createWorkerEmbedder } from '../../../src/providers/modelWorkers/models.js';
+import { createWorkerChatModel, createWorkerEmbedder, localModelPoolStarts } from '../../../src/providers/modelWorkers/models.js';
 import { effectivePromptset } from '../../../src/providers/llm/promptsets.js';
 
 /**
@@ -96,4 +96,23 @@ t.test('adapters share one pool: closing one leaves the other working; the last 
   t.equal((await second.embed(['Radium glows.']))[0]?.length, 100, 'the other lease still embeds');
   await second.close();
   await t.rejects(second.embed(['Radium glows.']), ModelCallError, 'closed');
+});
+
+t.test('with keepIdleMs the pool outlives its last adapter for the next one made meanwhile, then ends', async (t) => {
+  // Options of their own (a heap limit no other test uses): a pool apart from the file's others.
+  const options = { size: 1, keepIdleMs: 300, resourceLimits: { maxOldGenerationSizeMb: 257 } };
+  const first = createWorkerEmbedder(options);
+  t.equal((await first.embed(['Radium glows.']))[0]?.length, 100);
+  const startsBefore = localModelPoolStarts();
+  await first.close();
+  const second = createWorkerEmbedder(options);
+  t.equal((await second.embed(['Polonium too.']))[0]?.length, 100, 'the kept pool answers');
+  t.equal(localModelPoolStarts(), startsBefore, 'no new pool was made for it');
+  await second.close();
+  await t.rejects(second.embed(['x']), ModelCallError, 'a closed adapter refuses, kept pool or not');
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const third = createWorkerEmbedder(options);
+  t.equal((await third.embed(['Radon.']))[0]?.length, 100);
+  t.equal(localModelPoolStarts(), startsBefore + 1, 'after the idle time a new pool is made');
+  await third.close();
 });
