@@ -328,14 +328,13 @@ t.test('a server that never answers times out each attempt', async (t) => {
     // Never respond.
   });
   const { delays, sleep } = recordingSleep();
-  const started = Date.now();
+  // A fetch the timeout did not end would wait for ever: the file's timeout fails it.
   const error = await fetchError(createHttpFetcher(testSettings({ timeoutMs: 150, maxAttempts: 2 }), { sleep }).fetch(server.url()));
   t.equal(error.reason, 'timeout');
   t.equal(error.permanent, false);
   t.equal(error.attempts, 2);
   t.equal(server.hits(), 2);
   t.equal(delays.length, 1);
-  t.ok(Date.now() - started < 2_000, 'the timeout bounds the wait');
 });
 
 t.test('a body that stalls half-way times out too', async (t) => {
@@ -594,13 +593,11 @@ t.test('an abort signal stops the fetch at once', async (t) => {
     });
     const controller = new AbortController();
     const fetcher = createHttpFetcher(testSettings({ timeoutMs: 30_000 }));
-    const started = Date.now();
     setTimeout(() => controller.abort(), 50);
     const error = await fetchError(fetcher.fetch(server.url(), controller.signal));
-    t.equal(error.reason, 'aborted');
+    t.equal(error.reason, 'aborted', 'ended by the abort, not by the 30 s timeout');
     t.equal(error.permanent, false);
-    t.equal(error.attempts, 1);
-    t.ok(Date.now() - started < 2_000, 'no retry and no timeout wait');
+    t.equal(error.attempts, 1, 'no retry');
     t.equal(fetcher.hostStats(server.url()).failures, 0, 'an abort says nothing about the host');
   });
 
