@@ -92,9 +92,14 @@ async function publicObjects(db: Database): Promise<Set<string>> {
   return new Set(rows.map((row) => row.object));
 }
 
+/** The tables among `publicObjects`' strings, by name. */
+function tablesOf(objects: ReadonlySet<string>): string[] {
+  return [...objects].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
+}
+
 /** The tables of `objects` that hold rows, with their counts. */
 async function filledTables(db: Database, objects: ReadonlySet<string>): Promise<Map<string, number>> {
-  const tables = [...objects].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
+  const tables = tablesOf(objects);
   const counts = await db.knex.raw<{ rows: Array<{ table: string; rows: number }> }>(
     tables.map((table) => `SELECT ${db.knex.raw('?', [table]).toQuery()} AS table, count(*)::int AS rows FROM ${table}`).join(' UNION ALL '),
   );
@@ -149,8 +154,7 @@ async function releaseMigratedDatabase(db: Database): Promise<void> {
     }
     const left = [...(await publicObjects(db))].filter((object) => !migrated.has(object));
     if (left.length > 0) throw new Error(`not emptied: ${left.join(', ')}`);
-    const tables = [...migrated].filter((object) => object.startsWith('r ')).map((object) => object.slice(2));
-    await db.knex.raw(`TRUNCATE ${tables.filter((table) => !filled.has(table)).join(', ')} RESTART IDENTITY`);
+    await db.knex.raw(`TRUNCATE ${tablesOf(migrated).filter((table) => !filled.has(table)).join(', ')} RESTART IDENTITY`);
     const stillFilled = await filledTables(db, migrated);
     if ([...filled].some(([table, rows]) => stillFilled.get(table) !== rows) || stillFilled.size !== filled.size) throw new Error('not emptied: a filled table changed');
     await db.knex.raw('SELECT pg_advisory_unlock_all()');

@@ -21,7 +21,6 @@ const TEMPLATE_RECIPE = 'postgres-only';
 const root = path.resolve(import.meta.dirname, '../..');
 /** The installed PGlite's version: its data directories and dumps are kept per version. */
 export const PGLITE_VERSION = JSON.parse(readFileSync(path.join(root, 'node_modules/@electric-sql/pglite/package.json'), 'utf8')).version as string;
-const version = PGLITE_VERSION;
 let template: Promise<Blob> | null = null;
 let templateDir: Promise<string> | null = null;
 
@@ -37,7 +36,7 @@ export const pgliteStartParams: string[] = [
 
 export function pgliteTemplate(): Promise<Blob> {
   template ??= (async () => {
-    const file = path.join(tmpdir(), `factlog-pglite-initdb-${version}-${TEMPLATE_RECIPE}.tar`);
+    const file = path.join(tmpdir(), `factlog-pglite-initdb-${PGLITE_VERSION}-${TEMPLATE_RECIPE}.tar`);
     if (existsSync(file)) return new Blob([readFileSync(file)]);
     const fresh = await PGlite.create('memory://', await pgliteWasmModules());
     await fresh.exec(`UPDATE pg_database SET datistemplate = false WHERE datname IN ('template0', 'template1')`);
@@ -70,7 +69,7 @@ export async function seedPgliteDir(dir: string): Promise<void> {
 
 function pgliteTemplateDir(): Promise<string> {
   templateDir ??= (async () => {
-    const finished = path.join(tmpdir(), `factlog-pglite-initdb-${version}-${TEMPLATE_RECIPE}.d`);
+    const finished = path.join(tmpdir(), `factlog-pglite-initdb-${PGLITE_VERSION}-${TEMPLATE_RECIPE}.d`);
     if (existsSync(finished)) return finished;
     const temporary = `${finished}.${process.pid}.tmp`;
     const db = await openDatabase({ kind: 'pglite', dataDir: temporary, loadDataDir: await pgliteTemplate() });

@@ -1,4 +1,3 @@
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -13,7 +12,6 @@ import { openDatabase, type Database, type DatabaseOptions } from '../../src/db/
 import { isGroupedRun } from './groupedRun.js';
 import { openMigratedDatabase } from './migratedDatabase.js';
 import { seedPgliteDir } from './pglite.js';
-import { migrateEmbeddedSchema } from './schema.js';
 
 export interface TestService {
   context: AppContext;
@@ -71,7 +69,8 @@ export async function startTestService(
   );
   const database = databaseOptions(config, config.readmodels.database);
   const keptDatabase = isGroupedRun() && !options.dataDir && !options.persistent && database.kind === 'pglite';
-  if (!options.dataDir && !keptDatabase && database.kind === 'pglite') await (isGroupedRun() ? seedMigratedPgliteDir : seedPgliteDir)(database.dataDir);
+  // Any other service on PGlite starts from the initdb template and migrates it itself.
+  if (!options.dataDir && !keptDatabase && database.kind === 'pglite') await seedPgliteDir(database.dataDir);
   // The built-in models start at their first call: most services never call one.
   const context = await createAppContext(config, {
     env: options.env ?? {},
@@ -117,31 +116,6 @@ export async function startTestService(
 /** A configured PGlite database as a kept, emptied one; a server's as configured. */
 function openKeptPglite(options: DatabaseOptions): Promise<Database> {
   return options.kind === 'pglite' ? openMigratedDatabase() : openDatabase(options);
-}
-
-let migratedTemplate: Promise<string> | null = null;
-
-/**
- * In a grouped run (test/group.ts: dozens of services in one process), a service's directory is
- * a copy of one this process migrated once, so its start finds the schema there (its own
- * migrations still run, and do nothing): about 0.4 CPU-s less per service. Made per process from
- * the code under test, never cached across runs, so it cannot lag behind a changed migration. A
- * file run alone starts from the initdb template, as it would gain nothing from this.
- */
-async function seedMigratedPgliteDir(dir: string): Promise<void> {
-  migratedTemplate ??= (async () => {
-    const template = mkdtempSync(path.join(tmpdir(), 'factlog-test-schema-'));
-    process.once('exit', () => rmSync(template, { recursive: true, force: true }));
-    await seedPgliteDir(template);
-    const db = await openDatabase({ kind: 'pglite', dataDir: template });
-    try {
-      await migrateEmbeddedSchema(db.knex);
-    } finally {
-      await db.close();
-    }
-    return template;
-  })();
-  cpSync(await migratedTemplate, dir, { recursive: true });
 }
 
 function merge(base: Overrides, extra: Overrides): Overrides {
