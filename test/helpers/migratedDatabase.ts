@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { globSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { globSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
@@ -8,7 +8,7 @@ import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
 import { openDatabase, type Database } from '../../src/db/database.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
-import { PGLITE_VERSION, pgliteStartParams, pgliteTemplate } from './pglite.js';
+import { keepDumpFile, PGLITE_VERSION, pgliteStartParams, pgliteTemplate } from './pglite.js';
 import { ReusePool } from './reusePool.js';
 import { migrateEmbeddedSchema } from './schema.js';
 
@@ -58,9 +58,7 @@ function migratedTemplate(): Promise<Blob> {
     for (const older of readdirSync(tmpdir())) {
       if (older.startsWith(DUMP_PREFIX) && older.endsWith('.tar') && older !== path.basename(file)) rmSync(path.join(tmpdir(), older), { force: true });
     }
-    const temporary = `${file}.${process.pid}.tmp`;
-    writeFileSync(temporary, Buffer.from(await dump.arrayBuffer()));
-    renameSync(temporary, file); // concurrent writers write equal dumps; readers never see half of one
+    await keepDumpFile(file, dump);
     return dump;
   })();
   return migratedDump;

@@ -45,12 +45,20 @@ export function pgliteTemplate(): Promise<Blob> {
     await fresh.exec('CHECKPOINT');
     const dump = await fresh.dumpDataDir('none');
     await fresh.close();
-    const temporary = `${file}.${process.pid}.tmp`;
-    writeFileSync(temporary, Buffer.from(await dump.arrayBuffer()));
-    renameSync(temporary, file); // concurrent writers produce equivalent files; readers never see half of one
+    await keepDumpFile(file, dump);
     return dump;
   })();
   return template;
+}
+
+/**
+ * Writes a dump to `file` for the other processes of the run: whole or not at all (written
+ * aside, then renamed), so a reader never sees half of one; concurrent writers write equal dumps.
+ */
+export async function keepDumpFile(file: string, dump: Blob): Promise<void> {
+  const temporary = `${file}.${process.pid}.tmp`;
+  writeFileSync(temporary, Buffer.from(await dump.arrayBuffer()));
+  renameSync(temporary, file);
 }
 
 /** A throwaway in-memory PGlite database with pgvector, started from the template. */
