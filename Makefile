@@ -83,24 +83,21 @@ endif
 TEST_MALLOC := $(if $(GLIBC_TUNABLES),,GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=67108864)
 TEST_ENV := $(if $(TEST_TMPDIR),mkdir -p $(TEST_TMPDIR) && TMPDIR=$(TEST_TMPDIR)) $(TEST_MALLOC)
 
+# `make test` runs package.json's tap selection: the unit files in their groups (below), the
+# files that need the servers (*.server.test.ts) and the end-to-end runs (test/e2e/), each of
+# those in a process of its own. Two at a time: Kafka and OpenSearch share the two cores.
 test: install postgres typecheck infra
 	$(TEST_ENV) npx tap
 
-# Server-needing files end in .server.test.ts and end-to-end runs live in test/e2e/; suites written
-# for both database tiers read FACTLOG_TEST_SERVERS (test/helpers/servers.ts) and run on PGlite only.
-# Unit test processes live seconds: V8's optimising tier for PGlite's WebAssembly and its
-# background threads cost more CPU than they save there (docs/testing.md, "How test files run").
-# The end-to-end runs keep the defaults (the corpus run took 28% more CPU with these flags).
-# tap's --node-arg replaces package.json's list, so the loader is named again.
-UNIT_NODE_ARGS := --node-arg=--import=./test/loader.mjs --node-arg=--no-wasm-code-gc --node-arg=--liftoff-only --node-arg=--single-threaded
-
 # The unit files run in groups, several files to a process (test/group.ts, test/groups/): Node,
-# the app's modules and PGlite's WebAssembly start once per group, not once per file. Each file
-# keeps its own timeout inside its group; --timeout is the whole group's, a net for a hung one.
-# Three groups at a time on two cores: a group waits part of its time (child processes, servers'
-# replies, timers), and a third keeps the cores busy then (docs/testing.md: 94 → 81 s).
+# the app's modules and PGlite's WebAssembly start once per group, not once per file. A group's
+# process gets its V8 flags from its entry (test/groupEntry.ts), and each file keeps its own
+# timeout inside its group. Suites written for both database tiers read FACTLOG_TEST_SERVERS
+# (test/helpers/servers.ts) and here run on PGlite only. Three groups at a time on two cores: a
+# group waits part of its time (child processes, servers' replies, timers), and a third keeps the
+# cores busy then (docs/testing.md: 94 → 81 s).
 test-unit: install
-	$(TEST_ENV) FACTLOG_TEST_SERVERS=none npx tap $(UNIT_NODE_ARGS) --jobs=3 --timeout=1800 test/groups/*.ts
+	$(TEST_ENV) FACTLOG_TEST_SERVERS=none npx tap --jobs=3 test/groups/*.ts
 
 bench: install postgres
 	node --import=tsx bench/eventstore.ts

@@ -107,9 +107,9 @@ export async function runGroup(entryFile: string): Promise<void> {
   hookTapImports();
   markGroupedRun();
   const timeout = perFileTimeoutMs();
-  // tap's root timeout is per process (TAP_TIMEOUT; 30 s for `node test/groups/x.ts`): the group
-  // gets its files' sum here, and the tap runner's own timer for the process is the Makefile's
-  // --timeout (1800 s).
+  // tap's root timeout is per process (TAP_TIMEOUT: package.json's 300 s under tap, 30 s for
+  // `node test/groups/x.ts`): the group gets its files' sum here, and the tap runner's timer for
+  // the process follows it (the entry passes tap's timeout messages both ways).
   t.setTimeout(timeout * Math.max(files.length, 1));
   for (const file of files) {
     const url = pathToFileURL(path.join(root, file)).href;

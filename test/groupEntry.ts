@@ -13,6 +13,15 @@ import { fork } from 'node:child_process';
 
 const TAP_HOOK = '/@tapjs/';
 
+/**
+ * V8 flags for a group's process, whichever command started it (`make test-unit`, `make test`,
+ * `npx tap test/groups/x.ts`): a unit test process lives seconds, too short to earn back what the
+ * optimising tier spends on PGlite's WebAssembly, and with groups side by side on two cores V8's background
+ * threads only add CPU (docs/testing.md, "How test files run"). The end-to-end files keep V8's
+ * defaults; they run in processes of their own.
+ */
+const GROUP_V8_FLAGS = ['--liftoff-only', '--single-threaded'];
+
 export async function runGroupEntry(entryFile: string): Promise<void> {
   if (!process.execArgv.some((argument) => argument.includes(TAP_HOOK))) {
     const { runGroup } = await import('./group.js');
@@ -22,8 +31,10 @@ export async function runGroupEntry(entryFile: string): Promise<void> {
   const env = { ...process.env };
   delete env.NODE_OPTIONS;
   for (const name of Object.keys(env)) if (name.startsWith('_TAPJS_PROCESSINFO_')) delete env[name];
+  const execArgv = process.execArgv.filter((argument) => !argument.includes(TAP_HOOK));
+  for (const flag of GROUP_V8_FLAGS) if (!execArgv.includes(flag)) execArgv.push(flag);
   const child = fork(entryFile, process.argv.slice(2), {
-    execArgv: process.execArgv.filter((argument) => !argument.includes(TAP_HOOK)),
+    execArgv,
     env,
     stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
   });
