@@ -483,8 +483,11 @@ interface OpenAIResult extends Omit<IngestResult, 'peakRss' | 'serviceProbe' | '
  * embedding (a call per job of ≤ embed_batch_size facts) W; concept extraction W × 4 (a job
  * sends its batches four at a time); concept embedding W (a worker embeds its claimed group in
  * one call); summaries W (one run per repository at a time, its page's concepts side by side,
- * at most task.queues.summarize_concepts = W; a concept's slices one after another); syntheses
+ * at most task.queues.summarize_concepts = W, a concept's slices each a place of their own); syntheses
  * W × 25 (a worker runs a claimed group of up to 25 jobs' calls side by side).
+ * C is the calls the run made: summary slices written again as a concept's facts came (27% of
+ * them in one run, docs/performance.md, "Thirtieth round") count, and the bound does not know
+ * when a stage's inputs exist (the summaries wait for the source stages' first concepts).
  */
 function openAIBound(jobs: ReadonlyMap<string, number>, calls: { chat: number; embeddings: number }, phases: Partial<Record<string, number>>) {
   const latency = sizes.openaiLatencyMs / 1000;

@@ -15,10 +15,10 @@ const TAP_HOOK = '/@tapjs/';
 
 /**
  * V8 flags for a group's process, whichever command started it (`make test-unit`, `make test`,
- * `npx tap test/groups/x.ts`): a unit test process lives seconds, too short to earn back what the
- * optimising tier spends on PGlite's WebAssembly, and with groups side by side on two cores V8's background
- * threads only add CPU (docs/testing.md, "How test files run"). The end-to-end files keep V8's
- * defaults; they run in processes of their own.
+ * `npx tap test/groups/x.ts`): a unit test process lives seconds, too short to earn back what
+ * the optimising tier spends on PGlite's WebAssembly, and with groups side by side on two cores
+ * V8's background threads only add CPU (docs/testing.md, "How test files run"). The end-to-end
+ * files keep V8's defaults; they run in processes of their own.
  */
 const GROUP_V8_FLAGS = ['--liftoff-only', '--single-threaded'];
 
