@@ -40,12 +40,16 @@ export const groups: Readonly<Record<string, readonly string[]>> = {
   read: ['read/', 'projection/', 'projections/'],
 };
 
+/** Files under the repository's root matching `pattern`, as `/`-separated paths relative to it, sorted. */
+export function repositoryFiles(pattern: string): string[] {
+  return globSync(pattern, { cwd: root })
+    .map((file) => file.split(path.sep).join('/'))
+    .sort((a, b) => a.localeCompare(b, 'en'));
+}
+
 /** What `make test-unit` runs: every test file but the end-to-end runs and the server-needing files. */
 export function unitTestFiles(): string[] {
-  return globSync('test/**/*.test.ts', { cwd: root })
-    .map((file) => file.split(path.sep).join('/'))
-    .filter((file) => !file.startsWith('test/e2e/') && !file.endsWith('.server.test.ts'))
-    .sort((a, b) => a.localeCompare(b, 'en'));
+  return repositoryFiles('test/**/*.test.ts').filter((file) => !file.startsWith('test/e2e/') && !file.endsWith('.server.test.ts'));
 }
 
 export function groupOf(file: string): string {

@@ -1,19 +1,15 @@
-import { globSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { groupOf, groups, unitTestFiles } from '../group.js';
+import { groupOf, groups, repositoryFiles, unitTestFiles } from '../group.js';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const tapConfig = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).tap as { include: string[] };
 
-/** What `npx tap` (and so `make test`) starts: the files package.json's include globs match. */
-function tapIncludes(): string[] {
-  return tapConfig.include.flatMap((pattern) => globSync(pattern, { cwd: root })).map((file) => file.split(path.sep).join('/'));
-}
-
 t.test('make test runs every test file once: the unit files in their groups, the server and end-to-end files alone', async (t) => {
-  const every = globSync('test/**/*.test.ts', { cwd: root }).map((file) => file.split(path.sep).join('/'));
-  const started = tapIncludes();
+  const every = repositoryFiles('test/**/*.test.ts');
+  // What `npx tap` (and so `make test`) starts: the files package.json's include globs match.
+  const started = tapConfig.include.flatMap((pattern) => repositoryFiles(pattern));
   const entries = started.filter((file) => file.startsWith('test/groups/'));
   t.same(entries.map((file) => path.basename(file, '.ts')).sort(), Object.keys(groups).sort(), 'tap starts every group, through its entry');
   const alone = started.filter((file) => !file.startsWith('test/groups/'));
