@@ -678,6 +678,9 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
   // On a server an older transaction of another connection may still hide a committed append from readers.
   const appendsVisibleAtOnce = db.kind === 'pglite';
   const readShape: GlobalReadShape = db.kind === 'pglite' ? 'json' : 'rows';
+  // A server has a pool: a subscription catching up reads its next batch on another connection
+  // while its handler applies this one. PGlite's one connection would only queue the read.
+  const readAhead = db.kind === 'postgres';
 
   return {
     async append(streamId, events, expected) {
@@ -728,7 +731,7 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
     recentHeadPosition: (maxAgeMs) => seen.recent(maxAgeMs),
 
     subscribe(subscribeOptions: SubscribeOptions): Subscription {
-      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, readShape, seen, () =>
+      const subscription = new PollingSubscription(knex, subscribeOptions, pollIntervalMs, readShape, readAhead, seen, () =>
         subscriptions.delete(subscription),
       );
       subscriptions.add(subscription);
@@ -768,6 +771,8 @@ class PollingSubscription implements Subscription {
     private readonly options: SubscribeOptions,
     private readonly pollIntervalMs: number,
     private readonly readShape: GlobalReadShape,
+    /** Whether to read the next batch while the handler works on a full one (see run). */
+    private readonly readAhead: boolean,
     private readonly seen: SeenHead,
     private readonly onFinished: () => void,
   ) {
@@ -817,16 +822,27 @@ class PollingSubscription implements Subscription {
 
   private async run(): Promise<void> {
     const { types, handler } = this.options;
+    /** The next batch, read while the handler applied a full one: what the next turn would read. */
+    let next: Promise<RecordedEvent[]> | null = null;
     while (this.running) {
       try {
-        this.appendedSinceRead = false;
+        // Cleared where each read begins: an append noted after that is still to be read.
+        if (next === null) this.appendedSinceRead = false;
         // With a type filter the batch alone cannot tell how far the log was scanned: bound it by the head.
         const upTo = types !== undefined ? await readHead(this.knex, this.seen) : undefined;
-        const batch = await readGlobal(this.knex, { after: this.position, limit: this.batchSize, types, upTo }, this.readShape);
+        const batch = await (next ?? this.readAfter(this.position, upTo));
+        next = null;
         if (!this.running) return;
         const last = batch[batch.length - 1];
-        if (types === undefined) this.noteHead(batch, last);
         if (last) {
+          // Catching up (a full batch, no type filter): the read after it cannot depend on the
+          // handler, and reads only what is visible when it runs, as it would after the handler.
+          if (this.readAhead && types === undefined && batch.length === this.batchSize) {
+            this.appendedSinceRead = false;
+            next = this.readAfter(last.globalPosition, undefined);
+            // Handled: a failed read ahead fails when awaited, or not at all if never delivered.
+            next.catch(() => undefined);
+          }
           await handler(batch);
           this.position = last.globalPosition;
         }
@@ -845,9 +861,18 @@ class PollingSubscription implements Subscription {
     }
   }
 
+  /** The batch after `after` (bounded by `upTo` with a type filter); an unfiltered read also tells the head as it was then. */
+  private async readAfter(after: number, upTo: number | undefined): Promise<RecordedEvent[]> {
+    const { types } = this.options;
+    const batch = await readGlobal(this.knex, { after, limit: this.batchSize, types, upTo }, this.readShape);
+    if (types === undefined) this.noteHead(after, batch);
+    return batch;
+  }
+
   /** An unfiltered read tells the head: its last event if it came back short, else a position the head has passed. */
-  private noteHead(batch: readonly RecordedEvent[], last: RecordedEvent | undefined): void {
-    if (!last) this.seen.nothingAfter(this.position);
+  private noteHead(after: number, batch: readonly RecordedEvent[]): void {
+    const last = batch[batch.length - 1];
+    if (!last) this.seen.nothingAfter(after);
     else if (batch.length < this.batchSize) this.seen.read(last.globalPosition);
     else this.seen.raise(last.globalPosition);
   }
