@@ -375,14 +375,35 @@ for (const backend of backends) {
   t.test(backend.name, async (t) => runnerSuite(t, backend.open));
 }
 
-/** A PGlite store whose database says a request waits when the test says so, with a rows table per name. */
+/**
+ * A PGlite store whose database says a request waits, and how long ago the last came, when the
+ * test says so (by default one just came: a busy node), with a rows table per name.
+ */
 async function openPgliteWithRequests(t: Test, tables: readonly string[]) {
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());
-  const requests = { waiting: false };
-  const db: Database = { ...fixture.db, requestsWaiting: () => requests.waiting };
+  const requests = { waiting: false, msSinceLast: 0 };
+  const db: Database = { ...fixture.db, requestsWaiting: () => requests.waiting, msSinceRequest: () => requests.msSinceLast };
   for (const name of tables) await createRowsTable(db, name);
   return { store: fixture.store, db, requests };
+}
+
+/** A counting projection whose batches log when they begin and end, and take a few ms (a timer, so another can run meanwhile). */
+function observedProjection(name: string, log: string[], options: { startsWork?: boolean; onEvent?: () => void } = {}): Projection {
+  const base = countingProjection(name);
+  return {
+    ...base,
+    ...(options.startsWork ? { startsWork: true } : {}),
+    async applyBatch(trx, events) {
+      log.push(`${name} begins`);
+      for (const event of events) {
+        options.onEvent?.();
+        await base.apply(trx, event);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      log.push(`${name} ends`);
+    },
+  };
 }
 
 t.test('pglite: a waiting request splits a shared batch between projections; each event once, intake last', async (t) => {
@@ -502,10 +523,69 @@ t.test('pglite: a long run of one projection\'s events goes in parts, and a wait
   t.ok(between.length > 0, `slow's checkpoint stood between batches, at the end of a part (${between.join(', ')})`);
 });
 
+t.test('pglite: on a quiet node the read models apply side by side, the intake after them; one after the other while requests come', async (t) => {
+  const { store, db, requests } = await openPgliteWithRequests(t, ['first', 'second', 'intake']);
+  const log: string[] = [];
+  const runner = new ProjectionRunner(
+    store,
+    db,
+    [observedProjection('first', log), observedProjection('intake', log, { startsWork: true }), observedProjection('second', log)],
+    { retryBaseMs: 20, retryMaxMs: 50 },
+  );
+  t.teardown(() => runner.stop());
+  await runner.start();
+
+  const busy = await store.append('s-1', [thing('a'), thing('b')], 'no_stream');
+  await runner.waitFor(busy.lastPosition, 10_000);
+  t.same(log, ['first begins', 'first ends', 'second begins', 'second ends', 'intake begins', 'intake ends'], 'busy: one after the other');
+
+  log.length = 0;
+  requests.msSinceLast = 60_000;
+  const quiet = await store.append('s-2', [thing('a'), thing('c')], 'no_stream');
+  await runner.waitFor(quiet.lastPosition, 10_000);
+  t.same(log.slice(0, 2).sort(), ['first begins', 'second begins'], 'quiet: the second begins before the first ends');
+  t.same(log.slice(4), ['intake begins', 'intake ends'], 'the intake after both ended');
+  for (const name of ['first', 'second', 'intake']) {
+    t.same((await rows(db, name)).map((row) => [row.name, row.count]), [['a', 2], ['b', 1], ['c', 1]], `${name}: each event applied once`);
+    t.equal(await checkpoint(db, name), quiet.lastPosition);
+  }
+});
+
+t.test('pglite: a request that comes while the read models apply side by side cuts them all at one position; each event once', async (t) => {
+  const { store, db, requests } = await openPgliteWithRequests(t, ['first', 'second']);
+  requests.msSinceLast = 60_000;
+  const log: string[] = [];
+  let applied = 0;
+  // The request comes during the first slice (20 events while the group's cost is unknown).
+  const onEvent = () => {
+    applied += 1;
+    if (applied === 5) requests.waiting = true;
+  };
+  const runner = new ProjectionRunner(store, db, [observedProjection('first', log, { onEvent }), observedProjection('second', log)], { retryBaseMs: 20, retryMaxMs: 50 });
+  t.teardown(() => runner.stop());
+  await runner.start();
+  const moves: Array<{ names: string[]; position: number }> = [];
+  db.knex.on('query', (query: { sql: string; bindings?: unknown[] }) => {
+    const [position, names] = query.bindings ?? [];
+    if (/^UPDATE projection_checkpoints/i.test(query.sql) && Array.isArray(names)) moves.push({ names: names.map(String).sort(), position: Number(position) });
+  });
+  const appended = await store.append('s-1', Array.from({ length: 60 }, (_, index) => thing(`e-${index}`)), 'no_stream');
+  const firstPosition = appended.lastPosition - 59;
+  await waitUntil(() => moves.length > 0);
+  requests.waiting = false;
+  await runner.waitFor(appended.lastPosition, 20_000);
+  t.same(moves[0], { names: ['first', 'second'], position: firstPosition + 19 }, 'the first commit: both, through the first slice');
+  for (const name of ['first', 'second']) {
+    const counted = await rows(db, name);
+    t.equal(counted.length, 60, `${name}: every event applied`);
+    t.ok(counted.every((row) => row.count === 1), `${name}: each once`);
+    t.equal(await checkpoint(db, name), appended.lastPosition, `${name} reached the end`);
+  }
+});
+
 t.test('pglite: parts are short while requests come and longer on a quiet node', async (t) => {
   const fixture = await openPgliteWithRequests(t, ['parted', 'other']);
-  const node = { msSinceRequest: 0 };
-  const db: Database = { ...fixture.db, msSinceRequest: () => node.msSinceRequest };
+  const { db } = fixture;
   // Each event takes at least 1 ms (a busy wait, so no timer makes it cheaper); the part sizes
   // the runner chose are what applyBatch was called with.
   const partSizes: number[] = [];
@@ -521,7 +601,8 @@ t.test('pglite: parts are short while requests come and longer on a quiet node',
       }
     },
   };
-  const runner = new ProjectionRunner(fixture.store, db, [parted, countingProjection('other')], { retryBaseMs: 20, retryMaxMs: 50 });
+  // `other` starts work, so it does not go side by side with `parted`: the parts are parted's own.
+  const runner = new ProjectionRunner(fixture.store, db, [parted, { ...countingProjection('other'), startsWork: true }], { retryBaseMs: 20, retryMaxMs: 50 });
   t.teardown(() => runner.stop());
   await runner.start();
   const appendMany = async (stream: string, count: number) => fixture.store.append(stream, Array.from({ length: count }, (_, index) => thing(`${stream}-${index}`)), 'no_stream');
@@ -533,7 +614,7 @@ t.test('pglite: parts are short while requests come and longer on a quiet node',
   await runner.waitFor(busy.lastPosition, 20_000);
   const whileBusy = [...partSizes];
   partSizes.length = 0;
-  node.msSinceRequest = 60_000;
+  fixture.requests.msSinceLast = 60_000;
   const quiet = await appendMany('s-3', 60);
   await runner.waitFor(quiet.lastPosition, 20_000);
   const whileQuiet = [...partSizes];
