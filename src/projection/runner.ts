@@ -70,7 +70,7 @@ interface Worker {
   consecutiveFailures: number;
   /** Bumped whenever the projection is halted or resumed, so a batch begun before is not credited to it. */
   generation: number;
-  /** What applying one of its events has cost lately, in ms (see noteCost); null until known. */
+  /** What applying one of its events has cost lately, in ms (see followedCost); null until known. */
   msPerEvent: number | null;
   /** Set while rebuild() waits for this projection. */
   rebuild: { target: number; onProgress?: (done: number, total: number) => void; resolve: () => void; reject: (error: Error) => void } | null;
@@ -110,7 +110,7 @@ const PART_BUDGET_MS = 25;
  */
 const QUIET_PART_BUDGET_MS = 100;
 const QUIET_AFTER_MS = 1_000;
-/** The fewest events a run must have to tell the projection's cost per event (see noteCost). */
+/** The fewest events a run must have to tell a cost per event (see followedCost). */
 const COST_SAMPLE_MIN_EVENTS = 20;
 
 /** Where a shared batch was cut for a waiting request: these projections committed through `through`. */
@@ -597,7 +597,7 @@ export class ProjectionRunner implements ReadModelRunner {
       const part = events.slice(start, start + this.partSize(worker, events.length - start));
       const began = performance.now();
       await applyEvents(worker.projection, trx, part);
-      this.noteCost(worker, part.length, performance.now() - began);
+      worker.msPerEvent = followedCost(worker.msPerEvent, part.length, performance.now() - began);
       start += part.length;
       if (start < events.length && this.db.requestsWaiting?.() === true) return part[part.length - 1].globalPosition;
     }
@@ -627,7 +627,7 @@ export class ProjectionRunner implements ReadModelRunner {
       const results = await Promise.allSettled(workers.map((worker) => applyEvents(worker.projection, trx, this.eventsFor(worker, slice))));
       const failed = results.find((result) => result.status === 'rejected');
       if (failed) throw failed.reason;
-      this.noteGroupCost(slice.length, performance.now() - began);
+      this.groupMsPerEvent = followedCost(this.groupMsPerEvent, slice.length, performance.now() - began);
       start += slice.length;
       const through = slice[slice.length - 1].globalPosition;
       if (start < events.length && this.db.requestsWaiting?.() === true) {
@@ -644,15 +644,7 @@ export class ProjectionRunner implements ReadModelRunner {
     // Until the group's cost is known: the projections' own costs summed, as if every event were each one's.
     const costs = workers.map((worker) => worker.msPerEvent);
     const cost = this.groupMsPerEvent ?? (costs.every((each) => each !== null) ? costs.reduce((sum, each) => sum + each, 0) : null);
-    if (cost === null) return Math.min(remaining, COST_SAMPLE_MIN_EVENTS);
-    if (cost <= 0) return remaining;
-    return Math.max(1, Math.min(remaining, Math.floor(QUIET_PART_BUDGET_MS / cost)));
-  }
-
-  private noteGroupCost(events: number, ms: number): void {
-    if (events < COST_SAMPLE_MIN_EVENTS) return;
-    const sample = ms / events;
-    this.groupMsPerEvent = this.groupMsPerEvent === null ? sample : this.groupMsPerEvent * 0.7 + sample * 0.3;
+    return eventsWithinBudget(cost, QUIET_PART_BUDGET_MS, remaining);
   }
 
   /** No request for QUIET_AFTER_MS and none waiting (see applySideBySideInParts). */
@@ -667,25 +659,12 @@ export class ProjectionRunner implements ReadModelRunner {
    * connection 570 ms while a search waited (docs/performance.md, "Twenty-first round").
    */
   private partSize(worker: Worker, remaining: number): number {
-    const cost = worker.msPerEvent;
-    if (cost === null) return Math.min(remaining, COST_SAMPLE_MIN_EVENTS);
-    if (cost <= 0) return remaining;
-    return Math.max(1, Math.min(remaining, Math.floor(this.partBudgetMs() / cost)));
+    return eventsWithinBudget(worker.msPerEvent, this.partBudgetMs(), remaining);
   }
 
   /** PART_BUDGET_MS while requests come, QUIET_PART_BUDGET_MS when none came for QUIET_AFTER_MS. */
   private partBudgetMs(): number {
     return this.isQuiet() ? QUIET_PART_BUDGET_MS : PART_BUDGET_MS;
-  }
-
-  /**
-   * Follows a projection's cost per event (a moving average). Only from runs long enough that a
-   * statement's fixed cost does not pass for the events' (COST_SAMPLE_MIN_EVENTS).
-   */
-  private noteCost(worker: Worker, events: number, ms: number): void {
-    if (events < COST_SAMPLE_MIN_EVENTS) return;
-    const sample = ms / events;
-    worker.msPerEvent = worker.msPerEvent === null ? sample : worker.msPerEvent * 0.7 + sample * 0.3;
   }
 
   private async applyAlone(worker: Worker, batch: readonly RecordedEvent[], last: number): Promise<BatchOutcome> {
@@ -824,4 +803,21 @@ export async function rebuildWithProgressBar(
   } finally {
     if (started) bar.stop();
   }
+}
+
+/** How many of `remaining` events fit `budgetMs` at `cost` ms an event; while the cost is unknown, COST_SAMPLE_MIN_EVENTS to tell it. */
+function eventsWithinBudget(cost: number | null, budgetMs: number, remaining: number): number {
+  if (cost === null) return Math.min(remaining, COST_SAMPLE_MIN_EVENTS);
+  if (cost <= 0) return remaining;
+  return Math.max(1, Math.min(remaining, Math.floor(budgetMs / cost)));
+}
+
+/**
+ * A cost per event followed as a moving average; only runs long enough that a statement's fixed
+ * cost does not pass for the events' (COST_SAMPLE_MIN_EVENTS) count.
+ */
+function followedCost(cost: number | null, events: number, ms: number): number | null {
+  if (events < COST_SAMPLE_MIN_EVENTS) return cost;
+  const sample = ms / events;
+  return cost === null ? sample : cost * 0.7 + sample * 0.3;
 }
