@@ -508,8 +508,9 @@ export class ProjectionRunner implements ReadModelRunner {
               cut = await this.applySideBySideInParts(trx, sideBySide, batch);
               if (cut === null) applied.push(...sideBySide);
             }
-            for (const worker of cut === null ? pending : []) {
-              if (applied.includes(worker)) continue;
+            // The rest one after the other: the intake, or every projection while requests come.
+            const oneByOne = cut === null ? pending.filter((worker) => !applied.includes(worker)) : [];
+            for (const worker of oneByOne) {
               if (applied.length > 0 && this.db.requestsWaiting?.() === true) break;
               const through = await this.applyInParts(trx, worker, this.eventsFor(worker, batch));
               if (through !== null) {
@@ -608,8 +609,9 @@ export class ProjectionRunner implements ReadModelRunner {
    * Applies the batch for `workers` side by side: each projection sends its statements without
    * waiting for the others', so PGlite's thread works on one projection's statement while this
    * thread builds the next of another. One after the other, each thread waited for the other at
-   * every statement; side by side a rebuild of every read model ran 7–15% faster (30–40% on a slow
-   * hour with whole batches: docs/performance.md, "Thirty-first round", "Thirty-second round"). They may, because a read-model projection writes and reads only its own tables, so
+   * every statement; side by side a rebuild of every read model ran 7–15% faster (30–40% on a
+   * slow hour with whole batches: docs/performance.md, "Thirty-first round", "Thirty-second
+   * round"). They may, because a read-model projection writes and reads only its own tables, so
    * the order of their statements does not change what they leave. Only on a quiet node
    * (isQuiet): a request arriving meanwhile would queue behind every projection's statements.
    *
