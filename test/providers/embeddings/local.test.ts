@@ -11,6 +11,7 @@ import {
   LOCAL_EMBEDDER_DIMENSIONS,
   LOCAL_EMBEDDER_MODEL_ID,
   localEmbedderLoadStats,
+  parseDecimal,
   tokenize,
 } from '../../../src/providers/embeddings/local.js';
 
@@ -149,6 +150,20 @@ t.test('the tokenizer marks names whatever their place in the sentence', async (
   t.same(names('Marie Curie won the Nobel Prize in 1903.'), ['curie', 'marie', 'nobel', 'prize']);
   t.same(names('Polonium was discovered by the Curies.'), ['curies'], 'a lone capital at the sentence start is no name');
   t.same(tokenize("Curie's lab").map((token) => token.word), ['curie', 'lab'], 'possessive dropped');
+});
+
+t.test('the conversion reads each JSON number exactly as Number does', async (t) => {
+  const texts = ['0', '-0', '7', '-0.038194', '0.72812', '-3.0243', '2.2167', '1e-05', '-2.5E+3', '1.5e300', '4.9e-324', '123456789012345678',
+    '0.1234567890123456789', '9007199254740993', '1e22', '1e23', '0.000001', '-1.7976931348623157e308', '00012', '.5', '5.', '-', '', 'x', '1e', '1e+', '12ab'];
+  // And what the package holds: up to eight significant digits, a sign, sometimes an exponent, plus random doubles as JavaScript prints them.
+  let seed = 7;
+  const random = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  for (let i = 0; i < 20_000; i++) {
+    texts.push((random() * 8 - 4).toFixed(1 + (i % 8)));
+    texts.push(String((random() - 0.5) * 10 ** Math.floor(random() * 40 - 20)));
+  }
+  const mismatches = texts.filter((text) => !Object.is(parseDecimal(Buffer.from(`[${text},`), 1, text.length + 1), Number(text)));
+  t.same(mismatches, [], 'every text read as Number reads it, sign of zero included');
 });
 
 t.test('the binary cache: built once, rebuilt when damaged, safe when processes race', async (t) => {
