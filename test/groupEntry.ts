@@ -22,6 +22,27 @@ const TAP_HOOK = '/@tapjs/';
  */
 const GROUP_V8_FLAGS = ['--liftoff-only', '--single-threaded'];
 
+/**
+ * The state of `process-on-spawn`, which @tapjs/processinfo uses (in the process tap starts) to
+ * add its hook to every child process: it rewrites a spawn's environment after the caller made
+ * it, putting back the NODE_OPTIONS and _TAPJS_PROCESSINFO_* variables removed above. The package
+ * keeps its listeners in this global so that every copy of it shares them.
+ */
+const SPAWN_HOOKS = Symbol.for('process-on-spawn@*:singletonId');
+
+/** Runs `spawn` (which starts a child process synchronously) with process-on-spawn's listeners set aside. */
+function withoutSpawnHooks<T>(spawn: () => T): T {
+  const state = (globalThis as Record<symbol, { listeners: unknown[] } | undefined>)[SPAWN_HOOKS];
+  if (state === undefined) return spawn();
+  const listeners = state.listeners;
+  state.listeners = [];
+  try {
+    return spawn();
+  } finally {
+    state.listeners = listeners;
+  }
+}
+
 export async function runGroupEntry(entryFile: string): Promise<void> {
   if (!process.execArgv.some((argument) => argument.includes(TAP_HOOK))) {
     const { runGroup } = await import('./group.js');
@@ -33,11 +54,13 @@ export async function runGroupEntry(entryFile: string): Promise<void> {
   for (const name of Object.keys(env)) if (name.startsWith('_TAPJS_PROCESSINFO_')) delete env[name];
   const execArgv = process.execArgv.filter((argument) => !argument.includes(TAP_HOOK));
   for (const flag of GROUP_V8_FLAGS) if (!execArgv.includes(flag)) execArgv.push(flag);
-  const child = fork(entryFile, process.argv.slice(2), {
-    execArgv,
-    env,
-    stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
-  });
+  const child = withoutSpawnHooks(() =>
+    fork(entryFile, process.argv.slice(2), {
+      execArgv,
+      env,
+      stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
+    }),
+  );
   // tap's timeout handshake: the child's setTimeout reaches the runner, the runner's abort the child.
   child.on('message', (message) => process.send?.(message));
   const fromRunner = (message: unknown): void => {
