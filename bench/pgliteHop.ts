@@ -8,6 +8,7 @@
 import os from 'node:os';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
+import { DumpBlob } from '../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../src/db/pgliteWasm.js';
 import { PgliteThread } from '../src/db/pgliteThread.js';
 import { pgliteTemplate } from '../test/helpers/pglite.js';
@@ -40,7 +41,7 @@ async function measure(db: Queryable): Promise<number[]> {
 }
 
 const template = await pgliteTemplate();
-const inThread = await PGlite.create('memory://', { extensions: { vector }, loadDataDir: template, ...(await pgliteWasmModules()) });
+const inThread = await PGlite.create('memory://', { extensions: { vector }, loadDataDir: new DumpBlob(template), ...(await pgliteWasmModules()) });
 const local = await measure(inThread);
 await inThread.close();
 const thread = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: template });

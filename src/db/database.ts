@@ -39,8 +39,8 @@ export type DatabaseOptions =
       kind: 'pglite';
       /** directory for the data files; `memory://` for a throwaway database */
       dataDir: string;
-      /** a `dumpDataDir` tarball to start a new database from instead of running initdb (tests) */
-      loadDataDir?: Blob;
+      /** a `dumpDataDir` tarball's bytes to start a new database from instead of running initdb (tests) */
+      loadDataDir?: Uint8Array<ArrayBuffer>;
       /** server settings over `pgliteSettings` (`-c name=value` at start) */
       settings?: Readonly<Record<string, string>>;
       /** ms between the embedded autovacuum's rounds (src/db/autovacuum.ts; default 10 s); false for none */

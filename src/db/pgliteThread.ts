@@ -72,7 +72,8 @@ interface Pending {
 
 export interface PgliteThreadOptions {
   dataDir: string;
-  loadDataDir?: Blob;
+  /** A `dumpDataDir` tarball's bytes to start from instead of initdb (a copy goes to the worker). */
+  loadDataDir?: Uint8Array<ArrayBuffer>;
   settings?: Readonly<Record<string, string>>;
 }
 
@@ -131,7 +132,7 @@ export class PgliteThread {
   /** Starts the worker and resolves once its PGlite is open (initdb or `loadDataDir` done). */
   static async open(options: PgliteThreadOptions): Promise<PgliteThread> {
     const modules = await pgliteWasmModules();
-    const loadDataDir = options.loadDataDir ? await options.loadDataDir.arrayBuffer() : undefined;
+    const loadDataDir = options.loadDataDir?.slice().buffer;
     const thread = new PgliteThread(
       { dataDir: options.dataDir, ...(loadDataDir ? { loadDataDir } : {}), ...modules, settings: options.settings ?? {} },
       loadDataDir ? [loadDataDir] : [],

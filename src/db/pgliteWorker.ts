@@ -9,6 +9,7 @@
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
+import { DumpBlob } from './pgliteDump.js';
 import { PreparedStatements } from './pglitePrepared.js';
 import { serializeDatabaseError, type PgliteRequest, type PgliteReply, type PgliteWorkerData } from './pgliteProtocol.js';
 
@@ -20,7 +21,7 @@ const { dataDir, loadDataDir, pgliteWasmModule, initdbWasmModule, settings } = w
 async function open(): Promise<PGlite> {
   return PGlite.create(dataDir, {
     extensions: { vector },
-    ...(loadDataDir ? { loadDataDir: new Blob([loadDataDir]) } : {}),
+    ...(loadDataDir ? { loadDataDir: new DumpBlob(new Uint8Array(loadDataDir)) } : {}),
     pgliteWasmModule,
     initdbWasmModule,
     startParams: [...PGlite.defaultStartParams, ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])],

@@ -2,11 +2,12 @@ import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import t, { type Test } from 'tap';
 import { PreparedStatements, vectorBinary } from '../../src/db/pglitePrepared.js';
+import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
 
 async function openPglite(t: Test, extensions: { vector?: typeof vector } = {}): Promise<PGlite> {
-  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, extensions, ...(await pgliteWasmModules()) });
+  const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: new DumpBlob(await pgliteTemplate()), startParams: pgliteStartParams, extensions, ...(await pgliteWasmModules()) });
   t.teardown(() => pglite.close());
   return pglite;
 }

@@ -3,10 +3,11 @@
 // (docs/performance.md, "Sixteenth round"). These tests hold the behaviour and the missing copies.
 import { PGlite } from '@electric-sql/pglite';
 import t from 'tap';
+import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { pgliteStartParams, pgliteTemplate } from '../helpers/pglite.js';
 
-const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
+const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: new DumpBlob(await pgliteTemplate()), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
 t.teardown(() => pglite.close());
 
 const ROWS = 200;

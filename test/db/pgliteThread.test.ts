@@ -120,7 +120,7 @@ t.test('a closed proxy refuses statements; closing again is harmless', async (t)
 });
 
 t.test('a data directory PGlite cannot load rejects the opening (and the file ends: no worker is left running)', async (t) => {
-  await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Blob([new Uint8Array([1, 2, 3])]) }));
+  await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Uint8Array([1, 2, 3]) }));
 });
 
 t.test('PGlite starts with the embedded settings; the settings option overrides them', async (t) => {

@@ -7,12 +7,13 @@ import { vector } from '@electric-sql/pglite-pgvector';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
 import { openDatabase, type Database } from '../../src/db/database.js';
+import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { keepDumpFile, PGLITE_VERSION, pgliteStartParams, pgliteTemplate } from './pglite.js';
 import { ReusePool } from './reusePool.js';
 import { migrateEmbeddedSchema } from './schema.js';
 
-let migratedDump: Promise<Blob> | null = null;
+let migratedDump: Promise<Uint8Array<ArrayBuffer>> | null = null;
 const root = path.resolve(import.meta.dirname, '../..');
 const DUMP_PREFIX = 'factlog-migrated-dump-';
 
@@ -36,21 +37,21 @@ function schemaSourceKey(): string {
  * CPU-s each) and a changed migration is always the one tested; a new dump removes older ones.
  * The opener's own migrations still run, and find nothing to do.
  */
-function migratedTemplate(): Promise<Blob> {
+function migratedTemplate(): Promise<Uint8Array<ArrayBuffer>> {
   migratedDump ??= (async () => {
     const file = path.join(tmpdir(), `${DUMP_PREFIX}${schemaSourceKey()}.tar`);
     try {
-      return new Blob([readFileSync(file)]);
+      return new Uint8Array(readFileSync(file));
     } catch {
       // not made yet (or removed meanwhile by a run of other code sharing the temp directory)
     }
-    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
+    const pglite = await PGlite.create({ dataDir: 'memory://', loadDataDir: new DumpBlob(await pgliteTemplate()), extensions: { vector }, startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
     const knex = knexFactory({ client: ClientPgLite, dialect: 'postgres', connection: () => ({ pglite }) } as Knex.Config);
-    let dump: Blob;
+    let dump: Uint8Array<ArrayBuffer>;
     try {
       await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
       await migrateEmbeddedSchema(knex);
-      dump = await pglite.dumpDataDir('none');
+      dump = new Uint8Array(await (await pglite.dumpDataDir('none')).arrayBuffer());
     } finally {
       await knex.destroy();
       if (!pglite.closed) await pglite.close();
@@ -58,7 +59,7 @@ function migratedTemplate(): Promise<Blob> {
     for (const older of readdirSync(tmpdir())) {
       if (older.startsWith(DUMP_PREFIX) && older.endsWith('.tar') && older !== path.basename(file)) rmSync(path.join(tmpdir(), older), { force: true });
     }
-    await keepDumpFile(file, dump);
+    keepDumpFile(file, dump);
     return dump;
   })();
   return migratedDump;

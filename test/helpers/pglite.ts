@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { openDatabase, pgliteSettings, type Database } from '../../src/db/database.js';
+import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { ReusePool } from './reusePool.js';
 
@@ -21,7 +22,7 @@ const TEMPLATE_RECIPE = 'postgres-only';
 const root = path.resolve(import.meta.dirname, '../..');
 /** The installed PGlite's version: its data directories and dumps are kept per version. */
 export const PGLITE_VERSION = JSON.parse(readFileSync(path.join(root, 'node_modules/@electric-sql/pglite/package.json'), 'utf8')).version as string;
-let template: Promise<Blob> | null = null;
+let template: Promise<Uint8Array<ArrayBuffer>> | null = null;
 let templateDir: Promise<string> | null = null;
 
 /**
@@ -34,18 +35,19 @@ export const pgliteStartParams: string[] = [
   ...Object.entries(pgliteSettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
 ];
 
-export function pgliteTemplate(): Promise<Blob> {
+/** The template's dump, as bytes for `openDatabase` (`new DumpBlob(bytes)` for an in-thread PGlite). */
+export function pgliteTemplate(): Promise<Uint8Array<ArrayBuffer>> {
   template ??= (async () => {
     const file = path.join(tmpdir(), `factlog-pglite-initdb-${PGLITE_VERSION}-${TEMPLATE_RECIPE}.tar`);
-    if (existsSync(file)) return new Blob([readFileSync(file)]);
+    if (existsSync(file)) return new Uint8Array(readFileSync(file));
     const fresh = await PGlite.create('memory://', await pgliteWasmModules());
     await fresh.exec(`UPDATE pg_database SET datistemplate = false WHERE datname IN ('template0', 'template1')`);
     await fresh.exec('DROP DATABASE template0');
     await fresh.exec('DROP DATABASE template1');
     await fresh.exec('CHECKPOINT');
-    const dump = await fresh.dumpDataDir('none');
+    const dump = new Uint8Array(await (await fresh.dumpDataDir('none')).arrayBuffer());
     await fresh.close();
-    await keepDumpFile(file, dump);
+    keepDumpFile(file, dump);
     return dump;
   })();
   return template;
@@ -55,9 +57,9 @@ export function pgliteTemplate(): Promise<Blob> {
  * Writes a dump to `file` for the other processes of the run: whole or not at all (written
  * aside, then renamed), so a reader never sees half of one; concurrent writers write equal dumps.
  */
-export async function keepDumpFile(file: string, dump: Blob): Promise<void> {
+export function keepDumpFile(file: string, dump: Uint8Array): void {
   const temporary = `${file}.${process.pid}.tmp`;
-  writeFileSync(temporary, Buffer.from(await dump.arrayBuffer()));
+  writeFileSync(temporary, dump);
   renameSync(temporary, file);
 }
 
@@ -103,7 +105,7 @@ const keptPglites = new ReusePool<PGlite>((pglite) => pglite.close());
 
 /** An in-memory PGlite in this thread, empty as one fresh from the template: a kept one, else a new one. */
 export async function takeMemoryPglite(): Promise<PGlite> {
-  return keptPglites.take() ?? PGlite.create({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
+  return keptPglites.take() ?? PGlite.create({ dataDir: 'memory://', loadDataDir: new DumpBlob(await pgliteTemplate()), startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
 }
 
 /**
