@@ -9,7 +9,7 @@ import ClientPgLite from 'knex-pglite';
 import { openDatabase, type Database } from '../../src/db/database.js';
 import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
-import { keepDumpFile, PGLITE_VERSION, pgliteStartParams, pgliteTemplate } from './pglite.js';
+import { dumpBytes, keepDumpFile, PGLITE_VERSION, pgliteStartParams, pgliteTemplate } from './pglite.js';
 import { ReusePool } from './reusePool.js';
 import { migrateEmbeddedSchema } from './schema.js';
 
@@ -51,7 +51,7 @@ function migratedTemplate(): Promise<Uint8Array<ArrayBuffer>> {
     try {
       await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
       await migrateEmbeddedSchema(knex);
-      dump = new Uint8Array(await (await pglite.dumpDataDir('none')).arrayBuffer());
+      dump = await dumpBytes(pglite);
     } finally {
       await knex.destroy();
       if (!pglite.closed) await pglite.close();

@@ -45,12 +45,17 @@ export function pgliteTemplate(): Promise<Uint8Array<ArrayBuffer>> {
     await fresh.exec('DROP DATABASE template0');
     await fresh.exec('DROP DATABASE template1');
     await fresh.exec('CHECKPOINT');
-    const dump = new Uint8Array(await (await fresh.dumpDataDir('none')).arrayBuffer());
+    const dump = await dumpBytes(fresh);
     await fresh.close();
     keepDumpFile(file, dump);
     return dump;
   })();
   return template;
+}
+
+/** `pglite`'s data directory as an uncompressed tar, in bytes (what `pgliteTemplate` and `openDatabase` take). */
+export async function dumpBytes(pglite: PGlite): Promise<Uint8Array<ArrayBuffer>> {
+  return new Uint8Array(await (await pglite.dumpDataDir('none')).arrayBuffer());
 }
 
 /**
