@@ -7,6 +7,7 @@ import { acquireDataDirLock } from './dataDirLock.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.js';
 import { gateConnection, PriorityGate } from './priority.js';
 import { registerRawRunner } from './rawQuery.js';
+import { PreparingPgClient } from './serverPrepared.js';
 
 /**
  * One way to reach PostgreSQL: a knex instance over either PGlite (embedded WASM, run in a worker
@@ -144,7 +145,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       ? false
       : { rejectUnauthorized: options.sslMode !== 'require' };
   const knex = knexFactory({
-    client: 'pg',
+    // The projection runner's statements go as named prepared statements (src/db/serverPrepared.ts).
+    client: PreparingPgClient,
     connection: { connectionString: options.url, ssl },
     pool: { min: 0, max: options.maxConns ?? 200 },
   });

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Bus, BusConsumer } from '../bus/port.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
+import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
@@ -191,7 +192,8 @@ export class BusProjectionRunner implements ReadModelRunner {
     const relevant = batch.filter((event) => handled.has(event.type));
     if (relevant.length === 0) return;
     const name = worker.projection.name;
-    await this.db.knex.transaction(async (trx) => {
+    // As projection work, its statements go prepared (src/db/serverPrepared.ts).
+    await inProjections(() => this.db.knex.transaction(async (trx) => {
       const streams = [...new Set(relevant.map((event) => event.streamId))];
       // Per stream: consumers of one projection on other partitions go on in parallel.
       await lockProjectionKeys(trx, streams.map((stream) => `${name}/${stream}`));
@@ -224,6 +226,6 @@ export class BusProjectionRunner implements ReadModelRunner {
         )
         .onConflict(['projection', 'stream_id'])
         .merge(['stream_version', 'global_position', 'updated_at']);
-    });
+    }));
   }
 }

@@ -16,10 +16,21 @@ function lockKey(name: string): string {
  * hold that id across its network calls. On a PostgreSQL server every running transaction id
  * holds back the event store's global readers (docs/architecture.md, "Gap-free reading"), so
  * the batch takes an id only when it writes its first row.
+ *
+ * The same statement sets the transaction's `plan_cache_mode` to `force_generic_plan`: its
+ * statements go as named prepared statements (src/db/serverPrepared.ts), and a generic plan is
+ * then made once per connection instead of a custom one at each of a statement's first five runs
+ * (a rebuild's statements rarely run more often than that on one connection of the pool). The
+ * read models' statements take their rows from `jsonb_to_recordset` and arrays of keys, whose
+ * values a custom plan cannot use anyway.
  */
 export async function lockProjectionKeys(trx: Knex.Transaction, names: readonly string[]): Promise<void> {
   const keys = [...new Set(names.map((name) => `factlog.projection:${name}`).map(lockKey))];
   if (keys.length === 0) return;
   // The aggregate takes the locks row by row from the sorted subquery, so in key order.
-  await trx.raw('SELECT count(pg_advisory_xact_lock(key)) FROM (SELECT key FROM unnest(?::bigint[]) AS key ORDER BY key) AS sorted', [keys]);
+  await trx.raw(
+    `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), count(pg_advisory_xact_lock(key))
+       FROM (SELECT key FROM unnest(?::bigint[]) AS key ORDER BY key) AS sorted`,
+    [keys],
+  );
 }
