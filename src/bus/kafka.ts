@@ -690,6 +690,8 @@ class KafkaGroupConsumer implements KafkaBusConsumer {
       this.assigned = Object.entries(event.payload.memberAssignment)
         .map(([topic, partitions]) => ({ topic, partitions: [...partitions].sort((a, b) => a - b) }))
         .sort((a, b) => a.topic.localeCompare(b.topic));
+      // A rebalance is rare and worth a line: which partitions this member got (none, if it joined before they had leaders).
+      log.info({ group: this.options.group, assigned: this.assigned }, 'kafka consumer joined its group');
     });
     consumer.on(consumer.events.CRASH, (event) => {
       const { error, restart } = event.payload;

@@ -18,7 +18,7 @@ interface QueryObject {
 }
 
 /** At most this many named statements a connection: beyond them a statement goes unnamed, parsed and planned each time. */
-export const PREPARED_PER_CONNECTION = 256;
+export const PREPARED_PER_CONNECTION = 128;
 
 /** A statement's name on the server: its text's digest (the same text, the same name, on every connection). */
 export function preparedStatementName(sql: string): string {
@@ -38,10 +38,13 @@ const refused = new WeakMap<object, Set<string>>();
  * the backends' time in parsing and planning them. Named, a connection parses a statement once,
  * and in a projection's transaction (`lockProjectionKeys`) PostgreSQL keeps one generic plan
  * for it. Only statements that run at the projections level (`inProjections`) and have
- * parameters are named: a fixed set of texts, run again and again; requests and the pipeline
- * go unnamed, as before, with custom plans for their parameters.
+ * parameters are named: the projections' texts, run again and again; requests and the pipeline
+ * go unnamed, as before, with custom plans for their parameters. The query builder's multi-row
+ * statements (a text for each count of rows) are named too: leaving out those of more than 16
+ * parameters took most of the gain away (docs/performance.md, "Thirty-fourth round").
  *
- * A connection keeps at most PREPARED_PER_CONNECTION of them. A prepared statement whose
+ * A connection keeps at most PREPARED_PER_CONNECTION of them: the server holds each one's plan
+ * in the backend's memory until the pool closes the connection (after 30 s idle). A prepared statement whose
  * result's row type changed (a migration altered its table meanwhile) fails once with
  * `cached plan must not change result type`; its text then goes unnamed on that connection.
  */
