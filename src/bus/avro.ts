@@ -1,6 +1,6 @@
 import avro from 'avsc';
 import type { RecordedEvent } from '../eventstore/envelope.js';
-import type { EventSchemaRegistry } from '../eventstore/schemas.js';
+import { arrayItemsType, mapValuesType, type EventSchemaRegistry } from '../eventstore/schemas.js';
 
 /**
  * The Kafka wire format of an event (docs/kafka.md):
@@ -171,13 +171,12 @@ function jsonToAvro(type: avro.Type, value: unknown): unknown {
     case 'fixed':
       return typeof value === 'string' ? Buffer.from(value, 'base64') : value;
     case 'array': {
-      // avsc types ArrayType.itemsType loosely; every array type has one.
-      const itemsType = (type as unknown as { itemsType: avro.Type }).itemsType;
+      const itemsType = arrayItemsType(type);
       return Array.isArray(value) ? value.map((item) => jsonToAvro(itemsType, item)) : value;
     }
     case 'map': {
       if (!isObject(value)) return value;
-      const valuesType = (type as avro.types.MapType).valuesType as avro.Type;
+      const valuesType = mapValuesType(type);
       return Object.fromEntries(Object.entries(value).map(([key, entry]) => [key, jsonToAvro(valuesType, entry)]));
     }
     case 'record':
@@ -212,12 +211,12 @@ function avroToJson(type: avro.Type, value: unknown): unknown {
     case 'fixed':
       return Buffer.isBuffer(value) ? value.toString('base64') : value;
     case 'array': {
-      const itemsType = (type as unknown as { itemsType: avro.Type }).itemsType;
+      const itemsType = arrayItemsType(type);
       return Array.isArray(value) ? value.map((item) => avroToJson(itemsType, item)) : value;
     }
     case 'map': {
       if (!isObject(value)) return value;
-      const valuesType = (type as avro.types.MapType).valuesType as avro.Type;
+      const valuesType = mapValuesType(type);
       return Object.fromEntries(Object.entries(value).map(([key, entry]) => [key, avroToJson(valuesType, entry)]));
     }
     case 'record':

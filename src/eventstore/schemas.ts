@@ -147,8 +147,7 @@ function check(type: avro.Type, value: unknown, at: string): CheckResult {
     }
     case 'array': {
       if (!Array.isArray(value)) return fail('array');
-      // avsc types ArrayType.itemsType loosely; every array type has one.
-      const itemsType = (type as unknown as { itemsType: avro.Type }).itemsType;
+      const itemsType = arrayItemsType(type);
       const items: unknown[] = [];
       for (let index = 0; index < value.length; index += 1) {
         const item = check(itemsType, value[index], `${at}[${index}]`);
@@ -159,7 +158,7 @@ function check(type: avro.Type, value: unknown, at: string): CheckResult {
     }
     case 'map': {
       if (!isPlainObject(value)) return fail('map (object)');
-      const valuesType = (type as avro.types.MapType).valuesType as avro.Type;
+      const valuesType = mapValuesType(type);
       const entries: Record<string, unknown> = {};
       for (const [key, entry] of Object.entries(value)) {
         const checked = check(valuesType, entry, `${at}[${JSON.stringify(key)}]`);
@@ -241,4 +240,14 @@ function defaultSchemaDirectory(): string {
     if (parent === directory) return path.resolve('schemas', 'events');
     directory = parent;
   }
+}
+
+/** The type of an Avro array type's items (avsc types `ArrayType.itemsType` loosely; every array type has one). */
+export function arrayItemsType(type: avro.Type): avro.Type {
+  return (type as unknown as { itemsType: avro.Type }).itemsType;
+}
+
+/** The type of an Avro map type's values. */
+export function mapValuesType(type: avro.Type): avro.Type {
+  return (type as avro.types.MapType).valuesType as avro.Type;
 }
