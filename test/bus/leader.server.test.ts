@@ -1,6 +1,7 @@
 import t from 'tap';
-import { openDatabase, openScratchPostgres } from '../../src/db/database.js';
 import { runAsLeader } from '../../src/bus/leader.js';
+import { openDatabase } from '../../src/db/database.js';
+import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 
 const waitFor = async (check: () => boolean, timeoutMs = 5_000) => {
   const deadline = Date.now() + timeoutMs;
@@ -11,13 +12,7 @@ const waitFor = async (check: () => boolean, timeoutMs = 5_000) => {
 };
 
 t.test('one leader at a time on a PostgreSQL server; takeover when it stops', async (t) => {
-  const first = await openScratchPostgres(undefined, 'factlog_leader');
-  const url = (first.knex.client.config.connection as { connectionString: string }).connectionString;
-  const second = await openDatabase({ kind: 'postgres', url, maxConns: 2 });
-  t.teardown(async () => {
-    await second.close();
-    await first.close();
-  });
+  const { scratch: first, second } = await scratchPostgresWithSecondPool(t, 'factlog_leader', 2);
   const started: string[] = [];
   const role = (name: string) => ({ start: async () => void started.push(`${name}:start`), stop: async () => void started.push(`${name}:stop`) });
   const a = runAsLeader(first, 'relay', role('a'), { retryMs: 50 });

@@ -1,7 +1,7 @@
 import t from 'tap';
-import { openDatabase, openScratchPostgres } from '../../src/db/database.js';
 import { withNamedLock } from '../../src/db/namedLock.js';
 import { openTestPglite } from '../helpers/pglite.js';
+import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -19,13 +19,7 @@ async function interleaving(first: Parameters<typeof withNamedLock>[0], second: 
 }
 
 t.test('on the PostgreSQL server, two processes (two pools) never hold one name together', async (t) => {
-  const nodeA = await openScratchPostgres(undefined, 'factlog_lock');
-  const url = (nodeA.knex.client.config.connection as { connectionString: string }).connectionString;
-  const nodeB = await openDatabase({ kind: 'postgres', url, maxConns: 2 });
-  t.teardown(async () => {
-    await nodeB.close();
-    await nodeA.close();
-  });
+  const { scratch: nodeA, second: nodeB } = await scratchPostgresWithSecondPool(t, 'factlog_lock', 2);
   t.same(await interleaving(nodeA, nodeB, 'factlog.test.lock'), ['one in', 'one out', 'two in', 'two out'], 'the second waits for the first');
   const other = await Promise.all([withNamedLock(nodeA, 'factlog.test.a', async () => 'a'), withNamedLock(nodeB, 'factlog.test.b', async () => 'b')]);
   t.same(other, ['a', 'b'], 'other names do not wait');

@@ -1,18 +1,13 @@
 import t, { type Test } from 'tap';
-import { openDatabase, openScratchPostgres, type Database } from '../../src/db/database.js';
+import type { Database } from '../../src/db/database.js';
 import { inProjections } from '../../src/db/priority.js';
 import { PREPARED_PER_CONNECTION, preparedStatementName } from '../../src/db/serverPrepared.js';
 import { lockProjectionKeys } from '../../src/projection/lock.js';
+import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 
-/** A scratch database on the server, and a second pool of one connection on it (so every statement meets the same session). */
+/** A scratch database on the server, through a pool of one connection (so every statement meets the same session). */
 async function oneConnection(t: Test): Promise<Database> {
-  const scratch = await openScratchPostgres(undefined, 'factlog_prepared');
-  const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
-  const db = await openDatabase({ kind: 'postgres', url, maxConns: 1 });
-  t.teardown(async () => {
-    await db.close();
-    await scratch.close();
-  });
+  const { second: db } = await scratchPostgresWithSecondPool(t, 'factlog_prepared', 1);
   await db.knex.raw('CREATE TABLE items (id int PRIMARY KEY, label text)');
   await db.knex.raw(`INSERT INTO items SELECT n, 'item ' || n FROM generate_series(1, 10) AS n`);
   return db;
