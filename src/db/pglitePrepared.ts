@@ -1,5 +1,6 @@
 import { parse, protocol, type PGlite, type Results } from '@electric-sql/pglite';
 import type { PgliteQueryOptions } from './pgliteProtocol.js';
+import { isChangedResultType, sqlState } from './preparedStatementErrors.js';
 
 /**
  * PGlite's `query` (src/db/pgliteWorker.ts's statements) as named prepared statements.
@@ -198,19 +199,14 @@ export function vectorBinary(value: unknown): Uint8Array | null {
 /** By type name; a Map, so a type named like an Object member (`toString`) finds nothing. */
 const BINARY_ENCODERS: ReadonlyMap<string, BinaryEncoder> = new Map([['vector', vectorBinary]]);
 
-function errorCode(error: unknown): unknown {
-  return typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;
-}
-
 /** SQLSTATE 26000: the name is not prepared in the session (a DEALLOCATE ALL or DISCARD ALL ran). */
 function isMissingStatement(error: unknown): boolean {
-  return errorCode(error) === '26000';
+  return sqlState(error) === '26000';
 }
 
 /** PostgreSQL refuses to run a prepared statement whose result type changed (SQLSTATE 0A000), or one it no longer has. */
 function isStalePreparedStatement(error: unknown): boolean {
-  if (isMissingStatement(error)) return true;
-  return errorCode(error) === '0A000' && error instanceof Error && /cached plan must not change result type/.test(error.message);
+  return isMissingStatement(error) || isChangedResultType(error);
 }
 
 /** As PGlite.query's errors: the statement's text rides along. */

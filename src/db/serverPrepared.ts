@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 // knex's PostgreSQL dialect, to extend (src/db/knexDialects.d.ts declares the part used here).
 import PgDialect from 'knex/lib/dialects/postgres/index.js';
+import { isChangedResultType } from './preparedStatementErrors.js';
 import { backgroundLevel } from './priority.js';
 
 /**
@@ -72,8 +73,4 @@ export class PreparingPgClient extends PgDialect {
     if (parsed[name] === undefined && Object.keys(parsed).length >= PREPARED_PER_CONNECTION) return null;
     return name;
   }
-}
-
-function isChangedResultType(error: unknown): boolean {
-  return error instanceof Error && (error as { code?: unknown }).code === '0A000' && /cached plan must not change result type/.test(error.message);
 }
