@@ -403,6 +403,10 @@ export const conceptsProjection = projection<Handled>({
   // Relation changes touch only concept_relations, which no other type of the group reads or
   // writes, so they join the run too (merges, which move links, still end it).
   batchTogether: [{ types: ['ConceptCreated', 'ConceptEmbedded', 'ConceptsExtracted', 'ConceptRelationsRefreshed'], handler: applyConceptsRun }],
+  // What counts or moves the links that any source's ConceptsExtracted may be adding: applied
+  // side by side with it, a creation would not count its new links, a fact's merge would leave
+  // them on the merged fact, a recount would miss them.
+  exclusive: ['ConceptCreated', 'ConceptMergedInto', 'FactMergedInto', 'FactRetracted'],
   handlers: {
     ConceptCreated: (trx, events) => applyConceptsCreated(trx, events),
     ConceptAliasAdded: each(async (trx, event) => {

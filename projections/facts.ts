@@ -204,6 +204,10 @@ export const factsProjection = projection<Handled>({
   // run of these three types may insert all, then embed all, then stabilize all: long runs,
   // three statements each, instead of a few statements per source. Merges and removals end a run.
   batchTogether: [{ types: ['FactsExtracted', 'FactsEmbedded', 'FactStabilized'], handler: applyFactsRun }],
+  // A merge moves the fact's source links, which any source's extraction may be adding: applied
+  // side by side, the extraction could read the fact's survivors before the merge commits and
+  // write its link on the merged fact after the merge moved the others.
+  exclusive: ['FactMergedInto'],
   handlers: {
     FactsExtracted: (trx, events) => applyFactsExtracted(trx, events),
     // One statement for the run.

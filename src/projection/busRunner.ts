@@ -5,7 +5,7 @@ import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
-import { lockProjectionKeys } from './lock.js';
+import { lockProjectionStreams } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 
 /** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
@@ -195,8 +195,10 @@ export class BusProjectionRunner implements ReadModelRunner {
     // As projection work, its statements go prepared (src/db/serverPrepared.ts).
     await inProjections(() => this.db.knex.transaction(async (trx) => {
       const streams = [...new Set(relevant.map((event) => event.streamId))];
-      // Per stream: consumers of one projection on other partitions go on in parallel.
-      await lockProjectionKeys(trx, streams.map((stream) => `${name}/${stream}`));
+      // Per stream: consumers of one projection on other partitions go on in parallel, unless the
+      // batch holds a type that must be applied alone.
+      const exclusive = relevant.some((event) => worker.projection.exclusiveTypes?.includes(event.type) === true);
+      await lockProjectionStreams(trx, name, streams, exclusive);
       const stored: { stream_id: string; stream_version: string | number }[] = await trx('projection_stream_positions')
         .where({ projection: name })
         .whereIn('stream_id', streams)

@@ -25,12 +25,30 @@ function lockKey(name: string): string {
  * values a custom plan cannot use anyway.
  */
 export async function lockProjectionKeys(trx: Knex.Transaction, names: readonly string[]): Promise<void> {
-  const keys = [...new Set(names.map((name) => `factlog.projection:${name}`).map(lockKey))];
-  if (keys.length === 0) return;
-  // The aggregate takes the locks row by row from the sorted subquery, so in key order.
+  await takeLocks(trx, names);
+}
+
+/**
+ * The locks of a bus consumer's batch (src/projection/busRunner.ts): first the projection's own
+ * key, shared so that its consumers on other partitions go on side by side, or exclusive when the
+ * batch holds one of its `exclusiveTypes` (a merge moves rows that other streams' events write);
+ * then one key per stream, so no two batches apply one stream's events at once (in a rebalance).
+ * A batch waiting for the projection's key holds no stream's key.
+ */
+export async function lockProjectionStreams(trx: Knex.Transaction, projection: string, streams: readonly string[], exclusive: boolean): Promise<void> {
+  await takeLocks(trx, streams.map((stream) => `${projection}/${stream}`), { name: projection, shared: !exclusive });
+}
+
+/** One statement: `lead` first (when given), then the exclusive locks of `names` in key order, and the plan_cache_mode. */
+async function takeLocks(trx: Knex.Transaction, names: readonly string[], lead?: { name: string; shared: boolean }): Promise<void> {
+  const keys = [...new Set(names.map((name) => lockKey(`factlog.projection:${name}`)))];
+  const locks = [...(lead ? [{ key: lockKey(`factlog.projection:${lead.name}`), shared: lead.shared, rank: 0 }] : []), ...keys.map((key) => ({ key, shared: false, rank: 1 }))];
+  if (locks.length === 0) return;
+  // The aggregate takes the locks row by row from the sorted subquery.
   await trx.raw(
-    `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), count(pg_advisory_xact_lock(key))
-       FROM (SELECT key FROM unnest(?::bigint[]) AS key ORDER BY key) AS sorted`,
-    [keys],
+    `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+            count(CASE WHEN shared THEN pg_advisory_xact_lock_shared(key) ELSE pg_advisory_xact_lock(key) END)
+       FROM (SELECT key, shared FROM unnest(?::bigint[], ?::boolean[], ?::int[]) AS lock(key, shared, rank) ORDER BY rank, key) AS sorted`,
+    [locks.map((lock) => lock.key), locks.map((lock) => lock.shared), locks.map((lock) => lock.rank)],
   );
 }

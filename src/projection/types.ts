@@ -28,6 +28,14 @@ export interface Projection {
    * last, so a job never runs before the read models have applied its trigger.
    */
   readonly startsWork?: boolean;
+  /**
+   * Types whose events change rows that events of other streams write too (a merge moves a
+   * fact's links, which any source's extraction adds to). Fed from the bus, a projection's
+   * batches of different streams are applied side by side, one transaction each; a batch holding
+   * one of these types is applied alone (src/projection/lock.ts, lockProjectionStreams), so it
+   * sees every row the others wrote, and they see its rows.
+   */
+  readonly exclusiveTypes?: readonly string[];
   /** Must be deterministic: no clocks, no randomness, nothing but the event and the transaction. */
   apply(trx: Knex.Transaction, event: RecordedEvent): Promise<void>;
   /**
@@ -72,6 +80,8 @@ export interface ProjectionDefinition<E extends DomainEvent<string, unknown>> {
    * interleaved types still make long runs; a stream whose events break the order ends the run.
    */
   batchTogether?: ReadonlyArray<ReadonlyArray<E['type']> | BatchGroup<E>>;
+  /** See Projection.exclusiveTypes. */
+  exclusive?: ReadonlyArray<E['type']>;
 }
 
 /**
@@ -128,6 +138,7 @@ export function projection<E extends DomainEvent<string, unknown>>(definition: P
     eventTypes,
     tables: definition.tables,
     ...(definition.external ? { external: true } : {}),
+    ...(definition.exclusive?.length ? { exclusiveTypes: definition.exclusive } : {}),
     apply: (trx, event) => applyRun(trx, [event]),
     async applyBatch(trx, events) {
       let run: RecordedEvent[] = [];

@@ -1,0 +1,175 @@
+import t, { type Test } from 'tap';
+import type { Knex } from 'knex';
+import type { Bus, BusConsumerOptions } from '../../src/bus/port.js';
+import { conceptsProjection } from '../../projections/concepts.js';
+import { factsProjection } from '../../projections/facts.js';
+import { migrateReadModels } from '../../projections/migrations/index.js';
+import type { Database } from '../../src/db/database.js';
+import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
+import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
+import { BusProjectionRunner } from '../../src/projection/busRunner.js';
+import type { Projection } from '../../src/projection/types.js';
+import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
+import { waitUntil } from '../eventstore/contract.js';
+
+/** A bus that hands each batch to whoever calls `deliver`, as one partition's consumer would. */
+class HandOverBus implements Bus {
+  readonly consumers: BusConsumerOptions[] = [];
+  async consume(options: BusConsumerOptions) {
+    this.consumers.push(options);
+    return { stop: async () => void this.consumers.splice(this.consumers.indexOf(options), 1) };
+  }
+  deliver(events: RecordedEvent[]): Promise<void> {
+    const [consumer] = this.consumers;
+    return consumer.handler(events.filter((event) => consumer.types.includes(event.type)));
+  }
+  async backlog() {
+    return 0;
+  }
+  async close() {}
+}
+
+const REPO = 'repo-1';
+const fact = (id: string) => ({ fact_id: id, content: `Fact ${id}.`, content_hash: `hash-${id}`, source_text: `Source text of ${id}.`, chunk_index: 0 });
+
+/** Locks that backends of this database wait for. */
+async function waitingLocks(db: Database): Promise<number> {
+  const rows = (await db.knex.raw(`SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+     WHERE NOT l.granted AND a.datname = current_database()`)) as { rows: Array<{ n: number }> };
+  return rows.rows[0].n;
+}
+
+/**
+ * Runs `body` with a transaction that holds rows, rolled back at the latest when `body` ends (it
+ * holds back the global readers of every test on the server while it runs).
+ */
+async function withHolder(db: Database, body: (holder: Knex.Transaction) => Promise<void>): Promise<void> {
+  const holder = await db.knex.transaction();
+  try {
+    await body(holder);
+  } finally {
+    if (!holder.isCompleted()) await holder.rollback();
+  }
+}
+
+interface Node {
+  bus: HandOverBus;
+  runner: BusProjectionRunner;
+}
+
+/**
+ * Two nodes of the distributed tier on one database, each with `projection`'s consumer, and
+ * events appended to the log for them to be handed.
+ */
+async function openNodes(t: Test, projection: Projection): Promise<{ scratch: Database; nodes: [Node, Node]; append(streamId: string, type: string, data: Record<string, unknown>): Promise<RecordedEvent> }> {
+  const { scratch, second } = await scratchPostgresWithSecondPool(t, 'factlog_bus_runner', 4);
+  await migrateEventStore(scratch.knex);
+  await migrateReadModels(scratch.knex);
+  const store = createPostgresEventStore(scratch, { schemas: await EventSchemaRegistry.load() });
+  const node = async (db: Database): Promise<Node> => {
+    const bus = new HandOverBus();
+    const runner = new BusProjectionRunner(bus, store, db, [projection]);
+    await runner.start();
+    return { bus, runner };
+  };
+  const nodes: [Node, Node] = [await node(scratch), await node(second)];
+  t.teardown(async () => {
+    for (const { runner } of nodes) await runner.stop();
+    await store.close();
+  });
+  const append = async (streamId: string, type: string, data: Record<string, unknown>) => {
+    const metadata = { repositoryId: REPO, actor: 'system:test', causationId: null, correlationId: null };
+    const { lastPosition } = await store.append(streamId, [{ type, data, metadata }], 'any');
+    // By its stream: the global read waits for the transactions of other tests on the server.
+    const event = (await store.readStream(streamId)).find((recorded) => recorded.globalPosition === lastPosition);
+    if (!event) throw new Error(`the event appended at ${lastPosition} is not in ${streamId}`);
+    return event;
+  };
+  return { scratch, nodes, append };
+}
+
+/**
+ * Node 0 applies `links` (a source's links of fact fb) while node 1 applies `other` (fb's merge
+ * into fa, or the creation of the linked concept). The link insert is held up by an uncommitted
+ * row of the same key (`hold`), so the link batch has read what it needs (fb's survivors, none)
+ * before `other` is handed over: `other` must wait for it to commit, or it would move or count
+ * fb's links without the new one.
+ */
+async function linkWhileApplying(t: Test, scratch: Database, nodes: [Node, Node], links: RecordedEvent, other: RecordedEvent, hold: (trx: Knex.Transaction) => Promise<void>): Promise<void> {
+  await withHolder(scratch, async (holder) => {
+    await hold(holder);
+    const linking = nodes[0].bus.deliver([links]);
+    await waitUntil(async () => (await waitingLocks(scratch)) === 1, 10_000, 'the link batch to wait for the held row');
+    let applied = false;
+    const applying = nodes[1].bus.deliver([other]).then(() => void (applied = true));
+    // It either finishes at once or waits for a lock the link batch holds.
+    await waitUntil(async () => applied || (await waitingLocks(scratch)) === 2, 10_000, `${other.type} to finish or wait`);
+    t.equal(applied, false, `${other.type} waits until the batch that links the fact has committed`);
+    await holder.rollback();
+    await Promise.all([linking, applying]);
+  });
+}
+
+t.test('facts: a source linked to a fact while it merges ends on the survivor', async (t) => {
+  const { scratch, nodes, append } = await openNodes(t, factsProjection);
+  await nodes[0].bus.deliver([await append('source-s1', 'FactsExtracted', { model_id: 'local', facts: [fact('fa'), fact('fb')] })]);
+  const links = await append('source-s2', 'FactsExtracted', { model_id: 'local', facts: [fact('fb')] });
+  const merge = await append('fact-fb', 'FactMergedInto', { survivor_id: 'fa', similarity: 0.97, source_id: 's1', catchup: false });
+  await linkWhileApplying(t, scratch, nodes, links, merge, async (trx) => {
+    await trx('fact_sources').insert({ fact_id: 'fb', source_id: 's2', repository_id: REPO, chunk_index: 0, source_text: 'x', sentence_index: -1 });
+  });
+  t.same(await scratch.knex('fact_sources').orderBy(['fact_id', 'source_id']).select('fact_id', 'source_id'), [
+    { fact_id: 'fa', source_id: 's1' },
+    { fact_id: 'fa', source_id: 's2' },
+  ], 'both sources on the survivor, none on the merged fact');
+});
+
+t.test('facts: two sources\' extractions are applied side by side', async (t) => {
+  const { scratch, nodes, append } = await openNodes(t, factsProjection);
+  const first = await append('source-s1', 'FactsExtracted', { model_id: 'local', facts: [fact('fa')] });
+  const second = await append('source-s2', 'FactsExtracted', { model_id: 'local', facts: [fact('fb')] });
+  await withHolder(scratch, async (holder) => {
+    await holder('fact_sources').insert({ fact_id: 'fa', source_id: 's1', repository_id: REPO, chunk_index: 0, source_text: 'x', sentence_index: -1 });
+    const held = nodes[0].bus.deliver([first]);
+    await waitUntil(async () => (await waitingLocks(scratch)) === 1, 10_000, 'the first batch to wait for the held row');
+    await nodes[1].bus.deliver([second]);
+    t.same(await scratch.knex('fact_sources').pluck('fact_id'), ['fb'], 'the second is applied while the first waits');
+    await holder.rollback();
+    await held;
+  });
+  t.same(await scratch.knex('fact_sources').orderBy('fact_id').pluck('fact_id'), ['fa', 'fb']);
+});
+
+t.test('concepts: a fact linked to a concept while the fact merges ends on the survivor, counted once', async (t) => {
+  const { scratch, nodes, append } = await openNodes(t, conceptsProjection);
+  const concept = 'c1';
+  await nodes[0].bus.deliver([
+    await append(`concept-${concept}`, 'ConceptCreated', { canonical_name: 'Polonium', context: 'chemical', ontology_class: null, aliases: [], source_id: 's1' }),
+  ]);
+  await nodes[0].bus.deliver([
+    await append('source-s1', 'ConceptsExtracted', { model_id: 'local', promptset_hash: '', batch_index: 0, batch_count: 1, links: [{ fact_id: 'fa', concept_ids: [concept] }] }),
+  ]);
+  const links = await append('source-s2', 'ConceptsExtracted', {
+    model_id: 'local', promptset_hash: '', batch_index: 0, batch_count: 1, links: [{ fact_id: 'fb', concept_ids: [concept] }],
+  });
+  const merge = await append('fact-fb', 'FactMergedInto', { survivor_id: 'fa', similarity: 0.97, source_id: 's1', catchup: false });
+  await linkWhileApplying(t, scratch, nodes, links, merge, async (trx) => {
+    await trx('fact_concepts').insert({ fact_id: 'fb', concept_id: concept, repository_id: REPO, source_id: 's2' });
+  });
+  t.same(await scratch.knex('fact_concepts').orderBy('fact_id').pluck('fact_id'), ['fa'], 'the link moved to the survivor');
+  t.equal((await scratch.knex('concepts').where({ id: concept }).first('fact_count'))?.fact_count, 1, 'the concept counts the survivor once');
+});
+
+t.test('concepts: links written while their concept is created are counted', async (t) => {
+  const { scratch, nodes, append } = await openNodes(t, conceptsProjection);
+  const concept = 'c2';
+  const links = await append('source-s1', 'ConceptsExtracted', {
+    model_id: 'local', promptset_hash: '', batch_index: 0, batch_count: 1, links: [{ fact_id: 'fa', concept_ids: [concept] }, { fact_id: 'fb', concept_ids: [concept] }],
+  });
+  const created = await append(`concept-${concept}`, 'ConceptCreated', { canonical_name: 'Radium', context: 'chemical', ontology_class: null, aliases: [], source_id: 's1' });
+  await linkWhileApplying(t, scratch, nodes, links, created, async (trx) => {
+    await trx('fact_concepts').insert({ fact_id: 'fb', concept_id: concept, repository_id: REPO, source_id: 's1' });
+  });
+  t.equal((await scratch.knex('concepts').where({ id: concept }).first('fact_count'))?.fact_count, 2, 'the concept counts both links');
+});
