@@ -6,6 +6,13 @@ import type { AppendedWrite } from '../../projection/types.js';
 export interface AwaitedProjection {
   name: string;
   eventTypes: readonly string[];
+  /**
+   * The trigger's stream holds an earlier event this projection handles, which the job needs
+   * applied (a source's FactsExtracted before its ConceptsExtracted). Fed from the bus, where a
+   * projection that does not handle the trigger's type keeps no version of it, it is then waited
+   * for until it has applied some event of the trigger's stream.
+   */
+  earlierOnTriggerStream?: boolean;
 }
 
 /** An event to wait for: a job's trigger, or a write the stage appended (RecordedEvent is one). */
@@ -26,7 +33,9 @@ export function lastEventOf(write: AppendedWrite): AwaitedEvent {
  * (embedded tier) keep one global position in `projection_checkpoints`, moved past every event
  * whatever its type; projections fed from the bus keep a version per stream in
  * `projection_stream_positions` (src/projection/busRunner.ts), of the events they handle only:
- * there a projection that does not handle the trigger's type cannot be waited for, and is not.
+ * there a projection that does not handle the trigger's type cannot be waited for on the trigger
+ * itself: it is not, unless it handles an earlier event of the trigger's stream
+ * (`earlierOnTriggerStream`), which it must have applied.
  */
 export async function readModelsApplied(knex: Knex, projections: readonly AwaitedProjection[], trigger: AwaitedEvent): Promise<boolean> {
   const global = await globalCheckpoints(knex, projections);
@@ -48,8 +57,8 @@ export async function readModelsApplied(knex: Knex, projections: readonly Awaite
   return behind.every((projection) => {
     // Not bus-fed: its global position is behind.
     if (!busFed.has(projection.name)) return false;
-    if (!projection.eventTypes.includes(trigger.type)) return true;
     const row = here.find((candidate) => candidate.projection === projection.name);
+    if (!projection.eventTypes.includes(trigger.type)) return projection.earlierOnTriggerStream !== true || row !== undefined;
     return row !== undefined && Number(row.stream_version) >= trigger.streamVersion;
   });
 }

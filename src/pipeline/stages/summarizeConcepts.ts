@@ -194,7 +194,11 @@ export function createSummarizeConceptsStage(deps: SummarizeConceptsDeps): Stage
       // looked for. Still behind after the wait (a bus consumer far behind): nothing to do now;
       // the next trigger or the scheduled run finds the concepts stale then. A failed task would
       // say something went wrong, and nothing did.
-      if (!(await awaitReadModels(deps.knex, [factsProjection, conceptsProjection], context, { timeoutMs: readModelWaitMs }))) return;
+      // A source's links name its facts, which the stale search and the plan join with the facts
+      // read model: fed from the bus, where that model may lag the links, wait for the source's
+      // facts too (its FactsExtracted, an earlier event of the trigger's stream).
+      const facts = { ...factsProjection, earlierOnTriggerStream: context.trigger.type === 'ConceptsExtracted' };
+      if (!(await awaitReadModels(deps.knex, [facts, conceptsProjection], context, { timeoutMs: readModelWaitMs }))) return;
       let summarizer = summarizers.get(repositoryId);
       if (!summarizer) {
         summarizer = new RepositorySummarizer(deps, repositoryId, calls, foldedConcepts, { concurrency, readModelWaitMs });

@@ -57,6 +57,22 @@ t.test('bus-fed projections: the stream version of the projections that handle t
   t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('FactMergedInto', 10, 3)), false, 'but is on one it handles');
 });
 
+t.test('bus-fed projections: one that handles an earlier event of the trigger\'s stream is waited for until it applied one', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  await migrateProjectionStreamPositions(db.knex);
+  // Both bus-fed (rows on other streams); concepts has applied the trigger, facts nothing of its source yet.
+  await db.knex('projection_stream_positions').insert([
+    { projection: 'facts', stream_id: 'source-s0', stream_version: 4, global_position: 3 },
+    { projection: 'concepts', stream_id: 'source-s1', stream_version: 3, global_position: 10 },
+  ]);
+  const factsFirst = { ...facts, earlierOnTriggerStream: true };
+  t.equal(await readModelsApplied(db.knex, [facts, concepts], trigger('ConceptsExtracted', 10, 3)), true, 'without it, facts is not waited for');
+  t.equal(await readModelsApplied(db.knex, [factsFirst, concepts], trigger('ConceptsExtracted', 10, 3)), false, 'the source\'s facts are not in yet');
+  await db.knex('projection_stream_positions').insert({ projection: 'facts', stream_id: 'source-s1', stream_version: 0, global_position: 4 });
+  t.equal(await readModelsApplied(db.knex, [factsFirst, concepts], trigger('ConceptsExtracted', 10, 3)), true, 'once it applied the source\'s FactsExtracted');
+});
+
 t.test('appliedThrough: the least global checkpoint of the projections, or null where one keeps none', async (t) => {
   const db = await openTestPglite();
   t.teardown(() => db.close());
