@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 
-/** A signed 64-bit advisory-lock key for `name` (the first 8 bytes of its SHA-256). */
+/** The signed 64-bit advisory-lock key of a projection's lock `name` (the first 8 bytes of a SHA-256). */
 function lockKey(name: string): string {
-  return createHash('sha256').update(name).digest().readBigInt64BE(0).toString();
+  return createHash('sha256').update(`factlog.projection:${name}`).digest().readBigInt64BE(0).toString();
 }
 
 /**
@@ -41,8 +41,8 @@ export async function lockProjectionStreams(trx: Knex.Transaction, projection: s
 
 /** One statement: `lead` first (when given), then the exclusive locks of `names` in key order, and the plan_cache_mode. */
 async function takeLocks(trx: Knex.Transaction, names: readonly string[], lead?: { name: string; shared: boolean }): Promise<void> {
-  const keys = [...new Set(names.map((name) => lockKey(`factlog.projection:${name}`)))];
-  const locks = [...(lead ? [{ key: lockKey(`factlog.projection:${lead.name}`), shared: lead.shared, rank: 0 }] : []), ...keys.map((key) => ({ key, shared: false, rank: 1 }))];
+  const keys = [...new Set(names.map(lockKey))];
+  const locks = [...(lead ? [{ key: lockKey(lead.name), shared: lead.shared, rank: 0 }] : []), ...keys.map((key) => ({ key, shared: false, rank: 1 }))];
   if (locks.length === 0) return;
   // The aggregate takes the locks row by row from the sorted subquery.
   await trx.raw(

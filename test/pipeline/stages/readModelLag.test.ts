@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
 import { migrateProjectionStreamPositions } from '../../../src/projection/busRunner.js';
 import { migrateProjectionCheckpoints } from '../../../src/projection/runner.js';
@@ -42,11 +42,17 @@ t.test('log-fed projections: the global position decides, whatever the trigger t
   await t.rejects(awaitReadModels(db.knex, [facts, concepts], { trigger: trigger('ConceptsExtracted', 99, 9), scheduled: false, signal: aborted.signal }, { timeoutMs: 60_000 }), /job timed out/);
 });
 
-t.test('bus-fed projections: the stream version of the projections that handle the trigger', async (t) => {
+/** A read-model database whose projections are fed from the bus, with these stream positions. */
+async function busFed(t: Test, positions: Array<{ projection: string; stream_id: string; stream_version: number; global_position: number }>) {
   const db = await openTestPglite();
   t.teardown(() => db.close());
   await migrateProjectionStreamPositions(db.knex);
-  await db.knex('projection_stream_positions').insert([
+  await db.knex('projection_stream_positions').insert(positions);
+  return db;
+}
+
+t.test('bus-fed projections: the stream version of the projections that handle the trigger', async (t) => {
+  const db = await busFed(t, [
     // facts handles no ConceptsExtracted: its version on the source stream stays at its FactsExtracted.
     { projection: 'facts', stream_id: 'source-s1', stream_version: 2, global_position: 5 },
     { projection: 'concepts', stream_id: 'source-s1', stream_version: 2, global_position: 5 },
@@ -58,11 +64,8 @@ t.test('bus-fed projections: the stream version of the projections that handle t
 });
 
 t.test('bus-fed projections: one that handles an earlier event of the trigger\'s stream is waited for until it applied one', async (t) => {
-  const db = await openTestPglite();
-  t.teardown(() => db.close());
-  await migrateProjectionStreamPositions(db.knex);
   // Both bus-fed (rows on other streams); concepts has applied the trigger, facts nothing of its source yet.
-  await db.knex('projection_stream_positions').insert([
+  const db = await busFed(t, [
     { projection: 'facts', stream_id: 'source-s0', stream_version: 4, global_position: 3 },
     { projection: 'concepts', stream_id: 'source-s1', stream_version: 3, global_position: 10 },
   ]);
