@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { withNamedLock } from '../db/namedLock.js';
 import { sourceDecider } from '../domain/source/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
@@ -49,6 +50,8 @@ export function normalizeReference(reference: { url?: string; doi?: string }, do
     if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw invalid('url must use http or https');
     // A URL is stored, shown and logged: credentials in it would leak to every reader.
     if (parsed.username || parsed.password) throw invalid('url must not contain credentials (user:password@)');
+    // A fragment never reaches the server: `page#part` is the document `page` is.
+    parsed.hash = '';
     return { url: parsed.toString(), doi: null };
   }
   const doi = reference.doi ?? '';
@@ -89,17 +92,21 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
       const reference = normalizeReference(input, deps.config.providers.resolution.doi_resolver);
       if (reference.url) refuseUnreachableHost(reference.url, deps.config);
-      const existing: SourceRow | undefined = await knex('sources')
-        .where({ repository_id: repository.id })
-        .where(reference.url ? { url: reference.url } : { doi: reference.doi })
-        .first();
-      if (existing) return { created: false, source: presentSource(existing) };
-      const source = await register(
-        repository.id,
-        { type: 'RegisterSource', origin: reference.url ? 'url' : 'doi', url: reference.url, doi: reference.doi },
-        commandMetadata(principal, repository.id, trace),
-      );
-      return { created: true, source };
+      // Look up and register as one step per reference: two requests adding the same URL at once
+      // must not both find it missing (the second waits and then finds the first's source).
+      return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${reference.url ?? reference.doi}`, async () => {
+        const existing: SourceRow | undefined = await knex('sources')
+          .where({ repository_id: repository.id })
+          .where(reference.url ? { url: reference.url } : { doi: reference.doi })
+          .first();
+        if (existing) return { created: false, source: presentSource(existing) };
+        const source = await register(
+          repository.id,
+          { type: 'RegisterSource', origin: reference.url ? 'url' : 'doi', url: reference.url, doi: reference.doi },
+          commandMetadata(principal, repository.id, trace),
+        );
+        return { created: true, source };
+      });
     },
 
     /**

@@ -18,6 +18,7 @@ t.teardown(() => harness.close());
 t.test('references: URLs normalised, DOIs checked', async (t) => {
   const resolver = 'https://doi.org/';
   t.same(normalizeReference({ url: 'HTTP://Example.org/a b' }, resolver), { url: 'http://example.org/a%20b', doi: null });
+  t.same(normalizeReference({ url: 'http://example.org/page?q=1#part' }, resolver), { url: 'http://example.org/page?q=1', doi: null }, 'the fragment dropped');
   t.same(normalizeReference({ doi: 'https://doi.org/10.1000/ABC' }, resolver), { url: null, doi: '10.1000/ABC' });
   t.throws(() => normalizeReference({ url: 'not a url' }, resolver), { code: 'invalid', message: /valid absolute URL/ });
   t.throws(() => normalizeReference({ url: 'ftp://example.org/file' }, resolver), { code: 'invalid', message: /http or https/ });
@@ -34,6 +35,15 @@ t.test('adding a URL twice answers the first source', async (t) => {
   const doi = await harness.app.sources.add(owner, { repository, doi: 'doi:10.1000/XYZ' });
   t.match(doi.source, { origin: 'doi', doi: '10.1000/XYZ', url: null });
   t.equal((await harness.app.sources.add(owner, { repository, doi: 'https://doi.org/10.1000/XYZ' })).created, false, 'the same DOI, spelt otherwise');
+});
+
+t.test('the same URL added several times at once is one source', async (t) => {
+  const url = 'http://127.0.0.1:9/raced';
+  const results = await Promise.all(Array.from({ length: 6 }, (_, i) => harness.app.sources.add(owner, { repository, url: i % 2 ? url : `${url}#part-${i}` })));
+  t.equal(results.filter((result) => result.created).length, 1, 'one created');
+  t.same(new Set(results.map((result) => result.source.id)).size, 1, 'every answer is that source');
+  const listed = await harness.app.sources.list(owner, { repository, limit: 500, offset: 0 });
+  t.equal(listed.items.filter((source) => source.url === url).length, 1, 'stored once');
 });
 
 t.test('adding is denied without sources:create, before the input is looked at', async (t) => {
