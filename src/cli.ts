@@ -77,7 +77,8 @@ export function buildCli(): Command {
   ) {
     let context: AppContext;
     try {
-      context = await createAppContext(config(), { workers: false, logger: pino({ level: 'warn' }) });
+      // The log goes to stderr: stdout is the command's output (`events tail | jq`).
+      context = await createAppContext(config(), { workers: false, logger: pino({ level: 'warn' }, pino.destination(2)) });
     } catch (error) {
       if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
       const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
