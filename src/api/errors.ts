@@ -64,13 +64,13 @@ export const errorReplySchema = {
 
 /**
  * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
- * concept also lists its `contexts`); internals never leak.
+ * concept also lists its `contexts` and `candidates`); internals never leak.
  */
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
     const send = (status: number, code: string, message: string, extra: object = {}) => reply.status(status).send({ error: code, message, ...extra });
     if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
-    if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts });
+    if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts, candidates: error.candidates });
     if (error instanceof UnsupportedContentError) return send(415, 'unsupported_media_type', error.message);
     if (error instanceof ReportTooLargeError) return send(413, 'payload_too_large', error.message);
     if (error instanceof DomainError) {

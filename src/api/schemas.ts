@@ -109,13 +109,24 @@ export const conceptSummarySchema = {
   },
 } as const;
 
-/** The replies of routes that resolve a concept by name: a 409 also lists the contexts that share the name. */
+/** The replies of routes that resolve a concept by name: a 409 also lists the concepts the name may mean and their contexts. */
 export const conceptErrorReplies = {
   ...errorReplies,
   409: {
     type: 'object',
     required: ['error', 'message'],
-    properties: { ...errorReplySchema.properties, contexts: { type: 'array', items: { type: 'string' } } },
+    properties: {
+      ...errorReplySchema.properties,
+      contexts: { type: 'array', items: { type: 'string' } },
+      candidates: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['id', 'canonical_name', 'context'],
+          properties: { id: { type: 'string' }, canonical_name: { type: 'string' }, context: { type: 'string' } },
+        },
+      },
+    },
   },
 } as const;
 

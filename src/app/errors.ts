@@ -10,12 +10,33 @@ export const invalid = (message: string) => new DomainError('invalid', message);
 export const conflict = (message: string) => new DomainError('conflict', message);
 
 /** A concept name several contexts share, asked for without a context: the caller can pick one of `contexts`. */
+/** A concept a name may mean, as an ambiguous lookup lists them. */
+export interface ConceptCandidate {
+  id: string;
+  canonical_name: string;
+  context: string;
+}
+
+/**
+ * A name (canonical or alias) that several active concepts answer to. Across contexts a
+ * `context` picks one; within one context (an alias two concepts share) only a canonical name
+ * or an id does, so the message says that instead.
+ */
 export class AmbiguousConceptError extends DomainError {
+  readonly contexts: string[];
+
   constructor(
     readonly conceptName: string,
-    readonly contexts: string[],
+    readonly candidates: ConceptCandidate[],
   ) {
-    super('conflict', `concept '${conceptName}' exists in several contexts (${contexts.join(', ')}): pass context= to pick one`);
+    const contexts = [...new Set(candidates.map((candidate) => candidate.context))].sort();
+    super(
+      'conflict',
+      contexts.length > 1
+        ? `concept '${conceptName}' exists in several contexts (${contexts.join(', ')}): pass context= to pick one`
+        : `'${conceptName}' names several concepts in context ${contexts[0]} (${candidates.map((candidate) => candidate.canonical_name).join(', ')}): ask for one by its canonical name or id`,
+    );
+    this.contexts = contexts;
   }
 }
 

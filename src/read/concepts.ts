@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
-import { AmbiguousConceptError, invalid, notFound } from '../app/errors.js';
+import { AmbiguousConceptError, invalid, notFound, type ConceptCandidate } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { followMergeChain } from '../domain/mergeChain.js';
 import { isUuid } from '../pipeline/jobs.js';
@@ -104,10 +104,18 @@ async function followToSurvivor(knex: Knex, repositoryId: string, start: Concept
   };
 }
 
+/** The concepts a name may mean, by context and then name, as an ambiguous lookup lists them. */
+function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
+  return concepts
+    .map(({ id, canonical_name, context }) => ({ id, canonical_name, context }))
+    .sort((a, b) => a.context.localeCompare(b.context) || a.canonical_name.localeCompare(b.canonical_name) || a.id.localeCompare(b.id));
+}
+
 /**
  * Finds a concept of the repository by id or by canonical name (case-insensitive; then by an
  * alias), optionally within one context. A merged concept resolves to its survivor. A name
- * several contexts share is ambiguous without a context: AmbiguousConceptError.
+ * several contexts share is ambiguous without a context, and an alias several concepts of one
+ * context share is ambiguous in any case: AmbiguousConceptError lists the candidates.
  */
 export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string): Promise<ResolvedConcept> {
   const wanted = idOrName.trim();
@@ -127,7 +135,7 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
     const survivors = await Promise.all(byName.map((row) => followToSurvivor(knex, repositoryId, row)));
     const distinct = new Map(survivors.map((resolved) => [resolved.concept.id, resolved]));
     if (distinct.size === 1) return [...distinct.values()][0];
-    throw new AmbiguousConceptError(wanted, [...new Set(survivors.map((resolved) => resolved.concept.context))].sort());
+    throw new AmbiguousConceptError(wanted, candidatesOf([...distinct.values()].map((resolved) => resolved.concept)));
   }
   if (candidates.length === 0) {
     const byAlias: ConceptRow[] = await inContext(
@@ -139,7 +147,7 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
     candidates = [...new Map(byAlias.map((row) => [row.id, row])).values()];
   }
   if (candidates.length === 0) throw notFound('concept');
-  if (candidates.length > 1) throw new AmbiguousConceptError(wanted, [...new Set(candidates.map((row) => row.context))].sort());
+  if (candidates.length > 1) throw new AmbiguousConceptError(wanted, candidatesOf(candidates));
   return { concept: candidates[0], redirectedFrom: null };
 }
 

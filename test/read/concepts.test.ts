@@ -1,5 +1,6 @@
 import t from 'tap';
 import { relationBand } from '../../src/read/concepts.js';
+import { AmbiguousConceptError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
 import { appendEvents, createConcept, extractFacts, linkFacts, refreshRelations, stabilize } from '../api/seedGraph.js';
@@ -88,4 +89,20 @@ t.test('a migration request names its task', async (t) => {
   t.match(requested, { task_id: /^[0-9a-f-]{36}$/, from_context: 'topic', to_context: 'event' });
   const [event] = (await harness.app.events.list(owner, { repository, types: ['ContextMigrationRequested'] })).events;
   t.match(event, { actor: owner.userId, correlation_id: 'migrate-1' }, 'the principal acts; the trace correlates');
+});
+
+t.test('an alias two concepts of one context share: both listed, to be asked for by name or id', async (t) => {
+  const pierre = await createConcept(harness.service, repository, 'Pierre Curie', 'person', ['Curie']);
+  for (const context of ['person', undefined]) {
+    const refused = await harness.app.concepts.get(owner, { repository, concept: 'curie', context }).catch((error: unknown) => error);
+    t.ok(refused instanceof AmbiguousConceptError, `refused (context ${context ?? 'not given'})`);
+    if (!(refused instanceof AmbiguousConceptError)) continue;
+    t.same(refused.candidates, [
+      { id: ids.curie, canonical_name: 'Marie Curie', context: 'person' },
+      { id: pierre, canonical_name: 'Pierre Curie', context: 'person' },
+    ]);
+    t.same(refused.contexts, ['person']);
+    t.equal(refused.message, "'curie' names several concepts in context person (Marie Curie, Pierre Curie): ask for one by its canonical name or id", 'no advice to pass a context, which cannot help');
+  }
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: 'Pierre Curie' })).id, pierre, 'the canonical name picks one');
 });

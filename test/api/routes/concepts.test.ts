@@ -108,7 +108,15 @@ t.test('one concept by id or canonical name; merged ones answer with the survivo
   t.equal((await get(`/concepts/${encodeURIComponent('Madame Curie')}`)).body.id, ids.curie, 'an alias also resolves');
   const ambiguous = await get('/concepts/Mercury');
   t.equal(ambiguous.status, 409);
-  t.same(ambiguous.body, { error: 'ambiguous_concept', message: ambiguous.body.message, contexts: ['chemical', 'topic'] });
+  t.same(ambiguous.body, {
+    error: 'ambiguous_concept',
+    message: ambiguous.body.message,
+    contexts: ['chemical', 'topic'],
+    candidates: [
+      { id: ids.mercuryChemical, canonical_name: 'Mercury', context: 'chemical' },
+      { id: ids.mercuryTopic, canonical_name: 'Mercury', context: 'topic' },
+    ],
+  });
   t.match(ambiguous.body.message, /context=/);
   t.equal((await get('/concepts/Mercury?context=topic')).body.id, ids.mercuryTopic, 'context picks one');
   const merged = await get(`/concepts/${ids.oldCurie}`);
