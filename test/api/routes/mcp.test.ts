@@ -3,7 +3,7 @@ import { createTokenService } from '../../../src/auth/tokens.js';
 import { oauthIssuer } from '../../../src/config/derived.js';
 import { protectedResourceMetadataUrl, mcpResourceUrl } from '../../../src/api/issuer.js';
 import { registerUser, startTestService, TEST_SECRET, type TestService } from '../../helpers/service.js';
-import { accessToken, listen } from '../../mcp/helpers.js';
+import { accessToken, createTestGrant, listen } from '../../mcp/helpers.js';
 
 let service: TestService;
 let issuer: string;
@@ -68,6 +68,7 @@ t.test('without a token: 401 with both resource-metadata parameters in the Beare
 });
 
 t.test('a token that is not an access token for this resource: 401 invalid_token', async (t) => {
+  const grantId = await createTestGrant(service, { userId, clientId: 'c', resource: mcpResourceUrl(issuer) });
   const cases: [string, string][] = [
     ['another audience', await accessToken(service, issuer, userId, { audience: 'https://other.example.org/api/v1/mcp' })],
     [
@@ -78,6 +79,7 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
           clientId: 'c',
           scope: 'mcp',
           audience: mcpResourceUrl(issuer),
+          grantId,
         })
       ).token,
     ],
@@ -89,6 +91,7 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
           clientId: 'c',
           scope: 'mcp',
           audience: mcpResourceUrl(issuer),
+          grantId,
         })
       ).token,
     ],

@@ -7,6 +7,8 @@ import { InvalidTokenError } from '../../../src/auth/tokens.js';
 import { mcpResourceUrl } from '../../../src/api/issuer.js';
 import type { ClientDocumentFetch } from '../../../src/auth/oauth/clientDocuments.js';
 import { registerUser, startTestService, TEST_SECRET } from '../../helpers/service.js';
+import { createTestGrant } from '../../mcp/helpers.js';
+import { oauthIssuer } from '../../../src/config/derived.js';
 import { formField, formOf, newPkce, postForm, postJson, SdkAuthProvider, signInAndDecide, TestBrowser } from '../../helpers/oauthClient.js';
 
 /**
@@ -392,13 +394,16 @@ t.test('refresh tokens: reuse revokes the whole family; revoked and expired ones
   t.match(expired.body.error_description, /expired/);
 });
 
+const signer = (secret: string, now: number) => createTokenService({ secret, issuer: oauthIssuer(service.config), sessionTtlMs: 60_000, now: () => now });
+
 t.test('expired and foreign-secret access tokens are refused', async (t) => {
-  const signer = (secret: string, now: number) => createTokenService({ secret, issuer: service.context.config.server.public_url || 'http://localhost:8080', sessionTtlMs: 60_000, now: () => now });
-  const expired = await signer(TEST_SECRET, Date.now() - 3_600_000).signAccessToken({ userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp });
+  const grantId = await createTestGrant(service, { userId: alice.user.id, clientId: 'c', resource: mcp });
+  const claims = { userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp, grantId };
+  const expired = await signer(TEST_SECRET, Date.now() - 3_600_000).signAccessToken(claims);
   t.equal(await refusal(service.context.oauth.verifyAccessToken(expired.token, mcp)), 'expired');
-  const foreign = await signer('another-secret-another-secret-another-secret!!', Date.now()).signAccessToken({ userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp });
+  const foreign = await signer('another-secret-another-secret-another-secret!!', Date.now()).signAccessToken(claims);
   t.equal(await refusal(service.context.oauth.verifyAccessToken(foreign.token, mcp)), 'invalid');
-  const fresh = await signer(TEST_SECRET, Date.now()).signAccessToken({ userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp });
+  const fresh = await signer(TEST_SECRET, Date.now()).signAccessToken(claims);
   t.ok(await service.context.oauth.verifyAccessToken(fresh.token, mcp), 'the same token from the right secret passes');
 });
 
