@@ -329,12 +329,20 @@ export function createOAuthServer(deps: OAuthServerDeps) {
 
     /**
      * What a resource server calls with a bearer token: the signature, expiry, type and
-     * audience (`context.tokens.verify`), then that the grant it descends from is not revoked.
+     * audience (`context.tokens.verify`, which also requires `sid`), then the grant it descends
+     * from: it must exist, not be revoked, and be the grant of the token's user, client and
+     * resource. The signature alone is not trusted: `auth.jwt_secret` may be the public
+     * placeholder outside production, and a token the grant table does not vouch for is refused.
      * Throws `InvalidTokenError`.
      */
     async verifyAccessToken(token: string, resource: string): Promise<AccessClaims> {
       const claims = await tokens.verify(token, 'access', resource);
-      if (claims.sid !== undefined && !(await grants.isGrantActive(claims.sid))) throw new InvalidTokenError('invalid', 'the authorization was revoked');
+      const grant = await grants.grantById(claims.sid);
+      if (!grant) throw new InvalidTokenError('invalid', 'the token names no known authorization');
+      if (grant.revoked) throw new InvalidTokenError('invalid', 'the authorization was revoked');
+      if (grant.user_id !== claims.sub || grant.client_id !== claims.client_id || grant.resource !== claims.aud) {
+        throw new InvalidTokenError('invalid', 'the token does not match its authorization');
+      }
       return claims;
     },
 
@@ -357,7 +365,7 @@ export function createOAuthServer(deps: OAuthServerDeps) {
     if (typeof audience !== 'string' || audience === '') return null;
     try {
       const claims = await tokens.verify(token, 'access', audience);
-      return claims.sid ?? null;
+      return claims.sid;
     } catch (error) {
       if (error instanceof InvalidTokenError) return null;
       throw error;

@@ -7,7 +7,9 @@ import { errors as joseErrors, jwtVerify, SignJWT, type JWTPayload } from 'jose'
  *   - `session`: from register / login / refresh; `sid` names the server-side session, which
  *     logout deletes. Verification here is stateless: the caller must also check that `sid`
  *     is still live.
- *   - `access`: OAuth 2.1 access tokens for tool clients, with `scope`, `client_id` and `aud`.
+ *   - `access`: OAuth 2.1 access tokens for tool clients, with `scope`, `client_id`, `aud` and
+ *     `sid`, the grant they descend from. Verification here is stateless too: the resource
+ *     server must also check the grant (`context.oauth.verifyAccessToken`).
  * Opaque tokens (refresh tokens, API keys, authorization codes) are random strings with a
  * recognisable prefix and are stored only as `hashToken(raw)`.
  */
@@ -44,8 +46,12 @@ export interface AccessClaims extends CommonClaims {
   scope: string;
   client_id: string;
   aud: string;
-  /** The OAuth grant the token descends from: revoking the grant revokes the token (src/app/oauth.ts). */
-  sid?: string;
+  /**
+   * The OAuth grant the token descends from. Every access token has one: the resource server
+   * checks the grant is live and that `sub`, `client_id` and `aud` are the grant's
+   * (src/app/oauth.ts `verifyAccessToken`), so a token the grant table does not vouch for is refused.
+   */
+  sid: string;
 }
 
 export type ClaimsOf<Type extends TokenType> = Type extends 'session' ? SessionClaims : AccessClaims;
@@ -67,7 +73,7 @@ export interface TokenServiceOptions {
 
 export interface TokenService {
   signSession(input: { userId: string; sessionId: string }): Promise<SignedToken>;
-  signAccessToken(input: { userId: string; clientId: string; scope: string; audience: string; grantId?: string }): Promise<SignedToken>;
+  signAccessToken(input: { userId: string; clientId: string; scope: string; audience: string; grantId: string }): Promise<SignedToken>;
   verify(token: string, expectedTyp: 'session'): Promise<SessionClaims>;
   /** Access tokens are only accepted by the resource they were issued for (RFC 8707). */
   verify(token: string, expectedTyp: 'access', expectedAudience: string | string[]): Promise<AccessClaims>;
@@ -145,8 +151,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (typeof clientId !== 'string' || clientId.length === 0) throw new TypeError('clientId must be a non-empty string');
       if (typeof audience !== 'string' || audience.length === 0) throw new TypeError('audience must be a non-empty string');
       if (typeof scope !== 'string') throw new TypeError('scope must be a string');
-      if (grantId !== undefined && (typeof grantId !== 'string' || grantId.length === 0)) throw new TypeError('grantId must be a non-empty string');
-      return sign(userId, { typ: 'access', scope, client_id: clientId, aud: audience, ...(grantId === undefined ? {} : { sid: grantId }) }, accessTtlMs);
+      if (typeof grantId !== 'string' || grantId.length === 0) throw new TypeError('grantId must be a non-empty string');
+      return sign(userId, { typ: 'access', scope, client_id: clientId, aud: audience, sid: grantId }, accessTtlMs);
     },
     // One implementation behind the two overloads of the interface.
     verify: verify as TokenService['verify'],
@@ -177,9 +183,8 @@ function asSessionClaims(payload: JWTPayload): SessionClaims | null {
 function asAccessClaims(payload: JWTPayload): AccessClaims | null {
   const common = commonClaims(payload);
   const { scope, client_id: clientId, aud, sid } = payload;
-  if (!common || typeof scope !== 'string' || !isNonEmptyString(clientId) || !isNonEmptyString(aud)) return null;
-  if (sid !== undefined && !isNonEmptyString(sid)) return null;
-  return { ...common, typ: 'access', scope, client_id: clientId, aud, ...(sid === undefined ? {} : { sid }) };
+  if (!common || typeof scope !== 'string' || !isNonEmptyString(clientId) || !isNonEmptyString(aud) || !isNonEmptyString(sid)) return null;
+  return { ...common, typ: 'access', scope, client_id: clientId, aud, sid };
 }
 
 /** 32 random bytes as base64url (256 bits: unguessable, no padding, URL- and header-safe). */

@@ -53,7 +53,7 @@ function unverifiedTyp(token: string): unknown {
  */
 export async function authenticateMcp(
   context: Pick<AppContext, 'identity'> & {
-    /** Checks an access token for the resource: signature, expiry, type, audience (and, with the OAuth server, that its grant is live). */
+    /** Checks an access token for the resource: signature, expiry, type, audience, and that its grant is live and is the token's (`context.oauth.verifyAccessToken`). */
     verifyAccessToken(token: string, resource: string): Promise<AccessClaims>;
   },
   authorization: string | undefined,
@@ -93,8 +93,8 @@ export async function authenticateMcp(
   }
   return {
     userId: claims.sub,
-    // The grant names the authorization (what revocation ends); tokens minted without one name themselves.
-    credential: { kind: 'oauth', id: claims.sid ?? claims.jti },
+    // The grant names the authorization (what revocation ends).
+    credential: { kind: 'oauth', id: claims.sid },
     assignments: await context.identity.roleAssignments(claims.sub),
   };
 }

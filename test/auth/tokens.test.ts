@@ -74,30 +74,41 @@ t.test('a token from another issuer is invalid', async (t) => {
 t.test('session and access tokens cannot stand in for each other', async (t) => {
   const tokens = service();
   const session = await tokens.signSession({ userId: 'u', sessionId: 's' });
-  const access = await tokens.signAccessToken({ userId: 'u', clientId: 'client-1', scope: 'mcp', audience: RESOURCE });
+  const access = await tokens.signAccessToken({ userId: 'u', clientId: 'client-1', scope: 'mcp', audience: RESOURCE, grantId: 'g' });
   await rejectsWith(t, tokens.verify(session.token, 'access', RESOURCE), 'invalid', 'session as access');
   await rejectsWith(t, tokens.verify(access.token, 'session'), 'invalid', 'access as session');
 });
 
 t.test('access tokens carry scope, client and audience, and last accessTtlMs (15 min default)', async (t) => {
   const tokens = service();
-  const { token, expiresAt } = await tokens.signAccessToken({ userId: 'u', clientId: 'client-1', scope: 'mcp', audience: RESOURCE });
+  const { token, expiresAt } = await tokens.signAccessToken({ userId: 'u', clientId: 'client-1', scope: 'mcp', audience: RESOURCE, grantId: 'g' });
   t.equal(expiresAt.getTime(), T0 + 15 * 60 * 1000);
-  t.match(await tokens.verify(token, 'access', RESOURCE), { sub: 'u', typ: 'access', scope: 'mcp', client_id: 'client-1', aud: RESOURCE, iss: ISSUER });
+  t.match(await tokens.verify(token, 'access', RESOURCE), { sub: 'u', typ: 'access', scope: 'mcp', client_id: 'client-1', aud: RESOURCE, iss: ISSUER, sid: 'g' });
   t.match(await tokens.verify(token, 'access', ['https://other.test', RESOURCE]), { aud: RESOURCE }, 'any of several audiences');
   await rejectsWith(t, tokens.verify(token, 'access', 'https://other.test/api/v1/mcp'), 'invalid', 'wrong audience');
   await t.rejects(tokens.verify(token, 'access', undefined as unknown as string), TypeError, 'audience is required for access tokens');
-  const custom = await service({ accessTtlMs: 5 * 60 * 1000 }).signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE });
+  const custom = await service({ accessTtlMs: 5 * 60 * 1000 }).signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: 'g' });
   t.equal(custom.expiresAt.getTime(), T0 + 5 * 60 * 1000);
 });
 
-t.test('an access token may name its OAuth grant (claim sid); an empty one is refused', async (t) => {
+t.test('every access token names its OAuth grant (claim sid): signing needs one, verifying requires it', async (t) => {
   const tokens = service();
   const withGrant = await tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: 'grant-1' });
   t.equal((await tokens.verify(withGrant.token, 'access', RESOURCE)).sid, 'grant-1');
-  const without = await tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE });
-  t.notOk('sid' in (await tokens.verify(without.token, 'access', RESOURCE)), 'absent when not given');
-  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: '' }), TypeError);
+  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: '' }), TypeError, 'empty grant id');
+  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE } as unknown as Parameters<typeof tokens.signAccessToken>[0]), TypeError, 'no grant id');
+
+  // What anyone knowing the secret (the public placeholder outside production) could sign.
+  const key = new TextEncoder().encode(SECRET);
+  const base = { typ: 'access', sub: 'u', client_id: 'c', scope: 'mcp', aud: RESOURCE, iss: ISSUER, iat: T0 / 1000, exp: T0 / 1000 + 600, jti: 'j' };
+  const forged = await new SignJWT(base).setProtectedHeader({ alg: 'HS256' }).sign(key);
+  await rejectsWith(t, tokens.verify(forged, 'access', RESOURCE), 'invalid', 'well signed, without sid');
+  for (const sid of ['', 7, null]) {
+    const bad = await new SignJWT({ ...base, sid } as Record<string, unknown>).setProtectedHeader({ alg: 'HS256' }).sign(key);
+    await rejectsWith(t, tokens.verify(bad, 'access', RESOURCE), 'invalid', `sid ${JSON.stringify(sid)}`);
+  }
+  const named = await new SignJWT({ ...base, sid: 'grant-2' }).setProtectedHeader({ alg: 'HS256' }).sign(key);
+  t.equal((await tokens.verify(named, 'access', RESOURCE)).sid, 'grant-2', 'the same claims with a sid pass this (stateless) check');
 });
 
 t.test('a tampered payload is invalid', async (t) => {
@@ -159,9 +170,9 @@ t.test('the service refuses unsafe configuration and bad sign inputs', async (t)
   const tokens = service();
   await t.rejects(tokens.signSession({ userId: '', sessionId: 's' }), TypeError, 'empty user id');
   await t.rejects(tokens.signSession({ userId: 'u', sessionId: '' }), TypeError, 'empty session id');
-  await t.rejects(tokens.signAccessToken({ userId: '', clientId: 'c', scope: 'mcp', audience: RESOURCE }), TypeError, 'empty user id (access)');
-  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: '', scope: 'mcp', audience: RESOURCE }), TypeError, 'empty client id');
-  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: '' }), TypeError, 'empty audience');
+  await t.rejects(tokens.signAccessToken({ userId: '', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: 'g' }), TypeError, 'empty user id (access)');
+  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: '', scope: 'mcp', audience: RESOURCE, grantId: 'g' }), TypeError, 'empty client id');
+  await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: '', grantId: 'g' }), TypeError, 'empty audience');
 });
 
 t.test('opaque tokens: 32 random bytes in base64url behind an optional prefix', async (t) => {

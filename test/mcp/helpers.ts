@@ -2,6 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { mcpResourceUrl } from '../../src/api/issuer.js';
+import { createGrantStore } from '../../src/auth/oauth/grants.js';
 import type { TestService } from '../helpers/service.js';
 
 /** The service listening on 127.0.0.1 (the SDK client speaks real HTTP); its issuer is that origin. */
@@ -11,13 +12,33 @@ export async function listen(service: TestService): Promise<{ issuer: string; en
   return { issuer, endpoint: new URL(mcpResourceUrl(issuer)) };
 }
 
-/** An OAuth access token for the MCP resource, as the token endpoint would issue it. */
+/** A grant row as approving an authorization request writes it (src/auth/oauth/grants.ts); its id. */
+export async function createTestGrant(service: TestService, grant: { userId: string; resource: string; clientId?: string; scope?: string }): Promise<string> {
+  const store = createGrantStore(service.context.db.knex, { codeTtlMs: 600_000, refreshTtlMs: 3_600_000 });
+  const { grantId } = await store.createGrant({
+    client_id: grant.clientId ?? 'test-client',
+    user_id: grant.userId,
+    scope: grant.scope ?? 'mcp',
+    resource: grant.resource,
+    redirect_uri: 'http://127.0.0.1:33418/callback',
+    codeChallenge: 'x'.repeat(43),
+  });
+  return grantId;
+}
+
+/**
+ * An OAuth access token for the MCP resource, as the token endpoint would issue it: a grant row
+ * for the user, the client and the audience first, then the token naming it (`sid`), since the
+ * resource server refuses a token its grant table does not vouch for.
+ */
 export async function accessToken(service: TestService, issuer: string, userId: string, options: { scope?: string; audience?: string } = {}): Promise<string> {
+  const grant = { userId, clientId: 'test-client', scope: options.scope ?? 'mcp', resource: options.audience ?? mcpResourceUrl(issuer) };
   const signed = await service.context.tokens.signAccessToken({
     userId,
-    clientId: 'test-client',
-    scope: options.scope ?? 'mcp',
-    audience: options.audience ?? mcpResourceUrl(issuer),
+    clientId: grant.clientId,
+    scope: grant.scope,
+    audience: grant.resource,
+    grantId: await createTestGrant(service, grant),
   });
   return signed.token;
 }

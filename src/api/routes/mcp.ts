@@ -59,8 +59,9 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
   const application = createApplication(context);
   const authentication = {
     identity: context.identity,
-    // Signature, expiry, type and audience, and the grant behind the token still live (a revoked
-    // grant or a reused code or refresh token ends its access tokens at once, not at expiry).
+    // Signature, expiry, type and audience, and the grant behind the token: known, still live (a
+    // revoked grant or a reused code or refresh token ends its access tokens at once, not at
+    // expiry), and the grant of the token's user, client and resource.
     verifyAccessToken: (token: string, resource: string) => context.oauth.verifyAccessToken(token, resource),
   };
   const schema = { tags: ['mcp'], security: bearerSecurity };

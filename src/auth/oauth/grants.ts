@@ -150,6 +150,7 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
       return row ? asGrant(row) : null;
     },
 
+    /** A grant by id, revoked or not (null when unknown): what an access token's `sid` is checked against. */
     async grantById(grantId: string): Promise<(Grant & { revoked: boolean }) | null> {
       const row = await knex('oauth_grants as g').where('g.id', grantId).first([...GRANT_COLUMNS, 'g.revoked_at']);
       return row ? { ...asGrant(row), revoked: row.revoked_at !== null } : null;
@@ -175,12 +176,6 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
           .where('created_at', '<', dayAgo)
           .delete();
       });
-    },
-
-    /** Whether tokens of the grant are still honoured (false for an unknown or revoked grant). */
-    async isGrantActive(grantId: string): Promise<boolean> {
-      const row = await knex('oauth_grants').where({ id: grantId }).first(['revoked_at']);
-      return row !== undefined && row.revoked_at === null;
     },
   };
 }

@@ -1,9 +1,10 @@
 import t from 'tap';
+import { SignJWT } from 'jose';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { oauthIssuer } from '../../../src/config/derived.js';
 import { protectedResourceMetadataUrl, mcpResourceUrl } from '../../../src/api/issuer.js';
 import { registerUser, startTestService, TEST_SECRET, type TestService } from '../../helpers/service.js';
-import { accessToken, listen } from '../../mcp/helpers.js';
+import { accessToken, createTestGrant, listen } from '../../mcp/helpers.js';
 
 let service: TestService;
 let issuer: string;
@@ -68,6 +69,7 @@ t.test('without a token: 401 with both resource-metadata parameters in the Beare
 });
 
 t.test('a token that is not an access token for this resource: 401 invalid_token', async (t) => {
+  const grantId = await createTestGrant(service, { userId, clientId: 'c', resource: mcpResourceUrl(issuer) });
   const cases: [string, string][] = [
     ['another audience', await accessToken(service, issuer, userId, { audience: 'https://other.example.org/api/v1/mcp' })],
     [
@@ -78,6 +80,7 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
           clientId: 'c',
           scope: 'mcp',
           audience: mcpResourceUrl(issuer),
+          grantId,
         })
       ).token,
     ],
@@ -89,6 +92,7 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
           clientId: 'c',
           scope: 'mcp',
           audience: mcpResourceUrl(issuer),
+          grantId,
         })
       ).token,
     ],
@@ -106,6 +110,54 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
   t.match(expired.json.message, /expired/);
   const session = await post(listRepositories, {}, sessionToken);
   t.match(session.json.message, /session tokens are not accepted/);
+});
+
+/**
+ * An access token as anyone who knows `auth.jwt_secret` could sign it: outside production that
+ * may be the public placeholder, so the signature alone must not make a token good.
+ */
+async function forge(claims: Record<string, unknown>): Promise<string> {
+  const now = Math.floor(Date.now() / 1000);
+  return new SignJWT({ typ: 'access', scope: 'mcp', ...claims })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer(oauthIssuer(service.config))
+    .setIssuedAt(now)
+    .setExpirationTime(now + 600)
+    .setJti(crypto.randomUUID())
+    .sign(new TextEncoder().encode(TEST_SECRET));
+}
+
+t.test('a well-signed access token its grant does not vouch for: 401 invalid_token', async (t) => {
+  const resource = mcpResourceUrl(issuer);
+  const other = await registerUser(service, 'other-mcp-user@example.org');
+  const own = await createTestGrant(service, { userId, resource });
+  const othersGrant = await createTestGrant(service, { userId: other.user.id, resource });
+  const anotherClient = await createTestGrant(service, { userId, resource, clientId: 'another-client' });
+  const anotherResource = await createTestGrant(service, { userId, resource: 'https://other.example.org/api/v1/mcp' });
+  const revoked = await createTestGrant(service, { userId, resource });
+  await service.context.db.knex('oauth_grants').where({ id: revoked }).update({ revoked_at: new Date(), revoked_reason: 'test' });
+  const claims = { sub: userId, client_id: 'test-client', aud: resource };
+
+  const control = await post(listRepositories, {}, await forge({ ...claims, sid: own }));
+  t.equal(control.status, 200, 'the same claims naming their own grant pass: the refusals below are about the grant');
+
+  const cases: [string, string][] = [
+    ['no sid', await forge(claims)],
+    ['an unknown sid', await forge({ ...claims, sid: 'no-such-grant' })],
+    ["another user's grant", await forge({ ...claims, sid: othersGrant })],
+    ['own grant, another user as sub', await forge({ ...claims, sub: other.user.id, sid: own })],
+    ["another client's grant", await forge({ ...claims, sid: anotherClient })],
+    ['a grant for another resource', await forge({ ...claims, sid: anotherResource })],
+    ['a revoked grant', await forge({ ...claims, sid: revoked })],
+  ];
+  for (const [name, bad] of cases) {
+    const response = await post(listRepositories, {}, bad);
+    t.equal(response.status, 401, `${name}: 401`);
+    t.match(response.json, { error: 'unauthorized', message: /invalid/ }, `${name}: body`);
+    const challenge = response.headers.get('www-authenticate') ?? '';
+    t.ok(challenge.includes('error="invalid_token"'), `${name}: invalid_token`);
+    t.ok(challenge.includes(`resource_metadata="${protectedResourceMetadataUrl(issuer)}"`), `${name}: metadata url`);
+  }
 });
 
 t.test('an access token whose scope lacks mcp: 403 insufficient_scope', async (t) => {

@@ -1,12 +1,15 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
+import { SignJWT } from 'jose';
 import { auth as sdkAuth } from '@modelcontextprotocol/sdk/client/auth.js';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { InvalidTokenError } from '../../../src/auth/tokens.js';
 import { mcpResourceUrl } from '../../../src/api/issuer.js';
 import type { ClientDocumentFetch } from '../../../src/auth/oauth/clientDocuments.js';
 import { registerUser, startTestService, TEST_SECRET } from '../../helpers/service.js';
+import { createTestGrant } from '../../mcp/helpers.js';
+import { oauthIssuer } from '../../../src/config/derived.js';
 import { formField, formOf, newPkce, postForm, postJson, SdkAuthProvider, signInAndDecide, TestBrowser } from '../../helpers/oauthClient.js';
 
 /**
@@ -392,14 +395,65 @@ t.test('refresh tokens: reuse revokes the whole family; revoked and expired ones
   t.match(expired.body.error_description, /expired/);
 });
 
+const signer = (secret: string, now: number) => createTokenService({ secret, issuer: oauthIssuer(service.config), sessionTtlMs: 60_000, now: () => now });
+
 t.test('expired and foreign-secret access tokens are refused', async (t) => {
-  const signer = (secret: string, now: number) => createTokenService({ secret, issuer: service.context.config.server.public_url || 'http://localhost:8080', sessionTtlMs: 60_000, now: () => now });
-  const expired = await signer(TEST_SECRET, Date.now() - 3_600_000).signAccessToken({ userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp });
+  const grantId = await createTestGrant(service, { userId: alice.user.id, clientId: 'c', resource: mcp });
+  const claims = { userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp, grantId };
+  const expired = await signer(TEST_SECRET, Date.now() - 3_600_000).signAccessToken(claims);
   t.equal(await refusal(service.context.oauth.verifyAccessToken(expired.token, mcp)), 'expired');
-  const foreign = await signer('another-secret-another-secret-another-secret!!', Date.now()).signAccessToken({ userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp });
+  const foreign = await signer('another-secret-another-secret-another-secret!!', Date.now()).signAccessToken(claims);
   t.equal(await refusal(service.context.oauth.verifyAccessToken(foreign.token, mcp)), 'invalid');
-  const fresh = await signer(TEST_SECRET, Date.now()).signAccessToken({ userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp });
+  const fresh = await signer(TEST_SECRET, Date.now()).signAccessToken(claims);
   t.ok(await service.context.oauth.verifyAccessToken(fresh.token, mcp), 'the same token from the right secret passes');
+});
+
+t.test('an access token is good only with its grant: sid required, and sub, client_id and aud must be the grant\'s', async (t) => {
+  const client = await registerClient();
+  const { verifier, challenge } = newPkce();
+  const code = await codeFor(client.client_id, challenge);
+  const issued = await token({ grant_type: 'authorization_code', code, redirect_uri: REDIRECT, client_id: client.client_id, code_verifier: verifier });
+  t.equal(issued.status, 200, JSON.stringify(issued.body));
+  const real = await service.context.oauth.verifyAccessToken(issued.body.access_token, mcp);
+  t.match(real, { sub: alice.user.id, client_id: client.client_id, aud: mcp }, 'the token from the flow passes');
+  const grant = await service.context.db.knex('oauth_grants').where({ id: real.sid }).first();
+  t.match(grant, { user_id: alice.user.id, client_id: client.client_id, resource: mcp, revoked_at: null }, 'and names the grant the flow made');
+
+  const atEndpoint = await fetch(mcp, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${issued.body.access_token}` },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'getRepositories', arguments: {} } }),
+  });
+  t.equal(atEndpoint.status, 200, 'POST /api/v1/mcp accepts it');
+  await atEndpoint.body?.cancel();
+
+  // Tokens anyone knowing the secret could sign (outside production it may be the public placeholder).
+  const bob = await registerUser(service, 'bob-forger@example.org', PASSWORD);
+  const forge = (claims: Record<string, unknown>) => {
+    const now = Math.floor(Date.now() / 1000);
+    return new SignJWT({ typ: 'access', scope: 'mcp', ...claims })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setIssuer(oauthIssuer(service.config))
+      .setIssuedAt(now)
+      .setExpirationTime(now + 600)
+      .setJti(crypto.randomUUID())
+      .sign(new TextEncoder().encode(TEST_SECRET));
+  };
+  const own = { sub: alice.user.id, client_id: client.client_id, aud: mcp, sid: real.sid };
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge(own), mcp)), 'accepted', 'a forgery copying every claim of a live grant passes: the grant id is what binds');
+  const { sid: _sid, ...withoutSid } = own;
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge(withoutSid), mcp)), 'invalid', 'no sid');
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge({ ...own, sid: 'no-such-grant' }), mcp)), 'invalid', 'an unknown grant');
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge({ ...own, sub: bob.user.id }), mcp)), 'invalid', "alice's grant, bob as sub");
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge({ ...own, client_id: 'another-client' }), mcp)), 'invalid', 'another client_id');
+  const elsewhere = `${issuer}/elsewhere`;
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge({ ...own, aud: elsewhere }), elsewhere)), 'invalid', 'another audience, checked by a resource server for it');
+  const signed = await signer(TEST_SECRET, Date.now()).signAccessToken({ userId: bob.user.id, clientId: client.client_id, scope: 'mcp', audience: mcp, grantId: real.sid });
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(signed.token, mcp)), 'invalid', 'signAccessToken itself cannot mint a token for another user on the grant');
+
+  t.equal((await postForm(`${issuer}/api/v1/oauth/revoke`, { token: issued.body.refresh_token, client_id: client.client_id })).status, 200);
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(issued.body.access_token, mcp)), 'invalid', 'revoking the grant ends the token');
+  t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge(own), mcp)), 'invalid', 'and every forgery naming it');
 });
 
 t.test('dynamic registration: the record, its event, and bad inputs', async (t) => {

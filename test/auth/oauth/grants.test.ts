@@ -20,7 +20,8 @@ t.test('grant families: codes, rotation, reuse, purge', async (t) => {
   t.match(await store.redeemCode(code), { status: 'ok', grant: { id: grantId } });
   const refresh = await store.issueRefreshToken(grantId);
   t.match(await store.redeemCode(code), { status: 'reused' });
-  t.notOk(await store.isGrantActive(grantId), 'a reused code revokes its grant');
+  t.equal((await store.grantById(grantId))?.revoked, true, 'a reused code revokes its grant');
+  t.equal(await store.grantById('no-such-grant'), null, 'an unknown grant is null');
   t.match(await store.rotateRefreshToken(refresh, 'c'), { status: 'revoked' });
 
   const second = await store.createGrant(input);
@@ -34,9 +35,9 @@ t.test('grant families: codes, rotation, reuse, purge', async (t) => {
   const rotated = await store.rotateRefreshToken(first, 'c');
   t.equal(rotated.status, 'ok');
   t.match(await store.rotateRefreshToken(first, 'other'), { status: 'wrong_client' }, 'another client touches nothing');
-  t.ok(await store.isGrantActive(third.grantId));
+  t.equal((await store.grantById(third.grantId))?.revoked, false);
   t.match(await store.rotateRefreshToken(first, 'c'), { status: 'reused' });
-  t.notOk(await store.isGrantActive(third.grantId), 'reuse revokes the family');
+  t.equal((await store.grantById(third.grantId))?.revoked, true, 'reuse revokes the family');
 
   clock += 721 * HOUR;
   const live = await store.createGrant(input);
