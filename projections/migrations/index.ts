@@ -513,6 +513,14 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Secrets the service makes for itself where none is configured (the token signing secret:
+    // src/app/wiring/identity.ts, withSigningSecret). Service state, never in the log.
+    id: '014_installation_secrets',
+    async up(knex) {
+      await execStatements(knex, `CREATE TABLE installation_secrets (name text PRIMARY KEY, value text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());`);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

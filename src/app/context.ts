@@ -30,7 +30,7 @@ import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
 import { createDatabases } from './wiring/databases.js';
 import { openEventStore, pipelineEventStore } from './wiring/eventStore.js';
-import { createIdentity, createTokens } from './wiring/identity.js';
+import { createIdentity, withSigningSecret, createTokens } from './wiring/identity.js';
 import { createOAuth } from './wiring/oauth.js';
 import { createPipeline } from './wiring/pipeline.js';
 import { createProjectionRunner } from './wiring/projections.js';
@@ -104,19 +104,20 @@ export interface ContextOptions {
  * The composition root: opens the databases, migrates them, and wires every port to its adapter.
  * Each concern's choice of adapter lives in `src/app/wiring/` (docs/architecture.md, "Wiring").
  */
-export async function createAppContext(config: Config, options: ContextOptions = {}): Promise<AppContext> {
+export async function createAppContext(configured: Config, options: ContextOptions = {}): Promise<AppContext> {
   const cwd = options.cwd ?? process.cwd();
-  const log = options.logger ?? pino({ level: config.logging.level });
-  checkSecrets(config, { warn: (message: string) => log.warn(message) });
+  const log = options.logger ?? pino({ level: configured.logging.level });
+  checkSecrets(configured, { warn: (message: string) => log.warn(message) });
   const role = options.role ?? (options.workers === false ? 'api' : 'all');
   const runWorkers = role !== 'api';
   // On the embedded tier no other process can run the projections, so an API process runs them too.
-  const runProjections = role !== 'api' || config.bus.backend === 'log';
+  const runProjections = role !== 'api' || configured.bus.backend === 'log';
 
-  const databases = createDatabases(config, cwd, options.openDatabase);
-  const db = await databases.open(config.readmodels.database);
+  const databases = createDatabases(configured, cwd, options.openDatabase);
+  const db = await databases.open(configured.readmodels.database);
   await migrateReadModels(db.knex);
   await migrateJobs(db.knex);
+  const config = await withSigningSecret(configured, db, log);
   const schemas = await EventSchemaRegistry.load();
   const jobs = new JobRepository(db.knex);
   const metrics = createMetrics({ projectionStatus: () => projections.status(), jobCounts: () => jobs.counts() });

@@ -19,16 +19,10 @@ export function checkSecrets(config: Config, log: ConfigWarningLog): void {
   const refusals: string[] = [];
   const secret = config.auth.jwt_secret;
 
+  // Elsewhere the placeholder is never used to sign: the service makes a secret of its own
+  // (withSigningSecret in src/app/wiring/identity.ts). Production wants one chosen.
   if (secret === JWT_SECRET_PLACEHOLDER) {
-    if (production) {
-      refusals.push('auth.jwt_secret: is the built-in placeholder; set AUTH_JWTSECRET to a random secret of at least 32 bytes');
-    } else {
-      log.warn(
-        '!!! INSECURE: auth.jwt_secret is the built-in placeholder. Anyone can forge session and OAuth tokens. ' +
-          'Set AUTH_JWTSECRET to a random secret of at least 32 bytes (e.g. `openssl rand -hex 32`) before exposing this service. ' +
-          'Profile production refuses to start like this. !!!',
-      );
-    }
+    if (production) refusals.push('auth.jwt_secret: is the built-in placeholder; set AUTH_JWTSECRET to a random secret of at least 32 bytes');
   } else if (Buffer.byteLength(secret, 'utf8') < MIN_JWT_SECRET_BYTES) {
     const message = `auth.jwt_secret: is ${Buffer.byteLength(secret, 'utf8')} bytes; use at least ${MIN_JWT_SECRET_BYTES}`;
     if (production) refusals.push(message);

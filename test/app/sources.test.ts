@@ -42,8 +42,8 @@ t.test('the same URL added several times at once is one source', async (t) => {
   const results = await Promise.all(Array.from({ length: 6 }, (_, i) => harness.app.sources.add(owner, { repository, url: i % 2 ? url : `${url}#part-${i}` })));
   t.equal(results.filter((result) => result.created).length, 1, 'one created');
   t.same(new Set(results.map((result) => result.source.id)).size, 1, 'every answer is that source');
-  const listed = await harness.app.sources.list(owner, { repository, limit: 500, offset: 0 });
-  t.equal(listed.items.filter((source) => source.url === url).length, 1, 'stored once');
+  const stored = await harness.service.context.db.knex('sources').where({ repository_id: repository, url }).count({ count: '*' }).first();
+  t.equal(Number(stored?.count), 1, 'stored once');
 });
 
 t.test('adding is denied without sources:create, before the input is looked at', async (t) => {

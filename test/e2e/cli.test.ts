@@ -43,8 +43,8 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const lines = tail.stdout.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
   t.ok(lines.length >= 3, `the seeded events are listed (${lines.length})`);
   t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
-  // Warnings (here the placeholder secret's) go to stderr: stdout stays the command's output, one event a line.
-  const warned = await factlog(cwd, ['events', 'tail', '--from', '0'], { AUTH_JWTSECRET: 'CHANGE-ME-placeholder-jwt-secret-not-for-production' });
+  // Warnings (here a short secret's) go to stderr: stdout stays the command's output, one event a line.
+  const warned = await factlog(cwd, ['events', 'tail', '--from', '0'], { AUTH_JWTSECRET: 'a-short-secret' });
   t.equal(warned.code, 0, warned.stderr);
   t.match(warned.stderr, /INSECURE/);
   t.same(warned.stdout.trim().split('\n').map((line) => JSON.parse(line).global_position), lines.map((event) => event.global_position), 'stdout holds only the events');

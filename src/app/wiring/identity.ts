@@ -1,5 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { Config } from '../../config/types.js';
+import { JWT_SECRET_PLACEHOLDER, type Config } from '../../config/types.js';
 import { parseDuration } from '../../config/duration.js';
 import { oauthIssuer } from '../../config/derived.js';
 import type { Database } from '../../db/database.js';
@@ -7,6 +8,23 @@ import type { EventStore } from '../../eventstore/port.js';
 import { createIdentityService, type IdentityService } from '../../auth/identity.js';
 import { createTokenService, type TokenService } from '../../auth/tokens.js';
 import type { CommandBus } from '../commands.js';
+
+const INSTALLATION_SECRET = 'auth.jwt_secret';
+
+/**
+ * `config` with the secret tokens and signed cookies are made with. Where `auth.jwt_secret` is
+ * left at its placeholder (any profile but production, which refuses to start with it), a random
+ * secret is made on the installation's first start and kept in its database: the placeholder is
+ * printed in the documentation, so anyone could sign tokens with it; one kept in the database
+ * outlives restarts and is the same on every node of a deployment (the first node's insert wins).
+ */
+export async function withSigningSecret(config: Config, db: Database, log: Pick<Logger, 'info'>): Promise<Config> {
+  if (config.auth.jwt_secret !== JWT_SECRET_PLACEHOLDER) return config;
+  await db.knex('installation_secrets').insert({ name: INSTALLATION_SECRET, value: randomBytes(32).toString('base64url') }).onConflict('name').ignore();
+  const { value } = await db.knex('installation_secrets').where({ name: INSTALLATION_SECRET }).first('value');
+  log.info('auth.jwt_secret is not set: tokens are signed with a random secret made for this installation and kept in its database (set AUTH_JWTSECRET to choose one)');
+  return { ...config, auth: { ...config.auth, jwt_secret: value } };
+}
 
 /** The signer and verifier of session and OAuth access tokens (`auth.jwt_secret`, `oauth.issuer`). */
 export function createTokens(config: Config): TokenService {
