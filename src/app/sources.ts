@@ -3,6 +3,7 @@ import { withNamedLock } from '../db/namedLock.js';
 import { sourceDecider } from '../domain/source/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
+import { looksBinary } from '../providers/fetch/sniff.js';
 import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
@@ -118,6 +119,8 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       const { filename, declaredType, body } = await input.content();
       if (body.length === 0) throw invalid('the uploaded file is empty');
       const contentType = uploadContentType({ filename, declaredType });
+      // Refused now rather than failed later (or read as replacement characters): the sender is here to be told.
+      if (contentType !== 'application/pdf' && looksBinary(body)) throw new UnsupportedContentError(`the uploaded file is binary data, not ${contentType} text`);
       const stored = await deps.assets.put(body);
       return register(
         repository.id,

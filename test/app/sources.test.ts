@@ -74,6 +74,11 @@ t.test('uploads: the type from the declaration or the extension; empty and unkno
     harness.app.sources.upload(owner, { repository, content: async () => ({ filename, declaredType: null, body: Buffer.from(body) }) });
   t.match(await upload('paper.txt', 'Plain words.'), { origin: 'upload', filename: 'paper.txt', content_type: 'text/plain', body_bytes: 12 });
   await rejectsWith(t, upload('empty.txt', ''), 'invalid', /empty/);
+  const binary = await harness.app.sources
+    .upload(owner, { repository, content: async () => ({ filename: 'random.bin', declaredType: 'text/plain', body: Buffer.from('02467e16efbfbd2c5c6d834200', 'hex') }) })
+    .catch((error: unknown) => error);
+  t.ok(binary instanceof UnsupportedContentError, 'binary data declared as text/plain is refused (415)');
+  t.match((binary as Error).message, /binary data, not text\/plain text/);
   t.match(await upload('photo.jpg', 'jpeg bytes').catch((error: unknown) => error instanceof UnsupportedContentError && error.message), /'\.jpg'/);
 });
 

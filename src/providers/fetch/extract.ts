@@ -1,4 +1,5 @@
 import { htmlToDocument } from './html.js';
+import { BINARY_CONTROLS, looksBinary, SNIFF_BYTES, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
 import {
   joinParagraphs,
@@ -49,7 +50,6 @@ const EXTENSION_KINDS: Readonly<Record<string, DocumentKind>> = {
   txt: 'text',
   text: 'text',
 };
-const SNIFF_BYTES = 4096;
 
 interface ParsedContentType {
   mime: string | null;
@@ -109,15 +109,9 @@ function looksLikeText(body: Uint8Array): boolean {
   } catch {
     return false;
   }
-  // Control bytes other than tab, newlines, form feed and escape mark binary data.
-  return !/[\u0000-\u0008\u000e-\u001a\u001c-\u001f\u007f]/.test(decoded);
+  return !BINARY_CONTROLS.test(decoded);
 }
 
-function utf16Label(body: Uint8Array): 'utf-16le' | 'utf-16be' | null {
-  if (body[0] === 0xff && body[1] === 0xfe) return 'utf-16le';
-  if (body[0] === 0xfe && body[1] === 0xff) return 'utf-16be';
-  return null;
-}
 
 // WHATWG windows-1252 code points for bytes 0x80-0x9F; the rest of the range is Latin-1.
 const WINDOWS_1252_HIGH_CONTROLS = [
@@ -195,6 +189,9 @@ function detectKind(input: ExtractInput, mime: string | null): DocumentKind {
 export async function extractDocument(input: ExtractInput): Promise<ExtractedDocument> {
   const { mime, charset } = parseContentType(input.contentType);
   const kind = detectKind(input, mime);
+  if (kind !== 'pdf' && looksBinary(input.body)) {
+    throw new UnsupportedContentError(`binary content, not ${kind === 'text' ? 'plain text' : kind === 'html' ? 'HTML' : 'Markdown'}: ${describeType(mime, extensionOf(input.filename) ?? extensionOf(input.url))} holds control bytes`, mime);
+  }
   const url = input.url ?? undefined;
   let document: ExtractedDocument;
   switch (kind) {

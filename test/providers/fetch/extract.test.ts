@@ -306,6 +306,21 @@ t.test('unsupported content names its type', async (t) => {
   t.match(json.message, /application\/json/);
 });
 
+t.test('binary data declared as text is refused, not read as replacement characters', async (t) => {
+  // Random bytes as a QA run uploaded them: a fact of U+FFFD and control characters came out.
+  const random = Buffer.from('0246 7e16 efbf bd2c 5c6d 8342 0099 ff10 0507 1f7f 4142'.replaceAll(' ', ''), 'hex');
+  for (const contentType of ['text/plain', 'text/markdown', 'text/html; charset=utf-8']) {
+    const error = await unsupported(extractDocument({ body: random, contentType }));
+    t.match(error.message, /^binary content, not (plain text|Markdown|HTML): text\/(plain|markdown|html) holds control bytes/, contentType);
+    t.equal(error.permanent, true);
+  }
+  t.match((await unsupported(extractDocument({ body: random, filename: 'notes.txt' }))).message, /binary content, not plain text/, 'by extension');
+  const formFeedAndEscape = await extractDocument({ body: Buffer.from('Page one.\fPage two \u001b[1mbold\u001b[0m.\tTabbed.'), contentType: 'text/plain' });
+  t.match(formFeedAndEscape.text, /Page one/, 'form feed, escape and tab are text');
+  const latin1 = await extractDocument({ body: Buffer.from('caf\u00e9 cr\u00e8me', 'latin1'), contentType: 'text/plain' });
+  t.match(latin1.text, /caf/, 'an 8-bit encoding is not binary');
+});
+
 t.test('no text is an UnsupportedContentError', async (t) => {
   const cases: Array<[string, Parameters<typeof extractDocument>[0]]> = [
     ['empty html', { body: Buffer.from('<html><body></body></html>'), contentType: 'text/html' }],
