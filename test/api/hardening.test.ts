@@ -66,6 +66,33 @@ t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, ne
   t.equal((await service.call('GET', '/healthz')).body.head_position, before, 'nothing was stored');
 });
 
+t.test('JSON bodies are validated as sent, while query strings keep their coercion to the schema', async (t) => {
+  const repositories = async () => (await service.call('GET', '/api/v1/repositories', { token })).body.total as number;
+  const before = await repositories();
+  const reports = `/api/v1/repositories/${repositoryId}/reports`;
+  const report = await service.call('POST', reports, { token, body: { text: 'A report typed as text.' } });
+  t.equal(report.status, 201);
+  const refused: Array<[string, string, unknown, RegExp]> = [
+    ['POST', '/api/v1/repositories', { name: true }, /body\/name must be string/],
+    ['POST', '/api/v1/repositories', { name: ['Arr'] }, /body\/name must be string/],
+    ['POST', reports, { text: 123 }, /body\/text must be string/],
+    ['PUT', `${reports}/${report.body.id}`, { title: null }, /body\/title must be string/],
+  ];
+  for (const [method, url, body, message] of refused) {
+    const response = await service.call(method, url, { token, body });
+    t.equal(response.status, 400, `${method} ${JSON.stringify(body)}`);
+    t.same(response.body, { error: 'bad_request', message: response.body.message });
+    t.match(response.body.message, message, 'the message names the field and the type it wants');
+  }
+  t.equal(await repositories(), before, 'no repository was created');
+  t.equal((await service.call('GET', `${reports}/${report.body.id}`, { token })).body.title, report.body.title, 'the report kept its title');
+  t.equal((await service.call('GET', reports, { token })).body.total, 1, 'and no other report was created');
+
+  const page = await service.call('GET', '/api/v1/repositories?limit=1&offset=0', { token });
+  t.equal(page.status, 200, 'a number in a query string is still read as a number');
+  t.equal(page.body.items.length, 1);
+});
+
 t.test('source URLs: credentials and refused literal addresses are a 400 before anything is stored', async (t) => {
   const investigation = (await service.call('POST', `/api/v1/repositories/${repositoryId}/investigations`, { token, body: { title: 'Otters' } })).body;
   for (const url of ['http://user:secret@example.org/page', 'https://token@example.org/', 'http://127.0.0.1:8080/', 'http://169.254.169.254/latest/meta-data/', 'http://[::1]/', 'http://10.0.0.5/']) {
