@@ -1,10 +1,11 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo, type Socket } from 'node:net';
 
 import Fastify from 'fastify';
 import t from 'tap';
 
 import { clearCookie, cookieHeader, setCookie } from '../../src/api/cookies.js';
+import { answerClientError } from '../../src/api/errors.js';
 import { DEFAULT_HTML_CSP, registerSecurityHeaders } from '../../src/api/securityHeaders.js';
 import { eventually, registerUser, startTestService, type TestService } from '../helpers/service.js';
 
@@ -38,6 +39,78 @@ t.test("fastify's own failures answer with the documented codes", async (t) => {
   const badUrl = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/concepts/%ED%A0%80` });
   t.equal(badUrl.statusCode, 400);
   t.equal(badUrl.json().error, 'bad_request', 'a URL that is not UTF-8 is a bad_request too');
+});
+
+/** Writes `request` to a fresh connection and reads the reply until the server closes it. */
+function rawExchange(port: number, request: string): Promise<{ statusLine: string; headers: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const [head, body = ''] = text.split('\r\n\r\n');
+      const [statusLine, ...headers] = head.split('\r\n');
+      resolve({ statusLine, headers: headers.join('\n'), body });
+    });
+  });
+}
+
+t.test("requests Node's HTTP parser refuses are answered {error, message} too", async (t) => {
+  await service.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = service.app.server.address() as AddressInfo;
+  const cases = [
+    { name: 'a query string over 16 KiB', request: `GET /api/v1/repositories?q=${'a'.repeat(17 * 1024)} HTTP/1.1\r\nHost: x\r\n\r\n`, status: '431 Request Header Fields Too Large', message: /request line and headers together exceed 16 KiB/ },
+    { name: 'a header line without a colon', request: 'GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: Invalid header token$/ },
+    { name: 'a Content-Length that is not a number', request: 'POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: .*Content-Length/ },
+  ];
+  for (const { name, request, status, message } of cases) {
+    const reply = await rawExchange(port, request);
+    t.equal(reply.statusLine, `HTTP/1.1 ${status}`, name);
+    t.match(reply.headers, /content-type: application\/json/i);
+    const body = JSON.parse(reply.body);
+    t.same(Object.keys(body), ['error', 'message'], `${name}: {error, message}`);
+    t.equal(body.error, 'bad_request');
+    t.match(body.message, message);
+  }
+  t.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200, 'the server still answers');
+});
+
+t.test('the client error handler: 408 for a timeout; nothing written to a reset or destroyed connection', async (t) => {
+  const socketRecording = (state: { destroyed?: boolean; writable?: boolean }) => {
+    const written: string[] = [];
+    let destroyed = state.destroyed ?? false;
+    const socket = {
+      get destroyed() {
+        return destroyed;
+      },
+      writable: state.writable ?? true,
+      write: (chunk: string) => written.push(chunk),
+      destroy: () => {
+        destroyed = true;
+      },
+    };
+    return { socket: socket as unknown as Socket, written, isDestroyed: () => destroyed };
+  };
+  const timeoutError = Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT', bytesParsed: 0, rawPacket: { type: 'Buffer', data: [] } });
+  const timedOut = socketRecording({});
+  answerClientError.call(service.app, timeoutError, timedOut.socket);
+  t.match(timedOut.written.join(''), /^HTTP\/1.1 408 Request Timeout\r\n[^]*\r\n\r\n\{"error":"bad_request","message":"the request was not received in time"\}$/);
+  t.ok(timedOut.isDestroyed(), 'and the connection is closed');
+
+  const notWritable = socketRecording({ writable: false });
+  answerClientError.call(service.app, timeoutError, notWritable.socket);
+  t.same(notWritable.written, [], 'nothing is written to a socket that cannot take it');
+  t.ok(notWritable.isDestroyed());
+  for (const [name, error, state] of [
+    ['reset', Object.assign(new Error('reset'), { code: 'ECONNRESET', bytesParsed: 0, rawPacket: { type: 'Buffer', data: [] } }), {}],
+    ['destroyed', timeoutError, { destroyed: true }],
+  ] as const) {
+    const recording = socketRecording(state);
+    answerClientError.call(service.app, error, recording.socket);
+    t.same(recording.written, [], `a ${name} connection: nothing written`);
+  }
 });
 
 t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, never a 500', async (t) => {
