@@ -10,6 +10,7 @@ import { withCallContext } from '../app/callContext.js';
 import { answerClientError, registerErrorHandling } from './errors.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
+import { registerMediaTypes } from './mediaTypes.js';
 import { completeOperation } from './openapi.js';
 import { registerRateLimits } from './rateLimits.js';
 import { registerSecurityHeaders } from './securityHeaders.js';
@@ -92,6 +93,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
   });
   registerErrorHandling(app);
   registerSecurityHeaders(app);
+  registerMediaTypes(app);
   registerInputGuard(app);
   // Before every route: the limits attach to routes as they are registered, by path.
   await registerRateLimits(app, config.rate_limits);

@@ -7,6 +7,7 @@ import { ReportTooLargeError } from '../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
+import { mediaTypesRead } from './mediaTypes.js';
 
 /** An error with the HTTP status and machine-readable code to answer with (transport failures: no or bad credentials, a malformed body). */
 export class HttpError extends Error {
@@ -84,6 +85,10 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return send(400, 'bad_request', error.message);
     if (error instanceof VectorSearchUnavailableError) return send(501, 'not_implemented', error.message);
     const fastifyError = error as FastifyError;
+    // fastify's and src/api/mediaTypes.ts's refusal of a body's media type: say which the route reads.
+    if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      return send(415, 'unsupported_media_type', `body must be ${mediaTypesRead(request).join(' or ')}`);
+    }
     if (fastifyError.validation) return send(400, 'bad_request', error.message);
     const statusCode = fastifyError.statusCode;
     if (statusCode && statusCode >= 400 && statusCode < 500) {

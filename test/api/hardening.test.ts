@@ -180,6 +180,58 @@ t.test('source URLs: credentials and refused literal addresses are a 400 before 
   t.equal(sources.body.total, 0, 'no source was registered');
 });
 
+/** A multipart/form-data body of the given parts: fields, and files with a filename and type. */
+function multipart(parts: Array<{ name: string; value: string; filename?: string; type?: string }>) {
+  const boundary = '----factloghardening';
+  const encoded = parts.map(({ name, value, filename, type }) => {
+    const disposition = `form-data; name="${name}"${filename ? `; filename="${filename}"` : ''}`;
+    return `--${boundary}\r\nContent-Disposition: ${disposition}\r\n${type ? `Content-Type: ${type}\r\n` : ''}\r\n${value}\r\n`;
+  });
+  return { payload: Buffer.from(`${encoded.join('')}--${boundary}--\r\n`), type: `multipart/form-data; boundary=${boundary}` };
+}
+
+t.test('a body in a media type the route does not read is a 415; an upload holds one file part', async (t) => {
+  const sources = `/api/v1/repositories/${repositoryId}/sources`;
+  const reports = `/api/v1/repositories/${repositoryId}/reports`;
+  const totals = async () => [(await service.call('GET', sources, { token })).body.total, (await service.call('GET', reports, { token })).body.total];
+  const before = await totals();
+  const json = JSON.stringify({ url: 'https://example.org/page' });
+  const form = multipart([{ name: 'name', value: 'Formed' }]);
+  const cases = [
+    { name: 'JSON sent as text/plain', url: sources, payload: json, type: 'text/plain', message: 'body must be application/json' },
+    { name: 'multipart to a JSON route', url: '/api/v1/repositories', payload: form.payload, type: form.type, message: 'body must be application/json' },
+    { name: 'multipart to the MCP endpoint', url: '/api/v1/mcp', payload: form.payload, type: form.type, message: 'body must be application/json' },
+    { name: 'JSON to the source upload', url: `${sources}/upload`, payload: json, type: 'application/json', message: 'body must be multipart/form-data' },
+    { name: 'JSON to the report upload', url: `${reports}/upload`, payload: JSON.stringify({ text: 'x' }), type: 'application/json', message: 'body must be multipart/form-data' },
+    { name: 'text to the report upload', url: `${reports}/upload`, payload: 'Some words.', type: 'text/plain', message: 'body must be multipart/form-data' },
+  ];
+  for (const { name, url, payload, type, message } of cases) {
+    const response = await inject({ method: 'POST', url, payload, headers: { 'content-type': type } });
+    t.equal(response.statusCode, 415, name);
+    t.same(response.json(), { error: 'unsupported_media_type', message }, name);
+  }
+
+  const twoFiles = multipart([
+    { name: 'title', value: 'Two files' },
+    { name: 'file', value: 'The first file, with enough words in it.', filename: 'one.txt', type: 'text/plain' },
+    { name: 'file', value: 'The second file, which must not be dropped unseen.', filename: 'two.txt', type: 'text/plain' },
+  ]);
+  for (const url of [`${sources}/upload`, `${reports}/upload`]) {
+    const response = await inject({ method: 'POST', url, payload: twoFiles.payload, headers: { 'content-type': twoFiles.type } });
+    t.equal(response.statusCode, 400, `two file parts to ${url}`);
+    t.same(response.json(), { error: 'bad_request', message: 'send one file part' });
+  }
+  t.same(await totals(), before, 'no source and no report was stored');
+
+  const oneFile = multipart([
+    { name: 'title', value: 'One file' },
+    { name: 'file', value: 'A report uploaded as one file part.', filename: 'one.txt', type: 'text/plain' },
+  ]);
+  const uploaded = await inject({ method: 'POST', url: `${reports}/upload`, payload: oneFile.payload, headers: { 'content-type': oneFile.type } });
+  t.equal(uploaded.statusCode, 201, 'one file part is accepted');
+  t.equal(uploaded.json().title, 'One file', 'with the fields sent before it');
+});
+
 t.test('security headers: HTML pages get a CSP without inline script and no framing; JSON gets nosniff', async (t) => {
   const docs = await service.app.inject({ method: 'GET', url: '/docs/' });
   t.equal(docs.statusCode, 200);
