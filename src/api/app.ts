@@ -7,9 +7,10 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
 import { withCallContext } from '../app/callContext.js';
-import { registerErrorHandling } from './errors.js';
+import { answerClientError, registerErrorHandling } from './errors.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
+import { registerMediaTypes } from './mediaTypes.js';
 import { completeOperation } from './openapi.js';
 import { registerRateLimits } from './rateLimits.js';
 import { registerSecurityHeaders } from './securityHeaders.js';
@@ -85,11 +86,14 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       // The generic reply type of this hook knows no schema yet; a plain reply is what it is.
       void (reply as FastifyReply).status(400).send({ error: 'bad_request', message: error.message });
     },
+    // Requests Node's HTTP parser refuses (431, 400, 408) get the `{error, message}` shape too.
+    clientErrorHandler: answerClientError,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
     schemaController: { compilersFactory: processWideSchemaCompilers },
   });
   registerErrorHandling(app);
   registerSecurityHeaders(app);
+  registerMediaTypes(app);
   registerInputGuard(app);
   // Before every route: the limits attach to routes as they are registered, by path.
   await registerRateLimits(app, config.rate_limits);

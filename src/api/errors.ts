@@ -1,10 +1,13 @@
-import type { FastifyError, FastifyInstance } from 'fastify';
+import { maxHeaderSize, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import type { ConnectionError, FastifyError, FastifyInstance } from 'fastify';
 import { AmbiguousConceptError, UnsupportedContentError } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';
 import { ReportTooLargeError } from '../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
+import { mediaTypesRead } from './mediaTypes.js';
 
 /** An error with the HTTP status and machine-readable code to answer with (transport failures: no or bad credentials, a malformed body). */
 export class HttpError extends Error {
@@ -82,6 +85,10 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return send(400, 'bad_request', error.message);
     if (error instanceof VectorSearchUnavailableError) return send(501, 'not_implemented', error.message);
     const fastifyError = error as FastifyError;
+    // fastify's and src/api/mediaTypes.ts's refusal of a body's media type: say which the route reads.
+    if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      return send(415, 'unsupported_media_type', `body must be ${mediaTypesRead(request).join(' or ')}`);
+    }
     if (fastifyError.validation) return send(400, 'bad_request', error.message);
     const statusCode = fastifyError.statusCode;
     if (statusCode && statusCode >= 400 && statusCode < 500) {
@@ -94,4 +101,30 @@ export function registerErrorHandling(app: FastifyInstance): void {
   app.setNotFoundHandler((request, reply) => {
     reply.status(404).send({ error: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` });
   });
+}
+
+/** The status and message for a request Node's HTTP parser refused; the statuses are Node's and fastify's. */
+function clientErrorReply(error: ConnectionError & { reason?: unknown }): [status: 408 | 431 | 400, message: string] {
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'the request was not received in time'];
+  if (error.code === 'HPE_HEADER_OVERFLOW') return [431, `the request line and headers together exceed ${maxHeaderSize / 1024} KiB`];
+  // llhttp's reason is its own fixed text ("Invalid header token"), never the request's bytes.
+  return [400, typeof error.reason === 'string' ? `malformed HTTP request: ${error.reason}` : 'malformed HTTP request'];
+}
+
+/**
+ * fastify's `clientErrorHandler`: a request Node's HTTP parser refused (headers too large, a
+ * malformed line or length, too slow) never reaches fastify's error handler, so its answer is
+ * written to the socket here, in the same `{error, message}` shape (docs/api.md, "Errors"). As
+ * fastify's default does: nothing for a reset or destroyed connection, a write only while the
+ * socket is writable, and the connection closed after.
+ */
+export function answerClientError(this: FastifyInstance, error: ConnectionError, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, message] = clientErrorReply(error);
+  this.log.trace({ err: error }, 'refused by the HTTP parser');
+  if (socket.writable) {
+    const body = JSON.stringify({ error: 'bad_request', message });
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(error);
 }

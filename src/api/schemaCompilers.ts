@@ -49,7 +49,23 @@ function remembering<Compiled>(factory: Factory<(route: RouteSchema) => Compiled
   };
 }
 
-const buildValidator = remembering(validatorPool, (route) => [route.httpPart, route.schema]);
+/** What fastify passes a validator factory: its `ajv` option (the Ajv options and plugins). */
+type ValidatorOptions = { customOptions: Record<string, unknown> };
+
+/**
+ * Validators by part. A body is JSON, whose types are the sender's: validated as sent, so
+ * `{"name": true}` is refused where a string is wanted instead of becoming "true" (and `null` is
+ * not ""). Query strings, path parameters and headers are text: coerced to the schema's types, as
+ * the app's Ajv options say (`?limit=5` a number, one value a one-element array).
+ */
+const validatorByPart: Factory<RouteValidatorCompiler> = (externalSchemas, options) => {
+  const textParts = validatorPool(externalSchemas, options);
+  const given = options as ValidatorOptions;
+  const bodies = validatorPool(externalSchemas, { ...given, customOptions: { ...given.customOptions, coerceTypes: false } });
+  return (route) => (route.httpPart === 'body' ? bodies : textParts)(route);
+};
+
+const buildValidator = remembering(validatorByPart, (route) => [route.httpPart, route.schema]);
 const buildSerializer = remembering(serializerFactory, (route) => [route.httpStatus, route.contentType, route.schema]);
 
 /** fastify's `schemaController.compilersFactory`: its own compilers, their results kept for the process. */

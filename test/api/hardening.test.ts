@@ -1,10 +1,11 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo, type Socket } from 'node:net';
 
 import Fastify from 'fastify';
 import t from 'tap';
 
 import { clearCookie, cookieHeader, setCookie } from '../../src/api/cookies.js';
+import { answerClientError } from '../../src/api/errors.js';
 import { DEFAULT_HTML_CSP, registerSecurityHeaders } from '../../src/api/securityHeaders.js';
 import { eventually, registerUser, startTestService, type TestService } from '../helpers/service.js';
 
@@ -40,6 +41,78 @@ t.test("fastify's own failures answer with the documented codes", async (t) => {
   t.equal(badUrl.json().error, 'bad_request', 'a URL that is not UTF-8 is a bad_request too');
 });
 
+/** Writes `request` to a fresh connection and reads the reply until the server closes it. */
+function rawExchange(port: number, request: string): Promise<{ statusLine: string; headers: string; body: string }> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const [head, body = ''] = text.split('\r\n\r\n');
+      const [statusLine, ...headers] = head.split('\r\n');
+      resolve({ statusLine, headers: headers.join('\n'), body });
+    });
+  });
+}
+
+t.test("requests Node's HTTP parser refuses are answered {error, message} too", async (t) => {
+  await service.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = service.app.server.address() as AddressInfo;
+  const cases = [
+    { name: 'a query string over 16 KiB', request: `GET /api/v1/repositories?q=${'a'.repeat(17 * 1024)} HTTP/1.1\r\nHost: x\r\n\r\n`, status: '431 Request Header Fields Too Large', message: /request line and headers together exceed 16 KiB/ },
+    { name: 'a header line without a colon', request: 'GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: Invalid header token$/ },
+    { name: 'a Content-Length that is not a number', request: 'POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: .*Content-Length/ },
+  ];
+  for (const { name, request, status, message } of cases) {
+    const reply = await rawExchange(port, request);
+    t.equal(reply.statusLine, `HTTP/1.1 ${status}`, name);
+    t.match(reply.headers, /content-type: application\/json/i);
+    const body = JSON.parse(reply.body);
+    t.same(Object.keys(body), ['error', 'message'], `${name}: {error, message}`);
+    t.equal(body.error, 'bad_request');
+    t.match(body.message, message);
+  }
+  t.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200, 'the server still answers');
+});
+
+t.test('the client error handler: 408 for a timeout; nothing written to a reset or destroyed connection', async (t) => {
+  const socketRecording = (state: { destroyed?: boolean; writable?: boolean }) => {
+    const written: string[] = [];
+    let destroyed = state.destroyed ?? false;
+    const socket = {
+      get destroyed() {
+        return destroyed;
+      },
+      writable: state.writable ?? true,
+      write: (chunk: string) => written.push(chunk),
+      destroy: () => {
+        destroyed = true;
+      },
+    };
+    return { socket: socket as unknown as Socket, written, isDestroyed: () => destroyed };
+  };
+  const timeoutError = Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT', bytesParsed: 0, rawPacket: { type: 'Buffer', data: [] } });
+  const timedOut = socketRecording({});
+  answerClientError.call(service.app, timeoutError, timedOut.socket);
+  t.match(timedOut.written.join(''), /^HTTP\/1.1 408 Request Timeout\r\n[^]*\r\n\r\n\{"error":"bad_request","message":"the request was not received in time"\}$/);
+  t.ok(timedOut.isDestroyed(), 'and the connection is closed');
+
+  const notWritable = socketRecording({ writable: false });
+  answerClientError.call(service.app, timeoutError, notWritable.socket);
+  t.same(notWritable.written, [], 'nothing is written to a socket that cannot take it');
+  t.ok(notWritable.isDestroyed());
+  for (const [name, error, state] of [
+    ['reset', Object.assign(new Error('reset'), { code: 'ECONNRESET', bytesParsed: 0, rawPacket: { type: 'Buffer', data: [] } }), {}],
+    ['destroyed', timeoutError, { destroyed: true }],
+  ] as const) {
+    const recording = socketRecording(state);
+    answerClientError.call(service.app, error, recording.socket);
+    t.same(recording.written, [], `a ${name} connection: nothing written`);
+  }
+});
+
 t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, never a 500', async (t) => {
   const before = (await service.call('GET', '/healthz')).body.head_position;
   const calls: Array<[string, string, unknown?]> = [
@@ -66,6 +139,33 @@ t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, ne
   t.equal((await service.call('GET', '/healthz')).body.head_position, before, 'nothing was stored');
 });
 
+t.test('JSON bodies are validated as sent, while query strings keep their coercion to the schema', async (t) => {
+  const repositories = async () => (await service.call('GET', '/api/v1/repositories', { token })).body.total as number;
+  const before = await repositories();
+  const reports = `/api/v1/repositories/${repositoryId}/reports`;
+  const report = await service.call('POST', reports, { token, body: { text: 'A report typed as text.' } });
+  t.equal(report.status, 201);
+  const refused: Array<[string, string, unknown, RegExp]> = [
+    ['POST', '/api/v1/repositories', { name: true }, /body\/name must be string/],
+    ['POST', '/api/v1/repositories', { name: ['Arr'] }, /body\/name must be string/],
+    ['POST', reports, { text: 123 }, /body\/text must be string/],
+    ['PUT', `${reports}/${report.body.id}`, { title: null }, /body\/title must be string/],
+  ];
+  for (const [method, url, body, message] of refused) {
+    const response = await service.call(method, url, { token, body });
+    t.equal(response.status, 400, `${method} ${JSON.stringify(body)}`);
+    t.same(response.body, { error: 'bad_request', message: response.body.message });
+    t.match(response.body.message, message, 'the message names the field and the type it wants');
+  }
+  t.equal(await repositories(), before, 'no repository was created');
+  t.equal((await service.call('GET', `${reports}/${report.body.id}`, { token })).body.title, report.body.title, 'the report kept its title');
+  t.equal((await service.call('GET', reports, { token })).body.total, 1, 'and no other report was created');
+
+  const page = await service.call('GET', '/api/v1/repositories?limit=1&offset=0', { token });
+  t.equal(page.status, 200, 'a number in a query string is still read as a number');
+  t.equal(page.body.items.length, 1);
+});
+
 t.test('source URLs: credentials and refused literal addresses are a 400 before anything is stored', async (t) => {
   const investigation = (await service.call('POST', `/api/v1/repositories/${repositoryId}/investigations`, { token, body: { title: 'Otters' } })).body;
   for (const url of ['http://user:secret@example.org/page', 'https://token@example.org/', 'http://127.0.0.1:8080/', 'http://169.254.169.254/latest/meta-data/', 'http://[::1]/', 'http://10.0.0.5/']) {
@@ -78,6 +178,58 @@ t.test('source URLs: credentials and refused literal addresses are a 400 before 
   }
   const sources = await service.call('GET', `/api/v1/repositories/${repositoryId}/sources`, { token });
   t.equal(sources.body.total, 0, 'no source was registered');
+});
+
+/** A multipart/form-data body of the given parts: fields, and files with a filename and type. */
+function multipart(parts: Array<{ name: string; value: string; filename?: string; type?: string }>) {
+  const boundary = '----factloghardening';
+  const encoded = parts.map(({ name, value, filename, type }) => {
+    const disposition = `form-data; name="${name}"${filename ? `; filename="${filename}"` : ''}`;
+    return `--${boundary}\r\nContent-Disposition: ${disposition}\r\n${type ? `Content-Type: ${type}\r\n` : ''}\r\n${value}\r\n`;
+  });
+  return { payload: Buffer.from(`${encoded.join('')}--${boundary}--\r\n`), type: `multipart/form-data; boundary=${boundary}` };
+}
+
+t.test('a body in a media type the route does not read is a 415; an upload holds one file part', async (t) => {
+  const sources = `/api/v1/repositories/${repositoryId}/sources`;
+  const reports = `/api/v1/repositories/${repositoryId}/reports`;
+  const totals = async () => [(await service.call('GET', sources, { token })).body.total, (await service.call('GET', reports, { token })).body.total];
+  const before = await totals();
+  const json = JSON.stringify({ url: 'https://example.org/page' });
+  const form = multipart([{ name: 'name', value: 'Formed' }]);
+  const cases = [
+    { name: 'JSON sent as text/plain', url: sources, payload: json, type: 'text/plain', message: 'body must be application/json' },
+    { name: 'multipart to a JSON route', url: '/api/v1/repositories', payload: form.payload, type: form.type, message: 'body must be application/json' },
+    { name: 'multipart to the MCP endpoint', url: '/api/v1/mcp', payload: form.payload, type: form.type, message: 'body must be application/json' },
+    { name: 'JSON to the source upload', url: `${sources}/upload`, payload: json, type: 'application/json', message: 'body must be multipart/form-data' },
+    { name: 'JSON to the report upload', url: `${reports}/upload`, payload: JSON.stringify({ text: 'x' }), type: 'application/json', message: 'body must be multipart/form-data' },
+    { name: 'text to the report upload', url: `${reports}/upload`, payload: 'Some words.', type: 'text/plain', message: 'body must be multipart/form-data' },
+  ];
+  for (const { name, url, payload, type, message } of cases) {
+    const response = await inject({ method: 'POST', url, payload, headers: { 'content-type': type } });
+    t.equal(response.statusCode, 415, name);
+    t.same(response.json(), { error: 'unsupported_media_type', message }, name);
+  }
+
+  const twoFiles = multipart([
+    { name: 'title', value: 'Two files' },
+    { name: 'file', value: 'The first file, with enough words in it.', filename: 'one.txt', type: 'text/plain' },
+    { name: 'file', value: 'The second file, which must not be dropped unseen.', filename: 'two.txt', type: 'text/plain' },
+  ]);
+  for (const url of [`${sources}/upload`, `${reports}/upload`]) {
+    const response = await inject({ method: 'POST', url, payload: twoFiles.payload, headers: { 'content-type': twoFiles.type } });
+    t.equal(response.statusCode, 400, `two file parts to ${url}`);
+    t.same(response.json(), { error: 'bad_request', message: 'send one file part' });
+  }
+  t.same(await totals(), before, 'no source and no report was stored');
+
+  const oneFile = multipart([
+    { name: 'title', value: 'One file' },
+    { name: 'file', value: 'A report uploaded as one file part.', filename: 'one.txt', type: 'text/plain' },
+  ]);
+  const uploaded = await inject({ method: 'POST', url: `${reports}/upload`, payload: oneFile.payload, headers: { 'content-type': oneFile.type } });
+  t.equal(uploaded.statusCode, 201, 'one file part is accepted');
+  t.equal(uploaded.json().title, 'One file', 'with the fields sent before it');
 });
 
 t.test('security headers: HTML pages get a CSP without inline script and no framing; JSON gets nosniff', async (t) => {

@@ -50,3 +50,22 @@ t.test('apps of one process share the compiled functions of equal schemas, and e
   t.equal((await other.inject({ method: 'POST', url: '/things', payload: long })).statusCode, 200, 'the 10-character app accepts it');
   t.equal((await other.inject({ method: 'POST', url: '/things', payload: { name: 'a', extra: true } })).statusCode, 400, 'additional properties refused');
 });
+
+t.test('one schema as body and as query string: the body is validated as sent, the query string coerced', async (t) => {
+  const counted = { type: 'object', additionalProperties: false, properties: { count: { type: 'integer' }, tags: { type: 'array', items: { type: 'string' } } } };
+  const app = Fastify({
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: processWideSchemaCompilers },
+  });
+  t.teardown(() => app.close());
+  app.post('/counted', { schema: { body: counted, querystring: counted } }, async (request) => ({ query: request.query, body: request.body }));
+
+  const ok = await app.inject({ method: 'POST', url: '/counted?count=3&tags=one', payload: { count: 3, tags: ['one'] } });
+  t.equal(ok.statusCode, 200);
+  t.same(ok.json(), { query: { count: 3, tags: ['one'] }, body: { count: 3, tags: ['one'] } }, 'query text became a number and a one-element array');
+  for (const body of [{ count: '3' }, { count: true }, { tags: 'one' }, { count: null }]) {
+    const refused = await app.inject({ method: 'POST', url: '/counted', payload: body });
+    t.equal(refused.statusCode, 400, `body ${JSON.stringify(body)} is refused, not coerced`);
+    t.match(refused.json().message, /^body\/(count must be integer|tags must be array)$/);
+  }
+});

@@ -161,11 +161,6 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       if (origin !== undefined && origin !== new URL(issuer).origin && !context.config.mcp.allowed_origins.includes(origin)) {
         return reply.status(403).send({ error: 'forbidden', message: `origin ${origin} is not allowed (mcp.allowed_origins)` });
       }
-      // fastify also parses text/plain; JSON-RPC comes as JSON only.
-      const mediaType = (header(request, 'content-type') ?? '').split(';')[0].trim().toLowerCase();
-      if (mediaType !== 'application/json') {
-        return reply.status(415).send({ error: 'unsupported_media_type', message: 'send the JSON-RPC message as application/json' });
-      }
       let principal: Principal;
       try {
         principal = await authenticateMcp(authentication, header(request, 'authorization'), { resource: mcpResourceUrl(issuer), metadata: protectedResourceMetadataUrl(issuer) });

@@ -36,8 +36,11 @@ const oauthErrorSchema = {
 const htmlReply = { type: 'string', description: 'an HTML page' } as const;
 
 const stringParam = { type: 'string', maxLength: 4096 } as const;
-/** RFC 8707 lets `resource` repeat; a single value becomes a one-element array. */
-const resourceParam = { type: 'array', items: { type: 'string', maxLength: 2000 }, maxItems: 10 } as const;
+/**
+ * RFC 8707 lets `resource` repeat: one value is a string, a repeated one an array (as a form body
+ * holds them; bodies are not coerced to their schema's types).
+ */
+const resourceParam = { anyOf: [{ type: 'string', maxLength: 2000 }, { type: 'array', items: { type: 'string', maxLength: 2000 }, maxItems: 10 }] } as const;
 
 const authorizeQuery = {
   type: 'object',

@@ -1,5 +1,4 @@
-import { Ajv } from 'ajv';
-import type { FastifyPluginAsync, FastifySchema } from 'fastify';
+import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { createApplication } from '../../app/application.js';
 import { MAX_PROMPT_CHARS } from '../../domain/repository/prompts.js';
@@ -39,13 +38,6 @@ const putBody = {
   },
 } as const;
 
-/**
- * The app's validator coerces scalars (`3` would become the prompt "3"); prompt texts must
- * really be strings or null, so this route validates without coercion.
- */
-const strictAjv = new Ajv({ allErrors: false, coerceTypes: false, useDefaults: false, removeAdditional: false, strict: false });
-const strictValidatorCompiler = ({ schema }: { schema: FastifySchema }) => strictAjv.compile(schema as object);
-
 /** A repository's promptset: the effective prompts, their hash, and its overrides. */
 export const promptsetRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['repositories'], security: bearerSecurity, params: idParam('repoID') };
@@ -59,7 +51,7 @@ export const promptsetRoutes: FastifyPluginAsync<{ context: AppContext }> = asyn
 
   app.put<{ Params: { repoID: string }; Body: { prompts: Record<string, string | null> } }>(
     '/api/v1/repositories/:repoID/promptset',
-    { schema: { summary: 'Override prompts of the repository', ...schema, body: putBody, response: { 200: promptsetReplySchema, ...errorReplies } }, validatorCompiler: strictValidatorCompiler },
+    { schema: { summary: 'Override prompts of the repository', ...schema, body: putBody, response: { 200: promptsetReplySchema, ...errorReplies } } },
     async (request) => settings.setPrompts(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request)),
   );
 };

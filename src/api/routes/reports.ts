@@ -4,9 +4,10 @@ import type { AppContext } from '../../app/context.js';
 import type { ReportFields } from '../../app/reports.js';
 import { MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS, POSTURES } from '../../domain/report/decider.js';
 import { MAX_REPORT_QUERY_CHARS, reportStatuses, type ReportStatus } from '../../read/reports.js';
-import { badRequest, errorReplySchema } from '../errors.js';
+import { errorReplySchema } from '../errors.js';
 import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam, pagingQuery, repositoryItemParams } from '../schemas.js';
+import { receiveUpload } from '../uploads.js';
 
 const nullableString = { type: ['string', 'null'] } as const;
 
@@ -88,12 +89,6 @@ const fieldProperties = {
 
 const reportErrorReplies = { ...errorReplies, 413: errorReplySchema, 415: errorReplySchema } as const;
 
-/** Multipart form fields of an upload besides the file. */
-function formField(fields: Record<string, unknown>, name: string): string | undefined {
-  const field = fields[name] as { type?: string; value?: unknown } | undefined;
-  return field && field.type === 'field' && typeof field.value === 'string' ? field.value : undefined;
-}
-
 /** Reports: write, upload, list and search, read, edit, delete, annotate (src/read/reports.ts, src/app/reports.ts). */
 export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['reports'], security: bearerSecurity };
@@ -139,19 +134,15 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
       },
     },
     async (request, reply) => {
-      if (!request.isMultipart()) throw badRequest('upload must be multipart/form-data with a file part');
-      const file = await request.file();
-      if (!file) throw badRequest('no file part in the upload');
-      const fields = file.fields as Record<string, unknown>;
-      const content = async () => ({ filename: file.filename ?? null, declaredType: file.mimetype ?? null, body: await file.toBuffer() });
+      const upload = await receiveUpload(request);
       const report = await reports.upload(
         requireUser(request),
         {
           repository: request.params.repoID,
-          content,
-          title: formField(fields, 'title'),
-          topic: formField(fields, 'topic'),
-          parent_id: formField(fields, 'parent_id'),
+          content: upload.content,
+          title: upload.field('title'),
+          topic: upload.field('topic'),
+          parent_id: upload.field('parent_id'),
         },
         traceOf(request),
       );

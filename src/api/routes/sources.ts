@@ -2,8 +2,8 @@ import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
 import type { SourceStatus } from '../../read/sources.js';
-import { badRequest } from '../errors.js';
 import { requireUser, traceOf } from '../guard.js';
+import { receiveUpload } from '../uploads.js';
 import { bearerSecurity, errorReplies, factSchema, idParam, listReply, pagingQuery, repositoryItemParams, sourceSchema } from '../schemas.js';
 
 /** Sources: add by URL, DOI or upload; list; read; their facts; retry a failed one (src/read/sources.ts, src/app/sources.ts). */
@@ -52,12 +52,8 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
       config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' } },
     },
     async (request, reply) => {
-      const content = async () => {
-        if (!request.isMultipart()) throw badRequest('upload must be multipart/form-data with a file part');
-        const file = await request.file();
-        if (!file) throw badRequest('no file part in the upload');
-        return { filename: file.filename ?? null, declaredType: file.mimetype ?? null, body: await file.toBuffer() };
-      };
+      // Read only once the caller may add sources.
+      const content = async () => (await receiveUpload(request)).content();
       const source = await sources.upload(requireUser(request), { repository: request.params.repoID, content }, traceOf(request));
       return reply.status(201).send(source);
     },

@@ -3,6 +3,7 @@ import t from 'tap';
 import { registerErrorHandling } from '../../../src/api/errors.js';
 import { authenticateRequest } from '../../../src/api/guard.js';
 import { promptsetRoutes } from '../../../src/api/routes/promptset.js';
+import { processWideSchemaCompilers } from '../../../src/api/schemaCompilers.js';
 import { BUILT_IN_PROMPTSET_HASH, builtInPromptset, effectivePromptset } from '../../../src/providers/llm/promptsets.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
 
@@ -15,7 +16,10 @@ t.before(async () => {
   if (service.app.hasRoute({ method: 'GET', url: '/api/v1/repositories/:repoID/promptset' })) {
     api = service.app;
   } else {
-    api = Fastify({ ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } } });
+    api = Fastify({
+      ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+      schemaController: { compilersFactory: processWideSchemaCompilers },
+    });
     registerErrorHandling(api);
     api.addHook('onRequest', async (request) => authenticateRequest(service.context, request));
     await api.register(promptsetRoutes, { context: service.context });

@@ -1,0 +1,43 @@
+import type { FastifyRequest } from 'fastify';
+import type { MultipartFields } from '@fastify/multipart';
+import type { UploadedContent } from '../app/sources.js';
+import { badRequest } from './errors.js';
+
+/** A multipart upload (src/api/mediaTypes.ts has made sure the request is one) with its file part begun. */
+export interface Upload {
+  /** A text field sent before the file part; undefined when absent or repeated. */
+  field(name: string): string | undefined;
+  /** The file, read now: the rest of the upload must hold no second file part. */
+  content(): Promise<UploadedContent>;
+}
+
+function textField(fields: MultipartFields, name: string): string | undefined {
+  const part = fields[name];
+  return part !== undefined && !Array.isArray(part) && part.type === 'field' && typeof part.value === 'string' ? part.value : undefined;
+}
+
+/**
+ * Waits for the upload's file part: its headers and the fields sent before it, not its bytes,
+ * which `content` reads, so that an upload its caller may not make is never buffered. Uploads
+ * hold one file (docs/api.md): a second file part is a 400, not silently dropped.
+ */
+export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
+  const files = request.files();
+  const first = await files.next();
+  if (first.done) throw badRequest('no file part in the upload');
+  const file = first.value;
+  return {
+    field: (name) => textField(file.fields, name),
+    content: async () => {
+      const body = await file.toBuffer();
+      try {
+        // multipart's `files: 1` limit raises FST_FILES_LIMIT when a second file part begins.
+        if (!(await files.next()).done) throw badRequest('send one file part');
+      } catch (error) {
+        if ((error as { code?: unknown }).code === 'FST_FILES_LIMIT') throw badRequest('send one file part');
+        throw error;
+      }
+      return { filename: file.filename ?? null, declaredType: file.mimetype ?? null, body };
+    },
+  };
+}
