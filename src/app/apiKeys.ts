@@ -88,6 +88,13 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
   const settings = deps.config.api_keys;
   const maxPerUser = settings.max_per_user > 0 ? settings.max_per_user : BUILT_IN_MAX_KEYS_PER_USER;
 
+  /** The keys not revoked, with their secrets' hint and last use: what the owner is shown. */
+  const liveKeyRows = () =>
+    knex('api_keys as key')
+      .join('api_key_secrets as secret', 'secret.key_id', 'key.id')
+      .whereNull('key.revoked_at')
+      .select('key.id', 'key.name', 'key.scopes', 'key.repository_id', 'key.created_at', 'key.expires_at', 'secret.token_hint', 'secret.last_used_at');
+
   const requireSession = (principal: Principal) => {
     if (principal.credential.kind !== 'session') throw forbidden('API keys are managed with a signed-in session, not with an API key or OAuth token');
   };
@@ -95,12 +102,7 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
   return {
     async listApiKeys(principal: Principal) {
       requireSession(principal);
-      const rows: ApiKeyRow[] = await knex('api_keys as key')
-        .join('api_key_secrets as secret', 'secret.key_id', 'key.id')
-        .where('key.user_id', principal.userId)
-        .whereNull('key.revoked_at')
-        .orderBy('key.created_at', 'desc')
-        .select('key.id', 'key.name', 'key.scopes', 'key.repository_id', 'key.created_at', 'key.expires_at', 'secret.token_hint', 'secret.last_used_at');
+      const rows: ApiKeyRow[] = await liveKeyRows().where('key.user_id', principal.userId).orderBy('key.created_at', 'desc');
       return { api_keys: rows.map(presentApiKey) };
     },
 
@@ -120,8 +122,8 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
         repositoryId,
         expiresAt: expiresAt === null ? null : expiresAt.toISOString(),
       };
-      // The record's own rules (name, known scopes) are checked before anything reads the database.
-      const created = newApiKey(command);
+      // The record's own rules (name, known scopes) are checked (it throws) before anything reads the database.
+      newApiKey(command);
       if (intersectScopes(principal.assignments, input.scopes, repositoryId ?? undefined).size === 0) {
         throw forbidden(`the key would grant nothing: you hold none of these permissions${repositoryId ? ' on that repository' : ''}`);
       }
@@ -142,7 +144,8 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
         await knex('api_key_secrets').where({ key_id: keyId }).delete();
         throw error;
       }
-      const row: ApiKeyRow = { id: keyId, ...created, created_at: new Date(now), token_hint: raw.slice(0, HINT_LENGTH), last_used_at: null };
+      // As the list shows it (the read model's created_at is the event's time, not this request's).
+      const row: ApiKeyRow = await liveKeyRows().where('key.id', keyId).first();
       return { ...presentApiKey(row), key: raw };
     },
 

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
+import { QUEUED_JOB_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
 import type { TaskListInput } from '../../read/tasks.js';
 import { requireUser } from '../guard.js';
@@ -41,7 +42,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
             investigation_id: { type: 'string', minLength: 1, maxLength: 200, description: "the tasks of the investigation's sources (not with source_id)" },
             report_id: { type: 'string', minLength: 1, maxLength: 200 },
             state: { type: 'string', enum: [...jobStates] },
-            kind: { type: 'string', minLength: 1, maxLength: 100 },
+            kind: { type: 'string', enum: [...QUEUED_JOB_KINDS] },
             ...pagingQuery,
           },
         },

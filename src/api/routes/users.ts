@@ -23,7 +23,7 @@ export const userRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/users/:userID',
     {
       schema: {
-        summary: 'Change the name or e-mail of a user',
+        summary: 'Change the name or e-mail of a user (`me`: the caller)',
         ...schema,
         params: idParam('userID'),
         body: {
@@ -35,6 +35,11 @@ export const userRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         response: { 200: userSchema, ...errorReplies },
       },
     },
-    async (request) => users.updateProfile(requireUser(request), { ...request.body, user: request.params.userID }),
+    async (request) => {
+      const principal = requireUser(request);
+      // `me` names the caller here too, as in GET /users/me.
+      const user = request.params.userID === 'me' ? principal.userId : request.params.userID;
+      return users.updateProfile(principal, { ...request.body, user });
+    },
   );
 };

@@ -40,6 +40,7 @@ t.test('a key is shown once, listed without its secret, works on REST and record
   t.equal(listed.status, 200);
   t.same(listed.body.api_keys.map((k: { id: string }) => k.id), [id]);
   t.notOk('key' in listed.body.api_keys[0], 'the key is never shown again');
+  t.equal(listed.body.api_keys[0].created_at, created.body.created_at, 'created_at as the create reply said');
   t.equal(listed.body.api_keys[0].last_used_at, null);
 
   const read = await service.call('GET', `/api/v1/repositories/${repoA}`, { token: key });

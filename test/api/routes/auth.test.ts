@@ -102,6 +102,9 @@ t.test('profiles and admin', async (t) => {
   const renamed = await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: { name: 'Caroline' } });
   t.equal(renamed.status, 200);
   t.equal(renamed.body.name, 'Caroline');
+  const self = await service.call('PUT', '/api/v1/users/me', { token: dave.token, body: { name: 'David' } });
+  t.equal(self.status, 200, 'me names the caller');
+  t.match(self.body, { id: dave.user.id, name: 'David' });
   t.equal((await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: dave.token, body: { name: 'X' } })).status, 403);
   t.equal((await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: {} })).status, 400);
   t.equal((await service.call('PUT', `/api/v1/users/${carol.user.id}`, { token: carol.token, body: { email: 'dave@example.org' } })).status, 409, 'email taken');

@@ -77,6 +77,9 @@ t.test('the task list with per-kind counts and completeness', async (t) => {
 
   t.same((await get('/tasks?state=failed')).body.items.map((task: { id: string }) => task.id), [job.fetchB], 'state filter');
   t.same((await get('/tasks?kind=embed_facts')).body.items.map((task: { id: string }) => task.id), [job.embedA], 'kind filter');
+  const unknownKind = await get('/tasks?kind=bogus');
+  t.equal(unknownKind.status, 400, 'an unknown kind is refused, as an unknown state is');
+  t.match(unknownKind.body, { error: 'bad_request', message: /kind/ });
   const narrowed = await get(`/tasks?source_id=${sourceA}&state=succeeded`);
   t.equal(narrowed.body.total, 1);
   t.equal(narrowed.body.complete, false, 'completeness ignores the state filter');
