@@ -43,10 +43,11 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const lines = tail.stdout.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
   t.ok(lines.length >= 3, `the seeded events are listed (${lines.length})`);
   t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
-  // Warnings (here a short secret's) go to stderr: stdout stays the command's output, one event a line.
-  const warned = await factlog(cwd, ['events', 'tail', '--from', '0'], { AUTH_JWTSECRET: 'a-short-secret' });
+  // The log's warnings (here production's about bootstrap.auto_promote_first_user) go to stderr:
+  // stdout stays the command's output, one event a line.
+  const warned = await factlog(cwd, ['events', 'tail', '--from', '0'], { PROFILE: 'production', SVC_OAUTH_ISSUER: 'https://kg.example', AUTH_PASSWORD_HASH_COST: '15' });
   t.equal(warned.code, 0, warned.stderr);
-  t.match(warned.stderr, /INSECURE/);
+  t.match(warned.stderr, /auto_promote_first_user is true in production/);
   t.same(warned.stdout.trim().split('\n').map((line) => JSON.parse(line).global_position), lines.map((event) => event.global_position), 'stdout holds only the events');
 
   // Copy the log into a PostgreSQL event store on the server; a second run copies nothing.
