@@ -209,9 +209,9 @@ async function realLogCatchUp(db: Database): Promise<{ append: Rate; catchUp: Ra
   await migrateReadModels(db.knex);
   const search = postgresSearchIndexOn(db, 100);
   const searchProjection = createSearchIndexProjection(search, { vectorDimensions: 100 });
-  // BENCH_BATCH_SIZE: events per catch-up batch (the runner's default otherwise).
+  // BENCH_BATCH_SIZE: events per catch-up batch, live and rebuilding alike (the runner's defaults otherwise).
   const batchSize = process.env.BENCH_BATCH_SIZE ? Number(process.env.BENCH_BATCH_SIZE) : undefined;
-  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection], batchSize ? { batchSize } : {});
+  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection], batchSize ? { batchSize, rebuildBatchSize: batchSize } : {});
   let statements = 0;
   const countStatement = () => (statements += 1);
   // BENCH_STATEMENTS=1: count and time the catch-up's statements by shape (knex `query` to

@@ -186,6 +186,26 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await t.rejects(runner.rebuild('nope'), /unknown projection nope/);
   });
 
+  withFixture('a rebuild reads in batches of rebuildBatchSize, live lanes in batches of batchSize', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const batches: Array<{ asked: number | undefined; delivered: number }> = [];
+    const recording: EventStore = {
+      ...store,
+      subscribe: (options) => store.subscribe({ ...options, handler: (batch) => (batches.push({ asked: options.batchSize, delivered: batch.length }), options.handler(batch)) }),
+    };
+    const runner = new ProjectionRunner(recording, db, [countingProjection('things')], { batchSize: 3, rebuildBatchSize: 7, minBatchIntervalMs: 0 });
+    t.teardown(() => runner.stop());
+    const appended = await store.append('s-1', Array.from({ length: 20 }, (_, i) => thing(`n${i}`)), 'no_stream');
+    await runner.start();
+    await runner.waitFor(appended.lastPosition, 10_000);
+    t.ok(batches.length > 0 && batches.every((batch) => batch.asked === 3 && batch.delivered <= 3), 'started behind, but not rebuilding: batches of 3');
+    batches.length = 0;
+    await runner.rebuild('things');
+    t.ok(batches.every((batch) => batch.asked === 7), 'the rebuild asks for 7');
+    t.equal(Math.max(...batches.map((batch) => batch.delivered)), 7, 'and gets batches of 7');
+    t.equal((await rows(db, 'things')).length, 20, 'every event applied once more');
+  });
+
   withFixture('standalone rebuild (the CLI) with a progress bar stops at the head', async (t, { db, store }) => {
     await createRowsTable(db, 'things');
     const appended = await store.append('s-1', [thing('a'), thing('b')], 'no_stream');
