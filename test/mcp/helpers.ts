@@ -1,9 +1,11 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { SignJWT } from 'jose';
 import { mcpResourceUrl } from '../../src/api/issuer.js';
 import { createGrantStore } from '../../src/auth/oauth/grants.js';
-import type { TestService } from '../helpers/service.js';
+import { oauthIssuer } from '../../src/config/derived.js';
+import { TEST_SECRET, type TestService } from '../helpers/service.js';
 
 /** The service listening on 127.0.0.1 (the SDK client speaks real HTTP); its issuer is that origin. */
 export async function listen(service: TestService): Promise<{ issuer: string; endpoint: URL }> {
@@ -41,6 +43,21 @@ export async function accessToken(service: TestService, issuer: string, userId: 
     grantId: await createTestGrant(service, grant),
   });
   return signed.token;
+}
+
+/**
+ * An access token as anyone who knows the service's `auth.jwt_secret` could sign it, with any
+ * claims: the signature alone must not make a token good (the grant must vouch for it).
+ */
+export async function forgeAccessToken(service: TestService, claims: Record<string, unknown>): Promise<string> {
+  const now = Math.floor(Date.now() / 1000);
+  return new SignJWT({ typ: 'access', scope: 'mcp', ...claims })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer(oauthIssuer(service.config))
+    .setIssuedAt(now)
+    .setExpirationTime(now + 600)
+    .setJti(crypto.randomUUID())
+    .sign(new TextEncoder().encode(TEST_SECRET));
 }
 
 /** The official SDK client with a bearer header, connected (initialize + initialized). */

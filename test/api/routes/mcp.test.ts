@@ -1,10 +1,9 @@
 import t from 'tap';
-import { SignJWT } from 'jose';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { oauthIssuer } from '../../../src/config/derived.js';
 import { protectedResourceMetadataUrl, mcpResourceUrl } from '../../../src/api/issuer.js';
 import { registerUser, startTestService, TEST_SECRET, type TestService } from '../../helpers/service.js';
-import { accessToken, createTestGrant, listen } from '../../mcp/helpers.js';
+import { accessToken, createTestGrant, forgeAccessToken, listen } from '../../mcp/helpers.js';
 
 let service: TestService;
 let issuer: string;
@@ -112,20 +111,7 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
   t.match(session.json.message, /session tokens are not accepted/);
 });
 
-/**
- * An access token as anyone who knows `auth.jwt_secret` could sign it: outside production that
- * may be the public placeholder, so the signature alone must not make a token good.
- */
-async function forge(claims: Record<string, unknown>): Promise<string> {
-  const now = Math.floor(Date.now() / 1000);
-  return new SignJWT({ typ: 'access', scope: 'mcp', ...claims })
-    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
-    .setIssuer(oauthIssuer(service.config))
-    .setIssuedAt(now)
-    .setExpirationTime(now + 600)
-    .setJti(crypto.randomUUID())
-    .sign(new TextEncoder().encode(TEST_SECRET));
-}
+const forge = (claims: Record<string, unknown>) => forgeAccessToken(service, claims);
 
 t.test('a well-signed access token its grant does not vouch for: 401 invalid_token', async (t) => {
   const resource = mcpResourceUrl(issuer);

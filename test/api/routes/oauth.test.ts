@@ -1,14 +1,13 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { SignJWT } from 'jose';
 import { auth as sdkAuth } from '@modelcontextprotocol/sdk/client/auth.js';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { InvalidTokenError } from '../../../src/auth/tokens.js';
 import { mcpResourceUrl } from '../../../src/api/issuer.js';
 import type { ClientDocumentFetch } from '../../../src/auth/oauth/clientDocuments.js';
 import { registerUser, startTestService, TEST_SECRET } from '../../helpers/service.js';
-import { createTestGrant } from '../../mcp/helpers.js';
+import { createTestGrant, forgeAccessToken } from '../../mcp/helpers.js';
 import { oauthIssuer } from '../../../src/config/derived.js';
 import { formField, formOf, newPkce, postForm, postJson, SdkAuthProvider, signInAndDecide, TestBrowser } from '../../helpers/oauthClient.js';
 
@@ -427,18 +426,9 @@ t.test('an access token is good only with its grant: sid required, and sub, clie
   t.equal(atEndpoint.status, 200, 'POST /api/v1/mcp accepts it');
   await atEndpoint.body?.cancel();
 
-  // Tokens anyone knowing the secret could sign (outside production it may be the public placeholder).
+  // Tokens anyone knowing the secret could sign.
   const bob = await registerUser(service, 'bob-forger@example.org', PASSWORD);
-  const forge = (claims: Record<string, unknown>) => {
-    const now = Math.floor(Date.now() / 1000);
-    return new SignJWT({ typ: 'access', scope: 'mcp', ...claims })
-      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
-      .setIssuer(oauthIssuer(service.config))
-      .setIssuedAt(now)
-      .setExpirationTime(now + 600)
-      .setJti(crypto.randomUUID())
-      .sign(new TextEncoder().encode(TEST_SECRET));
-  };
+  const forge = (claims: Record<string, unknown>) => forgeAccessToken(service, claims);
   const own = { sub: alice.user.id, client_id: client.client_id, aud: mcp, sid: real.sid };
   t.equal(await refusal(service.context.oauth.verifyAccessToken(await forge(own), mcp)), 'accepted', 'a forgery copying every claim of a live grant passes: the grant id is what binds');
   const { sid: _sid, ...withoutSid } = own;
