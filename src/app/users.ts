@@ -1,15 +1,18 @@
-import { isKnownRole, REPOSITORY_DOMAIN_PREFIX, scopeOfDomain, type Principal } from '../auth/rbac.js';
+import { isKnownRole, REPOSITORY_DOMAIN_PREFIX, scopeOfDomain, SYSTEM_DOMAIN, type Principal } from '../auth/rbac.js';
 import { userDecider } from '../domain/user/decider.js';
 import { streamName } from '../eventstore/envelope.js';
 import { authorizeSystem, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { invalid, notFound } from './errors.js';
+import { conflict, invalid, notFound } from './errors.js';
+import { withNamedLock } from '../db/namedLock.js';
 
 export interface RoleAssignmentInput {
   user_id: string;
   role: string;
   domain: string;
 }
+
+const SYSADMIN = 'sysadmin';
 
 const repositoryOf = (domain: string) => (domain.startsWith(REPOSITORY_DOMAIN_PREFIX) ? domain.slice(REPOSITORY_DOMAIN_PREFIX.length) : null);
 
@@ -48,10 +51,22 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
       return { user_id, role, domain };
     },
 
+    /**
+     * Revokes a role. The last holder of `sysadmin` on the system domain keeps it: nothing in the
+     * service could grant it again (a 409; grant it to another user first).
+     */
     async revokeRole(principal: Principal, input: RoleAssignmentInput, trace?: Trace) {
       authorizeSystem(principal, 'role:manage');
       await requireUserRow(input.user_id);
-      await roleCommand(principal, input, 'RevokeRole', trace);
+      if (input.role !== SYSADMIN || input.domain !== SYSTEM_DOMAIN) return roleCommand(principal, input, 'RevokeRole', trace);
+      // Counted and revoked as one step, so two sysadmins revoking each other at once cannot both succeed.
+      await withNamedLock(deps.db, 'factlog.sysadmins', async () => {
+        const holders: Array<{ user_id: string }> = await knex('role_assignments').where({ role: SYSADMIN, domain: SYSTEM_DOMAIN }).select('user_id');
+        if (holders.length === 1 && holders[0].user_id === input.user_id) {
+          throw conflict('this is the last sysadmin: grant the role to another user before revoking it here');
+        }
+        await roleCommand(principal, input, 'RevokeRole', trace);
+      });
     },
   };
 }

@@ -34,3 +34,21 @@ t.test('roles: granted and revoked with role:manage, checked against the catalog
   await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, domain: 'repository:gone' }), 'not_found', /repository/);
   await rejectsWith(t, harness.app.users.revokeRole(harness.admin, { ...grant, user_id: 'nobody' }), 'not_found');
 });
+
+t.test('the last sysadmin keeps the role; with another one it may go', async (t) => {
+  const admin = harness.admin.userId;
+  const lastOne = { user_id: admin, role: 'sysadmin', domain: 'system' };
+  await rejectsWith(t, harness.app.users.revokeRole(harness.admin, lastOne), 'conflict', /last sysadmin/);
+  t.ok(await harness.service.context.db.knex('role_assignments').where({ user_id: admin, role: 'sysadmin', domain: 'system' }).first(), 'still held');
+
+  const carol = await harness.user('carol-admin@example.org');
+  await harness.app.users.grantRole(harness.admin, { user_id: carol.userId, role: 'sysadmin', domain: 'system' });
+  // Two sysadmins revoking each other at once: one of them stays.
+  const results = await Promise.allSettled([
+    harness.app.users.revokeRole(harness.admin, { user_id: carol.userId, role: 'sysadmin', domain: 'system' }),
+    harness.app.users.revokeRole(await harness.refreshed(carol), lastOne),
+  ]);
+  t.same(results.map((result) => result.status).sort(), ['fulfilled', 'rejected'], 'one revocation, one refusal');
+  const holders = await harness.service.context.db.knex('role_assignments').where({ role: 'sysadmin', domain: 'system' }).pluck('user_id');
+  t.equal(holders.length, 1, 'one sysadmin left');
+});
