@@ -5,6 +5,8 @@ import type { Principal } from '../auth/rbac.js';
 import { jobStates, type JobCounts, type JobRecord } from '../pipeline/jobs.js';
 import type { JobState } from '../pipeline/types.js';
 import { investigationSourceIds, loadInvestigation } from './investigations.js';
+import { loadReport } from './reports.js';
+import { loadSource } from './sources.js';
 import { pageOf, type PageInput } from './paging.js';
 import { presentJob } from './present.js';
 
@@ -73,6 +75,9 @@ export async function loadTask(jobs: AppContext['jobs'], repositoryId: string, t
  * Task queries: the background jobs of a repository (one per pipeline job, docs/pipeline.md),
  * their counts per kind and state, and whether a source, investigation or report is done.
  */
+/** Whether no task is counted in any kind and state. */
+const isEmpty = (counts: JobCounts) => Object.values(counts).every((byState) => Object.values(byState).every((count) => count === 0));
+
 export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'projections'>) {
   const knex = deps.db.knex;
   return {
@@ -86,6 +91,12 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
       // Counts and completeness cover the source, investigation or report (or repository) whatever the state/kind filters.
       const scope = { repositoryId: repository.id, sourceId, sourceIds, reportId };
       const { counts, complete: jobsComplete } = await countsAndCompleteness(deps, () => deps.jobs.countsFor(scope));
+      // A subject with no task at all that does not exist is a wrong id, not a finished one (a
+      // caller polling `complete` would stop at once); a deleted source's tasks stay listed.
+      if (isEmpty(counts)) {
+        if (sourceId !== undefined) await loadSource(knex, repository.id, sourceId);
+        if (reportId !== undefined) await loadReport(knex, repository.id, reportId);
+      }
       // An investigation's source still being added (its first job not enqueued yet) is not done either.
       const complete =
         jobsComplete &&

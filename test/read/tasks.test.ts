@@ -34,6 +34,13 @@ t.test('list, counts and completeness of a source', async (t) => {
   t.same(stats.totals, { queued: 1, running: 0, succeeded: 0, failed: 1, dead: 0 });
 });
 
+t.test('the tasks of a source or report that does not exist: not found, rather than complete', async (t) => {
+  await rejectsWith(t, harness.app.tasks.list(owner, { repository, source_id: randomUUID() }), 'not_found', /source not found/);
+  await rejectsWith(t, harness.app.tasks.list(owner, { repository, source_id: 'garbage' }), 'not_found', /source not found/);
+  await rejectsWith(t, harness.app.tasks.list(owner, { repository, report_id: randomUUID() }), 'not_found', /report not found/);
+  t.equal((await harness.app.tasks.list(owner, { repository, source_id: sourceId })).total, 2, 'tasks of a source no longer in the read model (deleted) stay listed');
+});
+
 t.test('one task; a task of another repository is not there', async (t) => {
   t.match(await harness.app.tasks.get(owner, { repository, task: jobs.fetch }), { id: jobs.fetch, state: 'failed', last_error: /410/ });
   await rejectsWith(t, harness.app.tasks.get(owner, { repository, task: jobs.other }), 'not_found', /task not found/);

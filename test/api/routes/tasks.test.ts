@@ -87,7 +87,8 @@ t.test('the task list with per-kind counts and completeness', async (t) => {
   t.equal(paged.body.items.length, 1);
   t.equal(paged.body.total, 4);
   const unknownSource = await get(`/tasks?source_id=${randomUUID()}`);
-  t.match(unknownSource.body, { total: 0, items: [], counts: {}, complete: true });
+  t.equal(unknownSource.status, 404, 'an unknown source is not a finished one');
+  t.match(unknownSource.body, { error: 'not_found', message: /source not found/ });
 
   await finish('embed_facts', 'succeed');
   t.equal((await get(`/tasks?source_id=${sourceA}`)).body.complete, true, 'complete once nothing is queued or running for it');
