@@ -16,9 +16,14 @@ export function jsonColumn(value: unknown): unknown {
 
 export type FactRow = Record<string, unknown> & { id: string; created_at: Date | string };
 
-/** A fact row as answered: every column, the date as ISO text. */
+/**
+ * A fact row as answered: its columns but the read model's own (the generated search vector and
+ * the pipeline's bookkeeping), the date as ISO text. Every transport answers this shape; REST's
+ * response schema (docs/api.md) lists the same fields.
+ */
 export function presentFact(row: FactRow): Record<string, unknown> & { id: string; created_at: string | null } {
-  return { ...row, created_at: isoDate(row.created_at) };
+  const { search: _search, embedding_model: _embeddingModel, stable_since: _stableSince, ...fact } = row;
+  return { ...fact, created_at: isoDate(row.created_at) };
 }
 
 export type SourceRow = Record<string, unknown> & {
@@ -31,9 +36,11 @@ export type SourceRow = Record<string, unknown> & {
   body_bytes: string | number | null;
 };
 
+/** A source row as answered: without the pipeline's digests and counts of its stored text (`kind` is `document_kind`). */
 export function presentSource(row: SourceRow) {
+  const { document_kind: _documentKind, body_sha256: _body, text_sha256: _text, markdown_sha256: _markdown, text_chars: _chars, ...source } = row;
   return {
-    ...row,
+    ...source,
     kind: row.document_kind,
     body_bytes: row.body_bytes === null ? null : Number(row.body_bytes),
     created_at: isoDate(row.created_at),

@@ -133,6 +133,11 @@ t.test('listSearchProviders and searchSources', async (t) => {
   const found = await call(reader, 'searchSources', { repository: slug, query: 'curie' });
   t.notOk(found.isError, found.text);
   t.match(found.value, { total: 1, items: [{ id: sourceId, url: 'http://127.0.0.1:9/curie' }], next_cursor: null });
+  t.same(
+    ['body_sha256', 'text_sha256', 'markdown_sha256', 'text_chars', 'document_kind'].filter((column) => column in found.value.items[0]),
+    [],
+    'a source as REST answers it',
+  );
   const none = await call(reader, 'searchSources', { repository: repoId, query: 'curie nobel' });
   t.match(none.value, { total: 0, items: [] }, 'every word must match');
   const unknown = await call(reader, 'searchSources', { repository: repoId, query: 'curie', provider: 'google' });
@@ -160,6 +165,11 @@ t.test('searchFacts and getFact answer with fact ids', async (t) => {
   t.ok(one.isError, 'concepts needs at least two');
   const fact = await call(reader, 'getFact', { repository: repoId, factId: facts[6].id });
   t.match(fact.value, { id: facts[6].id, content: 'Marie Curie was born in Warsaw.', sources: [{ source_id: sourceId }] });
+  t.same(
+    ['search', 'embedding_model', 'stable_since'].filter((column) => column in fact.value),
+    [],
+    "the read model's own columns are not answered (REST's schema leaves them out too)",
+  );
   const missing = await call(reader, 'getFact', { repository: repoId, factId: '00000000-0000-4000-8000-000000000000' });
   t.ok(missing.isError);
   t.match(missing.text, /not found: fact not found/);
