@@ -1,7 +1,7 @@
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid } from '../app/errors.js';
-import type { Principal } from '../auth/rbac.js';
+import { principalCan, repositoryDomain, type Principal } from '../auth/rbac.js';
 import { pageOf } from './paging.js';
 import { presentEvent } from './present.js';
 
@@ -17,6 +17,9 @@ export interface EventListInput {
 
 export const MAX_EVENTS = 1000;
 
+/** Who holds which role: the repository's members, which only `members:read` may see (docs/auth.md). */
+const MEMBERSHIP_EVENT_TYPES: ReadonlySet<string> = new Set(['RoleGranted', 'RoleRevoked']);
+
 /** History: a repository's events in log order. */
 export function eventQueries(deps: Pick<AppContext, 'db' | 'store'>) {
   return {
@@ -26,7 +29,10 @@ export function eventQueries(deps: Pick<AppContext, 'db' | 'store'>) {
       if (!Number.isInteger(from) || from < 0) throw invalid('from must be a non-negative integer');
       const { limit } = pageOf({ limit: input.limit }, 100, MAX_EVENTS);
       const events = await deps.store.readAll({ after: from, limit, repositoryId: repository.id, types: types?.length ? [...types] : undefined, streamId: stream });
-      return { events: events.map(presentEvent), next_from: events.length ? events[events.length - 1].globalPosition : from };
+      const seesMembers = principalCan(principal, repositoryDomain(repository.id), 'members:read');
+      const shown = seesMembers ? events : events.filter((event) => !MEMBERSHIP_EVENT_TYPES.has(event.type));
+      // next_from reads on past the events left out too.
+      return { events: shown.map(presentEvent), next_from: events.length ? events[events.length - 1].globalPosition : from };
     },
   };
 }

@@ -30,3 +30,14 @@ t.test('bad input and denied access', async (t) => {
   await rejectsWith(t, harness.app.events.list(owner, { repository, from: -1 }), 'invalid', /from/);
   await rejectsWith(t, harness.app.events.list(stranger, { repository }), 'forbidden', /events:read/);
 });
+
+t.test('role grants on the repository: shown to those who may read its members, left out for readers', async (t) => {
+  await harness.app.users.grantRole(harness.admin, { user_id: stranger.userId, role: 'reader', domain: `repository:${repository}` });
+  const reader = await harness.refreshed(stranger);
+  const forOwner = await harness.app.events.list(owner, { repository });
+  t.ok(forOwner.events.some((event) => event.type === 'RoleGranted'), 'the owner (members:read) sees the grant');
+  const forReader = await harness.app.events.list(reader, { repository });
+  t.notOk(forReader.events.some((event) => event.type === 'RoleGranted' || event.type === 'RoleRevoked'), 'a reader does not');
+  t.equal(forReader.next_from, forOwner.next_from, 'and reads on from the same position');
+  t.same((await harness.app.events.list(reader, { repository, types: ['RoleGranted'] })).events, [], 'not even when asked for');
+});
