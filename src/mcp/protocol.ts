@@ -130,6 +130,30 @@ export function checkModernMethods(messages: JsonRpcMessage[], version: Supporte
   return { status: 404, body: jsonRpcError(METHOD_NOT_FOUND, `Method not found: ${String(unknown.method)}`, undefined, unknown.id ?? null) };
 }
 
+export const INVALID_PARAMS = -32602;
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * A `tools/call` whose params are not `{name: string, arguments?: object}` is -32602 here, with
+ * a sentence: the SDK would answer -32603 (internal error) with its schema library's issue list.
+ */
+export function checkToolCallParams(messages: JsonRpcMessage[]): ProtocolRefusal | null {
+  for (const message of messages) {
+    if (message.method !== 'tools/call' || message.id === undefined) continue;
+    const { params } = message;
+    const problem = !isPlainObject(params)
+      ? 'params must be an object with the tool name and its arguments'
+      : typeof params.name !== 'string'
+        ? 'params.name must be the name of a tool (a string)'
+        : params.arguments !== undefined && !isPlainObject(params.arguments)
+          ? 'params.arguments must be an object of the tool arguments'
+          : null;
+    if (problem) return { status: 400, body: jsonRpcError(INVALID_PARAMS, `Invalid params: ${problem}`, undefined, message.id) };
+  }
+  return null;
+}
+
 /** The answer to 2026-07-28's `server/discover`: what this server speaks, before any other call. */
 export function discoverResult() {
   return {

@@ -9,6 +9,7 @@ import type { Principal } from '../../auth/rbac.js';
 import { authenticateMcp, McpAuthRefusal } from '../../mcp/auth.js';
 import {
   checkModernMethods,
+  checkToolCallParams,
   checkRequestMetadata,
   discoverResult,
   jsonRpcError,
@@ -93,8 +94,8 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       name: header(request, 'mcp-name'),
     });
     if (mismatch) return void reply.status(mismatch.status).send(mismatch.body);
-    const unimplemented = checkModernMethods(messages, asked.version);
-    if (unimplemented) return void reply.status(unimplemented.status).send(unimplemented.body);
+    const refused = checkModernMethods(messages, asked.version) ?? checkToolCallParams(messages);
+    if (refused) return void reply.status(refused.status).send(refused.body);
     const format = replyFormat(header(request, 'accept'));
     if (format === null) return void reply.status(406).send(jsonRpcError(TRANSPORT_ERROR, 'Not Acceptable: accept application/json or text/event-stream'));
 

@@ -338,3 +338,19 @@ t.test('the endpoint is in the OpenAPI document', async (t) => {
   t.match(path.get, { summary: /405/ });
   t.ok(path.delete);
 });
+
+t.test('a tools/call with malformed params: -32602 with a sentence, not an internal error', async (t) => {
+  const cases: Array<[string, unknown, RegExp]> = [
+    ['arguments a string', { name: 'getRepositories', arguments: 'x' }, /params\.arguments must be an object/],
+    ['arguments an array', { name: 'getRepositories', arguments: [1] }, /params\.arguments must be an object/],
+    ['name a number', { name: 5, arguments: {} }, /params\.name must be the name of a tool/],
+    ['no params', undefined, /params must be an object/],
+  ];
+  for (const [label, params, message] of cases) {
+    const response = await post({ jsonrpc: '2.0', id: 7, method: 'tools/call', ...(params === undefined ? {} : { params }) }, { 'mcp-protocol-version': '2025-06-18' });
+    t.equal(response.status, 400, label);
+    t.match(response.json, { jsonrpc: '2.0', id: 7, error: { code: -32602, message } }, label);
+  }
+  const fine = await post(listRepositories, { 'mcp-protocol-version': '2025-06-18' });
+  t.equal(fine.status, 200, 'well-formed params still go through');
+});
