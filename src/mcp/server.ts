@@ -22,6 +22,8 @@ export const TOOL_LIST: ListToolsResult = { tools: mcpTools.map((tool) => tool.l
 export function createMcpServer(call: ToolCall, options: { listFromSdk?: boolean } = {}): McpServer {
   const server = new McpServer({ ...SERVER_INFO }, { capabilities: { tools: { listChanged: false } }, instructions: INSTRUCTIONS });
   for (const tool of mcpTools) tool.register(server, call);
+  // The SDK declares listChanged: true with its first tool; this list only changes with a release.
+  server.server.registerCapabilities({ tools: { listChanged: false } });
   // Replaces the handler McpServer installed with its first tool (a later registration would not re-install it).
   if (!options.listFromSdk) server.server.setRequestHandler(ListToolsRequestSchema, () => TOOL_LIST);
   return server;

@@ -35,3 +35,13 @@ t.test('the tools/list built once equals what the SDK would list', async (t) => 
   t.same(cached, fromSdk);
   t.same(cached.tools, TOOL_LIST.tools);
 });
+
+t.test('initialize says the tool list does not change, as server/discover does', async (t) => {
+  const server = createMcpServer(call);
+  const [serverSide, clientSide] = InMemoryTransport.createLinkedPair();
+  await server.connect(serverSide);
+  const client = new Client({ name: 'test', version: '1' });
+  await client.connect(clientSide);
+  t.same(client.getServerCapabilities()?.tools, { listChanged: false });
+  await client.close();
+});
