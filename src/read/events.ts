@@ -31,8 +31,10 @@ export function eventQueries(deps: Pick<AppContext, 'db' | 'store'>) {
       const events = await deps.store.readAll({ after: from, limit, repositoryId: repository.id, types: types?.length ? [...types] : undefined, streamId: stream });
       const seesMembers = principalCan(principal, repositoryDomain(repository.id), 'members:read');
       const shown = seesMembers ? events : events.filter((event) => !MEMBERSHIP_EVENT_TYPES.has(event.type));
-      // next_from reads on past the events left out too.
-      return { events: shown.map(presentEvent), next_from: events.length ? events[events.length - 1].globalPosition : from };
+      // next_from reads on past the events left out too; from beyond the log's head it comes back
+      // to the head, so a reader polling with it sees the next event.
+      const nextFrom = events.length ? events[events.length - 1].globalPosition : Math.min(from, await deps.store.headPosition());
+      return { events: shown.map(presentEvent), next_from: nextFrom };
     },
   };
 }

@@ -22,6 +22,8 @@ t.test("a repository's events in log order, read on from next_from", async (t) =
   t.ok(rest.events.every((event) => event.global_position > first.next_from));
   const none = await harness.app.events.list(owner, { repository, from: rest.next_from });
   t.same(none, { events: [], next_from: rest.next_from }, 'at the end, next_from stays');
+  const head = await harness.service.context.store.headPosition();
+  t.same(await harness.app.events.list(owner, { repository, from: head + 1_000_000 }), { events: [], next_from: head }, 'from beyond the head, next_from is the head');
   t.same((await harness.app.events.list(owner, { repository, types: ['SourceRegistered'] })).events.map((event) => event.type), ['SourceRegistered']);
 });
 
