@@ -277,6 +277,21 @@ export function createIdentityService(deps: {
     },
 
     /**
+     * The spec's dev-profile operator command (`factlog users promote <email>`): a registered user
+     * becomes sysadmin on the system domain. Idempotent: `promoted` is false when the user already
+     * was one. Roles are read per request, so a running service needs no restart.
+     */
+    async promoteToSysadmin(email: string, actor: string): Promise<{ user: PublicUser; promoted: boolean }> {
+      const credentials = await knex('credentials').where({ email: normalizeEmail(email) }).first('user_id');
+      const user = credentials ? await loadUser(credentials.user_id) : null;
+      if (!user) throw new DomainError('not_found', `no user is registered with ${normalizeEmail(email)}`);
+      const metadata: EventMetadata = { repositoryId: null, actor, causationId: null, correlationId: randomUUID() };
+      const result = await deps.commands.execute(streamName('user', user.id), userDecider, { type: 'GrantRole', role: 'sysadmin', domain: SYSTEM_DOMAIN }, metadata);
+      if (result.events.length > 0) deps.log.info({ userId: user.id, email: user.email, actor }, 'user promoted to sysadmin by the operator command');
+      return { user, promoted: result.events.length > 0 };
+    },
+
+    /**
      * `bootstrap.default_admin`: seeds a sysadmin from the environment, only while no user exists.
      * Runs at boot, before the server accepts any register call, so it wins over first-user promotion.
      */

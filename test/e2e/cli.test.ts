@@ -18,6 +18,7 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   // Seed a log through the service itself: a starter repository and a user.
   const service = await startTestService({ dataDir: path.join(cwd, 'data'), overrides: { bootstrap: { default_repository: true } } });
   await registerUser(service, 'cli@example.org');
+  await registerUser(service, 'second@example.org');
   await service.close({ keepData: true });
 
   const migrated = await factlog(cwd, ['migrate']);
@@ -82,4 +83,19 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const production = await factlog(cwd, ['--config', path.join(cwd, 'prod'), 'migrate'], { AUTH_JWTSECRET: '' });
   t.not(production.code, 0, 'production refuses the placeholder secret');
   t.match(production.stderr, /jwt_secret/);
+
+  // The operator command: a registered user becomes sysadmin, once; unknown users and other profiles are refused.
+  const promoted = await factlog(cwd, ['users', 'promote', 'Second@Example.org']);
+  t.equal(promoted.code, 0, promoted.stderr);
+  t.match(promoted.stdout, /second@example\.org is now sysadmin/);
+  const promotedAgain = await factlog(cwd, ['users', 'promote', 'second@example.org']);
+  t.match(promotedAgain.stdout, /already is sysadmin/, 'idempotent');
+  const grants = (await factlog(cwd, ['events', 'tail', '--from', '0'])).stdout.trim().split('\n').map((line) => JSON.parse(line));
+  t.equal(grants.filter((event) => event.type === 'RoleGranted' && event.data.role === 'sysadmin' && event.actor === 'system:cli').length, 1, 'one RoleGranted, by system:cli');
+  const nobody = await factlog(cwd, ['users', 'promote', 'nobody@example.org']);
+  t.not(nobody.code, 0);
+  t.match(nobody.stderr, /no user is registered with nobody@example\.org/);
+  const elsewhere = await factlog(cwd, ['users', 'promote', 'second@example.org'], { PROFILE: 'production', SVC_OAUTH_ISSUER: 'https://kg.example', AUTH_PASSWORD_HASH_COST: '15' });
+  t.not(elsewhere.code, 0);
+  t.match(elsewhere.stderr, /embedded and dev profiles only/);
 });
