@@ -9,7 +9,6 @@ export const forbidden = (message = 'permission denied') => new DomainError('for
 export const invalid = (message: string) => new DomainError('invalid', message);
 export const conflict = (message: string) => new DomainError('conflict', message);
 
-/** A concept name several contexts share, asked for without a context: the caller can pick one of `contexts`. */
 /** A concept a name may mean, as an ambiguous lookup lists them. */
 export interface ConceptCandidate {
   id: string;

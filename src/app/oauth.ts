@@ -331,8 +331,8 @@ export function createOAuthServer(deps: OAuthServerDeps) {
      * What a resource server calls with a bearer token: the signature, expiry, type and
      * audience (`context.tokens.verify`, which also requires `sid`), then the grant it descends
      * from: it must exist, not be revoked, and be the grant of the token's user, client and
-     * resource. The signature alone is not trusted: `auth.jwt_secret` may be the public
-     * placeholder outside production, and a token the grant table does not vouch for is refused.
+     * resource. The signature alone is not trusted: a token the grant table does not vouch for
+     * is refused, so revoking a grant ends its tokens at once and a leaked secret is not enough.
      * Throws `InvalidTokenError`.
      */
     async verifyAccessToken(token: string, resource: string): Promise<AccessClaims> {

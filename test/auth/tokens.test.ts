@@ -98,7 +98,7 @@ t.test('every access token names its OAuth grant (claim sid): signing needs one,
   await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE, grantId: '' }), TypeError, 'empty grant id');
   await t.rejects(tokens.signAccessToken({ userId: 'u', clientId: 'c', scope: 'mcp', audience: RESOURCE } as unknown as Parameters<typeof tokens.signAccessToken>[0]), TypeError, 'no grant id');
 
-  // What anyone knowing the secret (the public placeholder outside production) could sign.
+  // What anyone knowing the secret could sign.
   const key = new TextEncoder().encode(SECRET);
   const base = { typ: 'access', sub: 'u', client_id: 'c', scope: 'mcp', aud: RESOURCE, iss: ISSUER, iat: T0 / 1000, exp: T0 / 1000 + 600, jti: 'j' };
   const forged = await new SignJWT(base).setProtectedHeader({ alg: 'HS256' }).sign(key);
