@@ -211,7 +211,12 @@ async function realLogCatchUp(db: Database): Promise<{ append: Rate; catchUp: Ra
   const searchProjection = createSearchIndexProjection(search, { vectorDimensions: 100 });
   // BENCH_BATCH_SIZE: events per catch-up batch, live and rebuilding alike (the runner's defaults otherwise).
   const batchSize = process.env.BENCH_BATCH_SIZE ? Number(process.env.BENCH_BATCH_SIZE) : undefined;
-  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection], batchSize ? { batchSize, rebuildBatchSize: batchSize } : {});
+  // BENCH_CATCHUP_TRANSACTIONS: transactions side by side for a server's catch-up batch (the runner's default otherwise; 1: one).
+  const catchUpTransactions = process.env.BENCH_CATCHUP_TRANSACTIONS ? Number(process.env.BENCH_CATCHUP_TRANSACTIONS) : undefined;
+  const runner = new ProjectionRunner(store, db, [...readModelProjections, searchProjection], {
+    ...(batchSize ? { batchSize, rebuildBatchSize: batchSize } : {}),
+    ...(catchUpTransactions ? { catchUpTransactions } : {}),
+  });
   let statements = 0;
   const countStatement = () => (statements += 1);
   // BENCH_STATEMENTS=1: count and time the catch-up's statements by shape (knex `query` to
@@ -341,12 +346,13 @@ async function main(): Promise<void> {
   // Before the work, so its own load does not count: which hour of this VM the run had.
   const gauge = describeGauge(await machineGauge());
   log(gauge);
-  const tmp = path.resolve('bench/.tmp', `eventstore-${process.pid}`);
-  await mkdir(tmp, { recursive: true });
   const byBackend: Record<'pglite' | 'postgres', Record<string, Rate>> = { pglite: {}, postgres: {} };
 
   if (backends.has('pglite')) {
     log('PGlite (data directory on disk)');
+    // Made only for PGlite, which removes it: a server-only run left an empty one behind.
+    const tmp = path.resolve('bench/.tmp', `eventstore-${process.pid}`);
+    await mkdir(tmp, { recursive: true });
     const pglite = await openDatabase({ kind: 'pglite', dataDir: path.join(tmp, 'pglite') });
     try {
       byBackend.pglite = await benchBackend(pglite);

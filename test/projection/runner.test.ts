@@ -342,6 +342,28 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.match(await runner.status(), [{ state: 'running', lag: 0 }, { state: 'running', lag: 0 }]);
   });
 
+  withFixture('rebuilds started together read the log once', async (t, { db, store }) => {
+    const names = ['one', 'two', 'three', 'four'];
+    for (const name of names) await createRowsTable(db, name);
+    const counting = countingSubscriptions(store);
+    let last = 0;
+    for (let index = 0; index < 40; index += 1) last = (await store.append(`s-${index}`, [thing(`n${index % 4}`)], 'no_stream')).lastPosition;
+    const runner = new ProjectionRunner(counting.store, db, names.map((name) => countingProjection(name)), { batchSize: 2, rebuildBatchSize: 2 });
+    t.teardown(() => runner.stop());
+    await runner.start();
+    await runner.waitFor(last, 10_000);
+    const opened = counting.opened();
+    const delivered = counting.delivered();
+    await Promise.all(names.map((name) => runner.rebuild(name)));
+    // Each rebuild empties its tables in a transaction of its own; the first done used to start
+    // reading at once and leave the others lanes of their own (up to four readings of the log).
+    t.equal(counting.opened() - opened, 1, 'one subscription replayed the log for all four');
+    t.equal(counting.delivered() - delivered, last, 'and read each event once');
+    for (const name of names) {
+      t.same((await rows(db, name)).map((row) => [row.name, row.count]), [['n0', 10], ['n1', 10], ['n2', 10], ['n3', 10]], `${name} holds every event once`);
+    }
+  });
+
   withFixture('a batch takes a transaction id only when its projection writes', async (t, { db, store }) => {
     // A projection that writes elsewhere (the OpenSearch index) keeps no transaction id open
     // while it works: on a server that id would hold back every global reader of the log.
@@ -383,11 +405,13 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.match(await runner.status(), [{ state: 'stopped', position: third.lastPosition }], 'the append made during the pause was not applied before stop');
   });
 
-  t.test('minBatchIntervalMs must be a number >= 0', async (t) => {
+  t.test('minBatchIntervalMs must be a number >= 0, catchUpTransactions an integer >= 1', async (t) => {
     const fixture = await openStore(open);
     t.teardown(() => fixture.close());
     t.throws(() => new ProjectionRunner(fixture.store, fixture.db, [], { minBatchIntervalMs: -1 }), RangeError);
     t.throws(() => new ProjectionRunner(fixture.store, fixture.db, [], { minBatchIntervalMs: Number.NaN }), RangeError);
+    t.throws(() => new ProjectionRunner(fixture.store, fixture.db, [], { catchUpTransactions: 0 }), RangeError, 'catchUpTransactions must be at least 1');
+    t.throws(() => new ProjectionRunner(fixture.store, fixture.db, [], { catchUpTransactions: 1.5 }), RangeError, 'and whole');
   });
 }
 

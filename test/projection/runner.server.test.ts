@@ -1,0 +1,153 @@
+import t, { type Test } from 'tap';
+import type { Knex } from 'knex';
+import { openScratchPostgres } from '../../src/db/database.js';
+import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import { ProjectionRunner } from '../../src/projection/runner.js';
+import type { Projection } from '../../src/projection/types.js';
+import { openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
+
+// A server's catch-up batches: a full batch goes in several transactions side by side on the
+// pool (ProjectionRunner's catchUpTransactions), a live one in one transaction.
+
+async function openServerStore(t: Test, names: readonly string[]): Promise<StoreFixture> {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_projection_side'));
+  t.teardown(() => fixture.close());
+  for (const name of names) {
+    await fixture.db.knex.raw(`CREATE TABLE ?? (name text PRIMARY KEY, count integer NOT NULL)`, [`${name}_rows`]);
+  }
+  return fixture;
+}
+
+/** The runners' batch size here: a batch of this many events is a catch-up batch. */
+const FULL_BATCH = 6;
+
+/** What each projection saw while applying a batch: its transaction and, for the intake, the others' rows. */
+interface BatchSeen {
+  projection: string;
+  first: number;
+  transaction: string;
+  othersRows?: number;
+}
+
+interface Observed {
+  seen: BatchSeen[];
+  /** The first positions of the batches each projection has begun. */
+  started: Map<string, Set<number>>;
+}
+
+/**
+ * Counts ThingHappened by name. `meet`: a full batch of these projections waits until all of them
+ * have begun one holding the same first event: in one transaction, one after the other, they never
+ * would, and the batch fails after a while.
+ */
+function observedProjection(
+  name: string,
+  observed: Observed,
+  options: { startsWork?: boolean; meet?: readonly string[]; failOn?: () => string | null } = {},
+): Projection {
+  const table = `${name}_rows`;
+  return {
+    name,
+    eventTypes: ['ThingHappened'],
+    tables: [table],
+    ...(options.startsWork ? { startsWork: true } : {}),
+    async applyBatch(trx: Knex.Transaction, events: readonly RecordedEvent[]) {
+      const first = events[0]?.globalPosition ?? 0;
+      const { rows } = await trx.raw<{ rows: Array<{ id: string }> }>('SELECT txid_current()::text AS id');
+      const entry: BatchSeen = { projection: name, first, transaction: rows[0].id };
+      if (options.startsWork) {
+        const others = await trx.raw<{ rows: Array<{ n: string }> }>(`SELECT coalesce(sum(count), 0)::text AS n FROM other_rows`);
+        entry.othersRows = Number(others.rows[0].n);
+      }
+      observed.seen.push(entry);
+      const began = observed.started.get(name) ?? new Set<number>();
+      began.add(first);
+      observed.started.set(name, began);
+      if (options.meet && events.length === FULL_BATCH) {
+        const deadline = Date.now() + 3_000;
+        while (!options.meet.every((other) => observed.started.get(other)?.has(first))) {
+          if (Date.now() > deadline) throw new Error(`${name}: the others never began the batch at ${first} beside it`);
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      }
+      for (const event of events) await this.apply(trx, event);
+    },
+    async apply(trx: Knex.Transaction, event: RecordedEvent) {
+      if (event.data.name === options.failOn?.()) throw new Error(`cannot project ${String(event.data.name)}`);
+      await trx.raw(`INSERT INTO ?? (name, count) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET count = ??.count + 1`, [table, String(event.data.name), table]);
+    },
+  };
+}
+
+async function counts(fixture: StoreFixture, name: string): Promise<Array<[string, number]>> {
+  const rows = (await fixture.db.knex(`${name}_rows`).select('name', 'count').orderBy('name')) as Array<{ name: string; count: number }>;
+  return rows.map((row) => [row.name, Number(row.count)]);
+}
+
+async function checkpoint(fixture: StoreFixture, name: string): Promise<number> {
+  const row = (await fixture.db.knex('projection_checkpoints').where({ name }).first()) as { position: string } | undefined;
+  return Number(row?.position ?? -1);
+}
+
+t.test('postgres: a full batch goes in transactions side by side, the intake after them; a live batch in one', async (t) => {
+  const fixture = await openServerStore(t, ['one', 'two', 'other', 'intake']);
+  const observed: Observed = { seen: [], started: new Map() };
+  const together = ['one', 'two', 'other'];
+  const projections = [
+    observedProjection('one', observed, { meet: together }),
+    observedProjection('two', observed, { meet: together }),
+    observedProjection('other', observed, { meet: together }),
+    observedProjection('intake', observed, { startsWork: true }),
+  ];
+  let last = 0;
+  for (let index = 0; index < 12; index += 1) last = (await fixture.store.append(`s-${index}`, [thing(`n${index % 3}`)], 'no_stream')).lastPosition;
+  const runner = new ProjectionRunner(fixture.store, fixture.db, projections, { batchSize: FULL_BATCH, catchUpTransactions: 3, retryBaseMs: 10 });
+  t.teardown(() => runner.stop());
+  await runner.start();
+  await runner.waitFor(last, 20_000);
+
+  for (const name of ['one', 'two', 'other', 'intake']) {
+    t.same(await counts(fixture, name), [['n0', 4], ['n1', 4], ['n2', 4]], `${name}: each event applied once`);
+    t.equal(await checkpoint(fixture, name), last, `${name}: checkpoint at the head`);
+  }
+  for (const first of [...new Set(observed.seen.map((entry) => entry.first))]) {
+    const batch = observed.seen.filter((entry) => entry.first === first);
+    const transactionOf = (name: string) => batch.find((entry) => entry.projection === name)?.transaction;
+    t.equal(new Set(together.map(transactionOf)).size, 3, `batch from ${first}: the three read models in three transactions at once`);
+    t.notOk(together.map(transactionOf).includes(transactionOf('intake')), `batch from ${first}: the intake in a transaction of its own`);
+    const intake = batch.find((entry) => entry.projection === 'intake');
+    t.equal(intake?.othersRows, first + 5, `batch from ${first}: the intake saw the others' batch committed`);
+  }
+
+  // A live batch (fewer events than a batch holds): one transaction, as before.
+  observed.seen.length = 0;
+  const live = await fixture.store.append('s-live', [thing('live')], 'no_stream');
+  await runner.waitFor(live.lastPosition, 20_000);
+  t.equal(new Set(observed.seen.map((entry) => entry.transaction)).size, 1, 'a live batch: every projection in one transaction');
+  t.same(observed.seen.map((entry) => entry.projection), ['one', 'two', 'other', 'intake'], 'the intake last');
+});
+
+t.test('postgres: a projection failing in a side-by-side batch stops alone; the others commit, each event once', async (t) => {
+  const fixture = await openServerStore(t, ['steady', 'fragile', 'other']);
+  const observed: Observed = { seen: [], started: new Map() };
+  let poison: string | null = 'n2';
+  const projections = [
+    observedProjection('steady', observed),
+    observedProjection('fragile', observed, { failOn: () => poison }),
+    observedProjection('other', observed),
+  ];
+  let last = 0;
+  for (let index = 0; index < 12; index += 1) last = (await fixture.store.append(`s-${index}`, [thing(`n${index % 4}`)], 'no_stream')).lastPosition;
+  const runner = new ProjectionRunner(fixture.store, fixture.db, projections, { batchSize: FULL_BATCH, catchUpTransactions: 3, retryBaseMs: 20, retryMaxMs: 50 });
+  t.teardown(() => runner.stop());
+  await runner.start();
+  await waitUntil(async () => (await runner.status()).some((status) => status.name === 'fragile' && status.state === 'failed'), 20_000, 'the fragile projection to fail');
+  await waitUntil(async () => (await checkpoint(fixture, 'steady')) === last && (await checkpoint(fixture, 'other')) === last, 20_000, 'the others to reach the head');
+  for (const name of ['steady', 'other']) t.same(await counts(fixture, name), [['n0', 3], ['n1', 3], ['n2', 3], ['n3', 3]], `${name}: every event once`);
+  t.equal(await checkpoint(fixture, 'fragile'), 0, 'the failing one kept nothing of the batch with its poison event');
+  t.same(await counts(fixture, 'fragile'), []);
+
+  poison = null;
+  await waitUntil(async () => (await checkpoint(fixture, 'fragile')) === last, 20_000, 'the fragile projection to recover');
+  t.same(await counts(fixture, 'fragile'), [['n0', 3], ['n1', 3], ['n2', 3], ['n3', 3]], 'recovered: every event once');
+});
