@@ -59,26 +59,39 @@ interface Rate {
 }
 
 /** CPU time so far in µs: this process, and the server backends connected to `db`'s database (0 on PGlite). */
-async function cpuMicros(db: Database): Promise<{ node: number; server: number }> {
+/** CPU used so far, in µs: this process, and each server backend of this database by pid. */
+interface CpuSample {
+  node: number;
+  backends: Map<number, number>;
+}
+
+async function cpuMicros(db: Database): Promise<CpuSample> {
   const usage = process.cpuUsage();
-  let server = 0;
+  const backends = new Map<number, number>();
   if (db.kind === 'postgres') {
     const result = await db.knex.raw('SELECT pid FROM pg_stat_activity WHERE datname = current_database()');
     for (const { pid } of (result as { rows: Array<{ pid: number }> }).rows) {
       try {
         // /proc/<pid>/stat after the command name: state is field 3, utime and stime fields 14 and 15 (clock ticks of 10 ms).
         const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-        server += (Number(fields[11]) + Number(fields[12])) * 10_000;
+        backends.set(pid, (Number(fields[11]) + Number(fields[12])) * 10_000);
       } catch {
         // a backend that ended meanwhile
       }
     }
   }
-  return { node: usage.user + usage.system, server };
+  return { node: usage.user + usage.system, backends };
 }
 
-function cpuPer(before: { node: number; server: number }, after: { node: number; server: number }, items: number): { node: number; server: number } {
-  return { node: (after.node - before.node) / items, server: (after.server - before.server) / items };
+/**
+ * CPU per item between two samples. Backends are compared by pid: a sum over whichever were
+ * alive went negative when the pool closed an idle connection in between. A backend that
+ * ended in between is left out (its last part is not known), one that started counts whole.
+ */
+function cpuPer(before: CpuSample, after: CpuSample, items: number): { node: number; server: number } {
+  let server = 0;
+  for (const [pid, micros] of after.backends) server += micros - (before.backends.get(pid) ?? 0);
+  return { node: (after.node - before.node) / items, server: server / items };
 }
 
 type Row = { label: string; unit: string; pglite?: Rate; postgres?: Rate };
