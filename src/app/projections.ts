@@ -2,7 +2,7 @@ import type { Principal } from '../auth/rbac.js';
 import { projectionStatus } from '../read/projections.js';
 import { authorizeSystem } from './access.js';
 import type { AppContext } from './context.js';
-import { notFound } from './errors.js';
+import { conflict, notFound } from './errors.js';
 
 /** Projection commands: rebuilding a read model from position 0. */
 export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>) {
@@ -12,6 +12,8 @@ export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>
       authorizeSystem(principal, 'projections:manage');
       const status = (await projectionStatus(deps)).find((projection) => projection.name === input.name);
       if (!status) throw notFound('projection');
+      // Its rebuild would only fail in the background while this answered 202.
+      if (status.state === 'rebuilding') throw conflict(`projection ${input.name} is already rebuilding; follow it in GET /projections`);
       deps.projections.rebuild(input.name).catch((error: unknown) => deps.log.error({ err: error, projection: input.name }, 'rebuild failed'));
       return { ...status, state: 'rebuilding' };
     },

@@ -163,6 +163,8 @@ export class ProjectionRunner implements ReadModelRunner {
   /** Rebuilds emptying their tables now, and those done with it that wait for them to start replaying (see rebuildFromStart). */
   private emptying = 0;
   private waitingToReplay: Array<() => void> = [];
+  /** Projections whose rebuild has begun and not ended. */
+  private readonly rebuildsUnderway = new Set<string>();
   /** What applying one batch event has cost the projections side by side lately, in ms (see applySideBySideInParts). */
   private groupMsPerEvent: number | null = null;
 
@@ -299,7 +301,19 @@ export class ProjectionRunner implements ReadModelRunner {
   private async rebuildFromStart(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
     const worker = this.workers.get(name);
     if (!worker) throw new Error(`unknown projection ${name}; known: ${[...this.workers.keys()].join(', ')}`);
-    if (worker.rebuild) throw new Error(`projection ${name} is already rebuilding`);
+    // Claimed before the first await: `worker.rebuild` is set only after the tables are emptied,
+    // and a second call meanwhile took the rebuild over and left the first waiting for ever.
+    if (this.rebuildsUnderway.has(name)) throw new Error(`projection ${name} is already rebuilding`);
+    this.rebuildsUnderway.add(name);
+    try {
+      await this.replayFromStart(worker, onProgress);
+    } finally {
+      this.rebuildsUnderway.delete(name);
+    }
+  }
+
+  private async replayFromStart(worker: Worker, onProgress?: (done: number, total: number) => void): Promise<void> {
+    const { name } = worker.projection;
     // Counted from the first step: rebuilds called together are all counted before any empties its tables.
     this.emptying += 1;
     const previousState = worker.state;

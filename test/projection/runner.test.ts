@@ -364,6 +364,24 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     }
   });
 
+  withFixture('a second rebuild of a projection while the first empties its tables is refused; the first ends', async (t, { db, store }) => {
+    await createRowsTable(db, 'twice');
+    let last = 0;
+    for (let index = 0; index < 6; index += 1) last = (await store.append(`s-${index}`, [thing(`n${index % 2}`)], 'no_stream')).lastPosition;
+    const runner = new ProjectionRunner(store, db, [countingProjection('twice')], { batchSize: 2 });
+    t.teardown(() => runner.stop());
+    await runner.start();
+    await runner.waitFor(last, 10_000);
+    // Both called before either has emptied the table: the second used to take the first's place and leave it waiting for ever.
+    const first = runner.rebuild('twice');
+    const second = runner.rebuild('twice');
+    await t.rejects(second, /projection twice is already rebuilding/);
+    await first;
+    t.same((await rows(db, 'twice')).map((row) => [row.name, row.count]), [['n0', 3], ['n1', 3]], 'rebuilt once, each event once');
+    await runner.rebuild('twice');
+    t.match(await runner.status(), [{ state: 'running', position: last }], 'and it can be rebuilt again once it ended');
+  });
+
   withFixture('a batch takes a transaction id only when its projection writes', async (t, { db, store }) => {
     // A projection that writes elsewhere (the OpenSearch index) keeps no transaction id open
     // while it works: on a server that id would hold back every global reader of the log.

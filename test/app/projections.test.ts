@@ -1,0 +1,45 @@
+import pino from 'pino';
+import t from 'tap';
+import { projectionCommands } from '../../src/app/projections.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import type { ProjectionStatus, ReadModelRunner } from '../../src/projection/types.js';
+import { rejectsWith } from '../helpers/application.js';
+
+// The rebuild command without HTTP, over a runner that only reports states and records rebuilds.
+
+const sysadmin: Principal = { userId: 'admin-1', credential: { kind: 'session', id: 'session-1' }, assignments: [{ role: 'sysadmin', domain: 'system' }] };
+const user: Principal = { userId: 'user-1', credential: { kind: 'session', id: 'session-2' }, assignments: [] };
+
+function runnerWith(states: Record<string, ProjectionStatus['state']>) {
+  const rebuilt: string[] = [];
+  const runner: ReadModelRunner = {
+    start: async () => undefined,
+    stop: async () => undefined,
+    status: async () => Object.entries(states).map(([name, state]) => ({ name, position: 3, head: 5, lag: 2, state, lastError: null })),
+    settle: async () => undefined,
+    caughtUp: async () => true,
+    rebuild: async (name) => {
+      rebuilt.push(name);
+    },
+  };
+  return { commands: projectionCommands({ projections: runner, log: pino({ level: 'silent' }) }), rebuilt };
+}
+
+t.test('a rebuild starts in the background and answers the projection as rebuilding', async (t) => {
+  const { commands, rebuilt } = runnerWith({ facts: 'running' });
+  t.match(await commands.rebuild(sysadmin, { name: 'facts' }), { name: 'facts', state: 'rebuilding', position: 3, head: 5 });
+  t.same(rebuilt, ['facts']);
+});
+
+t.test('a projection already rebuilding is a conflict, and no second rebuild starts', async (t) => {
+  const { commands, rebuilt } = runnerWith({ facts: 'rebuilding' });
+  await rejectsWith(t, commands.rebuild(sysadmin, { name: 'facts' }), 'conflict', /projection facts is already rebuilding/);
+  t.same(rebuilt, []);
+});
+
+t.test('an unknown projection is not found; without projections:manage forbidden', async (t) => {
+  const { commands, rebuilt } = runnerWith({ facts: 'running' });
+  await rejectsWith(t, commands.rebuild(sysadmin, { name: 'nope' }), 'not_found', /projection not found/);
+  await rejectsWith(t, commands.rebuild(user, { name: 'facts' }), 'forbidden');
+  t.same(rebuilt, []);
+});
