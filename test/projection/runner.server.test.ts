@@ -1,10 +1,9 @@
 import t, { type Test } from 'tap';
-import type { Knex } from 'knex';
 import { openScratchPostgres } from '../../src/db/database.js';
-import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import { ProjectionRunner } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
+import { checkpoint, countingProjection, createRowsTable, rows } from './countingProjection.js';
 
 // A server's catch-up batches: a full batch goes in several transactions side by side on the
 // pool (ProjectionRunner's catchUpTransactions), a live one in one transaction.
@@ -12,9 +11,7 @@ import { openStore, thing, waitUntil, type StoreFixture } from '../eventstore/co
 async function openServerStore(t: Test, names: readonly string[]): Promise<StoreFixture> {
   const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_projection_side'));
   t.teardown(() => fixture.close());
-  for (const name of names) {
-    await fixture.db.knex.raw(`CREATE TABLE ?? (name text PRIMARY KEY, count integer NOT NULL)`, [`${name}_rows`]);
-  }
+  for (const name of names) await createRowsTable(fixture.db, name);
   return fixture;
 }
 
@@ -36,25 +33,23 @@ interface Observed {
 }
 
 /**
- * Counts ThingHappened by name. `meet`: a full batch of these projections waits until all of them
- * have begun one holding the same first event: in one transaction, one after the other, they never
- * would, and the batch fails after a while.
+ * A counting projection that notes each batch it begins. `meet`: a full batch of these projections
+ * waits until all of them have begun one holding the same first event: in one transaction, one
+ * after the other, they never would, and the batch fails after a while.
  */
 function observedProjection(
   name: string,
   observed: Observed,
   options: { startsWork?: boolean; meet?: readonly string[]; failOn?: () => string | null } = {},
 ): Projection {
-  const table = `${name}_rows`;
+  const base = countingProjection(name, { failOn: options.failOn });
   return {
-    name,
-    eventTypes: ['ThingHappened'],
-    tables: [table],
+    ...base,
     ...(options.startsWork ? { startsWork: true } : {}),
-    async applyBatch(trx: Knex.Transaction, events: readonly RecordedEvent[]) {
+    async applyBatch(trx, events) {
       const first = events[0]?.globalPosition ?? 0;
-      const { rows } = await trx.raw<{ rows: Array<{ id: string }> }>('SELECT txid_current()::text AS id');
-      const entry: BatchSeen = { projection: name, first, transaction: rows[0].id };
+      const { rows: [current] } = await trx.raw<{ rows: Array<{ id: string }> }>('SELECT txid_current()::text AS id');
+      const entry: BatchSeen = { projection: name, first, transaction: current.id };
       if (options.startsWork) {
         const others = await trx.raw<{ rows: Array<{ n: string }> }>(`SELECT coalesce(sum(count), 0)::text AS n FROM other_rows`);
         entry.othersRows = Number(others.rows[0].n);
@@ -70,23 +65,13 @@ function observedProjection(
           await new Promise((resolve) => setTimeout(resolve, 5));
         }
       }
-      for (const event of events) await this.apply(trx, event);
-    },
-    async apply(trx: Knex.Transaction, event: RecordedEvent) {
-      if (event.data.name === options.failOn?.()) throw new Error(`cannot project ${String(event.data.name)}`);
-      await trx.raw(`INSERT INTO ?? (name, count) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET count = ??.count + 1`, [table, String(event.data.name), table]);
+      for (const event of events) await base.apply(trx, event);
     },
   };
 }
 
 async function counts(fixture: StoreFixture, name: string): Promise<Array<[string, number]>> {
-  const rows = (await fixture.db.knex(`${name}_rows`).select('name', 'count').orderBy('name')) as Array<{ name: string; count: number }>;
-  return rows.map((row) => [row.name, Number(row.count)]);
-}
-
-async function checkpoint(fixture: StoreFixture, name: string): Promise<number> {
-  const row = (await fixture.db.knex('projection_checkpoints').where({ name }).first()) as { position: string } | undefined;
-  return Number(row?.position ?? -1);
+  return (await rows(fixture.db, name)).map((row) => [row.name, row.count]);
 }
 
 t.test('postgres: a full batch goes in transactions side by side, the intake after them; a live batch in one', async (t) => {
@@ -108,7 +93,7 @@ t.test('postgres: a full batch goes in transactions side by side, the intake aft
 
   for (const name of ['one', 'two', 'other', 'intake']) {
     t.same(await counts(fixture, name), [['n0', 4], ['n1', 4], ['n2', 4]], `${name}: each event applied once`);
-    t.equal(await checkpoint(fixture, name), last, `${name}: checkpoint at the head`);
+    t.equal(await checkpoint(fixture.db, name), last, `${name}: checkpoint at the head`);
   }
   for (const first of [...new Set(observed.seen.map((entry) => entry.first))]) {
     const batch = observed.seen.filter((entry) => entry.first === first);
@@ -142,12 +127,12 @@ t.test('postgres: a projection failing in a side-by-side batch stops alone; the 
   t.teardown(() => runner.stop());
   await runner.start();
   await waitUntil(async () => (await runner.status()).some((status) => status.name === 'fragile' && status.state === 'failed'), 20_000, 'the fragile projection to fail');
-  await waitUntil(async () => (await checkpoint(fixture, 'steady')) === last && (await checkpoint(fixture, 'other')) === last, 20_000, 'the others to reach the head');
+  await waitUntil(async () => (await checkpoint(fixture.db, 'steady')) === last && (await checkpoint(fixture.db, 'other')) === last, 20_000, 'the others to reach the head');
   for (const name of ['steady', 'other']) t.same(await counts(fixture, name), [['n0', 3], ['n1', 3], ['n2', 3], ['n3', 3]], `${name}: every event once`);
-  t.equal(await checkpoint(fixture, 'fragile'), 0, 'the failing one kept nothing of the batch with its poison event');
+  t.equal(await checkpoint(fixture.db, 'fragile'), 0, 'the failing one kept nothing of the batch with its poison event');
   t.same(await counts(fixture, 'fragile'), []);
 
   poison = null;
-  await waitUntil(async () => (await checkpoint(fixture, 'fragile')) === last, 20_000, 'the fragile projection to recover');
+  await waitUntil(async () => (await checkpoint(fixture.db, 'fragile')) === last, 20_000, 'the fragile projection to recover');
   t.same(await counts(fixture, 'fragile'), [['n0', 3], ['n1', 3], ['n2', 3], ['n3', 3]], 'recovered: every event once');
 });

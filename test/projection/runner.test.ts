@@ -1,11 +1,10 @@
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
-import type { Knex } from 'knex';
 import { openScratchPostgres, type Database } from '../../src/db/database.js';
-import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore } from '../../src/eventstore/port.js';
 import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildWithProgressBar } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
+import { checkpoint, countingProjection, createRowsTable, rows } from './countingProjection.js';
 import { externalProjection } from './externalProjection.js';
 import { withServers } from '../helpers/servers.js';
 import { openMemoryPglite, openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
@@ -14,49 +13,6 @@ const backends: Array<{ name: string; open: () => Promise<Database> }> = [
   { name: 'pglite', open: openMemoryPglite },
   ...(withServers ? [{ name: 'postgres', open: () => openScratchPostgres(undefined, 'factlog_projection') }] : []),
 ];
-
-/** Counts ThingHappened events per name; a double-applied event would show in `count`. */
-function countingProjection(
-  name: string,
-  options: { failOn?: () => string | null; beforeApply?: (event: RecordedEvent) => Promise<void> } = {},
-): Projection {
-  const table = `${name}_rows`;
-  return {
-    name,
-    eventTypes: ['ThingHappened'],
-    tables: [table],
-    async apply(trx: Knex.Transaction, event: RecordedEvent) {
-      await options.beforeApply?.(event);
-      if (event.data.name === options.failOn?.()) throw new Error(`cannot project ${String(event.data.name)}`);
-      await trx.raw(
-        `INSERT INTO ?? (name, count, last_position) VALUES (?, 1, ?)
-         ON CONFLICT (name) DO UPDATE SET count = ??.count + 1, last_position = excluded.last_position`,
-        [table, String(event.data.name), event.globalPosition, table],
-      );
-    },
-  };
-}
-
-async function createRowsTable(db: Database, projectionName: string): Promise<void> {
-  await db.knex.raw(
-    `CREATE TABLE IF NOT EXISTS ?? (name text PRIMARY KEY, count integer NOT NULL, last_position bigint NOT NULL)`,
-    [`${projectionName}_rows`],
-  );
-}
-
-async function rows(db: Database, projectionName: string): Promise<Array<{ name: string; count: number; last_position: number }>> {
-  const result = (await db.knex(`${projectionName}_rows`).select('*').orderBy('name')) as Array<{
-    name: string;
-    count: number;
-    last_position: string | number;
-  }>;
-  return result.map((row) => ({ name: row.name, count: Number(row.count), last_position: Number(row.last_position) }));
-}
-
-async function checkpoint(db: Database, name: string): Promise<number> {
-  const row = (await db.knex('projection_checkpoints').where({ name }).first()) as { position: string | number } | undefined;
-  return Number(row?.position ?? -1);
-}
 
 /** The store, counting the subscriptions it has running and the events it delivers. */
 function countingSubscriptions(store: EventStore): { store: EventStore; running: () => number; delivered: () => number; opened: () => number } {
