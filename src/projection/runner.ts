@@ -27,7 +27,7 @@ export interface ProjectionRunnerOptions {
   /**
    * On a PostgreSQL server, a full batch (catching up) is applied in up to this many
    * transactions side by side on the pool (see applySideBySideOnPool); default 3, which did
-   * best on two cores (2 and 4 about 10% slower). 1 applies every batch in one transaction.
+   * best on two cores (2 and 4 were 5–10% slower). 1 applies every batch in one transaction.
    * Live batches always go in one: for a few events the extra transactions cost more than they save.
    */
   catchUpTransactions?: number;
