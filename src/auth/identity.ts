@@ -282,9 +282,10 @@ export function createIdentityService(deps: {
      * was one. Roles are read per request, so a running service needs no restart.
      */
     async promoteToSysadmin(email: string, actor: string): Promise<{ user: PublicUser; promoted: boolean }> {
-      const credentials = await knex('credentials').where({ email: normalizeEmail(email) }).first('user_id');
+      const normalized = normalizeEmail(email);
+      const credentials = await knex('credentials').where({ email: normalized }).first('user_id');
       const user = credentials ? await loadUser(credentials.user_id) : null;
-      if (!user) throw new DomainError('not_found', `no user is registered with ${normalizeEmail(email)}`);
+      if (!user) throw new DomainError('not_found', `no user is registered with ${normalized}`);
       const metadata: EventMetadata = { repositoryId: null, actor, causationId: null, correlationId: randomUUID() };
       const result = await deps.commands.execute(streamName('user', user.id), userDecider, { type: 'GrantRole', role: 'sysadmin', domain: SYSTEM_DOMAIN }, metadata);
       if (result.events.length > 0) deps.log.info({ userId: user.id, email: user.email, actor }, 'user promoted to sysadmin by the operator command');

@@ -16,6 +16,9 @@ export const SDK_PROTOCOL_VERSION = LATEST_PROTOCOL_VERSION;
 
 export const SERVER_INFO = { name: 'factlog', version: '1' } as const;
 
+/** What initialize and server/discover both declare: the tool list changes only with a release. */
+export const SERVER_CAPABILITIES = { tools: { listChanged: false } } as const;
+
 /** JSON-RPC error codes of the 2026-07-28 revision (its server-error range -32020..-32099). */
 export const HEADER_MISMATCH = -32020;
 export const UNSUPPORTED_PROTOCOL_VERSION = -32022;
@@ -158,7 +161,7 @@ export function checkToolCallParams(messages: JsonRpcMessage[]): ProtocolRefusal
 export function discoverResult() {
   return {
     supportedVersions: [...SUPPORTED_PROTOCOL_VERSIONS],
-    capabilities: { tools: { listChanged: false } },
+    capabilities: SERVER_CAPABILITIES,
     serverInfo: SERVER_INFO,
     resultType: 'complete',
     _meta: { [META_SERVER_INFO]: SERVER_INFO },

@@ -1,6 +1,6 @@
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { ListToolsRequestSchema, type ListToolsResult } from '@modelcontextprotocol/sdk/types.js';
-import { SERVER_INFO } from './protocol.js';
+import { SERVER_CAPABILITIES, SERVER_INFO } from './protocol.js';
 import type { ToolCall } from './tools/common.js';
 import { mcpTools } from './tools/index.js';
 
@@ -20,10 +20,10 @@ export const TOOL_LIST: ListToolsResult = { tools: mcpTools.map((tool) => tool.l
  * the test that the cached list equals it.
  */
 export function createMcpServer(call: ToolCall, options: { listFromSdk?: boolean } = {}): McpServer {
-  const server = new McpServer({ ...SERVER_INFO }, { capabilities: { tools: { listChanged: false } }, instructions: INSTRUCTIONS });
+  const server = new McpServer({ ...SERVER_INFO }, { instructions: INSTRUCTIONS });
   for (const tool of mcpTools) tool.register(server, call);
-  // The SDK declares listChanged: true with its first tool; this list only changes with a release.
-  server.server.registerCapabilities({ tools: { listChanged: false } });
+  // After the tools: the SDK declares listChanged: true with its first tool, over what the constructor was given.
+  server.server.registerCapabilities(SERVER_CAPABILITIES);
   // Replaces the handler McpServer installed with its first tool (a later registration would not re-install it).
   if (!options.listFromSdk) server.server.setRequestHandler(ListToolsRequestSchema, () => TOOL_LIST);
   return server;
