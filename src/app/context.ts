@@ -47,6 +47,8 @@ export interface AppContext {
   /** The read-model database (on the embedded tier also the event store's). */
   db: Database;
   store: EventStore;
+  /** The event types and their Avro schemas (`schemas/events/`): what the log may hold. */
+  schemas: EventSchemaRegistry;
   assets: AssetStore;
   commands: CommandBus;
   identity: IdentityService;
@@ -164,6 +166,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
     publicUrl: publicBaseUrl(config),
     db,
     store,
+    schemas,
     assets,
     commands,
     identity,

@@ -21,12 +21,15 @@ export const MAX_EVENTS = 1000;
 const MEMBERSHIP_EVENT_TYPES: ReadonlySet<string> = new Set(['RoleGranted', 'RoleRevoked']);
 
 /** History: a repository's events in log order. */
-export function eventQueries(deps: Pick<AppContext, 'db' | 'store'>) {
+export function eventQueries(deps: Pick<AppContext, 'db' | 'store' | 'schemas'>) {
   return {
     async list(principal: Principal, input: EventListInput) {
       const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'events:read');
       const { from = 0, types, stream } = input;
       if (!Number.isInteger(from) || from < 0) throw invalid('from must be a non-negative integer');
+      // A misspelt type would filter every event out: an empty page that looks like no history.
+      const unknown = (types ?? []).filter((type) => !deps.schemas.has(type));
+      if (unknown.length) throw invalid(`unknown event type${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')} (the event types: docs/events.md)`);
       const { limit } = pageOf({ limit: input.limit }, 100, MAX_EVENTS);
       const events = await deps.store.readAll({ after: from, limit, repositoryId: repository.id, types: types?.length ? [...types] : undefined, streamId: stream });
       const seesMembers = principalCan(principal, repositoryDomain(repository.id), 'members:read');

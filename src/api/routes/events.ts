@@ -41,7 +41,7 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
           additionalProperties: false,
           properties: {
             from: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 },
-            types: { type: 'string', pattern: '^[A-Za-z]+(,[A-Za-z]+)*$', description: 'comma-separated event types' },
+            types: { type: 'string', pattern: '^[A-Za-z]+(,[A-Za-z]+)*$', description: 'comma-separated event types (docs/events.md); an unknown type is a 400 that names it' },
             stream: { type: 'string', minLength: 1, maxLength: 200 },
             limit: { type: 'integer', minimum: 1, maximum: 1000, default: 100 },
           },

@@ -85,6 +85,10 @@ t.test('a URL source is fetched, decomposed and searchable', async (t) => {
   const after = await service.call('GET', `/api/v1/repositories/${repoId}/events?from=${typed.body.next_from}`, { token });
   t.ok(after.body.events.every((e: { global_position: number }) => e.global_position > typed.body.next_from));
   t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/events?types=bad;type`, { token })).status, 400);
+  // A misspelt type is named, not answered with an empty page that looks like no history.
+  const misspelt = await service.call('GET', `/api/v1/repositories/${repoId}/events?types=FactsExtracted,FactExtracted,SourceFetchd`, { token });
+  t.equal(misspelt.status, 400);
+  t.match(misspelt.body.message, /^unknown event types FactExtracted, SourceFetchd /);
 
   // The source reads processed once its events are projected; its jobs' success is recorded by
   // the runtime after the stage returns, in a statement of its own: wait for that record too.
