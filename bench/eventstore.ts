@@ -366,7 +366,18 @@ async function main(): Promise<void> {
     // Made only for PGlite, which removes it: a server-only run left an empty one behind.
     const tmp = path.resolve('bench/.tmp', `eventstore-${process.pid}`);
     await mkdir(tmp, { recursive: true });
-    const pglite = await openDatabase({ kind: 'pglite', dataDir: path.join(tmp, 'pglite') });
+    // BENCH_PGLITE_SETTINGS=name=value,...: server settings over the embedded node's own (src/db/database.ts).
+    const settings = Object.fromEntries(
+      (process.env.BENCH_PGLITE_SETTINGS ?? '')
+        .split(',')
+        .filter(Boolean)
+        .map((pair) => {
+          const match = /^([a-z_.]+)=(.+)$/.exec(pair);
+          if (!match) throw new Error(`BENCH_PGLITE_SETTINGS: expected name=value, got "${pair}"`);
+          return [match[1], match[2]];
+        }),
+    );
+    const pglite = await openDatabase({ kind: 'pglite', dataDir: path.join(tmp, 'pglite'), settings });
     try {
       byBackend.pglite = await benchBackend(pglite);
     } finally {
