@@ -38,19 +38,31 @@ export function createProjectionRunner(deps: {
 /**
  * A runner whose `rebuild` of the named projections follows their strategy, on either runner
  * implementation. The strategy runs beside the live projection (it is not halted): the search
- * index keeps taking live writes into the old index while the new one fills.
+ * index keeps taking live writes into the old index while the new one fills. While it runs, the
+ * projection's status says `rebuilding` and a second rebuild is refused, as the runner does for
+ * its own: two reindexes side by side would each fill an index and swap it in.
  */
 export function withRebuildStrategies(runner: ReadModelRunner, strategies: RebuildStrategies): ReadModelRunner {
   if (strategies.size === 0) return runner;
+  const underway = new Set<string>();
   return {
     start: () => runner.start(),
     stop: () => runner.stop(),
-    status: () => runner.status(),
+    async status() {
+      return (await runner.status()).map((status) => (underway.has(status.name) ? { ...status, state: 'rebuilding' as const } : status));
+    },
     settle: (write, timeoutMs) => runner.settle(write, timeoutMs),
     caughtUp: (position, timeoutMs) => runner.caughtUp(position, timeoutMs),
-    rebuild(name, onProgress) {
+    async rebuild(name, onProgress) {
       const strategy = strategies.get(name);
-      return strategy ? strategy(onProgress) : runner.rebuild(name, onProgress);
+      if (!strategy) return runner.rebuild(name, onProgress);
+      if (underway.has(name)) throw new Error(`projection ${name} is already rebuilding`);
+      underway.add(name);
+      try {
+        await strategy(onProgress);
+      } finally {
+        underway.delete(name);
+      }
     },
   };
 }

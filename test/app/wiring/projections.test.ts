@@ -60,3 +60,48 @@ t.test('rebuild follows a projection\'s own strategy where it has one, the runne
   await t.rejects(runner.rebuild('missing'), 'an unknown projection is still refused by the runner');
   t.same((await runner.status()).map((status) => status.name).sort(), ['custom', 'plain'], 'status comes from the runner');
 });
+
+t.test('a strategy underway shows as rebuilding, refuses a second rebuild, and ends as it began', async (t) => {
+  const fixture = await openStore(openMemoryPglite, { pollIntervalMs: 10 });
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw(`CREATE TABLE custom_names (name text PRIMARY KEY)`);
+  let release = (): void => undefined;
+  let runs = 0;
+  const slowRebuild: RebuildStrategy = async () => {
+    runs += 1;
+    await new Promise<void>((resolve) => (release = resolve));
+  };
+  const runner = createProjectionRunner({
+    store: fixture.store,
+    db: fixture.db,
+    bus: null,
+    projections: [namesProjection('custom')],
+    rebuildStrategies: new Map([['custom', slowRebuild]]),
+    groupPrefix: 'test',
+    log: pino({ level: 'silent' }),
+  });
+  await runner.start();
+  t.teardown(() => runner.stop());
+  const stateOf = async () => (await runner.status()).find((status) => status.name === 'custom')?.state;
+  t.equal(await stateOf(), 'running');
+
+  const first = runner.rebuild('custom');
+  t.equal(await stateOf(), 'rebuilding', 'the status says so while the strategy runs');
+  await t.rejects(runner.rebuild('custom'), /projection custom is already rebuilding/, 'a second rebuild is refused');
+  t.equal(runs, 1, 'and did not start the strategy again');
+  release();
+  await first;
+  t.equal(await stateOf(), 'running', 'the state is the runner\'s again once it ends');
+
+  const failing = createProjectionRunner({
+    store: fixture.store,
+    db: fixture.db,
+    bus: null,
+    projections: [namesProjection('custom')],
+    rebuildStrategies: new Map([['custom', async () => Promise.reject(new Error('index unreachable'))]]),
+    groupPrefix: 'test-failing',
+    log: pino({ level: 'silent' }),
+  });
+  await t.rejects(failing.rebuild('custom'), /index unreachable/);
+  await t.rejects(failing.rebuild('custom'), /index unreachable/, 'a failed strategy does not leave the projection marked as rebuilding');
+});
