@@ -34,6 +34,7 @@ import { investigationRoutes } from './routes/investigations.js';
 import { oauthRoutes } from './routes/oauth.js';
 import { wellKnownRoutes } from './routes/wellKnown.js';
 import { mcpRoutes } from './routes/mcp.js';
+import { memberRoutes } from './routes/members.js';
 import { taskRoutes } from './routes/tasks.js';
 import { userRoutes } from './routes/users.js';
 
@@ -47,6 +48,7 @@ const resourceRoutes = [
   adminRoutes,
   auditRoutes,
   repositoryRoutes,
+  memberRoutes,
   sourceRoutes,
   factRoutes,
   reportRoutes,

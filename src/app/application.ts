@@ -4,6 +4,7 @@ import { eventQueries } from '../read/events.js';
 import { projectionQueries } from '../read/projections.js';
 import { factQueries } from '../read/facts.js';
 import { investigationQueries } from '../read/investigations.js';
+import { memberQueries } from '../read/members.js';
 import { repositoryQueries } from '../read/repositories.js';
 import { reportQueries } from '../read/reports.js';
 import { settingQueries } from '../read/settings.js';
@@ -15,6 +16,7 @@ import { apiKeyCommands } from './apiKeys.js';
 import { conceptCommands } from './concepts.js';
 import type { AppContext } from './context.js';
 import { investigationCommands } from './investigations.js';
+import { memberCommands } from './members.js';
 import { projectionCommands } from './projections.js';
 import { repositoryCommands } from './repositories.js';
 import { reportCommands } from './reports.js';
@@ -41,6 +43,7 @@ export function createApplication(context: AppContext) {
     tasks: { ...taskQueries(context), ...taskCommands(context) },
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },
+    members: { ...memberQueries(context), ...memberCommands(context) },
     apiKeys: apiKeyCommands(context),
     audit: auditQueries(context),
     projections: { ...projectionQueries(context), ...projectionCommands(context) },

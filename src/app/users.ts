@@ -16,20 +16,32 @@ const SYSADMIN = 'sysadmin';
 
 const repositoryOf = (domain: string) => (domain.startsWith(REPOSITORY_DOMAIN_PREFIX) ? domain.slice(REPOSITORY_DOMAIN_PREFIX.length) : null);
 
+/**
+ * Appends a role grant or revocation to the user's stream, the caller as its actor. Access is the
+ * caller's to check: `role:manage` (administration) or `members:manage` (src/app/members.ts).
+ */
+export async function changeRole(
+  deps: Pick<AppContext, 'commands'>,
+  principal: Principal,
+  input: RoleAssignmentInput,
+  type: 'GrantRole' | 'RevokeRole',
+  trace?: Trace,
+): Promise<void> {
+  await deps.commands.execute(
+    streamName('user', input.user_id),
+    userDecider,
+    { type, role: input.role, domain: input.domain },
+    commandMetadata(principal, repositoryOf(input.domain), trace),
+  );
+}
+
 /** User commands: profile changes (one's own, or anyone's with `user:write`) and role grants (`role:manage`). */
 export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'commands'>) {
   const knex = deps.db.knex;
   const requireUserRow = async (userId: string) => {
     if (!(await knex('users').where({ id: userId }).first('id'))) throw notFound('user');
   };
-  const roleCommand = async (principal: Principal, input: RoleAssignmentInput, type: 'GrantRole' | 'RevokeRole', trace?: Trace) => {
-    await deps.commands.execute(
-      streamName('user', input.user_id),
-      userDecider,
-      { type, role: input.role, domain: input.domain },
-      commandMetadata(principal, repositoryOf(input.domain), trace),
-    );
-  };
+  const roleCommand = (principal: Principal, input: RoleAssignmentInput, type: 'GrantRole' | 'RevokeRole', trace?: Trace) => changeRole(deps, principal, input, type, trace);
 
   return {
     async updateProfile(principal: Principal, input: { user: string; name?: string; email?: string }) {

@@ -191,6 +191,9 @@ const ROLE_PERMISSIONS: ReadonlyMap<string, { scope: Scope; permissions: Readonl
 const ALL_SYSTEM_PERMISSIONS: readonly Permission[] = expandPattern('*:*', 'system');
 const ALL_REPOSITORY_PERMISSIONS: readonly Permission[] = expandPattern('*:*', 'repository');
 
+/** The roles a repository's members can hold, in the catalog's order (owner first). */
+export const REPOSITORY_ROLE_NAMES: readonly string[] = ROLE_DEFINITIONS.filter((role) => role.scope === 'repository').map((role) => role.name);
+
 export function isKnownRole(role: string, domain: string): boolean {
   const definition = ROLE_PERMISSIONS.get(role);
   return definition !== undefined && definition.scope === scopeOfDomain(domain);

@@ -1,0 +1,81 @@
+import { isKnownRole, repositoryDomain, REPOSITORY_ROLE_NAMES, type Principal } from '../auth/rbac.js';
+import { withNamedLock } from '../db/namedLock.js';
+import { normalizeEmail } from '../domain/user/decider.js';
+import { membersOf, type Member } from '../read/members.js';
+import { authorizeRepository, type Trace } from './access.js';
+import type { AppContext } from './context.js';
+import { conflict, invalid, notFound } from './errors.js';
+import { changeRole } from './users.js';
+
+/** Who a member is, by account id or by the email they registered with (one of the two). */
+export interface MemberReference {
+  user_id?: string;
+  email?: string;
+}
+
+const OWNER = 'owner';
+
+/**
+ * Membership commands of a repository's owners (`members:manage`): one role per member, set or
+ * removed. Each change is RoleGranted / RoleRevoked events on the user's stream with the caller as
+ * actor, as an administrator's grant is (`PUT /admin/users/roles`). A repository keeps at least
+ * one owner: only an owner could give the role back.
+ */
+export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
+  const knex = deps.db.knex;
+
+  const findUser = async (reference: MemberReference) => {
+    if ((reference.user_id === undefined) === (reference.email === undefined)) throw invalid('name the member by user_id or by email, one of the two');
+    const where = reference.user_id !== undefined ? { id: reference.user_id } : { email: normalizeEmail(reference.email ?? '') };
+    const user: { id: string } | undefined = await knex('users').where(where).first('id');
+    if (!user) throw notFound('user');
+    return user.id;
+  };
+
+  /**
+   * The membership of one repository changes one request at a time (across processes on a
+   * server), so the last-owner check and the change it allows are one step.
+   */
+  const changeMembership = async (repositoryId: string, userId: string, change: (held: string[], owners: number) => Promise<void>) =>
+    withNamedLock(deps.db, `factlog.members.${repositoryId}`, async () => {
+      const members = await membersOf(knex, repositoryId);
+      const held = members.find((member) => member.user_id === userId)?.roles ?? [];
+      await change(held, members.filter((member) => member.roles.includes(OWNER)).length);
+    });
+
+  const memberOf = async (repositoryId: string, userId: string): Promise<Member> => {
+    const member = (await membersOf(knex, repositoryId)).find((candidate) => candidate.user_id === userId);
+    if (!member) throw notFound('member');
+    return member;
+  };
+
+  return {
+    /** Gives a user exactly `role` on the repository: granted if new, their other roles there revoked. */
+    async setMemberRole(principal: Principal, input: MemberReference & { repository: string; role: string }, trace?: Trace): Promise<Member> {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'members:manage');
+      const domain = repositoryDomain(repository.id);
+      if (!isKnownRole(input.role, domain)) throw invalid(`role '${input.role}' does not exist on a repository: use ${REPOSITORY_ROLE_NAMES.join(', ')}`);
+      const userId = await findUser(input);
+      await changeMembership(repository.id, userId, async (held, owners) => {
+        if (held.includes(OWNER) && input.role !== OWNER && owners === 1) throw conflict("this is the repository's last owner: make another member owner first");
+        await changeRole(deps, principal, { user_id: userId, role: input.role, domain }, 'GrantRole', trace);
+        for (const role of held) if (role !== input.role) await changeRole(deps, principal, { user_id: userId, role, domain }, 'RevokeRole', trace);
+      });
+      return memberOf(repository.id, userId);
+    },
+
+    /** Removes a member: every role they hold on the repository is revoked. */
+    async removeMember(principal: Principal, input: { repository: string; user_id: string }, trace?: Trace): Promise<void> {
+      const repository = await authorizeRepository(knex, principal, input.repository, 'members:manage');
+      const domain = repositoryDomain(repository.id);
+      const userId = await findUser({ user_id: input.user_id });
+      await changeMembership(repository.id, userId, async (held, owners) => {
+        if (held.length === 0) throw notFound('member');
+        if (held.includes(OWNER) && owners === 1) throw conflict("this is the repository's last owner: make another member owner first");
+        for (const role of held) await changeRole(deps, principal, { user_id: userId, role, domain }, 'RevokeRole', trace);
+      });
+    },
+  };
+}
+
+export type MemberCommands = ReturnType<typeof memberCommands>;
