@@ -69,6 +69,18 @@ export const errorReplySchema = {
  * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
  * concept also lists its `contexts` and `candidates`); internals never leak.
  */
+/**
+ * fastify's message for a failed schema, naming the fields it refused: Ajv's "must NOT have
+ * additional properties" does not say which, and a caller who misspelt a field needs to know.
+ */
+function validationMessage(error: FastifyError): string {
+  const unknown = (error.validation ?? [])
+    .filter((entry) => entry.keyword === 'additionalProperties')
+    .map((entry) => (entry.params as { additionalProperty?: unknown }).additionalProperty)
+    .filter((name): name is string => typeof name === 'string');
+  return unknown.length ? `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})` : error.message;
+}
+
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
     const send = (status: number, code: string, message: string, extra: object = {}) => reply.status(status).send({ error: code, message, ...extra });
@@ -89,7 +101,7 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       return send(415, 'unsupported_media_type', `body must be ${mediaTypesRead(request).join(' or ')}`);
     }
-    if (fastifyError.validation) return send(400, 'bad_request', error.message);
+    if (fastifyError.validation) return send(400, 'bad_request', validationMessage(fastifyError));
     const statusCode = fastifyError.statusCode;
     if (statusCode && statusCode >= 400 && statusCode < 500) {
       // fastify's and its plugins' own codes (FST_ERR_CTP_INVALID_JSON_BODY, FST_REQ_FILE_TOO_LARGE, ...) become the documented names.
