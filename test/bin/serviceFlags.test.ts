@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
-import { serviceLaunch } from '../helpers/serviceLaunch.js';
+import { serverTierLaunch, serviceLaunch } from '../helpers/serviceLaunch.js';
 
 /**
  * The service's environment and V8 flags (bin/factlog.js's shebang; docs/performance.md, "Memory
@@ -34,4 +34,10 @@ t.test('the shebang is read as its environment and its flags', async (t) => {
   // The helper's parse, on the line as written: a NAME=value after node would be a flag.
   const shebang = read('bin/factlog.js').split('\n')[0];
   t.equal(shebang, `#!/usr/bin/env -S MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072 node ${flags.join(' ')}`);
+});
+
+t.test('a server-tier node (deploy/compose.yaml) starts node without the embedded node\'s V8 flags, with its environment', async (t) => {
+  // No PGlite there (--liftoff-only is for its WebAssembly) and no 500 MB target; the collector's
+  // flags cost its catch-up about a fifth (docs/performance.md, "Thirty-eighth round").
+  t.same(serverTierLaunch(), { env, flags: [] });
 });

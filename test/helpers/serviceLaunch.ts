@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { parse } from 'yaml';
 
 /**
  * How bin/factlog.js starts node, from its shebang (`#!/usr/bin/env -S [NAME=value ...] node
@@ -23,4 +24,21 @@ export function serviceLaunch(): ServiceLaunch {
     env[name] = value;
   }
   return { env, flags: words.slice(node + 1) };
+}
+
+/**
+ * How a server-tier node starts node: deploy/compose.yaml's entrypoint for its api and worker
+ * nodes (`node bin/factlog.js`, no V8 flags; the Dockerfile's environment). Throws when the two
+ * nodes' entrypoints differ or are not `node [flags] bin/factlog.js`.
+ */
+export function serverTierLaunch(): ServiceLaunch {
+  const compose = parse(readFileSync(new URL('../../deploy/compose.yaml', import.meta.url), 'utf8')) as { services: Record<string, { entrypoint?: string[] }> };
+  const [api, worker] = [compose.services.api?.entrypoint, compose.services.worker?.entrypoint];
+  if (!api || JSON.stringify(api) !== JSON.stringify(worker)) throw new Error('deploy/compose.yaml: the api and worker nodes need one entrypoint');
+  if (api[0] !== 'node' || api[api.length - 1] !== 'bin/factlog.js') throw new Error(`deploy/compose.yaml: the entrypoint is not node [flags] bin/factlog.js: ${api.join(' ')}`);
+  const dockerfile = readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8');
+  const env = Object.fromEntries(
+    (/^ENV (MALLOC_.+)$/m.exec(dockerfile)?.[1] ?? '').split(' ').filter(Boolean).map((assignment) => assignment.split('=', 2) as [string, string]),
+  );
+  return { env, flags: api.slice(1, -1) };
 }
