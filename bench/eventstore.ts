@@ -9,8 +9,15 @@
  * the pipeline over the test corpus, cached in bench/.tmp, BENCH_REFRESH_LOG=1 records it again).
  *
  * Writes the "Event store" section of bench/RESULTS.md (other sections are kept).
+ *
+ * Each store runs in a process of its own, started as its tier starts the service: PGlite under
+ * bin/factlog.js's environment and V8 flags (its shebang, as bench/pipeline.ts starts the service),
+ * the server under deploy/compose.yaml's entrypoint. BENCH_SERVICE_FLAGS=0 measures both in this
+ * process, on node's defaults.
  */
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -32,6 +39,7 @@ import { envNumber, log } from './common.js';
 import { appendReplicatedLog, corpusPipelineLog } from './pipelineLog.js';
 import { statementShape } from './sqlProfile.js';
 import { describeGauge, machineGauge } from './machineGauge.js';
+import { serverTierLaunch, serviceLaunch, type ServiceLaunch } from '../test/helpers/serviceLaunch.js';
 
 /** Each timed phase stops at this duration or its operation cap, whichever comes first. */
 const phaseMs = Number(process.env.BENCH_PHASE_MS ?? 5000);
@@ -353,16 +361,18 @@ function ratio(rate: Rate | undefined, ceiling: Rate | undefined): string {
   return rate && ceiling ? `${(rate.perSecond / ceiling.perSecond).toFixed(2)}×` : 'n/a';
 }
 
-async function main(): Promise<void> {
-  const started = new Date();
-  const loadAtStart = os.loadavg()[0].toFixed(2);
-  // Before the work, so its own load does not count: which hour of this VM the run had.
-  const gauge = describeGauge(await machineGauge());
-  log(gauge);
-  const byBackend: Record<'pglite' | 'postgres', Record<string, Rate>> = { pglite: {}, postgres: {} };
+type Backend = 'pglite' | 'postgres';
 
-  if (backends.has('pglite')) {
-    log('PGlite (data directory on disk)');
+/** What one store's run reports: its rates, and the server's version. */
+interface BackendResult {
+  rates: Record<string, Rate>;
+  serverVersion?: string;
+}
+
+/** One store's measurements, in this process. */
+async function runBackend(backend: Backend): Promise<BackendResult> {
+  if (backend === 'pglite') {
+    log(`PGlite (data directory on disk), ${launchDescription(backend)}`);
     // Made only for PGlite, which removes it: a server-only run left an empty one behind.
     const tmp = path.resolve('bench/.tmp', `eventstore-${process.pid}`);
     await mkdir(tmp, { recursive: true });
@@ -379,24 +389,76 @@ async function main(): Promise<void> {
     );
     const pglite = await openDatabase({ kind: 'pglite', dataDir: path.join(tmp, 'pglite'), settings });
     try {
-      byBackend.pglite = await benchBackend(pglite);
+      return { rates: await benchBackend(pglite) };
     } finally {
       await pglite.close();
       await rm(tmp, { recursive: true, force: true });
     }
   }
+  log(`PostgreSQL server, ${launchDescription(backend)}`);
+  const server = await openScratchPostgres(undefined, 'factlog_bench');
+  try {
+    const version = await server.knex.raw('SHOW server_version');
+    const serverVersion = `PostgreSQL ${String((version as { rows: Array<{ server_version: string }> }).rows[0].server_version).split(' ')[0]}`;
+    return { rates: await benchBackend(server), serverVersion };
+  } finally {
+    await server.close();
+  }
+}
 
+/**
+ * The launch each store runs under, as its tier starts the service: PGlite as an embedded node
+ * (bin/factlog.js's shebang: its V8 flags cost PGlite's catch-up about a quarter against node's
+ * defaults), the server as a server-tier node (deploy/compose.yaml's entrypoint).
+ */
+const launchOf = (backend: Backend): ServiceLaunch => (backend === 'pglite' ? serviceLaunch() : serverTierLaunch());
+
+/** Set in a store's own process: which store it measures, and where its result goes. */
+const CHILD_BACKEND = 'BENCH_EVENTSTORE_BACKEND';
+const CHILD_RESULT = 'BENCH_EVENTSTORE_RESULT';
+
+function launchDescription(backend: Backend): string {
+  if (process.env.BENCH_SERVICE_FLAGS === '0') return "node's default V8 flags (BENCH_SERVICE_FLAGS=0)";
+  const { env, flags } = launchOf(backend);
+  const where = backend === 'pglite' ? "an embedded node's launch (bin/factlog.js)" : "a server-tier node's launch (deploy/compose.yaml)";
+  return `${where}: ${Object.entries(env).map(([name, value]) => `${name}=${value} `).join('')}node ${flags.join(' ') || '(no V8 flags)'}`;
+}
+
+/**
+ * One store's measurements in a process of its own, started as its tier starts node: V8 flags
+ * must be on node's command line (NODE_OPTIONS refuses --liftoff-only) and glibc reads its
+ * MALLOC_ settings at start. BENCH_SERVICE_FLAGS=0 measures in this process, on node's defaults.
+ */
+async function runBackendInItsLaunch(backend: Backend): Promise<BackendResult> {
+  if (process.env.BENCH_SERVICE_FLAGS === '0') return runBackend(backend);
+  const { env, flags } = launchOf(backend);
+  await mkdir(path.resolve('bench/.tmp'), { recursive: true });
+  const resultFile = path.resolve('bench/.tmp', `eventstore-${process.pid}-${backend}.json`);
+  const child = spawn(process.execPath, [...flags, ...process.execArgv, ...process.argv.slice(1)], {
+    stdio: 'inherit',
+    env: { ...process.env, ...env, [CHILD_BACKEND]: backend, [CHILD_RESULT]: resultFile },
+  });
+  const [code] = (await once(child, 'exit')) as [number | null];
+  if (code !== 0) throw new Error(`the ${backend} measurement ended with exit code ${String(code)}`);
+  try {
+    return JSON.parse(await readFile(resultFile, 'utf8')) as BackendResult;
+  } finally {
+    await rm(resultFile, { force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  const loadAtStart = os.loadavg()[0].toFixed(2);
+  // Before the work, so its own load does not count: which hour of this VM the run had.
+  const gauge = describeGauge(await machineGauge());
+  log(gauge);
+  const byBackend: Record<Backend, Record<string, Rate>> = { pglite: {}, postgres: {} };
   let serverVersion = 'PostgreSQL';
-  if (backends.has('postgres')) {
-    log('PostgreSQL server');
-    const server = await openScratchPostgres(undefined, 'factlog_bench');
-    try {
-      const version = await server.knex.raw('SHOW server_version');
-      serverVersion = `PostgreSQL ${String((version as { rows: Array<{ server_version: string }> }).rows[0].server_version).split(' ')[0]}`;
-      byBackend.postgres = await benchBackend(server);
-    } finally {
-      await server.close();
-    }
+  for (const backend of (['pglite', 'postgres'] as const).filter((name) => backends.has(name))) {
+    const result = await runBackendInItsLaunch(backend);
+    byBackend[backend] = result.rates;
+    if (result.serverVersion) serverVersion = result.serverVersion;
   }
 
   if (catchUpOnly) {
@@ -405,6 +467,7 @@ async function main(): Promise<void> {
     process.stdout.write(
       [
         `load average at start / end: ${loadAtStart} / ${os.loadavg()[0].toFixed(2)}; ${logCopies} copies of the corpus log`,
+        `PGlite under ${launchDescription('pglite')}; the server under ${launchDescription('postgres')}`,
         gauge,
         line('PGlite, read models', byBackend.pglite.realCatchUp),
         line('PGlite, search index', byBackend.pglite.realSearchIndex),
@@ -435,6 +498,7 @@ async function main(): Promise<void> {
     `Load average at start / end: ${loadAtStart} / ${os.loadavg()[0].toFixed(2)} (the machine is shared: expect ±30% between runs).`,
     `At the start, the ${gauge}.`,
     `Date: ${started.toISOString()}. Command: \`node --import=tsx bench/eventstore.ts\` (each phase ${phaseMs / 1000} s or its operation cap; BENCH_LOG_COPIES=${logCopies}).`,
+    `Each store in a process of its own: PGlite under ${launchDescription('pglite')}; the server under ${launchDescription('postgres')}.`,
     '',
     `| measurement | unit | PGlite (on disk) | ${serverVersion} |`,
     '|---|---|---:|---:|',
@@ -467,4 +531,10 @@ async function main(): Promise<void> {
   log(`total ${((Date.now() - started.getTime()) / 1000).toFixed(0)} s`);
 }
 
-await main();
+const childBackend = process.env[CHILD_BACKEND];
+if (childBackend === 'pglite' || childBackend === 'postgres') {
+  const result = await runBackend(childBackend);
+  await writeFile(process.env[CHILD_RESULT] ?? '', JSON.stringify(result));
+} else {
+  await main();
+}
