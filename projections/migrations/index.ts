@@ -521,6 +521,19 @@ export const readModelMigrations: readonly Migration[] = [
       await execStatements(knex, `CREATE TABLE installation_secrets (name text PRIMARY KEY, value text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());`);
     },
   },
+  {
+    // A URL's #fragment is dropped when a source is added (src/app/sources.ts, normalizeReference),
+    // but a source added before keeps it in its events and so in its url: adding `page` must find
+    // that `page#part`. The lookup is by the document a URL names, its text before the '#' (a '#'
+    // elsewhere in a serialized URL is percent-encoded).
+    id: '015_sources_document_url',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE INDEX sources_document_url ON sources (repository_id, split_part(url, '#', 1)) WHERE url IS NOT NULL;
+        DROP INDEX sources_url;
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -96,10 +96,11 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       // Look up and register as one step per reference: two requests adding the same URL at once
       // must not both find it missing (the second waits and then finds the first's source).
       return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${reference.url ?? reference.doi}`, async () => {
-        const existing: SourceRow | undefined = await knex('sources')
-          .where({ repository_id: repository.id })
-          .where(reference.url ? { url: reference.url } : { doi: reference.doi })
-          .first();
+        const lookup = knex('sources').where({ repository_id: repository.id });
+        // By the document: a source added before fragments were dropped has one in its url.
+        if (reference.url) lookup.whereNotNull('url').whereRaw(`split_part(url, '#', 1) = ?`, [reference.url]);
+        else lookup.where({ doi: reference.doi });
+        const existing: SourceRow | undefined = await lookup.first();
         if (existing) return { created: false, source: presentSource(existing) };
         const source = await register(
           repository.id,

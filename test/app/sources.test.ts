@@ -1,8 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import { normalizeReference, uploadContentType } from '../../src/app/sources.js';
 import { UnsupportedContentError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { eventually } from '../helpers/service.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -44,6 +46,32 @@ t.test('the same URL added several times at once is one source', async (t) => {
   t.same(new Set(results.map((result) => result.source.id)).size, 1, 'every answer is that source');
   const stored = await harness.service.context.db.knex('sources').where({ repository_id: repository, url }).count({ count: '*' }).first();
   t.equal(Number(stored?.count), 1, 'stored once');
+});
+
+t.test('a source stored with a #fragment, as before fragments were dropped, is found by its document', async (t) => {
+  // Its SourceRegistered as an older version appended it: the url as given, fragment and all.
+  const { context } = harness.service;
+  const oldId = randomUUID();
+  const url = 'http://127.0.0.1:9/older-page';
+  await context.store.append(
+    `source-${oldId}`,
+    [
+      {
+        type: 'SourceRegistered',
+        data: { origin: 'url', url: `${url}#section-2`, doi: null, filename: null, content_type: null, body_sha256: null, body_bytes: null },
+        metadata: { repositoryId: repository, actor: owner.userId, causationId: null, correlationId: null },
+      },
+    ],
+    'no_stream',
+  );
+  await eventually(async () => context.db.knex('sources').where({ id: oldId }).first('id'));
+  for (const given of [url, `${url}#other`]) {
+    const added = await harness.app.sources.add(owner, { repository, url: given });
+    t.equal(added.created, false, `${given}: no second source`);
+    t.equal(added.source.id, oldId, 'the stored one is answered');
+  }
+  const other = await harness.app.sources.add(owner, { repository, url: `${url}-2` });
+  t.equal(other.created, true, 'a URL that only begins the same is another document');
 });
 
 t.test('adding is denied without sources:create, before the input is looked at', async (t) => {
