@@ -36,11 +36,11 @@ export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
    * The membership of one repository changes one request at a time (across processes on a
    * server), so the last-owner check and the change it allows are one step.
    */
-  const changeMembership = async (repositoryId: string, userId: string, change: (held: string[], owners: number) => Promise<void>) =>
+  const changeMembership = <T>(repositoryId: string, userId: string, change: (held: string[], owners: number) => Promise<T>): Promise<T> =>
     withNamedLock(deps.db, `factlog.members.${repositoryId}`, async () => {
       const members = await membersOf(knex, repositoryId);
       const held = members.find((member) => member.user_id === userId)?.roles ?? [];
-      await change(held, members.filter((member) => member.roles.includes(OWNER)).length);
+      return change(held, members.filter((member) => member.roles.includes(OWNER)).length);
     });
 
   const memberOf = async (repositoryId: string, userId: string): Promise<Member> => {
@@ -56,12 +56,13 @@ export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       const domain = repositoryDomain(repository.id);
       if (!isKnownRole(input.role, domain)) throw invalid(`role '${input.role}' does not exist on a repository: use ${REPOSITORY_ROLE_NAMES.join(', ')}`);
       const userId = await findUser(input);
-      await changeMembership(repository.id, userId, async (held, owners) => {
+      return changeMembership(repository.id, userId, async (held, owners) => {
         if (held.includes(OWNER) && input.role !== OWNER && owners === 1) throw conflict("this is the repository's last owner: make another member owner first");
         await changeRole(deps, principal, { user_id: userId, role: input.role, domain }, 'GrantRole', trace);
         for (const role of held) if (role !== input.role) await changeRole(deps, principal, { user_id: userId, role, domain }, 'RevokeRole', trace);
+        // Read under the lock: the member as this change left them, not as a later one did.
+        return memberOf(repository.id, userId);
       });
-      return memberOf(repository.id, userId);
     },
 
     /** Removes a member: every role they hold on the repository is revoked. */

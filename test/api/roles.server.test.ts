@@ -39,3 +39,39 @@ t.test('a role change through one node takes effect on the next request on anoth
   t.equal(await readOnB(bob.token), 403, 'revoked on A: refused on B at the next request');
   t.equal(await readOnB(key), 403);
 });
+
+/**
+ * The last-owner rule across nodes: the check and the change run under an advisory lock of the
+ * repository's membership, so two owners stepping down at once through two nodes leave one owner.
+ */
+t.test('two owners stepping down at once through two nodes leave one of them owner', async (t) => {
+  const scratch = await openScratchPostgres(undefined, 'factlog_members');
+  const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
+  const overrides = { databases: { default: { url, max_conns: 5 } } };
+  const nodeA = await startTestService({ overrides, workers: false });
+  const nodeB = await startTestService({ overrides, workers: false });
+  t.teardown(async () => {
+    await nodeB.close();
+    await nodeA.close();
+    await scratch.close();
+  });
+  await registerUser(nodeA, 'admin@example.org');
+  const first = await registerUser(nodeA, 'first@example.org');
+  const second = await registerUser(nodeA, 'second@example.org');
+  const repoId = (await nodeA.call('POST', '/api/v1/repositories', { token: first.token, body: { name: 'Co-owned' } })).body.id;
+  const members = `/api/v1/repositories/${repoId}/members`;
+  t.equal((await nodeA.call('PUT', members, { token: first.token, body: { email: 'second@example.org', role: 'owner' } })).status, 200);
+
+  for (let round = 0; round < 3; round++) {
+    const replies = await Promise.all([
+      nodeA.call('PUT', members, { token: first.token, body: { user_id: first.user.id, role: 'editor' } }),
+      nodeB.call('PUT', members, { token: second.token, body: { user_id: second.user.id, role: 'editor' } }),
+    ]);
+    t.same(replies.map((reply) => reply.status).sort(), [200, 409], `round ${round}: one steps down, the other is the last owner`);
+    const listed = (await nodeB.call('GET', members, { token: replies[0].status === 200 ? second.token : first.token })).body.members as Array<{ roles: string[] }>;
+    t.same(listed.map((member) => member.roles[0]).sort(), ['editor', 'owner'], 'one owner left');
+    // The one who stayed owner makes the other owner again for the next round.
+    const [stayed, other] = replies[0].status === 200 ? [second, first] : [first, second];
+    t.equal((await nodeA.call('PUT', members, { token: stayed.token, body: { user_id: other.user.id, role: 'owner' } })).status, 200);
+  }
+});
