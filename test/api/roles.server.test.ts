@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { openScratchPostgres } from '../../src/db/database.js';
 import { registerUser, startTestService } from '../helpers/service.js';
 
@@ -7,8 +7,9 @@ import { registerUser, startTestService } from '../helpers/service.js';
  * very next request on the other, for sessions and API keys alike. No node caches permissions:
  * each request reads the owner's current assignments.
  */
-t.test('a role change through one node takes effect on the next request on another', async (t) => {
-  const scratch = await openScratchPostgres(undefined, 'factlog_roles');
+/** Two API nodes on one scratch PostgreSQL database, closed when `t` ends. */
+async function twoNodes(t: Test, database: string) {
+  const scratch = await openScratchPostgres(undefined, database);
   const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
   const overrides = { databases: { default: { url, max_conns: 5 } } };
   const nodeA = await startTestService({ overrides, workers: false });
@@ -18,6 +19,11 @@ t.test('a role change through one node takes effect on the next request on anoth
     await nodeA.close();
     await scratch.close();
   });
+  return [nodeA, nodeB] as const;
+}
+
+t.test('a role change through one node takes effect on the next request on another', async (t) => {
+  const [nodeA, nodeB] = await twoNodes(t, 'factlog_roles');
 
   const admin = await registerUser(nodeA, 'admin@example.org');
   const bob = await registerUser(nodeA, 'bob@example.org');
@@ -45,16 +51,7 @@ t.test('a role change through one node takes effect on the next request on anoth
  * repository's membership, so two owners stepping down at once through two nodes leave one owner.
  */
 t.test('two owners stepping down at once through two nodes leave one of them owner', async (t) => {
-  const scratch = await openScratchPostgres(undefined, 'factlog_members');
-  const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
-  const overrides = { databases: { default: { url, max_conns: 5 } } };
-  const nodeA = await startTestService({ overrides, workers: false });
-  const nodeB = await startTestService({ overrides, workers: false });
-  t.teardown(async () => {
-    await nodeB.close();
-    await nodeA.close();
-    await scratch.close();
-  });
+  const [nodeA, nodeB] = await twoNodes(t, 'factlog_members');
   await registerUser(nodeA, 'admin@example.org');
   const first = await registerUser(nodeA, 'first@example.org');
   const second = await registerUser(nodeA, 'second@example.org');
