@@ -66,10 +66,6 @@ export const errorReplySchema = {
 } as const;
 
 /**
- * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
- * concept also lists its `contexts` and `candidates`); internals never leak.
- */
-/**
  * fastify's message for a failed schema, naming the fields it refused: Ajv's "must NOT have
  * additional properties" does not say which, and a caller who misspelt a field needs to know.
  */
@@ -81,6 +77,10 @@ function validationMessage(error: FastifyError): string {
   return unknown.length ? `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})` : error.message;
 }
 
+/**
+ * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
+ * concept also lists its `contexts` and `candidates`); internals never leak.
+ */
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
     const send = (status: number, code: string, message: string, extra: object = {}) => reply.status(status).send({ error: code, message, ...extra });
