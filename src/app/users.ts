@@ -41,7 +41,6 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
   const requireUserRow = async (userId: string) => {
     if (!(await knex('users').where({ id: userId }).first('id'))) throw notFound('user');
   };
-  const roleCommand = (principal: Principal, input: RoleAssignmentInput, type: 'GrantRole' | 'RevokeRole', trace?: Trace) => changeRole(deps, principal, input, type, trace);
 
   return {
     async updateProfile(principal: Principal, input: { user: string; name?: string; email?: string }) {
@@ -59,7 +58,7 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
       await requireUserRow(user_id);
       const repositoryId = repositoryOf(domain);
       if (repositoryId !== null && !(await knex('repositories').where({ id: repositoryId }).whereNull('deleted_at').first('id'))) throw notFound('repository');
-      await roleCommand(principal, input, 'GrantRole', trace);
+      await changeRole(deps, principal, input, 'GrantRole', trace);
       return { user_id, role, domain };
     },
 
@@ -70,14 +69,14 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
     async revokeRole(principal: Principal, input: RoleAssignmentInput, trace?: Trace) {
       authorizeSystem(principal, 'role:manage');
       await requireUserRow(input.user_id);
-      if (input.role !== SYSADMIN || input.domain !== SYSTEM_DOMAIN) return roleCommand(principal, input, 'RevokeRole', trace);
+      if (input.role !== SYSADMIN || input.domain !== SYSTEM_DOMAIN) return changeRole(deps, principal, input, 'RevokeRole', trace);
       // Counted and revoked as one step, so two sysadmins revoking each other at once cannot both succeed.
       await withNamedLock(deps.db, 'factlog.sysadmins', async () => {
         const holders: Array<{ user_id: string }> = await knex('role_assignments').where({ role: SYSADMIN, domain: SYSTEM_DOMAIN }).select('user_id');
         if (holders.length === 1 && holders[0].user_id === input.user_id) {
           throw conflict('this is the last sysadmin: grant the role to another user before revoking it here');
         }
-        await roleCommand(principal, input, 'RevokeRole', trace);
+        await changeRole(deps, principal, input, 'RevokeRole', trace);
       });
     },
   };
