@@ -17,13 +17,18 @@ export function serviceLaunch(): ServiceLaunch {
   const words = /^#!\/usr\/bin\/env -S (.+)$/.exec(shebang)?.[1]?.split(' ') ?? [];
   const node = words.indexOf('node');
   if (node === -1) throw new Error(`bin/factlog.js's shebang does not start node: ${shebang}`);
+  return { env: environmentOf(words.slice(0, node), "bin/factlog.js's shebang"), flags: words.slice(node + 1) };
+}
+
+/** `NAME=value` words as an environment; `origin` names where they come from in the error. */
+function environmentOf(assignments: readonly string[], origin: string): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const assignment of words.slice(0, node)) {
+  for (const assignment of assignments) {
     const [name, value] = assignment.split('=', 2);
-    if (!name || value === undefined) throw new Error(`bin/factlog.js's shebang has '${assignment}' before node, not NAME=value`);
+    if (!name || value === undefined) throw new Error(`${origin} has '${assignment}', not NAME=value`);
     env[name] = value;
   }
-  return { env, flags: words.slice(node + 1) };
+  return env;
 }
 
 /**
@@ -37,8 +42,6 @@ export function serverTierLaunch(): ServiceLaunch {
   if (!api || JSON.stringify(api) !== JSON.stringify(worker)) throw new Error('deploy/compose.yaml: the api and worker nodes need one entrypoint');
   if (api[0] !== 'node' || api[api.length - 1] !== 'bin/factlog.js') throw new Error(`deploy/compose.yaml: the entrypoint is not node [flags] bin/factlog.js: ${api.join(' ')}`);
   const dockerfile = readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8');
-  const env = Object.fromEntries(
-    (/^ENV (MALLOC_.+)$/m.exec(dockerfile)?.[1] ?? '').split(' ').filter(Boolean).map((assignment) => assignment.split('=', 2) as [string, string]),
-  );
+  const env = environmentOf((/^ENV (MALLOC_.+)$/m.exec(dockerfile)?.[1] ?? '').split(' ').filter(Boolean), "the Dockerfile's ENV");
   return { env, flags: api.slice(1, -1) };
 }
