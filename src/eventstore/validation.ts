@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { NewEvent } from './envelope.js';
 import { InvalidEventError, type ExpectedVersion } from './port.js';
 import type { EventSchemaRegistry } from './schemas.js';
+import { isUuid } from '../util/uuid.js';
 
 /** An event that passed every check an adapter makes before it touches its storage. */
 export interface ValidatedEvent {
@@ -15,8 +16,6 @@ export interface ValidatedEvent {
   /** The data as the schema registry normalised it (missing optional fields as null). */
   data: Record<string, unknown>;
 }
-
-const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function checkExpectedVersion(expected: ExpectedVersion): void {
   if (expected === 'no_stream' || expected === 'stream_exists' || expected === 'any') return;
@@ -43,7 +42,7 @@ export function validateNewEvents(schemas: EventSchemaRegistry, events: readonly
     if (eventType !== event.type) throw new InvalidEventError(eventType, 'type must be a non-empty string');
     const data = schemas.validate(eventType, event.data);
     const eventId = event.eventId ?? randomUUID();
-    if (typeof eventId !== 'string' || !uuidPattern.test(eventId)) {
+    if (typeof eventId !== 'string' || !isUuid(eventId)) {
       throw new InvalidEventError(eventType, `eventId must be a UUID, got ${JSON.stringify(eventId)}`);
     }
     if (seenIds.has(eventId.toLowerCase())) throw new InvalidEventError(eventType, `eventId ${eventId} appears twice in the batch`);

@@ -4,6 +4,7 @@ import type { Job, JobState } from './types.js';
 import { withoutPlannerStatistics } from '../db/autovacuum.js';
 import { migrateUnderLock } from '../db/database.js';
 import { rawQuery } from '../db/rawQuery.js';
+import { isUuid } from '../util/uuid.js';
 
 /**
  * The `jobs` table and its repository (DESIGN.md, "Stage runtime").
@@ -126,12 +127,6 @@ export interface JobCountsFilter {
   /** Jobs of any of these sources (an investigation's). */
   sourceIds?: readonly string[];
   reportId?: string;
-}
-
-const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-export function isUuid(value: string): boolean {
-  return uuidPattern.test(value);
 }
 
 /** Fixed namespace of job ids (a random v4 chosen once). */

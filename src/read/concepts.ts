@@ -4,11 +4,11 @@ import { authorizeRepository } from '../app/access.js';
 import { AmbiguousConceptError, invalid, notFound, type ConceptCandidate } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { followMergeChain } from '../domain/mergeChain.js';
-import { isUuid } from '../pipeline/jobs.js';
 import { concepts as conceptCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
 import { pageOf, countOf, type PageInput } from './paging.js';
 import { isoDate, presentFact, type FactRow } from './present.js';
+import { isUuid } from '../util/uuid.js';
 
 /**
  * Concept queries: list and hybrid search, one concept by id or canonical name (a merged one
