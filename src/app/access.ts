@@ -57,11 +57,15 @@ export async function authorizeRepository(knex: Knex, principal: Principal, idOr
   return repository;
 }
 
-/** A live repository by id or slug, or `not_found`. No permission is checked: callers check their own. */
+/**
+ * A live repository by id or slug, or `not_found`. No permission is checked: callers check their
+ * own. An id wins over a slug (slugs shaped like ids are refused, but older events may hold one).
+ */
 export async function findRepository(knex: Knex, idOrSlug: string): Promise<RepositoryRow> {
   const repository: RepositoryRow | undefined = await knex('repositories')
     .whereNull('deleted_at')
     .where((query) => query.where('id', idOrSlug).orWhere('slug', idOrSlug))
+    .orderByRaw('id = ? DESC', [idOrSlug])
     .first();
   if (!repository) throw notFound('repository');
   return repository;

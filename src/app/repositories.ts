@@ -6,6 +6,7 @@ import { userDecider } from '../domain/user/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { repositoryDomain, type Principal } from '../auth/rbac.js';
 import { presentRepositoryById } from '../read/repositories.js';
+import { isUuid } from '../util/uuid.js';
 import { authorizeInRepository, authorizeRepository, authorizeSystem, commandMetadata, type Trace } from './access.js';
 import type { CommandBus } from './commands.js';
 import type { AppContext } from './context.js';
@@ -30,7 +31,9 @@ export function slugify(name: string): string {
     .replace(/^-+|-+$/g, '')
     .slice(0, 56)
     .replace(/-+$/g, '');
-  return slug || 'repository';
+  if (slug === '') return 'repository';
+  // A name written as a UUID would give a slug that checkSlug refuses (it could name another repository).
+  return isUuid(slug) ? `repository-${slug}` : slug;
 }
 
 /**

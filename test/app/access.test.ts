@@ -21,6 +21,18 @@ t.test('a repository is found by id or slug when the principal may', async (t) =
   t.equal((await authorizeRepository(knex(), owner, 'access', 'repositories:delete')).id, repositoryId);
 });
 
+t.test("an id names its repository even where an older repository's slug has its shape", async (t) => {
+  // Slugs shaped like ids are refused now; a log written before that may still hold one.
+  const squat = await harness.app.repositories.create(stranger, { name: 'Squat' });
+  await knex()('repositories').where({ id: squat.id }).update({ slug: repositoryId });
+  // An update writes the row anew after the squatter's: a scan without an order now meets the squatter first.
+  await harness.app.repositories.update(owner, { repository: repositoryId, description: 'rewritten' });
+  for (let attempt = 0; attempt < 5; attempt++) {
+    t.equal((await authorizeRepository(knex(), owner, repositoryId, 'facts:read')).id, repositoryId);
+  }
+  await rejectsWith(t, authorizeRepository(knex(), stranger, repositoryId, 'facts:read'), 'forbidden', /facts:read/);
+});
+
 t.test('denied: no role, a scope that does not cover, a system permission without the role', async (t) => {
   await rejectsWith(t, authorizeRepository(knex(), stranger, repositoryId, 'facts:read'), 'forbidden', /permission denied: facts:read/);
   await rejectsWith(t, authorizeRepository(knex(), { ...owner, scopes: ['sources:read'] }, repositoryId, 'facts:read'), 'forbidden');

@@ -20,6 +20,15 @@ t.test('create: the caller becomes owner, and the answer shows it', async (t) =>
   await rejectsWith(t, harness.app.repositories.create({ ...owner, scopes: ['facts:read'] }, { name: 'Scoped' }), 'forbidden', /repositories:create/);
 });
 
+t.test("create: a slug never takes another repository's id", async (t) => {
+  const first = await harness.app.repositories.create(owner, { name: 'First' });
+  await rejectsWith(t, harness.app.repositories.create(stranger, { name: 'Squat', slug: first.id }), 'invalid', /shape of a repository id/);
+  const named = await harness.app.repositories.create(stranger, { name: first.id });
+  t.equal(named.slug, `repository-${first.id}`, 'a name written as an id gets a prefixed slug');
+  owner = await harness.refreshed(owner);
+  t.equal((await harness.app.repositories.get(owner, { repository: first.id })).name, 'First');
+});
+
 t.test('update: a writer renames; the promptset whitelist needs repositories:manage', async (t) => {
   const { id } = await harness.app.repositories.create(owner, { name: 'Shared' });
   owner = await harness.refreshed(owner);

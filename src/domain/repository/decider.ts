@@ -2,6 +2,7 @@ import { DomainError, type Decider } from '../decider.js';
 import { findAllowedContext, isOntologyLevel } from '../concept/ontology.js';
 import { findPreset } from './presets.js';
 import { MAX_PROMPT_CHARS, PROMPT_PHASES, isPromptPhase, type PromptPhase } from './prompts.js';
+import { isUuid } from '../../util/uuid.js';
 
 /** A context a repository adds to its preset's (RepositoryContextsChanged). */
 export type CustomContext = { name: string; description: string };
@@ -85,6 +86,8 @@ function checkName(name: string): void {
 export function checkSlug(slug: string): void {
   if (!SLUG_PATTERN.test(slug))
     throw new DomainError('invalid', 'slug must be 1 to 64 lowercase letters, digits or inner hyphens');
+  // `{repoID}` takes an id or a slug: a slug shaped like an id could name another repository.
+  if (isUuid(slug)) throw new DomainError('invalid', 'slug must not have the shape of a repository id (a UUID)');
 }
 
 function requireActive(state: RepositoryState): Exclude<RepositoryState, { status: 'none' }> {

@@ -15,6 +15,10 @@ t.test('create', async (t) => {
   t.equal(given([created]).when({ ...create, acceptedPromptsetHashes: [] }).thenThrows(DomainError).code, 'conflict');
   t.equal(given([]).when({ ...create, acceptedPromptsetHashes: [], preset: 'x' }).thenThrows(DomainError).code, 'invalid');
   t.equal(given([]).when({ ...create, acceptedPromptsetHashes: [], slug: 'No Slug' }).thenThrows(DomainError).code, 'invalid');
+  // `{repoID}` takes an id or a slug: a slug with an id's shape could name another repository.
+  const idShaped = given([]).when({ ...create, acceptedPromptsetHashes: [], slug: '0f6c2a4e-1b3d-4c5e-8f7a-9b0c1d2e3f4a' }).thenThrows(DomainError);
+  t.match(idShaped, { code: 'invalid', message: /shape of a repository id/ });
+  t.equal(given([created]).when({ type: 'UpdateRepository', slug: '0f6c2a4e-1b3d-4c5e-8f7a-9b0c1d2e3f4a' }).thenThrows(DomainError).code, 'invalid', 'nor by a rename');
   t.equal(given([]).when({ ...create, acceptedPromptsetHashes: [], name: '   ' }).thenThrows(DomainError).code, 'invalid');
 });
 
