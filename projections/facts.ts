@@ -29,8 +29,8 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
      ), marked AS (
        UPDATE facts SET status = 'merged', merged_into = ? WHERE id = ?
      ), ${finalSurvivorSql('fact_redirects')}, moved AS (
-       INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index)
-       SELECT target.id, s.source_id, s.repository_id, s.chunk_index, s.source_text, s.sentence_index
+       INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index, extraction_order)
+       SELECT target.id, s.source_id, s.repository_id, s.chunk_index, s.source_text, s.sentence_index, s.extraction_order
          FROM fact_sources s, target WHERE s.fact_id = ?
        ON CONFLICT (fact_id, source_id) DO NOTHING
      )
@@ -60,7 +60,7 @@ async function applyFactsExtracted(
   for (const recorded of withFacts) {
     const { data } = recorded;
     const sourceId = parseStreamName(recorded.streamId).id;
-    for (const fact of data.facts) {
+    for (const [extractionOrder, fact] of data.facts.entries()) {
       // A fact that was merged (or merged and removed) keeps no row of its own: its source links to the survivor.
       const identity = `${recorded.repositoryId ?? ''} ${fact.content_hash}`;
       if (survivors.get(fact.fact_id) === fact.fact_id && !identities.has(identity)) {
@@ -91,6 +91,7 @@ async function applyFactsExtracted(
         chunk_index: fact.chunk_index,
         source_text: fact.source_text,
         sentence_index: fact.sentence_index ?? -1,
+        extraction_order: extractionOrder,
       });
     }
   }
@@ -120,9 +121,10 @@ async function applyFactsExtracted(
     later.stabilizations.delete(String(row.id));
   }
   await trx.raw(
-    `INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index)
-     SELECT r.fact_id, r.source_id, r.repository_id, r.chunk_index, r.source_text, r.sentence_index
-       FROM jsonb_to_recordset(?::jsonb) AS r(fact_id text, source_id text, repository_id text, chunk_index int, source_text text, sentence_index int)
+    `INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index, extraction_order)
+     SELECT r.fact_id, r.source_id, r.repository_id, r.chunk_index, r.source_text, r.sentence_index, r.extraction_order
+       FROM jsonb_to_recordset(?::jsonb) AS r(fact_id text, source_id text, repository_id text, chunk_index int, source_text text, sentence_index int,
+                                             extraction_order int)
      ON CONFLICT (fact_id, source_id) DO NOTHING`,
     [JSON.stringify([...links.values()])],
   );

@@ -104,7 +104,7 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
       return presentSource(await loadSource(knex, repository.id, input.source));
     },
 
-    /** The facts extracted from a source, in document order, with the span each came from. */
+    /** The facts extracted from a source in the order its decomposition gave them (document order, then image facts), with the span each came from. */
     async facts(principal: Principal, input: SourceInput & PageInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'facts:read');
       const page = pageOf(input);
@@ -113,7 +113,7 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
       const total = await countOf(query);
       const rows = await query
         .select('facts.*', 'fact_sources.chunk_index', 'fact_sources.source_text')
-        .orderBy([{ column: 'fact_sources.chunk_index' }, { column: 'facts.created_at' }, { column: 'facts.id' }])
+        .orderBy(['fact_sources.extraction_order', 'fact_sources.chunk_index', 'fact_sources.sentence_index', 'facts.id'])
         .limit(page.limit)
         .offset(page.offset);
       return { items: rows.map(presentFact), total };

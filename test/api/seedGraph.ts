@@ -36,8 +36,18 @@ export interface SeededFact {
   content: string;
 }
 
-/** FactsExtracted on the source's stream; ids derived as the pipeline derives them is not needed here: random. */
-export async function extractFacts(service: TestService, repositoryId: string, sourceId: string, contents: string[]): Promise<SeededFact[]> {
+/**
+ * FactsExtracted on the source's stream for `contents`, in that order, in chunk 0, with random
+ * fact ids (ids derived as the pipeline derives them are not needed here). `sentences: 'unknown'`
+ * leaves out their sentence indexes (-1), as a decomposition by the OpenAI-compatible model does.
+ */
+export async function extractFacts(
+  service: TestService,
+  repositoryId: string,
+  sourceId: string,
+  contents: string[],
+  sentences: 'known' | 'unknown' = 'known',
+): Promise<SeededFact[]> {
   const facts = contents.map((content, position) => ({
     fact_id: randomUUID(),
     content,
@@ -46,7 +56,7 @@ export async function extractFacts(service: TestService, repositoryId: string, s
     chunk_index: 0,
     fact_kind: 'text',
     image_id: null,
-    sentence_index: position,
+    sentence_index: sentences === 'known' ? position : -1,
   }));
   await appendEvents(service, repositoryId, `source-${sourceId}`, [{ type: 'FactsExtracted', data: { model_id: 'local', promptset_hash: '', facts } }]);
   return facts.map((fact) => ({ id: fact.fact_id, content: fact.content }));
