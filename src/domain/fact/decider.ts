@@ -53,7 +53,8 @@ export const factDecider: Decider<FactState, FactCommand, FactEvent> = {
   evolve(state, event) {
     switch (event.type) {
       case 'FactStabilized':
-        return state.status === 'new' ? { status: 'stable' } : state;
+        // decide() stabilizes a retracted fact extracted again as it would a new one.
+        return state.status === 'new' || state.status === 'retracted' ? { status: 'stable' } : state;
       case 'FactMergedInto':
         return { status: 'merged', survivorId: event.data.survivor_id };
       case 'FactRemoved':

@@ -120,6 +120,21 @@ t.test('a deleted source leaves; facts no other source has are retracted, with t
   t.equal((await api('GET', `/sources/${again.body.id}`)).body.status, 'processed');
   t.equal((await api('GET', '/facts?limit=1&mode=lexical')).body.total, before - curieFacts.total + curieFacts.total, 'the facts are back');
   t.ok((await polonium()) > 0);
+  // Decided about as new facts: stable again, linked to their concepts again.
+  const back = (await api('GET', `/sources/${again.body.id}/facts?limit=500`)).body.items as Array<{ id: string; status: string }>;
+  t.ok(back.every((fact) => fact.status === 'stable'), 'stable again');
+  const linked = await Promise.all(back.map(async (fact) => (await api('GET', `/facts/${fact.id}/concepts`)).body.total as number));
+  t.ok(linked.some((count) => count > 0), 'linked to concepts again');
+  const deduplicated = (await api('GET', `/events?stream=source-${again.body.id}&types=SourceFactsDeduplicated`)).body.events as Array<{ data: { stable_fact_ids: string[] } }>;
+  t.equal(deduplicated[0]?.data.stable_fact_ids.length, back.length, 'deduplication counts them stable');
+
+  // And the new source's deletion retracts them again.
+  t.equal((await service.call('DELETE', `/api/v1/repositories/${repoId}/sources/${again.body.id}`, { token })).status, 204);
+  await waitForPipeline(service, repoId, token);
+  t.equal(await polonium(), 0, 'retracted again');
+  t.equal((await api('GET', `/facts/${back[0]?.id}`)).status, 404);
+  const retractions = ((await api('GET', `/events?stream=fact-${back[0]?.id}&types=FactRetracted`)).body.events as Array<{ data: { source_id: string } }>).map((event) => event.data.source_id);
+  t.same(retractions, [copy.id, again.body.id], 'once for each deletion that left it without a source');
 });
 
 t.test('bad deletions are refused', async (t) => {

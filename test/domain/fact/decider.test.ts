@@ -59,4 +59,12 @@ t.test('a fact whose last source was deleted is retracted once; extracted again,
   t.same(given([merged, removed]).when(retract).events(), []);
   t.same(given([stabilized, retracted]).when({ type: 'StabilizeFact', sourceId: 's2' }).events(), [{ type: 'FactStabilized', data: { source_id: 's2' } }], 'extracted again by another source');
   t.same(given([retracted]).when(merge).events(), [{ type: 'FactMergedInto', data: { survivor_id: 'f0', similarity: 0.97, source_id: 's1', catchup: false } }]);
+  // Stabilized anew, it is stable again: its new source's deletion retracts it again, once.
+  const again: FactEvent = { type: 'FactStabilized', data: { source_id: 's2' } };
+  const retractAgain = { type: 'RetractFact', sourceId: 's2', reason: 'source deleted' } as const;
+  t.same(given([stabilized, retracted, again]).when(retractAgain).events(), [{ type: 'FactRetracted', data: { source_id: 's2', reason: 'source deleted' } }]);
+  t.same(given([stabilized, retracted, again]).when({ type: 'StabilizeFact', sourceId: 's3' }).events(), [], 'stable again: not stabilized twice');
+  const fold = (events: FactEvent[]) => events.reduce(factDecider.evolve, factDecider.initialState());
+  t.same(fold([stabilized, retracted]), { status: 'retracted' });
+  t.same(fold([stabilized, retracted, again]), { status: 'stable' }, 'extracted and stabilized again');
 });
