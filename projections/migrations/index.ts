@@ -543,6 +543,16 @@ export const readModelMigrations: readonly Migration[] = [
       await execStatements(knex, `ALTER TABLE fact_sources ADD COLUMN extraction_order int NOT NULL DEFAULT -1;`);
     },
   },
+  {
+    // DOIs compare case-insensitively: adding 10.1000/ABC finds a source added as 10.1000/abc.
+    id: '017_sources_doi_lower',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE INDEX sources_doi_lower ON sources (repository_id, lower(doi)) WHERE doi IS NOT NULL;
+        DROP INDEX sources_doi;
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

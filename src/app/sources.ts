@@ -95,11 +95,12 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       if (reference.url) refuseUnreachableHost(reference.url, deps.config);
       // Look up and register as one step per reference: two requests adding the same URL at once
       // must not both find it missing (the second waits and then finds the first's source).
-      return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${reference.url ?? reference.doi}`, async () => {
+      // DOIs compare case-insensitively (their case is kept): one lock and one lookup for every spelling.
+      return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${reference.url ?? reference.doi.toLowerCase()}`, async () => {
         const lookup = knex('sources').where({ repository_id: repository.id });
         // By the document: a source added before fragments were dropped has one in its url.
         if (reference.url) lookup.whereNotNull('url').whereRaw(`split_part(url, '#', 1) = ?`, [reference.url]);
-        else lookup.where({ doi: reference.doi });
+        else lookup.whereNotNull('doi').whereRaw('lower(doi) = lower(?)', [reference.doi]);
         const existing: SourceRow | undefined = await lookup.first();
         if (existing) return { created: false, source: presentSource(existing) };
         const source = await register(

@@ -37,6 +37,12 @@ t.test('adding a URL twice answers the first source', async (t) => {
   const doi = await harness.app.sources.add(owner, { repository, doi: 'doi:10.1000/XYZ' });
   t.match(doi.source, { origin: 'doi', doi: '10.1000/XYZ', url: null });
   t.equal((await harness.app.sources.add(owner, { repository, doi: 'https://doi.org/10.1000/XYZ' })).created, false, 'the same DOI, spelt otherwise');
+  const lowerCase = await harness.app.sources.add(owner, { repository, doi: '10.1000/xyz' });
+  t.same([lowerCase.created, lowerCase.source.id, lowerCase.source.doi], [false, doi.source.id, '10.1000/XYZ'], 'in other letters: DOIs compare case-insensitively');
+  // Added side by side in different letters: still one source.
+  const sideBySide = await Promise.all(['10.5555/Twice', 'doi:10.5555/twice', '10.5555/TWICE'].map((spelling) => harness.app.sources.add(owner, { repository, doi: spelling })));
+  t.equal(new Set(sideBySide.map((added) => added.source.id)).size, 1);
+  t.equal(sideBySide.filter((added) => added.created).length, 1);
 });
 
 t.test('the same URL added several times at once is one source', async (t) => {
