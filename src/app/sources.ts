@@ -7,6 +7,7 @@ import { looksBinary } from '../providers/fetch/sniff.js';
 import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
+import type { JobRecord } from '../pipeline/jobs.js';
 import { presentSource, type SourceRow } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
@@ -139,9 +140,10 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:write');
       const source = await loadSource(knex, repository.id, input.source);
       if (source.status !== 'failed') {
-        const failed = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, state: 'failed', limit: 1000 });
-        const dead = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, state: 'dead', limit: 1000 });
-        const retryable = [...failed.jobs, ...dead.jobs];
+        const { jobs } = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, limit: 1000 });
+        // A failed task that a later one of its kind took over (the source started over since) stays as it was.
+        const superseded = (job: JobRecord) => jobs.some((later) => later.kind === job.kind && later.subjectId === job.subjectId && later.triggerPosition > job.triggerPosition);
+        const retryable = jobs.filter((job) => (job.state === 'failed' || job.state === 'dead') && !superseded(job));
         if (retryable.length === 0) throw conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
         for (const job of retryable) await deps.jobs.retry(job.id);
         deps.wakeWorkers();

@@ -43,3 +43,31 @@ t.test('retrying a processed source re-queues its failed tasks, and only those',
   const unknown = await service.call('POST', `/api/v1/repositories/${repoId}/sources/00000000-0000-4000-8000-000000000000/retry`, { token });
   t.equal(unknown.status, 404);
 });
+
+t.test('a source that failed and started over has nothing left to retry', async (t) => {
+  const pages: Parameters<typeof startWebServer>[0] = {};
+  const web = await startWebServer(pages);
+  const service = await startTestService();
+  t.teardown(async () => {
+    await service.close();
+    await web.close();
+  });
+  const { token } = await registerUser(service, 'over@example.org');
+  const repoId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Over' } })).body.id;
+  const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
+  // Not there yet: the fetch fails for good (404), and the source with it.
+  const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/later` } })).body;
+  await waitForPipeline(service, repoId, token);
+  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed');
+
+  pages['/later'] = { body: CURIE_ARTICLE };
+  t.equal((await service.call('POST', `${sourceUrl}/${source.id}/retry`, { token })).status, 202, 'the failed source starts over');
+  await waitForPipeline(service, repoId, token);
+  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'processed');
+  const fetches = web.hits.get('/later');
+
+  const again = await service.call('POST', `${sourceUrl}/${source.id}/retry`, { token });
+  t.equal(again.status, 409, "the first fetch's failed task was taken over by the retry's: nothing to retry");
+  await waitForPipeline(service, repoId, token);
+  t.equal(web.hits.get('/later'), fetches, 'and the page is not fetched again');
+});
