@@ -6,8 +6,9 @@ import { normalizeEmail } from '../domain/user/decider.js';
 import { HttpError } from './errors.js';
 
 /**
- * The routes that take a credential, limited per client address. Listed by path so routes other
- * modules register later (the OAuth token endpoint and sign-in page) are limited too.
+ * The routes that take a credential, limited per client address, and client registration (no
+ * credential, but open to anyone, and each call appends an event). Listed by path so routes other
+ * modules register later (the OAuth endpoints) are limited too.
  */
 export const CREDENTIAL_PATHS: ReadonlySet<string> = new Set([
   '/api/v1/auth/login',
@@ -15,6 +16,7 @@ export const CREDENTIAL_PATHS: ReadonlySet<string> = new Set([
   '/api/v1/auth/refresh',
   '/api/v1/oauth/token',
   '/api/v1/oauth/authorize/login',
+  '/api/v1/oauth/register',
 ]);
 
 /** The credential routes where a failure counts against the account named by the body's `email`. */
@@ -30,7 +32,12 @@ declare module 'fastify' {
   }
 }
 
-const pathOf = (request: FastifyRequest) => request.url.split('?')[0].replace(/\/+$/, '') || '/';
+/**
+ * The route a request reached, as registered: the router decodes percent-escapes and ignores a
+ * trailing slash, so `/auth/%6cogin` reaches the login route, and a limit chosen by the raw URL
+ * would let it pass. A request that reached no route has none (its 404 takes no credential).
+ */
+const pathOf = (request: FastifyRequest): string => request.routeOptions.url ?? '';
 
 const SWEEP_ABOVE = 10_000;
 const MAX_TRACKED_ACCOUNTS = 100_000;

@@ -1,6 +1,7 @@
 import t from 'tap';
 
 import { AccountFailureLimiter, CREDENTIAL_PATHS } from '../../src/api/rateLimits.js';
+import { formOf, newPkce, type PageResponse } from '../helpers/oauthClient.js';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
 
 let service: TestService;
@@ -48,6 +49,62 @@ t.test('failed sign-ins to one account from many addresses hold that account onl
   t.equal((await login('192.0.2.15', 'linus@example.org', 'correct horse battery')).statusCode, 200, 'other accounts are unaffected');
 });
 
+t.test('a credential route is limited however its path is spelt: the route reached counts, not the raw URL', async (t) => {
+  const spellings = ['/api/v1/auth/%6cogin', '/api/v1/auth/log%69n', '/api/v1/%61uth/%6C%6Fgin'];
+  const statuses: number[] = [];
+  for (let attempt = 0; attempt < 7; attempt += 1) {
+    const url = spellings[attempt % spellings.length] as string;
+    statuses.push((await service.app.inject({ method: 'POST', url, remoteAddress: '203.0.113.50', payload: { email: `nobody${attempt}@example.org`, password: 'guess' } })).statusCode);
+  }
+  t.same(statuses, [401, 401, 401, 401, 401, 429, 429]);
+  // The per-account limit too: three failures to one account, each spelt otherwise, from three addresses.
+  await registerUser(service, 'spelt@example.org');
+  for (const [index, url] of spellings.entries()) {
+    const failed = await service.app.inject({ method: 'POST', url, remoteAddress: `203.0.113.${60 + index}`, payload: { email: 'spelt@example.org', password: 'guess' } });
+    t.equal(failed.statusCode, 401);
+  }
+  t.equal((await login('203.0.113.70', 'spelt@example.org', 'correct horse battery')).statusCode, 429, 'the account is held');
+});
+
+t.test('failed sign-ins on the OAuth login page count against the account', async (t) => {
+  await registerUser(service, 'page@example.org');
+  const registered = await service.app.inject({
+    method: 'POST',
+    url: '/api/v1/oauth/register',
+    remoteAddress: '192.0.2.40',
+    payload: { client_name: 'Limits', redirect_uris: ['http://127.0.0.1:33418/callback'] },
+  });
+  t.equal(registered.statusCode, 201);
+  const query = new URLSearchParams({
+    response_type: 'code',
+    client_id: registered.json().client_id,
+    redirect_uri: 'http://127.0.0.1:33418/callback',
+    code_challenge: newPkce().challenge,
+    code_challenge_method: 'S256',
+    scope: 'mcp',
+    state: 'limits',
+  });
+  const page = await service.app.inject({ method: 'GET', url: `/api/v1/oauth/authorize?${query}` });
+  t.equal(page.statusCode, 200);
+  const cookie = page.cookies.map((set) => `${set.name}=${set.value}`).join('; ');
+  const form = formOf({ text: page.body } as PageResponse);
+  const signIn = (address: string, password: string) =>
+    service.app.inject({
+      method: 'POST',
+      url: '/api/v1/oauth/authorize/login',
+      remoteAddress: address,
+      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      payload: new URLSearchParams({ email: 'page@example.org', password, ...form }).toString(),
+    });
+  for (const address of ['192.0.2.41', '192.0.2.42', '192.0.2.43']) {
+    const wrong = await signIn(address, 'wrong password');
+    t.equal(wrong.statusCode, 400, 'the page again, with its error');
+    t.match(wrong.body, 'Wrong email or password');
+  }
+  t.equal((await signIn('192.0.2.44', 'correct horse battery')).statusCode, 429, 'three failed page sign-ins hold the account');
+  t.equal((await login('192.0.2.45', 'page@example.org', 'correct horse battery')).statusCode, 429, 'on the JSON login too');
+});
+
 t.test('the per-account count decays: each failure counts for the window only', async (t) => {
   let now = 1_000_000;
   const limiter = new AccountFailureLimiter(3, 300_000, () => now);
@@ -69,6 +126,7 @@ t.test('the OAuth credential routes are on the list, so they are limited once re
   t.ok(CREDENTIAL_PATHS.has('/api/v1/oauth/token'));
   t.ok(CREDENTIAL_PATHS.has('/api/v1/oauth/authorize/login'));
   t.ok(CREDENTIAL_PATHS.has('/api/v1/auth/refresh'));
+  t.ok(CREDENTIAL_PATHS.has('/api/v1/oauth/register'), 'open to anyone, and each call appends an event');
 });
 
 t.test('failures sprayed over made-up accounts do not grow memory without bound', async (t) => {

@@ -338,6 +338,8 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         return renderConsent(reply, request, form.client, form.authorization, user.email);
       } catch (error) {
         if (!(error instanceof AuthenticationError)) throw error;
+        // A failed sign-in answered with the page again, not a 401: the per-account limit counts it all the same.
+        request.signInFailed = true;
         return renderLogin(reply, request, 400, form.client, form.authorization, { error: 'Wrong email or password.', email });
       }
     },
