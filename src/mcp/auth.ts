@@ -2,7 +2,7 @@ import { decodeJwt } from 'jose';
 import type { AppContext } from '../app/context.js';
 import { AuthenticationError } from '../auth/identity.js';
 import type { Principal } from '../auth/rbac.js';
-import { InvalidTokenError, type AccessClaims } from '../auth/tokens.js';
+import { InvalidTokenError, OPAQUE_TOKEN_PREFIX, type AccessClaims } from '../auth/tokens.js';
 
 /** The OAuth scope an access token needs to call tools (spec, "Authentication" item 2). */
 export const MCP_SCOPE = 'mcp';
@@ -31,8 +31,6 @@ export function bearerChallenge(metadataUrl: string, error?: { code: 'invalid_to
   return `Bearer ${parameters.join(', ')}`;
 }
 
-const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
-
 /** The `typ` claim of a JWT, read without verifying it: only to word a refusal. */
 function unverifiedTyp(token: string): unknown {
   try {
@@ -44,11 +42,12 @@ function unverifiedTyp(token: string): unknown {
 
 /**
  * The caller of an MCP request from its `Authorization` header (docs/mcp.md, "Authentication"):
- *   - a JWT must be an OAuth access token issued for this resource (`aud` = `resourceUrl`) with
- *     scope `mcp`; it acts with the user's current roles. Session JWTs are refused: the MCP
- *     endpoint is the OAuth resource, and a session token was never consented to for tools.
- *   - any other bearer (a personal API key, `fl_...`) is resolved by the identity service, the
- *     same way the REST surface resolves it, scopes and repository binding included.
+ *   - a personal API key (`fl_...`) is resolved by the identity service, the same way the REST
+ *     surface resolves it, scopes and repository binding included.
+ *   - any other bearer must be an OAuth access token (a JWT) issued for this resource (`aud` =
+ *     `resourceUrl`) with scope `mcp`; it acts with the user's current roles. Session JWTs are
+ *     refused: the MCP endpoint is the OAuth resource, and a session token was never consented
+ *     to for tools.
  * Throws McpAuthRefusal (401 without or with a bad token, 403 without the `mcp` scope).
  */
 export async function authenticateMcp(
@@ -68,7 +67,10 @@ export async function authenticateMcp(
   if (!match) throw refuse('authorization header must be "Bearer <token>"', 'invalid_request');
   const token = match[1];
 
-  if (!JWT_SHAPE.test(token)) {
+  // Only an API key goes to the identity service: anything else must be an access token, so a
+  // session JWT spelt otherwise (a padded signature, which the JWT library reads the same) is not
+  // taken for an API key and resolved as a session.
+  if (token.startsWith(OPAQUE_TOKEN_PREFIX.apiKey)) {
     try {
       return await context.identity.authenticate(token);
     } catch (error) {

@@ -96,7 +96,11 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
       ).token,
     ],
     ['a session token', sessionToken],
+    // The JWT library reads a padded signature as the same signature: still a session token.
+    ['a session token with a padded signature', `${sessionToken}=`],
+    ['a session token with a doubly padded signature', `${sessionToken}==`],
     ['an unknown API key', 'fl_notakeythisservicehasissued'],
+    ['no token at all, just text', 'not-a-token'],
   ];
   for (const [name, bad] of cases) {
     const response = await post(listRepositories, {}, bad);
