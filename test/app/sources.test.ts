@@ -38,7 +38,8 @@ t.test('adding a URL twice answers the first source', async (t) => {
   t.match(doi.source, { origin: 'doi', doi: '10.1000/XYZ', url: null });
   t.equal((await harness.app.sources.add(owner, { repository, doi: 'https://doi.org/10.1000/XYZ' })).created, false, 'the same DOI, spelt otherwise');
   const lowerCase = await harness.app.sources.add(owner, { repository, doi: '10.1000/xyz' });
-  t.same([lowerCase.created, lowerCase.source.id, lowerCase.source.doi], [false, doi.source.id, '10.1000/XYZ'], 'in other letters: DOIs compare case-insensitively');
+  t.equal(lowerCase.created, false, 'in other letters: DOIs compare case-insensitively');
+  t.match(lowerCase.source, { id: doi.source.id, doi: '10.1000/XYZ' }, 'the source as first added');
   // Added side by side in different letters: still one source.
   const sideBySide = await Promise.all(['10.5555/Twice', 'doi:10.5555/twice', '10.5555/TWICE'].map((spelling) => harness.app.sources.add(owner, { repository, doi: spelling })));
   t.equal(new Set(sideBySide.map((added) => added.source.id)).size, 1);
