@@ -3,7 +3,7 @@ import { userDecider } from '../domain/user/decider.js';
 import { streamName } from '../eventstore/envelope.js';
 import { authorizeSystem, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { conflict, invalid, notFound } from './errors.js';
+import { conflict, forbidden, invalid, notFound } from './errors.js';
 import { withNamedLock } from '../db/namedLock.js';
 
 export interface RoleAssignmentInput {
@@ -46,6 +46,8 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
     async updateProfile(principal: Principal, input: { user: string; name?: string; email?: string }) {
       const { user, ...change } = input;
       if (user !== principal.userId) authorizeSystem(principal, 'user:write');
+      // The email is what one signs in with: a leaked key or token must not be able to take the account.
+      else if (principal.credential.kind !== 'session') throw forbidden('one’s own profile is changed with a signed-in session, not with an API key or OAuth token');
       return deps.identity.updateProfile(principal.userId, user, change);
     },
 

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
+import type { Database } from '../db/database.js';
+import { databaseErrorCode, UNIQUE_VIOLATION } from '../db/errorCodes.js';
+import { withNamedLock } from '../db/namedLock.js';
 import { DomainError } from '../domain/decider.js';
 import { EMAIL_PATTERN, normalizeEmail, userDecider, type UserEvent } from '../domain/user/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
@@ -45,14 +47,15 @@ export class AuthenticationError extends Error {
  * never in the log.
  */
 export function createIdentityService(deps: {
-  knex: Knex;
+  db: Database;
   store: EventStore;
   commands: CommandBus;
   tokens: TokenService;
   settings: IdentitySettings;
   log: { info(object: object, message: string): void };
 }) {
-  const { knex, tokens, settings } = deps;
+  const { tokens, settings } = deps;
+  const knex = deps.db.knex;
 
   async function loadUser(userId: string): Promise<PublicUser | null> {
     const row = await knex('users').where({ id: userId }).first(['id', 'email', 'name']);
@@ -255,25 +258,39 @@ export function createIdentityService(deps: {
       return { userId: claims.sub, credential: { kind: 'session', id: claims.sid }, assignments: jsonColumn(session.assignments) as RoleAssignment[] };
     },
 
-    /** Profile changes are events; an email change also moves the credentials row, which keeps emails unique. */
+    /**
+     * Profile changes are events; an email change also moves the credentials row, which keeps
+     * emails unique. One change of a user's profile at a time (across processes on a server): two
+     * at once could otherwise leave the credentials row with one's email and the profile with the
+     * other's, or put back an email read before the other had changed it.
+     */
     async updateProfile(actor: string, userId: string, change: { name?: string; email?: string }): Promise<PublicUser> {
-      const before = await loadUser(userId);
-      if (!before) throw new DomainError('not_found', 'user not found');
-      const email = change.email === undefined ? undefined : normalizeEmail(change.email);
-      if (email !== undefined && email !== before.email) {
-        if (!EMAIL_PATTERN.test(email)) throw new DomainError('invalid', 'email is not a valid address');
-        const taken = await knex('credentials').where({ email }).whereNot({ user_id: userId }).first('user_id');
-        if (taken) throw new DomainError('conflict', 'email is already registered');
-        await knex('credentials').where({ user_id: userId }).update({ email, updated_at: new Date() });
-      }
-      const metadata: EventMetadata = { repositoryId: null, actor, causationId: null, correlationId: randomUUID() };
-      try {
-        await deps.commands.execute(streamName('user', userId), userDecider, { type: 'UpdateProfile', ...change }, metadata);
-      } catch (error) {
-        await knex('credentials').where({ user_id: userId }).update({ email: before.email });
-        throw error;
-      }
-      return (await loadUser(userId)) ?? before;
+      return withNamedLock(deps.db, `factlog.profile.${userId}`, async () => {
+        const before = await loadUser(userId);
+        const credentials: { email: string } | undefined = await knex('credentials').where({ user_id: userId }).first('email');
+        if (!before || !credentials) throw new DomainError('not_found', 'user not found');
+        const email = change.email === undefined ? undefined : normalizeEmail(change.email);
+        if (email !== undefined && email !== credentials.email) {
+          if (!EMAIL_PATTERN.test(email)) throw new DomainError('invalid', 'email is not a valid address');
+          const taken = await knex('credentials').where({ email }).whereNot({ user_id: userId }).first('user_id');
+          if (taken) throw new DomainError('conflict', 'email is already registered');
+          try {
+            await knex('credentials').where({ user_id: userId }).update({ email, updated_at: new Date() });
+          } catch (error) {
+            // Another user took the address between the check and the update.
+            if (databaseErrorCode(error) === UNIQUE_VIOLATION) throw new DomainError('conflict', 'email is already registered');
+            throw error;
+          }
+        }
+        const metadata: EventMetadata = { repositoryId: null, actor, causationId: null, correlationId: randomUUID() };
+        try {
+          await deps.commands.execute(streamName('user', userId), userDecider, { type: 'UpdateProfile', ...change }, metadata);
+        } catch (error) {
+          await knex('credentials').where({ user_id: userId }).update({ email: credentials.email });
+          throw error;
+        }
+        return (await loadUser(userId)) ?? before;
+      });
     },
 
     /**

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { withoutPlannerStatistics } from '../db/autovacuum.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
 import { rawQuery } from '../db/rawQuery.js';
+import { databaseErrorCode, UNIQUE_VIOLATION } from '../db/errorCodes.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
 import {
   ConcurrencyError,
@@ -47,7 +48,6 @@ export interface PostgresEventStoreOptions {
 const wrongVersionState = 'FLVER';
 /** SQLSTATE raised when an append is not the first write of its transaction (see appendInTransaction). */
 const lateAppendState = 'FLXID';
-const uniqueViolationState = '23505';
 /** jsonb refuses \u0000 in strings. */
 const untranslatableCharacterState = '22P05';
 
@@ -331,12 +331,6 @@ function toRecordedEvent(row: EventRow): RecordedEvent {
   };
 }
 
-function databaseErrorCode(error: unknown): string | undefined {
-  if (typeof error !== 'object' || error === null || !('code' in error)) return undefined;
-  const code = (error as { code: unknown }).code;
-  return typeof code === 'string' ? code : undefined;
-}
-
 async function currentStreamVersion(runner: Knex | Knex.Transaction, streamId: string): Promise<number | 'no_stream'> {
   const [row] = (await rawQuery<{ version: number }>(runner, 'SELECT version FROM streams WHERE stream_id = ? LIMIT 1', [streamId])).rows;
   return row ? Number(row.version) : 'no_stream';
@@ -401,7 +395,7 @@ async function appendEvents(
       throw new ConcurrencyError(streamId, expected, actual);
     }
     // A racing append created the stream first, or a retried batch whose event ids are already stored.
-    if (code === uniqueViolationState) throw new ConcurrencyError(streamId, expected, await actualVersionAfterConflict());
+    if (code === UNIQUE_VIOLATION) throw new ConcurrencyError(streamId, expected, await actualVersionAfterConflict());
     if (code === untranslatableCharacterState) {
       throw new InvalidEventError(documents[0]?.type ?? 'unknown', 'a string contains a character jsonb cannot store (\\u0000)');
     }

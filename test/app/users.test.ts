@@ -18,6 +18,28 @@ t.test('profiles: one changes one’s own; another’s needs user:write', async 
   await rejectsWith(t, harness.app.users.updateProfile(alice, { user: bob.userId, name: 'Robert' }), 'forbidden', /user:write/);
   t.match(await harness.app.users.updateProfile(harness.admin, { user: bob.userId, name: 'Robert' }), { name: 'Robert' });
   await rejectsWith(t, harness.app.users.updateProfile(alice, { user: alice.userId, email: 'not an email' }), 'invalid');
+  // The email is what one signs in with: not changed through a key or token, however scoped.
+  for (const kind of ['api_key', 'oauth'] as const) {
+    await rejectsWith(t, harness.app.users.updateProfile({ ...alice, credential: { kind, id: 'k' } }, { user: alice.userId, email: 'taken-over@example.org' }), 'forbidden', /signed-in session/);
+  }
+});
+
+t.test('email changes at once: the sign-in email and the profile end up the same; an address goes to one user', async (t) => {
+  const knex = harness.service.context.db.knex;
+  const carol = await harness.user('carol@example.org');
+  const dave = await harness.user('dave@example.org');
+  const own = await Promise.allSettled([1, 2, 3, 4].map((n) => harness.app.users.updateProfile(carol, { user: carol.userId, email: `carol-${n}@example.org` })));
+  t.ok(own.every((outcome) => outcome.status === 'fulfilled'), 'each change of one user is made, one after another');
+  const signIn = (await knex('credentials').where({ user_id: carol.userId }).first('email')).email;
+  t.equal((await knex('users').where({ id: carol.userId }).first('email')).email, signIn, 'the profile shows the email one signs in with');
+
+  const contested = await Promise.allSettled([carol, dave, carol, dave].map((who, n) => harness.app.users.updateProfile(who, { user: who.userId, email: 'shared-a@example.org' })));
+  const refused = contested.flatMap((outcome) => (outcome.status === 'rejected' ? [outcome.reason as { code?: string }] : []));
+  t.ok(refused.length >= 1 && refused.every((reason) => reason.code === 'conflict'), 'the other is told the address is taken, never an internal error');
+  const holders = await knex('credentials').where({ email: 'shared-a@example.org' }).select('user_id');
+  t.equal(holders.length, 1, 'one user holds the address');
+  const profiles = await knex('users').where({ email: 'shared-a@example.org' }).select('id');
+  t.same(profiles.map((row: { id: string }) => row.id), holders.map((row: { user_id: string }) => row.user_id), 'and only their profile shows it');
 });
 
 t.test('roles: granted and revoked with role:manage, checked against the catalog', async (t) => {

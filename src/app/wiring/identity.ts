@@ -39,7 +39,7 @@ export function createTokens(config: Config): TokenService {
 /** Users, sessions and tokens under `auth`, `oauth` and `bootstrap.auto_promote_first_user`. */
 export function createIdentity(config: Config, deps: { db: Database; store: EventStore; commands: CommandBus; log: Logger; tokens?: TokenService }): IdentityService {
   return createIdentityService({
-    knex: deps.db.knex,
+    db: deps.db,
     store: deps.store,
     commands: deps.commands,
     tokens: deps.tokens ?? createTokens(config),
