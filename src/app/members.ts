@@ -1,11 +1,10 @@
 import { isKnownRole, repositoryDomain, REPOSITORY_ROLE_NAMES, type Principal } from '../auth/rbac.js';
-import { withNamedLock } from '../db/namedLock.js';
 import { normalizeEmail } from '../domain/user/decider.js';
 import { membersOf, type Member } from '../read/members.js';
 import { authorizeRepository, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { conflict, invalid, notFound } from './errors.js';
-import { changeRole } from './users.js';
+import { invalid, notFound } from './errors.js';
+import { revokeRepositoryRoles, setRepositoryRole } from './roleChanges.js';
 
 /** Who a member is, by account id or by the email they registered with (one of the two). */
 export interface MemberReference {
@@ -13,13 +12,11 @@ export interface MemberReference {
   email?: string;
 }
 
-const OWNER = 'owner';
-
 /**
  * Membership commands of a repository's owners (`members:manage`): one role per member, set or
  * removed. Each change is RoleGranted / RoleRevoked events on the user's stream with the caller as
- * actor, as an administrator's grant is (`PUT /admin/users/roles`). A repository keeps at least
- * one owner: only an owner could give the role back.
+ * actor, as an administrator's grant is (`PUT /admin/users/roles`), under the same rules
+ * (src/app/roleChanges.ts): one role a member, and at least one owner.
  */
 export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
   const knex = deps.db.knex;
@@ -31,17 +28,6 @@ export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     if (!user) throw notFound('user');
     return user.id;
   };
-
-  /**
-   * The membership of one repository changes one request at a time (across processes on a
-   * server), so the last-owner check and the change it allows are one step.
-   */
-  const changeMembership = <T>(repositoryId: string, userId: string, change: (held: string[], owners: number) => Promise<T>): Promise<T> =>
-    withNamedLock(deps.db, `factlog.members.${repositoryId}`, async () => {
-      const members = await membersOf(knex, repositoryId);
-      const held = members.find((member) => member.user_id === userId)?.roles ?? [];
-      return change(held, members.filter((member) => member.roles.includes(OWNER)).length);
-    });
 
   const memberOf = async (repositoryId: string, userId: string): Promise<Member> => {
     const member = (await membersOf(knex, repositoryId)).find((candidate) => candidate.user_id === userId);
@@ -56,25 +42,14 @@ export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       const domain = repositoryDomain(repository.id);
       if (!isKnownRole(input.role, domain)) throw invalid(`role '${input.role}' does not exist on a repository: use ${REPOSITORY_ROLE_NAMES.join(', ')}`);
       const userId = await findUser(input);
-      return changeMembership(repository.id, userId, async (held, owners) => {
-        if (held.includes(OWNER) && input.role !== OWNER && owners === 1) throw conflict("this is the repository's last owner: make another member owner first");
-        await changeRole(deps, principal, { user_id: userId, role: input.role, domain }, 'GrantRole', trace);
-        for (const role of held) if (role !== input.role) await changeRole(deps, principal, { user_id: userId, role, domain }, 'RevokeRole', trace);
-        // Read under the lock: the member as this change left them, not as a later one did.
-        return memberOf(repository.id, userId);
-      });
+      return setRepositoryRole(deps, principal, { repositoryId: repository.id, userId, role: input.role }, trace, () => memberOf(repository.id, userId));
     },
 
     /** Removes a member: every role they hold on the repository is revoked. */
     async removeMember(principal: Principal, input: { repository: string; user_id: string }, trace?: Trace): Promise<void> {
       const repository = await authorizeRepository(knex, principal, input.repository, 'members:manage');
-      const domain = repositoryDomain(repository.id);
       const userId = await findUser({ user_id: input.user_id });
-      await changeMembership(repository.id, userId, async (held, owners) => {
-        if (held.length === 0) throw notFound('member');
-        if (held.includes(OWNER) && owners === 1) throw conflict("this is the repository's last owner: make another member owner first");
-        for (const role of held) await changeRole(deps, principal, { user_id: userId, role, domain }, 'RevokeRole', trace);
-      });
+      await revokeRepositoryRoles(deps, principal, { repositoryId: repository.id, userId, role: 'all' }, trace);
     },
   };
 }

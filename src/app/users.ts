@@ -1,45 +1,26 @@
-import { isKnownRole, REPOSITORY_DOMAIN_PREFIX, scopeOfDomain, SYSTEM_DOMAIN, type Principal } from '../auth/rbac.js';
-import { userDecider } from '../domain/user/decider.js';
-import { streamName } from '../eventstore/envelope.js';
-import { authorizeSystem, commandMetadata, type Trace } from './access.js';
+import { isKnownRole, scopeOfDomain, SYSTEM_DOMAIN, type Principal } from '../auth/rbac.js';
+import { authorizeSystem, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { conflict, forbidden, invalid, notFound } from './errors.js';
 import { withNamedLock } from '../db/namedLock.js';
-
-export interface RoleAssignmentInput {
-  user_id: string;
-  role: string;
-  domain: string;
-}
+import { changeRole, repositoryOf, revokeRepositoryRoles, setRepositoryRole, type RoleAssignmentInput } from './roleChanges.js';
 
 const SYSADMIN = 'sysadmin';
-
-const repositoryOf = (domain: string) => (domain.startsWith(REPOSITORY_DOMAIN_PREFIX) ? domain.slice(REPOSITORY_DOMAIN_PREFIX.length) : null);
-
-/**
- * Appends a role grant or revocation to the user's stream, the caller as its actor. Access is the
- * caller's to check: `role:manage` (administration) or `members:manage` (src/app/members.ts).
- */
-export async function changeRole(
-  deps: Pick<AppContext, 'commands'>,
-  principal: Principal,
-  input: RoleAssignmentInput,
-  type: 'GrantRole' | 'RevokeRole',
-  trace?: Trace,
-): Promise<void> {
-  await deps.commands.execute(
-    streamName('user', input.user_id),
-    userDecider,
-    { type, role: input.role, domain: input.domain },
-    commandMetadata(principal, repositoryOf(input.domain), trace),
-  );
-}
 
 /** User commands: profile changes (one's own, or anyone's with `user:write`) and role grants (`role:manage`). */
 export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'commands'>) {
   const knex = deps.db.knex;
   const requireUserRow = async (userId: string) => {
     if (!(await knex('users').where({ id: userId }).first('id'))) throw notFound('user');
+  };
+
+  /** An administrator's grant or revocation, checked (`role:manage`, the catalog, the user): the repository it is on, or null. */
+  const checkedAssignment = async (principal: Principal, { user_id, role, domain }: RoleAssignmentInput): Promise<string | null> => {
+    authorizeSystem(principal, 'role:manage');
+    if (!scopeOfDomain(domain)) throw invalid(`unknown domain '${domain}': use 'system' or 'repository:<id>'`);
+    if (!isKnownRole(role, domain)) throw invalid(`role '${role}' does not exist in domain '${domain}'`);
+    await requireUserRow(user_id);
+    return repositoryOf(domain);
   };
 
   return {
@@ -51,26 +32,27 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
       return deps.identity.updateProfile(principal.userId, user, change);
     },
 
-    /** Grants a role, checked against the catalog and the existing users and repositories. */
+    /**
+     * Grants a role, checked against the catalog and the existing users and repositories. On a
+     * repository it is the member's one role there (their others are revoked) and the last owner
+     * stays one, as through the members route.
+     */
     async grantRole(principal: Principal, input: RoleAssignmentInput, trace?: Trace) {
-      authorizeSystem(principal, 'role:manage');
-      const { user_id, role, domain } = input;
-      if (!scopeOfDomain(domain)) throw invalid(`unknown domain '${domain}': use 'system' or 'repository:<id>'`);
-      if (!isKnownRole(role, domain)) throw invalid(`role '${role}' does not exist in domain '${domain}'`);
-      await requireUserRow(user_id);
-      const repositoryId = repositoryOf(domain);
+      const repositoryId = await checkedAssignment(principal, input);
       if (repositoryId !== null && !(await knex('repositories').where({ id: repositoryId }).whereNull('deleted_at').first('id'))) throw notFound('repository');
-      await changeRole(deps, principal, input, 'GrantRole', trace);
-      return { user_id, role, domain };
+      if (repositoryId !== null) await setRepositoryRole(deps, principal, { repositoryId, userId: input.user_id, role: input.role }, trace);
+      else await changeRole(deps, principal, input, 'GrantRole', trace);
+      return { user_id: input.user_id, role: input.role, domain: input.domain };
     },
 
     /**
      * Revokes a role. The last holder of `sysadmin` on the system domain keeps it: nothing in the
-     * service could grant it again (a 409; grant it to another user first).
+     * service could grant it again (a 409; grant it to another user first); so does a
+     * repository's last owner.
      */
     async revokeRole(principal: Principal, input: RoleAssignmentInput, trace?: Trace) {
-      authorizeSystem(principal, 'role:manage');
-      await requireUserRow(input.user_id);
+      const repositoryId = await checkedAssignment(principal, input);
+      if (repositoryId !== null) return revokeRepositoryRoles(deps, principal, { repositoryId, userId: input.user_id, role: input.role }, trace);
       if (input.role !== SYSADMIN || input.domain !== SYSTEM_DOMAIN) return changeRole(deps, principal, input, 'RevokeRole', trace);
       // Counted and revoked as one step, so two sysadmins revoking each other at once cannot both succeed.
       await withNamedLock(deps.db, 'factlog.sysadmins', async () => {

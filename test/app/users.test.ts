@@ -55,6 +55,26 @@ t.test('roles: granted and revoked with role:manage, checked against the catalog
   await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, user_id: 'nobody' }), 'not_found', /user/);
   await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, domain: 'repository:gone' }), 'not_found', /repository/);
   await rejectsWith(t, harness.app.users.revokeRole(harness.admin, { ...grant, user_id: 'nobody' }), 'not_found');
+  // A revocation is checked against the catalog as a grant is.
+  await rejectsWith(t, harness.app.users.revokeRole(harness.admin, { ...grant, role: 'god', domain: 'system' }), 'invalid', /does not exist in domain/);
+  await rejectsWith(t, harness.app.users.revokeRole(harness.admin, { ...grant, domain: 'garbage' }), 'invalid', /unknown domain/);
+  await rejectsWith(t, harness.app.users.revokeRole(harness.admin, { ...grant, domain: 'repository:*' }), 'invalid');
+});
+
+t.test("an administrator's repository roles keep the members' rules: one role a member, an owner left", async (t) => {
+  const erin = await harness.user('erin@example.org');
+  const domain = `repository:${repository}`;
+  await harness.app.users.grantRole(harness.admin, { user_id: erin.userId, role: 'reader', domain });
+  await harness.app.users.grantRole(harness.admin, { user_id: erin.userId, role: 'editor', domain });
+  const members = await harness.app.members.list(harness.admin, { repository });
+  t.same(members.members.find((member) => member.user_id === erin.userId)?.roles, ['editor'], 'the new role replaces the old');
+  const lastOwner = { user_id: alice.userId, role: 'owner', domain };
+  await rejectsWith(t, harness.app.users.revokeRole(harness.admin, lastOwner), 'conflict', /last owner/);
+  await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...lastOwner, role: 'reader' }), 'conflict', /last owner/);
+  await harness.app.users.grantRole(harness.admin, { user_id: erin.userId, role: 'owner', domain });
+  await harness.app.users.revokeRole(harness.admin, lastOwner);
+  const after = await harness.app.members.list(harness.admin, { repository });
+  t.same(after.members.filter((member) => member.roles.includes('owner')).map((member) => member.user_id), [erin.userId], 'with another owner, the first may go');
 });
 
 t.test('the last sysadmin keeps the role; with another one it may go', async (t) => {

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { createApplication } from '../../app/application.js';
-import type { RoleAssignmentInput } from '../../app/users.js';
+import type { RoleAssignmentInput } from '../../app/roleChanges.js';
 import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies } from '../schemas.js';
 
