@@ -9,6 +9,7 @@ import { OAuthError } from '../../auth/oauth/errors.js';
 import type { OAuthClient } from '../../auth/oauth/clientMetadata.js';
 import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
 import { issuerOf } from '../issuer.js';
+import { mediaTypesRead } from '../mediaTypes.js';
 import { allowPublicCors } from '../publicCors.js';
 import { consentPage, errorPage, loginPage, OAUTH_STYLESHEET, OAUTH_STYLESHEET_PATH, type ClientPresentation } from '../oauthPages.js';
 
@@ -263,9 +264,11 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     }
     const clientError = error.validation !== undefined || error.statusCode === 400 || error.statusCode === 415;
     if (!clientError) throw error;
-    if (url === OAUTH_PATHS.authorize || url === OAUTH_PATHS.login) return sendErrorPage(reply, 400, new OAuthError('invalid_request', error.message));
+    // A body in a media type the route does not read (src/api/mediaTypes.ts): say which it reads.
+    const description = error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? `body must be ${mediaTypesRead(request).join(' or ')}` : error.message;
+    if (url === OAUTH_PATHS.authorize || url === OAUTH_PATHS.login) return sendErrorPage(reply, 400, new OAuthError('invalid_request', description));
     const code = url === OAUTH_PATHS.register ? 'invalid_client_metadata' : 'invalid_request';
-    return reply.status(400).header('cache-control', 'no-store').send({ error: code, error_description: error.message });
+    return reply.status(400).header('cache-control', 'no-store').send({ error: code, error_description: description });
   });
 
   app.get(

@@ -50,6 +50,20 @@ t.test('register, login, me, refresh, logout', async (t) => {
   t.equal(after.status, 401, 'logout ends the session');
   const stillOk = await service.call('GET', '/api/v1/users/me', { token: first.token });
   t.equal(stillOk.status, 200, 'other sessions live on');
+
+  // A client that sends a JSON content-type on every request, with no body: still a logout.
+  const withHeader = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ada@example.org', password: 'correct horse battery' } });
+  const headerOnly = await service.app.inject({
+    method: 'POST',
+    url: '/api/v1/auth/logout',
+    headers: { authorization: `Bearer ${withHeader.body.token}`, 'content-type': 'application/json' },
+  });
+  t.equal(headerOnly.statusCode, 204);
+  t.equal((await service.call('GET', '/api/v1/users/me', { token: withHeader.body.token })).status, 401, 'that session ended too');
+  // The same empty body where a route needs one is refused by its schema, as no body is.
+  const empty = await service.app.inject({ method: 'POST', url: '/api/v1/auth/login', headers: { 'content-type': 'application/json' } });
+  t.equal(empty.statusCode, 400);
+  t.equal(empty.json().error, 'bad_request');
 });
 
 t.test('bad registrations and logins', async (t) => {

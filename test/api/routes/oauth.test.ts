@@ -178,6 +178,20 @@ t.test('the login form refuses a wrong password and sets no login cookie', async
   t.notMatch(refused.text, 'value="approve"');
 });
 
+t.test('the login form reads a form only: the same fields as JSON sign no one in', async (t) => {
+  const client = await registerClient();
+  const browser = new TestBrowser(issuer);
+  const page = await browser.request('GET', authorizeUrl(baseParams(client.client_id, newPkce().challenge)));
+  const response = await fetch(`${issuer}/api/v1/oauth/authorize/login`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', cookie: [...browser.cookies].map(([name, value]) => `${name}=${value}`).join('; ') },
+    body: JSON.stringify({ email: 'alice@example.org', password: PASSWORD, ...formOf(page) }),
+  });
+  t.equal(response.status, 400);
+  t.match(await response.text(), /application\/x-www-form-urlencoded/, 'the page says what it reads');
+  t.notOk(response.headers.getSetCookie().some((line) => line.startsWith('fl_oauth_login=')), 'no login cookie');
+});
+
 t.test('CSRF: a missing or wrong token is refused before login or consent', async (t) => {
   const client = await registerClient();
   const browser = new TestBrowser(issuer);
