@@ -137,21 +137,34 @@ export const INVALID_PARAMS = -32602;
 
 const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
+/** What is wrong with a request's params, for the methods whose params the SDK checks with its schema library. */
+function paramsProblem(method: unknown, params: unknown): string | null {
+  if (method === 'tools/call') {
+    if (!isPlainObject(params)) return 'params must be an object with the tool name and its arguments';
+    if (typeof params.name !== 'string') return 'params.name must be the name of a tool (a string)';
+    if (params.arguments !== undefined && !isPlainObject(params.arguments)) return 'params.arguments must be an object of the tool arguments';
+    return null;
+  }
+  if (method === 'initialize') {
+    if (!isPlainObject(params)) return 'params must be an object with protocolVersion, capabilities and clientInfo';
+    if (typeof params.protocolVersion !== 'string') return 'params.protocolVersion must be a protocol version (a string)';
+    if (!isPlainObject(params.capabilities)) return 'params.capabilities must be an object';
+    const client = params.clientInfo;
+    if (!isPlainObject(client) || typeof client.name !== 'string' || typeof client.version !== 'string') return 'params.clientInfo must be an object with name and version (strings)';
+    return null;
+  }
+  return null;
+}
+
 /**
- * A `tools/call` whose params are not `{name: string, arguments?: object}` is -32602 here, with
- * a sentence: the SDK would answer -32603 (internal error) with its schema library's issue list.
+ * A `tools/call` whose params are not `{name: string, arguments?: object}`, or an `initialize`
+ * without its protocol version, capabilities and client, is -32602 here, with a sentence: the
+ * SDK would answer -32603 (internal error) with its schema library's issue list.
  */
-export function checkToolCallParams(messages: JsonRpcMessage[]): ProtocolRefusal | null {
+export function checkRequestParams(messages: JsonRpcMessage[]): ProtocolRefusal | null {
   for (const message of messages) {
-    if (message.method !== 'tools/call' || message.id === undefined) continue;
-    const { params } = message;
-    const problem = !isPlainObject(params)
-      ? 'params must be an object with the tool name and its arguments'
-      : typeof params.name !== 'string'
-        ? 'params.name must be the name of a tool (a string)'
-        : params.arguments !== undefined && !isPlainObject(params.arguments)
-          ? 'params.arguments must be an object of the tool arguments'
-          : null;
+    if (message.id === undefined) continue;
+    const problem = paramsProblem(message.method, message.params);
     if (problem) return { status: 400, body: jsonRpcError(INVALID_PARAMS, `Invalid params: ${problem}`, undefined, message.id) };
   }
   return null;

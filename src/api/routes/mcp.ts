@@ -9,7 +9,7 @@ import type { Principal } from '../../auth/rbac.js';
 import { authenticateMcp, McpAuthRefusal } from '../../mcp/auth.js';
 import {
   checkModernMethods,
-  checkToolCallParams,
+  checkRequestParams,
   checkRequestMetadata,
   discoverResult,
   jsonRpcError,
@@ -94,7 +94,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       name: header(request, 'mcp-name'),
     });
     if (mismatch) return void reply.status(mismatch.status).send(mismatch.body);
-    const refused = checkModernMethods(messages, asked.version) ?? checkToolCallParams(messages);
+    const refused = checkModernMethods(messages, asked.version) ?? checkRequestParams(messages);
     if (refused) return void reply.status(refused.status).send(refused.body);
     const format = replyFormat(header(request, 'accept'));
     if (format === null) return void reply.status(406).send(jsonRpcError(TRANSPORT_ERROR, 'Not Acceptable: accept application/json or text/event-stream'));
@@ -179,7 +179,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
     summary: 'Not supported: the MCP endpoint is stateless and takes POST only (405)',
     response: { 405: errorReplySchema },
   };
-  for (const method of ['GET', 'DELETE'] as const) {
+  for (const method of ['GET', 'DELETE', 'PUT', 'PATCH'] as const) {
     app.route({
       method,
       url: MCP_PATH,

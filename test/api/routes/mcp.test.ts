@@ -159,8 +159,8 @@ t.test('an access token whose scope lacks mcp: 403 insufficient_scope', async (t
   t.ok(challenge.includes('scope="mcp"'), challenge);
 });
 
-t.test('GET and DELETE: 405, POST allowed', async (t) => {
-  for (const method of ['GET', 'DELETE']) {
+t.test('GET, DELETE, PUT and PATCH: 405, POST allowed', async (t) => {
+  for (const method of ['GET', 'DELETE', 'PUT', 'PATCH']) {
     const response = await fetch(endpoint, { method, headers: { authorization: `Bearer ${token}` } });
     t.equal(response.status, 405, method);
     t.equal(response.headers.get('allow'), 'POST');
@@ -357,4 +357,22 @@ t.test('a tools/call with malformed params: -32602 with a sentence, not an inter
   }
   const fine = await post(listRepositories, { 'mcp-protocol-version': '2025-06-18' });
   t.equal(fine.status, 200, 'well-formed params still go through');
+});
+
+t.test('an initialize with malformed params: -32602 with a sentence, not an internal error', async (t) => {
+  const clientInfo = { name: 'test-client', version: '1.0.0' };
+  const cases: Array<[string, unknown, RegExp]> = [
+    ['empty params', {}, /params\.protocolVersion must be/],
+    ['no capabilities', { protocolVersion: '2025-06-18', clientInfo }, /params\.capabilities must be an object/],
+    ['a client without a version', { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x' } }, /params\.clientInfo must be an object with name and version/],
+    ['no params', undefined, /params must be an object/],
+  ];
+  for (const [label, params, message] of cases) {
+    const response = await post({ jsonrpc: '2.0', id: 8, method: 'initialize', ...(params === undefined ? {} : { params }) }, { 'mcp-protocol-version': '2025-06-18' });
+    t.equal(response.status, 400, label);
+    t.match(response.json, { jsonrpc: '2.0', id: 8, error: { code: -32602, message } }, label);
+  }
+  const fine = await post({ jsonrpc: '2.0', id: 9, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo } }, { 'mcp-protocol-version': '2025-06-18' });
+  t.equal(fine.status, 200, 'a well-formed initialize goes through');
+  t.match(fine.json, { id: 9, result: { serverInfo: { name: String } } });
 });
