@@ -1,6 +1,6 @@
 import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import type { ConnectionError, FastifyError, FastifyInstance } from 'fastify';
+import type { ConnectionError, FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { AmbiguousConceptError, UnsupportedContentError } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';
 import { ReportTooLargeError } from '../domain/report/decider.js';
@@ -65,16 +65,31 @@ export const errorReplySchema = {
   properties: { error: { type: 'string' }, message: { type: 'string' } },
 } as const;
 
+/** The top-level fields of a body its route's schema does not take (one that lists its fields and takes no others). */
+function unknownBodyFields(request: FastifyRequest): string[] {
+  const schema = request.routeOptions.schema?.body as { properties?: Record<string, unknown>; additionalProperties?: unknown } | undefined;
+  const body = request.body;
+  if (!schema?.properties || schema.additionalProperties !== false || typeof body !== 'object' || body === null || Array.isArray(body)) return [];
+  const known = schema.properties;
+  return Object.keys(body).filter((name) => !Object.hasOwn(known, name));
+}
+
 /**
  * fastify's message for a failed schema, naming the fields it refused: Ajv's "must NOT have
  * additional properties" does not say which, and a caller who misspelt a field needs to know.
+ * Ajv stops at the first keyword that fails, which for a body that must hold one field of a few
+ * (`maxProperties`) is the count, not the misspelt name: a body field the schema does not take is
+ * named first whatever failed.
  */
-function validationMessage(error: FastifyError): string {
+function validationMessage(error: FastifyError, request: FastifyRequest): string {
   const unknown = (error.validation ?? [])
     .filter((entry) => entry.keyword === 'additionalProperties')
     .map((entry) => (entry.params as { additionalProperty?: unknown }).additionalProperty)
     .filter((name): name is string => typeof name === 'string');
-  return unknown.length ? `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})` : error.message;
+  if (unknown.length) return `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})`;
+  const unknownInBody = error.validationContext === 'body' ? unknownBodyFields(request) : [];
+  if (unknownInBody.length) return `body must NOT have additional properties (${unknownInBody.map((name) => `'${name}'`).join(', ')})`;
+  return error.message;
 }
 
 /**
@@ -101,7 +116,7 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       return send(415, 'unsupported_media_type', `body must be ${mediaTypesRead(request).join(' or ')}`);
     }
-    if (fastifyError.validation) return send(400, 'bad_request', validationMessage(fastifyError));
+    if (fastifyError.validation) return send(400, 'bad_request', validationMessage(fastifyError, request));
     const statusCode = fastifyError.statusCode;
     if (statusCode && statusCode >= 400 && statusCode < 500) {
       // fastify's and its plugins' own codes (FST_ERR_CTP_INVALID_JSON_BODY, FST_REQ_FILE_TOO_LARGE, ...) become the documented names.

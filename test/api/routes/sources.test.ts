@@ -124,6 +124,12 @@ t.test('bad sources', async (t) => {
     t.equal(response.status, 400, `400 for ${JSON.stringify(body)}`);
     t.type(response.body.message, 'string');
   }
+  // A misspelt or extra field is named, though the body also breaks the one-field rule.
+  for (const body of [{ url: `${web.baseUrl}/curie`, x: 1 }, { ur1: `${web.baseUrl}/curie` }]) {
+    const misspelt = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body });
+    t.equal(misspelt.status, 400);
+    t.match(misspelt.body.message, /^body must NOT have additional properties \('(x|ur1)'\)$/, `the field named for ${JSON.stringify(Object.keys(body))}`);
+  }
   t.equal((await service.call('POST', `/api/v1/repositories/nope/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).status, 404);
   t.equal((await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { body: { url: `${web.baseUrl}/curie` } })).status, 401);
   t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/sources/00000000-0000-4000-8000-000000000000`, { token })).status, 404);
