@@ -127,12 +127,14 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const { query = '', mode = 'hybrid' } = input;
       const page = pageOf(input);
       if (input.concept_id !== undefined && input.concept_id.trim() === '') throw invalid('concept_id must not be empty');
+      // As the facts' `concept` filter: an unknown concept is not_found, a merged one its survivor.
+      const concept = input.concept_id === undefined ? undefined : (await resolveConcept(knex, repository.id, input.concept_id)).concept;
       const result = await deps.hybrid.search(summaryCollection, {
         repositoryId: repository.id,
         query,
         ...page,
         mode,
-        ...(input.concept_id !== undefined ? { filters: { concept_id: input.concept_id.trim() } } : {}),
+        ...(concept !== undefined ? { filters: { concept_id: concept.id } } : {}),
       });
       // An external index may still hold slices of a concept merged since: the read model decides.
       const ids = result.items.map((item) => item.id);

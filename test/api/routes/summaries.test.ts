@@ -107,6 +107,11 @@ t.test('summaries, definition and summary search after a run of the built-in mod
   t.equal(found.body.mode, 'lexical', 'summaries keep no vectors');
   const filtered = await get(`/summaries?query=radium&concept_id=${ids.radium}`);
   t.ok(filtered.body.items.every((item: { concept_id: string }) => item.concept_id === ids.radium));
+  // As the facts' concept filter: an unknown concept is a 404, not an empty page.
+  const unknown = await get('/summaries?query=radium&concept_id=00000000-0000-4000-8000-000000000000');
+  t.equal(unknown.status, 404);
+  t.equal(unknown.body.error, 'not_found');
+  t.equal((await get('/summaries?query=Warsaw&concept_id=Marie%20Curie')).body.items[0]?.concept_id, ids.curie, 'a name names the concept too');
 });
 
 t.test('resynthesize records the request and names the task', async (t) => {
