@@ -118,7 +118,8 @@ function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
  * context share is ambiguous in any case: AmbiguousConceptError lists the candidates.
  */
 export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string): Promise<ResolvedConcept> {
-  const wanted = idOrName.trim();
+  // Composed (NFC), as text on the web almost always is: `Zu\u0308rich` finds Zürich.
+  const wanted = idOrName.trim().normalize('NFC');
   if (wanted === '') throw invalid('a concept id or name must not be empty');
   if (isUuid(wanted)) {
     const byId: ConceptRow | undefined = await knex('concepts').where({ repository_id: repositoryId, id: wanted.toLowerCase() }).first(conceptColumns);

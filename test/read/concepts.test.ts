@@ -106,3 +106,10 @@ t.test('an alias two concepts of one context share: both listed, to be asked for
   }
   t.equal((await harness.app.concepts.get(owner, { repository, concept: 'Pierre Curie' })).id, pierre, 'the canonical name picks one');
 });
+
+t.test('a name spelt with a combining mark finds the concept spelt composed', async (t) => {
+  const zurich = await createConcept(harness.service, repository, 'Zürich', 'place');
+  const decomposed = 'ZU\u0308RICH';
+  t.not(decomposed, 'ZÜRICH');
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: decomposed })).id, zurich);
+});
