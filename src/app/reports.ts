@@ -4,6 +4,7 @@ import type { Principal } from '../auth/rbac.js';
 import { withNamedLock } from '../db/namedLock.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
+import { shortenRunes } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
 import { childIdsOf, loadReport, presentReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
@@ -37,7 +38,7 @@ export function reportUploadType(content: Pick<UploadedContent, 'filename' | 'de
 export function defaultTitle(text: string, filename: string | null = null): string {
   const line = text.split('\n').map(plainText).find((candidate) => candidate !== '');
   const title = line ?? (filename ? filename.replace(/\.[a-z0-9]+$/i, '') : '') ?? '';
-  return title.length > 120 ? `${title.slice(0, 119)}…` : title || 'Untitled report';
+  return shortenRunes(title, 120) || 'Untitled report';
 }
 
 /**

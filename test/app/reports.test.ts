@@ -20,6 +20,7 @@ t.test('titles and upload types', async (t) => {
   t.equal(defaultTitle('x'.repeat(200)).length, 120);
   t.equal(defaultTitle('', 'notes.md'), 'notes');
   t.equal(defaultTitle(''), 'Untitled report');
+  t.equal(defaultTitle('😀'.repeat(61 * 2)), `${'😀'.repeat(119)}…`, 'shortened by characters: an emoji is never cut in half');
   t.equal(reportUploadType({ filename: 'a.md', declaredType: 'application/octet-stream' }), 'text/markdown', 'by extension when the declared type says nothing');
   t.equal(reportUploadType({ filename: null, declaredType: 'text/plain; charset=utf-8' }), 'text/plain');
   try {
@@ -65,4 +66,14 @@ t.test('access is checked before the input', async (t) => {
   await rejectsWith(t, harness.app.reports.upload(stranger, { repository, content }), 'forbidden');
   t.notOk(read, 'a refused upload is never read');
   await rejectsWith(t, harness.app.reports.list(owner, { repository, limit: 0 }), 'invalid', /limit/);
+});
+
+t.test('a report whose first line is emoji gets a title; lengths count characters, not UTF-16 units', async (t) => {
+  const untitled = await harness.app.reports.create(owner, { repository, text: '😀'.repeat(61) });
+  t.equal(untitled.title, '😀'.repeat(61), 'stored as sent: no half character for the database to refuse');
+  const long = await harness.app.reports.create(owner, { repository, text: `${'😀'.repeat(200)}\nmore` });
+  t.equal(long.title, `${'😀'.repeat(119)}…`);
+  const titled = await harness.app.reports.create(owner, { repository, text: 'x', title: '😀'.repeat(300), topic: '😀'.repeat(500) });
+  t.equal(titled.title, '😀'.repeat(300), 'a 300-character title of emoji is within 500 characters');
+  await rejectsWith(t, harness.app.reports.create(owner, { repository, text: 'x', title: '😀'.repeat(501) }), 'invalid', /longer than 500 characters/);
 });

@@ -1,4 +1,5 @@
 import { DomainError, type Decider } from '../decider.js';
+import { runeLength } from '../text.js';
 
 export const MAX_INVESTIGATION_TITLE_CHARS = 200;
 export const MAX_INVESTIGATION_TOPIC_CHARS = 2000;
@@ -32,7 +33,7 @@ export type InvestigationState =
 
 function checkTitle(title: string): string {
   const trimmed = title.trim();
-  if (trimmed.length === 0 || trimmed.length > MAX_INVESTIGATION_TITLE_CHARS) {
+  if (trimmed.length === 0 || runeLength(trimmed) > MAX_INVESTIGATION_TITLE_CHARS) {
     throw new DomainError('invalid', `title must be 1 to ${MAX_INVESTIGATION_TITLE_CHARS} characters`);
   }
   return trimmed;
@@ -40,7 +41,7 @@ function checkTitle(title: string): string {
 
 function checkTopic(topic: string): string {
   const trimmed = topic.trim();
-  if (trimmed.length > MAX_INVESTIGATION_TOPIC_CHARS) throw new DomainError('invalid', `topic must be at most ${MAX_INVESTIGATION_TOPIC_CHARS} characters`);
+  if (runeLength(trimmed) > MAX_INVESTIGATION_TOPIC_CHARS) throw new DomainError('invalid', `topic must be at most ${MAX_INVESTIGATION_TOPIC_CHARS} characters`);
   return trimmed;
 }
 

@@ -1,5 +1,6 @@
 import { DomainError, type Decider } from '../decider.js';
 import type { AnnotatedSentence, AnnotationSettings, ReportEvent } from './events.js';
+import { runeLength } from '../text.js';
 
 export * from './events.js';
 
@@ -93,14 +94,14 @@ export function checkReportText(text: string): string {
 function checkTitle(title: string): string {
   const trimmed = title.trim();
   if (trimmed === '') throw new DomainError('invalid', 'the report title is empty');
-  if (trimmed.length > MAX_REPORT_TITLE_CHARS) throw new DomainError('invalid', `the report title is longer than ${MAX_REPORT_TITLE_CHARS} characters`);
+  if (runeLength(trimmed) > MAX_REPORT_TITLE_CHARS) throw new DomainError('invalid', `the report title is longer than ${MAX_REPORT_TITLE_CHARS} characters`);
   return trimmed;
 }
 
 function checkTopic(topic: string | null | undefined): string | null {
   const trimmed = topic?.trim() ?? '';
   if (trimmed === '') return null;
-  if (trimmed.length > MAX_REPORT_TOPIC_CHARS) throw new DomainError('invalid', `the report topic is longer than ${MAX_REPORT_TOPIC_CHARS} characters`);
+  if (runeLength(trimmed) > MAX_REPORT_TOPIC_CHARS) throw new DomainError('invalid', `the report topic is longer than ${MAX_REPORT_TOPIC_CHARS} characters`);
   return trimmed;
 }
 

@@ -16,13 +16,6 @@ export interface ReportSentence {
   end: number;
 }
 
-/** Length in Unicode code points ("runes"), as `providers.reports.min_sentence_runes` counts. */
-export function runeLength(text: string): number {
-  let count = 0;
-  for (const _ of text) count++;
-  return count;
-}
-
 const BLOCK_START = /^\s{0,3}(#{1,6}\s|[-*+]\s|\d{1,9}[.)]\s|>\s?)/;
 
 /** Lines of the text grouped into blocks, each with its UTF-16 start offset. */

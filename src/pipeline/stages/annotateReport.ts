@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type AnnotationSettings, type LiveReport, type ReportCommand, type ReportState } from '../../domain/report/decider.js';
-import { runeLength, splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
+import { splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
+import { runeLength } from '../../domain/text.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { STOP_WORDS, wordSimilarity } from '../../providers/llm/localPosture.js';

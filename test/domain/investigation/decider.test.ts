@@ -22,6 +22,12 @@ t.test('create: trimmed title and topic; bad input refused', async (t) => {
   t.equal(given([]).when({ type: 'CreateInvestigation', title: 'x'.repeat(MAX_INVESTIGATION_TITLE_CHARS + 1), topic: '' }).thenThrows(DomainError).code, 'invalid', 'long title');
   t.equal(given([]).when({ type: 'CreateInvestigation', title: 'x', topic: 'y'.repeat(MAX_INVESTIGATION_TOPIC_CHARS + 1) }).thenThrows(DomainError).code, 'invalid', 'long topic');
   t.equal(given([created]).when({ type: 'CreateInvestigation', title: 'Again', topic: '' }).thenThrows(DomainError).code, 'conflict');
+  // Characters, as the route's maxLength counts them: an emoji is one, though two UTF-16 units.
+  const emojiTitle = '😀'.repeat(MAX_INVESTIGATION_TITLE_CHARS);
+  t.same(given([]).when({ type: 'CreateInvestigation', title: emojiTitle, topic: '😀'.repeat(MAX_INVESTIGATION_TOPIC_CHARS) }).events()[0]?.data, {
+    title: emojiTitle,
+    topic: '😀'.repeat(MAX_INVESTIGATION_TOPIC_CHARS),
+  });
 });
 
 t.test('update records only what changed', async (t) => {

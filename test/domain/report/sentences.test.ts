@@ -1,5 +1,5 @@
 import t from 'tap';
-import { runeLength, splitSentences } from '../../../src/domain/report/sentences.js';
+import { splitSentences } from '../../../src/domain/report/sentences.js';
 
 t.test('sentences of Markdown blocks, with offsets into the text', async (t) => {
   const text = [
@@ -26,7 +26,3 @@ t.test('sentences of Markdown blocks, with offsets into the text', async (t) => 
   t.same(splitSentences('   \n\n'), []);
 });
 
-t.test('runes are code points', async (t) => {
-  t.equal(runeLength('abc'), 3);
-  t.equal(runeLength('😀é'), 2, 'an astral character is one rune, two UTF-16 units');
-});

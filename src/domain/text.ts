@@ -1,0 +1,17 @@
+/**
+ * Text measured as people and JSON Schema's `maxLength` count it: in Unicode code points
+ * ("runes"), not UTF-16 units, so an emoji is one character and is never cut in half.
+ */
+
+/** Length in Unicode code points ("runes"), as `providers.reports.min_sentence_runes` counts. */
+export function runeLength(text: string): number {
+  let count = 0;
+  for (const _ of text) count++;
+  return count;
+}
+
+/** `text`, or its first `max - 1` code points and an ellipsis when it has more than `max`. */
+export function shortenRunes(text: string, max: number): string {
+  const runes = [...text];
+  return runes.length > max ? `${runes.slice(0, max - 1).join('')}…` : text;
+}
