@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Principal } from '../auth/rbac.js';
 import { withNamedLock } from '../db/namedLock.js';
+import { rawQuery } from '../db/rawQuery.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
 import { shortenRunes } from '../domain/text.js';
@@ -47,19 +48,40 @@ export function defaultTitle(text: string, filename: string | null = null): stri
  * refuses it when it contains the report being edited).
  */
 async function parentChain(knex: Knex, repositoryId: string, parentId: string): Promise<string[]> {
+  // One statement, not one a level: on the embedded tier each statement queues anew for the
+  // database's one connection. At most MAX_REPORT_DEPTH + 1 rows, which also ends a cycle.
+  const { rows } = await rawQuery<{ id: string }>(
+    knex,
+    `WITH RECURSIVE chain (id, parent_id, depth) AS (
+       SELECT id, parent_id, 1 FROM reports WHERE id = ? AND repository_id = ?
+       UNION ALL
+       SELECT r.id, r.parent_id, chain.depth + 1 FROM reports r JOIN chain ON r.id = chain.parent_id
+        WHERE r.repository_id = ? AND chain.depth <= ?
+     )
+     SELECT id FROM chain ORDER BY depth`,
+    [parentId, repositoryId, repositoryId, MAX_REPORT_DEPTH],
+  );
+  if (rows.length === 0) throw invalid(`parent report ${parentId} not found in this repository`);
   const chain: string[] = [];
-  let current: string | null = parentId;
-  while (current !== null && !chain.includes(current)) {
-    const row: { id: string; parent_id: string | null } | undefined = await knex('reports').where({ id: current, repository_id: repositoryId }).first('id', 'parent_id');
-    if (!row) {
-      if (chain.length === 0) throw invalid(`parent report ${parentId} not found in this repository`);
-      break; // an ancestor deleted meanwhile ends the chain
-    }
-    chain.push(row.id);
-    if (chain.length > MAX_REPORT_DEPTH) throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep`);
-    current = row.parent_id;
+  // An ancestor deleted meanwhile ends the chain (the join finds no row); a cycle ends where it comes back.
+  for (const { id } of rows) {
+    if (chain.includes(id)) break;
+    chain.push(id);
   }
+  if (chain.length > MAX_REPORT_DEPTH) throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep`);
   return chain;
+}
+
+/** How many levels of children hang below the report (0 for none), counted as far as MAX_REPORT_DEPTH + 1. */
+async function levelsBelow(knex: Knex, repositoryId: string, reportId: string): Promise<number> {
+  let level = [reportId];
+  let levels = 0;
+  while (levels <= MAX_REPORT_DEPTH) {
+    level = await knex('reports').where({ repository_id: repositoryId }).whereIn('parent_id', level).pluck('id');
+    if (level.length === 0) break;
+    levels += 1;
+  }
+  return levels;
 }
 
 /** Report commands: create (typed or uploaded), edit, delete, and ask for a new annotation. */
@@ -128,6 +150,10 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       await loadReport(knex, repository.id, input.report);
       const run = async () => {
         const chain = input.parent_id ? await parentChain(knex, repository.id, input.parent_id) : [];
+        // Moved under a parent, the report takes its children along: the deepest of them must stay within the limit too.
+        if (chain.length > 0 && chain.length + (await levelsBelow(knex, repository.id, input.report)) > MAX_REPORT_DEPTH) {
+          throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep: this report and the reports below it would reach deeper`);
+        }
         return execute(
           repository.id,
           input.report,
@@ -139,17 +165,22 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       return input.parent_id ? inReportTree(repository.id, run) : run();
     },
 
-    /** Deletes a report without children (409 when it has some). */
+    /**
+     * Deletes a report without children (409 when it has some). Counted and deleted as one step
+     * of the report tree, so a child made under it meanwhile is either counted or refused.
+     */
     async delete(principal: Principal, input: ReportInput, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:delete');
       await loadReport(knex, repository.id, input.report);
-      const children = await childIdsOf(knex, repository.id, input.report);
-      await deps.commands.execute(
-        streamName('report', input.report),
-        reportDecider,
-        { type: 'DeleteReport', childCount: children.length },
-        commandMetadata(principal, repository.id, trace),
-      );
+      await inReportTree(repository.id, async () => {
+        const children = await childIdsOf(knex, repository.id, input.report);
+        await deps.commands.execute(
+          streamName('report', input.report),
+          reportDecider,
+          { type: 'DeleteReport', childCount: children.length },
+          commandMetadata(principal, repository.id, trace),
+        );
+      });
     },
 
     /** Queues a new annotation of every sentence; poll `GET .../tasks?report_id=` or the report's status. */

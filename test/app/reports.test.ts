@@ -1,5 +1,5 @@
 import t from 'tap';
-import { defaultTitle, reportUploadType } from '../../src/app/reports.js';
+import { defaultTitle, MAX_REPORT_DEPTH, reportUploadType } from '../../src/app/reports.js';
 import { UnsupportedContentError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
@@ -76,4 +76,29 @@ t.test('a report whose first line is emoji gets a title; lengths count character
   const titled = await harness.app.reports.create(owner, { repository, text: 'x', title: '😀'.repeat(300), topic: '😀'.repeat(500) });
   t.equal(titled.title, '😀'.repeat(300), 'a 300-character title of emoji is within 500 characters');
   await rejectsWith(t, harness.app.reports.create(owner, { repository, text: 'x', title: '😀'.repeat(501) }), 'invalid', /longer than 500 characters/);
+});
+
+t.test('reports nest at most 100 deep, also when a report moves with the reports below it', async (t) => {
+  const root = await harness.app.reports.create(owner, { repository, title: 'Root', text: 'Root.' });
+  const chain = [root.id];
+  for (let depth = 1; depth <= MAX_REPORT_DEPTH; depth++) {
+    chain.push((await harness.app.reports.create(owner, { repository, title: `Level ${depth}`, text: 'Deeper.', parent_id: chain.at(-1) })).id);
+  }
+  await rejectsWith(t, harness.app.reports.create(owner, { repository, title: 'Too deep', text: 'x', parent_id: chain.at(-1) }), 'invalid', /nest at most 100 deep/);
+  const top = await harness.app.reports.create(owner, { repository, title: 'New top', text: 'Top.' });
+  await rejectsWith(t, harness.app.reports.update(owner, { repository, report: root.id, parent_id: top.id }), 'invalid', /reports below it would reach deeper/);
+  t.equal((await harness.app.reports.get(owner, { repository, report: root.id })).parent_id, null, 'the root stays a root');
+  const middle = chain[50] as string;
+  t.equal((await harness.app.reports.update(owner, { repository, report: middle, parent_id: top.id })).parent_id, top.id, 'a move that stays within the limit is made');
+});
+
+t.test('a report deleted while a child is made under it: one of the two is refused', async (t) => {
+  for (let round = 0; round < 4; round++) {
+    const parent = await harness.app.reports.create(owner, { repository, title: `Parent ${round}`, text: 'Parent.' });
+    const [child, deletion] = await Promise.allSettled([
+      harness.app.reports.create(owner, { repository, title: `Child ${round}`, text: 'Child.', parent_id: parent.id }),
+      harness.app.reports.delete(owner, { repository, report: parent.id }),
+    ]);
+    t.equal([child.status, deletion.status].filter((status) => status === 'fulfilled').length, 1, `round ${round}: ${child.status} / ${deletion.status}`);
+  }
 });
