@@ -7,7 +7,7 @@ import { looksBinary } from '../providers/fetch/sniff.js';
 import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
-import type { JobRecord } from '../pipeline/jobs.js';
+import { isSuperseded } from '../pipeline/jobs.js';
 import { presentSource, type SourceRow } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
@@ -142,8 +142,7 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       if (source.status !== 'failed') {
         const { jobs } = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, limit: 1000 });
         // A failed task that a later one of its kind took over (the source started over since) stays as it was.
-        const superseded = (job: JobRecord) => jobs.some((later) => later.kind === job.kind && later.subjectId === job.subjectId && later.triggerPosition > job.triggerPosition);
-        const retryable = jobs.filter((job) => (job.state === 'failed' || job.state === 'dead') && !superseded(job));
+        const retryable = jobs.filter((job) => (job.state === 'failed' || job.state === 'dead') && !isSuperseded(job, jobs));
         if (retryable.length === 0) throw conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
         for (const job of retryable) await deps.jobs.retry(job.id);
         deps.wakeWorkers();

@@ -352,6 +352,14 @@ function requireState(value: unknown): JobState {
   return value as JobState;
 }
 
+/**
+ * Whether a later job of the same kind and subject took this one's place (its source started
+ * over, say): re-running this one would redo what the later one did or does.
+ */
+export function isSuperseded(job: Job, others: readonly Job[]): boolean {
+  return others.some((later) => later.kind === job.kind && later.subjectId === job.subjectId && later.triggerPosition > job.triggerPosition);
+}
+
 export function truncateError(message: string): string {
   return message.length <= maxErrorLength ? message : `${message.slice(0, maxErrorLength - 1)}…`;
 }

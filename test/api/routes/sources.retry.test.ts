@@ -59,6 +59,14 @@ t.test('a source that failed and started over has nothing left to retry', async 
   const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/later` } })).body;
   await waitForPipeline(service, repoId, token);
   t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed');
+  const tasks = `/api/v1/repositories/${repoId}/tasks`;
+  const failedTask = (await service.call('GET', `${tasks}?source_id=${source.id}&state=failed`, { token })).body.items[0];
+  t.equal(failedTask?.kind, 'retrieve_source');
+  // The task alone cannot run again: the stages do nothing for a failed source.
+  const alone = await service.call('POST', `${tasks}/${failedTask.id}/retry`, { token });
+  t.equal(alone.status, 409);
+  t.match(alone.body.message, /retry the source/);
+  t.equal((await service.call('GET', `${tasks}/${failedTask.id}`, { token })).body.state, 'failed', 'and its failure stays on record');
 
   pages['/later'] = { body: CURIE_ARTICLE };
   t.equal((await service.call('POST', `${sourceUrl}/${source.id}/retry`, { token })).status, 202, 'the failed source starts over');
@@ -70,4 +78,7 @@ t.test('a source that failed and started over has nothing left to retry', async 
   t.equal(again.status, 409, "the first fetch's failed task was taken over by the retry's: nothing to retry");
   await waitForPipeline(service, repoId, token);
   t.equal(web.hits.get('/later'), fetches, 'and the page is not fetched again');
+  const taken = await service.call('POST', `${tasks}/${failedTask.id}/retry`, { token });
+  t.equal(taken.status, 409, 'nor through the tasks route');
+  t.match(taken.body.message, /took this one's place/);
 });
