@@ -69,7 +69,9 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
         source = presentSource(await loadSource(knex, repository.id, input.source_id));
       } else if ('url' in input || 'doi' in input) {
         const reference = 'url' in input ? { url: input.url } : { doi: input.doi };
-        const result = await sources.add(principal, { repository: repository.id, ...reference }, trace);
+        // A source the repository has is taken with investigations:write alone; only a new one needs sources:create.
+        const known = await sources.find(repository.id, reference);
+        const result = known ? { source: known, created: false } : await sources.add(principal, { repository: repository.id, ...reference }, trace);
         source = result.source;
         registered = result.created;
       } else throw invalid('give one of source_id, url or doi');
@@ -80,6 +82,8 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
     /** Removes a source from the investigation; it stays in the repository. */
     async removeSource(principal: Principal, input: { repository: string; investigation: string; source: string }, trace?: Trace) {
       const { repository, investigation } = await target(principal, input, 'investigations:write');
+      // A deleted source has left every investigation already: not there to remove (404).
+      await loadSource(knex, repository.id, input.source);
       await execute(investigation.id, { type: 'RemoveInvestigationSource', sourceId: input.source }, commandMetadata(principal, repository.id, trace));
     },
   };

@@ -88,7 +88,26 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
     return presentSource(await loadSource(knex, repositoryId, sourceId));
   }
 
+  /** The repository's source of a normalised URL or DOI, if it has one. */
+  async function findByReference(repositoryId: string, reference: ReturnType<typeof normalizeReference>) {
+    const lookup = knex('sources').where({ repository_id: repositoryId });
+    // By the document: a source added before fragments were dropped has one in its url.
+    if (reference.url) lookup.whereNotNull('url').whereRaw(`split_part(url, '#', 1) = ?`, [reference.url]);
+    // DOIs compare case-insensitively (their case is kept).
+    else lookup.whereNotNull('doi').whereRaw('lower(doi) = lower(?)', [reference.doi]);
+    const existing: SourceRow | undefined = await lookup.first();
+    return existing === undefined ? null : presentSource(existing);
+  }
+
   return {
+    /**
+     * The repository's source of a URL or DOI, or null: what `add` would answer without adding.
+     * Access is the caller's to check (an investigation takes a known source with its own).
+     */
+    async find(repositoryId: string, input: { url?: string; doi?: string }) {
+      return findByReference(repositoryId, normalizeReference(input, deps.config.providers.resolution.doi_resolver));
+    },
+
     /** Adds a URL or a DOI; `created` is false when the repository already had it (the existing source is answered). */
     async add(principal: Principal, input: { repository: string; url?: string; doi?: string }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
@@ -96,14 +115,10 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       if (reference.url) refuseUnreachableHost(reference.url, deps.config);
       // Look up and register as one step per reference: two requests adding the same URL at once
       // must not both find it missing (the second waits and then finds the first's source).
-      // DOIs compare case-insensitively (their case is kept): one lock and one lookup for every spelling.
+      // One lock for every spelling of a DOI.
       return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${reference.url ?? reference.doi.toLowerCase()}`, async () => {
-        const lookup = knex('sources').where({ repository_id: repository.id });
-        // By the document: a source added before fragments were dropped has one in its url.
-        if (reference.url) lookup.whereNotNull('url').whereRaw(`split_part(url, '#', 1) = ?`, [reference.url]);
-        else lookup.whereNotNull('doi').whereRaw('lower(doi) = lower(?)', [reference.doi]);
-        const existing: SourceRow | undefined = await lookup.first();
-        if (existing) return { created: false, source: presentSource(existing) };
+        const existing = await findByReference(repository.id, reference);
+        if (existing) return { created: false, source: existing };
         const source = await register(
           repository.id,
           { type: 'RegisterSource', origin: reference.url ? 'url' : 'doi', url: reference.url, doi: reference.doi },

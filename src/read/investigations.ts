@@ -48,10 +48,13 @@ export function presentInvestigation(row: InvestigationRow, sourceCount: number)
 /** Source counts of investigations, in one statement. */
 async function sourceCounts(knex: Knex, investigationIds: readonly string[]): Promise<Map<string, number>> {
   if (investigationIds.length === 0) return new Map();
-  const rows: Array<{ investigation_id: string; n: number }> = await knex('investigation_sources')
-    .whereIn('investigation_id', [...investigationIds])
-    .groupBy('investigation_id')
-    .select('investigation_id', knex.raw('count(*)::integer AS n'));
+  // Live sources only, as the list shows them: a link added as its source was being deleted
+  // (the two on different streams) outlives the deletion's clean-up.
+  const rows: Array<{ investigation_id: string; n: number }> = await knex('investigation_sources as i')
+    .join('sources', 'sources.id', 'i.source_id')
+    .whereIn('i.investigation_id', [...investigationIds])
+    .groupBy('i.investigation_id')
+    .select('i.investigation_id', knex.raw('count(*)::integer AS n'));
   return new Map(rows.map((row) => [row.investigation_id, Number(row.n)]));
 }
 
@@ -62,7 +65,7 @@ export async function presentInvestigationById(knex: Knex, repositoryId: string,
 
 /** The ids of an investigation's sources (its tasks are theirs). */
 export async function investigationSourceIds(knex: Knex, investigationId: string): Promise<string[]> {
-  return (await knex('investigation_sources').where({ investigation_id: investigationId }).pluck('source_id')) as string[];
+  return (await knex('investigation_sources as i').join('sources', 'sources.id', 'i.source_id').where({ 'i.investigation_id': investigationId }).pluck('i.source_id')) as string[];
 }
 
 /** The live facts (new or stable, not merged) extracted from an investigation's sources. */

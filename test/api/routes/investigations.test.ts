@@ -1,5 +1,6 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
+import { investigationDecider, type InvestigationCommand } from '../../../src/domain/investigation/decider.js';
 import { eventually, registerUser, startTestService, waitForPipeline, type TestService } from '../../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
 
@@ -151,4 +152,34 @@ t.test('a reader reads investigations but cannot change them', async (t) => {
   t.equal((await service.call('POST', `${base()}/${created.body.id}/sources`, { token: reader.token, body: { url: `${web.baseUrl}/curie` } })).status, 403);
   const stranger = await registerUser(service, 'stranger@example.org');
   t.equal((await service.call('GET', `${base()}/${created.body.id}`, { token: stranger.token })).status, 403, 'no role, no access');
+});
+
+t.test('a known URL is taken with investigations:write alone; a new one needs sources:create', async (t) => {
+  const key = await service.call('POST', '/api/v1/users/me/api-keys', { token, body: { name: 'gatherer', scopes: ['investigations:write', 'investigations:read', 'sources:read'] } });
+  t.equal(key.status, 201);
+  const investigation = (await service.call('POST', base(), { token, body: { title: 'Gathered' } })).body;
+  const known = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).body;
+  const taken = await service.call('POST', `${base()}/${investigation.id}/sources`, { token: key.body.key, body: { url: `${web.baseUrl}/curie` } });
+  t.equal(taken.status, 201);
+  t.match(taken.body, { added: true, registered: false, source: { id: known.id } });
+  const fresh = await service.call('POST', `${base()}/${investigation.id}/sources`, { token: key.body.key, body: { url: `${web.baseUrl}/never-added` } });
+  t.equal(fresh.status, 403);
+  t.match(fresh.body.message, /sources:create/);
+});
+
+t.test('a deleted source: not counted, and not there to remove', async (t) => {
+  const investigation = (await service.call('POST', base(), { token, body: { title: 'Leavers' } })).body;
+  const source = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { doi: '10.5555/leaver' } })).body;
+  t.equal((await service.call('POST', `${base()}/${investigation.id}/sources`, { token, body: { source_id: source.id } })).status, 201);
+  t.equal((await service.call('DELETE', `/api/v1/repositories/${repoId}/sources/${source.id}`, { token })).status, 204);
+  // As when the link is added while the source is being deleted (two streams): the link outlives the clean-up.
+  const execute = (command: InvestigationCommand) =>
+    service.context.commands.execute(`investigation-${investigation.id}`, investigationDecider, command, { repositoryId: repoId, actor: 'test', causationId: null, correlationId: null });
+  await execute({ type: 'RemoveInvestigationSource', sourceId: source.id });
+  await execute({ type: 'AddInvestigationSource', sourceId: source.id });
+  const read = await service.call('GET', `${base()}/${investigation.id}`, { token });
+  t.equal(read.body.source_count, 0, 'the count is of live sources, as the list');
+  t.equal((await service.call('GET', `${base()}/${investigation.id}/sources`, { token })).body.total, 0);
+  const removed = await service.call('DELETE', `${base()}/${investigation.id}/sources/${source.id}`, { token });
+  t.equal(removed.status, 404, 'a deleted source is not there to remove');
 });
