@@ -37,7 +37,7 @@ function findUnsafe(value: unknown, path: string, depth: number): string | null 
  * Refuses, on every route (those registered later included), path parameters, query strings and
  * JSON or form bodies holding text no store can keep: one check here instead of one per schema,
  * so every route answers 400 `bad_request` with the offending location instead of failing deep
- * in the database with a 500.
+ * in the database with a 500. And a query string on an API route that takes none.
  */
 export function registerInputGuard(app: FastifyInstance): void {
   app.addHook('preValidation', async (request) => {
@@ -46,5 +46,13 @@ export function registerInputGuard(app: FastifyInstance): void {
       findUnsafe(request.query, 'query parameter', 0) ??
       (request.isMultipart() ? null : findUnsafe(request.body, 'body', 0));
     if (problem) throw new HttpError(400, 'bad_request', problem.replace(/^(path parameter|query parameter)\//, '$1 '));
+    // A route of the API that takes no query string refuses one, as a route with a querystring
+    // schema refuses a parameter it does not list: a misspelt `?limt=` is said, not ignored.
+    if (request.routeOptions.schema?.querystring === undefined && request.routeOptions.url?.startsWith(API_PREFIX)) {
+      const given = Object.keys((request.query ?? {}) as object);
+      if (given.length > 0) throw new HttpError(400, 'bad_request', `querystring must NOT have additional properties (${given.map((name) => `'${name}'`).join(', ')})`);
+    }
   });
 }
+
+const API_PREFIX = '/api/v1/';

@@ -113,6 +113,14 @@ t.test('the client error handler: 408 for a timeout; nothing written to a reset 
   }
 });
 
+t.test('a query string on an API route that takes none is refused by name, not ignored', async (t) => {
+  const refused = await inject({ method: 'GET', url: '/api/v1/users/me?foo=1&limt=5' });
+  t.equal(refused.statusCode, 400);
+  t.same(refused.json(), { error: 'bad_request', message: "querystring must NOT have additional properties ('foo', 'limt')" });
+  t.equal((await inject({ method: 'GET', url: '/api/v1/users/me' })).statusCode, 200);
+  t.equal((await inject({ method: 'GET', url: '/healthz?probe=1' })).statusCode, 200, 'outside the API a query string is left alone');
+});
+
 t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, never a 500', async (t) => {
   const before = (await service.call('GET', '/healthz')).body.head_position;
   const calls: Array<[string, string, unknown?]> = [
