@@ -5,7 +5,7 @@ import { badRequest } from './errors.js';
 
 /** A multipart upload (src/api/mediaTypes.ts has made sure the request is one) with its file part begun. */
 export interface Upload {
-  /** A text field sent before the file part; undefined when absent or repeated. */
+  /** A text field sent before the file part; undefined when absent. */
   field(name: string): string | undefined;
   /** The file, read now: the rest of the upload must hold no second file part. */
   content(): Promise<UploadedContent>;
@@ -26,6 +26,14 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
   const first = await files.next();
   if (first.done) throw badRequest('no file part in the upload');
   const file = first.value;
+  // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or
+  // one sent twice, is a 400 rather than a value dropped without a word.
+  const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
+  for (const [name, part] of Object.entries(file.fields)) {
+    if (part === undefined || (!Array.isArray(part) && part.type === 'file')) continue;
+    if (!taken.includes(name)) throw badRequest(`unknown form field '${name}'${taken.length ? `: this upload takes ${taken.join(', ')}` : ': this upload takes the file only'}`);
+    if (Array.isArray(part)) throw badRequest(`form field '${name}' sent more than once`);
+  }
   return {
     field: (name) => textField(file.fields, name),
     content: async () => {

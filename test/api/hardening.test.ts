@@ -220,7 +220,6 @@ t.test('a body in a media type the route does not read is a 415; an upload holds
   }
 
   const twoFiles = multipart([
-    { name: 'title', value: 'Two files' },
     { name: 'file', value: 'The first file, with enough words in it.', filename: 'one.txt', type: 'text/plain' },
     { name: 'file', value: 'The second file, which must not be dropped unseen.', filename: 'two.txt', type: 'text/plain' },
   ]);
@@ -228,6 +227,19 @@ t.test('a body in a media type the route does not read is a 415; an upload holds
     const response = await inject({ method: 'POST', url, payload: twoFiles.payload, headers: { 'content-type': twoFiles.type } });
     t.equal(response.statusCode, 400, `two file parts to ${url}`);
     t.same(response.json(), { error: 'bad_request', message: 'send one file part' });
+  }
+  // A form field the upload does not take, or one sent twice, is said rather than dropped.
+  const file = { name: 'file', value: 'A report with enough words in it.', filename: 'one.txt', type: 'text/plain' };
+  const fieldCases = [
+    { name: 'an unknown field', url: `${reports}/upload`, parts: [{ name: 'foo', value: 'bar' }, file], message: "unknown form field 'foo': this upload takes title, topic, parent_id" },
+    { name: 'a repeated field', url: `${reports}/upload`, parts: [{ name: 'title', value: 'first' }, { name: 'title', value: 'second' }, file], message: "form field 'title' sent more than once" },
+    { name: 'a field to the source upload', url: `${sources}/upload`, parts: [{ name: 'title', value: 'x' }, file], message: "unknown form field 'title': this upload takes the file only" },
+  ];
+  for (const { name, url, parts, message } of fieldCases) {
+    const form = multipart(parts);
+    const response = await inject({ method: 'POST', url, payload: form.payload, headers: { 'content-type': form.type } });
+    t.equal(response.statusCode, 400, name);
+    t.same(response.json(), { error: 'bad_request', message }, name);
   }
   t.same(await totals(), before, 'no source and no report was stored');
 
