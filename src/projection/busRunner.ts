@@ -120,6 +120,8 @@ export class BusProjectionRunner implements ReadModelRunner {
    * has acknowledged all it was sent (a group acknowledges a batch after its transaction commits).
    */
   async caughtUp(position: number, timeoutMs: number): Promise<boolean> {
+    // A rebuild empties its tables first: until it has replayed the log, what was written is not all readable.
+    if ([...this.workers.values()].some((worker) => worker.state === 'rebuilding')) return false;
     const groups = [...this.workers.values()]
       .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
       .map((worker) => this.groupOf(worker));

@@ -259,11 +259,12 @@ export class ProjectionRunner implements ReadModelRunner {
   async caughtUp(position: number, timeoutMs: number): Promise<boolean> {
     try {
       await this.waitFor(position, timeoutMs);
-      return true;
     } catch (error) {
       if (error instanceof ProjectionWaitTimeoutError) return false;
       throw error;
     }
+    // A rebuild empties its tables first: until it has replayed the log, what was written is not all readable.
+    return ![...this.workers.values()].some((worker) => worker.state === 'rebuilding');
   }
 
   waitFor(position: number, timeoutMs: number): Promise<void> {
@@ -330,6 +331,8 @@ export class ProjectionRunner implements ReadModelRunner {
         }
         await trx('projection_checkpoints').where('name', name).update({ position: 0, updated_at: trx.fn.now() });
       });
+      // Its tables are empty: the status says so (lag = the whole log) until the replay moves it on.
+      worker.position = 0;
       total = await this.store.headPosition();
     } catch (error) {
       worker.state = previousState === 'rebuilding' ? 'stopped' : previousState;

@@ -226,8 +226,9 @@ export interface ReadModelRunner {
   settle(write: AppendedWrite, timeoutMs: number): Promise<void>;
   /**
    * Whether every running projection has applied the whole log through `position` (waiting up to
-   * `timeoutMs` for it): what "the pipeline is done" needs, since the job intake is a projection
-   * and a finished job's follow-up exists only once its events are applied.
+   * `timeoutMs` for it) and none is being rebuilt: what "the pipeline is done" needs, since the
+   * job intake is a projection and a finished job's follow-up exists only once its events are
+   * applied, and a rebuild's tables are empty until it has replayed the log.
    */
   caughtUp(position: number, timeoutMs: number): Promise<boolean>;
   rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void>;
