@@ -1,20 +1,10 @@
 import type { FastifyInstance } from 'fastify';
+import { unsafeTextReason } from '../domain/text.js';
 import { HttpError } from './errors.js';
 
 /** The deepest nesting of a request body walked; deeper bodies are refused rather than recursed into. */
 const MAX_DEPTH = 64;
 
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-/**
- * Why a string cannot be stored or searched: a NUL byte (PostgreSQL text refuses it) or a lone
- * UTF-16 surrogate (not valid Unicode, so not encodable as UTF-8). Null when the string is fine.
- */
-export function unsafeTextReason(text: string): string | null {
-  if (text.includes('\u0000')) return 'contains a NUL character';
-  if (LONE_SURROGATE.test(text)) return 'contains a lone surrogate (not valid Unicode)';
-  return null;
-}
 
 function findUnsafe(value: unknown, path: string, depth: number): string | null {
   if (typeof value === 'string') {

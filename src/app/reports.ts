@@ -5,7 +5,7 @@ import { withNamedLock } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
-import { shortenRunes } from '../domain/text.js';
+import { shortenRunes, unsafeTextReason } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
 import { childIdsOf, loadReport, presentReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
@@ -141,6 +141,8 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       } catch {
         throw invalid('the uploaded report is not UTF-8 text');
       }
+      const unsafe = unsafeTextReason(text);
+      if (unsafe) throw invalid(`the uploaded report ${unsafe}`);
       return create(principal, repository.id, { ...input, text }, 'upload', filename, trace);
     },
 

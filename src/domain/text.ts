@@ -15,3 +15,15 @@ export function shortenRunes(text: string, max: number): string {
   const runes = [...text];
   return runes.length > max ? `${runes.slice(0, max - 1).join('')}…` : text;
 }
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * Why a string cannot be stored or searched: a NUL byte (PostgreSQL text refuses it) or a lone
+ * UTF-16 surrogate (not valid Unicode, so not encodable as UTF-8). Null when the string is fine.
+ */
+export function unsafeTextReason(text: string): string | null {
+  if (text.includes('\u0000')) return 'contains a NUL character';
+  if (LONE_SURROGATE.test(text)) return 'contains a lone surrogate (not valid Unicode)';
+  return null;
+}

@@ -188,6 +188,8 @@ t.test('bad input is refused clearly and nothing is written', async (t) => {
   t.match([image.status, image.body.error], [415, 'unsupported_media_type']);
   const binary = await upload('reports/upload', 'bad.txt', 'text/plain', Buffer.from([0xff, 0xfe, 0xfd]));
   t.match([binary.status, binary.body.message], [400, /not UTF-8/]);
+  const withNul = await upload('reports/upload', 'nul.txt', 'text/plain', Buffer.from('A line with a NUL \u0000 in it.', 'utf8'));
+  t.same([withNul.status, withNul.body], [400, { error: 'bad_request', message: 'the uploaded report contains a NUL character' }]);
   const notMultipart = await service.call('POST', url('/upload'), { token, body: { text: 'x' } });
   t.match([notMultipart.status, notMultipart.body.error], [415, 'unsupported_media_type']);
 
