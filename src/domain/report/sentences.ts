@@ -2,8 +2,9 @@
  * How a report's text is cut into the sentences that get annotated. Pure and deterministic
  * (the same text gives the same sentences on every tier and after every replay): Markdown
  * blocks first (a blank line, a heading, a list item or a quote starts a new block), then
- * `Intl.Segmenter` sentences within a block. Markup that is not words (heading marks, list
- * bullets, emphasis, link targets) is left in the offsets but out of the sentence text.
+ * `Intl.Segmenter` sentences within a block. A block's leading marks (heading, list bullet or
+ * number, task box, quotes) are out of both the offsets and the text; markup within a sentence
+ * that is not words (emphasis, link targets) is in the offsets but out of the sentence text.
  */
 
 export interface ReportSentence {
@@ -17,6 +18,12 @@ export interface ReportSentence {
 }
 
 const BLOCK_START = /^\s{0,3}(#{1,6}\s|[-*+]\s|\d{1,9}[.)]\s|>\s?)/;
+
+/**
+ * The marks a block starts with, however many: a heading's, a list item's (with a task's box),
+ * quotes within quotes, a list within a quote. They are neither words nor part of a sentence.
+ */
+const BLOCK_MARKS = /^(?:\s{0,3}(?:#{1,6}\s+|(?:[-*+]|\d{1,9}[.)])\s+(?:\[[ xX]\]\s+)?|>\s?))+/;
 
 /** Lines of the text grouped into blocks, each with its UTF-16 start offset. */
 function blocks(text: string): Array<{ text: string; start: number }> {
@@ -51,7 +58,7 @@ function blocks(text: string): Array<{ text: string; start: number }> {
 /** The words of a Markdown span: block marks, emphasis, inline code ticks and link targets dropped. */
 export function plainText(markdown: string): string {
   return markdown
-    .replace(BLOCK_START, '')
+    .replace(BLOCK_MARKS, '')
     .replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1')
     .replace(/(\*\*|__|\*|_|`)/g, '')
     .replace(/\s+/g, ' ')
@@ -64,12 +71,17 @@ const segmenter = new Intl.Segmenter('en', { granularity: 'sentence' });
 export function splitSentences(text: string): ReportSentence[] {
   const sentences: ReportSentence[] = [];
   for (const block of blocks(text)) {
-    for (const segment of segmenter.segment(block.text)) {
+    // The block's marks are cut off before the sentences are found: a numbered item's `1.` would
+    // otherwise end a sentence of its own, and every kind of item now spans its words alone.
+    const marks = BLOCK_MARKS.exec(block.text)?.[0].length ?? 0;
+    const body = block.text.slice(marks);
+    const bodyStart = block.start + marks;
+    for (const segment of segmenter.segment(body)) {
       const plain = plainText(segment.segment);
       if (plain === '') continue;
       const leading = segment.segment.length - segment.segment.trimStart().length;
-      const start = block.start + segment.index + leading;
-      const end = block.start + segment.index + segment.segment.trimEnd().length;
+      const start = bodyStart + segment.index + leading;
+      const end = bodyStart + segment.index + segment.segment.trimEnd().length;
       sentences.push({ index: sentences.length, text: plain, start, end });
     }
   }

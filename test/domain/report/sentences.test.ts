@@ -26,3 +26,11 @@ t.test('sentences of Markdown blocks, with offsets into the text', async (t) => 
   t.same(splitSentences('   \n\n'), []);
 });
 
+t.test("a block's marks are neither text nor span, whatever the kind and however nested", async (t) => {
+  const lines = ['## A heading here', '- A bullet item.', '1. A numbered item.', '> > A quote in a quote.', '- [ ] A task to do.', '- [x] A task done.', '> - A bullet in a quote.'];
+  const text = lines.join('\n\n');
+  const sentences = splitSentences(text);
+  const words = ['A heading here', 'A bullet item.', 'A numbered item.', 'A quote in a quote.', 'A task to do.', 'A task done.', 'A bullet in a quote.'];
+  t.same(sentences.map((sentence) => sentence.text), words);
+  t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), words, 'each span is the words, no mark');
+});
