@@ -12,7 +12,8 @@ export const MIN_JWT_SECRET_BYTES = 32;
 /**
  * Checks the settings the spec says must be replaced before production. With profile
  * `production` every problem is collected and thrown as one ConfigError, so the service
- * refuses to start; on any other profile each is logged as a warning and startup goes on.
+ * refuses to start; on any other profile each is logged as a warning and startup goes on,
+ * but for a signing secret too short to sign with, which no profile can start with.
  */
 export function checkSecrets(config: Config, log: ConfigWarningLog): void {
   const production = config.profile === 'production';
@@ -24,9 +25,11 @@ export function checkSecrets(config: Config, log: ConfigWarningLog): void {
   if (secret === JWT_SECRET_PLACEHOLDER) {
     if (production) refusals.push('auth.jwt_secret: is the built-in placeholder; set AUTH_JWTSECRET to a random secret of at least 32 bytes');
   } else if (Buffer.byteLength(secret, 'utf8') < MIN_JWT_SECRET_BYTES) {
-    const message = `auth.jwt_secret: is ${Buffer.byteLength(secret, 'utf8')} bytes; use at least ${MIN_JWT_SECRET_BYTES}`;
-    if (production) refusals.push(message);
-    else log.warn(`INSECURE: ${message} (profile production refuses to start with it)`);
+    // On every profile: the token service cannot sign with it (RFC 7518 §3.2), so say so here,
+    // as a configuration error naming the setting, rather than fail later without naming it.
+    refusals.push(
+      `auth.jwt_secret: is ${Buffer.byteLength(secret, 'utf8')} bytes; use at least ${MIN_JWT_SECRET_BYTES} (AUTH_JWTSECRET), or leave it unset outside production for a secret the service makes`,
+    );
   }
 
   if (production && config.oauth.issuer === '') {

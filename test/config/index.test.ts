@@ -506,16 +506,15 @@ t.test('defaults are written to <cwd>/configs/config.default.yaml when absent, n
   t.match(warnings.join('\n'), /could not write the reference defaults/, 'an unwritable location only warns');
 });
 
-t.test('checkSecrets: a short secret warned of outside production, refused in production with the placeholder', async (t) => {
+t.test('checkSecrets: a short secret refused on every profile, the placeholder in production', async (t) => {
   const warnings: string[] = [];
   const log = { warn: (message: string) => warnings.push(message) };
 
   checkSecrets(defaultConfig(), log);
   t.same(warnings, [], 'the placeholder outside production: the service makes a secret of its own (withSigningSecret)');
 
-  warnings.length = 0;
-  checkSecrets(buildConfig({ auth: { jwt_secret: 'short' } }), log);
-  t.match(warnings[0], /auth\.jwt_secret: is 5 bytes; use at least 32/);
+  // Too short to sign with (RFC 7518 §3.2) on any profile: a configuration error naming the setting.
+  t.match(configErrorOf(() => checkSecrets(buildConfig({ auth: { jwt_secret: 'short' } }), log)), /auth\.jwt_secret: is 5 bytes; use at least 32 \(AUTH_JWTSECRET\)/);
 
   warnings.length = 0;
   checkSecrets(buildConfig({ auth: { jwt_secret: STRONG_SECRET } }), log);
