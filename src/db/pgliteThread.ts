@@ -40,6 +40,24 @@ export async function initdbInChildProcess(
     execArgv: helperExecArgv(),
     env: helperProcessEnv(),
   });
+  // A signal that ends this process while the child works (a SIGTERM during a first start) must
+  // end the child too: busy in initdb it cannot notice its parent is gone, and it would go on
+  // writing the directory without the lock, beside the next start's own initdb.
+  const endChildToo = (signal: NodeJS.Signals) => {
+    child.kill('SIGKILL');
+    stopForwarding();
+    // Nobody else handles it yet (the service installs its handlers once it listens): end as the signal would have.
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  };
+  const killChild = () => child.kill('SIGKILL');
+  const signals = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+  for (const signal of signals) process.on(signal, endChildToo);
+  process.on('exit', killChild);
+  const stopForwarding = () => {
+    for (const signal of signals) process.off(signal, endChildToo);
+    process.off('exit', killChild);
+  };
+  child.once('exit', stopForwarding);
   await new Promise<void>((resolve, reject) => {
     let done = false;
     // The child says so once the directory is initialised and closed. Its exit can then hang in

@@ -1,6 +1,8 @@
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { openDatabase } from '../../src/db/database.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from '../../src/db/pgliteThread.js';
@@ -178,4 +180,35 @@ t.test('a child that is done but does not exit is killed, and the initdb counts 
   const deadline = Date.now() + 20_000;
   while (alive() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
   t.notOk(alive(), 'then killed');
+});
+
+t.test('a signal that ends the process during initdb ends its child too: no initdb goes on alone', async (t) => {
+  const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = path.join(parent, 'pglite');
+  const runner = spawn(process.execPath, [...process.execArgv, fileURLToPath(new URL('../helpers/initdbParent.ts', import.meta.url)), dataDir], { stdio: 'ignore' });
+  const pidFile = `${dataDir}.pid`;
+  const deadline = Date.now() + 20_000;
+  while (!existsSync(pidFile) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+  const childPid = Number(readFileSync(pidFile, 'utf8'));
+  const alive = () => {
+    try {
+      process.kill(childPid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  t.ok(alive(), 'the child works');
+  // Whatever the test's outcome, no busy child is left behind.
+  t.teardown(() => {
+    if (alive()) process.kill(childPid, 'SIGKILL');
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => runner.once('exit', (code, signal) => resolve({ code, signal })));
+  runner.kill('SIGTERM');
+  // How it ends depends on who else listens (under tsx, its own handler): that it ends is what counts.
+  t.ok(await exited, 'the process ends');
+  const gone = Date.now() + 10_000;
+  while (alive() && Date.now() < gone) await new Promise((resolve) => setTimeout(resolve, 50));
+  t.notOk(alive(), 'and its child with it');
 });
