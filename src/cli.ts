@@ -10,7 +10,7 @@ import { copyEvents } from './eventstore/copy.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
 import { EventSchemaRegistry } from './eventstore/schemas.js';
 import { openDatabase } from './db/database.js';
-import { announceDataDirUrl, DataDirLockedError } from './db/dataDirLock.js';
+import { announceDataDirUrl, DataDirLockedError, nameRunningCommand } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
 
 /**
@@ -62,6 +62,12 @@ export function buildCli(): Command {
     .description('Event-sourced knowledge-graph service')
     .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml')
     .option('--token <token>', "a sysadmin's access token: read commands then ask a running service over HTTP (default: $FACTLOG_TOKEN)");
+  // A data directory's lock names its owner by command: `factlog projections rebuild`, never an option's value.
+  program.hook('preAction', (_program, action) => {
+    const names: string[] = [];
+    for (let command: Command | null = action; command !== null; command = command.parent) names.unshift(command.name());
+    nameRunningCommand(names.join(' '));
+  });
 
   const config = (): Config => loadConfig({ configPath: program.opts<{ config?: string }>().config, warn: (message) => console.warn(message) });
 

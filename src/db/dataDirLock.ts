@@ -75,7 +75,19 @@ export function announceDataDirUrl(url: string): void {
   }
 }
 
+let runningCommand: string | null = null;
+
+/** Names the command this process runs (`factlog projections rebuild`), for the lock's owner; null forgets it. */
+export function nameRunningCommand(command: string | null): void {
+  runningCommand = command;
+}
+
+/**
+ * What a second opener is told holds the directory: the command the CLI named, else the first
+ * words of the command line that are not options (an option's value may be among them).
+ */
 function describeCommand(): string {
+  if (runningCommand !== null) return runningCommand;
   const args = process.argv.slice(2).filter((arg) => !arg.startsWith('-'));
   return ['factlog', ...args.slice(0, 2)].join(' ');
 }

@@ -1,0 +1,27 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import t from 'tap';
+import { buildCli } from '../src/cli.js';
+import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
+
+t.test("a data directory's lock names the command by its words, never an option's value", async (t) => {
+  const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-'));
+  t.teardown(() => {
+    nameRunningCommand(null);
+    rmSync(root, { recursive: true, force: true });
+  });
+  const program = buildCli();
+  let owner = '';
+  // A stand-in for a command that opens the directory: what its lock records.
+  program
+    .command('probe')
+    .command('deeper')
+    .action(() => {
+      const lock = acquireDataDirLock(path.join(root, 'pglite'));
+      owner = JSON.parse(readFileSync(lock.lockPath, 'utf8')).command;
+      lock.release();
+    });
+  await program.parseAsync(['--config', '/some/config/dir', 'probe', 'deeper'], { from: 'user' });
+  t.equal(owner, 'factlog probe deeper');
+});
