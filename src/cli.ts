@@ -240,13 +240,33 @@ export function buildCli(): Command {
     .option('--follow', 'keep printing new events until interrupted')
     .action((options: { from: number; follow?: boolean }) =>
       withContext(async (context) => {
-        let after = options.from;
-        for (;;) {
-          const batch = await context.store.readAll({ after, limit: 500 });
-          for (const event of batch) console.log(JSON.stringify(presentEvent(event)));
-          if (batch.length > 0) after = batch[batch.length - 1].globalPosition;
-          else if (!options.follow) return;
-          else await new Promise((resolve) => setTimeout(resolve, 500));
+        // Following ends when interrupted: the loop stops and the context closes, releasing the
+        // data directory's lock, instead of the signal ending the process with the lock held.
+        let interrupted = false;
+        let wake = () => undefined as void;
+        const interrupt = () => {
+          interrupted = true;
+          wake();
+        };
+        process.once('SIGINT', interrupt);
+        process.once('SIGTERM', interrupt);
+        try {
+          let after = options.from;
+          while (!interrupted) {
+            const batch = await context.store.readAll({ after, limit: 500 });
+            for (const event of batch) console.log(JSON.stringify(presentEvent(event)));
+            if (batch.length > 0) after = batch[batch.length - 1].globalPosition;
+            else if (!options.follow) return;
+            else {
+              await new Promise<void>((resolve) => {
+                wake = resolve;
+                setTimeout(resolve, 500);
+              });
+            }
+          }
+        } finally {
+          process.off('SIGINT', interrupt);
+          process.off('SIGTERM', interrupt);
         }
       }),
     );

@@ -1,9 +1,11 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { runCli } from '../helpers/processes.js';
-import { registerUser, startTestService } from '../helpers/service.js';
+import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
 import { openScratchPostgres } from '../../src/db/database.js';
 
 // A dozen CLI processes, each starting tsx and an embedded database: on a busy shared machine
@@ -44,6 +46,23 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const lines = tail.stdout.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
   t.ok(lines.length >= 3, `the seeded events are listed (${lines.length})`);
   t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
+  // Following ends at Ctrl-C as a run ends: the events printed, the data directory's lock released.
+  const following = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(import.meta.dirname, '../../src/main.ts'), 'events', 'tail', '--follow'], {
+    cwd,
+    env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let followed = '';
+  following.stdout.on('data', (chunk: Buffer) => (followed += chunk.toString()));
+  const stopped = new Promise<number | null>((resolve) => following.once('exit', (code) => resolve(code)));
+  const lockPath = path.join(cwd, 'data', 'pglite.lock');
+  for (let wait = 0; wait < 600 && followed.split('\n').filter(Boolean).length < lines.length; wait++) await new Promise((resolve) => setTimeout(resolve, 100));
+  t.ok(existsSync(lockPath), 'following holds the lock');
+  following.kill('SIGINT');
+  t.equal(await stopped, 0, 'an interrupted follow exits 0');
+  t.equal(followed.trim().split('\n').length, lines.length, 'having printed the events');
+  t.notOk(existsSync(lockPath), 'and releases the lock');
+
   // The log's warnings (here production's about bootstrap.auto_promote_first_user) go to stderr:
   // stdout stays the command's output, one event a line.
   const warned = await factlog(cwd, ['events', 'tail', '--from', '0'], { PROFILE: 'production', SVC_OAUTH_ISSUER: 'https://kg.example', AUTH_PASSWORD_HASH_COST: '15' });
