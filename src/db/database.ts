@@ -149,6 +149,13 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     client: PreparingPgClient,
     connection: { connectionString: options.url, ssl },
     pool: { min: 0, max: options.maxConns ?? 200 },
+    // A connection that cannot be made rejects the statement that wanted it, which its caller
+    // reports; knex would also print the error's stack (a CLI's unreachable --to, say).
+    log: {
+      warn(message: string) {
+        if (!message.startsWith('Acquire connection error')) console.warn(message);
+      },
+    },
   });
   const probe = await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`);
   let hasVector = (probe.rows[0]?.n ?? 0) > 0;
