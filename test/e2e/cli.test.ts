@@ -4,7 +4,7 @@ import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { runCli } from '../helpers/processes.js';
+import { freePort, runCli } from '../helpers/processes.js';
 import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
 import { openScratchPostgres } from '../../src/db/database.js';
 
@@ -88,6 +88,10 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const badTarget = await factlog(cwd, ['events', 'copy', '--to', 'mysql://x']);
   t.not(badTarget.code, 0);
   t.match(badTarget.stderr, /--to must be/);
+  const unreachable = await factlog(cwd, ['events', 'copy', '--to', `postgres://nobody:x@127.0.0.1:${await freePort()}/none`]);
+  t.equal(unreachable.code, 1);
+  t.match(unreachable.stderr, /^factlog: connect ECONNREFUSED/m, 'said once, in one line');
+  t.notMatch(unreachable.stderr, /Acquire connection error|\n\s+at /, 'no stack');
 
   const badFrom = await factlog(cwd, ['events', 'tail', '--from', '-3']);
   t.not(badFrom.code, 0);
