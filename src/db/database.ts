@@ -77,12 +77,28 @@ export const pgliteSettings: Readonly<Record<string, string>> = {
 /** How often an embedded node checks its tables for a VACUUM or ANALYZE (the server's autovacuum_naptime is 60 s). */
 export const EMBEDDED_AUTOVACUUM_INTERVAL_MS = 10_000;
 
+/** File-system refusals of a data directory, said as such: `mkdir -p` on a read-only mount reports ENOENT. */
+const UNWRITABLE = new Set(['EROFS', 'EACCES', 'EPERM', 'ENOENT', 'ENOTDIR']);
+
+/** Runs `open` (making and locking the directory); a refusal names the directory and the setting. */
+function writableDataDir<T>(dataDir: string, open: () => T): T {
+  try {
+    return open();
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (typeof code !== 'string' || !UNWRITABLE.has(code)) throw error;
+    throw new Error(`cannot use the data directory ${dataDir} (storage.data_dir, STORAGE_DATA_DIR): it must be a directory this process can create and write (${(error as Error).message})`);
+  }
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if (options.kind === 'pglite') {
     const inMemory = options.dataDir.startsWith('memory://');
     // One process per data directory: a second opener gets DataDirLockedError naming the owner.
-    if (!inMemory) mkdirSync(path.resolve(options.dataDir), { recursive: true });
-    const lock = inMemory ? null : acquireDataDirLock(path.resolve(options.dataDir));
+    const lock = inMemory ? null : writableDataDir(path.resolve(options.dataDir), () => {
+      mkdirSync(path.resolve(options.dataDir), { recursive: true });
+      return acquireDataDirLock(path.resolve(options.dataDir));
+    });
     const settings = { ...pgliteSettings, ...(options.settings ?? {}) };
     let pglite: PgliteThread;
     try {

@@ -80,3 +80,13 @@ t.test('openDatabase holds the lock of a PGlite directory while open; in-memory 
   const second = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
   await Promise.all([first.close(), second.close()]);
 });
+
+t.test('a data directory that cannot be made or written is said so, naming the setting', async (t) => {
+  const root = mkdtempSync(path.join(tmpdir(), 'factlog-lock-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  const file = path.join(root, 'a-file');
+  writeFileSync(file, 'not a directory');
+  await t.rejects(openDatabase({ kind: 'pglite', dataDir: path.join(file, 'pglite') }), {
+    message: /^cannot use the data directory .*a-file\/pglite \(storage\.data_dir, STORAGE_DATA_DIR\): it must be a directory this process can create and write \(ENOTDIR/,
+  });
+});
