@@ -36,12 +36,18 @@ export function getAt(tree: ConfigTree, path: readonly string[]): unknown {
   return node;
 }
 
-/** Sets a value, creating intermediate objects (a new `databases.<name>` entry, say). */
+/**
+ * Sets a value, creating missing intermediate objects (a new `databases.<name>` entry, say). An
+ * intermediate that a layer set to something else (`server: 5` in a file) is left as it is and
+ * the value not set: validation then says that `server` must be a mapping, which replacing it
+ * with one would hide behind "required" errors for each of its keys.
+ */
 export function setAt(tree: ConfigTree, path: readonly string[], value: unknown): void {
   let node = tree;
   for (const segment of path.slice(0, -1)) {
     const next = node[segment];
     if (isPlainObject(next)) node = next;
+    else if (next !== undefined) return;
     else {
       const created: ConfigTree = {};
       node[segment] = created;

@@ -419,6 +419,9 @@ t.test('malformed files are errors naming the file', async (t) => {
   t.match(configErrorOf(() => load({ cwd, configPath: 'dupe.yaml' })), /dupe\.yaml: not valid YAML/);
   t.equal(load({ cwd, configPath: 'empty.yaml' }).server.port, 8080, 'an empty file changes nothing');
   t.match(configErrorOf(() => load({ cwd, configPath: 'wrong-type.yaml' })), /server: must be a mapping, got a number/);
+  const withVariable = configErrorOf(() => load({ cwd, configPath: 'wrong-type.yaml', env: { SERVER_PORT: '18083' } }));
+  t.match(withVariable, /server: must be a mapping, got a number/, 'a variable setting a key inside does not hide it');
+  t.notMatch(withVariable, /is required/);
   t.match(configErrorOf(() => load({ cwd, configPath: 'proto.yaml' })), /__proto__: unknown key/);
   t.equal(({} as Record<string, unknown>).polluted, undefined, 'no prototype pollution');
 });
