@@ -8,6 +8,16 @@ import { openDatabase } from '../../src/db/database.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from '../../src/db/pgliteThread.js';
 import { openTestPglite, pgliteTemplate } from '../helpers/pglite.js';
 
+/** Whether a process of that pid runs. */
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 // One PGlite in a worker for the file: opening one takes seconds.
 const thread = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
 t.teardown(() => thread.close());
@@ -168,14 +178,7 @@ t.test('a child that is done but does not exit is killed, and the initdb counts 
   const dataDir = path.join(parent, 'pglite');
   await initdbInChildProcess(dataDir, {}, { entry: new URL('../helpers/initdbHangingChild.ts', import.meta.url), exitGraceMs: 100 });
   const pid = Number(readFileSync(`${dataDir}.pid`, 'utf8'));
-  const alive = () => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
+  const alive = () => isAlive(pid);
   t.ok(alive(), 'resolved on its word, while it still runs');
   const deadline = Date.now() + 20_000;
   while (alive() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
@@ -191,14 +194,7 @@ t.test('a signal that ends the process during initdb ends its child too: no init
   const deadline = Date.now() + 20_000;
   while (!existsSync(pidFile) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
   const childPid = Number(readFileSync(pidFile, 'utf8'));
-  const alive = () => {
-    try {
-      process.kill(childPid, 0);
-      return true;
-    } catch {
-      return false;
-    }
-  };
+  const alive = () => isAlive(childPid);
   t.ok(alive(), 'the child works');
   // Whatever the test's outcome, no busy child is left behind.
   t.teardown(() => {
