@@ -115,7 +115,11 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
      * The annotated sentences of the report's last annotation, in text order, each with its facts
      * best first (`score`, `posture`, and the fact's content). Facts removed since are left out.
      */
-    async annotations(principal: Principal, input: ReportInput) {
+    /**
+     * The report's sentences with their facts, in text order: all of them (a report is at most
+     * 256 KiB: a few thousand sentences), or the page `limit` and `offset` ask for.
+     */
+    async annotations(principal: Principal, input: ReportInput & { limit?: number; offset?: number }) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
       const report = await loadReport(knex, repository.id, input.report);
       const sentences: Array<{ sentence_index: number; text: string; start_offset: number; end_offset: number; carried: boolean }> = await knex('report_sentences')
@@ -137,7 +141,7 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
         status: report.status,
         revision: Number(report.revision),
         annotated_at: isoDate(report.annotated_at),
-        items: sentences.map((sentence) => ({
+        items: sentences.slice(input.offset ?? 0, input.limit === undefined ? undefined : (input.offset ?? 0) + input.limit).map((sentence) => ({
           index: sentence.sentence_index,
           text: sentence.text,
           start: sentence.start_offset,

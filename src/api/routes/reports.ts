@@ -210,9 +210,24 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     async (request, reply) => reply.status(202).send(await reports.annotate(requireUser(request), named(request.params), traceOf(request))),
   );
 
-  app.get<{ Params: { repoID: string; reportID: string } }>(
+  app.get<{ Params: { repoID: string; reportID: string }; Querystring: { limit?: number; offset: number } }>(
     '/api/v1/repositories/:repoID/reports/:reportID/annotations',
-    { schema: { summary: 'Get the per-sentence fact annotations of a report', ...schema, params: reportParams, response: { 200: annotationsSchema, ...errorReplies } } },
-    async (request) => reports.annotations(requireUser(request), named(request.params)),
+    {
+      schema: {
+        summary: 'Get the per-sentence fact annotations of a report',
+        ...schema,
+        params: reportParams,
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            limit: { type: 'integer', minimum: 1, maximum: 500, description: 'sentences in the page; without it, every sentence' },
+            offset: pagingQuery.offset,
+          },
+        },
+        response: { 200: annotationsSchema, ...errorReplies },
+      },
+    },
+    async (request) => reports.annotations(requireUser(request), { ...named(request.params), ...request.query }),
   );
 };

@@ -78,6 +78,10 @@ t.test('a report is annotated through the pipeline; tasks of a report can be pol
   t.ok(first.facts.every((fact: { content: string }) => !/coffee/i.test(fact.content)), 'no coffee fact');
   t.match(second.facts.find((fact: { content: string }) => /Chemistry/.test(fact.content)), { posture: 'contradicts' }, 'the built-in rule sees the negation');
   t.equal(TEXT.slice(second.start, second.end), second.text);
+  // Paged when asked: the second sentence alone, the total still the report's.
+  const paged = (await service.call('GET', url(`/${created.body.id}/annotations?limit=1&offset=1`), { token })).body;
+  t.same([paged.total, paged.items.map((item: { index: number }) => item.index)], [2, [1]]);
+  t.equal((await service.call('GET', url(`/${created.body.id}/annotations?limit=0`), { token })).status, 400, 'a limit out of range');
 
   t.test('an edit re-annotates only the changed sentence', async (t) => {
     const text = TEXT.replace('Marie Curie did not win the Nobel Prize in Chemistry in 1911.', 'Marie Curie was born in Warsaw in 1867, long before radium.');
