@@ -72,16 +72,23 @@ async function parentChain(knex: Knex, repositoryId: string, parentId: string): 
   return chain;
 }
 
-/** How many levels of children hang below the report (0 for none), counted as far as MAX_REPORT_DEPTH + 1. */
+/**
+ * How many levels of children hang below the report (0 for none), counted as far as
+ * MAX_REPORT_DEPTH + 1: one statement, as parentChain is, and bounded, which also ends a cycle.
+ */
 async function levelsBelow(knex: Knex, repositoryId: string, reportId: string): Promise<number> {
-  let level = [reportId];
-  let levels = 0;
-  while (levels <= MAX_REPORT_DEPTH) {
-    level = await knex('reports').where({ repository_id: repositoryId }).whereIn('parent_id', level).pluck('id');
-    if (level.length === 0) break;
-    levels += 1;
-  }
-  return levels;
+  const { rows } = await rawQuery<{ levels: number }>(
+    knex,
+    `WITH RECURSIVE below (id, depth) AS (
+       SELECT id, 1 FROM reports WHERE parent_id = ? AND repository_id = ?
+       UNION ALL
+       SELECT r.id, below.depth + 1 FROM reports r JOIN below ON r.parent_id = below.id
+        WHERE r.repository_id = ? AND below.depth <= ?
+     )
+     SELECT coalesce(max(depth), 0)::int AS levels FROM below`,
+    [reportId, repositoryId, repositoryId, MAX_REPORT_DEPTH],
+  );
+  return Number(rows[0]?.levels ?? 0);
 }
 
 /** Report commands: create (typed or uploaded), edit, delete, and ask for a new annotation. */

@@ -114,10 +114,8 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
     /**
      * The annotated sentences of the report's last annotation, in text order, each with its facts
      * best first (`score`, `posture`, and the fact's content). Facts removed since are left out.
-     */
-    /**
-     * The report's sentences with their facts, in text order: all of them (a report is at most
-     * 256 KiB: a few thousand sentences), or the page `limit` and `offset` ask for.
+     * All of them (a report is at most 256 KiB: a few thousand sentences), or the page `limit`
+     * and `offset` ask for.
      */
     async annotations(principal: Principal, input: ReportInput & { limit?: number; offset?: number }) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
