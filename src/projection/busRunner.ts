@@ -123,7 +123,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     // A rebuild empties its tables first: until it has replayed the log, what was written is not all readable.
     if ([...this.workers.values()].some((worker) => worker.state === 'rebuilding')) return false;
     const groups = [...this.workers.values()]
-      .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
+      .filter((worker) => worker.state !== 'failed')
       .map((worker) => this.groupOf(worker));
     const deadline = Date.now() + timeoutMs;
     for (;;) {
