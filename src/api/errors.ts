@@ -65,6 +65,11 @@ export const errorReplySchema = {
   properties: { error: { type: 'string' }, message: { type: 'string' } },
 } as const;
 
+/** The refusal of fields a part of the request does not take, named (`body`, `querystring`). */
+export function additionalPropertiesMessage(part: string, names: readonly string[]): string {
+  return `${part} must NOT have additional properties (${names.map((name) => `'${name}'`).join(', ')})`;
+}
+
 /** The top-level fields of a body its route's schema does not take (one that lists its fields and takes no others). */
 function unknownBodyFields(request: FastifyRequest): string[] {
   const schema = request.routeOptions.schema?.body as { properties?: Record<string, unknown>; additionalProperties?: unknown } | undefined;
@@ -88,7 +93,7 @@ function validationMessage(error: FastifyError, request: FastifyRequest): string
     .filter((name): name is string => typeof name === 'string');
   if (unknown.length) return `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})`;
   const unknownInBody = error.validationContext === 'body' ? unknownBodyFields(request) : [];
-  if (unknownInBody.length) return `body must NOT have additional properties (${unknownInBody.map((name) => `'${name}'`).join(', ')})`;
+  if (unknownInBody.length) return additionalPropertiesMessage('body', unknownInBody);
   return error.message;
 }
 

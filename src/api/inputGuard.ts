@@ -1,10 +1,12 @@
 import type { FastifyInstance } from 'fastify';
 import { unsafeTextReason } from '../domain/text.js';
-import { HttpError } from './errors.js';
+import { additionalPropertiesMessage, HttpError } from './errors.js';
+
+/** The routes whose query strings are theirs to refuse: the API's, not the docs' or the health check's. */
+const API_PREFIX = '/api/v1/';
 
 /** The deepest nesting of a request body walked; deeper bodies are refused rather than recursed into. */
 const MAX_DEPTH = 64;
-
 
 function findUnsafe(value: unknown, path: string, depth: number): string | null {
   if (typeof value === 'string') {
@@ -40,9 +42,7 @@ export function registerInputGuard(app: FastifyInstance): void {
     // schema refuses a parameter it does not list: a misspelt `?limt=` is said, not ignored.
     if (request.routeOptions.schema?.querystring === undefined && request.routeOptions.url?.startsWith(API_PREFIX)) {
       const given = Object.keys((request.query ?? {}) as object);
-      if (given.length > 0) throw new HttpError(400, 'bad_request', `querystring must NOT have additional properties (${given.map((name) => `'${name}'`).join(', ')})`);
+      if (given.length > 0) throw new HttpError(400, 'bad_request', additionalPropertiesMessage('querystring', given));
     }
   });
 }
-
-const API_PREFIX = '/api/v1/';
