@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { registerUser, startTestService, waitForPipeline } from '../../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
 
@@ -6,15 +6,21 @@ import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
  * Retrying a source: a failed source starts over (covered in sources.test.ts); a processed
  * source whose later stage failed gets those tasks re-queued; anything else has nothing to retry.
  */
-t.test('retrying a processed source re-queues its failed tasks, and only those', async (t) => {
-  const web = await startWebServer({ '/curie': { body: CURIE_ARTICLE } });
+/** A service, a web server of `pages`, a user and a repository, all closed when `t` ends. */
+async function retryFixture(t: Test, pages: Parameters<typeof startWebServer>[0]) {
+  const web = await startWebServer(pages);
   const service = await startTestService();
   t.teardown(async () => {
     await service.close();
     await web.close();
   });
   const { token } = await registerUser(service, 'retry@example.org');
-  const repoId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Retries' } })).body.id;
+  const repoId: string = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Retries' } })).body.id;
+  return { web, service, token, repoId };
+}
+
+t.test('retrying a processed source re-queues its failed tasks, and only those', async (t) => {
+  const { web, service, token, repoId } = await retryFixture(t, { '/curie': { body: CURIE_ARTICLE } });
   const source = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).body;
   await waitForPipeline(service, repoId, token);
 
@@ -46,14 +52,7 @@ t.test('retrying a processed source re-queues its failed tasks, and only those',
 
 t.test('a source that failed and started over has nothing left to retry', async (t) => {
   const pages: Parameters<typeof startWebServer>[0] = {};
-  const web = await startWebServer(pages);
-  const service = await startTestService();
-  t.teardown(async () => {
-    await service.close();
-    await web.close();
-  });
-  const { token } = await registerUser(service, 'over@example.org');
-  const repoId = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Over' } })).body.id;
+  const { web, service, token, repoId } = await retryFixture(t, pages);
   const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
   // Not there yet: the fetch fails for good (404), and the source with it.
   const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/later` } })).body;
