@@ -1,5 +1,6 @@
 import { ConfigError } from './types.js';
-import { type ConfigTree, formatPath, getAt, isPlainObject, leafPaths } from './tree.js';
+import { type ConfigTree, formatPath, getAt, leafPaths } from './tree.js';
+import { isPlainObject } from '../util/objects.js';
 
 /**
  * Environment variable names the spec fixes, mapped to the dotted key they set. They take

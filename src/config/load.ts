@@ -4,7 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { environmentOverrides } from './env.js';
 import { type Config, ConfigError } from './types.js';
-import { type ConfigTree, deepClone, formatPath, isPlainObject, setAt } from './tree.js';
+import { type ConfigTree, deepClone, formatPath, setAt } from './tree.js';
+import { isPlainObject } from '../util/objects.js';
 import { validateConfig } from './validate.js';
 
 export { bootstrapAdminFromEnv, type BootstrapAdmin } from './env.js';

@@ -1,10 +1,7 @@
 /** Helpers for the untyped configuration tree while layers are merged, before validation. */
+import { isPlainObject } from '../util/objects.js';
 
 export type ConfigTree = { [key: string]: unknown };
-
-export function isPlainObject(value: unknown): value is ConfigTree {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
 
 /** Dotted path for messages: `providers.registry.registries[0].url`. */
 export function formatPath(segments: readonly string[]): string {

@@ -37,6 +37,7 @@ import {
   type Subscription,
 } from './port.js';
 import type { EventSchemaRegistry } from './schemas.js';
+import { isPlainObject } from '../util/objects.js';
 import { checkExpectedVersion, validateNewEvents, validateStreamAppends } from './validation.js';
 
 /**
@@ -121,10 +122,6 @@ function toAppendDocuments(schemas: EventSchemaRegistry, events: readonly NewEve
     }
     return { eventId: eventId.toLowerCase(), type, data, envelope };
   });
-}
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Uint8Array);
 }
 
 function textOrNull(value: unknown): string | null {

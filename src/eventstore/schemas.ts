@@ -4,6 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import avro from 'avsc';
 import { InvalidEventError } from './port.js';
+import { isPlainObject } from '../util/objects.js';
 
 /** Namespace every event record schema must declare (DESIGN.md, "Events"). */
 export const eventNamespace = 'factlog.events';
@@ -224,11 +225,6 @@ function describe(value: unknown): string {
   return typeof value;
 }
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  const prototype: unknown = Object.getPrototypeOf(value);
-  return prototype === Object.prototype || prototype === null;
-}
 
 /** `schemas/events` of the project: found by walking up from this file (works from src/ and dist/). */
 function defaultSchemaDirectory(): string {

@@ -1,4 +1,5 @@
 import { LATEST_PROTOCOL_VERSION, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import { isPlainObject } from '../util/objects.js';
 
 /**
  * The MCP protocol revisions this endpoint serves, and the translation between them and the SDK
@@ -135,7 +136,6 @@ export function checkModernMethods(messages: JsonRpcMessage[], version: Supporte
 
 export const INVALID_PARAMS = -32602;
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** What is wrong with a request's params, for the methods whose params the SDK checks with its schema library. */
 function paramsProblem(method: unknown, params: unknown): string | null {
