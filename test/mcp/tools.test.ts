@@ -4,6 +4,7 @@ import { currentCall, type CallContext } from '../../src/app/callContext.js';
 import { repositoryDomain } from '../../src/auth/rbac.js';
 import type { IndexedDocument, SearchCollection } from '../../src/search/collection.js';
 import type { HybridQuery } from '../../src/search/hybrid.js';
+import { MAX_OFFSET } from '../../src/read/paging.js';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
 import { createConcept, extractFacts, linkFacts, refreshRelations, stabilize, type SeededFact } from '../api/seedGraph.js';
 import { accessToken, connectClient, listen, parsed } from './helpers.js';
@@ -108,6 +109,9 @@ t.test('tools/list names exactly the twenty tools, each with a described input s
       t.ok(tool.inputSchema.required?.includes('repository'), `${tool.name} requires repository`);
     }
     for (const [name, property] of Object.entries(properties)) t.ok(property.description, `${tool.name}.${name} is described`);
+    const offset = properties.offset as { minimum?: number; maximum?: number } | undefined;
+    // A client that pages by the advertised bounds must never be refused by the tool.
+    if (offset) t.same([offset.minimum, offset.maximum], [0, MAX_OFFSET], `${tool.name}.offset advertises the bounds the tool takes`);
   }
   const createReport = tools.find((tool) => tool.name === 'createReport');
   t.same(createReport?.inputSchema.required?.sort(), ['repository', 'text']);

@@ -7,6 +7,7 @@ import { withCallContext } from '../../app/callContext.js';
 import type { AppContext } from '../../app/context.js';
 import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
+import { MAX_OFFSET } from '../../read/paging.js';
 import { ReportTooLargeError } from '../../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../../eventstore/port.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../../search/port.js';
@@ -37,7 +38,7 @@ export const repositoryArgument = z
 
 export const limitArgument = (defaultLimit: number, max: number) =>
   z.number().int().min(1).max(max).optional().describe(`How many items to return (1 to ${max}; default ${defaultLimit}).`);
-export const offsetArgument = z.number().int().min(0).optional().describe('How many items to skip, for the next page (default 0).');
+export const offsetArgument = z.number().int().min(0).max(MAX_OFFSET).optional().describe('How many items to skip, for the next page (default 0).');
 export const conceptArgument = z.string().min(1).max(500).describe('The concept: its id (UUID) or canonical name (case-insensitive).');
 export const contextArgument = z
   .string()
