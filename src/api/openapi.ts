@@ -10,6 +10,12 @@ declare module 'fastify' {
      * validate multipart bodies (the handler reads the parts), so this never becomes `body`.
      */
     multipartBody?: MultipartBody;
+    /**
+     * Query parameters a request must have, for the OpenAPI document only: the handler checks
+     * them itself because a protocol says how a missing one is answered (OAuth's authorization
+     * endpoint redirects its error to the client), which schema validation would turn into a 400.
+     */
+    requiredQuery?: readonly string[];
   }
 }
 
@@ -47,13 +53,19 @@ function multipartSchema(form: MultipartBody) {
   };
 }
 
-/** Completes each operation of the OpenAPI document: the hook error replies and multipart bodies. */
+/** Completes each operation of the OpenAPI document: the hook error replies, multipart bodies and required query parameters. */
 export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   if (!schema || (schema as { hide?: boolean }).hide) return { schema, url };
   const methods = [route.method].flat();
   const response: Record<string, unknown> = { ...((schema.response as Record<string, unknown> | undefined) ?? {}) };
   for (const method of methods) for (const code of hookErrorCodes(method, url)) response[code] ??= errorReplySchema;
   const form = route.config?.multipartBody;
-  const completed: FastifySchema = { ...schema, response, ...(form && !schema.body ? { body: multipartSchema(form) } : {}) };
+  const requiredQuery = route.config?.requiredQuery;
+  const completed: FastifySchema = {
+    ...schema,
+    response,
+    ...(form && !schema.body ? { body: multipartSchema(form) } : {}),
+    ...(requiredQuery && typeof schema.querystring === 'object' ? { querystring: { ...schema.querystring, required: [...requiredQuery] } } : {}),
+  };
   return { schema: completed, url };
 };

@@ -70,6 +70,20 @@ t.test('the OpenAPI document: a summary and the error replies on every operation
   t.ok(document.paths['/api/v1/repositories/{repoID}/reports/upload'].post.requestBody?.content['multipart/form-data'].schema.properties?.title, 'and the report upload its form fields');
   t.ok(document.paths['/metrics']?.get?.summary, '/metrics is documented');
   t.ok(document.paths['/api/v1/auth/login'].post.responses['429'], 'login documents 429');
+
+  // The authorization endpoint checks its parameters itself (an error goes back to the client's redirect URI), yet documents which it requires.
+  const authorize = document.paths['/api/v1/oauth/authorize'].get as Operation & { parameters: Array<{ name: string; required?: boolean }> };
+  t.same(
+    authorize.parameters.filter((parameter) => parameter.required).map((parameter) => parameter.name).sort(),
+    ['client_id', 'code_challenge', 'code_challenge_method', 'redirect_uri', 'response_type'],
+    'the authorization request parameters OAuth 2.1 requires are marked required, the others not',
+  );
+  const registration = document.paths['/api/v1/oauth/register'].post.requestBody?.content['application/json'].schema.properties ?? {};
+  t.same(
+    Object.keys(registration).sort(),
+    ['application_type', 'client_name', 'client_uri', 'grant_types', 'redirect_uris', 'response_types', 'scope', 'software_id', 'software_version', 'token_endpoint_auth_method'],
+    'client registration documents every metadata field it checks',
+  );
 });
 
 /** Every `error` code the source can send: literal codes in HttpError and send() calls, and the mapped ones. */

@@ -6,7 +6,7 @@ import type { AppContext } from '../../app/context.js';
 import type { AuthorizationRequest, OAuthParams } from '../../app/oauth.js';
 import { AuthenticationError } from '../../auth/identity.js';
 import { OAuthError } from '../../auth/oauth/errors.js';
-import type { OAuthClient } from '../../auth/oauth/clientMetadata.js';
+import { MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, type OAuthClient } from '../../auth/oauth/clientMetadata.js';
 import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
 import { issuerOf } from '../issuer.js';
 import { mediaTypesRead } from '../mediaTypes.js';
@@ -285,9 +285,21 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         summary: 'Dynamic client registration (RFC 7591): a public client, no secret',
         body: {
           type: 'object',
-          description: 'RFC 7591 client metadata: redirect_uris (https, or http on loopback; exact), client_name, grant_types, application_type, ...; unknown fields are ignored',
-          // redirect_uris is required, but checked in src/auth/oauth/clientMetadata.ts so that its absence is `invalid_redirect_uri` (RFC 7591 3.2.2).
-          properties: { redirect_uris: { type: 'array', items: { type: 'string' } }, client_name: { type: 'string' } },
+          description: 'RFC 7591 client metadata; fields this server does not know are ignored, the ones below must hold values it supports',
+          // Each field is checked in src/auth/oauth/clientMetadata.ts, so that a bad value is answered with RFC 7591's error codes
+          // (`invalid_redirect_uri`, `invalid_client_metadata`) and a message of its own: only types are declared here.
+          properties: {
+            redirect_uris: { type: 'array', items: { type: 'string' }, description: `required: 1 to ${MAX_REDIRECT_URIS} URIs, https or http on a loopback address, compared exactly` },
+            client_name: { type: 'string', description: `at most ${MAX_CLIENT_NAME_CHARS} characters` },
+            grant_types: { type: 'array', items: { type: 'string' }, description: 'a subset of authorization_code and refresh_token that includes authorization_code (default both)' },
+            response_types: { type: 'array', items: { type: 'string' }, description: 'only ["code"] (the default)' },
+            token_endpoint_auth_method: { type: 'string', description: 'only "none" (the default): public clients with PKCE, no secret' },
+            application_type: { type: 'string', description: '"web" (the default) or "native"' },
+            scope: { type: 'string', description: 'only "mcp"' },
+            client_uri: { type: 'string', description: 'an http(s) URL shown on the consent page' },
+            software_id: { type: 'string', description: 'at most 200 characters' },
+            software_version: { type: 'string', description: 'at most 200 characters' },
+          },
         },
         response: { 201: clientReply, 400: oauthErrorSchema },
       },
@@ -305,6 +317,8 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         produces: ['text/html'],
         response: { 200: htmlReply, 302: { type: 'null', description: 'an error sent back to the registered redirect URI' }, 400: htmlReply },
       },
+      // Checked by the handler: without a known client and redirect URI the answer is an error page, otherwise a redirect with the error.
+      config: { requiredQuery: ['response_type', 'client_id', 'redirect_uri', 'code_challenge', 'code_challenge_method'] },
     },
     async (request, reply) => {
       const check = await oauth.checkAuthorizationRequest(request.query, issuerOf(config, request));
