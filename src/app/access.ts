@@ -44,6 +44,7 @@ function authorize(principal: Principal, domain: string, permission: Permission)
     call,
   );
   if (!allowed) throw forbidden(`permission denied: ${permission}`);
+  if (call) (call.granted ??= []).push({ principal, domain, permission });
 }
 
 /**

@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { CredentialKind } from '../auth/rbac.js';
 import type { PermissionAudit } from './audit.js';
+import type { GrantedPermission } from './repositoryFence.js';
 
 /**
  * What a call into the application layer is, as the transport that received it names it: the
@@ -17,6 +18,8 @@ export interface CallContext {
   requestId?: string;
   /** Where the call's permission decisions are recorded (the service's audit; absent: not recorded). */
   audit?: PermissionAudit;
+  /** The permissions the call was allowed, which its commands check again when they append (src/app/repositoryFence.ts). */
+  granted?: GrantedPermission[];
 }
 
 const storage = new AsyncLocalStorage<CallContext>();

@@ -5,6 +5,7 @@ import type { EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError } from '../projection/runner.js';
 import type { AppendedWrite } from '../projection/types.js';
+import type { RepositoryFence } from './repositoryFence.js';
 
 /**
  * Command execution for request handlers: run the command, then wait until the read models
@@ -16,8 +17,11 @@ export interface CommandBus {
     decider: Decider<State, Command, Event>,
     command: Command,
     metadata: EventMetadata,
-    /** `newStream` for a stream id made just now (HandleCommandOptions). */
-    options?: Pick<HandleCommandOptions, 'newStream'>,
+    /**
+     * `newStream` for a stream id made just now (HandleCommandOptions); `changesAccess` for a
+     * command that changes who may act in its repository (src/app/repositoryFence.ts).
+     */
+    options?: Pick<HandleCommandOptions, 'newStream'> & { changesAccess?: boolean },
   ): Promise<CommandResult<State>>;
   /** Waits for the read models to apply a write (e.g. after a raw append). */
   settle(write: AppendedWrite | null): Promise<void>;
@@ -27,6 +31,7 @@ export function createCommandBus(
   store: EventStore,
   waitForProjections: (write: AppendedWrite) => Promise<void>,
   log: { warn(object: object, message: string): void } = console,
+  fence?: RepositoryFence,
 ): CommandBus {
   const settle = async (write: AppendedWrite | null) => {
     if (write === null) return;
@@ -39,10 +44,15 @@ export function createCommandBus(
     }
   };
   return {
-    async execute(streamId, decider, command, metadata, options) {
-      const result = await handleCommand(store, streamId, decider, command, metadata, options);
-      await settle(result.write);
-      return result;
+    async execute(streamId, decider, command, metadata, options = {}) {
+      const { changesAccess = false, ...handleOptions } = options;
+      const run = async () => {
+        const result = await handleCommand(store, streamId, decider, command, metadata, handleOptions);
+        // Inside the fence: a change of access is seen by the commands after it only once its read models have it.
+        await settle(result.write);
+        return result;
+      };
+      return fence ? fence.run(metadata, changesAccess ? 'changes' : 'acts', run) : run();
     },
     settle,
   };

@@ -123,7 +123,7 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
     },
 
     async remove(repositoryId: string, metadata: EventMetadata) {
-      await commands.execute(streamName('repository', repositoryId), repositoryDecider, { type: 'DeleteRepository' }, metadata);
+      await commands.execute(streamName('repository', repositoryId), repositoryDecider, { type: 'DeleteRepository' }, metadata, { changesAccess: true });
       await knex('slug_reservations').where({ repository_id: repositoryId }).delete();
     },
   };

@@ -38,6 +38,7 @@ export async function changeRole(
     userDecider,
     { type, role: input.role, domain: input.domain },
     commandMetadata(principal, repositoryOf(input.domain), trace),
+    { changesAccess: true },
   );
 }
 

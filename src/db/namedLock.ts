@@ -5,42 +5,85 @@ interface PooledConnection {
   query(sql: string, params: unknown[]): Promise<unknown>;
 }
 
-const localQueues = new Map<string, Promise<void>>();
+/**
+ * `exclusive`: one holder of the name at a time. `shared`: any number of shared holders together,
+ * none beside an exclusive one (a reader-writer lock: commands that act in a repository share it,
+ * a change of who may act there takes it alone).
+ */
+export type LockMode = 'exclusive' | 'shared';
+
+interface Waiter {
+  mode: LockMode;
+  grant(): void;
+}
+
+/** The holders and the queue of one name in this process; holders are granted in arrival order. */
+interface LocalLock {
+  shared: number;
+  exclusive: boolean;
+  queue: Waiter[];
+}
+
+const localLocks = new Map<string, LocalLock>();
+
+function grantWaiting(lock: LocalLock): void {
+  while (lock.queue.length > 0 && !lock.exclusive) {
+    const next = lock.queue[0];
+    if (next.mode === 'exclusive' && lock.shared > 0) return;
+    lock.queue.shift();
+    if (next.mode === 'exclusive') lock.exclusive = true;
+    else lock.shared += 1;
+    next.grant();
+  }
+}
+
+/** Waits for the name in this process; answers its release. A shared waiter queues behind an earlier exclusive one, so changes are not starved. */
+async function acquireLocal(name: string, mode: LockMode): Promise<() => void> {
+  let lock = localLocks.get(name);
+  if (!lock) localLocks.set(name, (lock = { shared: 0, exclusive: false, queue: [] }));
+  const held = lock;
+  await new Promise<void>((grant) => {
+    held.queue.push({ mode, grant });
+    grantWaiting(held);
+  });
+  return () => {
+    if (mode === 'exclusive') held.exclusive = false;
+    else held.shared -= 1;
+    grantWaiting(held);
+    // The last holder of a name leaves no entry behind.
+    if (!held.exclusive && held.shared === 0 && held.queue.length === 0 && localLocks.get(name) === held) localLocks.delete(name);
+  };
+}
 
 /**
- * Runs `work` while no other holder of `name` runs, in this process and, on the PostgreSQL
- * server, in every process of the deployment: a check-then-append that must not interleave with
- * another one (a report's parent chain checked, then the new parent appended).
+ * Runs `work` while no conflicting holder of `name` runs (`mode`, exclusive by default), in this
+ * process and, on the PostgreSQL server, in every process of the deployment: a check-then-append
+ * that must not interleave with another one (a report's parent chain checked, then the new
+ * parent appended).
  *
- * In the process, holders queue on a promise chain per name. Across processes a session advisory
- * lock is held on a connection taken out of the pool for the duration (a transaction-scoped lock
- * would hold a transaction open while the command appends and waits for its projections, which on
- * PGlite, one connection, would wait for itself). PGlite has one process per data directory, so
- * the chain alone serialises there.
+ * In the process, holders queue per name. Across processes a session advisory lock is held on a
+ * connection taken out of the pool for the duration (a transaction-scoped lock would hold a
+ * transaction open while the command appends and waits for its projections, which on PGlite,
+ * one connection, would wait for itself). PGlite has one process per data directory, so the
+ * queue alone serialises there.
  */
-export async function withNamedLock<T>(db: Database, name: string, work: () => Promise<T>): Promise<T> {
-  const previous = localQueues.get(name) ?? Promise.resolve();
-  let release!: () => void;
-  const mine = new Promise<void>((resolve) => (release = resolve));
-  const queued = previous.then(() => mine);
-  localQueues.set(name, queued);
-  await previous;
+export async function withNamedLock<T>(db: Database, name: string, work: () => Promise<T>, mode: LockMode = 'exclusive'): Promise<T> {
+  const release = await acquireLocal(name, mode);
   try {
     if (db.kind === 'pglite') return await work();
     const connection = (await db.knex.client.acquireConnection()) as PooledConnection;
+    const [lock, unlock] = mode === 'shared' ? ['pg_advisory_lock_shared', 'pg_advisory_unlock_shared'] : ['pg_advisory_lock', 'pg_advisory_unlock'];
     try {
-      await connection.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
+      await connection.query(`SELECT ${lock}(hashtext($1))`, [name]);
       try {
         return await work();
       } finally {
-        await connection.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
+        await connection.query(`SELECT ${unlock}(hashtext($1))`, [name]);
       }
     } finally {
       await db.knex.client.releaseConnection(connection);
     }
   } finally {
     release();
-    // The last holder of a name leaves no entry behind.
-    if (localQueues.get(name) === queued) localQueues.delete(name);
   }
 }

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { withNamedLock } from '../../src/db/namedLock.js';
+import { withNamedLock, type LockMode } from '../../src/db/namedLock.js';
 import { openTestPglite } from '../helpers/pglite.js';
 import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 
@@ -31,4 +31,39 @@ t.test('on PGlite (one process), holders in the process queue', async (t) => {
   const db = await openTestPglite();
   t.teardown(() => db.close());
   t.same(await interleaving(db, db, 'factlog.test.local'), ['one in', 'one out', 'two in', 'two out']);
+});
+
+/** Holders of one name in `modes`, each starting 20 ms after the one before; answers the order their steps ran in. */
+async function modeInterleaving(dbs: Array<Parameters<typeof withNamedLock>[0]>, name: string, modes: LockMode[]): Promise<string[]> {
+  const steps: string[] = [];
+  await Promise.all(
+    modes.map((mode, index) =>
+      pause(20 * index).then(() =>
+        withNamedLock(
+          dbs[index % dbs.length],
+          name,
+          async () => {
+            steps.push(`${index} in`);
+            await pause(150);
+            steps.push(`${index} out`);
+          },
+          mode,
+        ),
+      ),
+    ),
+  );
+  return steps;
+}
+
+t.test('shared holders hold a name together, an exclusive one alone; a shared one arriving after an exclusive waiter waits behind it', async (t) => {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  const expected = ['0 in', '1 in', '0 out', '1 out', '2 in', '2 out', '3 in', '4 in', '3 out', '4 out'];
+  t.same(await modeInterleaving([db], 'factlog.test.shared', ['shared', 'shared', 'exclusive', 'shared', 'shared']), expected, 'in this process');
+  const { scratch: nodeA, second: nodeB } = await scratchPostgresWithSecondPool(t, 'factlog_lock_shared', 3);
+  t.same(await modeInterleaving([nodeA, nodeB], 'factlog.test.shared', ['shared', 'shared', 'exclusive']), ['0 in', '1 in', '0 out', '1 out', '2 in', '2 out'], 'across two pools');
+  // Which of the two waiting backends PostgreSQL wakes first is its choice: both are in before either is out.
+  const afterExclusive = await modeInterleaving([nodeA, nodeB], 'factlog.test.shared', ['exclusive', 'shared', 'shared']);
+  t.same(afterExclusive.slice(0, 2), ['0 in', '0 out'], 'shared holders wait for an exclusive one in another process');
+  t.same(afterExclusive.slice(2, 4).sort(), ['1 in', '2 in'], 'then hold it together');
 });

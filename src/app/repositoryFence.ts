@@ -1,0 +1,62 @@
+import type { Knex } from 'knex';
+import { principalCan, repositoryDomain, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
+import type { Database } from '../db/database.js';
+import { withNamedLock } from '../db/namedLock.js';
+import type { EventMetadata } from '../eventstore/envelope.js';
+import { findRepository } from './access.js';
+import { currentCall } from './callContext.js';
+import { forbidden } from './errors.js';
+
+/**
+ * A call is allowed to act in a repository when it starts (`authorizeRepository`), and its
+ * command appends a moment later. Without a fence, a repository deleted or a role revoked in that
+ * moment let the write land after the change, answered as a success: a source registered in a
+ * deleted repository, a report created by a member who had just lost the role.
+ *
+ * So a command a caller makes in a repository holds the repository's lock shared while it appends
+ * and its read models catch up, and first checks again, on the read models as they are now,
+ * that the repository is live and that the caller still holds each permission the call was
+ * granted there. A change of who may act there (a role granted or revoked, the repository
+ * deleted) holds it alone. A change that committed first is then seen by the check; one that
+ * comes later waits for the commands already appending. The lock is per repository, in this
+ * process and across the processes of a server (src/db/namedLock.ts).
+ */
+export interface RepositoryFence {
+  run<T>(metadata: EventMetadata, access: 'acts' | 'changes', work: () => Promise<T>): Promise<T>;
+}
+
+/** A permission a call was allowed, kept on the call so that its command can check it again. */
+export interface GrantedPermission {
+  principal: Principal;
+  domain: string;
+  permission: Permission;
+}
+
+export function createRepositoryFence(deps: { db: Database; roleAssignments: (userId: string) => Promise<RoleAssignment[]> }): RepositoryFence {
+  const knex: Knex = deps.db.knex;
+  return {
+    async run(metadata, access, work) {
+      const repositoryId = metadata.repositoryId;
+      if (!repositoryId) return work();
+      const domain = repositoryDomain(repositoryId);
+      const granted = (currentCall()?.granted ?? []).filter((grant) => grant.domain === domain && grant.principal.userId === metadata.actor);
+      // Commands of the pipeline, and of calls that act through no permission in the repository (creating it), have nothing to re-check.
+      if (access === 'acts' && granted.length === 0) return work();
+      return withNamedLock(
+        deps.db,
+        `factlog.repository-access.${repositoryId}`,
+        async () => {
+          if (granted.length > 0) {
+            await findRepository(knex, repositoryId);
+            const assignments = await deps.roleAssignments(granted[0].principal.userId);
+            for (const grant of granted) {
+              if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
+            }
+          }
+          return work();
+        },
+        access === 'acts' ? 'shared' : 'exclusive',
+      );
+    },
+  };
+}

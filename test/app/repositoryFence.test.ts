@@ -1,0 +1,90 @@
+import t from 'tap';
+import { authorizeRepository, commandMetadata } from '../../src/app/access.js';
+import { withCallContext, type CallContext } from '../../src/app/callContext.js';
+import type { Principal } from '../../src/auth/rbac.js';
+import { reportDecider } from '../../src/domain/report/decider.js';
+import { streamName } from '../../src/eventstore/envelope.js';
+import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+
+let harness: TestApplication;
+let owner: Principal;
+
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Fenced' });
+  ({ owner } = harness);
+});
+t.teardown(() => harness.close());
+
+/** A call as a transport makes one: its permission decisions are kept on it. */
+const call = <T>(operation: string, run: () => Promise<T>): Promise<T> => withCallContext({ transport: 'rest', operation } satisfies CallContext, run);
+
+async function repositoryWithEditor(name: string): Promise<{ repository: string; editor: Principal }> {
+  const { id: repository } = await harness.app.repositories.create(owner, { name });
+  owner = await harness.refreshed(owner); // now owner of this one too
+  const editor = await harness.user(`editor-${name.toLowerCase()}@example.org`);
+  await call('add member', () => harness.app.members.setMemberRole(owner, { repository, email: `editor-${name.toLowerCase()}@example.org`, role: 'editor' }));
+  return { repository, editor: await harness.refreshed(editor) };
+}
+
+/** A report's creation as a call makes it: allowed first, appended after `between` ran. */
+function createReportAfter(editor: Principal, repository: string, reportId: string, between: () => Promise<unknown>) {
+  return call('create report', async () => {
+    await authorizeRepository(harness.service.context.db.knex, editor, repository, 'reports:create');
+    await between();
+    return harness.service.context.commands.execute(
+      streamName('report', reportId),
+      reportDecider,
+      { type: 'CreateReport', reportId, title: 'Raced', text: 'A sentence.', topic: null, parentId: null, origin: 'text', filename: null },
+      commandMetadata(editor, repository),
+      { newStream: true },
+    );
+  });
+}
+
+t.test('a command allowed before its repository was deleted appends nothing: not_found', async (t) => {
+  const { repository, editor } = await repositoryWithEditor('Deleted');
+  const reportId = '00000000-0000-4000-8000-00000000fe01';
+  await rejectsWith(t, createReportAfter(editor, repository, reportId, () => call('delete', () => harness.app.repositories.remove(owner, { repository }))), 'not_found', /repository/);
+  t.same(await harness.service.context.store.readStream(streamName('report', reportId)), [], 'no report in the log');
+});
+
+t.test('a command allowed before its caller lost the role appends nothing: forbidden', async (t) => {
+  const { repository, editor } = await repositoryWithEditor('Demoted');
+  const demote = () => call('demote', () => harness.app.members.setMemberRole(owner, { repository, user_id: editor.userId, role: 'reader' }));
+  const reportId = '00000000-0000-4000-8000-00000000fe02';
+  await rejectsWith(t, createReportAfter(editor, repository, reportId, demote), 'forbidden', /reports:create/);
+  t.same(await harness.service.context.store.readStream(streamName('report', reportId)), [], 'no report in the log');
+
+  const removed = await repositoryWithEditor('Removed');
+  const remove = () => call('remove', () => harness.app.members.removeMember(owner, { repository: removed.repository, user_id: removed.editor.userId }));
+  await rejectsWith(t, createReportAfter(removed.editor, removed.repository, '00000000-0000-4000-8000-00000000fe03', remove), 'forbidden');
+});
+
+t.test('a command whose caller still holds the permission appends as before', async (t) => {
+  const { repository, editor } = await repositoryWithEditor('Kept');
+  // Another member's role changing in between does not concern this caller.
+  const other = await harness.user('bystander@example.org');
+  const change = () => call('bystander', () => harness.app.members.setMemberRole(owner, { repository, user_id: other.userId, role: 'reader' }));
+  const result = await createReportAfter(editor, repository, '00000000-0000-4000-8000-00000000fe04', change);
+  t.equal(result.events.length, 1);
+});
+
+t.test('sources added while their repository is deleted: each either landed before the deletion or was refused', async (t) => {
+  const { repository, editor } = await repositoryWithEditor('Raced');
+  const adds = Array.from({ length: 16 }, (_, index) =>
+    call('add source', () => harness.app.sources.add(editor, { repository, url: `http://127.0.0.1:9/raced-${index}` })).then(
+      (added) => ({ ok: true as const, id: added.source.id }),
+      (error: { code?: string }) => ({ ok: false as const, code: error.code }),
+    ),
+  );
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  await call('delete', () => harness.app.repositories.remove(owner, { repository }));
+  const outcomes = await Promise.all(adds);
+  t.same(outcomes.filter((outcome) => !outcome.ok).map((outcome) => outcome.code).filter((code) => code !== 'not_found'), [], 'every refusal is not_found');
+  const log = await harness.service.context.store.readAll({ limit: 100_000 });
+  const deletedAt = log.find((event) => event.type === 'RepositoryDeleted' && event.repositoryId === repository)?.globalPosition;
+  t.ok(deletedAt !== undefined);
+  const registered = log.filter((event) => event.type === 'SourceRegistered' && event.repositoryId === repository);
+  t.same(registered.filter((event) => event.globalPosition > deletedAt!).map((event) => event.streamId), [], 'no source registered after the deletion');
+  t.same(new Set(registered.map((event) => event.streamId.replace(/^source-/, ''))), new Set(outcomes.flatMap((outcome) => (outcome.ok ? [outcome.id] : []))), 'every source answered as added is in the log, and only those');
+});
