@@ -5,6 +5,7 @@ import { DomainError } from '../domain/decider.js';
 import { notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { presentConcepts } from './concepts.js';
+import { websearchQueryText } from '../search/port.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate, presentFact, presentSource } from './present.js';
 
@@ -98,7 +99,7 @@ export function investigationQueries(deps: Pick<AppContext, 'db'>) {
       const page = pageOf(input);
       const query = knex('investigations').where({ repository_id: repository.id }).whereNull('deleted_at');
       const text = input.query?.trim() ?? '';
-      if (text !== '') query.whereRaw(`search @@ websearch_to_tsquery('english', ?)`, [text]);
+      if (text !== '') query.whereRaw(`search @@ websearch_to_tsquery('english', ?)`, [websearchQueryText(text)]);
       const total = await countOf(query);
       const rows: InvestigationRow[] = await query
         .select('*')

@@ -3,6 +3,7 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
+import { websearchQueryText } from '../search/port.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
 
@@ -86,12 +87,13 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
       const page = pageOf(input);
       const text = input.query?.trim() ?? '';
+      const searched = websearchQueryText(text);
       if (text.length > MAX_REPORT_QUERY_CHARS) throw invalid(`query must be at most ${MAX_REPORT_QUERY_CHARS} characters`);
       const query = knex('reports').where({ repository_id: repository.id });
       if (input.status) query.where({ status: input.status });
-      if (text !== '') query.whereRaw(`${SEARCH_VECTOR} @@ websearch_to_tsquery('english', ?)`, [text]);
+      if (text !== '') query.whereRaw(`${SEARCH_VECTOR} @@ websearch_to_tsquery('english', ?)`, [searched]);
       const total = await countOf(query);
-      if (text !== '') query.orderByRaw(`ts_rank_cd(${SEARCH_VECTOR}, websearch_to_tsquery('english', ?)) DESC`, [text]);
+      if (text !== '') query.orderByRaw(`ts_rank_cd(${SEARCH_VECTOR}, websearch_to_tsquery('english', ?)) DESC`, [searched]);
       const rows: ReportRow[] = await query.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }]).limit(page.limit).offset(page.offset).select('*');
       const children = new Map<string, string[]>();
       if (rows.length > 0) {

@@ -136,7 +136,8 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     // deep as hybrid goes, so its total is the largest any page reports.
     const pool = query.limit === 0 ? deepest : Math.min(depth * settings.overFetchMultiplier, deepest);
     if (depth > pool) return { kind: 'lexical', reason: `the page ends past result ${pool}, the deepest hybrid search ranks` };
-    return { kind: 'hybrid', pool, text: query.vectorText?.trim() || text };
+    // Composed as the indexed text is (websearchQueryText), so both sides read the query alike.
+    return { kind: 'hybrid', pool, text: (query.vectorText?.trim() || text).normalize('NFC') };
   }
 
   const lexicalPage = <Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, limit: number, offset: number) =>

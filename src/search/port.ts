@@ -432,3 +432,13 @@ export function hitFrom<Doc extends IndexedDocument>(collection: SearchCollectio
 }
 
 export type { DocumentUpdate, HitOf, IndexedDocument, SearchCollection } from './collection.js';
+
+/**
+ * A query's text as both adapters and the report and investigation searches read it: composed
+ * (NFC), as the indexed text is, so `Zu\u0308rich` finds Zürich; and with each run of negation
+ * signs (`--x`, `- - x`) reduced to what it means, one sign or none. websearch_to_tsquery nests
+ * such a run (`---x` is NOT NOT NOT x) and fails past about 32 with "tsquery stack too small".
+ */
+export function websearchQueryText(text: string): string {
+  return text.normalize('NFC').replace(/-(?:\s*-)+/g, (run) => ((run.match(/-/g) ?? []).length % 2 === 1 ? '-' : ' '));
+}

@@ -16,6 +16,7 @@ import {
   validateRepositoryRemoval,
   validateSearchQuery,
   VectorSearchUnavailableError,
+  websearchQueryText,
   type KnnQuery,
   type SearchIndex,
 } from './port.js';
@@ -289,6 +290,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         // The language is one of the checked TextLanguage names, so it may stand in the SQL.
         const tsquery = `websearch_to_tsquery('${served.language}', ?)`;
         const text = query.query.trim();
+        const searched = websearchQueryText(text);
         const base = visible(executor(table).where(`${table}.repository_id`, query.repositoryId), served, table, query);
         if (query.ids !== undefined) base.whereIn(`${table}.id`, [...query.ids]);
         const rows: Row[] =
@@ -304,7 +306,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
                   .offset(offset)
               : await base
                   .clone()
-                  .crossJoin(executor.raw(`${tsquery} AS q`, [text]))
+                  .crossJoin(executor.raw(`${tsquery} AS q`, [searched]))
                   .whereRaw(`${searchColumn} @@ q`)
                   .select(columns(executor, served, table))
                   .select(executor.raw(`ts_rank_cd(${searchColumn}, q) AS score`), executor.raw('count(*) OVER () AS total'))
@@ -312,7 +314,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
                   .limit(limit)
                   .offset(offset);
         const page = await paged(rows, offset, limit, async () => {
-          const counting = text === '' ? base.clone() : base.clone().whereRaw(`${searchColumn} @@ ${tsquery}`, [text]);
+          const counting = text === '' ? base.clone() : base.clone().whereRaw(`${searchColumn} @@ ${tsquery}`, [searched]);
           const counted = await counting.count<{ n: string }[]>('* as n');
           return Number(counted[0].n);
         });

@@ -53,6 +53,8 @@ const HOSTILE_TEXT = [
   'http://169.254.169.254/latest/meta-data/',
   'a:b:c',
   '\u202e\u200b',
+  '-'.repeat(40),
+  '- '.repeat(40),
 ];
 const HOSTILE_NUMBERS = [1e20, 9223372036854775808, -1, 1.5, 0, -0, 2 ** 53, Number.MAX_VALUE];
 

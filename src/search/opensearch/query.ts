@@ -1,5 +1,5 @@
 import { TOMBSTONE, type SearchCollection, type SortKey } from '../collection.js';
-import { filterValues, type KnnQuery, type SearchQuery } from '../port.js';
+import { filterValues, websearchQueryText, type KnnQuery, type SearchQuery } from '../port.js';
 import { sortField } from './mappings.js';
 
 /**
@@ -90,7 +90,7 @@ const returnedFields = (collection: SearchCollection) => ['id', ...Object.keys(c
  */
 export function searchBody(collection: SearchCollection, query: SearchQuery): { body: Record<string, unknown>; ranked: boolean } | null {
   const text = query.query.trim();
-  const translated = text === '' ? undefined : websearchToSimpleQueryString(text);
+  const translated = text === '' ? undefined : websearchToSimpleQueryString(websearchQueryText(text));
   if (translated === null) return null;
   const matcher =
     translated === undefined
