@@ -4,11 +4,12 @@ import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { followMergeChain } from '../domain/mergeChain.js';
+import { isUuid } from '../util/uuid.js';
 import { facts as factCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
 import { presentConcepts, resolveConcept } from './concepts.js';
 import { pageOf, type PageInput } from './paging.js';
-import { presentFact } from './present.js';
+import { presentFact, type FactRow } from './present.js';
 
 /** Most concepts `concepts` may name (each is resolved, then their fact sets intersected). */
 export const MAX_CONCEPT_FILTER = 20;
@@ -61,11 +62,6 @@ async function factFilter(knex: Knex, repositoryId: string, filters: Pick<FactSe
   return (await query.distinct('fact_concepts.fact_id').pluck('fact_concepts.fact_id')) as string[];
 }
 
-interface FactLink {
-  id: string;
-  status: string;
-  merged_into: string | null;
-}
 
 /**
  * Fact queries: search (hybrid or lexical, websearch syntax) narrowed by concepts or a context,
@@ -73,8 +69,23 @@ interface FactLink {
  */
 export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
   const knex = deps.db.knex;
-  const link = (repositoryId: string, id: string): Promise<FactLink | undefined> =>
-    knex('facts').where({ id, repository_id: repositoryId }).first('id', 'status', 'merged_into');
+  /**
+   * The live fact an id names, and the id asked for when a merge led elsewhere. A merged fact's
+   * row goes once cleanup_facts removes it, seconds after the merge; its redirect stays in
+   * `fact_redirects`, so an id a report or a client kept still answers with its survivor. Ids
+   * are UUIDs, compared in lower case as PostgreSQL prints them.
+   */
+  const resolveFact = async (repositoryId: string, factId: string): Promise<{ fact: FactRow; mergedFrom: string | null }> => {
+    const asked = isUuid(factId) ? factId.toLowerCase() : factId;
+    const nodeOf = async (id: string) => ({ id, row: (await knex('facts').where({ id, repository_id: repositoryId }).first()) as FactRow | undefined });
+    const { node, ended } = await followMergeChain(await nodeOf(asked), async ({ id, row }) => {
+      if (row && row.status !== 'merged') return null;
+      const survivor = (row?.merged_into as string | null | undefined) ?? ((await knex('fact_redirects').where({ fact_id: id, repository_id: repositoryId }).first('survivor_id')) as { survivor_id: string } | undefined)?.survivor_id;
+      return survivor && survivor !== id ? nodeOf(survivor) : null;
+    });
+    if (!ended || !node.row || node.row.status === 'merged') throw notFound('fact');
+    return { fact: node.row, mergedFrom: node.id === asked ? null : asked };
+  };
 
   return {
     async search(principal: Principal, input: FactSearchInput) {
@@ -86,27 +97,22 @@ export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       return { items: result.items, total: result.total, query, mode: result.mode, fallback_reason: result.fallback_reason };
     },
 
-    /** One fact with the sources it came from. */
+    /** One fact with the sources it came from; a merged fact answers with its survivor (`merged_from` = the id asked for). */
     async get(principal: Principal, input: FactInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'facts:read');
-      const fact = await knex('facts').where({ id: input.fact, repository_id: repository.id }).first();
-      if (!fact) throw notFound('fact');
+      const { fact, mergedFrom } = await resolveFact(repository.id, input.fact);
       const sources = await knex('fact_sources')
         .join('sources', 'sources.id', 'fact_sources.source_id')
         .where({ 'fact_sources.fact_id': fact.id })
         .orderBy('sources.created_at')
         .select('fact_sources.source_id', 'sources.url', 'sources.doi', 'sources.filename', 'sources.title', 'fact_sources.chunk_index', 'fact_sources.source_text');
-      return { ...presentFact(fact), sources };
+      return { ...presentFact(fact), merged_from: mergedFrom, sources };
     },
 
     /** The active concepts a fact is linked to; a merged fact's links moved to its survivor (docs/pipeline.md), which answers. */
     async concepts(principal: Principal, input: FactInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'facts:read');
-      const asked = await link(repository.id, input.fact);
-      if (!asked) throw notFound('fact');
-      const { node: fact } = await followMergeChain(asked, async (current) =>
-        current.status === 'merged' && current.merged_into ? ((await link(repository.id, current.merged_into)) ?? null) : null,
-      );
+      const { fact, mergedFrom } = await resolveFact(repository.id, input.fact);
       const conceptIds = (await knex('fact_concepts as fc')
         .join('concepts as c', 'c.id', 'fc.concept_id')
         .where({ 'fc.fact_id': fact.id, 'c.status': 'active' })
@@ -115,7 +121,7 @@ export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const presented = await presentConcepts(knex, repository.id, conceptIds);
       return {
         fact_id: fact.id,
-        merged_from: fact.id === asked.id ? null : asked.id,
+        merged_from: mergedFrom,
         items: conceptIds.flatMap((id) => presented.get(id) ?? []),
         total: conceptIds.length,
       };

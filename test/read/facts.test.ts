@@ -83,4 +83,16 @@ t.test("a fact's concepts; a merged fact answers with its survivor's along the w
   const merged = await harness.app.facts.concepts(owner, { repository, fact: facts.twin.id });
   t.match(merged, { fact_id: facts.oven.id, merged_from: facts.twin.id, total: 2 });
   await rejectsWith(t, harness.app.facts.concepts(owner, { repository, fact: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found');
+
+  // cleanup_facts removes merged facts' rows seconds after the merge: their ids still lead to the survivor.
+  for (const gone of [facts.twin.id, facts.yeast.id]) {
+    await appendEvents(harness.service, repository, `fact-${gone}`, [{ type: 'FactRemoved', data: { survivor_id: facts.oven.id } }]);
+  }
+  t.notOk(await harness.service.context.db.knex('facts').where({ id: facts.twin.id }).first(), 'the merged row is gone');
+  t.match(await harness.app.facts.concepts(owner, { repository, fact: facts.twin.id }), { fact_id: facts.oven.id, merged_from: facts.twin.id, total: 2 });
+  t.match(await harness.app.facts.get(owner, { repository, fact: facts.twin.id }), { id: facts.oven.id, merged_from: facts.twin.id, content: 'Ovens bake bread.' });
+  t.match(await harness.app.facts.get(owner, { repository, fact: facts.oven.id }), { id: facts.oven.id, merged_from: null });
+  t.match(await harness.app.facts.get(owner, { repository, fact: facts.twin.id.toUpperCase() }), { id: facts.oven.id, merged_from: facts.twin.id }, 'ids in any case');
+  const elsewhere = await harness.app.repositories.create(owner, { name: 'Elsewhere' });
+  await rejectsWith(t, harness.app.facts.get(await harness.refreshed(owner), { repository: elsewhere.id, fact: facts.twin.id }), 'not_found', /fact/);
 });

@@ -81,6 +81,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
             ...factSchema,
             properties: {
               ...factSchema.properties,
+              merged_from: { type: ['string', 'null'], description: 'the merged fact that was asked for, when the answer is its survivor' },
               sources: {
                 type: 'array',
                 items: {
