@@ -11,7 +11,7 @@ import { isSuperseded } from '../pipeline/jobs.js';
 import { presentSource, type SourceRow } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { conflict, invalid, UnsupportedContentError } from './errors.js';
+import { conflict, invalid, notFound, UnsupportedContentError } from './errors.js';
 
 const UPLOAD_TYPES: Record<string, string> = {
   '.html': 'text/html',
@@ -158,8 +158,12 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
         const { jobs } = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, limit: 1000 });
         // A failed task that a later one of its kind took over (the source started over since) stays as it was.
         const retryable = jobs.filter((job) => (job.state === 'failed' || job.state === 'dead') && !isSuperseded(job, jobs));
-        if (retryable.length === 0) throw conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
-        for (const job of retryable) await deps.jobs.retry(job.id);
+        const nothingToRetry = () => conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
+        if (retryable.length === 0) throw nothingToRetry();
+        // A retry sent beside this one may have re-queued them since they were listed: then it did what this one asks.
+        let requeued = 0;
+        for (const job of retryable) if ((await deps.jobs.retry(job.id)).status === 'requeued') requeued += 1;
+        if (requeued === 0) throw nothingToRetry();
         deps.wakeWorkers();
         return presentSource(source);
       }
@@ -176,7 +180,9 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:delete');
       await loadSource(knex, repository.id, input.source);
       const reason = input.reason?.trim() || undefined;
-      await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'DeleteSource', reason }, commandMetadata(principal, repository.id, trace));
+      const { write } = await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'DeleteSource', reason }, commandMetadata(principal, repository.id, trace));
+      // Nothing appended: another call deleted it since it was loaded, and a deleted source is not found.
+      if (write === null) throw notFound('source');
     },
   };
 }

@@ -38,8 +38,9 @@ t.test('retrying a processed source re-queues its failed tasks, and only those',
   t.equal(failedTasks.body.total, 1, 'the failure is visible in the tasks API');
   t.match(failedTasks.body.items[0].last_error, /401/);
 
-  const retried = await service.call('POST', `/api/v1/repositories/${repoId}/sources/${source.id}/retry`, { token });
-  t.equal(retried.status, 202);
+  const together = await Promise.all(Array.from({ length: 6 }, () => service.call('POST', `/api/v1/repositories/${repoId}/sources/${source.id}/retry`, { token })));
+  t.same(together.map((reply) => reply.status).sort(), [202, 409, 409, 409, 409, 409], 'retries sent together: one re-queues the task, the others find nothing to retry');
+  const retried = together.find((reply) => reply.status === 202)!;
   t.equal(retried.body.status, 'processed', 'the source itself did not fail');
   await waitForPipeline(service, repoId, token);
   const after = await knex('jobs').where({ id: extraction.id }).first();
@@ -80,4 +81,26 @@ t.test('a source that failed and started over has nothing left to retry', async 
   const taken = await service.call('POST', `${tasks}/${failedTask.id}/retry`, { token });
   t.equal(taken.status, 409, 'nor through the tasks route');
   t.match(taken.body.message, /took this one's place/);
+});
+
+t.test('retries and deletions sent together: one of them acts, the others are told it was done', async (t) => {
+  const pages: Parameters<typeof startWebServer>[0] = {};
+  const { web, service, token, repoId } = await retryFixture(t, pages);
+  const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
+  const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/soon` } })).body;
+  await waitForPipeline(service, repoId, token);
+  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed');
+  pages['/soon'] = { body: CURIE_ARTICLE };
+  const failedFetches = web.hits.get('/soon') ?? 0;
+
+  const retries = await Promise.all(Array.from({ length: 8 }, () => service.call('POST', `${sourceUrl}/${source.id}/retry`, { token })));
+  t.same(retries.map((reply) => reply.status).sort(), [202, 409, 409, 409, 409, 409, 409, 409], 'one retry starts the source over');
+  const log = await service.context.store.readStream(`source-${source.id}`);
+  t.equal(log.filter((event) => event.type === 'SourceRetryRequested').length, 1);
+  await waitForPipeline(service, repoId, token);
+  t.equal(web.hits.get('/soon'), failedFetches + 1, 'the page is fetched once more');
+
+  const deletions = await Promise.all(Array.from({ length: 5 }, () => service.call('DELETE', `${sourceUrl}/${source.id}`, { token })));
+  t.same(deletions.map((reply) => reply.status).sort(), [204, 404, 404, 404, 404], 'one deletion; the others find the source deleted');
+  t.equal((await service.context.store.readStream(`source-${source.id}`)).filter((event) => event.type === 'SourceDeleted').length, 1);
 });
