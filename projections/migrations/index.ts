@@ -553,6 +553,18 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // A concept's name is one concept's per context among the active ones only: a concept that
+    // moves back into a context it was migrated out of takes a new id there (conceptIdOfReturn),
+    // beside its old, merged row of the same name.
+    id: '018_concepts_identity_active',
+    async up(knex) {
+      await execStatements(knex, `
+        DROP INDEX concepts_identity;
+        CREATE UNIQUE INDEX concepts_identity ON concepts (repository_id, lower(canonical_name), lower(context)) WHERE status = 'active';
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

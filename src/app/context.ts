@@ -1,3 +1,4 @@
+import { namedLocks } from '../db/namedLock.js';
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/types.js';
 import { dataPaths, publicBaseUrl } from '../config/derived.js';
@@ -136,7 +137,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
     config,
     db,
     store,
-    deps: { config, store: pipelineEventStore(openedStore, store), knex: db.knex, assets, search: search.index, chat, embedder, documents },
+    deps: { config, store: pipelineEventStore(openedStore, store), knex: db.knex, assets, search: search.index, chat, embedder, documents, locks: namedLocks(db) },
     runWorkers,
     log,
   });

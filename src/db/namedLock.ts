@@ -87,3 +87,12 @@ export async function withNamedLock<T>(db: Database, name: string, work: () => P
     release();
   }
 }
+
+/** withNamedLock bound to one database, for code that holds a knex but not the Database (the pipeline's stages). */
+export interface NamedLocks {
+  exclusive<T>(name: string, work: () => Promise<T>): Promise<T>;
+}
+
+export function namedLocks(db: Database): NamedLocks {
+  return { exclusive: (name, work) => withNamedLock(db, name, work) };
+}

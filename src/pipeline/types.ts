@@ -1,3 +1,4 @@
+import type { NamedLocks } from '../db/namedLock.js';
 import type { Knex } from 'knex';
 import type { Config, QueuedJobKind } from '../config/types.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
@@ -116,6 +117,8 @@ export interface StageDeps {
   readonly embedder: Embedder | null;
   /** Text, Markdown and images of a fetched or uploaded body, off the API thread in the service. */
   readonly documents: DocumentExtractor;
+  /** Work that must not run beside another of the same name, in any process of the deployment. */
+  readonly locks: NamedLocks;
 }
 
 /**

@@ -9,6 +9,7 @@ import { createLocalEmbedder } from '../../src/providers/embeddings/local.js';
 import { createLocalChatModel } from '../../src/providers/llm/local.js';
 import { createPipelineStages, stageRegistry } from '../../src/pipeline/registry.js';
 import { inThreadDocumentExtractor } from '../../src/providers/fetch/extractionWorkers.js';
+import { namedLocks } from '../../src/db/namedLock.js';
 import type { StageDefinition, StageDeps } from '../../src/pipeline/types.js';
 import { createFileAssetStore } from '../../src/storage/assets.js';
 import { openStageFixture } from './stageFixture.js';
@@ -27,6 +28,7 @@ async function depsFor(config: Config): Promise<StageDeps> {
     config,
     store,
     knex: db.knex,
+    locks: namedLocks(db),
     assets: createFileAssetStore(await assetsDir),
     search,
     // The in-thread built-in models: creating stages calls no model, so no worker threads are needed.

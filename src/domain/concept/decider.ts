@@ -22,6 +22,15 @@ export function conceptIdFor(repositoryId: string, canonicalName: string, contex
   return uuidv5(`${repositoryId}:${canonicalName.trim().toLowerCase()}:${context.trim().toLowerCase()}`, CONCEPT_ID_NAMESPACE);
 }
 
+/**
+ * The id a concept takes when it moves into a context whose concept of its name was merged into
+ * it before (a context migration undone): that concept's id leads back to the one moving, which
+ * cannot merge into itself. Derived from both, so a rerun of the move finds the same concept.
+ */
+export function conceptIdOfReturn(naturalId: string, movingId: string): string {
+  return uuidv5(`${naturalId}:returned:${movingId}`, CONCEPT_ID_NAMESPACE);
+}
+
 function checkName(what: string, value: string): string {
   const trimmed = value.trim();
   if (trimmed === '') throw new DomainError('invalid', `${what} must not be empty`);

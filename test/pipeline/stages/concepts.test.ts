@@ -12,6 +12,7 @@ import { createExtractConceptsStage } from '../../../src/pipeline/stages/extract
 import { createMigrateContextStage } from '../../../src/pipeline/stages/migrateContext.js';
 import { createRefineConceptsStage } from '../../../src/pipeline/stages/refineConcepts.js';
 import { createRefreshConceptRelationsStage, relationChanges } from '../../../src/pipeline/stages/refreshConceptRelations.js';
+import { namedLocks } from '../../../src/db/namedLock.js';
 import { openStageFixture, racedStore, testMetadata, type StageFixture } from '../stageFixture.js';
 import { isConcurrencyError } from '../../../src/pipeline/runtime.js';
 
@@ -282,7 +283,7 @@ t.test('refresh_concept_relations, migrate_context and refine_concepts', async (
     await handleCommand(fixture.store, repositoryStream, repositoryDecider, { type: 'RequestContextMigration', fromContext: 'person', toContext: 'scientist' }, metadata);
     const requested = await fixture.last(repositoryStream, 'ContextMigrationRequested');
     await fixture.settle();
-    const stage = createMigrateContextStage({ store: fixture.store, knex: fixture.db.knex });
+    const stage = createMigrateContextStage({ store: fixture.store, knex: fixture.db.knex, locks: namedLocks(fixture.db) });
     t.equal(stage.subjectOf(requested), repositoryId);
     const people = (await fixture.db.knex('concepts').where({ repository_id: repositoryId, context: 'person', status: 'active' }).pluck('id')) as string[];
     t.ok(people.includes(marie));
@@ -311,6 +312,34 @@ t.test('refresh_concept_relations, migrate_context and refine_concepts', async (
     await t.rejects(stage.run(fixture.contextFor(stage, requested)), PermanentJobError);
     const malformed: RecordedEvent = { ...requested, data: { from_context: '', to_context: 'person' } };
     await t.rejects(stage.run(fixture.contextFor(stage, malformed)), PermanentJobError);
+  });
+
+  t.test('migrations of one repository run one at a time: A → B beside B → A leaves every concept in one context', async (t) => {
+    const names = { chemical: ['Radium', 'Actinium'], technology: ['Geiger counter', 'Electrometer'] };
+    const ids: string[] = [];
+    for (const [context, canonicalNames] of Object.entries(names)) {
+      for (const canonicalName of canonicalNames) {
+        const id = conceptIdFor(repositoryId, canonicalName, context);
+        ids.push(id);
+        await handleCommand(fixture.store, streamName('concept', id), conceptDecider, { type: 'CreateConcept', canonicalName, context, ontologyClass: null, aliases: [], sourceId: null }, metadata);
+      }
+    }
+    const request = async (fromContext: string, toContext: string) => {
+      await handleCommand(fixture.store, repositoryStream, repositoryDecider, { type: 'RequestContextMigration', fromContext, toContext }, metadata);
+      return fixture.last(repositoryStream, 'ContextMigrationRequested');
+    };
+    const forth = await request('chemical', 'technology');
+    const back = await request('technology', 'chemical');
+    await fixture.settle();
+    const stage = createMigrateContextStage({ store: fixture.store, knex: fixture.db.knex, locks: namedLocks(fixture.db) });
+    await Promise.all([stage.run(fixture.contextFor(stage, forth)), stage.run(fixture.contextFor(stage, back))]);
+    await fixture.settle();
+    const contexts = await fixture.db.knex('concepts')
+      .where({ repository_id: repositoryId, status: 'active' })
+      .whereIn('canonical_name', Object.values(names).flat())
+      .pluck('context');
+    t.equal(contexts.length, 4, 'each concept once');
+    t.equal(new Set(contexts).size, 1, `all in one context, as one migration after the other leaves them (${contexts.join(', ')})`);
   });
 
   t.test('refine_concepts merges names that differ only in number and prunes alias-laden concepts', async (t) => {
