@@ -26,6 +26,25 @@ function findUnsafe(value: unknown, path: string, depth: number): string | null 
 }
 
 /**
+ * The first part of a URL's query string that is not percent-encoded UTF-8 (`%zz`, a cut `%C3`,
+ * an encoded surrogate `%ED%A0%80`), or null. Fastify answers such a path with a 400 before
+ * routing, but its query-string parser keeps a malformed part as literal text, so `?query=%C3`
+ * searched for "%C3".
+ */
+function malformedQueryPart(url: string): string | null {
+  const start = url.indexOf('?');
+  if (start < 0) return null;
+  for (const part of url.slice(start + 1).split('&')) {
+    try {
+      decodeURIComponent(part.replaceAll('+', ' '));
+    } catch {
+      return part.length > 60 ? `${part.slice(0, 60)}…` : part;
+    }
+  }
+  return null;
+}
+
+/**
  * Refuses, on every route (those registered later included), path parameters, query strings and
  * JSON or form bodies holding text no store can keep: one check here instead of one per schema,
  * so every route answers 400 `bad_request` with the offending location instead of failing deep
@@ -33,6 +52,8 @@ function findUnsafe(value: unknown, path: string, depth: number): string | null 
  */
 export function registerInputGuard(app: FastifyInstance): void {
   app.addHook('preValidation', async (request) => {
+    const malformed = malformedQueryPart(request.url);
+    if (malformed !== null) throw new HttpError(400, 'bad_request', `the query string is not valid percent-encoded UTF-8: ${JSON.stringify(malformed)}`);
     const problem =
       findUnsafe(request.params, 'path parameter', 0) ??
       findUnsafe(request.query, 'query parameter', 0) ??

@@ -39,6 +39,14 @@ t.test("fastify's own failures answer with the documented codes", async (t) => {
   const badUrl = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/concepts/%ED%A0%80` });
   t.equal(badUrl.statusCode, 400);
   t.equal(badUrl.json().error, 'bad_request', 'a URL that is not UTF-8 is a bad_request too');
+  // The query string too: its parser kept a malformed part as literal text, which was then searched for.
+  for (const malformed of ['%ED%A0%80', '%C3', '%zz', '%', 'a%2']) {
+    const reply = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/facts?query=${malformed}&mode=lexical` });
+    t.equal(reply.statusCode, 400, `?query=${malformed}`);
+    t.match(reply.json(), { error: 'bad_request', message: /query string is not valid percent-encoded UTF-8/ });
+  }
+  const fine = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/facts?query=Z%C3%BCrich+lake&mode=lexical` });
+  t.not(fine.statusCode, 400, 'percent-encoded UTF-8 and + for a space pass');
 });
 
 /** Writes `request` to a fresh connection and reads the reply until the server closes it. */
