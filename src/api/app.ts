@@ -80,6 +80,10 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     },
     requestIdHeader: false,
     bodyLimit: config.server.body_limit,
+    // A path parameter as the URL carries it, percent-encoded: a concept's name (at most 200
+    // characters, 12 each when encoded) must reach its route. find-my-way's default, 100, cut
+    // names of over 100 letters, or 11 of a script whose letters take 3 bytes.
+    routerOptions: { maxParamLength: 2_500 },
     // read_timeout bounds receiving a request; the whole exchange may take read + write.
     requestTimeout: readTimeoutMs + writeTimeoutMs,
     connectionTimeout: readTimeoutMs + writeTimeoutMs,

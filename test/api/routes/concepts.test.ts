@@ -128,6 +128,12 @@ t.test('one concept by id or canonical name; merged ones answer with the survivo
   t.equal(unknown.body.error, 'not_found');
   t.equal((await get('/concepts/00000000-0000-4000-8000-000000000000')).status, 404, 'unknown uuid');
   t.equal((await get('/concepts/Radium?context=topic')).status, 404, 'not in that context');
+  // A name may hold 200 characters; percent-encoded, up to 12 each. The router cut path parameters at 100.
+  for (const name of ['a'.repeat(200), '東'.repeat(200)]) {
+    const long = await get(`/concepts/${encodeURIComponent(name)}`);
+    t.equal(long.status, 404, `a ${name.length}-character name reaches the route (${encodeURIComponent(name).length} in the URL)`);
+    t.equal(long.body.error, 'not_found');
+  }
 });
 
 t.test('relations carry bands; insignificant ones only on request', async (t) => {
