@@ -141,6 +141,19 @@ t.test('bad sources', async (t) => {
   t.equal(unsupported.status, 415);
   const empty = await uploadFile('empty.txt', 'text/plain', '');
   t.equal(empty.status, 400);
+  // Bodies that do not parse as multipart were a 500: cut before the closing boundary, a closing boundary without its `--`, no boundary at all.
+  const part = '--cut\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nNiels Bohr proposed a model of the atom in 1913.';
+  for (const [what, body, type] of [
+    ['cut short', part, 'multipart/form-data; boundary=cut'],
+    ['an unclosed boundary', `${part}\r\n--cut`, 'multipart/form-data; boundary=cut'],
+    ['no boundary', `${part}\r\n--cut--\r\n`, 'multipart/form-data'],
+  ]) {
+    for (const route of ['sources/upload', 'reports/upload']) {
+      const reply = await service.call('POST', `/api/v1/repositories/${repoId}/${route}`, { token, body: Buffer.from(body), headers: { 'content-type': type } });
+      t.equal(reply.status, 400, `${route}, ${what}: ${JSON.stringify(reply.body)}`);
+      t.match(reply.body, { error: 'bad_request', message: /multipart/ });
+    }
+  }
 
   const gone = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/gone` } });
   const failed = await waitForStatus(gone.body.id, ['failed', 'processed']);
