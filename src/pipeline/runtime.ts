@@ -281,10 +281,10 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
   const random = options.random ?? Math.random;
   const workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const jobs = new JobRepository(db.knex);
-  const kinds = new Set<string>();
+  const stageOf = new Map<string, Stage>();
   for (const stage of stages) {
-    if (kinds.has(stage.kind)) throw new Error(`two stages share the kind ${stage.kind}`);
-    kinds.add(stage.kind);
+    if (stageOf.has(stage.kind)) throw new Error(`two stages share the kind ${stage.kind}`);
+    stageOf.set(stage.kind, stage);
   }
   const stopTimeoutMs = settings.stopTimeoutMs ?? 30_000;
   const rescueIntervalMs = settings.rescueIntervalMs ?? settings.heartbeatTimeoutMs;
@@ -629,6 +629,17 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     });
   }
 
+  /** What the stages of dead jobs record of them (Stage.onDead). */
+  async function recordDeaths(dead: readonly JobRecord[]): Promise<void> {
+    for (const job of dead) {
+      try {
+        await stageOf.get(job.kind)?.onDead?.(job);
+      } catch (error) {
+        log.warn({ err: error, jobId: job.id, kind: job.kind }, 'could not record what a dead job leaves behind');
+      }
+    }
+  }
+
   async function rescue(startup: boolean): Promise<void> {
     const result = await jobs.rescueOrphans({
       heartbeatTimeoutMs: settings.heartbeatTimeoutMs,
@@ -637,6 +648,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       claimedBy: startup ? workerId : undefined,
       everyRunning: startup && db.kind === 'pglite',
     });
+    await recordDeaths(result.dead);
     const total = result.requeued.length + result.dead.length;
     if (total > 0) {
       log.info(

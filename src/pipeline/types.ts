@@ -80,6 +80,13 @@ export interface Stage {
   sourceOf?(event: RecordedEvent): string | null;
   run(context: JobContext): Promise<void>;
   /**
+   * What a job of this stage that died leaves behind: one whose worker was killed or stopped
+   * during its last attempt (src/pipeline/jobs.ts rescueOrphans) never ended that attempt itself.
+   * The source stages fail their source here, as the attempt would have (recordingSourceFailure);
+   * otherwise it stayed `fetching` with no task left to move it.
+   */
+  onDead?(job: Job): Promise<void>;
+  /**
    * True when `run` uses only what the job row knows of its trigger (event id, position,
    * repository and correlation id): the runtime then gives a trigger built from the row
    * (`JOB_TRIGGER_TYPE`, no data) instead of reading the event, one statement less per job.

@@ -424,6 +424,20 @@ for (const backend of backends) {
       t.ok(runtime.logLines.some((line) => line.message === 'rescued orphaned jobs'));
     });
 
+    t.test('a job whose worker died during its last attempt is dead, and its stage records what it leaves behind', async (t) => {
+      const id = await enqueue('lastgasp', 1);
+      await jobs.claim('lastgasp', 'crashed-host', { leaseMs: 1, maxAttempts: 1 });
+      await sleep(10);
+      const died: Array<{ id: string; lastError: string | null }> = [];
+      const stage: Stage = { ...testStage('lastgasp', async () => void t.fail('must not run again')), onDead: async (job) => void died.push({ id: job.id, lastError: job.lastError }) };
+      const runtime = runtimeFor(t, [stage], {}, { workerId: 'other-host' });
+      await runtime.start();
+      await runtime.stop();
+      t.match(await jobs.get(id), { state: 'dead', attempts: 1 });
+      t.equal(died.length, 1, 'onDead ran once');
+      t.match(died[0], { id, lastError: /orphaned: worker crashed-host stopped heartbeating during attempt 1/ });
+    });
+
     t.test('crash simulation: a job claimed and never finished runs again after restart', async (t) => {
       // The first process claims the job and dies: no finish, no heartbeat, a lease still running.
       const id = await enqueue('crashy');

@@ -9,7 +9,7 @@ import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, ty
 import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
-import { isPermanentError, PermanentJobError, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
+import { isPermanentError, PermanentJobError, type Job, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
 
 /**
  * handleCommand from a stream the stage has read already: decides on `loaded` and appends with
@@ -363,6 +363,15 @@ export async function failSource(
 ): Promise<void> {
   const reason = error instanceof Error ? error.message : String(error);
   await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: reason.slice(0, 2000) }, metadata);
+}
+
+/** Stage.onDead of a source stage: its source fails with the job's last error, as its last attempt would have failed it. */
+export function failSourceOfDeadJob(store: EventStore, stage: string): (job: Job) => Promise<void> {
+  return async (job) => {
+    if (!job.sourceId) return;
+    const metadata = { repositoryId: job.repositoryId, actor: `system:${stage}`, causationId: job.triggerEventId, correlationId: job.correlationId ?? job.triggerEventId };
+    await failSource(store, streamName('source', job.sourceId), stage, new Error(job.lastError ?? 'its worker stopped during the last attempt'), metadata);
+  };
 }
 
 /**

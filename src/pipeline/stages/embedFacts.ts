@@ -4,7 +4,7 @@ import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { packVector } from '../../interchange/vectors.js';
 import { embeddingsConfigured, PermanentJobError, requireEmbedder, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { commandFrom, loadStream, recordingSourceFailure, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
+import { commandFrom, failSourceOfDeadJob, loadStream, recordingSourceFailure, sourceSubject, stageMetadata, throwIfAborted } from './common.js';
 
 export interface EmbedFactsDeps {
   store: EventStore;
@@ -35,6 +35,7 @@ export function createEmbedFactsStage(deps: EmbedFactsDeps): Stage {
   if (!Number.isInteger(deps.batchSize) || deps.batchSize < 1) throw new RangeError('batchSize must be a positive integer');
   return {
     kind: 'embed_facts',
+    onDead: failSourceOfDeadJob(deps.store, 'embed_facts'),
     triggers: ['FactsExtracted'],
     subjectOf: sourceSubject,
     // Reads its subject's stream; of the trigger only the row's id, repository and correlation.

@@ -12,6 +12,7 @@ import { extractedFactsOf } from './embedFacts.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
 import {
   FOLDED_CONCEPTS,
+  failSourceOfDeadJob,
   loadStream,
   recordingSourceFailure,
   requireRepositoryId,
@@ -211,6 +212,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
 
   return {
     kind: 'extract_concepts',
+    onDead: failSourceOfDeadJob(deps.store, 'extract_concepts'),
     triggers: ['SourceFactsDeduplicated'],
     subjectOf: sourceSubject,
     // Reads its subject's stream; of the trigger only the row's id, repository and correlation.

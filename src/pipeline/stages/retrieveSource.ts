@@ -19,7 +19,7 @@ import {
 } from '../../providers/fetch/images.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
 import { Semaphore } from '../../util/concurrency.js';
-import { commandFrom, loadStream, recordingSourceFailure, runSideBySide, sourceSubject, stageMetadata } from './common.js';
+import { commandFrom, failSourceOfDeadJob, loadStream, recordingSourceFailure, runSideBySide, sourceSubject, stageMetadata } from './common.js';
 
 export interface RetrieveSourceDeps {
   store: EventStore;
@@ -63,6 +63,7 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
   const fetchPlaces = new Semaphore(deps.fetchesAtOnce ?? 20);
   const stage: Stage = {
     kind: 'retrieve_source',
+    onDead: failSourceOfDeadJob(deps.store, 'retrieve_source'),
     triggers: ['SourceRegistered', 'SourceRetryRequested'],
     subjectOf: sourceSubject,
     // Reads its subject's stream; of the trigger only the row's id, repository and correlation.

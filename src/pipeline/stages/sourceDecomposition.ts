@@ -8,7 +8,7 @@ import type { Promptset } from '../../providers/llm/promptsets.js';
 import { decomposeDocument } from '../../providers/decomposition/decompose.js';
 import { extractSourceImageFacts } from '../../providers/decomposition/imageFacts.js';
 import { PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { commandFrom, loadStream, recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata } from './common.js';
+import { commandFrom, failSourceOfDeadJob, loadStream, recordingSourceFailure, requireRepositoryId, sourceSubject, stageMetadata } from './common.js';
 import { promptsetLookup } from './repositorySettings.js';
 
 /** Namespace of fact ids: uuidv5(`<repository id>:<content_hash>`), so one fact text is one fact per repository. */
@@ -41,6 +41,7 @@ export interface SourceDecompositionDeps {
 export function createSourceDecompositionStage(deps: SourceDecompositionDeps): Stage {
   return {
     kind: 'source_decomposition',
+    onDead: failSourceOfDeadJob(deps.store, 'source_decomposition'),
     triggers: ['SourceFetched', 'SourceRetryRequested'],
     subjectOf: sourceSubject,
     // Reads its subject's stream; of the trigger only the row's id, repository and correlation.

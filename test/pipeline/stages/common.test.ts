@@ -2,7 +2,7 @@ import t from 'tap';
 import { sourceDecider, type SourceCommand } from '../../../src/domain/source/decider.js';
 import { FoldedStates, foldStream, handleCommand } from '../../../src/eventstore/commandHandler.js';
 import { streamName } from '../../../src/eventstore/envelope.js';
-import { commandFrom, loadStream, sharedCommandFrom, sharedCommandsFrom, SharedStreamWriter } from '../../../src/pipeline/stages/common.js';
+import { commandFrom, failSourceOfDeadJob, loadStream, sharedCommandFrom, sharedCommandsFrom, SharedStreamWriter } from '../../../src/pipeline/stages/common.js';
 import { factDecider } from '../../../src/domain/fact/decider.js';
 import { withOverrides } from '../../eventstore/contract.js';
 import { openStageFixture, testMetadata } from '../stageFixture.js';
@@ -191,4 +191,23 @@ t.test('FoldedStates: a stream read before is read on from its version, to the s
   await folded.load(counting, [one]);
   t.same(asked.at(-1), {}, 'capacity 1: the least recently read was let go, and is read whole');
   t.throws(() => new FoldedStates(sourceDecider, 0), RangeError);
+});
+
+t.test("a source stage's dead job fails its source with the job's last error", async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const metadata = testMetadata(repositoryId);
+  const sourceId = crypto.randomUUID();
+  const stream = streamName('source', sourceId);
+  await handleCommand(fixture.store, stream, sourceDecider, { type: 'RegisterSource', origin: 'url', url: 'https://example.org/dead', doi: null }, metadata);
+  await handleCommand(fixture.store, stream, sourceDecider, { type: 'StartFetch' }, metadata);
+  const job = {
+    id: crypto.randomUUID(), kind: 'retrieve_source', repositoryId, subjectId: sourceId, sourceId, reportId: null, triggerEventId: crypto.randomUUID(), triggerPosition: 1,
+    correlationId: null, state: 'dead' as const, attempts: 5, lastError: 'orphaned: worker vm:1 stopped heartbeating during attempt 5', createdAt: new Date().toISOString(), updatedAt: new Date().toISOString(),
+  };
+  await failSourceOfDeadJob(fixture.store, 'retrieve_source')(job);
+  const events = await fixture.store.readStream(stream);
+  t.match(events.at(-1), { type: 'SourceFailed', data: { stage: 'retrieve_source', reason: /stopped heartbeating during attempt 5/ }, actor: 'system:retrieve_source' });
+  await failSourceOfDeadJob(fixture.store, 'retrieve_source')({ ...job, sourceId: null });
+  t.equal((await fixture.store.readStream(stream)).length, events.length, 'a job for no source records nothing');
 });
