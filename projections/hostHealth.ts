@@ -3,7 +3,7 @@ import { projection } from '../src/projection/types.js';
 import type { RecordedOf } from '../src/projection/types.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
-import { hostOfUrl, isAutoSkipReason } from '../src/providers/fetch/hostHealth.js';
+import { hostOfUrl, isAutoSkipReason, isHostFailure } from '../src/providers/fetch/hostHealth.js';
 
 type Handled = Extract<SourceEvent, { type: 'SourceRegistered' | 'SourceFetched' | 'SourceFailed' }>;
 type Outcome = { sourceId: string; failed: boolean; reason: string | null; at: string };
@@ -55,7 +55,8 @@ const sourceIdOf = (event: RecordedOf<Handled>) => parseStreamName(event.streamI
 /**
  * Read model `host_health`: retrieve_source outcomes per host, for auto-skip
  * (src/providers/fetch/hostHealth.ts). SourceFetched counts as a success, SourceFailed of stage
- * retrieve_source as a failure; failures that are auto-skips themselves do not count (the host
+ * retrieve_source as an attempt, a failure when it speaks of the host (isHostFailure: no answer,
+ * a 5xx; not a missing page); failures that are auto-skips themselves do not count (the host
  * was not asked), nor do sources without a host of their own (uploads; DOIs, whose resolver
  * redirects to many publishers).
  *
@@ -85,7 +86,7 @@ export const hostHealthProjection = projection<Handled>({
     async SourceFailed(trx, events) {
       const outcomes = events
         .filter((event) => event.data.stage === 'retrieve_source' && !isAutoSkipReason(event.data.reason))
-        .map((event) => ({ sourceId: sourceIdOf(event), failed: true, reason: event.data.reason, at: event.occurredAt }));
+        .map((event) => ({ sourceId: sourceIdOf(event), failed: isHostFailure(event.data.reason), reason: event.data.reason, at: event.occurredAt }));
       if (outcomes.length > 0) await countOutcomes(trx, outcomes);
     },
   },

@@ -33,7 +33,9 @@ t.test('host-health counts by the host of the registered URL, with no other read
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   t.teardown(() => store.close());
   await store.append('source-a', [registered('https://Example.org/a'), event('SourceFetchStarted', { attempt: 1 }), fetched], 'no_stream');
-  await store.append('source-b', [registered('https://example.org/b'), failed('retrieve_source', 'http 503')], 'no_stream');
+  await store.append('source-b', [registered('https://example.org/b'), failed('retrieve_source', 'fetching https://example.org/b failed (transient, http 503, 3 attempts)')], 'no_stream');
+  // A missing page: the host answered (an attempt, no failure of the host).
+  await store.append('source-b2', [registered('https://example.org/gone'), failed('retrieve_source', 'fetching https://example.org/gone failed (permanent, http 404, 1 attempt)')], 'no_stream');
   await store.append('source-c', [registered('https://example.org/c'), failed('retrieve_source', 'auto-skipped: host example.org is failing')], 'no_stream');
   await store.append('source-d', [registered('https://other.net/d'), failed('source_decomposition', 'model failed')], 'no_stream');
   const last = (await store.append('source-e', [registered(null, 'upload'), fetched], 'no_stream')).lastPosition;
@@ -43,9 +45,9 @@ t.test('host-health counts by the host of the registered URL, with no other read
   t.teardown(() => runner.stop());
   await runner.start();
   await runner.waitFor(last, 10_000);
-  const expected = [{ host: 'example.org', attempts: 2, failures: 1, last_error: 'http 503' }];
+  const expected = [{ host: 'example.org', attempts: 3, failures: 1, last_error: 'fetching https://example.org/b failed (transient, http 503, 3 attempts)' }];
   const hosts = () => db.knex('host_health').select('host', 'attempts', 'failures', 'last_error').orderBy('host');
-  t.same(await hosts(), expected, 'a fetch and a failure of example.org; skips, other stages and uploads do not count');
+  t.same(await hosts(), expected, 'a fetch, a missing page and a failure of example.org; skips, other stages and uploads do not count');
   t.same(await db.knex('sources').count({ n: '*' }).then((rows) => Number(rows[0].n)), 0, 'the sources read model is empty');
 
   await runner.rebuild('host-health');

@@ -47,6 +47,17 @@ export function isAutoSkipReason(reason: string | null | undefined): boolean {
   return typeof reason === 'string' && reason.startsWith(AUTO_SKIP_REASON_PREFIX);
 }
 
+/**
+ * Whether a retrieve_source failure speaks of its host rather than of its page: a fetch that
+ * failed transiently (no answer, a timeout, a 5xx, a 429: FetchError's "(transient, ...)") does.
+ * A 404 or 410, content that is no document, a refused redirect do not: the host answered, and
+ * counting them let anyone who may add sources have a healthy host skipped for every repository
+ * with a hundred missing pages (QA). An auto-skip is no outcome of the host at all.
+ */
+export function isHostFailure(reason: string | null | undefined): boolean {
+  return typeof reason === 'string' && !isAutoSkipReason(reason) && reason.includes('(transient, ');
+}
+
 /** The host (`name[:port]`, lower case) of an http(s) URL; null for anything else. */
 export function hostOfUrl(url: string | null | undefined): string | null {
   if (!url) return null;

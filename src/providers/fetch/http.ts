@@ -520,7 +520,8 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
 
       const attemptLimit = failure.status === 403 ? retry403MaxAttempts : maxAttempts;
       if (failure.permanent || attempt >= attemptLimit) {
-        recordOutcome(host, true);
+        // A permanent failure is the page's (a 404, no document): the host answered (isHostFailure).
+        recordOutcome(host, !failure.permanent);
         throw new FetchError({
           url,
           permanent: failure.permanent,

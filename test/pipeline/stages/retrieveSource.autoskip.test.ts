@@ -18,7 +18,13 @@ async function hostRow(host: string) {
 }
 
 t.test('a host that keeps failing is skipped without a fetch, and recovers after the cooldown', async (t) => {
-  const server = await startWebServer({ '/ok': { body: CURIE_ARTICLE }, '/broken': { status: 500, body: 'down' } });
+  const server = await startWebServer({
+    '/ok': { body: CURIE_ARTICLE },
+    '/broken': { status: 500, body: 'down' },
+    '/broken-1': { status: 500, body: 'down' },
+    '/broken-2': { status: 502, body: 'down' },
+    '/broken-3': { status: 503, body: 'down' },
+  });
   t.teardown(server.close);
   const host = new URL(server.baseUrl).host;
   let clockOffset = 0;
@@ -36,15 +42,15 @@ t.test('a host that keeps failing is skipped without a fetch, and recovers after
 
   const ok = await fixture.register({ url: `${server.baseUrl}/ok` });
   t.equal(await fixture.run(stage, ok), null);
-  for (const path of ['/missing-1', '/missing-2', '/missing-3']) {
+  for (const path of ['/broken-1', '/broken-2', '/broken-3']) {
     const failing = await fixture.register({ url: `${server.baseUrl}${path}` });
-    t.match(await fixture.run(stage, failing), { name: 'PermanentJobError', message: /http 404/ }, `${path} fails for good`);
+    t.match(await fixture.run(stage, failing, 3), { name: 'PermanentJobError', message: /http 50\d/ }, `${path} fails on its last attempt`);
   }
   // A transient failure with attempts left is retried by the runtime, not recorded: no outcome yet.
   const flaky = await fixture.register({ url: `${server.baseUrl}/broken` });
   t.match(await fixture.run(stage, flaky, 1), { message: /http 500/ });
   t.equal((await fixture.state(flaky)).status, 'fetching');
-  t.match(await hostRow(host), { attempts: 4, failures: 3, last_error: /http 404/ }, 'one success and three failures');
+  t.match(await hostRow(host), { attempts: 4, failures: 3, last_error: /http 503/ }, 'one success and three failures');
 
   const hitsBefore = server.hits.get('/ok');
   const skipped = await fixture.register({ url: `${server.baseUrl}/ok` });
@@ -64,7 +70,7 @@ t.test('a host that keeps failing is skipped without a fetch, and recovers after
   // The retry of the flaky source meets the skip too; still not an outcome.
   t.match(await fixture.run(stage, flaky, 2), { message: /^auto-skipped: host/ });
   t.equal(server.hits.get('/broken'), 1);
-  t.match(await hostRow(host), { attempts: 4, failures: 3, last_error: /http 404/ });
+  t.match(await hostRow(host), { attempts: 4, failures: 3, last_error: /http 503/ });
 
   clockOffset = HOUR + 1000;
   const probe = await fixture.register({ url: `${server.baseUrl}/broken` });
@@ -116,7 +122,7 @@ t.test('disabled auto-skip or a healthy host always fetch', async (t) => {
 });
 
 t.test("the fetcher's own in-process skip is recorded as a skip, not as a host failure", async (t) => {
-  const server = await startWebServer({ '/ok': { body: CURIE_ARTICLE } });
+  const server = await startWebServer({ '/ok': { body: CURIE_ARTICLE }, '/broken': { status: 500, body: 'down' } });
   t.teardown(server.close);
   const host = new URL(server.baseUrl).host;
   const stage = createRetrieveSourceStage({
@@ -130,9 +136,32 @@ t.test("the fetcher's own in-process skip is recorded as a skip, not as a host f
     doiResolver: 'https://doi.org/',
     maxAttempts: 1,
   });
-  const missing = await fixture.register({ url: `${server.baseUrl}/missing` });
-  t.match(await fixture.run(stage, missing), { message: /http 404/ });
+  const broken = await fixture.register({ url: `${server.baseUrl}/broken` });
+  t.match(await fixture.run(stage, broken), { message: /http 500/ });
   const next = await fixture.register({ url: `${server.baseUrl}/ok` });
   t.match(await fixture.run(stage, next), { message: /^auto-skipped: fetching .* host auto-skipped/ });
-  t.match(await hostRow(host), { attempts: 1, failures: 1, last_error: /http 404/ });
+  t.match(await hostRow(host), { attempts: 1, failures: 1, last_error: /http 500/ });
+});
+
+t.test('missing pages are no failure of their host: any number of 404s skips no one', async (t) => {
+  const server = await startWebServer({ '/ok': { body: CURIE_ARTICLE } });
+  t.teardown(server.close);
+  const host = new URL(server.baseUrl).host;
+  const autoSkip: AutoSkipSettings = { enabled: true, minSample: 3, failureThreshold: 0.5, cooldownMs: HOUR };
+  const stage = createRetrieveSourceStage({
+    store: fixture.store,
+    assets: fixture.assets,
+    // Both skips on, the fetcher's in-process one and the stage's from the log.
+    fetcher: createHttpFetcher({ ...DEFAULT_FETCH_SETTINGS, maxAttempts: 1, autoSkip }),
+    doiResolver: 'https://doi.org/',
+    maxAttempts: 1,
+    hostHealth: { reader: createHostHealthReader(fixture.db.knex), settings: autoSkip },
+  });
+  for (let page = 0; page < 6; page += 1) {
+    const missing = await fixture.register({ url: `${server.baseUrl}/missing-${page}` });
+    t.match(await fixture.run(stage, missing), { message: /http 404/ });
+  }
+  t.match(await hostRow(host), { attempts: 6, failures: 0 }, 'six answers of the host, no failure');
+  const ok = await fixture.register({ url: `${server.baseUrl}/ok` });
+  t.equal(await fixture.run(stage, ok), null, 'the host is fetched as before');
 });

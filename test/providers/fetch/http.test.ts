@@ -501,12 +501,13 @@ t.test('network errors are transient and retried', async (t) => {
 t.test('per-host auto-skip opens after minSample failures and closes after the cooldown', async (t) => {
   let failing = true;
   const server = await startServer(t, (_request, response) => {
-    response.writeHead(failing ? 404 : 200);
+    response.writeHead(failing ? 503 : 200);
     response.end(failing ? '' : 'back');
   });
   let now = Date.parse('2024-01-01T00:00:00Z');
   const fetcher = createHttpFetcher(
-    testSettings({ autoSkip: { enabled: true, minSample: 5, failureThreshold: 0.8, cooldownMs: 60_000 } }),
+    // One attempt a fetch: each failed fetch is one failure of the host.
+    testSettings({ maxAttempts: 1, autoSkip: { enabled: true, minSample: 5, failureThreshold: 0.8, cooldownMs: 60_000 } }),
     { now: () => now, sleep: recordingSleep().sleep },
   );
   const host = new URL(server.url()).host;
@@ -554,26 +555,35 @@ t.test('per-host auto-skip opens after minSample failures and closes after the c
 t.test('auto-skip stays closed below the threshold or when disabled', async (t) => {
   const server = await startServer(t, (_request, response, hit) => {
     // Every fourth request succeeds: a 75% failure ratio.
-    response.writeHead(hit % 4 === 0 ? 200 : 404);
+    response.writeHead(hit % 4 === 0 ? 200 : 500);
     response.end();
   });
   const fetcher = createHttpFetcher(
-    testSettings({ autoSkip: { enabled: true, minSample: 8, failureThreshold: 0.8, cooldownMs: 60_000 } }),
+    testSettings({ maxAttempts: 1, autoSkip: { enabled: true, minSample: 8, failureThreshold: 0.8, cooldownMs: 60_000 } }),
   );
   for (let index = 0; index < 16; index += 1) await fetcher.fetch(server.url('/same')).catch(() => undefined);
   t.equal(server.hits(), 16);
   t.equal(fetcher.hostStats(server.url()).skippedUntil, null);
 
   const alwaysFailing = await startServer(t, (_request, response) => {
-    response.writeHead(404);
+    response.writeHead(500);
     response.end();
   });
   const disabled = createHttpFetcher(
-    testSettings({ autoSkip: { enabled: false, minSample: 2, failureThreshold: 0.5, cooldownMs: 60_000 } }),
+    testSettings({ maxAttempts: 1, autoSkip: { enabled: false, minSample: 2, failureThreshold: 0.5, cooldownMs: 60_000 } }),
   );
   for (let index = 0; index < 5; index += 1) await disabled.fetch(alwaysFailing.url()).catch(() => undefined);
   t.equal(alwaysFailing.hits(), 5);
   t.equal(disabled.hostStats(alwaysFailing.url()).failures, 5);
+
+  // A missing page is the page's failure, not the host's: the host answered.
+  const missingPages = await startServer(t, (_request, response) => {
+    response.writeHead(404);
+    response.end();
+  });
+  const skipping = createHttpFetcher(testSettings({ autoSkip: { enabled: true, minSample: 2, failureThreshold: 0.5, cooldownMs: 60_000 } }));
+  for (let index = 0; index < 5; index += 1) await skipping.fetch(missingPages.url(`/gone-${index}`)).catch(() => undefined);
+  t.match(skipping.hostStats(missingPages.url()), { successes: 5, failures: 0, skippedUntil: null });
 });
 
 t.test('an abort signal stops the fetch at once', async (t) => {
