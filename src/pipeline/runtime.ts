@@ -520,8 +520,8 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
     occupy(stage.kind, 1);
     let release!: (actives: ActiveJob[]) => void;
     const started = new Promise<ActiveJob[]>((resolve) => (release = resolve));
-    const outcomes = started.then(async (actives): Promise<JobRunOutcome[]> => {
-      const results: JobRunOutcome[] = actives.map(() => ({ ok: true }));
+    const outcomes = started.then(async (actives): Promise<Array<JobRunOutcome | Promise<JobRunOutcome>>> => {
+      const results: Array<JobRunOutcome | Promise<JobRunOutcome>> = actives.map(() => ({ ok: true }));
       try {
         const signal = abortedWhenAll(actives.map((active) => active.controller.signal));
         const contexts: JobContext[] = [];

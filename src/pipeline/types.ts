@@ -103,9 +103,11 @@ export interface Stage {
    * model call, one append), when the stage can: the runtime then hands a worker up to a claim's
    * worth of jobs at once instead of one. Each job ends as `run` would have ended it: one
    * outcome per context, in order (`undefined` for done, else what `run` would have thrown).
+   * An outcome may be a promise of it: that job is recorded when it settles, not when the
+   * group's slowest job does (jobs run side by side, runSideBySide).
    * `signal` is aborted once every job's own signal is (shutdown, or the shared timeout).
    */
-  runMany?(contexts: readonly JobContext[], signal: AbortSignal): Promise<ReadonlyArray<JobRunOutcome>>;
+  runMany?(contexts: readonly JobContext[], signal: AbortSignal): Promise<ReadonlyArray<JobRunOutcome | Promise<JobRunOutcome>>>;
 }
 
 /** How one job of a `runMany` ended: done, or the error its `run` would have thrown. */

@@ -626,6 +626,22 @@ for (const backend of backends) {
       t.match(await jobs.get(ids[0]), { state: 'succeeded', attempts: 1 });
     });
 
+    t.test('a runMany outcome given as a promise records its job when it settles, not with the group', async (t) => {
+      let releaseSlow!: () => void;
+      const slowDone = new Promise<void>((resolve) => (releaseSlow = resolve));
+      const stage = groupStage('grouped', async (contexts) => contexts.map((_, index) => (index === 0 ? slowDone.then(() => ({ ok: true as const })) : Promise.resolve({ ok: true as const }))));
+      const runtime = runtimeFor(t, [stage], { concurrency: { grouped: 1 } });
+      const ids = [await enqueue('grouped'), await enqueue('grouped')];
+      const quick = nextOutcome(runtime, ids[1], 'succeeded');
+      const slow = nextOutcome(runtime, ids[0], 'succeeded');
+      await runtime.start();
+      await quick;
+      t.match(await jobs.get(ids[1]), { state: 'succeeded' }, 'the quick job is recorded');
+      t.match(await jobs.get(ids[0]), { state: 'running' }, 'while the slow one still runs');
+      releaseSlow();
+      await slow;
+    });
+
     t.test('a runMany that throws ends every job of its group with that error', async (t) => {
       const stage = groupStage('grouped', async () => {
         throw new PermanentJobError('the model is gone');

@@ -184,21 +184,22 @@ export async function runRepeatsAlone(
 /**
  * A runMany for a stage whose jobs gain nothing from one shared plan: each job's `run` side by
  * side, a subject's repeats alone after the others. Their statements still go together where the
- * store coalesces them (the pipeline's store on PGlite, src/eventstore/coalescing.ts).
+ * store coalesces them (the pipeline's store on PGlite, src/eventstore/coalescing.ts). Each
+ * outcome is a promise of its own, so a job is recorded as soon as it ends: a page fetched in a
+ * second is not held `running` for the minutes a host that never answers takes.
  */
-export async function runSideBySide(stage: Pick<Stage, 'run'>, contexts: readonly JobContext[], streamIds: readonly string[]): Promise<JobRunOutcome[]> {
-  const outcomes: JobRunOutcome[] = contexts.map(() => ({ ok: true }));
+export async function runSideBySide(stage: Pick<Stage, 'run'>, contexts: readonly JobContext[], streamIds: readonly string[]): Promise<Array<Promise<JobRunOutcome>>> {
+  const ran = (index: number): Promise<JobRunOutcome> =>
+    stage.run(contexts[index]).then(
+      (): JobRunOutcome => ({ ok: true }),
+      (error: unknown): JobRunOutcome => ({ ok: false, error }),
+    );
+  const outcomes: Array<Promise<JobRunOutcome>> = [];
   const { firsts, repeats } = firstsAndRepeats(streamIds);
-  await Promise.all(
-    firsts.map(async (index) => {
-      try {
-        await stage.run(contexts[index]);
-      } catch (error) {
-        outcomes[index] = { ok: false, error };
-      }
-    }),
-  );
-  await runRepeatsAlone(stage, contexts, repeats, outcomes);
+  for (const index of firsts) outcomes[index] = ran(index);
+  // A subject's repeats run alone, one after another, on the stream as the others left it (runRepeatsAlone).
+  let previous: Promise<unknown> = Promise.all(firsts.map((index) => outcomes[index]));
+  for (const index of repeats) previous = outcomes[index] = previous.then(() => ran(index));
   return outcomes;
 }
 

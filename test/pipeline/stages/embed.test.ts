@@ -210,7 +210,7 @@ t.test('embed_facts and embed_concepts with the local embedder', async (t) => {
     const triggers = await Promise.all(ids.map((id) => fixture.last(streamName('concept', id), 'ConceptCreated')));
     const short: Embedder = { ...embedder, embed: async (texts) => [(await embedder.embed(texts))[0]] };
     const stage = createEmbedConceptsStage({ store: fixture.store, embedder: short });
-    const outcomes = await (stage.runMany as NonNullable<typeof stage.runMany>)(triggers.map((trigger) => fixture.contextFor(stage, trigger)), new AbortController().signal);
+    const outcomes = await Promise.all(await (stage.runMany as NonNullable<typeof stage.runMany>)(triggers.map((trigger) => fixture.contextFor(stage, trigger)), new AbortController().signal));
     t.same(outcomes[0], { ok: true });
     t.equal(outcomes[1].ok, false);
     t.ok(!outcomes[1].ok && outcomes[1].error instanceof PermanentJobError, 'no vector is permanent, as in run');

@@ -46,7 +46,7 @@ t.test('a group of sources: fetched side by side within the places, each job wit
   await new Promise((resolve) => setTimeout(resolve, 200));
   t.equal(inFlight, 2, 'two fetches out while the pages are held, the rest waiting for a place');
   release();
-  const outcomes = await ran;
+  const outcomes = await Promise.all(await ran);
 
   t.equal(mostAtOnce, 2, 'never more fetches at once than the places');
   t.same(outcomes.slice(0, 6), Array.from({ length: 6 }, () => ({ ok: true })), 'each page fetched');
@@ -57,4 +57,28 @@ t.test('a group of sources: fetched side by side within the places, each job wit
   t.equal(server.hits.get('/page-0'), 1, 'the repeat fetched nothing');
   const fetchedEvents = (await fixture.events(sources[0])).filter((event) => event.type === 'SourceFetched');
   t.equal(fetchedEvents.length, 1);
+});
+
+t.test("a group's jobs end one by one: a page fetched at once is not held behind a host that does not answer", async (t) => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const server = await startWebServer({ '/quick': { body: CURIE_ARTICLE }, '/slow': { body: CURIE_ARTICLE.replace('Marie Curie</h1>', 'Slow Curie</h1>'), holdUntil: held } });
+  t.teardown(server.close);
+  const stage = createRetrieveSourceStage({
+    store: coalescingEventStore(fixture.store),
+    assets: fixture.assets,
+    fetcher: createHttpFetcher({ ...DEFAULT_FETCH_SETTINGS, maxAttempts: 1, timeoutMs: 10_000 }),
+    doiResolver: 'https://doi.org/',
+    maxAttempts: 1,
+  });
+  const [slow, quick] = await Promise.all([fixture.register({ url: `${server.baseUrl}/slow` }), fixture.register({ url: `${server.baseUrl}/quick` })]);
+  const contexts = await Promise.all([slow, quick].map((id) => fixture.contextFor(stage, id)));
+  const [slowOutcome, quickOutcome] = await stage.runMany!(contexts, new AbortController().signal);
+  const settled = new Set<string>();
+  void Promise.resolve(slowOutcome).then(() => settled.add('slow'));
+  t.same(await quickOutcome, { ok: true }, 'the quick page ends');
+  t.equal((await fixture.state(quick)).status, 'fetched');
+  t.notOk(settled.has('slow'), 'while the slow one is still being fetched');
+  release();
+  t.same(await slowOutcome, { ok: true });
 });

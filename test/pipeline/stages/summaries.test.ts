@@ -397,7 +397,7 @@ t.test('synthesize_concept: jobs run together read their concepts once and appen
   const synthesize = createSynthesizeConceptStage({ store, knex: fixture.db.knex, chat, settings: synthesisSettings, summarization: { batchSize: 20 } });
   const triggers = [await fixture.last(streamName('concept', marie), 'SummarySliceWritten'), await fixture.last(streamName('concept', paris), 'SummarySliceWritten')];
   const contexts = triggers.map((trigger) => fixture.contextFor(synthesize, trigger));
-  const outcomes = await synthesize.runMany?.(contexts, new AbortController().signal);
+  const outcomes = await Promise.all((await synthesize.runMany?.(contexts, new AbortController().signal)) ?? []);
   t.same(outcomes?.[0], { ok: true }, 'Marie Curie: synthesised');
   t.ok(outcomes?.[1] && !outcomes[1].ok && outcomes[1].error instanceof PermanentJobError, 'Paris: its job fails with the refusal');
   t.same([...conceptReads].sort(), [streamName('concept', marie), streamName('concept', paris)].sort(), 'both concepts read in one statement');
