@@ -194,6 +194,12 @@ export function createRetrieveSourceStage(deps: RetrieveSourceDeps): Stage {
       if (error instanceof FetchError && error.reason === 'host auto-skipped') {
         throw new PermanentJobError(`${AUTO_SKIP_REASON_PREFIX} ${error.message}`);
       }
+      // The fetcher retried already (providers.resolution.retry: 3 attempts, 2 on a 403): its last
+      // failure ends the source. Handed back to the job's own retries (task.retry, 5), each of
+      // those repeated all of the fetcher's: 15 requests to a failing page, and a host that never
+      // answers held its source `fetching` for a quarter of an hour (QA). A crash mid-fetch still
+      // re-runs the job.
+      if (error instanceof FetchError && !error.permanent && error.attempts > 0 && error.reason !== 'aborted') throw new PermanentJobError(error.message, { cause: error });
       throw error;
     }
   }
