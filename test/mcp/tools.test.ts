@@ -5,6 +5,7 @@ import { repositoryDomain } from '../../src/auth/rbac.js';
 import type { IndexedDocument, SearchCollection } from '../../src/search/collection.js';
 import type { HybridQuery } from '../../src/search/hybrid.js';
 import { MAX_OFFSET } from '../../src/read/paging.js';
+import { MAX_REPORT_TOPIC_CHARS } from '../../src/domain/report/decider.js';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
 import { createConcept, extractFacts, linkFacts, refreshRelations, stabilize, type SeededFact } from '../api/seedGraph.js';
 import { accessToken, connectClient, listen, parsed } from './helpers.js';
@@ -116,6 +117,9 @@ t.test('tools/list names exactly the twenty tools, each with a described input s
   const createReport = tools.find((tool) => tool.name === 'createReport');
   t.same(createReport?.inputSchema.required?.sort(), ['repository', 'text']);
   t.equal(createReport?.annotations?.readOnlyHint, false);
+  const reportProperties = createReport?.inputSchema.properties as Record<string, { maxLength?: number; description?: string }>;
+  t.equal(reportProperties.topic.maxLength, MAX_REPORT_TOPIC_CHARS, 'the topic advertises the limit the report takes');
+  t.match(reportProperties.text.description, /bytes of UTF-8/, 'the text says its limit is in bytes');
   t.equal(tools.find((tool) => tool.name === 'searchFacts')?.annotations?.readOnlyHint, true);
 });
 
@@ -274,6 +278,12 @@ t.test('reports: create with children, read, list, update, tasks', async (t) => 
   t.ok(selfChild.isError);
   const noText = await call(owner, 'updateReport', { repository: repoId, reportId });
   t.ok(noText.isError, 'text is required');
+  // Limits count characters (code points), as the advertised maxLength does: 300 emoji are 600 UTF-16 units.
+  const emoji = await call(owner, 'createReport', { repository: repoId, title: '🧪'.repeat(300), text: 'Radium glows green.', topic: '🧪'.repeat(300) });
+  t.notOk(emoji.isError, emoji.text);
+  const tooLong = await call(owner, 'createReport', { repository: repoId, text: 'Radium glows.', topic: 'x'.repeat(MAX_REPORT_TOPIC_CHARS + 1) });
+  t.ok(tooLong.isError);
+  t.match(tooLong.text, /500/);
 });
 
 t.test('a caller with no role on the repository gets "permission denied" from every repository tool, never data', async (t) => {

@@ -7,6 +7,7 @@ import { withCallContext } from '../../app/callContext.js';
 import type { AppContext } from '../../app/context.js';
 import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
+import { runeLength } from '../../domain/text.js';
 import { MAX_OFFSET } from '../../read/paging.js';
 import { ReportTooLargeError } from '../../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../../eventstore/port.js';
@@ -38,6 +39,15 @@ export const repositoryArgument = z
 
 export const limitArgument = (defaultLimit: number, max: number) =>
   z.number().int().min(1).max(max).optional().describe(`How many items to return (1 to ${max}; default ${defaultLimit}).`);
+/**
+ * A string of at most `max` characters counted as JSON Schema's maxLength and the domain count
+ * them, in code points (zod's own max counts UTF-16 units: an emoji would count twice).
+ */
+export const textOfAtMost = (max: number) =>
+  z
+    .string()
+    .refine((value) => runeLength(value) <= max, { message: `must be at most ${max} characters` })
+    .meta({ maxLength: max });
 export const offsetArgument = z.number().int().min(0).max(MAX_OFFSET).optional().describe('How many items to skip, for the next page (default 0).');
 export const conceptArgument = z.string().min(1).max(500).describe('The concept: its id (UUID) or canonical name (case-insensitive).');
 export const contextArgument = z

@@ -1,11 +1,15 @@
 import { z } from 'zod';
-import { MAX_REPORT_TITLE_CHARS } from '../../domain/report/decider.js';
+import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS } from '../../domain/report/decider.js';
 import { reportStatuses } from '../../read/reports.js';
 import type { ToolCall } from './common.js';
-import { defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument } from './common.js';
+import { defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
 
-const reportText = z.string().min(1).max(262_144).describe('The report text (Markdown or plain text); each sentence is annotated with the facts that support or contradict it.');
-const reportTopic = z.string().max(1000).optional().describe('What the report is about.');
+const reportText = z
+  .string()
+  .min(1)
+  .max(MAX_REPORT_BYTES)
+  .describe(`The report text (Markdown or plain text), at most ${MAX_REPORT_BYTES} bytes of UTF-8 (256 KiB); each sentence is annotated with the facts that support or contradict it.`);
+const reportTopic = textOfAtMost(MAX_REPORT_TOPIC_CHARS).optional().describe('What the report is about.');
 const childrenIds = z.array(idArgument('report')).max(100).optional().describe('Reports to make children of this one (replaces its current children).');
 
 /** The report, and its children set when asked: both through the report commands. */
@@ -24,7 +28,7 @@ export const reportTools = [
       'Optional parent (`parentId`) and children (`childrenIds`) nest reports. Needs editor or owner.',
     input: z.object({
       repository: repositoryArgument,
-      title: z.string().min(1).max(MAX_REPORT_TITLE_CHARS).optional().describe('The title; by default the first line of the text.'),
+      title: textOfAtMost(MAX_REPORT_TITLE_CHARS).min(1).optional().describe('The title; by default the first line of the text.'),
       text: reportText,
       topic: reportTopic,
       parentId: idArgument('parent report').optional(),
@@ -76,7 +80,7 @@ export const reportTools = [
     input: z.object({
       repository: repositoryArgument,
       reportId: idArgument('report'),
-      title: z.string().min(1).max(MAX_REPORT_TITLE_CHARS).optional().describe('A new title.'),
+      title: textOfAtMost(MAX_REPORT_TITLE_CHARS).min(1).optional().describe('A new title.'),
       text: reportText,
       topic: reportTopic,
       parentId: z.string().max(200).optional().describe('The new parent report id; "" removes the parent.'),
