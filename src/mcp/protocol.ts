@@ -25,6 +25,9 @@ export const HEADER_MISMATCH = -32020;
 export const UNSUPPORTED_PROTOCOL_VERSION = -32022;
 /** The SDK's own code for transport-level refusals; older clients know it. */
 export const TRANSPORT_ERROR = -32000;
+/** JSON-RPC 2.0's codes for a body that is not JSON, and for one that is no valid request. */
+export const PARSE_ERROR = -32700;
+export const INVALID_REQUEST = -32600;
 
 const META_PROTOCOL_VERSION = 'io.modelcontextprotocol/protocolVersion';
 const META_SERVER_INFO = 'io.modelcontextprotocol/serverInfo';
@@ -135,7 +138,6 @@ export function checkModernMethods(messages: JsonRpcMessage[], version: Supporte
 }
 
 export const INVALID_PARAMS = -32602;
-
 
 /** What is wrong with a request's params, for the methods whose params the SDK checks with its schema library. */
 function paramsProblem(method: unknown, params: unknown): string | null {

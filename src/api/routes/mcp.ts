@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { createApplication } from '../../app/application.js';
@@ -12,8 +12,11 @@ import {
   checkRequestParams,
   checkRequestMetadata,
   discoverResult,
+  INVALID_PARAMS,
+  INVALID_REQUEST,
   jsonRpcError,
   messagesOf,
+  PARSE_ERROR,
   replyFormat,
   requestedVersion,
   SUPPORTED_PROTOCOL_VERSIONS,
@@ -21,6 +24,7 @@ import {
   versionBridge,
 } from '../../mcp/protocol.js';
 import { createMcpServer } from '../../mcp/server.js';
+import { isPlainObject } from '../../util/objects.js';
 import { errorReplySchema } from '../errors.js';
 import { traceOf } from '../guard.js';
 import { issuerOf, MCP_PATH, mcpResourceUrl, protectedResourceMetadataUrl } from '../issuer.js';
@@ -66,6 +70,20 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
     verifyAccessToken: (token: string, resource: string) => context.oauth.verifyAccessToken(token, resource),
   };
   const schema = { tags: ['mcp'], security: bearerSecurity };
+
+  // A body refused before the SDK sees it (not JSON; text no store can keep, src/api/inputGuard.ts;
+  // not an object or array) is answered as JSON-RPC, which an MCP client reads, with the same 400
+  // and the request's id when the body has one. Other errors go to the API's handler.
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    if (error.statusCode !== 400) throw error;
+    const body: unknown = request.body;
+    const given = isPlainObject(body) ? body.id : undefined;
+    const id = typeof given === 'string' || typeof given === 'number' ? given : null;
+    const parseFailed = error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY';
+    const code = parseFailed ? PARSE_ERROR : /^body\/params\b/.test(error.message) ? INVALID_PARAMS : INVALID_REQUEST;
+    const label = { [PARSE_ERROR]: 'Parse error', [INVALID_PARAMS]: 'Invalid params', [INVALID_REQUEST]: 'Invalid Request' }[code];
+    return reply.status(400).send(jsonRpcError(code, `${label}: ${error.message}`, undefined, parseFailed ? null : id));
+  });
 
   /** The SDK's answer, streamed to the client as it comes (one SSE event per message, or one JSON body). */
   async function relay(reply: FastifyReply, request: FastifyRequest, response: Response): Promise<void> {

@@ -332,6 +332,16 @@ t.test('a body that is not JSON-RPC is 400', async (t) => {
   t.match(await textBody.json(), { error: 'unsupported_media_type', message: /application\/json/ });
   const notJson = await fetch(endpoint, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: '{' });
   t.equal(notJson.status, 400);
+  t.match(await notJson.json(), { jsonrpc: '2.0', id: null, error: { code: -32700, message: /^Parse error/ } }, 'a body that is not JSON: a JSON-RPC parse error');
+  const scalar = await post(5);
+  t.equal(scalar.status, 400);
+  t.match(scalar.json, { jsonrpc: '2.0', id: null, error: { code: -32600, message: /^Invalid Request/ } }, 'JSON that is no request');
+  // Text no store can keep is refused before the SDK sees it: still JSON-RPC, with the request's id.
+  for (const query of ['a\u0000b', 'x\ud800y']) {
+    const refused = await post({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'searchFacts', arguments: { repository: 'r', query } } });
+    t.equal(refused.status, 400);
+    t.match(refused.json, { jsonrpc: '2.0', id: 7, error: { code: -32602, message: /^Invalid params: body\/params\/arguments\/query contains/ } });
+  }
 });
 
 t.test('the endpoint is in the OpenAPI document', async (t) => {
