@@ -87,6 +87,11 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     // read_timeout bounds receiving a request; the whole exchange may take read + write.
     requestTimeout: readTimeoutMs + writeTimeoutMs,
     connectionTimeout: readTimeoutMs + writeTimeoutMs,
+    // Node looks for requests past their deadlines every connectionsCheckingInterval (30 s by
+    // default), and enforced requestTimeout only with a headersTimeout no longer than it (Node's
+    // is 60 s): a body trickled in was read to its end however long it took (QA: a 30 s limit,
+    // 201 after 45 s). The headers must arrive within read_timeout.
+    http: { connectionsCheckingInterval: 1_000, headersTimeout: readTimeoutMs },
     // A URL that is not valid percent-encoded UTF-8 (FST_ERR_BAD_URL) is answered before routing: same `{error, message}` shape.
     frameworkErrors: (error, _request, reply) => {
       // The generic reply type of this hook knows no schema yet; a plain reply is what it is.

@@ -323,3 +323,31 @@ t.test('a host name resolving to loopback fails the source with the reason, and 
   t.match(failed.failure, /address refused.*localhost resolves to .*loopback address/);
   t.equal(hits, 0, 'no request reached the local server');
 });
+
+t.test('a request still arriving after read_timeout + write_timeout is cut with a 408, not up to 30 s later', async (t) => {
+  // Limits of 1 s each: a body trickled over about 5 s must be cut. Node looked for such requests
+  // every 30 s only, so it was read to its end and answered as usual.
+  const slow = await startTestService({ workers: false, overrides: { server: { read_timeout: '1s', write_timeout: '1s' } } });
+  t.teardown(() => slow.close());
+  await slow.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = slow.app.server.address() as AddressInfo;
+  const body = JSON.stringify({ email: 'slow@example.org', password: 'correct horse battery' });
+  const reply = await new Promise<string>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = net.connect(port, '127.0.0.1', () => {
+      socket.write(`POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`);
+      let sent = 0;
+      const drip = setInterval(() => {
+        if (socket.destroyed || sent >= body.length) return clearInterval(drip);
+        socket.write(body[sent]);
+        sent += 1;
+      }, Math.ceil(5_000 / body.length));
+      socket.on('close', () => clearInterval(drip));
+    });
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+  });
+  t.match(reply, /^HTTP\/1.1 408 Request Timeout\r\n/, 'the trickled request is refused');
+  t.match(reply, /"the request was not received in time"/);
+});
