@@ -65,5 +65,13 @@ export function registerInputGuard(app: FastifyInstance): void {
       const given = Object.keys((request.query ?? {}) as object);
       if (given.length > 0) throw new HttpError(400, 'bad_request', additionalPropertiesMessage('querystring', given));
     }
+    // So does a route that takes no body (a retry, a deletion): `{}` and no body are the same,
+    // anything else is a field or value it would have ignored.
+    if (request.routeOptions.schema?.body === undefined && request.body !== undefined && request.body !== null && !request.isMultipart() && request.routeOptions.url?.startsWith(API_PREFIX)) {
+      const body: unknown = request.body;
+      const fields = typeof body === 'object' && !Array.isArray(body) ? Object.keys(body as object) : null;
+      if (fields === null) throw new HttpError(400, 'bad_request', 'this route takes no body');
+      if (fields.length > 0) throw new HttpError(400, 'bad_request', `${additionalPropertiesMessage('body', fields)}: this route takes no body`);
+    }
   });
 }

@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { MultipartFields } from '@fastify/multipart';
 import type { UploadedContent } from '../app/sources.js';
+import { cleanFileName } from '../domain/text.js';
 import { badRequest } from './errors.js';
 
 /** A multipart upload (src/api/mediaTypes.ts has made sure the request is one) with its file part begun. */
@@ -48,6 +49,7 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
   const first = await reading(() => files.next());
   if (first.done) throw badRequest('no file part in the upload');
   const file = first.value;
+  if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
   // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or
   // one sent twice, is a 400 rather than a value dropped without a word.
   const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
@@ -67,7 +69,7 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
         if ((error as { code?: unknown }).code === 'FST_FILES_LIMIT') throw badRequest('send one file part');
         throw malformedUpload(error) ?? error;
       }
-      return { filename: file.filename ?? null, declaredType: file.mimetype ?? null, body };
+      return { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
     },
   };
 }

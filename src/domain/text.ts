@@ -27,3 +27,22 @@ export function unsafeTextReason(text: string): string | null {
   if (LONE_SURROGATE.test(text)) return 'contains a lone surrogate (not valid Unicode)';
   return null;
 }
+
+/** Control characters (C0 with NUL, tab and line breaks; DEL; C1) and the bidirectional embeddings, overrides and isolates. */
+const UNSHOWABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
+
+/** The most characters of a file name kept (common file systems' limit). */
+export const MAX_FILE_NAME_CHARS = 255;
+
+/**
+ * A file name a client sent, as it is kept and shown: without control characters (a NUL cannot be
+ * stored; a line break or tab forges a line of a listing) and the bidirectional controls that
+ * make `report\u202Etxt.exe` read as `reportexe.txt`; lone surrogates as U+FFFD; trimmed, at most
+ * MAX_FILE_NAME_CHARS characters. Null when nothing is left.
+ */
+export function cleanFileName(name: string | null | undefined): string | null {
+  if (!name) return null;
+  const clean = shortenRunes(name.replace(UNSHOWABLE, '').replace(LONE_SURROGATES, '\ufffd').trim(), MAX_FILE_NAME_CHARS);
+  return clean === '' ? null : clean;
+}

@@ -180,8 +180,10 @@ t.test('no route answers 5xx to hostile input, and refused calls store nothing',
         if (response.statusCode >= 500) serverErrors.push(`${method} ${url} ${body === undefined ? '' : JSON.stringify(body).slice(0, 200)} -> ${response.statusCode} ${response.body.slice(0, 200)}`);
         if (response.statusCode >= 400) {
           if (!isOAuthProtocolPath(path) && /json/.test(String(response.headers['content-type']))) {
-            const reply = JSON.parse(response.body) as { error?: unknown; message?: unknown };
-            if (!ERROR_CODES.includes(reply.error as (typeof ERROR_CODES)[number]) || typeof reply.message !== 'string') serverErrors.push(`${method} ${url}: error reply without {error, message}: ${response.body.slice(0, 200)}`);
+            const reply = JSON.parse(response.body) as { jsonrpc?: unknown; error?: unknown; message?: unknown };
+            // The MCP endpoint answers a body it cannot take as JSON-RPC (docs/mcp.md).
+            const jsonRpc = path === '/api/v1/mcp' && reply.jsonrpc === '2.0' && typeof (reply.error as { code?: unknown } | undefined)?.code === 'number';
+            if (!jsonRpc && (!ERROR_CODES.includes(reply.error as (typeof ERROR_CODES)[number]) || typeof reply.message !== 'string')) serverErrors.push(`${method} ${url}: error reply without {error, message}: ${response.body.slice(0, 200)}`);
           } else if (!/json|html/.test(String(response.headers['content-type']))) serverErrors.push(`${method} ${url}: error reply of type ${response.headers['content-type']}`);
           const after = await storedState();
           if (after !== before) serverErrors.push(`${method} ${url} answered ${response.statusCode} but stored something (${before} -> ${after})`);

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { runeLength, shortenRunes } from '../../src/domain/text.js';
+import { cleanFileName, MAX_FILE_NAME_CHARS, runeLength, shortenRunes } from '../../src/domain/text.js';
 
 t.test('runes are code points', async (t) => {
   t.equal(runeLength('abc'), 3);
@@ -14,4 +14,16 @@ t.test('shortening never cuts a character in half', async (t) => {
   t.equal(shortened, `${'😀'.repeat(59)}…`);
   t.notMatch(shortened, /[\uD800-\uDBFF](?![\uDC00-\uDFFF])/, 'no lone high surrogate');
   t.equal(runeLength(shortened), 60);
+});
+
+t.test('cleanFileName: no control or bidirectional characters, no lone surrogates, at most 255 characters', async (t) => {
+  t.equal(cleanFileName('notes.md'), 'notes.md');
+  t.equal(cleanFileName('a\u0000b\u0001c\u007f\u0085.txt'), 'abc.txt', 'NUL, C0, DEL and C1 controls dropped');
+  t.equal(cleanFileName('line\r\nX-Injected: 1.txt'), 'lineX-Injected: 1.txt', 'no line breaks');
+  t.equal(cleanFileName('report\u202etxt.exe'), 'reporttxt.exe', 'a right-to-left override cannot disguise the extension');
+  t.equal(cleanFileName('x\ud800y.md'), 'x\ufffdy.md');
+  t.equal(cleanFileName('  Zürich 東京 🧪.pdf  '), 'Zürich 東京 🧪.pdf', 'letters of any script and emoji kept');
+  t.equal(runeLength(cleanFileName('a'.repeat(400)) ?? ''), MAX_FILE_NAME_CHARS);
+  t.equal(cleanFileName('\u0000\u202e '), null, 'nothing left');
+  t.equal(cleanFileName(undefined), null);
 });

@@ -93,6 +93,12 @@ t.test('retries and deletions sent together: one of them acts, the others are to
   pages['/soon'] = { body: CURIE_ARTICLE };
   const failedFetches = web.hits.get('/soon') ?? 0;
 
+  // A route that takes no body refuses one with fields, naming them; `{}` is no body.
+  const withBody = await service.call('POST', `${sourceUrl}/${source.id}/retry`, { token, body: { x: 1 } });
+  t.equal(withBody.status, 400);
+  t.match(withBody.body, { error: 'bad_request', message: /'x'.*this route takes no body/ });
+  t.equal((await service.call('DELETE', `${sourceUrl}/${source.id}`, { token, body: [1] })).status, 400, 'nor an array');
+  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed', 'and nothing happened');
   const retries = await Promise.all(Array.from({ length: 8 }, () => service.call('POST', `${sourceUrl}/${source.id}/retry`, { token })));
   t.same(retries.map((reply) => reply.status).sort(), [202, 409, 409, 409, 409, 409, 409, 409], 'one retry starts the source over');
   const log = await service.context.store.readStream(`source-${source.id}`);

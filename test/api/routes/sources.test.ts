@@ -141,6 +141,17 @@ t.test('bad sources', async (t) => {
   t.equal(unsupported.status, 415);
   const empty = await uploadFile('empty.txt', 'text/plain', '');
   t.equal(empty.status, 400);
+  // The file name is kept without control characters; a NUL in it was refused with the event store's wording.
+  const oddName = await uploadFile('notes\u0000\u0001\u202e.md', 'text/markdown', 'Otters hold hands while they sleep.');
+  t.equal(oddName.status, 201, JSON.stringify(oddName.body));
+  t.equal(oddName.body.filename, 'notes.md');
+  const misnamed = await service.call('POST', `/api/v1/repositories/${repoId}/sources/upload`, {
+    token,
+    body: Buffer.from('--b\r\nContent-Disposition: form-data; name="upload"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nOtters float.\r\n--b--\r\n'),
+    headers: { 'content-type': 'multipart/form-data; boundary=b' },
+  });
+  t.equal(misnamed.status, 400, 'a file part not named file');
+  t.match(misnamed.body.message, /named 'upload': name it 'file'/);
   // Bodies that do not parse as multipart were a 500: cut before the closing boundary, a closing boundary without its `--`, no boundary at all.
   const part = '--cut\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nNiels Bohr proposed a model of the atom in 1913.';
   for (const [what, body, type] of [
