@@ -3,7 +3,7 @@ import { withNamedLock } from '../db/namedLock.js';
 import { sourceDecider } from '../domain/source/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
-import { looksBinary } from '../providers/fetch/sniff.js';
+import { looksBinary, startsWithPdfMagic } from '../providers/fetch/sniff.js';
 import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
@@ -36,7 +36,9 @@ export function uploadContentType(content: Pick<UploadedContent, 'filename' | 'd
   const declared = (content.declaredType ?? '').split(';')[0].trim().toLowerCase();
   const contentType = ACCEPTED_UPLOAD_TYPES.has(declared) ? declared : UPLOAD_TYPES[extension];
   if (!contentType) throw new UnsupportedContentError(`unsupported upload type '${declared || extension || 'unknown'}': use HTML, PDF, Markdown or plain text`);
-  return contentType;
+  // The charset a text upload declares is the one it is read in (kept on the source's content type).
+  const charset = /;\s*charset\s*=\s*"?([a-z0-9_:.-]+)"?/i.exec(content.declaredType ?? '')?.[1]?.toLowerCase();
+  return charset && contentType !== 'application/pdf' ? `${contentType}; charset=${charset}` : contentType;
 }
 
 /** A URL or DOI as a source is registered under: an absolute http(s) URL, or a normalised DOI. */
@@ -139,6 +141,7 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       const contentType = uploadContentType({ filename, declaredType });
       // Refused now rather than failed later (or read as replacement characters): the sender is here to be told.
       if (contentType !== 'application/pdf' && looksBinary(body)) throw new UnsupportedContentError(`the uploaded file is binary data, not ${contentType} text`);
+      if (contentType === 'application/pdf' && !startsWithPdfMagic(body)) throw new UnsupportedContentError('the uploaded file is not a PDF: no %PDF- header in its first kilobyte');
       const stored = await deps.assets.put(body);
       return register(
         repository.id,

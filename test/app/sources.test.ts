@@ -94,7 +94,9 @@ t.test('adding is denied without sources:create, before the input is looked at',
 
 t.test('uploads: the type from the declaration or the extension; empty and unknown refused', async (t) => {
   t.equal(uploadContentType({ filename: 'notes.md', declaredType: 'application/octet-stream' }), 'text/markdown');
-  t.equal(uploadContentType({ filename: null, declaredType: 'text/html; charset=utf-8' }), 'text/html');
+  t.equal(uploadContentType({ filename: null, declaredType: 'text/html; charset=utf-8' }), 'text/html; charset=utf-8', 'a declared charset is kept: the text is read in it');
+  t.equal(uploadContentType({ filename: 'l1.txt', declaredType: 'text/plain; charset="ISO-8859-1"' }), 'text/plain; charset=iso-8859-1');
+  t.equal(uploadContentType({ filename: 'a.pdf', declaredType: 'application/pdf; charset=utf-8' }), 'application/pdf', 'not on a PDF');
   const unsupported = (call: () => unknown) => {
     try {
       call();

@@ -1,5 +1,5 @@
 import { htmlToDocument } from './html.js';
-import { BINARY_CONTROLS, looksBinary, SNIFF_BYTES, utf16Label } from './sniff.js';
+import { BINARY_CONTROLS, looksBinary, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
 import {
   joinParagraphs,
@@ -83,11 +83,6 @@ function extensionOf(name: string | null | undefined): string | null {
   return dot > 0 || (dot === 0 && lastSegment.length > 1) ? lastSegment.slice(dot + 1).toLowerCase() : null;
 }
 
-function startsWithPdfMagic(body: Uint8Array): boolean {
-  // The PDF reference lets the header appear anywhere in the first 1024 bytes.
-  return Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, 1024)).includes('%PDF-', 0, 'latin1');
-}
-
 function looksLikeHtml(body: Uint8Array): boolean {
   const head = Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, SNIFF_BYTES))
     .toString('latin1')
@@ -134,8 +129,13 @@ function decodeWindows1252(body: Uint8Array): string {
   return parts.join('');
 }
 
+/**
+ * Text in its declared charset, else UTF-8 when it is valid UTF-8, else windows-1252: the web's
+ * default for text that declares nothing (WHATWG Encoding), which reads the Latin-1 and CP-1252
+ * files that are most of the rest. Decoding those as UTF-8 turned "Gödel" into "G\uFFFDdel".
+ */
 function decodeText(body: Uint8Array, charset: string | null): string {
-  const label = utf16Label(body) ?? charset ?? 'utf-8';
+  const label = utf16Label(body) ?? charset ?? (isValidUtf8(body) ? 'utf-8' : 'windows-1252');
   let decoder: InstanceType<typeof TextDecoder>;
   try {
     decoder = new TextDecoder(label);
@@ -145,6 +145,15 @@ function decodeText(body: Uint8Array, charset: string | null): string {
   }
   const text = decoder.encoding === 'windows-1252' ? decodeWindows1252(body) : decoder.decode(body);
   return text.replace(/\r\n?/g, '\n');
+}
+
+function isValidUtf8(body: Uint8Array): boolean {
+  try {
+    new TextDecoder('utf-8', { fatal: true }).decode(body);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** An HTML page's own charset declaration (<meta charset> or http-equiv) from its first bytes. */

@@ -26,3 +26,8 @@ export function looksBinary(body: Uint8Array): boolean {
   if (utf16Label(body)) return false;
   return BINARY_CONTROLS.test(Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, SNIFF_BYTES)).toString('latin1'));
 }
+
+/** Whether a body is a PDF: its header, which the PDF reference lets appear anywhere in the first 1024 bytes. */
+export function startsWithPdfMagic(body: Uint8Array): boolean {
+  return Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, 1024)).includes('%PDF-', 0, 'latin1');
+}

@@ -139,6 +139,10 @@ t.test('bad sources', async (t) => {
 
   const unsupported = await uploadFile('photo.png', 'image/png', 'PNG');
   t.equal(unsupported.status, 415);
+  // Named or typed as a PDF but not one: refused now, as other types are, not failed later as a corrupt PDF.
+  const notPdf = await uploadFile('paper.pdf', 'application/pdf', 'Plain words, no PDF at all.');
+  t.equal(notPdf.status, 415);
+  t.match(notPdf.body.message, /not a PDF/);
   const empty = await uploadFile('empty.txt', 'text/plain', '');
   t.equal(empty.status, 400);
   // The file name is kept without control characters; a NUL in it was refused with the event store's wording.

@@ -273,6 +273,13 @@ t.test('plain text keeps lines and paragraphs and honours the charset', async (t
   const latin1 = await extractDocument({ body: Buffer.from('na\u00efve caf\u00e9', 'latin1'), contentType: 'text/plain; charset="iso-8859-1"' });
   t.equal(latin1.text, 'naïve café');
 
+  // No charset declared and not UTF-8: read as windows-1252 (the web's default), not as replacement characters.
+  const undeclared = await extractDocument({ body: Buffer.from('G\u00f6del was born in Br\u00fcnn in 1906.', 'latin1'), contentType: 'text/plain', filename: 'latin1.txt' });
+  t.equal(undeclared.text, 'G\u00f6del was born in Br\u00fcnn in 1906.', 'Latin-1 bytes without a charset');
+  t.notMatch(undeclared.text, /\ufffd/);
+  const cp1252 = await extractDocument({ body: Buffer.from([0x93, 0x51, 0x75, 0x6f, 0x74, 0x65, 0x64, 0x94, 0x20, 0x80]), contentType: 'text/plain' });
+  t.equal(cp1252.text, '\u201cQuoted\u201d \u20ac', 'CP-1252 quotes and the euro sign');
+
   const utf16 = await extractDocument({ body: Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('wide text', 'utf16le')]) });
   t.equal(utf16.text, 'wide text', 'UTF-16 with a BOM is sniffed');
 
