@@ -56,7 +56,10 @@ export function normalizeReference(reference: { url?: string; doi?: string }, do
     if (parsed.username || parsed.password) throw invalid('url must not contain credentials (user:password@)');
     // A fragment never reaches the server: `page#part` is the document `page` is.
     parsed.hash = '';
-    return { url: parsed.toString(), doi: null };
+    // A doi.org URL names a DOI: the same source as the DOI added as one.
+    const doi = doiOfResolverUrl(parsed);
+    if (doi !== null) return { url: null, doi };
+    return { url: sameDocumentUrl(parsed), doi: null };
   }
   const doi = reference.doi ?? '';
   try {
@@ -65,6 +68,36 @@ export function normalizeReference(reference: { url?: string; doi?: string }, do
     throw invalid((error as Error).message);
   }
   return { url: null, doi: normalizeDoi(doi) };
+}
+
+/** The DOI a doi.org (or dx.doi.org) URL resolves, or null for any other URL. */
+function doiOfResolverUrl(url: URL): string | null {
+  if (!/^(?:dx\.)?doi\.org\.?$/i.test(url.hostname) || url.search !== '') return null;
+  try {
+    return normalizeDoi(`https://doi.org${url.pathname}`);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A URL as the server it names reads it (RFC 3986, 6.2.2-6.2.3), so that spellings of one address
+ * find one source: an empty query dropped (`page?` is `page`), a host's trailing dot dropped
+ * (`localhost.`), letters, digits and `-._~` written as themselves (`%62ase` is `base`). The URL
+ * parser has already lowered the scheme and host, dropped a default port and resolved dot
+ * segments. Other escapes keep their case: sources stored before compare as they were written.
+ */
+function sameDocumentUrl(url: URL): string {
+  if (url.hostname.endsWith('.') && url.hostname.length > 1) url.hostname = url.hostname.slice(0, -1);
+  const unescape = (part: string) =>
+    part.replace(/%[0-9a-f]{2}/gi, (escape) => {
+      const char = String.fromCharCode(Number.parseInt(escape.slice(1), 16));
+      return /[A-Za-z0-9\-._~]/.test(char) ? char : escape;
+    });
+  url.pathname = unescape(url.pathname);
+  if (url.search === '') url.search = '';
+  else url.search = unescape(url.search);
+  return url.toString();
 }
 
 /**

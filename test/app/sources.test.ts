@@ -21,6 +21,13 @@ t.test('references: URLs normalised, DOIs checked', async (t) => {
   const resolver = 'https://doi.org/';
   t.same(normalizeReference({ url: 'HTTP://Example.org/a b' }, resolver), { url: 'http://example.org/a%20b', doi: null });
   t.same(normalizeReference({ url: 'http://example.org/page?q=1#part' }, resolver), { url: 'http://example.org/page?q=1', doi: null }, 'the fragment dropped');
+  // Spellings of one address are one source (QA: each of these pairs made two).
+  t.same(normalizeReference({ url: 'http://example.org/base?' }, resolver), { url: 'http://example.org/base', doi: null }, 'an empty query dropped');
+  t.same(normalizeReference({ url: 'http://example.org/%62ase?q=%7Ex%2Fy' }, resolver), { url: 'http://example.org/base?q=~x%2Fy', doi: null }, 'unreserved characters unescaped, others kept');
+  t.same(normalizeReference({ url: 'http://localhost.:8080/a' }, resolver), { url: 'http://localhost:8080/a', doi: null }, "a host's trailing dot dropped");
+  t.same(normalizeReference({ url: 'https://doi.org/10.1000/ABC' }, resolver), { url: null, doi: '10.1000/ABC' }, 'a doi.org URL is its DOI');
+  t.same(normalizeReference({ url: 'http://dx.doi.org/10.1000%2Fabc' }, resolver), { url: null, doi: '10.1000/abc' });
+  t.same(normalizeReference({ url: 'https://doi.org/about' }, resolver), { url: 'https://doi.org/about', doi: null }, 'other doi.org pages are pages');
   t.same(normalizeReference({ doi: 'https://doi.org/10.1000/ABC' }, resolver), { url: null, doi: '10.1000/ABC' });
   t.throws(() => normalizeReference({ url: 'not a url' }, resolver), { code: 'invalid', message: /valid absolute URL/ });
   t.throws(() => normalizeReference({ url: 'ftp://example.org/file' }, resolver), { code: 'invalid', message: /http or https/ });
