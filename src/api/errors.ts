@@ -94,6 +94,12 @@ function validationMessage(error: FastifyError, request: FastifyRequest): string
   if (unknown.length) return `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})`;
   const unknownInBody = error.validationContext === 'body' ? unknownBodyFields(request) : [];
   if (unknownInBody.length) return additionalPropertiesMessage('body', unknownInBody);
+  // `?limit=5&limit=6` reaches the schema as a list: say so rather than "must be integer".
+  const [first] = error.validation ?? [];
+  const repeated = error.validationContext === 'querystring' && first ? /^\/([^/]+)$/.exec(first.instancePath)?.[1] : undefined;
+  if (repeated !== undefined && first?.keyword === 'type' && Array.isArray((request.query as Record<string, unknown> | undefined)?.[repeated])) {
+    return `query parameter '${repeated}' is given more than once; it takes one value`;
+  }
   return error.message;
 }
 

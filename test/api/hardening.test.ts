@@ -45,6 +45,12 @@ t.test("fastify's own failures answer with the documented codes", async (t) => {
     t.equal(reply.statusCode, 400, `?query=${malformed}`);
     t.match(reply.json(), { error: 'bad_request', message: /query string is not valid percent-encoded UTF-8/ });
   }
+  for (const [query, name] of [['limit=5&limit=6', 'limit'], ['show_small=true&show_small=false', 'show_small'], ['query=a&query=b', 'query']]) {
+    const path = name === 'show_small' ? 'concepts' : 'facts';
+    const repeated = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/${path}?${query}` });
+    t.equal(repeated.statusCode, 400, query);
+    t.equal(repeated.json().message, `query parameter '${name}' is given more than once; it takes one value`);
+  }
   const fine = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/facts?query=Z%C3%BCrich+lake&mode=lexical` });
   t.not(fine.statusCode, 400, 'percent-encoded UTF-8 and + for a space pass');
 });
