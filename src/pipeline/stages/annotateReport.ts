@@ -135,6 +135,18 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       const match = previous.get(sentence.text)?.shift();
       if (match) carried.set(sentence.index, match.facts);
     }
+    // A carried sentence keeps only the facts still in the repository: one retracted (its source
+    // deleted) or merged since the last annotation is left out, as the reads leave it out, instead
+    // of being recorded again and counted (and back should its source be added again).
+    const carriedIds = [...new Set([...carried.values()].flatMap((facts) => facts.map((fact) => fact.fact_id)))];
+    if (carriedIds.length > 0) {
+      const live = new Set<string>();
+      for (const ids of chunked(carriedIds, 1000)) {
+        const rows = (await deps.knex('facts').where({ repository_id: repositoryId }).whereIn('id', ids).whereNot('status', 'merged').pluck('id')) as string[];
+        for (const id of rows) live.add(id);
+      }
+      for (const [index, facts] of carried) carried.set(index, facts.filter((fact) => live.has(fact.fact_id)));
+    }
     const fresh = eligible.filter((sentence) => !carried.has(sentence.index));
     if (fresh.length === 0) return eligible.map((sentence) => ({ ...sentence, facts: carried.get(sentence.index) ?? [], carried: true }));
     const { promptset } = await loadRepositorySettings(deps.knex, repositoryId);

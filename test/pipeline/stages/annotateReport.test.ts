@@ -192,6 +192,22 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
     t.ok(chat.calls <= 2, 'and judged');
   });
 
+  t.test('a carried sentence leaves out a fact retracted since it was annotated', async (t) => {
+    const before = await annotatedOf(fixture, reportId);
+    const kept = before.find((sentence) => sentence.index === 2);
+    t.ok(kept?.facts.some((fact) => fact.fact_id === firstWoman), 'the sentence has the fact');
+    // The fact's source is deleted: cleanup_facts retracts it.
+    await fixture.store.append(`fact-${firstWoman}`, [{ type: 'FactRetracted', data: { source_id: randomUUID(), reason: 'its only source was deleted' }, metadata: testMetadata(repositoryId) }], 'any');
+    await fixture.settle();
+    const current = (await fixture.store.readStream(streamName('report', reportId))).reduce((text, event) => (typeof event.data.text === 'string' ? event.data.text : text), '');
+    const update = await report(fixture, repositoryId, { type: 'UpdateReport', reportId, text: current.replace('and in 1911, Marie Curie won the Nobel Prize in Chemistry.', 'and in 1911, she won the Nobel Prize in Chemistry.') }, reportId);
+    await stage.run(fixture.contextFor(stage, update));
+    const after = (await annotatedOf(fixture, reportId)).find((sentence) => sentence.index === 2);
+    t.equal(after?.carried, true, 'the unchanged sentence is carried');
+    t.notOk(after?.facts.some((fact) => fact.fact_id === firstWoman), 'without the retracted fact');
+    t.same(after?.facts.map((fact) => fact.fact_id), kept?.facts.filter((fact) => fact.fact_id !== firstWoman).map((fact) => fact.fact_id), 'the others kept, in order');
+  });
+
   t.test('an annotation request re-annotates every sentence', async (t) => {
     const requested = await report(fixture, repositoryId, { type: 'RequestAnnotation' }, reportId);
     embedder.texts = 0;
