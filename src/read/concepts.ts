@@ -269,9 +269,9 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
 
     /** The relation between two concepts and the facts they share now. */
     async relation(principal: Principal, input: ConceptInput & PageInput & { other: string }) {
-      const { repository, concept } = await load(principal, input);
+      const { repository, concept, redirectedFrom } = await load(principal, input);
       const page = pageOf(input);
-      const { concept: other } = await resolveConcept(knex, repository.id, input.other);
+      const { concept: other, redirectedFrom: otherRedirectedFrom } = await resolveConcept(knex, repository.id, input.other);
       if (other.id === concept.id) throw invalid('a concept has no relation to itself');
       const [a, b] = concept.id < other.id ? [concept.id, other.id] : [other.id, concept.id];
       const relation = await knex('concept_relations').where({ repository_id: repository.id, concept_a: a, concept_b: b }).first('shared_fact_count');
@@ -279,7 +279,9 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
       const shared = sharedFacts(knex, repository.id, [concept.id, other.id]);
       return {
         concept: await presentOne(knex, concept),
+        redirected_from: redirectedFrom,
         other: await presentOne(knex, other),
+        other_redirected_from: otherRedirectedFrom,
         shared_fact_count: sharedFactCount,
         band: relationBand(sharedFactCount, thresholds),
         total: await countOf(shared),

@@ -176,7 +176,9 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
             required: ['concept', 'other', 'shared_fact_count', 'band', 'facts', 'total'],
             properties: {
               concept: conceptSummarySchema,
+              redirected_from: redirectSchema,
               other: conceptSummarySchema,
+              other_redirected_from: redirectSchema,
               shared_fact_count: { type: 'integer', description: 'as the last relations refresh counted (concept_relations)' },
               band: relationSchema.properties.band,
               facts: { type: 'array', items: factSchema, description: 'the facts both concepts are linked to now' },

@@ -156,7 +156,12 @@ t.test('relations carry bands; insignificant ones only on request', async (t) =>
 
   const pair = await get(`/concepts/${ids.curie}/relations/Radium`);
   t.equal(pair.status, 200);
-  t.match(pair.body, { concept: { id: ids.curie }, other: { id: ids.radium }, shared_fact_count: 6, band: 'stable', total: 6 });
+  t.match(pair.body, { concept: { id: ids.curie }, redirected_from: null, other: { id: ids.radium }, other_redirected_from: null, shared_fact_count: 6, band: 'stable', total: 6 });
+  // A merged concept on either side: its survivor answers, and the pair says which was asked for.
+  const merged = await get(`/concepts/${ids.oldCurie}/relations/Radium`);
+  t.match(merged.body, { concept: { id: ids.curie }, redirected_from: { id: ids.oldCurie }, other: { id: ids.radium }, other_redirected_from: null, shared_fact_count: 6 });
+  const mergedOther = await get(`/concepts/${ids.radium}/relations/${ids.oldCurie}`);
+  t.match(mergedOther.body, { concept: { id: ids.radium }, redirected_from: null, other: { id: ids.curie }, other_redirected_from: { id: ids.oldCurie } });
   t.same(pair.body.facts.map((f: { id: string }) => f.id).sort(), facts.slice(0, 6).map((f) => f.id).sort());
   t.ok(pair.body.facts.every((f: { status: string }) => f.status === 'stable'));
   const none = await get(`/concepts/${ids.radium}/relations/Warsaw`);
