@@ -234,7 +234,8 @@ export function buildCli(): Command {
     .description('print events as JSON lines from a global position')
     .option('--from <position>', 'print events after this global position', (value) => {
       const position = Number(value);
-      if (!Number.isInteger(position) || position < 0) throw new InvalidArgumentError('--from takes a whole number ≥ 0');
+      // The REST `from`'s bound: 1e20 is a whole number, but no position (PostgreSQL's bigint refused it in its own words).
+      if (!Number.isInteger(position) || position < 0 || position > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError(`--from takes a whole number from 0 to ${Number.MAX_SAFE_INTEGER}`);
       return position;
     }, 0)
     .option('--follow', 'keep printing new events until interrupted')
@@ -274,6 +275,11 @@ export function buildCli(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // `factlog events tail | head`: the reader is done when it closes the pipe, which is no error.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+    process.exit(0);
+  });
   try {
     await buildCli().parseAsync(argv);
   } catch (error) {

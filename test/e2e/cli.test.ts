@@ -63,6 +63,24 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   t.equal(followed.trim().split('\n').length, lines.length, 'having printed the events');
   t.notOk(existsSync(lockPath), 'and releases the lock');
 
+  // `events tail | head -1`: the reader closes the pipe after a line; the tail ends quietly, exit 0, lock released.
+  const piped = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(import.meta.dirname, '../../src/main.ts'), 'events', 'tail', '--follow'], {
+    cwd,
+    env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let pipedErr = '';
+  piped.stderr.on('data', (chunk: Buffer) => (pipedErr += chunk.toString()));
+  const pipedExit = new Promise<number | null>((resolve) => piped.once('exit', (code) => resolve(code)));
+  piped.stdout.once('data', () => piped.stdout.destroy());
+  t.equal(await pipedExit, 0, `a closed pipe ends the tail with exit 0 (${pipedErr.trim()})`);
+  t.notMatch(pipedErr, /EPIPE/, 'without a stack trace');
+  t.notOk(existsSync(lockPath), 'the lock released');
+
+  const tooFar = await factlog(cwd, ['events', 'tail', '--from', '1e20']);
+  t.not(tooFar.code, 0);
+  t.match(tooFar.stderr, /--from takes a whole number from 0 to 9007199254740991/);
+
   // The log's warnings (here production's about bootstrap.auto_promote_first_user) go to stderr:
   // stdout stays the command's output, one event a line.
   const warned = await factlog(cwd, ['events', 'tail', '--from', '0'], { PROFILE: 'production', SVC_OAUTH_ISSUER: 'https://kg.example', AUTH_PASSWORD_HASH_COST: '15' });
