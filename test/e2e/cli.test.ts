@@ -46,12 +46,15 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const lines = tail.stdout.trim().split('\n').filter(Boolean).map((line) => JSON.parse(line));
   t.ok(lines.length >= 3, `the seeded events are listed (${lines.length})`);
   t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
+  /** `factlog events tail` with `options` as a child whose output the test reads (runCli waits for the end; these are signalled or cut off). */
+  const spawnTail = (options: string[]) =>
+    spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(import.meta.dirname, '../../src/main.ts'), 'events', 'tail', ...options], {
+      cwd,
+      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
   // Following ends at Ctrl-C as a run ends: the events printed, the data directory's lock released.
-  const following = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(import.meta.dirname, '../../src/main.ts'), 'events', 'tail', '--follow'], {
-    cwd,
-    env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const following = spawnTail(['--follow']);
   let followed = '';
   following.stdout.on('data', (chunk: Buffer) => (followed += chunk.toString()));
   const stopped = new Promise<number | null>((resolve) => following.once('exit', (code) => resolve(code)));
@@ -64,11 +67,7 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   t.notOk(existsSync(lockPath), 'and releases the lock');
 
   // `events tail | head -0`: the reader has closed the pipe before the first line; the tail ends quietly, exit 0, lock released.
-  const piped = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(import.meta.dirname, '../../src/main.ts'), 'events', 'tail'], {
-    cwd,
-    env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const piped = spawnTail([]);
   let pipedErr = '';
   piped.stderr.on('data', (chunk: Buffer) => (pipedErr += chunk.toString()));
   const pipedExit = new Promise<number | null>((resolve) => piped.once('exit', (code) => resolve(code)));
