@@ -60,10 +60,47 @@ t.test('shared holders hold a name together, an exclusive one alone; a shared on
   t.teardown(() => db.close());
   const expected = ['0 in', '1 in', '0 out', '1 out', '2 in', '2 out', '3 in', '4 in', '3 out', '4 out'];
   t.same(await modeInterleaving([db], 'factlog.test.shared', ['shared', 'shared', 'exclusive', 'shared', 'shared']), expected, 'in this process');
+
+  // Across two pools each holder first takes a connection, so start times say nothing of arrival: each
+  // step starts once the one before holds the lock (or, if it never could, after a second).
   const { scratch: nodeA, second: nodeB } = await scratchPostgresWithSecondPool(t, 'factlog_lock_shared', 3);
-  t.same(await modeInterleaving([nodeA, nodeB], 'factlog.test.shared', ['shared', 'shared', 'exclusive']), ['0 in', '1 in', '0 out', '1 out', '2 in', '2 out'], 'across two pools');
+  const name = 'factlog.test.shared';
+  const signal = () => {
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => (open = resolve));
+    return { open, opened: Promise.race([opened, pause(1000)]) };
+  };
+  const steps: string[] = [];
+  const holder = (db: Parameters<typeof withNamedLock>[0], label: string, mode: LockMode, entered: () => void, leave: Promise<unknown>) =>
+    withNamedLock(db, name, async () => {
+      steps.push(`${label} in`);
+      entered();
+      await leave;
+      steps.push(`${label} out`);
+    }, mode);
+  const firstIn = signal();
+  const bothIn = signal();
+  let inside = 0;
+  const enter = () => (++inside === 1 ? firstIn.open() : bothIn.open());
+  const sharedA = holder(nodeA, 'A', 'shared', enter, bothIn.opened.then(() => pause(100)));
+  await firstIn.opened;
+  const sharedB = holder(nodeB, 'B', 'shared', enter, bothIn.opened.then(() => pause(100)));
+  await bothIn.opened;
+  const exclusive = holder(nodeA, 'X', 'exclusive', () => undefined, Promise.resolve());
+  await Promise.all([sharedA, sharedB, exclusive]);
+  t.same(steps.slice(0, 2), ['A in', 'B in'], 'across two pools, two shared holders hold the name together');
+  t.same(steps.slice(4), ['X in', 'X out'], 'and an exclusive one in either pool only after both left');
+
+  steps.length = 0;
+  const exclusiveIn = signal();
+  const first = holder(nodeB, 'X', 'exclusive', exclusiveIn.open, exclusiveIn.opened.then(() => pause(150)));
+  await exclusiveIn.opened;
+  const togetherIn = signal();
+  let sharedInside = 0;
+  const enterShared = () => void (++sharedInside === 2 && togetherIn.open());
+  const later = [holder(nodeA, 'A', 'shared', enterShared, togetherIn.opened), holder(nodeB, 'B', 'shared', enterShared, togetherIn.opened)];
+  await Promise.all([first, ...later]);
+  t.same(steps.slice(0, 2), ['X in', 'X out'], 'shared holders wait for an exclusive one in another process');
   // Which of the two waiting backends PostgreSQL wakes first is its choice: both are in before either is out.
-  const afterExclusive = await modeInterleaving([nodeA, nodeB], 'factlog.test.shared', ['exclusive', 'shared', 'shared']);
-  t.same(afterExclusive.slice(0, 2), ['0 in', '0 out'], 'shared holders wait for an exclusive one in another process');
-  t.same(afterExclusive.slice(2, 4).sort(), ['1 in', '2 in'], 'then hold it together');
+  t.same(steps.slice(2, 4).sort(), ['A in', 'B in'], 'then hold it together');
 });
