@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import type { Principal } from '../auth/rbac.js';
 import { withNamedLock } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
+import { parseContentType } from '../providers/fetch/sniff.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
 import { shortenRunes, unsafeTextReason } from '../domain/text.js';
@@ -29,7 +30,7 @@ const ACCEPTED_REPORT_TYPES = new Set(['text/markdown', 'text/x-markdown', 'text
 /** A report upload's type: Markdown or plain text, by its declared type or else its extension. */
 export function reportUploadType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
   const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
-  const declared = (content.declaredType ?? '').split(';')[0].trim().toLowerCase();
+  const declared = parseContentType(content.declaredType).mime ?? '';
   const type = ACCEPTED_REPORT_TYPES.has(declared) ? declared : REPORT_UPLOAD_TYPES[extension];
   if (!type) throw new UnsupportedContentError(`unsupported report type '${declared || extension || 'unknown'}': upload Markdown (.md) or plain text (.txt)`);
   return type;

@@ -3,7 +3,7 @@ import { withNamedLock } from '../db/namedLock.js';
 import { sourceDecider } from '../domain/source/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
-import { looksBinary, startsWithPdfMagic } from '../providers/fetch/sniff.js';
+import { looksBinary, parseContentType, startsWithPdfMagic } from '../providers/fetch/sniff.js';
 import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
@@ -33,11 +33,12 @@ export interface UploadedContent {
 /** The content type of an upload: the declared one when the pipeline reads it, else by the file extension. */
 export function uploadContentType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
   const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
-  const declared = (content.declaredType ?? '').split(';')[0].trim().toLowerCase();
+  const { mime, charset: declaredCharset } = parseContentType(content.declaredType);
+  const declared = mime ?? '';
   const contentType = ACCEPTED_UPLOAD_TYPES.has(declared) ? declared : UPLOAD_TYPES[extension];
   if (!contentType) throw new UnsupportedContentError(`unsupported upload type '${declared || extension || 'unknown'}': use HTML, PDF, Markdown or plain text`);
   // The charset a text upload declares is the one it is read in (kept on the source's content type).
-  const charset = /;\s*charset\s*=\s*"?([a-z0-9_:.-]+)"?/i.exec(content.declaredType ?? '')?.[1]?.toLowerCase();
+  const charset = declaredCharset !== null && /^[a-z0-9_:.-]+$/i.test(declaredCharset) ? declaredCharset.toLowerCase() : null;
   return charset && contentType !== 'application/pdf' ? `${contentType}; charset=${charset}` : contentType;
 }
 

@@ -1,5 +1,5 @@
 import { htmlToDocument } from './html.js';
-import { BINARY_CONTROLS, looksBinary, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
+import { BINARY_CONTROLS, looksBinary, parseContentType, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
 import {
   joinParagraphs,
@@ -50,23 +50,6 @@ const EXTENSION_KINDS: Readonly<Record<string, DocumentKind>> = {
   txt: 'text',
   text: 'text',
 };
-
-interface ParsedContentType {
-  mime: string | null;
-  charset: string | null;
-}
-
-function parseContentType(contentType: string | null | undefined): ParsedContentType {
-  if (!contentType) return { mime: null, charset: null };
-  const [mimePart = '', ...parameters] = contentType.split(';');
-  const mime = mimePart.trim().toLowerCase() || null;
-  let charset: string | null = null;
-  for (const parameter of parameters) {
-    const [name, value] = parameter.split('=', 2);
-    if (name?.trim().toLowerCase() === 'charset' && value) charset = value.trim().replace(/^["']|["']$/g, '') || null;
-  }
-  return { mime, charset };
-}
 
 function extensionOf(name: string | null | undefined): string | null {
   if (!name) return null;

@@ -31,3 +31,21 @@ export function looksBinary(body: Uint8Array): boolean {
 export function startsWithPdfMagic(body: Uint8Array): boolean {
   return Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, 1024)).includes('%PDF-', 0, 'latin1');
 }
+
+export interface ParsedContentType {
+  mime: string | null;
+  charset: string | null;
+}
+
+/** A Content-Type header (or an upload's declared type): its media type in lower case and its charset parameter. */
+export function parseContentType(contentType: string | null | undefined): ParsedContentType {
+  if (!contentType) return { mime: null, charset: null };
+  const [mimePart = '', ...parameters] = contentType.split(';');
+  const mime = mimePart.trim().toLowerCase() || null;
+  let charset: string | null = null;
+  for (const parameter of parameters) {
+    const [name, value] = parameter.split('=', 2);
+    if (name?.trim().toLowerCase() === 'charset' && value) charset = value.trim().replace(/^["']|["']$/g, '') || null;
+  }
+  return { mime, charset };
+}
