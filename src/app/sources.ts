@@ -96,8 +96,8 @@ function sameDocumentUrl(url: URL): string {
       return /[A-Za-z0-9\-._~]/.test(char) ? char : escape;
     });
   url.pathname = unescape(url.pathname);
-  if (url.search === '') url.search = '';
-  else url.search = unescape(url.search);
+  // Setting the query, even to what it reads as, drops the `?` of an empty one.
+  url.search = unescape(url.search);
   return url.toString();
 }
 
