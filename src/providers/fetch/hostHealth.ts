@@ -1,7 +1,7 @@
 import { coalescer } from '../../db/coalesce.js';
 import type { Knex } from 'knex';
 
-import type { AutoSkipSettings } from './http.js';
+import { isTransientFetchFailure, type AutoSkipSettings } from './http.js';
 
 /**
  * Per-host auto-skip (spec `providers.resolution.auto_skip`): a host that failed most of its
@@ -49,13 +49,13 @@ export function isAutoSkipReason(reason: string | null | undefined): boolean {
 
 /**
  * Whether a retrieve_source failure speaks of its host rather than of its page: a fetch that
- * failed transiently (no answer, a timeout, a 5xx, a 429: FetchError's "(transient, ...)") does.
+ * failed transiently (no answer, a timeout, a 5xx, a 429: isTransientFetchFailure) does.
  * A 404 or 410, content that is no document, a refused redirect do not: the host answered, and
  * counting them let anyone who may add sources have a healthy host skipped for every repository
  * with a hundred missing pages (QA). An auto-skip is no outcome of the host at all.
  */
 export function isHostFailure(reason: string | null | undefined): boolean {
-  return typeof reason === 'string' && !isAutoSkipReason(reason) && reason.includes('(transient, ');
+  return typeof reason === 'string' && !isAutoSkipReason(reason) && isTransientFetchFailure(reason);
 }
 
 /** The host (`name[:port]`, lower case) of an http(s) URL; null for anything else. */

@@ -122,6 +122,17 @@ export interface FetchErrorInit {
   cause?: unknown;
 }
 
+/** How a FetchError's message names the kind of its failure: `(transient, http 503, 3 attempts)`. */
+const failureKind = (permanent: boolean) => `(${permanent ? 'permanent' : 'transient'}, `;
+
+/**
+ * Whether a failure reason recorded from a FetchError's message (a SourceFailed's, where only the
+ * text is kept) is of a transient failure: no answer, a timeout, a 5xx or 429 through every retry.
+ */
+export function isTransientFetchFailure(reason: string): boolean {
+  return reason.includes(failureKind(false));
+}
+
 /**
  * A fetch that did not produce a body. `permanent` says whether trying again later can help:
  * a transient failure whose attempts ran out is still `permanent: false`, so the job layer may
@@ -138,9 +149,8 @@ export class FetchError extends Error {
 
   constructor(init: FetchErrorInit) {
     const tries = `${init.attempts} attempt${init.attempts === 1 ? '' : 's'}`;
-    const kind = init.permanent ? 'permanent' : 'transient';
     super(
-      `fetching ${init.url} failed (${kind}, ${init.reason}, ${tries})${init.detail ? `: ${init.detail}` : ''}`,
+      `fetching ${init.url} failed ${failureKind(init.permanent)}${init.reason}, ${tries})${init.detail ? `: ${init.detail}` : ''}`,
       init.cause === undefined ? undefined : { cause: init.cause },
     );
     this.url = init.url;
