@@ -19,6 +19,18 @@ async function retryFixture(t: Test, pages: Parameters<typeof startWebServer>[0]
   return { web, service, token, repoId };
 }
 
+/** retryFixture with a source of `path` that the server did not have when it was fetched: failed for good (404). */
+async function failedSourceFixture(t: Test, path: string) {
+  const pages: Parameters<typeof startWebServer>[0] = {};
+  const fixture = await retryFixture(t, pages);
+  const { web, service, token, repoId } = fixture;
+  const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
+  const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}${path}` } })).body;
+  await waitForPipeline(service, repoId, token);
+  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed');
+  return { ...fixture, pages, sourceUrl, source };
+}
+
 t.test('retrying a processed source re-queues its failed tasks, and only those', async (t) => {
   const { web, service, token, repoId } = await retryFixture(t, { '/curie': { body: CURIE_ARTICLE } });
   const source = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: `${web.baseUrl}/curie` } })).body;
@@ -52,13 +64,8 @@ t.test('retrying a processed source re-queues its failed tasks, and only those',
 });
 
 t.test('a source that failed and started over has nothing left to retry', async (t) => {
-  const pages: Parameters<typeof startWebServer>[0] = {};
-  const { web, service, token, repoId } = await retryFixture(t, pages);
-  const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
   // Not there yet: the fetch fails for good (404), and the source with it.
-  const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/later` } })).body;
-  await waitForPipeline(service, repoId, token);
-  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed');
+  const { web, service, token, repoId, pages, sourceUrl, source } = await failedSourceFixture(t, '/later');
   const tasks = `/api/v1/repositories/${repoId}/tasks`;
   const failedTask = (await service.call('GET', `${tasks}?source_id=${source.id}&state=failed`, { token })).body.items[0];
   t.equal(failedTask?.kind, 'retrieve_source');
@@ -84,12 +91,7 @@ t.test('a source that failed and started over has nothing left to retry', async 
 });
 
 t.test('retries and deletions sent together: one of them acts, the others are told it was done', async (t) => {
-  const pages: Parameters<typeof startWebServer>[0] = {};
-  const { web, service, token, repoId } = await retryFixture(t, pages);
-  const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
-  const source = (await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/soon` } })).body;
-  await waitForPipeline(service, repoId, token);
-  t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).body.status, 'failed');
+  const { web, service, token, repoId, pages, sourceUrl, source } = await failedSourceFixture(t, '/soon');
   pages['/soon'] = { body: CURIE_ARTICLE };
   const failedFetches = web.hits.get('/soon') ?? 0;
 
