@@ -1,9 +1,9 @@
-import { namedLocks } from '../db/namedLock.js';
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/types.js';
 import { dataPaths, publicBaseUrl } from '../config/derived.js';
 import { checkSecrets } from '../config/load.js';
 import type { Database, DatabaseOptions } from '../db/database.js';
+import { namedLocks } from '../db/namedLock.js';
 import { EventSchemaRegistry } from '../eventstore/schemas.js';
 import type { EventStore } from '../eventstore/port.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';

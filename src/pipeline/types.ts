@@ -1,6 +1,6 @@
-import type { NamedLocks } from '../db/namedLock.js';
 import type { Knex } from 'knex';
 import type { Config, QueuedJobKind } from '../config/types.js';
+import type { NamedLocks } from '../db/namedLock.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { DocumentExtractor } from '../providers/fetch/extractionWorkers.js';
