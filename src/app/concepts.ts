@@ -4,6 +4,7 @@ import { repositoryDecider } from '../domain/repository/decider.js';
 import { resolveConcept } from '../read/concepts.js';
 import { streamName } from '../eventstore/envelope.js';
 import { jobIdFor } from '../pipeline/jobs.js';
+import { loadRepositorySettings } from '../pipeline/stages/repositorySettings.js';
 import { presentJob } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
@@ -11,6 +12,23 @@ import { conflict, invalid } from './errors.js';
 
 /** Concept commands: moving a repository's concepts from one context to another, re-making a synthesis (background tasks). */
 export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'store' | 'jobs' | 'config'>) {
+  /**
+   * A migration from a context that is neither one of the repository's nor any concept's is a
+   * typo: accepted, it would run as a task that moves nothing. A context no longer allowed that
+   * concepts still hold (a custom context removed since) is what a migration is for.
+   */
+  async function requireKnownContext(repositoryId: string, fromContext: string): Promise<void> {
+    const from = fromContext.trim();
+    if (from === '') return; // the decider says what is wrong with it
+    const { contexts } = await loadRepositorySettings(deps.db.knex, repositoryId);
+    if (contexts.some((choice) => choice.name.toLowerCase() === from.toLowerCase())) return;
+    const held = await deps.db.knex('concepts')
+      .where({ repository_id: repositoryId, status: 'active' })
+      .whereRaw('lower(context) = ?', [from.toLowerCase()])
+      .first('id');
+    if (!held) throw invalid(`'${from}' is neither a context of this repository nor the context of any of its concepts`);
+  }
+
   return {
     /**
      * Asks for the concept's synthesis to be made again now, from its current inputs (a merged
@@ -34,6 +52,7 @@ export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'stor
     /** Requests the migration; the answer names the migrate_context task that carries it out. */
     async migrateContext(principal: Principal, input: { repository: string; from_context: string; to_context: string }, trace?: Trace) {
       const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'concepts:write');
+      await requireKnownContext(repository.id, input.from_context);
       const repositoryStream = streamName('repository', repository.id);
       const result = await deps.commands.execute(
         repositoryStream,

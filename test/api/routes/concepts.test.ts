@@ -210,6 +210,10 @@ t.test('migrate-context records the request and names the task to watch', async 
   t.ok(events.body.events.some((e: { type: string }) => e.type === 'ContextMigrationRequested'));
   t.equal((await post({ from_context: 'location', to_context: 'no-such-context' })).status, 400, 'unknown target context');
   t.equal((await post({ from_context: 'topic', to_context: 'topic' })).status, 400, 'the same context');
+  const typo = await post({ from_context: 'locaton', to_context: 'topic' });
+  t.equal(typo.status, 400, 'a source context that is neither the repository\'s nor any concept\'s');
+  t.match(typo.body, { error: 'bad_request', message: /'locaton' is neither a context of this repository nor the context of any of its concepts/ });
+  t.equal((await post({ from_context: 'LOCATION', to_context: 'topic' })).status, 202, 'contexts are matched without case');
   t.equal((await post({ from_context: 'location' })).status, 400, 'to_context missing');
   t.equal((await post({ from_context: 'location', to_context: 'topic' }, strangerToken)).status, 403);
 });
