@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { investigationDecider, type InvestigationCommand } from '../domain/investigation/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { Principal } from '../auth/rbac.js';
-import { loadInvestigation, presentInvestigationById } from '../read/investigations.js';
+import { liveSourceCount, loadInvestigation, presentInvestigationById } from '../read/investigations.js';
 import { loadSource } from '../read/sources.js';
 import { presentSource } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
@@ -75,7 +75,8 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
         source = result.source;
         registered = result.created;
       } else throw invalid('give one of source_id, url or doi');
-      const result = await execute(investigation.id, { type: 'AddInvestigationSource', sourceId: source.id }, commandMetadata(principal, repository.id, trace));
+      const liveSources = await liveSourceCount(knex, investigation.id);
+      const result = await execute(investigation.id, { type: 'AddInvestigationSource', sourceId: source.id, liveSources }, commandMetadata(principal, repository.id, trace));
       return { added: result.events.length > 0, registered, source };
     },
 

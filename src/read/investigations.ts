@@ -46,6 +46,11 @@ export function presentInvestigation(row: InvestigationRow, sourceCount: number)
   };
 }
 
+/** How many live sources the investigation gathers (what its cap counts). */
+export async function liveSourceCount(knex: Knex, investigationId: string): Promise<number> {
+  return (await sourceCounts(knex, [investigationId])).get(investigationId) ?? 0;
+}
+
 /** Source counts of investigations, in one statement. */
 async function sourceCounts(knex: Knex, investigationIds: readonly string[]): Promise<Map<string, number>> {
   if (investigationIds.length === 0) return new Map();

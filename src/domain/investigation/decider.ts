@@ -24,7 +24,11 @@ export type InvestigationCommand =
   | { type: 'CreateInvestigation'; title: string; topic: string }
   | { type: 'UpdateInvestigation'; title?: string; topic?: string }
   | { type: 'DeleteInvestigation'; reason?: string }
-  | { type: 'AddInvestigationSource'; sourceId: string }
+  /**
+   * `liveSources`: how many of its sources are not deleted, as the read models have them. A
+   * deleted source leaves the investigation's list but not its stream, so the cap counts these.
+   */
+  | { type: 'AddInvestigationSource'; sourceId: string; liveSources: number }
   | { type: 'RemoveInvestigationSource'; sourceId: string };
 
 export type InvestigationState =
@@ -80,7 +84,7 @@ export const investigationDecider: Decider<InvestigationState, InvestigationComm
         const investigation = requireActive(state);
         // Adding a source the investigation has is answered with it, not an error (like adding a known URL).
         if (investigation.sourceIds.has(command.sourceId)) return [];
-        if (investigation.sourceIds.size >= MAX_INVESTIGATION_SOURCES) {
+        if (Math.min(investigation.sourceIds.size, command.liveSources) >= MAX_INVESTIGATION_SOURCES) {
           throw new DomainError('invalid', `an investigation gathers at most ${MAX_INVESTIGATION_SOURCES} sources`);
         }
         return [{ type: 'InvestigationSourceAdded', data: { source_id: command.sourceId } }];

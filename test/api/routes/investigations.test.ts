@@ -176,7 +176,7 @@ t.test('a deleted source: not counted, and not there to remove', async (t) => {
   const execute = (command: InvestigationCommand) =>
     service.context.commands.execute(`investigation-${investigation.id}`, investigationDecider, command, { repositoryId: repoId, actor: 'test', causationId: null, correlationId: null });
   await execute({ type: 'RemoveInvestigationSource', sourceId: source.id });
-  await execute({ type: 'AddInvestigationSource', sourceId: source.id });
+  await execute({ type: 'AddInvestigationSource', sourceId: source.id, liveSources: 0 });
   const read = await service.call('GET', `${base()}/${investigation.id}`, { token });
   t.equal(read.body.source_count, 0, 'the count is of live sources, as the list');
   t.equal((await service.call('GET', `${base()}/${investigation.id}/sources`, { token })).body.total, 0);

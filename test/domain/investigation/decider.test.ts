@@ -3,6 +3,7 @@ import { DomainError } from '../../../src/domain/decider.js';
 import { spec } from '../../../src/domain/testing.js';
 import {
   investigationDecider,
+  MAX_INVESTIGATION_SOURCES,
   MAX_INVESTIGATION_TITLE_CHARS,
   MAX_INVESTIGATION_TOPIC_CHARS,
   type InvestigationEvent,
@@ -41,15 +42,29 @@ t.test('update records only what changed', async (t) => {
 });
 
 t.test('sources: added once, removed only when present', async (t) => {
-  t.same(given([created]).when({ type: 'AddInvestigationSource', sourceId: 'source-a' }).events(), [added]);
-  t.same(given([created, added]).when({ type: 'AddInvestigationSource', sourceId: 'source-a' }).events(), [], 'adding twice is a no-op');
+  t.same(given([created]).when({ type: 'AddInvestigationSource', sourceId: 'source-a', liveSources: 0 }).events(), [added]);
+  t.same(given([created, added]).when({ type: 'AddInvestigationSource', sourceId: 'source-a', liveSources: 0 }).events(), [], 'adding twice is a no-op');
   t.same(given([created, added]).when({ type: 'RemoveInvestigationSource', sourceId: 'source-a' }).events(), [
     { type: 'InvestigationSourceRemoved', data: { source_id: 'source-a' } },
   ]);
   const removed: InvestigationEvent = { type: 'InvestigationSourceRemoved', data: { source_id: 'source-a' } };
   t.equal(given([created, added, removed]).when({ type: 'RemoveInvestigationSource', sourceId: 'source-a' }).thenThrows(DomainError).code, 'not_found');
-  t.same(given([created, added, removed]).when({ type: 'AddInvestigationSource', sourceId: 'source-a' }).events(), [added], 'added again after removal');
-  t.equal(given([created, deleted]).when({ type: 'AddInvestigationSource', sourceId: 'source-b' }).thenThrows(DomainError).code, 'gone');
+  t.same(given([created, added, removed]).when({ type: 'AddInvestigationSource', sourceId: 'source-a', liveSources: 0 }).events(), [added], 'added again after removal');
+  t.equal(given([created, deleted]).when({ type: 'AddInvestigationSource', sourceId: 'source-b', liveSources: 0 }).thenThrows(DomainError).code, 'gone');
+});
+
+t.test('sources: at most MAX_INVESTIGATION_SOURCES live ones; deleted sources do not count', async (t) => {
+  const full: InvestigationEvent[] = [created];
+  for (let i = 0; i < MAX_INVESTIGATION_SOURCES; i++) full.push({ type: 'InvestigationSourceAdded', data: { source_id: `source-${i}` } });
+  const refused = given(full).when({ type: 'AddInvestigationSource', sourceId: 'one-more', liveSources: MAX_INVESTIGATION_SOURCES }).thenThrows(DomainError);
+  t.equal(refused.code, 'invalid');
+  t.match(refused.message, /at most 1000 sources/);
+  t.same(
+    given(full).when({ type: 'AddInvestigationSource', sourceId: 'one-more', liveSources: MAX_INVESTIGATION_SOURCES - 1 }).events(),
+    [{ type: 'InvestigationSourceAdded', data: { source_id: 'one-more' } }],
+    'one of the thousand was deleted since',
+  );
+  t.same(given(full).when({ type: 'AddInvestigationSource', sourceId: 'source-7', liveSources: MAX_INVESTIGATION_SOURCES }).events(), [], 'one it has: a no-op, not refused');
 });
 
 t.test('delete is final and idempotent', async (t) => {
