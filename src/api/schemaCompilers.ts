@@ -1,6 +1,7 @@
 import { AjvCompiler } from '@fastify/ajv-compiler';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import type { FastifySchemaCompiler, FastifySerializerCompiler, FastifyServerOptions } from 'fastify';
+import type { FastifyValidationResult } from 'fastify/types/schema.js';
 
 type CompilersFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>;
 type RouteValidatorCompiler = FastifySchemaCompiler<unknown>;
@@ -62,8 +63,53 @@ const validatorByPart: Factory<RouteValidatorCompiler> = (externalSchemas, optio
   const textParts = validatorPool(externalSchemas, options);
   const given = options as ValidatorOptions;
   const bodies = validatorPool(externalSchemas, { ...given, customOptions: { ...given.customOptions, coerceTypes: false } });
-  return (route) => (route.httpPart === 'body' ? bodies : textParts)(route);
+  return (route) => (route.httpPart === 'body' ? bodies(route) : decimalNumbersOnly(route, textParts(route)));
 };
+
+const DECIMAL = { integer: /^-?[0-9]+$/, number: /^-?[0-9]+(\.[0-9]+)?$/ } as const;
+type NumericType = keyof typeof DECIMAL;
+
+/** The numeric type a property schema takes (directly or as the items of a list), if any. */
+function numericTypeOf(property: unknown): NumericType | undefined {
+  if (typeof property !== 'object' || property === null) return undefined;
+  const { type, items } = property as { type?: unknown; items?: unknown };
+  const types = Array.isArray(type) ? type : [type];
+  if (types.includes('integer')) return 'integer';
+  if (types.includes('number')) return 'number';
+  return types.includes('array') ? numericTypeOf(items) : undefined;
+}
+
+/**
+ * A text part's numbers in plain decimal. Ajv's coercion reads a string as JavaScript's `+x`
+ * does, so `?limit=1e2`, `0x10`, `Infinity` and a blank `" "` (0) passed as numbers: a caller's
+ * mistake answered as if meant. Each value of a numeric property is checked before coercion.
+ */
+function decimalNumbersOnly(route: RouteSchema, validate: FastifyValidationResult): FastifyValidationResult {
+  const properties = (route.schema as { properties?: Record<string, unknown> }).properties ?? {};
+  const numeric = Object.entries(properties).flatMap(([name, property]) => {
+    const type = numericTypeOf(property);
+    return type ? [[name, type] as const] : [];
+  });
+  if (numeric.length === 0) return validate;
+  // fastify hands Ajv's context (the parent in which to coerce a root value) to a validator with a `schemaEnv`.
+  const ajvValidate = validate as FastifyValidationResult & ((data: unknown, context?: unknown) => ReturnType<FastifyValidationResult>) & { schemaEnv?: unknown };
+  const checked: FastifyValidationResult & { schemaEnv?: unknown } = (data: unknown, context?: unknown) => {
+    if (typeof data === 'object' && data !== null) {
+      for (const [name, type] of numeric) {
+        const given = (data as Record<string, unknown>)[name];
+        const values = Array.isArray(given) ? given : [given];
+        if (values.some((value) => typeof value === 'string' && !DECIMAL[type].test(value))) {
+          return { error: new Error(`${route.httpPart}/${name} must be ${type === 'integer' ? 'an integer' : 'a number'} in decimal digits`) };
+        }
+      }
+    }
+    const valid = ajvValidate(data, context);
+    checked.errors = ajvValidate.errors;
+    return valid;
+  };
+  checked.schemaEnv = ajvValidate.schemaEnv;
+  return checked;
+}
 
 const buildValidator = remembering(validatorByPart, (route) => [route.httpPart, route.schema]);
 const buildSerializer = remembering(serializerFactory, (route) => [route.httpStatus, route.contentType, route.schema]);

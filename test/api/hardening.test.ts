@@ -149,6 +149,9 @@ t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, ne
     ['GET', `/api/v1/repositories/${repositoryId}/sources?offset=9223372036854775808`],
     ['GET', `/api/v1/repositories/${repositoryId}/events?from=9223372036854775808`],
     ['GET', '/api/v1/repositories?offset=1e20'],
+    ['GET', `/api/v1/repositories/${repositoryId}/events?from=0x10`],
+    ['GET', `/api/v1/repositories/${repositoryId}/events?from=%20`],
+    ['GET', `/api/v1/repositories/${repositoryId}/sources?limit=1e1`],
   ];
   for (const [method, url, body] of calls) {
     const response = await service.call(method, url, { token, body });
@@ -158,6 +161,8 @@ t.test('NUL bytes, lone surrogates and huge numbers are a 400 with a message, ne
   }
   const nul = await service.call('POST', '/api/v1/repositories', { token, body: { name: 'x', description: 'a\u0000b' } });
   t.equal(nul.body.message, 'body/description contains a NUL character', 'the message names the field');
+  const hex = await service.call('GET', `/api/v1/repositories/${repositoryId}/events?from=0x10`, { token });
+  t.equal(hex.body.message, 'querystring/from must be an integer in decimal digits', 'a number in another notation is named, not read as JavaScript reads it');
   t.equal((await service.call('GET', '/healthz')).body.head_position, before, 'nothing was stored');
 });
 

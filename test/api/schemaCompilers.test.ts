@@ -69,3 +69,37 @@ t.test('one schema as body and as query string: the body is validated as sent, t
     t.match(refused.json().message, /^body\/(count must be integer|tags must be array)$/);
   }
 });
+
+t.test('numbers in a query string or path are read in decimal digits only', async (t) => {
+  const app = Fastify({
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: processWideSchemaCompilers },
+  });
+  t.teardown(() => app.close());
+  const query = {
+    type: 'object',
+    additionalProperties: false,
+    properties: { from: { type: 'integer', minimum: 0, default: 0 }, weight: { type: 'number' }, pages: { type: 'array', items: { type: 'integer' } }, name: { type: 'string' } },
+  };
+  app.get('/items/:n', { schema: { querystring: query, params: { type: 'object', properties: { n: { type: 'integer' } } } } }, async (request) => ({ query: request.query, params: request.params }));
+
+  const ok = await app.inject({ method: 'GET', url: '/items/7?from=0012&weight=-2.5&pages=1&pages=2&name=1e2' });
+  t.equal(ok.statusCode, 200);
+  t.same(ok.json(), { query: { from: 12, weight: -2.5, pages: [1, 2], name: '1e2' }, params: { n: 7 } }, 'decimal text coerced; a string property keeps any text');
+  t.same((await app.inject({ method: 'GET', url: '/items/7' })).json().query, { from: 0 }, 'defaults still applied');
+  for (const [url, message] of [
+    ['/items/7?from=1e2', 'querystring/from must be an integer in decimal digits'],
+    ['/items/7?from=0x10', 'querystring/from must be an integer in decimal digits'],
+    ['/items/7?from=%20', 'querystring/from must be an integer in decimal digits'],
+    ['/items/7?from=+5', 'querystring/from must be an integer in decimal digits'],
+    ['/items/7?from=Infinity', 'querystring/from must be an integer in decimal digits'],
+    ['/items/7?weight=.5', 'querystring/weight must be a number in decimal digits'],
+    ['/items/7?pages=1&pages=0b11', 'querystring/pages must be an integer in decimal digits'],
+    ['/items/0x7', 'params/n must be an integer in decimal digits'],
+  ]) {
+    const refused = await app.inject({ method: 'GET', url });
+    t.equal(refused.statusCode, 400, url);
+    t.equal(refused.json().message, message);
+  }
+  t.equal((await app.inject({ method: 'GET', url: '/items/7?from=-1' })).statusCode, 400, 'the schema still applies after the text check (minimum)');
+});
