@@ -3,6 +3,14 @@ import type { Config } from '../config/types.js';
 
 /** Where the MCP endpoint lives; its URL (issuer + path, no trailing slash) is the OAuth resource. */
 export const MCP_PATH = '/api/v1/mcp';
+/** The authorization server's endpoints (src/api/routes/oauth.ts). */
+export const OAUTH_PATHS = {
+  register: '/api/v1/oauth/register',
+  authorize: '/api/v1/oauth/authorize',
+  login: '/api/v1/oauth/authorize/login',
+  token: '/api/v1/oauth/token',
+  revoke: '/api/v1/oauth/revoke',
+} as const;
 export const AUTHORIZATION_SERVER_METADATA_PATH = '/.well-known/oauth-authorization-server';
 export const PROTECTED_RESOURCE_METADATA_PATH = '/.well-known/oauth-protected-resource';
 

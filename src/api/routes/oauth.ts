@@ -8,18 +8,12 @@ import { AuthenticationError } from '../../auth/identity.js';
 import { OAuthError } from '../../auth/oauth/errors.js';
 import { MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, type OAuthClient } from '../../auth/oauth/clientMetadata.js';
 import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
-import { issuerOf } from '../issuer.js';
+import { issuerOf, OAUTH_PATHS } from '../issuer.js';
+import { HttpError } from '../errors.js';
 import { mediaTypesRead } from '../mediaTypes.js';
 import { allowPublicCors } from '../publicCors.js';
 import { consentPage, errorPage, loginPage, OAUTH_STYLESHEET, OAUTH_STYLESHEET_PATH, type ClientPresentation } from '../oauthPages.js';
 
-export const OAUTH_PATHS = {
-  register: '/api/v1/oauth/register',
-  authorize: '/api/v1/oauth/authorize',
-  login: '/api/v1/oauth/authorize/login',
-  token: '/api/v1/oauth/token',
-  revoke: '/api/v1/oauth/revoke',
-} as const;
 
 const CSRF_COOKIE = 'fl_oauth_csrf';
 const LOGIN_COOKIE = 'fl_oauth_login';
@@ -122,6 +116,15 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
   await app.register(formbody);
   await app.register(cookie);
   allowPublicCors(app, [OAUTH_PATHS.register, OAUTH_PATHS.token, OAUTH_PATHS.revoke]);
+  // Public clients do not authenticate: any Authorization header at the token or revocation
+  // endpoint is a client authentication this server cannot take (answered below, RFC 6749 5.2).
+  // The other endpoints ignore one, as the service's guard does for all of them.
+  app.addHook('onRequest', async (request) => {
+    const url = request.routeOptions.url;
+    if ((url === OAUTH_PATHS.token || url === OAUTH_PATHS.revoke) && request.headers.authorization !== undefined) {
+      throw new HttpError(401, 'unauthorized', 'client authentication is not supported');
+    }
+  });
   const signed = createSignedValues(config.auth.jwt_secret);
   const secureCookies = config.profile !== 'embedded' && config.profile !== 'dev';
   const cookieOptions = (maxAgeSeconds: number) =>
@@ -253,8 +256,8 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
   app.setErrorHandler((error: FastifyError, request, reply) => {
     if (error instanceof OAuthError) return reply.status(400).header('cache-control', 'no-store').send({ error: error.code, error_description: error.description });
     const url = request.routeOptions.url ?? '';
-    // The service's guard refuses any Authorization header it cannot use; a client that tried to
-    // authenticate that way at the token or revocation endpoint gets RFC 6749 5.2's answer.
+    // A client that tried to authenticate at the token or revocation endpoint (the hook above)
+    // gets RFC 6749 5.2's answer.
     if (error.statusCode === 401 && (url === OAUTH_PATHS.token || url === OAUTH_PATHS.revoke)) {
       return reply
         .status(401)

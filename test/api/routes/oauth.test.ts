@@ -339,6 +339,22 @@ t.test('token endpoint: malformed requests are refused in OAuth terms', async (t
   t.equal(basic.status, 401, 'client authentication by header: RFC 6749 5.2');
   t.equal(((await basic.json()) as { error: string }).error, 'invalid_client');
   t.match(basic.headers.get('www-authenticate'), /^Basic/);
+  // A Bearer header is no client authentication either, whether or not it holds a valid REST token.
+  for (const [endpoint, bearer] of [
+    ['token', 'not-a-token'],
+    ['token', alice.token],
+    ['revoke', 'not-a-token'],
+    ['revoke', alice.token],
+  ] as const) {
+    const answer = await fetch(`${issuer}/api/v1/oauth/${endpoint}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Bearer ${bearer}` },
+      body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: 'flr_x', token: 'x', client_id: client.client_id }).toString(),
+    });
+    t.equal(answer.status, 401, `${endpoint} with a Bearer header`);
+    t.same(await answer.json(), { error: 'invalid_client', error_description: 'public clients do not authenticate; send client_id in the form and no Authorization header' });
+    t.equal(answer.headers.get('cache-control'), 'no-store');
+  }
 });
 
 t.test('a code works once; its second redemption revokes what the first issued', async (t) => {
@@ -496,6 +512,13 @@ t.test('dynamic registration: the record, its event, and bad inputs', async (t) 
     t.equal(refused.body.error, error, name);
     t.type(refused.body.error_description, 'string');
   }
+  // Open registration takes no credentials: a stale Bearer header a client sends along is ignored, not a REST 401.
+  const stale = await fetch(`${issuer}/api/v1/oauth/register`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer stale-token' },
+    body: JSON.stringify({ client_name: 'x', redirect_uris: ['https://app.example/cb'] }),
+  });
+  t.equal(stale.status, 201, 'registered despite a stale Bearer header');
   const notJson = await fetch(`${issuer}/api/v1/oauth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' });
   t.equal(notJson.status, 400);
   t.equal(((await notJson.json()) as { error: string }).error, 'invalid_client_metadata');
