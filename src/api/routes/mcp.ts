@@ -1,3 +1,4 @@
+import type { OutgoingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
@@ -85,11 +86,28 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
     return reply.status(400).send(jsonRpcError(code, `${label}: ${error.message}`, undefined, parseFailed ? null : id));
   });
 
+  /** Origins a browser may call the endpoint from (DNS-rebinding guard): the issuer's own and `mcp.allowed_origins`. */
+  const originAllowed = (origin: string, issuer: string): boolean => origin === new URL(issuer).origin || context.config.mcp.allowed_origins.includes(origin);
+  const refuseOrigin = (reply: FastifyReply, origin: string) => reply.status(403).send({ error: 'forbidden', message: `origin ${origin} is not allowed (mcp.allowed_origins)` });
+
+  // CORS for an allowed origin on every answer of the endpoint (401s included: a browser client
+  // reads the challenge's WWW-Authenticate to find the authorization server).
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.routeOptions.url !== MCP_PATH) return;
+    reply.header('vary', 'Origin');
+    const origin = header(request, 'origin');
+    if (origin === undefined || !originAllowed(origin, issuerOf(context.config, request))) return;
+    reply.header('access-control-allow-origin', origin).header('access-control-expose-headers', 'WWW-Authenticate, MCP-Protocol-Version, Mcp-Session-Id');
+  });
+
   /** The SDK's answer, streamed to the client as it comes (one SSE event per message, or one JSON body). */
   async function relay(reply: FastifyReply, request: FastifyRequest, response: Response): Promise<void> {
     reply.hijack();
     const raw = reply.raw;
-    raw.writeHead(response.status, { ...Object.fromEntries(response.headers), 'x-request-id': String(request.id) });
+    // Headers set on the reply before (CORS, security) are fastify's to send, which the hijack skips.
+    const headers: OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) headers[name] = value;
+    raw.writeHead(response.status, { ...headers, ...Object.fromEntries(response.headers), 'x-request-id': String(request.id) });
     if (response.body === null) {
       raw.end();
       return;
@@ -177,9 +195,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
     async (request, reply) => {
       const issuer = issuerOf(context.config, request);
       const origin = header(request, 'origin');
-      if (origin !== undefined && origin !== new URL(issuer).origin && !context.config.mcp.allowed_origins.includes(origin)) {
-        return reply.status(403).send({ error: 'forbidden', message: `origin ${origin} is not allowed (mcp.allowed_origins)` });
-      }
+      if (origin !== undefined && !originAllowed(origin, issuer)) return refuseOrigin(reply, origin);
       let principal: Principal;
       try {
         principal = await authenticateMcp(authentication, header(request, 'authorization'), { resource: mcpResourceUrl(issuer), metadata: protectedResourceMetadataUrl(issuer) });
@@ -191,6 +207,19 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
       return reply;
     },
   );
+
+  // A browser client's preflight: allowed origins may send the headers an MCP request carries.
+  app.options(MCP_PATH, { schema: { tags: ['mcp'], summary: 'CORS preflight for a browser MCP client (an allowed Origin: 204)', response: { 204: { type: 'null' }, 403: errorReplySchema } } }, async (request, reply) => {
+    const origin = header(request, 'origin');
+    if (origin !== undefined && !originAllowed(origin, issuerOf(context.config, request))) return refuseOrigin(reply, origin);
+    return reply
+      .status(204)
+      .header('allow', 'POST, OPTIONS')
+      .header('access-control-allow-methods', 'POST')
+      .header('access-control-allow-headers', 'Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID')
+      .header('access-control-max-age', '86400')
+      .send();
+  });
 
   const methodNotAllowed = {
     ...schema,

@@ -178,7 +178,30 @@ t.test('Origin: a foreign one is 403; the issuer origin and configured ones pass
     const response = await post(listRepositories, { origin, accept: 'application/json' });
     t.equal(response.status, 200, origin);
     t.notOk(response.json.result.isError);
+    t.equal(response.headers.get('access-control-allow-origin'), origin, 'a browser may read the answer');
   }
+  t.equal(foreign.headers.get('access-control-allow-origin'), null, 'a foreign origin gets no CORS grant');
+});
+
+t.test('CORS: an allowed origin\'s preflight and its unauthenticated call can be read by a browser', async (t) => {
+  const preflight = (origin: string) =>
+    fetch(endpoint, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,mcp-protocol-version' } });
+  const allowed = await preflight(ALLOWED_ORIGIN);
+  t.equal(allowed.status, 204);
+  t.equal(allowed.headers.get('access-control-allow-origin'), ALLOWED_ORIGIN);
+  t.match(allowed.headers.get('access-control-allow-methods'), /POST/);
+  for (const name of ['authorization', 'content-type', 'mcp-protocol-version']) t.match(allowed.headers.get('access-control-allow-headers')?.toLowerCase(), name);
+  t.match(allowed.headers.get('vary'), /Origin/);
+  const refused = await preflight('https://evil.example.com');
+  t.equal(refused.status, 403);
+  t.equal(refused.headers.get('access-control-allow-origin'), null);
+  const challenge = await post(listRepositories, { origin: ALLOWED_ORIGIN }, null);
+  t.equal(challenge.status, 401);
+  t.equal(challenge.headers.get('access-control-allow-origin'), ALLOWED_ORIGIN);
+  t.match(challenge.headers.get('access-control-expose-headers'), /WWW-Authenticate/, 'the challenge is readable: it names the authorization server');
+  const streamed = await post(listRepositories, { origin: ALLOWED_ORIGIN, accept: 'text/event-stream' });
+  t.equal(streamed.status, 200);
+  t.equal(streamed.headers.get('access-control-allow-origin'), ALLOWED_ORIGIN, 'the relayed SDK answer keeps the grant');
 });
 
 t.test('a raw tools/call without initialize works (stateless)', async (t) => {
