@@ -104,12 +104,24 @@ function validationMessage(error: FastifyError, request: FastifyRequest): string
 }
 
 /**
+ * RFC 6750 3's challenge on every 401: a request that sent no credentials is told the scheme; one
+ * whose token was refused also gets `error="invalid_token"` and why.
+ */
+function bearerChallenge(request: FastifyRequest, message: string): string {
+  if (request.headers.authorization === undefined) return 'Bearer realm="factlog"';
+  return `Bearer realm="factlog", error="invalid_token", error_description="${message.replace(/["\\]/g, "'")}"`;
+}
+
+/**
  * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
  * concept also lists its `contexts` and `candidates`); internals never leak.
  */
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | Error, request, reply) => {
-    const send = (status: number, code: string, message: string, extra: object = {}) => reply.status(status).send({ error: code, message, ...extra });
+    const send = (status: number, code: string, message: string, extra: object = {}) => {
+      if (status === 401) reply.header('www-authenticate', bearerChallenge(request, message));
+      return reply.status(status).send({ error: code, message, ...extra });
+    };
     if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
     if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts, candidates: error.candidates });
     if (error instanceof UnsupportedContentError) return send(415, 'unsupported_media_type', error.message);

@@ -3,9 +3,7 @@ import type { Principal } from '../auth/rbac.js';
 import type { AppContext } from '../app/context.js';
 import type { Trace } from '../app/access.js';
 import { HttpError } from './errors.js';
-import { MCP_PATH, OAUTH_PATHS } from './issuer.js';
-
-const OAUTH_ENDPOINTS: ReadonlySet<string> = new Set(Object.values(OAUTH_PATHS));
+import { MCP_PATH } from './issuer.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -17,10 +15,14 @@ declare module 'fastify' {
 /** Resolves the bearer token of a request (if any) into `request.principal`. */
 export async function authenticateRequest(context: AppContext, request: FastifyRequest): Promise<void> {
   request.principal = null;
-  // The MCP endpoint takes OAuth access tokens and answers with its own challenges (src/mcp/auth.ts);
-  // the authorization server's endpoints take no bearer token at all (a stale one a client sends
-  // along must not turn a registration or a token request into a REST 401; src/api/routes/oauth.ts).
-  if (request.routeOptions.url === MCP_PATH || OAUTH_ENDPOINTS.has(request.routeOptions.url ?? '')) return;
+  // The MCP endpoint takes OAuth access tokens and answers with its own challenges (src/mcp/auth.ts).
+  if (request.routeOptions.url === MCP_PATH) return;
+  // A route the OpenAPI document lists without `security` (health, metrics, sign-in, discovery,
+  // the authorization server's endpoints) serves anyone: a stale token a client sends along is
+  // ignored, not a 401 that would keep it from signing in again or a probe from seeing the
+  // service live (the token and revocation endpoints refuse any Authorization header themselves).
+  const security = request.routeOptions.schema?.security;
+  if (!Array.isArray(security) || security.length === 0) return;
   const header = request.headers.authorization;
   if (!header) return;
   const match = /^Bearer\s+(\S+)$/i.exec(header);

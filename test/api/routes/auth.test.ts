@@ -104,6 +104,25 @@ t.test('tokens: missing, malformed, foreign', async (t) => {
   t.equal((await service.call('GET', '/api/v1/users/me', { token: foreign.token })).status, 401);
 });
 
+t.test('a 401 carries a Bearer challenge (RFC 6750 3): invalid_token when a token was refused', async (t) => {
+  const none = await service.call('GET', '/api/v1/users/me');
+  t.equal(none.headers['www-authenticate'], 'Bearer realm="factlog"');
+  const refused = await service.call('GET', '/api/v1/users/me', { token: 'not.a.jwt' });
+  t.match(refused.headers['www-authenticate'], /^Bearer realm="factlog", error="invalid_token", error_description="[^"]+"$/);
+});
+
+t.test('routes that serve anyone ignore a stale token a client sends along', async (t) => {
+  const user = await registerUser(service, 'stale@example.org', 'correct horse battery');
+  const stale = { token: 'expired.or.foreign' };
+  const health = await service.call('GET', '/healthz', stale);
+  t.equal(health.status, 200, 'a probe forwarding an old header still sees the service live');
+  const login = await service.call('POST', '/api/v1/auth/login', { ...stale, body: { email: 'stale@example.org', password: 'correct horse battery' } });
+  t.equal(login.status, 200, 'signing in again is what a stale token calls for');
+  const refreshed = await service.call('POST', '/api/v1/auth/refresh', { ...stale, body: { refresh_token: user.refresh_token } });
+  t.equal(refreshed.status, 200);
+  t.equal((await service.call('GET', '/api/v1/users/me', stale)).status, 401, 'a route that needs a caller still refuses it');
+});
+
 t.test('profiles and admin', async (t) => {
   const admin = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ada@example.org', password: 'correct horse battery' } });
   const carol = await registerUser(service, 'carol@example.org', 'correct horse battery', 'Carol');
