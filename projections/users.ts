@@ -1,9 +1,13 @@
 import { projection, each } from '../src/projection/types.js';
+import type { RepositoryEvent } from '../src/domain/repository/decider.js';
 import type { UserEvent } from '../src/domain/user/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 
-/** Read models `users` and `role_assignments` (what RBAC checks read). */
-export const usersProjection = projection<UserEvent>({
+/**
+ * Read models `users` and `role_assignments` (what RBAC checks read). A deleted repository's roles
+ * end with it: its members' assignments go, so no permission list names a repository that is gone.
+ */
+export const usersProjection = projection<UserEvent | Extract<RepositoryEvent, { type: 'RepositoryDeleted' }>>({
   name: 'users',
   tables: ['users', 'role_assignments'],
   handlers: {
@@ -27,6 +31,9 @@ export const usersProjection = projection<UserEvent>({
     }),
     RoleRevoked: each(async (trx, event) => {
       await trx('role_assignments').where({ user_id: parseStreamName(event.streamId).id, role: event.data.role, domain: event.data.domain }).delete();
+    }),
+    RepositoryDeleted: each(async (trx, event) => {
+      await trx('role_assignments').where({ domain: `repository:${parseStreamName(event.streamId).id}` }).delete();
     }),
   },
 });

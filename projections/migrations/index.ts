@@ -565,6 +565,16 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // The users projection drops a deleted repository's role assignments since this migration;
+    // those of repositories deleted before it go here (a rebuild would drop them the same way).
+    id: '019_role_assignments_of_deleted_repositories',
+    async up(knex) {
+      await execStatements(knex, `
+        DELETE FROM role_assignments ra USING repositories r WHERE ra.domain = 'repository:' || r.id AND r.deleted_at IS NOT NULL;
+      `);
+    },
+  },
 ];
 
 export async function migrateReadModels(knex: Knex): Promise<string[]> {

@@ -58,6 +58,11 @@ t.test('repositories: create, read by id or slug, list, update, delete, permissi
   t.equal((await service.call('DELETE', `/api/v1/repositories/${id}`, { token: stranger.token })).status, 403);
   t.equal((await service.call('DELETE', `/api/v1/repositories/${id}`, { token: owner.token })).status, 204);
   t.equal((await service.call('GET', `/api/v1/repositories/${id}`, { token: owner.token })).status, 404, 'deleted');
+  const permissions = await service.call('GET', '/api/v1/permissions', { token: owner.token });
+  t.notOk(
+    permissions.body.domains.some((entry: { domain: string }) => entry.domain === `repository:${id}`),
+    'the roles on a deleted repository end with it: no permission list names it',
+  );
   const recreated = await service.call('POST', '/api/v1/repositories', { token: owner.token, body: { name: 'again', slug: 'hop' } });
   t.equal(recreated.status, 201, 'a deleted repository frees its slug');
 
