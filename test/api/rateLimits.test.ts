@@ -32,6 +32,15 @@ t.test('a login flood from one address is answered 429 with Retry-After; the rea
   t.equal(register.statusCode, 429);
   const elsewhere = await login('198.51.100.20', 'ada@example.org', 'correct horse battery');
   t.equal(elsewhere.statusCode, 200, 'the real user is not locked out by the attacking address');
+  const token = await service.app.inject({
+    method: 'POST',
+    url: '/api/v1/oauth/token',
+    remoteAddress: '203.0.113.7',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    payload: 'grant_type=refresh_token&refresh_token=flr_x&client_id=c',
+  });
+  t.equal(token.statusCode, 429, 'the token endpoint shares it');
+  t.equal(token.headers['cache-control'], 'no-store', 'no answer of the token endpoint is cached, a 429 neither');
   const otherRoute = await service.app.inject({ method: 'GET', url: '/healthz', remoteAddress: '203.0.113.7' });
   t.equal(otherRoute.statusCode, 200, 'routes off the credential list are not limited');
 });

@@ -80,7 +80,8 @@ export async function signInAndDecide(
   browser: TestBrowser,
   authorizePath: string,
   credentials: { email: string; password: string },
-  decision: 'approve' | 'deny' = 'approve',
+  // The form sends approve or deny; a test may send anything else a client could.
+  decision: string = 'approve',
 ): Promise<URL> {
   const loginPage = await browser.request('GET', authorizePath);
   if (loginPage.status !== 200) throw new Error(`authorize page: ${loginPage.status} ${loginPage.text}`);

@@ -266,7 +266,11 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         .send({ error: 'invalid_client', error_description: 'public clients do not authenticate; send client_id in the form and no Authorization header' });
     }
     const clientError = error.validation !== undefined || error.statusCode === 400 || error.statusCode === 415;
-    if (!clientError) throw error;
+    // The service's handler answers the rest ({error, message}); no answer of these endpoints is cached.
+    if (!clientError) {
+      reply.header('cache-control', 'no-store');
+      throw error;
+    }
     // A body in a media type the route does not read (src/api/mediaTypes.ts): say which it reads.
     const description = error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? `body must be ${mediaTypesRead(request).join(' or ')}` : error.message;
     if (url === OAUTH_PATHS.authorize || url === OAUTH_PATHS.login) return sendErrorPage(reply, 400, new OAuthError('invalid_request', description));
@@ -372,7 +376,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         tags: ['oauth'],
         summary: 'The consent decision: 302 to the redirect URI with code, state and iss, or error=access_denied',
         consumes: ['application/x-www-form-urlencoded'],
-        body: { type: 'object', properties: { decision: { type: 'string', enum: ['approve', 'deny'] }, ...formFields } },
+        body: { type: 'object', properties: { decision: { type: 'string', maxLength: 64, description: '"approve" grants the request; any other value (the form sends "deny") or none denies it' }, ...formFields } },
         produces: ['text/html'],
         response: { 200: htmlReply, 302: { type: 'null' }, 400: htmlReply, 403: htmlReply },
       },

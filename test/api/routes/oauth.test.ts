@@ -72,7 +72,7 @@ const baseParams = (clientId: string, challenge: string, extra: Record<string, s
 });
 
 /** The browser's way through login and consent as alice; returns the redirect back to the client. */
-const approve = (browser: TestBrowser, params: Record<string, string | undefined>, decision: 'approve' | 'deny' = 'approve'): Promise<URL> =>
+const approve = (browser: TestBrowser, params: Record<string, string | undefined>, decision = 'approve'): Promise<URL> =>
   signInAndDecide(browser, authorizeUrl(params), { email: 'alice@example.org', password: PASSWORD }, decision);
 
 async function codeFor(clientId: string, challenge: string, extra: Record<string, string | undefined> = {}) {
@@ -238,6 +238,11 @@ t.test('denial: back to the client with error=access_denied, state and iss', asy
   t.equal(back.searchParams.get('state'), 'state-123');
   t.equal(back.searchParams.get('iss'), issuer);
   t.equal(back.searchParams.get('code'), null);
+  for (const other of ['maybe', 'Approve', 'DENY']) {
+    const answer = await approve(new TestBrowser(issuer), baseParams(client.client_id, newPkce().challenge), other);
+    t.equal(answer.searchParams.get('error'), 'access_denied', `decision=${other} denies, back at the client (not a 400 page)`);
+    t.equal(answer.searchParams.get('code'), null);
+  }
 });
 
 t.test('an unregistered redirect URI never reaches consent and is never redirected to', async (t) => {
