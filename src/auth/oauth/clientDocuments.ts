@@ -41,8 +41,10 @@ export function createClientDocumentResolver(fetchDocument: ClientDocumentFetch,
     let fetched: FetchedClientDocument;
     try {
       fetched = await fetchDocument(url);
-    } catch (error) {
-      throw new OAuthError('invalid_client', `the client metadata document could not be fetched: ${(error as Error).message}`);
+    } catch {
+      // Not why: a refused address, a closed port and a timeout told apart would let anyone map
+      // what the server can reach (the embedded profile fetches loopback documents).
+      throw new OAuthError('invalid_client', 'the client metadata document could not be fetched');
     }
     if (fetched.finalUrl !== url) throw new OAuthError('invalid_client', 'the client metadata document URL redirected elsewhere');
     if (fetched.status !== 200) throw new OAuthError('invalid_client', `the client metadata document answered HTTP ${fetched.status}`);

@@ -60,6 +60,8 @@ t.test('unusable answers are refused and not cached', async (t) => {
     throw new Error('connection refused');
   });
   t.equal(await codeOf(failing.resolve(URL_A)), 'invalid_client', 'fetch failure');
+  const why = await failing.resolve(URL_A).catch((error: OAuthError) => error.description);
+  t.equal(why, 'the client metadata document could not be fetched', 'not why: the reason would map what the server reaches');
   answer = documentOf(valid);
   t.equal(await codeOf(resolver.resolve(URL_A)), 'accepted', 'the fixed document is seen at once: failures were not cached');
   t.equal(fetches, 7);
