@@ -152,7 +152,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         summary: "Search the repository's summary slices",
         params: idParam('repoID'),
         querystring: searchQuerystring({ concept_id: { type: 'string', minLength: 1, maxLength: 500, description: 'only slices of this concept: its id or name (a merged one means its survivor); 404 when unknown' } }),
-        response: { 200: searchReply({ ...summarySchema, properties: { ...summarySchema.properties, concept: { ...briefConcept, type: ['object', 'null'] }, score: { type: 'number' } } }), ...errorReplies },
+        response: { 200: searchReply({ ...summarySchema, properties: { ...summarySchema.properties, concept: { ...briefConcept, type: ['object', 'null'] }, score: { type: 'number' } } }), ...conceptErrorReplies },
       },
     },
     async (request) => summaries.search(requireUser(request), { repository: request.params.repoID, ...request.query }),

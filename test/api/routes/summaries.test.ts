@@ -112,6 +112,13 @@ t.test('summaries, definition and summary search after a run of the built-in mod
   t.equal(unknown.status, 404);
   t.equal(unknown.body.error, 'not_found');
   t.equal((await get('/summaries?query=Warsaw&concept_id=Marie%20Curie')).body.items[0]?.concept_id, ids.curie, 'a name names the concept too');
+  // A name two concepts share: the 409 lists them, as every route that resolves a name does.
+  const mercury = [await createConcept(service, repoId, 'Mercury', 'chemical'), await createConcept(service, repoId, 'Mercury', 'topic')];
+  const ambiguous = await get('/summaries?concept_id=Mercury');
+  t.equal(ambiguous.status, 409);
+  t.equal(ambiguous.body.error, 'ambiguous_concept');
+  t.same(ambiguous.body.contexts, ['chemical', 'topic']);
+  t.same(ambiguous.body.candidates.map((candidate: { id: string }) => candidate.id).sort(), [...mercury].sort());
 });
 
 t.test('resynthesize records the request and names the task', async (t) => {
