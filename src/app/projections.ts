@@ -15,7 +15,8 @@ export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>
       // Its rebuild would only fail in the background while this answered 202.
       if (status.state === 'rebuilding') throw conflict(`projection ${input.name} is already rebuilding; follow it in GET /projections`);
       deps.projections.rebuild(input.name).catch((error: unknown) => deps.log.error({ err: error, projection: input.name }, 'rebuild failed'));
-      return { ...status, state: 'rebuilding' };
+      // As the rebuild has it from its start: from position 0, the whole log to replay.
+      return { ...status, position: 0, lag: status.head, state: 'rebuilding' };
     },
   };
 }
