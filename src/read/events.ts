@@ -31,12 +31,17 @@ export function eventQueries(deps: Pick<AppContext, 'db' | 'store' | 'schemas'>)
       const unknown = (types ?? []).filter((type) => !deps.schemas.has(type));
       if (unknown.length) throw invalid(`unknown event type${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')} (the event types: docs/events.md)`);
       const { limit } = pageOf({ limit: input.limit }, 100, MAX_EVENTS);
+      // The head before the read: a read that ends short of `limit` has looked at every visible
+      // position up to it (whatever is appended meanwhile lies past it).
+      const head = await deps.store.headPosition();
       const events = await deps.store.readAll({ after: from, limit, repositoryId: repository.id, types: types?.length ? [...types] : undefined, streamId: stream });
       const seesMembers = principalCan(principal, repositoryDomain(repository.id), 'members:read');
       const shown = seesMembers ? events : events.filter((event) => !MEMBERSHIP_EVENT_TYPES.has(event.type));
-      // next_from reads on past the events left out too; from beyond the log's head it comes back
-      // to the head, so a reader polling with it sees the next event.
-      const nextFrom = events.length ? events[events.length - 1].globalPosition : Math.min(from, await deps.store.headPosition());
+      // next_from reads on past the events left out too (other repositories', other types and
+      // streams, hidden ones), so a filtered poller does not look at the same stretch again; from
+      // beyond the log's head it comes back to the head, so a reader polling with it sees the next event.
+      const last = events.length ? events[events.length - 1].globalPosition : 0;
+      const nextFrom = events.length === limit ? last : Math.max(last, head);
       return { events: shown.map(presentEvent), next_from: nextFrom };
     },
   };

@@ -27,6 +27,17 @@ t.test("a repository's events in log order, read on from next_from", async (t) =
   t.same((await harness.app.events.list(owner, { repository, types: ['SourceRegistered'] })).events.map((event) => event.type), ['SourceRegistered']);
 });
 
+t.test('a filtered read that reaches the end reads on from the head: a poller does not scan the same stretch again', async (t) => {
+  const head = await harness.service.context.store.headPosition();
+  t.same(await harness.app.events.list(owner, { repository, types: ['SourceDeleted'] }), { events: [], next_from: head }, 'nothing matched: past all of it');
+  const created = await harness.app.events.list(owner, { repository, types: ['RepositoryCreated'] });
+  t.equal(created.events.length, 1);
+  t.ok(created.events[0].global_position < head, 'later events of other types follow it');
+  t.equal(created.next_from, head, 'the page ended short of its limit: read on from the head, not from the match');
+  const full = await harness.app.events.list(owner, { repository, limit: 1 });
+  t.equal(full.next_from, full.events[0].global_position, 'a full page reads on from its last event');
+});
+
 t.test('bad input and denied access', async (t) => {
   await rejectsWith(t, harness.app.events.list(owner, { repository, limit: 1001 }), 'invalid', /limit/);
   await rejectsWith(t, harness.app.events.list(owner, { repository, from: -1 }), 'invalid', /from/);
