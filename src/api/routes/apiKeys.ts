@@ -72,7 +72,8 @@ export const apiKeyRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         },
       },
     },
-    async (request, reply) => reply.status(201).send(await apiKeys.createApiKey(requireUser(request), request.body, traceOf(request))),
+    // The answer holds the secret: no cache on the way may keep it.
+    async (request, reply) => reply.status(201).header('cache-control', 'no-store').send(await apiKeys.createApiKey(requireUser(request), request.body, traceOf(request))),
   );
 
   app.delete<{ Params: { keyID: string } }>(

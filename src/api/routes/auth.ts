@@ -24,6 +24,11 @@ const credentialsBody = (withName: boolean) =>
 
 /** Session API: register, login, logout, refresh. */
 export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
+  // Answers that carry tokens are never stored by a cache on the way (RFC 6749 5.1's rule for
+  // token responses; errors too, so no cache keeps one of this plugin's answers at all).
+  app.addHook('onRequest', async (_request, reply) => {
+    reply.header('cache-control', 'no-store');
+  });
   app.post<{ Body: { email: string; password: string; name?: string } }>(
     '/api/v1/auth/register',
     { schema: { summary: 'Register a user and start a session', tags: ['auth'], body: credentialsBody(true), response: { 201: sessionReply, ...errorReplies } } },

@@ -27,6 +27,7 @@ t.test('a key is shown once, listed without its secret, works on REST and record
   const before = Date.now();
   const created = await createKey(alice.token, { name: ' reader script ', scopes: ['facts:read', 'repositories:read', 'facts:read'] });
   t.equal(created.status, 201);
+  t.equal(created.headers['cache-control'], 'no-store', 'the answer with the secret is not cached');
   const { key, id } = created.body;
   t.match(key, /^fl_[A-Za-z0-9_-]{43}$/);
   t.equal(created.body.name, 'reader script');

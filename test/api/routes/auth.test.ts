@@ -16,6 +16,8 @@ t.test('register, login, me, refresh, logout', async (t) => {
   t.match(first.token, /^[\w-]+\.[\w-]+\.[\w-]+$/, 'token is a JWT');
   t.match(first.refresh_token, /^flr_/);
 
+  const registered = await service.call('POST', '/api/v1/auth/register', { body: { email: 'nocache@example.org', password: 'correct horse battery' } });
+  t.equal(registered.headers['cache-control'], 'no-store', 'an answer with tokens is not cached');
   const me = await service.call('GET', '/api/v1/users/me', { token: first.token });
   t.equal(me.status, 200);
   t.same(me.body, first.user);
@@ -27,6 +29,7 @@ t.test('register, login, me, refresh, logout', async (t) => {
 
   const login = await service.call('POST', '/api/v1/auth/login', { body: { email: 'ada@example.org', password: 'correct horse battery' } });
   t.equal(login.status, 200);
+  t.equal(login.headers['cache-control'], 'no-store');
   t.equal(login.body.user.id, first.user.id);
 
   const refreshed = await service.call('POST', '/api/v1/auth/refresh', { body: { refresh_token: login.body.refresh_token } });
