@@ -31,15 +31,26 @@ const METHODS_WITH_BODY = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /**
  * The error replies every route can give whatever its handler does, because they come from hooks
  * that run for all routes: 400 (a URL that is not UTF-8, NUL or lone surrogates anywhere:
- * src/api/inputGuard.ts), 401 (a malformed or invalid bearer token: src/api/guard.ts), 413 and
- * 415 on methods with a body (fastify's body parser), 429 on the credential paths
- * (src/api/rateLimits.ts). Route-specific ones (403, 404, 409, ...) are the route's to list.
+ * src/api/inputGuard.ts), 401 on the routes that take a bearer token (a malformed or invalid one:
+ * src/api/guard.ts; the others ignore the header), 413 and 415 on methods with a body (fastify's
+ * body parser), 429 on the credential paths (src/api/rateLimits.ts). Route-specific ones (403,
+ * 404, 409, ...) are the route's to list.
  */
-export function hookErrorCodes(method: string, url: string): number[] {
-  const codes = [400, 401];
+export function hookErrorCodes(method: string, url: string, takesBearer: boolean): number[] {
+  const codes = [400];
+  if (takesBearer) codes.push(401);
   if (METHODS_WITH_BODY.has(method)) codes.push(413, 415);
   if (CREDENTIAL_PATHS.has(url)) codes.push(429);
   return codes;
+}
+
+/**
+ * The hooks' errors are JSON `{error, message}` whatever the route produces: on a route whose
+ * answers are another media type (the authorization pages' HTML) the reply names its own.
+ */
+function hookErrorReply(produces: readonly string[] | undefined) {
+  if (!produces || produces.includes('application/json')) return errorReplySchema;
+  return { description: 'an error of the service (`{error, message}`)', content: { 'application/json': { schema: errorReplySchema } } };
 }
 
 function multipartSchema(form: MultipartBody) {
@@ -58,7 +69,10 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   if (!schema || (schema as { hide?: boolean }).hide) return { schema, url };
   const methods = [route.method].flat();
   const response: Record<string, unknown> = { ...((schema.response as Record<string, unknown> | undefined) ?? {}) };
-  for (const method of methods) for (const code of hookErrorCodes(method, url)) response[code] ??= errorReplySchema;
+  const security = (schema as { security?: unknown[] }).security;
+  const takesBearer = Array.isArray(security) && security.length > 0;
+  const hookReply = hookErrorReply((schema as { produces?: readonly string[] }).produces);
+  for (const method of methods) for (const code of hookErrorCodes(method, url, takesBearer)) response[code] ??= hookReply;
   const form = route.config?.multipartBody;
   const requiredQuery = route.config?.requiredQuery;
   const completed: FastifySchema = {

@@ -46,11 +46,14 @@ t.test('the OpenAPI document: a summary and the error replies on every operation
       operations += 1;
       const name = `${method.toUpperCase()} ${url}`;
       if (!operation.summary?.trim()) problems.push(`${name}: no summary`);
-      const expected = ['400', '401'];
+      const expected = ['400'];
+      // Only a route that takes a bearer token refuses one (a route that serves anyone ignores it).
+      const takesBearer = (operation.security?.length ?? 0) > 0;
+      if (takesBearer) expected.push('401');
       if (['post', 'put', 'patch', 'delete'].includes(method)) expected.push('413', '415');
       // A method a route answers only with 405 (GET and DELETE on the MCP endpoint) reaches no resource.
       const onlyRefuses = operation.responses['405'] && !Object.keys(operation.responses).some((code) => code.startsWith('2'));
-      if (operation.security && !onlyRefuses) expected.push('403', '404');
+      if (takesBearer && !onlyRefuses) expected.push('403', '404');
       if (CREDENTIAL_PATHS.has(url.replace(/\{(\w+)\}/g, ':$1'))) expected.push('429');
       for (const code of expected) {
         const reply = operation.responses[code];
@@ -59,9 +62,21 @@ t.test('the OpenAPI document: a summary and the error replies on every operation
         if (!contentType || !media?.schema) problems.push(`${name}: no ${code} reply`);
         else if (!isErrorReply(contentType, media.schema)) problems.push(`${name}: the ${code} reply is not {error, message}`);
       }
+      // A media type that is not JSON holds text: an object schema under it is a JSON reply mislabelled.
+      for (const [code, reply] of Object.entries(operation.responses)) {
+        for (const [contentType, media] of Object.entries(reply.content ?? {})) {
+          if (!/json/.test(contentType) && (media.schema as { type?: unknown }).type === 'object') problems.push(`${name}: the ${code} reply is an object as ${contentType}`);
+        }
+      }
     }
   }
   t.same(problems, [], `${operations} operations checked`);
+  t.same(Object.keys(document.paths['/api/v1/oauth/assets/authorize.css'].get.responses['200'].content ?? {}), ['text/css'], 'the stylesheet is CSS');
+  t.same(
+    Object.keys(document.paths['/api/v1/oauth/authorize/login'].post.responses['429'].content ?? {}),
+    ['application/json'],
+    'a page route names JSON for the errors its hooks send',
+  );
 
   for (const upload of ['/api/v1/repositories/{repoID}/sources/upload', '/api/v1/repositories/{repoID}/reports/upload']) {
     const form = document.paths[upload].post.requestBody?.content['multipart/form-data'];

@@ -280,7 +280,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
 
   app.get(
     OAUTH_STYLESHEET_PATH,
-    { schema: { tags: ['oauth'], summary: 'The stylesheet of the authorization pages', response: { 200: { type: 'string' } } } },
+    { schema: { tags: ['oauth'], summary: 'The stylesheet of the authorization pages', produces: ['text/css'], response: { 200: { type: 'string', description: 'CSS' } } } },
     async (_request, reply) => reply.header('content-type', 'text/css; charset=utf-8').header('cache-control', 'public, max-age=3600').send(OAUTH_STYLESHEET),
   );
 
@@ -349,7 +349,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         consumes: ['application/x-www-form-urlencoded'],
         body: { type: 'object', properties: { email: { type: 'string', maxLength: 320 }, password: { type: 'string', maxLength: 1024 }, ...formFields } },
         produces: ['text/html'],
-        response: { 200: htmlReply, 400: htmlReply, 403: htmlReply },
+        response: { 200: htmlReply, 400: htmlReply, 403: htmlReply, 415: htmlReply },
       },
     },
     async (request, reply) => {
@@ -378,7 +378,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         consumes: ['application/x-www-form-urlencoded'],
         body: { type: 'object', properties: { decision: { type: 'string', maxLength: 64, description: '"approve" grants the request; any other value (the form sends "deny") or none denies it' }, ...formFields } },
         produces: ['text/html'],
-        response: { 200: htmlReply, 302: { type: 'null' }, 400: htmlReply, 403: htmlReply },
+        response: { 200: htmlReply, 302: { type: 'null' }, 400: htmlReply, 403: htmlReply, 415: htmlReply },
       },
     },
     async (request, reply) => {
