@@ -64,7 +64,26 @@ function multipartSchema(form: MultipartBody) {
   };
 }
 
-/** Completes each operation of the OpenAPI document: the hook error replies, multipart bodies and required query parameters. */
+const pascal = (text: string) => text.split(/[^A-Za-z0-9]+/).filter(Boolean).map((word) => word[0].toUpperCase() + word.slice(1)).join('');
+
+/**
+ * A stable `operationId` from the method and path, so client generators name methods alike for
+ * every client: `GET /api/v1/repositories/{repoID}/facts/{factID}` is
+ * `getRepositoriesByRepoIDFactsByFactID` (a parameter is `By` and its name; `/api/v1` left out).
+ */
+export function operationIdOf(method: string, url: string): string {
+  const segments = url
+    .replace(/^\/api\/v1(?=\/|$)/, '')
+    .split('/')
+    .filter(Boolean)
+    .map((segment) => {
+      const parameter = /^:(\w+)$|^\{(\w+)\}$/.exec(segment);
+      return parameter ? `By${pascal(parameter[1] ?? parameter[2])}` : pascal(segment);
+    });
+  return `${method.toLowerCase()}${segments.join('')}`;
+}
+
+/** Completes each operation of the OpenAPI document: its id, the hook error replies, multipart bodies and required query parameters. */
 export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   if (!schema || (schema as { hide?: boolean }).hide) return { schema, url };
   const methods = [route.method].flat();
@@ -76,6 +95,7 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   const form = route.config?.multipartBody;
   const requiredQuery = route.config?.requiredQuery;
   const completed: FastifySchema = {
+    ...(methods.length === 1 && !(schema as { operationId?: string }).operationId ? { operationId: operationIdOf(methods[0], url) } : {}),
     ...schema,
     response,
     ...(form && !schema.body ? { body: multipartSchema(form) } : {}),

@@ -9,6 +9,7 @@ import { startTestService } from '../helpers/service.js';
 
 interface Operation {
   summary?: string;
+  operationId?: string;
   security?: unknown[];
   requestBody?: { content: Record<string, { schema: { properties?: Record<string, { format?: string }> } }> };
   responses: Record<string, { content?: Record<string, { schema: ReplySchema }> }>;
@@ -71,6 +72,10 @@ t.test('the OpenAPI document: a summary and the error replies on every operation
     }
   }
   t.same(problems, [], `${operations} operations checked`);
+  const ids = Object.values(document.paths).flatMap((methods) => Object.values(methods).map((operation) => operation.operationId));
+  t.same(ids.filter((id) => typeof id !== 'string'), [], 'every operation has an operationId');
+  t.equal(new Set(ids).size, ids.length, 'operationIds are unique');
+  t.equal(document.paths['/api/v1/repositories/{repoID}/facts/{factID}'].get.operationId, 'getRepositoriesByRepoIDFactsByFactID');
   t.same(Object.keys(document.paths['/api/v1/oauth/assets/authorize.css'].get.responses['200'].content ?? {}), ['text/css'], 'the stylesheet is CSS');
   t.same(
     Object.keys(document.paths['/api/v1/oauth/authorize/login'].post.responses['429'].content ?? {}),
