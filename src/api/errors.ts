@@ -7,6 +7,7 @@ import { ReportTooLargeError } from '../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
+import { recordAllowedMethods } from './allowedMethods.js';
 import { mediaTypesRead } from './mediaTypes.js';
 
 /** An error with the HTTP status and machine-readable code to answer with (transport failures: no or bad credentials, a malformed body). */
@@ -148,8 +149,14 @@ export function registerErrorHandling(app: FastifyInstance): void {
     request.log.error({ err: error }, 'unhandled error');
     return send(500, 'internal', 'internal error');
   });
+  const allowed = recordAllowedMethods(app);
   app.setNotFoundHandler((request, reply) => {
-    reply.status(404).send({ error: 'not_found', message: `no route for ${request.method} ${request.url.split('?')[0]}` });
+    const path = request.url.split('?')[0];
+    const methods = allowed.of(path);
+    if (methods.length === 0) return reply.status(404).send({ error: 'not_found', message: `no route for ${request.method} ${path}` });
+    const allow = [...methods, 'OPTIONS'].join(', ');
+    if (request.method === 'OPTIONS') return reply.status(204).header('allow', allow).send();
+    return reply.status(405).header('allow', allow).send({ error: 'method_not_allowed', message: `${request.method} is not supported on ${path}; it takes ${allow}` });
   });
 }
 
