@@ -57,6 +57,10 @@ export function redirectUriProblem(uri: unknown): string | null {
   }
   if (uri.includes('#')) return `redirect URI ${uri} must not contain a fragment`;
   if (url.username !== '' || url.password !== '') return `redirect URI ${uri} must not contain user information`;
+  // Matched as written, redirected to as parsed: the two must be one URL. Spellings a parser
+  // rewrites (`http://127.1/cb`, `http://2130706433/cb`, `https://@host/cb`, a trailing newline,
+  // an upper-case host) would be compared as one string and sent to another.
+  if (url.href !== uri && url.href !== `${uri}/`) return `redirect URI ${JSON.stringify(uri)} is not written as a URL parser writes it: register ${url.href}`;
   if (url.protocol === 'https:') return null;
   if (url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname)) return null;
   if (url.protocol === 'http:') return `redirect URI ${uri} uses http on a host that is not loopback; use https`;

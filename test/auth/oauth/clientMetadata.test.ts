@@ -20,6 +20,19 @@ t.test('redirect URIs: https, or http on loopback; no fragment, no user informat
     t.type(redirectUriProblem(bad), 'string', bad);
   }
   t.type(redirectUriProblem(42), 'string', 'not a string');
+  // Compared as written, redirected to as parsed: a spelling the parser rewrites is refused, naming the one to register.
+  for (const [spelt, canonical] of [
+    ['https://app.example/cb\n', 'https://app.example/cb'],
+    ['http://127.1/cb', 'http://127.0.0.1/cb'],
+    ['http://2130706433/cb', 'http://127.0.0.1/cb'],
+    ['http://0x7f000001/cb', 'http://127.0.0.1/cb'],
+    ['https://@app.example/cb', 'https://app.example/cb'],
+    ['https://APP.example/cb', 'https://app.example/cb'],
+    ['https://app.example/a/../cb', 'https://app.example/cb'],
+  ]) {
+    t.equal(redirectUriProblem(spelt), `redirect URI ${JSON.stringify(spelt)} is not written as a URL parser writes it: register ${canonical}`, JSON.stringify(spelt));
+  }
+  t.equal(redirectUriProblem('http://localhost:3000'), null, 'an origin without its path slash is the same URL');
 });
 
 t.test('registration metadata: defaults, what is kept, and refusals with RFC 7591 codes', async (t) => {
