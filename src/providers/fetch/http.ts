@@ -417,7 +417,7 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
         reason,
         status,
         detail,
-        ...(retryAfterMs !== undefined ? { retryAfterMs: Math.min(retryAfterMs, settings.maxDelayMs) } : {}),
+        ...(retryAfterMs !== undefined ? { retryAfterMs } : {}),
       });
     }
     // 408 is the server giving up on a slow request: as transient as a timeout of ours.
@@ -529,7 +529,11 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
       }
 
       const attemptLimit = failure.status === 403 ? retry403MaxAttempts : maxAttempts;
-      if (failure.permanent || attempt >= attemptLimit) {
+      // A server that asks for more time than a backoff may take is not asked again sooner: the
+      // fetch ends now, transient, saying when the server will answer (a retry of the source then).
+      const waitTooLong = failure.retryAfterMs !== undefined && failure.retryAfterMs > settings.maxDelayMs;
+      if (waitTooLong) failure = { ...failure, detail: `${failure.detail ?? failure.reason}; the server asks to retry after ${Math.ceil((failure.retryAfterMs ?? 0) / 1000)} s, more than providers.resolution.retry.max_delay` };
+      if (failure.permanent || attempt >= attemptLimit || waitTooLong) {
         // A permanent failure is the page's (a 404, no document): the host answered (isHostFailure).
         recordOutcome(host, !failure.permanent);
         throw new FetchError({

@@ -284,7 +284,7 @@ t.test('a 403 that clears on the second attempt succeeds', async (t) => {
   t.equal(server.hits(), 2);
 });
 
-t.test('a 429 waits for Retry-After, capped at maxDelay', async (t) => {
+t.test('a 429 waits for Retry-After; one that asks for more than maxDelay ends the fetch at once, transient', async (t) => {
   const retryAfterByPath: Record<string, string> = {
     '/seconds': '3',
     '/too-long': '3600',
@@ -305,10 +305,14 @@ t.test('a 429 waits for Retry-After, capped at maxDelay', async (t) => {
     now: () => Date.parse('2024-05-01T00:00:00Z'),
   });
   await fetcher.fetch(server.url('/seconds'));
-  await fetcher.fetch(server.url('/too-long'));
+  const tooLong = await fetchError(fetcher.fetch(server.url('/too-long')));
+  t.equal(tooLong.permanent, false, 'transient: the server will answer later');
+  t.equal(tooLong.attempts, 1, 'not asked again sooner than it asked');
+  t.equal(tooLong.status, 429);
+  t.match(tooLong.message, /the server asks to retry after 3600 s, more than providers\.resolution\.retry\.max_delay/);
   await fetcher.fetch(server.url('/date'));
-  t.same(delays, [3_000, 10_000, 4_000], 'delta seconds, capped, and an HTTP date');
-  t.equal(server.hits(), 6);
+  t.same(delays, [3_000, 4_000], 'delta seconds and an HTTP date; no wait before giving up');
+  t.equal(server.hits(), 5);
 });
 
 t.test('a 429 without Retry-After falls back to backoff and counts as transient', async (t) => {
