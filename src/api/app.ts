@@ -8,6 +8,7 @@ import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
 import { withCallContext } from '../app/callContext.js';
 import { answerClientError, registerErrorHandling } from './errors.js';
+import { rebuildingReadModels } from '../read/projections.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
 import { registerMediaTypes } from './mediaTypes.js';
@@ -102,7 +103,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
     schemaController: { compilersFactory: processWideSchemaCompilers },
   });
-  registerErrorHandling(app);
+  registerErrorHandling(app, { rebuilding: () => rebuildingReadModels(context) });
   registerSecurityHeaders(app);
   registerMediaTypes(app);
   registerInputGuard(app);

@@ -9,6 +9,7 @@ import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
 import { recordAllowedMethods } from './allowedMethods.js';
 import { mediaTypesRead } from './mediaTypes.js';
+import { notFoundDuringRebuild } from '../read/projections.js';
 
 /** An error with the HTTP status and machine-readable code to answer with (transport failures: no or bad credentials, a malformed body). */
 export class HttpError extends Error {
@@ -57,6 +58,7 @@ export const ERROR_CODES = [
   'rate_limited',
   'not_implemented',
   'internal',
+  'unavailable',
 ] as const;
 
 /** The JSON schema of every error reply: `{error, message}`. */
@@ -117,8 +119,16 @@ function bearerChallenge(request: FastifyRequest, message: string): string {
  * The one mapper from failures to HTTP: `{error, message}` with the right status (an ambiguous
  * concept also lists its `contexts` and `candidates`); internals never leak.
  */
-export function registerErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((error: FastifyError | Error, request, reply) => {
+export interface ErrorHandlingOptions {
+  /** The read models being rebuilt in this process (rebuildingReadModels): a 404 meanwhile is a 503 with Retry-After. */
+  rebuilding?: () => Promise<string[]>;
+}
+
+/** How long a client is asked to wait before it tries again while a read model is rebuilt. */
+const REBUILD_RETRY_AFTER_SECONDS = 5;
+
+export function registerErrorHandling(app: FastifyInstance, options: ErrorHandlingOptions = {}): void {
+  app.setErrorHandler(async (error: FastifyError | Error, request, reply) => {
     const send = (status: number, code: string, message: string, extra: object = {}) => {
       if (status === 401) reply.header('www-authenticate', bearerChallenge(request, message));
       return reply.status(status).send({ error: code, message, ...extra });
@@ -129,6 +139,13 @@ export function registerErrorHandling(app: FastifyInstance): void {
     if (error instanceof ReportTooLargeError) return send(413, 'payload_too_large', error.message);
     if (error instanceof DomainError) {
       const [status, code] = domainStatus[error.code];
+      if (status === 404 && options.rebuilding) {
+        const rebuilding = await options.rebuilding();
+        if (rebuilding.length > 0) {
+          reply.header('retry-after', String(REBUILD_RETRY_AFTER_SECONDS));
+          return send(503, 'unavailable', notFoundDuringRebuild(error.message, rebuilding));
+        }
+      }
       return send(status, code, error.message);
     }
     if (error instanceof AuthenticationError) return send(401, 'unauthorized', error.message);

@@ -9,6 +9,7 @@ import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../domain/text.js';
 import { MAX_OFFSET } from '../../read/paging.js';
+import { notFoundDuringRebuild, rebuildingReadModels } from '../../read/projections.js';
 import { ReportTooLargeError } from '../../domain/report/decider.js';
 import { ConcurrencyError, InvalidEventError } from '../../eventstore/port.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../../search/port.js';
@@ -16,7 +17,7 @@ import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../../s
 /** Who calls a tool and with what: the same application layer and Principal a REST route has. */
 export interface ToolCall {
   app: Application;
-  context: Pick<AppContext, 'config' | 'log' | 'audit'>;
+  context: Pick<AppContext, 'config' | 'log' | 'audit' | 'projections'>;
   principal: Principal;
   trace: Trace;
   clientAddress?: string;
@@ -75,8 +76,13 @@ export const toolError = (message: string): CallToolResult => ({ isError: true, 
  * a missing repository, concept or report "... not found"); anything unexpected is logged and
  * answered "internal error", never with its details.
  */
-export function toolFailure(error: unknown, log: Pick<AppContext['log'], 'error'>): CallToolResult {
+export async function toolFailure(error: unknown, context: Pick<AppContext, 'log'> & { projections: Pick<AppContext['projections'], 'status'> }): Promise<CallToolResult> {
+  const { log } = context;
   if (error instanceof DomainError) {
+    if (error.code === 'not_found' || error.code === 'gone') {
+      const rebuilding = await rebuildingReadModels(context);
+      if (rebuilding.length > 0) return toolError(`unavailable: ${notFoundDuringRebuild(error.message, rebuilding)}`);
+    }
     const prefix = error.code === 'not_found' || error.code === 'gone' ? 'not found: ' : error.code === 'conflict' ? 'conflict: ' : error.code === 'invalid' ? 'invalid: ' : '';
     return toolError(error.code === 'forbidden' ? error.message : `${prefix}${error.message}`);
   }
@@ -139,7 +145,7 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
             try {
               return toolResult(await spec.run(call, parsed.data));
             } catch (error) {
-              return toolFailure(error, call.context.log);
+              return toolFailure(error, call.context);
             }
           },
         );
