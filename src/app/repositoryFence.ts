@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { principalCan, repositoryDomain, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
+import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
 import type { Database } from '../db/database.js';
 import { withNamedLock } from '../db/namedLock.js';
 import type { EventMetadata } from '../eventstore/envelope.js';
@@ -19,7 +19,8 @@ import { forbidden } from './errors.js';
  * granted there. A change of who may act there (a role granted or revoked, the repository
  * deleted) holds it alone. A change that committed first is then seen by the check; one that
  * comes later waits for the commands already appending. The lock is per repository, in this
- * process and across the processes of a server (src/db/namedLock.ts).
+ * process and across the processes of a server (src/db/namedLock.ts); a sysadmin's rights come
+ * from the system domain, whose own lock fences them the same way (SYSTEM_ACCESS_LOCK).
  */
 export interface RepositoryFence {
   run<T>(metadata: EventMetadata, access: 'acts' | 'changes', work: () => Promise<T>): Promise<T>;
@@ -32,17 +33,31 @@ export interface GrantedPermission {
   permission: Permission;
 }
 
+/**
+ * The lock of the system domain's roles: a sysadmin acts in every repository through it, so a
+ * command that a system role allowed holds it shared (before the repository's: one order, no
+ * deadlock), and a change of a system role holds it alone.
+ */
+const SYSTEM_ACCESS_LOCK = 'factlog.repository-access.system';
+
+/** Whether a permission in the repository comes to the caller through a role of the system domain (a sysadmin's). */
+function grantedBySystemRole(grant: GrantedPermission): boolean {
+  const systemRoles = grant.principal.assignments.filter((assignment) => assignment.domain === SYSTEM_DOMAIN);
+  return systemRoles.length > 0 && principalCan({ ...grant.principal, assignments: systemRoles }, grant.domain, grant.permission);
+}
+
 export function createRepositoryFence(deps: { db: Database; roleAssignments: (userId: string) => Promise<RoleAssignment[]> }): RepositoryFence {
   const knex: Knex = deps.db.knex;
   return {
     async run(metadata, access, work) {
       const repositoryId = metadata.repositoryId;
-      if (!repositoryId) return work();
+      // A change of a system role (sysadmin granted or revoked) concerns every repository.
+      if (!repositoryId) return access === 'changes' ? withNamedLock(deps.db, SYSTEM_ACCESS_LOCK, work, 'exclusive') : work();
       const domain = repositoryDomain(repositoryId);
       const granted = (currentCall()?.granted ?? []).filter((grant) => grant.domain === domain && grant.principal.userId === metadata.actor);
       // Commands of the pipeline, and of calls that act through no permission in the repository (creating it), have nothing to re-check.
       if (access === 'acts' && granted.length === 0) return work();
-      return withNamedLock(
+      const fenced = () => withNamedLock(
         deps.db,
         `factlog.repository-access.${repositoryId}`,
         async () => {
@@ -57,6 +72,7 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
         },
         access === 'acts' ? 'shared' : 'exclusive',
       );
+      return access === 'acts' && granted.some(grantedBySystemRole) ? withNamedLock(deps.db, SYSTEM_ACCESS_LOCK, fenced, 'shared') : fenced();
     },
   };
 }

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { authorizeRepository, commandMetadata } from '../../src/app/access.js';
 import { withCallContext, type CallContext } from '../../src/app/callContext.js';
+import { createRepositoryFence } from '../../src/app/repositoryFence.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { reportDecider } from '../../src/domain/report/decider.js';
 import { streamName } from '../../src/eventstore/envelope.js';
@@ -58,6 +59,34 @@ t.test('a command allowed before its caller lost the role appends nothing: forbi
   const removed = await repositoryWithEditor('Removed');
   const remove = () => call('remove', () => harness.app.members.removeMember(owner, { repository: removed.repository, user_id: removed.editor.userId }));
   await rejectsWith(t, createReportAfter(removed.editor, removed.repository, '00000000-0000-4000-8000-00000000fe03', remove), 'forbidden');
+});
+
+t.test("a sysadmin's command in a repository holds the system roles' lock: a revocation of sysadmin waits for it", async (t) => {
+  const { repository } = await repositoryWithEditor('Administered');
+  const admin = await harness.refreshed(harness.admin);
+  const fence = createRepositoryFence({ db: harness.service.context.db, roleAssignments: (userId) => harness.service.context.identity.roleAssignments(userId) });
+  const order: string[] = [];
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let entered!: () => void;
+  const inside = new Promise<void>((resolve) => (entered = resolve));
+  const acting = call('act as sysadmin', async () => {
+    await authorizeRepository(harness.service.context.db.knex, admin, repository, 'reports:create');
+    return fence.run(commandMetadata(admin, repository), 'acts', async () => {
+      entered();
+      await gate;
+      order.push('command appended');
+    });
+  });
+  await inside;
+  const revoking = fence.run(commandMetadata(owner, null), 'changes', async () => {
+    order.push('sysadmin revoked');
+  });
+  // Had the revocation no lock to wait for, it would have run by now.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  release();
+  await Promise.all([acting, revoking]);
+  t.same(order, ['command appended', 'sysadmin revoked']);
 });
 
 t.test('a command whose caller still holds the permission appends as before', async (t) => {
