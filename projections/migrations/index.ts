@@ -577,7 +577,34 @@ export const readModelMigrations: readonly Migration[] = [
   },
 ];
 
+/**
+ * A database migrated by a newer factlog: `schema_migrations` names migrations this code does not
+ * have. Its schema is one this code was not written for, so nothing may run on it (a later
+ * statement would fail on a renamed column, or quietly write what the newer code reads otherwise).
+ */
+export class NewerSchemaError extends Error {
+  constructor(readonly unknownIds: readonly string[]) {
+    super(
+      `the database was migrated by a newer factlog: it holds migration${unknownIds.length === 1 ? '' : 's'} ${unknownIds.join(', ')}, which this version does not know; ` +
+        'run the newer factlog on it (or restore a backup made by this version)',
+    );
+    this.name = 'NewerSchemaError';
+  }
+}
+
+/** Throws NewerSchemaError when `schema_migrations` records ids that `readModelMigrations` lacks (the only list that table records). */
+export async function refuseNewerSchema(knex: Knex): Promise<void> {
+  const table = await knex.raw<{ rows: Array<{ found: boolean }> }>(`SELECT to_regclass('schema_migrations') IS NOT NULL AS found`);
+  if (table.rows[0]?.found !== true) return; // a new database
+  const known = new Set(readModelMigrations.map((migration) => migration.id));
+  const recorded = await knex('schema_migrations').orderBy('id').pluck<string[]>('id');
+  const unknownIds = recorded.filter((id) => !known.has(id));
+  if (unknownIds.length > 0) throw new NewerSchemaError(unknownIds);
+}
+
+/** Applies the read-model migrations not yet applied; refuses first a database a newer factlog migrated. */
 export async function migrateReadModels(knex: Knex): Promise<string[]> {
+  await refuseNewerSchema(knex);
   const ran: string[] = [];
   for (const migration of readModelMigrations) {
     // One node applies each migration; the others wait for the lock and then find it applied.

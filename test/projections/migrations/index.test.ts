@@ -23,3 +23,16 @@ t.test('019: the role assignments of repositories deleted before it go, the othe
     { user_id: 'u1', role: 'user', domain: 'system' },
   ]);
 });
+
+t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  await db.knex('schema_migrations').where({ id: '019_role_assignments_of_deleted_repositories' }).delete();
+  await db.knex('schema_migrations').insert([{ id: '999_from_the_future' }, { id: '998_also_newer' }]);
+
+  await t.rejects(migrateReadModels(db.knex), {
+    name: 'NewerSchemaError',
+    message: /^the database was migrated by a newer factlog: it holds migrations 998_also_newer, 999_from_the_future, which this version does not know/,
+  });
+  t.same(await db.knex('schema_migrations').where({ id: '019_role_assignments_of_deleted_repositories' }), [], 'the missing known migration was not run');
+});
