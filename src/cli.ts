@@ -199,16 +199,18 @@ export function buildCli(): Command {
     .description('operator commands on users (embedded and dev profiles)')
     .command('promote <email>')
     .description('make a registered user sysadmin on the system domain (idempotent): the way back in when no administrator is left')
-    .action((email: string) =>
-      withContext(async (context) => {
-        // The spec's dev-profile operator command: a deployment's administrators are managed through the API.
-        if (context.config.profile !== 'dev' && context.config.profile !== 'embedded') {
-          throw new Error(`users promote runs on the embedded and dev profiles only (this is ${context.config.profile}); grant roles with PUT /api/v1/admin/users/roles`);
-        }
+    .action((email: string) => {
+      // The spec's dev-profile operator command: a deployment's administrators are managed through the API.
+      // Checked before anything is opened: a refused profile's database is not this command's to migrate.
+      const { profile } = config();
+      if (profile !== 'dev' && profile !== 'embedded') {
+        throw new Error(`users promote runs on the embedded and dev profiles only (this is ${profile}); grant roles with PUT /api/v1/admin/users/roles`);
+      }
+      return withContext(async (context) => {
         const { user, promoted } = await context.identity.promoteToSysadmin(email, 'system:cli');
         console.log(promoted ? `${user.email} is now sysadmin` : `${user.email} already is sysadmin`);
-      }),
-    );
+      });
+    });
 
   const events = program.command('events').description('the event log');
   events

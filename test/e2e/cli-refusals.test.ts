@@ -1,0 +1,31 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import t, { type Test } from 'tap';
+import { freePort, runCli } from '../helpers/processes.js';
+
+// CLI commands that must refuse before opening (or creating) anything: one line on stderr, no
+// stack, and the stated exit code. Each case is one CLI process under tsx (seconds).
+t.setTimeout(600_000);
+
+/** A fresh working directory whose `data` the CLI is pointed at (runCli sets STORAGE_DATA_DIR). */
+async function scratch(t: Test): Promise<string> {
+  const cwd = await mkdtemp(path.join(tmpdir(), 'factlog-cli-refusals-'));
+  t.teardown(() => rm(cwd, { recursive: true, force: true }));
+  return cwd;
+}
+
+/** The one line a refusal prints, asserted to be the only output and stack-free. */
+function assertOneLine(t: Test, stderr: string): void {
+  t.equal(stderr.trim().split('\n').length, 1, `one line: ${stderr}`);
+  t.notMatch(stderr, /\n\s+at /, 'no stack');
+}
+
+t.test('users promote on a profile that refuses it says so before opening the database', async (t) => {
+  const cwd = await scratch(t);
+  const unreachable = `postgres://nobody:x@127.0.0.1:${await freePort()}/none`;
+  const refused = await runCli(cwd, ['users', 'promote', 'someone@example.org'], { PROFILE: 'distributed', DATABASES_DEFAULT_URL: unreachable });
+  t.equal(refused.code, 1);
+  t.match(refused.stderr, /^factlog: users promote runs on the embedded and dev profiles only \(this is distributed\); grant roles with PUT \/api\/v1\/admin\/users\/roles$/m);
+  assertOneLine(t, refused.stderr);
+});
