@@ -235,9 +235,10 @@ export function buildCli(): Command {
     .command('tail')
     .description('print events as JSON lines from a global position')
     .option('--from <position>', 'print events after this global position', (value) => {
-      const position = Number(value);
-      // The REST `from`'s bound: 1e20 is a whole number, but no position (PostgreSQL's bigint refused it in its own words).
-      if (!Number.isInteger(position) || position < 0 || position > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError(`--from takes a whole number from 0 to ${Number.MAX_SAFE_INTEGER}`);
+      // Decimal digits only, as the REST `from`: Number() would take '' as 0, 0x10 as 16 and 1e3 as 1000.
+      const position = /^[0-9]+$/.test(value) ? Number(value) : NaN;
+      // The REST `from`'s bound: a longer number is no position (PostgreSQL's bigint refused it in its own words).
+      if (!(position <= Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError(`--from must be an integer in decimal digits from 0 to ${Number.MAX_SAFE_INTEGER}`);
       return position;
     }, 0)
     .option('--follow', 'keep printing new events until interrupted')

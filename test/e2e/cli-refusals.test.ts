@@ -29,3 +29,12 @@ t.test('users promote on a profile that refuses it says so before opening the da
   t.match(refused.stderr, /^factlog: users promote runs on the embedded and dev profiles only \(this is distributed\); grant roles with PUT \/api\/v1\/admin\/users\/roles$/m);
   assertOneLine(t, refused.stderr);
 });
+
+t.test('events tail --from takes decimal digits only, as the REST API', async (t) => {
+  const cwd = await scratch(t);
+  for (const from of ['', '0x10', '1e3', ' 5', '5.0', '-3', '9007199254740992']) {
+    const refused = await runCli(cwd, ['events', 'tail', '--from', from]);
+    t.not(refused.code, 0, `--from '${from}'`);
+    t.match(refused.stderr, /--from must be an integer in decimal digits from 0 to 9007199254740991/, `--from '${from}'`);
+  }
+});

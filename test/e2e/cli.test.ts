@@ -78,7 +78,7 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
 
   const tooFar = await factlog(cwd, ['events', 'tail', '--from', '1e20']);
   t.not(tooFar.code, 0);
-  t.match(tooFar.stderr, /--from takes a whole number from 0 to 9007199254740991/);
+  t.match(tooFar.stderr, /--from must be an integer in decimal digits from 0 to 9007199254740991/);
 
   // The log's warnings (here production's about bootstrap.auto_promote_first_user) go to stderr:
   // stdout stays the command's output, one event a line.
