@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
@@ -80,6 +80,24 @@ export const EMBEDDED_AUTOVACUUM_INTERVAL_MS = 10_000;
 /** File-system refusals of a data directory, said as such: `mkdir -p` on a read-only mount reports ENOENT. */
 const UNWRITABLE = new Set(['EROFS', 'EACCES', 'EPERM', 'ENOENT', 'ENOTDIR']);
 
+/**
+ * `mkdir -p`, one missing component at a time. Node's recursive mkdir loops forever where a
+ * directory exists but refuses a child with ENOENT (`/proc/x`: mkdir('/proc/x') is ENOENT,
+ * mkdir('/proc') EEXIST); here a component still refused once its parent exists fails with that ENOENT.
+ */
+function makeDirectories(dir: string, parentMade = false): void {
+  try {
+    mkdirSync(dir);
+    return;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST' && statSync(dir).isDirectory()) return;
+    if (code !== 'ENOENT' || parentMade || path.dirname(dir) === dir) throw error;
+  }
+  makeDirectories(path.dirname(dir));
+  makeDirectories(dir, true);
+}
+
 /** Runs `open` (making and locking the directory); a refusal names the directory and the setting. */
 function writableDataDir<T>(dataDir: string, open: () => T): T {
   try {
@@ -96,7 +114,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     const inMemory = options.dataDir.startsWith('memory://');
     // One process per data directory: a second opener gets DataDirLockedError naming the owner.
     const lock = inMemory ? null : writableDataDir(path.resolve(options.dataDir), () => {
-      mkdirSync(path.resolve(options.dataDir), { recursive: true });
+      makeDirectories(path.resolve(options.dataDir));
       return acquireDataDirLock(path.resolve(options.dataDir));
     });
     const settings = { ...pgliteSettings, ...(options.settings ?? {}) };

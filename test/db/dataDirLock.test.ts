@@ -90,3 +90,10 @@ t.test('a data directory that cannot be made or written is said so, naming the s
     message: /^cannot use the data directory .*a-file\/pglite \(storage\.data_dir, STORAGE_DATA_DIR\): it must be a directory this process can create and write \(ENOTDIR/,
   });
 });
+
+t.test('a data directory under a directory that refuses children (/proc) is said so, not looped on', { skip: !existsSync('/proc/self') && 'no /proc here' }, async (t) => {
+  // Node's recursive mkdir looped forever here: mkdir('/proc/x') is ENOENT, mkdir('/proc') EEXIST.
+  await t.rejects(openDatabase({ kind: 'pglite', dataDir: '/proc/factlog-no-such/pglite' }), {
+    message: /^cannot use the data directory \/proc\/factlog-no-such\/pglite \(storage\.data_dir, STORAGE_DATA_DIR\): it must be a directory this process can create and write \(ENOENT/,
+  });
+});
