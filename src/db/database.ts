@@ -91,7 +91,11 @@ function makeDirectories(dir: string, parentMade = false): void {
     return;
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST' && statSync(dir).isDirectory()) return;
+    if (code === 'EEXIST') {
+      if (statSync(dir).isDirectory()) return;
+      // A file where the directory should be: said as a path that is not a directory, like a file on the way to it.
+      throw Object.assign(new Error(`ENOTDIR: not a directory, mkdir '${dir}'`), { code: 'ENOTDIR' });
+    }
     if (code !== 'ENOENT' || parentMade || path.dirname(dir) === dir) throw error;
   }
   makeDirectories(path.dirname(dir));

@@ -89,6 +89,10 @@ t.test('a data directory that cannot be made or written is said so, naming the s
   await t.rejects(openDatabase({ kind: 'pglite', dataDir: path.join(file, 'pglite') }), {
     message: /^cannot use the data directory .*a-file\/pglite \(storage\.data_dir, STORAGE_DATA_DIR\): it must be a directory this process can create and write \(ENOTDIR/,
   });
+  // The embedded database's own directory a file: said the same way, not as mkdir's EEXIST.
+  await t.rejects(openDatabase({ kind: 'pglite', dataDir: file }), {
+    message: /^cannot use the data directory .*a-file \(storage\.data_dir, STORAGE_DATA_DIR\): it must be a directory this process can create and write \(ENOTDIR/,
+  });
 });
 
 t.test('a data directory under a directory that refuses children (/proc) is said so, not looped on', { skip: !existsSync('/proc/self') && 'no /proc here' }, async (t) => {
