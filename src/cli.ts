@@ -10,6 +10,8 @@ import { copyEvents } from './eventstore/copy.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
 import { EventSchemaRegistry } from './eventstore/schemas.js';
 import { openDatabase } from './db/database.js';
+import { needsInitdb } from './db/pgliteThread.js';
+import { databaseOptions, dataPaths } from './config/derived.js';
 import { announceDataDirUrl, DataDirLockedError, nameRunningCommand } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
 
@@ -35,6 +37,24 @@ async function openCopyTarget(target: string): Promise<{ store: EventStore; clos
     return { store, close: async () => { await store.close(); await db.close(); } };
   }
   throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not '${target}'`);
+}
+
+/**
+ * Refuses an embedded database that does not exist yet: a command that only reads (or changes a
+ * stored thing) would otherwise create an empty one in a misspelt data directory and report
+ * success on it. `serve` and `migrate` create it.
+ */
+function refuseMissingDatabase(config: Config): void {
+  const names = new Set([config.readmodels.database]);
+  if (config.eventstore.backend === 'postgres') names.add(config.eventstore.database);
+  for (const name of names) {
+    const options = databaseOptions(config, name);
+    if (options.kind === 'pglite' && needsInitdb(options.dataDir)) {
+      throw new Error(
+        `the data directory ${dataPaths(config).dataDir} (storage.data_dir, STORAGE_DATA_DIR) holds no database (${options.dataDir} is missing or empty): check the setting; \`factlog migrate\` or \`factlog serve\` creates one`,
+      );
+    }
+  }
 }
 
 /** The running service that owns the embedded data directory, asked over its admin API. */
@@ -79,12 +99,14 @@ export function buildCli(): Command {
    */
   async function withContext(
     work: (context: AppContext) => Promise<void>,
-    options: { projections?: boolean; remote?: (service: RunningService) => Promise<void> } = {},
+    options: { projections?: boolean; remote?: (service: RunningService) => Promise<void>; createsDatabase?: boolean } = {},
   ) {
+    const settings = config();
+    if (!options.createsDatabase) refuseMissingDatabase(settings);
     let context: AppContext;
     try {
       // The log goes to stderr: stdout is the command's output (`events tail | jq`).
-      context = await createAppContext(config(), { workers: false, logger: pino({ level: 'warn' }, pino.destination(2)) });
+      context = await createAppContext(settings, { workers: false, logger: pino({ level: 'warn' }, pino.destination(2)) });
     } catch (error) {
       if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
       const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
@@ -154,7 +176,7 @@ export function buildCli(): Command {
   program
     .command('migrate')
     .description('create or upgrade the event store and read-model schemas')
-    .action(() => withContext(async () => console.log('migrations applied')));
+    .action(() => withContext(async () => console.log('migrations applied'), { createsDatabase: true }));
 
   const projections = program.command('projections').description('read-model projections');
   projections

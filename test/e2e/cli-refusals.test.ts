@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -36,5 +37,24 @@ t.test('events tail --from takes decimal digits only, as the REST API', async (t
     const refused = await runCli(cwd, ['events', 'tail', '--from', from]);
     t.not(refused.code, 0, `--from '${from}'`);
     t.match(refused.stderr, /--from must be an integer in decimal digits from 0 to 9007199254740991/, `--from '${from}'`);
+  }
+});
+
+t.test('commands that read a data directory refuse one that holds no database, and create nothing', async (t) => {
+  const cwd = await scratch(t);
+  const dataDir = path.join(cwd, 'data');
+  const commands = [
+    ['events', 'tail'],
+    ['events', 'copy', '--to', 'postgres://nobody@127.0.0.1:1/none'],
+    ['projections', 'list'],
+    ['projections', 'rebuild', 'facts'],
+    ['users', 'promote', 'someone@example.org'],
+  ];
+  for (const command of commands) {
+    const refused = await runCli(cwd, command);
+    t.equal(refused.code, 1, command.join(' '));
+    t.match(refused.stderr, `factlog: the data directory ${dataDir} (storage.data_dir, STORAGE_DATA_DIR) holds no database`, command.join(' '));
+    assertOneLine(t, refused.stderr);
+    t.notOk(existsSync(dataDir), `${command.join(' ')} created nothing`);
   }
 });
