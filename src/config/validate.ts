@@ -4,6 +4,7 @@ import { parseDuration } from './duration.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
+import { parseCidr } from '../providers/fetch/addressPolicy.js';
 import { type LlmRetrySettings, validateLlmRetryConstraint, worstCaseRetryMs } from '../providers/llm/retry.js';
 
 let compiled: { schemaPath: string; validate: ValidateFunction } | undefined;
@@ -119,19 +120,36 @@ function describe(error: ErrorObject, origins: Origins): string | undefined {
  */
 export function validateConfig(tree: unknown, schemaPath: string, origins: Origins = new Map()): Config {
   const validate = validatorFor(schemaPath);
-  if (!validate(tree)) {
-    const problems = [
-      ...new Set((validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined)),
-    ];
-    throw new ConfigError(problems);
-  }
+  const schemaProblems = validate(tree)
+    ? []
+    : [...new Set((validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined))];
+  // Listed with the schema's problems: a pattern cannot judge an address's octets or a prefix for its family.
+  const valueProblems = cidrProblems(tree).map((problem) => withOrigin(problem, origins));
+  if (schemaProblems.length > 0 || valueProblems.length > 0) throw new ConfigError([...schemaProblems, ...valueProblems]);
   const config = tree as Config;
-  const problems = crossFieldProblems(config).map(([keyPath, problem]) => {
-    const origin = originOf(keyPath.replace(/\[(\d+)\]/g, '.$1').split('.'), origins);
-    return `${keyPath}: ${problem}${origin ? ` (set by ${origin})` : ''}`;
-  });
+  const problems = crossFieldProblems(config).map((problem) => withOrigin(problem, origins));
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** `<dotted key>: <problem> (set by <origin>)`, the origin found for the key or a mapping above it. */
+function withOrigin([keyPath, problem]: [string, string], origins: Origins): string {
+  const origin = originOf(keyPath.replace(/\[(\d+)\]/g, '.$1').split('.'), origins);
+  return `${keyPath}: ${problem}${origin ? ` (set by ${origin})` : ''}`;
+}
+
+/** Each `network.allow_cidrs` entry that is no address or range (parseCidr); entries of the wrong type are the schema's. */
+function cidrProblems(tree: unknown): Array<[string, string]> {
+  const network = (tree as { network?: { allow_cidrs?: unknown } } | null)?.network;
+  const entries = network?.allow_cidrs;
+  if (!Array.isArray(entries)) return [];
+  const problems: Array<[string, string]> = [];
+  entries.forEach((entry: unknown, index) => {
+    if (typeof entry !== 'string' || entry === '') return;
+    const cidr = parseCidr(entry);
+    if ('problem' in cidr) problems.push([`network.allow_cidrs[${index}]`, cidr.problem]);
+  });
+  return problems;
 }
 
 /** providers.llm_retry as the retry policy's settings (milliseconds). */

@@ -564,3 +564,14 @@ t.test('bootstrapAdminFromEnv reads the three secrets, or gives null', async (t)
   const config = load({ env: all });
   t.notMatch(JSON.stringify(config), /s3cret/, 'the admin password never enters the configuration');
 });
+
+t.test('network.allow_cidrs entries are validated with the rest, without echoing them', async (t) => {
+  const message = configErrorOf(() => load({ env: { NETWORK_ALLOW_CIDRS: '10.20.0.0/16, 999.1.1.1/99, 10.0.0.0/40, 10.0.0.0/, fd00::/8, 10.0.0.0/0x8', SERVER_PORT: '70000' } }));
+  t.match(message, /server\.port: must be at most 65535/, 'listed with the other problems');
+  t.match(message, /network\.allow_cidrs\[1\]: must be an IP address or a CIDR range such as 10\.20\.0\.0\/16 or fd00::\/8 \(set by environment variable NETWORK_ALLOW_CIDRS\)/);
+  t.match(message, /network\.allow_cidrs\[2\]: must have a prefix length from 0 to 32 \(set by environment variable NETWORK_ALLOW_CIDRS\)/);
+  t.match(message, /network\.allow_cidrs\[3\]: must have a prefix length from 0 to 32/, 'an empty prefix is no /0');
+  t.match(message, /network\.allow_cidrs\[5\]: must have a prefix length from 0 to 32/);
+  t.notMatch(message, /allow_cidrs\[(0|4)\]/, 'the good entries pass');
+  t.notMatch(message, /999\.1\.1\.1|10\.0\.0\.0\/40/, 'no value echoed');
+});

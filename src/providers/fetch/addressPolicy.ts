@@ -157,17 +157,26 @@ export interface AddressPolicy {
   readonly lookup: LookupFunction;
 }
 
+/** One `network.allow_cidrs` entry read: an address and a prefix length, or what is wrong with it (never echoing it). */
+export function parseCidr(entry: string): { network: string; prefix: number; type: 'ipv4' | 'ipv6' } | { problem: string } {
+  const parts = entry.trim().split('/');
+  const family = isIP(parts[0]);
+  if (family === 0 || parts.length > 2) return { problem: 'must be an IP address or a CIDR range such as 10.20.0.0/16 or fd00::/8' };
+  const longest = family === 4 ? 32 : 128;
+  // Decimal digits only: Number() would take '' (a trailing slash) as 0, which allows everything.
+  const prefix = parts.length === 1 ? longest : /^[0-9]{1,3}$/.test(parts[1]) ? Number(parts[1]) : NaN;
+  if (!(prefix <= longest)) return { problem: `must have a prefix length from 0 to ${longest}` };
+  return { network: parts[0], prefix, type: family === 4 ? 'ipv4' : 'ipv6' };
+}
+
+/** The configuration validates the entries (parseCidr); a bad one here is a caller's bug. */
 function cidrList(cidrs: readonly string[]): BlockList {
   const list = new BlockList();
-  for (const entry of cidrs) {
-    const [network, prefixText] = entry.trim().split('/');
-    const family = isIP(network);
-    if (family === 0) throw new Error(`network.allow_cidrs: '${entry}' is not an IP address or CIDR range`);
-    const type = family === 4 ? 'ipv4' : 'ipv6';
-    const prefix = prefixText === undefined ? (family === 4 ? 32 : 128) : Number(prefixText);
-    if (!Number.isInteger(prefix) || prefix < 0 || prefix > (family === 4 ? 32 : 128)) throw new Error(`network.allow_cidrs: '${entry}' has a bad prefix length`);
-    list.addSubnet(network, prefix, type);
-  }
+  cidrs.forEach((entry, index) => {
+    const cidr = parseCidr(entry);
+    if ('problem' in cidr) throw new Error(`network.allow_cidrs[${index}]: ${cidr.problem}`);
+    list.addSubnet(cidr.network, cidr.prefix, cidr.type);
+  });
   return list;
 }
 
