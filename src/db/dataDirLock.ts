@@ -15,6 +15,12 @@ export interface DataDirOwner {
   startedAt: string;
   /** The HTTP address of a serving owner, once it listens (see `announceDataDirUrl`). */
   url?: string;
+  /**
+   * The kernel's boot id and the process's start time (clock ticks since boot) where /proc has
+   * them: a pid alive after a reboot, or reused by another process, is not the owner.
+   */
+  bootId?: string;
+  processStartTicks?: string;
 }
 
 export class DataDirLockedError extends Error {
@@ -47,7 +53,7 @@ process.once('exit', () => {
 export function acquireDataDirLock(dataDir: string, command = describeCommand()): DataDirLock {
   const lockPath = `${dataDir}.lock`;
   if (held.has(lockPath)) throw new DataDirLockedError(dataDir, lockPath, held.get(lockPath)!);
-  const owner: DataDirOwner = { pid: process.pid, hostname: hostname(), command, startedAt: new Date().toISOString() };
+  const owner: DataDirOwner = { pid: process.pid, hostname: hostname(), command, startedAt: new Date().toISOString(), ...processIdentity(process.pid) };
   for (let attempt = 0; ; attempt++) {
     if (createExclusively(lockPath, owner)) break;
     const current = readOwner(lockPath);
@@ -113,7 +119,7 @@ function createExclusively(lockPath: string, owner: DataDirOwner): boolean {
  */
 function takeOverStale(lockPath: string, stale: DataDirOwner | 'unreadable'): void {
   const takeover = `${lockPath}.takeover`;
-  const self: DataDirOwner = { pid: process.pid, hostname: hostname(), command: 'takeover', startedAt: new Date().toISOString() };
+  const self: DataDirOwner = { pid: process.pid, hostname: hostname(), command: 'takeover', startedAt: new Date().toISOString(), ...processIdentity(process.pid) };
   if (!createExclusively(takeover, self)) {
     const other = readOwner(takeover);
     if (typeof other === 'object' && isAlive(other)) return; // the other opener replaces it; look again
@@ -167,8 +173,36 @@ function isAlive(owner: DataDirOwner): boolean {
   if (owner.pid === process.pid) return [...held.values()].some((mine) => mine.startedAt === owner.startedAt);
   try {
     process.kill(owner.pid, 0);
-    return true;
   } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM'; // alive, owned by another user
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return false; // EPERM: alive, owned by another user
+  }
+  // A live pid is the owner only if it is the same process: not after a reboot, nor reused since.
+  // Locks written without the identity (older versions, no /proc) trust the pid alone.
+  if (owner.bootId === undefined || owner.processStartTicks === undefined) return true;
+  const now = processIdentity(owner.pid);
+  if (now.bootId === undefined) return true; // no /proc here: cannot tell
+  if (now.bootId !== owner.bootId) return false; // written before a reboot
+  return now.processStartTicks === undefined || now.processStartTicks === owner.processStartTicks; // unreadable stat: trust the pid
+}
+
+/**
+ * What tells a process from a later one with the same pid, on Linux: the boot id
+ * (/proc/sys/kernel/random/boot_id) and the start time (field 22 of /proc/<pid>/stat). Empty
+ * where /proc has no such files; `processStartTicks` is absent when the process is gone.
+ */
+function processIdentity(pid: number): Pick<DataDirOwner, 'bootId' | 'processStartTicks'> {
+  let bootId: string;
+  try {
+    bootId = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    return {};
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Field 2, the command name, is in parentheses and may hold spaces and ')': count from the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { bootId, processStartTicks: fields[22 - 3] };
+  } catch {
+    return { bootId };
   }
 }

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -100,4 +100,38 @@ t.test('a data directory under a directory that refuses children (/proc) is said
   await t.rejects(openDatabase({ kind: 'pglite', dataDir: '/proc/factlog-no-such/pglite' }), {
     message: /^cannot use the data directory \/proc\/factlog-no-such\/pglite \(storage\.data_dir, STORAGE_DATA_DIR\): it must be a directory this process can create and write \(ENOENT/,
   });
+});
+
+/** The boot id and start time /proc gives a pid, as a lock records them. */
+function identityOf(pid: number): { bootId: string; processStartTicks: string } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return { bootId: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(), processStartTicks: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] };
+}
+
+t.test('a lock whose live pid is another process now (a reboot, a reused pid) is taken over', { skip: !existsSync('/proc/sys/kernel/random/boot_id') && 'no /proc here' }, async (t) => {
+  const dir = scratchDir(t);
+  const lockPath = `${dir}.lock`;
+  const owner = { pid: 1, hostname: hostname(), command: 'factlog serve', startedAt: '2026-01-01T00:00:00.000Z' };
+  const pidOne = identityOf(1);
+
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pidOne, processStartTicks: `${pidOne.processStartTicks}1` }));
+  const reused = acquireDataDirLock(dir);
+  const mine = JSON.parse(readFileSync(reused.lockPath, 'utf8'));
+  t.equal(mine.pid, process.pid, 'pid 1 started at another time: reused');
+  t.match(mine, identityOf(process.pid), 'a new lock records its identity');
+  reused.release();
+
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pidOne, bootId: 'another-boot' }));
+  const afterReboot = acquireDataDirLock(dir);
+  t.equal(JSON.parse(readFileSync(afterReboot.lockPath, 'utf8')).pid, process.pid, 'written before a reboot');
+  afterReboot.release();
+
+  writeFileSync(lockPath, JSON.stringify(owner));
+  t.throws(() => acquireDataDirLock(dir), DataDirLockedError, 'an old lock without the identity trusts its live pid, as before');
+
+  // A live owner with the identity it recorded keeps its lock.
+  const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60_000)'], { stdio: 'ignore' });
+  t.teardown(() => child.kill());
+  writeFileSync(lockPath, JSON.stringify({ ...owner, pid: child.pid, ...identityOf(child.pid!) }));
+  t.throws(() => acquireDataDirLock(dir), { name: 'DataDirLockedError', message: new RegExp(`pid ${child.pid}`) });
 });
