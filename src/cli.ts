@@ -81,7 +81,9 @@ export function buildCli(): Command {
   const program = new Command('factlog')
     .description('Event-sourced knowledge-graph service')
     .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml')
-    .option('--token <token>', "a sysadmin's access token: read commands then ask a running service over HTTP (default: $FACTLOG_TOKEN)");
+    .option('--token <token>', "a sysadmin's access token: read commands then ask a running service over HTTP (default: $FACTLOG_TOKEN)")
+    // `factlog serve --help` lists --config too: the global options work after a command's name as well.
+    .configureHelp({ showGlobalOptions: true });
   // A data directory's lock names its owner by command: `factlog projections rebuild`, never an option's value.
   program.hook('preAction', (_program, action) => {
     const names: string[] = [];

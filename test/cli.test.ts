@@ -25,3 +25,8 @@ t.test("a data directory's lock names the command by its words, never an option'
   await program.parseAsync(['--config', '/some/config/dir', 'probe', 'deeper'], { from: 'user' });
   t.equal(owner, 'factlog probe deeper');
 });
+
+t.test("a command's help lists the global options (--config) it accepts", async (t) => {
+  const serve = buildCli().commands.find((command) => command.name() === 'serve')!;
+  t.match(serve.helpInformation(), /Global Options:[\s\S]*-c, --config <path>/);
+});
