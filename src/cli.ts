@@ -172,6 +172,8 @@ export function buildCli(): Command {
       process.on('SIGTERM', () => void shutdown('SIGTERM'));
       announceDataDirUrl(await app.listen({ host: settings.server.host, port: settings.server.port }));
       await started;
+      // A signal during start: the node is shutting down, not serving (shutdown() exits when closed).
+      if (stopping) return;
       console.log(`factlog serving at ${context.publicUrl} (API docs at ${context.publicUrl}/docs)`);
     });
 
