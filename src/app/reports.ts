@@ -3,7 +3,6 @@ import type { Knex } from 'knex';
 import type { Principal } from '../auth/rbac.js';
 import { withNamedLock } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
-import { parseContentType } from '../providers/fetch/sniff.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
 import { shortenRunes, unsafeTextReason } from '../domain/text.js';
@@ -11,8 +10,8 @@ import { streamName } from '../eventstore/envelope.js';
 import { childIdsOf, loadReport, presentReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { invalid, UnsupportedContentError } from './errors.js';
-import type { UploadedContent } from './sources.js';
+import { invalid } from './errors.js';
+import { uploadedMediaType, type UploadedContent, type UploadKinds } from './sources.js';
 
 /** Deepest chain of parents followed when checking a new parent (a longer one is refused). */
 export const MAX_REPORT_DEPTH = 100;
@@ -28,12 +27,10 @@ const REPORT_UPLOAD_TYPES: Record<string, string> = { '.md': 'text/markdown', '.
 const ACCEPTED_REPORT_TYPES = new Set(['text/markdown', 'text/x-markdown', 'text/plain']);
 
 /** A report upload's type: Markdown or plain text, by its declared type or else its extension. */
+const REPORT_UPLOADS: UploadKinds = { noun: 'report', accepted: ACCEPTED_REPORT_TYPES, byExtension: REPORT_UPLOAD_TYPES, advice: 'upload Markdown (.md) or plain text (.txt)' };
+
 export function reportUploadType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
-  const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
-  const declared = parseContentType(content.declaredType).mime ?? '';
-  const type = ACCEPTED_REPORT_TYPES.has(declared) ? declared : REPORT_UPLOAD_TYPES[extension];
-  if (!type) throw new UnsupportedContentError(`unsupported report type '${declared || extension || 'unknown'}': upload Markdown (.md) or plain text (.txt)`);
-  return type;
+  return uploadedMediaType(content, REPORT_UPLOADS).mediaType;
 }
 
 /** The first line with words, as a title, when none is given. */

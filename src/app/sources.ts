@@ -30,13 +30,33 @@ export interface UploadedContent {
   body: Buffer;
 }
 
+/** What an upload route reads: the media types it takes as declared, by file extension, and what to say when neither fits. */
+export interface UploadKinds {
+  /** `upload` or `report`, as the refusal names it. */
+  noun: string;
+  accepted: ReadonlySet<string>;
+  byExtension: Readonly<Record<string, string>>;
+  advice: string;
+}
+
+/**
+ * The media type an upload is read as: the declared one when the route takes it, else the one of
+ * its file extension; refused (415) when neither names one.
+ */
+export function uploadedMediaType(content: Pick<UploadedContent, 'filename' | 'declaredType'>, kinds: UploadKinds): { mediaType: string; declaredCharset: string | null } {
+  const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
+  const { mime, charset } = parseContentType(content.declaredType);
+  const declared = mime ?? '';
+  const mediaType = kinds.accepted.has(declared) ? declared : kinds.byExtension[extension];
+  if (!mediaType) throw new UnsupportedContentError(`unsupported ${kinds.noun} type '${declared || extension || 'unknown'}': ${kinds.advice}`);
+  return { mediaType, declaredCharset: charset };
+}
+
+const SOURCE_UPLOADS: UploadKinds = { noun: 'upload', accepted: ACCEPTED_UPLOAD_TYPES, byExtension: UPLOAD_TYPES, advice: 'use HTML, PDF, Markdown or plain text' };
+
 /** The content type of an upload: the declared one when the pipeline reads it, else by the file extension. */
 export function uploadContentType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
-  const extension = (/\.[a-z0-9]+$/i.exec(content.filename ?? '')?.[0] ?? '').toLowerCase();
-  const { mime, charset: declaredCharset } = parseContentType(content.declaredType);
-  const declared = mime ?? '';
-  const contentType = ACCEPTED_UPLOAD_TYPES.has(declared) ? declared : UPLOAD_TYPES[extension];
-  if (!contentType) throw new UnsupportedContentError(`unsupported upload type '${declared || extension || 'unknown'}': use HTML, PDF, Markdown or plain text`);
+  const { mediaType: contentType, declaredCharset } = uploadedMediaType(content, SOURCE_UPLOADS);
   // The charset a text upload declares is the one it is read in (kept on the source's content type).
   const charset = declaredCharset !== null && /^[a-z0-9_:.-]+$/i.test(declaredCharset) ? declaredCharset.toLowerCase() : null;
   return charset && contentType !== 'application/pdf' ? `${contentType}; charset=${charset}` : contentType;
