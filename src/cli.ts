@@ -57,6 +57,14 @@ function refuseMissingDatabase(config: Config): void {
   }
 }
 
+/** `--from`'s value: decimal digits only, as the REST `from` (Number() would take '' as 0, 0x10 as 16 and 1e3 as 1000). */
+export function parsePosition(value: string): number {
+  const position = /^[0-9]+$/.test(value) ? Number(value) : NaN;
+  // The REST `from`'s bound: a longer number is no position (PostgreSQL's bigint refused it in its own words).
+  if (!(position <= Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError(`--from must be an integer in decimal digits from 0 to ${Number.MAX_SAFE_INTEGER}`);
+  return position;
+}
+
 /** The running service that owns the embedded data directory, asked over its admin API. */
 interface RunningService {
   url: string;
@@ -260,13 +268,7 @@ export function buildCli(): Command {
   events
     .command('tail')
     .description('print events as JSON lines from a global position')
-    .option('--from <position>', 'print events after this global position', (value) => {
-      // Decimal digits only, as the REST `from`: Number() would take '' as 0, 0x10 as 16 and 1e3 as 1000.
-      const position = /^[0-9]+$/.test(value) ? Number(value) : NaN;
-      // The REST `from`'s bound: a longer number is no position (PostgreSQL's bigint refused it in its own words).
-      if (!(position <= Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError(`--from must be an integer in decimal digits from 0 to ${Number.MAX_SAFE_INTEGER}`);
-      return position;
-    }, 0)
+    .option('--from <position>', 'print events after this global position', parsePosition, 0)
     .option('--follow', 'keep printing new events until interrupted')
     .action((options: { from: number; follow?: boolean }) =>
       withContext(async (context) => {

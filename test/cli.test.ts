@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
-import { buildCli } from '../src/cli.js';
+import { buildCli, parsePosition } from '../src/cli.js';
 import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
 
 t.test("a data directory's lock names the command by its words, never an option's value", async (t) => {
@@ -29,4 +29,13 @@ t.test("a data directory's lock names the command by its words, never an option'
 t.test("a command's help lists the global options (--config) it accepts", async (t) => {
   const serve = buildCli().commands.find((command) => command.name() === 'serve')!;
   t.match(serve.helpInformation(), /Global Options:[\s\S]*-c, --config <path>/);
+});
+
+t.test('--from takes decimal digits only, from 0 to 2^53 - 1, as the REST from', async (t) => {
+  t.equal(parsePosition('0'), 0);
+  t.equal(parsePosition('0012'), 12);
+  t.equal(parsePosition('9007199254740991'), Number.MAX_SAFE_INTEGER);
+  for (const value of ['', '0x10', '1e3', ' 5', '5 ', '+5', '5.0', '-3', 'Infinity', '9007199254740992']) {
+    t.throws(() => parsePosition(value), { message: '--from must be an integer in decimal digits from 0 to 9007199254740991' }, `'${value}'`);
+  }
 });

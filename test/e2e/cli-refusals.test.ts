@@ -31,24 +31,21 @@ t.test('users promote on a profile that refuses it says so before opening the da
   assertOneLine(t, refused.stderr);
 });
 
-t.test('events tail --from takes decimal digits only, as the REST API', async (t) => {
+t.test('events tail --from takes decimal digits only, as the REST API (each spelling: test/cli.test.ts)', async (t) => {
   const cwd = await scratch(t);
-  for (const from of ['', '0x10', '1e3', ' 5', '5.0', '-3', '9007199254740992']) {
-    const refused = await runCli(cwd, ['events', 'tail', '--from', from]);
-    t.not(refused.code, 0, `--from '${from}'`);
-    t.match(refused.stderr, /--from must be an integer in decimal digits from 0 to 9007199254740991/, `--from '${from}'`);
-  }
+  const refused = await runCli(cwd, ['events', 'tail', '--from', '0x10']);
+  t.not(refused.code, 0);
+  t.match(refused.stderr, /--from must be an integer in decimal digits from 0 to 9007199254740991/);
 });
 
 t.test('commands that read a data directory refuse one that holds no database, and create nothing', async (t) => {
   const cwd = await scratch(t);
   const dataDir = path.join(cwd, 'data');
+  // The check is withContext's, which every such command goes through (events copy, projections
+  // list and users promote too): a reading command and the offline rebuild stand for them.
   const commands = [
     ['events', 'tail'],
-    ['events', 'copy', '--to', 'postgres://nobody@127.0.0.1:1/none'],
-    ['projections', 'list'],
     ['projections', 'rebuild', 'facts'],
-    ['users', 'promote', 'someone@example.org'],
   ];
   for (const command of commands) {
     const refused = await runCli(cwd, command);
