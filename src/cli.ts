@@ -5,7 +5,7 @@ import { ConfigError, type Config } from './config/types.js';
 import { createAppContext, type AppContext } from './app/context.js';
 import { buildApp } from './api/app.js';
 import { presentEvent } from './read/present.js';
-import { rebuildWithProgressBar } from './projection/runner.js';
+import { rebuildUntilInterrupted } from './projection/runner.js';
 import { copyEvents } from './eventstore/copy.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
 import { EventSchemaRegistry } from './eventstore/schemas.js';
@@ -214,8 +214,16 @@ export function buildCli(): Command {
     .action((name: string) =>
       withContext(
         async (context) => {
-          await rebuildWithProgressBar(context.projections, name);
-          console.log(`projection ${name} rebuilt`);
+          const end = await rebuildUntilInterrupted(context.projections, name);
+          if (end.interruptedBy === null) {
+            console.log(`projection ${name} rebuilt`);
+            return;
+          }
+          // The context closes (the lock is released) before the process ends with the signal's status.
+          process.exitCode = end.interruptedBy === 'SIGINT' ? 130 : 143;
+          console.error(
+            `factlog: the rebuild of projection ${name} was interrupted at position ${end.position} of ${end.total}; the next \`factlog serve\` or \`factlog projections rebuild ${name}\` completes it`,
+          );
         },
         {
           remote: async (service) => {

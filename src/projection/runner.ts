@@ -950,6 +950,53 @@ export async function rebuildWithProgressBar(
   }
 }
 
+/** How an offline rebuild ended: done, or stopped by a signal at `position` of the `total` it was replaying. */
+export type RebuildEnd = { interruptedBy: null } | { interruptedBy: 'SIGINT' | 'SIGTERM'; position: number; total: number };
+
+/**
+ * `rebuildWithProgressBar`, stopped cleanly by SIGINT or SIGTERM: the runner stops between
+ * batches (rows and checkpoint agree), so the caller can close the database and release its
+ * lock, and say where the rebuild stood; the next start or rebuild completes it. Without this a
+ * signal ended the process mid-batch with nothing said.
+ */
+export async function rebuildUntilInterrupted(
+  runner: Pick<ReadModelRunner, 'rebuild' | 'stop' | 'status'>,
+  name: string,
+  signals: Pick<NodeJS.EventEmitter, 'once' | 'off'> = process,
+  stream: NodeJS.WritableStream = process.stderr,
+): Promise<RebuildEnd> {
+  let interruptedBy: 'SIGINT' | 'SIGTERM' | null = null;
+  let total = 0;
+  const interrupt = (signal: 'SIGINT' | 'SIGTERM') => () => {
+    interruptedBy ??= signal;
+    void runner.stop();
+  };
+  const onInterrupt = interrupt('SIGINT');
+  const onTerminate = interrupt('SIGTERM');
+  signals.once('SIGINT', onInterrupt);
+  signals.once('SIGTERM', onTerminate);
+  try {
+    const counting: Pick<ReadModelRunner, 'rebuild'> = {
+      rebuild: (projection, onProgress) =>
+        runner.rebuild(projection, (done, all) => {
+          total = all;
+          onProgress?.(done, all);
+        }),
+    };
+    await rebuildWithProgressBar(counting, name, stream);
+    // Finished, a late signal or none: the rebuild is done.
+    return { interruptedBy: null };
+  } catch (error) {
+    if (interruptedBy === null) throw error;
+  } finally {
+    signals.off('SIGINT', onInterrupt);
+    signals.off('SIGTERM', onTerminate);
+  }
+  const stopped: 'SIGINT' | 'SIGTERM' = interruptedBy;
+  const position = (await runner.status()).find((projection) => projection.name === name)?.position ?? 0;
+  return { interruptedBy: stopped, position, total };
+}
+
 /** How many of `remaining` events fit `budgetMs` at `cost` ms an event; while the cost is unknown, COST_SAMPLE_MIN_EVENTS to tell it. */
 function eventsWithinBudget(cost: number | null, budgetMs: number, remaining: number): number {
   if (cost === null) return Math.min(remaining, COST_SAMPLE_MIN_EVENTS);

@@ -1,8 +1,9 @@
+import { EventEmitter } from 'node:events';
 import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import type { EventStore } from '../../src/eventstore/port.js';
-import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildWithProgressBar } from '../../src/projection/runner.js';
+import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildUntilInterrupted, rebuildWithProgressBar } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { checkpoint, countingProjection, createRowsTable, rows } from './countingProjection.js';
 import { externalProjection } from './externalProjection.js';
@@ -184,6 +185,33 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await new Promise((resolve) => setTimeout(resolve, 300));
     t.equal((await rows(db, 'things')).length, 2, 'nothing follows live after a standalone rebuild');
     await t.rejects(rebuildWithProgressBar(runner, 'missing', sink), /unknown projection/);
+  });
+
+  withFixture('a standalone rebuild stopped by SIGINT stops between batches and says where it stood', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const appended = await store.append('s-1', Array.from({ length: 40 }, (_, i) => thing(`n${i}`)), 'no_stream');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things')], { rebuildBatchSize: 4, minBatchIntervalMs: 0 });
+    const signals = new EventEmitter();
+    // The signal comes with the first batch's progress, as a Ctrl-C during the rebuild.
+    const interrupting: Pick<ProjectionRunner, 'rebuild' | 'stop' | 'status'> = {
+      rebuild: (name, onProgress) =>
+        runner.rebuild(name, (done, total) => {
+          if (done > 0) signals.emit('SIGINT');
+          onProgress?.(done, total);
+        }),
+      stop: () => runner.stop(),
+      status: () => runner.status(),
+    };
+    const end = await rebuildUntilInterrupted(interrupting, 'things', signals, new Writable({ write: (_chunk, _encoding, done) => done() }));
+    t.match(end, { interruptedBy: 'SIGINT', total: appended.lastPosition });
+    const stoppedAt = end.interruptedBy === null ? -1 : end.position;
+    t.ok(stoppedAt > 0 && stoppedAt < appended.lastPosition, `stopped part-way, at ${stoppedAt}`);
+    t.equal((await rows(db, 'things')).length, stoppedAt, 'rows and checkpoint agree');
+    t.equal(signals.listenerCount('SIGINT') + signals.listenerCount('SIGTERM'), 0, 'its signal handlers are gone');
+
+    const finished = await rebuildUntilInterrupted(runner, 'things', signals, new Writable({ write: (_chunk, _encoding, done) => done() }));
+    t.same(finished, { interruptedBy: null }, 'the next rebuild completes it');
+    t.equal((await rows(db, 'things')).length, 40);
   });
 
   withFixture('a failing standalone rebuild rejects', async (t, { db, store }) => {
