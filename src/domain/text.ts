@@ -46,3 +46,11 @@ export function cleanFileName(name: string | null | undefined): string | null {
   const clean = shortenRunes(name.replace(UNSHOWABLE, '').replace(LONE_SURROGATES, '\ufffd').trim(), MAX_FILE_NAME_CHARS);
   return clean === '' ? null : clean;
 }
+
+/**
+ * A Markdown inline link `[text](destination)` or image `![alt](…)`, with its text in group 1.
+ * Linear in its input: the text holds no bracket and the destination no parenthesis, so no
+ * attempt runs past the next one (`[^\]]*` ran to the end of `[[[[…`, a cost that grew with the
+ * square of the length).
+ */
+export const MARKDOWN_INLINE_LINK = /!?\[([^[\]]*)\]\([^()]*\)/g;

@@ -1,3 +1,4 @@
+import { MARKDOWN_INLINE_LINK } from '../../domain/text.js';
 import { htmlToDocument } from './html.js';
 import { BINARY_CONTROLS, looksBinary, parseContentType, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
@@ -218,7 +219,7 @@ const THEMATIC_BREAK = /^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3
 const REFERENCE_DEFINITION = /^ {0,3}\[[^\]]+\]:\s*\S+/;
 const TABLE_DELIMITER_ROW = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$/;
 // Groups: alt text, address, title (the image's caption).
-const MARKDOWN_IMAGE = /!\[([^\]]*)\]\(\s*<?([^)\s>]+)>?(?:\s+["'(]([^)]*?)["')])?\s*\)/g;
+const MARKDOWN_IMAGE = /!\[([^[\]]*)\]\(\s*<?([^()\s<>]+)>?(?:\s+["'(]([^()]*?)["')])?\s*\)/g;
 
 interface FrontMatter {
   body: string;
@@ -237,19 +238,28 @@ function splitFrontMatter(markdown: string): FrontMatter {
   return { body: markdown.slice(match[0].length), fields };
 }
 
+/**
+ * Inline Markdown to its text. Every pattern is linear in the line: a bracket, parenthesis,
+ * angle bracket or delimiter run ends what it may span, and a code span starts only where a run of
+ * backticks starts. Patterns that let `[^\]]*` or `.+?` run to the line's end cost the square of
+ * its length on input such as `[[[[…` or `**a **a …`: a 256 KiB report or upload took seconds to
+ * minutes of a thread's time. Nested emphasis (`**a *b* c**`) keeps its outer marks, and a code
+ * span holding a backtick (``` ``a`b`` ```) its ticks.
+ */
 function stripInlineMarkdown(line: string): string {
   return line
     .replace(MARKDOWN_IMAGE, '$1')
-    .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1') // inline links
-    .replace(/\[([^\]]+)\]\[[^\]]*\]/g, '$1') // reference links
-    .replace(/\[\^[^\]]+\]/g, '') // footnote references
-    .replace(/<((?:https?|mailto):[^>\s]+)>/gi, '$1') // autolinks
-    .replace(/<\/?[a-z][^>]*>/gi, '') // inline HTML tags
-    .replace(/(`+)(.+?)\1/g, '$2')
-    .replace(/(\*\*|__)(?=\S)(.+?)(?<=\S)\1/g, '$2')
-    .replace(/(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?![\w*])/g, '$1')
-    .replace(/(?<![\w_])_(?=\S)(.+?)(?<=\S)_(?![\w_])/g, '$1')
-    .replace(/~~(?=\S)(.+?)(?<=\S)~~/g, '$1')
+    .replace(MARKDOWN_INLINE_LINK, '$1')
+    .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
+    .replace(/\[\^[^[\]]+\]/g, '') // footnote references
+    .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
+    .replace(/<\/?[a-z][^<>]*>/gi, '') // inline HTML tags
+    .replace(/(?<!`)(`+)([^`]+)\1(?!`)/g, '$2')
+    .replace(/\*\*(?=[^\s*])([^*]+?)(?<=\S)\*\*/g, '$1')
+    .replace(/__(?=[^\s_])([^_]+?)(?<=\S)__/g, '$1')
+    .replace(/(?<![\w*])\*(?=[^\s*])([^*]+?)(?<=\S)\*(?![\w*])/g, '$1')
+    .replace(/(?<![\w_])_(?=[^\s_])([^_]+?)(?<=\S)_(?![\w_])/g, '$1')
+    .replace(/~~(?=[^\s~])([^~]+?)(?<=\S)~~/g, '$1')
     .replace(/\\([\\`*_{}[\]()#+\-.!|>~])/g, '$1');
 }
 

@@ -34,3 +34,13 @@ t.test("a block's marks are neither text nor span, whatever the kind and however
   t.same(sentences.map((sentence) => sentence.text), words);
   t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), words, 'each span is the words, no mark');
 });
+
+t.test('pathological markup costs a pass over the text, not one per bracket: a 256 KiB report of open brackets or links', async (t) => {
+  // With `[^\]]*` each `[` scanned to the end: this took minutes of the API thread.
+  const brackets = splitSentences(`Marie Curie discovered polonium. ${'['.repeat(262_000)}`);
+  t.equal(brackets[0].text, 'Marie Curie discovered polonium.');
+  const links = splitSentences('[a](<'.repeat(52_000));
+  t.equal(links.length, 1);
+  t.match(links[0].text, /^\[a\]\(<\[a\]\(</, 'no link in it: the text as given');
+  t.same(splitSentences('See [the docs](https://example.org/x), then [the code](https://example.org/y).').map((sentence) => sentence.text), ['See the docs, then the code.'], 'links keep their text');
+});

@@ -357,3 +357,26 @@ t.test('toIsoDate', async (t) => {
   t.equal(toIsoDate(''), null);
   t.equal(toIsoDate(null), null);
 });
+
+t.test('Markdown inline markup is stripped in one pass over a line, whatever it holds', async (t) => {
+  // Each of these took the square of its length (minutes for the largest) while the old patterns
+  // let a bracket, a tag or an emphasis run scan to the end of the line.
+  const cases: Array<[string, string]> = [
+    ['brackets', `Polonium was found in 1898. ${'['.repeat(200_000)}`],
+    ['unclosed link destinations', '[a](<'.repeat(40_000)],
+    ['emphasis runs', '*a **a ***a '.repeat(20_000)],
+    ['underscore runs', '_a __a ___a '.repeat(20_000)],
+    ['unclosed tags', '<a'.repeat(100_000)],
+  ];
+  for (const [name, markdown] of cases) {
+    const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/x.md' });
+    t.ok(document.text.length > 0, name);
+  }
+  const kept = await extractDocument({
+    body: Buffer.from('Some **bold**, *italic*, __strong__, _em_, ~~gone~~, `code`, ``a`b`` and [a link](https://e.example) with <b>html</b>.'),
+    contentType: 'text/markdown',
+    url: 'https://example.com/y.md',
+  });
+  // A code span that holds a backtick keeps its ticks: the price of a pattern that cannot run away.
+  t.equal(kept.text, 'Some bold, italic, strong, em, gone, code, ``a`b`` and a link with html.');
+});
