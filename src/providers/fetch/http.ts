@@ -433,7 +433,9 @@ export function createHttpFetcher(settings: FetchSettings, deps: FetcherDeps = {
       const response = await sendRequest(current, signal);
       const status = response.statusCode ?? 0;
       if (REDIRECT_STATUSES.has(status)) {
-        response.resume(); // redirect bodies are tiny; draining keeps the connection reusable
+        // Not drained: a redirect whose body never ends was read forever after the fetch had moved
+        // on (outside the attempt's timeout). Its connection is not reused, which costs a connect.
+        response.destroy();
         const location = response.headers.location;
         if (!location) {
           throw new AttemptFailure({ permanent: true, reason: 'redirect without location', status, detail: `HTTP ${status} from ${current.href}` });

@@ -395,6 +395,30 @@ t.test('a body over maxBodyBytes is refused', async (t) => {
   });
 });
 
+t.test('a redirect whose body never ends is not read on: its connection closes as the fetch moves on', async (t) => {
+  let endlessClosed!: () => void;
+  const closed = new Promise<void>((resolve) => (endlessClosed = resolve));
+  const server = await startServer(t, (request, response) => {
+    if (request.url === '/endless-redirect') {
+      response.writeHead(302, { location: '/ok' });
+      const chunk = Buffer.alloc(64 * 1024, 'x');
+      const pump = () => {
+        while (!response.destroyed && response.write(chunk));
+      };
+      response.on('drain', pump);
+      response.on('close', () => endlessClosed());
+      pump();
+      return;
+    }
+    response.writeHead(200, { 'content-type': 'text/plain' });
+    response.end('arrived');
+  });
+  const resource = await createHttpFetcher(testSettings()).fetch(server.url('/endless-redirect'));
+  t.equal(resource.body.toString(), 'arrived');
+  await closed;
+  t.pass('the endless redirect body was cut off, not drained');
+});
+
 t.test('redirects', async (t) => {
   const server = await startServer(t, (request, response) => {
     const path = request.url ?? '/';
