@@ -74,15 +74,57 @@ const WORKER_ENTRY = siblingEntry(import.meta.url, 'extractionWorker');
 export const IN_THREAD_BELOW_BYTES = 16 * 1024;
 
 /**
+ * How long one document's extraction in a worker may take. Readability's clean-up costs far more
+ * than the square of the markup's nesting (a chain of 1,000 divs, 5 KB, took 28 s; a 9 MB one ran
+ * for hours), so a crafted page could hold the one extraction worker, and every source behind
+ * it, up to the job's own deadline (hours). Past this the worker is ended and the source fails
+ * with a permanent "too complex" refusal. Real pages and papers take well under a second to a few.
+ */
+export const EXTRACTION_DEADLINE_MS = 120_000;
+
+/**
+ * Nesting past which a small document is extracted in a worker all the same (where the deadline
+ * can end it): on the calling thread, which may be the API's, it could not be stopped.
+ */
+export const IN_THREAD_MAX_NESTING = 64;
+
+const VOID_ELEMENTS = new Set(['area', 'base', 'br', 'col', 'embed', 'hr', 'img', 'input', 'link', 'meta', 'param', 'source', 'track', 'wbr']);
+
+/** The deepest element nesting of markup, by a linear pass over its tags (an estimate: no parser's recovery rules). */
+export function markupNesting(text: string): number {
+  let depth = 0;
+  let deepest = 0;
+  for (const tag of text.matchAll(/<(\/?)([a-zA-Z][\w-]*)[^<>]*?(\/?)>/g)) {
+    if (tag[1] === '/') depth = Math.max(0, depth - 1);
+    else if (tag[3] !== '/' && !VOID_ELEMENTS.has(tag[2].toLowerCase())) deepest = Math.max(deepest, ++depth);
+  }
+  return deepest;
+}
+
+/** `run` under the extraction deadline as well as the caller's signal; past the deadline, a permanent refusal. */
+async function withinDeadline<T>(deadlineMs: number, signal: AbortSignal | undefined, run: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const deadline = AbortSignal.timeout(deadlineMs);
+  try {
+    return await run(signal ? AbortSignal.any([signal, deadline]) : deadline);
+  } catch (error) {
+    if (deadline.aborted && !signal?.aborted) {
+      throw new UnsupportedContentError(`the document is too complex to extract: not done within ${deadlineMs / 1000} s (deeply nested markup?)`, null, { cause: error });
+    }
+    throw error;
+  }
+}
+
+/**
  * Extraction in worker threads (one by default: one source's parse at a time, as on the API
  * thread before), started at the first document of IN_THREAD_BELOW_BYTES or more. A call whose
  * signal aborts (its job's deadline) ends its worker, so a document that never finishes parsing
  * cannot hold a worker; `close` ends them all.
  */
 export function createWorkerDocumentExtractor(
-  options: { size?: number; resourceLimits?: ResourceLimits; inThreadBelowBytes?: number } = {},
+  options: { size?: number; resourceLimits?: ResourceLimits; inThreadBelowBytes?: number; deadlineMs?: number } = {},
 ): DocumentExtractor & { close(): Promise<void>; readonly workerCount: number } {
   const inThreadBelow = options.inThreadBelowBytes ?? IN_THREAD_BELOW_BYTES;
+  const deadlineMs = options.deadlineMs ?? EXTRACTION_DEADLINE_MS;
   const closedError = (inFlight: boolean) => new Error(inFlight ? 'document extraction was closed during the call' : 'document extraction is closed');
   const pool = new WorkerPool<ExtractionCall>({
     entry: WORKER_ENTRY,
@@ -100,9 +142,11 @@ export function createWorkerDocumentExtractor(
   return {
     extract(input, signal) {
       if (pool.closed) return closed();
-      if (input.body.byteLength < inThreadBelow) return inThreadDocumentExtractor.extract(input, signal);
+      if (input.body.byteLength < inThreadBelow && markupNesting(Buffer.from(input.body.buffer, input.body.byteOffset, input.body.byteLength).toString('latin1')) <= IN_THREAD_MAX_NESTING) {
+        return inThreadDocumentExtractor.extract(input, signal);
+      }
       const body = movable(input.body);
-      return pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, signal, [body.buffer]);
+      return withinDeadline(deadlineMs, signal, (bounded) => pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, bounded, [body.buffer]));
     },
     async pdfImages(body, limits, signal) {
       if (pool.closed) return closed();

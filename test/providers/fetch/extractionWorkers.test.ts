@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { extractDocument, UnsupportedContentError } from '../../../src/providers/fetch/extract.js';
-import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, inThreadDocumentExtractor, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
+import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, IN_THREAD_MAX_NESTING, inThreadDocumentExtractor, markupNesting, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
 import { isPermanentError } from '../../../src/pipeline/types.js';
 import { extractPdfImages } from '../../../src/providers/fetch/pdfImages.js';
 import { buildPdfWithImages, noiseImage } from '../../fixtures/fetch/pdfWithImages.js';
@@ -134,6 +134,40 @@ t.test('a small body is extracted on the calling thread: no worker starts for it
   t.equal(extractor.workerCount, 0, 'no worker started');
   await extractor.extract({ body: longPage(200), contentType: 'text/html' });
   t.equal(extractor.workerCount, 1, 'a long page started one');
+});
+
+/** A page whose one sentence sits `depth` divs deep: Readability's clean-up costs far more than the square of the depth. */
+const nestedPage = (depth: number) =>
+  Buffer.from(`<html><body><article>${'<div>'.repeat(depth)}<p>Marie Curie discovered polonium in 1898.</p>${'</div>'.repeat(depth)}</article></body></html>`);
+
+t.test('markup nesting is read in one pass over the tags', async (t) => {
+  t.equal(markupNesting('<p>a<br>b<img src=x><b>c</b></p><hr/>'), 2, 'void and self-closed elements do not nest');
+  t.equal(markupNesting('<div><div><span></span></div></div><div></div>'), 3);
+  t.equal(markupNesting('a < b and c > d, Vector<int>'), 1, 'prose is prose, roughly');
+  t.equal(markupNesting(nestedPage(500).toString()), 504, 'html, body, article, 500 divs and the paragraph');
+});
+
+t.test('a small page of deeply nested markup is extracted in a worker, which the deadline can end', async (t) => {
+  const extractor = createWorkerDocumentExtractor();
+  t.teardown(() => extractor.close());
+  const shallow = nestedPage(IN_THREAD_MAX_NESTING - 4); // html, body, article and the paragraph: at the bound
+  t.ok(shallow.byteLength < IN_THREAD_BELOW_BYTES);
+  await extractor.extract({ body: shallow, contentType: 'text/html' });
+  t.equal(extractor.workerCount, 0, 'nesting within the bound: on the calling thread');
+  const deep = nestedPage(IN_THREAD_MAX_NESTING + 10);
+  t.ok(deep.byteLength < IN_THREAD_BELOW_BYTES, 'small, but deep');
+  t.match((await extractor.extract({ body: deep, contentType: 'text/html' })).text, /Marie Curie discovered polonium/);
+  t.equal(extractor.workerCount, 1, 'in a worker');
+});
+
+t.test('an extraction past its deadline ends its worker and fails the document as too complex, permanently', async (t) => {
+  const extractor = createWorkerDocumentExtractor({ deadlineMs: 200 });
+  t.teardown(() => extractor.close());
+  const error = await rejection(extractor.extract({ body: nestedPage(3000), contentType: 'text/html' }));
+  t.type(error, UnsupportedContentError);
+  t.equal(error.message, 'the document is too complex to extract: not done within 0.2 s (deeply nested markup?)');
+  t.ok(isPermanentError(error), 'not retried');
+  t.ok((await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' })).text.length > 100, 'the next document is answered');
 });
 
 t.test('after close, calls are refused', async (t) => {
