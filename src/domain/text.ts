@@ -28,8 +28,12 @@ export function unsafeTextReason(text: string): string | null {
   return null;
 }
 
-/** Control characters (C0 with NUL, tab and line breaks; DEL; C1) and the bidirectional embeddings, overrides and isolates. */
-const UNSHOWABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+/**
+ * Control characters (C0 with NUL, tab and line breaks; DEL; C1), the line and paragraph
+ * separators, and the bidirectional marks, embeddings, overrides and isolates (U+200E, U+200F,
+ * U+061C among them: a mark reorders the characters around it as an override does).
+ */
+const UNSHOWABLE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 const LONE_SURROGATES = new RegExp(LONE_SURROGATE.source, 'g');
 
 /** The most characters of a file name kept (common file systems' limit). */

@@ -21,6 +21,7 @@ t.test('cleanFileName: no control or bidirectional characters, no lone surrogate
   t.equal(cleanFileName('a\u0000b\u0001c\u007f\u0085.txt'), 'abc.txt', 'NUL, C0, DEL and C1 controls dropped');
   t.equal(cleanFileName('line\r\nX-Injected: 1.txt'), 'lineX-Injected: 1.txt', 'no line breaks');
   t.equal(cleanFileName('report\u202etxt.exe'), 'reporttxt.exe', 'a right-to-left override cannot disguise the extension');
+  t.equal(cleanFileName('a\u200eb\u200fc\u061cd\u2028e\u2029f.txt'), 'abcdef.txt', 'nor the direction marks, nor line or paragraph separators');
   t.equal(cleanFileName('x\ud800y.md'), 'x\ufffdy.md');
   t.equal(cleanFileName('  Zürich 東京 🧪.pdf  '), 'Zürich 東京 🧪.pdf', 'letters of any script and emoji kept');
   t.equal(runeLength(cleanFileName('a'.repeat(400)) ?? ''), MAX_FILE_NAME_CHARS);
