@@ -43,10 +43,12 @@ export class RefusedAddressError extends Error {
     readonly address: string,
     readonly range: string,
   ) {
+    // "an unspecified", "an IPv4-compatible", "a unique-local": the article the range's name takes.
+    const article = /^(?!uni)[aeiou]/i.test(range) ? 'an' : 'a';
     super(
       host === address
-        ? `${address} is a ${range} address; outbound fetches to it are refused (allow it with network.allow_cidrs)`
-        : `${host} resolves to ${address}, a ${range} address; outbound fetches to it are refused (allow it with network.allow_hosts or network.allow_cidrs)`,
+        ? `${address} is ${article} ${range} address; outbound fetches to it are refused (allow it with network.allow_cidrs)`
+        : `${host} resolves to ${address}, ${article} ${range} address; outbound fetches to it are refused (allow it with network.allow_hosts or network.allow_cidrs)`,
     );
   }
 }

@@ -204,3 +204,10 @@ t.test('a redirect to a URL with credentials is refused without sending them', a
   t.equal(server.traffic().requests, 1);
   t.equal(authorizations, 0);
 });
+
+t.test("a refusal names the range with the article it takes", async (t) => {
+  t.equal(new RefusedAddressError('0.0.0.0', '0.0.0.0', 'unspecified ("this network")').message.split(';')[0], '0.0.0.0 is an unspecified ("this network") address');
+  t.equal(new RefusedAddressError('::', '::', 'IPv4-compatible (deprecated)').message.split(';')[0], ':: is an IPv4-compatible (deprecated) address');
+  t.equal(new RefusedAddressError('fd00::1', 'fd00::1', 'unique-local').message.split(';')[0], 'fd00::1 is a unique-local address');
+  t.equal(new RefusedAddressError('x.test', '10.0.0.1', 'private').message.split(';')[0], 'x.test resolves to 10.0.0.1, a private address');
+});
