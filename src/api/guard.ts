@@ -4,6 +4,7 @@ import type { AppContext } from '../app/context.js';
 import type { Trace } from '../app/access.js';
 import { HttpError } from './errors.js';
 import { MCP_PATH } from './issuer.js';
+import { takesBearerToken } from './schemas.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -21,8 +22,7 @@ export async function authenticateRequest(context: AppContext, request: FastifyR
   // the authorization server's endpoints) serves anyone: a stale token a client sends along is
   // ignored, not a 401 that would keep it from signing in again or a probe from seeing the
   // service live (the token and revocation endpoints refuse any Authorization header themselves).
-  const security = request.routeOptions.schema?.security;
-  if (!Array.isArray(security) || security.length === 0) return;
+  if (!takesBearerToken(request.routeOptions.schema)) return;
   const header = request.headers.authorization;
   if (!header) return;
   const match = /^Bearer\s+(\S+)$/i.exec(header);

@@ -2,6 +2,7 @@ import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
 import { errorReplySchema } from './errors.js';
 import { CREDENTIAL_PATHS } from './rateLimits.js';
+import { takesBearerToken } from './schemas.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -88,8 +89,7 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   if (!schema || (schema as { hide?: boolean }).hide) return { schema, url };
   const methods = [route.method].flat();
   const response: Record<string, unknown> = { ...((schema.response as Record<string, unknown> | undefined) ?? {}) };
-  const security = (schema as { security?: unknown[] }).security;
-  const takesBearer = Array.isArray(security) && security.length > 0;
+  const takesBearer = takesBearerToken(schema);
   const hookReply = hookErrorReply((schema as { produces?: readonly string[] }).produces);
   for (const method of methods) for (const code of hookErrorCodes(method, url, takesBearer)) response[code] ??= hookReply;
   const form = route.config?.multipartBody;

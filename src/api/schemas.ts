@@ -34,6 +34,16 @@ export const listReply = <Item extends object>(item: Item) =>
 
 export const bearerSecurity = [{ bearerAuth: [] as string[] }];
 
+/**
+ * Whether a route takes a bearer token: its schema names a `security` requirement (bearerSecurity).
+ * One rule for the guard, which ignores the Authorization header of any other route, and for the
+ * OpenAPI document, which lists 401 only where the guard can answer it.
+ */
+export function takesBearerToken(schema: unknown): boolean {
+  const security = (schema as { security?: unknown } | undefined)?.security;
+  return Array.isArray(security) && security.length > 0;
+}
+
 /** `mode` of a search route: hybrid (the default) falls back to lexical when it cannot run. */
 export const searchModeQuery = { type: 'string', enum: ['hybrid', 'lexical'], default: 'hybrid' } as const;
 

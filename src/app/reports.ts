@@ -26,9 +26,9 @@ export interface ReportFields {
 const REPORT_UPLOAD_TYPES: Record<string, string> = { '.md': 'text/markdown', '.markdown': 'text/markdown', '.txt': 'text/plain', '.text': 'text/plain' };
 const ACCEPTED_REPORT_TYPES = new Set(['text/markdown', 'text/x-markdown', 'text/plain']);
 
-/** A report upload's type: Markdown or plain text, by its declared type or else its extension. */
 const REPORT_UPLOADS: UploadKinds = { noun: 'report', accepted: ACCEPTED_REPORT_TYPES, byExtension: REPORT_UPLOAD_TYPES, advice: 'upload Markdown (.md) or plain text (.txt)' };
 
+/** A report upload's type: Markdown or plain text, by its declared type or else its extension. */
 export function reportUploadType(content: Pick<UploadedContent, 'filename' | 'declaredType'>): string {
   return uploadedMediaType(content, REPORT_UPLOADS).mediaType;
 }
