@@ -575,6 +575,21 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // The OAuth consent form's authorization requests are signed values, not rows: the ids of
+    // those answered (approved or denied) are kept so that each is answered once. Service state,
+    // purged a day after the last form carrying the request expires (src/auth/oauth/grants.ts).
+    id: '020_oauth_answered_requests',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE oauth_answered_requests (
+          request_id text PRIMARY KEY,
+          expires_at timestamptz NOT NULL,
+          answered_at timestamptz NOT NULL DEFAULT now()
+        );
+      `);
+    },
+  },
 ];
 
 /**

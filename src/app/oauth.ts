@@ -35,6 +35,8 @@ export type OAuthParams = Record<string, string | string[] | undefined>;
 
 /** An authorization request that passed every check: what the consent page shows and approval binds the code to. */
 export interface AuthorizationRequest {
+  /** Made when the request is checked; it is answered (approved or denied) once under this id. */
+  id: string;
   client_id: string;
   redirect_uri: string;
   code_challenge: string;
@@ -118,6 +120,9 @@ export function resolveResource(given: string | string[] | undefined, issuer: st
   return mcp;
 }
 
+/** A consent form posted after its request was decided: shown on a page, never sent to the client, which had its answer. */
+const alreadyAnswered = () => new OAuthError('invalid_request', 'this authorization request was already answered; start again from the application');
+
 export function createOAuthServer(deps: OAuthServerDeps) {
   const { knex, tokens, grants } = deps;
   const now = deps.now ?? Date.now;
@@ -157,7 +162,7 @@ export function createOAuthServer(deps: OAuthServerDeps) {
     };
   }
 
-  /** Expired codes and tokens go at most once an hour per process, on an approval (no job needed for small tables). */
+  /** Expired codes, tokens and answered requests go at most once an hour per process, on a decision (no job needed for small tables). */
   let lastPurge = Number.NEGATIVE_INFINITY;
   async function purgeNowAndThen(): Promise<void> {
     if (now() - lastPurge < PURGE_INTERVAL_MS) return;
@@ -277,25 +282,44 @@ export function createOAuthServer(deps: OAuthServerDeps) {
         if (!isValidS256Challenge(challenge)) throw new OAuthError('invalid_request', 'code_challenge must be 43 base64url characters (S256)');
         const scope = resolveScope(single(params, 'scope'));
         const resource = resolveResource(params.resource, issuer);
-        return { ok: true, client, request: { client_id: client.client_id, redirect_uri: redirectUri, code_challenge: challenge, scope, state, resource } };
+        return { ok: true, client, request: { id: randomUUID(), client_id: client.client_id, redirect_uri: redirectUri, code_challenge: challenge, scope, state, resource } };
       } catch (error) {
         if (error instanceof OAuthError) return { ok: false, error, redirectUri, state };
         throw error;
       }
     },
 
-    /** The user approved: a grant and its single-use code. */
-    async approve(userId: string, request: AuthorizationRequest): Promise<{ code: string }> {
+    /** Refuses a request that was already approved or denied (`invalid_request`): before a form is acted on. */
+    async assertUnanswered(request: AuthorizationRequest): Promise<void> {
+      if (await grants.isAnswered(request.id)) throw alreadyAnswered();
+    },
+
+    /**
+     * The user approved: a grant and its single-use code. A request is answered once, so a
+     * replayed consent form, or the second of two concurrent posts, is `invalid_request` and
+     * issues nothing. `openUntil`: when the last form carrying the request expires.
+     */
+    async approve(userId: string, request: AuthorizationRequest, openUntil: Date): Promise<{ code: string }> {
       await purgeNowAndThen();
-      const { code } = await grants.createGrant({
-        client_id: request.client_id,
-        user_id: userId,
-        scope: request.scope,
-        resource: request.resource,
-        redirect_uri: request.redirect_uri,
-        codeChallenge: request.code_challenge,
-      });
-      return { code };
+      const created = await grants.createGrant(
+        {
+          client_id: request.client_id,
+          user_id: userId,
+          scope: request.scope,
+          resource: request.resource,
+          redirect_uri: request.redirect_uri,
+          codeChallenge: request.code_challenge,
+        },
+        { id: request.id, openUntil },
+      );
+      if (!created) throw alreadyAnswered();
+      return { code: created.code };
+    },
+
+    /** The user denied: the request is answered, once, as by `approve`. */
+    async deny(request: AuthorizationRequest, openUntil: Date): Promise<void> {
+      await purgeNowAndThen();
+      if (!(await grants.answerRequest({ id: request.id, openUntil }))) throw alreadyAnswered();
     },
 
     /** The token endpoint (RFC 6749 3.2): `authorization_code` with PKCE, `refresh_token` with rotation. */

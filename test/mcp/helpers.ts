@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -17,15 +18,19 @@ export async function listen(service: TestService): Promise<{ issuer: string; en
 /** A grant row as approving an authorization request writes it (src/auth/oauth/grants.ts); its id. */
 export async function createTestGrant(service: TestService, grant: { userId: string; resource: string; clientId?: string; scope?: string }): Promise<string> {
   const store = createGrantStore(service.context.db.knex, { codeTtlMs: 600_000, refreshTtlMs: 3_600_000 });
-  const { grantId } = await store.createGrant({
-    client_id: grant.clientId ?? 'test-client',
-    user_id: grant.userId,
-    scope: grant.scope ?? 'mcp',
-    resource: grant.resource,
-    redirect_uri: 'http://127.0.0.1:33418/callback',
-    codeChallenge: 'x'.repeat(43),
-  });
-  return grantId;
+  const created = await store.createGrant(
+    {
+      client_id: grant.clientId ?? 'test-client',
+      user_id: grant.userId,
+      scope: grant.scope ?? 'mcp',
+      resource: grant.resource,
+      redirect_uri: 'http://127.0.0.1:33418/callback',
+      codeChallenge: 'x'.repeat(43),
+    },
+    { id: randomUUID(), openUntil: new Date(Date.now() + 600_000) },
+  );
+  if (!created) throw new Error('a fresh request id was answered already');
+  return created.grantId;
 }
 
 /**

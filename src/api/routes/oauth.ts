@@ -221,8 +221,8 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
 
   /**
    * The checks every form post passes before anything else: the CSRF token (403 otherwise), the
-   * signed authorization request, and that its client still exists and still lists its
-   * redirect URI (400 page otherwise). Null when a page was already sent.
+   * signed authorization request, that it was not answered yet, and that its client still exists
+   * and still lists its redirect URI (400 page otherwise). Null when a page was already sent.
    */
   async function formContext(request: FastifyRequest<{ Body: FormBody }>, reply: FastifyReply): Promise<{ client: OAuthClient; authorization: AuthorizationRequest } | null> {
     if (!csrfValid(request)) {
@@ -230,13 +230,15 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
       return null;
     }
     const authorization = signed.verify<AuthorizationRequest & { exp: number }>('authorization-request', request.body.authorization_request);
-    if (!authorization) {
+    // A form signed before requests had ids cannot be answered once only: refused like an altered one.
+    if (!authorization || typeof authorization.id !== 'string') {
       sendErrorPage(reply, 400, new OAuthError('invalid_request', 'the authorization request is missing, altered or expired; start again'));
       return null;
     }
     const { exp: _expiry, ...fields } = authorization;
     let client: OAuthClient;
     try {
+      await oauth.assertUnanswered(fields);
       client = await oauth.findClient(fields.client_id);
     } catch (error) {
       if (!(error instanceof OAuthError)) throw error;
@@ -387,11 +389,21 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
       const { authorization } = form;
       const user = await loggedInUser(request);
       if (!user) return renderLogin(reply, request, 200, form.client, authorization, { error: 'Your sign-in has expired. Sign in again.' });
-      if (request.body.decision !== 'approve') {
-        return redirectWith(reply, request, authorization.redirect_uri, { error: 'access_denied', error_description: 'the user denied the request', state: authorization.state });
+      // Every form carrying this request was signed before now, so none verifies after this.
+      const openUntil = new Date(Date.now() + FORM_TTL_MS);
+      try {
+        if (request.body.decision !== 'approve') {
+          await oauth.deny(authorization, openUntil);
+          return redirectWith(reply, request, authorization.redirect_uri, { error: 'access_denied', error_description: 'the user denied the request', state: authorization.state });
+        }
+        const { code } = await oauth.approve(user.id, authorization, openUntil);
+        return redirectWith(reply, request, authorization.redirect_uri, { code, state: authorization.state });
+      } catch (error) {
+        // Answered already (a replay, or the other of two posts at once): a page, as for the
+        // other bad forms; the client had its answer, so nothing more goes to it.
+        if (!(error instanceof OAuthError)) throw error;
+        return sendErrorPage(reply, 400, error);
       }
-      const { code } = await oauth.approve(user.id, authorization);
-      return redirectWith(reply, request, authorization.redirect_uri, { code, state: authorization.state });
     },
   );
 

@@ -3,11 +3,11 @@ import type { Knex } from 'knex';
 import { hashToken, newOpaqueToken, OPAQUE_TOKEN_PREFIX } from '../tokens.js';
 
 /**
- * The OAuth grant store: private tables (`oauth_grants`, `oauth_codes`, `oauth_refresh_tokens`),
- * service state that never enters the event log. Codes and refresh tokens are stored only as
- * `hashToken(raw)`. A *grant* is one approval by a user; its code, every refresh token rotated
- * from it and every access token (claim `sid`) belong to it, so revoking the grant revokes the
- * whole family.
+ * The OAuth grant store: private tables (`oauth_grants`, `oauth_codes`, `oauth_refresh_tokens`,
+ * `oauth_answered_requests`), service state that never enters the event log. Codes and refresh
+ * tokens are stored only as `hashToken(raw)`. A *grant* is one approval by a user; its code, every
+ * refresh token rotated from it and every access token (claim `sid`) belong to it, so revoking the
+ * grant revokes the whole family.
  */
 export interface Grant {
   id: string;
@@ -30,6 +30,15 @@ export type RefreshRotation =
   /** A rotated-away token came back: someone holds a copy, so the whole family is revoked. */
   | { status: 'reused'; grant: Grant };
 
+/**
+ * An authorization request waiting for the user's decision: its id (carried by the signed consent
+ * form) and until when a form carrying it can still be posted. It can be answered once.
+ */
+export interface PendingRequest {
+  id: string;
+  openUntil: Date;
+}
+
 export interface GrantStoreSettings {
   codeTtlMs: number;
   refreshTtlMs: number;
@@ -50,12 +59,30 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
   const revoke = (db: Knex, grantId: string, reason: string) =>
     db('oauth_grants').where({ id: grantId }).whereNull('revoked_at').update({ revoked_at: new Date(now()), revoked_reason: reason });
 
+  /**
+   * Marks a request answered; false when it already was. The primary key decides between two
+   * concurrent answers (the second insert waits for the first transaction, then inserts nothing).
+   */
+  async function markAnswered(db: Knex, request: PendingRequest): Promise<boolean> {
+    const inserted = await db('oauth_answered_requests')
+      .insert({ request_id: request.id, expires_at: request.openUntil, answered_at: new Date(now()) })
+      .onConflict('request_id')
+      .ignore()
+      .returning('request_id');
+    return inserted.length > 0;
+  }
+
   return {
-    /** Records an approval and returns its single-use authorization code. */
-    async createGrant(input: Omit<Grant, 'id'> & { codeChallenge: string }): Promise<{ grantId: string; code: string }> {
+    /**
+     * Records an approval of `request` and returns its single-use authorization code, or null
+     * when the request was already answered (nothing is written then).
+     */
+    async createGrant(input: Omit<Grant, 'id'> & { codeChallenge: string }, request: PendingRequest): Promise<{ grantId: string; code: string } | null> {
       const grantId = randomUUID();
       const code = newOpaqueToken(OPAQUE_TOKEN_PREFIX.authorizationCode);
-      await knex.transaction(async (trx) => {
+      return knex.transaction(async (trx) => {
+        // In the grant's transaction: a failed insert below leaves the request unanswered.
+        if (!(await markAnswered(trx, request))) return null;
         await trx('oauth_grants').insert({
           id: grantId,
           client_id: input.client_id,
@@ -72,8 +99,18 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
           expires_at: new Date(now() + settings.codeTtlMs),
           created_at: new Date(now()),
         });
+        return { grantId, code };
       });
-      return { grantId, code };
+    },
+
+    /** Records a denial of `request` (an approval answers it in `createGrant`): false when it was already answered. */
+    async answerRequest(request: PendingRequest): Promise<boolean> {
+      return markAnswered(knex, request);
+    },
+
+    /** Whether `requestId` was answered (and its record not yet purged, which outlives its forms). */
+    async isAnswered(requestId: string): Promise<boolean> {
+      return (await knex('oauth_answered_requests').where({ request_id: requestId }).first('request_id')) !== undefined;
     },
 
     /**
@@ -162,13 +199,15 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
 
     /**
      * Deletes what can no longer be used nor tell anything: codes a day past their expiry (a
-     * code replayed later is unknown, no longer reuse), refresh tokens past their expiry, and
-     * grants with no refresh token left once their code is gone.
+     * code replayed later is unknown, no longer reuse), refresh tokens past their expiry, grants
+     * with no refresh token left once their code is gone, and answered requests a day after
+     * their last form expired (the day covers processes whose clocks disagree).
      */
     async purgeExpired(): Promise<void> {
       const dayAgo = new Date(now() - 24 * 3_600_000);
       await knex.transaction(async (trx) => {
         await trx('oauth_codes').where('expires_at', '<', dayAgo).delete();
+        await trx('oauth_answered_requests').where('expires_at', '<', dayAgo).delete();
         await trx('oauth_refresh_tokens').where('expires_at', '<', new Date(now())).delete();
         await trx('oauth_grants')
           .whereNotExists(trx('oauth_codes').whereRaw('oauth_codes.grant_id = oauth_grants.id'))

@@ -245,6 +245,52 @@ t.test('denial: back to the client with error=access_denied, state and iss', asy
   }
 });
 
+t.test('a consent form answers its request once: a replay, or a second post at once, is a 400 page and issues no code', async (t) => {
+  const client = await registerClient();
+  const grantsOfClient = async () => (await service.context.db.knex('oauth_grants').where({ client_id: client.client_id }).select('id')).length;
+  const browser = new TestBrowser(issuer);
+  const consentFor = async () => {
+    const loginPage = await browser.request('GET', authorizeUrl(baseParams(client.client_id, newPkce().challenge)));
+    const consent = await browser.request('POST', '/api/v1/oauth/authorize/login', { email: 'alice@example.org', password: PASSWORD, ...formOf(loginPage) });
+    t.equal(consent.status, 200);
+    return { loginPage, consent };
+  };
+  const refusedAsAnswered = (page: { status: number; headers: Headers; text: string }, name: string) => {
+    t.equal(page.status, 400, `${name}: 400`);
+    t.match(page.headers.get('content-type'), /^text\/html/, `${name}: a page`);
+    t.equal(page.headers.get('location'), null, `${name}: nothing goes to the client`);
+    t.match(page.text, 'already answered', `${name}: says why`);
+  };
+
+  const { loginPage, consent } = await consentFor();
+  const first = await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'approve', ...formOf(consent) });
+  t.equal(first.status, 302);
+  t.match(new URL(first.headers.get('location') ?? '').searchParams.get('code'), /^flc_/);
+  refusedAsAnswered(await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'approve', ...formOf(consent) }), 'the same approval again');
+  refusedAsAnswered(await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'deny', ...formOf(consent) }), 'a denial after it');
+  // The login page's form carries the same request: neither signing in again nor posting it as consent answers it anew.
+  refusedAsAnswered(await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'approve', ...formOf(loginPage) }), 'the login form posted as consent');
+  const relogin = await browser.request('POST', '/api/v1/oauth/authorize/login', { email: 'alice@example.org', password: PASSWORD, ...formOf(loginPage) });
+  refusedAsAnswered(relogin, 'the login form again');
+  t.equal(await grantsOfClient(), 1, 'one grant');
+
+  const denial = await consentFor();
+  const denied = await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'deny', ...formOf(denial.consent) });
+  t.equal(new URL(denied.headers.get('location') ?? '').searchParams.get('error'), 'access_denied');
+  refusedAsAnswered(await browser.request('POST', '/api/v1/oauth/authorize', { decision: 'approve', ...formOf(denial.consent) }), 'an approval after a denial');
+  t.equal(await grantsOfClient(), 1, 'no grant from the denied request');
+
+  // A double click: the same form posted twice at once.
+  const twice = await consentFor();
+  const answers = await Promise.all([0, 1].map(() => browser.request('POST', '/api/v1/oauth/authorize', { decision: 'approve', ...formOf(twice.consent) })));
+  t.same(answers.map((answer) => answer.status).sort(), [302, 400], 'one code, one refusal');
+  refusedAsAnswered(answers.find((answer) => answer.status === 400) ?? answers[0], 'the second of two at once');
+  t.equal(await grantsOfClient(), 2, 'one more grant');
+
+  const fresh = await approve(browser, baseParams(client.client_id, newPkce().challenge));
+  t.match(fresh.searchParams.get('code'), /^flc_/, 'a new authorization request is answered as usual');
+});
+
 t.test('an unregistered redirect URI never reaches consent and is never redirected to', async (t) => {
   const client = await registerClient();
   const browser = new TestBrowser(issuer);
