@@ -122,6 +122,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (expectedTyp === 'access' && (expectedAudience === undefined || expectedAudience.length === 0)) {
       throw new TypeError('verifying an access token needs the expected audience');
     }
+    if (!isCanonicalCompactJws(token)) throw new InvalidTokenError('invalid', 'token is malformed or its signature does not verify');
     let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, key, {
@@ -157,6 +158,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     // One implementation behind the two overloads of the interface.
     verify: verify as TokenService['verify'],
   };
+}
+
+const BASE64URL_SEGMENT = /^[A-Za-z0-9_-]*$/;
+
+/**
+ * RFC 7515 7.1 and 2: three segments of base64url without padding. jose decodes a segment with
+ * `atob`, which also takes `=` padding, ASCII whitespace and non-zero trailing bits, so one
+ * signature could be spelt several ways and each spelling was accepted. Only the spelling an
+ * encoder writes passes: re-encoding the decoded bytes must give the segment back.
+ */
+function isCanonicalCompactJws(token: string): boolean {
+  const segments = token.split('.');
+  return segments.length === 3 && segments.every((segment) => BASE64URL_SEGMENT.test(segment) && Buffer.from(segment, 'base64url').toString('base64url') === segment);
 }
 
 function assertPositiveTtl(name: string, ttlMs: number): void {

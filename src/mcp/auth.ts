@@ -68,8 +68,8 @@ export async function authenticateMcp(
   const token = match[1];
 
   // Only an API key goes to the identity service: anything else must be an access token, so a
-  // session JWT spelt otherwise (a padded signature, which the JWT library reads the same) is not
-  // taken for an API key and resolved as a session.
+  // session JWT spelt otherwise (a padded signature, which the JWT library reads the same and
+  // the token service refuses) is not taken for an API key and resolved as a session.
   if (token.startsWith(OPAQUE_TOKEN_PREFIX.apiKey)) {
     try {
       return await context.identity.authenticate(token);

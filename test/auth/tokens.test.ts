@@ -160,6 +160,48 @@ t.test('malformed tokens are invalid', async (t) => {
   await rejectsWith(t, tokens.verify(undefined as unknown as string, 'session'), 'invalid', 'undefined');
 });
 
+/**
+ * Spellings of a token's segments that decode to the same bytes (or would, on a decoder that
+ * maps the base64 alphabet onto base64url) but are not the unpadded base64url RFC 7515 requires.
+ */
+function respellings(token: string): [string, string][] {
+  const [header, payload, signature] = token.split('.');
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+  // A 43-character segment ends in 4 bits of data and 2 zero bits: the other three endings read the same.
+  const last = alphabet.indexOf(signature[signature.length - 1]);
+  const trailingBits = alphabet[(last & ~3) | ((last + 1) & 3)];
+  const standardAlphabet = (segment: string) => segment.replace(/-/g, '+').replace(/_/g, '/');
+  return [
+    ['signature padded', `${token}=`],
+    ['signature doubly padded', `${token}==`],
+    ['header padded', `${header}==.${payload}.${signature}`],
+    ['payload padded', `${header}.${payload}=.${signature}`],
+    ['signature with non-zero trailing bits', `${header}.${payload}.${signature.slice(0, -1)}${trailingBits}`],
+    ['a newline in the signature', `${header}.${payload}.${signature.slice(0, 20)}\n${signature.slice(20)}`],
+    ['a space in the signature', `${header}.${payload}.${signature.slice(0, 20)} ${signature.slice(20)}`],
+    ['a tab in the payload', `${header}.${payload.slice(0, 8)}\t${payload.slice(8)}.${signature}`],
+    ['the base64 alphabet', `${standardAlphabet(header)}.${standardAlphabet(payload)}.${standardAlphabet(signature)}`],
+    ['a fourth segment', `${token}.`],
+  ];
+}
+
+t.test('a token is accepted only as unpadded base64url (RFC 7515): padding, whitespace, trailing bits or + and / make it invalid', async (t) => {
+  const tokens = service();
+  // Signatures are random (claim jti): one with a - or _ to spell with + or /.
+  const withUrlCharacters = async (sign: () => Promise<{ token: string }>) => {
+    for (;;) {
+      const { token } = await sign();
+      if (/[-_]/.test(token.split('.')[2])) return token;
+    }
+  };
+  const session = await withUrlCharacters(() => tokens.signSession({ userId: 'user-1', sessionId: 'session-1' }));
+  const access = await withUrlCharacters(() => tokens.signAccessToken({ userId: 'user-1', clientId: 'client-1', scope: 'mcp', audience: RESOURCE, grantId: 'grant-1' }));
+  t.ok(await tokens.verify(session, 'session'), 'the session token as signed');
+  t.ok(await tokens.verify(access, 'access', RESOURCE), 'the access token as signed');
+  for (const [name, respelt] of respellings(session)) await rejectsWith(t, tokens.verify(respelt, 'session'), 'invalid', `session token, ${name}`);
+  for (const [name, respelt] of respellings(access)) await rejectsWith(t, tokens.verify(respelt, 'access', RESOURCE), 'invalid', `access token, ${name}`);
+});
+
 t.test('the service refuses unsafe configuration and bad sign inputs', async (t) => {
   t.throws(() => service({ secret: 'short' }), RangeError, 'secret under 32 bytes');
   t.throws(() => service({ secret: '' }), RangeError, 'empty secret');

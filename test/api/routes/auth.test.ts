@@ -112,6 +112,14 @@ t.test('a 401 carries a Bearer challenge (RFC 6750 3): invalid_token when a toke
   t.equal(none.headers['www-authenticate'], 'Bearer realm="factlog"');
   const refused = await service.call('GET', '/api/v1/users/me', { token: 'not.a.jwt' });
   t.match(refused.headers['www-authenticate'], /^Bearer realm="factlog", error="invalid_token", error_description="[^"]+"$/);
+
+  // RFC 7515: base64url without padding; the JWT library alone reads a padded signature as the same one.
+  const user = await registerUser(service, 'padded@example.org', 'correct horse battery');
+  t.equal((await service.call('GET', '/api/v1/users/me', { token: user.token })).status, 200);
+  const padded = await service.call('GET', '/api/v1/users/me', { token: `${user.token}=` });
+  t.equal(padded.status, 401, 'a session token with a padded signature');
+  t.equal(padded.headers['www-authenticate'], refused.headers['www-authenticate'], 'refused as any malformed token');
+  t.same(padded.body, refused.body);
 });
 
 t.test('routes that serve anyone ignore a stale token a client sends along', async (t) => {

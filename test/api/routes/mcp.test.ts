@@ -99,6 +99,8 @@ t.test('a token that is not an access token for this resource: 401 invalid_token
     // The JWT library reads a padded signature as the same signature: still a session token.
     ['a session token with a padded signature', `${sessionToken}=`],
     ['a session token with a doubly padded signature', `${sessionToken}==`],
+    // RFC 7515: base64url without padding; the JWT library alone reads a padded signature as the same one.
+    ['an access token with a padded signature', `${token}=`],
     ['an unknown API key', 'fl_notakeythisservicehasissued'],
     ['no token at all, just text', 'not-a-token'],
   ];
