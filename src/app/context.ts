@@ -36,9 +36,8 @@ import { createIdentity, withSigningSecret, createTokens } from './wiring/identi
 import { createOAuth } from './wiring/oauth.js';
 import { createPipeline } from './wiring/pipeline.js';
 import { createProjectionRunner } from './wiring/projections.js';
-import { createChatModel, createEmbedder } from './wiring/providers.js';
+import { createChatModel, createDocumentExtractor, createEmbedder } from './wiring/providers.js';
 import type { ModelWorkerOptions } from '../providers/modelWorkers/models.js';
-import { createWorkerDocumentExtractor } from '../providers/fetch/extractionWorkers.js';
 import { openSearch } from './wiring/search.js';
 
 /** Everything a request handler or CLI command needs, built once per process from the config. */
@@ -130,7 +129,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
   const chat = createChatModel(config, { localModels: options.localModels });
   const embedder = createEmbedder(config, { localModels: options.localModels });
-  const documents = createWorkerDocumentExtractor();
+  const documents = createDocumentExtractor(config);
   const search = await openSearch(config, db, embedder, log);
 
   const pipeline = createPipeline({

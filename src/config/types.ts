@@ -151,6 +151,8 @@ export interface Config {
     resolution: {
       doi_resolver: string;
       fetch: { timeout: DurationString; max_body_bytes: number; user_agent: string };
+      /** One document's extraction in the worker (text, or a PDF's images); past it a permanent "too complex". */
+      extraction_timeout: DurationString;
       retry: RetryConfig & {
         /** 0 makes a 403 permanent. */
         retry_403_max_attempts: number;

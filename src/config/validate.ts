@@ -171,6 +171,21 @@ export function worstCaseLlmCallMs(retry: RetryConfig & { per_call_timeout: stri
   return worstCaseRetryMs(llmRetrySettingsOf(retry));
 }
 
+/** The longest `providers.resolution.extraction_timeout`: real documents take seconds, and a timer past 2^31 ms would fire at once. */
+const MAX_EXTRACTION_TIMEOUT_MS = 3_600_000;
+
+/**
+ * `providers.resolution.extraction_timeout`: more than 0s (a zero deadline would refuse every
+ * document) and at most MAX_EXTRACTION_TIMEOUT_MS.
+ */
+function extractionTimeoutProblems(timeout: string): Array<[string, string]> {
+  const key = 'providers.resolution.extraction_timeout';
+  const timeoutMs = parseDuration(timeout);
+  if (timeoutMs <= 0) return [[key, 'must be longer than 0s']];
+  if (timeoutMs > MAX_EXTRACTION_TIMEOUT_MS) return [[key, `must be at most 1h (got ${timeout}); real documents take seconds`]];
+  return [];
+}
+
 /** Rules between keys. Each entry: [dotted key, what is wrong]. The schema has already passed. */
 function crossFieldProblems(config: Config): Array<[string, string]> {
   const problems: Array<[string, string]> = [];
@@ -264,6 +279,7 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
       `must be ${LOCAL_EMBEDDER_DIMENSIONS} when providers.embeddings.provider is local (the built-in word vectors' length), got ${embeddings.dimensions}`,
     ]);
   }
+  problems.push(...extractionTimeoutProblems(config.providers.resolution.extraction_timeout));
   if (ms(config.providers.dedup.catchup_interval) <= 0) {
     problems.push(['providers.dedup.catchup_interval', 'must be longer than 0s']);
   }

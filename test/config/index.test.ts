@@ -151,6 +151,7 @@ t.test('defaults hold every constant of the spec with its value', async (t) => {
     ['task.poll_interval', '250ms'],
     ['providers.resolution.fetch.max_body_bytes', 52428800],
     ['providers.resolution.fetch.user_agent', 'factlog/0.1 (+https://factlog.invalid)'],
+    ['providers.resolution.extraction_timeout', '2m'],
     ['providers.resolution.doi_resolver', 'https://doi.org/'],
     ['providers.llm.provider', 'local'],
     ['providers.llm.model', 'local/rule-based-v1'],
@@ -439,6 +440,16 @@ t.test('rules between keys', async (t) => {
   );
   t.equal(load({ env: { TASK_JOB_TIMEOUT: '21m' } }).task.job_timeout, '21m', '20m14s fits in 21m');
   t.equal(load({ env: { TASK_JOB_TIMEOUT: '0s' } }).task.job_timeout, '0s', '0s is unlimited');
+  const extraction = (extraction_timeout: string) => buildConfig({ providers: { resolution: { extraction_timeout } } });
+  t.match(configErrorOf(() => extraction('0s')), /providers\.resolution\.extraction_timeout: must be longer than 0s/);
+  t.match(configErrorOf(() => extraction('-2m')), /providers\.resolution\.extraction_timeout: must be a duration such as/);
+  t.match(configErrorOf(() => extraction('120')), /providers\.resolution\.extraction_timeout: must be a duration such as/, 'a bare number: seconds or minutes?');
+  t.match(configErrorOf(() => extraction('30d')), /providers\.resolution\.extraction_timeout: must be at most 1h \(got 30d\)/);
+  t.match(
+    configErrorOf(() => load({ env: { PROVIDERS_RESOLUTION_EXTRACTION_TIMEOUT: '0s' } })),
+    /providers\.resolution\.extraction_timeout: must be longer than 0s \(set by environment variable PROVIDERS_RESOLUTION_EXTRACTION_TIMEOUT\)/,
+  );
+  t.equal(extraction('1h').providers.resolution.extraction_timeout, '1h');
   t.match(configErrorOf(() => buildConfig({ task: { heartbeat_timeout: '30s' } })), /task\.heartbeat_timeout: must be longer than heartbeat_interval/);
   t.match(configErrorOf(() => buildConfig({ task: { retry: { base_delay: '10m' } } })), /task\.retry\.base_delay: must not exceed max_delay/);
   t.match(configErrorOf(() => buildConfig({ concepts: { min_shared_fact_count: 7 } })), /concepts\.min_shared_fact_count: must not exceed stable_shared_fact_count/);

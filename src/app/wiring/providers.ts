@@ -3,6 +3,7 @@ import { parseDuration } from '../../config/duration.js';
 import { llmRetrySettingsOf } from '../../config/validate.js';
 import { LOCAL_EMBEDDER_DIMENSIONS, LOCAL_EMBEDDER_MODEL_ID } from '../../providers/embeddings/local.js';
 import { createOpenAIEmbedder } from '../../providers/embeddings/openai.js';
+import { createWorkerDocumentExtractor, type WorkerDocumentExtractor, type WorkerDocumentExtractorOptions } from '../../providers/fetch/extractionWorkers.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
 import { LOCAL_FACT_EXTRACTOR_MODEL_ID } from '../../providers/llm/local.js';
 import { createWorkerChatModel, createWorkerEmbedder, type ModelWorkerOptions } from '../../providers/modelWorkers/models.js';
@@ -40,6 +41,11 @@ export function createChatModel(config: Config, deps: ProviderDeps = {}): ChatMo
         ...(deps.retryHooks ? { hooks: deps.retryHooks } : {}),
       });
   }
+}
+
+/** Document extraction in a worker thread, under `providers.resolution.extraction_timeout`. */
+export function createDocumentExtractor(config: Config, options: Omit<WorkerDocumentExtractorOptions, 'deadlineMs'> = {}): WorkerDocumentExtractor {
+  return createWorkerDocumentExtractor({ ...options, deadlineMs: parseDuration(config.providers.resolution.extraction_timeout) });
 }
 
 /** The configured embedder, or null when `providers.embeddings.provider` is `none`. */

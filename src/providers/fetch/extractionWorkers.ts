@@ -74,11 +74,13 @@ const WORKER_ENTRY = siblingEntry(import.meta.url, 'extractionWorker');
 export const IN_THREAD_BELOW_BYTES = 16 * 1024;
 
 /**
- * How long one document's extraction in a worker may take. Readability's clean-up costs far more
- * than the square of the markup's nesting (a chain of 1,000 divs, 5 KB, took 28 s; a 9 MB one ran
- * for hours), so a crafted page could hold the one extraction worker, and every source behind
- * it, up to the job's own deadline (hours). Past this the worker is ended and the source fails
- * with a permanent "too complex" refusal. Real pages and papers take well under a second to a few.
+ * How long one document's extraction in a worker may take when the caller does not say (the
+ * service passes `providers.resolution.extraction_timeout`, 2m by default). Readability's
+ * clean-up costs far more than the square of the markup's nesting (a chain of 1,000 divs, 5 KB,
+ * took 28 s; a 9 MB one ran for hours), so a crafted page could hold the one extraction worker,
+ * and every source behind it, up to the job's own deadline (hours). Past this the worker is ended
+ * and the source fails with a permanent "too complex" refusal. Real pages and papers take well
+ * under a second to a few.
  */
 export const EXTRACTION_DEADLINE_MS = 120_000;
 
@@ -120,9 +122,17 @@ async function withinDeadline<T>(deadlineMs: number, signal: AbortSignal | undef
  * signal aborts (its job's deadline) ends its worker, so a document that never finishes parsing
  * cannot hold a worker; `close` ends them all.
  */
-export function createWorkerDocumentExtractor(
-  options: { size?: number; resourceLimits?: ResourceLimits; inThreadBelowBytes?: number; deadlineMs?: number } = {},
-): DocumentExtractor & { close(): Promise<void>; readonly workerCount: number } {
+export interface WorkerDocumentExtractorOptions {
+  size?: number;
+  resourceLimits?: ResourceLimits;
+  inThreadBelowBytes?: number;
+  /** One document's deadline in the worker; default EXTRACTION_DEADLINE_MS. */
+  deadlineMs?: number;
+}
+
+export type WorkerDocumentExtractor = DocumentExtractor & { close(): Promise<void>; readonly workerCount: number };
+
+export function createWorkerDocumentExtractor(options: WorkerDocumentExtractorOptions = {}): WorkerDocumentExtractor {
   const inThreadBelow = options.inThreadBelowBytes ?? IN_THREAD_BELOW_BYTES;
   const deadlineMs = options.deadlineMs ?? EXTRACTION_DEADLINE_MS;
   const closedError = (inFlight: boolean) => new Error(inFlight ? 'document extraction was closed during the call' : 'document extraction is closed');

@@ -1,6 +1,8 @@
 import t from 'tap';
 import { buildConfig, ConfigError } from '../../../src/config/index.js';
-import { createChatModel, createEmbedder } from '../../../src/app/wiring/providers.js';
+import { createChatModel, createDocumentExtractor, createEmbedder } from '../../../src/app/wiring/providers.js';
+import { UnsupportedContentError } from '../../../src/providers/fetch/document.js';
+import { isPermanentError } from '../../../src/pipeline/types.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 
 t.test('defaults: the local chat model and the local embedder', async (t) => {
@@ -59,4 +61,18 @@ t.test('openai providers talk to the configured server with the configured key, 
   ]);
   t.equal(server.requests.embeddings, 2, 'providers.ai.embed_batch_size 2: two requests for three texts');
   t.ok(server.bodies.every((request) => request.authorization === 'Bearer sk-configured'));
+});
+
+t.test('providers.resolution.extraction_timeout is the deadline of a document in the extraction worker', async (t) => {
+  const documents = createDocumentExtractor(buildConfig({ providers: { resolution: { extraction_timeout: '200ms' } } }));
+  t.teardown(() => documents.close());
+  // A chain of 3,000 divs: Readability's clean-up of it runs for minutes.
+  const nested = Buffer.from(`<html><body><article>${'<div>'.repeat(3000)}<p>Marie Curie discovered polonium in 1898.</p>${'</div>'.repeat(3000)}</article></body></html>`);
+  const error = await documents.extract({ body: nested, contentType: 'text/html' }).then(
+    () => null,
+    (reason: unknown) => reason,
+  );
+  t.type(error, UnsupportedContentError);
+  t.equal((error as Error).message, 'the document is too complex to extract: not done within 0.2 s (deeply nested markup?)');
+  t.ok(isPermanentError(error), 'the source fails at once, not retried');
 });

@@ -659,6 +659,7 @@ t.test('settings from the configuration section', async (t) => {
   const settings = fetchSettingsFromConfig({
     doi_resolver: 'https://doi.org/',
     fetch: { timeout: '60s', max_body_bytes: 52428800, user_agent: 'factlog/0.1 (+https://factlog.invalid)' },
+    extraction_timeout: '2m',
     retry: { max_attempts: 3, base_delay: '2s', max_delay: '15s', retry_403_max_attempts: 2 },
     auto_skip: { enabled: true, min_sample: 100, failure_threshold: 0.85, cooldown: '24h' },
   });
