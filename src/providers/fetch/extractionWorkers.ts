@@ -103,24 +103,36 @@ export function markupNesting(text: string): number {
   return deepest;
 }
 
-/** `run` under the extraction deadline as well as the caller's signal; past the deadline, a permanent refusal. */
-async function withinDeadline<T>(deadlineMs: number, signal: AbortSignal | undefined, run: (signal: AbortSignal) => Promise<T>): Promise<T> {
+/**
+ * `run` under the extraction deadline as well as the caller's signal; past the deadline, a
+ * permanent refusal: "<what> too complex to extract: not done within <n> s<hint>".
+ */
+async function withinDeadline<T>(
+  deadlineMs: number,
+  signal: AbortSignal | undefined,
+  refusal: { what: string; hint: string },
+  run: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
   const deadline = AbortSignal.timeout(deadlineMs);
   try {
     return await run(signal ? AbortSignal.any([signal, deadline]) : deadline);
   } catch (error) {
     if (deadline.aborted && !signal?.aborted) {
-      throw new UnsupportedContentError(`the document is too complex to extract: not done within ${deadlineMs / 1000} s (deeply nested markup?)`, null, { cause: error });
+      throw new UnsupportedContentError(`${refusal.what} too complex to extract: not done within ${deadlineMs / 1000} s${refusal.hint}`, null, { cause: error });
     }
     throw error;
   }
 }
 
+const DOCUMENT_REFUSAL = { what: 'the document is', hint: ' (deeply nested markup?)' };
+const PDF_IMAGES_REFUSAL = { what: "the PDF's images are", hint: ' (deeply nested forms?)' };
+
 /**
  * Extraction in worker threads (one by default: one source's parse at a time, as on the API
- * thread before), started at the first document of IN_THREAD_BELOW_BYTES or more. A call whose
- * signal aborts (its job's deadline) ends its worker, so a document that never finishes parsing
- * cannot hold a worker; `close` ends them all.
+ * thread before), started at the first document of IN_THREAD_BELOW_BYTES or more (or of deep
+ * markup) or the first PDF's images. Each call has `deadlineMs`, past which it fails permanently
+ * as too complex; a call whose signal aborts (its job's deadline) ends its worker, so a document
+ * that never finishes parsing cannot hold a worker; `close` ends them all.
  */
 export interface WorkerDocumentExtractorOptions {
   size?: number;
@@ -156,13 +168,16 @@ export function createWorkerDocumentExtractor(options: WorkerDocumentExtractorOp
         return inThreadDocumentExtractor.extract(input, signal);
       }
       const body = movable(input.body);
-      return withinDeadline(deadlineMs, signal, (bounded) => pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, bounded, [body.buffer]));
+      return withinDeadline(deadlineMs, signal, DOCUMENT_REFUSAL, (bounded) => pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, bounded, [body.buffer]));
     },
+    // Every PDF, however small, in the worker: a few kilobytes of nested forms expand to billions
+    // of drawing operations, and only there can the deadline end the walk.
     async pdfImages(body, limits, signal) {
       if (pool.closed) return closed();
-      if (body.byteLength < inThreadBelow) return inThreadDocumentExtractor.pdfImages(body, limits, signal);
       const copy = movable(body);
-      const images = await pool.call<PdfImage[]>({ method: 'pdfImages', body: copy, limits }, signal, [copy.buffer]);
+      const images = await withinDeadline(deadlineMs, signal, PDF_IMAGES_REFUSAL, (bounded) =>
+        pool.call<PdfImage[]>({ method: 'pdfImages', body: copy, limits }, bounded, [copy.buffer]),
+      );
       // A Buffer crosses the thread as a plain Uint8Array: the caller gets Buffers, as from the thread.
       return images.map((image) => ({ ...image, png: Buffer.from(image.png.buffer, image.png.byteOffset, image.png.byteLength) }));
     },

@@ -183,3 +183,16 @@ t.test('with the extraction worker: the same page and PDF images as on the calli
   t.same(calls, { extract: 2, pdfImages: 1 }, 'the page and the PDF went to the extractor, and so did the PDF\'s images');
   t.equal(workers.workerCount, 1, 'its worker did the work');
 });
+
+t.test("a PDF whose images outrun the extraction deadline is fetched with its text and no images", async (t) => {
+  const workers = createWorkerDocumentExtractor({ deadlineMs: 1000 });
+  t.teardown(() => workers.close());
+  // 2^24 drawings of a form: the walk for images takes hours; the text is read at once.
+  const pdf = buildPdfWithImages([{ lines: ['Sea otters float on their backs.'], images: [noiseImage(64, 48, 31)], nestedForms: 24 }], 'Otters');
+  const uploaded = await fixture.register({ upload: pdf, contentType: 'application/pdf', filename: 'otters.pdf' });
+  t.equal(await fixture.run(stageWith({ maxImageBytes: 5_242_880, maxImagesPerSource: 20 }, workers), uploaded), null, 'the source does not fail');
+  const state = await fixture.state(uploaded);
+  t.match(state.fetched, { document_kind: 'pdf', title: 'Otters', text_sha256: /^[0-9a-f]{64}$/ }, 'fetched, with its text');
+  t.ok((state.fetched?.text_chars ?? 0) > 0, 'the text was kept');
+  t.same(await fetchedImages(t, uploaded), [], 'no images: the walk was ended');
+});

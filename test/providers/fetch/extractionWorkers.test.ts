@@ -170,6 +170,20 @@ t.test('an extraction past its deadline ends its worker and fails the document a
   t.ok((await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' })).text.length > 100, 'the next document is answered');
 });
 
+t.test("a PDF's images past the deadline: the worker is ended and the images refused as too complex, permanently, however small the PDF", async (t) => {
+  const extractor = createWorkerDocumentExtractor({ deadlineMs: 200 });
+  t.teardown(() => extractor.close());
+  // 2^24 drawings of a form in 4 KB: walking them for images takes hours.
+  const pathological = buildPdfWithImages([{ lines: ['Sea otters float on their backs.'], nestedForms: 24 }], 'Otters');
+  t.ok(pathological.byteLength < IN_THREAD_BELOW_BYTES, 'a small PDF: its images go to the worker all the same');
+  const limits = { maxImageBytes: 5_242_880, maxImages: 20 };
+  const error = await rejection(extractor.pdfImages(pathological, limits));
+  t.type(error, UnsupportedContentError);
+  t.equal(error.message, "the PDF's images are too complex to extract: not done within 0.2 s (deeply nested forms?)");
+  t.ok(isPermanentError(error), 'not retried');
+  t.equal(extractor.workerCount, 0, 'its worker was ended');
+});
+
 t.test('after close, calls are refused', async (t) => {
   const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
   await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' });
