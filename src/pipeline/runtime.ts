@@ -6,7 +6,7 @@ import { Doorbell } from '../util/concurrency.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
-import { isPermanentError, JOB_TRIGGER_TYPE, SCHEDULED_TRIGGER_TYPE, type JobContext, type JobRunOutcome, type ScheduledTriggerData, type Stage } from './types.js';
+import { isPermanentError, retryAfterMsOf, JOB_TRIGGER_TYPE, SCHEDULED_TRIGGER_TYPE, type JobContext, type JobRunOutcome, type ScheduledTriggerData, type Stage } from './types.js';
 
 /**
  * The stage runtime (DESIGN.md, "Stage runtime"): per stage, one dispatcher claims jobs while
@@ -212,6 +212,17 @@ export function retryDelayMs(failedAttempt: number, retry: RetrySettings, random
   const exponent = Math.max(0, failedAttempt - 1);
   const ceiling = Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** Math.min(exponent, 52));
   return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+/**
+ * The wait before a failed job's next attempt: the backoff, or longer when the error carries the
+ * server's Retry-After (retryAfterMsOf), so the job does not ask again sooner than it was told.
+ * That wish is capped at `maxDelay`, so a server cannot park a job for days.
+ */
+export function nextAttemptDelayMs(failedAttempt: number, retry: RetrySettings, error: unknown, random: () => number = Math.random): number {
+  const backoff = retryDelayMs(failedAttempt, retry, random);
+  const retryAfterMs = retryAfterMsOf(error);
+  return retryAfterMs === undefined ? backoff : Math.max(backoff, Math.min(Math.ceil(retryAfterMs), retry.maxDelayMs));
 }
 
 function requirePositive(name: string, value: unknown, allowZero = false): void {
@@ -443,12 +454,14 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
         recorded = await jobs.fail(claim, {
           error: describeError(error),
           permanent,
-          retryDelayMs: retryDelayMs(claim.attempts, settings.retry, random),
+          retryDelayMs: nextAttemptDelayMs(claim.attempts, settings.retry, error, random),
         });
         outcome = recorded?.state === 'queued' ? 'retry_scheduled' : 'failed';
         const details = { jobId: claim.id, kind: stage.kind, attempt: claim.attempts, err: error };
-        if (outcome === 'retry_scheduled') log.info(details, 'job failed, retry scheduled');
-        else log.warn({ ...details, permanent }, 'job failed');
+        const retryAfterMs = retryAfterMsOf(error);
+        if (outcome === 'retry_scheduled') {
+          log.info({ ...details, nextAttemptAt: recorded?.nextAttemptAt, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) }, 'job failed, retry scheduled');
+        } else log.warn({ ...details, permanent }, 'job failed');
         if (recorded && outcome === 'retry_scheduled') scheduleWake(stage.kind, recorded.nextAttemptAt);
       }
     } catch (writeError) {

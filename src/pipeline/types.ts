@@ -182,3 +182,14 @@ export function isPermanentError(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   return (error as { name?: unknown }).name === 'PermanentJobError' || (error as { permanent?: unknown }).permanent === true;
 }
+
+/**
+ * How long the server behind a failure asked to be left alone (its Retry-After, delta-seconds
+ * or an HTTP date, as milliseconds), when a provider put it on the error as `retryAfterMs`
+ * (ModelCallError); undefined otherwise. Read by shape, as isPermanentError.
+ */
+export function retryAfterMsOf(error: unknown): number | undefined {
+  if (typeof error !== 'object' || error === null) return undefined;
+  const retryAfterMs = (error as { retryAfterMs?: unknown }).retryAfterMs;
+  return typeof retryAfterMs === 'number' && Number.isFinite(retryAfterMs) && retryAfterMs > 0 ? retryAfterMs : undefined;
+}

@@ -120,6 +120,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
                 `the next wait (${delayMs}ms) would exceed providers.ai.rate_limit_wait_timeout (${rateLimitBudgetMs}ms)`,
               false,
               429,
+              error.retryAfterMs,
             );
           }
           budget.waitedMs += delayMs;
@@ -131,6 +132,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
               `embeddings (${model}) failed after ${attempts} attempt(s): ${describeError(error)}`,
               error instanceof OutputValidationError,
               status,
+              error instanceof ModelCallError ? error.retryAfterMs : undefined,
             );
           }
           const ceiling = backoffCeilingMs(retry, failures);

@@ -200,6 +200,11 @@ export class ModelCallError extends Error {
     readonly permanent: boolean,
     /** HTTP status of the provider's answer, when there was one. */
     readonly status?: number,
+    /**
+     * How long the provider asked to be left alone (its Retry-After), when it did: the job
+     * runtime schedules the job's next attempt no sooner (retryAfterMsOf, pipeline/types.ts).
+     */
+    readonly retryAfterMs?: number,
   ) {
     super(message);
   }

@@ -24,13 +24,9 @@ export interface LlmRetrySettings {
 
 /** The provider answered with a non-success HTTP status. */
 export class ProviderHttpError extends ModelCallError {
-  constructor(
-    message: string,
-    status: number,
-    /** From a Retry-After header, when the provider sent one. */
-    readonly retryAfterMs?: number,
-  ) {
-    super(message, isPermanentStatus(status), status);
+  /** `retryAfterMs`: from a Retry-After header, when the provider sent one. */
+  constructor(message: string, status: number, retryAfterMs?: number) {
+    super(message, isPermanentStatus(status), status, retryAfterMs);
   }
 }
 
@@ -197,7 +193,9 @@ export async function withLlmRetry<T>(
       const status = error instanceof ModelCallError ? error.status : undefined;
       if (attempt >= attempts) {
         const permanent = error instanceof OutputValidationError;
-        throw new ModelCallError(`${what} failed after ${attempts} attempt(s): ${describeError(error)}`, permanent, status);
+        // The last answer's Retry-After goes on to the job runtime, which waits at least as long.
+        const retryAfterMs = error instanceof ModelCallError ? error.retryAfterMs : undefined;
+        throw new ModelCallError(`${what} failed after ${attempts} attempt(s): ${describeError(error)}`, permanent, status, retryAfterMs);
       }
       const ceiling = backoffCeilingMs(settings, attempt);
       let delayMs = Math.round(ceiling / 2 + (random() * ceiling) / 2);
@@ -209,6 +207,7 @@ export async function withLlmRetry<T>(
             `${what} rate-limited: provider asks to retry after ${error.retryAfterMs}ms, more than providers.llm_retry.max_delay`,
             false,
             429,
+            error.retryAfterMs,
           );
         }
         delayMs = error.retryAfterMs;
