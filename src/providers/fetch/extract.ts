@@ -1,5 +1,5 @@
 import { MARKDOWN_INLINE_LINK } from '../../domain/text.js';
-import { htmlToDocument } from './html.js';
+import { htmlToDocument, separatesWords } from './html.js';
 import { BINARY_CONTROLS, looksBinary, parseContentType, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
 import {
@@ -217,6 +217,7 @@ const ATX_HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
 const SETEXT_UNDERLINE = /^ {0,3}(?:=+|-+)[ \t]*$/;
 const THEMATIC_BREAK = /^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$/;
 const REFERENCE_DEFINITION = /^ {0,3}\[[^\]]+\]:\s*\S+/;
+const HTML_COMMENT_BLOCK = /^ {0,3}<!--/;
 const TABLE_DELIMITER_ROW = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$/;
 // Groups: alt text, address, title (the image's caption).
 const MARKDOWN_IMAGE = /!\[([^[\]]*)\]\(\s*<?([^()\s<>]+)>?(?:\s+["'(]([^()]*?)["')])?\s*\)/g;
@@ -238,6 +239,35 @@ function splitFrontMatter(markdown: string): FrontMatter {
   return { body: markdown.slice(match[0].length), fields };
 }
 
+/** A run of inline HTML tags with the spaces after each, and a tag's name. */
+const HTML_TAG_RUN = /(?:<\/?[a-z][^<>]*>\s*)+/gi;
+const HTML_TAG = /<\/?([a-z][a-z0-9-]*)[^<>]*>/gi;
+
+/**
+ * A run of HTML tags in a line of Markdown to the text it leaves: nothing for inline elements
+ * (`un<em>sure</em>` is "unsure"), a space where an element is a block, line or cell of its own,
+ * so `<p>one</p><p>two</p>` reads "one two", not "onetwo".
+ */
+function tagRunText(run: string, at: number, line: string): string {
+  const separates = [...run.matchAll(HTML_TAG)].some((tag) => separatesWords((tag[1] ?? '').toUpperCase()));
+  if (!separates) return run.replace(HTML_TAG, '');
+  const edge = at === 0 || at + run.length === line.length || /\s/.test(line[at - 1] ?? '');
+  return edge ? '' : ' ';
+}
+
+/** A line without its HTML comments; by `indexOf`, so an unclosed `<!--` costs one scan, not one per opener. */
+function withoutHtmlComments(line: string): string {
+  let text = '';
+  let from = 0;
+  for (;;) {
+    const open = line.indexOf('<!--', from);
+    const close = open === -1 ? -1 : line.indexOf('-->', open + 4);
+    if (close === -1) return text + line.slice(from);
+    text += line.slice(from, open);
+    from = close + 3;
+  }
+}
+
 /**
  * Inline Markdown to its text. Every pattern is linear in the line: a bracket, parenthesis,
  * angle bracket or delimiter run ends what it may span, and a code span starts only where a run of
@@ -247,13 +277,13 @@ function splitFrontMatter(markdown: string): FrontMatter {
  * span holding a backtick (``` ``a`b`` ```) its ticks.
  */
 function stripInlineMarkdown(line: string): string {
-  return line
+  return withoutHtmlComments(line)
     .replace(MARKDOWN_IMAGE, '$1')
     .replace(MARKDOWN_INLINE_LINK, '$1')
     .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
     .replace(/\[\^[^[\]]+\]/g, '') // footnote references
     .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
-    .replace(/<\/?[a-z][^<>]*>/gi, '') // inline HTML tags
+    .replace(HTML_TAG_RUN, tagRunText)
     .replace(/(?<!`)(`+)([^`]+)\1(?!`)/g, '$2')
     .replace(/\*\*(?=[^\s*])([^*]+?)(?<=\S)\*\*/g, '$1')
     .replace(/__(?=[^\s_])([^_]+?)(?<=\S)__/g, '$1')
@@ -268,11 +298,17 @@ function markdownToPlainText(markdown: string): string {
   const paragraphs: string[] = [];
   let lines: string[] = [];
   let openFence: string | null = null;
+  // In an HTML comment that started a line and is not closed on it (CommonMark's HTML block 2).
+  let inComment = false;
   const finishParagraph = (): void => {
     if (lines.length > 0) paragraphs.push(lines.join('\n'));
     lines = [];
   };
   for (const rawLine of markdown.split('\n')) {
+    if (inComment) {
+      inComment = !rawLine.includes('-->');
+      continue;
+    }
     const fence = FENCE.exec(rawLine);
     if (openFence !== null) {
       if (fence?.[1] && fence[1][0] === openFence[0] && fence[1].length >= openFence.length && rawLine.trim() === fence[1]) {
@@ -291,6 +327,12 @@ function markdownToPlainText(markdown: string): string {
     let line = rawLine;
     if (line.trim() === '') {
       finishParagraph();
+      continue;
+    }
+    const comment = HTML_COMMENT_BLOCK.exec(line);
+    if (comment && !line.includes('-->', comment[0].length)) {
+      finishParagraph();
+      inComment = true;
       continue;
     }
     const tableDelimiter = TABLE_DELIMITER_ROW.test(line) && line.includes('|');

@@ -54,6 +54,11 @@ const PARAGRAPH_ELEMENTS = new Set([
 const LINE_ELEMENTS = new Set(['LI', 'DT', 'DD', 'TR', 'BR']);
 const CELL_ELEMENTS = new Set(['TD', 'TH']);
 
+/** Whether an element (its upper-case name) stands apart from the words around it: a paragraph, line or cell. */
+export function separatesWords(name: string): boolean {
+  return PARAGRAPH_ELEMENTS.has(name) || LINE_ELEMENTS.has(name) || CELL_ELEMENTS.has(name);
+}
+
 // Meta names that carry a publication date, most specific first (compared lower-cased).
 const PUBLISHED_DATE_META_NAMES = [
   'article:published_time',

@@ -24,8 +24,9 @@ import type {
  * The built-in chat-model stand-in: rule-based fact extraction with no network and no
  * randomness, on wink-nlp's English lite model (sentence boundaries and part-of-speech tags).
  *
- * Per chunk: split the text into blocks (paragraphs, list items, headings), strip markup and
- * citation markers, split blocks into sentences, drop what is not a statement of fact
+ * Per chunk: split the text into blocks (paragraphs, list items, headings), strip Markdown
+ * decoration and citation markers (angle brackets are text: see cleanBlock), split blocks into
+ * sentences, drop what is not a statement of fact
  * (questions, headings, navigation and calls to action, verbless fragments, very short
  * sentences), split sentences into independent clauses where that is safe, and make each
  * clause self-contained by replacing a leading pronoun with the subject of the previous
@@ -418,7 +419,6 @@ const KEEP_FIRST_GROUP: Piece[] = [{ group: 1 }];
 const KEEP_SECOND_GROUP: Piece[] = [{ group: 2 }];
 
 const BLOCKQUOTE_MARKER = /^[ \t]*>+[ \t]?/gm;
-const HTML_MARKUP = /<!--[\s\S]*?-->|<\/?[A-Za-z][^<>]*>/g;
 /** Wikipedia-style citation links as turndown writes them: `[\[1\]](#cite_note-1)`. */
 const CITATION_LINK = /[ \t\u00a0]*\[\\?\[[^\]\\]{1,40}\\?\]\]\([^)\s]*\)/g;
 const MARKDOWN_ESCAPE = /\\([\\`*_{}[\]()#+\-.!|>~])/g;
@@ -450,12 +450,17 @@ const WHITESPACE_RUN = /\s+/g;
 const SPACE_BEFORE_PUNCTUATION = / +(?=[.,;:!?](?:\s|$))/g;
 const EDGE_SPACE = /^ | $/g;
 
+/**
+ * A block's words without Markdown decoration and citation markers. Angle brackets are words: the
+ * text is the extractor's plain reading of the document (an HTML page's tags are gone already, and
+ * `&lt;script&gt;` it wrote is the text `<script>`; a text/plain file's tags are its text), so
+ * removing "tags" here dropped words and glued the words on either side of a `</p><p>`.
+ */
 function cleanBlock(text: string, block: Block): CleanText {
   const origin: number[] = [];
   for (let i = block.start; i < block.end; i++) origin.push(i);
   let cleaned: CleanText = { text: text.slice(block.start, block.end), origin, linkChars: 0 };
   cleaned = rewrite(cleaned, BLOCKQUOTE_MARKER, () => DROP);
-  cleaned = rewrite(cleaned, HTML_MARKUP, () => DROP);
   cleaned = rewrite(cleaned, CITATION_LINK, () => DROP);
   cleaned = rewrite(cleaned, MARKDOWN_ESCAPE, () => KEEP_FIRST_GROUP);
   cleaned = rewrite(cleaned, MARKDOWN_IMAGE, () => DROP);

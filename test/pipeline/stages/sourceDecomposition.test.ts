@@ -245,3 +245,20 @@ t.test('a fact both in the text and in an image is recorded once, as a text fact
   t.same(facts.map((fact) => fact.fact_kind), ['text']);
   t.same((await factsExtracted(source)).facts.filter((fact) => fact.fact_kind === 'image'), []);
 });
+
+t.test('with the built-in local chat model: angle brackets in the text are words, never dropped or glued', async (t) => {
+  const { stage } = decomposition(createLocalChatModel());
+  const factsOf = async (upload: string, contentType: string, filename: string): Promise<string[]> => {
+    const source = await fetchedSource({ upload: Buffer.from(upload), contentType, filename });
+    t.equal(await fixture.run(stage, source), null);
+    return (await factsExtracted(source)).facts.map((fact) => fact.content);
+  };
+  // The page writes the tag as text; its extracted text is `<script> tags run …`.
+  const page = await factsOf('<!doctype html><html><body><p>Inline &lt;script&gt; tags run code when the page loads.</p></body></html>', 'text/html', 'scripts.html');
+  t.same(page, ['Inline <script> tags run code when the page loads.']);
+  // An HTML document sent as plain text is read as text: its tags stay, and no two words meet.
+  // Stripping them made the fact "Sea otters hold handswhile they sleep in the kelp."
+  const plain = await factsOf('<p>Sea otters hold hands</p><p>while they sleep in the kelp.</p>', 'text/plain', 'otters.html');
+  t.equal(plain.length, 1);
+  t.match(plain[0], /^<p>Sea otters hold hands<\/p><p>while they sleep in the kelp\./);
+});

@@ -367,6 +367,8 @@ t.test('Markdown inline markup is stripped in one pass over a line, whatever it 
     ['emphasis runs', '*a **a ***a '.repeat(20_000)],
     ['underscore runs', '_a __a ___a '.repeat(20_000)],
     ['unclosed tags', '<a'.repeat(100_000)],
+    ['unclosed comments', 'a <!--'.repeat(45_000)],
+    ['tag runs', '<p>a</p>'.repeat(32_000)],
   ];
   for (const [name, markdown] of cases) {
     const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/x.md' });
@@ -379,4 +381,18 @@ t.test('Markdown inline markup is stripped in one pass over a line, whatever it 
   });
   // A code span that holds a backtick keeps its ticks: the price of a pattern that cannot run away.
   t.equal(kept.text, 'Some bold, italic, strong, em, gone, code, ``a`b`` and a link with html.');
+});
+
+t.test('Markdown: a block element\'s tags leave a space, an inline one\'s nothing, a comment nothing', async (t) => {
+  const markdown = [
+    '<p>Otters float</p><p>on their backs</p>',
+    'Some un<em>sure</em> words<br>on two lines, a cell<td>apart.',
+    'Kept <!-- an aside --> words.',
+    '<!-- a comment',
+    'over lines -->',
+    'Last words.',
+  ].join('\n');
+  const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/tags.md' });
+  // The tags were dropped without a trace: "Otters floaton their backs".
+  t.equal(document.text, 'Otters float on their backs\nSome unsure words on two lines, a cell apart.\nKept  words.\n\nLast words.', 'a comment over lines ends the paragraph, as an HTML block does');
 });
