@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import type { MultipartFields } from '@fastify/multipart';
 import type { UploadedContent } from '../app/sources.js';
@@ -39,15 +40,55 @@ async function reading<T>(step: () => Promise<T>): Promise<T> {
   }
 }
 
+/** A Content-Disposition whose quoted file name holds a bare CR or LF. */
+const RAW_LINE_BREAK_IN_FILE_NAME = /content-disposition:[^\r\n]*?\bfilename\*?=\s*"[^"\r\n]*(?:\r(?!\n)|\n)/i;
+/** Characters of the bytes already seen kept for a header cut between two chunks. */
+const WATCHED_TAIL_CHARS = 16_384;
+
+/**
+ * busboy drops a part whose file name holds a bare CR or LF (a header it will not trust) without
+ * a word, so the upload read as having no file part. Browsers percent-encode both (%0A), so a raw
+ * one is a malformed request (docs/api.md): the bytes before the file part are watched for one,
+ * to say so. A file name's other controls reach cleanFileName, which drops them.
+ */
+function watchFileNames(raw: Readable): { readonly rawLineBreak: boolean; stop(): void } {
+  let tail = '';
+  let rawLineBreak = false;
+  const onData = (chunk: Buffer): void => {
+    const text = tail + chunk.toString('latin1');
+    // A CR at the end may be the first half of a CRLF in the next chunk.
+    if (RAW_LINE_BREAK_IN_FILE_NAME.test(text.endsWith('\r') ? text.slice(0, -1) : text)) {
+      rawLineBreak = true;
+      stop();
+    }
+    tail = text.slice(-WATCHED_TAIL_CHARS);
+  };
+  const stop = (): void => {
+    raw.off('data', onData);
+  };
+  raw.on('data', onData);
+  // A 'data' listener starts the flow: paused, the request waits for multipart's pipe, which resumes it.
+  raw.pause();
+  return {
+    get rawLineBreak() {
+      return rawLineBreak;
+    },
+    stop,
+  };
+}
+
 /**
  * Waits for the upload's file part: its headers and the fields sent before it, not its bytes,
  * which `content` reads, so that an upload its caller may not make is never buffered. Uploads
  * hold one file (docs/api.md): a second file part is a 400, not silently dropped.
  */
 export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
+  const names = watchFileNames(request.raw);
   const files = await reading(async () => request.files());
-  const first = await reading(() => files.next());
-  if (first.done) throw badRequest('no file part in the upload');
+  const first = await reading(() => files.next()).finally(names.stop);
+  if (first.done) {
+    throw badRequest(names.rawLineBreak ? 'the file name is malformed: it holds a raw line break (CR or LF); send it percent-encoded (%0A) or without' : 'no file part in the upload');
+  }
   const file = first.value;
   if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
   // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or

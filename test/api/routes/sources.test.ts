@@ -156,6 +156,24 @@ t.test('bad sources', async (t) => {
   });
   t.equal(misnamed.status, 400, 'a file part not named file');
   t.match(misnamed.body.message, /named 'upload': name it 'file'/);
+  // busboy drops a part whose file name holds a raw line break: that read "no file part in the upload".
+  for (const [what, name] of [['a line feed', 'a\nb.txt'], ['a carriage return', 'a\rb.txt']]) {
+    for (const route of ['sources/upload', 'reports/upload']) {
+      const reply = await service.call('POST', `/api/v1/repositories/${repoId}/${route}`, {
+        token,
+        body: Buffer.from(`--b\r\nContent-Disposition: form-data; name="file"; filename="${name}"\r\nContent-Type: text/plain\r\n\r\nOtters float.\r\n--b--\r\n`),
+        headers: { 'content-type': 'multipart/form-data; boundary=b' },
+      });
+      t.equal(reply.status, 400, `${route}, ${what} in the file name`);
+      t.match(reply.body, { error: 'bad_request', message: /^the file name is malformed: it holds a raw line break/ }, `${route}, ${what}`);
+    }
+  }
+  const noFile = await service.call('POST', `/api/v1/repositories/${repoId}/sources/upload`, {
+    token,
+    body: Buffer.from('--b\r\nContent-Disposition: form-data; name="title"\r\n\r\nOtters\r\n--b--\r\n'),
+    headers: { 'content-type': 'multipart/form-data; boundary=b' },
+  });
+  t.match(noFile.body, { error: 'bad_request', message: 'no file part in the upload' }, 'no file part is still said so');
   // Bodies that do not parse as multipart were a 500: cut before the closing boundary, a closing boundary without its `--`, no boundary at all.
   const part = '--cut\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\nNiels Bohr proposed a model of the atom in 1913.';
   for (const [what, body, type] of [
