@@ -58,3 +58,168 @@ export function cleanFileName(name: string | null | undefined): string | null {
  * square of the length).
  */
 export const MARKDOWN_INLINE_LINK = /!?\[([^[\]]*)\]\([^()]*\)/g;
+
+/** A run of `*` or `_` that may open or close emphasis, as CommonMark's delimiter stack holds it. */
+interface DelimiterRun {
+  char: '*' | '_';
+  /** Delimiters left unmatched; `length` is the run's length as written (the rule of 3 reads it). */
+  count: number;
+  length: number;
+  canOpen: boolean;
+  canClose: boolean;
+  previous: DelimiterRun | null;
+  next: DelimiterRun | null;
+}
+
+const UNICODE_WHITESPACE = /\s/u;
+const UNICODE_PUNCTUATION = /[\p{P}\p{S}]/u;
+const ASCII_PUNCTUATION = /[!-/:-@[-`{-~]/;
+
+/** CommonMark's flanking rules for the delimiter run at [start, end) of `text`. */
+function delimiterRun(text: string, start: number, end: number): DelimiterRun {
+  const char = text[start] === '_' ? '_' : '*';
+  const before = text[start - 1] ?? ' ';
+  const after = text[end] ?? ' ';
+  const spaceBefore = UNICODE_WHITESPACE.test(before);
+  const spaceAfter = UNICODE_WHITESPACE.test(after);
+  const punctuationBefore = UNICODE_PUNCTUATION.test(before);
+  const punctuationAfter = UNICODE_PUNCTUATION.test(after);
+  const left = !spaceAfter && (!punctuationAfter || spaceBefore || punctuationBefore);
+  const right = !spaceBefore && (!punctuationBefore || spaceAfter || punctuationAfter);
+  return {
+    char,
+    count: end - start,
+    length: end - start,
+    // `_` opens and closes only at a word's edge: snake_case is a word.
+    canOpen: char === '*' ? left : left && (!right || punctuationBefore),
+    canClose: char === '*' ? right : right && (!left || punctuationAfter),
+    previous: null,
+    next: null,
+  };
+}
+
+/**
+ * A line of Markdown with its code spans as their text and its emphasis (`*`, `**`, `_`, `__`,
+ * nested) without its marks, by CommonMark's rules: a run of backticks opens a span that the next
+ * run of the same length closes (``` ``a`b`` ``` is "a`b"); emphasis is matched on a delimiter
+ * stack, so `**bold *and italic* text**` and `*a **b** c*` lose every mark. Unmatched backticks and
+ * delimiters stay as written; a backslash escape stays too (it is not a delimiter), for the caller
+ * to read. Linear in the line: each backtick run is passed once by the per-length closer search,
+ * each delimiter is removed from the stack at most once, and a closer's search for an opener stops
+ * where the last failed search of its kind did (CommonMark's openers_bottom).
+ */
+export function stripCodeAndEmphasis(line: string): string {
+  // Where each run of backticks starts, by length: a span's closer is the next run of its length.
+  const runsOfLength = new Map<number, { starts: number[]; next: number }>();
+  for (let i = 0; i < line.length; ) {
+    if (line[i] !== '`') {
+      i++;
+      continue;
+    }
+    let end = i;
+    while (line[end] === '`') end++;
+    const runs = runsOfLength.get(end - i) ?? { starts: [], next: 0 };
+    runs.starts.push(i);
+    runsOfLength.set(end - i, runs);
+    i = end;
+  }
+  /** Where the first run of `length` backticks after `after` starts; -1 when none. Asked in line order, so each list is passed once. */
+  const closerAfter = (length: number, after: number): number => {
+    const runs = runsOfLength.get(length);
+    if (!runs) return -1;
+    while (runs.next < runs.starts.length && runs.starts[runs.next]! <= after) runs.next++;
+    return runs.starts[runs.next] ?? -1;
+  };
+
+  const pieces: Array<string | DelimiterRun> = [];
+  let top: DelimiterRun | null = null;
+  let bottom: DelimiterRun | null = null;
+  let text = '';
+  const flush = (): void => {
+    if (text !== '') pieces.push(text);
+    text = '';
+  };
+  for (let i = 0; i < line.length; ) {
+    const char = line[i]!;
+    if (char === '\\' && ASCII_PUNCTUATION.test(line[i + 1] ?? '')) {
+      text += line.slice(i, i + 2);
+      i += 2;
+      continue;
+    }
+    if (char === '`') {
+      let end = i;
+      while (line[end] === '`') end++;
+      const closer = closerAfter(end - i, i);
+      if (closer === -1) {
+        text += line.slice(i, end);
+        i = end;
+        continue;
+      }
+      let code = line.slice(end, closer);
+      // One space each side is padding when both are there and the span is not all spaces.
+      if (code.length >= 2 && code.startsWith(' ') && code.endsWith(' ') && code.trim() !== '') code = code.slice(1, -1);
+      text += code;
+      i = closer + (end - i);
+      continue;
+    }
+    if (char === '*' || char === '_') {
+      let end = i;
+      while (line[end] === char) end++;
+      flush();
+      const run = delimiterRun(line, i, end);
+      pieces.push(run);
+      run.previous = top;
+      if (top) top.next = run;
+      else bottom = run;
+      top = run;
+      i = end;
+      continue;
+    }
+    text += char;
+    i++;
+  }
+  flush();
+
+  const unlink = (run: DelimiterRun): void => {
+    if (run.previous) run.previous.next = run.next;
+    else bottom = run.next;
+    if (run.next) run.next.previous = run.previous;
+    else top = run.previous;
+  };
+  // Where the last search for an opener of this kind stopped: a later one stops there too.
+  const openersBottom = new Map<string, DelimiterRun | null>();
+  let closer: DelimiterRun | null = bottom;
+  while (closer) {
+    if (!closer.canClose) {
+      closer = closer.next;
+      continue;
+    }
+    const kind = `${closer.char}${closer.canOpen ? 1 : 0}${closer.length % 3}`;
+    const stopAt = openersBottom.get(kind) ?? null;
+    let opener: DelimiterRun | null = closer.previous;
+    while (opener && opener !== stopAt) {
+      const oddMatch = (closer.canOpen || opener.canClose) && closer.length % 3 !== 0 && (opener.length + closer.length) % 3 === 0;
+      if (opener.char === closer.char && opener.canOpen && !oddMatch) break;
+      opener = opener.previous;
+    }
+    if (opener && opener !== stopAt) {
+      const used = opener.count >= 2 && closer.count >= 2 ? 2 : 1;
+      opener.count -= used;
+      closer.count -= used;
+      for (let between = opener.next; between && between !== closer; between = between.next) unlink(between);
+      if (opener.count === 0) unlink(opener);
+      if (closer.count === 0) {
+        const next: DelimiterRun | null = closer.next;
+        unlink(closer);
+        closer = next;
+      }
+    } else {
+      openersBottom.set(kind, closer.previous);
+      const next: DelimiterRun | null = closer.next;
+      if (!closer.canOpen) unlink(closer);
+      closer = next;
+    }
+  }
+  // A run keeps the marks left unmatched; one taken off the stack unmatched keeps them all.
+  return pieces.map((piece) => (typeof piece === 'string' ? piece : piece.char.repeat(piece.count))).join('');
+}

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { cleanFileName, MAX_FILE_NAME_CHARS, runeLength, shortenRunes } from '../../src/domain/text.js';
+import { cleanFileName, MAX_FILE_NAME_CHARS, runeLength, shortenRunes, stripCodeAndEmphasis } from '../../src/domain/text.js';
 
 t.test('runes are code points', async (t) => {
   t.equal(runeLength('abc'), 3);
@@ -27,4 +27,28 @@ t.test('cleanFileName: no control or bidirectional characters, no lone surrogate
   t.equal(runeLength(cleanFileName('a'.repeat(400)) ?? ''), MAX_FILE_NAME_CHARS);
   t.equal(cleanFileName('\u0000\u202e '), null, 'nothing left');
   t.equal(cleanFileName(undefined), null);
+});
+
+t.test('stripCodeAndEmphasis: CommonMark code spans and emphasis, marks left where nothing matches', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['``a`b``', 'a`b'],
+    ['` a `', 'a'],
+    ['`a', '`a'],
+    ['\\``a`', '\\`a'],
+    ['`*a*`', '*a*'],
+    ['**bold *and italic* text**', 'bold and italic text'],
+    ['*a **b** c*', 'a b c'],
+    ['***both***', 'both'],
+    ['**foo*', '*foo'],
+    ['*foo**', 'foo*'],
+    ['foo*bar*baz', 'foobarbaz'],
+    ['snake_case_name', 'snake_case_name'],
+    ['5 * 3 * 2', '5 * 3 * 2'],
+    ['\\*not\\*', '\\*not\\*'],
+  ];
+  for (const [markdown, text] of cases) t.equal(stripCodeAndEmphasis(markdown), text, markdown);
+  // Each of these is a pass over its 256 KiB, not one per delimiter (the last round's patterns' cost).
+  for (const markdown of ['*'.repeat(262_144), '`'.repeat(262_144), '['.repeat(262_144), '**a'.repeat(87_381), '*a **a ***a '.repeat(21_845), '_a *a '.repeat(43_690)]) {
+    t.ok(stripCodeAndEmphasis(markdown).length > 0);
+  }
 });

@@ -1,4 +1,4 @@
-import { MARKDOWN_INLINE_LINK } from '../../domain/text.js';
+import { MARKDOWN_INLINE_LINK, stripCodeAndEmphasis } from '../../domain/text.js';
 import { htmlToDocument, separatesWords } from './html.js';
 import { BINARY_CONTROLS, looksBinary, parseContentType, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
@@ -270,25 +270,20 @@ function withoutHtmlComments(line: string): string {
 
 /**
  * Inline Markdown to its text. Every pattern is linear in the line: a bracket, parenthesis,
- * angle bracket or delimiter run ends what it may span, and a code span starts only where a run of
- * backticks starts. Patterns that let `[^\]]*` or `.+?` run to the line's end cost the square of
- * its length on input such as `[[[[…` or `**a **a …`: a 256 KiB report or upload took seconds to
- * minutes of a thread's time. Nested emphasis (`**a *b* c**`) keeps its outer marks, and a code
- * span holding a backtick (``` ``a`b`` ```) its ticks.
+ * angle bracket or delimiter run ends what it may span. Patterns that let `[^\]]*` or `.+?` run
+ * to the line's end cost the square of its length on input such as `[[[[…` or `**a **a …`: a
+ * 256 KiB report or upload took seconds to minutes of a thread's time. Code spans and emphasis,
+ * which no such pattern reads right when nested or holding a backtick, go by stripCodeAndEmphasis.
  */
 function stripInlineMarkdown(line: string): string {
-  return withoutHtmlComments(line)
+  const withoutLinksAndTags = withoutHtmlComments(line)
     .replace(MARKDOWN_IMAGE, '$1')
     .replace(MARKDOWN_INLINE_LINK, '$1')
     .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
     .replace(/\[\^[^[\]]+\]/g, '') // footnote references
     .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
-    .replace(HTML_TAG_RUN, tagRunText)
-    .replace(/(?<!`)(`+)([^`]+)\1(?!`)/g, '$2')
-    .replace(/\*\*(?=[^\s*])([^*]+?)(?<=\S)\*\*/g, '$1')
-    .replace(/__(?=[^\s_])([^_]+?)(?<=\S)__/g, '$1')
-    .replace(/(?<![\w*])\*(?=[^\s*])([^*]+?)(?<=\S)\*(?![\w*])/g, '$1')
-    .replace(/(?<![\w_])_(?=[^\s_])([^_]+?)(?<=\S)_(?![\w_])/g, '$1')
+    .replace(HTML_TAG_RUN, tagRunText);
+  return stripCodeAndEmphasis(withoutLinksAndTags)
     .replace(/~~(?=[^\s~])([^~]+?)(?<=\S)~~/g, '$1')
     .replace(/\\([\\`*_{}[\]()#+\-.!|>~])/g, '$1');
 }

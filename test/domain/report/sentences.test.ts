@@ -44,3 +44,11 @@ t.test('pathological markup costs a pass over the text, not one per bracket: a 2
   t.match(links[0].text, /^\[a\]\(<\[a\]\(</, 'no link in it: the text as given');
   t.same(splitSentences('See [the docs](https://example.org/x), then [the code](https://example.org/y).').map((sentence) => sentence.text), ['See the docs, then the code.'], 'links keep their text');
 });
+
+t.test('code spans and nested emphasis lose exactly their marks', async (t) => {
+  const text = 'Run ``a`b`` here. It is **bold *and italic* text**. Also *a **b** c*. Keep snake_case and 2 * 3.';
+  t.same(splitSentences(text).map((sentence) => sentence.text), ['Run a`b here.', 'It is bold and italic text.', 'Also a b c.', 'Keep snake_case and 2 * 3.']);
+  for (const markup of ['*'.repeat(262_144), `a ${'`'.repeat(262_144)}`, '**a'.repeat(87_000)]) {
+    t.equal(splitSentences(markup).length, 1, 'an unmatched run stays as written, in one pass');
+  }
+});

@@ -369,18 +369,23 @@ t.test('Markdown inline markup is stripped in one pass over a line, whatever it 
     ['unclosed tags', '<a'.repeat(100_000)],
     ['unclosed comments', 'a <!--'.repeat(45_000)],
     ['tag runs', '<p>a</p>'.repeat(32_000)],
+    ['stars', `a ${'*'.repeat(262_144)}`],
+    ['backticks', `a ${'`'.repeat(262_144)}`],
+    ['backtick runs of every length', Array.from({ length: 700 }, (_, k) => `${'`'.repeat(k + 1)}a`).join('')],
+    ['unclosed strong', '**a'.repeat(87_000)],
+    ['mixed delimiters', '_a *a '.repeat(43_000)],
   ];
   for (const [name, markdown] of cases) {
     const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/x.md' });
     t.ok(document.text.length > 0, name);
   }
   const kept = await extractDocument({
-    body: Buffer.from('Some **bold**, *italic*, __strong__, _em_, ~~gone~~, `code`, ``a`b`` and [a link](https://e.example) with <b>html</b>.'),
+    body: Buffer.from('Some **bold**, *italic*, __strong__, _em_, ~~gone~~, `code`, ``a`b`` and [a link](https://e.example) with <b>html</b>.\n\n**bold *and italic* text**, *a **b** c*, ***both***, snake_case, 2 * 3 and \\*stars\\*.'),
     contentType: 'text/markdown',
     url: 'https://example.com/y.md',
   });
-  // A code span that holds a backtick keeps its ticks: the price of a pattern that cannot run away.
-  t.equal(kept.text, 'Some bold, italic, strong, em, gone, code, ``a`b`` and a link with html.');
+  // A code span holding a backtick kept its ticks, and nested emphasis its outer marks.
+  t.equal(kept.text, 'Some bold, italic, strong, em, gone, code, a`b and a link with html.\n\nbold and italic text, a b c, both, snake_case, 2 * 3 and *stars*.');
 });
 
 t.test('Markdown: a block element\'s tags leave a space, an inline one\'s nothing, a comment nothing', async (t) => {
