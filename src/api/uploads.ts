@@ -40,10 +40,65 @@ async function reading<T>(step: () => Promise<T>): Promise<T> {
   }
 }
 
-/** A Content-Disposition whose quoted file name holds a bare CR or LF. */
-const RAW_LINE_BREAK_IN_FILE_NAME = /content-disposition:[^\r\n]*?\bfilename\*?=\s*"[^"\r\n]*(?:\r(?!\n)|\n)/i;
-/** Characters of the bytes already seen kept for a header cut between two chunks. */
-const WATCHED_TAIL_CHARS = 16_384;
+const DISPOSITION = 'content-disposition:';
+/** The longest header line looked at; busboy refuses a part's header block past 80 KiB anyway. */
+const MAX_DISPOSITION_LINE = 16_384;
+
+/** Whether one Content-Disposition line (its LF cut off) quotes a file name holding a bare CR, or one the line's bare LF ended. */
+function fileNameBroken(line: string): boolean {
+  const endedByBareLf = !line.endsWith('\r');
+  const header = endedByBareLf ? line : line.slice(0, -1);
+  const lower = header.toLowerCase();
+  let at = lower.indexOf('filename', DISPOSITION.length);
+  while (at !== -1) {
+    let next = at + 'filename'.length;
+    if (header[next] === '*') next += 1;
+    while (header[next] === ' ' || header[next] === '\t') next += 1;
+    if (header[next] === '=') {
+      next += 1;
+      while (header[next] === ' ' || header[next] === '\t') next += 1;
+      if (header[next] === '"') {
+        const close = header.indexOf('"', next + 1);
+        if (header.slice(next + 1, close === -1 ? header.length : close).includes('\r')) return true;
+        if (close === -1) return endedByBareLf;
+        next = close + 1;
+      }
+    }
+    at = lower.indexOf('filename', next);
+  }
+  return false;
+}
+
+/**
+ * Reads a request's bytes as they come (latin1 text) and says once it has seen a Content-Disposition
+ * header whose quoted file name holds a bare CR or LF. One pass over each chunk: a line is kept only
+ * while it may be that header (it starts with the header's name) and up to MAX_DISPOSITION_LINE
+ * characters, so no body, however crafted, makes it read a byte twice.
+ */
+export function fileNameLineBreakScanner(): (chunk: string) => boolean {
+  let line = '';
+  /** The current line cannot be the header: its bytes are passed over until its end. */
+  let passing = false;
+  return (chunk) => {
+    let from = 0;
+    while (from < chunk.length) {
+      const lf = chunk.indexOf('\n', from);
+      const end = lf === -1 ? chunk.length : lf;
+      if (!passing) {
+        line += chunk.slice(from, end);
+        const start = line.slice(0, DISPOSITION.length).toLowerCase();
+        passing = !DISPOSITION.startsWith(start) || line.length > MAX_DISPOSITION_LINE;
+        if (passing) line = '';
+        else if (lf !== -1 && line.length >= DISPOSITION.length && fileNameBroken(line)) return true;
+      }
+      if (lf === -1) break;
+      line = '';
+      passing = false;
+      from = lf + 1;
+    }
+    return false;
+  };
+}
 
 /**
  * busboy drops a part whose file name holds a bare CR or LF (a header it will not trust) without
@@ -52,16 +107,13 @@ const WATCHED_TAIL_CHARS = 16_384;
  * to say so. A file name's other controls reach cleanFileName, which drops them.
  */
 function watchFileNames(raw: Readable): { readonly rawLineBreak: boolean; stop(): void } {
-  let tail = '';
+  const scan = fileNameLineBreakScanner();
   let rawLineBreak = false;
   const onData = (chunk: Buffer): void => {
-    const text = tail + chunk.toString('latin1');
-    // A CR at the end may be the first half of a CRLF in the next chunk.
-    if (RAW_LINE_BREAK_IN_FILE_NAME.test(text.endsWith('\r') ? text.slice(0, -1) : text)) {
+    if (scan(chunk.toString('latin1'))) {
       rawLineBreak = true;
       stop();
     }
-    tail = text.slice(-WATCHED_TAIL_CHARS);
   };
   const stop = (): void => {
     raw.off('data', onData);
