@@ -4,6 +4,7 @@ import { errorFrom, plainError, WorkerPool, type PlainError } from '../../util/w
 import { UnsupportedContentError } from './document.js';
 import type { ExtractedDocument, ExtractInput } from './extract.js';
 import type { PdfImage, PdfImageLimits } from './pdfImages.js';
+import { startsWithPdfMagic } from './sniff.js';
 
 /**
  * Document extraction (HTML through linkedom, Readability and Turndown; PDF through pdf.js) is
@@ -66,7 +67,7 @@ export const EXTRACTION_WORKER_LIMITS: ResourceLimits = { maxOldGenerationSizeMb
 const WORKER_ENTRY = siblingEntry(import.meta.url, 'extractionWorker');
 
 /**
- * Bodies smaller than this are extracted on the calling thread: a page of a few kilobytes takes a
+ * Bodies smaller than this (but PDFs, and deeply nested markup) are extracted on the calling thread: a page of a few kilobytes takes a
  * few milliseconds there, and sending it to a worker would start a thread (and an isolate's
  * memory, 15-30 MiB at the 1,000-page bench's peak, past its memory target) for no gain in
  * responsiveness. Real web pages (50-500 KB of HTML) and papers are larger.
@@ -164,7 +165,12 @@ export function createWorkerDocumentExtractor(options: WorkerDocumentExtractorOp
   return {
     extract(input, signal) {
       if (pool.closed) return closed();
-      if (input.body.byteLength < inThreadBelow && markupNesting(Buffer.from(input.body.buffer, input.body.byteOffset, input.body.byteLength).toString('latin1')) <= IN_THREAD_MAX_NESTING) {
+      // A PDF, however small, goes to the worker (as for its images, below): only there can the deadline end pdf.js.
+      if (
+        input.body.byteLength < inThreadBelow &&
+        !startsWithPdfMagic(input.body) &&
+        markupNesting(Buffer.from(input.body.buffer, input.body.byteOffset, input.body.byteLength).toString('latin1')) <= IN_THREAD_MAX_NESTING
+      ) {
         return inThreadDocumentExtractor.extract(input, signal);
       }
       const body = movable(input.body);

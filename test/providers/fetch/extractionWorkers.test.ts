@@ -160,6 +160,15 @@ t.test('a small page of deeply nested markup is extracted in a worker, which the
   t.equal(extractor.workerCount, 1, 'in a worker');
 });
 
+t.test('a PDF is extracted in a worker however small, where the deadline can end pdf.js', async (t) => {
+  const extractor = createWorkerDocumentExtractor();
+  t.teardown(() => extractor.close());
+  const pdf = buildPdfWithImages([{ lines: ['Sea otters float on their backs.'] }], 'Otters');
+  t.ok(pdf.byteLength < IN_THREAD_BELOW_BYTES, 'a small PDF');
+  t.match((await extractor.extract({ body: pdf, contentType: 'application/pdf' })).text, /Sea otters float on their backs/);
+  t.equal(extractor.workerCount, 1, 'in a worker');
+});
+
 t.test('an extraction past its deadline ends its worker and fails the document as too complex, permanently', async (t) => {
   const extractor = createWorkerDocumentExtractor({ deadlineMs: 200 });
   t.teardown(() => extractor.close());
