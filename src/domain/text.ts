@@ -98,17 +98,20 @@ function delimiterRun(text: string, start: number, end: number): DelimiterRun {
   };
 }
 
+/** A code span of a line: [start, end) with its backticks, and its text. */
+interface CodeSpan {
+  start: number;
+  end: number;
+  code: string;
+}
+
 /**
- * A line of Markdown with its code spans as their text and its emphasis (`*`, `**`, `_`, `__`,
- * nested) without its marks, by CommonMark's rules: a run of backticks opens a span that the next
- * run of the same length closes (``` ``a`b`` ``` is "a`b"); emphasis is matched on a delimiter
- * stack, so `**bold *and italic* text**` and `*a **b** c*` lose every mark. Unmatched backticks and
- * delimiters stay as written; a backslash escape stays too (it is not a delimiter), for the caller
- * to read. Linear in the line: each backtick run is passed once by the per-length closer search,
- * each delimiter is removed from the stack at most once, and a closer's search for an opener stops
- * where the last failed search of its kind did (CommonMark's openers_bottom).
+ * The code spans of a line of Markdown, by CommonMark's rules: a run of backticks that no backslash
+ * escapes opens a span that the next run of the same length closes (``` ``a`b`` ``` is "a`b"); a
+ * run without a closer is literal. Linear in the line: each run is passed once by the per-length
+ * closer search.
  */
-export function stripCodeAndEmphasis(line: string): string {
+function codeSpans(line: string): CodeSpan[] {
   // Where each run of backticks starts, by length: a span's closer is the next run of its length.
   const runsOfLength = new Map<number, { starts: number[]; next: number }>();
   for (let i = 0; i < line.length; ) {
@@ -130,7 +133,69 @@ export function stripCodeAndEmphasis(line: string): string {
     while (runs.next < runs.starts.length && runs.starts[runs.next]! <= after) runs.next++;
     return runs.starts[runs.next] ?? -1;
   };
+  const spans: CodeSpan[] = [];
+  for (let i = 0; i < line.length; ) {
+    if (line[i] === '\\' && ASCII_PUNCTUATION.test(line[i + 1] ?? '')) {
+      i += 2;
+      continue;
+    }
+    if (line[i] !== '`') {
+      i++;
+      continue;
+    }
+    let end = i;
+    while (line[end] === '`') end++;
+    const closer = closerAfter(end - i, i);
+    if (closer === -1) {
+      i = end;
+      continue;
+    }
+    let code = line.slice(end, closer);
+    // One space each side is padding when both are there and the span is not all spaces.
+    if (code.length >= 2 && code.startsWith(' ') && code.endsWith(' ') && code.trim() !== '') code = code.slice(1, -1);
+    spans.push({ start: i, end: closer + (end - i), code });
+    i = closer + (end - i);
+  }
+  return spans;
+}
 
+/** Stands for a held-aside code span in outsideCodeSpans: private-use characters no pattern reads. */
+const HELD_SPAN = /\uE000(\d+)\uE001/g;
+
+/**
+ * `outside` applied to a line with its code spans held aside, then the spans put back as written:
+ * CommonMark's code spans bind tighter than links, images and tags, so `[a](b)` or `<p>` between
+ * backticks is the span's text, while a link's text may hold a whole span. A line that already
+ * holds the placeholders' characters is passed whole.
+ */
+export function outsideCodeSpans(line: string, outside: (text: string) => string): string {
+  const spans = codeSpans(line);
+  if (spans.length === 0 || /[\uE000\uE001]/.test(line)) return outside(line);
+  let held = '';
+  let from = 0;
+  spans.forEach((span, n) => {
+    held += `${line.slice(from, span.start)}\uE000${n}\uE001`;
+    from = span.end;
+  });
+  held += line.slice(from);
+  return outside(held).replace(HELD_SPAN, (placeholder, n: string) => {
+    const span = spans[Number(n)];
+    return span ? line.slice(span.start, span.end) : placeholder;
+  });
+}
+
+/**
+ * A line of Markdown with its code spans as their text and its emphasis (`*`, `**`, `_`, `__`,
+ * nested) without its marks, by CommonMark's rules: code spans as codeSpans finds them; emphasis
+ * is matched on a delimiter stack, so `**bold *and italic* text**` and `*a **b** c*` lose every
+ * mark. Unmatched backticks and delimiters stay as written; a backslash escape stays too (it is not
+ * a delimiter), for the caller to read. Linear in the line: codeSpans is, each delimiter is removed
+ * from the stack at most once, and a closer's search for an opener stops where the last failed
+ * search of its kind did (CommonMark's openers_bottom).
+ */
+export function stripCodeAndEmphasis(line: string): string {
+  const spans = codeSpans(line);
+  let nextSpan = 0;
   const pieces: Array<string | DelimiterRun> = [];
   let top: DelimiterRun | null = null;
   let bottom: DelimiterRun | null = null;
@@ -146,20 +211,11 @@ export function stripCodeAndEmphasis(line: string): string {
       i += 2;
       continue;
     }
-    if (char === '`') {
-      let end = i;
-      while (line[end] === '`') end++;
-      const closer = closerAfter(end - i, i);
-      if (closer === -1) {
-        text += line.slice(i, end);
-        i = end;
-        continue;
-      }
-      let code = line.slice(end, closer);
-      // One space each side is padding when both are there and the span is not all spaces.
-      if (code.length >= 2 && code.startsWith(' ') && code.endsWith(' ') && code.trim() !== '') code = code.slice(1, -1);
-      text += code;
-      i = closer + (end - i);
+    const span = spans[nextSpan];
+    if (span?.start === i) {
+      text += span.code;
+      nextSpan++;
+      i = span.end;
       continue;
     }
     if (char === '*' || char === '_') {

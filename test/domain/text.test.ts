@@ -1,5 +1,5 @@
 import t from 'tap';
-import { cleanFileName, MAX_FILE_NAME_CHARS, runeLength, shortenRunes, stripCodeAndEmphasis } from '../../src/domain/text.js';
+import { cleanFileName, MAX_FILE_NAME_CHARS, MARKDOWN_INLINE_LINK, outsideCodeSpans, runeLength, shortenRunes, stripCodeAndEmphasis } from '../../src/domain/text.js';
 
 t.test('runes are code points', async (t) => {
   t.equal(runeLength('abc'), 3);
@@ -51,4 +51,19 @@ t.test('stripCodeAndEmphasis: CommonMark code spans and emphasis, marks left whe
   for (const markdown of ['*'.repeat(262_144), '`'.repeat(262_144), '['.repeat(262_144), '**a'.repeat(87_381), '*a **a ***a '.repeat(21_845), '_a *a '.repeat(43_690)]) {
     t.ok(stripCodeAndEmphasis(markdown).length > 0);
   }
+});
+
+t.test('outsideCodeSpans: code spans bind tighter than links; a link may hold a whole span', async (t) => {
+  const links = (text: string) => text.replace(MARKDOWN_INLINE_LINK, '$1');
+  const cases: Array<[string, string]> = [
+    ['`[a](b)` is code', '`[a](b)` is code'],
+    ['see [`code`](https://x.test)', 'see `code`'],
+    ['[not a `link](/foo`)', '[not a `link](/foo`)'],
+    ['[a](b) and `[c](d)`', 'a and `[c](d)`'],
+    ['\\`[a](b)`', '\\`a`'],
+    ['no spans [a](b)', 'no spans a'],
+    ['held \uE000 characters `[a](b)`', 'held \uE000 characters `a`'],
+  ];
+  for (const [markdown, text] of cases) t.equal(outsideCodeSpans(markdown, links), text, markdown);
+  t.equal(stripCodeAndEmphasis(outsideCodeSpans('`*[a](b)*` and *[c](d)*', links)), '*[a](b)* and c', 'then the spans become their text');
 });

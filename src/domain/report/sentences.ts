@@ -6,7 +6,7 @@
  * number, task box, quotes) are out of both the offsets and the text; markup within a sentence
  * that is not words (emphasis, link targets) is in the offsets but out of the sentence text.
  */
-import { MARKDOWN_INLINE_LINK, stripCodeAndEmphasis } from '../text.js';
+import { MARKDOWN_INLINE_LINK, outsideCodeSpans, stripCodeAndEmphasis } from '../text.js';
 
 export interface ReportSentence {
   /** 0-based position among all the sentences of the text. */
@@ -58,7 +58,7 @@ function blocks(text: string): Array<{ text: string; start: number }> {
 
 /** The words of a Markdown span: block marks, emphasis, inline code ticks and link targets dropped. */
 export function plainText(markdown: string): string {
-  return stripCodeAndEmphasis(markdown.replace(BLOCK_MARKS, '').replace(MARKDOWN_INLINE_LINK, '$1'))
+  return stripCodeAndEmphasis(outsideCodeSpans(markdown.replace(BLOCK_MARKS, ''), (text) => text.replace(MARKDOWN_INLINE_LINK, '$1')))
     .replace(/\s+/g, ' ')
     .trim();
 }

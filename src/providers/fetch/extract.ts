@@ -1,4 +1,4 @@
-import { MARKDOWN_INLINE_LINK, stripCodeAndEmphasis } from '../../domain/text.js';
+import { MARKDOWN_INLINE_LINK, outsideCodeSpans, stripCodeAndEmphasis } from '../../domain/text.js';
 import { htmlToDocument, separatesWords } from './html.js';
 import { BINARY_CONTROLS, looksBinary, parseContentType, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
 import { pdfToDocument } from './pdf.js';
@@ -276,13 +276,16 @@ function withoutHtmlComments(line: string): string {
  * which no such pattern reads right when nested or holding a backtick, go by stripCodeAndEmphasis.
  */
 function stripInlineMarkdown(line: string): string {
-  const withoutLinksAndTags = withoutHtmlComments(line)
-    .replace(MARKDOWN_IMAGE, '$1')
-    .replace(MARKDOWN_INLINE_LINK, '$1')
-    .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
-    .replace(/\[\^[^[\]]+\]/g, '') // footnote references
-    .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
-    .replace(HTML_TAG_RUN, tagRunText);
+  // Code spans first: what is between backticks is text, links and tags included.
+  const withoutLinksAndTags = outsideCodeSpans(line, (text) =>
+    withoutHtmlComments(text)
+      .replace(MARKDOWN_IMAGE, '$1')
+      .replace(MARKDOWN_INLINE_LINK, '$1')
+      .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
+      .replace(/\[\^[^[\]]+\]/g, '') // footnote references
+      .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
+      .replace(HTML_TAG_RUN, tagRunText),
+  );
   return stripCodeAndEmphasis(withoutLinksAndTags)
     .replace(/~~(?=[^\s~])([^~]+?)(?<=\S)~~/g, '$1')
     .replace(/\\([\\`*_{}[\]()#+\-.!|>~])/g, '$1');

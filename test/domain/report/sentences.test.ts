@@ -45,6 +45,13 @@ t.test('pathological markup costs a pass over the text, not one per bracket: a 2
   t.same(splitSentences('See [the docs](https://example.org/x), then [the code](https://example.org/y).').map((sentence) => sentence.text), ['See the docs, then the code.'], 'links keep their text');
 });
 
+t.test('a code span keeps the link syntax it holds; a link keeps the span it holds', async (t) => {
+  t.same(splitSentences('Write `[text](url)` for a link. See [`splitSentences`](https://x.test) too.').map((sentence) => sentence.text), [
+    'Write [text](url) for a link.',
+    'See splitSentences too.',
+  ]);
+});
+
 t.test('code spans and nested emphasis lose exactly their marks', async (t) => {
   const text = 'Run ``a`b`` here. It is **bold *and italic* text**. Also *a **b** c*. Keep snake_case and 2 * 3.';
   t.same(splitSentences(text).map((sentence) => sentence.text), ['Run a`b here.', 'It is bold and italic text.', 'Also a b c.', 'Keep snake_case and 2 * 3.']);

@@ -401,3 +401,9 @@ t.test('Markdown: a block element\'s tags leave a space, an inline one\'s nothin
   // The tags were dropped without a trace: "Otters floaton their backs".
   t.equal(document.text, 'Otters float on their backs\nSome unsure words on two lines, a cell apart.\nKept  words.\n\nLast words.', 'a comment over lines ends the paragraph, as an HTML block does');
 });
+
+t.test('Markdown: what is between backticks is text, links and tags included', async (t) => {
+  const markdown = 'Write `[text](url)` for a link and `<br>` for a break; see [`marked`](https://x.test) too.';
+  const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/code.md' });
+  t.equal(document.text, 'Write [text](url) for a link and <br> for a break; see marked too.');
+});
