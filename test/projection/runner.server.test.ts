@@ -70,6 +70,15 @@ function observedProjection(
   };
 }
 
+/**
+ * Waits until the log up to `last` is visible to readers: an append is, on a server, only once
+ * every older transaction of the cluster has ended, other test files' included, and a runner
+ * started before would read its first batches short (not full, so not side by side).
+ */
+async function untilVisible(fixture: StoreFixture, last: number): Promise<void> {
+  await waitUntil(async () => (await fixture.store.headPosition()) >= last, 60_000, `the log visible up to ${last}`);
+}
+
 async function counts(fixture: StoreFixture, name: string): Promise<Array<[string, number]>> {
   return (await rows(fixture.db, name)).map((row) => [row.name, row.count]);
 }
@@ -86,6 +95,7 @@ t.test('postgres: a full batch goes in transactions side by side, the intake aft
   ];
   let last = 0;
   for (let index = 0; index < 12; index += 1) last = (await fixture.store.append(`s-${index}`, [thing(`n${index % 3}`)], 'no_stream')).lastPosition;
+  await untilVisible(fixture, last);
   const runner = new ProjectionRunner(fixture.store, fixture.db, projections, { batchSize: FULL_BATCH, catchUpTransactions: 3, retryBaseMs: 10 });
   t.teardown(() => runner.stop());
   await runner.start();
@@ -123,6 +133,7 @@ t.test('postgres: a projection failing in a side-by-side batch stops alone; the 
   ];
   let last = 0;
   for (let index = 0; index < 12; index += 1) last = (await fixture.store.append(`s-${index}`, [thing(`n${index % 4}`)], 'no_stream')).lastPosition;
+  await untilVisible(fixture, last);
   const runner = new ProjectionRunner(fixture.store, fixture.db, projections, { batchSize: FULL_BATCH, catchUpTransactions: 3, retryBaseMs: 20, retryMaxMs: 50 });
   t.teardown(() => runner.stop());
   await runner.start();
