@@ -537,7 +537,8 @@ export const readModelMigrations: readonly Migration[] = [
   {
     // A source's facts are listed in the order its decomposition gave them (text facts in document
     // order, then image facts): a fact's place in its FactsExtracted list. Rows projected before
-    // this keep -1 and are listed by chunk and sentence, as before, until the facts projection is rebuilt.
+    // this keep -1 and are listed by chunk and sentence until the facts projection is rebuilt (before
+    // this, by chunk and then the fact's creation time: an upgraded source's facts may come in a new order).
     id: '016_fact_sources_extraction_order',
     async up(knex) {
       await execStatements(knex, `ALTER TABLE fact_sources ADD COLUMN extraction_order int NOT NULL DEFAULT -1;`);
