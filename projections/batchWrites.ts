@@ -10,7 +10,7 @@ import type { Knex } from 'knex';
  * table was large; `key = ANY(keys)` makes it an index lookup.
  */
 export async function updateRows(
-  trx: Knex.Transaction,
+  trx: Knex,
   table: string,
   key: string,
   columns: Readonly<Record<string, string>>,

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { projection, each } from '../src/projection/types.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
+import { referenceKeyOfRegistered } from '../src/domain/source/reference.js';
 import { parseStreamName, type RecordedEvent } from '../src/eventstore/envelope.js';
 import { updateRows } from './batchWrites.js';
 
@@ -25,7 +26,7 @@ function updateSources<Event extends RecordedEvent<string, unknown>>(
   );
 }
 
-/** Read model `sources`: status and extracted metadata of every source. */
+/** Read model `sources`: status and extracted metadata of every source, and the reference key of each URL or DOI source. */
 export const sourcesProjection = projection<Handled>({
   name: 'sources',
   tables: ['sources'],
@@ -41,6 +42,8 @@ export const sourcesProjection = projection<Handled>({
             origin: event.data.origin,
             url: event.data.url,
             doi: event.data.doi,
+            // What adding a URL or DOI looks up: today's key of the spelling the event holds.
+            reference_key: referenceKeyOfRegistered(event.data),
             filename: event.data.filename,
             content_type: event.data.content_type,
             body_sha256: event.data.body_sha256,

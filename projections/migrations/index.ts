@@ -1,5 +1,7 @@
 import type { Knex } from 'knex';
 import { execStatements, migrateUnderLock } from '../../src/db/database.js';
+import { referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
+import { updateRows } from '../batchWrites.js';
 
 /**
  * Read-model schema, applied in order and recorded in `schema_migrations`. Tables fall in two
@@ -588,6 +590,37 @@ export const readModelMigrations: readonly Migration[] = [
           expires_at timestamptz NOT NULL,
           answered_at timestamptz NOT NULL DEFAULT now()
         );
+      `);
+    },
+  },
+  {
+    // Adding a URL or DOI looks the repository's sources up by one stored key per source
+    // (src/domain/source/reference.ts, referenceKey): `url:<the URL in today's spelling, without
+    // its fragment>` or `doi:<the DOI in lower case>`, a doi.org URL being its DOI. The lookup
+    // compared the url before its '#' (015) or lower(doi) (017) with today's spelling, so a source
+    // an older release stored under another (`page?`, `%6b`, a host's trailing dot, a doi.org URL)
+    // was never found and was added again. The projection keys each SourceRegistered; the rows from
+    // before are keyed here by the same function, from their url and doi (the event's, as written).
+    // The two indexes of 015 and 017 served only that lookup.
+    id: '021_sources_reference_key',
+    async up(knex) {
+      await execStatements(knex, `ALTER TABLE sources ADD COLUMN reference_key text;`);
+      let after = '';
+      for (;;) {
+        const rows: Array<{ id: string; url: string | null; doi: string | null }> = await knex('sources')
+          .where('id', '>', after)
+          .where((keyed) => keyed.whereNotNull('url').orWhereNotNull('doi'))
+          .orderBy('id')
+          .limit(1000)
+          .select('id', 'url', 'doi');
+        if (rows.length === 0) break;
+        await updateRows(knex, 'sources', 'id', { reference_key: 'text' }, rows.map((row) => ({ id: row.id, reference_key: referenceKeyOfRegistered(row) })));
+        after = rows[rows.length - 1].id;
+      }
+      await execStatements(knex, `
+        CREATE INDEX sources_reference_key ON sources (repository_id, reference_key) WHERE reference_key IS NOT NULL;
+        DROP INDEX sources_document_url;
+        DROP INDEX sources_doi_lower;
       `);
     },
   },

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { withNamedLock } from '../db/namedLock.js';
 import { sourceDecider } from '../domain/source/decider.js';
+import { normalizeReference, referenceKey, type SourceReference } from '../domain/source/reference.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
 import { looksBinary, parseContentType, startsWithPdfMagic } from '../providers/fetch/sniff.js';
-import { doiToUrl, normalizeDoi } from '../providers/fetch/doi.js';
 import type { Principal } from '../auth/rbac.js';
 import { loadSource } from '../read/sources.js';
 import { isSuperseded } from '../pipeline/jobs.js';
@@ -62,65 +62,6 @@ export function uploadContentType(content: Pick<UploadedContent, 'filename' | 'd
   return charset && contentType !== 'application/pdf' ? `${contentType}; charset=${charset}` : contentType;
 }
 
-/** A URL or DOI as a source is registered under: an absolute http(s) URL, or a normalised DOI. */
-export function normalizeReference(reference: { url?: string; doi?: string }, doiResolver: string): { url: string; doi: null } | { url: null; doi: string } {
-  if ((reference.url === undefined) === (reference.doi === undefined)) throw invalid('give exactly one of url or doi');
-  if (reference.url !== undefined) {
-    let parsed: URL;
-    try {
-      parsed = new URL(reference.url);
-    } catch {
-      throw invalid('url is not a valid absolute URL');
-    }
-    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw invalid('url must use http or https');
-    // A URL is stored, shown and logged: credentials in it would leak to every reader.
-    if (parsed.username || parsed.password) throw invalid('url must not contain credentials (user:password@)');
-    // A fragment never reaches the server: `page#part` is the document `page` is.
-    parsed.hash = '';
-    // A doi.org URL names a DOI: the same source as the DOI added as one.
-    const doi = doiOfResolverUrl(parsed);
-    if (doi !== null) return { url: null, doi };
-    return { url: sameDocumentUrl(parsed), doi: null };
-  }
-  const doi = reference.doi ?? '';
-  try {
-    doiToUrl(doi, doiResolver);
-  } catch (error) {
-    throw invalid((error as Error).message);
-  }
-  return { url: null, doi: normalizeDoi(doi) };
-}
-
-/** The DOI a doi.org (or dx.doi.org) URL resolves, or null for any other URL. */
-function doiOfResolverUrl(url: URL): string | null {
-  if (!/^(?:dx\.)?doi\.org\.?$/i.test(url.hostname) || url.search !== '') return null;
-  try {
-    return normalizeDoi(`https://doi.org${url.pathname}`);
-  } catch {
-    return null;
-  }
-}
-
-/**
- * A URL as the server it names reads it (RFC 3986, 6.2.2-6.2.3), so that spellings of one address
- * find one source: an empty query dropped (`page?` is `page`), a host's trailing dot dropped
- * (`localhost.`), letters, digits and `-._~` written as themselves (`%62ase` is `base`). The URL
- * parser has already lowered the scheme and host, dropped a default port and resolved dot
- * segments. Other escapes keep their case: sources stored before compare as they were written.
- */
-function sameDocumentUrl(url: URL): string {
-  if (url.hostname.endsWith('.') && url.hostname.length > 1) url.hostname = url.hostname.slice(0, -1);
-  const unescape = (part: string) =>
-    part.replace(/%[0-9a-f]{2}/gi, (escape) => {
-      const char = String.fromCharCode(Number.parseInt(escape.slice(1), 16));
-      return /[A-Za-z0-9\-._~]/.test(char) ? char : escape;
-    });
-  url.pathname = unescape(url.pathname);
-  // Setting the query, even to what it reads as, drops the `?` of an empty one.
-  url.search = unescape(url.search);
-  return url.toString();
-}
-
 /**
  * A URL whose host is a literal IP the outbound policy refuses is a 400 at once; host names are
  * checked when fetched (they may resolve differently then), failing the source with the reason.
@@ -144,14 +85,13 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
     return presentSource(await loadSource(knex, repositoryId, sourceId));
   }
 
-  /** The repository's source of a normalised URL or DOI, if it has one. */
-  async function findByReference(repositoryId: string, reference: ReturnType<typeof normalizeReference>) {
-    const lookup = knex('sources').where({ repository_id: repositoryId });
-    // By the document: a source added before fragments were dropped has one in its url.
-    if (reference.url) lookup.whereNotNull('url').whereRaw(`split_part(url, '#', 1) = ?`, [reference.url]);
-    // DOIs compare case-insensitively (their case is kept).
-    else lookup.whereNotNull('doi').whereRaw('lower(doi) = lower(?)', [reference.doi]);
-    const existing: SourceRow | undefined = await lookup.first();
+  /**
+   * The repository's source of a normalised URL or DOI, if it has one: by its reference key, which
+   * the sources projection computes from each SourceRegistered with the same rules, so a source an
+   * older release stored under another spelling (`page?`, `%6b`, a #fragment, a doi.org URL) is found.
+   */
+  async function findByReference(repositoryId: string, reference: SourceReference) {
+    const existing: SourceRow | undefined = await knex('sources').where({ repository_id: repositoryId, reference_key: referenceKey(reference) }).orderBy(['created_at', 'id']).first();
     return existing === undefined ? null : presentSource(existing);
   }
 
@@ -161,18 +101,18 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
      * Access is the caller's to check (an investigation takes a known source with its own).
      */
     async find(repositoryId: string, input: { url?: string; doi?: string }) {
-      return findByReference(repositoryId, normalizeReference(input, deps.config.providers.resolution.doi_resolver));
+      return findByReference(repositoryId, normalizeReference(input));
     },
 
     /** Adds a URL or a DOI; `created` is false when the repository already had it (the existing source is answered). */
     async add(principal: Principal, input: { repository: string; url?: string; doi?: string }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
-      const reference = normalizeReference(input, deps.config.providers.resolution.doi_resolver);
+      const reference = normalizeReference(input);
       if (reference.url) refuseUnreachableHost(reference.url, deps.config);
       // Look up and register as one step per reference: two requests adding the same URL at once
-      // must not both find it missing (the second waits and then finds the first's source).
-      // One lock for every spelling of a DOI.
-      return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${reference.url ?? reference.doi.toLowerCase()}`, async () => {
+      // must not both find it missing (the second waits and then finds the first's source). The
+      // lock is named by the reference key: one lock for every spelling of one document.
+      return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${referenceKey(reference)}`, async () => {
         const existing = await findByReference(repository.id, reference);
         if (existing) return { created: false, source: existing };
         const source = await register(

@@ -36,9 +36,12 @@ export type SourceRow = Record<string, unknown> & {
   body_bytes: string | number | null;
 };
 
-/** A source row as answered: without the pipeline's digests and counts of its stored text (`kind` is `document_kind`). */
+/**
+ * A source row as answered: without the pipeline's digests and counts of its stored text, nor the
+ * duplicate lookup's `reference_key` (`kind` is `document_kind`).
+ */
 export function presentSource(row: SourceRow) {
-  const { document_kind: _documentKind, body_sha256: _body, text_sha256: _text, markdown_sha256: _markdown, text_chars: _chars, ...source } = row;
+  const { document_kind: _documentKind, body_sha256: _body, text_sha256: _text, markdown_sha256: _markdown, text_chars: _chars, reference_key: _referenceKey, ...source } = row;
   return {
     ...source,
     kind: row.document_kind,

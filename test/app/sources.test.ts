@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import t from 'tap';
-import { normalizeReference, uploadContentType } from '../../src/app/sources.js';
+import { uploadContentType } from '../../src/app/sources.js';
+import { normalizeReference, referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
 import { UnsupportedContentError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
@@ -18,22 +19,21 @@ t.before(async () => {
 t.teardown(() => harness.close());
 
 t.test('references: URLs normalised, DOIs checked', async (t) => {
-  const resolver = 'https://doi.org/';
-  t.same(normalizeReference({ url: 'HTTP://Example.org/a b' }, resolver), { url: 'http://example.org/a%20b', doi: null });
-  t.same(normalizeReference({ url: 'http://example.org/page?q=1#part' }, resolver), { url: 'http://example.org/page?q=1', doi: null }, 'the fragment dropped');
+  t.same(normalizeReference({ url: 'HTTP://Example.org/a b' }), { url: 'http://example.org/a%20b', doi: null });
+  t.same(normalizeReference({ url: 'http://example.org/page?q=1#part' }), { url: 'http://example.org/page?q=1', doi: null }, 'the fragment dropped');
   // Spellings of one address are one source (QA: each of these pairs made two).
-  t.same(normalizeReference({ url: 'http://example.org/base?' }, resolver), { url: 'http://example.org/base', doi: null }, 'an empty query dropped');
-  t.same(normalizeReference({ url: 'http://example.org/%62ase?q=%7Ex%2Fy' }, resolver), { url: 'http://example.org/base?q=~x%2Fy', doi: null }, 'unreserved characters unescaped, others kept');
-  t.same(normalizeReference({ url: 'http://localhost.:8080/a' }, resolver), { url: 'http://localhost:8080/a', doi: null }, "a host's trailing dot dropped");
-  t.same(normalizeReference({ url: 'https://doi.org/10.1000/ABC' }, resolver), { url: null, doi: '10.1000/ABC' }, 'a doi.org URL is its DOI');
-  t.same(normalizeReference({ url: 'http://dx.doi.org/10.1000%2Fabc' }, resolver), { url: null, doi: '10.1000/abc' });
-  t.same(normalizeReference({ url: 'https://doi.org/about' }, resolver), { url: 'https://doi.org/about', doi: null }, 'other doi.org pages are pages');
-  t.same(normalizeReference({ doi: 'https://doi.org/10.1000/ABC' }, resolver), { url: null, doi: '10.1000/ABC' });
-  t.throws(() => normalizeReference({ url: 'not a url' }, resolver), { code: 'invalid', message: /valid absolute URL/ });
-  t.throws(() => normalizeReference({ url: 'ftp://example.org/file' }, resolver), { code: 'invalid', message: /http or https/ });
-  t.throws(() => normalizeReference({ doi: 'no doi here' }, resolver), { code: 'invalid' });
-  t.throws(() => normalizeReference({}, resolver), { code: 'invalid', message: /exactly one/ });
-  t.throws(() => normalizeReference({ url: 'http://example.org/', doi: '10.1000/x' }, resolver), { code: 'invalid', message: /exactly one/ });
+  t.same(normalizeReference({ url: 'http://example.org/base?' }), { url: 'http://example.org/base', doi: null }, 'an empty query dropped');
+  t.same(normalizeReference({ url: 'http://example.org/%62ase?q=%7Ex%2Fy' }), { url: 'http://example.org/base?q=~x%2Fy', doi: null }, 'unreserved characters unescaped, others kept');
+  t.same(normalizeReference({ url: 'http://localhost.:8080/a' }), { url: 'http://localhost:8080/a', doi: null }, "a host's trailing dot dropped");
+  t.same(normalizeReference({ url: 'https://doi.org/10.1000/ABC' }), { url: null, doi: '10.1000/ABC' }, 'a doi.org URL is its DOI');
+  t.same(normalizeReference({ url: 'http://dx.doi.org/10.1000%2Fabc' }), { url: null, doi: '10.1000/abc' });
+  t.same(normalizeReference({ url: 'https://doi.org/about' }), { url: 'https://doi.org/about', doi: null }, 'other doi.org pages are pages');
+  t.same(normalizeReference({ doi: 'https://doi.org/10.1000/ABC' }), { url: null, doi: '10.1000/ABC' });
+  t.throws(() => normalizeReference({ url: 'not a url' }), { code: 'invalid', message: /valid absolute URL/ });
+  t.throws(() => normalizeReference({ url: 'ftp://example.org/file' }), { code: 'invalid', message: /http or https/ });
+  t.throws(() => normalizeReference({ doi: 'no doi here' }), { code: 'invalid' });
+  t.throws(() => normalizeReference({}), { code: 'invalid', message: /exactly one/ });
+  t.throws(() => normalizeReference({ url: 'http://example.org/', doi: '10.1000/x' }), { code: 'invalid', message: /exactly one/ });
 });
 
 t.test('adding a URL twice answers the first source', async (t) => {
@@ -60,6 +60,86 @@ t.test('the same URL added several times at once is one source', async (t) => {
   t.same(new Set(results.map((result) => result.source.id)).size, 1, 'every answer is that source');
   const stored = await harness.service.context.db.knex('sources').where({ repository_id: repository, url }).count({ count: '*' }).first();
   t.equal(Number(stored?.count), 1, 'stored once');
+});
+
+/** Appends a SourceRegistered as an older release did (its url or doi as that release spelt it) and waits for its row. */
+async function registeredByAnOlderRelease(data: { url: string } | { doi: string }): Promise<string> {
+  const { context } = harness.service;
+  const id = randomUUID();
+  const origin = 'url' in data ? 'url' : 'doi';
+  await context.store.append(
+    `source-${id}`,
+    [
+      {
+        type: 'SourceRegistered',
+        data: { origin, url: null, doi: null, filename: null, content_type: null, body_sha256: null, body_bytes: null, ...data },
+        metadata: { repositoryId: repository, actor: owner.userId, causationId: null, correlationId: null },
+      },
+    ],
+    'no_stream',
+  );
+  await eventually(async () => context.db.knex('sources').where({ id }).first('id'));
+  return id;
+}
+
+t.test('sources an older release stored under another spelling are found by every spelling (upgrade QA)', async (t) => {
+  const cases: Array<{ stored: { url: string } | { doi: string }; added: Array<{ url: string } | { doi: string }> }> = [
+    { stored: { url: 'http://127.0.0.1:9/k02.html?' }, added: [{ url: 'http://127.0.0.1:9/k02.html' }, { url: 'http://127.0.0.1:9/k02.html?' }, { url: 'http://127.0.0.1:9/k02.html?#top' }] },
+    { stored: { url: 'http://127.0.0.1:9/%6b04.html' }, added: [{ url: 'http://127.0.0.1:9/k04.html' }, { url: 'http://127.0.0.1:9/%6b04.html' }, { url: 'http://127.0.0.1:9/%6B04.html' }] },
+    { stored: { url: 'http://localhost.:9/trailing-dot' }, added: [{ url: 'http://localhost:9/trailing-dot' }, { url: 'http://LOCALHOST.:9/trailing-dot' }] },
+    { stored: { url: 'http://127.0.0.1:9/%6bept?#old-fragment' }, added: [{ url: 'http://127.0.0.1:9/kept' }] },
+    // A doi.org URL stored as a URL source is its DOI, both ways.
+    { stored: { url: 'https://doi.org/10.1000/QA-DOI-URL' }, added: [{ doi: '10.1000/QA-DOI-URL' }, { doi: 'doi:10.1000/qa-doi-url' }, { url: 'https://doi.org/10.1000/QA-DOI-URL' }, { url: 'http://dx.doi.org/10.1000%2Fqa-doi-url' }] },
+    { stored: { doi: '10.1000/QA-DOI-BACK' }, added: [{ url: 'https://doi.org/10.1000/qa-doi-back' }, { doi: '10.1000/qa-doi-back' }] },
+    { stored: { doi: 'doi:10.1000/QA-SCHEME' }, added: [{ doi: '10.1000/QA-SCHEME' }, { url: 'https://doi.org/10.1000/qa-scheme' }] },
+  ];
+  for (const { stored, added } of cases) {
+    const id = await registeredByAnOlderRelease(stored);
+    for (const reference of added) {
+      const result = await harness.app.sources.add(owner, { repository, ...reference });
+      t.equal(result.created, false, `stored ${JSON.stringify(stored)}, added ${JSON.stringify(reference)}: no second source`);
+      t.equal(result.source.id, id, 'the stored one is answered');
+      t.match(result.source, stored, 'as it was stored');
+      t.notOk('reference_key' in result.source, 'the key is the read model\'s, not part of the answer');
+      t.equal((await harness.app.sources.find(repository, reference))?.id, id, 'find answers it too');
+    }
+  }
+  const sibling = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/k02.html?x' });
+  t.equal(sibling.created, true, 'a query that is not empty is another document');
+});
+
+t.test('two spellings of one document added at once are one source, also beside a source stored under a third spelling', async (t) => {
+  const fresh = await Promise.all(
+    ['http://127.0.0.1:9/spelt', 'http://127.0.0.1:9/sp%65lt?', 'http://127.0.0.1:9/spelt#a', 'http://127.0.0.1:9/%73pelt'].map((url) => harness.app.sources.add(owner, { repository, url })),
+  );
+  t.equal(fresh.filter((added) => added.created).length, 1, 'one created');
+  t.equal(new Set(fresh.map((added) => added.source.id)).size, 1, 'every answer is that source');
+  const dois = await Promise.all([{ doi: '10.5555/Raced-DOI' }, { url: 'https://doi.org/10.5555/raced-doi' }].map((reference) => harness.app.sources.add(owner, { repository, ...reference })));
+  t.equal(new Set(dois.map((added) => added.source.id)).size, 1, 'a DOI and its doi.org URL at once: one source');
+
+  const stored = await registeredByAnOlderRelease({ url: 'http://127.0.0.1:9/%6bept-raced?' });
+  const raced = await Promise.all(['http://127.0.0.1:9/kept-raced', 'http://127.0.0.1:9/k%65pt-raced?'].map((url) => harness.app.sources.add(owner, { repository, url })));
+  t.same(
+    raced.map((added) => [added.created, added.source.id]),
+    [
+      [false, stored],
+      [false, stored],
+    ],
+    'both answer the stored source',
+  );
+  const keyed = await harness.service.context.db.knex('sources').where({ repository_id: repository, reference_key: 'url:http://127.0.0.1:9/kept-raced' }).pluck('id');
+  t.same(keyed, [stored], 'one source of the document');
+});
+
+t.test('the reference key of a registered source: today\'s spelling, and never an error for one refused today', async (t) => {
+  t.equal(referenceKeyOfRegistered({ url: 'HTTP://Example.ORG.:80/%7euser/%62?#x', doi: null }), 'url:http://example.org/~user/b');
+  t.equal(referenceKeyOfRegistered({ url: 'https://dx.doi.org/10.1000/ABC', doi: null }), 'doi:10.1000/abc', 'a doi.org URL is keyed as its DOI');
+  t.equal(referenceKeyOfRegistered({ url: null, doi: 'doi:10.1000/ABC' }), 'doi:10.1000/abc');
+  t.equal(referenceKeyOfRegistered({ url: null, doi: null }), null, 'an upload has no key');
+  t.equal(referenceKeyOfRegistered({ url: 'ftp://example.org/file#part', doi: null }), 'url:ftp://example.org/file', 'refused today: as written, without the fragment');
+  t.equal(referenceKeyOfRegistered({ url: 'http://user:secret@example.org/a#b', doi: null }), 'url:http://user:secret@example.org/a');
+  t.equal(referenceKeyOfRegistered({ url: 'not a url', doi: null }), 'url:not a url');
+  t.equal(referenceKeyOfRegistered({ url: null, doi: 'Not A DOI' }), 'doi:not a doi');
 });
 
 t.test('a source stored with a #fragment, as before fragments were dropped, is found by its document', async (t) => {

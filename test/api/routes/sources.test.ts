@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import { eventually, registerUser, startTestService, type TestService } from '../../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
@@ -217,6 +218,37 @@ t.test('bad sources', async (t) => {
   t.equal(web.hits.get('/gone'), 2, 'the retry fetched again');
   const notFailed = await service.call('POST', `/api/v1/repositories/${repoId}/sources/${(await firstProcessed()).id}/retry`, { token });
   t.equal(notFailed.status, 409, 'only failed sources can be retried');
+});
+
+t.test('a source an older release stored under another spelling answers 200 to every spelling (upgrade QA)', async (t) => {
+  // SourceRegistered as a release before the canonical spelling appended it: the url as given.
+  const stored = new Map<string, string>();
+  for (const url of ['http://127.0.0.1:9/k02.html?', 'http://127.0.0.1:9/%6b04.html', 'https://doi.org/10.1000/QA-DOI-URL']) {
+    const id = randomUUID();
+    await service.context.store.append(
+      `source-${id}`,
+      [{ type: 'SourceRegistered', data: { origin: 'url', url, doi: null, filename: null, content_type: null, body_sha256: null, body_bytes: null }, metadata: { repositoryId: repoId, actor: 'user-of-an-older-release', causationId: null, correlationId: null } }],
+      'no_stream',
+    );
+    stored.set(url, id);
+  }
+  await eventually(async () => Number((await service.context.db.knex('sources').whereIn('id', [...stored.values()]).count({ n: '*' }).first())?.n) === stored.size);
+  const before = (await service.call('GET', `/api/v1/repositories/${repoId}/sources?limit=1`, { token })).body.total;
+  for (const [body, storedAs] of [
+    [{ url: 'http://127.0.0.1:9/k02.html' }, 'http://127.0.0.1:9/k02.html?'],
+    [{ url: 'http://127.0.0.1:9/k02.html?' }, 'http://127.0.0.1:9/k02.html?'],
+    [{ url: 'http://127.0.0.1:9/%6b04.html' }, 'http://127.0.0.1:9/%6b04.html'],
+    [{ url: 'http://127.0.0.1:9/k04.html' }, 'http://127.0.0.1:9/%6b04.html'],
+    [{ url: 'https://doi.org/10.1000/QA-DOI-URL' }, 'https://doi.org/10.1000/QA-DOI-URL'],
+    [{ doi: '10.1000/qa-doi-url' }, 'https://doi.org/10.1000/QA-DOI-URL'],
+  ] as const) {
+    const again = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body });
+    t.equal(again.status, 200, `${JSON.stringify(body)}: the existing source`);
+    t.equal(again.body.id, stored.get(storedAs));
+    t.equal(again.body.url, storedAs, 'as stored');
+    t.notOk('reference_key' in again.body, 'the lookup key is not part of a source');
+  }
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/sources?limit=1`, { token })).body.total, before, 'no source added');
 });
 
 async function firstProcessed() {

@@ -1,6 +1,7 @@
 import t from 'tap';
-import { migrateReadModels } from '../../../projections/migrations/index.js';
+import { migrateReadModels, readModelMigrations } from '../../../projections/migrations/index.js';
 import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
+import { openTestPglite } from '../../helpers/pglite.js';
 
 t.test('019: the role assignments of repositories deleted before it go, the others stay', async (t) => {
   const db = await openMigratedDatabase();
@@ -22,6 +23,55 @@ t.test('019: the role assignments of repositories deleted before it go, the othe
     { user_id: 'u1', role: 'owner', domain: 'repository:live' },
     { user_id: 'u1', role: 'user', domain: 'system' },
   ]);
+});
+
+t.test('021: sources from before it get the reference key the projection gives; the lookup indexes of 015 and 017 go', async (t) => {
+  // A database as the release before left it: every migration up to 020, applied and recorded.
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  const previous = readModelMigrations.findIndex((migration) => migration.id === '020_oauth_answered_requests');
+  await db.knex.raw(`CREATE TABLE schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const migration of readModelMigrations.slice(0, previous + 1)) {
+    await db.knex.transaction(async (trx) => {
+      await migration.up(trx);
+      await trx('schema_migrations').insert({ id: migration.id });
+    });
+  }
+  const now = new Date();
+  const source = (id: string, origin: string, reference: { url?: string; doi?: string; filename?: string }, repository = 'repo-1') => ({
+    id, repository_id: repository, origin, status: 'processed', created_by: 'u1', created_at: now, updated_at: now, ...reference,
+  });
+  const rows = [
+    source('empty-query', 'url', { url: 'http://h/k02.html?' }),
+    source('escaped', 'url', { url: 'http://h/%6b04.html' }),
+    source('fragment', 'url', { url: 'http://h/page#part' }),
+    source('doi-url', 'url', { url: 'https://doi.org/10.1000/QA-DOI-URL' }),
+    source('doi', 'doi', { doi: '10.1000/Mixed' }, 'repo-2'),
+    source('refused', 'url', { url: 'ftp://h/file#x' }),
+    source('upload', 'upload', { filename: 'notes.md' }),
+  ];
+  // More than one of the migration's pages.
+  for (let i = 0; i < 1100; i += 1) rows.push(source(`many-${String(i).padStart(4, '0')}`, 'url', { url: `http://h/%6bmany/${i}?` }));
+  for (let i = 0; i < rows.length; i += 500) await db.knex('sources').insert(rows.slice(i, i + 500));
+
+  t.same(await migrateReadModels(db.knex), readModelMigrations.slice(previous + 1).map((migration) => migration.id), 'the migrations after 020 run');
+  const keys = new Map((await db.knex('sources').select('id', 'reference_key')).map((row: { id: string; reference_key: string | null }) => [row.id, row.reference_key]));
+  t.same(
+    Object.fromEntries(['empty-query', 'escaped', 'fragment', 'doi-url', 'doi', 'refused', 'upload'].map((id) => [id, keys.get(id)])),
+    {
+      'empty-query': 'url:http://h/k02.html',
+      escaped: 'url:http://h/k04.html',
+      fragment: 'url:http://h/page',
+      'doi-url': 'doi:10.1000/qa-doi-url',
+      doi: 'doi:10.1000/mixed',
+      refused: 'url:ftp://h/file',
+      upload: null,
+    },
+  );
+  t.equal(keys.get('many-1099'), 'url:http://h/kmany/1099', 'every page of rows keyed');
+  t.equal([...keys.values()].filter((key) => key === null).length, 1, 'only the upload has no key');
+  const indexes = await db.knex('pg_indexes').where({ tablename: 'sources' }).orderBy('indexname').pluck('indexname');
+  t.same(indexes, ['sources_pkey', 'sources_reference_key', 'sources_repository'], 'the key indexed; the url and doi expressions of 015 and 017 dropped');
 });
 
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
