@@ -601,7 +601,9 @@ export const readModelMigrations: readonly Migration[] = [
     // an older release stored under another (`page?`, `%6b`, a host's trailing dot, a doi.org URL)
     // was never found and was added again. The projection keys each SourceRegistered; the rows from
     // before are keyed here by the same function, from their url and doi (the event's, as written).
-    // The two indexes of 015 and 017 served only that lookup.
+    // The two indexes of 015 and 017 served only that lookup. A hash index: a btree entry is
+    // limited to 2,704 bytes, and a URL of the 4,096 characters the API takes is longer when its
+    // characters do not compress (the projection's insert failed on it).
     id: '021_sources_reference_key',
     async up(knex) {
       await execStatements(knex, `ALTER TABLE sources ADD COLUMN reference_key text;`);
@@ -618,7 +620,7 @@ export const readModelMigrations: readonly Migration[] = [
         after = rows[rows.length - 1].id;
       }
       await execStatements(knex, `
-        CREATE INDEX sources_reference_key ON sources (repository_id, reference_key) WHERE reference_key IS NOT NULL;
+        CREATE INDEX sources_reference_key ON sources USING hash (reference_key) WHERE reference_key IS NOT NULL;
         DROP INDEX sources_document_url;
         DROP INDEX sources_doi_lower;
       `);

@@ -53,6 +53,22 @@ t.test('adding a URL twice answers the first source', async (t) => {
   t.equal(sideBySide.filter((added) => added.created).length, 1);
 });
 
+t.test('a URL as long as the API takes is stored, projected and found again', async (t) => {
+  // Random characters do not compress: a btree entry for this key would be past PostgreSQL's
+  // 2,704-byte limit, and the projection's insert would fail (the key's index is a hash index).
+  let seed = 12_345;
+  const path = Array.from({ length: 4_000 }, () => {
+    seed = (seed * 1_103_515_245 + 12_345) & 0x7fffffff;
+    return 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~.'[seed % 66];
+  }).join('');
+  const url = `http://127.0.0.1:9/${path}`;
+  t.ok(url.length <= 4_096, "within the API's limit");
+  const first = await harness.app.sources.add(owner, { repository, url });
+  t.equal(first.created, true);
+  const again = await harness.app.sources.add(owner, { repository, url: `${url}#a-part` });
+  t.same(again, { created: false, source: first.source }, 'found by its key');
+});
+
 t.test('the same URL added several times at once is one source', async (t) => {
   const url = 'http://127.0.0.1:9/raced';
   const results = await Promise.all(Array.from({ length: 6 }, (_, i) => harness.app.sources.add(owner, { repository, url: i % 2 ? url : `${url}#part-${i}` })));
