@@ -29,6 +29,8 @@ declare module 'fastify' {
      * page shown again with an error): the per-account limit counts it like a 401.
      */
     signInFailed: boolean;
+    /** The sign-in attempt the per-account limit let through, ended when the request is answered. */
+    signInAttempt: SignInAttempt | null;
   }
 }
 
@@ -42,13 +44,25 @@ const pathOf = (request: FastifyRequest): string => request.routeOptions.url ?? 
 const SWEEP_ABOVE = 10_000;
 const MAX_TRACKED_ACCOUNTS = 100_000;
 
+/** How long a sign-in attempt counts as in flight at most, should its end never be seen (a client gone). */
+const ATTEMPT_HELD_MS = 60_000;
+
+/** One sign-in attempt between its check and its answer. */
+export interface SignInAttempt {
+  readonly account: string;
+  readonly startedAt: number;
+}
+
 /**
  * Failed sign-ins per account in a sliding window: each failure counts for `windowMs` and then
  * decays on its own, so an attacker who knows an e-mail can hold that account for minutes at
- * most, and only while failing from somewhere; successes are never counted.
+ * most, and only while failing from somewhere; successes are never counted. An attempt counts
+ * from its check to its answer too (`begin`, `end`): counted only once answered, a burst sent at
+ * once had every password checked before the first failure was recorded (25 at once, 25 checked).
  */
 export class AccountFailureLimiter {
   private readonly failures = new Map<string, number[]>();
+  private readonly inFlight = new Map<string, Set<SignInAttempt>>();
   private lastSweep = Number.NEGATIVE_INFINITY;
 
   constructor(
@@ -72,6 +86,37 @@ export class AccountFailureLimiter {
     // The oldest failure that keeps the count at max must decay first.
     const unblockAt = recent[recent.length - this.max] + this.windowMs;
     return Math.max(1, Math.ceil((unblockAt - this.now()) / 1000));
+  }
+
+  /**
+   * A sign-in attempt to `account` may check its password: the attempt to `end` once answered.
+   * Or the seconds to wait, when the failures in the window and the attempts in flight together
+   * reach the limit (attempts in flight hold the account for a second: they end soon).
+   */
+  begin(account: string): SignInAttempt | { retryAfterSeconds: number } {
+    const held = this.retryAfterSeconds(account);
+    if (held > 0) return { retryAfterSeconds: held };
+    const attempts = this.pending(account);
+    if (this.recent(account).length + attempts.size >= this.max) return { retryAfterSeconds: 1 };
+    const attempt = { account, startedAt: this.now() };
+    attempts.add(attempt);
+    this.inFlight.set(account, attempts);
+    return attempt;
+  }
+
+  /** An attempt was answered: it no longer counts as in flight, and a failure counts from now. */
+  end(attempt: SignInAttempt, failed: boolean): void {
+    const attempts = this.inFlight.get(attempt.account);
+    attempts?.delete(attempt);
+    if (attempts?.size === 0) this.inFlight.delete(attempt.account);
+    if (failed) this.recordFailure(attempt.account);
+  }
+
+  /** The account's attempts in flight, those whose end was never seen dropped after ATTEMPT_HELD_MS. */
+  private pending(account: string): Set<SignInAttempt> {
+    const attempts = this.inFlight.get(account) ?? new Set<SignInAttempt>();
+    for (const attempt of attempts) if (this.now() - attempt.startedAt > ATTEMPT_HELD_MS) attempts.delete(attempt);
+    return attempts;
   }
 
   recordFailure(account: string): void {
@@ -122,6 +167,7 @@ function rateLimited(reply: FastifyReply, retryAfterSeconds: number, message: st
  */
 export async function registerRateLimits(app: FastifyInstance, config: Config['rate_limits'], now: () => number = Date.now): Promise<void> {
   app.decorateRequest('signInFailed', false);
+  app.decorateRequest('signInAttempt', null);
   if (!config.enabled) return;
   await app.register(rateLimit, {
     global: true,
@@ -138,12 +184,19 @@ export async function registerRateLimits(app: FastifyInstance, config: Config['r
     if (!ACCOUNT_PATHS.has(pathOf(request))) return;
     const account = accountOf(request);
     if (account === null) return;
-    const wait = accounts.retryAfterSeconds(account);
-    if (wait > 0) throw rateLimited(reply, wait, `too many failed sign-ins to this account; retry in ${wait} seconds`);
+    const attempt = accounts.begin(account);
+    if ('retryAfterSeconds' in attempt) {
+      const wait = attempt.retryAfterSeconds;
+      throw rateLimited(reply, wait, `too many failed sign-ins to this account; retry in ${wait} seconds`);
+    }
+    request.signInAttempt = attempt;
   });
-  app.addHook('onResponse', async (request, reply) => {
-    if ((reply.statusCode !== 401 && !request.signInFailed) || !ACCOUNT_PATHS.has(pathOf(request))) return;
-    const account = accountOf(request);
-    if (account !== null) accounts.recordFailure(account);
-  });
+  // An attempt ends with its answer, or when its client goes before it (then counted as failed).
+  const endAttempt = (request: FastifyRequest, failed: boolean): void => {
+    if (request.signInAttempt === null) return;
+    accounts.end(request.signInAttempt, failed);
+    request.signInAttempt = null;
+  };
+  app.addHook('onResponse', async (request, reply) => endAttempt(request, reply.statusCode === 401 || request.signInFailed));
+  app.addHook('onRequestAbort', async (request) => endAttempt(request, true));
 }

@@ -75,6 +75,36 @@ t.test('a credential route is limited however its path is spelt: the route reach
   t.equal((await login('203.0.113.70', 'spelt@example.org', 'correct horse battery')).statusCode, 429, 'the account is held');
 });
 
+t.test('a burst of sign-ins to one account sent at once checks no more passwords than the limit', async (t) => {
+  // Registered from an address of its own: the default one's budget is the other tests'.
+  const registered = await service.app.inject({ method: 'POST', url: '/api/v1/auth/register', remoteAddress: '198.18.1.1', payload: { email: 'burst@example.org', password: 'correct horse battery' } });
+  t.equal(registered.statusCode, 201);
+  // Each from its own address, so that only the per-account limit is in play.
+  const answers = await Promise.all(Array.from({ length: 12 }, (_, n) => login(`198.18.0.${n + 1}`, 'burst@example.org', `guess ${n}`)));
+  const statuses = answers.map((answer) => answer.statusCode);
+  t.equal(statuses.filter((status) => status === 401).length, 3, `three passwords checked (${statuses.join(' ')})`);
+  t.equal(statuses.filter((status) => status === 429).length, 9, 'the rest held');
+  t.ok(answers.filter((answer) => answer.statusCode === 429).every((answer) => Number(answer.headers['retry-after']) >= 1), 'each with a Retry-After');
+  t.equal((await login('198.18.0.99', 'burst@example.org', 'correct horse battery')).statusCode, 429, 'then held, as after three failures one at a time');
+});
+
+t.test('attempts in flight count until answered; an attempt whose answer is never seen stops counting after a minute', async (t) => {
+  let now = 1_000_000;
+  const limiter = new AccountFailureLimiter(2, 300_000, () => now);
+  const first = limiter.begin('ada');
+  const second = limiter.begin('ada');
+  t.notOk('retryAfterSeconds' in first || 'retryAfterSeconds' in second, 'two may go');
+  t.same(limiter.begin('ada'), { retryAfterSeconds: 1 }, 'a third waits while two are in flight');
+  if ('retryAfterSeconds' in first || 'retryAfterSeconds' in second) return;
+  limiter.end(first, false);
+  const third = limiter.begin('ada');
+  t.notOk('retryAfterSeconds' in third, 'a success frees its place');
+  limiter.end(second, true);
+  t.same(limiter.begin('ada'), { retryAfterSeconds: 1 }, 'one failure and one in flight fill the two places');
+  now += 61_000;
+  t.notOk('retryAfterSeconds' in limiter.begin('ada'), 'the attempt never answered no longer counts');
+});
+
 t.test('failed sign-ins on the OAuth login page count against the account', async (t) => {
   await registerUser(service, 'page@example.org');
   const registered = await service.app.inject({
