@@ -7,7 +7,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
 import { withCallContext } from '../app/callContext.js';
-import { answerClientError, registerErrorHandling } from './errors.js';
+import { answerClientError, HttpError, registerErrorHandling } from './errors.js';
 import { rebuildingReadModels } from '../read/projections.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
@@ -67,6 +67,27 @@ const resourceRoutes = [
 ];
 
 /** Builds the HTTP API: fastify with schemas on every route, OpenAPI at /api/v1/openapi.json, docs at /docs. */
+/** How long a client is asked to wait when the service is shutting down: a restart is that quick. */
+const SHUTDOWN_RETRY_AFTER_SECONDS = 5;
+
+/**
+ * A request that comes while the server closes (on a connection kept alive) is answered 503
+ * `unavailable` with Retry-After, and its connection closed, before anything else looks at it.
+ * fastify's own answer (`return503OnClosing`) broke the error contract:
+ * `{"error":"Service Unavailable","message":"Service Unavailable","statusCode":503}`, no Retry-After.
+ */
+function registerShutdownAnswer(app: FastifyInstance): void {
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async (_request, reply) => {
+    if (!closing) return;
+    reply.header('retry-after', String(SHUTDOWN_RETRY_AFTER_SECONDS)).header('connection', 'close');
+    throw new HttpError(503, 'unavailable', 'the service is shutting down; retry in a few seconds');
+  });
+}
+
 export async function buildApp(context: AppContext): Promise<FastifyInstance> {
   const { config } = context;
   const readTimeoutMs = parseDuration(config.server.read_timeout);
@@ -102,8 +123,11 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     clientErrorHandler: answerClientError,
     ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
     schemaController: { compilersFactory: processWideSchemaCompilers },
+    // Requests during shutdown are answered by registerShutdownAnswer, in this API's error shape.
+    return503OnClosing: false,
   });
   registerErrorHandling(app, { rebuilding: () => rebuildingReadModels(context) });
+  registerShutdownAnswer(app);
   registerSecurityHeaders(app);
   registerMediaTypes(app);
   registerInputGuard(app);

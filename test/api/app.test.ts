@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { connect, type AddressInfo } from 'node:net';
 import t from 'tap';
 import { eventually, registerUser, startTestService, waitForPipeline } from '../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
@@ -147,4 +149,33 @@ t.test('data survives a restart of the context', async (t) => {
   const read = await again.call('GET', `/api/v1/repositories/${repo.id}`, { token: user.token });
   t.equal(read.status, 200);
   t.equal(read.body.name, 'Kept');
+});
+
+t.test('a request that comes while the server closes is answered 503 unavailable with Retry-After, in the error shape', async (t) => {
+  const service = await startTestService({ workers: false });
+  t.teardown(() => service.close());
+  await service.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = service.app.server.address() as AddressInfo;
+  const socket = connect(port, '127.0.0.1');
+  await once(socket, 'connect');
+  let received = '';
+  socket.setEncoding('latin1');
+  socket.on('data', (chunk: string) => (received += chunk));
+  // A request in flight (its body not yet all sent) holds the connection open through the close.
+  const body = JSON.stringify({ email: 'nobody@example.org', password: 'not this one' });
+  socket.write(`POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 5)}`);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const closed = service.app.close();
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  // The rest of the body, and the next request on the same connection, as a keep-alive client sends it.
+  socket.write(`${body.slice(5)}GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`);
+  await once(socket, 'close');
+  await closed;
+  const replies = received.split(/(?=HTTP\/1\.1 )/);
+  t.equal(replies.length, 2, 'both requests answered');
+  t.match(replies[0], /^HTTP\/1\.1 401 /, 'the request in flight is answered as usual');
+  t.match(replies[1], /^HTTP\/1\.1 503 /);
+  t.match(replies[1], /\r\nretry-after: 5\r\n/i);
+  t.match(replies[1], /\r\nconnection: close\r\n/i);
+  t.same(JSON.parse(replies[1].slice(replies[1].indexOf('\r\n\r\n') + 4)), { error: 'unavailable', message: 'the service is shutting down; retry in a few seconds' });
 });
