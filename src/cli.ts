@@ -14,6 +14,7 @@ import { needsInitdb } from './db/pgliteThread.js';
 import { databaseOptions, dataPaths } from './config/derived.js';
 import { announceDataDirUrl, DataDirLockedError, nameRunningCommand } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
+import { missingFromEmbeddedLaunch } from './app/launch.js';
 
 /**
  * How long `serve` may take to stop after SIGTERM/SIGINT: the stage runtime waits up to 30 s for
@@ -142,6 +143,10 @@ export function buildCli(): Command {
     .action(async (options: { role: 'api' | 'worker' | 'all' }) => {
       const settings = config();
       const context = await createAppContext(settings, { role: options.role });
+      const notLaunched = context.db.kind === 'pglite' ? missingFromEmbeddedLaunch(process.execArgv, process.env) : [];
+      if (notLaunched.length > 0) {
+        context.log.warn({ missing: notLaunched }, 'node was started without the embedded launch (start `bin/factlog.js serve` or `npm start`, not `node bin/factlog.js`): its peak memory may be about twice the 500 MB it keeps to (docs/operations.md, "How node is started")');
+      }
       const app = await buildApp(context);
       // Listen before starting: /healthz answers at once, and every other request waits until
       // start() is done (projections and workers running, bootstrap applied). Starting can take

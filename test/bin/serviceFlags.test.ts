@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
+import { EMBEDDED_LAUNCH, missingFromEmbeddedLaunch } from '../../src/app/launch.js';
 import { serverTierLaunch, serviceLaunch } from '../helpers/serviceLaunch.js';
 
 /**
@@ -17,6 +18,18 @@ t.test('bin/factlog.js starts node with one malloc arena, large allocations mapp
   t.same(flags, ['--liftoff-only', '--max-semi-space-size=1', '--heap-growing-percent=30']);
   // --optimize-for-size held the memory too, at about a quarter more CPU a document.
   t.notOk(flags.includes('--optimize-for-size'));
+});
+
+t.test('the service knows its launch (to warn when started without it), as the shebang has it', async (t) => {
+  t.same(EMBEDDED_LAUNCH, { env, flags });
+  t.same(missingFromEmbeddedLaunch(flags, env), [], 'started by the shebang: nothing missing');
+  t.same(missingFromEmbeddedLaunch(['--enable-source-maps'], { MALLOC_ARENA_MAX: '2' }), [
+    'MALLOC_ARENA_MAX=1',
+    'MALLOC_MMAP_THRESHOLD_=131072',
+    '--liftoff-only',
+    '--max-semi-space-size=1',
+    '--heap-growing-percent=30',
+  ], 'node bin/factlog.js: everything');
 });
 
 t.test('package.json, the Makefile and the Dockerfile start the service with the same environment and flags', async (t) => {
