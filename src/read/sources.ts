@@ -3,7 +3,7 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
-import { countOf, pageOf, type PageInput } from './paging.js';
+import { afterNewestFirst, countOf, decodeNewestFirstCursor, encodeNewestFirstCursor, pageOf, type PageInput } from './paging.js';
 import { presentFact, presentSource, type SourceRow } from './present.js';
 
 export const sourceStatuses = ['pending', 'fetching', 'fetched', 'decomposing', 'processed', 'failed'] as const;
@@ -39,16 +39,6 @@ export interface SourceSearchInput {
   cursor?: string;
 }
 
-/** A page cursor: the offset of the next page, opaque to callers so the paging can change. */
-export const encodeCursor = (offset: number): string => Buffer.from(`o:${offset}`).toString('base64url');
-
-export function decodeCursor(cursor: string | undefined): number {
-  if (cursor === undefined || cursor === '') return 0;
-  const match = /^o:(\d{1,9})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
-  if (!match) throw invalid('cursor is not one this service returned');
-  return Number(match[1]);
-}
-
 /** Source queries: a repository's sources, one source, and the facts that came from it. */
 export function sourceQueries(deps: Pick<AppContext, 'db'>) {
   const knex = deps.db.knex;
@@ -77,7 +67,7 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
       if (words.length === 0) throw invalid('query must contain a word');
       if (input.query.length > MAX_SOURCE_QUERY_CHARS) throw invalid(`query must be at most ${MAX_SOURCE_QUERY_CHARS} characters`);
       const { limit } = pageOf({ limit: input.limit }, 20, 100);
-      const offset = decodeCursor(input.cursor);
+      const after = decodeNewestFirstCursor(input.cursor);
       const query = knex('sources').where({ repository_id: repository.id });
       for (const word of words) {
         const pattern = `%${word.replace(/[\\%_]/g, (character) => `\\${character}`)}%`;
@@ -90,8 +80,15 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
         );
       }
       const total = await countOf(query);
-      const rows: SourceRow[] = await query.orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }]).limit(limit).offset(offset);
-      return { items: rows.map(presentSource), total, next_cursor: offset + rows.length < total ? encodeCursor(offset + rows.length) : null };
+      // One row past the page says whether there is a next one.
+      const rows: Array<SourceRow & { cursor_at: string }> = await afterNewestFirst(query, after)
+        .select('*', knex.raw('created_at::text AS cursor_at'))
+        .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }])
+        .limit(limit + 1);
+      const page = rows.slice(0, limit);
+      const last = page.at(-1);
+      const more = rows.length > limit && last !== undefined;
+      return { items: page.map(({ cursor_at: _cursorAt, ...row }) => presentSource(row)), total, next_cursor: more ? encodeNewestFirstCursor({ at: last.cursor_at, id: last.id }) : null };
     },
 
     /** The providers `search` can ask; any signed-in caller may list them. */

@@ -46,3 +46,23 @@ t.test('denied, or not there', async (t) => {
   const other = (await harness.app.repositories.create(owner, { name: 'Other' })).id;
   await rejectsWith(t, harness.app.sources.get(await harness.refreshed(owner), { repository: other, source: sourceIds[0] }), 'not_found', /source/);
 });
+
+t.test('search pages by where the last one ended: a source deleted or added between pages is neither skipped nor repeated', async (t) => {
+  const added: string[] = [];
+  for (const path of ['walk-a', 'walk-b', 'walk-c', 'walk-d', 'walk-e']) added.push((await harness.app.sources.add(owner, { repository, url: `http://127.0.0.1:9/${path}` })).source.id);
+  const newestFirst = [...added].reverse();
+  const first = await harness.app.sources.search(owner, { repository, query: 'walk', limit: 2 });
+  t.same(first.items.map((source) => source.id), newestFirst.slice(0, 2));
+  // One of the first page goes before the next page is asked for (by an offset, that skipped one).
+  await harness.app.sources.remove(owner, { repository, source: newestFirst[0]! });
+  const second = await harness.app.sources.search(owner, { repository, query: 'walk', limit: 2, cursor: first.next_cursor ?? undefined });
+  t.same(second.items.map((source) => source.id), newestFirst.slice(2, 4), 'on from the last one shown');
+  // A newer source comes before the third (by an offset, that repeated one).
+  const newer = (await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/walk-f' })).source.id;
+  const third = await harness.app.sources.search(owner, { repository, query: 'walk', limit: 2, cursor: second.next_cursor ?? undefined });
+  t.same(third.items.map((source) => source.id), newestFirst.slice(4), 'the rest');
+  t.equal(third.next_cursor, null, 'the last page');
+  t.notOk([...first.items, ...second.items, ...third.items].some((source) => source.id === newer), 'the newer source is before the walk began');
+  await rejectsWith(t, harness.app.sources.search(owner, { repository, query: 'walk', cursor: 'bm9uc2Vuc2U' }), 'invalid', /cursor/);
+  await rejectsWith(t, harness.app.sources.search(owner, { repository, query: 'walk', cursor: Buffer.from('k:["not a time","x"]').toString('base64url') }), 'invalid', /cursor/);
+});

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
 import { QUEUED_JOB_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
-import { decodeCursor, encodeCursor } from '../../read/sources.js';
+import { decodeOffsetCursor, encodeOffsetCursor } from '../../read/paging.js';
 import type { ToolCall } from './common.js';
 import { defineTool, idArgument, repositoryArgument } from './common.js';
 
@@ -19,7 +19,7 @@ type TaskFilters = { state?: (typeof jobStates)[number]; kind?: (typeof QUEUED_J
 
 /** One page of tasks through the tasks query, shaped for a model: `complete` first, compact items unless verbose. */
 async function taskPage({ app, principal }: ToolCall, repository: string, subject: { source_id?: string; investigation_id?: string; report_id?: string }, filters: TaskFilters) {
-  const offset = decodeCursor(filters.cursor);
+  const offset = decodeOffsetCursor(filters.cursor);
   const limit = filters.limit ?? 50;
   const page = await app.tasks.list(principal, { repository, ...subject, state: filters.state, kind: filters.kind, limit, offset });
   return {
@@ -27,7 +27,7 @@ async function taskPage({ app, principal }: ToolCall, repository: string, subjec
     total: page.total,
     tasks: filters.verbose ? page.items : page.items.map(({ id, kind, state, source_id, report_id, last_error }) => ({ id, kind, state, source_id, report_id, last_error })),
     ...(filters.byKind ? { by_kind: page.counts } : {}),
-    next_cursor: offset + page.items.length < page.total ? encodeCursor(offset + page.items.length) : null,
+    next_cursor: offset + page.items.length < page.total ? encodeOffsetCursor(offset + page.items.length) : null,
   };
 }
 
