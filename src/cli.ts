@@ -107,17 +107,32 @@ export function buildCli(): Command {
    * embedded data directory, a command with a `remote` form asks that service instead (given a
    * token); every other command refuses with the owner's name, since two processes on one PGlite
    * directory would corrupt it.
+   *
+   * `migrations` (createAppContext's): only `migrate` migrates. A command that reads opens the
+   * database `read-only` (an embedded one is never written); one that changes data (`refuse`, the
+   * default) writes only to a database of this release. Both refuse a database with pending
+   * migrations, naming them: upgrading is one deliberate step, after a backup
+   * (docs/operations.md, "Upgrading").
    */
   async function withContext(
     work: (context: AppContext) => Promise<void>,
-    options: { projections?: boolean; remote?: (service: RunningService) => Promise<void>; createsDatabase?: boolean } = {},
+    options: {
+      projections?: boolean;
+      remote?: (service: RunningService) => Promise<void>;
+      createsDatabase?: boolean;
+      migrations?: 'migrate' | 'refuse' | 'read-only';
+    } = {},
   ) {
     const settings = config();
     if (!options.createsDatabase) refuseMissingDatabase(settings);
     let context: AppContext;
     try {
       // The log goes to stderr: stdout is the command's output (`events tail | jq`).
-      context = await createAppContext(settings, { workers: false, logger: pino({ level: 'warn' }, pino.destination(2)) });
+      context = await createAppContext(settings, {
+        workers: false,
+        logger: pino({ level: 'warn' }, pino.destination(2)),
+        migrations: options.migrations ?? 'refuse',
+      });
     } catch (error) {
       if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
       const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
@@ -193,7 +208,7 @@ export function buildCli(): Command {
   program
     .command('migrate')
     .description('create or upgrade the event store and read-model schemas')
-    .action(() => withContext(async () => console.log('migrations applied'), { createsDatabase: true }));
+    .action(() => withContext(async () => console.log('migrations applied'), { createsDatabase: true, migrations: 'migrate' }));
 
   const projections = program.command('projections').description('read-model projections');
   projections
@@ -206,6 +221,7 @@ export function buildCli(): Command {
         }
       };
       return withContext(async (context) => print(await context.projections.status()), {
+        migrations: 'read-only',
         remote: async (service) => {
           const response = await service.request('GET', '/api/v1/projections');
           if (!response.ok) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
@@ -276,7 +292,7 @@ export function buildCli(): Command {
         } finally {
           await target.close();
         }
-      }),
+      }, { migrations: 'read-only' }),
     );
   events
     .command('tail')
@@ -313,7 +329,7 @@ export function buildCli(): Command {
           process.off('SIGINT', interrupt);
           process.off('SIGTERM', interrupt);
         }
-      }),
+      }, { migrations: 'read-only' }),
     );
   return program;
 }

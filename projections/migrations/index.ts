@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
-import { execStatements, migrateUnderLock } from '../../src/db/database.js';
+import { execStatements } from '../../src/db/database.js';
+import { applyMigrations, type Migrator } from '../../src/db/migrations.js';
 import { referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
 import { updateRows } from '../batchWrites.js';
 
@@ -653,19 +654,31 @@ export async function refuseNewerSchema(knex: Knex): Promise<void> {
   if (unknownIds.length > 0) throw new NewerSchemaError(unknownIds);
 }
 
-/** Applies the read-model migrations not yet applied; refuses first a database a newer factlog migrated. */
-export async function migrateReadModels(knex: Knex): Promise<string[]> {
-  await refuseNewerSchema(knex);
-  const ran: string[] = [];
-  for (const migration of readModelMigrations) {
-    // One node applies each migration; the others wait for the lock and then find it applied.
-    await migrateUnderLock(knex, 'read_models', async (trx) => {
+/** Whether `schema_migrations` records `id` (a database without the table records none). */
+async function recorded(knex: Knex, id: string): Promise<boolean> {
+  const table = await knex.raw<{ rows: Array<{ found: boolean }> }>(`SELECT to_regclass('schema_migrations') IS NOT NULL AS found`);
+  if (table.rows[0]?.found !== true) return false;
+  return (await knex('schema_migrations').where({ id }).first('id')) !== undefined;
+}
+
+/** The read-model migrations as steps (src/db/migrations.ts), each recorded in `schema_migrations` once applied. */
+export const readModelMigrator: Migrator = {
+  schema: 'read models',
+  lockName: 'read_models',
+  steps: readModelMigrations.map((migration) => ({
+    id: migration.id,
+    applied: (knex: Knex) => recorded(knex, migration.id),
+    up: async (trx: Knex.Transaction) => {
       await trx.raw(`CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-      if (await trx('schema_migrations').where({ id: migration.id }).first('id')) return;
       await migration.up(trx);
       await trx('schema_migrations').insert({ id: migration.id });
-      ran.push(migration.id);
-    });
-  }
-  return ran;
+    },
+  })),
+};
+
+/** Applies the read-model migrations not yet applied; refuses first a database a newer factlog migrated. Returns the ids applied. */
+export async function migrateReadModels(knex: Knex): Promise<string[]> {
+  await refuseNewerSchema(knex);
+  // One node applies each migration; the others wait for the lock and then find it applied.
+  return applyMigrations(knex, readModelMigrator);
 }

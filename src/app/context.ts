@@ -1,16 +1,18 @@
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/types.js';
-import { dataPaths, publicBaseUrl } from '../config/derived.js';
+import { databaseOptions, dataPaths, publicBaseUrl } from '../config/derived.js';
 import { checkSecrets } from '../config/load.js';
 import type { Database, DatabaseOptions } from '../db/database.js';
 import { namedLocks } from '../db/namedLock.js';
 import { EventSchemaRegistry } from '../eventstore/schemas.js';
 import type { EventStore } from '../eventstore/port.js';
-import { migrateReadModels } from '../../projections/migrations/index.js';
+import { readModelMigrator, refuseNewerSchema } from '../../projections/migrations/index.js';
+import { applyMigrations, describeMigrations, pendingMigrations, PendingMigrationsError, type Migrator, type SchemaMigrations } from '../db/migrations.js';
+import { eventStoreMigrator } from '../eventstore/postgres.js';
 import { readModelProjections } from '../../projections/index.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
 import type { ReadModelRunner } from '../projection/types.js';
-import { JobRepository, migrateJobs } from '../pipeline/jobs.js';
+import { JobRepository, jobsMigrator } from '../pipeline/jobs.js';
 import type { StageRuntime } from '../pipeline/runtime.js';
 import type { Leadership } from '../bus/leader.js';
 import type { ChatModel } from '../providers/llm/port.js';
@@ -30,7 +32,7 @@ import { createMetrics, type Metrics } from './metrics.js';
 import { createRepositoryService, type RepositoryService } from './repositories.js';
 import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
-import { createDatabases } from './wiring/databases.js';
+import { createDatabases, type Databases } from './wiring/databases.js';
 import { openEventStore, pipelineEventStore } from './wiring/eventStore.js';
 import { createIdentity, withSigningSecret, createTokens } from './wiring/identity.js';
 import { createOAuth } from './wiring/oauth.js';
@@ -47,6 +49,8 @@ export interface AppContext {
   publicUrl: string;
   /** The read-model database (on the embedded tier also the event store's). */
   db: Database;
+  /** The migrations this context applied, per schema (none unless `migrations` is `migrate`). */
+  migrationsApplied: SchemaMigrations[];
   store: EventStore;
   /** The event types and their Avro schemas (`schemas/events/`): what the log may hold. */
   schemas: EventSchemaRegistry;
@@ -101,6 +105,14 @@ export interface ContextOptions {
   clientDocumentFetch?: ClientDocumentFetch;
   /** How a configured database is opened (default: openDatabase; test services take emptied ones kept from earlier services). */
   openDatabase?: (options: DatabaseOptions) => Promise<Database>;
+  /**
+   * What a database whose schema is behind this release gets. `migrate` (the default: `serve`,
+   * `factlog migrate`) applies the migrations it lacks. `refuse` throws PendingMigrationsError
+   * naming them before anything is written (CLI commands that change data). `read-only` refuses
+   * the same way, opens an embedded database without ever writing it (src/db/pgliteSnapshot.ts)
+   * and stores no signing secret (CLI commands that only read).
+   */
+  migrations?: 'migrate' | 'refuse' | 'read-only';
 }
 
 /**
@@ -116,11 +128,31 @@ export async function createAppContext(configured: Config, options: ContextOptio
   // On the embedded tier no other process can run the projections, so an API process runs them too.
   const runProjections = role !== 'api' || configured.bus.backend === 'log';
 
-  const databases = createDatabases(configured, cwd, options.openDatabase);
-  const db = await databases.open(configured.readmodels.database);
-  await migrateReadModels(db.knex);
-  await migrateJobs(db.knex);
-  const config = await withSigningSecret(configured, db, log);
+  const mode = options.migrations ?? 'migrate';
+  // A refusal leaves an embedded directory as it was: opened to write, PostgreSQL writes it even
+  // to look (its control file, a checkpoint), so the schemas are checked on a read-only open first.
+  if (mode === 'refuse' && databaseOptions(configured, configured.readmodels.database, cwd).kind === 'pglite') {
+    const probe = createDatabases(configured, cwd, options.openDatabase, { readOnly: true });
+    try {
+      await migrateSchemas(configured, probe, await probe.open(configured.readmodels.database), 'refuse');
+    } finally {
+      await probe.close();
+    }
+  }
+  const databases = createDatabases(configured, cwd, options.openDatabase, { readOnly: mode === 'read-only' });
+  let db: Database;
+  let migrationsApplied: SchemaMigrations[];
+  try {
+    db = await databases.open(configured.readmodels.database);
+    migrationsApplied = await migrateSchemas(configured, databases, db, mode);
+  } catch (error) {
+    await databases.close();
+    throw error;
+  }
+  if (migrationsApplied.some((schema) => schema.ids.length > 0)) {
+    log.info({ migrations: migrationsApplied }, `migrated the database: ${describeMigrations(migrationsApplied)}`);
+  }
+  const config = await withSigningSecret(configured, db, log, { readOnly: mode === 'read-only' });
   const schemas = await EventSchemaRegistry.load();
   const jobs = new JobRepository(db.knex);
   const metrics = createMetrics({ projectionStatus: () => projections.status(), jobCounts: () => jobs.counts() });
@@ -168,6 +200,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
     log,
     publicUrl: publicBaseUrl(config),
     db,
+    migrationsApplied,
     store,
     schemas,
     assets,
@@ -216,4 +249,26 @@ export async function createAppContext(configured: Config, options: ContextOptio
       }
     },
   };
+}
+
+/**
+ * The schemas of the configured databases, brought to this release (`migrate`) or checked
+ * (`refuse`, `read-only`: PendingMigrationsError naming what is missing, nothing written). A
+ * database a newer factlog migrated is refused first, whatever the mode (NewerSchemaError).
+ */
+async function migrateSchemas(config: Config, databases: Databases, db: Database, mode: NonNullable<ContextOptions['migrations']>): Promise<SchemaMigrations[]> {
+  await refuseNewerSchema(db.knex);
+  const schemas: Array<{ migrator: Migrator; db: Database }> = [
+    { migrator: readModelMigrator, db },
+    { migrator: jobsMigrator, db },
+  ];
+  if (config.eventstore.backend !== 'eventstoredb') schemas.push({ migrator: eventStoreMigrator, db: await databases.open(config.eventstore.database) });
+  const result: SchemaMigrations[] = [];
+  for (const schema of schemas) {
+    const ids = mode === 'migrate' ? await applyMigrations(schema.db.knex, schema.migrator) : await pendingMigrations(schema.db.knex, schema.migrator);
+    result.push({ schema: schema.migrator.schema, ids });
+  }
+  if (mode === 'migrate') return result;
+  if (result.some((schema) => schema.ids.length > 0)) throw new PendingMigrationsError(result);
+  return [];
 }

@@ -46,6 +46,13 @@ export type DatabaseOptions =
       settings?: Readonly<Record<string, string>>;
       /** ms between the embedded autovacuum's rounds (src/db/autovacuum.ts; default 10 s); false for none */
       autovacuumIntervalMs?: number | false;
+      /**
+       * Read the directory and never write it (the commands that only read): its files are read
+       * as PostgreSQL needs them and its writes stay in memory, dropped on close
+       * (src/db/pgliteSnapshot.ts). No autovacuum; the lock is held as for any open. The
+       * directory must hold a database already.
+       */
+      readOnly?: boolean;
     }
   | {
       kind: 'postgres';
@@ -118,17 +125,19 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     const inMemory = options.dataDir.startsWith('memory://');
     // One process per data directory: a second opener gets DataDirLockedError naming the owner.
     const lock = inMemory ? null : writableDataDir(path.resolve(options.dataDir), () => {
-      makeDirectories(path.resolve(options.dataDir));
+      if (!options.readOnly) makeDirectories(path.resolve(options.dataDir));
       return acquireDataDirLock(path.resolve(options.dataDir));
     });
     const settings = { ...pgliteSettings, ...(options.settings ?? {}) };
     let pglite: PgliteThread;
     try {
       // A new directory is initialised by a child process, whose memory goes away with it.
+      if (options.readOnly && needsInitdb(options.dataDir)) throw new Error(`${options.dataDir} holds no database to read`);
       if (!options.loadDataDir && needsInitdb(options.dataDir)) await initdbInChildProcess(options.dataDir, settings);
       pglite = await PgliteThread.open({
         dataDir: options.dataDir,
         ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
+        ...(options.readOnly ? { readOnly: true } : {}),
         settings,
       });
     } catch (error) {
@@ -156,7 +165,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     });
     await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
     // PGlite has no autovacuum daemon; without statistics and vacuums, plans and tables decay as they grow.
-    const autovacuumIntervalMs = options.autovacuumIntervalMs ?? EMBEDDED_AUTOVACUUM_INTERVAL_MS;
+    const autovacuumIntervalMs = options.readOnly ? false : (options.autovacuumIntervalMs ?? EMBEDDED_AUTOVACUUM_INTERVAL_MS);
     const autovacuum =
       autovacuumIntervalMs === false
         ? null

@@ -8,6 +8,8 @@ export interface PgliteWorkerData {
   dataDir: string;
   /** A `dumpDataDir` tarball to start from instead of initdb. */
   loadDataDir?: ArrayBuffer;
+  /** Open the directory without ever writing it (src/db/pgliteSnapshot.ts). */
+  readOnly?: boolean;
   /** Compiled once per process (pgliteWasm.ts) and shared with every worker: a module clones without copying its code. */
   pgliteWasmModule: WasmModule;
   initdbWasmModule: WasmModule;

@@ -92,6 +92,8 @@ export interface PgliteThreadOptions {
   dataDir: string;
   /** A `dumpDataDir` tarball's bytes to start from instead of initdb (a copy goes to the worker). */
   loadDataDir?: Uint8Array<ArrayBuffer>;
+  /** Read the directory and never write it: PostgreSQL's writes stay in memory (src/db/pgliteSnapshot.ts). */
+  readOnly?: boolean;
   settings?: Readonly<Record<string, string>>;
 }
 
@@ -152,7 +154,7 @@ export class PgliteThread {
     const modules = await pgliteWasmModules();
     const loadDataDir = options.loadDataDir?.slice().buffer;
     const thread = new PgliteThread(
-      { dataDir: options.dataDir, ...(loadDataDir ? { loadDataDir } : {}), ...modules, settings: options.settings ?? {} },
+      { dataDir: options.dataDir, ...(loadDataDir ? { loadDataDir } : {}), ...(options.readOnly ? { readOnly: true } : {}), ...modules, settings: options.settings ?? {} },
       loadDataDir ? [loadDataDir] : [],
     );
     try {

@@ -10,16 +10,19 @@ import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import { DumpBlob } from './pgliteDump.js';
+import { ReadOnlySnapshotFS } from './pgliteSnapshot.js';
 import { PreparedStatements } from './pglitePrepared.js';
 import { serializeDatabaseError, type PgliteRequest, type PgliteReply, type PgliteWorkerData } from './pgliteProtocol.js';
 
 if (parentPort === null) throw new Error('pgliteWorker.ts runs as a worker thread (src/db/pgliteThread.ts)');
 const port: MessagePort = parentPort;
 
-const { dataDir, loadDataDir, pgliteWasmModule, initdbWasmModule, settings } = workerData as PgliteWorkerData;
+const { dataDir, loadDataDir, readOnly, pgliteWasmModule, initdbWasmModule, settings } = workerData as PgliteWorkerData;
 
 async function open(): Promise<PGlite> {
-  return PGlite.create(dataDir, {
+  return PGlite.create({
+    // Read-only: the directory's files are read, and what PostgreSQL writes stays in memory (pgliteSnapshot.ts).
+    ...(readOnly ? { fs: new ReadOnlySnapshotFS(dataDir) } : { dataDir }),
     extensions: { vector },
     ...(loadDataDir ? { loadDataDir: new DumpBlob(new Uint8Array(loadDataDir)) } : {}),
     pgliteWasmModule,

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { withoutPlannerStatistics } from '../db/autovacuum.js';
-import { type Database, migrateUnderLock } from '../db/database.js';
+import type { Database } from '../db/database.js';
+import { applyMigrations, functionHasBody, plannerStatisticsOff, relationsExist, type Migrator } from '../db/migrations.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { databaseErrorCode, UNIQUE_VIOLATION } from '../db/errorCodes.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
@@ -262,11 +263,42 @@ const appendToStreamsFunction = `CREATE OR REPLACE FUNCTION factlog_append_to_st
       END LOOP;
 ${releaseAppendLockAndEnd}`;
 
-/** Creates the event tables and the append function; safe to run any number of times, concurrently. */
-export async function migrateEventStore(knex: Knex): Promise<void> {
-  await migrateUnderLock(knex, 'events', async (trx) => {
-    for (const statement of [...migrationStatements, appendToStreamsFunction]) await trx.raw(statement);
-  });
+const [createEvents, indexByRepository, indexByType, eventStatistics, createStreams, appendEventsFunction] = migrationStatements;
+
+/**
+ * The event store's schema as migration steps (src/db/migrations.ts): each looks in the catalogue
+ * for what it makes, so a database that has it is not changed (the functions are replaced when
+ * their body differs from this release's).
+ */
+export const eventStoreMigrator: Migrator = {
+  schema: 'event store',
+  lockName: 'events',
+  steps: [
+    {
+      id: 'events',
+      applied: (knex) => relationsExist(knex, 'events', 'events_repository_position_idx', 'events_type_position_idx'),
+      up: async (trx) => {
+        for (const statement of [createEvents, indexByRepository, indexByType]) await trx.raw(statement);
+      },
+    },
+    { id: 'events_planner_statistics', applied: (knex) => plannerStatisticsOff(knex, 'events', unfilteredEventColumns), up: async (trx) => void (await trx.raw(eventStatistics)) },
+    { id: 'streams', applied: (knex) => relationsExist(knex, 'streams'), up: async (trx) => void (await trx.raw(createStreams)) },
+    {
+      id: 'factlog_append_events',
+      applied: (knex) => functionHasBody(knex, 'factlog_append_events', appendEventsFunction),
+      up: async (trx) => void (await trx.raw(appendEventsFunction)),
+    },
+    {
+      id: 'factlog_append_to_streams',
+      applied: (knex) => functionHasBody(knex, 'factlog_append_to_streams', appendToStreamsFunction),
+      up: async (trx) => void (await trx.raw(appendToStreamsFunction)),
+    },
+  ],
+};
+
+/** Creates the event tables and the append functions where missing; safe to run any number of times, concurrently. Returns the steps applied. */
+export function migrateEventStore(knex: Knex): Promise<string[]> {
+  return applyMigrations(knex, eventStoreMigrator);
 }
 
 /** A row of `events` as the drivers return it (int8 is a string on pg, a number on PGlite). */

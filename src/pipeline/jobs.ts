@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Job, JobState } from './types.js';
 import { withoutPlannerStatistics } from '../db/autovacuum.js';
-import { migrateUnderLock } from '../db/database.js';
+import { applyMigrations, plannerStatisticsOff, relationsExist, type Migrator } from '../db/migrations.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { isUuid } from '../util/uuid.js';
 
@@ -148,26 +148,37 @@ export function jobIdFor(kind: string, subjectId: string, triggerEventId: string
 }
 
 /**
- * Creates the `jobs` table and its indexes if missing. Safe to run concurrently from several
- * processes: an advisory lock serializes the DDL (plain IF NOT EXISTS races on a server).
+ * The jobs table's schema as migration steps (src/db/migrations.ts). Each looks first for what it
+ * makes (the last object of each step: its DDL commits as one), so a migrated database gets no DDL
+ * at all: an ALTER TABLE takes its ACCESS EXCLUSIVE lock before it finds the column there, and a
+ * node that joins a running cluster would then deadlock with the workers' claims on `jobs`.
  */
-export async function migrateJobs(knex: Knex): Promise<void> {
-  await migrateUnderLock(knex, 'jobs', async (trx) => {
-    // Already migrated (the last object of each step exists: each step's DDL commits as one): no DDL
-    // at all. An ALTER TABLE takes its ACCESS EXCLUSIVE lock before it finds the column there, and a node
-    // that joins a running cluster would then deadlock with the workers' claims on `jobs`.
-    const done = await trx.raw(
-      `SELECT to_regclass('jobs_report_idx') IS NOT NULL AS migrated, to_regclass('job_count_deltas') IS NOT NULL AS counted`,
-    );
-    if (done.rows[0]?.migrated !== true) await createJobsTable(trx);
-    if (done.rows[0]?.counted !== true) await createJobCounts(trx);
+export const jobsMigrator: Migrator = {
+  schema: 'jobs',
+  lockName: 'jobs',
+  steps: [
+    { id: 'jobs', applied: (knex) => relationsExist(knex, 'jobs_report_idx'), up: createJobsTable },
+    { id: 'job_count_deltas', applied: (knex) => relationsExist(knex, 'job_count_deltas'), up: createJobCounts },
     // No planner statistics for the columns no statement filters on: the embedded autovacuum's
     // ANALYZE of a 1,000-page ingest's 9,000 jobs took 90 ms with them and 55 ms without, holding
     // PGlite's one connection while searches waited (docs/performance.md, "Twenty-sixth round").
     // Its ALTER (a SHARE UPDATE EXCLUSIVE lock, which the workers' claims do not wait for) runs
     // once per database.
-    await trx.raw(withoutPlannerStatistics('jobs', unfilteredJobColumns));
-  });
+    {
+      id: 'jobs_planner_statistics',
+      applied: (knex) => plannerStatisticsOff(knex, 'jobs', unfilteredJobColumns),
+      up: async (trx) => void (await trx.raw(withoutPlannerStatistics('jobs', unfilteredJobColumns))),
+    },
+  ],
+};
+
+/**
+ * Creates the `jobs` table and its indexes if missing. Safe to run concurrently from several
+ * processes: an advisory lock serializes the DDL (plain IF NOT EXISTS races on a server).
+ * Returns the steps applied.
+ */
+export function migrateJobs(knex: Knex): Promise<string[]> {
+  return applyMigrations(knex, jobsMigrator);
 }
 
 /** Columns of `jobs` that no statement filters, joins or sorts on (trigger_event_id is read through its unique index only). */

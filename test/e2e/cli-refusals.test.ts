@@ -1,8 +1,9 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
+import { directoryState, migratedPgliteDir } from '../helpers/olderSchema.js';
 import { freePort, runCli } from '../helpers/processes.js';
 
 // CLI commands that must refuse before opening (or creating) anything: one line on stderr, no
@@ -54,6 +55,22 @@ t.test('commands that read a data directory refuse one that holds no database, a
     assertOneLine(t, refused.stderr);
     t.notOk(existsSync(dataDir), `${command.join(' ')} created nothing`);
   }
+});
+
+t.test('a reading command refuses a database with pending migrations, naming them, and writes nothing (each mode: test/app/context.test.ts)', async (t) => {
+  const cwd = await scratch(t);
+  const pglite = path.join(cwd, 'data', 'pglite');
+  await migratedPgliteDir(pglite, { older: true });
+  const before = directoryState(pglite);
+  const refused = await runCli(cwd, ['events', 'tail']);
+  t.equal(refused.code, 1);
+  t.match(
+    refused.stderr,
+    /^factlog: the database is older than this factlog and needs migrations \(read models: 020_oauth_answered_requests; event store: events_planner_statistics\); this command does not migrate and wrote nothing: back the database up \(embedded: the whole data directory, with the service stopped\), then run `factlog migrate` \(or start the service, which migrates\), and run the command again$/m,
+  );
+  assertOneLine(t, refused.stderr);
+  t.same(directoryState(pglite), before, 'the database untouched, byte for byte');
+  t.same(readdirSync(path.join(cwd, 'data')), ['pglite'], 'and its lock released');
 });
 
 t.test('a bad network.allow_cidrs entry is a configuration error (exit 2), before anything opens', async (t) => {

@@ -12,13 +12,20 @@ export interface Databases {
  * On the embedded tier the event store and the read models name the same PGlite database, and
  * one data directory has one connection: opening by name, once, is what keeps them shared.
  */
-export function createDatabases(config: Config, cwd: string, open: (options: DatabaseOptions) => Promise<Database> = openDatabase): Databases {
+export function createDatabases(
+  config: Config,
+  cwd: string,
+  open: (options: DatabaseOptions) => Promise<Database> = openDatabase,
+  { readOnly = false }: { readOnly?: boolean } = {},
+): Databases {
   const opened = new Map<string, Promise<Database>>();
   return {
     open(name) {
       let database = opened.get(name);
       if (!database) {
-        database = open(databaseOptions(config, name, cwd));
+        const options = databaseOptions(config, name, cwd);
+        // An embedded database opened to read only is never written (src/db/pgliteSnapshot.ts).
+        database = open(readOnly && options.kind === 'pglite' ? { ...options, readOnly: true } : options);
         opened.set(name, database);
       }
       return database;

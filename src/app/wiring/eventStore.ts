@@ -1,12 +1,13 @@
 import type { Config } from '../../config/types.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { coalescingEventStore } from '../../eventstore/coalescing.js';
-import { createPostgresEventStore, migrateEventStore } from '../../eventstore/postgres.js';
+import { createPostgresEventStore } from '../../eventstore/postgres.js';
 import type { EventSchemaRegistry } from '../../eventstore/schemas.js';
 import type { Databases } from './databases.js';
 
 /**
- * The event store of `eventstore.backend`: PostgreSQL tables (PGlite or a server), migrated, or
+ * The event store of `eventstore.backend`: PostgreSQL tables (PGlite or a server; migrated
+ * beforehand with the other schemas, src/app/context.ts), or
  * EventStoreDB, whose client (gRPC and its protocol definitions, about 30 MB of memory) is loaded
  * only when it is configured; so are the other tiers' adapters (docs/architecture.md, "Wiring").
  */
@@ -16,7 +17,6 @@ export async function openEventStore(config: Config, schemas: EventSchemaRegistr
     return { store: createEventStoreDbStore({ connectionString: config.eventstore.eventstoredb.connection_string, schemas }), oneConnection: false };
   }
   const storeDb = await databases.open(config.eventstore.database);
-  await migrateEventStore(storeDb.knex);
   return { store: createPostgresEventStore(storeDb, { schemas }), oneConnection: storeDb.kind === 'pglite' };
 }
 

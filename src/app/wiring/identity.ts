@@ -18,8 +18,14 @@ const INSTALLATION_SECRET = 'auth.jwt_secret';
  * printed in the documentation, so anyone could sign tokens with it; one kept in the database
  * outlives restarts and is the same on every node of a deployment (the first node's insert wins).
  */
-export async function withSigningSecret(config: Config, db: Database, log: Pick<Logger, 'info'>): Promise<Config> {
+export async function withSigningSecret(config: Config, db: Database, log: Pick<Logger, 'info'>, { readOnly = false }: { readOnly?: boolean } = {}): Promise<Config> {
   if (config.auth.jwt_secret !== JWT_SECRET_PLACEHOLDER) return config;
+  if (readOnly) {
+    // A command that only reads signs nothing and stores nothing: the kept secret if there is
+    // one, else a throwaway one (the installation's own is made by the first serve or migrate).
+    const kept = await db.knex('installation_secrets').where({ name: INSTALLATION_SECRET }).first('value');
+    return { ...config, auth: { ...config.auth, jwt_secret: kept?.value ?? randomBytes(32).toString('base64url') } };
+  }
   await db.knex('installation_secrets').insert({ name: INSTALLATION_SECRET, value: randomBytes(32).toString('base64url') }).onConflict('name').ignore();
   const { value } = await db.knex('installation_secrets').where({ name: INSTALLATION_SECRET }).first('value');
   log.info('auth.jwt_secret is not set: tokens are signed with a random secret made for this installation and kept in its database (set AUTH_JWTSECRET to choose one)');

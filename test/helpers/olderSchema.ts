@@ -1,0 +1,50 @@
+import { createHash } from 'node:crypto';
+import { lstatSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Knex } from 'knex';
+import { openDatabase } from '../../src/db/database.js';
+import { seedPgliteDir } from './pglite.js';
+import { migrateEmbeddedSchema } from './schema.js';
+
+/**
+ * A database as an older release left it: one read-model migration not applied (020, its table
+ * missing) and the event log's columns with their planner statistics (the event store's step
+ * before it). What a command of this release finds pending there: `olderSchemaPending`.
+ */
+export async function makeSchemaOlder(knex: Knex): Promise<void> {
+  await knex('schema_migrations').where({ id: '020_oauth_answered_requests' }).delete();
+  await knex.raw('DROP TABLE oauth_answered_requests');
+  await knex.raw('ALTER TABLE events ALTER COLUMN data SET STATISTICS -1');
+}
+
+export const olderSchemaPending = [
+  { schema: 'read models', ids: ['020_oauth_answered_requests'] },
+  { schema: 'jobs', ids: [] },
+  { schema: 'event store', ids: ['events_planner_statistics'] },
+];
+
+/** An embedded data directory `dir` (PGlite) migrated by this release, then made older if asked; closed. */
+export async function migratedPgliteDir(dir: string, { older = false } = {}): Promise<void> {
+  await seedPgliteDir(dir);
+  const db = await openDatabase({ kind: 'pglite', dataDir: dir, autovacuumIntervalMs: false });
+  try {
+    await db.knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+    await migrateEmbeddedSchema(db.knex);
+    if (older) await makeSchemaOlder(db.knex);
+  } finally {
+    await db.close();
+  }
+}
+
+/** Every file and directory under `root` with its modification time, and each file's SHA-256: equal only if nothing was written. */
+export function directoryState(root: string): Record<string, string> {
+  const state: Record<string, string> = {};
+  const walk = (relative: string) => {
+    const stat = lstatSync(path.join(root, relative));
+    const hash = stat.isFile() ? createHash('sha256').update(readFileSync(path.join(root, relative))).digest('hex') : 'dir';
+    state[relative || '.'] = `${stat.mtimeMs} ${stat.size} ${hash}`;
+    if (stat.isDirectory()) for (const name of readdirSync(path.join(root, relative)).sort()) walk(path.join(relative, name));
+  };
+  walk('');
+  return state;
+}
