@@ -15,6 +15,7 @@ import { databaseOptions, dataPaths } from './config/derived.js';
 import { announceDataDirUrl, DataDirLockedError, nameRunningCommand } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
 import { missingFromEmbeddedLaunch } from './app/launch.js';
+import type { SchemaMigrations } from './db/migrations.js';
 
 /**
  * How long `serve` may take to stop after SIGTERM/SIGINT: the stage runtime waits up to 30 s for
@@ -64,6 +65,14 @@ export function parsePosition(value: string): number {
   // The REST `from`'s bound: a longer number is no position (PostgreSQL's bigint refused it in its own words).
   if (!(position <= Number.MAX_SAFE_INTEGER)) throw new InvalidArgumentError(`--from must be an integer in decimal digits from 0 to ${Number.MAX_SAFE_INTEGER}`);
   return position;
+}
+
+/** What `factlog migrate` prints: each schema's migrations it applied, or that there were none. */
+export function migrationReport(applied: readonly SchemaMigrations[]): string {
+  const schemas = applied.filter((schema) => schema.ids.length > 0);
+  const count = schemas.reduce((sum, schema) => sum + schema.ids.length, 0);
+  if (count === 0) return 'the database is up to date: no migrations to apply';
+  return [`applied ${count} migration${count === 1 ? '' : 's'}:`, ...schemas.map((schema) => `  ${schema.schema}: ${schema.ids.join(', ')}`)].join('\n');
 }
 
 /** The running service that owns the embedded data directory, asked over its admin API. */
@@ -208,7 +217,7 @@ export function buildCli(): Command {
   program
     .command('migrate')
     .description('create or upgrade the event store and read-model schemas')
-    .action(() => withContext(async () => console.log('migrations applied'), { createsDatabase: true, migrations: 'migrate' }));
+    .action(() => withContext(async (context) => console.log(migrationReport(context.migrationsApplied)), { createsDatabase: true, migrations: 'migrate' }));
 
   const projections = program.command('projections').description('read-model projections');
   projections
