@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { Command, InvalidArgumentError } from 'commander';
 import pino from 'pino';
 import { loadConfig } from './config/load.js';
@@ -12,7 +13,7 @@ import { EventSchemaRegistry } from './eventstore/schemas.js';
 import { openDatabase } from './db/database.js';
 import { needsInitdb } from './db/pgliteThread.js';
 import { databaseOptions, dataPaths } from './config/derived.js';
-import { announceDataDirUrl, DataDirLockedError, nameRunningCommand } from './db/dataDirLock.js';
+import { announceDataDirUrl, DataDirLockedError, nameRunningCommand, verifyInstanceProof } from './db/dataDirLock.js';
 import type { EventStore } from './eventstore/port.js';
 import { missingFromEmbeddedLaunch } from './app/launch.js';
 import type { SchemaMigrations } from './db/migrations.js';
@@ -81,6 +82,34 @@ interface RunningService {
   request(method: 'GET' | 'POST', route: string): Promise<Response>;
 }
 
+/**
+ * Has the service at the address a lock records prove it is the lock's owner (the run that wrote
+ * the lock's instance key) before a token goes to it: a lock from an older factlog has no key, and
+ * an address can be another process's once its owner is gone (a stale lock whose pid was reused).
+ * Throws, saying why and what to do, when it cannot be vouched for; no credential is sent.
+ */
+export async function verifyLockOwner(error: DataDirLockedError, url: string): Promise<void> {
+  const clear = `if no factlog runs on ${error.dataDir} (pid ${error.owner.pid} may be another process now), delete ${error.lockPath}`;
+  if (error.owner.instanceKey === undefined) {
+    throw new Error(
+      `${error.message}; its lock was written by an older factlog and records no instance key, so nothing shows that the service at ${url} is the one holding it: no token was sent. Stop that factlog and start this release, or, ${clear}`,
+    );
+  }
+  const challenge = randomBytes(32).toString('hex');
+  let proof: unknown;
+  try {
+    const response = await fetch(new URL(`/healthz/instance?challenge=${challenge}`, url), { signal: AbortSignal.timeout(10_000) });
+    proof = response.ok ? ((await response.json()) as { proof?: unknown }).proof : undefined;
+  } catch {
+    proof = undefined;
+  }
+  if (typeof proof !== 'string' || !verifyInstanceProof(error.owner, challenge, proof)) {
+    throw new Error(
+      `the lock ${error.lockPath} names ${error.owner.command} (pid ${error.owner.pid}) at ${url}, but what answers there is not it (no proof of the lock's instance key): no token was sent. ${clear[0].toUpperCase()}${clear.slice(1)}`,
+    );
+  }
+}
+
 function runningService(url: string, token: string): RunningService {
   return {
     url,
@@ -146,6 +175,7 @@ export function buildCli(): Command {
       if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
       const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
       if (!token) throw new Error(`${error.message}, or pass --token (or FACTLOG_TOKEN) with a sysadmin's token to ask it over HTTP`);
+      await verifyLockOwner(error, error.owner.url);
       await options.remote(runningService(error.owner.url, token));
       return;
     }
@@ -179,7 +209,7 @@ export function buildCli(): Command {
       const started = context.start();
       started.catch(() => undefined); // awaited below: a failed start ends the process
       app.addHook('onRequest', async (request) => {
-        if (request.routeOptions.url !== '/healthz') await started;
+        if (request.routeOptions.url !== '/healthz' && request.routeOptions.url !== '/healthz/instance') await started;
       });
       // Signals are handled from the moment the service listens (/healthz answers during start):
       // a SIGTERM during start() waits for it to settle, so closing never races starting, then

@@ -1,5 +1,8 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { createHmac } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { buildCli, parsePosition } from '../src/cli.js';
@@ -65,4 +68,59 @@ t.test('migrate lists the migrations it applied, per schema, or says the databas
     'applied 2 migrations:\n  read models: 020_oauth_answered_requests\n  event store: events_planner_statistics',
     'the database is up to date: no migrations to apply',
   ]);
+});
+
+t.test('a token goes only to a service that proves it holds the lock: never on an old lock, nor to a stranger at its address', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
+  mkdirSync(path.join(root, 'pglite'));
+  writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
+  // Whatever listens at the lock's address: it records what it is sent, and proves with `key` if given one.
+  let key: string | null = null;
+  const authorizations: string[] = [];
+  const server = createServer((request, response) => {
+    if (request.headers.authorization) authorizations.push(request.headers.authorization);
+    const url = new URL(request.url ?? '/', 'http://x');
+    response.setHeader('content-type', 'application/json');
+    if (url.pathname === '/healthz/instance') {
+      const challenge = url.searchParams.get('challenge') ?? '';
+      response.end(JSON.stringify({ proof: key === null ? 'not-a-proof' : createHmac('sha256', key).update(challenge).digest('base64url') }));
+    } else response.end(JSON.stringify({ projections: [{ name: 'users', position: 7, lag: 0, state: 'running' }] }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const printed: string[] = [];
+  const log = console.log;
+  const dataDir = process.env.STORAGE_DATA_DIR;
+  console.log = (line: string) => void printed.push(line);
+  process.env.STORAGE_DATA_DIR = root;
+  t.teardown(() => {
+    console.log = log;
+    if (dataDir === undefined) delete process.env.STORAGE_DATA_DIR;
+    else process.env.STORAGE_DATA_DIR = dataDir;
+    nameRunningCommand(null);
+    server.close();
+    rmSync(root, { recursive: true, force: true });
+  });
+  const lockPath = path.join(root, 'pglite.lock');
+  // pid 1 is alive: the lock counts as held (an old lock trusts its pid; a new one is pid 1's own).
+  const owner = { pid: 1, hostname: hostname(), command: 'factlog serve', startedAt: '2026-01-01T00:00:00.000Z', url };
+  const list = () => buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' });
+
+  writeFileSync(lockPath, JSON.stringify(owner));
+  await t.rejects(list(), {
+    message: new RegExp(
+      `is in use by factlog serve \\(pid 1, ${url}\\): stop it first; its lock was written by an older factlog and records no instance key, so nothing shows that the service at ${url} is the one holding it: no token was sent\\. .*if no factlog runs on .*, delete ${lockPath}$`,
+    ),
+  });
+
+  const stat = readFileSync('/proc/1/stat', 'utf8');
+  const identity = { bootId: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(), processStartTicks: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] };
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...identity, instanceKey: 'the-key-of-the-run-that-wrote-the-lock' }));
+  await t.rejects(list(), { message: new RegExp(`^the lock ${lockPath} names factlog serve \\(pid 1\\) at ${url}, but what answers there is not it \\(no proof of the lock's instance key\\): no token was sent\\. If no factlog runs`) });
+  t.same(authorizations, [], 'the token went nowhere');
+
+  key = 'the-key-of-the-run-that-wrote-the-lock';
+  await list();
+  t.same(authorizations, ['Bearer the-sysadmin-token'], 'the proven owner is asked, with the token');
+  t.match(printed, [/^users\s+position\s+7\s+lag\s+0\s+running$/]);
 });

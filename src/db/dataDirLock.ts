@@ -1,3 +1,4 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { hostname } from 'node:os';
 import { linkSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 
@@ -21,6 +22,38 @@ export interface DataDirOwner {
    */
   bootId?: string;
   processStartTicks?: string;
+  /**
+   * A random key of this run of the owner (the lock file is readable by its user only). A CLI
+   * command that would send a token to `url` first has the service there prove it knows the key
+   * (`proveInstance`, `GET /healthz/instance`): an address can be taken by another process once
+   * the owner is gone, and a lock written by an older factlog, without the key, cannot vouch for it.
+   */
+  instanceKey?: string;
+}
+
+/** This process's instance key, recorded in every lock it takes. */
+const instanceKey = randomBytes(32).toString('base64url');
+
+/** The proof that this process holds the instance key of its locks: an HMAC of the caller's challenge. */
+export function proveInstance(challenge: string): string {
+  return instanceProof(instanceKey, challenge);
+}
+
+function instanceProof(key: string, challenge: string): string {
+  return createHmac('sha256', key).update(challenge).digest('base64url');
+}
+
+/** Whether `proof` answers `challenge` for the owner's instance key (false for a lock without one). */
+export function verifyInstanceProof(owner: DataDirOwner, challenge: string, proof: string): boolean {
+  if (owner.instanceKey === undefined) return false;
+  const expected = Buffer.from(instanceProof(owner.instanceKey, challenge));
+  const given = Buffer.from(proof);
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+/** The lock file's text and its mode: its instance key is for its user only. */
+function writeLockFile(file: string, owner: DataDirOwner): void {
+  writeFileSync(file, JSON.stringify(owner), { mode: 0o600 });
 }
 
 export class DataDirLockedError extends Error {
@@ -53,7 +86,7 @@ process.once('exit', () => {
 export function acquireDataDirLock(dataDir: string, command = describeCommand()): DataDirLock {
   const lockPath = `${dataDir}.lock`;
   if (held.has(lockPath)) throw new DataDirLockedError(dataDir, lockPath, held.get(lockPath)!);
-  const owner: DataDirOwner = { pid: process.pid, hostname: hostname(), command, startedAt: new Date().toISOString(), ...processIdentity(process.pid) };
+  const owner: DataDirOwner = { pid: process.pid, hostname: hostname(), command, startedAt: new Date().toISOString(), ...processIdentity(process.pid), instanceKey };
   for (let attempt = 0; ; attempt++) {
     if (createExclusively(lockPath, owner)) break;
     const current = readOwner(lockPath);
@@ -76,7 +109,7 @@ export function announceDataDirUrl(url: string): void {
   for (const [lockPath, owner] of held) {
     owner.url = url;
     const temporary = `${lockPath}.${process.pid}.tmp`;
-    writeFileSync(temporary, JSON.stringify(owner));
+    writeLockFile(temporary, owner);
     renameSync(temporary, lockPath); // readers see the old or the new content, never half of it
   }
 }
@@ -101,7 +134,7 @@ function describeCommand(): string {
 /** Writes the lock next to its final name and links it there: the link fails if a lock exists. */
 function createExclusively(lockPath: string, owner: DataDirOwner): boolean {
   const temporary = `${lockPath}.${process.pid}.tmp`;
-  writeFileSync(temporary, JSON.stringify(owner));
+  writeLockFile(temporary, owner);
   try {
     linkSync(temporary, lockPath);
     return true;

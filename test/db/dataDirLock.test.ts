@@ -1,9 +1,9 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { acquireDataDirLock, announceDataDirUrl, DataDirLockedError } from '../../src/db/dataDirLock.js';
+import { acquireDataDirLock, announceDataDirUrl, DataDirLockedError, proveInstance, verifyInstanceProof } from '../../src/db/dataDirLock.js';
 import { openDatabase } from '../../src/db/database.js';
 import { pgliteTemplate, seedPgliteDir } from '../helpers/pglite.js';
 
@@ -134,4 +134,19 @@ t.test('a lock whose live pid is another process now (a reboot, a reused pid) is
   t.teardown(() => child.kill());
   writeFileSync(lockPath, JSON.stringify({ ...owner, pid: child.pid, ...identityOf(child.pid!) }));
   t.throws(() => acquireDataDirLock(dir), { name: 'DataDirLockedError', message: new RegExp(`pid ${child.pid}`) });
+});
+
+t.test("a lock records its run's instance key, for its user only, and only this run can prove it", async (t) => {
+  const dir = scratchDir(t);
+  const lock = acquireDataDirLock(dir, 'factlog serve');
+  t.teardown(() => lock.release());
+  announceDataDirUrl('http://127.0.0.1:8080');
+  t.equal(statSync(lock.lockPath).mode & 0o777, 0o600, 'readable by its user only, also after the address is recorded');
+  const owner = JSON.parse(readFileSync(lock.lockPath, 'utf8'));
+  t.match(owner.instanceKey, /^[A-Za-z0-9_-]{43}$/);
+  t.ok(verifyInstanceProof(owner, 'challenge-one', proveInstance('challenge-one')), 'the owner proves it');
+  t.notOk(verifyInstanceProof(owner, 'challenge-two', proveInstance('challenge-one')), 'a proof answers its own challenge only');
+  t.notOk(verifyInstanceProof({ ...owner, instanceKey: 'another run' }, 'challenge-one', proveInstance('challenge-one')), "another run's lock is not this one's");
+  const { instanceKey: _none, ...older } = owner;
+  t.notOk(verifyInstanceProof(older, 'challenge-one', proveInstance('challenge-one')), 'a lock without a key vouches for nobody');
 });

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
+import { proveInstance } from '../../db/dataDirLock.js';
 
 /**
  * How old the head `/healthz` reports may be. The projection runner reads the log at every batch
@@ -27,6 +28,20 @@ export const healthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
       status: 'ok',
       head_position: context.store.recentHeadPosition?.(HEAD_MAX_AGE_MS) ?? (await context.store.headPosition()),
     }),
+  );
+  // The CLI asks this before it sends a token to the address a data directory's lock records: only
+  // the process that wrote the lock knows the key the proof is made with (src/db/dataDirLock.ts).
+  app.get(
+    '/healthz/instance',
+    {
+      schema: {
+        tags: ['health'],
+        summary: "Proves this process holds the instance key of its data directory's lock: an HMAC-SHA256 of the challenge (the CLI checks it before sending a token)",
+        querystring: { type: 'object', required: ['challenge'], properties: { challenge: { type: 'string', minLength: 32, maxLength: 128 } } },
+        response: { 200: { type: 'object', properties: { proof: { type: 'string' } } } },
+      },
+    },
+    async (request) => ({ proof: proveInstance((request.query as { challenge: string }).challenge) }),
   );
   app.get(
     '/metrics',
