@@ -41,3 +41,26 @@ t.test('a configured secret is used as it is', async (t) => {
   t.equal(service.context.config.auth.jwt_secret, 'test-secret-that-is-long-enough-for-hs256-signing!');
   t.equal(await service.context.db.knex('installation_secrets').count({ count: '*' }).first().then((row) => Number(row?.count)), 0, 'nothing made');
 });
+
+t.test('upgrading from a release that signed with the placeholder (before 47aa4b9): sessions and access tokens are signed out, refresh tokens and API keys keep working', async (t) => {
+  // docs/operations.md, "Upgrading", says so; this is the claim, checked.
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'factlog-upgrade-secret-'));
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }));
+  // The older release: its tokens signed with one fixed secret (the placeholder, there), none kept in the database.
+  const older = await startTestService({ dataDir, persistent: true, workers: false, overrides: { auth: { jwt_secret: 'the-secret-an-older-release-signed-with-0123456789' } } });
+  const { token, refresh_token } = await registerUser(older, 'ada@example.org');
+  const created = await older.call('POST', '/api/v1/users/me/api-keys', { token, body: { name: 'script', scopes: ['*:read'] } });
+  t.equal(created.status, 201);
+  const apiKey = (created.body as { key: string }).key;
+  await older.close({ keepData: true });
+
+  // This release without AUTH_JWTSECRET: a secret of the installation's own, made at the first start.
+  const upgraded = await startTestService({ dataDir, persistent: true, workers: false, overrides: { auth: { jwt_secret: JWT_SECRET_PLACEHOLDER } } });
+  t.teardown(() => upgraded.close());
+  const me = (as: string) => upgraded.call('GET', '/api/v1/users/me', { token: as });
+  t.equal((await me(token)).status, 401, 'the session token signed by the older release is refused');
+  t.equal((await me(apiKey)).status, 200, 'the API key keeps working');
+  const refreshed = await upgraded.call('POST', '/api/v1/auth/refresh', { body: { refresh_token } });
+  t.equal(refreshed.status, 200, 'the refresh token keeps working');
+  t.equal((await me((refreshed.body as { token: string }).token)).status, 200, 'and gives a session of the new secret');
+});
