@@ -12,7 +12,8 @@ import { parentPort, Worker, type ResourceLimits } from 'node:worker_threads';
  * - Lifetime: workers start at the first call that needs one (or `spawnAll`); `close` terminates
  *   them. An idle worker does not keep the process alive.
  *
- * Every request carries an id and gets exactly one reply with that id; errors travel as plain
+ * Every request carries an id and gets exactly one answer with that id (and, when the caller asks,
+ * a `started` reply before it, as the worker begins the call); errors travel as plain
  * data (`serveWorkerCalls`' `serializeError`) and are rebuilt by `rebuildError`, so callers see
  * the errors the in-thread code throws.
  */
@@ -20,9 +21,22 @@ import { parentPort, Worker, type ResourceLimits } from 'node:worker_threads';
 export interface WorkerRequest<Call> {
   id: number;
   call: Call;
+  /** The caller wants to know when the worker begins the call (a `started` reply first). */
+  reportStart?: boolean;
 }
 
-export type WorkerReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: unknown };
+export type WorkerReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: unknown } | { id: number; started: true };
+
+/** Options of one call. */
+export interface CallOptions {
+  signal?: AbortSignal;
+  transfer?: ArrayBuffer[];
+  /**
+   * Runs when the worker begins the call: after its start-up and the calls before it on that
+   * worker, so that a time limit can count the call's own time and not the wait.
+   */
+  onStart?: () => void;
+}
 
 /** An error as plain data for the other thread: its name and message (a pool adds its error classes' fields). */
 export interface PlainError {
@@ -61,7 +75,7 @@ export interface WorkerPoolOptions {
 
 export interface WorkerSlot {
   readonly worker: Worker;
-  readonly inFlight: Map<number, { resolve(value: unknown): void; reject(error: unknown): void }>;
+  readonly inFlight: Map<number, { resolve(value: unknown): void; reject(error: unknown): void; onStart?: () => void }>;
   /** The uncaught error that is ending the worker, for the calls it fails. */
   crash: Error | null;
 }
@@ -95,10 +109,10 @@ export class WorkerPool<Call> {
   }
 
   /** One call on the least busy worker. */
-  async call<T>(call: Call, signal?: AbortSignal, transfer?: ArrayBuffer[]): Promise<T> {
+  async call<T>(call: Call, options: CallOptions = {}): Promise<T> {
     if (this.closedFlag) throw this.options.closedError(false);
-    signal?.throwIfAborted();
-    return (await this.callOn(this.leastBusy(), call, signal, transfer)) as T;
+    options.signal?.throwIfAborted();
+    return (await this.callOn(this.leastBusy(), call, options)) as T;
   }
 
   /** The worker with the fewest calls in flight (a new one while the pool is not full). */
@@ -110,7 +124,7 @@ export class WorkerPool<Call> {
   }
 
   /** One call on this worker. */
-  callOn(slot: WorkerSlot, call: Call, signal?: AbortSignal, transfer?: ArrayBuffer[]): Promise<unknown> {
+  callOn(slot: WorkerSlot, call: Call, { signal, transfer, onStart }: CallOptions = {}): Promise<unknown> {
     return new Promise((resolve, reject) => {
       const id = ++this.nextId;
       const onAbort = () => {
@@ -128,11 +142,12 @@ export class WorkerPool<Call> {
           signal?.removeEventListener('abort', onAbort);
           reject(error);
         },
+        ...(onStart ? { onStart } : {}),
       });
       signal?.addEventListener('abort', onAbort, { once: true });
       // A busy worker keeps the process alive until it answers; an idle one does not.
       if (slot.inFlight.size === 1) slot.worker.ref();
-      slot.worker.postMessage({ id, call } satisfies WorkerRequest<Call>, transfer ?? []);
+      slot.worker.postMessage({ id, call, ...(onStart ? { reportStart: true } : {}) } satisfies WorkerRequest<Call>, transfer ?? []);
     });
   }
 
@@ -163,6 +178,10 @@ export class WorkerPool<Call> {
   private settle(slot: WorkerSlot, reply: WorkerReply): void {
     const pending = slot.inFlight.get(reply.id);
     if (pending === undefined) return;
+    if ('started' in reply) {
+      pending.onStart?.();
+      return;
+    }
     slot.inFlight.delete(reply.id);
     if (slot.inFlight.size === 0) slot.worker.unref();
     if (reply.ok) pending.resolve(reply.value);
@@ -197,6 +216,7 @@ export function serveWorkerCalls<Call>(
   const port = parentPort;
   if (port === null) throw new Error('a worker pool entry runs as a worker thread only');
   port.on('message', (request: WorkerRequest<Call>) => {
+    if (request.reportStart) port.postMessage({ id: request.id, started: true } satisfies WorkerReply);
     run(request.call).then(
       ({ value, transfer }) => port.postMessage({ id: request.id, ok: true, value } satisfies WorkerReply, transfer ?? []),
       (error: unknown) => port.postMessage({ id: request.id, ok: false, error: serializeError(error) } satisfies WorkerReply),

@@ -1,6 +1,6 @@
 import type { ResourceLimits } from 'node:worker_threads';
 import { siblingEntry } from '../../util/helperProcess.js';
-import { errorFrom, plainError, WorkerPool, type PlainError } from '../../util/workerPool.js';
+import { errorFrom, plainError, WorkerPool, type CallOptions, type PlainError } from '../../util/workerPool.js';
 import { UnsupportedContentError } from './document.js';
 import type { ExtractedDocument, ExtractInput } from './extract.js';
 import type { PdfImage, PdfImageLimits } from './pdfImages.js';
@@ -112,16 +112,25 @@ async function withinDeadline<T>(
   deadlineMs: number,
   signal: AbortSignal | undefined,
   refusal: { what: string; hint: string },
-  run: (signal: AbortSignal) => Promise<T>,
+  run: (options: CallOptions) => Promise<T>,
 ): Promise<T> {
-  const deadline = AbortSignal.timeout(deadlineMs);
+  // From when the worker begins the call, not from the request: the worker's start-up (pdf.js
+  // loading, seconds on a busy machine) and the documents before it on the worker are not this
+  // document's doing, and counted, they refused sound documents as too complex under load.
+  const deadline = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const onStart = () => {
+    timer = setTimeout(() => deadline.abort(new Error(`not done within ${deadlineMs} ms`)), deadlineMs);
+  };
   try {
-    return await run(signal ? AbortSignal.any([signal, deadline]) : deadline);
+    return await run({ signal: signal ? AbortSignal.any([signal, deadline.signal]) : deadline.signal, onStart });
   } catch (error) {
-    if (deadline.aborted && !signal?.aborted) {
+    if (deadline.signal.aborted && !signal?.aborted) {
       throw new UnsupportedContentError(`${refusal.what} too complex to extract: not done within ${deadlineMs / 1000} s${refusal.hint}`, null, { cause: error });
     }
     throw error;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -174,15 +183,15 @@ export function createWorkerDocumentExtractor(options: WorkerDocumentExtractorOp
         return inThreadDocumentExtractor.extract(input, signal);
       }
       const body = movable(input.body);
-      return withinDeadline(deadlineMs, signal, DOCUMENT_REFUSAL, (bounded) => pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, bounded, [body.buffer]));
+      return withinDeadline(deadlineMs, signal, DOCUMENT_REFUSAL, (call) => pool.call<ExtractedDocument>({ method: 'extract', input: { ...input, body } }, { ...call, transfer: [body.buffer] }));
     },
     // Every PDF, however small, in the worker: a few kilobytes of nested forms expand to billions
     // of drawing operations, and only there can the deadline end the walk.
     async pdfImages(body, limits, signal) {
       if (pool.closed) return closed();
       const copy = movable(body);
-      const images = await withinDeadline(deadlineMs, signal, PDF_IMAGES_REFUSAL, (bounded) =>
-        pool.call<PdfImage[]>({ method: 'pdfImages', body: copy, limits }, bounded, [copy.buffer]),
+      const images = await withinDeadline(deadlineMs, signal, PDF_IMAGES_REFUSAL, (call) =>
+        pool.call<PdfImage[]>({ method: 'pdfImages', body: copy, limits }, { ...call, transfer: [copy.buffer] }),
       );
       // A Buffer crosses the thread as a plain Uint8Array: the caller gets Buffers, as from the thread.
       return images.map((image) => ({ ...image, png: Buffer.from(image.png.buffer, image.png.byteOffset, image.png.byteLength) }));

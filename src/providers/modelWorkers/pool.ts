@@ -78,7 +78,7 @@ export class ModelWorkerPool {
 
   /** One call on the least busy worker. */
   call<T>(call: ModelCall, signal?: AbortSignal): Promise<T> {
-    return this.workers.call<T>(call, signal);
+    return this.workers.call<T>(call, { signal });
   }
 
   /** Terminates the workers; calls in flight fail, later calls are refused. */
