@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { execStatements } from '../../src/db/database.js';
-import { applyMigrations, type Migrator } from '../../src/db/migrations.js';
+import { applyMigrations, relationsExist, type Migrator } from '../../src/db/migrations.js';
 import { referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
 import { updateRows } from '../batchWrites.js';
 
@@ -646,8 +646,7 @@ export class NewerSchemaError extends Error {
 
 /** Throws NewerSchemaError when `schema_migrations` records ids that `readModelMigrations` lacks (the only list that table records). */
 export async function refuseNewerSchema(knex: Knex): Promise<void> {
-  const table = await knex.raw<{ rows: Array<{ found: boolean }> }>(`SELECT to_regclass('schema_migrations') IS NOT NULL AS found`);
-  if (table.rows[0]?.found !== true) return; // a new database
+  if (!(await relationsExist(knex, 'schema_migrations'))) return; // a new database
   const known = new Set(readModelMigrations.map((migration) => migration.id));
   const recorded = await knex('schema_migrations').orderBy('id').pluck<string[]>('id');
   const unknownIds = recorded.filter((id) => !known.has(id));
@@ -656,8 +655,7 @@ export async function refuseNewerSchema(knex: Knex): Promise<void> {
 
 /** Whether `schema_migrations` records `id` (a database without the table records none). */
 async function recorded(knex: Knex, id: string): Promise<boolean> {
-  const table = await knex.raw<{ rows: Array<{ found: boolean }> }>(`SELECT to_regclass('schema_migrations') IS NOT NULL AS found`);
-  if (table.rows[0]?.found !== true) return false;
+  if (!(await relationsExist(knex, 'schema_migrations'))) return false;
   return (await knex('schema_migrations').where({ id }).first('id')) !== undefined;
 }
 

@@ -80,23 +80,37 @@ export class PendingMigrationsError extends Error {
 }
 
 /**
+ * The oid of the relation `?` names, the first on the search path, read from pg_class with the
+ * statement's snapshot. Not to_regclass: it looks names up in the backend's catalog cache, whose
+ * "no such relation" entry outlives another node's commit until the backend takes a lock on a
+ * relation; a node that had asked before waiting for the migration lock then found no table the
+ * node before it had made, ran the step again, and failed ("relation users already exists").
+ */
+const RELATION_OID = `(SELECT c.oid FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+   WHERE c.relname = ? AND n.nspname = ANY(current_schemas(false))
+   ORDER BY array_position(current_schemas(false), n.nspname::text) LIMIT 1)`;
+
+/**
  * Whether `table` exists and none of `columns` keeps planner statistics: what
  * `withoutPlannerStatistics` (src/db/autovacuum.ts) leaves behind.
  */
 export async function plannerStatisticsOff(knex: Knex, table: string, columns: readonly string[]): Promise<boolean> {
   const { rows } = await knex.raw<{ rows: Array<{ off: boolean }> }>(
-    `SELECT to_regclass(?) IS NOT NULL AND NOT EXISTS (
-       SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(?) AND attname = ANY(?) AND attstattarget IS DISTINCT FROM 0
-     ) AS off`,
-    [table, table, [...columns]],
+    `SELECT t.oid IS NOT NULL AND NOT EXISTS (
+       SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = t.oid AND attname = ANY(?) AND attstattarget IS DISTINCT FROM 0
+     ) AS off FROM (SELECT ${RELATION_OID} AS oid) AS t`,
+    [[...columns], table],
   );
   return rows[0]?.off === true;
 }
 
-/** Whether every relation named exists (a table, an index). */
+/** Whether every relation named exists (a table, an index), as the statement's snapshot sees the catalogue. */
 export async function relationsExist(knex: Knex, ...names: string[]): Promise<boolean> {
-  const { rows } = await knex.raw<{ rows: Array<{ found: boolean }> }>(`SELECT bool_and(to_regclass(name) IS NOT NULL) AS found FROM unnest(?::text[]) AS name`, [names]);
-  return rows[0]?.found === true;
+  for (const name of names) {
+    const { rows } = await knex.raw<{ rows: Array<{ oid: number | null }> }>(`SELECT ${RELATION_OID} AS oid`, [name]);
+    if (rows[0]?.oid === null || rows[0]?.oid === undefined) return false;
+  }
+  return true;
 }
 
 /**
