@@ -37,10 +37,13 @@ export async function pendingMigrations(knex: Knex, migrator: Migrator): Promise
 /**
  * Applies the steps the database lacks, one transaction each under the schema's lock (another
  * node may be migrating: it waits, then finds the step applied); returns the ids applied here.
+ * A step found applied without the lock is passed over: a start on an up-to-date database (every
+ * start but an upgrade's) takes no lock and opens no transaction.
  */
 export async function applyMigrations(knex: Knex, migrator: Migrator): Promise<string[]> {
   const applied: string[] = [];
   for (const step of migrator.steps) {
+    if (await step.applied(knex)) continue;
     await migrateUnderLock(knex, migrator.lockName, async (trx) => {
       if (await step.applied(trx)) return;
       await step.up(trx);
