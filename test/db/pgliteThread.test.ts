@@ -136,7 +136,8 @@ t.test('a data directory PGlite cannot load rejects the opening (and the file en
 });
 
 t.test('PGlite starts with the embedded settings; the settings option overrides them', async (t) => {
-  const db = await openTestPglite();
+  // openDatabase itself, not the tests' helpers, which give their databases a smaller buffer pool.
+  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
   t.teardown(() => db.close());
   t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '24MB' }]);
   t.same((await db.knex.raw('SHOW default_statistics_target')).rows, [{ default_statistics_target: '30' }], 'ANALYZE samples 9,000 rows, not 30,000');

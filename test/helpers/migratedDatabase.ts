@@ -6,10 +6,10 @@ import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
-import { openDatabase, type Database } from '../../src/db/database.js';
+import type { Database } from '../../src/db/database.js';
 import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
-import { dumpBytes, keepDumpFile, PGLITE_VERSION, pgliteStartParams, pgliteTemplate } from './pglite.js';
+import { dumpBytes, keepDumpFile, openTestDatabase, PGLITE_VERSION, pgliteStartParams, pgliteTemplate, TEMPLATE_RECIPE } from './pglite.js';
 import { ReusePool } from './reusePool.js';
 import { migrateEmbeddedSchema } from './schema.js';
 
@@ -18,12 +18,12 @@ const root = path.resolve(import.meta.dirname, '../..');
 const DUMP_PREFIX = 'factlog-migrated-dump-';
 
 /**
- * What the migrated schema is made from: the installed PGlite and every source file of the
- * service and its projections (a migration reads constants and helpers from elsewhere), and the
- * list of schemas migrated (./schema.ts). Any change to them names another dump.
+ * What the migrated schema is made from: the installed PGlite, the template's recipe, every
+ * source file of the service and its projections (a migration reads constants and helpers from
+ * elsewhere), and the list of schemas migrated (./schema.ts). Any change to them names another dump.
  */
 function schemaSourceKey(): string {
-  const hash = createHash('sha256').update(PGLITE_VERSION);
+  const hash = createHash('sha256').update(PGLITE_VERSION).update('\0').update(TEMPLATE_RECIPE);
   const files = [...globSync(['src/**/*.ts', 'projections/**/*.ts'], { cwd: root }), 'test/helpers/schema.ts'].sort();
   for (const file of files) hash.update('\0').update(file).update('\0').update(readFileSync(path.join(root, file)));
   return hash.digest('hex').slice(0, 20);
@@ -123,7 +123,7 @@ export async function openMigratedDatabase(): Promise<Database> {
 }
 
 async function openFromTemplate(): Promise<Database> {
-  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
+  const db = await openTestDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await migratedTemplate() });
   try {
     await migrateEmbeddedSchema(db.knex);
     migratedState ??= migratedStateOf(db);

@@ -1,5 +1,33 @@
 import t from 'tap';
-import { releaseMemoryPglite, takeMemoryPglite } from './pglite.js';
+import { dumpBytes, pgliteTemplate, releaseMemoryPglite, takeMemoryPglite } from './pglite.js';
+
+/** The WAL segment files of an uncompressed tar dump, with their sizes (ustar headers: name at 0, octal size at 124). */
+function walSegments(tar: Uint8Array): Array<{ name: string; size: number }> {
+  const segments: Array<{ name: string; size: number }> = [];
+  const text = new TextDecoder();
+  for (let at = 0; at + 512 <= tar.length && tar[at] !== 0; ) {
+    const name = text.decode(tar.subarray(at, at + 100)).replace(/\0.*$/s, '');
+    const size = Number.parseInt(text.decode(tar.subarray(at + 124, at + 136)).replace(/\0.*$/s, '').trim() || '0', 8);
+    if (/pg_wal\/[0-9A-F]{24}$/.test(name)) segments.push({ name: name.split('/').pop()!, size });
+    at += 512 + Math.ceil(size / 512) * 512;
+  }
+  return segments;
+}
+
+t.test('a dump holds one WAL segment of 1 MB; a database loaded from it writes past it, and its own dump holds one again', async (t) => {
+  const template = walSegments(await pgliteTemplate());
+  t.equal(template.length, 1, 'the current segment only, no future ones');
+  t.equal(template[0]?.size, 1024 * 1024, '1 MB segments');
+  const pglite = await takeMemoryPglite();
+  t.teardown(() => releaseMemoryPglite(pglite));
+  await pglite.exec(`CREATE TABLE filler AS SELECT g AS id, repeat('x', 200) AS text FROM generate_series(1, 20000) g`);
+  const { rows } = await pglite.query<{ n: number }>(`SELECT count(*)::int AS n FROM filler`);
+  t.same(rows, [{ n: 20000 }]);
+  const again = walSegments(await dumpBytes(pglite));
+  t.equal(again.length, 1, 'one segment after the checkpoint');
+  t.ok(again[0]!.name > template[0]!.name, 'a later segment: the writes went past the first');
+  await pglite.exec('DROP TABLE filler');
+});
 
 t.test('a released PGlite comes back to the next taker as empty as a fresh one', async (t) => {
   const first = await takeMemoryPglite();

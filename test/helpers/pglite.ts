@@ -2,7 +2,7 @@ import { cpSync, existsSync, readFileSync, renameSync, rmSync, writeFileSync } f
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
-import { openDatabase, pgliteSettings, type Database } from '../../src/db/database.js';
+import { openDatabase, pgliteSettings, type Database, type DatabaseOptions } from '../../src/db/database.js';
 import { DumpBlob } from '../../src/db/pgliteDump.js';
 import { pgliteWasmModules } from '../../src/db/pgliteWasm.js';
 import { ReusePool } from './reusePool.js';
@@ -15,10 +15,18 @@ import { ReusePool } from './reusePool.js';
  * The template keeps only the `postgres` database, the one PGlite connects to: initdb's
  * template0 and template1 are two more copies of the catalogs (600 of the directory's 970 files),
  * copied for every test service and never used (nothing creates a database on PGlite). Fewer
- * files to copy: 0.7 → 0.3 CPU-s per test service on this VM. `TEMPLATE_RECIPE` names the recipe
- * in the cache's file names, so a checkout with another recipe keeps its own files.
+ * files to copy: 0.7 → 0.3 CPU-s per test service on this VM.
+ *
+ * Its WAL segments are 1 MB (`initdb --wal-segsize=1`) instead of 16: a dump holds its current
+ * segment whole, so 16 of the migrated dump's 27 MB were WAL, mostly zeros, copied twice into new
+ * memory at every start (to PGlite's thread, then into its in-memory file system), which this VM
+ * pays for in page faults (docs/testing.md, "What a test database costs"). Only the tests' own
+ * databases have them; an embedded node's initdb keeps PostgreSQL's 16 MB.
+ *
+ * `TEMPLATE_RECIPE` names the recipe in the cache's file names, so a checkout with another recipe
+ * keeps its own files (and the migrated dump, made from this template, is keyed by it too).
  */
-const TEMPLATE_RECIPE = 'postgres-only';
+export const TEMPLATE_RECIPE = 'postgres-only-wal1mb';
 const root = path.resolve(import.meta.dirname, '../..');
 /** The installed PGlite's version: its data directories and dumps are kept per version. */
 export const PGLITE_VERSION = JSON.parse(readFileSync(path.join(root, 'node_modules/@electric-sql/pglite/package.json'), 'utf8')).version as string;
@@ -26,25 +34,35 @@ let template: Promise<Uint8Array<ArrayBuffer>> | null = null;
 let templateDir: Promise<string> | null = null;
 
 /**
- * Start parameters for a PGlite opened in the test's own thread, with the settings the service
- * gives its PGlite (src/db/database.ts): PostgreSQL's default 128 MB buffer pool, touched at
- * every start, made an in-memory start cost about 0.34 CPU-s instead of 0.23.
+ * The server settings of the tests' PGlite databases: the embedded node's (src/db/database.ts),
+ * with a 4 MB buffer pool instead of 24. PostgreSQL zero-fills its shared memory at every start,
+ * new memory each time, which this VM pays for in page faults: a database opened from the
+ * migrated dump cost about 0.1 CPU-s more with 24 MB (docs/testing.md, "What a test database
+ * costs"). A test's database holds a few hundred rows; the end-to-end runs, in processes of their
+ * own, keep the node's settings.
  */
+export const testPgliteSettings: Readonly<Record<string, string>> = { ...pgliteSettings, shared_buffers: '4MB' };
+
+/** Start parameters for a PGlite opened in the test's own thread, with the tests' settings. */
 export const pgliteStartParams: string[] = [
   ...PGlite.defaultStartParams,
-  ...Object.entries(pgliteSettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+  ...Object.entries(testPgliteSettings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
 ];
+
+/** `openDatabase` with the tests' settings for a PGlite database (settings the options name still win). */
+export function openTestDatabase(options: DatabaseOptions): Promise<Database> {
+  return openDatabase(options.kind === 'pglite' ? { ...options, settings: { ...testPgliteSettings, ...options.settings } } : options);
+}
 
 /** The template's dump, as bytes for `openDatabase` (`new DumpBlob(bytes)` for an in-thread PGlite). */
 export function pgliteTemplate(): Promise<Uint8Array<ArrayBuffer>> {
   template ??= (async () => {
     const file = path.join(tmpdir(), `factlog-pglite-initdb-${PGLITE_VERSION}-${TEMPLATE_RECIPE}.tar`);
     if (existsSync(file)) return new Uint8Array(readFileSync(file));
-    const fresh = await PGlite.create('memory://', await pgliteWasmModules());
+    const fresh = await PGlite.create({ dataDir: 'memory://', initDbStartParams: ['--wal-segsize=1'], startParams: pgliteStartParams, ...(await pgliteWasmModules()) });
     await fresh.exec(`UPDATE pg_database SET datistemplate = false WHERE datname IN ('template0', 'template1')`);
     await fresh.exec('DROP DATABASE template0');
     await fresh.exec('DROP DATABASE template1');
-    await fresh.exec('CHECKPOINT');
     const dump = await dumpBytes(fresh);
     await fresh.close();
     keepDumpFile(file, dump);
@@ -53,8 +71,22 @@ export function pgliteTemplate(): Promise<Uint8Array<ArrayBuffer>> {
   return template;
 }
 
-/** `pglite`'s data directory as an uncompressed tar, in bytes (what `pgliteTemplate` and `openDatabase` take). */
+/**
+ * `pglite`'s data directory as an uncompressed tar, in bytes (what `pgliteTemplate` and
+ * `openDatabase` take). The directory of a live PGlite is dumped, so an opener runs crash recovery
+ * from its last checkpoint: a checkpoint first, or it replays all the WAL written since (the
+ * migrations', for the migrated dump) at every start. The WAL segments past the current one go:
+ * a checkpoint renames finished segments as future ones (seven megabytes of them after initdb),
+ * which PostgreSQL makes again when it needs them and which would otherwise be copied at every
+ * start, never read.
+ */
 export async function dumpBytes(pglite: PGlite): Promise<Uint8Array<ArrayBuffer>> {
+  await pglite.exec('CHECKPOINT');
+  const { rows } = await pglite.query<{ current: string }>('SELECT pg_walfile_name(pg_current_wal_insert_lsn()) AS current');
+  const current = rows[0]!.current;
+  const walDir = `${PGlite.paths.PGDATA}/pg_wal`;
+  const fs = pglite.Module.FS;
+  for (const name of fs.readdir(walDir)) if (/^[0-9A-F]{24}$/.test(name) && name > current) fs.unlink(`${walDir}/${name}`);
   return new Uint8Array(await (await pglite.dumpDataDir('none')).arrayBuffer());
 }
 
@@ -70,7 +102,7 @@ export function keepDumpFile(file: string, dump: Uint8Array): void {
 
 /** A throwaway in-memory PGlite database with pgvector, started from the template. */
 export async function openTestPglite(): Promise<Database> {
-  return openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+  return openTestDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
 }
 
 /**
@@ -87,7 +119,7 @@ function pgliteTemplateDir(): Promise<string> {
     const finished = path.join(tmpdir(), `factlog-pglite-initdb-${PGLITE_VERSION}-${TEMPLATE_RECIPE}.d`);
     if (existsSync(finished)) return finished;
     const temporary = `${finished}.${process.pid}.tmp`;
-    const db = await openDatabase({ kind: 'pglite', dataDir: temporary, loadDataDir: await pgliteTemplate() });
+    const db = await openTestDatabase({ kind: 'pglite', dataDir: temporary, loadDataDir: await pgliteTemplate() });
     await db.close();
     try {
       renameSync(temporary, finished); // readers never see half a directory

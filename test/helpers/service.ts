@@ -8,10 +8,10 @@ import type { Config } from '../../src/config/types.js';
 import { createAppContext, type AppContext, type ContextOptions } from '../../src/app/context.js';
 import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
-import { openDatabase, type Database, type DatabaseOptions } from '../../src/db/database.js';
+import type { Database, DatabaseOptions } from '../../src/db/database.js';
 import { isGroupedRun } from './groupedRun.js';
 import { openMigratedDatabase } from './migratedDatabase.js';
-import { seedPgliteDir } from './pglite.js';
+import { openTestDatabase, seedPgliteDir } from './pglite.js';
 
 export interface TestService {
   context: AppContext;
@@ -79,7 +79,7 @@ export async function startTestService(
     // The models' pool outlives a service by a moment: the next service of a grouped process reuses it.
     localModels: { loadAtStart: false, keepIdleMs: 500 },
     clientDocumentFetch: options.clientDocumentFetch,
-    ...(keptDatabase ? { openDatabase: openKeptPglite } : {}),
+    openDatabase: keptDatabase ? openKeptPglite : openTestDatabase,
   });
   await context.start();
   const app = await buildApp(context);
@@ -115,7 +115,7 @@ export async function startTestService(
 
 /** A configured PGlite database as a kept, emptied one; a server's as configured. */
 function openKeptPglite(options: DatabaseOptions): Promise<Database> {
-  return options.kind === 'pglite' ? openMigratedDatabase() : openDatabase(options);
+  return options.kind === 'pglite' ? openMigratedDatabase() : openTestDatabase(options);
 }
 
 function merge(base: Overrides, extra: Overrides): Overrides {
