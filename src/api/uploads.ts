@@ -41,59 +41,103 @@ async function reading<T>(step: () => Promise<T>): Promise<T> {
 }
 
 const DISPOSITION = 'content-disposition:';
-/** The longest header line looked at; busboy refuses a part's header block past 80 KiB anyway. */
-const MAX_DISPOSITION_LINE = 16_384;
-
-/** Whether one Content-Disposition line (its LF cut off) quotes a file name holding a bare CR, or one the line's bare LF ended. */
-function fileNameBroken(line: string): boolean {
-  const endedByBareLf = !line.endsWith('\r');
-  const header = endedByBareLf ? line : line.slice(0, -1);
-  const lower = header.toLowerCase();
-  let at = lower.indexOf('filename', DISPOSITION.length);
-  while (at !== -1) {
-    let next = at + 'filename'.length;
-    if (header[next] === '*') next += 1;
-    while (header[next] === ' ' || header[next] === '\t') next += 1;
-    if (header[next] === '=') {
-      next += 1;
-      while (header[next] === ' ' || header[next] === '\t') next += 1;
-      if (header[next] === '"') {
-        const close = header.indexOf('"', next + 1);
-        if (header.slice(next + 1, close === -1 ? header.length : close).includes('\r')) return true;
-        if (close === -1) return endedByBareLf;
-        next = close + 1;
-      }
-    }
-    at = lower.indexOf('filename', next);
-  }
-  return false;
-}
+/** The longest header line read whole; busboy refuses a part's header block past 80 KiB anyway. */
+const MAX_HEADER_LINE = 16_384;
+/** What is kept of a line outside a part's header block: enough to see a boundary's `--`. */
+const BOUNDARY_PREFIX = 2;
+/** A header line: a field name (RFC 9110's token characters) and its colon. */
+const HEADER_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+:/;
 
 /**
- * Reads a request's bytes as they come (latin1 text) and says once it has seen a Content-Disposition
- * header whose quoted file name holds a bare CR or LF. One pass over each chunk: a line is kept only
- * while it may be that header (it starts with the header's name) and up to MAX_DISPOSITION_LINE
- * characters, so no body, however crafted, makes it read a byte twice.
+ * Reads a request's bytes as they come (latin1 text) and says once it has seen a part's
+ * Content-Disposition header that busboy would drop or misread for a raw line break in it: a bare
+ * CR anywhere in the header, a line of it ended by a bare LF (busboy's header parser stops at
+ * either, so the header is lost and the part dropped, its field name and value or its file with
+ * it), or a CRLF inside a quoted value such as `name="a<CRLF>b"` (busboy ends the header there
+ * and reads the name `a`). A quote still open at the line's CRLF is taken for an unclosed quote
+ * when the next line is another header or ends the header block (busboy then reads the value to
+ * the line's end, as sent), and as a continuation when it starts with a space or tab (an obsolete
+ * folded header, which busboy joins).
+ *
+ * Headers are looked for only in a part's header block: from a line starting with `--` (a
+ * boundary) to the first empty line. One pass over each chunk: a line is kept only up to what
+ * deciding needs (two characters outside a header block, MAX_HEADER_LINE in it: a longer line is
+ * passed over), and each kept line is read once when it ends, so no body, however crafted, makes
+ * it read a byte twice.
  */
-export function fileNameLineBreakScanner(): (chunk: string) => boolean {
+export function nameLineBreakScanner(): (chunk: string) => boolean {
+  /** The current line as far as it is kept, and whether it went past what is kept. */
   let line = '';
-  /** The current line cannot be the header: its bytes are passed over until its end. */
-  let passing = false;
+  let cut = false;
+  let inHeaders = false;
+  /** The last header line was the Content-Disposition (or a folded line of it): a fold continues it. */
+  let inDisposition = false;
+  /** The Content-Disposition so far ends inside a quoted string (after a backslash in one). */
+  let quoted = false;
+  let escaped = false;
+  /** The Content-Disposition's last line ended at its CRLF inside a quoted string: the next line decides. */
+  let openAtLineEnd = false;
+
+  /** Whether the line just ended (its LF cut off) makes the part's Content-Disposition malformed. */
+  const ended = (): boolean => {
+    const crlf = !cut && line.endsWith('\r');
+    const text = crlf ? line.slice(0, -1) : line;
+    if (!inHeaders) {
+      inHeaders = text.startsWith('--');
+      inDisposition = false;
+      openAtLineEnd = false;
+      return false;
+    }
+    const folded = text.startsWith(' ') || text.startsWith('\t');
+    if (openAtLineEnd && !folded) {
+      openAtLineEnd = false;
+      if (!(crlf && text === '') && !HEADER_LINE.test(text)) return true;
+    }
+    if (crlf && text === '') {
+      inHeaders = false;
+      inDisposition = false;
+      return false;
+    }
+    const starts = text.length >= DISPOSITION.length && text.slice(0, DISPOSITION.length).toLowerCase() === DISPOSITION;
+    if (cut || !(starts || (inDisposition && folded))) {
+      inDisposition = false;
+      openAtLineEnd = false;
+      return false;
+    }
+    if (!crlf || text.includes('\r')) return true;
+    if (starts) {
+      quoted = false;
+      escaped = false;
+    }
+    inDisposition = true;
+    for (let at = starts ? DISPOSITION.length : 0; at < text.length; at += 1) {
+      const character = text[at];
+      if (escaped) escaped = false;
+      else if (quoted && character === '\\') escaped = true;
+      else if (character === '"') quoted = !quoted;
+    }
+    openAtLineEnd = quoted;
+    return false;
+  };
+
   return (chunk) => {
     let from = 0;
     while (from < chunk.length) {
       const lf = chunk.indexOf('\n', from);
       const end = lf === -1 ? chunk.length : lf;
-      if (!passing) {
-        line += chunk.slice(from, end);
-        const start = line.slice(0, DISPOSITION.length).toLowerCase();
-        passing = !DISPOSITION.startsWith(start) || line.length > MAX_DISPOSITION_LINE;
-        if (passing) line = '';
-        else if (lf !== -1 && line.length >= DISPOSITION.length && fileNameBroken(line)) return true;
+      if (!cut) {
+        const room = (inHeaders ? MAX_HEADER_LINE : BOUNDARY_PREFIX) - line.length;
+        if (end - from > room) {
+          line += chunk.slice(from, from + room);
+          cut = true;
+        } else {
+          line += chunk.slice(from, end);
+        }
       }
       if (lf === -1) break;
+      if (ended()) return true;
       line = '';
-      passing = false;
+      cut = false;
       from = lf + 1;
     }
     return false;
@@ -101,13 +145,15 @@ export function fileNameLineBreakScanner(): (chunk: string) => boolean {
 }
 
 /**
- * busboy drops a part whose file name holds a bare CR or LF (a header it will not trust) without
- * a word, so the upload read as having no file part. Browsers percent-encode both (%0A), so a raw
- * one is a malformed request (docs/api.md): the bytes before the file part are watched for one,
- * to say so. A file name's other controls reach cleanFileName, which drops them.
+ * busboy drops a part whose Content-Disposition holds a raw CR or LF (a header it will not trust)
+ * without a word, and cuts a quoted name at a CRLF: a text field so named was lost (the upload
+ * read as sent without it) or read under the name before the break ("unknown form field"), a
+ * file so named read as no file part. Browsers percent-encode both (%0A), so a raw one is a
+ * malformed request (docs/api.md): the bytes up to the file part are watched for one, to say so.
+ * A file name's other controls reach cleanFileName, which drops them.
  */
-function watchFileNames(raw: Readable): { readonly rawLineBreak: boolean; stop(): void } {
-  const scan = fileNameLineBreakScanner();
+function watchNames(raw: Readable): { readonly rawLineBreak: boolean; stop(): void } {
+  const scan = nameLineBreakScanner();
   let rawLineBreak = false;
   const onData = (chunk: Buffer): void => {
     if (scan(chunk.toString('latin1'))) {
@@ -129,18 +175,23 @@ function watchFileNames(raw: Readable): { readonly rawLineBreak: boolean; stop()
   };
 }
 
+/** The 400 for a part header that nameLineBreakScanner found broken. */
+const RAW_LINE_BREAK =
+  "a part's header is malformed: its Content-Disposition holds a raw line break (CR or LF), as a field or file name holding one does; send the name percent-encoded (%0A) or without line breaks";
+
 /**
  * Waits for the upload's file part: its headers and the fields sent before it, not its bytes,
  * which `content` reads, so that an upload its caller may not make is never buffered. Uploads
  * hold one file (docs/api.md): a second file part is a 400, not silently dropped.
  */
 export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
-  const names = watchFileNames(request.raw);
+  const names = watchNames(request.raw);
   const files = await reading(async () => request.files());
   const first = await reading(() => files.next()).finally(names.stop);
-  if (first.done) {
-    throw badRequest(names.rawLineBreak ? 'the file name is malformed: it holds a raw line break (CR or LF); send it percent-encoded (%0A) or without' : 'no file part in the upload');
-  }
+  // Whether or not a file part came: the part busboy dropped or misread may be a field before it
+  // (or a part after it that came in the same chunk, as malformed).
+  if (names.rawLineBreak) throw badRequest(RAW_LINE_BREAK);
+  if (first.done) throw badRequest('no file part in the upload');
   const file = first.value;
   if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
   // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
 import t from 'tap';
 import { eventually, registerUser, startTestService, type TestService } from '../../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
@@ -157,8 +158,10 @@ t.test('bad sources', async (t) => {
   });
   t.equal(misnamed.status, 400, 'a file part not named file');
   t.match(misnamed.body.message, /named 'upload': name it 'file'/);
-  // busboy drops a part whose file name holds a raw line break: that read "no file part in the upload".
-  for (const [what, name] of [['a line feed', 'a\nb.txt'], ['a carriage return', 'a\rb.txt']]) {
+  // busboy drops a part whose Content-Disposition holds a bare CR or LF, and cuts a quoted name at a
+  // CRLF: a file so named read "no file part in the upload" or kept the name's first line.
+  const malformed = /^a part's header is malformed: its Content-Disposition holds a raw line break/;
+  for (const [what, name] of [['a line feed', 'a\nb.txt'], ['a carriage return', 'a\rb.txt'], ['a CRLF', 'a\r\nb.txt']]) {
     for (const route of ['sources/upload', 'reports/upload']) {
       const reply = await service.call('POST', `/api/v1/repositories/${repoId}/${route}`, {
         token,
@@ -166,7 +169,23 @@ t.test('bad sources', async (t) => {
         headers: { 'content-type': 'multipart/form-data; boundary=b' },
       });
       t.equal(reply.status, 400, `${route}, ${what} in the file name`);
-      t.match(reply.body, { error: 'bad_request', message: /^the file name is malformed: it holds a raw line break/ }, `${route}, ${what}`);
+      t.match(reply.body, { error: 'bad_request', message: malformed }, `${route}, ${what}`);
+    }
+  }
+  // A text field so named was dropped without a word (the upload went on without it: a 201 here,
+  // where a field is refused) or read under the name's first line ("unknown form field 'ti'").
+  const fileParts = 'Content-Disposition: form-data; name="file"; filename="otters.txt"\r\nContent-Type: text/plain\r\n\r\nOtters float on their backs.\r\n--b--\r\n';
+  for (const [what, name] of [['a line feed', 'ti\ntle'], ['a carriage return', 'ti\rtle'], ['a CRLF', 'ti\r\ntle'], ['a line feed after it', 'title\n']]) {
+    const body = `--b\r\nContent-Disposition: form-data; name="${name}"\r\n\r\nOtters\r\n--b\r\n${fileParts}`;
+    for (const [route, chunks] of [['sources/upload', 1], ['reports/upload', 1], ['reports/upload', body.length]] as const) {
+      const reply = await service.call('POST', `/api/v1/repositories/${repoId}/${route}`, {
+        token,
+        body: chunks === 1 ? Buffer.from(body, 'latin1') : Readable.from([...body].map((character) => Buffer.from(character, 'latin1'))),
+        headers: { 'content-type': 'multipart/form-data; boundary=b' },
+      });
+      const how = chunks === 1 ? '' : ', a byte per chunk';
+      t.equal(reply.status, 400, `${route}, ${what} in a field name${how}`);
+      t.match(reply.body, { error: 'bad_request', message: malformed }, `${route}, ${what} in a field name${how}`);
     }
   }
   const noFile = await service.call('POST', `/api/v1/repositories/${repoId}/sources/upload`, {
