@@ -442,10 +442,6 @@ const STRONG = /(\*\*|__)(?=\S)([\s\S]+?)(?<=\S)\1/g;
 const EMPHASIS_STAR = /(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])/g;
 const EMPHASIS_UNDERSCORE = /(?<![\w_])_(?=\S)([^_\n]+?)(?<=\S)_(?![\w_])/g;
 const INLINE_CODE = /`([^`\n]+)`/g;
-const HTML_ENTITY = /&(amp|lt|gt|quot|apos|nbsp|#39|#160);/g;
-const ENTITY_TEXT: Record<string, string> = {
-  amp: '&', lt: '<', gt: '>', quot: '"', apos: "'", nbsp: ' ', '#39': "'", '#160': ' ',
-};
 const WHITESPACE_RUN = /\s+/g;
 const SPACE_BEFORE_PUNCTUATION = / +(?=[.,;:!?](?:\s|$))/g;
 const EDGE_SPACE = /^ | $/g;
@@ -454,7 +450,10 @@ const EDGE_SPACE = /^ | $/g;
  * A block's words without Markdown decoration and citation markers. Angle brackets are words: the
  * text is the extractor's plain reading of the document (an HTML page's tags are gone already, and
  * `&lt;script&gt;` it wrote is the text `<script>`; a text/plain file's tags are its text), so
- * removing "tags" here dropped words and glued the words on either side of a `</p><p>`.
+ * removing "tags" here dropped words and glued the words on either side of a `</p><p>`. Character
+ * references are not decoded here for the same reason: the extractor decodes them where the format
+ * has them (HTML's by its DOM, Markdown's outside code), and in a text/plain file `AT&amp;T` is
+ * those characters.
  */
 function cleanBlock(text: string, block: Block): CleanText {
   const origin: number[] = [];
@@ -473,7 +472,6 @@ function cleanBlock(text: string, block: Block): CleanText {
   cleaned = rewrite(cleaned, EMPHASIS_STAR, () => KEEP_FIRST_GROUP);
   cleaned = rewrite(cleaned, EMPHASIS_UNDERSCORE, () => KEEP_FIRST_GROUP);
   cleaned = rewrite(cleaned, INLINE_CODE, () => KEEP_FIRST_GROUP);
-  cleaned = rewrite(cleaned, HTML_ENTITY, (m) => [{ literal: ENTITY_TEXT[m[1] ?? ''] ?? '' }]);
   cleaned = rewrite(cleaned, WHITESPACE_RUN, () => [{ literal: ' ' }]);
   cleaned = rewrite(cleaned, SPACE_BEFORE_PUNCTUATION, () => DROP);
   cleaned = rewrite(cleaned, EDGE_SPACE, () => DROP);

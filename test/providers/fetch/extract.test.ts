@@ -407,3 +407,42 @@ t.test('Markdown: what is between backticks is text, links and tags included', a
   const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/code.md' });
   t.equal(document.text, 'Write [text](url) for a link and <br> for a break; see marked too.');
 });
+
+t.test('character references: decoded as each format has them', async (t) => {
+  const read = async (contentType: string, body: string) => (await extractDocument({ body: Buffer.from(body), contentType })).text;
+  // Plain text has no references: `&amp;` is those five characters.
+  t.equal(await read('text/plain', 'AT&amp;T sells &lt;b&gt; tags &#39;cheap&#39;.'), 'AT&amp;T sells &lt;b&gt; tags &#39;cheap&#39;.');
+  // HTML's are decoded by its DOM, once: `&amp;amp;` is the text "&amp;".
+  t.equal(
+    await read('text/html', '<html><body><p>AT&amp;T sells &lt;b&gt; tags &#39;cheap&#39;, not &amp;amp; Caf&eacute;.</p></body></html>'),
+    "AT&T sells <b> tags 'cheap', not &amp; Café.",
+  );
+  // Markdown's as CommonMark: in text (any HTML5 name, decimal and hexadecimal), not in code spans or
+  // code blocks, not after a backslash, an unknown name as written; what they decode to is text, not markup.
+  const markdown = [
+    'AT&amp;T sells &lt;b&gt; tags &#39;cheap&#39;, Caf&eacute; &#x263A; &NotNestedGreaterGreater; &fjlig;.',
+    '',
+    'Code `a &amp;&amp; b` stays, &nosuch; and &notit; stay, \\&copy; stays, &#0; is a replacement.',
+    '',
+    '&#42;not emphasis&#42;, &#96;not code&#96;, &#91;not a link&#93;(x), &lt;em&gt;not a tag&lt;/em&gt;, &amp;amp; once.',
+    '',
+    '```',
+    'a &amp;&amp; b',
+    '```',
+    '',
+    '# Fish &amp; Chips',
+  ].join('\n');
+  const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown' });
+  t.equal(
+    document.text,
+    [
+      "AT&T sells <b> tags 'cheap', Café ☺ ⪢̸ fj.",
+      'Code a &amp;&amp; b stays, &nosuch; and &notit; stay, \\&copy; stays, \ufffd is a replacement.',
+      '*not emphasis*, `not code`, [not a link](x), <em>not a tag</em>, &amp; once.',
+      'a &amp;&amp; b',
+      'Fish & Chips',
+    ].join('\n\n'),
+  );
+  t.equal(document.title, 'Fish & Chips', 'a heading is text too');
+  t.equal(document.markdown, markdown, 'the Markdown is kept as written');
+});

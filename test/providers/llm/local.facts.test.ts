@@ -275,3 +275,21 @@ t.test('is deterministic and keeps text order', async (t) => {
   });
   t.same(outOfOrder, [], 'every sourceText is found, in text order');
 });
+
+t.test("character references are the extractor's to decode: plain text keeps them as written", async (t) => {
+  const { extractDocument } = await import('../../../src/providers/fetch/extract.js');
+  const { createLocalChatModel } = await import('../../../src/providers/llm/local.js');
+  const chat = createLocalChatModel();
+  const factsOf = async (contentType: string, body: string) => {
+    const { text } = await extractDocument({ body: Buffer.from(body), contentType });
+    return (await chat.extractFacts({ text, chunkIndex: 0 })).map((fact) => fact.content);
+  };
+  t.same(await factsOf('text/plain', 'AT&amp;T sold its &lt;b&gt; tags to Bell&#39;s company in 1984.'), ['AT&amp;T sold its &lt;b&gt; tags to Bell&#39;s company in 1984.'], 'text/plain');
+  t.same(await factsOf('text/html', '<html><body><p>AT&amp;T sold its &lt;b&gt; tags to Bell&#39;s company, not &amp;amp; ones, in 1984.</p></body></html>'), [
+    "AT&T sold its <b> tags to Bell's company, not &amp; ones, in 1984.",
+  ], 'HTML: decoded once, by its DOM');
+  t.same(await factsOf('text/markdown', 'AT&amp;T sold its `&lt;b&gt;` tags to Bell&#39;s company in 1984.'), [
+    "AT&T sold its &lt;b&gt; tags to Bell's company in 1984.",
+  ], 'Markdown: decoded in text, not in a code span');
+  t.same(await contents('AT&amp;T was founded by Alexander Graham Bell in 1885.'), ['AT&amp;T was founded by Alexander Graham Bell in 1885.'], 'the model itself decodes nothing');
+});
