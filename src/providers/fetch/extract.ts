@@ -1,4 +1,4 @@
-import { DOMParser } from 'linkedom';
+import { decodeHTMLStrict } from 'entities';
 import { MARKDOWN_INLINE_LINK, outsideCodeSpans, stripCodeAndEmphasis } from '../../domain/text.js';
 import { htmlToDocument, separatesWords } from './html.js';
 import { BINARY_CONTROLS, looksBinary, parseContentType, SNIFF_BYTES, startsWithPdfMagic, utf16Label } from './sniff.js';
@@ -270,51 +270,24 @@ function withoutHtmlComments(line: string): string {
 }
 
 /** A backslash escape (kept for the last step to undo) or an entity or numeric character reference. */
-const ESCAPE_OR_REFERENCE = /\\[!-/:-@[-`{-~]|&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));/g;
+const ESCAPE_OR_REFERENCE = /\\[!-/:-@[-`{-~]|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});/g;
 /** What the steps after the references are decoded read as markup; a decoded one is escaped, so it stays text. */
 const MARKUP_CHARACTER = /[\\`*_{}[\]()#+\-.!|>~]/g;
-/** Entity names read so far: their text, or null for a name HTML does not know. */
-const entityNames = new Map<string, string | null>();
-const MAX_ENTITY_NAMES = 4_096;
-
-/** Reads the line's entity names not read before, all in one parse: HTML's own table (linkedom's parser holds it). */
-function learnEntityNames(line: string): void {
-  const unknown = new Set<string>();
-  for (const match of line.matchAll(ESCAPE_OR_REFERENCE)) if (match[3] !== undefined && !entityNames.has(match[3])) unknown.add(match[3]);
-  if (unknown.size === 0) return;
-  if (entityNames.size + unknown.size > MAX_ENTITY_NAMES) entityNames.clear();
-  const names = [...unknown];
-  const parsed = new DOMParser().parseFromString(`<html><body>${names.map((name) => `<i>&${name};</i>`).join('')}</body></html>`, 'text/html') as unknown as {
-    querySelectorAll(selector: string): ArrayLike<{ textContent: string | null }>;
-  };
-  const items = parsed.querySelectorAll('i');
-  names.forEach((name, n) => {
-    const text = items[n]?.textContent ?? null;
-    // HTML reads a name's longest known prefix (`&notit;` is "¬it;"); only a whole name is a reference.
-    const whole = text !== null && text !== `&${name};` && !(text.length > 1 && text.endsWith(';'));
-    entityNames.set(name, whole ? text : null);
-  });
-}
 
 /**
  * Entity and numeric character references (`&amp;`, `&eacute;`, `&#39;`, `&#x263A;`) in Markdown
  * text, decoded as CommonMark has it: outside code spans (the caller's), not after a backslash
- * (`\&amp;` is the text "&amp;" as written), an unknown name kept as written, and a decoded
- * character is text, never markup (`&#42;a&#42;` is "*a*").
+ * (`\&amp;` is the text "&amp;" as written), an unknown name kept as written, a code point that is
+ * not a character U+FFFD, and a decoded character is text, never markup (`&#42;a&#42;` is "*a*").
+ * The names are HTML's, read by `entities` (the decoder of linkedom's parser) in its strict mode: a
+ * whole name with its semicolon, never a known prefix of one (`&notit;` stays as written).
  */
 function decodeCharacterReferences(text: string): string {
   if (!text.includes('&')) return text;
-  learnEntityNames(text);
-  return text.replace(ESCAPE_OR_REFERENCE, (match, decimal: string | undefined, hex: string | undefined, name: string | undefined) => {
+  return text.replace(ESCAPE_OR_REFERENCE, (match) => {
     if (match.startsWith('\\')) return match;
-    let decoded: string | null;
-    if (name !== undefined) {
-      decoded = entityNames.get(name) ?? null;
-    } else {
-      const code = Number.parseInt(decimal ?? hex ?? '', decimal !== undefined ? 10 : 16);
-      decoded = code === 0 || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) ? '\ufffd' : String.fromCodePoint(code);
-    }
-    return decoded === null ? match : decoded.replace(MARKUP_CHARACTER, '\\$&');
+    const decoded = decodeHTMLStrict(match);
+    return decoded === match ? match : decoded.replace(MARKUP_CHARACTER, '\\$&');
   });
 }
 
