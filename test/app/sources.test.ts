@@ -36,6 +36,32 @@ t.test('references: URLs normalised, DOIs checked', async (t) => {
   t.throws(() => normalizeReference({ url: 'http://example.org/', doi: '10.1000/x' }), { code: 'invalid', message: /exactly one/ });
 });
 
+t.test('references: percent-escapes in one case (RFC 3986 6.2.2.1); reserved characters stay escaped, unreserved ones are unescaped', async (t) => {
+  const url = (given: string) => normalizeReference({ url: given }).url;
+  t.equal(url('https://example.org/a%2fb'), 'https://example.org/a%2Fb', 'hex digits in upper case');
+  t.equal(url('https://example.org/a%2Fb'), 'https://example.org/a%2Fb');
+  t.equal(
+    url('http://example.org/%2f%2F/caf%c3%A9/%7euser?q=%2fx%3d%3D&r=%c3%a9#%2f'),
+    'http://example.org/%2F%2F/caf%C3%A9/~user?q=%2Fx%3D%3D&r=%C3%A9',
+    'mixed cases in the path and the query; the fragment dropped',
+  );
+  t.equal(url('http://example.org/%6B%6beep?%41=%5f'), 'http://example.org/kkeep?A=_', 'unreserved characters unescaped whatever their case');
+  t.equal(url('http://example.org/a b?c d'), 'http://example.org/a%20b?c%20d', "the parser's own escapes are upper case already");
+  t.not(url('http://example.org/a%2fb'), url('http://example.org/a/b'), 'an escaped slash is not a path separator: not unescaped');
+  t.not(url('http://example.org/?q=a%26b'), url('http://example.org/?q=a&b'), 'nor an escaped & in the query');
+  t.equal(url('http://example.org/100%zz'), 'http://example.org/100%zz', 'a % that begins no escape is left as it is');
+  t.equal(url(url('http://example.org/a%2fb%c3%a9') ?? ''), 'http://example.org/a%2Fb%C3%A9', 'the canonical spelling is its own');
+  t.equal(
+    referenceKeyOfRegistered({ url: 'https://example.org/a%2fb?x=%c3%a9', doi: null }),
+    referenceKeyOfRegistered({ url: 'https://example.org/a%2Fb?x=%C3%A9', doi: null }),
+    'both spellings of a stored URL have one key',
+  );
+  t.equal(referenceKeyOfRegistered({ url: 'https://example.org/a%2fb', doi: null }), 'url:https://example.org/a%2Fb');
+  t.equal(referenceKeyOfRegistered({ url: null, doi: '10.1000/A%2Fb' }), 'doi:10.1000/a%2fb', 'a DOI is keyed in lower case, escapes and all');
+  t.same(normalizeReference({ doi: '10.1000/A%2fB' }), { url: null, doi: '10.1000/A%2fB' }, 'a DOI keeps the letters it was added with');
+  t.same(normalizeReference({ url: 'https://doi.org/10.1000%2fAbc' }), { url: null, doi: '10.1000/Abc' }, 'a doi.org URL is still its DOI');
+});
+
 t.test('adding a URL twice answers the first source', async (t) => {
   const first = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/page' }, { correlationId: 'add-1' });
   t.match(first, { created: true, source: { origin: 'url', url: 'http://127.0.0.1:9/page', status: 'pending', created_by: owner.userId } });
@@ -67,6 +93,33 @@ t.test('a URL as long as the API takes is stored, projected and found again', as
   t.equal(first.created, true);
   const again = await harness.app.sources.add(owner, { repository, url: `${url}#a-part` });
   t.same(again, { created: false, source: first.source }, 'found by its key');
+});
+
+t.test('a URL added with its escapes in one case is found by the other (RFC 3986 6.2.2.1)', async (t) => {
+  const first = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/hex/a%2fb?q=%c3%a9' });
+  t.equal(first.created, true);
+  t.match(first.source, { url: 'http://127.0.0.1:9/hex/a%2Fb?q=%C3%A9' }, 'stored in the canonical spelling, as the other rules store it');
+  for (const url of ['http://127.0.0.1:9/hex/a%2Fb?q=%C3%A9', 'http://127.0.0.1:9/hex/a%2Fb?q=%c3%A9', 'http://127.0.0.1:9/hex/a%2fb?q=%c3%a9#x']) {
+    const again = await harness.app.sources.add(owner, { repository, url });
+    t.same(again, { created: false, source: first.source }, `${url}: the existing source`);
+    t.equal((await harness.app.sources.find(repository, { url }))?.id, first.source.id, 'find answers it too');
+  }
+  const other = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/hex/a/b?q=%C3%A9' });
+  t.equal(other.created, true, 'an unescaped slash is another address');
+
+  // Both spellings at once: one source.
+  const raced = await Promise.all(['http://127.0.0.1:9/hex/raced%2f', 'http://127.0.0.1:9/hex/raced%2F'].map((url) => harness.app.sources.add(owner, { repository, url })));
+  t.equal(raced.filter((added) => added.created).length, 1, 'one created');
+  t.equal(new Set(raced.map((added) => added.source.id)).size, 1, 'both answer it');
+
+  // A source stored with lower-case hex (this release's predecessors kept the case as given).
+  const stored = await registeredByAnOlderRelease({ url: 'http://127.0.0.1:9/hex/older%2fpage%3f' });
+  for (const url of ['http://127.0.0.1:9/hex/older%2Fpage%3F', 'http://127.0.0.1:9/hex/older%2fpage%3f']) {
+    const again = await harness.app.sources.add(owner, { repository, url });
+    t.equal(again.created, false, `${url}: no second source`);
+    t.equal(again.source.id, stored);
+    t.match(again.source, { url: 'http://127.0.0.1:9/hex/older%2fpage%3f' }, 'as it was stored');
+  }
 });
 
 t.test('the same URL added several times at once is one source', async (t) => {

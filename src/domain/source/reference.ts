@@ -84,19 +84,21 @@ function doiOfResolverUrl(url: URL): string | null {
 /**
  * A URL as the server it names reads it (RFC 3986, 6.2.2-6.2.3), so that spellings of one address
  * find one source: an empty query dropped (`page?` is `page`), a host's trailing dot dropped
- * (`localhost.`), letters, digits and `-._~` written as themselves (`%62ase` is `base`). The URL
- * parser has already lowered the scheme and host, dropped a default port and resolved dot
- * segments. Other escapes keep their case.
+ * (`localhost.`), letters, digits and `-._~` written as themselves (`%62ase` is `base`), and every
+ * other escape with upper-case hex digits (`%2f` is `%2F`, 6.2.2.1), still escaped: `a%2Fb` is one
+ * path segment and `a/b` two, which a server may tell apart. The URL parser has already lowered the
+ * scheme and host, dropped a default port and resolved dot segments (the fragment is gone before
+ * this).
  */
 function sameDocumentUrl(url: URL): string {
   if (url.hostname.endsWith('.') && url.hostname.length > 1) url.hostname = url.hostname.slice(0, -1);
-  const unescape = (part: string) =>
+  const canonicalEscapes = (part: string) =>
     part.replace(/%[0-9a-f]{2}/gi, (escape) => {
       const char = String.fromCharCode(Number.parseInt(escape.slice(1), 16));
-      return /[A-Za-z0-9\-._~]/.test(char) ? char : escape;
+      return /[A-Za-z0-9\-._~]/.test(char) ? char : escape.toUpperCase();
     });
-  url.pathname = unescape(url.pathname);
+  url.pathname = canonicalEscapes(url.pathname);
   // Setting the query, even to what it reads as, drops the `?` of an empty one.
-  url.search = unescape(url.search);
+  url.search = canonicalEscapes(url.search);
   return url.toString();
 }

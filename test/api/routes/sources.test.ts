@@ -270,6 +270,18 @@ t.test('a source an older release stored under another spelling answers 200 to e
   t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/sources?limit=1`, { token })).body.total, before, 'no source added');
 });
 
+t.test('a URL added again with its escapes in the other case answers 200 with the source (RFC 3986 6.2.2.1)', async (t) => {
+  const added = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: 'http://127.0.0.1:9/escapes/a%2fb?q=%c3%a9' } });
+  t.equal(added.status, 201);
+  t.equal(added.body.url, 'http://127.0.0.1:9/escapes/a%2Fb?q=%C3%A9', 'shown in the canonical spelling');
+  const again = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: 'http://127.0.0.1:9/escapes/a%2Fb?q=%C3%a9' } });
+  t.equal(again.status, 200, 'the existing source');
+  t.equal(again.body.id, added.body.id);
+  const unescaped = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { url: 'http://127.0.0.1:9/escapes/a/b?q=%C3%A9' } });
+  t.equal(unescaped.status, 201, 'an unescaped slash is another address');
+  t.not(unescaped.body.id, added.body.id);
+});
+
 async function firstProcessed() {
   return (await service.call('GET', `/api/v1/repositories/${repoId}/sources?status=processed`, { token })).body.items[0];
 }
