@@ -25,6 +25,7 @@ const registered = (data: { origin: 'url' | 'doi' | 'upload'; url?: string; doi?
 const sources: Array<[id: string, event: NewEvent, key: string | null]> = [
   ['empty-query', registered({ origin: 'url', url: 'http://h/k02.html?' }), 'url:http://h/k02.html'],
   ['escaped', registered({ origin: 'url', url: 'http://h/%6b04.html' }), 'url:http://h/k04.html'],
+  ['escape-case', registered({ origin: 'url', url: 'http://h/a%2fb?q=%c3%a9' }), 'url:http://h/a%2Fb?q=%C3%A9'],
   ['fragment', registered({ origin: 'url', url: 'http://h/page#section-2' }), 'url:http://h/page'],
   ['trailing-dot', registered({ origin: 'url', url: 'http://h.example./a' }), 'url:http://h.example/a'],
   ['canonical', registered({ origin: 'url', url: 'http://h/k05.html' }), 'url:http://h/k05.html'],
