@@ -1,11 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import t from 'tap';
+import { createApplication } from '../../src/app/application.js';
 import { uploadContentType } from '../../src/app/sources.js';
 import { normalizeReference, referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
 import { UnsupportedContentError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
-import { eventually } from '../helpers/service.js';
+import { eventually, startTestService } from '../helpers/service.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -120,6 +124,45 @@ t.test('a URL added with its escapes in one case is found by the other (RFC 3986
     t.equal(again.source.id, stored);
     t.match(again.source, { url: 'http://127.0.0.1:9/hex/older%2fpage%3f' }, 'as it was stored');
   }
+});
+
+t.test('after an upgrade (022), a URL stored with lower-case escapes is found by the upper-case spelling; two sources that now share a key stay two, the older answered', async (t) => {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'factlog-escapes-'));
+  t.teardown(() => rm(dataDir, { recursive: true, force: true }));
+  // The release before: each key kept the escapes' case as the URL was added.
+  const older = await startTestService({ dataDir, persistent: true, workers: false });
+  const { token } = await older.context.identity.register({ email: 'ada@example.org', password: 'correct horse battery' });
+  const { id: library } = await createApplication(older.context).repositories.create(await older.context.identity.authenticate(token), { name: 'Upgraded' });
+  const actor = (await older.context.identity.authenticate(token)).userId;
+  const stored = new Map<string, string>();
+  for (const url of ['http://127.0.0.1:9/up/a%2fb?q=%c3%a9', 'http://127.0.0.1:9/up/both%2F', 'http://127.0.0.1:9/up/both%2f']) {
+    const id = randomUUID();
+    const data = { origin: 'url', url, doi: null, filename: null, content_type: null, body_sha256: null, body_bytes: null };
+    await older.context.store.append(`source-${id}`, [{ type: 'SourceRegistered', data, metadata: { repositoryId: library, actor, causationId: null, correlationId: null } }], 'no_stream');
+    await eventually(async () => older.context.db.knex('sources').where({ id }).first('id'));
+    await older.context.db.knex('sources').where({ id }).update({ reference_key: `url:${url}` });
+    stored.set(url, id);
+  }
+  await older.context.db.knex('schema_migrations').where({ id: '022_sources_reference_key_escapes' }).delete();
+  await older.close({ keepData: true });
+
+  const upgraded = await startTestService({ dataDir, persistent: true, workers: false });
+  t.teardown(() => upgraded.close());
+  const app = createApplication(upgraded.context);
+  const ada = await upgraded.context.identity.authenticate(token);
+  for (const url of ['http://127.0.0.1:9/up/a%2Fb?q=%C3%A9', 'http://127.0.0.1:9/up/a%2fb?q=%c3%a9']) {
+    const again = await app.sources.add(ada, { repository: library, url });
+    t.equal(again.created, false, `${url}: no second source`);
+    t.equal(again.source.id, stored.get('http://127.0.0.1:9/up/a%2fb?q=%c3%a9'), 'the stored one is answered');
+    t.match(again.source, { url: 'http://127.0.0.1:9/up/a%2fb?q=%c3%a9' }, 'as it was stored');
+  }
+  for (const url of ['http://127.0.0.1:9/up/both%2f', 'http://127.0.0.1:9/up/both%2F']) {
+    const again = await app.sources.add(ada, { repository: library, url });
+    t.equal(again.created, false, `${url}: no third source`);
+    t.equal(again.source.id, stored.get('http://127.0.0.1:9/up/both%2F'), 'the older of the two is answered');
+  }
+  const listed = await app.sources.list(ada, { repository: library });
+  t.equal(listed.total, 3, 'both sources of one key kept');
 });
 
 t.test('the same URL added several times at once is one source', async (t) => {

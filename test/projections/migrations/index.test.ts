@@ -1,5 +1,6 @@
 import t from 'tap';
 import { migrateReadModels, readModelMigrations } from '../../../projections/migrations/index.js';
+import { sourceCommands } from '../../../src/app/sources.js';
 import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 import { openTestPglite } from '../../helpers/pglite.js';
 
@@ -44,6 +45,7 @@ t.test('021: sources from before it get the reference key the projection gives; 
   const rows = [
     source('empty-query', 'url', { url: 'http://h/k02.html?' }),
     source('escaped', 'url', { url: 'http://h/%6b04.html' }),
+    source('escape-case', 'url', { url: 'http://h/a%2fb?q=%c3%a9' }),
     source('fragment', 'url', { url: 'http://h/page#part' }),
     source('doi-url', 'url', { url: 'https://doi.org/10.1000/QA-DOI-URL' }),
     source('doi', 'doi', { doi: '10.1000/Mixed' }, 'repo-2'),
@@ -57,10 +59,11 @@ t.test('021: sources from before it get the reference key the projection gives; 
   t.same(await migrateReadModels(db.knex), readModelMigrations.slice(previous + 1).map((migration) => migration.id), 'the migrations after 020 run');
   const keys = new Map((await db.knex('sources').select('id', 'reference_key')).map((row: { id: string; reference_key: string | null }) => [row.id, row.reference_key]));
   t.same(
-    Object.fromEntries(['empty-query', 'escaped', 'fragment', 'doi-url', 'doi', 'refused', 'upload'].map((id) => [id, keys.get(id)])),
+    Object.fromEntries(['empty-query', 'escaped', 'escape-case', 'fragment', 'doi-url', 'doi', 'refused', 'upload'].map((id) => [id, keys.get(id)])),
     {
       'empty-query': 'url:http://h/k02.html',
       escaped: 'url:http://h/k04.html',
+      'escape-case': 'url:http://h/a%2Fb?q=%C3%A9',
       fragment: 'url:http://h/page',
       'doi-url': 'doi:10.1000/qa-doi-url',
       doi: 'doi:10.1000/mixed',
@@ -72,6 +75,56 @@ t.test('021: sources from before it get the reference key the projection gives; 
   t.equal([...keys.values()].filter((key) => key === null).length, 1, 'only the upload has no key');
   const indexes = await db.knex('pg_indexes').where({ tablename: 'sources' }).orderBy('indexname').pluck('indexname');
   t.same(indexes, ['sources_pkey', 'sources_reference_key', 'sources_repository'], 'the key indexed; the url and doi expressions of 015 and 017 dropped');
+});
+
+t.test('022: URLs keyed with lower-case escapes are keyed again in upper case; two sources that now share a key stay two, the older one found', async (t) => {
+  // A database as the release before 022 left it: its keys kept the escapes' case as added.
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  const at = (minute: number) => new Date(Date.UTC(2026, 10, 1, 0, minute));
+  const source = (id: string, reference: { url?: string; doi?: string }, reference_key: string | null, created_at = at(0), repository = 'repo-1') => ({
+    id, repository_id: repository, origin: reference.doi ? 'doi' : 'url', status: 'processed', created_by: 'u1', created_at, updated_at: created_at, reference_key, ...reference,
+  });
+  const rows = [
+    source('lower', { url: 'http://h/a%2fb?q=%c3%a9' }, 'url:http://h/a%2fb?q=%c3%a9'),
+    source('mixed', { url: 'http://h/%2F%2f' }, 'url:http://h/%2F%2f'),
+    source('upper', { url: 'http://h/c%2Fd' }, 'url:http://h/c%2Fd'),
+    source('plain', { url: 'http://h/plain' }, 'url:http://h/plain'),
+    // Both spellings added before: one key now.
+    source('both-older', { url: 'http://h/both%2F' }, 'url:http://h/both%2F', at(1), 'repo-2'),
+    source('both-newer', { url: 'http://h/both%2f' }, 'url:http://h/both%2f', at(2), 'repo-2'),
+    source('doi-url', { url: 'https://doi.org/10.1000%2fX' }, 'doi:10.1000/x'),
+    source('doi', { doi: '10.1000/A%2fB' }, 'doi:10.1000/a%2fb'),
+    source('refused', { url: 'ftp://h/a%2f' }, 'url:ftp://h/a%2f'),
+  ];
+  // More than one of the migration's pages.
+  for (let i = 0; i < 1100; i += 1) rows.push(source(`many-${String(i).padStart(4, '0')}`, { url: `http://h/many%2f${i}` }, `url:http://h/many%2f${i}`));
+  for (let i = 0; i < rows.length; i += 500) await db.knex('sources').insert(rows.slice(i, i + 500));
+  await db.knex('schema_migrations').where({ id: '022_sources_reference_key_escapes' }).delete();
+  const before = await db.knex('sources').orderBy('id').select('id', 'url', 'doi', 'created_at', 'updated_at');
+
+  t.same(await migrateReadModels(db.knex), ['022_sources_reference_key_escapes']);
+  const keys = new Map((await db.knex('sources').select('id', 'reference_key')).map((row: { id: string; reference_key: string | null }) => [row.id, row.reference_key]));
+  t.same(Object.fromEntries(rows.slice(0, 9).map((row) => [row.id, keys.get(row.id)])), {
+    lower: 'url:http://h/a%2Fb?q=%C3%A9',
+    mixed: 'url:http://h/%2F%2F',
+    upper: 'url:http://h/c%2Fd',
+    plain: 'url:http://h/plain',
+    'both-older': 'url:http://h/both%2F',
+    'both-newer': 'url:http://h/both%2F',
+    'doi-url': 'doi:10.1000/x',
+    doi: 'doi:10.1000/a%2fb',
+    refused: 'url:ftp://h/a%2f',
+  });
+  t.equal(keys.get('many-1099'), 'url:http://h/many%2F1099', 'every page of rows keyed');
+  t.same(await db.knex('sources').orderBy('id').select('id', 'url', 'doi', 'created_at', 'updated_at'), before, 'only the keys change: url and doi as the events wrote them');
+
+  // The command side's lookup, on the migrated rows.
+  const sources = sourceCommands({ db } as unknown as Parameters<typeof sourceCommands>[0]);
+  t.equal((await sources.find('repo-1', { url: 'http://h/a%2Fb?q=%C3%A9' }))?.id, 'lower', 'the other spelling finds the source stored in lower case');
+  t.equal((await sources.find('repo-1', { url: 'http://h/a%2fb?q=%c3%a9' }))?.id, 'lower', 'and its own spelling still does');
+  t.equal((await sources.find('repo-2', { url: 'http://h/both%2f' }))?.id, 'both-older', 'of two sources of one key, the older is answered');
+  t.equal((await sources.find('repo-2', { url: 'http://h/both/' })), null, 'an unescaped slash is another address');
 });
 
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
