@@ -54,6 +54,12 @@ t.test('references: percent-escapes in one case (RFC 3986 6.2.2.1); reserved cha
   t.not(url('http://example.org/a%2fb'), url('http://example.org/a/b'), 'an escaped slash is not a path separator: not unescaped');
   t.not(url('http://example.org/?q=a%26b'), url('http://example.org/?q=a&b'), 'nor an escaped & in the query');
   t.equal(url('http://example.org/100%zz'), 'http://example.org/100%zz', 'a % that begins no escape is left as it is');
+  t.equal(url('http://h.example/%%4141'), 'http://h.example/%%4141', 'an escaped hex digit after a stray % stays escaped');
+  t.not(url('http://h.example/%%4141'), url('http://h.example/%A41'), 'so it makes no new escape: two addresses, two keys');
+  t.equal(url('http://h.example/%A%42?q=%%34%31'), 'http://h.example/%A%42?q=%%341', 'after a % and one hex digit too; a later digit is unescaped');
+  for (const given of ['http://h.example/%%4141', 'http://h.example/%A%42?q=%%34%31', 'http://h.example/%4%31']) {
+    t.equal(url(url(given) ?? ''), url(given), `the canonical spelling of ${given} is its own`);
+  }
   t.equal(url(url('http://example.org/a%2fb%c3%a9') ?? ''), 'http://example.org/a%2Fb%C3%A9', 'the canonical spelling is its own');
   t.equal(
     referenceKeyOfRegistered({ url: 'https://example.org/a%2fb?x=%c3%a9', doi: null }),

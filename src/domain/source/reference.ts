@@ -86,17 +86,26 @@ function doiOfResolverUrl(url: URL): string | null {
  * find one source: an empty query dropped (`page?` is `page`), a host's trailing dot dropped
  * (`localhost.`), letters, digits and `-._~` written as themselves (`%62ase` is `base`), and every
  * other escape with upper-case hex digits (`%2f` is `%2F`, 6.2.2.1), still escaped: `a%2Fb` is one
- * path segment and `a/b` two, which a server may tell apart. The URL parser has already lowered the
+ * path segment and `a/b` two, which a server may tell apart. A `%` that begins no escape stays as
+ * written, and an escaped hex digit after one stays escaped, or unescaping it would make a new escape. The URL parser has already lowered the
  * scheme and host, dropped a default port and resolved dot segments (the fragment is gone before
  * this).
  */
 function sameDocumentUrl(url: URL): string {
   if (url.hostname.endsWith('.') && url.hostname.length > 1) url.hostname = url.hostname.slice(0, -1);
-  const canonicalEscapes = (part: string) =>
-    part.replace(/%[0-9a-f]{2}/gi, (escape) => {
-      const char = String.fromCharCode(Number.parseInt(escape.slice(1), 16));
-      return /[A-Za-z0-9\-._~]/.test(char) ? char : escape.toUpperCase();
-    });
+  const canonicalEscapes = (part: string) => {
+    let out = '';
+    let from = 0;
+    for (const match of part.matchAll(/%[0-9a-f]{2}/gi)) {
+      out += part.slice(from, match.index);
+      from = match.index + 3;
+      const char = String.fromCharCode(Number.parseInt(match[0].slice(1), 16));
+      // A hex digit that would make a stray % before it an escape stays escaped: `%%4141` is not `%A41`.
+      const joinsStrayPercent = /[0-9A-Fa-f]/.test(char) && /%[0-9A-Fa-f]?$/.test(out);
+      out += /[A-Za-z0-9\-._~]/.test(char) && !joinsStrayPercent ? char : match[0].toUpperCase();
+    }
+    return out + part.slice(from);
+  };
   url.pathname = canonicalEscapes(url.pathname);
   // Setting the query, even to what it reads as, drops the `?` of an empty one.
   url.search = canonicalEscapes(url.search);
