@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Bus, BusConsumer } from '../bus/port.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
+import { relationsExist } from '../db/migrations.js';
 import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
@@ -76,13 +77,15 @@ export class BusProjectionRunner implements ReadModelRunner {
     }
   }
 
+  /**
+   * Reads only (`projections list` on a read-only role or a replica): where no node has started
+   * a bus runner yet, there is no table of stream positions, and every projection is at 0.
+   */
   async status(): Promise<ProjectionStatus[]> {
     const head = await this.store.headPosition();
-    const rows: { projection: string; position: string | number }[] = await this.db
-      .knex('projection_stream_positions')
-      .select('projection')
-      .max('global_position as position')
-      .groupBy('projection');
+    const rows: { projection: string; position: string | number }[] = (await relationsExist(this.db.knex, 'projection_stream_positions'))
+      ? await this.db.knex('projection_stream_positions').select('projection').max('global_position as position').groupBy('projection')
+      : [];
     const applied = new Map(rows.map((row) => [row.projection, Number(row.position)]));
     return [...this.workers.values()].map((worker) => {
       const position = Math.max(worker.position, applied.get(worker.projection.name) ?? 0);

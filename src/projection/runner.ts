@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import cliProgress from 'cli-progress';
 import type { Knex } from 'knex';
 import { type Database, migrateUnderLock } from '../db/database.js';
+import { relationsExist } from '../db/migrations.js';
 import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
@@ -392,8 +393,13 @@ export class ProjectionRunner implements ReadModelRunner {
     return new Map(rows.map((row) => [row.name, Number(row.position)]));
   }
 
+  /**
+   * The stored checkpoints of a runner that is not running (`projections list`): read only. A
+   * reader makes no table and no row (a read-only role, a replica, or a database no projection
+   * has run on yet: every projection at 0); start() and rebuild() create them.
+   */
   private async loadPositions(): Promise<void> {
-    await this.ensureCheckpoints();
+    if (!(await relationsExist(this.db.knex, 'projection_checkpoints'))) return;
     for (const [name, position] of await this.readCheckpoints()) {
       const worker = this.workers.get(name);
       if (worker && worker.state === 'stopped') worker.position = position;

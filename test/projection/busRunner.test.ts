@@ -95,6 +95,16 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
 });
 
+t.test('bus runner: status before any node consumed reads a database with no stream positions, and makes none', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  await fixture.store.append('thing-1', [thing('a')], 'no_stream');
+  const runner = new BusProjectionRunner(new DuplicatingBus(), fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  t.match(await runner.status(), [{ name: 'counts', position: 0, head: 1, lag: 1, state: 'stopped' }]);
+  const table = await fixture.db.knex.raw(`SELECT to_regclass('projection_stream_positions') AS oid`);
+  t.equal(table.rows[0].oid, null, 'no table was made');
+});
+
 t.test('bus runner: a batch takes a transaction id only when its projection writes', async (t) => {
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());

@@ -63,6 +63,9 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
 
     const before = await runner.status();
     t.match(before, [{ name: 'things', position: 0, head: otherTypes.lastPosition, lag: otherTypes.lastPosition, state: 'stopped', lastError: null }]);
+    // `projections list` on a read-only role or a replica: the status of a runner that never ran only reads.
+    const table = await db.knex.raw(`SELECT to_regclass('projection_checkpoints') AS oid`);
+    t.equal(table.rows[0].oid, null, 'status made no checkpoint table (start does)');
 
     await runner.start();
     await runner.waitFor(otherTypes.lastPosition, 10_000);
