@@ -59,6 +59,13 @@ export type DatabaseOptions =
       url: string;
       maxConns?: number;
       sslMode?: 'disable' | 'require' | 'verify-ca' | 'verify-full';
+      /**
+       * Only read (the commands that only read): every transaction of the session is read-only
+       * (`default_transaction_read_only`), so a write the code would attempt fails instead of
+       * landing, and nothing is created: the pgvector extension is looked for, not installed.
+       * What a role that may only read, or a read replica, can open.
+       */
+      readOnly?: boolean;
     };
 
 /**
@@ -194,7 +201,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   const knex = knexFactory({
     // The projection runner's statements go as named prepared statements (src/db/serverPrepared.ts).
     client: PreparingPgClient,
-    connection: { connectionString: options.url, ssl },
+    connection: { connectionString: options.url, ssl, ...(options.readOnly ? { options: '-c default_transaction_read_only=on' } : {}) },
     pool: { min: 0, max: options.maxConns ?? 200 },
     // A connection that cannot be made rejects the statement that wanted it, which its caller
     // reports; knex would also print the error's stack (a CLI's unreachable --to, say).
@@ -204,6 +211,11 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       },
     },
   });
+  if (options.readOnly) {
+    // A reader installs nothing: the extension is there (serve or migrate made it) or not.
+    const installed = await knex.raw(`SELECT count(*)::int AS n FROM pg_catalog.pg_extension WHERE extname = 'vector'`);
+    return { knex, kind: 'postgres', hasVector: (installed.rows[0]?.n ?? 0) > 0, close: () => knex.destroy() };
+  }
   const probe = await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`);
   let hasVector = (probe.rows[0]?.n ?? 0) > 0;
   if (hasVector) {

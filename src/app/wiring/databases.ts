@@ -24,8 +24,9 @@ export function createDatabases(
       let database = opened.get(name);
       if (!database) {
         const options = databaseOptions(config, name, cwd);
-        // An embedded database opened to read only is never written (src/db/pgliteSnapshot.ts).
-        database = open(readOnly && options.kind === 'pglite' ? { ...options, readOnly: true } : options);
+        // A database opened to read only is never written: an embedded one is read from a
+        // snapshot (src/db/pgliteSnapshot.ts), a server's in read-only transactions, nothing installed.
+        database = open(readOnly ? { ...options, readOnly: true } : options);
         opened.set(name, database);
       }
       return database;
