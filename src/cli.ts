@@ -147,7 +147,8 @@ export function buildCli(): Command {
    * directory would corrupt it.
    *
    * `migrations` (createAppContext's): only `migrate` migrates. A command that reads opens the
-   * database `read-only` (an embedded one is never written); one that changes data (`refuse`, the
+   * database `read-only` (never written: an embedded one is read from a snapshot, a server's in
+   * read-only transactions, so a role that may only read can run it); one that changes data (`refuse`, the
    * default) writes only to a database of this release. Both refuse a database with pending
    * migrations, naming them: upgrading is one deliberate step, after a backup
    * (docs/operations.md, "Upgrading").

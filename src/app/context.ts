@@ -110,7 +110,8 @@ export interface ContextOptions {
    * `factlog migrate`) applies the migrations it lacks. `refuse` throws PendingMigrationsError
    * naming them before anything is written (CLI commands that change data). `read-only` refuses
    * the same way, opens an embedded database without ever writing it (src/db/pgliteSnapshot.ts)
-   * and stores no signing secret (CLI commands that only read).
+   * and a server's in read-only transactions, installing nothing (src/db/database.ts), and stores
+   * no signing secret (CLI commands that only read: a role with SELECT rights, or a replica, runs them).
    */
   migrations?: 'migrate' | 'refuse' | 'read-only';
 }
