@@ -104,12 +104,27 @@ export interface JobListFilter {
   limit?: number;
   /** Default 0. */
   offset?: number;
+  /** Only the jobs after this one in the list's order (a keyset page; with `offset`, counted from there). */
+  after?: JobListPosition;
+}
+
+/**
+ * A job's place in `list`'s order (created_at descending, trigger_position descending, id): its
+ * creation time in UTC with microseconds (`YYYY-MM-DDTHH:MM:SS.ffffffZ`; a `Date` keeps
+ * milliseconds, and jobs of one statement share the time), its trigger position in decimal, its id.
+ */
+export interface JobListPosition {
+  at: string;
+  position: string;
+  id: string;
 }
 
 export interface JobList {
   jobs: JobRecord[];
-  /** Rows matching the filter, ignoring limit and offset. */
+  /** Rows matching the filter, ignoring limit, offset and `after`. */
   total: number;
+  /** The last job listed when more follow it (pass it as `after` for the next page); null on the last page. */
+  next: JobListPosition | null;
 }
 
 export type RetryResult =
@@ -733,15 +748,39 @@ export class JobRepository {
       if (filter.reportId !== undefined) query.where('report_id', filter.reportId);
       return query;
     };
-    const rows: JobRow[] = await where(this.knex('jobs').select('*'))
+    const { after } = filter;
+    const page = where(this.knex('jobs')).select(
+      '*',
+      this.knex.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS list_at`),
+      this.knex.raw('trigger_position::text AS list_position'),
+    );
+    if (after !== undefined) {
+      // After the given job in the order below, ties on the time and on the position included.
+      page.where((later) =>
+        later
+          .where('created_at', '<', after.at)
+          .orWhere((sameTime) =>
+            sameTime
+              .where('created_at', '=', after.at)
+              .andWhere((rest) =>
+                rest.where('trigger_position', '<', after.position).orWhere((samePosition) => samePosition.where('trigger_position', '=', after.position).andWhere('id', '>', after.id)),
+              ),
+          ),
+      );
+    }
+    // One row past the page says whether a next one follows.
+    const rows: Array<JobRow & { list_at: string; list_position: string }> = await page
       .orderBy([
         { column: 'created_at', order: 'desc' },
         { column: 'trigger_position', order: 'desc' },
         { column: 'id', order: 'asc' },
       ])
-      .limit(limit)
+      .limit(limit + 1)
       .offset(offset);
-    return { jobs: rows.map(toRecord), total: await this.total(filter, where) };
+    const listed = rows.slice(0, limit);
+    const last = listed.at(-1);
+    const next = rows.length > limit && last !== undefined ? { at: last.list_at, position: last.list_position, id: last.id } : null;
+    return { jobs: listed.map(toRecord), total: await this.total(filter, where), next };
   }
 
   /** How many jobs `list`'s filter matches: from the kept counts when it filters by repository, kind and state only. */
