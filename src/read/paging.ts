@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { invalid } from '../app/errors.js';
+import { isUuid } from '../util/uuid.js';
 
 /** A page of a list: at most `limit` items from `offset`. Transports may omit both (50 from 0). */
 export interface PageInput {
@@ -47,16 +48,55 @@ export interface NewestFirstCursor {
   id: string;
 }
 
-export const encodeNewestFirstCursor = (cursor: NewestFirstCursor): string => Buffer.from(`k:${JSON.stringify([cursor.at, cursor.id])}`).toString('base64url');
+export const encodeNewestFirstCursor = (cursor: NewestFirstCursor): string => encodeKeyset('k', [cursor.at, cursor.id]);
 
 export function decodeNewestFirstCursor(cursor: string | undefined): NewestFirstCursor | null {
+  const parts = keysetParts(cursor, 'k', 2);
+  if (parts === null) return null;
+  if (Number.isNaN(Date.parse(parts[0]!))) throw notOurs();
+  return { at: parts[0]!, id: parts[1]! };
+}
+
+/**
+ * Where a page of the tasks' list ended. Their order is newest first as well, but jobs enqueued
+ * together share a `created_at` (one statement, one `now()`), so it goes on by the trigger event's
+ * position, latest first, and then by id: the cursor holds all three of the last job listed. `at`
+ * is UTC with microseconds (`YYYY-MM-DDTHH:MM:SS.ffffffZ`), `position` a bigint in decimal.
+ */
+export interface TaskCursor {
+  at: string;
+  position: string;
+  id: string;
+}
+
+export const encodeTaskCursor = (cursor: TaskCursor): string => encodeKeyset('t', [cursor.at, cursor.position, cursor.id]);
+
+const UTC_MICROSECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+const BIGINT_MAX = 9_223_372_036_854_775_807n;
+
+/** The task cursor, checked to the last field: each goes into SQL, where a value the database refused would be a 500. */
+export function decodeTaskCursor(cursor: string | undefined): TaskCursor | null {
+  const parts = keysetParts(cursor, 't', 3);
+  if (parts === null) return null;
+  const [at, position, id] = parts as [string, string, string];
+  // A day V8 rolls over (February 30th) but PostgreSQL refuses: the time must read back as written.
+  const validTime = UTC_MICROSECONDS.test(at) && !Number.isNaN(Date.parse(at)) && new Date(Date.parse(at)).toISOString().slice(0, 23) === at.slice(0, 23);
+  const validPosition = /^(0|[1-9]\d{0,18})$/.test(position) && BigInt(position) <= BIGINT_MAX;
+  if (!validTime || !validPosition || !isUuid(id)) throw notOurs();
+  return { at, position, id };
+}
+
+const notOurs = () => invalid('cursor is not one this service returned');
+
+const encodeKeyset = (kind: string, values: string[]): string => Buffer.from(`${kind}:${JSON.stringify(values)}`).toString('base64url');
+
+/** A keyset cursor's values: `count` strings behind `kind:`; null for no cursor (the first page); `invalid` for anything else (a cursor of another list too). */
+function keysetParts(cursor: string | undefined, kind: string, count: number): string[] | null {
   if (cursor === undefined || cursor === '') return null;
   const text = Buffer.from(cursor, 'base64url').toString('utf8');
-  const parsed: unknown = text.startsWith('k:') ? safeJson(text.slice(2)) : null;
-  if (!Array.isArray(parsed) || parsed.length !== 2 || typeof parsed[0] !== 'string' || typeof parsed[1] !== 'string' || Number.isNaN(Date.parse(parsed[0]))) {
-    throw invalid('cursor is not one this service returned');
-  }
-  return { at: parsed[0], id: parsed[1] };
+  const parsed: unknown = text.startsWith(`${kind}:`) ? safeJson(text.slice(kind.length + 1)) : null;
+  if (!Array.isArray(parsed) || parsed.length !== count || !parsed.every((value) => typeof value === 'string')) throw notOurs();
+  return parsed as string[];
 }
 
 function safeJson(text: string): unknown {

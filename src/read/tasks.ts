@@ -7,7 +7,7 @@ import type { JobState } from '../pipeline/types.js';
 import { investigationSourceIds, loadInvestigation } from './investigations.js';
 import { loadReport } from './reports.js';
 import { loadSource } from './sources.js';
-import { pageOf, type PageInput } from './paging.js';
+import { decodeTaskCursor, encodeTaskCursor, pageOf, type PageInput } from './paging.js';
 import { presentJob } from './present.js';
 
 /** Nothing queued or running among the counted jobs. */
@@ -57,6 +57,12 @@ export interface TaskListInput extends PageInput {
   report_id?: string;
   state?: JobState;
   kind?: string;
+  /**
+   * The `next_cursor` of the previous page (not with `offset`): the next page starts after the
+   * last task it listed, so a task that left the `state` filter, or was added, between the pages
+   * is neither skipped nor repeated.
+   */
+  cursor?: string;
 }
 
 export interface TaskInput {
@@ -87,7 +93,9 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
       if (investigationId !== undefined && sourceId !== undefined) throw invalid('give source_id or investigation_id, not both');
       const sourceIds =
         investigationId === undefined ? undefined : await investigationSourceIds(knex, (await loadInvestigation(knex, repository.id, investigationId)).id);
-      const list = await deps.jobs.list({ repositoryId: repository.id, sourceId, sourceIds, reportId, state, kind, ...pageOf(input) });
+      const after = decodeTaskCursor(input.cursor);
+      if (after !== null && input.offset !== undefined) throw invalid('give offset or cursor, not both');
+      const list = await deps.jobs.list({ repositoryId: repository.id, sourceId, sourceIds, reportId, state, kind, ...pageOf(input), ...(after === null ? {} : { after }) });
       // Counts and completeness cover the source, investigation or report (or repository) whatever the state/kind filters.
       const scope = { repositoryId: repository.id, sourceId, sourceIds, reportId };
       const { counts, complete: jobsComplete } = await countsAndCompleteness(deps, () => deps.jobs.countsFor(scope));
@@ -101,7 +109,7 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
       const complete =
         jobsComplete &&
         (sourceIds === undefined || sourceIds.length === 0 || (await knex('sources').whereIn('id', sourceIds).whereNotIn('status', ['processed', 'failed']).first('id')) === undefined);
-      return { items: list.jobs.map(presentJob), total: list.total, counts, complete };
+      return { items: list.jobs.map(presentJob), total: list.total, counts, complete, next_cursor: list.next === null ? null : encodeTaskCursor(list.next) };
     },
 
     async stats(principal: Principal, input: { repository: string }) {
