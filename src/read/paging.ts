@@ -27,16 +27,6 @@ export async function countOf(query: Knex.QueryBuilder): Promise<number> {
   return Number(n);
 }
 
-/** An offset cursor (the tasks' pages): the offset of the next page, opaque to callers so the paging can change. */
-export const encodeOffsetCursor = (offset: number): string => Buffer.from(`o:${offset}`).toString('base64url');
-
-export function decodeOffsetCursor(cursor: string | undefined): number {
-  if (cursor === undefined || cursor === '') return 0;
-  const match = /^o:(\d{1,9})$/.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
-  if (!match) throw invalid('cursor is not one this service returned');
-  return Number(match[1]);
-}
-
 /**
  * Where a page of a newest-first list (`created_at` descending, then `id`) ended: its last row's
  * time, as the database writes it (microseconds kept), and id. The next page starts after that row

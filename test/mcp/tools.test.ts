@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { currentCall, type CallContext } from '../../src/app/callContext.js';
@@ -284,6 +285,45 @@ t.test('reports: create with children, read, list, update, tasks', async (t) => 
   const tooLong = await call(owner, 'createReport', { repository: repoId, text: 'Radium glows.', topic: 'x'.repeat(MAX_REPORT_TOPIC_CHARS + 1) });
   t.ok(tooLong.isError);
   t.match(tooLong.text, /500/);
+});
+
+t.test('getSourceTasks pages a state filter from where the last page ended: a task leaving the state, or a new one, is neither skipped nor repeated', async (t) => {
+  const { jobs, db } = service.context;
+  const source = randomUUID();
+  let position = 9000;
+  // Jobs one event enqueued share the time and the trigger position: the id orders them.
+  const enqueue = async (kind: string, at: string) => {
+    const job = await jobs.enqueue({ kind, subjectId: source, sourceId: source, triggerEventId: randomUUID(), triggerPosition: position, repositoryId: repoId, correlationId: null });
+    await db.knex('jobs').where({ id: job.id }).update({ created_at: at });
+    return job.id;
+  };
+  const queued: string[] = [];
+  for (const kind of ['source_decomposition', 'embed_facts', 'deduplicate_facts', 'extract_concepts', 'refine_concepts']) queued.push(await enqueue(kind, '2030-01-01T00:00:00.000001Z'));
+  queued.sort();
+  const page = (cursor?: string) => call(reader, 'getSourceTasks', { repository: repoId, sourceId: source, state: 'queued', limit: 2, cursor });
+  const ids = (result: { value: { tasks: Array<{ id: string }> } }) => result.value.tasks.map((task) => task.id);
+  const first = await page();
+  t.notOk(first.isError, first.text);
+  t.same(ids(first), queued.slice(0, 2));
+  t.equal(first.value.total, 5);
+  // The second task of page 1 starts running (by an offset, page 2 skipped a queued task).
+  await db.knex('jobs').where({ id: queued[1] }).update({ state: 'running', attempts: 1, claimed_by: 'test-worker', lease_until: db.knex.raw("now() + interval '1 minute'") });
+  const second = await page(first.value.next_cursor);
+  t.same(ids(second), queued.slice(2, 4), 'on from the last task shown');
+  t.equal(second.value.total, 4, 'counted anew');
+  // A newer task is queued (by an offset, page 3 repeated one).
+  position += 1;
+  const added = await enqueue('embed_concepts', '2030-01-01T00:00:00.000002Z');
+  const third = await page(second.value.next_cursor);
+  t.same(ids(third), queued.slice(4), 'the rest');
+  t.equal(third.value.next_cursor, null, 'the last page');
+  t.notOk([first, second, third].flatMap(ids).includes(added), 'the task added meanwhile is before the walk began');
+
+  for (const cursor of ['nonsense', Buffer.from('o:2').toString('base64url'), Buffer.from('k:["2030-01-01 00:00:00+00","x"]').toString('base64url')]) {
+    const bad = await page(cursor);
+    t.ok(bad.isError, `${cursor}: a tool error`);
+    t.match(bad.text, /cursor is not one this service returned/);
+  }
 });
 
 t.test('a caller with no role on the repository gets "permission denied" from every repository tool, never data', async (t) => {

@@ -2,7 +2,6 @@ import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
 import { QUEUED_JOB_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
-import { decodeOffsetCursor, encodeOffsetCursor } from '../../read/paging.js';
 import type { ToolCall } from './common.js';
 import { defineTool, idArgument, repositoryArgument } from './common.js';
 
@@ -12,22 +11,21 @@ const taskFilters = {
   byKind: z.boolean().optional().describe('Also return `by_kind`: task counts per kind and state (default false).'),
   verbose: z.boolean().optional().describe('Return every field of each task (attempts, errors, times) rather than id, kind, state and error (default false).'),
   limit: z.number().int().min(1).max(500).optional().describe('Tasks per page (1 to 500; default 50).'),
-  cursor: z.string().max(200).optional().describe('The `next_cursor` of the previous page.'),
+  cursor: z.string().max(200).optional().describe('The `next_cursor` of the previous page: where it ended, so tasks that changed state or were added meanwhile are neither skipped nor repeated.'),
 };
 
 type TaskFilters = { state?: (typeof jobStates)[number]; kind?: (typeof QUEUED_JOB_KINDS)[number]; byKind?: boolean; verbose?: boolean; limit?: number; cursor?: string };
 
 /** One page of tasks through the tasks query, shaped for a model: `complete` first, compact items unless verbose. */
 async function taskPage({ app, principal }: ToolCall, repository: string, subject: { source_id?: string; investigation_id?: string; report_id?: string }, filters: TaskFilters) {
-  const offset = decodeOffsetCursor(filters.cursor);
   const limit = filters.limit ?? 50;
-  const page = await app.tasks.list(principal, { repository, ...subject, state: filters.state, kind: filters.kind, limit, offset });
+  const page = await app.tasks.list(principal, { repository, ...subject, state: filters.state, kind: filters.kind, limit, cursor: filters.cursor });
   return {
     complete: page.complete,
     total: page.total,
     tasks: filters.verbose ? page.items : page.items.map(({ id, kind, state, source_id, report_id, last_error }) => ({ id, kind, state, source_id, report_id, last_error })),
     ...(filters.byKind ? { by_kind: page.counts } : {}),
-    next_cursor: offset + page.items.length < page.total ? encodeOffsetCursor(offset + page.items.length) : null,
+    next_cursor: page.next_cursor,
   };
 }
 

@@ -86,6 +86,8 @@ t.test('the task list with per-kind counts and completeness', async (t) => {
   const paged = await get('/tasks?limit=1&offset=1');
   t.equal(paged.body.items.length, 1);
   t.equal(paged.body.total, 4);
+  t.notOk('next_cursor' in paged.body, 'REST pages by limit and offset, as documented (the MCP tools by cursor)');
+  t.equal((await get('/tasks?cursor=abc')).status, 400, 'no cursor here');
   const unknownSource = await get(`/tasks?source_id=${randomUUID()}`);
   t.equal(unknownSource.status, 404, 'an unknown source is not a finished one');
   t.match(unknownSource.body, { error: 'not_found', message: /source not found/ });
