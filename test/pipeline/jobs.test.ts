@@ -351,6 +351,37 @@ for (const backend of backends) {
       t.equal((await jobs.list({ repositoryId: 'repo-1', subjectId: subject })).total, 1);
     });
 
+    test('list pages after a position in its order, ties on the time and on the trigger position included', async (t) => {
+      // One statement: one created_at for all; two events' jobs share each event's position.
+      const [first, second] = [log.add(), log.add()];
+      await jobs.enqueueMany(['embed_facts', 'extract_concepts', 'deduplicate_facts'].flatMap((kind) => [jobInputFor(kind, first), jobInputFor(kind, second)]));
+      const third = log.add();
+      const older = await jobs.enqueue(jobInputFor('embed_facts', third));
+      // A microsecond before the six: not a tie.
+      await db.knex.raw("UPDATE jobs SET created_at = (SELECT min(created_at) FROM jobs) - interval '1 microsecond' WHERE id = ?", [older.id]);
+      const { count } = (await db.knex('jobs').whereNot({ id: older.id }).countDistinct({ count: 'created_at' }))[0] as { count: string | number };
+      t.equal(Number(count), 1, 'the six share the time');
+      const all = (await jobs.list()).jobs;
+      t.same(all.map((job) => job.triggerPosition), [second, second, second, first, first, first, third].map((event) => event.globalPosition), 'newest first, then the latest trigger');
+      t.same(all.slice(0, 3).map((job) => job.id), all.slice(0, 3).map((job) => job.id).sort(), 'then by id');
+      t.equal(all.at(-1)?.id, older.id, 'a microsecond older is later in the list');
+      t.equal((await jobs.list()).next, null, 'one page: no next');
+      for (const limit of [1, 2, 3]) {
+        const walked: string[] = [];
+        let page = await jobs.list({ limit });
+        walked.push(...page.jobs.map((job) => job.id));
+        while (page.next !== null) {
+          t.match(page.next, { at: /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/, position: /^\d+$/, id: page.jobs.at(-1)?.id });
+          page = await jobs.list({ limit, after: page.next });
+          walked.push(...page.jobs.map((job) => job.id));
+        }
+        t.same(walked, all.map((job) => job.id), `${limit} a page: the list, each job once`);
+      }
+      // A filter and a position together: the jobs of the filter after it.
+      const firstPage = await jobs.list({ kind: 'embed_facts', limit: 1 });
+      t.same((await jobs.list({ kind: 'embed_facts', after: firstPage.next! })).jobs.map((job) => job.id), all.filter((job) => job.kind === 'embed_facts').slice(1).map((job) => job.id));
+    });
+
     test('the kept counts follow many changes, and a read that finds many rows folds them', async (t) => {
       const inputs = Array.from({ length: 600 }, (_, i) => ({ ...jobInputFor(i % 3 === 0 ? 'embed_facts' : 'extract_concepts', log.add()), repositoryId: i % 2 === 0 ? 'repo-1' : 'repo-2' }));
       for (const input of inputs) await jobs.enqueue(input);
