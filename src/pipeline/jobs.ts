@@ -4,6 +4,7 @@ import type { Job, JobState } from './types.js';
 import { withoutPlannerStatistics } from '../db/autovacuum.js';
 import { applyMigrations, plannerStatisticsOff, relationsExist, type Migrator } from '../db/migrations.js';
 import { rawQuery } from '../db/rawQuery.js';
+import { utcMicrosecondsText } from '../db/timestamps.js';
 import { isUuid } from '../util/uuid.js';
 
 /**
@@ -751,7 +752,7 @@ export class JobRepository {
     const { after } = filter;
     const page = where(this.knex('jobs')).select(
       '*',
-      this.knex.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS list_at`),
+      this.knex.raw(`${utcMicrosecondsText('created_at')} AS list_at`),
       this.knex.raw('trigger_position::text AS list_position'),
     );
     if (after !== undefined) {

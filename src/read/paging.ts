@@ -29,7 +29,7 @@ export async function countOf(query: Knex.QueryBuilder): Promise<number> {
 
 /**
  * Where a page of a newest-first list (`created_at` descending, then `id`) ended: its last row's
- * time, as the database writes it (microseconds kept), and id. The next page starts after that row
+ * time (UTC with microseconds, src/db/timestamps.ts) and id. The next page starts after that row
  * whatever was added or deleted meanwhile: by an offset, a row deleted from an earlier page made
  * the next one skip a row, and a row added repeated one.
  */
@@ -43,8 +43,16 @@ export const encodeNewestFirstCursor = (cursor: NewestFirstCursor): string => en
 export function decodeNewestFirstCursor(cursor: string | undefined): NewestFirstCursor | null {
   const parts = keysetParts(cursor, 'k', 2);
   if (parts === null) return null;
-  if (Number.isNaN(Date.parse(parts[0]!))) throw notOurs();
-  return { at: parts[0]!, id: parts[1]! };
+  const [at, id] = parts as [string, string];
+  if (!isUtcMicroseconds(at) || !isUuid(id)) throw notOurs();
+  return { at, id };
+}
+
+const UTC_MICROSECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+
+/** A cursor's time as src/db/timestamps.ts writes it, and a day PostgreSQL takes: V8 rolls February 30th over, so it must read back as written. */
+function isUtcMicroseconds(at: string): boolean {
+  return UTC_MICROSECONDS.test(at) && !Number.isNaN(Date.parse(at)) && new Date(Date.parse(at)).toISOString().slice(0, 23) === at.slice(0, 23);
 }
 
 /**
@@ -61,7 +69,6 @@ export interface TaskCursor {
 
 export const encodeTaskCursor = (cursor: TaskCursor): string => encodeKeyset('t', [cursor.at, cursor.position, cursor.id]);
 
-const UTC_MICROSECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 const BIGINT_MAX = 9_223_372_036_854_775_807n;
 
 /** The task cursor, checked to the last field: each goes into SQL, where a value the database refused would be a 500. */
@@ -69,8 +76,7 @@ export function decodeTaskCursor(cursor: string | undefined): TaskCursor | null 
   const parts = keysetParts(cursor, 't', 3);
   if (parts === null) return null;
   const [at, position, id] = parts as [string, string, string];
-  // A day V8 rolls over (February 30th) but PostgreSQL refuses: the time must read back as written.
-  const validTime = UTC_MICROSECONDS.test(at) && !Number.isNaN(Date.parse(at)) && new Date(Date.parse(at)).toISOString().slice(0, 23) === at.slice(0, 23);
+  const validTime = isUtcMicroseconds(at);
   const validPosition = /^(0|[1-9]\d{0,18})$/.test(position) && BigInt(position) <= BIGINT_MAX;
   if (!validTime || !validPosition || !isUuid(id)) throw notOurs();
   return { at, position, id };

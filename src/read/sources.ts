@@ -3,6 +3,7 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
+import { utcMicrosecondsText } from '../db/timestamps.js';
 import { afterNewestFirst, countOf, decodeNewestFirstCursor, encodeNewestFirstCursor, pageOf, type PageInput } from './paging.js';
 import { presentFact, presentSource, type SourceRow } from './present.js';
 
@@ -82,7 +83,7 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
       const total = await countOf(query);
       // One row past the page says whether there is a next one.
       const rows: Array<SourceRow & { cursor_at: string }> = await afterNewestFirst(query, after)
-        .select('*', knex.raw('created_at::text AS cursor_at'))
+        .select('*', knex.raw(`${utcMicrosecondsText('created_at')} AS cursor_at`))
         .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id' }])
         .limit(limit + 1);
       const page = rows.slice(0, limit);

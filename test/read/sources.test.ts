@@ -65,4 +65,13 @@ t.test('search pages by where the last one ended: a source deleted or added betw
   t.notOk([...first.items, ...second.items, ...third.items].some((source) => source.id === newer), 'the newer source is before the walk began');
   await rejectsWith(t, harness.app.sources.search(owner, { repository, query: 'walk', cursor: 'bm9uc2Vuc2U' }), 'invalid', /cursor/);
   await rejectsWith(t, harness.app.sources.search(owner, { repository, query: 'walk', cursor: Buffer.from('k:["not a time","x"]').toString('base64url') }), 'invalid', /cursor/);
+  // Each of these went on to PostgreSQL, which refused it: a 500, not the caller's error.
+  for (const values of [
+    ['2030-02-30T00:00:00.000000Z', '00000000-0000-4000-8000-000000000000'],
+    ['March 7', '00000000-0000-4000-8000-000000000000'],
+    ['2026-11-30T12:00:00.000000Z', 'not-a-uuid'],
+  ]) {
+    const cursor = Buffer.from(`k:${JSON.stringify(values)}`).toString('base64url');
+    await rejectsWith(t, harness.app.sources.search(owner, { repository, query: 'walk', cursor }), 'invalid', /cursor/);
+  }
 });
