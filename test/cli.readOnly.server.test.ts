@@ -162,6 +162,15 @@ async function workDir(t: Test): Promise<string> {
   return cwd;
 }
 
+/** A new scratch database that `factlog migrate` migrated and nothing else touched, with a connection of its owner's. */
+async function migratedDatabase(t: Test, cwd: string, name: string): Promise<{ database: string; knex: Knex }> {
+  const database = await scratchDatabase(t, name);
+  const migrated = await cliOn(cwd, databaseUrl(database), ['migrate']);
+  t.equal(migrated.code, 0, migrated.stderr);
+  t.match(migrated.stdout, /^applied \d+ migrations:/);
+  return { database, knex: owner(t, database) };
+}
+
 /** The database of a service that ran: `serve` migrated it, registered a user and projected the events; stopped. */
 async function servedDatabase(t: Test, cwd: string, database: string): Promise<void> {
   const port = await freePort();
@@ -249,11 +258,7 @@ t.test('the reading commands run as a role that may only read, send no write, an
 
 t.test('a reading command with every right writes nothing either, on a database migrated but never served', async (t) => {
   const cwd = await workDir(t);
-  const database = await scratchDatabase(t, 'migrated');
-  const migrated = await cliOn(cwd, databaseUrl(database), ['migrate']);
-  t.equal(migrated.code, 0, migrated.stderr);
-  t.match(migrated.stdout, /^applied \d+ migrations:/);
-  const knex = owner(t, database);
+  const { database, knex } = await migratedDatabase(t, cwd, 'migrated');
   const before = await databaseState(knex);
   t.notOk('projection_checkpoints' in before, 'no projection ran: no checkpoints yet');
   const recorder = await statementRecorder(t);
@@ -272,10 +277,7 @@ t.test('a reading command with every right writes nothing either, on a database 
 
 t.test('a reading command on a database with pending migrations names them and applies none', async (t) => {
   const cwd = await workDir(t);
-  const database = await scratchDatabase(t, 'older');
-  const migrated = await cliOn(cwd, databaseUrl(database), ['migrate']);
-  t.equal(migrated.code, 0, migrated.stderr);
-  const knex = owner(t, database);
+  const { database, knex } = await migratedDatabase(t, cwd, 'older');
   await makeSchemaOlder(knex);
   const role = await readerRole(t, database, knex);
   const before = await databaseState(knex);

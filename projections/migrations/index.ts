@@ -608,18 +608,7 @@ export const readModelMigrations: readonly Migration[] = [
     id: '021_sources_reference_key',
     async up(knex) {
       await execStatements(knex, `ALTER TABLE sources ADD COLUMN reference_key text;`);
-      let after = '';
-      for (;;) {
-        const rows: Array<{ id: string; url: string | null; doi: string | null }> = await knex('sources')
-          .where('id', '>', after)
-          .where((keyed) => keyed.whereNotNull('url').orWhereNotNull('doi'))
-          .orderBy('id')
-          .limit(1000)
-          .select('id', 'url', 'doi');
-        if (rows.length === 0) break;
-        await updateRows(knex, 'sources', 'id', { reference_key: 'text' }, rows.map((row) => ({ id: row.id, reference_key: referenceKeyOfRegistered(row) })));
-        after = rows[rows.length - 1].id;
-      }
+      await keySourcesAgain(knex, (sources) => sources.where((keyed) => keyed.whereNotNull('url').orWhereNotNull('doi')));
       await execStatements(knex, `
         CREATE INDEX sources_reference_key ON sources USING hash (reference_key) WHERE reference_key IS NOT NULL;
         DROP INDEX sources_document_url;
@@ -638,22 +627,29 @@ export const readModelMigrations: readonly Migration[] = [
     // deletes the other.
     id: '022_sources_reference_key_escapes',
     async up(knex) {
-      let after = '';
-      for (;;) {
-        const rows: Array<{ id: string; url: string; doi: string | null; reference_key: string | null }> = await knex('sources')
-          .where('id', '>', after)
-          .where('url', 'like', '%\\%%')
-          .orderBy('id')
-          .limit(1000)
-          .select('id', 'url', 'doi', 'reference_key');
-        if (rows.length === 0) break;
-        const rekeyed = rows.map((row) => ({ id: row.id, reference_key: referenceKeyOfRegistered(row) })).filter((row, i) => row.reference_key !== rows[i].reference_key);
-        if (rekeyed.length > 0) await updateRows(knex, 'sources', 'id', { reference_key: 'text' }, rekeyed);
-        after = rows[rows.length - 1].id;
-      }
+      await keySourcesAgain(knex, (sources) => sources.where('url', 'like', '%\\%%'));
     },
   },
 ];
+
+/**
+ * Keys again, by today's `referenceKeyOfRegistered` (the function the projection and the command
+ * side use), the sources `which` selects, a thousand at a time in id order, writing only the keys
+ * that change (migrations 021 and 022).
+ */
+async function keySourcesAgain(knex: Knex, which: (sources: Knex.QueryBuilder) => Knex.QueryBuilder): Promise<void> {
+  let after = '';
+  for (;;) {
+    const rows: Array<{ id: string; url: string | null; doi: string | null; reference_key: string | null }> = await which(knex('sources').where('id', '>', after))
+      .orderBy('id')
+      .limit(1000)
+      .select('id', 'url', 'doi', 'reference_key');
+    if (rows.length === 0) return;
+    const keyed = rows.map((row) => ({ id: row.id, reference_key: referenceKeyOfRegistered(row) })).filter((row, i) => row.reference_key !== rows[i]!.reference_key);
+    if (keyed.length > 0) await updateRows(knex, 'sources', 'id', { reference_key: 'text' }, keyed);
+    after = rows[rows.length - 1]!.id;
+  }
+}
 
 /**
  * A database migrated by a newer factlog: `schema_migrations` names migrations this code does not

@@ -87,9 +87,9 @@ function doiOfResolverUrl(url: URL): string | null {
  * (`localhost.`), letters, digits and `-._~` written as themselves (`%62ase` is `base`), and every
  * other escape with upper-case hex digits (`%2f` is `%2F`, 6.2.2.1), still escaped: `a%2Fb` is one
  * path segment and `a/b` two, which a server may tell apart. A `%` that begins no escape stays as
- * written, and an escaped hex digit after one stays escaped, or unescaping it would make a new escape. The URL parser has already lowered the
- * scheme and host, dropped a default port and resolved dot segments (the fragment is gone before
- * this).
+ * written, and an escaped hex digit after one stays escaped, or unescaping it would make a new
+ * escape. The URL parser has already lowered the scheme and host, dropped a default port and
+ * resolved dot segments (the fragment is gone before this).
  */
 function sameDocumentUrl(url: URL): string {
   if (url.hostname.endsWith('.') && url.hostname.length > 1) url.hostname = url.hostname.slice(0, -1);
