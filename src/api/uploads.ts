@@ -1,6 +1,7 @@
+import { createRequire } from 'node:module';
 import type { Readable } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
-import type { MultipartFields } from '@fastify/multipart';
+import type { MultipartFields, MultipartFile } from '@fastify/multipart';
 import type { UploadedContent } from '../app/sources.js';
 import { cleanFileName } from '../domain/text.js';
 import { badRequest } from './errors.js';
@@ -40,126 +41,197 @@ async function reading<T>(step: () => Promise<T>): Promise<T> {
   }
 }
 
-const DISPOSITION = 'content-disposition:';
-/** The longest header line read whole; busboy refuses a part's header block past 80 KiB anyway. */
-const MAX_HEADER_LINE = 16_384;
-/** What is kept of a line outside a part's header block: enough to see a boundary's `--`. */
-const BOUNDARY_PREFIX = 2;
+/** A part's header parameters as busboy splits and decodes them: the disposition type, then `[name, value]` pairs. */
+type Params = Array<string | [string, string | undefined]>;
+
+/**
+ * busboy's own parameter parser, from the copy @fastify/multipart reads uploads with: the check
+ * below reads a part's Content-Disposition and the request's boundary exactly as busboy does,
+ * `name*=` and `filename*=` (RFC 5987, 2231) decoded in their charset included. Not a public
+ * export of busboy: a version that moves it fails here, at start-up, not in silence.
+ */
+const parseParams = createRequire(createRequire(import.meta.url).resolve('@fastify/multipart'))('@fastify/busboy/lib/utils/parseParams') as (value: string) => Params;
+
+/** busboy's limits on a part's header block (its defaults: src/api/app.ts sets neither); past them it reads the block cut short. */
+const MAX_HEADER_CHARS = 80 * 1024;
+const MAX_HEADER_LINES = 2_000;
 /** A header line: a field name (RFC 9110's token characters) and its colon. */
 const HEADER_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+:/;
 
-/**
- * Reads a request's bytes as they come (latin1 text) and says once it has seen a part's
- * Content-Disposition header that busboy would drop or misread for a raw line break in it: a bare
- * CR anywhere in the header, a line of it ended by a bare LF (busboy's header parser stops at
- * either, so the header is lost and the part dropped, its field name and value or its file with
- * it), or a CRLF inside a quoted value such as `name="a<CRLF>b"` (busboy ends the header there
- * and reads the name `a`). A quote still open at the line's CRLF is taken for an unclosed quote
- * when the next line is another header or ends the header block (busboy then reads the value to
- * the line's end, as sent), and as a continuation when it starts with a space or tab (an obsolete
- * folded header, which busboy joins).
- *
- * Headers are looked for only in a part's header block: from a line starting with `--` (a
- * boundary) to the first empty line. One pass over each chunk: a line is kept only up to what
- * deciding needs (two characters outside a header block, MAX_HEADER_LINE in it: a longer line is
- * passed over), and each kept line is read once when it ends, so no body, however crafted, makes
- * it read a byte twice.
- */
-export function nameLineBreakScanner(): (chunk: string) => boolean {
-  /** The current line as far as it is kept, and whether it went past what is kept. */
-  let line = '';
-  let cut = false;
-  let inHeaders = false;
-  /** The last header line was the Content-Disposition (or a folded line of it): a fold continues it. */
-  let inDisposition = false;
-  /** The Content-Disposition so far ends inside a quoted string (after a backslash in one). */
-  let quoted = false;
-  let escaped = false;
-  /** The Content-Disposition's last line ended at its CRLF inside a quoted string: the next line decides. */
-  let openAtLineEnd = false;
+/** Why a part's header is malformed: the reasons its 400 gives after "a part's header is malformed: ". */
+export const MALFORMED = {
+  lineBreak: 'a header line holds a raw line break (a CR or LF that is not the CRLF ending the line), as a field or file name holding one does; send the name percent-encoded (%0A) or without line breaks',
+  notHeader: "a line of it is not a header ('Name: value'), as the rest of a field or file name cut by a raw CRLF is",
+  boundaryLine: 'its boundary line holds more than the boundary',
+  noDisposition: "it has no 'Content-Disposition: form-data'",
+  decodedLineBreak: 'a field or file name holds a line break (CR or LF) once decoded (name*= or filename*= percent-encoding %0A or %0D); send the name without line breaks',
+  unended: 'the next boundary comes before the empty line that ends it',
+  tooLong: `it is longer than ${MAX_HEADER_CHARS / 1024} KiB`,
+  tooManyLines: `it has more than ${MAX_HEADER_LINES.toLocaleString('en')} lines`,
+} as const;
 
-  /** Whether the line just ended (its LF cut off) makes the part's Content-Disposition malformed. */
-  const ended = (): boolean => {
-    const crlf = !cut && line.endsWith('\r');
-    const text = crlf ? line.slice(0, -1) : line;
-    if (!inHeaders) {
-      inHeaders = text.startsWith('--');
-      inDisposition = false;
-      openAtLineEnd = false;
-      return false;
+/**
+ * Whether busboy reads a part's header block (the text after the part's `--boundary`, up to the
+ * empty line ending it, that excluded) whole and keeps the part: why not, or null. busboy's header
+ * parser stops at the first line holding a bare CR or LF or no colon, and keeps the headers before
+ * it only; a part without a `Content-Disposition: form-data` it then drops, as it drops one whose
+ * name or file name, decoded, holds a CR or LF. A header line must also be `token: value` here
+ * (busboy would take `ti": x`, the rest of a name cut by a CRLF, for a header).
+ */
+function headerBlockFault(block: string): string | null {
+  if (block.length > MAX_HEADER_CHARS) return MALFORMED.tooLong;
+  const lines = block.split('\r\n');
+  // The rest of the boundary line: busboy reads it as the block's first header line.
+  if (lines[0] !== '') return lines[0].includes('\r') || lines[0].includes('\n') ? MALFORMED.lineBreak : MALFORMED.boundaryLine;
+  let disposition: string | undefined;
+  let inDisposition = false;
+  let headers = 0;
+  for (let at = 1; at < lines.length; at += 1) {
+    const line = lines[at];
+    if (line.includes('\r') || line.includes('\n')) return MALFORMED.lineBreak;
+    if (headers === MAX_HEADER_LINES) return MALFORMED.tooManyLines;
+    if (headers > 0 && (line.startsWith(' ') || line.startsWith('\t'))) {
+      // A folded line, which busboy joins to the header above, its leading space kept.
+      if (inDisposition) disposition += line;
+      continue;
     }
-    const folded = text.startsWith(' ') || text.startsWith('\t');
-    if (openAtLineEnd && !folded) {
-      openAtLineEnd = false;
-      if (!(crlf && text === '') && !HEADER_LINE.test(text)) return true;
-    }
-    if (crlf && text === '') {
-      inHeaders = false;
-      inDisposition = false;
-      return false;
-    }
-    const starts = text.length >= DISPOSITION.length && text.slice(0, DISPOSITION.length).toLowerCase() === DISPOSITION;
-    if (cut || !(starts || (inDisposition && folded))) {
-      inDisposition = false;
-      openAtLineEnd = false;
-      return false;
-    }
-    if (!crlf || text.includes('\r')) return true;
-    if (starts) {
-      quoted = false;
-      escaped = false;
-    }
-    inDisposition = true;
-    for (let at = starts ? DISPOSITION.length : 0; at < text.length; at += 1) {
-      const character = text[at];
-      if (escaped) escaped = false;
-      else if (quoted && character === '\\') escaped = true;
-      else if (character === '"') quoted = !quoted;
-    }
-    openAtLineEnd = quoted;
-    return false;
-  };
+    const name = HEADER_LINE.exec(line)?.[0];
+    if (name === undefined) return MALFORMED.notHeader;
+    headers += 1;
+    inDisposition = disposition === undefined && name.toLowerCase() === 'content-disposition:';
+    if (inDisposition) disposition = line.slice(name.length + (line[name.length] === ' ' || line[name.length] === '\t' ? 1 : 0));
+  }
+  // What busboy then does with the first Content-Disposition (@fastify/busboy's lib/types/multipart.js).
+  if (disposition === undefined) return MALFORMED.noDisposition;
+  const params = parseParams(disposition);
+  if (!/^form-data$/i.test(String(params[0]))) return MALFORMED.noDisposition;
+  for (const param of params) {
+    if (Array.isArray(param) && /^(file)?name$/i.test(param[0]) && /[\r\n]/.test(param[1] ?? '')) return MALFORMED.decodedLineBreak;
+  }
+  return null;
+}
+
+/** The boundary of a multipart request's Content-Type as busboy reads it; undefined without one (busboy refuses the body). */
+export function multipartBoundary(contentType: string | undefined): string | undefined {
+  for (const param of contentType === undefined ? [] : parseParams(contentType)) {
+    if (Array.isArray(param) && /^boundary$/i.test(param[0]) && typeof param[1] === 'string') return param[1];
+  }
+  return undefined;
+}
+
+/**
+ * Reads a multipart body's bytes as they come (latin1 text) and says, once it has read it, why a
+ * part's header is one busboy would drop the part for or misread (headerBlockFault), or null. It
+ * finds the parts as busboy's Dicer does: each `CRLF--boundary` delimiter (a CRLF taken as read
+ * before the body, so that the body may open with `--boundary`) ends a part and, unless `--`
+ * follows it, begins the next, whose header block runs to the first CRLFCRLF; text before the
+ * first delimiter and after the closing one is not read. A header block the next delimiter cuts
+ * (its CRLFCRLF not whole before the delimiter) busboy drops the part of, header and all.
+ *
+ * One pass over each character, in any chunking: the delimiter is matched by a Knuth-Morris-Pratt
+ * automaton (in a part's body, while no delimiter is under way, indexOf skips to the next CR, where
+ * one may begin), and a header block is kept only up to busboy's limit on it, then judged once.
+ */
+export function partHeaderScanner(boundary: string): (chunk: string) => string | null {
+  const delimiter = `\r\n--${boundary}`;
+  // fallback[k]: the longest proper prefix of delimiter[0, k] that is also its suffix.
+  const fallback = new Array<number>(delimiter.length).fill(0);
+  for (let at = 1, length = 0; at < delimiter.length; at += 1) {
+    while (length > 0 && delimiter[at] !== delimiter[length]) length = fallback[length - 1];
+    if (delimiter[at] === delimiter[length]) length += 1;
+    fallback[at] = length;
+  }
+  /** How much of the delimiter the text read ends with: the CRLF busboy reads before the body. */
+  let matched = 2;
+  /** Before the first delimiter; after one (its `--` or not); in a part's header block; in a part's body; after the closing delimiter. */
+  let phase: 'preamble' | 'dashes' | 'header' | 'body' | 'done' = 'preamble';
+  let dashes = 0;
+  /** The header block read so far (chunks before this one), and how much of a CRLFCRLF it ends with. */
+  let block = '';
+  let ending = 0;
+  /** Where the current part's header block and its CRLFCRLF end, counted from the body's start. */
+  let headerEnd = -1;
+  /** Characters read before the current chunk. */
+  let offset = 0;
+  let fault: string | null = null;
 
   return (chunk) => {
+    if (fault !== null || phase === 'done') return fault;
+    /** Where this chunk's share of the header block begins. */
     let from = 0;
-    while (from < chunk.length) {
-      const lf = chunk.indexOf('\n', from);
-      const end = lf === -1 ? chunk.length : lf;
-      if (!cut) {
-        const room = (inHeaders ? MAX_HEADER_LINE : BOUNDARY_PREFIX) - line.length;
-        if (end - from > room) {
-          line += chunk.slice(from, from + room);
-          cut = true;
+    for (let at = 0; at < chunk.length; at += 1) {
+      if (matched === 0 && (phase === 'body' || phase === 'preamble')) {
+        // No delimiter under way: the next can only begin at a CR.
+        at = chunk.indexOf('\r', at);
+        if (at === -1) break;
+      }
+      const character = chunk[at];
+      if (phase === 'dashes') {
+        if (character === '-' && dashes === 0) {
+          dashes = 1;
+        } else if (character === '-') {
+          phase = 'done';
+          return null;
         } else {
-          line += chunk.slice(from, end);
+          // busboy reads a lone dash after the boundary as the header block's first character.
+          phase = 'header';
+          block = dashes === 1 ? '-' : '';
+          ending = 0;
+          from = at;
         }
       }
-      if (lf === -1) break;
-      if (ended()) return true;
-      line = '';
-      cut = false;
-      from = lf + 1;
+      if (phase === 'header') {
+        if (character === '\r') ending = ending === 2 ? 3 : 1;
+        else if (character === '\n' && (ending === 1 || ending === 3)) ending += 1;
+        else ending = 0;
+        const length = block.length + at + 1 - from;
+        if (ending === 4) {
+          headerEnd = offset + at + 1;
+          const whole = block + chunk.slice(from, at + 1);
+          fault = headerBlockFault(whole.slice(0, -4));
+          if (fault !== null) return fault;
+          phase = 'body';
+          block = '';
+        } else if (length - ending > MAX_HEADER_CHARS) {
+          fault = MALFORMED.tooLong;
+          return fault;
+        }
+      }
+      while (matched > 0 && character !== delimiter[matched]) matched = fallback[matched - 1];
+      if (character === delimiter[matched]) matched += 1;
+      if (matched === delimiter.length) {
+        matched = 0;
+        const start = offset + at + 1 - delimiter.length;
+        if (phase === 'header' || (phase === 'body' && headerEnd > start)) {
+          fault = MALFORMED.unended;
+          return fault;
+        }
+        phase = 'dashes';
+        dashes = 0;
+      }
     }
-    return false;
+    if (phase === 'header') block += chunk.slice(from);
+    offset += chunk.length;
+    return null;
   };
 }
 
 /**
- * busboy drops a part whose Content-Disposition holds a raw CR or LF (a header it will not trust)
- * without a word, and cuts a quoted name at a CRLF: a text field so named was lost (the upload
- * read as sent without it) or read under the name before the break ("unknown form field"), a
- * file so named read as no file part. Browsers percent-encode both (%0A), so a raw one is a
- * malformed request (docs/api.md): the bytes up to the file part are watched for one, to say so.
- * A file name's other controls reach cleanFileName, which drops them.
+ * Watches a multipart request's bytes as busboy reads them, for a part header it would drop the
+ * part for or misread without a word (partHeaderScanner): a text field so sent was lost (the
+ * upload went on without it) or read under another name, a file read as "no file part in the
+ * upload", a part after the file part dropped unseen. Its `data` listener comes before
+ * @fastify/multipart's pipe, so whatever busboy has read the watch has read too. It reads to the
+ * end of the body, every part of it, until stopped.
  */
-function watchNames(raw: Readable): { readonly rawLineBreak: boolean; stop(): void } {
-  const scan = nameLineBreakScanner();
-  let rawLineBreak = false;
+function watchPartHeaders(raw: Readable, contentType: string | undefined): { readonly fault: string | null; stop(): void } {
+  const boundary = multipartBoundary(contentType);
+  let fault: string | null = null;
+  if (boundary === undefined) return { fault, stop: () => {} };
+  const scan = partHeaderScanner(boundary);
   const onData = (chunk: Buffer): void => {
-    if (scan(chunk.toString('latin1'))) {
-      rawLineBreak = true;
-      stop();
-    }
+    fault = scan(chunk.toString('latin1'));
+    if (fault !== null) stop();
   };
   const stop = (): void => {
     raw.off('data', onData);
@@ -168,52 +240,77 @@ function watchNames(raw: Readable): { readonly rawLineBreak: boolean; stop(): vo
   // A 'data' listener starts the flow: paused, the request waits for multipart's pipe, which resumes it.
   raw.pause();
   return {
-    get rawLineBreak() {
-      return rawLineBreak;
+    get fault() {
+      return fault;
     },
     stop,
   };
 }
 
-/** The 400 for a part header that nameLineBreakScanner found broken. */
-const RAW_LINE_BREAK =
-  "a part's header is malformed: its Content-Disposition holds a raw line break (CR or LF), as a field or file name holding one does; send the name percent-encoded (%0A) or without line breaks";
+/** The 400 for a part's header that busboy would drop the part for or misread. */
+const malformedHeader = (fault: string) => badRequest(`a part's header is malformed: ${fault}`);
 
 /**
  * Waits for the upload's file part: its headers and the fields sent before it, not its bytes,
  * which `content` reads, so that an upload its caller may not make is never buffered. Uploads
- * hold one file (docs/api.md): a second file part is a 400, not silently dropped.
+ * hold one file (docs/api.md): a second file part is a 400, not silently dropped. Every part's
+ * header is checked (watchPartHeaders), those before the file part before it is taken, those
+ * after it before `content` returns, so that a refused upload stores nothing.
  */
 export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
-  const names = watchNames(request.raw);
-  const files = await reading(async () => request.files());
-  const first = await reading(() => files.next()).finally(names.stop);
-  // Whether or not a file part came: the part busboy dropped or misread may be a field before it
-  // (or a part after it that came in the same chunk, as malformed).
-  if (names.rawLineBreak) throw badRequest(RAW_LINE_BREAK);
-  if (first.done) throw badRequest('no file part in the upload');
-  const file = first.value;
-  if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
-  // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or
-  // one sent twice, is a 400 rather than a value dropped without a word.
-  const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
-  for (const [name, part] of Object.entries(file.fields)) {
-    if (part === undefined || (!Array.isArray(part) && part.type === 'file')) continue;
-    if (!taken.includes(name)) throw badRequest(`unknown form field '${name}'${taken.length ? `: this upload takes ${taken.join(', ')}` : ': this upload takes the file only'}`);
-    if (Array.isArray(part)) throw badRequest(`form field '${name}' sent more than once`);
+  const headers = watchPartHeaders(request.raw, request.headers['content-type']);
+  /** Runs a step of reading the upload; a malformed part header read by then is the 400, whatever the step made of the body. */
+  const step = async <T>(run: () => Promise<T>): Promise<T> => {
+    let result: T;
+    try {
+      result = await run();
+    } catch (error) {
+      if (headers.fault !== null) throw malformedHeader(headers.fault);
+      throw error;
+    }
+    if (headers.fault !== null) throw malformedHeader(headers.fault);
+    return result;
+  };
+  let file: MultipartFile;
+  let files: AsyncIterableIterator<MultipartFile>;
+  try {
+    files = await reading(async () => request.files());
+    const first = await step(() => reading(() => files.next()));
+    if (first.done) throw badRequest('no file part in the upload');
+    file = first.value;
+    if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
+    // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or
+    // one sent twice, is a 400 rather than a value dropped without a word.
+    const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
+    for (const [name, part] of Object.entries(file.fields)) {
+      if (part === undefined || (!Array.isArray(part) && part.type === 'file')) continue;
+      if (!taken.includes(name)) throw badRequest(`unknown form field '${name}'${taken.length ? `: this upload takes ${taken.join(', ')}` : ': this upload takes the file only'}`);
+      if (Array.isArray(part)) throw badRequest(`form field '${name}' sent more than once`);
+    }
+  } catch (error) {
+    headers.stop();
+    throw error;
   }
   return {
     field: (name) => textField(file.fields, name),
     content: async () => {
-      const body = await reading(() => file.toBuffer());
       try {
-        // multipart's `files: 1` limit raises FST_FILES_LIMIT when a second file part begins.
-        if (!(await files.next()).done) throw badRequest('send one file part');
-      } catch (error) {
-        if ((error as { code?: unknown }).code === 'FST_FILES_LIMIT') throw badRequest('send one file part');
-        throw malformedUpload(error) ?? error;
+        const body = await step(() => reading(() => file.toBuffer()));
+        // The rest of the body, every part of which is read (and its header checked) before the upload is taken.
+        const rest = await step(async () => {
+          try {
+            return await files.next();
+          } catch (error) {
+            // multipart's `files: 1` limit raises FST_FILES_LIMIT when a second file part begins.
+            if ((error as { code?: unknown }).code === 'FST_FILES_LIMIT') throw badRequest('send one file part');
+            throw malformedUpload(error) ?? error;
+          }
+        });
+        if (!rest.done) throw badRequest('send one file part');
+        return { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
+      } finally {
+        headers.stop();
       }
-      return { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
     },
   };
 }
