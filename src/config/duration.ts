@@ -1,3 +1,10 @@
+/**
+ * The longest duration the service waits with a timer. Node keeps a setTimeout or setInterval
+ * delay in 32 bits: past 2^31-1 ms (about 24.8 days) it fires after 1 ms instead, so a
+ * `task.job_timeout` of 30d timed every job out at once. 24d is the round bound below that.
+ */
+export const MAX_TIMER_MS = 24 * 86_400_000;
+
 const MILLISECONDS_PER_UNIT: Readonly<Record<string, number>> = {
   ms: 1,
   s: 1_000,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { parseDuration } from './duration.js';
+import { MAX_TIMER_MS, parseDuration } from './duration.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
@@ -226,6 +226,24 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
   for (const [prefix, retry] of retries) {
     if (ms(retry.base_delay) > ms(retry.max_delay)) {
       problems.push([`${prefix}.base_delay`, `must not exceed max_delay (${retry.base_delay} > ${retry.max_delay})`]);
+    }
+  }
+
+  // The durations the service waits out with a timer (the TTLs are compared with clocks instead).
+  const timers: Array<[string, string]> = [
+    ['task.job_timeout', task.job_timeout],
+    ['task.heartbeat_interval', task.heartbeat_interval],
+    ['task.heartbeat_timeout', task.heartbeat_timeout],
+    ['task.poll_interval', task.poll_interval],
+    ['providers.resolution.fetch.timeout', config.providers.resolution.fetch.timeout],
+    ['providers.resolution.retry.max_delay', config.providers.resolution.retry.max_delay],
+    ['providers.llm_retry.per_call_timeout', config.providers.llm_retry.per_call_timeout],
+    ['providers.llm_retry.max_delay', config.providers.llm_retry.max_delay],
+  ];
+  for (const [key, value] of timers) {
+    if (ms(value) > MAX_TIMER_MS) {
+      const unlimited = key === 'task.job_timeout' ? '; 0s is unlimited' : '';
+      problems.push([key, `must be at most 24d (got ${value}): a longer timer would fire at once${unlimited}`]);
     }
   }
 

@@ -466,6 +466,29 @@ t.test('rules between keys', async (t) => {
   t.match(configErrorOf(() => buildConfig({ providers: { registry: { registries } } })), /registries\[1\]\.id: duplicate registry id "a"/);
 });
 
+t.test('durations waited out with a timer are at most 24d; the TTLs, compared with clocks, are not', async (t) => {
+  // Node fires a timer of more than 2^31-1 ms after 1 ms: a 30d job_timeout timed out every job at once.
+  t.match(
+    configErrorOf(() => load({ env: { TASK_JOB_TIMEOUT: '720h' } })),
+    /task\.job_timeout: must be at most 24d \(got 720h\): a longer timer would fire at once; 0s is unlimited \(set by environment variable TASK_JOB_TIMEOUT\)/,
+  );
+  t.equal(load({ env: { TASK_JOB_TIMEOUT: '24d' } }).task.job_timeout, '24d', 'the bound itself');
+  const timerKeys: Array<[string, object]> = [
+    ['task.heartbeat_interval', { task: { heartbeat_interval: '25d', heartbeat_timeout: '26d' } }],
+    ['task.heartbeat_timeout', { task: { heartbeat_timeout: '25d' } }],
+    ['task.poll_interval', { task: { poll_interval: '25d' } }],
+    ['providers.resolution.fetch.timeout', { providers: { resolution: { fetch: { timeout: '25d' } } } }],
+    ['providers.resolution.retry.max_delay', { providers: { resolution: { retry: { max_delay: '25d' } } } }],
+    ['providers.llm_retry.per_call_timeout', { task: { job_timeout: '0s' }, providers: { llm_retry: { per_call_timeout: '25d' } } }],
+    ['providers.llm_retry.max_delay', { providers: { llm_retry: { max_delay: '25d' } } }],
+  ];
+  for (const [key, overrides] of timerKeys) {
+    t.match(configErrorOf(() => buildConfig(overrides)), `${key}: must be at most 24d (got `, key);
+  }
+  const longTtls = buildConfig({ auth: { refresh_token_ttl: '2160h' }, oauth: { refresh_token_ttl: '2160h' }, api_keys: { max_ttl: '8760h' } });
+  t.equal(longTtls.api_keys.max_ttl, '8760h', 'a TTL may be longer: it is compared with a clock, not waited out');
+});
+
 t.test('registry entries get their defaults; the single block is registry "default"', async (t) => {
   const listed = buildConfig({ providers: { registry: { registries: [{ id: 'main', url: 'https://r.example/', api_key: 'k' }] } } });
   t.same(registryEndpoints(listed), [
