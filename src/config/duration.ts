@@ -5,6 +5,12 @@
  */
 export const MAX_TIMER_MS = 24 * 86_400_000;
 
+/**
+ * The shortest interval of a periodic job (`task.refresh_concept_relations_interval`,
+ * `providers.dedup.catchup_interval`): the scheduler cuts its buckets in whole seconds and refuses less.
+ */
+export const MIN_PERIODIC_INTERVAL_MS = 1_000;
+
 const MILLISECONDS_PER_UNIT: Readonly<Record<string, number>> = {
   ms: 1,
   s: 1_000,

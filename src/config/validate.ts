@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { MAX_TIMER_MS, parseDuration } from './duration.js';
+import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, parseDuration } from './duration.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
@@ -208,8 +208,16 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
   }
 
   const task = config.task;
-  for (const key of ['heartbeat_interval', 'poll_interval', 'refresh_concept_relations_interval'] as const) {
+  for (const key of ['heartbeat_interval', 'poll_interval'] as const) {
     if (ms(task[key]) <= 0) problems.push([`task.${key}`, 'must be longer than 0s']);
+  }
+  // Periodic jobs' intervals: the scheduler (createScheduler) refuses a shorter one when it starts.
+  const periodic: Array<[string, string]> = [
+    ['task.refresh_concept_relations_interval', task.refresh_concept_relations_interval],
+    ['providers.dedup.catchup_interval', config.providers.dedup.catchup_interval],
+  ];
+  for (const [key, value] of periodic) {
+    if (ms(value) < MIN_PERIODIC_INTERVAL_MS) problems.push([key, `must be at least 1s (got ${value})`]);
   }
   if (ms(task.heartbeat_timeout) <= ms(task.heartbeat_interval)) {
     problems.push([
@@ -298,9 +306,6 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
     ]);
   }
   problems.push(...extractionTimeoutProblems(config.providers.resolution.extraction_timeout));
-  if (ms(config.providers.dedup.catchup_interval) <= 0) {
-    problems.push(['providers.dedup.catchup_interval', 'must be longer than 0s']);
-  }
 
   if (!databaseNames.has(config.readmodels.database)) {
     problems.push(['readmodels.database', `names no entry of databases (${known})`]);

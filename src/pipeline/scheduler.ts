@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { MIN_PERIODIC_INTERVAL_MS } from '../config/duration.js';
 import { inBackground } from '../db/priority.js';
 import { JobRepository, scheduledTriggerId } from './jobs.js';
 import type { RuntimeLogger } from './runtime.js';
@@ -45,7 +46,7 @@ export function createScheduler(options: SchedulerOptions): Scheduler {
   for (const job of periodic) {
     if (typeof job.kind !== 'string' || job.kind === '') throw new TypeError('every periodic job needs a kind');
     if (kinds.has(job.kind)) throw new Error(`periodic kind ${job.kind} is listed twice`);
-    if (!Number.isFinite(job.intervalMs) || job.intervalMs < 1000) {
+    if (!Number.isFinite(job.intervalMs) || job.intervalMs < MIN_PERIODIC_INTERVAL_MS) {
       throw new RangeError(`interval of ${job.kind} must be at least 1 s, got ${String(job.intervalMs)} ms`);
     }
     kinds.add(job.kind);

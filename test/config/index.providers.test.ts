@@ -32,7 +32,7 @@ t.test('provider names, URLs and dimensions are checked', async (t) => {
     /providers\.embeddings\.dimensions: must be 100 when providers\.embeddings\.provider is local/,
   );
   t.match(configErrorOf(() => buildConfig({ providers: { llm: { vision: 'yes' } } })), /providers\.llm\.vision: must be a boolean/);
-  t.match(configErrorOf(() => buildConfig({ providers: { dedup: { catchup_interval: '0s' } } })), /providers\.dedup\.catchup_interval: must be longer than 0s/);
+  t.match(configErrorOf(() => buildConfig({ providers: { dedup: { catchup_interval: '0s' } } })), /providers\.dedup\.catchup_interval: must be at least 1s \(got 0s\)/);
   t.match(configErrorOf(() => buildConfig({ providers: { dedup: { catchup_interval: '10' } } })), /providers\.dedup\.catchup_interval: must be a duration/);
 });
 

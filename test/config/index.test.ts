@@ -489,6 +489,17 @@ t.test('durations waited out with a timer are at most 24d; the TTLs, compared wi
   t.equal(longTtls.api_keys.max_ttl, '8760h', 'a TTL may be longer: it is compared with a clock, not waited out');
 });
 
+t.test('periodic jobs\' intervals are at least 1s, the scheduler\'s floor, named with their source', async (t) => {
+  // The scheduler refused a shorter interval only once serve was listening, in its own words.
+  t.match(
+    configErrorOf(() => load({ env: { TASK_REFRESH_CONCEPT_RELATIONS_INTERVAL: '500ms' } })),
+    /task\.refresh_concept_relations_interval: must be at least 1s \(got 500ms\) \(set by environment variable TASK_REFRESH_CONCEPT_RELATIONS_INTERVAL\)/,
+  );
+  t.match(configErrorOf(() => buildConfig({ providers: { dedup: { catchup_interval: '999ms' } } })), /providers\.dedup\.catchup_interval: must be at least 1s \(got 999ms\)/);
+  const config = buildConfig({ task: { refresh_concept_relations_interval: '1s' }, providers: { dedup: { catchup_interval: '1s' } } });
+  t.equal(config.task.refresh_concept_relations_interval, '1s', 'the floor itself (MIN_PERIODIC_INTERVAL_MS, the scheduler\'s too)');
+});
+
 t.test('registry entries get their defaults; the single block is registry "default"', async (t) => {
   const listed = buildConfig({ providers: { registry: { registries: [{ id: 'main', url: 'https://r.example/', api_key: 'k' }] } } });
   t.same(registryEndpoints(listed), [
