@@ -248,6 +248,7 @@ export function validateStageRuntimeSettings(settings: StageRuntimeSettings): vo
     throw new RangeError('heartbeatTimeoutMs must exceed heartbeatIntervalMs');
   }
   const { maxAttempts, baseDelayMs, maxDelayMs } = settings.retry ?? {};
+  // 1000: the configuration schema's bound on task.retry.max_attempts (definitions/attempts).
   if (typeof maxAttempts !== 'number' || !Number.isInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) {
     throw new RangeError(`retry.maxAttempts must be an integer in [1, 1000], got ${String(maxAttempts)}`);
   }

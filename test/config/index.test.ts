@@ -500,6 +500,27 @@ t.test('periodic jobs\' intervals are at least 1s, the scheduler\'s floor, named
   t.equal(config.task.refresh_concept_relations_interval, '1s', 'the floor itself (MIN_PERIODIC_INTERVAL_MS, the scheduler\'s too)');
 });
 
+t.test('attempt counts are at most 1000, named with their source', async (t) => {
+  // The stage runtime refused more only once serve was listening ('retry.maxAttempts must be an
+  // integer in [1, 1000]', exit 1), and a huge llm_retry.max_attempts made the start-up check of
+  // its worst case loop for minutes.
+  t.equal(load({ env: { TASK_RETRY_MAX_ATTEMPTS: '1000' } }).task.retry.max_attempts, 1000, 'the bound itself');
+  t.match(
+    configErrorOf(() => load({ env: { TASK_RETRY_MAX_ATTEMPTS: '1001' } })),
+    /task\.retry\.max_attempts: must be at most 1000 \(set by environment variable TASK_RETRY_MAX_ATTEMPTS\)/,
+  );
+  t.match(
+    configErrorOf(() => load({ env: { PROVIDERS_LLM_RETRY_MAX_ATTEMPTS: '1e12', PROVIDERS_LLM_RETRY_PER_CALL_TIMEOUT: '1ms' } })),
+    /providers\.llm_retry\.max_attempts: must be at most 1000 \(set by environment variable PROVIDERS_LLM_RETRY_MAX_ATTEMPTS\)/,
+  );
+  t.match(configErrorOf(() => buildConfig({ providers: { resolution: { retry: { max_attempts: 5000 } } } })), /providers\.resolution\.retry\.max_attempts: must be at most 1000/);
+  t.match(
+    configErrorOf(() => buildConfig({ providers: { resolution: { retry: { retry_403_max_attempts: 5000 } } } })),
+    /providers\.resolution\.retry\.retry_403_max_attempts: must be at most 1000/,
+  );
+  t.equal(buildConfig({ providers: { resolution: { retry: { retry_403_max_attempts: 0 } } } }).providers.resolution.retry.retry_403_max_attempts, 0, '0 makes a 403 permanent');
+});
+
 t.test('registry entries get their defaults; the single block is registry "default"', async (t) => {
   const listed = buildConfig({ providers: { registry: { registries: [{ id: 'main', url: 'https://r.example/', api_key: 'k' }] } } });
   t.same(registryEndpoints(listed), [
