@@ -175,15 +175,28 @@ export interface BootstrapAdmin {
   displayName: string;
 }
 
+/** The spec's variables of the explicit first administrator, by the field each gives. */
+export const BOOTSTRAP_ADMIN_VARIABLES = {
+  email: 'SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL',
+  password: 'SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD',
+  displayName: 'SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME',
+} as const;
+
+/** The variables of BOOTSTRAP_ADMIN_VARIABLES that are unset or blank, for a message that names them. */
+export function missingBootstrapAdminVariables(env: NodeJS.ProcessEnv = process.env): string[] {
+  return Object.values(BOOTSTRAP_ADMIN_VARIABLES).filter((name) => (env[name] ?? '').trim() === '');
+}
+
 /**
  * SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL / _PASSWORD / _DISPLAY_NAME. These are secrets, so they
  * are read from the environment only and never become configuration keys (which may be logged
  * or written out). Returns null unless all three are set and non-blank.
  */
 export function bootstrapAdminFromEnv(env: NodeJS.ProcessEnv = process.env): BootstrapAdmin | null {
-  const email = env.SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL?.trim() ?? '';
-  const password = env.SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD ?? '';
-  const displayName = env.SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME?.trim() ?? '';
-  if (email === '' || password.trim() === '' || displayName === '') return null;
-  return { email, password, displayName };
+  if (missingBootstrapAdminVariables(env).length > 0) return null;
+  return {
+    email: (env[BOOTSTRAP_ADMIN_VARIABLES.email] ?? '').trim(),
+    password: env[BOOTSTRAP_ADMIN_VARIABLES.password] ?? '',
+    displayName: (env[BOOTSTRAP_ADMIN_VARIABLES.displayName] ?? '').trim(),
+  };
 }

@@ -10,6 +10,8 @@ export {
 } from './load.js';
 export {
   bootstrapAdminFromEnv,
+  BOOTSTRAP_ADMIN_VARIABLES,
+  missingBootstrapAdminVariables,
   environmentNameOf,
   parseBooleanText,
   SPEC_ENVIRONMENT_NAMES,

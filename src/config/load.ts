@@ -8,7 +8,7 @@ import { type ConfigTree, deepClone, formatPath, setAt } from './tree.js';
 import { isPlainObject } from '../util/objects.js';
 import { validateConfig } from './validate.js';
 
-export { bootstrapAdminFromEnv, type BootstrapAdmin } from './env.js';
+export { bootstrapAdminFromEnv, BOOTSTRAP_ADMIN_VARIABLES, missingBootstrapAdminVariables, type BootstrapAdmin } from './env.js';
 export { checkSecrets, type ConfigWarningLog } from './secrets.js';
 
 export interface LoadConfigOptions {

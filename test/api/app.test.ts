@@ -128,6 +128,23 @@ t.test('bootstrap: default admin from the environment wins over first-user promo
   t.same(repos.body.items.map((r: { slug: string }) => r.slug), ['starter']);
 });
 
+t.test('bootstrap: a default admin that the sign-up rules refuse is a configuration error naming its variables', async (t) => {
+  const env = {
+    SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL: 'root@example.org',
+    SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD: 'short',
+    SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME: 'Root',
+  };
+  await t.rejects(startTestService({ overrides: { bootstrap: { default_admin: true } }, env }), {
+    name: 'ConfigError',
+    message:
+      /bootstrap\.default_admin: the administrator of SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL, SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD, SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME is refused: password must be at least 8 characters/,
+  });
+  await t.rejects(startTestService({ overrides: { bootstrap: { default_admin: true } }, env: { ...env, SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD: 'long enough', SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL: 'root' } }), {
+    name: 'ConfigError',
+    message: /is refused: email is not a valid address/,
+  });
+});
+
 t.test('first-user promotion can be turned off', async (t) => {
   const service = await startTestService({ overrides: { bootstrap: { auto_promote_first_user: false } } });
   t.teardown(() => service.close());

@@ -12,6 +12,7 @@ import {
   defaultConfig,
   JWT_SECRET_PLACEHOLDER,
   loadConfig,
+  missingBootstrapAdminVariables,
   oauthIssuer,
   packagedDefaultsPath,
   publicBaseUrl,
@@ -629,6 +630,10 @@ t.test('bootstrapAdminFromEnv reads the three secrets, or gives null', async (t)
   }
   const config = load({ env: all });
   t.notMatch(JSON.stringify(config), /s3cret/, 'the admin password never enters the configuration');
+  // The warning of a default_admin without its admin names what is missing (it said 'EMAIL/PASSWORD are not both set' when only the display name was).
+  t.same(missingBootstrapAdminVariables(all), []);
+  t.same(missingBootstrapAdminVariables({ ...all, SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME: undefined }), ['SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME']);
+  t.same(missingBootstrapAdminVariables({ SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD: ' ' }), ['SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL', 'SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD', 'SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME']);
 });
 
 t.test('network.allow_cidrs entries are validated with the rest, without echoing them', async (t) => {

@@ -81,7 +81,14 @@ export async function startTestService(
     clientDocumentFetch: options.clientDocumentFetch,
     openDatabase: keptDatabase ? openKeptPglite : openTestDatabase,
   });
-  await context.start();
+  try {
+    await context.start();
+  } catch (error) {
+    // A start that fails (a refused bootstrap admin, say) leaves nothing open behind the test.
+    await context.close();
+    if (!options.dataDir) await rm(dataDir, { recursive: true, force: true });
+    throw error;
+  }
   const app = await buildApp(context);
   await app.ready();
   return {
