@@ -54,8 +54,22 @@ function expectedTypeName(schemaType: string): string {
   return `a ${schemaType}`;
 }
 
+const DURATION_DEFINITION = '/definitions/duration/';
+const DURATION_MEANING = 'must be a duration such as 250ms, 15s, 10m, 24h or 1h30m';
+
+/**
+ * For a duration given as a bare number (`job_timeout: 0`, `"30"`), as the spec writes some
+ * defaults: the unit it lacks. A number says nothing else here (it is no secret).
+ */
+function unitHint(data: unknown): string {
+  const bare = typeof data === 'number' || (typeof data === 'string' && /^\s*\d+(\.\d+)?\s*$/.test(data));
+  if (!bare) return '';
+  const digits = String(data).trim();
+  return `; a number needs a unit: write ${digits === '0' ? '0s' : `${digits}s or ${digits}m`}`;
+}
+
 const PATTERN_MEANINGS: ReadonlyArray<[definition: string, meaning: string]> = [
-  ['/definitions/duration/', 'must be a duration such as 250ms, 15s, 10m, 24h or 1h30m'],
+  [DURATION_DEFINITION, DURATION_MEANING],
   ['/definitions/httpUrlOrEmpty/', 'must be empty or an http(s) URL'],
   ['/definitions/databaseName/', 'must be a database name: lower-case letters, digits and _, starting with a letter'],
   ['/definitions/database/properties/url/', 'must be empty (embedded PGlite) or a postgres:// URL'],
@@ -85,14 +99,16 @@ function describe(error: ErrorObject, origins: Origins): string | undefined {
       problem = 'is required';
       break;
     case 'type':
-      problem = `must be ${expectedTypeName(String(params.type))}, got ${typeName(error.data)}`;
+      problem = error.schemaPath.includes(DURATION_DEFINITION)
+        ? `${DURATION_MEANING}, got ${typeName(error.data)}${unitHint(error.data)}`
+        : `must be ${expectedTypeName(String(params.type))}, got ${typeName(error.data)}`;
       break;
     case 'enum':
       problem = `must be one of ${(params.allowedValues as unknown[]).map((value) => String(value)).join(', ')}`;
       break;
     case 'pattern': {
       const meaning = PATTERN_MEANINGS.find(([definition]) => error.schemaPath.includes(definition));
-      problem = meaning ? meaning[1] : `must match ${String(params.pattern)}`;
+      problem = meaning ? meaning[1] + (meaning[0] === DURATION_DEFINITION ? unitHint(error.data) : '') : `must match ${String(params.pattern)}`;
       break;
     }
     case 'minimum':

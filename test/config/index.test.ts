@@ -407,6 +407,19 @@ t.test('bad YAML values name the key, the problem and the file', async (t) => {
   t.match(message, 'databases.Bad-Name: is not a valid name');
 });
 
+t.test('a duration given as a bare number is told the unit it lacks', async (t) => {
+  // The spec writes '0 disables the cap' and '0s = unlimited'; `max_ttl: 0` was 'must be a string, got a number'.
+  const cwd = t.testdir({ configs: { 'config.local.yaml': 'api_keys:\n  max_ttl: 0\ntask:\n  job_timeout: 30\n' } });
+  const message = configErrorOf(() => load({ cwd }));
+  t.match(message, 'api_keys.max_ttl: must be a duration such as 250ms, 15s, 10m, 24h or 1h30m, got a number; a number needs a unit: write 0s (set by ');
+  t.match(message, 'task.job_timeout: must be a duration such as 250ms, 15s, 10m, 24h or 1h30m, got a number; a number needs a unit: write 30s or 30m');
+  t.match(
+    configErrorOf(() => load({ env: { TASK_JOB_TIMEOUT: '0' } })),
+    'task.job_timeout: must be a duration such as 250ms, 15s, 10m, 24h or 1h30m; a number needs a unit: write 0s (set by environment variable TASK_JOB_TIMEOUT)',
+  );
+  t.notMatch(configErrorOf(() => buildConfig({ task: { job_timeout: 'soon' } })), /a number needs a unit/, 'no hint for what is no number');
+});
+
 t.test('malformed files are errors naming the file', async (t) => {
   const cwd = t.testdir({
     'broken.yaml': 'server: [unclosed\n',
