@@ -185,6 +185,7 @@ export const jobsMigrator: Migrator = {
       applied: (knex) => plannerStatisticsOff(knex, 'jobs', unfilteredJobColumns),
       up: async (trx) => void (await trx.raw(withoutPlannerStatistics('jobs', unfilteredJobColumns))),
     },
+    { id: 'jobs_list_order', applied: (knex) => relationsExist(knex, 'jobs_list_state_idx'), up: createListIndexes },
   ],
 };
 
@@ -238,6 +239,23 @@ async function createJobsTable(trx: Knex.Transaction): Promise<void> {
   await trx.raw(`ALTER TABLE jobs ADD COLUMN IF NOT EXISTS report_id text`);
   await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_source_idx ON jobs (repository_id, source_id) WHERE source_id IS NOT NULL`);
   await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_report_idx ON jobs (repository_id, report_id) WHERE report_id IS NOT NULL`);
+}
+
+/**
+ * `list`'s whole order within a repository, and within a repository and state, so that a keyset
+ * page starts at its position in an index and reads its own rows. jobs_repository_idx had the
+ * time alone: a page sorted the repository's jobs, and one deep in its history first read and
+ * dropped every job before its position. jobs_list_idx begins with its columns, so it goes. The
+ * state's own index: a state that is not most of the jobs (failed, dead, queued) walked in the
+ * whole order reads much of the history to fill a page. A plain CREATE INDEX, as a step runs in a
+ * transaction (CONCURRENTLY cannot): jobs waits while it builds (docs/operations.md, "Upgrading").
+ */
+async function createListIndexes(trx: Knex.Transaction): Promise<void> {
+  // The drop first: its exclusive lock is the step's first on jobs, not one raised from the builds'
+  // share lock while a transaction that read jobs waits behind that to write (a deadlock).
+  await trx.raw(`DROP INDEX IF EXISTS jobs_repository_idx`);
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_list_idx ON jobs (repository_id, created_at DESC, trigger_position DESC, id)`);
+  await trx.raw(`CREATE INDEX IF NOT EXISTS jobs_list_state_idx ON jobs (repository_id, state, created_at DESC, trigger_position DESC, id)`);
 }
 
 /**
@@ -756,18 +774,13 @@ export class JobRepository {
       this.knex.raw('trigger_position::text AS list_position'),
     );
     if (after !== undefined) {
-      // After the given job in the order below, ties on the time and on the position included.
-      page.where((later) =>
-        later
-          .where('created_at', '<', after.at)
-          .orWhere((sameTime) =>
-            sameTime
-              .where('created_at', '=', after.at)
-              .andWhere((rest) =>
-                rest.where('trigger_position', '<', after.position).orWhere((samePosition) => samePosition.where('trigger_position', '=', after.position).andWhere('id', '>', after.id)),
-              ),
-          ),
-      );
+      // After the given job in the order below, ties on the time and on the position included. The
+      // id goes the other way, so no one row comparison says it; the first one bounds the scan of
+      // the list's indexes (createListIndexes) at the position, the second drops its earlier ties.
+      const position = [after.at, after.position] as const;
+      page
+        .whereRaw('(created_at, trigger_position) <= (?::timestamptz, ?::bigint)', position)
+        .andWhere((later) => later.whereRaw('(created_at, trigger_position) < (?::timestamptz, ?::bigint)', position).orWhere('id', '>', after.id));
     }
     // One row past the page says whether a next one follows.
     const rows: Array<JobRow & { list_at: string; list_position: string }> = await page

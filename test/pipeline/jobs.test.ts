@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
 import t, { type Test } from 'tap';
 import { ENDED_PER_STATEMENT, JobRepository, jobIdFor, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
 import type { JobState } from '../../src/pipeline/types.js';
@@ -382,6 +383,46 @@ for (const backend of backends) {
       t.same((await jobs.list({ kind: 'embed_facts', after: firstPage.next! })).jobs.map((job) => job.id), all.filter((job) => job.kind === 'embed_facts').slice(1).map((job) => job.id));
     });
 
+    test('a keyset page deep in a repository reads its own rows from an index in the list order, with no sort', async (t) => {
+      // 6,000 jobs in each of two repositories: nine of a statement share the time, three of an
+      // event the position (as the intake makes them); one in 8 failed, so the failed jobs are a
+      // state's page among many other jobs and several pages of their own.
+      await db.knex.raw(`INSERT INTO jobs (id, kind, repository_id, subject_id, trigger_event_id, trigger_position, state, created_at)
+        SELECT gen_random_uuid(), 'kind-' || (i % 3), 'repo-' || (1 + i % 2), 'subject-' || i, gen_random_uuid(), i / 6,
+               CASE WHEN i % 16 < 2 THEN 'failed' ELSE 'succeeded' END, timestamptz '2026-01-01' + (i / 18) * interval '1 second'
+          FROM generate_series(0, 11999) AS i`);
+      await db.knex.raw('ANALYZE jobs');
+      const limit = 50;
+      // The list's own statement, explained with its bindings as it ran.
+      const explained = async (filter: { state?: JobState; at: number }) => {
+        const after = (await jobs.list({ repositoryId: 'repo-1', state: filter.state, limit: 1, offset: filter.at })).next!;
+        const statements: Array<{ sql: string; bindings: readonly unknown[] }> = [];
+        const record = (query: { sql: string; bindings?: readonly unknown[] }) => statements.push({ sql: query.sql, bindings: query.bindings ?? [] });
+        db.knex.on('query', record);
+        const page = await jobs.list({ repositoryId: 'repo-1', state: filter.state, limit, after });
+        db.knex.removeListener('query', record);
+        const listed = statements.find((statement) => /list_at/.test(statement.sql))!;
+        const { rows } = await db.knex.raw<{ rows: Array<{ 'QUERY PLAN': unknown }> }>(`EXPLAIN (ANALYZE, FORMAT JSON) ${listed.sql.replace(/\$\d+/g, '?')}`, [...listed.bindings] as Knex.RawBinding[]);
+        const output = rows[0]['QUERY PLAN'];
+        const plan = (typeof output === 'string' ? JSON.parse(output) : output) as Array<{ Plan: PlanNode }>;
+        return { page, nodes: planNodes(plan[0].Plan) };
+      };
+      for (const [name, filter, index] of [
+        ['every state', { at: 3000 }, 'jobs_list_idx'],
+        ['one state', { state: 'failed' as const, at: 300 }, 'jobs_list_state_idx'],
+      ] as const) {
+        const { page, nodes } = await explained(filter);
+        t.equal(page.jobs.length, limit, `${name}: a whole page`);
+        t.same(nodes.filter((node) => /Sort/.test(node['Node Type'])).map((node) => node['Node Type']), [], `${name}: nothing sorted`);
+        const scans = nodes.filter((node) => node['Relation Name'] === 'jobs');
+        t.match(scans, [{ 'Node Type': 'Index Scan', 'Index Name': index }], `${name}: one scan of ${index}`);
+        const read = (scans[0]['Actual Rows'] ?? 0) + (scans[0]['Rows Removed by Filter'] ?? 0);
+        // The page and the row that says a next one follows; the position's job and its earlier ties
+        // (three of a repository share a position) at most besides.
+        t.ok(read <= limit + 1 + 3, `${name}: the scan read ${read} rows, the page's and not the ones before its position`);
+      }
+    });
+
     test('the kept counts follow many changes, and a read that finds many rows folds them', async (t) => {
       const inputs = Array.from({ length: 600 }, (_, i) => ({ ...jobInputFor(i % 3 === 0 ? 'embed_facts' : 'extract_concepts', log.add()), repositoryId: i % 2 === 0 ? 'repo-1' : 'repo-2' }));
       for (const input of inputs) await jobs.enqueue(input);
@@ -414,4 +455,18 @@ for (const backend of backends) {
       t.same(await jobs.counts(), { embed_facts: { queued: 3, running: 0, succeeded: 1, failed: 0, dead: 0 } });
     });
   });
+}
+
+/** A node of PostgreSQL's EXPLAIN (FORMAT JSON) plan: the fields the tests read. */
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  'Actual Rows'?: number;
+  'Rows Removed by Filter'?: number;
+  Plans?: PlanNode[];
+}
+
+function planNodes(node: PlanNode): PlanNode[] {
+  return [node, ...(node.Plans ?? []).flatMap(planNodes)];
 }
