@@ -25,7 +25,18 @@ export interface WorkerRequest<Call> {
   reportStart?: boolean;
 }
 
-export type WorkerReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: unknown } | { id: number; started: true };
+/** `cpu`: the worker thread's CPU time as it began the call (`process.threadCpuUsage()`). */
+export type WorkerReply = { id: number; ok: true; value: unknown } | { id: number; ok: false; error: unknown } | { id: number; started: true; cpu: NodeJS.CpuUsage };
+
+/** A call its worker has begun (`CallOptions.onStart`). */
+export interface StartedCall {
+  /**
+   * The CPU time (ms) the worker's thread has spent since it began the call: the call's own work,
+   * however busy the machine is (a thread waiting for a core spends none). Calls that interleave on
+   * the worker count together. Rejects once the worker has exited.
+   */
+  cpuTimeMs(): Promise<number>;
+}
 
 /** Options of one call. */
 export interface CallOptions {
@@ -35,7 +46,7 @@ export interface CallOptions {
    * Runs when the worker begins the call: after its start-up and the calls before it on that
    * worker, so that a time limit can count the call's own time and not the wait.
    */
-  onStart?: () => void;
+  onStart?: (call: StartedCall) => void;
 }
 
 /** An error as plain data for the other thread: its name and message (a pool adds its error classes' fields). */
@@ -75,7 +86,7 @@ export interface WorkerPoolOptions {
 
 export interface WorkerSlot {
   readonly worker: Worker;
-  readonly inFlight: Map<number, { resolve(value: unknown): void; reject(error: unknown): void; onStart?: () => void }>;
+  readonly inFlight: Map<number, { resolve(value: unknown): void; reject(error: unknown): void; onStart?: (call: StartedCall) => void }>;
   /** The uncaught error that is ending the worker, for the calls it fails. */
   crash: Error | null;
 }
@@ -179,7 +190,7 @@ export class WorkerPool<Call> {
     const pending = slot.inFlight.get(reply.id);
     if (pending === undefined) return;
     if ('started' in reply) {
-      pending.onStart?.();
+      pending.onStart?.(startedCall(slot.worker, reply.cpu));
       return;
     }
     slot.inFlight.delete(reply.id);
@@ -204,6 +215,17 @@ export class WorkerPool<Call> {
   }
 }
 
+const cpuMs = (usage: NodeJS.CpuUsage) => (usage.user + usage.system) / 1000;
+
+function startedCall(worker: Worker, atStart: NodeJS.CpuUsage): StartedCall {
+  // Worker#cpuUsage came with Node 24.6 (the engines field allows 24.0): before it, the clock's time since the start.
+  if (typeof worker.cpuUsage !== 'function') {
+    const since = performance.now();
+    return { cpuTimeMs: async () => performance.now() - since };
+  }
+  return { cpuTimeMs: async () => cpuMs(await worker.cpuUsage()) - cpuMs(atStart) };
+}
+
 /**
  * The worker side: answers each request of the parent with `run`'s value (transferring the
  * buffers it names) or with its error as `serializeError` makes it. Calls run one at a time, in
@@ -216,7 +238,7 @@ export function serveWorkerCalls<Call>(
   const port = parentPort;
   if (port === null) throw new Error('a worker pool entry runs as a worker thread only');
   port.on('message', (request: WorkerRequest<Call>) => {
-    if (request.reportStart) port.postMessage({ id: request.id, started: true } satisfies WorkerReply);
+    if (request.reportStart) port.postMessage({ id: request.id, started: true, cpu: process.threadCpuUsage() } satisfies WorkerReply);
     run(request.call).then(
       ({ value, transfer }) => port.postMessage({ id: request.id, ok: true, value } satisfies WorkerReply, transfer ?? []),
       (error: unknown) => port.postMessage({ id: request.id, ok: false, error: serializeError(error) } satisfies WorkerReply),

@@ -1,6 +1,6 @@
 import type { ResourceLimits } from 'node:worker_threads';
 import { siblingEntry } from '../../util/helperProcess.js';
-import { errorFrom, plainError, WorkerPool, type CallOptions, type PlainError } from '../../util/workerPool.js';
+import { errorFrom, plainError, WorkerPool, type CallOptions, type PlainError, type StartedCall } from '../../util/workerPool.js';
 import { UnsupportedContentError } from './document.js';
 import type { ExtractedDocument, ExtractInput } from './extract.js';
 import type { PdfImage, PdfImageLimits } from './pdfImages.js';
@@ -75,7 +75,7 @@ const WORKER_ENTRY = siblingEntry(import.meta.url, 'extractionWorker');
 export const IN_THREAD_BELOW_BYTES = 16 * 1024;
 
 /**
- * How long one document's extraction in a worker may take when the caller does not say (the
+ * How much of its worker's CPU time one document's extraction may take when the caller does not say (the
  * service passes `providers.resolution.extraction_timeout`, 2m by default). Readability's
  * clean-up costs far more than the square of the markup's nesting (a chain of 1,000 divs, 5 KB,
  * took 28 s; a 9 MB one ran for hours), so a crafted page could hold the one extraction worker,
@@ -107,20 +107,37 @@ export function markupNesting(text: string): number {
 /**
  * `run` under the extraction deadline as well as the caller's signal; past the deadline, a
  * permanent refusal: "<what> too complex to extract: not done within <n> s<hint>".
+ *
+ * The deadline is the worker's CPU time from when it begins the call, not the clock's from the
+ * request: the worker's start-up and the documents before it on the worker are not this
+ * document's doing, nor is the time its thread waits for a core on a busy machine (pdf.js loading
+ * and a PDF's first text read took a second there, where they take 0.15 s alone). Counted, they
+ * refused sound documents as too complex under load. A thread spends no more CPU time than the
+ * clock's, so the worker's is looked at when the rest of the budget could be spent, no sooner.
  */
-async function withinDeadline<T>(
+export async function withinDeadline<T>(
   deadlineMs: number,
   signal: AbortSignal | undefined,
   refusal: { what: string; hint: string },
   run: (options: CallOptions) => Promise<T>,
 ): Promise<T> {
-  // From when the worker begins the call, not from the request: the worker's start-up (pdf.js
-  // loading, seconds on a busy machine) and the documents before it on the worker are not this
-  // document's doing, and counted, they refused sound documents as too complex under load.
   const deadline = new AbortController();
   let timer: NodeJS.Timeout | undefined;
-  const onStart = () => {
-    timer = setTimeout(() => deadline.abort(new Error(`not done within ${deadlineMs} ms`)), deadlineMs);
+  let settled = false;
+  const onStart = (call: StartedCall) => {
+    const lookAfter = (ms: number) => {
+      timer = setTimeout(() => {
+        call.cpuTimeMs().then(
+          (spent) => {
+            if (settled) return;
+            if (spent >= deadlineMs) deadline.abort(new Error(`not done within ${deadlineMs} ms of CPU time`));
+            else lookAfter(deadlineMs - spent);
+          },
+          () => {}, // the worker has exited: the call fails with its own error
+        );
+      }, ms);
+    };
+    lookAfter(deadlineMs);
   };
   try {
     return await run({ signal: signal ? AbortSignal.any([signal, deadline.signal]) : deadline.signal, onStart });
@@ -130,6 +147,7 @@ async function withinDeadline<T>(
     }
     throw error;
   } finally {
+    settled = true;
     clearTimeout(timer);
   }
 }
@@ -148,7 +166,7 @@ export interface WorkerDocumentExtractorOptions {
   size?: number;
   resourceLimits?: ResourceLimits;
   inThreadBelowBytes?: number;
-  /** One document's deadline in the worker; default EXTRACTION_DEADLINE_MS. */
+  /** One document's deadline in the worker, in its CPU time (withinDeadline); default EXTRACTION_DEADLINE_MS. */
   deadlineMs?: number;
 }
 

@@ -2,8 +2,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { extractDocument, UnsupportedContentError } from '../../../src/providers/fetch/extract.js';
-import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, IN_THREAD_MAX_NESTING, inThreadDocumentExtractor, markupNesting, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
+import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, IN_THREAD_MAX_NESTING, inThreadDocumentExtractor, markupNesting, withinDeadline, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
 import { isPermanentError } from '../../../src/pipeline/types.js';
+import { errorFrom, WorkerPool, type PlainError } from '../../../src/util/workerPool.js';
+import type { BusyCall } from '../../util/fixtures/busyWorker.js';
 import { extractPdfImages } from '../../../src/providers/fetch/pdfImages.js';
 import { buildPdfWithImages, noiseImage } from '../../fixtures/fetch/pdfWithImages.js';
 import { CORPUS_DIR } from '../../helpers/corpus.js';
@@ -177,6 +179,25 @@ t.test('an extraction past its deadline ends its worker and fails the document a
   t.equal(error.message, 'the document is too complex to extract: not done within 0.2 s (deeply nested markup?)');
   t.ok(isPermanentError(error), 'not retried');
   t.ok((await extractor.extract({ body: corpusFile('r01-becquerel-rays.html'), contentType: 'text/html' })).text.length > 100, 'the next document is answered');
+});
+
+t.test("the deadline is the worker's CPU time for the call: a call that waits past it is answered, one that computes past it is refused", async (t) => {
+  const pool = new WorkerPool<BusyCall>({
+    entry: new URL('../../util/fixtures/busyWorker.ts', import.meta.url),
+    name: 'test-deadline',
+    size: 1,
+    closedError: () => new Error('closed'),
+    lostError: (cause) => new Error(`lost: ${cause}`),
+    rebuildError: (error) => errorFrom(error as PlainError),
+  });
+  t.teardown(() => pool.close());
+  const refusal = { what: 'the call is', hint: '' };
+  // Waiting, as a worker does for a core on a busy machine, spends none of it.
+  t.equal(await withinDeadline(100, undefined, refusal, (options) => pool.call({ method: 'sleep', ms: 400 }, options)), 'slept');
+  const error = await rejection(withinDeadline(100, undefined, refusal, (options) => pool.call({ method: 'spin' }, options)));
+  t.type(error, UnsupportedContentError);
+  t.equal(error.message, 'the call is too complex to extract: not done within 0.1 s');
+  t.equal(pool.workerCount, 0, 'the computing worker was ended');
 });
 
 t.test("a PDF's images past the deadline: the worker is ended and the images refused as too complex, permanently, however small the PDF", async (t) => {
