@@ -104,6 +104,9 @@ export function markupNesting(text: string): number {
   return deepest;
 }
 
+/** How many times the CPU-time deadline a call may last by the clock (withinDeadline). */
+export const WALL_CLOCK_BACKSTOP = 10;
+
 /**
  * `run` under the extraction deadline as well as the caller's signal; past the deadline, a
  * permanent refusal: "<what> too complex to extract: not done within <n> s<hint>".
@@ -114,6 +117,10 @@ export function markupNesting(text: string): number {
  * and a PDF's first text read took a second there, where they take 0.15 s alone). Counted, they
  * refused sound documents as too complex under load. A thread spends no more CPU time than the
  * clock's, so the worker's is looked at when the rest of the budget could be spent, no sooner.
+ * A call that waits without computing (a promise that never settles in the worker) spends none
+ * of it, so the clock ends it too, at WALL_CLOCK_BACKSTOP times the deadline: one stuck document
+ * must not hold the extraction worker, and every document queued behind it, for ever
+ * (`task.job_timeout` may be unlimited).
  */
 export async function withinDeadline<T>(
   deadlineMs: number,
@@ -125,13 +132,16 @@ export async function withinDeadline<T>(
   let timer: NodeJS.Timeout | undefined;
   let settled = false;
   const onStart = (call: StartedCall) => {
+    const wallDeadline = performance.now() + WALL_CLOCK_BACKSTOP * deadlineMs;
     const lookAfter = (ms: number) => {
       timer = setTimeout(() => {
         call.cpuTimeMs().then(
           (spent) => {
             if (settled) return;
+            const wallLeft = wallDeadline - performance.now();
             if (spent >= deadlineMs) deadline.abort(new Error(`not done within ${deadlineMs} ms of CPU time`));
-            else lookAfter(deadlineMs - spent);
+            else if (wallLeft <= 0) deadline.abort(new Error(`not done within ${WALL_CLOCK_BACKSTOP * deadlineMs} ms of the clock`));
+            else lookAfter(Math.min(deadlineMs - spent, wallLeft));
           },
           () => {}, // the worker has exited: the call fails with its own error
         );

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
 import { extractDocument, UnsupportedContentError } from '../../../src/providers/fetch/extract.js';
-import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, IN_THREAD_MAX_NESTING, inThreadDocumentExtractor, markupNesting, withinDeadline, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
+import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, IN_THREAD_MAX_NESTING, inThreadDocumentExtractor, markupNesting, WALL_CLOCK_BACKSTOP, withinDeadline, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
 import { isPermanentError } from '../../../src/pipeline/types.js';
 import { errorFrom, WorkerPool, type PlainError } from '../../../src/util/workerPool.js';
 import type { BusyCall } from '../../util/fixtures/busyWorker.js';
@@ -193,11 +193,17 @@ t.test("the deadline is the worker's CPU time for the call: a call that waits pa
   t.teardown(() => pool.close());
   const refusal = { what: 'the call is', hint: '' };
   // Waiting, as a worker does for a core on a busy machine, spends none of it.
-  t.equal(await withinDeadline(100, undefined, refusal, (options) => pool.call({ method: 'sleep', ms: 400 }, options)), 'slept');
+  t.equal(await withinDeadline(100, undefined, refusal, (options) => pool.call({ method: 'sleep', ms: 250 }, options)), 'slept');
   const error = await rejection(withinDeadline(100, undefined, refusal, (options) => pool.call({ method: 'spin' }, options)));
   t.type(error, UnsupportedContentError);
   t.equal(error.message, 'the call is too complex to extract: not done within 0.1 s');
   t.equal(pool.workerCount, 0, 'the computing worker was ended');
+  // A call that waits for ever spends none of its CPU time: the clock ends it, at WALL_CLOCK_BACKSTOP times the deadline.
+  const stuck = await rejection(withinDeadline(30, undefined, refusal, (options) => pool.call({ method: 'sleep', ms: 3_600_000 }, options)));
+  t.type(stuck, UnsupportedContentError);
+  t.equal(stuck.message, 'the call is too complex to extract: not done within 0.03 s');
+  t.match(stuck.cause, { message: `not done within ${WALL_CLOCK_BACKSTOP * 30} ms of the clock` }, 'ended by the clock, not by CPU time');
+  t.equal(pool.workerCount, 0, 'the waiting worker was ended');
 });
 
 t.test("a PDF's images past the deadline: the worker is ended and the images refused as too complex, permanently, however small the PDF", async (t) => {
