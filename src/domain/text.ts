@@ -52,12 +52,15 @@ export function cleanFileName(name: string | null | undefined): string | null {
 }
 
 /**
- * A Markdown inline link `[text](destination)` or image `![alt](…)`, with its text in group 1.
- * Linear in its input: the text holds no bracket and the destination no parenthesis, so no
- * attempt runs past the next one (`[^\]]*` ran to the end of `[[[[…`, a cost that grew with the
- * square of the length).
+ * A Markdown inline link `[text](destination)` or image `![alt](…)`, with its text in group 1. The
+ * destination may hold balanced parentheses one level deep, as addresses of Wikipedia's do
+ * (`[Mercury](https://en.wikipedia.org/wiki/Mercury_(planet))`). Linear in its input: the text holds
+ * no bracket and the destination ends at the first parenthesis that closes it or pairs with none,
+ * so no attempt runs past the next bracket or stray parenthesis (`[^\]]*` ran to the end of `[[[[…`,
+ * a cost that grew with the square of the length). Brackets escaped in the text
+ * (`[\[1\]](#cite_note-1)`) are for the caller to hold (outsideCodeSpans).
  */
-export const MARKDOWN_INLINE_LINK = /!?\[([^[\]]*)\]\([^()]*\)/g;
+export const MARKDOWN_INLINE_LINK = /!?\[([^[\]]*)\]\((?:[^()]|\([^()]*\))*\)/g;
 
 /** A run of `*` or `_` that may open or close emphasis, as CommonMark's delimiter stack holds it. */
 interface DelimiterRun {
@@ -159,41 +162,61 @@ function codeSpans(line: string): CodeSpan[] {
   return spans;
 }
 
-/** Stands for a held-aside code span in outsideCodeSpans: private-use characters no pattern reads. */
-const HELD_SPAN = /\uE000(\d+)\uE001/g;
+/** Stands for a piece held aside in outsideCodeSpans: private-use characters no pattern reads. */
+const HELD = /\uE000(\d+)\uE001/g;
 
 /**
- * `outside` applied to a line with its code spans held aside, then the spans put back as written:
- * CommonMark's code spans bind tighter than links, images and tags, so `[a](b)` or `<p>` between
- * backticks is the span's text, while a link's text may hold a whole span. A line that already
- * holds the placeholders' characters is passed whole.
+ * `outside` applied to a line with its code spans and backslash escapes held aside, then both put
+ * back as written. CommonMark's code spans bind tighter than links, images and tags, so `[a](b)` or
+ * `<p>` between backticks is the span's text, while a link's text may hold a whole span; and an
+ * escaped ASCII punctuation character is text, never markup, outside code spans: `\[a\](b)` is no
+ * link, `\<b>` no tag, `\&amp;` no character reference, and `[\[1\]](#n)` a link whose text is
+ * `\[1\]` (a backslash in a code span is the span's text). The placeholders' own characters, where
+ * the line has them, are held as well, so every line is read by the same rule. One pass.
  */
 export function outsideCodeSpans(line: string, outside: (text: string) => string): string {
   const spans = codeSpans(line);
-  if (spans.length === 0 || /[\uE000\uE001]/.test(line)) return outside(line);
-  let held = '';
+  const held: string[] = [];
+  let text = '';
   let from = 0;
-  spans.forEach((span, n) => {
-    held += `${line.slice(from, span.start)}\uE000${n}\uE001`;
-    from = span.end;
-  });
-  held += line.slice(from);
-  return outside(held).replace(HELD_SPAN, (placeholder, n: string) => {
-    const span = spans[Number(n)];
-    return span ? line.slice(span.start, span.end) : placeholder;
-  });
+  const hold = (start: number, end: number): void => {
+    text += `${line.slice(from, start)}\uE000${held.length}\uE001`;
+    held.push(line.slice(start, end));
+    from = end;
+  };
+  let nextSpan = 0;
+  for (let i = 0; i < line.length; ) {
+    const span = spans[nextSpan];
+    if (span?.start === i) {
+      hold(i, span.end);
+      nextSpan++;
+      i = span.end;
+    } else if (line[i] === '\\' && ASCII_PUNCTUATION.test(line[i + 1] ?? '')) {
+      hold(i, i + 2);
+      i += 2;
+    } else if (line[i] === '\uE000' || line[i] === '\uE001') {
+      hold(i, i + 1);
+      i++;
+    } else {
+      i++;
+    }
+  }
+  if (held.length === 0) return outside(line);
+  return outside(text + line.slice(from)).replace(HELD, (placeholder, n: string) => held[Number(n)] ?? placeholder);
 }
 
 /**
  * A line of Markdown with its code spans as their text and its emphasis (`*`, `**`, `_`, `__`,
  * nested) without its marks, by CommonMark's rules: code spans as codeSpans finds them; emphasis
  * is matched on a delimiter stack, so `**bold *and italic* text**` and `*a **b** c*` lose every
- * mark. Unmatched backticks and delimiters stay as written; a backslash escape stays too (it is not
- * a delimiter), for the caller to read. Linear in the line: codeSpans is, each delimiter is removed
- * from the stack at most once, and a closer's search for an opener stops where the last failed
- * search of its kind did (CommonMark's openers_bottom).
+ * mark. Unmatched backticks and delimiters stay as written. A backslash escape is never a delimiter
+ * or a backtick; it stays as written for the caller to read, or, with `unescape`, it is the
+ * character it escapes (`\*a\*` is "*a*"), as CommonMark renders it; in a code span a backslash is
+ * the span's text either way. Linear in the line: codeSpans is, each delimiter is removed from the
+ * stack at most once, and a closer's search for an opener stops where the last failed search of its
+ * kind did (CommonMark's openers_bottom).
  */
-export function stripCodeAndEmphasis(line: string): string {
+export function stripCodeAndEmphasis(line: string, options: { unescape?: boolean } = {}): string {
   const spans = codeSpans(line);
   let nextSpan = 0;
   const pieces: Array<string | DelimiterRun> = [];
@@ -207,7 +230,7 @@ export function stripCodeAndEmphasis(line: string): string {
   for (let i = 0; i < line.length; ) {
     const char = line[i]!;
     if (char === '\\' && ASCII_PUNCTUATION.test(line[i + 1] ?? '')) {
-      text += line.slice(i, i + 2);
+      text += options.unescape ? line[i + 1] : line.slice(i, i + 2);
       i += 2;
       continue;
     }

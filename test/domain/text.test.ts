@@ -47,6 +47,15 @@ t.test('stripCodeAndEmphasis: CommonMark code spans and emphasis, marks left whe
     ['\\*not\\*', '\\*not\\*'],
   ];
   for (const [markdown, text] of cases) t.equal(stripCodeAndEmphasis(markdown), text, markdown);
+  // With `unescape`, a backslash before ASCII punctuation goes outside code spans, as CommonMark renders it.
+  const unescaped: Array<[string, string]> = [
+    ['\\*not\\* \\_em\\_', '*not* _em_'],
+    ['\\\\*emphasis*', '\\emphasis'],
+    ['\\&amp; \\" \\$ \\~', '&amp; " $ ~'],
+    ['`a\\*b \\\\` stays', 'a\\*b \\\\ stays'],
+    ['\\a \\é \\', '\\a \\é \\'],
+  ];
+  for (const [markdown, text] of unescaped) t.equal(stripCodeAndEmphasis(markdown, { unescape: true }), text, `unescaped ${markdown}`);
   // Each of these is a pass over its 256 KiB, not one per delimiter (the last round's patterns' cost).
   for (const markdown of ['*'.repeat(262_144), '`'.repeat(262_144), '['.repeat(262_144), '**a'.repeat(87_381), '*a **a ***a '.repeat(21_845), '_a *a '.repeat(43_690)]) {
     t.ok(stripCodeAndEmphasis(markdown).length > 0);
@@ -62,8 +71,18 @@ t.test('outsideCodeSpans: code spans bind tighter than links; a link may hold a 
     ['[a](b) and `[c](d)`', 'a and `[c](d)`'],
     ['\\`[a](b)`', '\\`a`'],
     ['no spans [a](b)', 'no spans a'],
-    ['held \uE000 characters `[a](b)`', 'held \uE000 characters `a`'],
+    ['held \uE000 characters `[a](b)` and \uE0001\uE001 [c](d)', 'held \uE000 characters `[a](b)` and \uE0001\uE001 c'],
+    // An escaped character is text: held from the patterns like a span, and put back as written.
+    ['\\[not a link\\](x) and \\![not an image](y)', '\\[not a link\\](x) and \\!not an image'],
+    ['[\\[1\\]](#cite_note-1) and [a\\]b](c)', '\\[1\\] and a\\]b'],
+    ['\\\\[a](b) and [a](b\\)c)', '\\\\a and a'],
+    ['`\\`[a](b)`', '`\\`a`'],
+    ['[Mercury](https://en.wikipedia.org/wiki/Mercury_(planet)) and [a](b(c)', 'Mercury and [a](b(c)'],
   ];
   for (const [markdown, text] of cases) t.equal(outsideCodeSpans(markdown, links), text, markdown);
+  // One pass over 256 KiB of escapes, or of escaped brackets inside one unclosed link text.
+  for (const markdown of ['\\*'.repeat(131_072), `[${'\\['.repeat(131_072)}`, `[a](${'(b)'.repeat(87_381)}`]) {
+    t.ok(outsideCodeSpans(markdown, links).length > 0);
+  }
   t.equal(stripCodeAndEmphasis(outsideCodeSpans('`*[a](b)*` and *[c](d)*', links)), '*[a](b)* and c', 'then the spans become their text');
 });

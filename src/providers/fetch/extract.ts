@@ -213,7 +213,8 @@ export function plainTextToDocument(text: string): ExtractedDocument {
   return { title: null, text: cleaned, markdown: cleaned, publishedAt: null, kind: 'text', images: [] };
 }
 
-const FENCE = /^ {0,3}(`{3,}|~{3,})/;
+/** A code fence's mark: it may stand three columns at most past the content of the list item it is in (fenceOf). */
+const FENCE = /^[ \t]*(`{3,}|~{3,})/;
 const ATX_HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
 const SETEXT_UNDERLINE = /^ {0,3}(?:=+|-+)[ \t]*$/;
 const THEMATIC_BREAK = /^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$/;
@@ -240,23 +241,24 @@ function splitFrontMatter(markdown: string): FrontMatter {
   return { body: markdown.slice(match[0].length), fields };
 }
 
-/** A run of inline HTML tags with the spaces after each, and a tag's name. */
-const HTML_TAG_RUN = /(?:<\/?[a-z][^<>]*>\s*)+/gi;
+/** A run of inline HTML tags with the spaces after each (on their line), and a tag's name. */
+const HTML_TAG_RUN = /(?:<\/?[a-z][^<>]*>[^\S\n]*)+/gi;
 const HTML_TAG = /<\/?([a-z][a-z0-9-]*)[^<>]*>/gi;
 
 /**
- * A run of HTML tags in a line of Markdown to the text it leaves: nothing for inline elements
+ * A run of HTML tags in Markdown to the text it leaves: nothing for inline elements
  * (`un<em>sure</em>` is "unsure"), a space where an element is a block, line or cell of its own,
- * so `<p>one</p><p>two</p>` reads "one two", not "onetwo".
+ * so `<p>one</p><p>two</p>` reads "one two", not "onetwo" (none at a line's edge).
  */
-function tagRunText(run: string, at: number, line: string): string {
+function tagRunText(run: string, at: number, text: string): string {
   const separates = [...run.matchAll(HTML_TAG)].some((tag) => separatesWords((tag[1] ?? '').toUpperCase()));
   if (!separates) return run.replace(HTML_TAG, '');
-  const edge = at === 0 || at + run.length === line.length || /\s/.test(line[at - 1] ?? '');
+  const end = at + run.length;
+  const edge = at === 0 || end === text.length || text[end] === '\n' || /\s/.test(text[at - 1] ?? '');
   return edge ? '' : ' ';
 }
 
-/** A line without its HTML comments; by `indexOf`, so an unclosed `<!--` costs one scan, not one per opener. */
+/** Text without its HTML comments; by `indexOf`, so an unclosed `<!--` costs one scan, not one per opener. */
 function withoutHtmlComments(line: string): string {
   let text = '';
   let from = 0;
@@ -269,62 +271,130 @@ function withoutHtmlComments(line: string): string {
   }
 }
 
-/** A backslash escape (kept for the last step to undo) or an entity or numeric character reference. */
-const ESCAPE_OR_REFERENCE = /\\[!-/:-@[-`{-~]|&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});/g;
-/** What the steps after the references are decoded read as markup; a decoded one is escaped, so it stays text. */
-const MARKUP_CHARACTER = /[\\`*_{}[\]()#+\-.!|>~]/g;
+/** An entity or numeric character reference. */
+const CHARACTER_REFERENCE = /&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});/g;
+/** What stripCodeAndEmphasis, the step after the references are decoded, reads as markup; a decoded one is escaped, so it stays text. */
+const MARKUP_CHARACTER = /[\\`*_]/g;
 
 /**
  * Entity and numeric character references (`&amp;`, `&eacute;`, `&#39;`, `&#x263A;`) in Markdown
- * text, decoded as CommonMark has it: outside code spans (the caller's), not after a backslash
- * (`\&amp;` is the text "&amp;" as written), an unknown name kept as written, a code point that is
- * not a character U+FFFD, and a decoded character is text, never markup (`&#42;a&#42;` is "*a*").
+ * text, decoded as CommonMark has it: outside code spans and not after a backslash (both held by the
+ * caller: `\&amp;` is the text "&amp;"), an unknown name kept as written, a code point that is not a
+ * character U+FFFD, and a decoded character is text, never markup (`&#42;a&#42;` is "*a*").
  * The names are HTML's, read by `entities` (the decoder of linkedom's parser) in its strict mode: a
  * whole name with its semicolon, never a known prefix of one (`&notit;` stays as written).
  */
 function decodeCharacterReferences(text: string): string {
   if (!text.includes('&')) return text;
-  return text.replace(ESCAPE_OR_REFERENCE, (match) => {
-    if (match.startsWith('\\')) return match;
+  return text.replace(CHARACTER_REFERENCE, (match) => {
     const decoded = decodeHTMLStrict(match);
     return decoded === match ? match : decoded.replace(MARKUP_CHARACTER, '\\$&');
   });
 }
 
 /**
- * Inline Markdown to its text. Every pattern is linear in the line: a bracket, parenthesis,
- * angle bracket or delimiter run ends what it may span. Patterns that let `[^\]]*` or `.+?` run
- * to the line's end cost the square of its length on input such as `[[[[…` or `**a **a …`: a
- * 256 KiB report or upload took seconds to minutes of a thread's time. Code spans and emphasis,
- * which no such pattern reads right when nested or holding a backtick, go by stripCodeAndEmphasis.
+ * Inline Markdown (a line, or the lines of one paragraph) to its text. Every pattern is linear in
+ * the text: a bracket, parenthesis, angle bracket or delimiter run ends what it may span. Patterns
+ * that let `[^\]]*` or `.+?` run to the end cost the square of its length on input such as `[[[[…`
+ * or `**a **a …`: a 256 KiB report or upload took seconds to minutes of a thread's time. Code spans
+ * and emphasis, which no such pattern reads right when nested or holding a backtick, go by
+ * stripCodeAndEmphasis.
+ *
+ * Backslash escapes follow one rule, CommonMark's: before an ASCII punctuation character, outside a
+ * code span, the backslash goes and the character is text (`\*a\*` is "*a*", `\[a\](b)` no link,
+ * `\&amp;` the text "&amp;", `\\` one backslash); in a code span, and in code blocks (which are
+ * not read here), a backslash is text.
  */
-function stripInlineMarkdown(line: string): string {
-  // Code spans first: what is between backticks is text, links and tags included.
-  // References last, so what they decode to is never read as a link or a tag.
-  const withoutLinksAndTags = outsideCodeSpans(line, (text) =>
+function stripInlineMarkdown(markdown: string): string {
+  // Code spans and escapes are held first: what is between backticks, or escaped, is text, links
+  // and tags included. References last, so what they decode to is never read as a link or a tag.
+  const withoutLinksAndTags = outsideCodeSpans(markdown, (text) =>
     decodeCharacterReferences(
+      // Images before links, so a link whose text is an image (a badge) is a link with text.
       withoutHtmlComments(text)
-      .replace(MARKDOWN_IMAGE, '$1')
-      .replace(MARKDOWN_INLINE_LINK, '$1')
-      .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
-      .replace(/\[\^[^[\]]+\]/g, '') // footnote references
-      .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
-      .replace(HTML_TAG_RUN, tagRunText),
+        .replace(MARKDOWN_IMAGE, '$1')
+        .replace(/!\[([^[\]]*)\]\[[^[\]]*\]/g, '$1') // reference images
+        .replace(MARKDOWN_INLINE_LINK, '$1')
+        .replace(/\[([^[\]]+)\]\[[^[\]]*\]/g, '$1') // reference links
+        .replace(/\[\^[^[\]]+\]/g, '') // footnote references
+        .replace(/<((?:https?|mailto):[^<>\s]+)>/gi, '$1') // autolinks
+        .replace(HTML_TAG_RUN, tagRunText)
+        .replace(/~~(?=[^\s~])([^~]+?)(?<=\S)~~/g, '$1'), // strikethrough
     ),
   );
-  return stripCodeAndEmphasis(withoutLinksAndTags)
-    .replace(/~~(?=[^\s~])([^~]+?)(?<=\S)~~/g, '$1')
-    .replace(/\\([\\`*_{}[\]()#+\-.!|>~])/g, '$1');
+  return stripCodeAndEmphasis(withoutLinksAndTags, { unescape: true });
 }
 
-/** Markdown to plain text: block syntax removed line by line, code kept verbatim. */
+/** A list item's marker and the spaces after it (where its content starts), and a task's box after them. */
+const LIST_MARKER = /^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+/;
+const TASK_BOX = /^\[[ xX]\][ \t]+/;
+
+/** The columns `text` spans, a tab to the next multiple of four (CommonMark's tab stops). */
+function columns(text: string, from = 0): number {
+  let column = from;
+  for (const char of text) column = char === '\t' ? column + 4 - (column % 4) : column + 1;
+  return column - from;
+}
+
+/** The columns of a line's indentation. */
+function indentation(line: string): number {
+  return columns(/^[ \t]*/.exec(line)?.[0] ?? '');
+}
+
+/**
+ * The fence a line opens or closes, where its indentation lets it be one: three columns at most
+ * past the content of the innermost list item it is in (`listItems`, the open items' content
+ * columns, which grow inward: a binary search, so a deep list costs no pass over it per line).
+ */
+function fenceOf(line: string, listItems: readonly number[] = []): string | null {
+  const fence = FENCE.exec(line)?.[1];
+  if (!fence) return null;
+  const indent = indentation(line);
+  let low = 0;
+  let high = listItems.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (listItems[middle]! <= indent) low = middle + 1;
+    else high = middle;
+  }
+  return indent - (listItems[low - 1] ?? 0) <= 3 ? fence : null;
+}
+
+/** A line without the first `width` columns of its indentation (what a tab has past them stays as spaces). */
+function outdented(line: string, width: number): string {
+  let at = 0;
+  let column = 0;
+  while (column < width && (line[at] === ' ' || line[at] === '\t')) {
+    column += columns(line[at]!, column);
+    at++;
+  }
+  return ' '.repeat(column - Math.min(column, width)) + line.slice(at);
+}
+
+/**
+ * Markdown to plain text: block syntax removed line by line, inline markup read over a whole
+ * paragraph, list item or table row (emphasis, a link or a comment may run over a line's end), and
+ * code, fenced or indented, kept verbatim.
+ */
 function markdownToPlainText(markdown: string): string {
   const paragraphs: string[] = [];
   let lines: string[] = [];
+  // The lines of the paragraph or list item being read, whose inline markup may run over them.
+  let inline: string[] = [];
   let openFence: string | null = null;
+  // In an indented code block: the indentation its lines have (four columns past a list item's content).
+  let codeIndent: number | null = null;
+  // Where the content of each open list item starts, innermost last: a paragraph indented to an item's
+  // content, after a blank line, is the item's, and code only four columns further in.
+  const listItems: number[] = [];
   // In an HTML comment that started a line and is not closed on it (CommonMark's HTML block 2).
   let inComment = false;
+  const finishInline = (): void => {
+    if (inline.length > 0) for (const line of stripInlineMarkdown(inline.join('\n')).split('\n')) lines.push(line.trim());
+    inline = [];
+  };
   const finishParagraph = (): void => {
+    finishInline();
     if (lines.length > 0) paragraphs.push(lines.join('\n'));
     lines = [];
   };
@@ -333,9 +403,10 @@ function markdownToPlainText(markdown: string): string {
       inComment = !rawLine.includes('-->');
       continue;
     }
-    const fence = FENCE.exec(rawLine);
+    const indent = indentation(rawLine);
+    const fence = fenceOf(rawLine, listItems);
     if (openFence !== null) {
-      if (fence?.[1] && fence[1][0] === openFence[0] && fence[1].length >= openFence.length && rawLine.trim() === fence[1]) {
+      if (fence && fence[0] === openFence[0] && fence.length >= openFence.length && rawLine.trim() === fence) {
         openFence = null;
         finishParagraph();
       } else {
@@ -343,16 +414,37 @@ function markdownToPlainText(markdown: string): string {
       }
       continue;
     }
-    if (fence?.[1]) {
+    const blank = rawLine.trim() === '';
+    if (codeIndent !== null) {
+      // Blank lines within the block are its own; those after it are left out by joinParagraphs.
+      if (blank || indent >= codeIndent) {
+        lines.push(blank ? '' : outdented(rawLine, codeIndent));
+        continue;
+      }
+      codeIndent = null;
       finishParagraph();
-      openFence = fence[1];
+    }
+    if (fence) {
+      finishParagraph();
+      openFence = fence;
       continue;
+    }
+    if (blank) {
+      finishParagraph();
+      continue;
+    }
+    // An indented line continues an open paragraph; after a blank line or another block it is code.
+    const open = inline.length > 0 || lines.length > 0;
+    if (!open) {
+      while ((listItems.at(-1) ?? 0) > indent) listItems.pop();
+      const codeAt = (listItems.at(-1) ?? 0) + 4;
+      if (indent >= codeAt) {
+        codeIndent = codeAt;
+        lines.push(outdented(rawLine, codeAt));
+        continue;
+      }
     }
     let line = rawLine;
-    if (line.trim() === '') {
-      finishParagraph();
-      continue;
-    }
     const comment = HTML_COMMENT_BLOCK.exec(line);
     if (comment && !line.includes('-->', comment[0].length)) {
       finishParagraph();
@@ -362,8 +454,8 @@ function markdownToPlainText(markdown: string): string {
     const tableDelimiter = TABLE_DELIMITER_ROW.test(line) && line.includes('|');
     if (REFERENCE_DEFINITION.test(line) || tableDelimiter) continue;
     // A setext underline under text, or a rule on its own: neither is text.
-    if ((SETEXT_UNDERLINE.test(line) && lines.length > 0) || THEMATIC_BREAK.test(line)) {
-      if (lines.length > 0) finishParagraph();
+    if ((SETEXT_UNDERLINE.test(line) && open) || THEMATIC_BREAK.test(line)) {
+      if (open) finishParagraph();
       continue;
     }
     const heading = ATX_HEADING.exec(line);
@@ -374,11 +466,21 @@ function markdownToPlainText(markdown: string): string {
       continue;
     }
     line = line.replace(/^ {0,3}(?:>[ \t]?)+/, ''); // blockquote markers
-    line = line.replace(/^\s*(?:[-*+]|\d{1,9}[.)])[ \t]+(?:\[[ xX]\][ \t]+)?/, ''); // list markers, task boxes
-    if (/^\s*\|.*\|\s*$/.test(line)) {
-      line = line.trim().replace(/^\||\|$/g, '').split('|').map((cell) => cell.trim()).join(' | ');
+    const item = LIST_MARKER.exec(line);
+    if (item) {
+      // A new item: its marker, and a task's box, are not text.
+      finishInline();
+      const markerIndent = indentation(line);
+      while ((listItems.at(-1) ?? -1) > markerIndent) listItems.pop();
+      listItems.push(columns(item[0]));
+      line = line.slice(item[0].length).replace(TASK_BOX, '');
     }
-    lines.push(stripInlineMarkdown(line).trim());
+    if (/^\s*\|.*\|\s*$/.test(line)) {
+      finishInline();
+      lines.push(stripInlineMarkdown(line.trim().replace(/^\||\|$/g, '').split('|').map((cell) => cell.trim()).join(' | ')).trim());
+      continue;
+    }
+    inline.push(line);
   }
   finishParagraph();
   return joinParagraphs(paragraphs);
@@ -388,13 +490,13 @@ function markdownTitle(markdown: string): string | null {
   let openFence: string | null = null;
   let previous = '';
   for (const line of markdown.split('\n')) {
-    const fence = FENCE.exec(line);
+    const fence = fenceOf(line);
     if (openFence !== null) {
-      if (fence?.[1] && fence[1][0] === openFence[0]) openFence = null;
+      if (fence && fence[0] === openFence[0]) openFence = null;
       continue;
     }
-    if (fence?.[1]) {
-      openFence = fence[1];
+    if (fence) {
+      openFence = fence;
       continue;
     }
     const heading = ATX_HEADING.exec(line);

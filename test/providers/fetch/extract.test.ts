@@ -374,6 +374,17 @@ t.test('Markdown inline markup is stripped in one pass over a line, whatever it 
     ['backtick runs of every length', Array.from({ length: 700 }, (_, k) => `${'`'.repeat(k + 1)}a`).join('')],
     ['unclosed strong', '**a'.repeat(87_000)],
     ['mixed delimiters', '_a *a '.repeat(43_000)],
+    // The same over the lines of one paragraph, which inline markup is read across, and escapes.
+    ['brackets on lines', '[\n'.repeat(131_072)],
+    ['strong on lines', '**a\n'.repeat(87_000)],
+    ['backticks on lines', 'a `\n'.repeat(87_000)],
+    ['tags on lines', '<a\n'.repeat(87_000)],
+    ['escapes', '\\*'.repeat(131_072)],
+    ['escaped brackets in a link text', `[${'\\[\n'.repeat(87_000)}`],
+    ['parentheses in a link destination', `[a](${'(b)'.repeat(87_000)}`],
+    ['reference images', '[![a][b]][c] ![['.repeat(20_000)],
+    // A deep list, then fences and lines that look for the list item they are in.
+    ['fences under a deep list', `${Array.from({ length: 400 }, (_, k) => `${' '.repeat(2 * k)}- a`).join('\n')}\n${'  ```\n'.repeat(87_000)}`],
   ];
   for (const [name, markdown] of cases) {
     const document = await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown', url: 'https://example.com/x.md' });
@@ -386,6 +397,74 @@ t.test('Markdown inline markup is stripped in one pass over a line, whatever it 
   });
   // A code span holding a backtick kept its ticks, and nested emphasis its outer marks.
   t.equal(kept.text, 'Some bold, italic, strong, em, gone, code, a`b and a link with html.\n\nbold and italic text, a b c, both, snake_case, 2 * 3 and *stars*.');
+});
+
+t.test('Markdown backslash escapes: one rule, CommonMark\'s, outside code and in it', async (t) => {
+  const read = async (markdown: string) => (await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown' })).text;
+  // CommonMark's examples (spec 0.31.2, "Backslash escapes"): any ASCII punctuation character may be
+  // escaped, and is then text, never markup; the backslash goes.
+  t.equal(await read('\\!\\"\\#\\$\\%\\&\\\'\\(\\)\\*\\+\\,\\-\\.\\/\\:\\;\\<\\=\\>\\?\\@\\[\\\\\\]\\^\\_\\`\\{\\|\\}\\~'), '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~');
+  t.equal(await read('\\\t\\A\\a\\ \\3\\φ\\«'), '\\\t\\A\\a\\ \\3\\φ\\«', 'before any other character a backslash is text');
+  t.equal(
+    await read(
+      [
+        '\\*not emphasized*',
+        '\\<br/> not a tag',
+        '\\[not a link](/foo)',
+        '\\`not code`',
+        '1\\. not a list',
+        '\\* not a list',
+        '\\# not a heading',
+        '\\[foo]: /url "not a reference"',
+        '\\&ouml; not a character entity',
+        '\\&amp; and \\&ast;not emphasized*',
+      ].join('\n'),
+    ),
+    [
+      '*not emphasized*',
+      '<br/> not a tag',
+      '[not a link](/foo)',
+      '`not code`',
+      '1. not a list',
+      '* not a list',
+      '# not a heading',
+      '[foo]: /url "not a reference"',
+      '&ouml; not a character entity',
+      '&amp; and &ast;not emphasized*',
+    ].join('\n'),
+  );
+  t.equal(await read('\\\\*emphasis*'), '\\emphasis', 'an escaped backslash is one backslash, and the emphasis after it is read');
+  t.equal(await read('[\\[1\\]](#cite_note-1) and [a](b\\)c) link'), '[1] and a link', 'in a link\'s text and destination too');
+  // In code, spans and blocks alike, a backslash is text.
+  t.equal(await read('`` \\[\\` `` and `a\\*b \\&amp;`'), '\\[\\` and a\\*b \\&amp;');
+  t.equal(await read('```\n\\[\\]\n```\n\n~~~\n\\*a\\* &amp;\n~~~'), '\\[\\]\n\n\\*a\\* &amp;');
+  t.equal(await read('Para.\n\n    \\[\\] &amp; *a*\n\n\tb\\_c\n\nAfter \\*code\\*.'), 'Para.\n\n\\[\\] &amp; *a*\nb\\_c\n\nAfter *code*.', 'indented code (one block over its blank line)');
+});
+
+t.test('Markdown: indented code, fences in list items, and inline markup across a paragraph\'s lines', async (t) => {
+  const read = async (markdown: string) => (await extractDocument({ body: Buffer.from(markdown), contentType: 'text/markdown' })).text;
+  t.equal(
+    await read('Radium was *first isolated\nin 1910* by [Marie\nCurie](https://example.org/curie) and `Andr\né`.'),
+    'Radium was first isolated\nin 1910 by Marie\nCurie and Andr\né.',
+    'emphasis, a link and a code span may run over a line\'s end',
+  );
+  t.equal(await read('An indented line\n    continues a paragraph **here**.'), 'An indented line\ncontinues a paragraph here.');
+  t.equal(
+    await read('- An item\n\n    whose *second* paragraph is indented.\n\n      code in the item *stays*\n\nOutside.\n\n    code *stays*'),
+    'An item\n\nwhose second paragraph is indented.\n\ncode in the item *stays*\n\nOutside.\n\ncode *stays*',
+    'in a list item, indentation up to the item\'s content is the item\'s, code four columns further in',
+  );
+  t.equal(
+    await read('1. Run:\n\n     ```sh\n     # *not* a heading\n     ```\n\n1. Then *read*:'),
+    'Run:\n\n     # *not* a heading\n\nThen read:',
+    'a fence may stand up to three columns past its list item\'s content',
+  );
+  t.equal(
+    await read('[![Build][build-badge]][build] [![npm](https://img.example/npm.svg)](https://npm.example) text'),
+    'Build npm text',
+    'a link whose text is an image (a badge) reads as the image\'s alt text',
+  );
+  t.equal(await read('See [Mercury](https://en.wikipedia.org/wiki/Mercury_(planet)).'), 'See Mercury.', 'a destination may hold parentheses');
 });
 
 t.test('Markdown: a block element\'s tags leave a space, an inline one\'s nothing, a comment nothing', async (t) => {
@@ -437,7 +516,7 @@ t.test('character references: decoded as each format has them', async (t) => {
     document.text,
     [
       "AT&T sells <b> tags 'cheap', Café ☺ ⪢̸ fj.",
-      'Code a &amp;&amp; b stays, &nosuch; and &notit; stay, \\&copy; stays, \ufffd is a replacement.',
+      'Code a &amp;&amp; b stays, &nosuch; and &notit; stay, &copy; stays, \ufffd is a replacement.',
       '*not emphasis*, `not code`, [not a link](x), <em>not a tag</em>, &amp; once.',
       'a &amp;&amp; b',
       'Fish & Chips',
