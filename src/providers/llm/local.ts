@@ -24,9 +24,9 @@ import type {
  * The built-in chat-model stand-in: rule-based fact extraction with no network and no
  * randomness, on wink-nlp's English lite model (sentence boundaries and part-of-speech tags).
  *
- * Per chunk: split the text into blocks (paragraphs, list items, headings), strip Markdown
- * decoration and citation markers (angle brackets are text: see cleanBlock), split blocks into
- * sentences, drop what is not a statement of fact
+ * Per chunk: split the text into blocks (paragraphs, list items, underlined headings), strip
+ * citation markers (the text is plain in every format, Markdown's already read: see cleanBlock),
+ * split blocks into sentences, drop what is not a statement of fact
  * (questions, headings, navigation and calls to action, verbless fragments, very short
  * sentences), split sentences into independent clauses where that is safe, and make each
  * clause self-contained by replacing a leading pronoun with the subject of the previous
@@ -276,7 +276,7 @@ function extractFactsFromText(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Blocks: paragraphs, list items and headings of plain text or Markdown
+// Blocks: paragraphs, list items and headings of plain text
 
 type BlockKind = 'paragraph' | 'list-item' | 'heading';
 
@@ -287,8 +287,6 @@ interface Block {
   end: number;
 }
 
-const FENCE = /^\s{0,3}(```|~~~)/;
-const ATX_HEADING = /^\s{0,3}#{1,6}(\s|$)/;
 const SETEXT_UNDERLINE = /^\s{0,3}(=+|-+)\s*$/;
 const THEMATIC_BREAK = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
 const TABLE_ROW = /^\s*\|/;
@@ -299,11 +297,17 @@ const FUNCTION_WORDS = new Set([
   'as', 'that', 'which', 'who', 'its', 'his', 'her', 'their', 'is', 'was', 'are', 'were', 'be',
 ]);
 
+/**
+ * The blocks of the extractor's plain text, by the layout plain text has in every format: blank lines
+ * between paragraphs, bulleted or numbered items (`-`, `*`, `+`, `•`, `1.`), a title underlined with
+ * `===` or `---`, separator lines and `|` table rows. Markdown's own syntax (`#` headings, code
+ * fences) is not read here: a Markdown document's text comes without it, and in any other format a
+ * line that starts with `# ` or a backtick fence is the author's text.
+ */
 function splitBlocks(text: string): Block[] {
   const blocks: Block[] = [];
   let open: Block | null = null;
   let openLines = 0;
-  let inFence = false;
   const flush = (): void => {
     if (open !== null) blocks.push(open);
     open = null;
@@ -317,21 +321,13 @@ function splitBlocks(text: string): Block[] {
     const contentEnd = text[lineEnd - 1] === '\r' ? lineEnd - 1 : lineEnd;
     const line = text.slice(lineStart, contentEnd);
 
-    if (FENCE.test(line)) {
-      flush();
-      inFence = !inFence;
-    } else if (inFence) {
-      // Code is not prose.
-    } else if (line.trim() === '') {
+    if (line.trim() === '') {
       flush();
     } else if (SETEXT_UNDERLINE.test(line) && open !== null && openLines === 1) {
       open.kind = 'heading';
       flush();
     } else if (THEMATIC_BREAK.test(line) || TABLE_ROW.test(line)) {
       flush();
-    } else if (ATX_HEADING.test(line)) {
-      flush();
-      blocks.push({ kind: 'heading', start: lineStart, end: contentEnd });
     } else {
       const marker = LIST_MARKER.exec(line);
       const contentStart = lineStart + (marker?.[0].length ?? line.length - line.trimStart().length);
@@ -380,14 +376,10 @@ interface CleanText {
   text: string;
   /** origin[i] is the offset in the original text of text[i]. */
   origin: number[];
-  /** Characters that came from the visible text of Markdown links. */
-  linkChars: number;
 }
 
-/** What a match becomes: pieces of it kept (by capture group) or literal text. */
-type Piece = { group: number } | { literal: string };
-
-function rewrite(source: CleanText, pattern: RegExp, replace: (match: RegExpExecArray) => Piece[]): CleanText {
+/** `source` with every match of `pattern` replaced by `replacement`, which stands where the match started. */
+function rewrite(source: CleanText, pattern: RegExp, replacement: string): CleanText {
   let text = '';
   const origin: number[] = [];
   let copiedTo = 0;
@@ -395,95 +387,62 @@ function rewrite(source: CleanText, pattern: RegExp, replace: (match: RegExpExec
     text += source.text.slice(from, to);
     for (let i = from; i < to; i++) origin.push(source.origin[i] ?? 0);
   };
-  const matcher = new RegExp(pattern.source, pattern.flags.includes('d') ? pattern.flags : `${pattern.flags}d`);
-  for (const match of source.text.matchAll(matcher)) {
+  for (const match of source.text.matchAll(pattern)) {
     const at = match.index ?? 0;
     copy(copiedTo, at);
-    for (const piece of replace(match)) {
-      if ('literal' in piece) {
-        text += piece.literal;
-        for (let i = 0; i < piece.literal.length; i++) origin.push(source.origin[at] ?? 0);
-      } else {
-        const span = match.indices?.[piece.group];
-        if (span !== undefined) copy(span[0], span[1]);
-      }
-    }
+    text += replacement;
+    for (let i = 0; i < replacement.length; i++) origin.push(source.origin[at] ?? 0);
     copiedTo = at + match[0].length;
   }
   copy(copiedTo, source.text.length);
-  return { text, origin, linkChars: source.linkChars };
+  return { text, origin };
 }
 
-const DROP: Piece[] = [];
-const KEEP_FIRST_GROUP: Piece[] = [{ group: 1 }];
-const KEEP_SECOND_GROUP: Piece[] = [{ group: 2 }];
-
-const BLOCKQUOTE_MARKER = /^[ \t]*>+[ \t]?/gm;
-/** Wikipedia-style citation links as turndown writes them: `[\[1\]](#cite_note-1)`. */
-const CITATION_LINK = /[ \t\u00a0]*\[\\?\[[^\]\\]{1,40}\\?\]\]\([^)\s]*\)/g;
-const MARKDOWN_ESCAPE = /\\([\\`*_{}[\]()#+\-.!|>~])/g;
-const MARKDOWN_IMAGE = /!\[[^\]]*\]\([^)]*\)/g;
-const MARKDOWN_LINK = /\[([^[\]]+)\]\((?:[^()\s]|\([^()\s]*\))*(?:\s+"[^"]*")?\)/g;
-const REFERENCE_LINK = /\[([^[\]]+)\]\[[^[\]]*\]/g;
-/** Citation and editorial markers: [1], [1, 2], [3–5], [a], [note 2], [^4], [citation needed]. */
+/**
+ * Citation and cleanup markers: [1], [1, 2], [3–5], [a], [note 2], [^4], [citation needed]. Not
+ * `[sic]`: that is the quoting author's word that an error is the original's, part of what it says.
+ */
 const CITATION_MARKER = new RegExp(
   String.raw`[ \t\u00a0]*\[(?:` +
     [
       String.raw`\d{1,4}(?:\s*[,–—-]\s*\d{1,4})*`,
       String.raw`[a-z]|[ivx]{1,5}|note\s*\d+|\^[\w-]+`,
       'citation needed|clarification needed|verification needed|better source needed|failed verification',
-      String.raw`page needed|dubious[^\]]{0,40}|original research\??|sic`,
+      String.raw`page needed|dubious[^\]]{0,40}|original research\??`,
       String.raw`according to whom\?|by whom\?|when\?|who\?|which\?|where\?`,
     ].join('|') +
     String.raw`)\]`,
   'gi',
 );
-const STRONG = /(\*\*|__)(?=\S)([\s\S]+?)(?<=\S)\1/g;
-const EMPHASIS_STAR = /(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])/g;
-const EMPHASIS_UNDERSCORE = /(?<![\w_])_(?=\S)([^_\n]+?)(?<=\S)_(?![\w_])/g;
-const INLINE_CODE = /`([^`\n]+)`/g;
 const WHITESPACE_RUN = /\s+/g;
 const SPACE_BEFORE_PUNCTUATION = / +(?=[.,;:!?](?:\s|$))/g;
 const EDGE_SPACE = /^ | $/g;
 
 /**
- * A block's words without Markdown decoration and citation markers. Angle brackets are words: the
- * text is the extractor's plain reading of the document (an HTML page's tags are gone already, and
- * `&lt;script&gt;` it wrote is the text `<script>`; a text/plain file's tags are its text), so
- * removing "tags" here dropped words and glued the words on either side of a `</p><p>`. Character
- * references are not decoded here for the same reason: the extractor decodes them where the format
- * has them (HTML's by its DOM, Markdown's outside code), and in a text/plain file `AT&amp;T` is
- * those characters.
+ * A block's words without citation markers, on one line. The text is the extractor's plain reading
+ * of the document, so every other character is the author's: an HTML page's tags and character
+ * references are gone with its DOM, a Markdown document's syntax with the extractor's reading of it
+ * (which alone knows what is code, escaped or a reference), and a text/plain file has none. Reading
+ * Markdown here as well took characters from every format: a text/plain file's `__init__`, `*very*`,
+ * `> 5 people` or `# of cases` lost their marks or their line, as did what a Markdown document's
+ * escapes, code spans and references made text (`\*a\*`, `` `*a*` `` and `&#42;a&#42;` all read
+ * "a", not "*a*"); and in a text/plain file `<p>` or `AT&amp;T` are those characters.
  */
 function cleanBlock(text: string, block: Block): CleanText {
   const origin: number[] = [];
   for (let i = block.start; i < block.end; i++) origin.push(i);
-  let cleaned: CleanText = { text: text.slice(block.start, block.end), origin, linkChars: 0 };
-  cleaned = rewrite(cleaned, BLOCKQUOTE_MARKER, () => DROP);
-  cleaned = rewrite(cleaned, CITATION_LINK, () => DROP);
-  cleaned = rewrite(cleaned, MARKDOWN_ESCAPE, () => KEEP_FIRST_GROUP);
-  cleaned = rewrite(cleaned, MARKDOWN_IMAGE, () => DROP);
-  for (const link of cleaned.text.matchAll(MARKDOWN_LINK)) cleaned.linkChars += link[1]?.length ?? 0;
-  cleaned = rewrite(cleaned, MARKDOWN_LINK, () => KEEP_FIRST_GROUP);
-  // Before reference links, which "[2][3]" would otherwise look like.
-  cleaned = rewrite(cleaned, CITATION_MARKER, () => DROP);
-  cleaned = rewrite(cleaned, REFERENCE_LINK, () => KEEP_FIRST_GROUP);
-  cleaned = rewrite(cleaned, STRONG, () => KEEP_SECOND_GROUP);
-  cleaned = rewrite(cleaned, EMPHASIS_STAR, () => KEEP_FIRST_GROUP);
-  cleaned = rewrite(cleaned, EMPHASIS_UNDERSCORE, () => KEEP_FIRST_GROUP);
-  cleaned = rewrite(cleaned, INLINE_CODE, () => KEEP_FIRST_GROUP);
-  cleaned = rewrite(cleaned, WHITESPACE_RUN, () => [{ literal: ' ' }]);
-  cleaned = rewrite(cleaned, SPACE_BEFORE_PUNCTUATION, () => DROP);
-  cleaned = rewrite(cleaned, EDGE_SPACE, () => DROP);
+  let cleaned: CleanText = { text: text.slice(block.start, block.end), origin };
+  cleaned = rewrite(cleaned, CITATION_MARKER, '');
+  cleaned = rewrite(cleaned, WHITESPACE_RUN, ' ');
+  cleaned = rewrite(cleaned, SPACE_BEFORE_PUNCTUATION, '');
+  cleaned = rewrite(cleaned, EDGE_SPACE, '');
   return cleaned;
 }
 
 const MENU_SEPARATOR = /\s[|·•»›]\s/g;
 
-/** Lists of links and menus ("Home | About | Contact") carry no facts. */
+/** Menus ("Home | About | Contact") carry no facts. */
 function isNavigation(cleaned: CleanText): boolean {
-  const visible = cleaned.text.replace(/\s/g, '').length;
-  if (visible > 0 && cleaned.linkChars / visible >= 0.7) return true;
   return (cleaned.text.match(MENU_SEPARATOR)?.length ?? 0) >= 2;
 }
 

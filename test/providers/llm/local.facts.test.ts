@@ -1,6 +1,7 @@
 import t from 'tap';
 import type { FactExtractionInput } from '../../../src/providers/llm/port.js';
 import { createLocalFactExtractor, LOCAL_FACT_EXTRACTOR_MODEL_ID } from '../../../src/providers/llm/local.js';
+import { extractDocument } from '../../../src/providers/fetch/extract.js';
 import { longArticle } from '../../helpers/longArticle.js';
 
 const extractor = createLocalFactExtractor();
@@ -8,6 +9,12 @@ const extractor = createLocalFactExtractor();
 async function contents(text: string, extra: Partial<FactExtractionInput> = {}): Promise<string[]> {
   const facts = await extractor.extractFacts({ text, chunkIndex: 0, ...extra });
   return facts.map((fact) => fact.content);
+}
+
+/** The facts of a document of this type, read by the extractor as the pipeline reads it. */
+async function documentFacts(contentType: string, body: string): Promise<string[]> {
+  const { text } = await extractDocument({ body: Buffer.from(body), contentType });
+  return contents(text);
 }
 
 t.test('identifies itself as the local model', async (t) => {
@@ -135,32 +142,70 @@ t.test('drops boilerplate, questions, headings and fragments', async (t) => {
   t.same(await contents(text), ['Radium was discovered in 1898.']);
 });
 
-t.test('reads Markdown: headings, navigation, tables and code carry no facts', async (t) => {
-  const text = [
+t.test('a Markdown document is read by the extractor: headings, link lists and menus carry no facts, and no syntax is left', async (t) => {
+  const markdown = [
     '# Marie Curie',
     '## Early life',
     'Home | About | Contact',
     '- [Home](/)\n- [Physics](/physics)\n- [Chemistry](/chemistry)',
     'Marie Curie was born in **Warsaw** in 1867. She studied at a [secret university](https://example.org/flying) in _Warsaw_.',
-    '```\nconst radium = "Ra is an element.";\n```',
-    '| Element | Year |\n|---|---|\n| Radium is an element | 1898 |',
-    '![A photo of the laboratory is shown here](/lab.jpg)',
     'Marie Curie Wins Second Nobel Prize',
     '- Paris is the capital of France\n- Lyon is a large city in France',
     '> Nothing in life is to be feared, it is only to be understood.',
+    'Radium was *first isolated\nin 1910* by [Marie\nCurie](https://example.org/Curie_(name)).',
   ].join('\n\n');
-  t.same(await contents(text), [
+  const expected = [
     'Marie Curie was born in Warsaw in 1867.',
     'Marie Curie studied at a secret university in Warsaw.',
     'Paris is the capital of France.',
     'Lyon is a large city in France.',
     'Nothing in life is to be feared, it is only to be understood.',
+    'Radium was first isolated in 1910 by Marie Curie.',
+  ];
+  t.same(await documentFacts('text/markdown', markdown), expected);
+  // What the document's escapes, code spans and references make text stays text: the model reads no Markdown.
+  t.same(await documentFacts('text/markdown', 'The \\*very\\* first program ran in 1949. The `**kw**` marker &#42;stays&#42; in the manual.'), [
+    'The *very* first program ran in 1949.',
+    'The **kw** marker *stays* in the manual.',
   ]);
+});
+
+t.test('text/plain and HTML keep the characters Markdown would read: the model strips no syntax', async (t) => {
+  const sentences = [
+    'C# is a language that Microsoft released in 2000.',
+    'Python calls __init__ when it creates an object.',
+    'The file_name_here placeholder is replaced by the real name.',
+    'Multiplying gives 2 * 3 = 6 in every case.',
+    'The *very* first stored program ran in 1949.',
+    'The letter said that the the [sic] results were final.',
+    'The page [Curie](https://example.org/curie) describes her life.',
+    '# of cases rose to 40 in 2020.',
+    '> 5 people attended the first meeting.',
+    'The `grep` command prints the lines that match a pattern.',
+    'Windows writes the path C:\\Users\\ada with backslashes.',
+  ];
+  t.same(await documentFacts('text/plain', sentences.join('\n\n')), sentences, 'text/plain');
+  const escaped = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  t.same(await documentFacts('text/html', `<html><body>${sentences.map((sentence) => `<p>${escaped(sentence)}</p>`).join('')}</body></html>`), sentences, 'HTML');
+  // The same text read as Markdown is Markdown: its marks go, and `# of cases …` is a heading.
+  t.same(await documentFacts('text/markdown', sentences.join('\n\n')), [
+    'C# is a language that Microsoft released in 2000.',
+    'Python calls init when it creates an object.',
+    'The file_name_here placeholder is replaced by the real name.',
+    'Multiplying gives 2 * 3 = 6 in every case.',
+    'The very first stored program ran in 1949.',
+    'The letter said that the the [sic] results were final.',
+    'The page Curie describes her life.',
+    'Of cases rose to 40 in 2020.',
+    '5 people attended the first meeting.',
+    'The grep command prints the lines that match a pattern.',
+    'Windows writes the path C:\\Users\\ada with backslashes.',
+  ], 'Markdown');
 });
 
 t.test('strips citation markers but keeps them in sourceText', async (t) => {
   const text =
-    'Radium is a chemical element [1]. Radium emits alpha particles.[2][3] Radium was used in luminous paint.[citation needed] Polonium is named after Poland.[\\[4\\]](#cite_note-4) Curium is named after the Curies.[a]';
+    'Radium is a chemical element [1]. Radium emits alpha particles.[2][3] Radium was used in luminous paint.[citation needed] Polonium is named after Poland.[4] Curium is named after the Curies.[a]';
   const facts = await extractor.extractFacts({ text, chunkIndex: 0 });
   t.same(
     facts.map((fact) => fact.content),
@@ -175,6 +220,8 @@ t.test('strips citation markers but keeps them in sourceText', async (t) => {
   t.equal(facts[0]?.sourceText, 'Radium is a chemical element [1].');
   t.ok(facts[1]?.sourceText.includes('[2][3]'), facts[1]?.sourceText);
   t.ok(facts.every((fact) => !/\[|\]/.test(fact.content)), 'no brackets left in content');
+  // A Markdown document's citation links (as turndown writes Wikipedia's) are read by the extractor to their text.
+  t.same(await documentFacts('text/markdown', 'Polonium is named after Poland.[\\[4\\]](#cite_note-4)'), ['Polonium is named after Poland.']);
 });
 
 t.test('joins hard-wrapped lines and keeps the original span as sourceText', async (t) => {

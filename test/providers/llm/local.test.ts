@@ -9,7 +9,7 @@ function image(extra: Partial<ImageInput>): ImageInput {
 }
 
 t.test('text facts carry the index of their sentence in the chunk', async (t) => {
-  const text = '# Marie Curie\n\nMarie Curie was a physicist. She won two Nobel Prizes. Was she French? Click here to subscribe. In 1891, she moved to Paris.';
+  const text = 'Marie Curie\n===========\n\nMarie Curie was a physicist. She won two Nobel Prizes. Was she French? Click here to subscribe. In 1891, she moved to Paris.';
   const facts = await model.extractFacts({ text, chunkIndex: 0 });
   t.same(facts, [
     { content: 'Marie Curie was a physicist.', sourceText: 'Marie Curie was a physicist.', sentenceIndex: 0 },
