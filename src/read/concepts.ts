@@ -91,13 +91,19 @@ export interface ResolvedConcept {
   redirectedFrom: { id: string; canonical_name: string; context: string } | null;
 }
 
-/** The concept a (possibly merged) concept row's merge chain ends at. */
-async function followToSurvivor(knex: Knex, repositoryId: string, start: ConceptRow): Promise<ResolvedConcept> {
-  const { node: concept } = await followMergeChain(start, async (current) =>
+/**
+ * The active concept a (possibly merged) concept row's merge chain ends at, or null when the
+ * chain ends at no active concept: a cycle (two merges that raced, each into the other) or a
+ * survivor the read model lacks. Such a concept is not found, as a fact's broken chain is
+ * (src/read/facts.ts); answering with the merged row itself showed a concept that is never listed.
+ */
+async function followToSurvivor(knex: Knex, repositoryId: string, start: ConceptRow): Promise<ResolvedConcept | null> {
+  const { node: concept, ended } = await followMergeChain(start, async (current) =>
     current.status === 'merged' && current.merged_into
       ? ((await knex('concepts').where({ repository_id: repositoryId, id: current.merged_into }).first(conceptColumns)) ?? null)
       : null,
   );
+  if (!ended || concept.status !== 'active') return null;
   return {
     concept,
     redirectedFrom: concept.id === start.id ? null : { id: start.id, canonical_name: start.canonical_name, context: start.context },
@@ -123,7 +129,11 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
   if (wanted === '') throw invalid('a concept id or name must not be empty');
   if (isUuid(wanted)) {
     const byId: ConceptRow | undefined = await knex('concepts').where({ repository_id: repositoryId, id: wanted.toLowerCase() }).first(conceptColumns);
-    if (byId) return followToSurvivor(knex, repositoryId, byId);
+    if (byId) {
+      const resolved = await followToSurvivor(knex, repositoryId, byId);
+      if (resolved === null) throw notFound('concept');
+      return resolved;
+    }
   }
   const inContext = (query: Knex.QueryBuilder, column: string) => (context ? query.whereRaw(`lower(${column}) = lower(?)`, [context.trim()]) : query);
   const byName: ConceptRow[] = await inContext(
@@ -133,10 +143,10 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
   let candidates = byName.filter((row) => row.status === 'active');
   if (candidates.length === 0 && byName.length > 0) {
     // Only merged concepts carry the name (e.g. after a context migration): their survivors answer.
-    const survivors = await Promise.all(byName.map((row) => followToSurvivor(knex, repositoryId, row)));
+    const survivors = (await Promise.all(byName.map((row) => followToSurvivor(knex, repositoryId, row)))).filter((resolved) => resolved !== null);
     const distinct = new Map(survivors.map((resolved) => [resolved.concept.id, resolved]));
     if (distinct.size === 1) return [...distinct.values()][0];
-    throw new AmbiguousConceptError(wanted, candidatesOf([...distinct.values()].map((resolved) => resolved.concept)));
+    if (distinct.size > 1) throw new AmbiguousConceptError(wanted, candidatesOf([...distinct.values()].map((resolved) => resolved.concept)));
   }
   if (candidates.length === 0) {
     const byAlias: ConceptRow[] = await inContext(

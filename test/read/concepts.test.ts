@@ -113,3 +113,16 @@ t.test('a name spelt with a combining mark finds the concept spelt composed', as
   t.not(decomposed, 'ZÜRICH');
   t.equal((await harness.app.concepts.get(owner, { repository, concept: decomposed })).id, zurich);
 });
+
+t.test('a merge chain that ends at no active concept (two merges into each other) is not found, as a fact\'s is', async (t) => {
+  const xi = await createConcept(harness.service, repository, 'Xi', 'topic');
+  const ypsilon = await createConcept(harness.service, repository, 'Ypsilon', 'topic');
+  await appendEvents(harness.service, repository, `concept-${xi}`, [{ type: 'ConceptMergedInto', data: { survivor_id: ypsilon, reason: 'raced' } }]);
+  await appendEvents(harness.service, repository, `concept-${ypsilon}`, [{ type: 'ConceptMergedInto', data: { survivor_id: xi, reason: 'raced' } }]);
+  for (const concept of [xi, ypsilon, 'Xi', 'ypsilon']) {
+    await rejectsWith(t, harness.app.concepts.get(owner, { repository, concept }), 'not_found', /concept not found/);
+    await rejectsWith(t, harness.app.concepts.facts(owner, { repository, concept }), 'not_found', /concept not found/);
+  }
+  const listed = (await harness.app.concepts.search(owner, { repository, show_small: true, limit: 500 })).items.map((item) => item.id);
+  t.notOk(listed.includes(xi) || listed.includes(ypsilon), 'nor listed');
+});
