@@ -19,7 +19,8 @@ export interface ConceptCandidate {
 /**
  * A name (canonical or alias) that several active concepts answer to. Across contexts a
  * `context` picks one; within one context (an alias two concepts share) only a canonical name
- * or an id does, so the message says that instead.
+ * or an id does, so the message says that instead. `pickedBy` is the input that picks the
+ * context of this name, where a call names two concepts (the pair route's `other_context`).
  */
 export class AmbiguousConceptError extends DomainError {
   readonly contexts: string[];
@@ -27,12 +28,13 @@ export class AmbiguousConceptError extends DomainError {
   constructor(
     readonly conceptName: string,
     readonly candidates: ConceptCandidate[],
+    pickedBy = 'context',
   ) {
     const contexts = [...new Set(candidates.map((candidate) => candidate.context))].sort();
     super(
       'conflict',
       contexts.length > 1
-        ? `concept '${conceptName}' exists in several contexts (${contexts.join(', ')}): pass context= to pick one`
+        ? `concept '${conceptName}' exists in several contexts (${contexts.join(', ')}): pass ${pickedBy}= to pick one`
         : `'${conceptName}' names several concepts in context ${contexts[0]} (${candidates.map((candidate) => candidate.canonical_name).join(', ')}): ask for one by its canonical name or id`,
     );
     this.contexts = contexts;

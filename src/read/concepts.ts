@@ -121,9 +121,10 @@ function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
  * Finds a concept of the repository by id or by canonical name (case-insensitive; then by an
  * alias), optionally within one context. A merged concept resolves to its survivor. A name
  * several contexts share is ambiguous without a context, and an alias several concepts of one
- * context share is ambiguous in any case: AmbiguousConceptError lists the candidates.
+ * context share is ambiguous in any case: AmbiguousConceptError lists the candidates and names
+ * `pickedBy`, the caller's input that gives this name's context.
  */
-export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string): Promise<ResolvedConcept> {
+export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string, pickedBy = 'context'): Promise<ResolvedConcept> {
   // Composed (NFC), as text on the web almost always is: `Zu\u0308rich` finds Zürich.
   const wanted = idOrName.trim().normalize('NFC');
   if (wanted === '') throw invalid('a concept id or name must not be empty');
@@ -146,7 +147,7 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
     const survivors = (await Promise.all(byName.map((row) => followToSurvivor(knex, repositoryId, row)))).filter((resolved) => resolved !== null);
     const distinct = new Map(survivors.map((resolved) => [resolved.concept.id, resolved]));
     if (distinct.size === 1) return [...distinct.values()][0];
-    if (distinct.size > 1) throw new AmbiguousConceptError(wanted, candidatesOf([...distinct.values()].map((resolved) => resolved.concept)));
+    if (distinct.size > 1) throw new AmbiguousConceptError(wanted, candidatesOf([...distinct.values()].map((resolved) => resolved.concept)), pickedBy);
   }
   if (candidates.length === 0) {
     const byAlias: ConceptRow[] = await inContext(
@@ -158,7 +159,7 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
     candidates = [...new Map(byAlias.map((row) => [row.id, row])).values()];
   }
   if (candidates.length === 0) throw notFound('concept');
-  if (candidates.length > 1) throw new AmbiguousConceptError(wanted, candidatesOf(candidates));
+  if (candidates.length > 1) throw new AmbiguousConceptError(wanted, candidatesOf(candidates), pickedBy);
   return { concept: candidates[0], redirectedFrom: null };
 }
 
@@ -277,11 +278,15 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
       };
     },
 
-    /** The relation between two concepts and the facts they share now. */
-    async relation(principal: Principal, input: ConceptInput & PageInput & { other: string }) {
+    /**
+     * The relation between two concepts and the facts they share now. `context` picks the first
+     * concept's context and `other_context` the other's: the two names may be of different
+     * contexts, so one input cannot pick both.
+     */
+    async relation(principal: Principal, input: ConceptInput & PageInput & { other: string; other_context?: string }) {
       const { repository, concept, redirectedFrom } = await load(principal, input);
       const page = pageOf(input);
-      const { concept: other, redirectedFrom: otherRedirectedFrom } = await resolveConcept(knex, repository.id, input.other);
+      const { concept: other, redirectedFrom: otherRedirectedFrom } = await resolveConcept(knex, repository.id, input.other, input.other_context, 'other_context');
       if (other.id === concept.id) throw invalid('a concept has no relation to itself');
       const [a, b] = concept.id < other.id ? [concept.id, other.id] : [other.id, concept.id];
       const relation = await knex('concept_relations').where({ repository_id: repository.id, concept_a: a, concept_b: b }).first('shared_fact_count');

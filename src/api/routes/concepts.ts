@@ -158,7 +158,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     async (request) => concepts.relations(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
   );
 
-  app.get<{ Params: ConceptParams & { otherID: string }; Querystring: PageQuery }>(
+  app.get<{ Params: ConceptParams & { otherID: string }; Querystring: PageQuery & { other_context?: string } }>(
     '/api/v1/repositories/:repoID/concepts/:conceptID/relations/:otherID',
     {
       schema: {
@@ -169,7 +169,15 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           required: ['repoID', 'conceptID', 'otherID'],
           properties: { ...conceptParams.properties, otherID: { type: 'string', minLength: 1, maxLength: 500 } },
         },
-        querystring: pageQuerystring,
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            context: { ...contextQuery.context, description: 'the context of conceptID, when it is a name several contexts share' },
+            other_context: { ...contextQuery.context, description: 'the context of otherID, when it is a name several contexts share' },
+            ...pagingQuery,
+          },
+        },
         response: {
           200: {
             type: 'object',

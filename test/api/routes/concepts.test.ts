@@ -166,7 +166,18 @@ t.test('relations carry bands; insignificant ones only on request', async (t) =>
   t.ok(pair.body.facts.every((f: { status: string }) => f.status === 'stable'));
   const none = await get(`/concepts/${ids.radium}/relations/Warsaw`);
   t.match(none.body, { shared_fact_count: 0, band: 'insignificant', total: 0, facts: [] });
-  t.equal((await get(`/concepts/${ids.curie}/relations/Mercury`)).status, 409, 'an ambiguous other');
+  const ambiguousOther = await get(`/concepts/${ids.curie}/relations/Mercury`);
+  t.equal(ambiguousOther.status, 409, 'an ambiguous other');
+  // `context` is the first concept's (Marie Curie is a person): the other's is other_context, which the 409 names.
+  t.match(ambiguousOther.body, { error: 'ambiguous_concept', message: /pass other_context= to pick one/, contexts: ['chemical', 'topic'] });
+  t.equal((await get(`/concepts/${encodeURIComponent('Marie Curie')}/relations/Mercury?context=topic`)).status, 404, 'context looks Marie Curie up in topic');
+  const picked = await get(`/concepts/${encodeURIComponent('Marie Curie')}/relations/Mercury?other_context=chemical`);
+  t.equal(picked.status, 200);
+  t.match(picked.body, { concept: { id: ids.curie }, other: { id: ids.mercuryChemical }, total: 1 });
+  t.same(picked.body.facts.map((f: { id: string }) => f.id), [facts[7].id], 'the fact the merged M. Curie brought');
+  t.equal((await get(`/concepts/Mercury/relations/Mercury?context=topic&other_context=chemical`)).body.other.id, ids.mercuryChemical, 'both names, each in its context');
+  t.equal((await get(`/concepts/${ids.curie}/relations/Radium?other_context=topic`)).status, 404, 'not in that context');
+  t.equal((await get(`/concepts/${ids.curie}/relations/Radium?other_context=`)).status, 400);
   t.equal((await get(`/concepts/${ids.curie}/relations/${ids.curie}`)).status, 400, 'itself');
   t.equal((await get(`/concepts/${ids.curie}/relations/Nothing`)).status, 404);
 });
