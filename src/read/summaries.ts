@@ -54,8 +54,10 @@ export function presentSummary(row: SummaryRow) {
 export interface SummarySearchInput extends PageInput {
   repository: string;
   query?: string;
-  /** Only slices of this concept (id). */
+  /** Only slices of this concept (id or name). */
   concept_id?: string;
+  /** The context `concept_id` is looked up in, when it is a name several contexts share. */
+  context?: string;
   mode?: SearchMode;
 }
 
@@ -127,8 +129,10 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const { query = '', mode = 'hybrid' } = input;
       const page = pageOf(input);
       if (input.concept_id !== undefined && input.concept_id.trim() === '') throw invalid('concept_id must not be empty');
-      // As the facts' `concept` filter: an unknown concept is not_found, a merged one its survivor.
-      const concept = input.concept_id === undefined ? undefined : (await resolveConcept(knex, repository.id, input.concept_id)).concept;
+      // A context alone would narrow nothing here: said, not ignored.
+      if (input.context !== undefined && input.concept_id === undefined) throw invalid("context picks the context of concept_id's name: give concept_id too");
+      // As the facts' `concept` filter: an unknown concept is not_found, a merged one its survivor, a name several contexts share picked by context.
+      const concept = input.concept_id === undefined ? undefined : (await resolveConcept(knex, repository.id, input.concept_id, input.context)).concept;
       const result = await deps.hybrid.search(summaryCollection, {
         repositoryId: repository.id,
         query,

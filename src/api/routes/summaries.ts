@@ -151,7 +151,10 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         ...schema,
         summary: "Search the repository's summary slices",
         params: idParam('repoID'),
-        querystring: searchQuerystring({ concept_id: { type: 'string', minLength: 1, maxLength: 500, description: 'only slices of this concept: its id or name (a merged one means its survivor); 404 when unknown' } }),
+        querystring: searchQuerystring({
+          concept_id: { type: 'string', minLength: 1, maxLength: 500, description: 'only slices of this concept: its id or name (a merged one means its survivor); 404 when unknown' },
+          context: { ...contextQuery.context, description: "the context of concept_id, when it is a name several contexts share (only with concept_id)" },
+        }),
         response: { 200: searchReply({ ...summarySchema, properties: { ...summarySchema.properties, concept: { ...briefConcept, type: ['object', 'null'] }, score: { type: 'number' } } }), ...conceptErrorReplies },
       },
     },

@@ -119,6 +119,16 @@ t.test('summaries, definition and summary search after a run of the built-in mod
   t.equal(ambiguous.body.error, 'ambiguous_concept');
   t.same(ambiguous.body.contexts, ['chemical', 'topic']);
   t.same(ambiguous.body.candidates.map((candidate: { id: string }) => candidate.id).sort(), [...mercury].sort());
+  // The 409 says to pass context=, and the route takes it: it picks the context of concept_id's name.
+  t.match(ambiguous.body.message, /pass context= to pick one/);
+  const picked = await get('/summaries?concept_id=Mercury&context=topic');
+  t.equal(picked.status, 200, 'the advice of the 409 can be followed');
+  t.same(picked.body.items, [], 'the topic concept has no slices yet');
+  t.equal((await get('/summaries?query=Warsaw&concept_id=Marie%20Curie&context=person')).body.items[0]?.concept_id, ids.curie, 'a context that holds the name');
+  t.equal((await get('/summaries?concept_id=Marie%20Curie&context=topic')).status, 404, 'not in that context');
+  const alone = await get('/summaries?query=Warsaw&context=person');
+  t.equal(alone.status, 400, 'a context without concept_id would narrow nothing: refused, not ignored');
+  t.match(alone.body, { error: 'bad_request', message: /give concept_id too/ });
 });
 
 t.test('resynthesize records the request and names the task', async (t) => {
