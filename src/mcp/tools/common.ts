@@ -50,7 +50,7 @@ export const textOfAtMost = (max: number) =>
     .refine((value) => runeLength(value) <= max, { message: `must be at most ${max} characters` })
     .meta({ maxLength: max });
 export const offsetArgument = z.number().int().min(0).max(MAX_OFFSET).optional().describe('How many items to skip, for the next page (default 0).');
-export const conceptArgument = z.string().min(1).max(500).describe('The concept: its id (UUID) or canonical name (case-insensitive).');
+export const conceptArgument = z.string().min(1).max(500).describe('The concept: its id (UUID), canonical name or alias (case-insensitive).');
 export const contextArgument = z
   .string()
   .min(1)

@@ -25,7 +25,7 @@ export const conceptTools = [
   defineTool({
     name: 'getConcept',
     title: 'Get a concept',
-    description: 'One concept by id or canonical name: its names, aliases, context and fact count. A merged concept answers with the concept it was merged into.',
+    description: 'One concept by id, canonical name or alias: its names, aliases, context and fact count. A merged concept answers with the concept it was merged into.',
     input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument }),
     readOnly: true,
     async run({ app, principal }, args) {

@@ -15,7 +15,7 @@ export const factTools = [
     input: z.object({
       repository: repositoryArgument,
       query: z.string().max(1000).optional().describe('Web-search syntax; empty lists the facts the filters allow.'),
-      concept: conceptArgument.optional().describe('Only facts linked to this concept (UUID or canonical name). Not with `concepts`.'),
+      concept: conceptArgument.optional().describe('Only facts linked to this concept (UUID, canonical name or alias). Not with `concepts`.'),
       context: contextArgument.describe('Only facts linked to a concept of this context; concept names are looked up in it.'),
       concepts: z
         .array(z.string().min(1).max(500))
