@@ -64,27 +64,44 @@ async function factFilter(knex: Knex, repositoryId: string, filters: Pick<FactSe
 
 
 /**
+ * The live fact each id names, by the id asked for; an id whose merge chain ends at no live fact
+ * (the fact retracted or removed, a cycle) is left out. A merged fact's row goes once
+ * cleanup_facts removes it, seconds after the merge; its redirect stays in `fact_redirects`, so
+ * an id a report, a synthesis or a client kept still leads to its survivor. The rows are read in
+ * one statement; only a merged or missing one walks its chain.
+ */
+export async function liveFacts(knex: Knex, repositoryId: string, factIds: readonly string[]): Promise<Map<string, FactRow>> {
+  const asked = [...new Set(factIds)];
+  const rows: FactRow[] = asked.length === 0 ? [] : await knex('facts').where({ repository_id: repositoryId }).whereIn('id', asked).select('*');
+  const byId = new Map(rows.map((row) => [row.id, row]));
+  const nodeOf = async (id: string) => ({ id, row: (await knex('facts').where({ id, repository_id: repositoryId }).first()) as FactRow | undefined });
+  const result = new Map<string, FactRow>();
+  for (const id of asked) {
+    const { node, ended } = await followMergeChain({ id, row: byId.get(id) }, async ({ id, row }) => {
+      if (row && row.status !== 'merged') return null;
+      const survivor = (row?.merged_into as string | null | undefined) ?? ((await knex('fact_redirects').where({ fact_id: id, repository_id: repositoryId }).first('survivor_id')) as { survivor_id: string } | undefined)?.survivor_id;
+      return survivor && survivor !== id ? nodeOf(survivor) : null;
+    });
+    if (ended && node.row && node.row.status !== 'merged') result.set(id, node.row);
+  }
+  return result;
+}
+
+/**
  * Fact queries: search (hybrid or lexical, websearch syntax) narrowed by concepts or a context,
  * one fact with its sources, and the concepts a fact is linked to.
  */
 export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
   const knex = deps.db.knex;
   /**
-   * The live fact an id names, and the id asked for when a merge led elsewhere. A merged fact's
-   * row goes once cleanup_facts removes it, seconds after the merge; its redirect stays in
-   * `fact_redirects`, so an id a report or a client kept still answers with its survivor. Ids
+   * The live fact an id names (liveFacts), and the id asked for when a merge led elsewhere. Ids
    * are UUIDs, compared in lower case as PostgreSQL prints them.
    */
   const resolveFact = async (repositoryId: string, factId: string): Promise<{ fact: FactRow; mergedFrom: string | null }> => {
     const asked = isUuid(factId) ? factId.toLowerCase() : factId;
-    const nodeOf = async (id: string) => ({ id, row: (await knex('facts').where({ id, repository_id: repositoryId }).first()) as FactRow | undefined });
-    const { node, ended } = await followMergeChain(await nodeOf(asked), async ({ id, row }) => {
-      if (row && row.status !== 'merged') return null;
-      const survivor = (row?.merged_into as string | null | undefined) ?? ((await knex('fact_redirects').where({ fact_id: id, repository_id: repositoryId }).first('survivor_id')) as { survivor_id: string } | undefined)?.survivor_id;
-      return survivor && survivor !== id ? nodeOf(survivor) : null;
-    });
-    if (!ended || !node.row || node.row.status === 'merged') throw notFound('fact');
-    return { fact: node.row, mergedFrom: node.id === asked ? null : asked };
+    const fact = (await liveFacts(knex, repositoryId, [asked])).get(asked);
+    if (!fact) throw notFound('fact');
+    return { fact, mergedFrom: fact.id === asked ? null : asked };
   };
 
   return {
