@@ -110,6 +110,21 @@ async function followToSurvivor(knex: Knex, repositoryId: string, start: Concept
   };
 }
 
+/**
+ * The active concept each id's merge chain ends at, by the id asked for (the concept itself when
+ * it never merged); an id of no concept, or whose chain ends at no active concept, is left out.
+ */
+export async function survivingConcepts(knex: Knex, repositoryId: string, ids: readonly string[]): Promise<Map<string, ResolvedConcept>> {
+  const asked = [...new Set(ids)];
+  const rows: ConceptRow[] = asked.length === 0 ? [] : await knex('concepts').where({ repository_id: repositoryId }).whereIn('id', asked).select(conceptColumns);
+  const result = new Map<string, ResolvedConcept>();
+  for (const row of rows) {
+    const resolved = await followToSurvivor(knex, repositoryId, row);
+    if (resolved !== null) result.set(row.id, resolved);
+  }
+  return result;
+}
+
 /** The concepts a name may mean, by context and then name, as an ambiguous lookup lists them. */
 function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
   return concepts

@@ -4,7 +4,8 @@ import { invalid } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { summaries as summaryCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
-import { presentConcepts, resolveConcept, type ConceptInput } from './concepts.js';
+import { presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
+import { liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate, jsonColumn, presentFact, type FactRow } from './present.js';
 
@@ -82,8 +83,13 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
     },
 
     /**
-     * The concept's definition: its synthesis with the facts it cites (in order of citation; a
-     * fact deleted since is left out) and the images it shows; `synthesis` is null until one is made.
+     * The concept's definition: its synthesis with the facts it cites (in order of first
+     * citation) and the images it shows; `synthesis` is null until one is made. The synthesis is
+     * kept as written until it is made again, so its citations are read as every read of this
+     * service reads an id: a cited fact that merged since is shown as its survivor, once however
+     * many citations lead to it, with the cited ids that led there (`merged_from`, the ids the
+     * content's links name); one retracted or removed since is left out. A related concept that
+     * merged since is shown as its survivor (`redirected_from`), once, and never the concept itself.
      */
     async definition(principal: Principal, input: ConceptInput) {
       const { repository, concept, presented, redirectedFrom } = await load(principal, input);
@@ -91,10 +97,31 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       if (!row) return { concept: presented, redirected_from: redirectedFrom, synthesis: null, facts: [], images: [], related_concepts: [] };
       const factIds = idList(row.fact_ids);
       const imageFactIds = idList(row.image_fact_ids);
-      const wanted = [...new Set([...factIds, ...imageFactIds])];
-      const factRows: FactRow[] = wanted.length === 0 ? [] : await knex('facts').where({ repository_id: repository.id }).whereIn('id', wanted).select('*');
-      const byId = new Map(factRows.map((fact) => [fact.id, fact]));
-      const related = await presentConcepts(knex, repository.id, idList(row.related_concept_ids));
+      const live = await liveFacts(knex, repository.id, [...factIds, ...imageFactIds]);
+      /** Each live fact the ids lead to, once, at its first citation, with the cited ids that merged into it. */
+      const citedFacts = (ids: string[]) => {
+        const shown = new Map<string, { fact: FactRow; mergedFrom: string[] }>();
+        for (const id of ids) {
+          const fact = live.get(id);
+          if (!fact) continue;
+          const entry = shown.get(fact.id) ?? { fact, mergedFrom: [] };
+          if (id !== fact.id && !entry.mergedFrom.includes(id)) entry.mergedFrom.push(id);
+          shown.set(fact.id, entry);
+        }
+        return [...shown.values()];
+      };
+      const relatedIds = idList(row.related_concept_ids);
+      const survivors = await survivingConcepts(knex, repository.id, relatedIds);
+      const related = new Map<string, { id: string; canonical_name: string; context: string; redirected_from: Array<{ id: string; canonical_name: string; context: string }> }>();
+      for (const id of relatedIds) {
+        const resolved = survivors.get(id);
+        // A related concept merged into this one is no longer related to it.
+        if (!resolved || resolved.concept.id === concept.id) continue;
+        const { id: survivorId, canonical_name, context } = resolved.concept;
+        const entry = related.get(survivorId) ?? { id: survivorId, canonical_name, context, redirected_from: [] };
+        if (resolved.redirectedFrom && !entry.redirected_from.some((from) => from.id === resolved.redirectedFrom?.id)) entry.redirected_from.push(resolved.redirectedFrom);
+        related.set(survivorId, entry);
+      }
       return {
         concept: presented,
         redirected_from: redirectedFrom,
@@ -108,18 +135,14 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
           created_at: isoDate(row.created_at as Date | string),
           updated_at: isoDate(row.updated_at as Date | string),
         },
-        facts: factIds.flatMap((id) => {
-          const fact = byId.get(id);
-          return fact ? [presentFact(fact)] : [];
-        }),
-        images: imageFactIds.flatMap((id) => {
-          const fact = byId.get(id);
-          return fact ? [{ fact_id: id, image_id: (fact.image_id as string | null) ?? null, caption: String(fact.content) }] : [];
-        }),
-        related_concepts: idList(row.related_concept_ids).flatMap((id) => {
-          const other = related.get(id);
-          return other && other.status === 'active' ? [{ id: other.id, canonical_name: other.canonical_name, context: other.context }] : [];
-        }),
+        facts: citedFacts(factIds).map(({ fact, mergedFrom }): ReturnType<typeof presentFact> & { merged_from: string[] } => ({ ...presentFact(fact), merged_from: mergedFrom })),
+        images: citedFacts(imageFactIds).map(({ fact, mergedFrom }) => ({
+          fact_id: fact.id,
+          image_id: (fact.image_id as string | null) ?? null,
+          caption: String(fact.content),
+          merged_from: mergedFrom,
+        })),
+        related_concepts: [...related.values()],
       };
     },
 

@@ -33,6 +33,9 @@ const summarySchema = {
 
 const briefConcept = { type: 'object', properties: { id: { type: 'string' }, canonical_name: { type: 'string' }, context: { type: 'string' } } } as const;
 
+/** The cited ids that led to a fact of a definition by merges (the ids its content's links name). */
+const citedAs = { type: 'array', items: { type: 'string' }, description: 'the cited fact ids that merged into this fact; empty when it is cited by its own id only' } as const;
+
 type ConceptParams = { repoID: string; conceptID: string };
 
 /**
@@ -100,12 +103,26 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
                   updated_at: { type: 'string' },
                 },
               },
-              facts: { type: 'array', items: factSchema, description: 'the facts the synthesis cites, in order of first citation' },
+              facts: {
+                type: 'array',
+                items: { ...factSchema, properties: { ...factSchema.properties, merged_from: citedAs } },
+                description: 'the live facts the synthesis cites, in order of first citation: a cited fact merged since is its survivor, listed once',
+              },
               images: {
                 type: 'array',
-                items: { type: 'object', properties: { fact_id: { type: 'string' }, image_id: { type: ['string', 'null'] }, caption: { type: 'string' } } },
+                items: { type: 'object', properties: { fact_id: { type: 'string' }, image_id: { type: ['string', 'null'] }, caption: { type: 'string' }, merged_from: citedAs } },
               },
-              related_concepts: { type: 'array', items: briefConcept },
+              related_concepts: {
+                type: 'array',
+                items: {
+                  ...briefConcept,
+                  properties: {
+                    ...briefConcept.properties,
+                    redirected_from: { type: 'array', items: briefConcept, description: 'the related concepts the synthesis names that merged into this one' },
+                  },
+                },
+                description: 'a related concept merged since is its survivor, listed once, never the concept itself',
+              },
             },
           },
           ...conceptErrorReplies,
