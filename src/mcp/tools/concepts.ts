@@ -36,7 +36,8 @@ export const conceptTools = [
     name: 'getConceptSummaries',
     title: "Get a concept's summaries",
     description:
-      "A concept's summary slices (in order) and its synthesis (a definition written from its facts) with the ids of the facts the synthesis cites. " +
+      "A concept's summary slices (in order) and its synthesis (a definition written from its facts) with the facts the synthesis cites (`cited_facts`). " +
+      'A cited fact merged since is shown as the fact it merged into, once, with `merged_from` (the cited ids that led there); a retracted one is left out. ' +
       '`synthesis` is null until one has been made.',
     input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument, limit: limitArgument(50, 500), offset: offsetArgument }),
     readOnly: true,
