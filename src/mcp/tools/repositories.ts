@@ -1,6 +1,23 @@
 import { z } from 'zod';
-import { principalCan, repositoryDomain } from '../../auth/rbac.js';
+import type { Application } from '../../app/application.js';
+import { principalCan, repositoryDomain, type Principal } from '../../auth/rbac.js';
+import { MAX_PAGE } from '../../read/paging.js';
 import { defineTool } from './common.js';
+
+/**
+ * Every repository the caller can read, read page by page: a page of the list holds at most
+ * MAX_PAGE (500), and the tool takes no paging arguments, so one page left a sysadmin with more
+ * repositories without the rest (and without a word that there were more).
+ */
+export async function readableRepositories(repositories: Pick<Application['repositories'], 'list'>, principal: Principal) {
+  const all: Awaited<ReturnType<Application['repositories']['list']>>['items'] = [];
+  for (;;) {
+    const { items, total } = await repositories.list(principal, { limit: MAX_PAGE, offset: all.length });
+    all.push(...items);
+    if (items.length < MAX_PAGE || all.length >= total) break;
+  }
+  return all.filter((repository) => principalCan(principal, repositoryDomain(repository.id), 'repositories:read'));
+}
 
 /** Repositories and search providers: what a client asks first, to learn where it may act. */
 export const repositoryTools = [
@@ -13,10 +30,7 @@ export const repositoryTools = [
     input: z.object({}),
     readOnly: true,
     async run({ app, principal }) {
-      const { items } = await app.repositories.list(principal, { limit: 500 });
-      return items
-        .filter((repository) => principalCan(principal, repositoryDomain(repository.id), 'repositories:read'))
-        .map(({ id, name, slug, tier, description, roles }) => ({ id, name, slug, tier, description, roles }));
+      return (await readableRepositories(app.repositories, principal)).map(({ id, name, slug, tier, description, roles }) => ({ id, name, slug, tier, description, roles }));
     },
   }),
   defineTool({
