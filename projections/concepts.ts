@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { projection, each, type RecordedOf } from '../src/projection/types.js';
 import type { RecordedEvent } from '../src/eventstore/envelope.js';
+import { conceptName, conceptNameKey } from '../src/domain/concept/decider.js';
 import type { ConceptIdentityEvent as ConceptEvent } from '../src/domain/concept/events.js';
 import type { FactEvent } from '../src/domain/fact/events.js';
 import type { RepositoryEvent } from '../src/domain/repository/decider.js';
@@ -37,8 +38,8 @@ async function recountFacts(trx: Knex.Transaction, conceptIds: Iterable<string>)
     .update({ fact_count: trx.raw('(SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)') });
 }
 
-/** alias_text = the aliases other than the canonical name, space-joined (feeds concepts.search). */
-async function refreshAliasText(trx: Knex.Transaction, conceptIds: string | readonly string[]): Promise<void> {
+/** alias_text = the aliases other than the canonical name, space-joined (feeds concepts.search; migration 023 too). */
+export async function refreshAliasText(trx: Knex, conceptIds: string | readonly string[]): Promise<void> {
   const ids = typeof conceptIds === 'string' ? [conceptIds] : [...conceptIds];
   if (ids.length === 0) return;
   await trx('concepts')
@@ -54,19 +55,24 @@ async function refreshAliasText(trx: Knex.Transaction, conceptIds: string | read
 type AliasedConcept = { id: string; repositoryId: string; context: string; aliases: readonly string[] };
 type AliasRow = { concept_id: string; repository_id: string; alias: string; alias_lower: string; context_lower: string };
 
-/** The alias rows of each concept: trimmed, non-empty, the first spelling of each lower-cased alias. */
+/**
+ * The alias rows of each concept: non-empty, the first spelling of each key, spelt and keyed as
+ * the domain does now (conceptName, conceptNameKey), so a name an event recorded decomposed, before
+ * names were composed, is found by either spelling (events stay as written; their rows do not).
+ */
 function aliasRows(concepts: readonly AliasedConcept[]): AliasRow[] {
   const rows = new Map<string, AliasRow>();
   for (const concept of concepts) {
-    for (const alias of concept.aliases) {
-      const trimmed = alias.trim();
-      const key = `${concept.id} ${trimmed.toLowerCase()}`;
-      if (trimmed === '' || rows.has(key)) continue;
+    for (const raw of concept.aliases) {
+      const alias = conceptName(raw);
+      const aliasLower = conceptNameKey(alias);
+      const key = `${concept.id} ${aliasLower}`;
+      if (alias === '' || rows.has(key)) continue;
       rows.set(key, {
         concept_id: concept.id,
         repository_id: concept.repositoryId,
-        alias: trimmed,
-        alias_lower: trimmed.toLowerCase(),
+        alias,
+        alias_lower: aliasLower,
         context_lower: concept.context.toLowerCase(),
       });
     }
@@ -421,9 +427,9 @@ export const conceptsProjection = projection<Handled>({
       const streamId = parseStreamName(event.streamId).id;
       const concept = await liveConcept(trx, streamId);
       if (!concept) return;
-      const aliasLower = event.data.alias.trim().toLowerCase();
+      const aliasLower = conceptNameKey(event.data.alias);
       // The canonical name's own row stays: it is how the concept is found by name.
-      if (aliasLower === concept.canonical_name.toLowerCase()) return;
+      if (aliasLower === conceptNameKey(concept.canonical_name)) return;
       await trx('concept_aliases').where({ concept_id: streamId, alias_lower: aliasLower }).delete();
       await refreshAliasText(trx, streamId);
       await trx('concepts').where({ id: streamId }).update({ updated_at: event.occurredAt });

@@ -1,8 +1,10 @@
 import type { Knex } from 'knex';
 import { execStatements } from '../../src/db/database.js';
 import { applyMigrations, relationsExist, type Migrator } from '../../src/db/migrations.js';
+import { conceptName, conceptNameKey } from '../../src/domain/concept/decider.js';
 import { referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
 import { updateRows } from '../batchWrites.js';
+import { refreshAliasText } from '../concepts.js';
 
 /**
  * Read-model schema, applied in order and recorded in `schema_migrations`. Tables fall in two
@@ -630,7 +632,54 @@ export const readModelMigrations: readonly Migration[] = [
       await keySourcesAgain(knex, (sources) => sources.where('url', 'like', '%\\%%'));
     },
   },
+  {
+    // Concept names are composed (NFC) where they enter the domain, and the concepts projection
+    // spells and keys alias rows by conceptName and conceptNameKey (lower case composed again);
+    // before, a name a model or source spelt decomposed (`cafe\u0301`) was keyed as written, so
+    // neither spelling found it. The rows from before are spelt and keyed again here, as a
+    // rebuild would: only a name with a non-ASCII character can change. Two rows of one concept
+    // that now share a key (the primary key's) become one: a row spelt so already stays.
+    // A canonical name stays as its event recorded it: composed, it could take the identity
+    // (`concepts_identity`) of a twin that the composed spelling made as a second concept, which
+    // stays a concept of its own; each is found by its alias rows.
+    id: '023_concept_aliases_nfc',
+    async up(knex) {
+      await composeConceptAliases(knex);
+    },
+  },
 ];
+
+/**
+ * Migration 023: the alias rows with a non-ASCII character (more bytes than characters), a
+ * thousand concepts at a time in id order, spelt by conceptName and keyed by conceptNameKey; a
+ * row whose spelling or key changes is replaced, unless its concept has a row of the new key
+ * already (that row stays, as the projection keeps an alias's first spelling).
+ */
+async function composeConceptAliases(knex: Knex): Promise<void> {
+  const nonAscii = 'octet_length(alias) <> char_length(alias)';
+  let after = '';
+  for (;;) {
+    const ids = await knex('concept_aliases').where('concept_id', '>', after).whereRaw(nonAscii).distinct('concept_id').orderBy('concept_id').limit(1000).pluck<string[]>('concept_id');
+    if (ids.length === 0) return;
+    const rows: Array<{ concept_id: string; repository_id: string; alias: string; alias_lower: string; context_lower: string }> = await knex('concept_aliases')
+      .whereIn('concept_id', ids)
+      .whereRaw(nonAscii)
+      .orderBy(['concept_id', 'alias_lower'])
+      .select('concept_id', 'repository_id', 'alias', 'alias_lower', 'context_lower');
+    const changed = rows
+      .map((row) => ({ row, alias: conceptName(row.alias), aliasLower: conceptNameKey(row.alias) }))
+      .filter(({ row, alias, aliasLower }) => alias !== row.alias || aliasLower !== row.alias_lower);
+    for (const { row, alias, aliasLower } of changed) {
+      await knex('concept_aliases').where({ concept_id: row.concept_id, alias_lower: row.alias_lower }).delete();
+      await knex('concept_aliases')
+        .insert({ concept_id: row.concept_id, repository_id: row.repository_id, alias, alias_lower: aliasLower, context_lower: row.context_lower })
+        .onConflict(['concept_id', 'alias_lower'])
+        .ignore();
+    }
+    await refreshAliasText(knex, [...new Set(changed.map(({ row }) => row.concept_id))]);
+    after = ids[ids.length - 1]!;
+  }
+}
 
 /**
  * Keys again, by today's `referenceKeyOfRegistered` (the function the projection and the command

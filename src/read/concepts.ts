@@ -3,6 +3,7 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { AmbiguousConceptError, invalid, notFound, type ConceptCandidate } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
+import { conceptName, conceptNameKey } from '../domain/concept/decider.js';
 import { followMergeChain } from '../domain/mergeChain.js';
 import { concepts as conceptCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
@@ -48,11 +49,11 @@ const conceptColumns = [
 /** A concept as answered; the canonical name, which the read model keeps among the alias rows, is not listed as an alias. */
 export function presentConcept(row: ConceptRow, aliases: string[] = []) {
   const { repository_id: _repository, ...rest } = row;
-  const name = row.canonical_name.toLowerCase();
+  const name = conceptNameKey(row.canonical_name);
   return {
     ...rest,
     fact_count: Number(row.fact_count),
-    aliases: aliases.filter((alias) => alias.toLowerCase() !== name),
+    aliases: aliases.filter((alias) => conceptNameKey(alias) !== name),
     created_at: isoDate(row.created_at),
     updated_at: isoDate(row.updated_at),
   };
@@ -140,8 +141,8 @@ function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
  * `pickedBy`, the caller's input that gives this name's context.
  */
 export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string, pickedBy = 'context'): Promise<ResolvedConcept> {
-  // Composed (NFC), as text on the web almost always is: `Zu\u0308rich` finds Zürich.
-  const wanted = idOrName.trim().normalize('NFC');
+  // Composed (NFC), as the domain records names and keys aliases: `Zu\u0308rich` finds Zürich.
+  const wanted = conceptName(idOrName);
   if (wanted === '') throw invalid('a concept id or name must not be empty');
   if (isUuid(wanted)) {
     const byId: ConceptRow | undefined = await knex('concepts').where({ repository_id: repositoryId, id: wanted.toLowerCase() }).first(conceptColumns);
@@ -168,7 +169,7 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
     const byAlias: ConceptRow[] = await inContext(
       knex('concept_aliases as a')
         .join('concepts as c', 'c.id', 'a.concept_id')
-        .where({ 'a.repository_id': repositoryId, 'a.alias_lower': wanted.toLowerCase(), 'c.status': 'active' }),
+        .where({ 'a.repository_id': repositoryId, 'a.alias_lower': conceptNameKey(wanted), 'c.status': 'active' }),
       'c.context',
     ).select(conceptColumns.map((column) => `c.${column}`));
     candidates = [...new Map(byAlias.map((row) => [row.id, row])).values()];

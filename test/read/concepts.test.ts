@@ -114,6 +114,15 @@ t.test('a name spelt with a combining mark finds the concept spelt composed', as
   t.equal((await harness.app.concepts.get(owner, { repository, concept: decomposed })).id, zurich);
 });
 
+t.test('a concept recorded with a decomposed name, before names were composed, is found by either spelling', async (t) => {
+  // The event as an older release recorded it; the projection spells and keys its alias rows composed.
+  const cafe = await createConcept(harness.service, repository, 'Cafe\u0301 de Flore', 'place', ['Le Cafe\u0301']);
+  for (const asked of ['Café de Flore', 'Cafe\u0301 de Flore', 'CAFÉ DE FLORE', 'le café', 'LE CAFE\u0301']) {
+    t.equal((await harness.app.concepts.get(owner, { repository, concept: asked })).id, cafe, asked);
+  }
+  t.same((await harness.app.concepts.get(owner, { repository, concept: cafe })).aliases, ['Le Café'], 'its canonical name is not listed as an alias');
+});
+
 t.test('a merge chain that ends at no active concept (two merges into each other) is not found, as a fact\'s is', async (t) => {
   const xi = await createConcept(harness.service, repository, 'Xi', 'topic');
   const ypsilon = await createConcept(harness.service, repository, 'Ypsilon', 'topic');

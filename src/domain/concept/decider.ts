@@ -15,11 +15,31 @@ export const CONCEPT_ID_NAMESPACE = '3b7c9a0e-5d2f-4e61-8f4a-2c9e1d7b6a53';
 export const MAX_CONCEPT_NAME_CHARS = 200;
 
 /**
+ * A concept name or alias as the domain records it: trimmed and composed (NFC). A model or a
+ * source may spell `café` decomposed (`e` + U+0301); composed, the two spellings are one name,
+ * as a name asked for is composed before it is looked up (src/read/concepts.ts).
+ */
+export function conceptName(name: string): string {
+  return name.trim().normalize('NFC');
+}
+
+/**
+ * The key names are compared and looked up by (`concept_aliases.alias_lower`, the id below):
+ * conceptName, lower-cased, composed again. Lower case may be decomposed where the capital had no
+ * composed form (`T` + U+0308 lower-cases to `t` + U+0308, which composes to U+1E97 `ẗ`), so
+ * only composing after lower-casing gives one key for every spelling. Every key is made here.
+ */
+export function conceptNameKey(name: string): string {
+  return conceptName(name).toLowerCase().normalize('NFC');
+}
+
+/**
  * A concept's id, derived from its uniqueness key so racing extractions of one concept write
- * one stream: uuidv5(`<repository>:<lower(trimmed canonical)>:<lower(trimmed context)>`).
+ * one stream: uuidv5(`<repository>:<conceptNameKey(canonical)>:<lower(trimmed context)>`). An
+ * ASCII name's key is its trimmed lower case, as it was before names were composed, so its id stays.
  */
 export function conceptIdFor(repositoryId: string, canonicalName: string, context: string): string {
-  return uuidv5(`${repositoryId}:${canonicalName.trim().toLowerCase()}:${context.trim().toLowerCase()}`, CONCEPT_ID_NAMESPACE);
+  return uuidv5(`${repositoryId}:${conceptNameKey(canonicalName)}:${context.trim().toLowerCase()}`, CONCEPT_ID_NAMESPACE);
 }
 
 /**
@@ -39,17 +59,19 @@ function checkName(what: string, value: string): string {
 }
 
 /**
- * The aliases of `candidates` that `known` (canonical name and aliases so far) lacks: trimmed,
- * empty and over-long ones dropped (model output; one bad alias must not fail a batch), and
- * deduplicated case-insensitively, first spelling kept.
+ * The aliases of `candidates` that `known` (canonical name and aliases so far) lacks: as
+ * conceptName spells them, empty and over-long ones dropped (model output; one bad alias must not
+ * fail a batch), and deduplicated by conceptNameKey, first spelling kept. `known` may hold names
+ * recorded before names were composed: they are compared by their key too.
  */
 function newAliases(candidates: readonly string[], known: readonly string[]): string[] {
-  const seen = new Set(known.map((name) => name.toLowerCase()));
+  const seen = new Set(known.map(conceptNameKey));
   const fresh: string[] = [];
   for (const candidate of candidates) {
-    const alias = candidate.trim();
-    if (alias === '' || alias.length > MAX_CONCEPT_NAME_CHARS || seen.has(alias.toLowerCase())) continue;
-    seen.add(alias.toLowerCase());
+    const alias = conceptName(candidate);
+    const key = conceptNameKey(alias);
+    if (alias === '' || alias.length > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
+    seen.add(key);
     fresh.push(alias);
   }
   return fresh;
@@ -71,7 +93,7 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
   decide(command, state) {
     switch (command.type) {
       case 'CreateConcept': {
-        const canonicalName = checkName('canonical name', command.canonicalName);
+        const canonicalName = checkName('canonical name', conceptName(command.canonicalName));
         const context = checkName('context', command.context);
         if (state.status === 'merged') return [];
         if (state.status === 'active') {
@@ -106,9 +128,9 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
       case 'RemoveAlias': {
         const concept = requireConcept(state);
         if (concept.status === 'merged') return [];
-        const lower = command.alias.trim().toLowerCase();
+        const key = conceptNameKey(command.alias);
         // The canonical name is not an alias and is never removed; an unknown alias is already gone.
-        const stored = concept.aliases.find((alias) => alias.toLowerCase() === lower);
+        const stored = concept.aliases.find((alias) => conceptNameKey(alias) === key);
         if (stored === undefined) return [];
         return [{ type: 'ConceptAliasRemoved', data: { alias: stored, reason: command.reason } }];
       }
@@ -185,12 +207,14 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
     }
     if (state.status === 'none') return state;
     switch (event.type) {
-      case 'ConceptAliasAdded':
-        if (state.aliases.some((alias) => alias.toLowerCase() === event.data.alias.toLowerCase())) return state;
+      case 'ConceptAliasAdded': {
+        const key = conceptNameKey(event.data.alias);
+        if (state.aliases.some((alias) => conceptNameKey(alias) === key)) return state;
         return { ...state, aliases: [...state.aliases, event.data.alias] };
+      }
       case 'ConceptAliasRemoved': {
-        const lower = event.data.alias.toLowerCase();
-        return { ...state, aliases: state.aliases.filter((alias) => alias.toLowerCase() !== lower) };
+        const key = conceptNameKey(event.data.alias);
+        return { ...state, aliases: state.aliases.filter((alias) => conceptNameKey(alias) !== key) };
       }
       case 'ConceptEmbedded':
         return { ...state, embeddedWith: event.data.model };

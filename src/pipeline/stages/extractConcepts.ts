@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { conceptDecider, conceptIdFor, conceptUnreadData, MAX_CONCEPT_NAME_CHARS } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptIdFor, conceptName, conceptNameKey, conceptUnreadData, MAX_CONCEPT_NAME_CHARS } from '../../domain/concept/decider.js';
 import type { ConceptCommand, ConceptEvent, ConceptState } from '../../domain/concept/events.js';
 import { followMergeChain, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
@@ -58,15 +58,16 @@ export async function finalConcept(store: EventStore, conceptId: string): Promis
   return node;
 }
 
-/** Trimmed, non-empty, not over-long names, deduplicated case-insensitively (first spelling kept). */
+/** Non-empty, not over-long names as conceptName spells them, deduplicated by conceptNameKey (first spelling kept). */
 function cleanNames(names: readonly string[]): string[] {
   const seen = new Set<string>();
   const clean: string[] = [];
   for (const raw of names) {
     if (typeof raw !== 'string') continue;
-    const name = raw.trim();
-    if (name === '' || name.length > MAX_CONCEPT_NAME_CHARS || seen.has(name.toLowerCase())) continue;
-    seen.add(name.toLowerCase());
+    const name = conceptName(raw);
+    const key = conceptNameKey(name);
+    if (name === '' || name.length > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
+    seen.add(key);
     clean.push(name);
   }
   return clean;
@@ -84,7 +85,7 @@ async function lookupConcepts(knex: Knex, repositoryId: string, asked: readonly 
   if (asked.length === 0) return [];
   // One row per name: the first of each candidate matches aliases, the others canonical names.
   const names = asked.flatMap(({ context, names }, index) =>
-    names.map((name, position) => ({ i: index, context_lower: context.toLowerCase(), name_lower: name.toLowerCase(), canonical: position === 0 })),
+    names.map((name, position) => ({ i: index, context_lower: context.toLowerCase(), name_lower: conceptNameKey(name), canonical: position === 0 })),
   );
   const { rows } = await knex.raw<{ rows: Array<{ i: number; concept_id: string; by: number }> }>(
     // One index probe per name (LATERAL ... LIMIT 1, the smallest id): joined as sets, the planner
@@ -146,7 +147,7 @@ export function createExtractConceptsStage(deps: ExtractConceptsDeps): Stage {
     const context = contexts.find((choice) => choice.name.toLowerCase() === String(candidate.context ?? '').trim().toLowerCase());
     const names = cleanNames([candidate.canonicalName, ...(Array.isArray(candidate.aliases) ? candidate.aliases : [])]);
     // A context the repository does not allow, or no usable name.
-    if (!context || names.length === 0 || names[0] !== String(candidate.canonicalName).trim()) return null;
+    if (!context || names.length === 0 || names[0] !== conceptName(String(candidate.canonicalName))) return null;
     return { context, names };
   }
 

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { parseDuration } from '../../config/duration.js';
-import { conceptDecider } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptNameKey } from '../../domain/concept/decider.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { ChatModel, RefinementInput } from '../../providers/llm/port.js';
@@ -67,7 +67,7 @@ async function candidatesByContext(knex: Knex, repositoryId: string, limit: numb
         id: row.id,
         canonicalName: row.canonical_name,
         context: row.context,
-        aliases: (aliases.get(row.id) ?? []).filter((alias) => alias.toLowerCase() !== row.canonical_name.toLowerCase()),
+        aliases: (aliases.get(row.id) ?? []).filter((alias) => conceptNameKey(alias) !== conceptNameKey(row.canonical_name)),
         factCount: Number(row.fact_count),
       })),
     );

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { validate as isUuid, version as uuidVersion } from 'uuid';
-import { CONCEPT_ID_NAMESPACE, conceptDecider, conceptIdFor, type ConceptCommand, type ConceptEvent } from '../../../src/domain/concept/decider.js';
+import { CONCEPT_ID_NAMESPACE, conceptDecider, conceptIdFor, conceptName, conceptNameKey, type ConceptCommand, type ConceptEvent } from '../../../src/domain/concept/decider.js';
 import { DomainError } from '../../../src/domain/decider.js';
 import { spec } from '../../../src/domain/testing.js';
 import { packVector } from '../../../src/interchange/vectors.js';
@@ -29,6 +29,27 @@ t.test('conceptIdFor is a uuidv5 of the normalised key', async (t) => {
   t.not(conceptIdFor('r1', 'Marie Curie', 'organization'), id, 'contexts differ');
   t.not(conceptIdFor('r1', 'Pierre Curie', 'person'), id);
   t.match(CONCEPT_ID_NAMESPACE, /^[0-9a-f-]{36}$/);
+});
+
+t.test('a name is composed (NFC) as it enters: one id, one spelling and one key for both spellings', async (t) => {
+  const composed = "Pierre Curie's café";
+  const decomposed = "Pierre Curie's cafe\u0301";
+  t.not(decomposed, composed);
+  t.equal(conceptIdFor('r1', decomposed, 'place'), conceptIdFor('r1', composed, 'place'), 'one concept id');
+  t.equal(conceptIdFor('r1', 'Marie Curie', 'person'), conceptIdFor('r1', ' marie curie ', 'person'), 'an ASCII name keeps the id it had');
+  t.equal(conceptName(` ${decomposed} `), composed);
+  // Lower case composed again: `T` + U+0308 has no composed capital, its lower case composes to U+1E97.
+  t.equal(conceptNameKey('T\u0308'), conceptNameKey('\u1e97'));
+  t.equal(conceptNameKey('Zu\u0308RICH'), 'zürich');
+  t.same(given([]).when({ ...create, canonicalName: decomposed, aliases: ['Le Cafe\u0301', 'le café', composed] }).events(), [
+    { type: 'ConceptCreated', data: { ...created.data, canonical_name: composed, aliases: ['Le Café'] } },
+  ], 'the canonical name and aliases recorded composed, deduplicated by their composed key');
+  // A concept recorded before names were composed: its decomposed alias is known in either spelling.
+  const legacy: ConceptEvent = { type: 'ConceptCreated', data: { ...created.data, canonical_name: decomposed, aliases: ['Le Cafe\u0301'] } };
+  t.same(given([legacy]).when({ type: 'AddAliases', aliases: ['le café', composed, 'Flore'] }).events(), [{ type: 'ConceptAliasAdded', data: { alias: 'Flore' } }]);
+  t.same(given([legacy]).when({ type: 'RemoveAlias', alias: 'LE CAFÉ', reason: 'pruned' }).events(), [
+    { type: 'ConceptAliasRemoved', data: { alias: 'Le Cafe\u0301', reason: 'pruned' } },
+  ], 'removed as recorded');
 });
 
 t.test('create trims, dedupes aliases case-insensitively and leaves out the canonical name', async (t) => {

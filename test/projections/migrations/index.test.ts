@@ -127,6 +127,47 @@ t.test('022: URLs keyed with lower-case escapes are keyed again in upper case; t
   t.equal((await sources.find('repo-2', { url: 'http://h/both/' })), null, 'an unescaped slash is another address');
 });
 
+t.test('023: alias rows spelt decomposed are spelt and keyed composed; two of one concept that now share a key are one', async (t) => {
+  // A database as the release before 023 left it: alias rows spelt and keyed as the events wrote them.
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  const now = new Date();
+  const concept = (id: string, canonical_name: string) => ({ id, repository_id: 'repo-1', canonical_name, context: 'place', status: 'active', created_at: now, updated_at: now });
+  const alias = (concept_id: string, name: string) => ({ concept_id, repository_id: 'repo-1', alias: name, alias_lower: name.toLowerCase(), context_lower: 'place' });
+  const cafeNfd = 'Cafe\u0301 de Flore';
+  await db.knex('concepts').insert([concept('c1', cafeNfd), concept('c2', 'Zürich'), concept('c3', 'Plain')]);
+  await db.knex('concept_aliases').insert([
+    alias('c1', cafeNfd),
+    alias('c1', 'Le Cafe\u0301'),
+    alias('c1', 'Flore'),
+    // Both spellings of one alias: one row of the composed key after, the composed one.
+    alias('c2', 'Zürich'),
+    alias('c2', 'Zu\u0308rich'),
+    alias('c3', 'Plain'),
+  ]);
+  // More than one of the migration's pages.
+  const many = Array.from({ length: 1100 }, (_, i) => `m-${String(i).padStart(4, '0')}`);
+  for (let i = 0; i < many.length; i += 500) {
+    await db.knex('concepts').insert(many.slice(i, i + 500).map((id) => concept(id, `${id} e\u0301`)));
+    await db.knex('concept_aliases').insert(many.slice(i, i + 500).map((id) => alias(id, `${id} e\u0301`)));
+  }
+  await db.knex('schema_migrations').where({ id: '023_concept_aliases_nfc' }).delete();
+
+  t.same(await migrateReadModels(db.knex), ['023_concept_aliases_nfc']);
+  const rows = await db.knex('concept_aliases').whereIn('concept_id', ['c1', 'c2', 'c3']).orderBy(['concept_id', 'alias_lower']).select('concept_id', 'alias', 'alias_lower');
+  t.same(rows, [
+    { concept_id: 'c1', alias: 'Café de Flore', alias_lower: 'café de flore' },
+    { concept_id: 'c1', alias: 'Flore', alias_lower: 'flore' },
+    { concept_id: 'c1', alias: 'Le Café', alias_lower: 'le café' },
+    { concept_id: 'c2', alias: 'Zürich', alias_lower: 'zürich' },
+    { concept_id: 'c3', alias: 'Plain', alias_lower: 'plain' },
+  ]);
+  t.equal((await db.knex('concept_aliases').where({ concept_id: 'm-1099' }).first('alias_lower'))?.alias_lower, 'm-1099 é', 'every page of rows keyed');
+  const c1 = await db.knex('concepts').where({ id: 'c1' }).first('canonical_name', 'alias_text');
+  t.equal(c1?.canonical_name, cafeNfd, 'the canonical name stays as its event recorded it');
+  t.match(c1?.alias_text, /Flore Le Café$/, 'the alias text is made again from the rows');
+});
+
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
   const db = await openMigratedDatabase();
   t.teardown(() => db.close());
