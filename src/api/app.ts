@@ -7,7 +7,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
 import { withCallContext } from '../app/callContext.js';
-import { answerClientError, HttpError, registerErrorHandling } from './errors.js';
+import { answerClientError, frameworkErrorMessage, HttpError, MAX_PATH_PARAM_CHARS, registerErrorHandling } from './errors.js';
 import { rebuildingReadModels } from '../read/projections.js';
 import { authenticateRequest } from './guard.js';
 import { registerInputGuard } from './inputGuard.js';
@@ -105,7 +105,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     // A path parameter as the URL carries it, percent-encoded: a concept's name (at most 200
     // characters, 12 each when encoded) must reach its route. find-my-way's default, 100, cut
     // names of over 100 letters, or 11 of a script whose letters take 3 bytes.
-    routerOptions: { maxParamLength: 2_500 },
+    routerOptions: { maxParamLength: MAX_PATH_PARAM_CHARS },
     // read_timeout bounds receiving a request; the whole exchange may take read + write.
     requestTimeout: readTimeoutMs + writeTimeoutMs,
     connectionTimeout: readTimeoutMs + writeTimeoutMs,
@@ -114,10 +114,11 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     // is 60 s): a body trickled in was read to its end however long it took (QA: a 30 s limit,
     // 201 after 45 s). The headers must arrive within read_timeout.
     http: { connectionsCheckingInterval: 1_000, headersTimeout: readTimeoutMs },
-    // A URL that is not valid percent-encoded UTF-8 (FST_ERR_BAD_URL) is answered before routing: same `{error, message}` shape.
+    // A URL that is not valid percent-encoded UTF-8 (FST_ERR_BAD_URL) or whose path parameter is
+    // too long (FST_ERR_MAX_PARAM_LENGTH) is answered before routing: same `{error, message}` shape.
     frameworkErrors: (error, _request, reply) => {
       // The generic reply type of this hook knows no schema yet; a plain reply is what it is.
-      void (reply as FastifyReply).status(400).send({ error: 'bad_request', message: error.message });
+      void (reply as FastifyReply).status(400).send({ error: 'bad_request', message: frameworkErrorMessage(error) });
     },
     // Requests Node's HTTP parser refuses (431, 400, 408) get the `{error, message}` shape too.
     clientErrorHandler: answerClientError,

@@ -4,6 +4,7 @@ import type { ConnectionError, FastifyError, FastifyInstance, FastifyRequest } f
 import { AmbiguousConceptError, UnsupportedContentError } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';
 import { ReportTooLargeError } from '../domain/report/decider.js';
+import { shortenRunes } from '../domain/text.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
 import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
@@ -68,9 +69,46 @@ export const errorReplySchema = {
   properties: { error: { type: 'string' }, message: { type: 'string' } },
 } as const;
 
+/**
+ * The longest path parameter routed, as the URL carries it (percent-encoded): a concept's name of
+ * 200 characters, 12 each when encoded, must reach its route.
+ */
+export const MAX_PATH_PARAM_CHARS = 2_500;
+
+/** The most characters of a client's input (a path, a field name) an error message repeats. */
+const ECHOED_CHARS = 100;
+/** The most field names a refusal lists. */
+const ECHOED_NAMES = 10;
+
+/**
+ * A client's input as an error message repeats it: at most ECHOED_CHARS characters. A reply that
+ * repeated a 10 KB path or field name back was as long as the request, and a log line as well.
+ */
+export function echoed(input: string): string {
+  return shortenRunes(input, ECHOED_CHARS);
+}
+
+/** Names as a refusal lists them: quoted, each and their number bounded (echoed). */
+function namesOf(names: readonly string[]): string {
+  const listed = names.slice(0, ECHOED_NAMES).map((name) => `'${echoed(name)}'`);
+  if (names.length > ECHOED_NAMES) listed.push(`${names.length - ECHOED_NAMES} more`);
+  return listed.join(', ');
+}
+
 /** The refusal of fields a part of the request does not take, named (`body`, `querystring`). */
 export function additionalPropertiesMessage(part: string, names: readonly string[]): string {
-  return `${part} must NOT have additional properties (${names.map((name) => `'${name}'`).join(', ')})`;
+  return `${part} must NOT have additional properties (${namesOf(names)})`;
+}
+
+/**
+ * The message of a refusal fastify makes before routing (`frameworkErrors`): its own repeat the
+ * whole path (`'/api/v1/…<10,000 characters>' is exceeding the max param length`), so these name
+ * what is wrong and the limit instead.
+ */
+export function frameworkErrorMessage(error: FastifyError): string {
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') return `a path parameter is longer than ${MAX_PATH_PARAM_CHARS} characters (as the URL carries it, percent-encoded)`;
+  if (error.code === 'FST_ERR_BAD_URL') return 'the path is not valid percent-encoded UTF-8';
+  return echoed(error.message);
 }
 
 /** The top-level fields of a body its route's schema does not take (one that lists its fields and takes no others). */
@@ -94,7 +132,7 @@ function validationMessage(error: FastifyError, request: FastifyRequest): string
     .filter((entry) => entry.keyword === 'additionalProperties')
     .map((entry) => (entry.params as { additionalProperty?: unknown }).additionalProperty)
     .filter((name): name is string => typeof name === 'string');
-  if (unknown.length) return `${error.message} (${unknown.map((name) => `'${name}'`).join(', ')})`;
+  if (unknown.length) return `${error.message} (${namesOf(unknown)})`;
   const unknownInBody = error.validationContext === 'body' ? unknownBodyFields(request) : [];
   if (unknownInBody.length) return additionalPropertiesMessage('body', unknownInBody);
   // `?limit=5&limit=6` reaches the schema as a list: say so rather than "must be integer".
@@ -170,10 +208,10 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];
     const methods = allowed.of(path);
-    if (methods.length === 0) return reply.status(404).send({ error: 'not_found', message: `no route for ${request.method} ${path}` });
+    if (methods.length === 0) return reply.status(404).send({ error: 'not_found', message: `no route for ${request.method} ${echoed(path)}` });
     const allow = [...methods, 'OPTIONS'].join(', ');
     if (request.method === 'OPTIONS') return reply.status(204).header('allow', allow).send();
-    return reply.status(405).header('allow', allow).send({ error: 'method_not_allowed', message: `${request.method} is not supported on ${path}; it takes ${allow}` });
+    return reply.status(405).header('allow', allow).send({ error: 'method_not_allowed', message: `${request.method} is not supported on ${echoed(path)}; it takes ${allow}` });
   });
 }
 

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { unsafeTextReason } from '../domain/text.js';
-import { additionalPropertiesMessage, HttpError } from './errors.js';
+import { additionalPropertiesMessage, echoed, HttpError } from './errors.js';
 
 /** The routes whose query strings are theirs to refuse: the API's, not the docs' or the health check's. */
 const API_PREFIX = '/api/v1/';
@@ -8,17 +8,18 @@ const API_PREFIX = '/api/v1/';
 /** The deepest nesting of a request body walked; deeper bodies are refused rather than recursed into. */
 const MAX_DEPTH = 64;
 
+/** Where the first unsafe text is and why; the path (the client's keys) echoed, so bounded. */
 function findUnsafe(value: unknown, path: string, depth: number): string | null {
   if (typeof value === 'string') {
     const reason = unsafeTextReason(value);
-    return reason && `${path} ${reason}`;
+    return reason && `${echoed(path)} ${reason}`;
   }
   if (value === null || typeof value !== 'object') return null;
-  if (depth > MAX_DEPTH) return `${path} is nested deeper than ${MAX_DEPTH} levels`;
+  if (depth > MAX_DEPTH) return `${echoed(path)} is nested deeper than ${MAX_DEPTH} levels`;
   const entries = Array.isArray(value) ? value.map((item, index) => [String(index), item] as const) : Object.entries(value);
   for (const [key, item] of entries) {
     const keyReason = unsafeTextReason(key);
-    if (keyReason) return `a key of ${path} ${keyReason}`;
+    if (keyReason) return `a key of ${echoed(path)} ${keyReason}`;
     const found = findUnsafe(item, `${path}/${key}`, depth + 1);
     if (found) return found;
   }
@@ -38,7 +39,7 @@ function malformedQueryPart(url: string): string | null {
     try {
       decodeURIComponent(part.replaceAll('+', ' '));
     } catch {
-      return part.length > 60 ? `${part.slice(0, 60)}…` : part;
+      return echoed(part);
     }
   }
   return null;

@@ -55,6 +55,38 @@ t.test("fastify's own failures answer with the documented codes", async (t) => {
   t.not(fine.statusCode, 400, 'percent-encoded UTF-8 and + for a space pass');
 });
 
+t.test('a refusal names the limit or repeats at most 100 characters of the input, however long the path or field name', async (t) => {
+  const long = 'a'.repeat(10_000);
+  // Every route: fastify's router refuses the parameter before any route runs.
+  for (const url of [`/api/v1/repositories/${repositoryId}/concepts/${long}`, `/api/v1/repositories/${long}`]) {
+    const reply = await inject({ method: 'GET', url });
+    t.equal(reply.statusCode, 400);
+    t.same(reply.json(), { error: 'bad_request', message: 'a path parameter is longer than 2500 characters (as the URL carries it, percent-encoded)' });
+  }
+  const atLimit = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/concepts/${'a'.repeat(2_500)}` });
+  t.not(atLimit.json().message, /path parameter is longer/, 'a parameter of 2,500 characters reaches its route');
+  const badUrl = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}/concepts/${long}%ED%A0%80` });
+  t.same(badUrl.json(), { error: 'bad_request', message: 'the path is not valid percent-encoded UTF-8' }, 'the path is not repeated');
+  const noRoute = await inject({ method: 'GET', url: `/api/v1/${long}` });
+  t.equal(noRoute.statusCode, 404);
+  t.equal(noRoute.json().message, `no route for GET /api/v1/${'a'.repeat(91)}…`);
+  const field = await inject({ method: 'POST', url: '/api/v1/repositories', payload: JSON.stringify({ name: 'Long', [long]: 1 }), headers: { 'content-type': 'application/json' } });
+  t.equal(field.statusCode, 400);
+  t.equal(field.json().message, `body must NOT have additional properties ('${'a'.repeat(99)}…')`);
+  // A route that takes no query string names every parameter given: ten, and how many more.
+  const many = Array.from({ length: 1000 }, (_, i) => `f${i}=${i}`).join('&');
+  const fields = await inject({ method: 'GET', url: `/api/v1/repositories/${repositoryId}?${many}` });
+  t.equal(fields.json().message, `querystring must NOT have additional properties ('f0', 'f1', 'f2', 'f3', 'f4', 'f5', 'f6', 'f7', 'f8', 'f9', 990 more)`);
+  for (const url of [`/api/v1/repositories/${repositoryId}/sources?${long}=1`, `/api/v1/repositories/${repositoryId}/facts?${long}=%C3`]) {
+    const query = await inject({ method: 'GET', url });
+    t.equal(query.statusCode, 400);
+    t.ok(query.body.length < 300, `a query parameter is not repeated whole (${query.body.length} bytes)`);
+  }
+  const nested = await inject({ method: 'POST', url: '/api/v1/repositories', payload: JSON.stringify({ name: 'Nested', [long]: { [long]: 'a\u0000' } }), headers: { 'content-type': 'application/json' } });
+  t.equal(nested.statusCode, 400);
+  t.ok(nested.body.length < 300, `a body's keys are not repeated whole (${nested.body.length} bytes)`);
+});
+
 /** Writes `request` to a fresh connection and reads the reply until the server closes it. */
 function rawExchange(port: number, request: string): Promise<{ statusLine: string; headers: string; body: string }> {
   return new Promise((resolve, reject) => {
