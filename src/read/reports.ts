@@ -4,6 +4,7 @@ import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { websearchQueryText } from '../search/port.js';
+import { liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
 
@@ -115,7 +116,11 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
 
     /**
      * The annotated sentences of the report's last annotation, in text order, each with its facts
-     * best first (`score`, `posture`, and the fact's content). Facts removed since are left out.
+     * best first (`score`, `posture`, and the fact's content). The annotation is kept as made, so
+     * its fact ids are read as every read of this service reads one (liveFacts): a fact merged
+     * since is shown as its survivor, once per sentence with the best score of the citations that
+     * lead to it and the cited ids that merged into it (`merged_from`); one retracted or removed
+     * since is left out.
      * All of them (a report is at most 256 KiB: a few thousand sentences), or the page `limit`
      * and `offset` ask for.
      */
@@ -125,29 +130,43 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
       const sentences: Array<{ sentence_index: number; text: string; start_offset: number; end_offset: number; carried: boolean }> = await knex('report_sentences')
         .where({ report_id: report.id })
         .orderBy('sentence_index');
-      const facts: Array<{ sentence_index: number; fact_id: string; score: number; posture: string; content: string; status: string }> = await knex('report_annotations as a')
-        .join('facts as f', 'f.id', 'a.fact_id')
-        .where({ 'a.report_id': report.id })
-        .orderBy([{ column: 'a.sentence_index' }, { column: 'a.rank' }])
-        .select('a.sentence_index', 'a.fact_id', 'a.score', 'a.posture', 'f.content', 'f.status');
-      const bySentence = new Map<number, Array<{ fact_id: string; content: string; score: number; posture: string; status: string }>>();
-      for (const fact of facts) {
-        const list = bySentence.get(fact.sentence_index) ?? [];
-        list.push({ fact_id: fact.fact_id, content: fact.content, score: Number(fact.score), posture: fact.posture, status: fact.status });
-        bySentence.set(fact.sentence_index, list);
+      const offset = input.offset ?? 0;
+      const page = sentences.slice(offset, input.limit === undefined ? undefined : offset + input.limit);
+      // Only the page's annotations: the merge walk reads each merged fact's chain.
+      const cited: Array<{ sentence_index: number; fact_id: string; score: number; posture: string }> = page.length === 0 ? [] : await knex('report_annotations')
+        .where({ report_id: report.id })
+        .whereBetween('sentence_index', [page[0].sentence_index, page[page.length - 1].sentence_index])
+        .orderBy([{ column: 'sentence_index' }, { column: 'rank' }])
+        .select('sentence_index', 'fact_id', 'score', 'posture');
+      const live = await liveFacts(knex, repository.id, cited.map((annotation) => annotation.fact_id));
+      type ShownFact = { fact_id: string; content: string; score: number; posture: string; status: string; merged_from: string[] };
+      /** Per sentence, each live fact the cited ids lead to, once, with the best score and its posture. */
+      const bySentence = new Map<number, Map<string, ShownFact>>();
+      for (const annotation of cited) {
+        const fact = live.get(annotation.fact_id);
+        if (!fact) continue;
+        const shown = bySentence.get(annotation.sentence_index) ?? new Map<string, ShownFact>();
+        bySentence.set(annotation.sentence_index, shown);
+        const score = Number(annotation.score);
+        const entry = shown.get(fact.id) ?? { fact_id: fact.id, content: String(fact.content), score, posture: annotation.posture, status: String(fact.status), merged_from: [] };
+        if (score > entry.score) Object.assign(entry, { score, posture: annotation.posture });
+        if (annotation.fact_id !== fact.id && !entry.merged_from.includes(annotation.fact_id)) entry.merged_from.push(annotation.fact_id);
+        shown.set(fact.id, entry);
       }
+      // A survivor keeps its best citation's score, which may rank it higher than its first citation did.
+      const factsOf = (index: number) => [...(bySentence.get(index)?.values() ?? [])].sort((a, b) => b.score - a.score);
       return {
         report_id: report.id,
         status: report.status,
         revision: Number(report.revision),
         annotated_at: isoDate(report.annotated_at),
-        items: sentences.slice(input.offset ?? 0, input.limit === undefined ? undefined : (input.offset ?? 0) + input.limit).map((sentence) => ({
+        items: page.map((sentence) => ({
           index: sentence.sentence_index,
           text: sentence.text,
           start: sentence.start_offset,
           end: sentence.end_offset,
           carried: sentence.carried,
-          facts: bySentence.get(sentence.sentence_index) ?? [],
+          facts: factsOf(sentence.sentence_index),
         })),
         total: sentences.length,
       };

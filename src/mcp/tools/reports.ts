@@ -47,7 +47,7 @@ export const reportTools = [
   defineTool({
     name: 'getReport',
     title: 'Get a report with its annotations',
-    description: "One report (text, status, children) and its annotated sentences, each with the facts (id, content, score, posture: supports or contradicts) found for it.",
+    description: "One report (text, status, children) and its annotated sentences, each with the facts (id, content, score, posture: supports, contradicts or related) found for it; a fact merged since is shown as its survivor, with `merged_from` the cited ids that led there.",
     input: z.object({ repository: repositoryArgument, reportId: idArgument('report') }),
     readOnly: true,
     async run({ app, principal }, args) {

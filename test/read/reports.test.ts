@@ -1,0 +1,106 @@
+import t from 'tap';
+import type { Principal } from '../../src/auth/rbac.js';
+import { startTestApplication, type TestApplication } from '../helpers/application.js';
+import { appendEvents, extractFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
+
+let harness: TestApplication;
+let owner: Principal;
+let repository: string;
+let reportId: string;
+let facts: Record<string, SeededFact>;
+
+/**
+ * An annotation is kept as made; the merges and the retraction below come after it, as
+ * deduplication and a source's deletion do, so the fact ids it names are stale.
+ */
+t.before(async () => {
+  harness = await startTestApplication({ name: 'Bakery' });
+  ({ owner, repository } = harness);
+  const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/bakery' });
+  const seeded = await extractFacts(harness.service, repository, source.id, [
+    'Bread needs yeast.',
+    'Ovens bake bread.',
+    'Knives cut bread.',
+    'Bread requires yeast.',
+    'Bread is sold warm.',
+  ]);
+  facts = { yeast: seeded[0], oven: seeded[1], knife: seeded[2], twin: seeded[3], gone: seeded[4] };
+  await stabilize(harness.service, repository, source.id, seeded);
+  const text = 'Bakers need yeast and ovens. Yeast makes bread rise. Nothing here.';
+  const report = await harness.app.reports.create(owner, { repository, text });
+  reportId = report.id;
+  const cite = (fact: SeededFact, score: number, posture: string) => ({ fact_id: fact.id, score, posture });
+  await appendEvents(harness.service, repository, `report-${reportId}`, [
+    {
+      type: 'ReportAnnotated',
+      data: {
+        revision: report.revision,
+        model_id: 'local',
+        similarity_threshold: 0.3,
+        max_facts_per_sentence: 5,
+        min_sentence_runes: 5,
+        sentences: [
+          {
+            index: 0,
+            text: 'Bakers need yeast and ovens.',
+            start: 0,
+            end: 28,
+            carried: false,
+            facts: [cite(facts.twin, 0.9, 'supports'), cite(facts.knife, 0.8, 'related'), cite(facts.yeast, 0.7, 'contradicts'), cite(facts.oven, 0.6, 'supports'), cite(facts.gone, 0.5, 'supports')],
+          },
+          { index: 1, text: 'Yeast makes bread rise.', start: 29, end: 52, carried: false, facts: [cite(facts.yeast, 0.85, 'related')] },
+          { index: 2, text: 'Nothing here.', start: 53, end: 66, carried: true, facts: [] },
+        ],
+      },
+    },
+  ]);
+  // Deduplication: twin → yeast, then yeast → oven (a chain of two); `gone` lost its source and was retracted.
+  await appendEvents(harness.service, repository, `fact-${facts.twin.id}`, [
+    { type: 'FactMergedInto', data: { survivor_id: facts.yeast.id, similarity: 0.97, source_id: source.id, catchup: false } },
+  ]);
+  await appendEvents(harness.service, repository, `fact-${facts.yeast.id}`, [
+    { type: 'FactMergedInto', data: { survivor_id: facts.oven.id, similarity: 0.95, source_id: null, catchup: true } },
+  ]);
+  await appendEvents(harness.service, repository, `fact-${facts.gone.id}`, [{ type: 'FactRetracted', data: { source_id: source.id, reason: 'source deleted' } }]);
+});
+t.teardown(() => harness.close());
+
+/** The facts of each annotated sentence, as the report's annotations show them (`?? null`: a stale read lacked `merged_from`). */
+async function annotated(page: { limit?: number; offset?: number } = {}) {
+  const annotations = await harness.app.reports.annotations(owner, { repository, report: reportId, ...page });
+  return annotations.items.map((sentence) => ({
+    index: sentence.index,
+    facts: sentence.facts.map((fact) => ({ fact_id: fact.fact_id, status: fact.status, score: fact.score, posture: fact.posture, merged_from: fact.merged_from ?? null })),
+  }));
+}
+
+t.test("a report's annotations follow merges of the facts they name, before and after cleanup", async (t) => {
+  const expected = [
+    {
+      index: 0,
+      // twin, yeast and oven all lead to oven: listed once, with the best score and its posture, saying which ids led there; gone is left out.
+      facts: [
+        { fact_id: facts.oven.id, status: 'stable', score: 0.9, posture: 'supports', merged_from: [facts.twin.id, facts.yeast.id] },
+        { fact_id: facts.knife.id, status: 'stable', score: 0.8, posture: 'related', merged_from: [] },
+      ],
+    },
+    // Once per sentence: another sentence shows the survivor again, for its own citation.
+    { index: 1, facts: [{ fact_id: facts.oven.id, status: 'stable', score: 0.85, posture: 'related', merged_from: [facts.yeast.id] }] },
+    { index: 2, facts: [] },
+  ];
+  t.same(await annotated(), expected, 'merged rows still present');
+  t.same(await annotated({ offset: 1, limit: 1 }), [expected[1]], 'a page reads its own sentences');
+
+  // cleanup_facts removes merged facts' rows seconds after the merge: their redirects stay.
+  for (const gone of [facts.twin.id, facts.yeast.id]) {
+    await appendEvents(harness.service, repository, `fact-${gone}`, [{ type: 'FactRemoved', data: { survivor_id: facts.oven.id } }]);
+  }
+  t.notOk(await harness.service.context.db.knex('facts').where({ id: facts.yeast.id }).first(), 'the merged row is gone');
+  t.same(await annotated(), expected, 'merged rows removed');
+
+  // REST answers the same, `merged_from` included (a response schema drops what it does not list).
+  const { token } = await harness.service.context.identity.login({ email: 'owner@example.org', password: 'correct horse battery' });
+  const rest = await harness.service.call('GET', `/api/v1/repositories/${repository}/reports/${reportId}/annotations`, { token });
+  t.equal(rest.status, 200);
+  t.same(rest.body, await harness.app.reports.annotations(owner, { repository, report: reportId }));
+});
