@@ -124,3 +124,10 @@ export async function refreshRelations(service: TestService, repositoryId: strin
     },
   ]);
 }
+
+/** The bakery's five stable facts, from one source, that the merge-following read tests (test/read/) stale: yeast and its twin, oven, knife, and one to retract. */
+export async function seedBakeryFacts(service: TestService, repositoryId: string, sourceId: string): Promise<Record<'yeast' | 'oven' | 'knife' | 'twin' | 'gone', SeededFact>> {
+  const seeded = await extractFacts(service, repositoryId, sourceId, ['Bread needs yeast.', 'Ovens bake bread.', 'Knives cut bread.', 'Bread requires yeast.', 'Bread is sold warm.']);
+  await stabilize(service, repositoryId, sourceId, seeded);
+  return { yeast: seeded[0], oven: seeded[1], knife: seeded[2], twin: seeded[3], gone: seeded[4] };
+}

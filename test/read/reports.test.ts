@@ -1,7 +1,7 @@
 import t from 'tap';
 import type { Principal } from '../../src/auth/rbac.js';
 import { startTestApplication, type TestApplication } from '../helpers/application.js';
-import { appendEvents, extractFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
+import { appendEvents, seedBakeryFacts, type SeededFact } from '../api/seedGraph.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -17,15 +17,7 @@ t.before(async () => {
   harness = await startTestApplication({ name: 'Bakery' });
   ({ owner, repository } = harness);
   const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/bakery' });
-  const seeded = await extractFacts(harness.service, repository, source.id, [
-    'Bread needs yeast.',
-    'Ovens bake bread.',
-    'Knives cut bread.',
-    'Bread requires yeast.',
-    'Bread is sold warm.',
-  ]);
-  facts = { yeast: seeded[0], oven: seeded[1], knife: seeded[2], twin: seeded[3], gone: seeded[4] };
-  await stabilize(harness.service, repository, source.id, seeded);
+  facts = await seedBakeryFacts(harness.service, repository, source.id);
   const text = 'Bakers need yeast and ovens. Yeast makes bread rise. Nothing here.';
   const report = await harness.app.reports.create(owner, { repository, text });
   reportId = report.id;

@@ -1,7 +1,7 @@
 import t from 'tap';
 import type { Principal } from '../../src/auth/rbac.js';
 import { startTestApplication, type TestApplication } from '../helpers/application.js';
-import { appendEvents, createConcept, extractFacts, linkFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
+import { appendEvents, createConcept, linkFacts, seedBakeryFacts, type SeededFact } from '../api/seedGraph.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -19,21 +19,13 @@ t.before(async () => {
   ({ owner, repository } = harness);
   const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/bakery' });
   sourceId = source.id;
-  const seeded = await extractFacts(harness.service, repository, sourceId, [
-    'Bread needs yeast.',
-    'Ovens bake bread.',
-    'Knives cut bread.',
-    'Bread requires yeast.',
-    'Bread is sold warm.',
-  ]);
-  facts = { yeast: seeded[0], oven: seeded[1], knife: seeded[2], twin: seeded[3], gone: seeded[4] };
-  await stabilize(harness.service, repository, sourceId, seeded);
+  facts = await seedBakeryFacts(harness.service, repository, sourceId);
   ids.bread = await createConcept(harness.service, repository, 'Bread', 'product');
   ids.oven = await createConcept(harness.service, repository, 'Oven', 'technology');
   ids.stove = await createConcept(harness.service, repository, 'Stove', 'technology');
   ids.knife = await createConcept(harness.service, repository, 'Knife', 'tool');
   ids.loaf = await createConcept(harness.service, repository, 'Loaf', 'product');
-  await linkFacts(harness.service, repository, sourceId, Object.fromEntries(seeded.map((fact) => [fact.id, [ids.bread]])));
+  await linkFacts(harness.service, repository, sourceId, Object.fromEntries(Object.values(facts).map((fact) => [fact.id, [ids.bread]])));
   await appendEvents(harness.service, repository, `concept-${ids.bread}`, [
     {
       type: 'ConceptSynthesized',
