@@ -59,20 +59,21 @@ function checkName(what: string, value: string): string {
 }
 
 /**
- * The aliases of `candidates` that `known` (canonical name and aliases so far) lacks: as
- * conceptName spells them, empty and over-long ones dropped (model output; one bad alias must not
- * fail a batch), and deduplicated by conceptNameKey, first spelling kept. `known` may hold names
- * recorded before names were composed: they are compared by their key too.
+ * The names of `candidates` that `known` (a concept's canonical name and aliases so far, or none)
+ * lacks: as conceptName spells them, empty and over-long ones dropped (model output; one bad name
+ * must not fail a batch), and deduplicated by conceptNameKey, first spelling kept. `known` may
+ * hold names recorded before names were composed: they are compared by their key too. The
+ * decider's new aliases and the concepts stage's candidate names are both made here.
  */
-function newAliases(candidates: readonly string[], known: readonly string[]): string[] {
+export function distinctConceptNames(candidates: readonly string[], known: readonly string[] = []): string[] {
   const seen = new Set(known.map(conceptNameKey));
   const fresh: string[] = [];
   for (const candidate of candidates) {
-    const alias = conceptName(candidate);
-    const key = conceptNameKey(alias);
-    if (alias === '' || alias.length > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
+    const name = conceptName(candidate);
+    const key = conceptNameKey(name);
+    if (name === '' || name.length > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
     seen.add(key);
-    fresh.push(alias);
+    fresh.push(name);
   }
   return fresh;
 }
@@ -98,7 +99,7 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
         if (state.status === 'merged') return [];
         if (state.status === 'active') {
           // A twin (or a later source) created it first: what is left to record is the aliases it lacks.
-          return newAliases(command.aliases, [state.canonicalName, ...state.aliases]).map((alias) => ({
+          return distinctConceptNames(command.aliases, [state.canonicalName, ...state.aliases]).map((alias) => ({
             type: 'ConceptAliasAdded' as const,
             data: { alias },
           }));
@@ -111,7 +112,7 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
               canonical_name: canonicalName,
               context,
               ontology_class: ontologyClass,
-              aliases: newAliases(command.aliases, [canonicalName]),
+              aliases: distinctConceptNames(command.aliases, [canonicalName]),
               source_id: command.sourceId,
             },
           },
@@ -120,7 +121,7 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
       case 'AddAliases': {
         const concept = requireConcept(state);
         if (concept.status === 'merged') return [];
-        return newAliases(command.aliases, [concept.canonicalName, ...concept.aliases]).map((alias) => ({
+        return distinctConceptNames(command.aliases, [concept.canonicalName, ...concept.aliases]).map((alias) => ({
           type: 'ConceptAliasAdded' as const,
           data: { alias },
         }));

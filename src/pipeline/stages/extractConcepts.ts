@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { conceptDecider, conceptIdFor, conceptName, conceptNameKey, conceptUnreadData, MAX_CONCEPT_NAME_CHARS } from '../../domain/concept/decider.js';
+import { conceptDecider, conceptIdFor, conceptName, conceptNameKey, conceptUnreadData, distinctConceptNames } from '../../domain/concept/decider.js';
 import type { ConceptCommand, ConceptEvent, ConceptState } from '../../domain/concept/events.js';
 import { followMergeChain, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
@@ -58,19 +58,9 @@ export async function finalConcept(store: EventStore, conceptId: string): Promis
   return node;
 }
 
-/** Non-empty, not over-long names as conceptName spells them, deduplicated by conceptNameKey (first spelling kept). */
-function cleanNames(names: readonly string[]): string[] {
-  const seen = new Set<string>();
-  const clean: string[] = [];
-  for (const raw of names) {
-    if (typeof raw !== 'string') continue;
-    const name = conceptName(raw);
-    const key = conceptNameKey(name);
-    if (name === '' || name.length > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
-    seen.add(key);
-    clean.push(name);
-  }
-  return clean;
+/** The model's names that are strings, as distinctConceptNames keeps them (first spelling of each key). */
+function cleanNames(names: readonly unknown[]): string[] {
+  return distinctConceptNames(names.filter((name): name is string => typeof name === 'string'));
 }
 
 /**
