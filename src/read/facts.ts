@@ -88,6 +88,30 @@ export async function liveFacts(knex: Knex, repositoryId: string, factIds: reado
 }
 
 /**
+ * Citations of fact ids grouped by the live fact each leads to (`live`: liveFacts' answer for
+ * their ids), in order of first citation: each live fact once, with its citations and the cited
+ * ids that merged into it (`mergedFrom`); a citation that leads to no live fact is left out. How a
+ * synthesis's and a report's kept citations are shown.
+ */
+export function citationsByLiveFact<C>(
+  citations: readonly C[],
+  factIdOf: (citation: C) => string,
+  live: ReadonlyMap<string, FactRow>,
+): Array<{ fact: FactRow; mergedFrom: string[]; citations: C[] }> {
+  const grouped = new Map<string, { fact: FactRow; mergedFrom: string[]; citations: C[] }>();
+  for (const citation of citations) {
+    const id = factIdOf(citation);
+    const fact = live.get(id);
+    if (!fact) continue;
+    const entry = grouped.get(fact.id) ?? { fact, mergedFrom: [], citations: [] };
+    entry.citations.push(citation);
+    if (id !== fact.id && !entry.mergedFrom.includes(id)) entry.mergedFrom.push(id);
+    grouped.set(fact.id, entry);
+  }
+  return [...grouped.values()];
+}
+
+/**
  * Fact queries: search (hybrid or lexical, websearch syntax) narrowed by concepts or a context,
  * one fact with its sources, and the concepts a fact is linked to.
  */

@@ -4,7 +4,7 @@ import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { websearchQueryText } from '../search/port.js';
-import { liveFacts } from './facts.js';
+import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
 
@@ -139,22 +139,21 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
         .orderBy([{ column: 'sentence_index' }, { column: 'rank' }])
         .select('sentence_index', 'fact_id', 'score', 'posture');
       const live = await liveFacts(knex, repository.id, cited.map((annotation) => annotation.fact_id));
-      type ShownFact = { fact_id: string; content: string; score: number; posture: string; status: string; merged_from: string[] };
-      /** Per sentence, each live fact the cited ids lead to, once, with the best score and its posture. */
-      const bySentence = new Map<number, Map<string, ShownFact>>();
+      const bySentence = new Map<number, typeof cited>();
       for (const annotation of cited) {
-        const fact = live.get(annotation.fact_id);
-        if (!fact) continue;
-        const shown = bySentence.get(annotation.sentence_index) ?? new Map<string, ShownFact>();
-        bySentence.set(annotation.sentence_index, shown);
-        const score = Number(annotation.score);
-        const entry = shown.get(fact.id) ?? { fact_id: fact.id, content: String(fact.content), score, posture: annotation.posture, status: String(fact.status), merged_from: [] };
-        if (score > entry.score) Object.assign(entry, { score, posture: annotation.posture });
-        if (annotation.fact_id !== fact.id && !entry.merged_from.includes(annotation.fact_id)) entry.merged_from.push(annotation.fact_id);
-        shown.set(fact.id, entry);
+        const list = bySentence.get(annotation.sentence_index) ?? [];
+        list.push(annotation);
+        bySentence.set(annotation.sentence_index, list);
       }
-      // A survivor keeps its best citation's score, which may rank it higher than its first citation did.
-      const factsOf = (index: number) => [...(bySentence.get(index)?.values() ?? [])].sort((a, b) => b.score - a.score);
+      /** Per sentence, each live fact the cited ids lead to, once, with its best citation's score and posture, best first. */
+      const factsOf = (index: number) =>
+        citationsByLiveFact(bySentence.get(index) ?? [], (annotation) => annotation.fact_id, live)
+          .map(({ fact, mergedFrom, citations }) => {
+            // The first of the best: a survivor may rank higher than its first citation did.
+            const best = citations.reduce((kept, next) => (Number(next.score) > Number(kept.score) ? next : kept));
+            return { fact_id: fact.id, content: String(fact.content), score: Number(best.score), posture: best.posture, status: String(fact.status), merged_from: mergedFrom };
+          })
+          .sort((a, b) => b.score - a.score);
       return {
         report_id: report.id,
         status: report.status,

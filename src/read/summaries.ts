@@ -5,7 +5,7 @@ import type { Principal } from '../auth/rbac.js';
 import { summaries as summaryCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
 import { presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
-import { liveFacts } from './facts.js';
+import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate, jsonColumn, presentFact, type FactRow } from './present.js';
 
@@ -98,18 +98,7 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const factIds = idList(row.fact_ids);
       const imageFactIds = idList(row.image_fact_ids);
       const live = await liveFacts(knex, repository.id, [...factIds, ...imageFactIds]);
-      /** Each live fact the ids lead to, once, at its first citation, with the cited ids that merged into it. */
-      const citedFacts = (ids: string[]) => {
-        const shown = new Map<string, { fact: FactRow; mergedFrom: string[] }>();
-        for (const id of ids) {
-          const fact = live.get(id);
-          if (!fact) continue;
-          const entry = shown.get(fact.id) ?? { fact, mergedFrom: [] };
-          if (id !== fact.id && !entry.mergedFrom.includes(id)) entry.mergedFrom.push(id);
-          shown.set(fact.id, entry);
-        }
-        return [...shown.values()];
-      };
+      const citedFacts = (ids: string[]) => citationsByLiveFact(ids, (id) => id, live);
       const relatedIds = idList(row.related_concept_ids);
       const survivors = await survivingConcepts(knex, repository.id, relatedIds);
       const related = new Map<string, { id: string; canonical_name: string; context: string; redirected_from: Array<{ id: string; canonical_name: string; context: string }> }>();
