@@ -1,16 +1,7 @@
 import t from 'tap';
-import { errorFrom, WorkerPool, type PlainError } from '../../src/util/workerPool.js';
-import type { BusyCall } from './fixtures/busyWorker.js';
+import { busyWorkerPool } from './fixtures/busyPool.js';
 
-const pool = () =>
-  new WorkerPool<BusyCall>({
-    entry: new URL('./fixtures/busyWorker.ts', import.meta.url),
-    name: 'test-busy',
-    size: 1,
-    closedError: () => new Error('closed'),
-    lostError: (cause) => new Error(`lost: ${cause}`),
-    rebuildError: (error) => errorFrom(error as PlainError),
-  });
+const pool = () => busyWorkerPool('test-busy');
 
 t.test('onStart runs when the worker begins the call: after its start-up and the calls before it on that worker', async (t) => {
   const workers = pool();

@@ -4,8 +4,7 @@ import t from 'tap';
 import { extractDocument, UnsupportedContentError } from '../../../src/providers/fetch/extract.js';
 import { createWorkerDocumentExtractor, IN_THREAD_BELOW_BYTES, IN_THREAD_MAX_NESTING, inThreadDocumentExtractor, markupNesting, WALL_CLOCK_BACKSTOP, withinDeadline, type DocumentExtractor } from '../../../src/providers/fetch/extractionWorkers.js';
 import { isPermanentError } from '../../../src/pipeline/types.js';
-import { errorFrom, WorkerPool, type PlainError } from '../../../src/util/workerPool.js';
-import type { BusyCall } from '../../util/fixtures/busyWorker.js';
+import { busyWorkerPool } from '../../util/fixtures/busyPool.js';
 import { extractPdfImages } from '../../../src/providers/fetch/pdfImages.js';
 import { buildPdfWithImages, noiseImage } from '../../fixtures/fetch/pdfWithImages.js';
 import { CORPUS_DIR } from '../../helpers/corpus.js';
@@ -182,14 +181,7 @@ t.test('an extraction past its deadline ends its worker and fails the document a
 });
 
 t.test("the deadline is the worker's CPU time for the call: a call that waits past it is answered, one that computes past it is refused", async (t) => {
-  const pool = new WorkerPool<BusyCall>({
-    entry: new URL('../../util/fixtures/busyWorker.ts', import.meta.url),
-    name: 'test-deadline',
-    size: 1,
-    closedError: () => new Error('closed'),
-    lostError: (cause) => new Error(`lost: ${cause}`),
-    rebuildError: (error) => errorFrom(error as PlainError),
-  });
+  const pool = busyWorkerPool('test-deadline');
   t.teardown(() => pool.close());
   const refusal = { what: 'the call is', hint: '' };
   // Waiting, as a worker does for a core on a busy machine, spends none of it.
