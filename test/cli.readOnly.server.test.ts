@@ -171,8 +171,14 @@ async function migratedDatabase(t: Test, cwd: string, name: string): Promise<{ d
   return { database, knex: owner(t, database) };
 }
 
-/** The database of a service that ran: `serve` migrated it, registered a user and projected the events; stopped. */
-async function servedDatabase(t: Test, cwd: string, database: string): Promise<void> {
+/** Whether the server has pgvector to install. */
+async function vectorAvailable(knex: Knex): Promise<boolean> {
+  return (await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`)).rows[0].n > 0;
+}
+
+/** A new scratch database of a service that ran (`serve` migrated it, registered a user and projected the events; stopped), with a connection of its owner's. */
+async function servedDatabase(t: Test, cwd: string, name: string): Promise<{ database: string; knex: Knex }> {
+  const database = await scratchDatabase(t, name);
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const serve = spawnServe({
@@ -189,14 +195,13 @@ async function servedDatabase(t: Test, cwd: string, database: string): Promise<v
   });
   t.equal(registered.status, 201, 'serve registers a user');
   t.equal((await stopProcess(serve)).code, 0, 'serve stops cleanly');
+  return { database, knex: owner(t, database) };
 }
 
 t.test('serve creates the vector extension (where the server has it) and migrates, as before', async (t) => {
   const cwd = await workDir(t);
-  const database = await scratchDatabase(t, 'serve');
-  await servedDatabase(t, cwd, database);
-  const knex = owner(t, database);
-  const available = (await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`)).rows[0].n > 0;
+  const { knex } = await servedDatabase(t, cwd, 'serve');
+  const available = await vectorAvailable(knex);
   const installed = (await knex.raw(`SELECT count(*)::int AS n FROM pg_extension WHERE extname = 'vector'`)).rows[0].n > 0;
   t.equal(installed, available, available ? 'serve created the extension' : 'the server has no pgvector: nothing to create');
   t.ok((await knex('schema_migrations').count<Array<{ count: string }>>('* as count'))[0].count !== '0', 'the read-model migrations are recorded');
@@ -206,10 +211,8 @@ t.test('serve creates the vector extension (where the server has it) and migrate
 
 t.test('the reading commands run as a role that may only read, send no write, and print what they should', async (t) => {
   const cwd = await workDir(t);
-  const database = await scratchDatabase(t, 'read');
-  await servedDatabase(t, cwd, database);
-  const knex = owner(t, database);
-  const available = (await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`)).rows[0].n > 0;
+  const { database, knex } = await servedDatabase(t, cwd, 'read');
+  const available = await vectorAvailable(knex);
   // Where the server has no pgvector, a view in front of the catalogue's says it has: a reader
   // that would install the extension is then seen trying, as it would be on a server with it.
   if (!available) await knex.raw(`CREATE VIEW public.pg_available_extensions AS SELECT 'vector'::name AS name, NULL::text AS installed_version`);
