@@ -10,16 +10,19 @@ import { createHash } from 'node:crypto';
  */
 
 /**
- * Any Unicode whitespace run: ASCII space, tab, newlines, NBSP, the U+2000 spaces,
- * line/paragraph separators, ideographic space and BOM. JavaScript's `\s` is exactly the
- * Unicode White_Space property plus U+FEFF, which is what "whitespace" means to `trim()` too.
+ * Any Unicode whitespace run: ASCII space, tab, newlines, NEL, NBSP, the U+2000 spaces,
+ * line/paragraph separators, ideographic space and BOM. JavaScript's `\s` (and `trim()`) is the
+ * Unicode White_Space property plus U+FEFF but without NEL (U+0085), which producers that use
+ * the Unicode property (Go's unicode.IsSpace, Python's str.split) collapse: NEL is added so that
+ * their hashes and ours agree.
  */
-const WHITESPACE_RUN = /\s+/gu;
+const WHITESPACE_RUN = /[\s\u0085]+/gu;
 
 /** The content_hash normalization: trim, collapse whitespace runs to one ASCII space, NFC. */
 export function normalizeContent(text: string): string {
   if (typeof text !== 'string') throw new TypeError('normalizeContent expects a string');
-  return text.trim().replace(WHITESPACE_RUN, ' ').normalize('NFC');
+  // Collapsing first leaves every run at either end one ASCII space, so trim() also drops a NEL it would keep.
+  return text.replace(WHITESPACE_RUN, ' ').trim().normalize('NFC');
 }
 
 /** Hex SHA-256 of raw bytes, or of a string's UTF-8 encoding (no normalization). */

@@ -38,6 +38,15 @@ t.test('normalizeContent trims, collapses whitespace and applies NFC', async (t)
   t.throws(() => normalizeContent(undefined as unknown as string), TypeError);
 });
 
+t.test('normalizeContent treats NEL (U+0085) as whitespace, as Unicode and other producers do', async (t) => {
+  // NEL has the Unicode White_Space property (Go's unicode.IsSpace and Python's str.split agree),
+  // but JavaScript's \s and trim() leave it; text decoded as Latin-1 from cp1252 carries it.
+  t.equal(normalizeContent('Marie\u0085Curie'), 'Marie Curie', 'inside: collapsed to one space');
+  t.equal(normalizeContent('Marie \u0085\t Curie'), 'Marie Curie', 'in a run with other whitespace');
+  t.equal(normalizeContent('\u0085Marie Curie\u0085'), 'Marie Curie', 'at either end: trimmed');
+  t.equal(contentHash('Marie\u0085Curie'), contentHash('Marie Curie'));
+});
+
 t.test('contentHash is SHA-256 of the normalized UTF-8 content', async (t) => {
   const canonical = 'Marie Curie won two Nobel Prizes.';
   const expected = referenceSha256(Buffer.from(canonical, 'utf8'));
