@@ -1,5 +1,6 @@
 import { mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
+import { checkServerIdentity, type ConnectionOptions } from 'node:tls';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
 import { startAutovacuum } from './autovacuum.js';
@@ -58,7 +59,8 @@ export type DatabaseOptions =
       kind: 'postgres';
       url: string;
       maxConns?: number;
-      sslMode?: 'disable' | 'require' | 'verify-ca' | 'verify-full';
+      /** `databases.<name>.ssl_mode`, with libpq's meanings (postgresTls) */
+      sslMode?: PostgresSslMode;
       /**
        * Only read (the commands that only read): every transaction of the session is read-only
        * (`default_transaction_read_only`), so a write the code would attempt fails instead of
@@ -67,6 +69,36 @@ export type DatabaseOptions =
        */
       readOnly?: boolean;
     };
+
+export type PostgresSslMode = 'disable' | 'require' | 'verify-ca' | 'verify-full';
+
+/**
+ * `pg`'s TLS options for an ssl_mode, meaning what libpq's sslmode means: `require` encrypts and
+ * checks no certificate; `verify-ca` checks that the server's certificate chains to a trusted CA
+ * (Node's store, plus the file NODE_EXTRA_CA_CERTS names) but not the host name it is for;
+ * `verify-full` checks both. Node checks the host name unless told not to, so verify-ca skips
+ * that check explicitly, and verify-full's refusal says which setting made it.
+ */
+export function postgresTls(sslMode: PostgresSslMode | undefined): false | ConnectionOptions {
+  switch (sslMode) {
+    case undefined:
+    case 'disable':
+      return false;
+    case 'require':
+      return { rejectUnauthorized: false };
+    case 'verify-ca':
+      return { rejectUnauthorized: true, checkServerIdentity: () => undefined };
+    case 'verify-full':
+      return {
+        rejectUnauthorized: true,
+        checkServerIdentity: (host, certificate) => {
+          const mismatch = checkServerIdentity(host, certificate);
+          if (mismatch) mismatch.message = `the PostgreSQL server's certificate is not for ${host} (ssl_mode verify-full checks the host name; verify-ca checks only the CA): ${mismatch.message}`;
+          return mismatch;
+        },
+      };
+  }
+}
 
 /**
  * The server settings an embedded node gives its PGlite.
@@ -194,10 +226,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       },
     };
   }
-  const ssl =
-    !options.sslMode || options.sslMode === 'disable'
-      ? false
-      : { rejectUnauthorized: options.sslMode !== 'require' };
+  const ssl = postgresTls(options.sslMode);
   const knex = knexFactory({
     // The projection runner's statements go as named prepared statements (src/db/serverPrepared.ts).
     client: PreparingPgClient,
