@@ -126,6 +126,12 @@ export async function survivingConcepts(knex: Knex, repositoryId: string, ids: r
   return result;
 }
 
+/** Whether `context` (matched as the lookups match it: trimmed, without case) is the context of one of `concepts`. */
+function inContextOf(context: string, ...concepts: ConceptRow[]): boolean {
+  const wanted = context.trim().toLowerCase();
+  return concepts.some((concept) => concept.context.toLowerCase() === wanted);
+}
+
 /** The concepts a name may mean, by context and then name, as an ambiguous lookup lists them. */
 function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
   return concepts
@@ -138,7 +144,9 @@ function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
  * alias), optionally within one context. A merged concept resolves to its survivor. A name
  * several contexts share is ambiguous without a context, and an alias several concepts of one
  * context share is ambiguous in any case: AmbiguousConceptError lists the candidates and names
- * `pickedBy`, the caller's input that gives this name's context.
+ * `pickedBy`, the caller's input that gives this name's context. An id is exact: a context given
+ * with it must be the concept's own (or its survivor's, after a context migration), else the
+ * call is refused, as a context that names another concept is most likely a mistake.
  */
 export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string, pickedBy = 'context'): Promise<ResolvedConcept> {
   // Composed (NFC), as the domain records names and keys aliases: `Zu\u0308rich` finds Zürich.
@@ -149,6 +157,9 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
     if (byId) {
       const resolved = await followToSurvivor(knex, repositoryId, byId);
       if (resolved === null) throw notFound('concept');
+      if (context !== undefined && !inContextOf(context, byId, resolved.concept)) {
+        throw invalid(`concept ${byId.id} is in context ${resolved.concept.context}, not ${context.trim()}: ${pickedBy}= only picks among concepts that share a name; leave it out with an id`);
+      }
       return resolved;
     }
   }

@@ -84,6 +84,21 @@ t.test('bad input and denied access', async (t) => {
   await rejectsWith(t, harness.app.concepts.migrateContext(reader, { repository, from_context: 'person', to_context: 'topic' }), 'forbidden');
 });
 
+t.test('an id with a context that is not its own is refused, not answered for another context', async (t) => {
+  for (const read of [
+    () => harness.app.concepts.get(owner, { repository, concept: ids.curie, context: 'chemical' }),
+    () => harness.app.concepts.relations(owner, { repository, concept: ids.curie, context: 'chemical' }),
+    () => harness.app.concepts.facts(owner, { repository, concept: ids.curie, context: 'chemical' }),
+    () => harness.app.summaries.summaries(owner, { repository, concept: ids.curie, context: 'chemical' }),
+    () => harness.app.summaries.definition(owner, { repository, concept: ids.curie, context: 'chemical' }),
+  ]) {
+    await rejectsWith(t, read(), 'invalid', new RegExp(`concept ${ids.curie} is in context person, not chemical`));
+  }
+  await rejectsWith(t, harness.app.concepts.relation(owner, { repository, concept: ids.radium, other: ids.curie, other_context: 'chemical' }), 'invalid', /other_context=/);
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: ids.curie, context: ' PERSON ' })).id, ids.curie, 'its own context, in any case, is fine');
+  t.equal((await harness.app.concepts.get(owner, { repository, concept: ids.oldest, context: 'person' })).id, ids.curie, 'a merged id with its own context');
+});
+
 t.test('a migration request names its task', async (t) => {
   const requested = await harness.app.concepts.migrateContext(owner, { repository, from_context: 'topic', to_context: 'event' }, { correlationId: 'migrate-1' });
   t.match(requested, { task_id: /^[0-9a-f-]{36}$/, from_context: 'topic', to_context: 'event' });

@@ -18,7 +18,14 @@ import {
 } from '../schemas.js';
 
 /** `?context=`: which context's concept a canonical name shared by several contexts means. */
-const contextQuery = { context: { type: 'string', minLength: 1, maxLength: 200 } } as const;
+const contextQuery = {
+  context: {
+    type: 'string',
+    minLength: 1,
+    maxLength: 200,
+    description: "the context a name is looked up in; with a concept id it must be the concept's own (else 400)",
+  },
+} as const;
 
 /** The reply of a page of things about one concept: `{concept, items, total}`. */
 const conceptPageReply = <Item extends object>(item: Item, extra: Record<string, object> = {}) =>

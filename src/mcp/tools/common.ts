@@ -56,7 +56,7 @@ export const contextArgument = z
   .min(1)
   .max(200)
   .optional()
-  .describe('The concept context (e.g. "biology") to pick among concepts that share a name.');
+  .describe('The concept context (e.g. "biology") to pick among concepts that share a name. With a concept id, leave it out (it must be the concept\'s own).');
 export const idArgument = (what: string) => z.string().min(1).max(200).describe(`The ${what} id (UUID).`);
 
 /** Compact JSON for a model: no indentation (tokens cost), nulls kept (they say "none"). */

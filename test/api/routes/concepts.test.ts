@@ -128,6 +128,13 @@ t.test('one concept by id or canonical name; merged ones answer with the survivo
   t.equal(unknown.body.error, 'not_found');
   t.equal((await get('/concepts/00000000-0000-4000-8000-000000000000')).status, 404, 'unknown uuid');
   t.equal((await get('/concepts/Radium?context=topic')).status, 404, 'not in that context');
+  // An id is exact: a context that is not its own is a mistake to report, not a filter to ignore.
+  for (const path of [`/concepts/${ids.curie}?context=topic`, `/concepts/${ids.curie}/summaries?context=topic`, `/concepts/${ids.curie}/relations?context=topic`]) {
+    const mismatched = await get(path);
+    t.equal(mismatched.status, 400, path);
+    t.same(mismatched.body, { error: 'bad_request', message: `concept ${ids.curie} is in context person, not topic: context= only picks among concepts that share a name; leave it out with an id` });
+  }
+  t.equal((await get(`/concepts/${ids.curie}?context=Person`)).body.id, ids.curie, 'its own context is fine');
   // A name may hold 200 characters; percent-encoded, up to 12 each. The router cut path parameters at 100.
   for (const name of ['a'.repeat(200), '東'.repeat(200)]) {
     const long = await get(`/concepts/${encodeURIComponent(name)}`);
