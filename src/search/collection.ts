@@ -11,6 +11,8 @@
  * be derived: the read-model table and vector table, and the mapping version.
  */
 
+import { conceptName, conceptNameKey } from '../domain/concept/decider.js';
+
 /** Every document: its id and repository, and optionally a vector and a stream version. */
 export interface IndexedDocument {
   id: string;
@@ -258,16 +260,33 @@ export function listFields(collection: SearchCollection): string[] {
   });
 }
 
-/** `current` plus `added` minus `removed`, case-insensitively, first spelling kept, in order; blanks dropped. */
+/**
+ * `current` plus `added` minus `removed`, compared by conceptNameKey (the domain's one rule for
+ * names: composed, without case), first spelling of each key kept, in order, spelt as the domain
+ * spells names (conceptName: trimmed, composed); blanks dropped. A list field holds names
+ * (concepts' aliases), so `Café` typed composed and decomposed is one member, as in the read model.
+ */
 export function mergeAliases(current: readonly string[], added: readonly string[], removed: readonly string[]): string[] {
-  const gone = new Set(removed.map((alias) => alias.toLowerCase()));
+  const gone = new Set(removed.map(conceptNameKey));
   const result: string[] = [];
   const seen = new Set<string>();
   for (const alias of [...current, ...added]) {
-    const key = alias.toLowerCase();
-    if (alias.trim() === '' || seen.has(key) || gone.has(key)) continue;
+    const key = conceptNameKey(alias);
+    if (key === '' || seen.has(key) || gone.has(key)) continue;
     seen.add(key);
-    result.push(alias);
+    result.push(conceptName(alias));
   }
   return result;
+}
+
+/**
+ * The spellings, lower-cased, that a stored list member with `member`'s conceptNameKey may have
+ * when lower-cased by an index that cannot compute the key itself (OpenSearch's painless scripts
+ * lower-case only): lower case of the composed name, the key, and the key decomposed (a member an
+ * older release indexed as a model spelt it). Derived from conceptName and conceptNameKey, so the
+ * rule stays in one place.
+ */
+export function memberSpellings(member: string): string[] {
+  const key = conceptNameKey(member);
+  return [...new Set([conceptName(member).toLowerCase(), key, key.normalize('NFD')])];
 }

@@ -377,7 +377,7 @@ export function normaliseUpdates<Doc extends IndexedDocument>(
         if (!Array.isArray(values) || values.some((value) => typeof value !== 'string')) {
           throw new InvalidSearchRequestError(`${where}.${which}.${name} must be an array of strings`);
         }
-        // Added members are compared as mergeAliases does, blanks dropped; removals match any case.
+        // Members are spelt and compared as mergeAliases does, blanks dropped; a removal matches every spelling of its key.
         result[name] = which === 'addTo' ? mergeAliases([], values as string[], []) : [...(values as string[])];
       }
       return result;

@@ -1,5 +1,5 @@
 import type { Client } from '@opensearch-project/opensearch';
-import { listFields, TOMBSTONE, type DocumentUpdate, type IndexedDocument, type SearchCollection } from '../collection.js';
+import { listFields, memberSpellings, TOMBSTONE, type DocumentUpdate, type IndexedDocument, type SearchCollection } from '../collection.js';
 import type { SearchLogger } from '../port.js';
 import { SearchIndexWriteError, sleep } from './client.js';
 
@@ -34,7 +34,9 @@ export interface CollectionScripts {
  * of a `keepEarliest` date, touches the vector only when one is given, ignores a write older
  * than the stored stream version, never writes over a tombstone, and reports 'noop' when nothing
  * changes, so re-applying an event rewrites nothing. Update: the same guards, then fields set,
- * list members added and removed case-insensitively (as mergeAliases), and the vector.
+ * list members added and removed as mergeAliases compares them (each update names, with every
+ * member, the lower-cased spellings a stored member of its key may have: memberSpellings, as
+ * painless cannot compose), and the vector.
  * Tombstone: every field but the id, repository and hidden field removed, the hidden field set
  * to `removed`.
  */
@@ -76,17 +78,14 @@ export function scriptsOf(collection: SearchCollection): CollectionScripts {
   ];
   const lists = listFields(collection).flatMap((name) => [
     `def ${name}List = s.${name} == null ? new ArrayList() : new ArrayList(s.${name});`,
-    `for (r in params.remove['${name}']) {`,
-    '  String low = r.toLowerCase();',
-    `  for (int i = ${name}List.size() - 1; i >= 0; i--) {`,
-    `    if (${name}List.get(i).toLowerCase() == low) { ${name}List.remove(i); changed = true; }`,
-    '  }',
+    `def ${name}Gone = params.remove['${name}'];`,
+    `for (int i = ${name}List.size() - 1; i >= 0; i--) {`,
+    `  if (${name}Gone.contains(${name}List.get(i).toLowerCase())) { ${name}List.remove(i); changed = true; }`,
     '}',
     `for (a in params.add['${name}']) {`,
-    '  String low = a.toLowerCase();',
     '  boolean found = false;',
-    `  for (x in ${name}List) { if (x.toLowerCase() == low) { found = true; break; } }`,
-    `  if (!found && a.trim() != '') { ${name}List.add(a); changed = true; }`,
+    `  for (x in ${name}List) { if (a['spellings'].contains(x.toLowerCase())) { found = true; break; } }`,
+    `  if (!found) { ${name}List.add(a['member']); changed = true; }`,
     '}',
     `s.${name} = ${name}List;`,
   ]);
@@ -145,14 +144,17 @@ export function updateActions(collection: SearchCollection, scripts: CollectionS
   const lists = listFields(collection);
   return updates.map((update) => {
     const set: Record<string, unknown> = update.set ?? {};
-    const members = (given: Record<string, unknown> | undefined) => Object.fromEntries(lists.map((name) => [name, given?.[name] ?? []]));
+    // Members were checked as strings and spelt by mergeAliases (normaliseUpdates): blanks are gone.
+    const membersOf = (given: Partial<Record<string, string[]>> | undefined, name: string): string[] => given?.[name] ?? [];
+    const added = Object.fromEntries(lists.map((name) => [name, membersOf(update.addTo, name).map((member) => ({ member, spellings: memberSpellings(member) }))]));
+    const removed = Object.fromEntries(lists.map((name) => [name, [...new Set(membersOf(update.removeFrom, name).flatMap(memberSpellings))]]));
     const script = {
       lang: 'painless',
       source: scripts.update,
       params: {
         set,
-        add: members(update.addTo),
-        remove: members(update.removeFrom),
+        add: added,
+        remove: removed,
         version: update.version ?? null,
         vector_mode: vectorMode(update.vector),
         vector: update.vector ?? null,
