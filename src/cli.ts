@@ -198,6 +198,13 @@ export function buildCli(): Command {
     .action(async (options: { role: 'api' | 'worker' | 'all' }) => {
       const settings = config();
       const context = await createAppContext(settings, { role: options.role });
+      // A configuration error the start would meet is said before the port opens, not after.
+      try {
+        await context.checkBootstrap();
+      } catch (error) {
+        await context.close();
+        throw error;
+      }
       const notLaunched = context.db.kind === 'pglite' ? missingFromEmbeddedLaunch(process.execArgv, process.env) : [];
       if (notLaunched.length > 0) {
         context.log.warn({ missing: notLaunched }, 'node was started without the embedded launch (start `bin/factlog.js serve` or `npm start`, not `node bin/factlog.js`): its peak memory may be about twice the 500 MB it keeps to (docs/operations.md, "How node is started")');

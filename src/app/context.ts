@@ -25,7 +25,7 @@ import type { TokenService } from '../auth/tokens.js';
 import type { ClientDocumentFetch } from '../auth/oauth/clientDocuments.js';
 import type { OAuthServer } from './oauth.js';
 import { createPermissionAudit, type PermissionAudit } from './audit.js';
-import { bootstrap } from './bootstrap.js';
+import { bootstrap, defaultAdminToSeed } from './bootstrap.js';
 import { createRepositoryFence } from './repositoryFence.js';
 import { createCommandBus, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
@@ -77,6 +77,12 @@ export interface AppContext {
   metrics: Metrics;
   /** Pokes idle workers (after a job retry). */
   wakeWorkers(): void;
+  /**
+   * Checks what the boot-time bootstrap will do against the configuration (a default admin the
+   * sign-up rules refuse is a ConfigError) and writes nothing: `serve` calls it before it listens.
+   * start() uses its result, or makes the check itself when nobody called it.
+   */
+  checkBootstrap(): Promise<void>;
   /** Starts projections and workers, and runs the boot-time bootstrap steps. */
   start(): Promise<void>;
   /**
@@ -195,6 +201,9 @@ export async function createAppContext(configured: Config, options: ContextOptio
   const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
   const { runtime, scheduler } = pipeline;
   let relay: Leadership | null = null;
+  // Checked once, by checkBootstrap() before serve listens or else by start().
+  let defaultAdmin: ReturnType<typeof defaultAdminToSeed> | undefined;
+  const checkedDefaultAdmin = () => (defaultAdmin ??= defaultAdminToSeed(config, options.env ?? process.env, { db, log }));
 
   return {
     config,
@@ -220,10 +229,13 @@ export async function createAppContext(configured: Config, options: ContextOptio
     runtime,
     metrics,
     wakeWorkers: () => runtime.wake(),
+    async checkBootstrap() {
+      await checkedDefaultAdmin();
+    },
     async start() {
       if (runWorkers) relay = await startRelay(config, { store, schemas, db, log });
       if (runProjections) await projections.start();
-      await bootstrap(config, options.env ?? process.env, { identity, repositories, db, log });
+      await bootstrap(config, await checkedDefaultAdmin(), { identity, repositories, db, log });
       if (runWorkers) await runtime.start();
       await scheduler?.start();
       if (runWorkers) await audit.startRetention();

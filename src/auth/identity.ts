@@ -33,6 +33,16 @@ export interface IdentitySettings {
   autoPromoteFirstUser: boolean;
 }
 
+/**
+ * Why the sign-up rules refuse an email and password (an address that is none, a password the
+ * policy refuses), or null when they accept them. Pure: the bootstrap's default admin is checked
+ * with it before `serve` listens (src/app/bootstrap.ts), with the rules every registration meets.
+ */
+export function signUpRefusal(input: { email: string; password: string }, passwordMinLength: number): string | null {
+  if (!EMAIL_PATTERN.test(normalizeEmail(String(input.email ?? '')))) return 'email is not a valid address';
+  return validatePasswordPolicy(input.password, passwordMinLength);
+}
+
 /** How precisely an API key's last use is recorded. */
 export const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
 
@@ -95,10 +105,9 @@ export function createIdentityService(deps: {
    * lock on the email: it is inserted first, and removed again if the append fails.
    */
   async function createUser(input: { email: string; password: string; name?: string }, extraRoles: RoleAssignment[]) {
+    const refusal = signUpRefusal(input, settings.passwordMinLength);
+    if (refusal) throw new DomainError('invalid', refusal);
     const email = normalizeEmail(String(input.email ?? ''));
-    if (!EMAIL_PATTERN.test(email)) throw new DomainError('invalid', 'email is not a valid address');
-    const policy = validatePasswordPolicy(input.password, settings.passwordMinLength);
-    if (policy) throw new DomainError('invalid', policy);
     const passwordHash = await hashPassword(input.password, settings.passwordHashCost);
     const userId = randomUUID();
     const isFirstUser = await knex.transaction(async (trx) => {

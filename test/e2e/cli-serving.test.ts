@@ -148,3 +148,39 @@ t.test('a node answers /healthz while it starts, holds other requests until star
   t.not(await held, 200, 'the held request was not served by a node that never started');
   t.match(stderr, /kafka|broker|ECONNREFUSED|connect/i, 'and says why');
 });
+
+t.test('a default admin the sign-up rules refuse is a configuration error before the port opens', async (t) => {
+  // The test holds the port: a serve that listened before checking would fail to bind it (exit 1, EADDRINUSE).
+  const holder = createServer((socket) => socket.destroy());
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  const port = (holder.address() as AddressInfo).port;
+  const cwd = await mkdtemp(path.join(tmpdir(), 'factlog-bad-admin-'));
+  t.teardown(async () => {
+    holder.close();
+    await rm(cwd, { recursive: true, force: true });
+  });
+  const child = spawnServe({
+    cwd,
+    port,
+    env: {
+      ...env,
+      STORAGE_DATA_DIR: path.join(cwd, 'data'),
+      BOOTSTRAP_DEFAULT_ADMIN: 'true',
+      SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL: 'root@example.org',
+      SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD: 'short',
+      SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME: 'Root',
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = await new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  t.equal(exited, 2, stderr);
+  t.match(
+    stderr,
+    /^factlog: configuration error: .*bootstrap\.default_admin: the administrator of SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL, SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD, SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME is refused: password must be at least 8 characters$/m,
+  );
+  t.notMatch(stderr, /EADDRINUSE/, 'it never asked for the port');
+  t.notMatch(stderr, /short/, 'the password is not echoed');
+  t.notOk(existsSync(path.join(cwd, 'data', 'pglite.lock')), 'and released the data directory');
+});
