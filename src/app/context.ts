@@ -8,6 +8,7 @@ import { EventSchemaRegistry } from '../eventstore/schemas.js';
 import type { EventStore } from '../eventstore/port.js';
 import { readModelMigrator, refuseNewerSchema } from '../../projections/migrations/index.js';
 import { applyMigrations, describeMigrations, pendingMigrations, PendingMigrationsError, type Migrator, type SchemaMigrations } from '../db/migrations.js';
+import { healConceptTwins } from './conceptTwins.js';
 import { eventStoreMigrator } from '../eventstore/postgres.js';
 import { readModelProjections } from '../../projections/index.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
@@ -236,6 +237,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
       if (runWorkers) relay = await startRelay(config, { store, schemas, db, log });
       if (runProjections) await projections.start();
       await bootstrap(config, await checkedDefaultAdmin(), { identity, repositories, db, log });
+      if (runWorkers) await healConceptTwins(db.knex, store, log);
       if (runWorkers) await runtime.start();
       await scheduler?.start();
       if (runWorkers) await audit.startRetention();

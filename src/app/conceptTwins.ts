@@ -1,0 +1,76 @@
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import { conceptDecider, conceptNameKey } from '../domain/concept/decider.js';
+import { streamName } from '../eventstore/envelope.js';
+import type { EventStore } from '../eventstore/port.js';
+import { commandOnSharedStream } from '../pipeline/stages/common.js';
+import { finalConcept } from '../pipeline/stages/extractConcepts.js';
+
+/** The reason the merges below record (ConceptMergedInto `reason`), and their actor's name. */
+export const CONCEPT_TWIN_MERGE_REASON = 'same name under the composed (NFC) name key';
+
+type TwinRow = { id: string; repository_id: string; canonical_name: string; context: string; created_at: Date | string };
+
+/**
+ * Groups of active concepts, each group one name in one context of one repository by today's
+ * name key (conceptNameKey) that releases before names were composed (NFC) recorded as two
+ * concepts: `Café` spelt composed and decomposed had two ids. Oldest first (then by id), as the
+ * merge keeps the oldest. Only a name with a non-ASCII character keys differently now, so only
+ * those rows and the rows whose lower-cased name is such a name's key are read.
+ */
+export async function conceptTwins(knex: Knex): Promise<TwinRow[][]> {
+  const columns = ['id', 'repository_id', 'canonical_name', 'context', 'created_at'];
+  const active = () => knex('concepts').where('status', 'active');
+  const nonAscii: TwinRow[] = await active().whereRaw('octet_length(canonical_name) <> char_length(canonical_name)').select(columns);
+  const keys = [...new Set(nonAscii.map((row) => conceptNameKey(row.canonical_name)))];
+  const partners: TwinRow[] = keys.length === 0 ? [] : await active().whereRaw('octet_length(canonical_name) = char_length(canonical_name)').whereRaw('lower(canonical_name) = ANY(?::text[])', [keys]).select(columns);
+  const groups = new Map<string, TwinRow[]>();
+  for (const row of [...nonAscii, ...partners]) {
+    const identity = JSON.stringify([row.repository_id, conceptNameKey(row.canonical_name), row.context.trim().toLowerCase()]);
+    groups.set(identity, [...(groups.get(identity) ?? []), row]);
+  }
+  const time = (row: TwinRow) => new Date(row.created_at).getTime();
+  return [...groups.values()]
+    .filter((group) => group.length > 1)
+    .map((group) => group.sort((a, b) => time(a) - time(b) || a.id.localeCompare(b.id)));
+}
+
+/**
+ * Heals what the NFC change left: each group of conceptTwins is merged into its oldest concept
+ * with the concept decider's MergeConcept, as refine_concepts merges (ConceptMergedInto: the
+ * projections move aliases and fact links, search drops the merged one, summaries follow).
+ * Idempotent: a merged concept is no twin any more, and MergeConcept on one records nothing.
+ * Run at start-up (src/app/context.ts); returns how many concepts it merged.
+ */
+export async function mergeConceptTwins(knex: Knex, store: EventStore): Promise<number> {
+  let merged = 0;
+  for (const [oldest, ...younger] of await conceptTwins(knex)) {
+    // The read model may lag the streams: decide on the streams, as refine_concepts does.
+    const survivor = await finalConcept(store, oldest.id);
+    if (survivor.state.status !== 'active') continue;
+    const metadata = { repositoryId: oldest.repository_id, actor: 'system:concept-twins', causationId: null, correlationId: null };
+    for (const twin of younger) {
+      const loser = await finalConcept(store, twin.id);
+      if (loser.id !== twin.id || loser.state.status !== 'active' || loser.id === survivor.id) continue;
+      const result = await commandOnSharedStream(
+        store,
+        streamName('concept', twin.id),
+        conceptDecider,
+        { type: 'MergeConcept', survivorId: survivor.id, reason: CONCEPT_TWIN_MERGE_REASON },
+        metadata,
+      );
+      if (result.events.length > 0) merged += 1;
+    }
+  }
+  return merged;
+}
+
+/** mergeConceptTwins at start-up: logged, and never fatal (the service serves with the twins as before; the next start tries again). */
+export async function healConceptTwins(knex: Knex, store: EventStore, log: Logger): Promise<void> {
+  try {
+    const merged = await mergeConceptTwins(knex, store);
+    if (merged > 0) log.info({ merged }, 'concepts recorded twice before names were composed (NFC) merged into their oldest twin');
+  } catch (error) {
+    log.warn({ err: error }, 'concept twins from before names were composed (NFC) were not merged; the next start tries again');
+  }
+}
