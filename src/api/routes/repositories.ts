@@ -29,7 +29,8 @@ const writableFields = {
   name: { type: 'string', minLength: 1, maxLength: 200 },
   slug: { type: 'string', minLength: 1, maxLength: 64 },
   description: { type: 'string', maxLength: 5000 },
-  accepted_promptset_hashes: { type: 'array', maxItems: 100, items: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
+  // A set of hashes: one listed twice is a mistake in the request, not a second entry to keep.
+  accepted_promptset_hashes: { type: 'array', maxItems: 100, uniqueItems: true, items: { type: 'string', pattern: '^[0-9a-f]{64}$' } },
 } as const;
 
 /** Repositories: create, list, read, update, delete; presets. */

@@ -71,6 +71,19 @@ t.test('repositories: create, read by id or slug, list, update, delete, permissi
   t.ok(events.every((e) => e.actor === owner.user.id && e.repositoryId === id));
 });
 
+t.test('the promptset whitelist is a set: a hash listed twice is a 400 and the stored list stays', async (t) => {
+  const owner = await registerUser(service, 'whitelist@example.org');
+  const { id } = (await service.call('POST', '/api/v1/repositories', { token: owner.token, body: { name: 'Whitelist' } })).body;
+  const whitelisted = await service.call('PUT', `/api/v1/repositories/${id}`, { token: owner.token, body: { accepted_promptset_hashes: ['a'.repeat(64)] } });
+  t.same(whitelisted.body.accepted_promptset_hashes, ['a'.repeat(64)]);
+  const repeated = await service.call('PUT', `/api/v1/repositories/${id}`, { token: owner.token, body: { accepted_promptset_hashes: ['b'.repeat(64), 'b'.repeat(64)] } });
+  t.equal(repeated.status, 400);
+  t.match(repeated.body, { error: 'bad_request', message: /accepted_promptset_hashes must NOT have duplicate items/ });
+  t.same((await service.call('GET', `/api/v1/repositories/${id}`, { token: owner.token })).body.accepted_promptset_hashes, ['a'.repeat(64)], 'the stored whitelist is unchanged');
+  const createdRepeated = await service.call('POST', '/api/v1/repositories', { token: owner.token, body: { name: 'twice', accepted_promptset_hashes: ['c'.repeat(64), 'c'.repeat(64)] } });
+  t.equal(createdRepeated.status, 400, 'nor can a repository be created with one');
+});
+
 t.test('reader role: reads but cannot write', async (t) => {
   const admin = await service.call('POST', '/api/v1/auth/login', { body: { email: 'owner@example.org', password: 'correct horse battery' } });
   const reader = await registerUser(service, 'reader@example.org');
