@@ -69,6 +69,9 @@ export const errorReplySchema = {
   properties: { error: { type: 'string' }, message: { type: 'string' } },
 } as const;
 
+/** An error reply as a route documents it: `{error, message}` and what the status means there (the OpenAPI response's description). */
+export const errorReply = <Description extends string>(description: Description) => ({ ...errorReplySchema, description }) as const;
+
 /**
  * The longest path parameter routed, as the URL carries it (percent-encoded): a concept's name of
  * 200 characters, 12 each when encoded, must reach its route.

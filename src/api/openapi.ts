@@ -1,6 +1,6 @@
 import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
-import { errorReplySchema } from './errors.js';
+import { errorReply, errorReplySchema } from './errors.js';
 import { CREDENTIAL_PATHS } from './rateLimits.js';
 import { takesBearerToken } from './schemas.js';
 
@@ -45,13 +45,23 @@ export function hookErrorCodes(method: string, url: string, takesBearer: boolean
   return codes;
 }
 
+/** What each hook error means on any route (the reply's description in the OpenAPI document). */
+const HOOK_ERROR_DESCRIPTIONS: Record<number, string> = {
+  400: 'a URL that is not valid percent-encoded UTF-8, or text holding a NUL character or a lone surrogate',
+  401: 'a bearer token that is malformed, expired or revoked',
+  413: 'a body over server.body_limit',
+  415: 'a body in a media type the route does not read',
+  429: 'too many requests from this address, or failed sign-ins to one account; Retry-After says when to try again',
+};
+
 /**
  * The hooks' errors are JSON `{error, message}` whatever the route produces: on a route whose
  * answers are another media type (the authorization pages' HTML) the reply names its own.
  */
-function hookErrorReply(produces: readonly string[] | undefined) {
-  if (!produces || produces.includes('application/json')) return errorReplySchema;
-  return { description: 'an error of the service (`{error, message}`)', content: { 'application/json': { schema: errorReplySchema } } };
+function hookErrorReply(code: number, produces: readonly string[] | undefined) {
+  const description = HOOK_ERROR_DESCRIPTIONS[code];
+  if (!produces || produces.includes('application/json')) return errorReply(description);
+  return { description, content: { 'application/json': { schema: errorReplySchema } } };
 }
 
 function multipartSchema(form: MultipartBody) {
@@ -90,8 +100,8 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   const methods = [route.method].flat();
   const response: Record<string, unknown> = { ...((schema.response as Record<string, unknown> | undefined) ?? {}) };
   const takesBearer = takesBearerToken(schema);
-  const hookReply = hookErrorReply((schema as { produces?: readonly string[] }).produces);
-  for (const method of methods) for (const code of hookErrorCodes(method, url, takesBearer)) response[code] ??= hookReply;
+  const produces = (schema as { produces?: readonly string[] }).produces;
+  for (const method of methods) for (const code of hookErrorCodes(method, url, takesBearer)) response[code] ??= hookErrorReply(code, produces);
   const form = route.config?.multipartBody;
   const requiredQuery = route.config?.requiredQuery;
   const completed: FastifySchema = {

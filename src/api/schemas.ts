@@ -1,7 +1,7 @@
 import { jobStates } from '../pipeline/jobs.js';
 import { MAX_OFFSET } from '../read/paging.js';
 import { sourceStatuses } from '../read/sources.js';
-import { errorReplySchema } from './errors.js';
+import { errorReply, errorReplySchema } from './errors.js';
 
 /** JSON schemas shared by several routes. */
 export const userSchema = {
@@ -19,13 +19,16 @@ export const pagingQuery = {
   offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
 } as const;
 
-/** Replies for the errors every authenticated route can give. */
+/**
+ * Replies for the errors every authenticated route can give, each with what it means there
+ * (docs/api.md, "Errors"); a route whose status means more or something else says so over these.
+ */
 export const errorReplies = {
-  400: errorReplySchema,
-  401: errorReplySchema,
-  403: errorReplySchema,
-  404: errorReplySchema,
-  409: errorReplySchema,
+  400: errorReply('a parameter, query or body that fails its schema or a rule of the domain'),
+  401: errorReply('no bearer token, or one that is malformed, expired or revoked'),
+  403: errorReply('the caller lacks the permission the route needs'),
+  404: errorReply('the repository or the resource the path names does not exist (or was deleted)'),
+  409: errorReply('a conflict with the current state: a name taken, a concurrent change'),
 } as const;
 
 /** The reply of a paged list: `{items, total}`. */
@@ -123,6 +126,7 @@ export const conceptSummarySchema = {
 export const conceptErrorReplies = {
   ...errorReplies,
   409: {
+    description: '`ambiguous_concept`: several concepts answer to the name (`contexts` and `candidates` list them), or a conflict with the current state',
     type: 'object',
     required: ['error', 'message'],
     properties: {

@@ -29,6 +29,7 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         ...schema,
         response: {
           200: {
+            description: 'the users, each with the roles they hold per domain',
             type: 'object',
             required: ['users'],
             properties: {
@@ -56,13 +57,13 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
 
   app.put<{ Body: RoleAssignmentInput }>(
     '/api/v1/admin/users/roles',
-    { schema: { summary: 'Grant a role to a user in a domain', ...schema, body: assignmentSchema, response: { 200: assignmentSchema, ...errorReplies } } },
+    { schema: { summary: 'Grant a role to a user in a domain', ...schema, body: assignmentSchema, response: { 200: { ...assignmentSchema, description: 'the role assignment, granted (or already held)' }, ...errorReplies } } },
     async (request) => users.grantRole(requireUser(request), request.body, traceOf(request)),
   );
 
   app.delete<{ Body: RoleAssignmentInput }>(
     '/api/v1/admin/users/roles',
-    { schema: { summary: 'Revoke a role from a user in a domain', ...schema, body: assignmentSchema, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Revoke a role from a user in a domain', ...schema, body: assignmentSchema, response: { 204: { type: 'null', description: 'the role is revoked' }, ...errorReplies } } },
     async (request, reply) => {
       await users.revokeRole(requireUser(request), request.body, traceOf(request));
       return reply.status(204).send();
@@ -77,6 +78,7 @@ export const adminRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         ...schema,
         response: {
           200: {
+            description: 'every role with the permissions it grants',
             type: 'object',
             properties: {
               roles: {

@@ -32,7 +32,7 @@ export const apiKeyRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
       schema: {
         summary: "List the signed-in user's live API keys (never the keys themselves)",
         ...schema,
-        response: { 200: { type: 'object', required: ['api_keys'], properties: { api_keys: { type: 'array', items: apiKeySchema } } }, ...errorReplies },
+        response: { 200: { description: 'the live API keys of the caller, without the keys', type: 'object', required: ['api_keys'], properties: { api_keys: { type: 'array', items: apiKeySchema } } }, ...errorReplies },
       },
     },
     async (request) => apiKeys.listApiKeys(requireUser(request)),
@@ -67,7 +67,7 @@ export const apiKeyRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           },
         },
         response: {
-          201: { ...apiKeySchema, required: [...apiKeySchema.required, 'key'], properties: { ...apiKeySchema.properties, key: { type: 'string', description: 'the key, fl_…; shown once' } } },
+          201: { description: 'the API key, created; `key` is shown in this answer only', ...apiKeySchema, required: [...apiKeySchema.required, 'key'], properties: { ...apiKeySchema.properties, key: { type: 'string', description: 'the key, fl_…; shown once' } } },
           ...errorReplies,
         },
       },
@@ -78,7 +78,7 @@ export const apiKeyRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.delete<{ Params: { keyID: string } }>(
     '/api/v1/users/me/api-keys/:keyID',
-    { schema: { summary: 'Revoke one of your API keys; it stops working at once', ...schema, params: idParam('keyID'), response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Revoke one of your API keys; it stops working at once', ...schema, params: idParam('keyID'), response: { 204: { type: 'null', description: 'the key is revoked' }, ...errorReplies } } },
     async (request, reply) => {
       await apiKeys.revokeApiKey(requireUser(request), { keyId: request.params.keyID }, traceOf(request));
       return reply.status(204).send();

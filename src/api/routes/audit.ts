@@ -47,7 +47,7 @@ export const auditRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
 
   app.get<{ Querystring: AuditFilters }>(
     '/api/v1/admin/audit',
-    { schema: { summary: 'List permission decisions of the whole service, newest first', ...schema, querystring: filtersQuery, response: { 200: listReply(auditEntrySchema), ...errorReplies } } },
+    { schema: { summary: 'List permission decisions of the whole service, newest first', ...schema, querystring: filtersQuery, response: { 200: { ...listReply(auditEntrySchema), description: 'a page of the decisions, newest first' }, ...errorReplies } } },
     async (request) => audit.listAudit(requireUser(request), request.query),
   );
 
@@ -60,7 +60,7 @@ export const auditRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         tags: ['repositories'],
         params: idParam('repoID'),
         querystring: filtersQuery,
-        response: { 200: listReply(auditEntrySchema), ...errorReplies },
+        response: { 200: { ...listReply(auditEntrySchema), description: 'a page of the decisions on the repository, newest first' }, ...errorReplies },
       },
     },
     async (request) => audit.listRepositoryAudit(requireUser(request), { ...request.query, repository: request.params.repoID }),

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { requireUser } from '../guard.js';
-import { HttpError } from '../errors.js';
+import { errorReply, HttpError } from '../errors.js';
 import { errorReplies, userSchema, bearerSecurity } from '../schemas.js';
 
 const sessionReply = {
@@ -31,17 +31,22 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
   });
   app.post<{ Body: { email: string; password: string; name?: string } }>(
     '/api/v1/auth/register',
-    { schema: { summary: 'Register a user and start a session', tags: ['auth'], body: credentialsBody(true), response: { 201: sessionReply, ...errorReplies } } },
+    { schema: { summary: 'Register a user and start a session', tags: ['auth'], body: credentialsBody(true), response: {
+          201: { ...sessionReply, description: 'the user, registered and signed in' },
+          ...errorReplies,
+          401: errorReply('not sent by this route (it takes no token)'),
+          409: errorReply('the e-mail address is taken'),
+        }, } },
     async (request, reply) => reply.status(201).send(await context.identity.register(request.body)),
   );
   app.post<{ Body: { email: string; password: string } }>(
     '/api/v1/auth/login',
-    { schema: { summary: 'Sign in with e-mail and password', tags: ['auth'], body: credentialsBody(false), response: { 200: sessionReply, ...errorReplies } } },
+    { schema: { summary: 'Sign in with e-mail and password', tags: ['auth'], body: credentialsBody(false), response: { 200: { ...sessionReply, description: 'signed in: a new session' }, ...errorReplies, 401: errorReply('a wrong e-mail address or password') } } },
     async (request) => context.identity.login(request.body),
   );
   app.post(
     '/api/v1/auth/logout',
-    { schema: { summary: 'End the current session', tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'End the current session', tags: ['auth'], security: bearerSecurity, response: { 204: { type: 'null', description: 'the session is ended' }, ...errorReplies, 400: errorReply('the bearer token is an API key or OAuth token, not a session') } } },
     async (request, reply) => {
       const { credential } = requireUser(request);
       if (credential.kind !== 'session') throw new HttpError(400, 'bad_request', 'logout ends a session; revoke an API key or OAuth token instead');
@@ -62,8 +67,9 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
           properties: { refresh_token: { type: 'string', minLength: 1, maxLength: 512 } },
         },
         response: {
-          200: { type: 'object', required: ['token', 'refresh_token'], properties: { token: { type: 'string' }, refresh_token: { type: 'string' } } },
+          200: { description: 'a new access token and the refresh token that replaces the one sent', type: 'object', required: ['token', 'refresh_token'], properties: { token: { type: 'string' }, refresh_token: { type: 'string' } } },
           ...errorReplies,
+          401: errorReply('an unknown, expired or revoked refresh token, or one used twice (the session is revoked)'),
         },
       },
     },

@@ -85,7 +85,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           show_small: { ...booleanQuery, description: `also concepts with fewer than concepts.min_concept_fact_count (${settings.min_concept_fact_count}) facts` },
           ...contextQuery,
         }),
-        response: { 200: searchReply(conceptSummarySchema), ...errorReplies },
+        response: { 200: { ...searchReply(conceptSummarySchema), description: 'a page of the concepts, best match first when searching' }, ...errorReplies },
       },
     },
     async (request) => concepts.search(requireUser(request), { repository: request.params.repoID, ...request.query }),
@@ -106,6 +106,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
         response: {
           202: {
+            description: 'the migration task, queued',
             type: 'object',
             required: ['task_id', 'from_context', 'to_context'],
             properties: {
@@ -132,7 +133,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         params: conceptParams,
         querystring: { type: 'object', additionalProperties: false, properties: contextQuery },
         response: {
-          200: { ...conceptSummarySchema, properties: { ...conceptSummarySchema.properties, redirected_from: redirectSchema } },
+          200: { description: 'the concept (the survivor, when the one asked for was merged)', ...conceptSummarySchema, properties: { ...conceptSummarySchema.properties, redirected_from: redirectSchema } },
           ...conceptErrorReplies,
         },
       },
@@ -159,7 +160,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
             ...pagingQuery,
           },
         },
-        response: { 200: conceptPageReply(relationSchema, { redirected_from: redirectSchema }), ...conceptErrorReplies },
+        response: { 200: { ...conceptPageReply(relationSchema, { redirected_from: redirectSchema }), description: 'a page of the related concepts' }, ...conceptErrorReplies },
       },
     },
     async (request) => concepts.relations(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
@@ -187,6 +188,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
         response: {
           200: {
+            description: 'the relation of the two concepts and a page of their shared facts',
             type: 'object',
             required: ['concept', 'other', 'shared_fact_count', 'band', 'facts', 'total'],
             properties: {
@@ -209,7 +211,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
 
   app.get<{ Params: ConceptParams; Querystring: PageQuery }>(
     '/api/v1/repositories/:repoID/concepts/:conceptID/facts',
-    { schema: { summary: 'List the facts of a concept', ...schema, params: conceptParams, querystring: pageQuerystring, response: { 200: conceptPageReply(factSchema), ...conceptErrorReplies } } },
+    { schema: { summary: 'List the facts of a concept', ...schema, params: conceptParams, querystring: pageQuerystring, response: { 200: { ...conceptPageReply(factSchema), description: 'a page of the facts of the concept' }, ...conceptErrorReplies } } },
     async (request) => concepts.facts(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
   );
 
@@ -222,15 +224,18 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         params: conceptParams,
         querystring: pageQuerystring,
         response: {
-          200: conceptPageReply({
-            type: 'object',
-            properties: {
-              id: { type: 'string' },
-              ...sourceReferenceProperties,
-              status: { type: 'string' },
-              fact_count: { type: 'integer', description: 'facts of this concept that came from the source' },
-            },
-          }),
+          200: {
+            description: 'a page of the sources of the concept',
+            ...conceptPageReply({
+              type: 'object',
+              properties: {
+                id: { type: 'string' },
+                ...sourceReferenceProperties,
+                status: { type: 'string' },
+                fact_count: { type: 'integer', description: 'facts of this concept that came from the source' },
+              },
+            }),
+          },
           ...conceptErrorReplies,
         },
       },

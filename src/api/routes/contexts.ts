@@ -57,13 +57,13 @@ export const contextRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID/contexts',
-    { schema: { summary: 'Get the contexts concept extraction may assign', ...schema, response: { 200: contextsReply, ...errorReplies } } },
+    { schema: { summary: 'Get the contexts concept extraction may assign', ...schema, response: { 200: { ...contextsReply, description: 'the contexts of the repository' }, ...errorReplies } } },
     async (request) => settings.contexts(requireUser(request), { repository: request.params.repoID }),
   );
 
   app.put<{ Params: { repoID: string }; Body: { custom_contexts: { name: string; description?: string }[] } }>(
     '/api/v1/repositories/:repoID/contexts',
-    { schema: { summary: 'Replace the repository\'s own contexts', ...schema, body: putBody, response: { 200: contextsReply, ...errorReplies } } },
+    { schema: { summary: 'Replace the repository\'s own contexts', ...schema, body: putBody, response: { 200: { ...contextsReply, description: 'the contexts of the repository' }, ...errorReplies } } },
     async (request) => settings.setContexts(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request)),
   );
 };

@@ -48,6 +48,7 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         },
         response: {
           200: {
+            description: 'a page of the events, in log order',
             type: 'object',
             required: ['events', 'next_from'],
             properties: { events: { type: 'array', items: eventSchema }, next_from: { type: 'integer' } },

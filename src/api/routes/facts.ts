@@ -38,7 +38,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
           concepts: { type: 'string', minLength: 1, maxLength: 5000, description: 'comma-separated concept ids or names: only facts linked to all of them' },
           context: { type: 'string', minLength: 1, maxLength: 200, description: 'only facts linked to a concept of this context' },
         }),
-        response: { 200: searchReply(factSchema), ...conceptErrorReplies },
+        response: { 200: { ...searchReply(factSchema), description: 'a page of the facts, best match first when searching' }, ...conceptErrorReplies },
       },
     },
     async (request) => facts.search(requireUser(request), { repository: request.params.repoID, ...request.query }),
@@ -53,6 +53,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         params: factParams,
         response: {
           200: {
+            description: 'the concepts linked to the fact',
             type: 'object',
             required: ['fact_id', 'items', 'total'],
             properties: {
@@ -78,6 +79,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         params: factParams,
         response: {
           200: {
+            description: 'the fact (the survivor, when the one asked for was merged) with its sources',
             ...factSchema,
             properties: {
               ...factSchema.properties,

@@ -21,7 +21,7 @@ export const healthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
       schema: {
         tags: ['health'],
         summary: 'Liveness: 200 once the service serves, with the event log head position (as last read, at most 2 s ago)',
-        response: { 200: { type: 'object', properties: { status: { type: 'string' }, head_position: { type: 'integer' } } } },
+        response: { 200: { description: 'the service serves', type: 'object', properties: { status: { type: 'string' }, head_position: { type: 'integer' } } } },
       },
     },
     async () => ({
@@ -38,7 +38,7 @@ export const healthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         tags: ['health'],
         summary: "Proves this process holds the instance key of its data directory's lock: an HMAC-SHA256 of the challenge (the CLI checks it before sending a token)",
         querystring: { type: 'object', required: ['challenge'], properties: { challenge: { type: 'string', minLength: 32, maxLength: 128 } } },
-        response: { 200: { type: 'object', properties: { proof: { type: 'string' } } } },
+        response: { 200: { description: 'the proof over the challenge', type: 'object', properties: { proof: { type: 'string' } } } },
       },
     },
     async (request) => ({ proof: proveInstance((request.query as { challenge: string }).challenge) }),

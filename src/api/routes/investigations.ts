@@ -51,7 +51,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
         ...schema,
         params: repoParams,
         body: { type: 'object', additionalProperties: false, required: ['title'], properties: { title, topic } },
-        response: { 201: investigationSchema, ...errorReplies },
+        response: { 201: { ...investigationSchema, description: 'the investigation, created' }, ...errorReplies },
       },
     },
     async (request, reply) =>
@@ -70,7 +70,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
           additionalProperties: false,
           properties: { query: { type: 'string', maxLength: 1000, description: 'words of the title or topic' }, ...pagingQuery },
         },
-        response: { 200: listReply(investigationSchema), ...errorReplies },
+        response: { 200: { ...listReply(investigationSchema), description: 'a page of the investigations' }, ...errorReplies },
       },
     },
     async (request) => investigations.list(requireUser(request), { repository: request.params.repoID, ...request.query }),
@@ -78,7 +78,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.get<{ Params: { repoID: string; investigationID: string } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID',
-    { schema: { summary: 'Get an investigation', ...schema, params: itemParams, response: { 200: investigationSchema, ...errorReplies } } },
+    { schema: { summary: 'Get an investigation', ...schema, params: itemParams, response: { 200: { ...investigationSchema, description: 'the investigation' }, ...errorReplies } } },
     async (request) => investigations.get(requireUser(request), named(request.params)),
   );
 
@@ -90,7 +90,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
         ...schema,
         params: itemParams,
         body: { type: 'object', additionalProperties: false, minProperties: 1, properties: { title, topic } },
-        response: { 200: investigationSchema, ...errorReplies },
+        response: { 200: { ...investigationSchema, description: 'the investigation, changed' }, ...errorReplies },
       },
     },
     async (request) => investigations.update(requireUser(request), { ...named(request.params), ...request.body }, traceOf(request)),
@@ -98,7 +98,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.delete<{ Params: { repoID: string; investigationID: string } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID',
-    { schema: { summary: 'Delete an investigation (its sources stay)', ...schema, params: itemParams, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Delete an investigation (its sources stay)', ...schema, params: itemParams, response: { 204: { type: 'null', description: 'the investigation is deleted' }, ...errorReplies } } },
     async (request, reply) => {
       await investigations.remove(requireUser(request), named(request.params), traceOf(request));
       return reply.status(204).send();
@@ -107,7 +107,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.get<{ Params: { repoID: string; investigationID: string }; Querystring: { limit: number; offset: number } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID/sources',
-    { schema: { summary: 'List the sources of an investigation', ...schema, params: itemParams, querystring: page, response: { 200: listReply(sourceSchema), ...errorReplies } } },
+    { schema: { summary: 'List the sources of an investigation', ...schema, params: itemParams, querystring: page, response: { 200: { ...listReply(sourceSchema), description: 'a page of the sources of the investigation' }, ...errorReplies } } },
     async (request) => investigations.sources(requireUser(request), { ...named(request.params), ...request.query }),
   );
 
@@ -134,9 +134,13 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
         },
         response: {
           ...Object.fromEntries(
-            [200, 201].map((status) => [
+            [
+              [200, 'the investigation had the source already'],
+              [201, 'the investigation gained the source'],
+            ].map(([status, description]) => [
               status,
               {
+                description,
                 type: 'object',
                 required: ['added', 'registered', 'source'],
                 properties: {
@@ -165,7 +169,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
         ...schema,
         description: 'Removes the source from the investigation; it stays in the repository.',
         params: { ...itemParams, required: [...itemParams.required, 'sourceID'], properties: { ...itemParams.properties, sourceID: { type: 'string', format: 'uuid' } } },
-        response: { 204: { type: 'null' }, ...errorReplies },
+        response: { 204: { type: 'null', description: 'the source is no longer part of the investigation' }, ...errorReplies },
       },
     },
     async (request, reply) => {
@@ -176,7 +180,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
 
   app.get<{ Params: { repoID: string; investigationID: string }; Querystring: { limit: number; offset: number } }>(
     '/api/v1/repositories/:repoID/investigations/:investigationID/facts',
-    { schema: { summary: 'List the facts of the sources of an investigation', ...schema, params: itemParams, querystring: page, response: { 200: listReply(factSchema), ...errorReplies } } },
+    { schema: { summary: 'List the facts of the sources of an investigation', ...schema, params: itemParams, querystring: page, response: { 200: { ...listReply(factSchema), description: 'a page of the facts of the sources of the investigation' }, ...errorReplies } } },
     async (request) => investigations.facts(requireUser(request), { ...named(request.params), ...request.query }),
   );
 
@@ -189,10 +193,13 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
         params: itemParams,
         querystring: page,
         response: {
-          200: listReply({
-            ...conceptSummarySchema,
-            properties: { ...conceptSummarySchema.properties, investigation_fact_count: { type: 'integer', description: "how many of the investigation's facts the concept covers" } },
-          }),
+          200: {
+            description: 'a page of the concepts of the facts of the investigation',
+            ...listReply({
+              ...conceptSummarySchema,
+              properties: { ...conceptSummarySchema.properties, investigation_fact_count: { type: 'integer', description: "how many of the investigation's facts the concept covers" } },
+            }),
+          },
           ...errorReplies,
         },
       },

@@ -26,7 +26,7 @@ import {
 } from '../../mcp/protocol.js';
 import { createMcpServer } from '../../mcp/server.js';
 import { isPlainObject } from '../../util/objects.js';
-import { errorReplySchema } from '../errors.js';
+import { errorReply, errorReplySchema } from '../errors.js';
 import { traceOf } from '../guard.js';
 import { issuerOf, MCP_PATH, mcpResourceUrl, protectedResourceMetadataUrl } from '../issuer.js';
 import { bearerSecurity } from '../schemas.js';
@@ -209,7 +209,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
   );
 
   // A browser client's preflight: allowed origins may send the headers an MCP request carries.
-  app.options(MCP_PATH, { schema: { tags: ['mcp'], summary: 'CORS preflight for a browser MCP client (an allowed Origin: 204)', response: { 204: { type: 'null' }, 403: errorReplySchema } } }, async (request, reply) => {
+  app.options(MCP_PATH, { schema: { tags: ['mcp'], summary: 'CORS preflight for a browser MCP client (an allowed Origin: 204)', response: { 204: { type: 'null', description: 'an allowed Origin: the CORS grant' }, 403: errorReply('an Origin that is not allowed') } } }, async (request, reply) => {
     const origin = header(request, 'origin');
     if (origin !== undefined && !originAllowed(origin, issuerOf(context.config, request))) return refuseOrigin(reply, origin);
     return reply
@@ -224,7 +224,7 @@ export const mcpRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app
   const methodNotAllowed = {
     ...schema,
     summary: 'Not supported: the MCP endpoint is stateless and takes POST only (405)',
-    response: { 405: errorReplySchema },
+    response: { 405: errorReply('always: send JSON-RPC by POST (Allow: POST)') },
   };
   for (const method of ['GET', 'DELETE', 'PUT', 'PATCH'] as const) {
     app.route({

@@ -310,7 +310,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
             software_version: { type: 'string', description: 'at most 200 characters' },
           },
         },
-        response: { 201: clientReply, 400: oauthErrorSchema },
+        response: { 201: { ...clientReply, description: 'the client, registered' }, 400: { ...oauthErrorSchema, description: 'invalid client metadata (`invalid_client_metadata`, `invalid_redirect_uri`)' } },
       },
     },
     async (request, reply) => reply.status(201).header('cache-control', 'no-store').send(await oauth.registerClient(request.body, { correlationId: String(request.id) })),
@@ -324,7 +324,11 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         summary: 'Authorization endpoint: the login or consent page for a PKCE (S256) authorization request',
         querystring: authorizeQuery,
         produces: ['text/html'],
-        response: { 200: htmlReply, 302: { type: 'null', description: 'an error sent back to the registered redirect URI' }, 400: htmlReply },
+        response: {
+          200: { ...htmlReply, description: 'the login page, or the consent page for a signed-in user' },
+          302: { type: 'null', description: 'an error sent back to the registered redirect URI' },
+          400: { ...htmlReply, description: 'an error page: an unknown client, a redirect URI it did not register, or a malformed query (no error can go back to the client)' },
+        },
       },
       // Checked by the handler: without a known client and redirect URI the answer is an error page, otherwise a redirect with the error.
       config: { requiredQuery: ['response_type', 'client_id', 'redirect_uri', 'code_challenge', 'code_challenge_method'] },
@@ -351,7 +355,16 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         consumes: ['application/x-www-form-urlencoded'],
         body: { type: 'object', properties: { email: { type: 'string', maxLength: 320 }, password: { type: 'string', maxLength: 1024 }, ...formFields } },
         produces: ['text/html'],
-        response: { 200: htmlReply, 400: htmlReply, 403: htmlReply, 415: htmlReply },
+        response: {
+          200: { ...htmlReply, description: 'signed in: the consent page' },
+          400: {
+            ...htmlReply,
+            description:
+              'the login page again after a wrong e-mail or password; or an error page: a malformed form, an authorization request altered, expired or answered already, a client that no longer lists the redirect URI',
+          },
+          403: { ...htmlReply, description: 'an error page: the form lacks its CSRF token or the token does not match this browser' },
+          415: { ...htmlReply, description: 'an error page: a body that is not a form' },
+        },
       },
     },
     async (request, reply) => {
@@ -380,7 +393,16 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         consumes: ['application/x-www-form-urlencoded'],
         body: { type: 'object', properties: { decision: { type: 'string', maxLength: 64, description: '"approve" grants the request; any other value (the form sends "deny") or none denies it' }, ...formFields } },
         produces: ['text/html'],
-        response: { 200: htmlReply, 302: { type: 'null' }, 400: htmlReply, 403: htmlReply, 415: htmlReply },
+        response: {
+          200: { ...htmlReply, description: 'the login page again, when the session behind the consent page has ended' },
+          302: { type: 'null', description: 'to the redirect URI: with code, state and iss when approved, with error=access_denied when denied' },
+          400: {
+            ...htmlReply,
+            description: 'an error page: a malformed form, an authorization request altered, expired or answered already, a client that no longer lists the redirect URI',
+          },
+          403: { ...htmlReply, description: 'an error page: the form lacks its CSRF token or the token does not match this browser' },
+          415: { ...htmlReply, description: 'an error page: a body that is not a form' },
+        },
       },
     },
     async (request, reply) => {
@@ -415,7 +437,11 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         summary: 'Token endpoint: authorization_code (PKCE S256) or refresh_token (rotated) for a Bearer access token',
         consumes: ['application/x-www-form-urlencoded'],
         body: tokenBody,
-        response: { 200: tokenReply, 400: oauthErrorSchema, 401: oauthErrorSchema },
+        response: {
+          200: { ...tokenReply, description: 'a Bearer access token (and a refresh token that replaces the one sent)' },
+          400: { ...oauthErrorSchema, description: "RFC 6749's error: a malformed request, or a code or refresh token that is not valid for this client (or a code_verifier that does not match)" },
+          401: { ...oauthErrorSchema, description: '`invalid_client`: the client tried to authenticate (a public client sends client_id in the form and no Authorization header)' },
+        },
       },
     },
     async (request, reply) => {
@@ -433,7 +459,11 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         summary: 'Token revocation (RFC 7009): revokes the authorization of a refresh or access token; 200 even for unknown tokens',
         consumes: ['application/x-www-form-urlencoded'],
         body: { type: 'object', properties: { token: stringParam, token_type_hint: stringParam, client_id: stringParam } },
-        response: { 200: { type: 'null' }, 400: oauthErrorSchema, 401: oauthErrorSchema },
+        response: {
+          200: { type: 'null', description: 'the token is revoked, or was unknown' },
+          400: { ...oauthErrorSchema, description: '`invalid_request`: a request that is not a form or lacks its token' },
+          401: { ...oauthErrorSchema, description: '`invalid_client`: the client tried to authenticate (a public client sends client_id in the form and no Authorization header)' },
+        },
       },
     },
     async (request, reply) => {

@@ -19,6 +19,7 @@ export const permissionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         security: bearerSecurity,
         response: {
           200: {
+            description: "the caller's roles and permissions per domain",
             type: 'object',
             required: ['user_id', 'domains'],
             properties: {

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { createApplication } from '../../app/application.js';
 import { requireUser } from '../guard.js';
+import { errorReply } from '../errors.js';
 import { bearerSecurity, errorReplies } from '../schemas.js';
 
 const statusSchema = {
@@ -23,7 +24,7 @@ export const projectionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
 
   app.get(
     '/api/v1/projections',
-    { schema: { summary: 'List projections with position, head and lag', ...schema, response: { 200: { type: 'object', properties: { projections: { type: 'array', items: statusSchema } } }, ...errorReplies } } },
+    { schema: { summary: 'List projections with position, head and lag', ...schema, response: { 200: { description: 'every projection with its position, head and lag', type: 'object', properties: { projections: { type: 'array', items: statusSchema } } }, ...errorReplies } } },
     async (request) => projections.status(requireUser(request)),
   );
 
@@ -34,7 +35,7 @@ export const projectionRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         summary: 'Rebuild a projection from the log (background)',
         ...schema,
         params: { type: 'object', required: ['name'], properties: { name: { type: 'string', minLength: 1, maxLength: 100 } } },
-        response: { 202: statusSchema, ...errorReplies },
+        response: { 202: { ...statusSchema, description: 'the rebuild is started; the projection as it starts' }, ...errorReplies, 404: errorReply('no projection has that name') },
       },
     },
     // Rebuilds run in the background; progress shows in GET /api/v1/projections.

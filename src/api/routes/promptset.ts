@@ -45,13 +45,13 @@ export const promptsetRoutes: FastifyPluginAsync<{ context: AppContext }> = asyn
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID/promptset',
-    { schema: { summary: 'Get the effective promptset and its overrides', ...schema, response: { 200: promptsetReplySchema, ...errorReplies } } },
+    { schema: { summary: 'Get the effective promptset and its overrides', ...schema, response: { 200: { ...promptsetReplySchema, description: 'the effective promptset of the repository' }, ...errorReplies } } },
     async (request) => settings.promptset(requireUser(request), { repository: request.params.repoID }),
   );
 
   app.put<{ Params: { repoID: string }; Body: { prompts: Record<string, string | null> } }>(
     '/api/v1/repositories/:repoID/promptset',
-    { schema: { summary: 'Override prompts of the repository', ...schema, body: putBody, response: { 200: promptsetReplySchema, ...errorReplies } } },
+    { schema: { summary: 'Override prompts of the repository', ...schema, body: putBody, response: { 200: { ...promptsetReplySchema, description: 'the effective promptset with the overrides set' }, ...errorReplies } } },
     async (request) => settings.setPrompts(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request)),
   );
 };

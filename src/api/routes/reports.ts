@@ -4,7 +4,7 @@ import type { AppContext } from '../../app/context.js';
 import type { ReportFields } from '../../app/reports.js';
 import { MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS, POSTURES } from '../../domain/report/decider.js';
 import { MAX_REPORT_QUERY_CHARS, reportStatuses, type ReportStatus } from '../../read/reports.js';
-import { errorReplySchema } from '../errors.js';
+import { errorReply } from '../errors.js';
 import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam, pagingQuery, repositoryItemParams } from '../schemas.js';
 import { receiveUpload } from '../uploads.js';
@@ -88,7 +88,11 @@ const fieldProperties = {
   parent_id: { type: ['string', 'null'], maxLength: 200 },
 } as const;
 
-const reportErrorReplies = { ...errorReplies, 413: errorReplySchema, 415: errorReplySchema } as const;
+const reportErrorReplies = {
+  ...errorReplies,
+  413: errorReply('a report text over 256 KiB of UTF-8, or a body over server.body_limit'),
+  415: errorReply('an upload that is not Markdown or plain text, or a body in a media type the route does not read'),
+} as const;
 
 /** Reports: write, upload, list and search, read, edit, delete, annotate (src/read/reports.ts, src/app/reports.ts). */
 export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
@@ -106,7 +110,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         ...schema,
         params: repoParams,
         body: { type: 'object', additionalProperties: false, required: ['text'], properties: fieldProperties },
-        response: { 201: reportSchema, ...reportErrorReplies },
+        response: { 201: { ...reportSchema, description: 'the report, created; its annotation runs in the background' }, ...reportErrorReplies },
       },
     },
     async (request, reply) => reply.status(201).send(await reports.create(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request))),
@@ -121,7 +125,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         params: repoParams,
         consumes: ['multipart/form-data'],
         description: 'multipart/form-data with one file part (Markdown or plain text, UTF-8, at most 256 KiB) and optional fields title, topic, parent_id',
-        response: { 201: reportSchema, ...reportErrorReplies },
+        response: { 201: { ...reportSchema, description: 'the report, created; its annotation runs in the background' }, ...reportErrorReplies },
       },
       config: {
         multipartBody: {
@@ -165,6 +169,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         },
         response: {
           200: {
+            description: 'a page of the reports, best match first when searching',
             type: 'object',
             required: ['items', 'total', 'query'],
             properties: { items: { type: 'array', items: reportSchema }, total: { type: 'integer' }, query: { type: 'string' } },
@@ -178,7 +183,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.get<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID',
-    { schema: { summary: 'Get a report with its text', ...schema, params: reportParams, response: { 200: reportSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a report with its text', ...schema, params: reportParams, response: { 200: { ...reportSchema, description: 'the report with its text' }, ...errorReplies } } },
     async (request) => reports.get(requireUser(request), named(request.params)),
   );
 
@@ -190,7 +195,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         ...schema,
         params: reportParams,
         body: { type: 'object', additionalProperties: false, minProperties: 1, properties: fieldProperties },
-        response: { 200: reportSchema, ...reportErrorReplies },
+        response: { 200: { ...reportSchema, description: 'the report, changed' }, ...reportErrorReplies },
       },
     },
     async (request) => reports.update(requireUser(request), { ...named(request.params), ...request.body }, traceOf(request)),
@@ -198,7 +203,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.delete<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID',
-    { schema: { summary: 'Delete a report', ...schema, params: reportParams, response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Delete a report', ...schema, params: reportParams, response: { 204: { type: 'null', description: 'the report is deleted' }, ...errorReplies } } },
     async (request, reply) => {
       await reports.delete(requireUser(request), named(request.params), traceOf(request));
       return reply.status(204).send();
@@ -207,7 +212,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.post<{ Params: { repoID: string; reportID: string } }>(
     '/api/v1/repositories/:repoID/reports/:reportID/annotate',
-    { schema: { summary: 'Annotate every sentence of a report anew', ...schema, params: reportParams, response: { 202: reportSchema, ...errorReplies } } },
+    { schema: { summary: 'Annotate every sentence of a report anew', ...schema, params: reportParams, response: { 202: { ...reportSchema, description: 'the annotation is queued; the report as it stands' }, ...errorReplies } } },
     async (request, reply) => reply.status(202).send(await reports.annotate(requireUser(request), named(request.params), traceOf(request))),
   );
 
@@ -226,7 +231,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
             offset: pagingQuery.offset,
           },
         },
-        response: { 200: annotationsSchema, ...errorReplies },
+        response: { 200: { ...annotationsSchema, description: 'the annotations of the report, sentence by sentence' }, ...errorReplies },
       },
     },
     async (request) => reports.annotations(requireUser(request), { ...named(request.params), ...request.query }),

@@ -4,6 +4,7 @@ import { createApplication } from '../../app/application.js';
 import type { CreateRepositoryInput, RepositoryChange } from '../../app/repositories.js';
 import { repositoryPresets } from '../../domain/repository/presets.js';
 import { requireUser, traceOf } from '../guard.js';
+import { errorReply } from '../errors.js';
 import { bearerSecurity, errorReplies, idParam, listReply, pagingQuery } from '../schemas.js';
 
 export const repositorySchema = {
@@ -46,6 +47,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         ...schema,
         response: {
           200: {
+            description: 'the presets a repository can be created from',
             type: 'object',
             properties: {
               default: { type: 'string' },
@@ -92,7 +94,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
             tier: { type: 'string', enum: ['shared', 'personal'] },
           },
         },
-        response: { 201: repositorySchema, ...errorReplies },
+        response: { 201: { ...repositorySchema, description: 'the repository, created' }, ...errorReplies, 409: errorReply('the slug is taken') },
       },
     },
     async (request, reply) => reply.status(201).send(await repositories.create(requireUser(request), request.body, traceOf(request))),
@@ -110,7 +112,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
           properties: { limit: { type: 'integer', minimum: 1, maximum: 500, default: 100 }, offset: pagingQuery.offset },
         },
         response: {
-          200: listReply(repositorySchema),
+          200: { ...listReply(repositorySchema), description: 'a page of the repositories the caller holds a role on' },
           ...errorReplies,
         },
       },
@@ -120,7 +122,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
 
   app.get<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID',
-    { schema: { summary: 'Get a repository by id or slug', ...schema, params: idParam('repoID'), response: { 200: repositorySchema, ...errorReplies } } },
+    { schema: { summary: 'Get a repository by id or slug', ...schema, params: idParam('repoID'), response: { 200: { ...repositorySchema, description: 'the repository' }, ...errorReplies } } },
     async (request) => repositories.get(requireUser(request), { repository: request.params.repoID }),
   );
 
@@ -132,7 +134,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         ...schema,
         params: idParam('repoID'),
         body: { type: 'object', additionalProperties: false, minProperties: 1, properties: writableFields },
-        response: { 200: repositorySchema, ...errorReplies },
+        response: { 200: { ...repositorySchema, description: 'the repository, changed' }, ...errorReplies },
       },
     },
     async (request) => repositories.update(requireUser(request), { ...request.body, repository: request.params.repoID }, traceOf(request)),
@@ -140,7 +142,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
 
   app.delete<{ Params: { repoID: string } }>(
     '/api/v1/repositories/:repoID',
-    { schema: { summary: 'Delete a repository', ...schema, params: idParam('repoID'), response: { 204: { type: 'null' }, ...errorReplies } } },
+    { schema: { summary: 'Delete a repository', ...schema, params: idParam('repoID'), response: { 204: { type: 'null', description: 'the repository is deleted' }, ...errorReplies } } },
     async (request, reply) => {
       await repositories.remove(requireUser(request), { repository: request.params.repoID }, traceOf(request));
       return reply.status(204).send();

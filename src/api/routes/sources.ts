@@ -4,6 +4,7 @@ import type { AppContext } from '../../app/context.js';
 import type { SourceStatus } from '../../read/sources.js';
 import { requireUser, traceOf } from '../guard.js';
 import { receiveUpload } from '../uploads.js';
+import { errorReply } from '../errors.js';
 import { bearerSecurity, errorReplies, factSchema, idParam, listReply, pagingQuery, repositoryItemParams, sourceSchema } from '../schemas.js';
 
 /** Sources: add by URL, DOI or upload; list; read; their facts; retry a failed one (src/read/sources.ts, src/app/sources.ts). */
@@ -28,7 +29,11 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           maxProperties: 1,
           properties: { url: { type: 'string', minLength: 1, maxLength: 4096 }, doi: { type: 'string', minLength: 1, maxLength: 512 } },
         },
-        response: { 201: sourceSchema, 200: sourceSchema, ...errorReplies },
+        response: {
+          201: { ...sourceSchema, description: 'the source, registered; its processing runs in the background' },
+          200: { ...sourceSchema, description: 'the repository has the URL or DOI already: the existing source' },
+          ...errorReplies,
+        },
       },
     },
     async (request, reply) => {
@@ -47,7 +52,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         params: repoParams,
         consumes: ['multipart/form-data'],
         description: 'multipart/form-data with one file part (HTML, PDF, Markdown or plain text)',
-        response: { 201: sourceSchema, ...errorReplies },
+        response: { 201: { ...sourceSchema, description: 'the source, registered; its processing runs in the background' }, ...errorReplies },
       },
       config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' } },
     },
@@ -67,7 +72,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         ...schema,
         params: repoParams,
         querystring: { type: 'object', additionalProperties: false, properties: { status: sourceSchema.properties.status, ...pagingQuery } },
-        response: { 200: listReply(sourceSchema), ...errorReplies },
+        response: { 200: { ...listReply(sourceSchema), description: 'a page of the sources' }, ...errorReplies },
       },
     },
     async (request) => sources.list(requireUser(request), { repository: request.params.repoID, ...request.query }),
@@ -75,7 +80,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.get<{ Params: { repoID: string; sourceID: string } }>(
     '/api/v1/repositories/:repoID/sources/:sourceID',
-    { schema: { summary: 'Get a source with its status and failure', ...schema, params: sourceParams, response: { 200: sourceSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a source with its status and failure', ...schema, params: sourceParams, response: { 200: { ...sourceSchema, description: 'the source with its status and failure' }, ...errorReplies } } },
     async (request) => sources.get(requireUser(request), named(request.params)),
   );
 
@@ -87,7 +92,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         ...schema,
         params: sourceParams,
         querystring: { type: 'object', additionalProperties: false, properties: pagingQuery },
-        response: { 200: listReply(factSchema), ...errorReplies },
+        response: { 200: { ...listReply(factSchema), description: 'a page of the facts of the source, in source order' }, ...errorReplies },
       },
     },
     async (request) => sources.facts(requireUser(request), { ...named(request.params), ...request.query }),
@@ -104,7 +109,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           'retracted (FactRetracted) and what was derived from them is re-made. The events keep `reason` for audit.',
         params: sourceParams,
         querystring: { type: 'object', additionalProperties: false, properties: { reason: { type: 'string', maxLength: 500 } } },
-        response: { 204: { type: 'null' }, ...errorReplies },
+        response: { 204: { type: 'null', description: 'the source is deleted' }, ...errorReplies },
       },
     },
     async (request, reply) => {
@@ -115,7 +120,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
 
   app.post<{ Params: { repoID: string; sourceID: string } }>(
     '/api/v1/repositories/:repoID/sources/:sourceID/retry',
-    { schema: { summary: 'Retry a failed source or its failed tasks', ...schema, params: sourceParams, response: { 202: sourceSchema, ...errorReplies } } },
+    { schema: { summary: 'Retry a failed source or its failed tasks', ...schema, params: sourceParams, response: { 202: { ...sourceSchema, description: 'the retry is queued; the source as it stands' }, ...errorReplies, 409: errorReply('neither the source nor any of its tasks failed') } } },
     async (request, reply) => reply.status(202).send(await sources.retry(requireUser(request), named(request.params), traceOf(request))),
   );
 };

@@ -63,6 +63,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         querystring: { type: 'object', additionalProperties: false, properties: { ...contextQuery, ...pagingQuery } },
         response: {
           200: {
+            description: 'the summary slices of the concept, in slice order',
             type: 'object',
             required: ['concept', 'items', 'total'],
             properties: { concept: conceptSummarySchema, redirected_from: redirectSchema, items: { type: 'array', items: summarySchema }, total: { type: 'integer' } },
@@ -84,6 +85,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         querystring: { type: 'object', additionalProperties: false, properties: contextQuery },
         response: {
           200: {
+            description: 'the definition of the concept',
             type: 'object',
             required: ['concept', 'synthesis', 'facts', 'images', 'related_concepts'],
             properties: {
@@ -143,6 +145,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         body: { type: ['object', 'null'], additionalProperties: false, properties: { reason: { type: 'string', maxLength: 500 } } },
         response: {
           202: {
+            description: 'the synthesis task, queued',
             type: 'object',
             required: ['task_id', 'concept_id'],
             properties: {
@@ -172,7 +175,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           concept_id: { type: 'string', minLength: 1, maxLength: 500, description: 'only slices of this concept: its id or name (a merged one means its survivor); 404 when unknown' },
           context: { ...contextQuery.context, description: "the context of concept_id, when it is a name several contexts share (only with concept_id)" },
         }),
-        response: { 200: searchReply({ ...summarySchema, properties: { ...summarySchema.properties, concept: { ...briefConcept, type: ['object', 'null'] }, score: { type: 'number' } } }), ...conceptErrorReplies },
+        response: { 200: { description: 'a page of the summary slices, best match first', ...searchReply({ ...summarySchema, properties: { ...summarySchema.properties, concept: { ...briefConcept, type: ['object', 'null'] }, score: { type: 'number' } } }) }, ...conceptErrorReplies },
       },
     },
     async (request) => summaries.search(requireUser(request), { repository: request.params.repoID, ...request.query }),

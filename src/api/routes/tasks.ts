@@ -5,6 +5,7 @@ import { QUEUED_JOB_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
 import type { TaskListInput } from '../../read/tasks.js';
 import { requireUser } from '../guard.js';
+import { errorReply } from '../errors.js';
 import { bearerSecurity, errorReplies, idParam, jobSchema, pagingQuery, repositoryItemParams } from '../schemas.js';
 
 /** counts: {kind: {state: n}}, every state present. */
@@ -48,6 +49,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         },
         response: {
           200: {
+            description: 'a page of the tasks',
             type: 'object',
             required: ['items', 'total', 'counts', 'complete'],
             properties: {
@@ -78,6 +80,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         params: idParam('repoID'),
         response: {
           200: {
+            description: 'the count of the tasks of the repository by state',
             type: 'object',
             required: ['counts', 'totals', 'complete'],
             properties: {
@@ -95,13 +98,13 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
 
   app.get<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID',
-    { schema: { summary: 'Get a task', ...schema, params: taskParams, response: { 200: jobSchema, ...errorReplies } } },
+    { schema: { summary: 'Get a task', ...schema, params: taskParams, response: { 200: { ...jobSchema, description: 'the task' }, ...errorReplies } } },
     async (request) => tasks.get(requireUser(request), named(request.params)),
   );
 
   app.post<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID/retry',
-    { schema: { summary: 'Retry a failed or dead task', ...schema, params: taskParams, response: { 202: jobSchema, ...errorReplies } } },
+    { schema: { summary: 'Retry a failed or dead task', ...schema, params: taskParams, response: { 202: { ...jobSchema, description: 'the task, queued again' }, ...errorReplies, 409: errorReply('the task is neither failed nor dead, a later task took its place, or its source failed (retry the source)') } } },
     async (request, reply) => reply.status(202).send(await tasks.retry(requireUser(request), named(request.params))),
   );
 };

@@ -46,7 +46,7 @@ export const wellKnownRoutes: FastifyPluginAsync<{ context: AppContext }> = asyn
 
   app.get(
     AUTHORIZATION_SERVER_METADATA_PATH,
-    { schema: { tags: ['oauth'], summary: 'OAuth 2.1 authorization server metadata (RFC 8414)', response: { 200: authorizationServerReply } } },
+    { schema: { tags: ['oauth'], summary: 'OAuth 2.1 authorization server metadata (RFC 8414)', response: { 200: { ...authorizationServerReply, description: 'the metadata of the authorization server' } } } },
     async (request, reply) => {
       const issuer = issuerOf(config, request);
       reply.header('cache-control', 'max-age=300');
@@ -70,7 +70,7 @@ export const wellKnownRoutes: FastifyPluginAsync<{ context: AppContext }> = asyn
   );
 
   const protectedResource = {
-    schema: { tags: ['oauth'], summary: 'OAuth protected resource metadata of the MCP endpoint (RFC 9728)', response: { 200: protectedResourceReply } },
+    schema: { tags: ['oauth'], summary: 'OAuth protected resource metadata of the MCP endpoint (RFC 9728)', response: { 200: { ...protectedResourceReply, description: 'the metadata of the MCP endpoint as a protected resource' } } },
   };
   const protectedResourceHandler = async (request: Parameters<typeof issuerOf>[1], reply: { header(name: string, value: string): unknown }) => {
     const issuer = issuerOf(config, request);
