@@ -1,45 +1,15 @@
-import Fastify, { type FastifyInstance } from 'fastify';
 import t from 'tap';
-import { registerErrorHandling } from '../../../src/api/errors.js';
-import { authenticateRequest } from '../../../src/api/guard.js';
-import { promptsetRoutes } from '../../../src/api/routes/promptset.js';
-import { processWideSchemaCompilers } from '../../../src/api/schemaCompilers.js';
 import { BUILT_IN_PROMPTSET_HASH, builtInPromptset, effectivePromptset } from '../../../src/providers/llm/promptsets.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
 
 let service: TestService;
-/** The app serving the promptset routes: the service's own once app.ts registers them, else a mount of the plugin on the same context. */
-let api: FastifyInstance;
 
 t.before(async () => {
   service = await startTestService();
-  if (service.app.hasRoute({ method: 'GET', url: '/api/v1/repositories/:repoID/promptset' })) {
-    api = service.app;
-  } else {
-    api = Fastify({
-      ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
-      schemaController: { compilersFactory: processWideSchemaCompilers },
-    });
-    registerErrorHandling(api);
-    api.addHook('onRequest', async (request) => authenticateRequest(service.context, request));
-    await api.register(promptsetRoutes, { context: service.context });
-    await api.ready();
-  }
 });
-t.teardown(async () => {
-  if (api !== service.app) await api.close();
-  await service.close();
-});
+t.teardown(() => service.close());
 
-async function call(method: 'GET' | 'PUT', url: string, token?: string, body?: unknown) {
-  const response = await api.inject({
-    method,
-    url,
-    headers: token ? { authorization: `Bearer ${token}` } : {},
-    ...(body === undefined ? {} : { payload: body as object }),
-  });
-  return { status: response.statusCode, body: response.json() };
-}
+const call = (method: 'GET' | 'PUT', url: string, token?: string, body?: unknown) => service.call(method, url, { token, body });
 
 t.test('promptset: read the built-in, override, reset; permissions', async (t) => {
   const owner = await registerUser(service, 'prompt-owner@example.org');
