@@ -98,8 +98,55 @@ async function moveConceptLinks(trx: Knex.Transaction, fromConcept: string, toCo
   await trx('fact_concepts').where({ concept_id: fromConcept }).delete();
 }
 
+/**
+ * The concepts that share a fact with `conceptId`, other than `survivorId`: after a merge moves
+ * the concept's links to the survivor, the survivor's pairs with these (and only these) change.
+ */
+async function relationPartners(trx: Knex.Transaction, repositoryId: string, conceptId: string, survivorId: string): Promise<string[]> {
+  const result = (await trx.raw(
+    `SELECT DISTINCT o.concept_id FROM fact_concepts l
+       JOIN fact_concepts o ON o.fact_id = l.fact_id AND o.concept_id <> l.concept_id AND o.concept_id <> ?
+      WHERE l.concept_id = ? AND l.repository_id = ? AND o.repository_id = ?`,
+    [survivorId, conceptId, repositoryId, repositoryId],
+  )) as { rows: Array<{ concept_id: string }> };
+  return result.rows.map((row) => row.concept_id);
+}
+
+/**
+ * The relations a merge changes, counted as refresh_concept_relations counts them, so the
+ * survivor's relations include the merged concept's at once rather than at the next periodic
+ * refresh (which then finds these pairs unchanged): the merged concept's pairs go (it has no
+ * links left), and the survivor's pairs with the merged concept's partners are counted again.
+ * Only those: the survivor's other pairs gained no shared fact.
+ */
+async function carryRelationsToSurvivor(
+  trx: Knex.Transaction,
+  merge: { repositoryId: string; conceptId: string; survivorId: string; partners: readonly string[]; at: string },
+): Promise<void> {
+  const { repositoryId, conceptId, survivorId, partners, at } = merge;
+  await trx('concept_relations')
+    .where({ repository_id: repositoryId })
+    .where((pair) => pair.where({ concept_a: conceptId }).orWhere({ concept_b: conceptId }))
+    .delete();
+  if (partners.length === 0) return;
+  // Pairs are stored ordered byte-wise (a < b), as the refresh and applyRelations order them.
+  await trx.raw(
+    `INSERT INTO concept_relations (repository_id, concept_a, concept_b, shared_fact_count, updated_at)
+     SELECT ?, LEAST(s.concept_id COLLATE "C", o.concept_id COLLATE "C"), GREATEST(s.concept_id COLLATE "C", o.concept_id COLLATE "C"), count(*)::integer, ?::timestamptz
+       FROM fact_concepts s
+       JOIN fact_concepts o ON o.fact_id = s.fact_id AND o.concept_id = ANY(?::text[]) AND o.repository_id = ?
+      WHERE s.concept_id = ? AND s.repository_id = ?
+      GROUP BY s.concept_id, o.concept_id
+     ON CONFLICT (repository_id, concept_a, concept_b) DO UPDATE SET shared_fact_count = excluded.shared_fact_count, updated_at = excluded.updated_at
+      WHERE concept_relations.shared_fact_count <> excluded.shared_fact_count`,
+    [repositoryId, at, [...partners], repositoryId, survivorId, repositoryId],
+  );
+}
+
 async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, conceptId: string, survivorId: string): Promise<void> {
-  const loser = (await trx('concepts').where({ id: conceptId }).first('id', 'status')) as { id: string; status: string } | undefined;
+  const loser = (await trx('concepts').where({ id: conceptId }).first('id', 'status', 'repository_id')) as
+    | { id: string; status: string; repository_id: string }
+    | undefined;
   if (!loser || loser.status === 'merged') return;
   await trx('concepts')
     .where({ id: conceptId })
@@ -117,8 +164,10 @@ async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent
   await trx('concept_aliases').where({ concept_id: conceptId }).delete();
   await refreshAliasText(trx, conceptId);
   await refreshAliasText(trx, finalSurvivor);
+  const partners = await relationPartners(trx, loser.repository_id, conceptId, finalSurvivor);
   await moveConceptLinks(trx, conceptId, finalSurvivor);
   await recountFacts(trx, [conceptId, finalSurvivor]);
+  await carryRelationsToSurvivor(trx, { repositoryId: loser.repository_id, conceptId, survivorId: finalSurvivor, partners, at: recorded.occurredAt });
   await trx('concepts').where({ id: finalSurvivor }).update({ updated_at: recorded.occurredAt });
 }
 
@@ -396,7 +445,8 @@ async function applyConceptsRun(trx: Knex.Transaction, events: ReadonlyArray<Rec
  * Read models `concepts`, `concept_aliases`, `fact_concepts` and `concept_relations`
  * (docs/pipeline.md, "Read models"). A concept's canonical name is also one of its alias rows,
  * so alias resolution finds it by either. Links to a merged fact or concept land on the
- * survivor; merges move aliases and links and recount `fact_count`. Fact merges are followed
+ * survivor; merges move aliases and links, recount `fact_count` and carry the merged concept's
+ * relations to the survivor (carryRelationsToSurvivor). Fact merges are followed
  * through `fact_concept_redirects`, this projection's own record of them.
  */
 export const conceptsProjection = projection<Handled>({

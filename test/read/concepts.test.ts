@@ -3,6 +3,7 @@ import { relationBand } from '../../src/read/concepts.js';
 import { AmbiguousConceptError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { relationChanges } from '../../src/pipeline/stages/refreshConceptRelations.js';
 import { appendEvents, createConcept, extractFacts, linkFacts, refreshRelations, stabilize } from '../api/seedGraph.js';
 
 let harness: TestApplication;
@@ -149,4 +150,32 @@ t.test('a merge chain that ends at no active concept (two merges into each other
   }
   const listed = (await harness.app.concepts.search(owner, { repository, show_small: true, limit: 500 })).items.map((item) => item.id);
   t.notOk(listed.includes(xi) || listed.includes(ypsilon), 'nor listed');
+});
+
+t.test("after a merge the survivor's relations hold the merged concept's at once, without the merged concept itself", async (t) => {
+  const { source } = await harness.app.sources.add(owner, { repository, doi: '10.1000/bakery' });
+  const [bread, flour, shared] = await extractFacts(harness.service, repository, source.id, ['Bakers bake bread daily.', 'Bakeries mill their own flour.', 'A bakery is a baker\'s shop.']);
+  await stabilize(harness.service, repository, source.id, [bread, flour, shared]);
+  const baker = await createConcept(harness.service, repository, 'Baker', 'topic');
+  const bakery = await createConcept(harness.service, repository, 'Bakery', 'topic');
+  const breadConcept = await createConcept(harness.service, repository, 'Bread', 'topic');
+  const flourConcept = await createConcept(harness.service, repository, 'Flour', 'topic');
+  await linkFacts(harness.service, repository, source.id, {
+    [bread.id]: [baker, breadConcept],
+    [flour.id]: [bakery, flourConcept],
+    [shared.id]: [baker, bakery],
+  });
+  // The relations as the periodic refresh records them from those links.
+  const counted = await relationChanges(harness.service.context.db.knex, repository);
+  await refreshRelations(harness.service, repository, counted.map((change) => [change.concept_a, change.concept_b, change.shared_fact_count]));
+  const related = async (concept: string) =>
+    (await harness.app.concepts.relations(owner, { repository, concept, show_insignificant: true })).items.map((item) => [item.concept?.canonical_name, item.shared_fact_count]);
+  t.same(await related(baker), [['Bakery', 1], ['Bread', 1]], 'before: the baker shares a fact with the bakery and one with bread');
+
+  await appendEvents(harness.service, repository, `concept-${bakery}`, [{ type: 'ConceptMergedInto', data: { survivor_id: baker, reason: 'same trade' } }]);
+  t.same(await related(baker), [['Bread', 1], ['Flour', 1]], "the bakery's flour is the baker's now, and the bakery is no relation of itself");
+  t.same(await related(flourConcept), [['Baker', 1]], 'seen from the other side too');
+  const asked = await harness.app.concepts.relations(owner, { repository, concept: bakery, show_insignificant: true });
+  t.match(asked, { concept: { id: baker }, redirected_from: { id: bakery }, total: 2 }, 'the merged concept asked for answers with the survivor');
+  t.same(await relationChanges(harness.service.context.db.knex, repository), [], 'the next periodic refresh finds nothing left to change');
 });
