@@ -16,6 +16,8 @@ async function clearAnnotations(trx: Knex.Transaction, reportId: string): Promis
  * Read models `reports`, `report_sentences`, `report_annotations`: every live report with its
  * status, and the facts of its annotated sentences. A deleted report loses its rows; a retracted
  * fact (its last source deleted) leaves every annotation, and the reports' fact counts follow.
+ * `fact_count` counts the ids as annotated; the reads answer the facts the annotations show
+ * (src/read/reports.ts, liveFactCounts), which follows merges this projection does not see.
  */
 export const reportsProjection = projection<ReportEvent | Extract<FactEvent, { type: 'FactRetracted' }>>({
   name: 'reports',

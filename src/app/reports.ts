@@ -7,7 +7,7 @@ import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDe
 import { plainText } from '../domain/report/sentences.js';
 import { shortenRunes, unsafeTextReason } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
-import { childIdsOf, loadReport, presentReport, type ReportInput } from '../read/reports.js';
+import { answeredReport, childIdsOf, loadReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { invalid } from './errors.js';
@@ -95,8 +95,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
 
   async function execute(repositoryId: string, reportId: string, command: ReportCommand, principal: Principal, trace?: Trace) {
     await deps.commands.execute(streamName('report', reportId), reportDecider, command, commandMetadata(principal, repositoryId, trace));
-    const row = await loadReport(knex, repositoryId, reportId);
-    return presentReport(row, await childIdsOf(knex, repositoryId, reportId));
+    return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
   }
 
   /**
@@ -217,7 +216,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
           await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
         }
       });
-      return presentReport(await loadReport(knex, repository.id, input.report), await childIdsOf(knex, repository.id, input.report));
+      return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
     },
   };
 }

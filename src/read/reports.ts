@@ -62,8 +62,53 @@ export async function childIdsOf(knex: Knex, repositoryId: string, reportId: str
   return (await knex('reports').where({ repository_id: repositoryId, parent_id: reportId }).orderBy([{ column: 'created_at' }, { column: 'id' }]).pluck('id')) as string[];
 }
 
-/** A report as answered: every field but the text in lists (`withText` false), with its children's ids. */
-export function presentReport(row: ReportRow, childrenIds: string[], withText = true) {
+/**
+ * How many facts each report's annotations show (by report id; 0 for one without annotations):
+ * its cited facts read as the annotations read them (liveFacts), each live fact once. The count
+ * the projection keeps is of the ids as annotated, which a merge since (two cited facts that are
+ * one now) or a retraction of a cited fact's survivor leaves too high. Cited facts still live are
+ * counted in SQL; only the others (merged, retracted or removed since: few) are followed, so a
+ * list of long reports does not read every cited fact.
+ */
+export async function liveFactCounts(knex: Knex, repositoryId: string, reportIds: readonly string[]): Promise<Map<string, number>> {
+  const counts = new Map(reportIds.map((id) => [id, 0]));
+  if (reportIds.length === 0) return counts;
+  const ids = [...counts.keys()];
+  const live = (await knex.raw(
+    `SELECT a.report_id, count(DISTINCT a.fact_id)::integer AS n FROM report_annotations a
+       JOIN facts f ON f.id = a.fact_id AND f.repository_id = ? AND f.status <> 'merged'
+      WHERE a.report_id = ANY(?::text[]) GROUP BY a.report_id`,
+    [repositoryId, ids],
+  )) as { rows: Array<{ report_id: string; n: number }> };
+  for (const row of live.rows) counts.set(row.report_id, Number(row.n));
+  const stale = (await knex.raw(
+    `SELECT DISTINCT a.report_id, a.fact_id FROM report_annotations a
+       LEFT JOIN facts f ON f.id = a.fact_id AND f.repository_id = ?
+      WHERE a.report_id = ANY(?::text[]) AND (f.id IS NULL OR f.status = 'merged')`,
+    [repositoryId, ids],
+  )) as { rows: Array<{ report_id: string; fact_id: string }> };
+  if (stale.rows.length === 0) return counts;
+  const survivors = await liveFacts(knex, repositoryId, stale.rows.map((row) => row.fact_id));
+  if (survivors.size === 0) return counts;
+  // A survivor the report also cites by its own id is counted already.
+  const citedDirectly: Array<{ report_id: string; fact_id: string }> = await knex('report_annotations')
+    .whereIn('report_id', ids)
+    .whereIn('fact_id', [...new Set([...survivors.values()].map((fact) => fact.id))])
+    .distinct('report_id', 'fact_id');
+  const counted = new Set(citedDirectly.map((row) => `${row.report_id} ${row.fact_id}`));
+  for (const reportId of ids) {
+    const led = citationsByLiveFact(stale.rows.filter((row) => row.report_id === reportId), (row) => row.fact_id, survivors);
+    const added = led.filter(({ fact }) => !counted.has(`${reportId} ${fact.id}`)).length;
+    counts.set(reportId, (counts.get(reportId) ?? 0) + added);
+  }
+  return counts;
+}
+
+/**
+ * A report as answered: every field but the text in lists (`withText` false), with its children's
+ * ids and `factCount`, the facts its annotations show (liveFactCounts).
+ */
+export function presentReport(row: ReportRow, childrenIds: string[], factCount: number, withText = true) {
   const { text, ...rest } = row;
   return {
     ...rest,
@@ -72,11 +117,17 @@ export function presentReport(row: ReportRow, childrenIds: string[], withText = 
     children_ids: childrenIds,
     revision: Number(row.revision),
     sentence_count: Number(row.sentence_count),
-    fact_count: Number(row.fact_count),
+    fact_count: factCount,
     created_at: isoDate(row.created_at),
     updated_at: isoDate(row.updated_at),
     annotated_at: isoDate(row.annotated_at),
   };
+}
+
+/** One report as answered, with its children and the facts its annotations show. */
+export async function answeredReport(knex: Knex, repositoryId: string, row: ReportRow) {
+  const factCounts = await liveFactCounts(knex, repositoryId, [row.id]);
+  return presentReport(row, await childIdsOf(knex, repositoryId, row.id), factCounts.get(row.id) ?? 0);
 }
 
 /** Report queries: list and search, one report, its annotations (src/app/reports.ts writes). */
@@ -105,13 +156,13 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
           .select('id', 'parent_id');
         for (const link of links) children.set(link.parent_id, [...(children.get(link.parent_id) ?? []), link.id]);
       }
-      return { items: rows.map((row) => presentReport(row, children.get(row.id) ?? [], false)), total, query: text };
+      const factCounts = await liveFactCounts(knex, repository.id, rows.map((row) => row.id));
+      return { items: rows.map((row) => presentReport(row, children.get(row.id) ?? [], factCounts.get(row.id) ?? 0, false)), total, query: text };
     },
 
     async get(principal: Principal, input: ReportInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
-      const row = await loadReport(knex, repository.id, input.report);
-      return presentReport(row, await childIdsOf(knex, repository.id, row.id));
+      return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
     },
 
     /**

@@ -1,7 +1,7 @@
 import t from 'tap';
 import type { Principal } from '../../src/auth/rbac.js';
 import { startTestApplication, type TestApplication } from '../helpers/application.js';
-import { appendEvents, seedBakeryFacts, type SeededFact } from '../api/seedGraph.js';
+import { appendEvents, extractFacts, seedBakeryFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -95,4 +95,61 @@ t.test("a report's annotations follow merges of the facts they name, before and 
   const rest = await harness.service.call('GET', `/api/v1/repositories/${repository}/reports/${reportId}/annotations`, { token });
   t.equal(rest.status, 200);
   t.same(rest.body, await harness.app.reports.annotations(owner, { repository, report: reportId }));
+});
+
+/** A new report whose one sentence the annotation links to `cited`, in that order; returns its id. */
+async function reportCiting(cited: SeededFact[]): Promise<string> {
+  const text = 'Bread is baked at dawn by the bakers.';
+  const report = await harness.app.reports.create(owner, { repository, text });
+  await appendEvents(harness.service, repository, `report-${report.id}`, [
+    {
+      type: 'ReportAnnotated',
+      data: {
+        revision: report.revision,
+        model_id: 'local',
+        similarity_threshold: 0.3,
+        max_facts_per_sentence: 5,
+        min_sentence_runes: 5,
+        sentences: [{ index: 0, text, start: 0, end: text.length, carried: false, facts: cited.map((fact, rank) => ({ fact_id: fact.id, score: 0.9 - rank / 10, posture: 'supports' })) }],
+      },
+    },
+  ]);
+  return report.id;
+}
+
+/** The report's fact_count as the report, the report list and REST answer it, and the distinct facts its annotations show. */
+async function factCounts(report: string) {
+  const listed = (await harness.app.reports.list(owner, { repository, limit: 500 })).items.find((item) => item.id === report);
+  const { token } = await harness.service.context.identity.login({ email: 'owner@example.org', password: 'correct horse battery' });
+  const rest = await harness.service.call('GET', `/api/v1/repositories/${repository}/reports/${report}`, { token });
+  const shown = (await harness.app.reports.annotations(owner, { repository, report })).items.flatMap((sentence) => sentence.facts.map((fact) => fact.fact_id));
+  return {
+    get: (await harness.app.reports.get(owner, { repository, report })).fact_count,
+    list: listed?.fact_count,
+    rest: (rest.body as { fact_count?: number }).fact_count,
+    shown: new Set(shown).size,
+  };
+}
+
+t.test("a report's fact_count counts the facts its annotations show, merges and retractions since included", async (t) => {
+  const same = (n: number) => ({ get: n, list: n, rest: n, shown: n });
+  t.same(await factCounts(reportId), same(2), 'five ids annotated: two lead to oven with it, one was retracted');
+
+  const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/dawn' });
+  const [a, b, c, d, e, f, g] = await extractFacts(harness.service, repository, source.id, ['Bakers start at dawn.', 'Bakers begin work at dawn.', 'Rye bread is dense.', 'Rye loaves are heavy.', 'Flour is milled wheat.', 'Salt tightens dough.', 'Salt strengthens gluten.']);
+  await stabilize(harness.service, repository, source.id, [a, b, c, d, e, f, g]);
+  const merging = await reportCiting([a, b]);
+  const retracting = await reportCiting([c, d]);
+  const retractingSurvivor = await reportCiting([e, f]);
+  for (const report of [merging, retracting, retractingSurvivor]) t.same(await factCounts(report), same(2), 'two facts annotated, two shown');
+
+  await appendEvents(harness.service, repository, `fact-${b.id}`, [{ type: 'FactMergedInto', data: { survivor_id: a.id, similarity: 0.97, source_id: null, catchup: true } }]);
+  t.same(await factCounts(merging), same(1), 'B merged into A: one fact');
+  await appendEvents(harness.service, repository, `fact-${d.id}`, [{ type: 'FactRetracted', data: { source_id: source.id, reason: 'source deleted' } }]);
+  t.same(await factCounts(retracting), same(1), 'D retracted: one fact');
+  // F merged into G, which the report does not cite, and G was retracted: F leads nowhere.
+  await appendEvents(harness.service, repository, `fact-${f.id}`, [{ type: 'FactMergedInto', data: { survivor_id: g.id, similarity: 0.96, source_id: null, catchup: true } }]);
+  t.same(await factCounts(retractingSurvivor), same(2), 'F merged into G: still two facts, E and G');
+  await appendEvents(harness.service, repository, `fact-${g.id}`, [{ type: 'FactRetracted', data: { source_id: source.id, reason: 'source deleted' } }]);
+  t.same(await factCounts(retractingSurvivor), same(1), "F's survivor retracted: one fact");
 });

@@ -30,7 +30,7 @@ const reportSchema = {
     origin: { type: 'string', enum: ['text', 'upload'] },
     filename: nullableString,
     sentence_count: { type: 'integer', description: 'annotated sentences (at least providers.reports.min_sentence_runes runes)' },
-    fact_count: { type: 'integer', description: 'distinct facts linked to its sentences' },
+    fact_count: { type: 'integer', description: 'distinct facts its annotations show: cited facts merged since count as their survivor, retracted ones not at all' },
     model_id: { ...nullableString, description: 'the chat model that judged the postures' },
     created_by: { type: 'string' },
     created_at: { type: 'string' },
