@@ -36,14 +36,17 @@ export const conceptTools = [
     name: 'getConceptSummaries',
     title: "Get a concept's summaries",
     description:
-      "A concept's summary slices (in order) and its synthesis (a definition written from its facts) with the facts the synthesis cites (`cited_facts`). " +
+      "A concept's summary slices (in order) and its synthesis (a definition written from its facts) with the facts the synthesis cites (`cited_facts`), " +
+      'the images it shows (`images`: fact_id, image_id, caption) and the concepts it names as related (`related_concepts`). ' +
       'A cited fact merged since is shown as the fact it merged into, once, with `merged_from` (the cited ids that led there); a retracted one is left out. ' +
+      'A related concept merged since is shown as its survivor, with `redirected_from`. ' +
       '`synthesis` is null until one has been made.',
     input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument, limit: limitArgument(50, 500), offset: offsetArgument }),
     readOnly: true,
     async run({ app, principal }, args) {
       const summaries = await app.summaries.summaries(principal, args);
-      const definition = await app.summaries.definition(principal, { repository: args.repository, concept: args.concept, context: args.context });
+      // By the id the summaries resolved: both halves are of one concept even if a name's meaning changes between the reads.
+      const definition = await app.summaries.definition(principal, { repository: args.repository, concept: summaries.concept?.id ?? args.concept, context: args.context });
       return {
         concept: summaries.concept,
         redirected_from: summaries.redirected_from,
@@ -51,6 +54,8 @@ export const conceptTools = [
         total: summaries.total,
         synthesis: definition.synthesis,
         cited_facts: definition.facts,
+        images: definition.images,
+        related_concepts: definition.related_concepts,
       };
     },
   }),
