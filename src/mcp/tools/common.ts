@@ -8,6 +8,7 @@ import type { AppContext } from '../../app/context.js';
 import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../domain/text.js';
+import { isUuid } from '../../util/uuid.js';
 import { MAX_OFFSET } from '../../read/paging.js';
 import { notFoundDuringRebuild, rebuildingReadModels } from '../../read/projections.js';
 import { ReportTooLargeError } from '../../domain/report/decider.js';
@@ -57,7 +58,16 @@ export const contextArgument = z
   .max(200)
   .optional()
   .describe('The concept context (e.g. "biology") to pick among concepts that share a name. With a concept id, leave it out (it must be the concept\'s own).');
-export const idArgument = (what: string) => z.string().min(1).max(200).describe(`The ${what} id (UUID).`);
+/**
+ * An id the tool looks up: a UUID, as the REST routes' `format: uuid` path parameters take it, so
+ * a malformed one is `invalid` (REST: 400) rather than answered as an unknown id.
+ */
+export const idArgument = (what: string) =>
+  z
+    .string()
+    .refine(isUuid, { message: 'must be a UUID' })
+    .meta({ format: 'uuid' })
+    .describe(`The ${what} id (UUID).`);
 
 /** Compact JSON for a model: no indentation (tokens cost), nulls kept (they say "none"). */
 const asText = (value: unknown): string => JSON.stringify(value);

@@ -134,3 +134,133 @@ t.test('getConceptSummaries answers what the summaries and definition routes ans
     'no synthesis yet',
   );
 });
+
+t.test('the fact tools answer what the fact routes answer', async (t) => {
+  const search = await rest('/facts?query=radium&limit=10');
+  const tool = await call(reader, 'searchFacts', { repository: repoId, query: 'radium' });
+  t.notOk(tool.isError, tool.text);
+  t.has(tool.value, search, 'same items, total, mode');
+  const filtered = await rest(`/facts?concepts=${ids.curie},Radium&limit=50`);
+  const toolFiltered = await call(reader, 'searchFacts', { repository: repoId, concepts: [ids.curie, 'Radium'], limit: 50 });
+  t.has(toolFiltered.value, filtered);
+
+  const merged = await rest(`/facts/${twin.id}`);
+  const toolMerged = await call(reader, 'getFact', { repository: repoId, factId: twin.id });
+  t.has(toolMerged.value, merged);
+  t.match(toolMerged.value, { id: facts[0].id, merged_from: twin.id }, 'a merged fact answers with its survivor');
+  const upper = await call(reader, 'getFact', { repository: repoId, factId: facts[1].id.toUpperCase() });
+  t.match(upper.value, { id: facts[1].id, merged_from: null }, 'ids compare in any case');
+});
+
+t.test('the concept tools answer what the concept routes answer', async (t) => {
+  t.has((await call(reader, 'searchConcepts', { repository: repoId, query: 'curie', show_small: true })).value, await rest('/concepts?query=curie&show_small=true'));
+  t.has((await call(reader, 'searchConcepts', { repository: repoId, show_small: true, limit: 2, offset: 1 })).value, await rest('/concepts?show_small=true&limit=2&offset=1'));
+  t.has((await call(reader, 'getConcept', { repository: repoId, concept: 'madame curie' })).value, await rest('/concepts/madame%20curie'));
+  const merged = await call(reader, 'getConcept', { repository: repoId, concept: ids.sklodowska });
+  t.has(merged.value, await rest(`/concepts/${ids.sklodowska}`));
+  t.match(merged.value, { id: ids.curie, redirected_from: { id: ids.sklodowska } });
+  t.has((await call(reader, 'getConcept', { repository: repoId, concept: 'Mercury', context: 'chemical' })).value, await rest('/concepts/Mercury?context=chemical'));
+  const related = await call(reader, 'getRelatedConcepts', { repository: repoId, concept: 'Maria Sklodowska', show_insignificant: true });
+  t.has(related.value, await rest('/concepts/Maria%20Sklodowska/relations?show_insignificant=true'));
+  t.match(related.value, { redirected_from: { id: ids.sklodowska }, total: 2 });
+  t.has((await call(reader, 'getRelatedConcepts', { repository: repoId, concept: ids.curie })).value, await rest(`/concepts/${ids.curie}/relations`));
+  t.has((await call(reader, 'getConceptSources', { repository: repoId, concept: 'Maria Sklodowska' })).value, await rest('/concepts/Maria%20Sklodowska/sources'));
+  const summariesPage = await call(reader, 'getConceptSummaries', { repository: repoId, concept: ids.curie, limit: 1, offset: 1 });
+  const restPage = await rest(`/concepts/${ids.curie}/summaries?limit=1&offset=1`);
+  t.same([summariesPage.value.summaries, summariesPage.value.total], [restPage.items, restPage.total], 'the slices page alike');
+});
+
+t.test('the investigation tools answer what the investigation routes answer', async (t) => {
+  const created = await call(owner, 'createInvestigation', { repository: repoId, title: 'Radioactivity', topic: 'Who found radium?' });
+  t.notOk(created.isError, created.text);
+  const investigationId = created.value.id;
+  t.has(created.value, await rest(`/investigations/${investigationId}`), 'the created investigation as GET answers it');
+  const added = await call(owner, 'addInvestigationSource', { repository: repoId, investigationId, sourceId });
+  t.match(added.value, { added: true, registered: false, source: { id: sourceId } });
+  const again = await service.call('POST', `/api/v1/repositories/${repoId}/investigations/${investigationId}/sources`, { token: ownerToken, body: { source_id: sourceId } });
+  const addedAgain = await call(owner, 'addInvestigationSource', { repository: repoId, investigationId, sourceId });
+  t.has(addedAgain.value, again.body, 'added twice: as REST answers it');
+  const tool = await call(reader, 'getInvestigation', { repository: repoId, investigationId });
+  const investigation = await rest(`/investigations/${investigationId}`);
+  const sources = await rest(`/investigations/${investigationId}/sources`);
+  t.has(tool.value, { ...investigation, sources: sources.items });
+});
+
+t.test('the report tools answer what the report routes answer', async (t) => {
+  const created = await call(owner, 'createReport', { repository: repoId, title: 'Curie', text: 'Marie Curie discovered radium in 1898. She was born in Warsaw.', topic: 'biography' });
+  t.notOk(created.isError, created.text);
+  const reportId = created.value.id;
+  const report = await rest(`/reports/${reportId}`);
+  t.has(created.value, report, 'the created report as GET answers it');
+  const tool = await call(reader, 'getReport', { repository: repoId, reportId });
+  t.has(tool.value, { ...report, annotations: await rest(`/reports/${reportId}/annotations`) });
+  t.has((await call(reader, 'listReports', { repository: repoId, search: 'warsaw' })).value, await rest('/reports?query=warsaw'));
+  t.has((await call(reader, 'listReports', { repository: repoId, status: 'pending', limit: 1 })).value, await rest('/reports?status=pending&limit=1'));
+  const tasks = await call(reader, 'getReportTasks', { repository: repoId, reportId, verbose: true, byKind: true });
+  const restTasks = await rest(`/tasks?report_id=${reportId}`);
+  t.has(tasks.value, { complete: restTasks.complete, total: restTasks.total, tasks: restTasks.items, by_kind: restTasks.counts });
+  const updated = await call(owner, 'updateReport', { repository: repoId, reportId, text: 'Marie Curie discovered polonium.' });
+  t.has(updated.value, await rest(`/reports/${reportId}`), 'the updated report as GET answers it');
+});
+
+t.test('the source and task tools answer what the source and task routes answer', async (t) => {
+  const found = await call(reader, 'searchSources', { repository: repoId, query: 'curie' });
+  t.has(found.value.items, [await rest(`/sources/${sourceId}`)]);
+  const fetched = await call(owner, 'fetchAndProcessSource', { repository: repoId, doi: '10.1000/xyz123' });
+  t.notOk(fetched.isError, fetched.text);
+  t.has(fetched.value.source, await rest(`/sources/${fetched.value.source.id}`));
+  const viaRest = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token: ownerToken, body: { doi: '10.1000/XYZ123' } });
+  const again = await call(owner, 'fetchAndProcessSource', { repository: repoId, doi: '10.1000/XYZ123' });
+  t.has(again.value, { created: false, source: viaRest.body });
+  const tasks = await call(reader, 'getSourceTasks', { repository: repoId, sourceId: fetched.value.source.id, verbose: true, byKind: true });
+  const restTasks = await rest(`/tasks?source_id=${fetched.value.source.id}`);
+  t.has(tasks.value, { complete: restTasks.complete, total: restTasks.total, tasks: restTasks.items, by_kind: restTasks.counts });
+  const repositories = await call(reader, 'getRepositories');
+  const restRepositories = (await service.call('GET', '/api/v1/repositories', { token: readerToken })).body;
+  // Deliberately compact (docs/mcp.md): what a tool needs to name a repository, each field as REST gives it.
+  const compact = restRepositories.items.map(({ id, name, slug, tier, description, roles }: Record<string, unknown>) => ({ id, name, slug, tier, description, roles }));
+  t.same(repositories.value, compact);
+});
+
+t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/mcp.md states, as REST refuses them', async (t) => {
+  const cases: [string, Record<string, unknown>, RegExp][] = [
+    ['getFact', { factId: UNKNOWN }, /^not found: fact not found$/],
+    ['getConcept', { concept: UNKNOWN }, /^not found: concept not found$/],
+    ['getConcept', { concept: 'Einstein' }, /^not found: concept not found$/],
+    ['getConceptSummaries', { concept: 'Einstein' }, /^not found: concept not found$/],
+    ['getRelatedConcepts', { concept: 'Einstein' }, /^not found: concept not found$/],
+    ['getConceptSources', { concept: 'Einstein' }, /^not found: concept not found$/],
+    ['searchFacts', { concept: 'Einstein' }, /^not found: concept not found$/],
+    ['getInvestigation', { investigationId: UNKNOWN }, /^not found: investigation not found$/],
+    ['addInvestigationSource', { investigationId: UNKNOWN, sourceId: UNKNOWN }, /^not found: investigation not found$/],
+    ['getReport', { reportId: UNKNOWN }, /^not found: report not found$/],
+    ['getReportTasks', { reportId: UNKNOWN }, /^not found: report not found$/],
+    ['updateReport', { reportId: UNKNOWN, text: 'x' }, /^not found: report not found$/],
+    ['getSourceTasks', { sourceId: UNKNOWN }, /^not found: source not found$/],
+    ['getConcept', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts \(astronomy, chemical\): pass context= to pick one$/],
+    ['getConceptSummaries', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
+    ['getRelatedConcepts', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
+    ['getConceptSources', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
+    ['searchFacts', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
+    ['getFact', { factId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['getReport', { reportId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['getInvestigation', { investigationId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['getReportTasks', { reportId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['getSourceTasks', { sourceId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['addInvestigationSource', { investigationId: 'not-a-uuid', sourceId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['updateReport', { reportId: 'not-a-uuid', text: 'x' }, /Input validation error: .*must be a UUID/],
+    ['createReport', { text: 'x', parentId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['fetchAndProcessSource', { url: 'http://127.0.0.1:9/x', investigationId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
+    ['searchConcepts', { limit: 0 }, /limit/],
+    ['searchConcepts', { limit: 501 }, /limit/],
+    ['searchConcepts', { offset: -1 }, /offset/],
+    ['getRelatedConcepts', { concept: ids.curie, limit: 501 }, /limit/],
+    ['listReports', { limit: 501 }, /limit/],
+    ['searchFacts', { offset: 99_995, limit: 10 }, /100,?000|window/],
+  ];
+  for (const [name, args, expected] of cases) {
+    const result = await call(owner, name, { repository: repoId, ...args });
+    t.ok(result.isError, `${name} ${JSON.stringify(args)} is an error`);
+    t.match(result.text, expected, `${name} ${JSON.stringify(args)}: ${result.text}`);
+  }
+});
