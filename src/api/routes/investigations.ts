@@ -3,6 +3,7 @@ import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
 import type { InvestigationSourceInput } from '../../app/investigations.js';
 import { MAX_INVESTIGATION_TITLE_CHARS, MAX_INVESTIGATION_TOPIC_CHARS } from '../../domain/investigation/decider.js';
+import { MAX_SOURCE_DOI_CHARS, MAX_SOURCE_URL_CHARS } from '../../domain/source/reference.js';
 import { requireUser, traceOf } from '../guard.js';
 import {
   bearerSecurity,
@@ -128,8 +129,8 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
           maxProperties: 1,
           properties: {
             source_id: { type: 'string', format: 'uuid' },
-            url: { type: 'string', minLength: 1, maxLength: 4096 },
-            doi: { type: 'string', minLength: 1, maxLength: 512 },
+            url: { type: 'string', minLength: 1, maxLength: MAX_SOURCE_URL_CHARS },
+            doi: { type: 'string', minLength: 1, maxLength: MAX_SOURCE_DOI_CHARS },
           },
         },
         response: {

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
+import { MAX_SOURCE_DOI_CHARS, MAX_SOURCE_URL_CHARS } from '../../domain/source/reference.js';
 import type { SourceStatus } from '../../read/sources.js';
 import { requireUser, traceOf } from '../guard.js';
 import { receiveUpload } from '../uploads.js';
@@ -27,7 +28,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           additionalProperties: false,
           minProperties: 1,
           maxProperties: 1,
-          properties: { url: { type: 'string', minLength: 1, maxLength: 4096 }, doi: { type: 'string', minLength: 1, maxLength: 512 } },
+          properties: { url: { type: 'string', minLength: 1, maxLength: MAX_SOURCE_URL_CHARS }, doi: { type: 'string', minLength: 1, maxLength: MAX_SOURCE_DOI_CHARS } },
         },
         response: {
           201: { ...sourceSchema, description: 'the source, registered; its processing runs in the background' },

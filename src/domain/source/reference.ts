@@ -1,6 +1,10 @@
 import { normalizeDoi } from '../../providers/fetch/doi.js';
 import { DomainError } from '../decider.js';
 
+/** The longest URL and DOI a source may be added by, in characters (every transport's bound). */
+export const MAX_SOURCE_URL_CHARS = 4096;
+export const MAX_SOURCE_DOI_CHARS = 512;
+
 /** The URL or DOI a source is registered under: an absolute http(s) URL, or a normalised DOI. */
 export type SourceReference = { url: string; doi: null } | { url: null; doi: string };
 

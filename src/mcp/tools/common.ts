@@ -51,11 +51,9 @@ export const textOfAtMost = (max: number) =>
     .refine((value) => runeLength(value) <= max, { message: `must be at most ${max} characters` })
     .meta({ maxLength: max });
 export const offsetArgument = z.number().int().min(0).max(MAX_OFFSET).optional().describe('How many items to skip, for the next page (default 0).');
-export const conceptArgument = z.string().min(1).max(500).describe('The concept: its id (UUID), canonical name or alias (case-insensitive).');
-export const contextArgument = z
-  .string()
+export const conceptArgument = textOfAtMost(500).min(1).describe('The concept: its id (UUID), canonical name or alias (case-insensitive).');
+export const contextArgument = textOfAtMost(200)
   .min(1)
-  .max(200)
   .optional()
   .describe('The concept context (e.g. "biology") to pick among concepts that share a name. With a concept id, leave it out (it must be the concept\'s own).');
 /**

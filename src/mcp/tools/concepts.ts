@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { conceptArgument, contextArgument, defineTool, limitArgument, offsetArgument, repositoryArgument } from './common.js';
+import { conceptArgument, contextArgument, defineTool, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 /** Concepts: the entities and ideas facts are linked to, their summaries and how they relate. */
 export const conceptTools = [
@@ -11,7 +11,7 @@ export const conceptTools = [
       'Small concepts (few facts) are hidden unless `show_small` is true. Each item has the concept id, canonical name, context and fact count.',
     input: z.object({
       repository: repositoryArgument,
-      query: z.string().max(1000).optional().describe('Web-search syntax over names and aliases; empty lists concepts by size.'),
+      query: textOfAtMost(1000).optional().describe('Web-search syntax over names and aliases; empty lists concepts by size.'),
       show_small: z.boolean().optional().describe('Also concepts with fewer facts than the repository minimum (default false).'),
       context: contextArgument,
       limit: limitArgument(50, 500),

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
 import { MAX_CONCEPT_FILTER } from '../../read/facts.js';
-import { conceptArgument, contextArgument, defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument } from './common.js';
+import { conceptArgument, contextArgument, defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 /** Facts: the atomic statements extracted from sources, each citable by its id. */
 export const factTools = [
@@ -14,11 +14,11 @@ export const factTools = [
       '2 to 20 `concepts`. Each item has the fact `id` (cite it), its content and score; `mode` says whether hybrid or lexical search answered.',
     input: z.object({
       repository: repositoryArgument,
-      query: z.string().max(1000).optional().describe('Web-search syntax; empty lists the facts the filters allow.'),
+      query: textOfAtMost(1000).optional().describe('Web-search syntax; empty lists the facts the filters allow.'),
       concept: conceptArgument.optional().describe('Only facts linked to this concept (UUID, canonical name or alias). Not with `concepts`.'),
       context: contextArgument.describe('Only facts linked to a concept of this context; concept names are looked up in it.'),
       concepts: z
-        .array(z.string().min(1).max(500))
+        .array(textOfAtMost(500).min(1))
         .min(2)
         .max(MAX_CONCEPT_FILTER)
         .optional()

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { MAX_INVESTIGATION_TITLE_CHARS, MAX_INVESTIGATION_TOPIC_CHARS } from '../../domain/investigation/decider.js';
-import { defineTool, idArgument, repositoryArgument } from './common.js';
+import { defineTool, idArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 /** Investigations: sources gathered around a question. */
 export const investigationTools = [
@@ -23,8 +23,8 @@ export const investigationTools = [
     description: 'Starts an investigation: a titled question to gather sources for (then use fetchAndProcessSource or addInvestigationSource). Needs editor or owner.',
     input: z.object({
       repository: repositoryArgument,
-      title: z.string().min(1).max(MAX_INVESTIGATION_TITLE_CHARS).describe('A short title.'),
-      topic: z.string().max(MAX_INVESTIGATION_TOPIC_CHARS).optional().describe('The question or topic the investigation gathers sources for.'),
+      title: textOfAtMost(MAX_INVESTIGATION_TITLE_CHARS).min(1).describe('A short title.'),
+      topic: textOfAtMost(MAX_INVESTIGATION_TOPIC_CHARS).optional().describe('The question or topic the investigation gathers sources for.'),
     }),
     readOnly: false,
     async run({ app, principal, trace }, args) {

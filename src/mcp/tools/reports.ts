@@ -61,7 +61,7 @@ export const reportTools = [
     description: 'The reports of a repository, newest first, or best match first with `search` (web-search syntax over title and text). Items leave the text out.',
     input: z.object({
       repository: repositoryArgument,
-      search: z.string().max(1000).optional().describe('Web-search syntax over title and text.'),
+      search: textOfAtMost(1000).optional().describe('Web-search syntax over title and text.'),
       status: z.enum(reportStatuses).optional().describe(`Only reports in this annotation status (${reportStatuses.join(', ')}).`),
       limit: limitArgument(50, 500),
       offset: offsetArgument,

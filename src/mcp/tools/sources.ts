@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
-import { defineTool, idArgument, repositoryArgument } from './common.js';
+import { MAX_SOURCE_DOI_CHARS, MAX_SOURCE_URL_CHARS } from '../../domain/source/reference.js';
+import { defineTool, idArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 /** Sources: find the documents a repository has, and add new ones (fetched and decomposed into facts in the background). */
 export const sourceTools = [
@@ -31,8 +32,8 @@ export const sourceTools = [
       'Poll getSourceTasks with the returned source id until `complete` is true, then search its facts. Needs editor or owner.',
     input: z.object({
       repository: repositoryArgument,
-      url: z.string().min(1).max(2000).optional().describe('An absolute http(s) URL of the document.'),
-      doi: z.string().min(1).max(500).optional().describe('A DOI such as 10.1000/xyz123 (instead of url).'),
+      url: textOfAtMost(MAX_SOURCE_URL_CHARS).min(1).optional().describe('An absolute http(s) URL of the document.'),
+      doi: textOfAtMost(MAX_SOURCE_DOI_CHARS).min(1).optional().describe('A DOI such as 10.1000/xyz123 (instead of url).'),
       investigationId: idArgument('investigation').optional().describe('Also add the source to this investigation (UUID).'),
     }),
     readOnly: false,

@@ -264,3 +264,33 @@ t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/
     t.match(result.text, expected, `${name} ${JSON.stringify(args)}: ${result.text}`);
   }
 });
+
+t.test('text arguments are bounded in characters as REST bounds them: what REST takes, the tool takes', async (t) => {
+  // 150 emoji are 150 characters (JSON Schema's and the domain's count) and 300 UTF-16 units.
+  const emojiTitle = '🧪'.repeat(150);
+  const viaRest = await service.call('POST', `/api/v1/repositories/${repoId}/investigations`, { token: ownerToken, body: { title: emojiTitle, topic: '⚛'.repeat(1500) + '🧪'.repeat(400) } });
+  t.equal(viaRest.status, 201, 'REST takes it');
+  const viaTool = await call(owner, 'createInvestigation', { repository: repoId, title: emojiTitle, topic: '⚛'.repeat(1500) + '🧪'.repeat(400) });
+  t.notOk(viaTool.isError, viaTool.text);
+  t.equal(viaTool.value.title, emojiTitle);
+  const tooLong = await call(owner, 'createInvestigation', { repository: repoId, title: 'x'.repeat(201) });
+  t.match(tooLong.text, /Input validation error: .*at most 200 characters/, 'one character over is refused');
+
+  // A URL of 3,000 characters: REST takes up to 4,096.
+  const longUrl = `http://127.0.0.1:9/${'a'.repeat(3000)}`;
+  const restSource = await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token: ownerToken, body: { url: longUrl } });
+  t.equal(restSource.status, 201, 'REST takes it');
+  const toolSource = await call(owner, 'fetchAndProcessSource', { repository: repoId, url: longUrl });
+  t.notOk(toolSource.isError, toolSource.text);
+  t.has(toolSource.value, { created: false, source: restSource.body }, 'the source REST added');
+  const tooLongUrl = await call(owner, 'fetchAndProcessSource', { repository: repoId, url: `http://127.0.0.1:9/${'a'.repeat(4096)}` });
+  t.match(tooLongUrl.text, /Input validation error: .*at most 4096 characters/);
+
+  // A query and a concept name of emoji, at REST's bounds in characters.
+  const query = '🧪'.repeat(1000);
+  t.has((await call(reader, 'searchConcepts', { repository: repoId, query })).value, await rest(`/concepts?query=${encodeURIComponent(query)}`));
+  const name = '🧪'.repeat(500);
+  const restConcept = await service.call('GET', `/api/v1/repositories/${repoId}/concepts/${encodeURIComponent(name)}`, { token: readerToken });
+  t.equal(restConcept.status, 404, 'REST looks the name up');
+  t.match((await call(reader, 'getConcept', { repository: repoId, concept: name })).text, /^not found: concept not found$/, 'so does the tool');
+});
