@@ -277,8 +277,9 @@ t.test('reports: create with children, read, list, update, tasks', async (t) => 
   t.equal(cleared.value.parent_id, null, '"" clears the parent');
   const selfChild = await call(owner, 'updateReport', { repository: repoId, reportId, text: 'x', childrenIds: [reportId] });
   t.ok(selfChild.isError);
-  const noText = await call(owner, 'updateReport', { repository: repoId, reportId });
-  t.ok(noText.isError, 'text is required');
+  const nothing = await call(owner, 'updateReport', { repository: repoId, reportId });
+  t.ok(nothing.isError, 'a call that changes nothing is refused');
+  t.match(nothing.text, /^invalid: give at least one of text, title, topic, parentId or childrenIds$/);
   // Limits count characters (code points), as the advertised maxLength does: 300 emoji are 600 UTF-16 units.
   const emoji = await call(owner, 'createReport', { repository: repoId, title: '🧪'.repeat(300), text: 'Radium glows green.', topic: '🧪'.repeat(300) });
   t.notOk(emoji.isError, emoji.text);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { invalid } from '../../app/errors.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS } from '../../domain/report/decider.js';
 import { reportStatuses } from '../../read/reports.js';
 import type { ToolCall } from './common.js';
@@ -75,31 +76,31 @@ export const reportTools = [
     name: 'updateReport',
     title: 'Update a report',
     description:
-      'Replaces the text (and optionally title, topic, parent, children) of a report; changed sentences are annotated again. ' +
+      'Changes any of the text, title, topic, parent and children of a report (at least one); what is left out stays. Changed sentences are annotated again. ' +
       '`parentId` "" removes the parent. Needs editor or owner.',
     input: z.object({
       repository: repositoryArgument,
       reportId: idArgument('report'),
       title: textOfAtMost(MAX_REPORT_TITLE_CHARS).min(1).optional().describe('A new title.'),
-      text: reportText,
+      text: reportText.optional().describe(`The new text (Markdown or plain text, at most ${MAX_REPORT_BYTES} bytes of UTF-8); left out, the text stays.`),
       topic: reportTopic,
       parentId: z.string().max(200).optional().describe('The new parent report id; "" removes the parent.'),
       childrenIds,
     }),
     readOnly: false,
     async run(call, args) {
-      const report = await call.app.reports.update(
-        call.principal,
-        {
-          repository: args.repository,
-          report: args.reportId,
-          title: args.title,
-          text: args.text,
-          topic: args.topic,
-          parent_id: args.parentId === undefined ? undefined : args.parentId === '' ? null : args.parentId,
-        },
-        call.trace,
-      );
+      const fields = {
+        title: args.title,
+        text: args.text,
+        topic: args.topic,
+        parent_id: args.parentId === undefined ? undefined : args.parentId === '' ? null : args.parentId,
+      };
+      const changesFields = Object.values(fields).some((value) => value !== undefined);
+      // As PUT .../reports/{id} (minProperties 1): a call that changes nothing is a mistake, said.
+      if (!changesFields && args.childrenIds === undefined) throw invalid('give at least one of text, title, topic, parentId or childrenIds');
+      const named = { repository: args.repository, report: args.reportId };
+      // Children alone are set by their own commands (withChildren): the report itself is not changed.
+      const report = changesFields ? await call.app.reports.update(call.principal, { ...named, ...fields }, call.trace) : await call.app.reports.get(call.principal, named);
       return withChildren(call, args.repository, report, args.childrenIds);
     },
   }),

@@ -201,6 +201,24 @@ t.test('the report tools answer what the report routes answer', async (t) => {
   t.has(tasks.value, { complete: restTasks.complete, total: restTasks.total, tasks: restTasks.items, by_kind: restTasks.counts });
   const updated = await call(owner, 'updateReport', { repository: repoId, reportId, text: 'Marie Curie discovered polonium.' });
   t.has(updated.value, await rest(`/reports/${reportId}`), 'the updated report as GET answers it');
+
+  // As PUT takes any one field: a title, a parent or children change without the text sent again.
+  const renamed = await call(owner, 'updateReport', { repository: repoId, reportId, title: 'Curie, renamed' });
+  t.notOk(renamed.isError, renamed.text);
+  t.match(renamed.value, { title: 'Curie, renamed', text: 'Marie Curie discovered polonium.', revision: updated.value.revision }, 'the text and its annotation stay');
+  const viaRest = await service.call('PUT', `/api/v1/repositories/${repoId}/reports/${reportId}`, { token: ownerToken, body: { title: 'Curie, by REST' } });
+  t.same(Object.keys(renamed.value).sort(), Object.keys(viaRest.body).sort(), 'the fields PUT answers');
+  const child = await call(owner, 'createReport', { repository: repoId, text: 'Radium glows in the dark.' });
+  const adopted = await call(owner, 'updateReport', { repository: repoId, reportId, childrenIds: [child.value.id] });
+  t.notOk(adopted.isError, adopted.text);
+  t.match(adopted.value, { title: 'Curie, by REST', children_ids: [child.value.id] });
+  const moved = await call(owner, 'updateReport', { repository: repoId, reportId: child.value.id, parentId: '' });
+  t.match(moved.value, { parent_id: null, text: 'Radium glows in the dark.' });
+  const byReader = await call(reader, 'updateReport', { repository: repoId, reportId, childrenIds: [] });
+  t.match(byReader.text, /^permission denied: reports:write$/, 'children alone still need reports:write');
+  t.same((await rest(`/reports/${reportId}`)).children_ids, [], 'the child left when it was moved; nothing else changed');
+  const nothing = await call(owner, 'updateReport', { repository: repoId, reportId });
+  t.match(nothing.text, /^invalid: give at least one of/, 'a call that changes nothing, as PUT {} is a 400');
 });
 
 t.test('the source and task tools answer what the source and task routes answer', async (t) => {
