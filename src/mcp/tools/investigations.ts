@@ -1,19 +1,27 @@
 import { z } from 'zod';
 import { MAX_INVESTIGATION_TITLE_CHARS, MAX_INVESTIGATION_TOPIC_CHARS } from '../../domain/investigation/decider.js';
-import { defineTool, idArgument, repositoryArgument, textOfAtMost } from './common.js';
+import { MAX_PAGE } from '../../read/paging.js';
+import { defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 /** Investigations: sources gathered around a question. */
 export const investigationTools = [
   defineTool({
     name: 'getInvestigation',
     title: 'Get an investigation',
-    description: 'One investigation (title, topic, source count) with its first 100 sources (id, url, title, status).',
-    input: z.object({ repository: repositoryArgument, investigationId: idArgument('investigation') }),
+    description:
+      'One investigation (title, topic, `source_count`) with a page of its sources (id, url, title, status) in the order they were added: ' +
+      'the first 100 unless `limit` and `offset` say otherwise (an investigation holds up to 1,000).',
+    input: z.object({
+      repository: repositoryArgument,
+      investigationId: idArgument('investigation'),
+      limit: limitArgument(100, MAX_PAGE).describe(`How many of its sources to return (1 to ${MAX_PAGE}; default 100).`),
+      offset: offsetArgument.describe('How many of its sources to skip, for the next page (default 0).'),
+    }),
     readOnly: true,
     async run({ app, principal }, args) {
       const named = { repository: args.repository, investigation: args.investigationId };
       const investigation = await app.investigations.get(principal, named);
-      const sources = await app.investigations.sources(principal, { ...named, limit: 100 });
+      const sources = await app.investigations.sources(principal, { ...named, limit: args.limit ?? 100, offset: args.offset });
       return { ...investigation, sources: sources.items };
     },
   }),

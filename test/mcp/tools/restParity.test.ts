@@ -184,6 +184,16 @@ t.test('the investigation tools answer what the investigation routes answer', as
   const investigation = await rest(`/investigations/${investigationId}`);
   const sources = await rest(`/investigations/${investigationId}/sources`);
   t.has(tool.value, { ...investigation, sources: sources.items });
+
+  // Its sources page as GET .../sources pages them: an investigation holds up to 1,000, more than one answer of 100.
+  for (const path of ['a', 'b', 'c']) await call(owner, 'fetchAndProcessSource', { repository: repoId, url: `http://127.0.0.1:9/${path}`, investigationId });
+  const page = await call(reader, 'getInvestigation', { repository: repoId, investigationId, limit: 2, offset: 1 });
+  t.notOk(page.isError, page.text);
+  t.has(page.value, { source_count: 4, sources: (await rest(`/investigations/${investigationId}/sources?limit=2&offset=1`)).items });
+  t.equal(page.value.sources.length, 2);
+  const all = await call(reader, 'getInvestigation', { repository: repoId, investigationId });
+  t.equal(all.value.sources.length, 4, 'the first 100 by default');
+  t.match((await call(reader, 'getInvestigation', { repository: repoId, investigationId, limit: 501 })).text, /limit/);
 });
 
 t.test('the report tools answer what the report routes answer', async (t) => {
