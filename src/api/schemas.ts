@@ -1,6 +1,7 @@
 import { jobStates } from '../pipeline/jobs.js';
 import { MAX_OFFSET } from '../read/paging.js';
 import { sourceStatuses } from '../read/sources.js';
+import { searchModes } from '../search/hybrid.js';
 import { errorReply, errorReplySchema } from './errors.js';
 
 /** JSON schemas shared by several routes. */
@@ -48,7 +49,7 @@ export function takesBearerToken(schema: unknown): boolean {
 }
 
 /** `mode` of a search route: hybrid (the default) falls back to lexical when it cannot run. */
-export const searchModeQuery = { type: 'string', enum: ['hybrid', 'lexical'], default: 'hybrid' } as const;
+export const searchModeQuery = { type: 'string', enum: [...searchModes], default: 'hybrid' } as const;
 
 /** The query string of a search route: `query`, the route's own filters, `mode` and the page. */
 export const searchQuerystring = <Filters extends Record<string, object>>(filters: Filters) =>
@@ -67,7 +68,7 @@ export const searchReply = <Item extends object>(item: Item) =>
       items: { type: 'array', items: item },
       total: { type: 'integer' },
       query: { type: 'string' },
-      mode: { type: 'string', enum: ['hybrid', 'lexical'], description: 'the mode that answered' },
+      mode: { type: 'string', enum: [...searchModes], description: 'the mode that answered' },
       fallback_reason: { type: ['string', 'null'], description: 'why hybrid was asked for but lexical answered' },
     },
   }) as const;

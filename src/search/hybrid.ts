@@ -20,7 +20,9 @@ export interface HybridSettings {
   overFetchMultiplier: number;
 }
 
-export type SearchMode = 'hybrid' | 'lexical';
+/** How a search ranks: both rankings fused (falling back to lexical when it cannot), or lexical only. */
+export const searchModes = ['hybrid', 'lexical'] as const;
+export type SearchMode = (typeof searchModes)[number];
 
 /** A lexical query (its ids and filters restrict both sides) and the mode asked for. */
 export interface HybridQuery<Doc extends IndexedDocument = IndexedDocument> extends Omit<SearchQuery<Doc>, 'sort'> {

@@ -9,6 +9,7 @@ import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../domain/text.js';
 import { isUuid } from '../../util/uuid.js';
+import { searchModes } from '../../search/hybrid.js';
 import { MAX_OFFSET } from '../../read/paging.js';
 import { notFoundDuringRebuild, rebuildingReadModels } from '../../read/projections.js';
 import { ReportTooLargeError } from '../../domain/report/decider.js';
@@ -60,6 +61,12 @@ export const contextArgument = textOfAtMost(200)
  * An id the tool looks up: a UUID, as the REST routes' `format: uuid` path parameters take it, so
  * a malformed one is `invalid` (REST: 400) rather than answered as an unknown id.
  */
+/** `mode` of the search tools, as of the search routes: lexical answers by words alone, with no fallback to explain. */
+export const searchModeArgument = z
+  .enum(searchModes)
+  .optional()
+  .describe('hybrid (default: words and meaning, falling back to lexical when it cannot run; `fallback_reason` says why) or lexical (words only).');
+
 export const idArgument = (what: string) =>
   z
     .string()

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { conceptArgument, contextArgument, defineTool, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
+import { conceptArgument, contextArgument, defineTool, limitArgument, offsetArgument, repositoryArgument, searchModeArgument, textOfAtMost } from './common.js';
 
 /** Concepts: the entities and ideas facts are linked to, their summaries and how they relate. */
 export const conceptTools = [
@@ -14,6 +14,7 @@ export const conceptTools = [
       query: textOfAtMost(1000).optional().describe('Web-search syntax over names and aliases; empty lists concepts by size.'),
       show_small: z.boolean().optional().describe('Also concepts with fewer facts than the repository minimum (default false).'),
       context: contextArgument,
+      mode: searchModeArgument,
       limit: limitArgument(50, 500),
       offset: offsetArgument,
     }),

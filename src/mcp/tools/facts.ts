@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
 import { MAX_CONCEPT_FILTER } from '../../read/facts.js';
-import { conceptArgument, contextArgument, defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
+import { conceptArgument, contextArgument, defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument, searchModeArgument, textOfAtMost } from './common.js';
 
 /** Facts: the atomic statements extracted from sources, each citable by its id. */
 export const factTools = [
@@ -23,6 +23,7 @@ export const factTools = [
         .max(MAX_CONCEPT_FILTER)
         .optional()
         .describe(`Only facts linked to every one of these 2 to ${MAX_CONCEPT_FILTER} concepts (UUIDs or names). Not with \`concept\`.`),
+      mode: searchModeArgument,
       limit: limitArgument(10, 200),
       offset: offsetArgument,
     }),
@@ -36,6 +37,7 @@ export const factTools = [
         concept: args.concept,
         concepts: args.concepts?.join(','),
         context: args.context,
+        mode: args.mode,
         limit: args.limit ?? 10,
         offset: args.offset,
       });

@@ -144,6 +144,13 @@ t.test('the fact tools answer what the fact routes answer', async (t) => {
   const toolFiltered = await call(reader, 'searchFacts', { repository: repoId, concepts: [ids.curie, 'Radium'], limit: 50 });
   t.has(toolFiltered.value, filtered);
 
+  // `mode` as the route takes it: lexical answers by words alone, with no fallback to explain.
+  const lexical = await rest('/facts?query=radium&mode=lexical&limit=10');
+  t.equal(lexical.fallback_reason, null);
+  t.has((await call(reader, 'searchFacts', { repository: repoId, query: 'radium', mode: 'lexical' })).value, lexical);
+  t.has((await call(reader, 'searchConcepts', { repository: repoId, query: 'curie', mode: 'lexical', show_small: true })).value, await rest('/concepts?query=curie&mode=lexical&show_small=true'));
+  t.match((await call(reader, 'searchFacts', { repository: repoId, query: 'radium', mode: 'vector' })).text, /Input validation error: .*mode/);
+
   const merged = await rest(`/facts/${twin.id}`);
   const toolMerged = await call(reader, 'getFact', { repository: repoId, factId: twin.id });
   t.has(toolMerged.value, merged);
