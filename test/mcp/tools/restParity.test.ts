@@ -17,6 +17,7 @@ let ownerToken: string;
 let readerToken: string;
 let owner: Client;
 let reader: Client;
+let endpoint: URL;
 let repoId: string;
 let sourceId: string;
 let facts: SeededFact[];
@@ -97,7 +98,9 @@ t.before(async () => {
   await appendEvents(service, repoId, `fact-${twin.id}`, [{ type: 'FactMergedInto', data: { survivor_id: f1, similarity: 0.97, source_id: sourceId, catchup: false } }]);
   await appendEvents(service, repoId, `concept-${ids.sklodowska}`, [{ type: 'ConceptMergedInto', data: { survivor_id: ids.curie, reason: 'same person' } }]);
 
-  const { issuer, endpoint } = await listen(service);
+  const listening = await listen(service);
+  const issuer = listening.issuer;
+  endpoint = listening.endpoint;
   owner = await connectClient(endpoint, await accessToken(service, issuer, ownerUser.user.id));
   reader = await connectClient(endpoint, await accessToken(service, issuer, readerUser.user.id));
 });
@@ -328,4 +331,34 @@ t.test('text arguments are bounded in characters as REST bounds them: what REST 
   const restConcept = await service.call('GET', `/api/v1/repositories/${repoId}/concepts/${encodeURIComponent(name)}`, { token: readerToken });
   t.equal(restConcept.status, 404, 'REST looks the name up');
   t.match((await call(reader, 'getConcept', { repository: repoId, concept: name })).text, /^not found: concept not found$/, 'so does the tool');
+});
+
+t.test('a credential without a permission is refused by the tool as by the route', async (t) => {
+  // A reader's API key scoped to concepts and investigations only: no facts:read, no sources:read.
+  const created = await service.call('POST', '/api/v1/users/me/api-keys', { token: readerToken, body: { name: 'concepts only', scopes: ['concepts:read', 'investigations:read'], repository: repoId } });
+  t.equal(created.status, 201, created.body.message);
+  const key: string = created.body.key;
+  const client = await connectClient(endpoint, key);
+  t.teardown(() => client.close());
+  const refused: [string, Record<string, unknown>, string, string][] = [
+    ['searchFacts', { query: 'radium' }, '/facts?query=radium', 'facts:read'],
+    ['getFact', { factId: facts[0].id }, `/facts/${facts[0].id}`, 'facts:read'],
+    ['searchSources', { query: 'curie' }, `/sources/${sourceId}`, 'sources:read'],
+    ['getSourceTasks', { sourceId }, `/tasks?source_id=${sourceId}`, 'jobs:read'],
+    ['listReports', {}, '/reports', 'reports:read'],
+  ];
+  for (const [name, args, path, permission] of refused) {
+    const viaRest = await service.call('GET', `/api/v1/repositories/${repoId}${path}`, { token: key });
+    t.equal(viaRest.status, 403, `GET ${path} is refused`);
+    const result = await call(client, name, { repository: repoId, ...args });
+    t.equal(result.text, `permission denied: ${permission}`, `${name} is refused, naming the permission`);
+  }
+  // Documented: getInvestigation answers its sources too, so it needs sources:read as GET .../sources does.
+  const investigation = await call(owner, 'createInvestigation', { repository: repoId, title: 'Scoped' });
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/investigations/${investigation.value.id}`, { token: key })).status, 200);
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/investigations/${investigation.value.id}/sources`, { token: key })).status, 403);
+  t.equal((await call(client, 'getInvestigation', { repository: repoId, investigationId: investigation.value.id })).text, 'permission denied: sources:read');
+  const allowed = await call(client, 'getConceptSummaries', { repository: repoId, concept: ids.curie });
+  t.notOk(allowed.isError, 'what the key may read it reads');
+  t.has(allowed.value.related_concepts, (await rest(`/concepts/${ids.curie}/definition`, key)).related_concepts);
 });
