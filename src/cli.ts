@@ -391,7 +391,8 @@ export async function main(argv: string[]): Promise<void> {
     await buildCli().parseAsync(argv);
   } catch (error) {
     if (error instanceof ConfigError) {
-      console.error(`factlog: configuration error: ${error.message}`);
+      // The message starts 'invalid configuration:': a prefix here would say it twice.
+      console.error(`factlog: ${error.message}`);
       process.exit(2);
     }
     console.error(`factlog: ${error instanceof Error ? error.message : String(error)}`);

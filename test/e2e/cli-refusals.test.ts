@@ -77,7 +77,7 @@ t.test('a bad network.allow_cidrs entry is a configuration error (exit 2), befor
   const cwd = await scratch(t);
   const refused = await runCli(cwd, ['migrate'], { NETWORK_ALLOW_CIDRS: '999.1.1.1/99' });
   t.equal(refused.code, 2);
-  t.match(refused.stderr, /^factlog: configuration error: .*network\.allow_cidrs\[0\]: must be an IP address or a CIDR range .*\(set by environment variable NETWORK_ALLOW_CIDRS\)/m);
+  t.match(refused.stderr, /^factlog: invalid configuration: .*network\.allow_cidrs\[0\]: must be an IP address or a CIDR range .*\(set by environment variable NETWORK_ALLOW_CIDRS\)/m);
   t.notMatch(refused.stderr, /999\.1\.1\.1/, 'the value is not echoed');
   t.notOk(existsSync(path.join(cwd, 'data')), 'nothing created');
 });

@@ -178,7 +178,7 @@ t.test('a default admin the sign-up rules refuse is a configuration error before
   t.equal(exited, 2, stderr);
   t.match(
     stderr,
-    /^factlog: configuration error: .*bootstrap\.default_admin: the administrator of SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL, SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD, SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME is refused: password must be at least 8 characters$/m,
+    /^factlog: invalid configuration: .*bootstrap\.default_admin: the administrator of SVC_BOOTSTRAP_DEFAULT_ADMIN_EMAIL, SVC_BOOTSTRAP_DEFAULT_ADMIN_PASSWORD, SVC_BOOTSTRAP_DEFAULT_ADMIN_DISPLAY_NAME is refused: password must be at least 8 characters$/m,
   );
   t.notMatch(stderr, /EADDRINUSE/, 'it never asked for the port');
   t.notMatch(stderr, /short/, 'the password is not echoed');
