@@ -110,6 +110,21 @@ export async function verifyLockOwner(error: DataDirLockedError, url: string): P
   }
 }
 
+/** What `projections list` prints of a projection, from the runner or from the service's GET /api/v1/projections. */
+interface ProjectionLine {
+  name: string;
+  position: number;
+  lag: number;
+  state: string;
+}
+
+/** The running service's projections (GET /api/v1/projections). */
+async function remoteProjections(service: RunningService): Promise<ProjectionLine[]> {
+  const response = await service.request('GET', '/api/v1/projections');
+  if (!response.ok) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
+  return ((await response.json()) as { projections: ProjectionLine[] }).projections;
+}
+
 function runningService(url: string, token: string): RunningService {
   return {
     url,
@@ -262,18 +277,14 @@ export function buildCli(): Command {
     .command('list')
     .description('show each projection, its position and lag')
     .action(() => {
-      const print = (statuses: Array<{ name: string; position: number; lag: number; state: string }>) => {
+      const print = (statuses: ProjectionLine[]) => {
         for (const status of statuses) {
           console.log(`${status.name.padEnd(20)} position ${String(status.position).padStart(8)}  lag ${String(status.lag).padStart(8)}  ${status.state}`);
         }
       };
       return withContext(async (context) => print(await context.projections.status()), {
         migrations: 'read-only',
-        remote: async (service) => {
-          const response = await service.request('GET', '/api/v1/projections');
-          if (!response.ok) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
-          print(((await response.json()) as { projections: Array<{ name: string; position: number; lag: number; state: string }> }).projections);
-        },
+        remote: async (service) => print(await remoteProjections(service)),
       });
     });
   projections
@@ -296,7 +307,8 @@ export function buildCli(): Command {
         {
           remote: async (service) => {
             const response = await service.request('POST', `/api/v1/projections/${encodeURIComponent(name)}/rebuild`);
-            if (response.status === 404) throw new Error(`unknown projection ${name}`);
+            // The offline rebuild's words (the runner's), so the names to choose from show either way.
+            if (response.status === 404) throw new Error(`unknown projection ${name}; known: ${(await remoteProjections(service)).map((projection) => projection.name).join(', ')}`);
             if (response.status !== 202) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
             console.log(`projection ${name} is rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
           },

@@ -4,7 +4,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { buildCli, parsePosition } from '../src/cli.js';
 import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
 import { migratedPgliteDir } from './helpers/olderSchema.js';
@@ -70,12 +70,23 @@ t.test('migrate lists the migrations it applied, per schema, or says the databas
   ]);
 });
 
-t.test('a token goes only to a service that proves it holds the lock: never on an old lock, nor to a stranger at its address', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+/** The identity /proc gives pid 1, which a lock must record for pid 1 to hold it (an old lock trusts its pid alone). */
+function pid1Identity(): { bootId: string; processStartTicks: string } {
+  const stat = readFileSync('/proc/1/stat', 'utf8');
+  return { bootId: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(), processStartTicks: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] };
+}
+
+/**
+ * A data directory whose lock names `factlog serve` (pid 1, alive) at the address of a stand-in
+ * service: it records the authorizations it is sent, proves the lock's instance key when
+ * `proving.key` is set, lists one projection (`users`) and knows no other (a rebuild of any is a 404).
+ * STORAGE_DATA_DIR points at the directory and console.log's lines go to `printed` until the test ends.
+ */
+async function lockedByStandIn(t: Test) {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
   mkdirSync(path.join(root, 'pglite'));
   writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
-  // Whatever listens at the lock's address: it records what it is sent, and proves with `key` if given one.
-  let key: string | null = null;
+  const proving: { key: string | null } = { key: null };
   const authorizations: string[] = [];
   const server = createServer((request, response) => {
     if (request.headers.authorization) authorizations.push(request.headers.authorization);
@@ -83,7 +94,10 @@ t.test('a token goes only to a service that proves it holds the lock: never on a
     response.setHeader('content-type', 'application/json');
     if (url.pathname === '/healthz/instance') {
       const challenge = url.searchParams.get('challenge') ?? '';
-      response.end(JSON.stringify({ proof: key === null ? 'not-a-proof' : createHmac('sha256', key).update(challenge).digest('base64url') }));
+      response.end(JSON.stringify({ proof: proving.key === null ? 'not-a-proof' : createHmac('sha256', proving.key).update(challenge).digest('base64url') }));
+    } else if (request.method === 'POST') {
+      response.statusCode = 404;
+      response.end(JSON.stringify({ error: 'not_found', message: 'projection not found' }));
     } else response.end(JSON.stringify({ projections: [{ name: 'users', position: 7, lag: 0, state: 'running' }] }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -102,8 +116,12 @@ t.test('a token goes only to a service that proves it holds the lock: never on a
     rmSync(root, { recursive: true, force: true });
   });
   const lockPath = path.join(root, 'pglite.lock');
-  // pid 1 is alive: the lock counts as held (an old lock trusts its pid; a new one is pid 1's own).
   const owner = { pid: 1, hostname: hostname(), command: 'factlog serve', startedAt: '2026-01-01T00:00:00.000Z', url };
+  return { url, lockPath, owner, proving, authorizations, printed };
+}
+
+t.test('a token goes only to a service that proves it holds the lock: never on an old lock, nor to a stranger at its address', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { url, lockPath, owner, proving, authorizations, printed } = await lockedByStandIn(t);
   const list = () => buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' });
 
   writeFileSync(lockPath, JSON.stringify(owner));
@@ -113,14 +131,21 @@ t.test('a token goes only to a service that proves it holds the lock: never on a
     ),
   });
 
-  const stat = readFileSync('/proc/1/stat', 'utf8');
-  const identity = { bootId: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(), processStartTicks: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] };
-  writeFileSync(lockPath, JSON.stringify({ ...owner, ...identity, instanceKey: 'the-key-of-the-run-that-wrote-the-lock' }));
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: 'the-key-of-the-run-that-wrote-the-lock' }));
   await t.rejects(list(), { message: new RegExp(`^the lock ${lockPath} names factlog serve \\(pid 1\\) at ${url}, but what answers there is not it \\(no proof of the lock's instance key\\): no token was sent\\. If no factlog runs`) });
   t.same(authorizations, [], 'the token went nowhere');
 
-  key = 'the-key-of-the-run-that-wrote-the-lock';
+  proving.key = 'the-key-of-the-run-that-wrote-the-lock';
   await list();
   t.same(authorizations, ['Bearer the-sysadmin-token'], 'the proven owner is asked, with the token');
   t.match(printed, [/^users\s+position\s+7\s+lag\s+0\s+running$/]);
+});
+
+t.test("a rebuild the running service does not know names the projections it has, as the offline rebuild does", { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { lockPath, owner, proving } = await lockedByStandIn(t);
+  proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
+  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'rebuild', 'nope'], { from: 'user' }), {
+    message: 'unknown projection nope; known: users',
+  });
 });
