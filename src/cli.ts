@@ -143,7 +143,7 @@ export function buildCli(): Command {
   const program = new Command('factlog')
     .description('Event-sourced knowledge-graph service')
     .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml')
-    .option('--token <token>', "a sysadmin's access token: read commands then ask a running service over HTTP (default: $FACTLOG_TOKEN)")
+    .option('--token <token>', "a sysadmin's access token: while a service owns the data directory, projections list and projections rebuild ask it over HTTP with it (default: $FACTLOG_TOKEN)")
     // `factlog serve --help` lists --config too: the global options work after a command's name as well.
     .configureHelp({ showGlobalOptions: true });
   // A data directory's lock names its owner by command: `factlog projections rebuild`, never an option's value.
@@ -275,7 +275,7 @@ export function buildCli(): Command {
   const projections = program.command('projections').description('read-model projections');
   projections
     .command('list')
-    .description('show each projection, its position and lag')
+    .description('show each projection, its position, lag and state')
     .action(() => {
       const print = (statuses: ProjectionLine[]) => {
         for (const status of statuses) {

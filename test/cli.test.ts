@@ -36,6 +36,17 @@ t.test("a command's help lists the global options (--config) it accepts", async 
   t.match(serve.helpInformation(), /Global Options:[\s\S]*-c, --config <path>/);
 });
 
+t.test('the help says what the commands do: --token serves both projections commands, the list shows the state', async (t) => {
+  const help = (...names: string[]) => {
+    let command = buildCli();
+    for (const name of names) command = command.commands.find((sub) => sub.name() === name)!;
+    // Unwrapped, so a phrase is matched whatever the terminal's width.
+    return command.helpInformation().replace(/\s+/g, ' ');
+  };
+  t.match(help(), /--token <token> a sysadmin's access token: while a service owns the data directory, projections list and projections rebuild ask it over HTTP with it \(default: \$FACTLOG_TOKEN\)/);
+  t.match(help('projections'), /list show each projection, its position, lag and state/);
+});
+
 t.test('--from takes decimal digits only, from 0 to 2^53 - 1, as the REST from', async (t) => {
   t.equal(parsePosition('0'), 0);
   t.equal(parsePosition('0012'), 12);
