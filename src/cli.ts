@@ -138,6 +138,28 @@ function runningService(url: string, token: string): RunningService {
   };
 }
 
+/** Why a listen failed, in an operator's words, by the system's error code. */
+const LISTEN_FAILURES: Record<string, string> = {
+  EADDRINUSE: 'another process listens on that port',
+  EACCES: 'this process may not listen there (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'no interface of this machine has that address',
+  ENOTFOUND: 'the host name does not resolve',
+};
+
+/**
+ * Listens where the configuration says; a failure names the address and the settings that chose
+ * it (Node's own message, `listen EADDRINUSE: address already in use …`, names neither).
+ */
+async function listenOn(app: { listen(options: { host: string; port: number }): Promise<string> }, server: { host: string; port: number }): Promise<string> {
+  try {
+    return await app.listen({ host: server.host, port: server.port });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    const reason = (code !== undefined && LISTEN_FAILURES[code]) || (error instanceof Error ? error.message : String(error));
+    throw new Error(`cannot listen on ${server.host}:${server.port} (server.host, server.port; SERVER_HOST, SERVER_PORT): ${reason}`);
+  }
+}
+
 /** `factlog` — serve the API, migrate, manage projections, and tail the event log. */
 export function buildCli(): Command {
   const program = new Command('factlog')
@@ -260,7 +282,7 @@ export function buildCli(): Command {
       };
       process.on('SIGINT', () => void shutdown('SIGINT'));
       process.on('SIGTERM', () => void shutdown('SIGTERM'));
-      announceDataDirUrl(await app.listen({ host: settings.server.host, port: settings.server.port }));
+      announceDataDirUrl(await listenOn(app, settings.server));
       await started;
       // A signal during start: the node is shutting down, not serving (shutdown() exits when closed).
       if (stopping) return;

@@ -93,6 +93,26 @@ t.test('a running service owns its data directory', async (t) => {
   t.notOk(existsSync(lockPath), 'a service stopped with SIGTERM removes its lock');
 });
 
+t.test('a port another process holds is said so, naming the settings, and the data directory is released', async (t) => {
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  const port = (holder.address() as AddressInfo).port;
+  const cwd = await mkdtemp(path.join(tmpdir(), 'factlog-port-held-'));
+  const refused = serve(cwd, port);
+  t.teardown(async () => {
+    await stopProcess(refused.child);
+    holder.close();
+    await rm(cwd, { recursive: true, force: true });
+  });
+  t.equal(await refused.exited, 1);
+  t.equal(
+    refused.stderr().trim(),
+    `factlog: cannot listen on 127.0.0.1:${port} (server.host, server.port; SERVER_HOST, SERVER_PORT): another process listens on that port`,
+    'one line, no stack',
+  );
+  t.notOk(existsSync(path.join(cwd, 'data', 'pglite.lock')), 'the lock released');
+});
+
 t.test('a node answers /healthz while it starts, holds other requests until started, and exits when starting fails', async (t) => {
   // A "broker" that accepts connections and never answers: joining the bus hangs until the node
   // gives up, as a Kafka group join can wait minutes for a rebalance after a member died.
