@@ -118,10 +118,23 @@ interface ProjectionLine {
   state: string;
 }
 
+/** An answer the CLI has no words of its own for: the status and the service's message (the API's `{error, message}`), else its body. */
+async function unexpectedAnswer(service: RunningService, response: Response): Promise<Error> {
+  const body = await response.text();
+  let message = body;
+  try {
+    const parsed: unknown = JSON.parse(body);
+    if (typeof parsed === 'object' && parsed !== null && 'message' in parsed && typeof parsed.message === 'string') message = parsed.message;
+  } catch {
+    // Not JSON (a proxy's page, say): the body as it came.
+  }
+  return new Error(`the service at ${service.url} answered ${response.status}: ${message}`);
+}
+
 /** The running service's projections (GET /api/v1/projections). */
 async function remoteProjections(service: RunningService): Promise<ProjectionLine[]> {
   const response = await service.request('GET', '/api/v1/projections');
-  if (!response.ok) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
+  if (!response.ok) throw await unexpectedAnswer(service, response);
   return ((await response.json()) as { projections: ProjectionLine[] }).projections;
 }
 
@@ -331,7 +344,8 @@ export function buildCli(): Command {
             const response = await service.request('POST', `/api/v1/projections/${encodeURIComponent(name)}/rebuild`);
             // The offline rebuild's words (the runner's), so the names to choose from show either way.
             if (response.status === 404) throw new Error(`unknown projection ${name}; known: ${(await remoteProjections(service)).map((projection) => projection.name).join(', ')}`);
-            if (response.status !== 202) throw new Error(`the service at ${service.url} answered ${response.status}: ${await response.text()}`);
+            if (response.status === 409) throw new Error(`projection ${name} is already rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
+            if (response.status !== 202) throw await unexpectedAnswer(service, response);
             console.log(`projection ${name} is rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
           },
         },

@@ -90,14 +90,15 @@ function pid1Identity(): { bootId: string; processStartTicks: string } {
 /**
  * A data directory whose lock names `factlog serve` (pid 1, alive) at the address of a stand-in
  * service: it records the authorizations it is sent, proves the lock's instance key when
- * `proving.key` is set, lists one projection (`users`) and knows no other (a rebuild of any is a 404).
+ * `proving.key` is set, lists one projection (`users`, already rebuilding: its rebuild is a 409) and
+ * knows no other (a rebuild of any is a 404); with `proving.shuttingDown` it answers every request 503.
  * STORAGE_DATA_DIR points at the directory and console.log's lines go to `printed` until the test ends.
  */
 async function lockedByStandIn(t: Test) {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
   mkdirSync(path.join(root, 'pglite'));
   writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
-  const proving: { key: string | null } = { key: null };
+  const proving: { key: string | null; shuttingDown: boolean } = { key: null, shuttingDown: false };
   const authorizations: string[] = [];
   const server = createServer((request, response) => {
     if (request.headers.authorization) authorizations.push(request.headers.authorization);
@@ -106,6 +107,12 @@ async function lockedByStandIn(t: Test) {
     if (url.pathname === '/healthz/instance') {
       const challenge = url.searchParams.get('challenge') ?? '';
       response.end(JSON.stringify({ proof: proving.key === null ? 'not-a-proof' : createHmac('sha256', proving.key).update(challenge).digest('base64url') }));
+    } else if (proving.shuttingDown) {
+      response.statusCode = 503;
+      response.end(JSON.stringify({ error: 'unavailable', message: 'the service is shutting down; retry in a few seconds' }));
+    } else if (request.method === 'POST' && url.pathname === '/api/v1/projections/users/rebuild') {
+      response.statusCode = 409;
+      response.end(JSON.stringify({ error: 'conflict', message: 'projection users is already rebuilding; follow it in GET /projections' }));
     } else if (request.method === 'POST') {
       response.statusCode = 404;
       response.end(JSON.stringify({ error: 'not_found', message: 'projection not found' }));
@@ -152,11 +159,18 @@ t.test('a token goes only to a service that proves it holds the lock: never on a
   t.match(printed, [/^users\s+position\s+7\s+lag\s+0\s+running$/]);
 });
 
-t.test("a rebuild the running service does not know names the projections it has, as the offline rebuild does", { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
-  const { lockPath, owner, proving } = await lockedByStandIn(t);
+t.test("a rebuild the running service refuses is said in the CLI's words: the projections it has, or how to follow the rebuild underway", { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { url, lockPath, owner, proving } = await lockedByStandIn(t);
   proving.key = 'the-key-of-the-run-that-wrote-the-lock';
   writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
-  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'rebuild', 'nope'], { from: 'user' }), {
-    message: 'unknown projection nope; known: users',
+  const rebuild = (name: string) => buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'rebuild', name], { from: 'user' });
+  // As the offline rebuild says it.
+  await t.rejects(rebuild('nope'), { message: 'unknown projection nope; known: users' });
+  await t.rejects(rebuild('users'), { message: `projection users is already rebuilding in the service at ${url}; follow it with \`factlog projections list\`` });
+  // Any other refusal: its status and the service's message, not the JSON it came in.
+  proving.shuttingDown = true;
+  await t.rejects(rebuild('users'), { message: `the service at ${url} answered 503: the service is shutting down; retry in a few seconds` });
+  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' }), {
+    message: `the service at ${url} answered 503: the service is shutting down; retry in a few seconds`,
   });
 });
