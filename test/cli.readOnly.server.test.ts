@@ -246,7 +246,8 @@ t.test('the reading commands run as a role that may only read, send no write, an
   // Bad input is still said as such, with a non-zero exit.
   const missing = await cliOn(cwd, databaseUrl(`${database}_misspelt`, { user: role }), ['events', 'tail']);
   t.equal(missing.code, 1);
-  t.match(missing.stderr, `factlog: database "${database}_misspelt" does not exist`);
+  // Named with where it was looked for and the setting that says so (the URL's password left out).
+  t.match(missing.stderr, `factlog: cannot open the database default at ${new URL(databaseUrl(database)).host}/${database}_misspelt (databases.default.url, DATABASES_DEFAULT_URL): database "${database}_misspelt" does not exist`);
   const badFrom = await cliOn(cwd, reader, ['events', 'tail', '--from', '0x10']);
   t.not(badFrom.code, 0);
   t.match(badFrom.stderr, /--from must be an integer in decimal digits/);

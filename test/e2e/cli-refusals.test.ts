@@ -73,6 +73,16 @@ t.test('a reading command refuses a database with pending migrations, naming the
   t.same(readdirSync(path.join(cwd, 'data')), ['pglite'], 'and its lock released');
 });
 
+t.test('a server database that cannot be reached is named with its setting, its password left out', async (t) => {
+  const cwd = await scratch(t);
+  const port = await freePort();
+  const refused = await runCli(cwd, ['events', 'tail'], { DATABASES_DEFAULT_URL: `postgres://reader:the-password@127.0.0.1:${port}/factlog` });
+  t.equal(refused.code, 1);
+  t.match(refused.stderr, new RegExp(`^factlog: cannot open the database default at 127\\.0\\.0\\.1:${port}/factlog \\(databases\\.default\\.url, DATABASES_DEFAULT_URL\\): connect ECONNREFUSED`, 'm'));
+  assertOneLine(t, refused.stderr);
+  t.notMatch(refused.stderr, /the-password/);
+});
+
 t.test('a bad network.allow_cidrs entry is a configuration error (exit 2), before anything opens', async (t) => {
   const cwd = await scratch(t);
   const refused = await runCli(cwd, ['migrate'], { NETWORK_ALLOW_CIDRS: '999.1.1.1/99' });

@@ -9,6 +9,23 @@ export interface Databases {
 }
 
 /**
+ * A server database that cannot be opened (refused, unknown host, bad login): the driver's words
+ * (`connect ECONNREFUSED 127.0.0.1:5432`) with the database's name, where it is and the setting
+ * that says so; the URL's credentials are left out.
+ */
+function unreachable(name: string, url: string, error: unknown): Error {
+  let where = 'its url';
+  try {
+    const parsed = new URL(url);
+    where = `${parsed.host}${parsed.pathname}`;
+  } catch {
+    // The configuration admits postgres:// URLs only; an unparsable one is named by its setting alone.
+  }
+  const reason = error instanceof Error ? error.message : String(error);
+  return new Error(`cannot open the database ${name} at ${where} (databases.${name}.url, DATABASES_${name.toUpperCase()}_URL): ${reason}`, { cause: error });
+}
+
+/**
  * On the embedded tier the event store and the read models name the same PGlite database, and
  * one data directory has one connection: opening by name, once, is what keeps them shared.
  */
@@ -27,6 +44,7 @@ export function createDatabases(
         // A database opened to read only is never written: an embedded one is read from a
         // snapshot (src/db/pgliteSnapshot.ts), a server's in read-only transactions, nothing installed.
         database = open(readOnly ? { ...options, readOnly: true } : options);
+        if (options.kind === 'postgres') database = database.catch((error: unknown) => Promise.reject(unreachable(name, options.url, error)));
         opened.set(name, database);
       }
       return database;
