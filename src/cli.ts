@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Command, InvalidArgumentError } from 'commander';
 import pino from 'pino';
-import { loadConfig } from './config/load.js';
+import { loadConfig, packageVersion } from './config/load.js';
 import { ConfigError, type Config } from './config/types.js';
 import { createAppContext, type AppContext } from './app/context.js';
 import { buildApp } from './api/app.js';
@@ -177,6 +177,7 @@ async function listenOn(app: { listen(options: { host: string; port: number }): 
 export function buildCli(): Command {
   const program = new Command('factlog')
     .description('Event-sourced knowledge-graph service')
+    .version(packageVersion(), '-V, --version', 'print the version and exit')
     .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml')
     .option('--token <token>', "a sysadmin's access token: while a service owns the data directory, projections list and projections rebuild ask it over HTTP with it (default: $FACTLOG_TOKEN)")
     // `factlog serve --help` lists --config too: the global options work after a command's name as well.
@@ -360,6 +361,7 @@ export function buildCli(): Command {
     .action((email: string) => {
       // The spec's dev-profile operator command: a deployment's administrators are managed through the API.
       // Checked before anything is opened: a refused profile's database is not this command's to migrate.
+      if (email.trim() === '') throw new Error('users promote: the email is empty');
       const { profile } = config();
       if (profile !== 'dev' && profile !== 'embedded') {
         throw new Error(`users promote runs on the embedded and dev profiles only (this is ${profile}); grant roles with PUT /api/v1/admin/users/roles`);

@@ -47,6 +47,15 @@ t.test('the help says what the commands do: --token serves both projections comm
   t.match(help('projections'), /list show each projection, its position, lag and state/);
 });
 
+t.test('--version prints the package\'s version; users promote refuses an empty email before opening anything', async (t) => {
+  const version = (JSON.parse(readFileSync(path.resolve(import.meta.dirname, '../package.json'), 'utf8')) as { version: string }).version;
+  let printed = '';
+  const program = buildCli().exitOverride().configureOutput({ writeOut: (text) => (printed += text) });
+  await t.rejects(program.parseAsync(['--version'], { from: 'user' }), { code: 'commander.version' });
+  t.equal(printed.trim(), version);
+  await t.rejects(buildCli().parseAsync(['users', 'promote', '  '], { from: 'user' }), { message: 'users promote: the email is empty' });
+});
+
 t.test('--from takes decimal digits only, from 0 to 2^53 - 1, as the REST from', async (t) => {
   t.equal(parsePosition('0'), 0);
   t.equal(parsePosition('0012'), 12);

@@ -44,6 +44,11 @@ function packagedFile(relativePath: string): string {
 }
 
 /** The embedded defaults file shipped with the package. */
+/** The service's version, from its package.json (`factlog --version`). */
+export function packageVersion(): string {
+  return (JSON.parse(readFileSync(packagedFile('package.json'), 'utf8')) as { version: string }).version;
+}
+
 export function packagedDefaultsPath(): string {
   return packagedFile(DEFAULTS_RELATIVE_PATH);
 }
