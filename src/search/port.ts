@@ -435,10 +435,15 @@ export type { DocumentUpdate, HitOf, IndexedDocument, SearchCollection } from '.
 
 /**
  * A query's text as both adapters and the report and investigation searches read it: composed
- * (NFC), as the indexed text is, so `Zu\u0308rich` finds Zürich; and with each run of negation
- * signs (`--x`, `- - x`) reduced to what it means, one sign or none. websearch_to_tsquery nests
- * such a run (`---x` is NOT NOT NOT x) and fails past about 32 with "tsquery stack too small".
+ * (NFC), as the indexed text is, so `Zu\u0308rich` finds Zürich; a sign attached to no term (`cats
+ * - dogs`, `Paris -`) left out, as OpenSearch's translation reads it: it is a dash, not a negation
+ * (websearch_to_tsquery negated the next term, so the tiers disagreed); and each run of negation
+ * signs before a term (`--x`) reduced to what it means, one sign or none. websearch_to_tsquery
+ * nests such a run (`---x` is NOT NOT NOT x) and fails past about 32 with "tsquery stack too small".
  */
 export function websearchQueryText(text: string): string {
-  return text.normalize('NFC').replace(/-(?:\s*-)+/g, (run) => ((run.match(/-/g) ?? []).length % 2 === 1 ? '-' : ' '));
+  return text
+    .normalize('NFC')
+    .replace(/(^|\s)-+(?=\s|$)/g, '$1')
+    .replace(/-(?:\s*-)+/g, (run) => ((run.match(/-/g) ?? []).length % 2 === 1 ? '-' : ' '));
 }

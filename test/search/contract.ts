@@ -140,6 +140,11 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     t.equal((await search(index, repo, '-'.repeat(40))).total, 0, 'a run of signs alone matches nothing');
     t.same(ids((await search(index, repo, `cats ${'-'.repeat(41)}dogs`)).items), [cats.id], 'an odd run negates once');
     t.same(ids((await search(index, repo, `cats ${'- '.repeat(40)}dogs`)).items), [both.id], 'an even run, spaced, negates nothing');
+    // A sign with a space after it is a dash: websearch_to_tsquery negated the next term, OpenSearch's translation did not.
+    t.same(ids((await search(index, repo, 'cats - dogs')).items), [both.id], 'a dash between words negates nothing');
+    t.same(ids((await search(index, repo, `cats ${'- '.repeat(41)}dogs`)).items), [both.id], 'an odd run, spaced, negates nothing either');
+    t.same(sorted(ids((await search(index, repo, '- cats -')).items)), sorted([cats.id, both.id]), 'nor a sign before a space or at the end');
+    t.same(ids((await search(index, repo, 'cats - -dogs')).items), [cats.id], 'a sign attached to its term still negates');
   });
 
   withHarness('a query is composed (NFC) as the indexed text is', async (t, { index, load }, repo) => {
