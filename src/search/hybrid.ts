@@ -1,12 +1,15 @@
 import type { Embedder } from '../providers/embeddings/port.js';
 import type { HitOf, IndexedDocument, SearchCollection } from './collection.js';
-import { InvalidSearchRequestError, MAX_K, MAX_PAGE_SIZE, VectorSearchUnavailableError, type SearchIndex, type SearchQuery } from './port.js';
+import { InvalidSearchRequestError, MAX_K, MAX_PAGE_SIZE, VectorSearchUnavailableError, websearchQueryText, type SearchIndex, type SearchQuery } from './port.js';
+import { parseWebsearch } from './websearch.js';
 
 /**
  * Hybrid search (spec "What the service does", item 2; docs/search.md, "Hybrid search"): the
  * lexical and the vector ranking of one query over any collection fused by reciprocal rank
  * fusion. Falls back to lexical, saying why, when hybrid is disabled, no embedder is configured,
- * the index (or the collection) keeps no vectors, or the query is empty.
+ * the index (or the collection) keeps no vectors, or the query is empty or names no word to look
+ * for. The vector side honours the query's exclusions (`-word`): it embeds the words looked for
+ * and leaves out the documents that hold an excluded term.
  */
 
 export interface HybridSettings {
@@ -118,8 +121,12 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
   const { embedder, settings } = deps;
   validateSettings(settings);
 
-  /** What a query needs: a lexical answer (with the reason hybrid could not run), or both sides `pool` deep. */
-  type Plan = { kind: 'lexical'; reason: string | null } | { kind: 'hybrid'; pool: number; text: string };
+  /**
+   * What a query needs: a lexical answer (with the reason hybrid could not run), or both sides
+   * `pool` deep, the vector side embedding `text` and leaving out what `excluded` (websearch
+   * syntax, the query's negated terms ORed) matches.
+   */
+  type Plan = { kind: 'lexical'; reason: string | null } | { kind: 'hybrid'; pool: number; text: string; excluded: string | null };
 
   function planOf(query: HybridQuery<IndexedDocument>): Plan {
     const mode = query.mode ?? 'hybrid';
@@ -138,8 +145,40 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     // deep as hybrid goes, so its total is the largest any page reports.
     const pool = query.limit === 0 ? deepest : Math.min(depth * settings.overFetchMultiplier, deepest);
     if (depth > pool) return { kind: 'lexical', reason: `the page ends past result ${pool}, the deepest hybrid search ranks` };
-    // Composed as the indexed text is (websearchQueryText), so both sides read the query alike.
-    return { kind: 'hybrid', pool, text: (query.vectorText?.trim() || text).normalize('NFC') };
+    // Read as the lexical side reads it: `cats -dogs` looks for cats by meaning too, and "-dogs"
+    // embedded would look for dogs. A query of operators, punctuation or exclusions alone has no
+    // meaning to embed: its nearest documents would be noise ranked as matches.
+    const terms = parseWebsearch(websearchQueryText(text)).flat();
+    const wanted = terms.filter((term) => !term.negated);
+    const excluded = terms.filter((term) => term.negated);
+    const vectorText = query.vectorText?.trim() || (excluded.length > 0 ? wanted.map((term) => term.text).join(' ') : wanted.length > 0 ? text : '');
+    if (vectorText === '') return { kind: 'lexical', reason: 'the query names no word to look for (only operators, punctuation or excluded words)' };
+    return {
+      kind: 'hybrid',
+      pool,
+      // Composed as the indexed text is (websearchQueryText), so both sides read the query alike.
+      text: vectorText.normalize('NFC'),
+      excluded: excluded.length > 0 ? excluded.map((term) => (term.phrase ? `"${term.text}"` : term.text)).join(' or ') : null,
+    };
+  }
+
+  /**
+   * The vector side's hits without those holding a term the query excludes (`cats -dogs`: no fact
+   * about dogs, however near): one lexical search for the excluded terms among the hits. A hit
+   * the lexical side finds still counts there (`cats or -dogs` allows a fact with both words).
+   */
+  async function withoutExcluded<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, excluded: string | null, nearest: HitOf<Doc>[]): Promise<HitOf<Doc>[]> {
+    if (excluded === null || nearest.length === 0) return nearest;
+    const holding = await deps.search.search(collection, {
+      repositoryId: query.repositoryId,
+      query: excluded,
+      limit: nearest.length,
+      offset: 0,
+      ids: nearest.map((hit) => hit.id),
+      filters: query.filters,
+    });
+    const dropped = new Set(holding.items.map((hit) => hit.id));
+    return nearest.filter((hit) => !dropped.has(hit.id));
   }
 
   const lexicalPage = <Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, limit: number, offset: number) =>
@@ -199,7 +238,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
       if (reason === null) throw error;
       return lexicalOnly(collection, query, reason);
     }
-    return fuse(query, lexicalItems, nearestItems);
+    return fuse(query, lexicalItems, await withoutExcluded(collection, query, plan.excluded, nearestItems));
   }
 
   /** The vector side's k nearest as a reply: cosine scores, nothing fused. */
@@ -225,7 +264,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     const plans = queries.map(planOf);
     const answers: Array<HybridReply<Hit> | null> = queries.map(() => null);
     for (const [index, plan] of plans.entries()) if (plan.kind === 'lexical') answers[index] = await lexicalOnly(collection, queries[index], plan.reason);
-    const hybrid = plans.flatMap((plan, index) => (plan.kind === 'hybrid' ? [{ index, pool: plan.pool, text: plan.text }] : []));
+    const hybrid = plans.flatMap((plan, index) => (plan.kind === 'hybrid' ? [{ index, pool: plan.pool, text: plan.text, excluded: plan.excluded }] : []));
     if (hybrid.length > 0 && embedder !== null) {
       // The vectors not given are embedded in one call; when it fails, those queries answer lexically, as `search` would.
       const vectors = new Map(hybrid.flatMap(({ index }) => (queries[index].vector ? [[index, queries[index].vector as number[]] as const] : [])));
@@ -255,15 +294,16 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
           for (const { index } of ready) answers[index] = await lexicalOnly(collection, queries[index], reason);
           nearest = [];
         }
-        for (const [position, { index, pool }] of ready.entries()) {
+        for (const [position, { index, pool, excluded }] of ready.entries()) {
           const found = nearest[position];
           if (found === undefined) continue;
+          const kept = await withoutExcluded(collection, queries[index], excluded, found.items);
           if (!withLexical) {
-            answers[index] = nearestReply(queries[index], found.items);
+            answers[index] = nearestReply(queries[index], kept);
             continue;
           }
           const lexical = await lexicalPage(collection, queries[index], pool, 0);
-          answers[index] = fuse(queries[index], lexical.items, found.items);
+          answers[index] = fuse(queries[index], lexical.items, kept);
         }
       }
     }

@@ -287,3 +287,36 @@ t.test('nearestMany: the k nearest by cosine alone, no lexical work; lexical whe
   t.match(fallen, { mode: 'lexical', fallback_reason: /vector search is unavailable/ });
   t.same(ids(fallen.items), [cars.id], 'the lexical side answers instead');
 });
+
+t.test('the vector side honours exclusions and needs a word to look for', async (t) => {
+  const { index, repo, embedFacts } = await setup(t);
+  const [puppy, dogs, bigDogs, rain] = await embedFacts(['A puppy chewed the shoe.', 'Dogs need walks.', 'Big dogs guard the puppy.', 'Rain fell all day.']);
+  const embedded: string[] = [];
+  const recording: Embedder = { ...handMadeEmbedder, embed: async (texts) => (embedded.push(...texts), handMadeEmbedder.embed(texts)) };
+  const hybrid = createHybridSearch({ search: index, embedder: recording, settings: defaults });
+
+  // "dogs" is nearest to "puppy" by meaning, but the query excludes it: neither side may bring it back.
+  const excluding = await hybrid.search(facts, { repositoryId: repo, query: 'puppy -dogs', limit: 10, offset: 0 });
+  t.match(excluding, { mode: 'hybrid', fallback_reason: null });
+  t.notOk(ids(excluding.items).includes(dogs.id), 'a fact holding an excluded word is not found by meaning');
+  t.notOk(ids(excluding.items).includes(bigDogs.id), 'nor one that also holds a wanted word');
+  t.same(ids(excluding.items).slice(0, 1), [puppy.id]);
+  t.ok(ids(excluding.items).includes(rain.id), 'the other facts are still ranked by meaning');
+  t.same(embedded, ['puppy'], 'the words looked for are embedded, not the excluded one');
+  const phrase = await hybrid.search(facts, { repositoryId: repo, query: 'puppy -"big dogs"', limit: 10, offset: 0 });
+  t.ok(ids(phrase.items).includes(dogs.id) && !ids(phrase.items).includes(bigDogs.id), 'an excluded phrase leaves out the facts holding it only');
+  const [many] = await hybrid.searchMany(facts, [{ repositoryId: repo, query: 'puppy -dogs', limit: 10, offset: 0 }]);
+  t.same(many, excluding, 'searchMany answers it as search does');
+  const [nearest] = await hybrid.nearestMany(facts, [{ repositoryId: repo, query: 'puppy -dogs', limit: 10, offset: 0 }]);
+  t.notOk(ids(nearest.items).includes(dogs.id), 'nearestMany too');
+
+  embedded.length = 0;
+  for (const query of ['-dogs', '-', '!!!', '"" or ()', '- -dogs']) {
+    const reply = await hybrid.search(facts, { repositoryId: repo, query, limit: 10, offset: 0 });
+    const lexical = await index.search(facts, { repositoryId: repo, query, limit: 10, offset: 0 });
+    t.match(reply, { mode: 'lexical', fallback_reason: /names no word to look for/ }, `${query}: lexical answers`);
+    t.same(ids(reply.items), ids(lexical.items), `${query}: as lexical search answers it`);
+  }
+  t.same(embedded, [], 'nothing embedded');
+  t.same(ids((await hybrid.search(facts, { repositoryId: repo, query: '-dogs', limit: 10, offset: 0 })).items).sort(), [puppy.id, rain.id].sort(), 'exclusions alone list the facts without the word');
+});

@@ -1,5 +1,6 @@
 import { TOMBSTONE, type SearchCollection, type SortKey } from '../collection.js';
 import { filterValues, websearchQueryText, type KnnQuery, type SearchQuery } from '../port.js';
+import { parseWebsearch } from '../websearch.js';
 import { sortField } from './mappings.js';
 
 /**
@@ -10,55 +11,20 @@ import { sortField } from './mappings.js';
 /**
  * Translates websearch_to_tsquery syntax into simple_query_string syntax, so both adapters read
  * a query alike: words are ANDed, "quoted text" is a phrase, `or` between terms is OR (binding
- * looser than AND, as in tsquery), and `-term` / `-"phrase"` is negation. Every other character
- * is escaped, so `*`, `~`, `+`, `|`, `(` mean nothing special, as in websearch syntax. Returns
- * null when the query holds no term (tsquery then matches nothing).
+ * looser than AND, as in tsquery), and `-term` / `-"phrase"` is negation (parseWebsearch). Every
+ * other character is escaped, so `*`, `~`, `+`, `|`, `(` mean nothing special, as in websearch
+ * syntax. Returns null when the query holds no term (tsquery then matches nothing).
  */
 export function websearchToSimpleQueryString(text: string): string | null {
   const escape = (value: string) => value.replace(/[+|\-"*()~\\]/g, (char) => `\\${char}`);
-  const groups: string[][] = [[]];
-  let pendingOr = false;
-  let index = 0;
-  while (index < text.length) {
-    const char = text[index];
-    if (/\s/.test(char)) {
-      index += 1;
-      continue;
-    }
-    let negated = false;
-    if (char === '-' && index + 1 < text.length && !/\s/.test(text[index + 1])) {
-      negated = true;
-      index += 1;
-    }
-    let term: string;
-    if (text[index] === '"') {
-      const end = text.indexOf('"', index + 1);
-      const inner = text.slice(index + 1, end < 0 ? text.length : end).trim();
-      index = end < 0 ? text.length : end + 1;
-      if (inner === '') continue;
-      term = `"${escape(inner)}"`;
-    } else {
-      let end = index;
-      while (end < text.length && !/\s/.test(text[end]) && text[end] !== '"') end += 1;
-      const word = text.slice(index, end);
-      index = end;
-      if (!negated && word.toLowerCase() === 'or') {
-        // OR between two terms; a leading, trailing or doubled `or` is ignored, as in tsquery.
-        if (groups[groups.length - 1].length > 0) pendingOr = true;
-        continue;
-      }
-      if (!/[\p{L}\p{N}]/u.test(word)) continue; // punctuation only: no lexeme
-      term = escape(word);
-    }
-    if (pendingOr) {
-      groups.push([]);
-      pendingOr = false;
-    }
-    groups[groups.length - 1].push(negated ? `-${term}` : term);
-  }
-  const nonEmpty = groups.filter((group) => group.length > 0);
-  if (nonEmpty.length === 0) return null;
-  return nonEmpty.map((group) => `(${group.join(' + ')})`).join(' | ');
+  const groups = parseWebsearch(text).map((group) =>
+    group.map((term) => {
+      const written = term.phrase ? `"${escape(term.text)}"` : escape(term.text);
+      return term.negated ? `-${written}` : written;
+    }),
+  );
+  if (groups.length === 0) return null;
+  return groups.map((group) => `(${group.join(' + ')})`).join(' | ');
 }
 
 /**

@@ -73,6 +73,16 @@ t.test('hybrid search finds a paraphrase lexical search misses', async (t) => {
   const both = await get('/facts?query=fuel');
   t.equal(both.body.mode, 'hybrid');
   t.ok([facts.automobile.id, facts.diesel.id].includes(both.body.items[0].id), 'a fact both rankings hold comes first');
+  const excluding = await get(`/facts?query=${encodeURIComponent('fuel -diesel')}`);
+  t.match(excluding.body, { mode: 'hybrid', fallback_reason: null });
+  t.ok(excluding.body.items.some((f: { id: string }) => f.id === facts.automobile.id));
+  t.notOk(excluding.body.items.some((f: { id: string }) => f.id === facts.diesel.id), 'an excluded word keeps its facts out of the vector side too');
+  for (const query of ['-', '!!!', '-diesel']) {
+    const wordless = await get(`/facts?query=${encodeURIComponent(query)}`);
+    const lexical = await get(`/facts?query=${encodeURIComponent(query)}&mode=lexical`);
+    t.match(wordless.body, { mode: 'lexical', fallback_reason: /no word to look for/ }, `${query}: no meaning to rank by`);
+    t.same(wordless.body.items, lexical.body.items, `${query}: the lexical answer (documented: no match, or every fact without the word)`);
+  }
   const bad = await get('/facts?query=fuel&mode=semantic');
   t.equal(bad.status, 400);
   t.equal(bad.body.error, 'bad_request');
