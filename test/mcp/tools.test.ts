@@ -188,6 +188,13 @@ t.test('concept tools', async (t) => {
   const search = await call(reader, 'searchConcepts', { repository: repoId, query: 'curie', show_small: true });
   t.notOk(search.isError, search.text);
   t.match(search.value.items, [{ id: ids.curie, canonical_name: 'Marie Curie' }]);
+  // The query's description says how an empty query lists: by canonical name, as REST's list (not by size).
+  const listed = await call(reader, 'searchConcepts', { repository: repoId, show_small: true });
+  const names = listed.value.items.map((item: { canonical_name: string }) => item.canonical_name);
+  t.same(names, [...names].sort((a: string, b: string) => (Buffer.from(a) < Buffer.from(b) ? -1 : 1)), 'an empty query lists by canonical name');
+  const { tools } = await owner.listTools();
+  const queryDescription = (tools.find((tool) => tool.name === 'searchConcepts')?.inputSchema.properties as Record<string, { description?: string }>).query.description;
+  t.match(queryDescription, /by canonical name/, 'and the tool says so');
   const concept = await call(reader, 'getConcept', { repository: repoId, concept: 'marie curie' });
   t.match(concept.value, { id: ids.curie, context: 'person' });
   const summaries = await call(reader, 'getConceptSummaries', { repository: repoId, concept: ids.curie });

@@ -11,7 +11,7 @@ export const conceptTools = [
       'Small concepts (few facts) are hidden unless `show_small` is true. Each item has the concept id, canonical name, context and fact count.',
     input: z.object({
       repository: repositoryArgument,
-      query: textOfAtMost(1000).optional().describe('Web-search syntax over names and aliases; empty lists concepts by size.'),
+      query: textOfAtMost(1000).optional().describe('Web-search syntax over names and aliases; empty lists concepts by canonical name.'),
       show_small: z.boolean().optional().describe('Also concepts with fewer facts than the repository minimum (default false).'),
       context: contextArgument,
       mode: searchModeArgument,
