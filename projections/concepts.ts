@@ -112,12 +112,65 @@ async function relationPartners(trx: Knex.Transaction, repositoryId: string, con
   return result.rows.map((row) => row.concept_id);
 }
 
+/** Relation rows one statement of applyRelations or recountRelations writes at most (the rows travel as one JSON parameter). */
+const RELATION_ROWS_PER_STATEMENT = 1000;
+
+/** A pair whose relation is counted again: `concept`'s links are the side the count scans; `at` is the row's updated_at if it changes. */
+type RecountedPair = { concept: string; other: string; at: string };
+
+/** Each of `concepts` paired with each of `others` but itself (its links scanned), changed at `at`. */
+function pairsAmong(concepts: readonly string[], others: readonly string[], at: string): RecountedPair[] {
+  return concepts.flatMap((concept) => others.filter((other) => other !== concept).map((other) => ({ concept, other, at })));
+}
+
+/** The key of an unordered pair, ordered byte-wise as relation rows are. */
+const relationKey = (x: string, y: string): string => (x < y ? `${x}\u0000${y}` : `${y}\u0000${x}`);
+
 /**
- * The relations a merge changes, counted as refresh_concept_relations counts them, so the
- * survivor's relations include the merged concept's at once rather than at the next periodic
- * refresh (which then finds these pairs unchanged): the merged concept's pairs go (it has no
- * links left), and the survivor's pairs with the merged concept's partners are counted again.
- * Only those: the survivor's other pairs gained no shared fact.
+ * Counts again the relations of `pairs` (in `repositoryId`) from this projection's own
+ * fact_concepts, as refresh_concept_relations counts them (every link is of a live fact: links
+ * of merged facts moved to the survivor, those of retracted facts went), so the refresh then
+ * finds these pairs unchanged: a pair that shares facts gets its row (updated only when its count
+ * changed), one that shares none loses it. What changes which facts two concepts share calls it
+ * with the pairs it touched (a concept's merge, a fact's merge or retraction), so relations follow
+ * at once rather than at the next periodic refresh. Of two entries of one pair the last stays.
+ */
+async function recountRelations(trx: Knex.Transaction, repositoryId: string, pairs: readonly RecountedPair[]): Promise<void> {
+  const distinct = [...new Map(pairs.filter((pair) => pair.concept !== pair.other).map((pair) => [relationKey(pair.concept, pair.other), pair])).values()];
+  for (const rows of chunked(distinct, RELATION_ROWS_PER_STATEMENT)) {
+    // Pairs are stored ordered byte-wise (a < b), as the refresh and applyRelations order them.
+    await trx.raw(
+      `WITH pairs AS (
+         SELECT * FROM jsonb_to_recordset(?::jsonb) AS r(concept text, other text, at timestamptz)
+       ), shared AS (
+         SELECT s.concept_id AS concept, o.concept_id AS other, count(*)::integer AS n
+           FROM fact_concepts s
+           JOIN fact_concepts o ON o.fact_id = s.fact_id AND o.concept_id = ANY(?::text[]) AND o.repository_id = s.repository_id
+           JOIN pairs ON pairs.concept = s.concept_id AND pairs.other = o.concept_id
+          WHERE s.concept_id = ANY(?::text[]) AND s.repository_id = ?
+          GROUP BY s.concept_id, o.concept_id
+       ), counted AS (
+         SELECT LEAST(pairs.concept COLLATE "C", pairs.other COLLATE "C") AS a, GREATEST(pairs.concept COLLATE "C", pairs.other COLLATE "C") AS b,
+                COALESCE(shared.n, 0) AS n, pairs.at
+           FROM pairs LEFT JOIN shared ON shared.concept = pairs.concept AND shared.other = pairs.other
+       ), unrelated AS (
+         DELETE FROM concept_relations USING counted
+          WHERE counted.n = 0 AND concept_relations.repository_id = ? AND concept_relations.concept_a = counted.a AND concept_relations.concept_b = counted.b
+       )
+       INSERT INTO concept_relations (repository_id, concept_a, concept_b, shared_fact_count, updated_at)
+       SELECT ?, a, b, n, at FROM counted WHERE n > 0
+       ON CONFLICT (repository_id, concept_a, concept_b) DO UPDATE SET shared_fact_count = excluded.shared_fact_count, updated_at = excluded.updated_at
+        WHERE concept_relations.shared_fact_count <> excluded.shared_fact_count`,
+      [JSON.stringify(rows), [...new Set(rows.map((pair) => pair.other))], [...new Set(rows.map((pair) => pair.concept))], repositoryId, repositoryId, repositoryId],
+    );
+  }
+}
+
+/**
+ * The relations a merge changes, so the survivor's relations include the merged concept's at
+ * once: the merged concept's pairs go (it has no links left), and the survivor's pairs with the
+ * merged concept's partners are counted again (recountRelations, scanning the survivor's links
+ * once). Only those: the survivor's other pairs gained no shared fact.
  */
 async function carryRelationsToSurvivor(
   trx: Knex.Transaction,
@@ -128,19 +181,7 @@ async function carryRelationsToSurvivor(
     .where({ repository_id: repositoryId })
     .where((pair) => pair.where({ concept_a: conceptId }).orWhere({ concept_b: conceptId }))
     .delete();
-  if (partners.length === 0) return;
-  // Pairs are stored ordered byte-wise (a < b), as the refresh and applyRelations order them.
-  await trx.raw(
-    `INSERT INTO concept_relations (repository_id, concept_a, concept_b, shared_fact_count, updated_at)
-     SELECT ?, LEAST(s.concept_id COLLATE "C", o.concept_id COLLATE "C"), GREATEST(s.concept_id COLLATE "C", o.concept_id COLLATE "C"), count(*)::integer, ?::timestamptz
-       FROM fact_concepts s
-       JOIN fact_concepts o ON o.fact_id = s.fact_id AND o.concept_id = ANY(?::text[]) AND o.repository_id = ?
-      WHERE s.concept_id = ? AND s.repository_id = ?
-      GROUP BY s.concept_id, o.concept_id
-     ON CONFLICT (repository_id, concept_a, concept_b) DO UPDATE SET shared_fact_count = excluded.shared_fact_count, updated_at = excluded.updated_at
-      WHERE concept_relations.shared_fact_count <> excluded.shared_fact_count`,
-    [repositoryId, at, [...partners], repositoryId, survivorId, repositoryId],
-  );
+  await recountRelations(trx, repositoryId, pairsAmong([survivorId], partners, at));
 }
 
 async function applyConceptMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, conceptId: string, survivorId: string): Promise<void> {
@@ -259,9 +300,13 @@ async function applyConceptsExtracted(trx: Knex.Transaction, events: ReadonlyArr
  * this statement, as followMerges would after the ignored insert), then the concepts it was
  * linked to are recounted. The recount cannot see this statement's own insert and delete, so it
  * adds the rows moved and subtracts those deleted: the count a recount afterwards would make.
+ * The statement answers the concepts the fact was linked to (`moved`) and those its survivor was
+ * linked to already: the pairs of a moved concept with either now share the survivor instead of
+ * the fact (one fewer where both had both, one more where one had only the survivor), and are
+ * counted again (recountRelations); pairs among the survivor's own concepts are unchanged.
  */
-async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId: string): Promise<void> {
-  await trx.raw(
+async function applyFactMerged(trx: Knex.Transaction, recorded: RecordedEvent<string, unknown>, factId: string, survivorId: string): Promise<void> {
+  const { rows } = (await trx.raw(
     `WITH RECURSIVE redirect AS (
        INSERT INTO fact_concept_redirects (fact_id, survivor_id) VALUES (?, ?) ON CONFLICT (fact_id) DO NOTHING
      ), ${finalSurvivorSql('fact_concept_redirects')}, linked AS (
@@ -274,18 +319,55 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
      ), deleted AS (
        DELETE FROM fact_concepts WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)
        RETURNING concept_id
+     ), counted AS (
+       UPDATE concepts
+          SET fact_count = (SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)
+                         + (SELECT count(*) FROM moved WHERE moved.concept_id = concepts.id)
+                         - (SELECT count(*) FROM deleted WHERE deleted.concept_id = concepts.id)
+        WHERE concepts.id IN (SELECT concept_id FROM linked)
      )
-     UPDATE concepts
-        SET fact_count = (SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)
-                       + (SELECT count(*) FROM moved WHERE moved.concept_id = concepts.id)
-                       - (SELECT count(*) FROM deleted WHERE deleted.concept_id = concepts.id)
-      WHERE concepts.id IN (SELECT concept_id FROM linked)`,
+     SELECT concept_id, repository_id, true AS moved FROM linked
+     UNION ALL
+     SELECT fact_concepts.concept_id, fact_concepts.repository_id, false FROM fact_concepts JOIN target ON fact_concepts.fact_id = target.id
+      WHERE EXISTS (SELECT 1 FROM linked)`,
     [factId, survivorId, ...finalSurvivorParams(factId, survivorId), factId, factId],
-  );
+  )) as { rows: Array<{ concept_id: string; repository_id: string | null; moved: boolean }> };
+  const moved = rows.filter((row) => row.moved).map((row) => row.concept_id);
+  const repositoryId = rows[0]?.repository_id;
+  if (moved.length === 0 || !repositoryId) return;
+  await recountRelations(trx, repositoryId, pairsAmong(moved, rows.map((row) => row.concept_id), recorded.occurredAt));
 }
 
-/** Relation rows one statement of applyRelations writes at most (the rows travel as one JSON parameter). */
-const RELATION_ROWS_PER_STATEMENT = 1000;
+/**
+ * A run of FactRetracted: the facts' links go and the concepts they were linked to are recounted
+ * (fact_count), then the pairs of concepts that shared a retracted fact are counted again
+ * (recountRelations), so a relation it made shrinks or goes at once. Only those pairs: no other
+ * pair shared the facts. Each pair changes at the time of the last retraction that touched it, as
+ * applying the events one after another would leave it.
+ */
+async function applyFactsRetracted(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Extract<FactEvent, { type: 'FactRetracted' }>>>): Promise<void> {
+  // Per fact, its last retraction of the run (log order).
+  const retractions = new Map(events.map((event, order) => [parseStreamName(event.streamId).id, { order, at: event.occurredAt }]));
+  const { rows } = (await trx.raw(`DELETE FROM fact_concepts WHERE fact_id = ANY(?::text[]) RETURNING fact_id, concept_id, repository_id`, [
+    [...retractions.keys()],
+  ])) as { rows: Array<{ fact_id: string; concept_id: string; repository_id: string | null }> };
+  await recountFacts(trx, rows.map((row) => row.concept_id));
+  // Per repository, then per fact in log order (a pair two facts shared keeps the later time): its concepts.
+  const linked = new Map<string, Map<string, { at: string; concepts: string[] }>>();
+  const inLogOrder = [...rows].sort((x, y) => (retractions.get(x.fact_id)?.order ?? 0) - (retractions.get(y.fact_id)?.order ?? 0));
+  for (const row of inLogOrder) {
+    const retraction = retractions.get(row.fact_id);
+    if (!row.repository_id || !retraction) continue;
+    const facts = linked.get(row.repository_id) ?? new Map<string, { at: string; concepts: string[] }>();
+    linked.set(row.repository_id, facts);
+    const fact = facts.get(row.fact_id) ?? { at: retraction.at, concepts: [] };
+    facts.set(row.fact_id, fact);
+    fact.concepts.push(row.concept_id);
+  }
+  for (const [repositoryId, facts] of linked) {
+    await recountRelations(trx, repositoryId, [...facts.values()].flatMap((fact) => pairsAmong(fact.concepts, fact.concepts, fact.at)));
+  }
+}
 
 /**
  * A run of ConceptRelationsRefreshed: the changes of all its events in upserts and deletes of at
@@ -446,7 +528,8 @@ async function applyConceptsRun(trx: Knex.Transaction, events: ReadonlyArray<Rec
  * (docs/pipeline.md, "Read models"). A concept's canonical name is also one of its alias rows,
  * so alias resolution finds it by either. Links to a merged fact or concept land on the
  * survivor; merges move aliases and links, recount `fact_count` and carry the merged concept's
- * relations to the survivor (carryRelationsToSurvivor). Fact merges are followed
+ * relations to the survivor (carryRelationsToSurvivor); a fact's merge or retraction counts the
+ * pairs of its concepts again (recountRelations). Fact merges are followed
  * through `fact_concept_redirects`, this projection's own record of them.
  */
 export const conceptsProjection = projection<Handled>({
@@ -488,14 +571,8 @@ export const conceptsProjection = projection<Handled>({
     ConceptEmbedded: (trx, events) => applyConceptsEmbedded(trx, embeddingsOf(events)),
     ConceptMergedInto: each((trx, event) => applyConceptMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
     ConceptsExtracted: applyConceptsExtracted,
-    FactMergedInto: each((trx, event) => applyFactMerged(trx, parseStreamName(event.streamId).id, event.data.survivor_id)),
-    // A retracted fact's links go, and the concepts it was linked to are recounted.
-    FactRetracted: each(async (trx, event) => {
-      const factId = parseStreamName(event.streamId).id;
-      const linked = (await trx('fact_concepts').where({ fact_id: factId }).pluck('concept_id')) as string[];
-      await trx('fact_concepts').where({ fact_id: factId }).delete();
-      await recountFacts(trx, linked);
-    }),
+    FactMergedInto: each((trx, event) => applyFactMerged(trx, event, parseStreamName(event.streamId).id, event.data.survivor_id)),
+    FactRetracted: applyFactsRetracted,
     ConceptRelationsRefreshed: applyRelations,
   },
 });

@@ -179,3 +179,52 @@ t.test("after a merge the survivor's relations hold the merged concept's at once
   t.match(asked, { concept: { id: baker }, redirected_from: { id: bakery }, total: 2 }, 'the merged concept asked for answers with the survivor');
   t.same(await relationChanges(harness.service.context.db.knex, repository), [], 'the next periodic refresh finds nothing left to change');
 });
+
+t.test("a fact's retraction shrinks the relations it made at once, and a pair whose last shared fact goes is gone", async (t) => {
+  // Given concepts A and B that share the facts f1 and f2, as the periodic refresh counted them.
+  const { source } = await harness.app.sources.add(owner, { repository, doi: '10.1000/retractions' });
+  const [f1, f2] = await extractFacts(harness.service, repository, source.id, ['Alpha meets Beta on Mondays.', 'Alpha writes to Beta.']);
+  await stabilize(harness.service, repository, source.id, [f1, f2]);
+  const alpha = await createConcept(harness.service, repository, 'Alpha', 'topic');
+  const beta = await createConcept(harness.service, repository, 'Beta', 'topic');
+  await linkFacts(harness.service, repository, source.id, { [f1.id]: [alpha, beta], [f2.id]: [alpha, beta] });
+  const counted = await relationChanges(harness.service.context.db.knex, repository);
+  await refreshRelations(harness.service, repository, counted.map((change) => [change.concept_a, change.concept_b, change.shared_fact_count]));
+  const related = async (concept: string) =>
+    (await harness.app.concepts.relations(owner, { repository, concept, show_insignificant: true })).items.map((item) => [item.concept?.canonical_name, item.shared_fact_count]);
+  t.same(await related(alpha), [['Beta', 2]], 'given: Alpha and Beta share two facts');
+  const retract = (fact: { id: string }) =>
+    appendEvents(harness.service, repository, `fact-${fact.id}`, [{ type: 'FactRetracted', data: { source_id: source.id, reason: 'source deleted' } }]);
+
+  // When f1 is retracted, then the pair shares one fact.
+  await retract(f1);
+  t.same(await related(alpha), [['Beta', 1]], 'one shared fact left');
+  t.same(await related(beta), [['Alpha', 1]], 'seen from the other side too');
+  // When f2 too, then the pair is gone.
+  await retract(f2);
+  t.same(await related(alpha), [], 'no shared fact left: no relation');
+  t.same(await related(beta), []);
+  t.same(await relationChanges(harness.service.context.db.knex, repository), [], 'the next periodic refresh changes nothing');
+});
+
+t.test("a fact merged into another moves its concepts' relations to the survivor's facts at once", async (t) => {
+  // f3 links A, C and E; f4 links A, C and D: A and C share both, E and D none.
+  const { source } = await harness.app.sources.add(owner, { repository, doi: '10.1000/fact-merges' });
+  const [f3, f4] = await extractFacts(harness.service, repository, source.id, ['Gamma orbits Delta.', 'Gamma circles Delta.']);
+  await stabilize(harness.service, repository, source.id, [f3, f4]);
+  const [a, c, d, e] = await Promise.all(['Gamma', 'Delta', 'Orbit', 'Moon'].map((name) => createConcept(harness.service, repository, name, 'topic')));
+  await linkFacts(harness.service, repository, source.id, { [f3.id]: [a, c, e], [f4.id]: [a, c, d] });
+  const counted = await relationChanges(harness.service.context.db.knex, repository);
+  await refreshRelations(harness.service, repository, counted.map((change) => [change.concept_a, change.concept_b, change.shared_fact_count]));
+  const related = async (concept: string) =>
+    (await harness.app.concepts.relations(owner, { repository, concept, show_insignificant: true })).items.map((item) => [item.concept?.canonical_name, item.shared_fact_count]);
+  t.same(await related(a), [['Delta', 2], ['Moon', 1], ['Orbit', 1]], 'before: Gamma and Delta share two facts');
+  t.same(await related(e), [['Delta', 1], ['Gamma', 1]], 'the moon is no relation of the orbit');
+
+  await appendEvents(harness.service, repository, `fact-${f3.id}`, [
+    { type: 'FactMergedInto', data: { survivor_id: f4.id, similarity: 0.97, source_id: source.id, catchup: false } },
+  ]);
+  t.same(await related(a), [['Delta', 1], ['Moon', 1], ['Orbit', 1]], 'one fact now where there were two');
+  t.same(await related(e), [['Delta', 1], ['Gamma', 1], ['Orbit', 1]], 'the moon now shares the survivor with the orbit');
+  t.same(await relationChanges(harness.service.context.db.knex, repository), [], 'the next periodic refresh changes nothing');
+});
