@@ -374,6 +374,13 @@ async function applyFactsRetracted(trx: Knex.Transaction, events: ReadonlyArray<
  * most RELATION_ROWS_PER_STATEMENT rows each (a catch-up's run can hold a repository's every
  * pair). Pairs are stored ordered (a < b) whatever order an event gives; of two changes of one
  * pair the later wins, as applying them in turn would leave it.
+ *
+ * A pair of a concept merged by now is not written: the refresh read the read models before the
+ * merge was applied (a merged concept has no links to count, and its merge deleted its rows), and
+ * the merge counted the survivor's pairs itself (carryRelationsToSurvivor). Writing it back would
+ * relate a merged concept until the next refresh. Its deletions (0) still apply: they delete
+ * nothing a merge left. No type of the ConceptCreated group merges a concept, so whether one is
+ * merged is the same anywhere in a run.
  */
 async function applyRelations(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Extract<RepositoryEvent, { type: 'ConceptRelationsRefreshed' }>>>): Promise<void> {
   const latest = new Map<string, { repository_id: string; concept_a: string; concept_b: string; shared_fact_count: number; updated_at: string }>();
@@ -400,6 +407,7 @@ async function applyRelations(trx: Knex.Transaction, events: ReadonlyArray<Recor
       `INSERT INTO concept_relations (repository_id, concept_a, concept_b, shared_fact_count, updated_at)
        SELECT r.repository_id, r.concept_a, r.concept_b, r.shared_fact_count, r.updated_at
          FROM jsonb_to_recordset(?::jsonb) AS r(repository_id text, concept_a text, concept_b text, shared_fact_count int, updated_at timestamptz)
+        WHERE NOT EXISTS (SELECT 1 FROM concepts WHERE concepts.id IN (r.concept_a, r.concept_b) AND concepts.status = 'merged')
        ON CONFLICT (repository_id, concept_a, concept_b) DO UPDATE SET shared_fact_count = excluded.shared_fact_count, updated_at = excluded.updated_at`,
       [JSON.stringify(rows)],
     );
@@ -539,8 +547,9 @@ export const conceptsProjection = projection<Handled>({
   // appends a batch's ConceptsExtracted only once the concepts it links exist (created or found).
   // Concepts are independent of each other, and links only add rows and recount, so a run of
   // these types may create all, embed all, then link all.
-  // Relation changes touch only concept_relations, which no other type of the group reads or
-  // writes, so they join the run too (merges, which move links, still end it).
+  // Relation changes write only concept_relations, which no other type of the group reads or
+  // writes, and read only whether a concept merged, which none changes, so they join the run too
+  // (merges, which move links, still end it).
   batchTogether: [{ types: ['ConceptCreated', 'ConceptEmbedded', 'ConceptsExtracted', 'ConceptRelationsRefreshed'], handler: applyConceptsRun }],
   // What counts or moves the links that any source's ConceptsExtracted may be adding: applied
   // side by side with it, a creation would not count its new links, a fact's merge would leave

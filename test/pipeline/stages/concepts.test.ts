@@ -389,3 +389,44 @@ t.test('scheduled runs for a repository deleted after enqueueing do nothing', as
   await refine.run(fixture.scheduledContextFor(refine, repositoryId));
   t.equal(await fixture.store.headPosition(), head);
 });
+
+t.test('refresh_concept_relations raced by a merge: what it read of the merged concept is not written back', async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const metadata = testMetadata(repositoryId);
+  const extract = createExtractConceptsStage({ store: fixture.store, knex: fixture.db.knex, chat: createLocalChatModel(), batchSize: 5, concurrency: 1, maxAttempts: 3 });
+  const source = await deduplicatedSource(fixture, repositoryId, ['Marie Curie discovered polonium in Paris.', 'Marie Curie studied polonium with Pierre Curie.']);
+  await extract.run(fixture.contextFor(extract, source.trigger));
+  await fixture.settle();
+  const marie = conceptIdFor(repositoryId, 'Marie Curie', 'person');
+  const polonium = conceptIdFor(repositoryId, 'polonium', 'chemical');
+  const survivor = conceptIdFor(repositoryId, 'Maria Sklodowska-Curie', 'person');
+  await handleCommand(fixture.store, streamName('concept', survivor), conceptDecider, {
+    type: 'CreateConcept', canonicalName: 'Maria Sklodowska-Curie', context: 'person', ontologyClass: null, aliases: [], sourceId: null,
+  }, metadata);
+  await fixture.settle();
+  const repositoryStream = streamName('repository', repositoryId);
+  // The refresh has read the read models (Marie Curie still active, with her pairs) when, before
+  // it appends, her merge is recorded and applied.
+  const store = racedStore(
+    fixture.store,
+    (streamId) => streamId === repositoryStream,
+    async () => {
+      await handleCommand(fixture.store, streamName('concept', marie), conceptDecider, { type: 'MergeConcept', survivorId: survivor, reason: 'same person' }, metadata);
+      await fixture.settle();
+    },
+    1,
+  );
+  const refresh = createRefreshConceptRelationsStage({ store, knex: fixture.db.knex });
+  await refresh.run(fixture.scheduledContextFor(refresh, repositoryId));
+  t.equal(store.races, 1, 'the merge came between the refresh reading and appending');
+  const recorded = (await fixture.last(repositoryStream, 'ConceptRelationsRefreshed')).data.changes as Array<{ concept_a: string; concept_b: string; shared_fact_count: number }>;
+  t.ok(recorded.some((change) => [change.concept_a, change.concept_b].includes(marie) && change.shared_fact_count > 0), 'the refresh recorded pairs of the merged concept');
+  await fixture.settle();
+
+  const relations = () => fixture.db.knex('concept_relations').where({ repository_id: repositoryId });
+  t.same(await relations().where((pair) => pair.where({ concept_a: marie }).orWhere({ concept_b: marie })).select('concept_a', 'concept_b'), [], 'no row names the merged concept');
+  const [a, b] = [survivor, polonium].sort();
+  t.match(await relations().where({ concept_a: a, concept_b: b }).first('shared_fact_count'), { shared_fact_count: 2 }, "the survivor holds her pairs, as the merge counted them");
+  t.same(await relationChanges(fixture.db.knex, repositoryId), [], 'the next periodic refresh changes nothing');
+});
