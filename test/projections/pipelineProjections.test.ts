@@ -292,6 +292,13 @@ for (const backend of backends) {
       await settle(`repository-${OTHER_REPO}`, 'ConceptRelationsRefreshed', { changes: many.slice(0, 12_000).map((change) => ({ ...change, shared_fact_count: 0 })) }, OTHER_REPO);
       t.equal(await count(db, 'concept_relations', { repository_id: OTHER_REPO }), 2_001, 'and removed');
 
+      // Both facts Marie Curie and radium share are retracted (one run): their pair is gone at once.
+      await emit('fact-fa', 'FactRetracted', { source_id: 's1', reason: 'source deleted' });
+      await settle('fact-fe', 'FactRetracted', { source_id: 's2', reason: 'source deleted' });
+      t.same(await links(db, {}), [`fd:${curie}`], 'their links went');
+      t.same([(await row(db, 'concepts', { id: curie }))?.fact_count, (await row(db, 'concepts', { id: radium }))?.fact_count], [1, 0]);
+      t.equal(await count(db, 'concept_relations', { repository_id: REPO }), 0, 'no shared fact left: the pair is gone');
+
       const live = await snapshot(db);
       await db.knex('fact_concepts').insert({ fact_id: 'junk', concept_id: 'junk', repository_id: REPO });
       await runner.rebuild('concepts');
