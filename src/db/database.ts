@@ -260,14 +260,19 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 /**
  * A fresh, empty PostgreSQL database on the local server for one test or benchmark run,
  * dropped on close. Named after `prefix` and a random suffix so parallel runs never meet.
+ * `locale: 'C'` makes its collation and ctype C (as on many servers), where lower() and upper()
+ * change ASCII letters only; otherwise it has the server's default.
  */
 export async function openScratchPostgres(
   baseUrl = process.env.FACTLOG_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
   prefix = 'factlog_test',
+  options: { locale?: 'C' } = {},
 ): Promise<Database> {
   const name = `${prefix}_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
   const admin = knexFactory({ client: 'pg', connection: baseUrl, pool: { min: 0, max: 1 } });
-  await admin.raw(`CREATE DATABASE "${name}"`);
+  // Another locale than the template's needs template0 (template1 may hold locale-dependent indexes).
+  const locale = options.locale === 'C' ? ` TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'` : '';
+  await admin.raw(`CREATE DATABASE "${name}"${locale}`);
   const url = new URL(baseUrl);
   url.pathname = `/${name}`;
   const db = await openDatabase({ kind: 'postgres', url: url.toString(), maxConns: 20 });

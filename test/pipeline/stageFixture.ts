@@ -71,9 +71,10 @@ export function axisVector(dimensions: number, axis: number, tilt = 0): number[]
   return vector;
 }
 
-export async function openStageFixture(t: Test, options: { dimensions?: number } = {}): Promise<StageFixture> {
+export async function openStageFixture(t: Test, options: { dimensions?: number; open?: () => Promise<Database> } = {}): Promise<StageFixture> {
   const dimensions = options.dimensions ?? 100;
-  const db = await openMigratedDatabase();
+  // `open`: another migrated database than a PGlite one (a scratch database on the server, say).
+  const db = await (options.open ?? openMigratedDatabase)();
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   // As the embedded tier wires it: k-NN from the graphs in this process.
   const search = postgresSearchIndexOn(db, dimensions);
@@ -85,7 +86,13 @@ export async function openStageFixture(t: Test, options: { dimensions?: number }
     await db.close();
   });
 
-  const settle = async (): Promise<void> => runner.waitFor(await store.headPosition(), 20_000);
+  // The last committed event, not headPosition (the last one visible to readers): on the server a
+  // projection's open transaction hides later commits from readers, so the head could be short of
+  // an append that just returned, and settling would not wait for it.
+  const settle = async (): Promise<void> => {
+    const [{ head }] = await db.knex('events').max<Array<{ head: string | number | null }>>('global_position as head');
+    await runner.waitFor(Number(head ?? 0), 20_000);
+  };
 
   const jobs = new JobRepository(db.knex);
 

@@ -13,45 +13,11 @@ import { createMigrateContextStage } from '../../../src/pipeline/stages/migrateC
 import { createRefineConceptsStage } from '../../../src/pipeline/stages/refineConcepts.js';
 import { createRefreshConceptRelationsStage, relationChanges } from '../../../src/pipeline/stages/refreshConceptRelations.js';
 import { namedLocks } from '../../../src/db/namedLock.js';
-import { openStageFixture, racedStore, testMetadata, type StageFixture } from '../stageFixture.js';
+import { openStageFixture, racedStore, testMetadata } from '../stageFixture.js';
+import { deduplicatedSource, scriptedChat } from './conceptStage.js';
 import { isConcurrencyError } from '../../../src/pipeline/runtime.js';
 
 t.setTimeout(300_000);
-
-/** A chat model whose concept answers the test scripts; it counts calls and can fail on cue. */
-function scriptedChat(answer: (input: ConceptExtractionInput, call: number) => ConceptCandidate[] | Error): ChatModel & { calls: ConceptExtractionInput[] } {
-  const local = createLocalChatModel();
-  const calls: ConceptExtractionInput[] = [];
-  return {
-    ...local,
-    modelId: 'test/scripted-v1',
-    calls,
-    async extractConcepts(input, signal) {
-      signal?.throwIfAborted();
-      calls.push(input);
-      const result = answer(input, calls.length);
-      if (result instanceof Error) throw result;
-      return result;
-    },
-  };
-}
-
-/** A processed source whose facts went through deduplication (no embedder); returns the SourceFactsDeduplicated trigger. */
-async function deduplicatedSource(fixture: StageFixture, repositoryId: string, contents: string[]) {
-  const dedup = createDeduplicateFactsStage({
-    store: fixture.store,
-    knex: fixture.db.knex,
-    search: fixture.search,
-    embedderModelId: null,
-    threshold: 0.94,
-    catchupMaxAgeMs: 3_600_000,
-  });
-  const source = await fixture.addSource(repositoryId, contents);
-  await dedup.run(fixture.contextFor(dedup, source.extracted));
-  const trigger = await fixture.last(streamName('source', source.sourceId), 'SourceFactsDeduplicated');
-  await fixture.settle();
-  return { ...source, trigger };
-}
 
 const conceptTypes = ['ConceptCreated', 'ConceptAliasAdded', 'ConceptAliasRemoved', 'ConceptMergedInto'];
 
