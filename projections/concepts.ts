@@ -38,7 +38,11 @@ async function recountFacts(trx: Knex.Transaction, conceptIds: Iterable<string>)
     .update({ fact_count: trx.raw('(SELECT count(*) FROM fact_concepts WHERE fact_concepts.concept_id = concepts.id)') });
 }
 
-/** alias_text = the aliases other than the canonical name, space-joined (feeds concepts.search; migration 023 too). */
+/**
+ * alias_text = the aliases other than the canonical name, space-joined (feeds concepts.search;
+ * migration 024 too). Compared by the keys conceptNameKey made (alias_lower, name_key), never by
+ * SQL lower(), which depends on the database's ctype and does not compose.
+ */
 export async function refreshAliasText(trx: Knex, conceptIds: string | readonly string[]): Promise<void> {
   const ids = typeof conceptIds === 'string' ? [conceptIds] : [...conceptIds];
   if (ids.length === 0) return;
@@ -47,7 +51,7 @@ export async function refreshAliasText(trx: Knex, conceptIds: string | readonly 
     .update({
       alias_text: trx.raw(
         `COALESCE((SELECT string_agg(alias, ' ' ORDER BY alias_lower) FROM concept_aliases
-           WHERE concept_aliases.concept_id = concepts.id AND alias_lower <> lower(concepts.canonical_name)), '')`,
+           WHERE concept_aliases.concept_id = concepts.id AND alias_lower <> concepts.name_key), '')`,
       ),
     });
 }
@@ -435,6 +439,8 @@ async function applyConceptsCreated(
       id,
       repository_id: event.repositoryId,
       canonical_name: event.data.canonical_name,
+      // As the event spelt it may be decomposed (before names were composed): keyed as ids and aliases are.
+      name_key: conceptNameKey(event.data.canonical_name),
       context: event.data.context,
       ontology_class: event.data.ontology_class,
       source_id: event.data.source_id,
@@ -447,22 +453,23 @@ async function applyConceptsCreated(
   await trx.raw(
     `WITH input AS (
        SELECT * FROM jsonb_to_recordset(?::jsonb)
-         AS r(n int, id text, repository_id text, canonical_name text, context text, ontology_class text, source_id text, at timestamptz,
+         AS r(n int, id text, repository_id text, canonical_name text, name_key text, context text, ontology_class text, source_id text, at timestamptz,
               embedding_model text, embedded_at timestamptz, aliases jsonb)
      ), created AS (
-       -- In log order: of two concepts with one identity, the first stays.
+       -- In log order: of two ConceptCreated of one stream (one id), the first stays. Two ids of
+       -- one name key are both kept (twins from before names were composed, merged by an event).
        -- fact_count counts links that came first: fed from the bus, a source's ConceptsExtracted
        -- (source topic) may be applied before the concept's ConceptCreated (concept topic).
-       INSERT INTO concepts (id, repository_id, canonical_name, context, ontology_class, status, source_id, created_at, updated_at, alias_text, embedding_model, fact_count)
-       SELECT r.id, r.repository_id, r.canonical_name, r.context, r.ontology_class, 'active', r.source_id, r.at, COALESCE(r.embedded_at, r.at),
+       INSERT INTO concepts (id, repository_id, canonical_name, name_key, context, ontology_class, status, source_id, created_at, updated_at, alias_text, embedding_model, fact_count)
+       SELECT r.id, r.repository_id, r.canonical_name, r.name_key, r.context, r.ontology_class, 'active', r.source_id, r.at, COALESCE(r.embedded_at, r.at),
               COALESCE((SELECT string_agg(a.alias, ' ' ORDER BY a.alias_lower)
                           FROM jsonb_to_recordset(r.aliases) AS a(alias text, alias_lower text)
-                         WHERE a.alias_lower <> lower(r.canonical_name)), '')
+                         WHERE a.alias_lower <> r.name_key), '')
               , r.embedding_model
               , (SELECT count(*) FROM fact_concepts fc WHERE fc.concept_id = r.id)
          FROM input r
         ORDER BY r.n
-       ON CONFLICT DO NOTHING RETURNING id
+       ON CONFLICT (id) DO NOTHING RETURNING id
      ), embedded AS (
        -- The embeddings of concepts stored before this statement (its snapshot does not see the
        -- rows it inserts, which carry theirs already).

@@ -641,19 +641,64 @@ export const readModelMigrations: readonly Migration[] = [
     // that now share a key (the primary key's) become one: a row spelt so already stays.
     // A canonical name stays as its event recorded it: composed, it could take the identity
     // (`concepts_identity`) of a twin that the composed spelling made as a second concept, which
-    // stays a concept of its own; each is found by its alias rows.
+    // stays a concept of its own; each is found by its alias rows. The alias text of the concepts
+    // whose rows change is written again by 024 (it writes every concept's).
     id: '023_concept_aliases_nfc',
     async up(knex) {
       await composeConceptAliases(knex);
     },
   },
+  {
+    // Concept names are compared by one key, conceptNameKey (src/domain/concept/decider.ts), the
+    // key of concept ids and alias rows; the `concepts` rows now store their canonical name's key
+    // (`name_key`, written by the projection), and every comparison of a name in SQL uses it
+    // instead of PostgreSQL's lower(), which follows the database's ctype: in a C-ctype database
+    // it lower-cases ASCII only (`ÉMILE` ≠ `émile`), and a decomposed name never equals its
+    // composed key. Keyed here from TypeScript, as a rebuild keys them; the alias text (the
+    // aliases other than the canonical name) is made again by the key, so a canonical name that
+    // lower() did not match stops being listed as its own alias.
+    // The unique index on (lower(canonical_name), lower(context)) goes for a plain one on the key:
+    // a concept's id is derived from its key and context, so the id (the primary key) is the
+    // identity; two ids of one key are twins from before names were composed, which the service
+    // merges at start-up (src/app/conceptTwins.ts) and a rebuild must keep apart until their
+    // merge event, as the live read model did. Unique by lower() it made the projection drop the
+    // second of two concepts whose keys differ where lower() does not (`ΟΔΟΣ` and `οδοσ` in a
+    // UTF-8 database): a rebuild of the concepts projection brings such a concept back.
+    id: '024_concepts_name_key',
+    async up(knex) {
+      await execStatements(knex, `ALTER TABLE concepts ADD COLUMN name_key text;`);
+      await keyConcepts(knex);
+      await execStatements(knex, `
+        ALTER TABLE concepts ALTER COLUMN name_key SET NOT NULL;
+        DROP INDEX concepts_identity;
+        CREATE INDEX concepts_name_key ON concepts (repository_id, name_key);
+      `);
+    },
+  },
 ];
+
+/**
+ * Migration 024: every concept's `name_key` (conceptNameKey of its canonical name, as the
+ * projection writes it), a thousand concepts at a time in id order, and its alias text made again
+ * by that key (refreshAliasText).
+ */
+async function keyConcepts(knex: Knex): Promise<void> {
+  let after = '';
+  for (;;) {
+    const rows: Array<{ id: string; canonical_name: string }> = await knex('concepts').where('id', '>', after).orderBy('id').limit(1000).select('id', 'canonical_name');
+    if (rows.length === 0) return;
+    await updateRows(knex, 'concepts', 'id', { name_key: 'text' }, rows.map((row) => ({ id: row.id, name_key: conceptNameKey(row.canonical_name) })));
+    await refreshAliasText(knex, rows.map((row) => row.id));
+    after = rows[rows.length - 1]!.id;
+  }
+}
 
 /**
  * Migration 023: the alias rows with a non-ASCII character (more bytes than characters), a
  * thousand concepts at a time in id order, spelt by conceptName and keyed by conceptNameKey; a
  * row whose spelling or key changes is replaced, unless its concept has a row of the new key
- * already (that row stays, as the projection keeps an alias's first spelling).
+ * already (that row stays, as the projection keeps an alias's first spelling). The alias text
+ * is left to 024: refreshAliasText compares by the `name_key` column that 024 adds.
  */
 async function composeConceptAliases(knex: Knex): Promise<void> {
   const nonAscii = 'octet_length(alias) <> char_length(alias)';
@@ -676,7 +721,6 @@ async function composeConceptAliases(knex: Knex): Promise<void> {
         .onConflict(['concept_id', 'alias_lower'])
         .ignore();
     }
-    await refreshAliasText(knex, [...new Set(changed.map(({ row }) => row.concept_id))]);
     after = ids[ids.length - 1]!;
   }
 }

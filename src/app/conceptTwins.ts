@@ -16,14 +16,14 @@ type TwinRow = { id: string; repository_id: string; canonical_name: string; cont
  * name key (conceptNameKey) that releases before names were composed (NFC) recorded as two
  * concepts: `Café` spelt composed and decomposed had two ids. Oldest first (then by id), as the
  * merge keeps the oldest. Only a name with a non-ASCII character keys differently now, so only
- * those rows and the rows whose lower-cased name is such a name's key are read.
+ * those rows and the rows whose stored key (`name_key`) is such a name's key are read.
  */
 export async function conceptTwins(knex: Knex): Promise<TwinRow[][]> {
   const columns = ['id', 'repository_id', 'canonical_name', 'context', 'created_at'];
   const active = () => knex('concepts').where('status', 'active');
   const nonAscii: TwinRow[] = await active().whereRaw('octet_length(canonical_name) <> char_length(canonical_name)').select(columns);
   const keys = [...new Set(nonAscii.map((row) => conceptNameKey(row.canonical_name)))];
-  const partners: TwinRow[] = keys.length === 0 ? [] : await active().whereRaw('octet_length(canonical_name) = char_length(canonical_name)').whereRaw('lower(canonical_name) = ANY(?::text[])', [keys]).select(columns);
+  const partners: TwinRow[] = keys.length === 0 ? [] : await active().whereRaw('octet_length(canonical_name) = char_length(canonical_name)').whereIn('name_key', keys).select(columns);
   const groups = new Map<string, TwinRow[]>();
   for (const row of [...nonAscii, ...partners]) {
     const identity = JSON.stringify([row.repository_id, conceptNameKey(row.canonical_name), row.context.trim().toLowerCase()]);

@@ -165,7 +165,8 @@ export async function resolveConcept(knex: Knex, repositoryId: string, idOrName:
   }
   const inContext = (query: Knex.QueryBuilder, column: string) => (context ? query.whereRaw(`lower(${column}) = lower(?)`, [context.trim()]) : query);
   const byName: ConceptRow[] = await inContext(
-    knex('concepts').where({ repository_id: repositoryId }).whereRaw('lower(canonical_name) = lower(?)', [wanted]),
+    // By the key the projection stored (conceptNameKey), not SQL lower(), which follows the database's ctype.
+    knex('concepts').where({ repository_id: repositoryId, name_key: conceptNameKey(wanted) }),
     'context',
   ).select(conceptColumns);
   let candidates = byName.filter((row) => row.status === 'active');

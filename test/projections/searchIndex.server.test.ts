@@ -341,7 +341,7 @@ t.test('pipeline events on the Postgres adapter: vectors inside the transaction'
 
   const concept = randomUUID();
   const now = new Date().toISOString();
-  await db.knex('concepts').insert({ id: concept, repository_id: repo, canonical_name: 'geyser', context: 'general', status: 'active', fact_count: 2, created_at: now, updated_at: now });
+  await db.knex('concepts').insert({ id: concept, repository_id: repo, canonical_name: 'geyser', name_key: 'geyser', context: 'general', status: 'active', fact_count: 2, created_at: now, updated_at: now });
   await apply(
     conceptEvent('ConceptCreated', concept, 0, repo, { canonical_name: 'geyser', context: 'general', ontology_class: null, aliases: [], source_id: null }),
     conceptEvent('ConceptEmbedded', concept, 1, repo, { model: 'test', dimensions: DIMENSIONS, vector: packVector([0, 0, 1, 0]) }),

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Database } from '../../src/db/database.js';
+import { conceptNameKey } from '../../src/domain/concept/decider.js';
 import { mergeAliases, type DocumentUpdate } from '../../src/search/collection.js';
 import { concepts, facts, type ConceptDocument, type FactDocument } from '../../src/search/collections/index.js';
 import type { SearchIndex } from '../../src/search/port.js';
@@ -83,6 +84,7 @@ async function writeConceptRows(db: Database, doc: Omit<ConceptDocument, 'vector
       id: doc.id,
       repository_id: doc.repository_id,
       canonical_name: doc.canonical_name,
+      name_key: conceptNameKey(doc.canonical_name),
       context: doc.context,
       status: doc.status,
       fact_count: doc.fact_count,
@@ -99,7 +101,7 @@ async function writeConceptRows(db: Database, doc: Omit<ConceptDocument, 'vector
         concept_id: doc.id,
         repository_id: doc.repository_id,
         alias,
-        alias_lower: alias.toLowerCase(),
+        alias_lower: conceptNameKey(alias),
         context_lower: doc.context.toLowerCase(),
       })),
     );

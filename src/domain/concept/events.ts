@@ -1,6 +1,6 @@
 /**
  * Events of a concept's stream `concept-<id>`. A concept's id is derived from its uniqueness
- * key: uuidv5(`<repository id>:<lower(canonical_name)>:<lower(context)>`, CONCEPT_ID_NAMESPACE)
+ * key: uuidv5(`<repository id>:<conceptNameKey(canonical_name)>:<lower(context)>`, CONCEPT_ID_NAMESPACE)
  * (`conceptIdFor`), so two racing extractions of one concept append to one stream and the
  * loser of the version race sees the concept as existing.
  */

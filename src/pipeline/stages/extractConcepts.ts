@@ -80,6 +80,8 @@ async function lookupConcepts(knex: Knex, repositoryId: string, asked: readonly 
   const { rows } = await knex.raw<{ rows: Array<{ i: number; concept_id: string; by: number }> }>(
     // One index probe per name (LATERAL ... LIMIT 1, the smallest id): joined as sets, the planner
     // hashed the repository's whole concepts and aliases for a few names, a scan that grew with it.
+    // Names meet by the keys conceptNameKey made (alias_lower, name_key), never by SQL lower():
+    // in a C-ctype database that lower-cases ASCII only, so `ÉMILE ZOLA` missed `Émile Zola`.
     `WITH q AS (SELECT * FROM jsonb_to_recordset(?::jsonb) AS q(i integer, context_lower text, name_lower text, canonical boolean))
      SELECT q.i, a.concept_id, 0 AS by FROM q CROSS JOIN LATERAL (
          SELECT a.concept_id FROM concept_aliases a
@@ -89,7 +91,7 @@ async function lookupConcepts(knex: Knex, repositoryId: string, asked: readonly 
      UNION ALL
      SELECT q.i, c.id AS concept_id, 1 AS by FROM q CROSS JOIN LATERAL (
          SELECT c.id FROM concepts c
-          WHERE c.repository_id = ? AND lower(c.context) = q.context_lower AND lower(c.canonical_name) = q.name_lower
+          WHERE c.repository_id = ? AND c.name_key = q.name_lower AND lower(c.context) = q.context_lower
           ORDER BY c.id COLLATE "C" LIMIT 1) c
       WHERE NOT q.canonical`,
     [JSON.stringify(names), repositoryId, repositoryId],

@@ -26,7 +26,7 @@ type Candidate = RefinementInput['concepts'][number];
 
 /**
  * The concepts of each context worth a look, per context (the read model keeps the canonical
- * name as an alias row too; it is not counted or shown as an alias): those carrying at least
+ * name as an alias row too, told apart by its key `name_key`; it is not counted or shown as an alias): those carrying at least
  * `pruneThreshold` aliases first, then the most recently changed, up to `limit` per context.
  */
 async function candidatesByContext(knex: Knex, repositoryId: string, limit: number, pruneThreshold: number): Promise<Candidate[][]> {
@@ -36,7 +36,7 @@ async function candidatesByContext(knex: Knex, repositoryId: string, limit: numb
       .where('c.repository_id', repositoryId)
       .where('c.status', 'active')
       .groupBy('c.id', 'c.canonical_name', 'c.context', 'c.fact_count', 'c.updated_at')
-      .select('c.id', 'c.canonical_name', 'c.context', 'c.fact_count', 'c.updated_at', knex.raw(`(count(a.alias) FILTER (WHERE a.alias_lower <> lower(c.canonical_name)))::integer AS alias_count`))
+      .select('c.id', 'c.canonical_name', 'c.context', 'c.fact_count', 'c.updated_at', knex.raw(`(count(a.alias) FILTER (WHERE a.alias_lower <> c.name_key))::integer AS alias_count`))
       .orderBy([
         { column: 'c.context' },
         { column: 'c.updated_at', order: 'desc' },

@@ -45,10 +45,11 @@ export const concepts = defineCollection<ConceptDocument>({
     table: 'concepts',
     vectors: { table: 'concept_vectors', key: 'concept_id' },
     computed: {
-      // The concepts projection keeps the canonical name among the alias rows (lookup by name); it is no alias.
+      // The concepts projection keeps the canonical name among the alias rows (lookup by name); it is
+      // no alias. Told apart by the keys conceptNameKey made, not by SQL lower() (ctype-dependent).
       aliases: (row) =>
         `coalesce((SELECT array_agg(ca.alias ORDER BY ca.alias) FROM concept_aliases ca
-           WHERE ca.concept_id = ${row}.id AND ca.alias_lower <> lower(${row}.canonical_name)), ARRAY[]::text[])`,
+           WHERE ca.concept_id = ${row}.id AND ca.alias_lower <> ${row}.name_key), ARRAY[]::text[])`,
     },
   },
   opensearch: { mappingVersion: 1, completeField: 'canonical_name' },

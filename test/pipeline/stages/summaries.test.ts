@@ -521,7 +521,7 @@ t.test('staleConcepts: the search looks at the concepts a window at a time and f
   // of another repository.
   const ids = Array.from({ length: 130 }, (_, i) => `c${String(i).padStart(3, '0')}`);
   await db.knex('concepts').insert(
-    ids.map((id, i) => ({ id, repository_id: id === 'c014' ? 'repo-other' : repositoryId, canonical_name: id, context: 'general', status: id === 'c007' ? 'merged' : 'active', created_at: now, updated_at: now, fact_count: 1 + i })),
+    ids.map((id, i) => ({ id, repository_id: id === 'c014' ? 'repo-other' : repositoryId, canonical_name: id, name_key: id, context: 'general', status: id === 'c007' ? 'merged' : 'active', created_at: now, updated_at: now, fact_count: 1 + i })),
   );
   await db.knex('facts').insert([...ids, 'gone'].map((id) => ({ id: `f-${id}`, repository_id: repositoryId, content: `Fact ${id}.`, content_hash: id, status: 'stable', created_at: now })));
   await db.knex('fact_concepts').insert(ids.map((id) => ({ fact_id: `f-${id}`, concept_id: id, repository_id: repositoryId })));

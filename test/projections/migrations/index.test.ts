@@ -1,8 +1,24 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { migrateReadModels, readModelMigrations } from '../../../projections/migrations/index.js';
 import { sourceCommands } from '../../../src/app/sources.js';
+import { conceptNameKey } from '../../../src/domain/concept/decider.js';
 import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 import { openTestPglite } from '../../helpers/pglite.js';
+
+/** A database as the release with migrations up to `last` left it: each of them applied and recorded, none after. */
+async function migratedThrough(t: Test, last: string) {
+  const db = await openTestPglite();
+  t.teardown(() => db.close());
+  const previous = readModelMigrations.findIndex((migration) => migration.id === last);
+  await db.knex.raw(`CREATE TABLE schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const migration of readModelMigrations.slice(0, previous + 1)) {
+    await db.knex.transaction(async (trx) => {
+      await migration.up(trx);
+      await trx('schema_migrations').insert({ id: migration.id });
+    });
+  }
+  return { db, after: readModelMigrations.slice(previous + 1).map((migration) => migration.id) };
+}
 
 t.test('019: the role assignments of repositories deleted before it go, the others stay', async (t) => {
   const db = await openMigratedDatabase();
@@ -28,16 +44,7 @@ t.test('019: the role assignments of repositories deleted before it go, the othe
 
 t.test('021: sources from before it get the reference key the projection gives; the lookup indexes of 015 and 017 go', async (t) => {
   // A database as the release before left it: every migration up to 020, applied and recorded.
-  const db = await openTestPglite();
-  t.teardown(() => db.close());
-  const previous = readModelMigrations.findIndex((migration) => migration.id === '020_oauth_answered_requests');
-  await db.knex.raw(`CREATE TABLE schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-  for (const migration of readModelMigrations.slice(0, previous + 1)) {
-    await db.knex.transaction(async (trx) => {
-      await migration.up(trx);
-      await trx('schema_migrations').insert({ id: migration.id });
-    });
-  }
+  const { db, after } = await migratedThrough(t, '020_oauth_answered_requests');
   const now = new Date();
   const source = (id: string, origin: string, reference: { url?: string; doi?: string; filename?: string }, repository = 'repo-1') => ({
     id, repository_id: repository, origin, status: 'processed', created_by: 'u1', created_at: now, updated_at: now, ...reference,
@@ -56,7 +63,7 @@ t.test('021: sources from before it get the reference key the projection gives; 
   for (let i = 0; i < 1100; i += 1) rows.push(source(`many-${String(i).padStart(4, '0')}`, 'url', { url: `http://h/%6bmany/${i}?` }));
   for (let i = 0; i < rows.length; i += 500) await db.knex('sources').insert(rows.slice(i, i + 500));
 
-  t.same(await migrateReadModels(db.knex), readModelMigrations.slice(previous + 1).map((migration) => migration.id), 'the migrations after 020 run');
+  t.same(await migrateReadModels(db.knex), after, 'the migrations after 020 run');
   const keys = new Map((await db.knex('sources').select('id', 'reference_key')).map((row: { id: string; reference_key: string | null }) => [row.id, row.reference_key]));
   t.same(
     Object.fromEntries(['empty-query', 'escaped', 'escape-case', 'fragment', 'doi-url', 'doi', 'refused', 'upload'].map((id) => [id, keys.get(id)])),
@@ -129,8 +136,7 @@ t.test('022: URLs keyed with lower-case escapes are keyed again in upper case; t
 
 t.test('023: alias rows spelt decomposed are spelt and keyed composed; two of one concept that now share a key are one', async (t) => {
   // A database as the release before 023 left it: alias rows spelt and keyed as the events wrote them.
-  const db = await openMigratedDatabase();
-  t.teardown(() => db.close());
+  const { db, after } = await migratedThrough(t, '022_sources_reference_key_escapes');
   const now = new Date();
   const concept = (id: string, canonical_name: string) => ({ id, repository_id: 'repo-1', canonical_name, context: 'place', status: 'active', created_at: now, updated_at: now });
   const alias = (concept_id: string, name: string) => ({ concept_id, repository_id: 'repo-1', alias: name, alias_lower: name.toLowerCase(), context_lower: 'place' });
@@ -151,9 +157,9 @@ t.test('023: alias rows spelt decomposed are spelt and keyed composed; two of on
     await db.knex('concepts').insert(many.slice(i, i + 500).map((id) => concept(id, `${id} e\u0301`)));
     await db.knex('concept_aliases').insert(many.slice(i, i + 500).map((id) => alias(id, `${id} e\u0301`)));
   }
-  await db.knex('schema_migrations').where({ id: '023_concept_aliases_nfc' }).delete();
 
-  t.same(await migrateReadModels(db.knex), ['023_concept_aliases_nfc']);
+  t.same(await migrateReadModels(db.knex), after);
+  t.equal(after[0], '023_concept_aliases_nfc');
   const rows = await db.knex('concept_aliases').whereIn('concept_id', ['c1', 'c2', 'c3']).orderBy(['concept_id', 'alias_lower']).select('concept_id', 'alias', 'alias_lower');
   t.same(rows, [
     { concept_id: 'c1', alias: 'Café de Flore', alias_lower: 'café de flore' },
@@ -165,7 +171,41 @@ t.test('023: alias rows spelt decomposed are spelt and keyed composed; two of on
   t.equal((await db.knex('concept_aliases').where({ concept_id: 'm-1099' }).first('alias_lower'))?.alias_lower, 'm-1099 é', 'every page of rows keyed');
   const c1 = await db.knex('concepts').where({ id: 'c1' }).first('canonical_name', 'alias_text');
   t.equal(c1?.canonical_name, cafeNfd, 'the canonical name stays as its event recorded it');
-  t.match(c1?.alias_text, /Flore Le Café$/, 'the alias text is made again from the rows');
+  t.equal(c1?.alias_text, 'Flore Le Café', 'the alias text is made again from the rows (by 024), without the canonical name');
+});
+
+t.test('024: every concept gets its canonical name\'s key from TypeScript, its alias text made by that key; the name index is not unique', async (t) => {
+  const { db, after } = await migratedThrough(t, '023_concept_aliases_nfc');
+  t.equal(after[0], '024_concepts_name_key');
+  const now = new Date();
+  const concept = (id: string, canonical_name: string, alias_text: string) => ({ id, repository_id: 'repo-1', canonical_name, context: 'person', status: 'active', alias_text, created_at: now, updated_at: now });
+  const alias = (concept_id: string, name: string) => ({ concept_id, repository_id: 'repo-1', alias: name.normalize('NFC'), alias_lower: conceptNameKey(name), context_lower: 'person' });
+  // As the projection wrote them before 024: the alias text left out only the row SQL lower() matched.
+  const named: Array<[string, string, string[]]> = [
+    ['zola', 'Émile Zola', ['Zola']],
+    ['decomposed', 'E\u0301mile Zola', ['Zola']],
+    ['sigma', 'ΟΔΟΣ', []],
+    ['ascii', 'Marie Curie', ['Curie']],
+  ];
+  await db.knex('concepts').insert(named.map(([id, name, aliases]) => concept(id, name, [name, ...aliases].join(' '))));
+  await db.knex('concept_aliases').insert(named.flatMap(([id, name, aliases]) => [name, ...aliases].map((a) => alias(id, a))));
+  // More than one of the migration's pages.
+  const many = Array.from({ length: 1100 }, (_, i) => `m-${String(i).padStart(4, '0')}`);
+  for (let i = 0; i < many.length; i += 500) await db.knex('concepts').insert(many.slice(i, i + 500).map((id) => concept(id, `${id.toUpperCase()} E\u0301`, '')));
+
+  t.same(await migrateReadModels(db.knex), after);
+  const rows = await db.knex('concepts').whereIn('id', named.map(([id]) => id)).orderBy('id').select('id', 'canonical_name', 'name_key', 'alias_text');
+  t.same(rows, [
+    { id: 'ascii', canonical_name: 'Marie Curie', name_key: 'marie curie', alias_text: 'Curie' },
+    { id: 'decomposed', canonical_name: 'E\u0301mile Zola', name_key: 'émile zola', alias_text: 'Zola' },
+    { id: 'sigma', canonical_name: 'ΟΔΟΣ', name_key: 'οδος', alias_text: '' },
+    { id: 'zola', canonical_name: 'Émile Zola', name_key: 'émile zola', alias_text: 'Zola' },
+  ], 'keyed as conceptNameKey keys them; the canonical name is no longer listed among its aliases');
+  t.equal((await db.knex('concepts').where({ id: 'm-1099' }).first('name_key'))?.name_key, 'm-1099 é', 'every page of concepts keyed');
+  const indexes = await db.knex('pg_indexes').where({ tablename: 'concepts' }).pluck('indexname');
+  t.notOk(indexes.includes('concepts_identity'), 'the unique index on lower() is gone');
+  t.ok(indexes.includes('concepts_name_key'), 'names are looked up by their key');
+  await t.rejects(db.knex('concepts').insert({ ...concept('no-key', 'X', ''), name_key: null }), /null value in column "name_key"/, 'every row has a key');
 });
 
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
