@@ -3,7 +3,7 @@ import path from 'node:path';
 import { checkServerIdentity, type ConnectionOptions } from 'node:tls';
 import knexFactory, { type Knex } from 'knex';
 import ClientPgLite from 'knex-pglite';
-import { startAutovacuum } from './autovacuum.js';
+import { type Autovacuum, startAutovacuum } from './autovacuum.js';
 import { acquireDataDirLock } from './dataDirLock.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.js';
 import { gateConnection, PriorityGate } from './priority.js';
@@ -159,6 +159,21 @@ function writableDataDir<T>(dataDir: string, open: () => T): T {
   }
 }
 
+/**
+ * Runs one step of an open; if it fails, closes what the open has made so far (the PGlite
+ * worker and the directory's lock, or the server's pool) before passing the failure on, so
+ * that the same process can open again. A failure of the close itself is dropped: the step's
+ * is the one to report.
+ */
+async function closingOnFailure<T>(close: () => Promise<void>, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    await close().catch(() => undefined);
+    throw error;
+  }
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if (options.kind === 'pglite') {
     const inMemory = options.dataDir.startsWith('memory://');
@@ -202,28 +217,29 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
         gate.leave();
       }
     });
-    await knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
+    let autovacuum: Autovacuum | null = null;
+    const close = async () => {
+      try {
+        await autovacuum?.stop();
+        await knex.destroy();
+        if (!pglite.closed) await pglite.close();
+      } finally {
+        lock?.release();
+      }
+    };
+    await closingOnFailure(close, () => knex.raw('CREATE EXTENSION IF NOT EXISTS vector'));
     // PGlite has no autovacuum daemon; without statistics and vacuums, plans and tables decay as they grow.
     const autovacuumIntervalMs = options.readOnly ? false : (options.autovacuumIntervalMs ?? EMBEDDED_AUTOVACUUM_INTERVAL_MS);
-    const autovacuum =
-      autovacuumIntervalMs === false
-        ? null
-        : startAutovacuum(knex, { intervalMs: autovacuumIntervalMs, onError: (error) => console.warn('embedded autovacuum round failed:', error) });
+    if (autovacuumIntervalMs !== false) {
+      autovacuum = startAutovacuum(knex, { intervalMs: autovacuumIntervalMs, onError: (error) => console.warn('embedded autovacuum round failed:', error) });
+    }
     return {
       knex,
       kind: 'pglite',
       hasVector: true,
       requestsWaiting: () => gate.waiting().foreground > 0,
       msSinceRequest: () => gate.msSinceForeground(),
-      close: async () => {
-        try {
-          await autovacuum?.stop();
-          await knex.destroy();
-          if (!pglite.closed) await pglite.close();
-        } finally {
-          lock?.release();
-        }
-      },
+      close,
     };
   }
   const ssl = postgresTls(options.sslMode);
@@ -240,12 +256,13 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       },
     },
   });
+  const close = () => knex.destroy();
   if (options.readOnly) {
     // A reader installs nothing: the extension is there (serve or migrate made it) or not.
-    const installed = await knex.raw(`SELECT count(*)::int AS n FROM pg_catalog.pg_extension WHERE extname = 'vector'`);
-    return { knex, kind: 'postgres', hasVector: (installed.rows[0]?.n ?? 0) > 0, close: () => knex.destroy() };
+    const installed = await closingOnFailure(close, () => knex.raw(`SELECT count(*)::int AS n FROM pg_catalog.pg_extension WHERE extname = 'vector'`));
+    return { knex, kind: 'postgres', hasVector: (installed.rows[0]?.n ?? 0) > 0, close };
   }
-  const probe = await knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`);
+  const probe = await closingOnFailure(close, () => knex.raw(`SELECT count(*)::int AS n FROM pg_available_extensions WHERE name = 'vector'`));
   let hasVector = (probe.rows[0]?.n ?? 0) > 0;
   if (hasVector) {
     try {
@@ -254,7 +271,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
       hasVector = false; // available but not permitted for this role: search stays lexical
     }
   }
-  return { knex, kind: 'postgres', hasVector, close: () => knex.destroy() };
+  return { knex, kind: 'postgres', hasVector, close };
 }
 
 /**

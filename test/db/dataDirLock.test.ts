@@ -81,6 +81,17 @@ t.test('openDatabase holds the lock of a PGlite directory while open; in-memory 
   await Promise.all([first.close(), second.close()]);
 });
 
+t.test('an open that fails after PGlite started closes it and releases the lock: the directory opens again', async (t) => {
+  const dir = scratchDir(t);
+  await seedPgliteDir(dir);
+  // A real failure after the worker is up: in a read-only session the open's CREATE EXTENSION is refused.
+  await t.rejects(openDatabase({ kind: 'pglite', dataDir: dir, settings: { default_transaction_read_only: 'on' } }), /read-only transaction/);
+  t.notOk(existsSync(`${dir}.lock`), 'the failed open released the lock');
+  const again = await openDatabase({ kind: 'pglite', dataDir: dir });
+  t.equal((await again.knex.raw('SELECT 1 AS one')).rows[0].one, 1, 'and the same process opens the directory again');
+  await again.close();
+});
+
 t.test('a data directory that cannot be made or written is said so, naming the setting', async (t) => {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-lock-'));
   t.teardown(() => rmSync(root, { recursive: true, force: true }));
