@@ -4,6 +4,7 @@ import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { utcMicrosecondsText } from '../db/timestamps.js';
+import { runeLength } from '../domain/text.js';
 import { afterNewestFirst, countOf, decodeNewestFirstCursor, encodeNewestFirstCursor, pageOf, type PageInput } from './paging.js';
 import { presentFact, presentSource, type SourceRow } from './present.js';
 
@@ -66,7 +67,7 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
       }
       const words = input.query.trim().split(/\s+/).filter((word) => word !== '');
       if (words.length === 0) throw invalid('query must contain a word');
-      if (input.query.length > MAX_SOURCE_QUERY_CHARS) throw invalid(`query must be at most ${MAX_SOURCE_QUERY_CHARS} characters`);
+      if (runeLength(input.query) > MAX_SOURCE_QUERY_CHARS) throw invalid(`query must be at most ${MAX_SOURCE_QUERY_CHARS} characters`);
       const { limit } = pageOf({ limit: input.limit }, 20, 100);
       const after = decodeNewestFirstCursor(input.cursor);
       const query = knex('sources').where({ repository_id: repository.id });

@@ -155,6 +155,13 @@ t.test('listSearchProviders and searchSources', async (t) => {
   const badCursor = await call(reader, 'searchSources', { repository: repoId, query: 'curie', cursor: 'nonsense' });
   t.ok(badCursor.isError);
   t.match(badCursor.text, /cursor/);
+  // The query's bound counts characters (code points) as every other: 500 emoji are 1,000 UTF-16 units.
+  const emoji = await call(reader, 'searchSources', { repository: repoId, query: '🧪'.repeat(500) });
+  t.notOk(emoji.isError, emoji.text);
+  t.match(emoji.value, { total: 0, items: [] });
+  const tooLong = await call(reader, 'searchSources', { repository: repoId, query: '🧪'.repeat(501) });
+  t.ok(tooLong.isError);
+  t.match(tooLong.text, /at most 500 characters/);
 });
 
 t.test('searchFacts and getFact answer with fact ids', async (t) => {

@@ -1,5 +1,6 @@
 import t from 'tap';
 import type { Principal } from '../../src/auth/rbac.js';
+import { MAX_SOURCE_QUERY_CHARS } from '../../src/read/sources.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
 import { extractFacts } from '../api/seedGraph.js';
 
@@ -74,4 +75,11 @@ t.test('search pages by where the last one ended: a source deleted or added betw
     const cursor = Buffer.from(`k:${JSON.stringify(values)}`).toString('base64url');
     await rejectsWith(t, harness.app.sources.search(owner, { repository, query: 'walk', cursor }), 'invalid', /cursor/);
   }
+});
+
+t.test('search bounds its query in characters (code points), as every text bound: an emoji is one', async (t) => {
+  // 500 emoji are 1,000 UTF-16 units.
+  const found = await harness.app.sources.search(owner, { repository, query: '🧪'.repeat(MAX_SOURCE_QUERY_CHARS) });
+  t.equal(found.total, 0);
+  await rejectsWith(t, harness.app.sources.search(owner, { repository, query: '🧪'.repeat(MAX_SOURCE_QUERY_CHARS + 1) }), 'invalid', /at most 500 characters/);
 });

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
 import { MAX_SOURCE_DOI_CHARS, MAX_SOURCE_URL_CHARS } from '../../domain/source/reference.js';
+import { MAX_SOURCE_QUERY_CHARS } from '../../read/sources.js';
 import { defineTool, idArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 /** Sources: find the documents a repository has, and add new ones (fetched and decomposed into facts in the background). */
@@ -13,7 +14,7 @@ export const sourceTools = [
       'Returns items with id, url, doi, title and status, the total, and `next_cursor` (pass it as `cursor` for the next page; null on the last).',
     input: z.object({
       repository: repositoryArgument,
-      query: z.string().min(1).max(500).describe('Words to look for in the source title, URL, DOI or file name.'),
+      query: textOfAtMost(MAX_SOURCE_QUERY_CHARS).min(1).describe('Words to look for in the source title, URL, DOI or file name.'),
       provider: z.string().min(1).max(100).optional().describe('Where to search: an id from listSearchProviders (default "local", the repository itself).'),
       per_page: z.number().int().min(1).max(100).optional().describe('Sources per page (1 to 100; default 20).'),
       cursor: z.string().max(200).optional().describe('The `next_cursor` of the previous page.'),
