@@ -144,6 +144,9 @@ function validationMessage(error: FastifyError, request: FastifyRequest): string
   if (repeated !== undefined && first?.keyword === 'type' && Array.isArray((request.query as Record<string, unknown> | undefined)?.[repeated])) {
     return `query parameter '${repeated}' is given more than once; it takes one value`;
   }
+  // Ajv's "must be equal to one of the allowed values" does not say them; a caller needs them to correct the value.
+  const allowedValues = first?.keyword === 'enum' ? (first.params as { allowedValues?: unknown }).allowedValues : undefined;
+  if (Array.isArray(allowedValues)) return `${error.message} (${allowedValues.map((value) => String(value)).join(', ')})`;
   return error.message;
 }
 

@@ -36,6 +36,21 @@ export const QUEUED_JOB_KINDS = [
 ] as const;
 export type QueuedJobKind = (typeof QUEUED_JOB_KINDS)[number];
 
+/**
+ * The spec's job kinds this release never makes: the registry exchange is not built (docs/api.md,
+ * "Not built in this release"). Their queue counts are still read, so a configuration stays valid.
+ */
+export const UNBUILT_JOB_KINDS = ['contribute_source', 'pull_all_from_registry'] as const satisfies readonly QueuedJobKind[];
+
+/**
+ * The kinds of task this release makes: what the tasks filters (REST's `kind`, the MCP task
+ * tools') take. A kind it never makes is refused as a mistake or a client of another release,
+ * rather than answered with an empty list that would look like "none yet".
+ */
+export const TASK_KINDS = QUEUED_JOB_KINDS.filter(
+  (kind): kind is Exclude<QueuedJobKind, (typeof UNBUILT_JOB_KINDS)[number]> => !(UNBUILT_JOB_KINDS as readonly string[]).includes(kind),
+);
+
 /** The default `auth.jwt_secret`: fine for a laptop, refused by `checkSecrets` in production. */
 export const JWT_SECRET_PLACEHOLDER = 'CHANGE-ME-placeholder-jwt-secret-not-for-production';
 

@@ -248,6 +248,12 @@ t.test('investigations: create, add a source, fetch a new one into it, read it, 
   t.match(tasks.value.tasks, [{ kind: 'retrieve_source', state: 'queued' }]);
   t.notOk('attempts' in tasks.value.tasks[0], 'compact unless verbose');
   t.match(tasks.value.by_kind, { retrieve_source: { queued: 1 } });
+  // The kind filter takes the kinds this release makes, as REST's does: none of a kind is an empty page; the registry's are refused.
+  const noneOfKind = await call(reader, 'getSourceTasks', { repository: repoId, sourceId: fetched.value.source.id, kind: 'embed_facts' });
+  t.match(noneOfKind.value, { complete: false, total: 0, tasks: [] });
+  const unbuiltKind = await call(reader, 'getSourceTasks', { repository: repoId, sourceId: fetched.value.source.id, kind: 'contribute_source' });
+  t.ok(unbuiltKind.isError, 'a kind this release never makes is refused');
+  t.match(unbuiltKind.text, /kind/);
   const verbose = await call(reader, 'getSourceTasks', { repository: repoId, investigationId, verbose: true, limit: 1 });
   t.equal(verbose.value.tasks.length, 1);
   t.type(verbose.value.tasks[0].attempts, 'number');

@@ -4,7 +4,7 @@ import path from 'node:path';
 import t from 'tap';
 import { buildConfig } from '../../src/config/load.js';
 import { parseDuration } from '../../src/config/duration.js';
-import { QUEUED_JOB_KINDS, type Config } from '../../src/config/types.js';
+import { QUEUED_JOB_KINDS, UNBUILT_JOB_KINDS, type Config } from '../../src/config/types.js';
 import { createLocalEmbedder } from '../../src/providers/embeddings/local.js';
 import { createLocalChatModel } from '../../src/providers/llm/local.js';
 import { createPipelineStages, stageRegistry } from '../../src/pipeline/registry.js';
@@ -14,7 +14,8 @@ import type { StageDefinition, StageDeps } from '../../src/pipeline/types.js';
 import { createFileAssetStore } from '../../src/storage/assets.js';
 import { openStageFixture } from './stageFixture.js';
 
-const NOT_YET_BUILT = ['contribute_source', 'pull_all_from_registry'];
+// The kinds the tasks filters refuse are exactly those without a stage.
+const NOT_YET_BUILT = [...UNBUILT_JOB_KINDS];
 
 // One in-memory PGlite for the file: creating stages reads and writes nothing.
 const fixture = openStageFixture(t);

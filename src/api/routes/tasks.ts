@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
-import { QUEUED_JOB_KINDS } from '../../config/types.js';
+import { TASK_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
 import type { TaskListInput } from '../../read/tasks.js';
 import { requireUser } from '../guard.js';
@@ -43,7 +43,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
             investigation_id: { type: 'string', minLength: 1, maxLength: 200, description: "the tasks of the investigation's sources (not with source_id)" },
             report_id: { type: 'string', minLength: 1, maxLength: 200 },
             state: { type: 'string', enum: [...jobStates] },
-            kind: { type: 'string', enum: [...QUEUED_JOB_KINDS] },
+            kind: { type: 'string', enum: [...TASK_KINDS], description: 'a kind of task this release makes (the registry exchange\'s are not built: a 400)' },
             ...pagingQuery,
           },
         },

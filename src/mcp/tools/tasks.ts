@@ -1,20 +1,20 @@
 import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
-import { QUEUED_JOB_KINDS } from '../../config/types.js';
+import { TASK_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
 import type { ToolCall } from './common.js';
 import { defineTool, idArgument, repositoryArgument } from './common.js';
 
 const taskFilters = {
   state: z.enum(jobStates).optional().describe(`Only tasks in this state (${jobStates.join(', ')}).`),
-  kind: z.enum(QUEUED_JOB_KINDS).optional().describe(`Only tasks of this kind (${QUEUED_JOB_KINDS.join(', ')}).`),
+  kind: z.enum(TASK_KINDS).optional().describe(`Only tasks of this kind (${TASK_KINDS.join(', ')}).`),
   byKind: z.boolean().optional().describe('Also return `by_kind`: task counts per kind and state (default false).'),
   verbose: z.boolean().optional().describe('Return every field of each task (attempts, errors, times) rather than id, kind, state and error (default false).'),
   limit: z.number().int().min(1).max(500).optional().describe('Tasks per page (1 to 500; default 50).'),
   cursor: z.string().max(200).optional().describe('The `next_cursor` of the previous page: where it ended, so tasks that changed state or were added meanwhile are neither skipped nor repeated.'),
 };
 
-type TaskFilters = { state?: (typeof jobStates)[number]; kind?: (typeof QUEUED_JOB_KINDS)[number]; byKind?: boolean; verbose?: boolean; limit?: number; cursor?: string };
+type TaskFilters = { state?: (typeof jobStates)[number]; kind?: (typeof TASK_KINDS)[number]; byKind?: boolean; verbose?: boolean; limit?: number; cursor?: string };
 
 /** One page of tasks through the tasks query, shaped for a model: `complete` first, compact items unless verbose. */
 async function taskPage({ app, principal }: ToolCall, repository: string, subject: { source_id?: string; investigation_id?: string; report_id?: string }, filters: TaskFilters) {

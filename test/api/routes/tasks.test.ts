@@ -80,6 +80,14 @@ t.test('the task list with per-kind counts and completeness', async (t) => {
   const unknownKind = await get('/tasks?kind=bogus');
   t.equal(unknownKind.status, 400, 'an unknown kind is refused, as an unknown state is');
   t.match(unknownKind.body, { error: 'bad_request', message: /kind/ });
+  // A kind of task this release makes answers, tasks or none; one it never makes (the registry
+  // exchange's, in the spec's queue list or not) is refused with the kinds it does make.
+  t.match((await get('/tasks?kind=migrate_context')).body, { items: [], total: 0 }, 'a kind made here, none yet: an empty page');
+  for (const unbuilt of ['contribute_source', 'pull_all_from_registry', 'export_graph', 'import_graph']) {
+    const refused = await get(`/tasks?kind=${unbuilt}`);
+    t.equal(refused.status, 400, `${unbuilt} is not made by this release`);
+    t.match(refused.body, { error: 'bad_request', message: /^querystring\/kind must be equal to one of the allowed values \(retrieve_source, .*migrate_context\)$/ });
+  }
   const narrowed = await get(`/tasks?source_id=${sourceA}&state=succeeded`);
   t.equal(narrowed.body.total, 1);
   t.equal(narrowed.body.complete, false, 'completeness ignores the state filter');
