@@ -134,6 +134,36 @@ t.test('the OpenAPI document: every operation says what it does and every respon
   );
 });
 
+t.test('a route that takes no token lists no 401, 403, 404 or 409 but those its handler gives', async (t) => {
+  const service = await startTestService({ workers: false });
+  t.teardown(() => service.close());
+  const document = (await service.call('GET', '/api/v1/openapi.json')).body as { paths: Record<string, Record<string, Operation>> };
+  // What each handler answers, read from it: a wrong password, an OAuth client that tried to
+  // authenticate, a form without its CSRF token, a taken e-mail address, a CORS preflight from an
+  // Origin not allowed. Every other route that serves anyone answers none of these.
+  const answers: Record<string, string[]> = {
+    'POST /api/v1/auth/register': ['409'],
+    'POST /api/v1/auth/login': ['401'],
+    'POST /api/v1/auth/refresh': ['401'],
+    'POST /api/v1/oauth/token': ['401'],
+    'POST /api/v1/oauth/revoke': ['401'],
+    'POST /api/v1/oauth/authorize': ['403'],
+    'POST /api/v1/oauth/authorize/login': ['403'],
+    'OPTIONS /api/v1/mcp': ['403'],
+  };
+  const listed: Record<string, string[]> = {};
+  for (const [url, methods] of Object.entries(document.paths)) {
+    for (const [method, operation] of Object.entries(methods)) {
+      if ((operation.security?.length ?? 0) > 0) continue;
+      const codes = Object.keys(operation.responses).filter((code) => ['401', '403', '404', '409'].includes(code));
+      if (codes.length > 0) listed[`${method.toUpperCase()} ${url}`] = codes;
+    }
+  }
+  t.ok(document.paths['/healthz'] && document.paths['/.well-known/oauth-authorization-server'], 'the health and discovery routes are among those checked');
+  t.same(listed, answers);
+  t.match(document.paths['/healthz/instance'].get.responses['400'], { description: /no challenge/ }, 'the instance proof says its own 400');
+});
+
 /** Every `error` code the source can send: literal codes in HttpError and send() calls, and the mapped ones. */
 function codesInSource(): Set<string> {
   const files: string[] = [];

@@ -22,7 +22,10 @@ const credentialsBody = (withName: boolean) =>
     },
   }) as const;
 
-/** Session API: register, login, logout, refresh. */
+/**
+ * Session API: register, login, logout, refresh. Register, login and refresh take no token, so
+ * each lists only the errors its handler gives (not the shared 401/403/404/409 of errorReplies).
+ */
 export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   // Answers that carry tokens are never stored by a cache on the way (RFC 6749 5.1's rule for
   // token responses; errors too, so no cache keeps one of this plugin's answers at all).
@@ -33,15 +36,14 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
     '/api/v1/auth/register',
     { schema: { summary: 'Register a user and start a session', tags: ['auth'], body: credentialsBody(true), response: {
           201: { ...sessionReply, description: 'the user, registered and signed in' },
-          ...errorReplies,
-          401: errorReply('not sent by this route (it takes no token)'),
+          400: errorReply('a body that fails its schema, an e-mail address that is not one, or a password the policy refuses'),
           409: errorReply('the e-mail address is taken'),
         }, } },
     async (request, reply) => reply.status(201).send(await context.identity.register(request.body)),
   );
   app.post<{ Body: { email: string; password: string } }>(
     '/api/v1/auth/login',
-    { schema: { summary: 'Sign in with e-mail and password', tags: ['auth'], body: credentialsBody(false), response: { 200: { ...sessionReply, description: 'signed in: a new session' }, ...errorReplies, 401: errorReply('a wrong e-mail address or password') } } },
+    { schema: { summary: 'Sign in with e-mail and password', tags: ['auth'], body: credentialsBody(false), response: { 200: { ...sessionReply, description: 'signed in: a new session' }, 400: errorReplies[400], 401: errorReply('a wrong e-mail address or password') } } },
     async (request) => context.identity.login(request.body),
   );
   app.post(
@@ -68,7 +70,7 @@ export const authRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         },
         response: {
           200: { description: 'a new access token and the refresh token that replaces the one sent', type: 'object', required: ['token', 'refresh_token'], properties: { token: { type: 'string' }, refresh_token: { type: 'string' } } },
-          ...errorReplies,
+          400: errorReplies[400],
           401: errorReply('an unknown, expired or revoked refresh token, or one used twice (the session is revoked)'),
         },
       },

@@ -1,6 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { proveInstance } from '../../db/dataDirLock.js';
+import { errorReply } from '../errors.js';
 
 /**
  * How old the head `/healthz` reports may be. The projection runner reads the log at every batch
@@ -38,7 +39,10 @@ export const healthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         tags: ['health'],
         summary: "Proves this process holds the instance key of its data directory's lock: an HMAC-SHA256 of the challenge (the CLI checks it before sending a token)",
         querystring: { type: 'object', required: ['challenge'], properties: { challenge: { type: 'string', minLength: 32, maxLength: 128 } } },
-        response: { 200: { description: 'the proof over the challenge', type: 'object', properties: { proof: { type: 'string' } } } },
+        response: {
+          200: { description: 'the proof over the challenge', type: 'object', properties: { proof: { type: 'string' } } },
+          400: errorReply('no challenge, or one not 32 to 128 characters long; or a URL that is not valid percent-encoded UTF-8 or holds a NUL character or a lone surrogate'),
+        },
       },
     },
     async (request) => ({ proof: proveInstance((request.query as { challenge: string }).challenge) }),
