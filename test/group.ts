@@ -15,7 +15,7 @@ import { registerHooks } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import t, { type Test } from 'tap';
-import { markGroupedRun } from './helpers/groupedRun.js';
+import { endGroupedRun, markGroupedRun } from './helpers/groupedRun.js';
 
 const root = path.resolve(import.meta.dirname, '..');
 
@@ -115,15 +115,17 @@ export async function runGroup(entryFile: string): Promise<void> {
   // `node test/groups/x.ts`): the group gets its files' sum here, and the tap runner's timer for
   // the process follows it (the entry passes tap's timeout messages both ways).
   t.setTimeout(timeout * Math.max(files.length, 1));
-  for (const file of files) {
+  const fileTests = files.map((file) => {
     const url = pathToFileURL(path.join(root, file)).href;
     grouped.add(url);
-    t.test(file, { timeout }, async (fileTest) => {
+    return t.test(file, { timeout }, async (fileTest) => {
       current = fileTest;
       if (timesFile !== undefined) measure(fileTest, file, timesFile);
       await import(url);
     });
-  }
+  });
+  // What the files shared (kept databases) holds the process open until the last file is done.
+  void Promise.allSettled(fileTests).then(endGroupedRun);
 }
 
 const timesFile = process.env.FACTLOG_TEST_GROUP_TIMES;
