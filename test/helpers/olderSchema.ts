@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { lstatSync, readdirSync, readFileSync } from 'node:fs';
+import { cpSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { openDatabase } from '../../src/db/database.js';
@@ -23,8 +24,27 @@ export const olderSchemaPending = [
   { schema: 'event store', ids: ['events_planner_statistics'] },
 ];
 
-/** An embedded data directory `dir` (PGlite) migrated by this release, then made older if asked; closed. */
+/** The directories `migratedPgliteDir` copies, made once per process (older or not), removed when it exits. */
+const madeDirs = new Map<boolean, Promise<string>>();
+
+/**
+ * An embedded data directory `dir` (PGlite) migrated by this release, then made older if asked;
+ * closed. A copy of one made once per process: migrating a database and closing it cost about
+ * 0.7 CPU-s, and a test of the commands' refusals wants a fresh one for each case.
+ */
 export async function migratedPgliteDir(dir: string, { older = false } = {}): Promise<void> {
+  let made = madeDirs.get(older);
+  if (made === undefined) {
+    made = makeMigratedPgliteDir(older);
+    madeDirs.set(older, made);
+  }
+  cpSync(await made, dir, { recursive: true });
+}
+
+async function makeMigratedPgliteDir(older: boolean): Promise<string> {
+  const root = mkdtempSync(path.join(tmpdir(), 'factlog-migrated-dir-'));
+  process.once('exit', () => rmSync(root, { recursive: true, force: true }));
+  const dir = path.join(root, 'pglite');
   await seedPgliteDir(dir);
   const db = await openDatabase({ kind: 'pglite', dataDir: dir, autovacuumIntervalMs: false });
   try {
@@ -34,6 +54,7 @@ export async function migratedPgliteDir(dir: string, { older = false } = {}): Pr
   } finally {
     await db.close();
   }
+  return dir;
 }
 
 /** Every file and directory under `root` with its modification time, and each file's SHA-256: equal only if nothing was written. */
