@@ -9,6 +9,7 @@ import { createAppContext, type AppContext, type ContextOptions } from '../../sr
 import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
 import type { Database, DatabaseOptions } from '../../src/db/database.js';
+import { needsInitdb } from '../../src/db/pgliteThread.js';
 import { isGroupedRun } from './groupedRun.js';
 import { openMigratedDatabase } from './migratedDatabase.js';
 import { openTestDatabase, seedPgliteDir } from './pglite.js';
@@ -69,8 +70,10 @@ export async function startTestService(
   );
   const database = databaseOptions(config, config.readmodels.database);
   const keptDatabase = isGroupedRun() && !options.dataDir && !options.persistent && database.kind === 'pglite';
-  // Any other service on PGlite starts from the initdb template and migrates it itself.
-  if (!options.dataDir && !keptDatabase && database.kind === 'pglite') await seedPgliteDir(database.dataDir);
+  // Any other service on PGlite without a database yet (a new directory, or a `dataDir` a restart
+  // test made empty) starts from the initdb template and migrates it itself: PGlite's own initdb,
+  // in a child process, costs 2-3 CPU-s more.
+  if (!keptDatabase && database.kind === 'pglite' && needsInitdb(database.dataDir)) await seedPgliteDir(database.dataDir);
   // The built-in models start at their first call: most services never call one.
   const context = await createAppContext(config, {
     env: options.env ?? {},
