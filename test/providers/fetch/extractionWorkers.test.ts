@@ -29,9 +29,15 @@ async function rejection(promise: Promise<unknown>): Promise<Error> {
   throw new Error('expected a rejection');
 }
 
+/**
+ * One worker extractor for the tests that compare its answers with the calling thread's and end
+ * no worker: a worker loads the extraction modules again, about 0.3 CPU-s each.
+ */
+const comparing = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
+t.teardown(() => comparing.close());
+
 t.test('a worker extracts the document the calling thread extracts, HTML and PDF', async (t) => {
-  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
-  t.teardown(() => extractor.close());
+  const extractor = comparing;
   for (const [name, contentType] of [
     ['r01-becquerel-rays.html', 'text/html; charset=utf-8'],
     ['c03-computable-numbers.pdf', 'application/pdf'],
@@ -47,8 +53,7 @@ t.test('a worker extracts the document the calling thread extracts, HTML and PDF
 });
 
 t.test("a worker reads a PDF's images as the calling thread does, as Buffers", async (t) => {
-  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
-  t.teardown(() => extractor.close());
+  const extractor = comparing;
   const pdf = buildPdfWithImages([{ lines: ['A page with a photo.'], images: [noiseImage(48, 32, 11)] }, { lines: ['And another.'], images: [noiseImage(20, 20, 13)] }], 'Images');
   const limits = { maxImageBytes: 5_242_880, maxImages: 20 };
   const inWorker = await extractor.pdfImages(pdf, limits);
@@ -62,8 +67,7 @@ t.test("a worker reads a PDF's images as the calling thread does, as Buffers", a
 });
 
 t.test("a worker's refusals are UnsupportedContentError with the content type, permanent as in the thread", async (t) => {
-  const extractor = createWorkerDocumentExtractor({ inThreadBelowBytes: 0 });
-  t.teardown(() => extractor.close());
+  const extractor = comparing;
   const cases = [
     { body: Buffer.from('%PDF-1.7 not really a pdf'), contentType: 'application/pdf' },
     { body: Buffer.from('<html><body>   </body></html>'), contentType: 'text/html' },
