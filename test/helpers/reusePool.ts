@@ -54,6 +54,7 @@ export class ReusePool<Item> {
 
   /** Closes every kept item. */
   private async closeKept(): Promise<void> {
+    this.closedAtGroupEnd = false;
     const kept = this.kept.splice(0);
     for (const { closer } of kept) clearTimeout(closer);
     await Promise.allSettled(kept.map(({ item }) => this.close(item)));
