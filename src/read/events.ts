@@ -2,6 +2,8 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid } from '../app/errors.js';
 import { principalCan, repositoryDomain, type Principal } from '../auth/rbac.js';
+import { shortenRunes } from '../domain/text.js';
+import { parseStreamName, streamCategories } from '../eventstore/envelope.js';
 import { pageOf } from './paging.js';
 import { presentEvent } from './present.js';
 
@@ -20,6 +22,24 @@ export const MAX_EVENTS = 1000;
 /** Who holds which role: the repository's members, which only `members:read` may see (docs/auth.md). */
 const MEMBERSHIP_EVENT_TYPES: ReadonlySet<string> = new Set(['RoleGranted', 'RoleRevoked']);
 
+/** Names a refusal repeats: at most ten, each at most 100 characters, as the REST layer's own refusals do (src/api/errors.ts). */
+function namesOf(names: readonly string[]): string {
+  const listed = names.slice(0, 10).map((name) => shortenRunes(name, 100));
+  if (names.length > 10) listed.push(`${names.length - 10} more`);
+  return listed.join(', ');
+}
+
+/**
+ * A stream filter names a stream the log could hold (`<category>-<id>`, docs/events.md): any other
+ * name would filter every event out, an empty page that reads as no history.
+ */
+function checkStreamName(stream: string): void {
+  const { category, id } = parseStreamName(stream);
+  if (!streamCategories.some((known) => known === category) || id === '') {
+    throw invalid(`stream must be <category>-<id>, the category one of ${streamCategories.join(', ')} (docs/events.md)`);
+  }
+}
+
 /** History: a repository's events in log order. */
 export function eventQueries(deps: Pick<AppContext, 'db' | 'store' | 'schemas'>) {
   return {
@@ -27,9 +47,12 @@ export function eventQueries(deps: Pick<AppContext, 'db' | 'store' | 'schemas'>)
       const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'events:read');
       const { from = 0, types, stream } = input;
       if (!Number.isInteger(from) || from < 0) throw invalid('from must be a non-negative integer');
+      if (types !== undefined && types.length === 0) throw invalid('types must name at least one event type (leave it out for every type)');
+      if (types?.some((type) => type === '')) throw invalid('types must be event types separated by single commas: it holds an empty one');
+      if (stream !== undefined) checkStreamName(stream);
       // A misspelt type would filter every event out: an empty page that looks like no history.
       const unknown = (types ?? []).filter((type) => !deps.schemas.has(type));
-      if (unknown.length) throw invalid(`unknown event type${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')} (the event types: docs/events.md)`);
+      if (unknown.length) throw invalid(`unknown event type${unknown.length > 1 ? 's' : ''} ${namesOf(unknown)} (the event types: docs/events.md)`);
       const { limit } = pageOf({ limit: input.limit }, 100, MAX_EVENTS);
       // The head before the read: a read that ends short of `limit` has looked at every visible
       // position up to it (whatever is appended meanwhile lies past it).

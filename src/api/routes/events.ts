@@ -41,8 +41,8 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
           additionalProperties: false,
           properties: {
             from: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 },
-            types: { type: 'string', pattern: '^[A-Za-z]+(,[A-Za-z]+)*$', description: 'comma-separated event types (docs/events.md); an unknown type is a 400 that names it' },
-            stream: { type: 'string', minLength: 1, maxLength: 200 },
+            types: { type: 'string', maxLength: 2000, description: 'comma-separated event types (docs/events.md); an unknown type, or an empty list or name, is a 400 that says so' },
+            stream: { type: 'string', minLength: 1, maxLength: 200, description: 'one stream, `<category>-<id>` (docs/events.md); another name is a 400' },
             limit: { type: 'integer', minimum: 1, maximum: 1000, default: 100 },
           },
         },
@@ -59,7 +59,7 @@ export const eventRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     },
     async (request) => {
       const { types, ...query } = request.query;
-      return events.list(requireUser(request), { repository: request.params.repoID, ...query, types: types?.split(',') });
+      return events.list(requireUser(request), { repository: request.params.repoID, ...query, types: types === undefined ? undefined : types === '' ? [] : types.split(',') });
     },
   );
 };
