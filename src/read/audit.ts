@@ -3,7 +3,8 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository, authorizeSystem } from '../app/access.js';
 import { invalid } from '../app/errors.js';
 import type { CredentialKind, Principal } from '../auth/rbac.js';
-import { countOf, pageOf, type PageInput } from './paging.js';
+import { utcMicrosecondsText } from '../db/timestamps.js';
+import { countOf, decodeAuditCursor, encodeAuditCursor, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
 
 /** What the audit lists can be narrowed to; every filter is optional and they combine with AND. */
@@ -17,6 +18,8 @@ export interface AuditFilters extends PageInput {
   since?: string;
   /** RFC 3339; rows before. */
   until?: string;
+  /** The `next_cursor` of the previous page (not with `offset`): the rows after its last one. */
+  cursor?: string;
 }
 
 interface AuditRow {
@@ -42,13 +45,17 @@ const instant = (name: string, value: string): Date => {
 };
 
 function filtered(query: Knex.QueryBuilder, filters: AuditFilters): Knex.QueryBuilder {
+  const since = filters.since === undefined ? undefined : instant('since', filters.since);
+  const until = filters.until === undefined ? undefined : instant('until', filters.until);
+  // An inverted range holds no row today or ever: an auditor's swapped dates, not an empty history.
+  if (since !== undefined && until !== undefined && since > until) throw invalid('since must not be after until');
   if (filters.user_id !== undefined) query.where('user_id', filters.user_id);
   if (filters.credential_kind !== undefined) query.where('credential_kind', filters.credential_kind);
   if (filters.permission !== undefined) query.where('permission', filters.permission);
   if (filters.allowed !== undefined) query.where('allowed', filters.allowed);
   if (filters.transport !== undefined) query.where('transport', filters.transport);
-  if (filters.since !== undefined) query.where('occurred_at', '>=', instant('since', filters.since));
-  if (filters.until !== undefined) query.where('occurred_at', '<', instant('until', filters.until));
+  if (since !== undefined) query.where('occurred_at', '>=', since);
+  if (until !== undefined) query.where('occurred_at', '<', until);
   return query;
 }
 
@@ -61,11 +68,22 @@ export function auditQueries(deps: Pick<AppContext, 'db' | 'audit'>) {
   const knex = deps.db.knex;
   const list = async (query: Knex.QueryBuilder, filters: AuditFilters) => {
     const page = pageOf(filters, 50);
-    await deps.audit.flush();
+    const after = decodeAuditCursor(filters.cursor);
+    if (after !== null && page.offset > 0) throw invalid('cursor and offset do not combine: the cursor says where the page starts');
     filtered(query, filters);
+    await deps.audit.flush();
     const total = await countOf(query);
-    const rows: AuditRow[] = await query.orderBy([{ column: 'occurred_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(page.limit).offset(page.offset);
-    return { items: rows.map((row) => ({ ...row, id: String(row.id), occurred_at: isoDate(row.occurred_at) })), total };
+    if (after !== null) query.whereRaw('(occurred_at, id) < (?::timestamptz, ?::bigint)', [after.at, after.id]);
+    // One row past the page says whether there is a next one.
+    const rows: Array<AuditRow & { cursor_at: string }> = await query
+      .select('*', knex.raw(`${utcMicrosecondsText('occurred_at')} AS cursor_at`))
+      .orderBy([{ column: 'occurred_at', order: 'desc' }, { column: 'id', order: 'desc' }])
+      .limit(page.limit + 1)
+      .offset(page.offset);
+    const items = rows.slice(0, page.limit);
+    const last = items.at(-1);
+    const next_cursor = rows.length > page.limit && last !== undefined ? encodeAuditCursor({ at: last.cursor_at, id: String(last.id) }) : null;
+    return { items: items.map(({ cursor_at: _cursorAt, ...row }) => ({ ...row, id: String(row.id), occurred_at: isoDate(row.occurred_at) })), total, next_cursor };
   };
   return {
     async listAudit(principal: Principal, filters: AuditFilters = {}) {

@@ -82,6 +82,27 @@ export function decodeTaskCursor(cursor: string | undefined): TaskCursor | null 
   return { at, position, id };
 }
 
+/**
+ * Where a page of the permission audit ended (newest first: `occurred_at`, then `id`, both
+ * descending): its last row's time (UTC with microseconds) and id (a bigint in decimal). The next
+ * page starts after that row, so the rows added meanwhile (reading the audit adds one) neither
+ * repeat a row as an offset would nor shift the pages.
+ */
+export interface AuditCursor {
+  at: string;
+  id: string;
+}
+
+export const encodeAuditCursor = (cursor: AuditCursor): string => encodeKeyset('a', [cursor.at, cursor.id]);
+
+export function decodeAuditCursor(cursor: string | undefined): AuditCursor | null {
+  const parts = keysetParts(cursor, 'a', 2);
+  if (parts === null) return null;
+  const [at, id] = parts as [string, string];
+  if (!isUtcMicroseconds(at) || !/^[1-9]\d{0,18}$/.test(id) || BigInt(id) > BIGINT_MAX) throw notOurs();
+  return { at, id };
+}
+
 const notOurs = () => invalid('cursor is not one this service returned');
 
 const encodeKeyset = (kind: string, values: string[]): string => Buffer.from(`${kind}:${JSON.stringify(values)}`).toString('base64url');

@@ -36,7 +36,17 @@ const filtersQuery = {
     transport: { type: 'string', enum: ['rest', 'mcp', 'cli', 'web'] },
     since: { type: 'string', format: 'date-time', description: 'rows at or after (RFC 3339)' },
     until: { type: 'string', format: 'date-time', description: 'rows before (RFC 3339)' },
+    cursor: { type: 'string', maxLength: 200, description: 'the `next_cursor` of the previous page (not with `offset`): the rows after its last one, however many were added meanwhile' },
     ...pagingQuery,
+  },
+} as const;
+
+const auditPage = {
+  ...listReply(auditEntrySchema),
+  required: ['items', 'total', 'next_cursor'],
+  properties: {
+    ...listReply(auditEntrySchema).properties,
+    next_cursor: { type: ['string', 'null'], description: 'pass as `cursor` for the next page; null on the last' },
   },
 } as const;
 
@@ -47,7 +57,7 @@ export const auditRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
 
   app.get<{ Querystring: AuditFilters }>(
     '/api/v1/admin/audit',
-    { schema: { summary: 'List permission decisions of the whole service, newest first', ...schema, querystring: filtersQuery, response: { 200: { ...listReply(auditEntrySchema), description: 'a page of the decisions, newest first' }, ...errorReplies } } },
+    { schema: { summary: 'List permission decisions of the whole service, newest first', ...schema, querystring: filtersQuery, response: { 200: { ...auditPage, description: 'a page of the decisions, newest first' }, ...errorReplies } } },
     async (request) => audit.listAudit(requireUser(request), request.query),
   );
 
@@ -60,7 +70,7 @@ export const auditRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
         tags: ['repositories'],
         params: idParam('repoID'),
         querystring: filtersQuery,
-        response: { 200: { ...listReply(auditEntrySchema), description: 'a page of the decisions on the repository, newest first' }, ...errorReplies },
+        response: { 200: { ...auditPage, description: 'a page of the decisions on the repository, newest first' }, ...errorReplies },
       },
     },
     async (request) => audit.listRepositoryAudit(requireUser(request), { ...request.query, repository: request.params.repoID }),

@@ -101,7 +101,7 @@ t.test('filters, time range and paging; bad filters are 400', async (t) => {
   t.same(page.body.items.map((row: { id: string }) => row.id), everything.body.items.slice(0, 2).map((row: { id: string }) => row.id));
   t.equal(page.body.total, everything.body.total + 1, 'the same total, and the call reading it added one row');
   const future = await auditOf(`since=${encodeURIComponent(new Date(Date.now() + 60_000).toISOString())}`);
-  t.same(future.body, { items: [], total: 0 });
+  t.same(future.body, { items: [], total: 0, next_cursor: null });
   const past = await auditOf(`until=${encodeURIComponent('2020-01-01T00:00:00Z')}`);
   t.equal(past.body.total, 0);
   for (const query of ['allowed=maybe', 'since=yesterday', 'credential_kind=cookie', 'transport=smoke', 'limit=0', 'offset=-1', 'colour=red']) {
@@ -109,6 +109,39 @@ t.test('filters, time range and paging; bad filters are 400', async (t) => {
     t.equal(answer.status, 400, query);
     t.equal(answer.body.error, 'bad_request', query);
   }
+});
+
+t.test('paging by next_cursor lists every row once however many are added between pages; an inverted range or a bad cursor is a 400', async (t) => {
+  const snapshot = (await auditOf('limit=500')).body.items.map((row: { id: string }) => row.id);
+  t.ok(snapshot.length > 6, `enough rows to page through (${snapshot.length})`);
+  const seen: string[] = [];
+  let cursor = '';
+  for (let pages = 0; pages < 500; pages++) {
+    const page = await auditOf(`limit=3${cursor ? `&cursor=${cursor}` : ''}`);
+    t.equal(page.status, 200, JSON.stringify(page.body));
+    seen.push(...page.body.items.map((row: { id: string }) => row.id));
+    if (page.body.next_cursor === null) break;
+    cursor = page.body.next_cursor;
+    // Every read adds a row (its own decision), and others decide meanwhile: they come before the cursor.
+    await service.call('GET', `/api/v1/repositories/${repoId}`, { token: owner.token });
+  }
+  t.equal(new Set(seen).size, seen.length, 'no row twice');
+  t.same(seen.filter((id) => snapshot.includes(id)), snapshot, 'every row listed at the start, in the same order');
+  t.same(seen.slice(0, 2), [String(Number(snapshot[0]) + 1), snapshot[0]], 'the first page starts at its own read');
+
+  const refusals: Array<[string, RegExp]> = [
+    ['since=2025-01-02T00:00:00Z&until=2025-01-01T00:00:00Z', /since must not be after until/],
+    ['since=2024-12-31T23:59:60Z', /since must be an RFC 3339 date-time/],
+    ['cursor=nonsense', /cursor is not one this service returned/],
+    [`cursor=${Buffer.from('a:["2025-01-01T00:00:00.000000Z","-1"]').toString('base64url')}`, /cursor is not one this service returned/],
+    [`cursor=${cursor}&offset=1`, /cursor and offset do not combine/],
+  ];
+  for (const [query, message] of refusals) {
+    const answer = await auditOf(query);
+    t.equal(answer.status, 400, query);
+    t.match(answer.body, { error: 'bad_request', message }, query);
+  }
+  t.same((await auditOf('since=2025-01-01T00:00:00Z&until=2025-01-01T00:00:00Z')).body, { items: [], total: 0, next_cursor: null }, 'since = until: an empty range, not a wrong one');
 });
 
 t.test('decisions are buffered and written in batches; a refused write keeps them for the next flush', async (t) => {
