@@ -127,7 +127,8 @@ t.test('paging by next_cursor lists every row once however many are added betwee
   }
   t.equal(new Set(seen).size, seen.length, 'no row twice');
   t.same(seen.filter((id) => snapshot.includes(id)), snapshot, 'every row listed at the start, in the same order');
-  t.same(seen.slice(0, 2), [String(Number(snapshot[0]) + 1), snapshot[0]], 'the first page starts at its own read');
+  t.notOk(snapshot.includes(seen[0]), 'the first page starts at its own read');
+  t.equal(seen[1], snapshot[0], 'and goes on with the rows before it');
 
   const refusals: Array<[string, RegExp]> = [
     ['since=2025-01-02T00:00:00Z&until=2025-01-01T00:00:00Z', /since must not be after until/],
