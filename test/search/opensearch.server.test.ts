@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { concepts, facts, type FactDocument } from '../../src/search/collections/index.js';
-import { createOpenSearchIndex, websearchToSimpleQueryString } from '../../src/search/opensearch.js';
+import { createOpenSearchIndex } from '../../src/search/opensearch.js';
 import { SearchIndexMigrationError, type SearchLogger } from '../../src/search/port.js';
 import { DIMENSIONS, fact, searchContract, type SearchHarness } from './contract.js';
 import { deleteIndices, ensureOpenSearch, getJson, uniquePrefix } from './helpers.js';
@@ -13,28 +13,6 @@ const run = promisify(execFile);
 
 // The first run downloads OpenSearch (about 60 MB) before the node starts.
 t.setTimeout(600_000);
-
-t.test('websearch syntax becomes simple_query_string syntax', async (t) => {
-  const cases: [string, string | null][] = [
-    ['cats', '(cats)'],
-    ['cats dogs', '(cats + dogs)'],
-    ['cats or dogs', '(cats) | (dogs)'],
-    ['cats OR dogs birds', '(cats) | (dogs + birds)'],
-    ['"solar power" plants', '("solar power" + plants)'],
-    ['-dogs cats', '(-dogs + cats)'],
-    ['cats -"big dogs"', '(cats + -"big dogs")'],
-    ['"unterminated phrase', '("unterminated phrase")'],
-    ['or cats or', '(cats)'],
-    ['cats or or dogs', '(cats) | (dogs)'],
-    ['a*b (c) ~d +e |f well-known x\\y', '(a\\*b + \\(c\\) + \\~d + \\+e + \\|f + well\\-known + x\\\\y)'],
-    ['cats - dogs', '(cats + dogs)'],
-    ['-', null],
-    ['"" or', null],
-    ['   ', null],
-    ['-or', '(-or)'],
-  ];
-  for (const [input, expected] of cases) t.equal(websearchToSimpleQueryString(input), expected, JSON.stringify(input));
-});
 
 t.test('scripts/opensearch.sh refuses what it cannot do', async (t) => {
   const script = fileURLToPath(new URL('../../scripts/opensearch.sh', import.meta.url));

@@ -3,7 +3,7 @@ import { websearchToSimpleQueryString } from '../../src/search/opensearch/query.
 import { websearchQueryText } from '../../src/search/port.js';
 import { parseWebsearch } from '../../src/search/websearch.js';
 
-// The translation's cases run here without an OpenSearch node too (test/search/opensearch.server.test.ts has them beside the node).
+// The translation to OpenSearch's syntax needs no node: its cases run in the unit suite.
 t.test('websearch syntax becomes simple_query_string syntax', async (t) => {
   const cases: [string, string | null][] = [
     ['cats', '(cats)'],
