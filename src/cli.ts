@@ -6,6 +6,7 @@ import { ConfigError, type Config } from './config/types.js';
 import { createAppContext, type AppContext } from './app/context.js';
 import { buildApp } from './api/app.js';
 import { presentEvent } from './read/present.js';
+import { projectionStatus } from './read/projections.js';
 import { rebuildUntilInterrupted } from './projection/runner.js';
 import { copyEvents } from './eventstore/copy.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
@@ -110,12 +111,27 @@ export async function verifyLockOwner(error: DataDirLockedError, url: string): P
   }
 }
 
-/** What `projections list` prints of a projection, from the runner or from the service's GET /api/v1/projections. */
+/** What `projections list` prints of a projection: GET /api/v1/projections' item, from the service or read here alike. */
 interface ProjectionLine {
   name: string;
   position: number;
   lag: number;
   state: string;
+  /** Why the projection failed (it retries); null while it runs. Optional: a service of an older release may not send it. */
+  last_error?: string | null;
+}
+
+/**
+ * `projections list`'s table: a row a projection, and under a failed one its error, indented on
+ * lines of its own so that the columns stay aligned however long the error is.
+ */
+export function projectionTable(projections: readonly ProjectionLine[]): string[] {
+  return projections.flatMap((projection) => {
+    const row = `${projection.name.padEnd(20)} position ${String(projection.position).padStart(8)}  lag ${String(projection.lag).padStart(8)}  ${projection.state}`;
+    if (!projection.last_error) return [row];
+    const [first, ...rest] = projection.last_error.split(/\s*\n\s*/);
+    return [row, `    error: ${first}`, ...rest.map((line) => `           ${line}`)];
+  });
 }
 
 /** An answer the CLI has no words of its own for: the status and the service's message (the API's `{error, message}`), else its body. */
@@ -311,14 +327,12 @@ export function buildCli(): Command {
   const projections = program.command('projections').description('read-model projections');
   projections
     .command('list')
-    .description('show each projection, its position, lag and state')
+    .description('show each projection, its position, lag and state, and why a failed one failed')
     .action(() => {
       const print = (statuses: ProjectionLine[]) => {
-        for (const status of statuses) {
-          console.log(`${status.name.padEnd(20)} position ${String(status.position).padStart(8)}  lag ${String(status.lag).padStart(8)}  ${status.state}`);
-        }
+        for (const line of projectionTable(statuses)) console.log(line);
       };
-      return withContext(async (context) => print(await context.projections.status()), {
+      return withContext(async (context) => print(await projectionStatus(context)), {
         migrations: 'read-only',
         remote: async (service) => print(await remoteProjections(service)),
       });

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { buildCli, parsePosition } from '../src/cli.js';
+import { buildCli, parsePosition, projectionTable } from '../src/cli.js';
 import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
 import { migratedPgliteDir } from './helpers/olderSchema.js';
 import { TEST_SECRET } from './helpers/service.js';
@@ -99,15 +99,19 @@ function pid1Identity(): { bootId: string; processStartTicks: string } {
 /**
  * A data directory whose lock names `factlog serve` (pid 1, alive) at the address of a stand-in
  * service: it records the authorizations it is sent, proves the lock's instance key when
- * `proving.key` is set, lists one projection (`users`, already rebuilding: its rebuild is a 409) and
- * knows no other (a rebuild of any is a 404); with `proving.shuttingDown` it answers every request 503.
+ * `proving.key` is set, lists `proving.projections` (by default `users`, running; its rebuild is a
+ * 409 as if already rebuilding) and rebuilds no other (a 404); with `proving.shuttingDown` it answers every request 503.
  * STORAGE_DATA_DIR points at the directory and console.log's lines go to `printed` until the test ends.
  */
 async function lockedByStandIn(t: Test) {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
   mkdirSync(path.join(root, 'pglite'));
   writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
-  const proving: { key: string | null; shuttingDown: boolean } = { key: null, shuttingDown: false };
+  const proving: { key: string | null; shuttingDown: boolean; projections: object[] } = {
+    key: null,
+    shuttingDown: false,
+    projections: [{ name: 'users', position: 7, head: 7, lag: 0, state: 'running', last_error: null }],
+  };
   const authorizations: string[] = [];
   const server = createServer((request, response) => {
     if (request.headers.authorization) authorizations.push(request.headers.authorization);
@@ -125,7 +129,7 @@ async function lockedByStandIn(t: Test) {
     } else if (request.method === 'POST') {
       response.statusCode = 404;
       response.end(JSON.stringify({ error: 'not_found', message: 'projection not found' }));
-    } else response.end(JSON.stringify({ projections: [{ name: 'users', position: 7, lag: 0, state: 'running' }] }));
+    } else response.end(JSON.stringify({ projections: proving.projections }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -166,6 +170,29 @@ t.test('a token goes only to a service that proves it holds the lock: never on a
   await list();
   t.same(authorizations, ['Bearer the-sysadmin-token'], 'the proven owner is asked, with the token');
   t.match(printed, [/^users\s+position\s+7\s+lag\s+0\s+running$/]);
+});
+
+t.test("projections list shows why a failed projection stopped, on an indented line of its own under its row", async (t) => {
+  const failed = { name: 'facts', position: 120, head: 125, lag: 5, state: 'failed', last_error: 'relation "facts" does not exist\nLINE 1: INSERT INTO facts' };
+  const running = { name: 'users', position: 125, head: 125, lag: 0, state: 'running', last_error: null };
+  const table = [
+    'facts                position      120  lag        5  failed',
+    '    error: relation "facts" does not exist',
+    '           LINE 1: INSERT INTO facts',
+    'users                position      125  lag        0  running',
+  ];
+  // Read here (the runner's status, as GET /api/v1/projections presents it) and from a service alike.
+  t.same(projectionTable([failed, running]), table);
+  t.same(projectionTable([{ name: 'users', position: 1, lag: 0, state: 'running' }]), ['users                position        1  lag        0  running'], "an older service's answer, without last_error");
+
+  t.test('asked of the running service', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+    const { lockPath, owner, proving, printed } = await lockedByStandIn(t);
+    proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+    proving.projections = [failed, running];
+    writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
+    await buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' });
+    t.same(printed, table);
+  });
 });
 
 t.test("a rebuild the running service refuses is said in the CLI's words: the projections it has, or how to follow the rebuild underway", { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
