@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { loadConfig, packageVersion } from './config/load.js';
 import { ConfigError, type Config } from './config/types.js';
@@ -77,10 +77,31 @@ export function migrationReport(applied: readonly SchemaMigrations[]): string {
   return [`applied ${count} migration${count === 1 ? '' : 's'}:`, ...schemas.map((schema) => `  ${schema.schema}: ${schema.ids.join(', ')}`)].join('\n');
 }
 
+/**
+ * How long the remote form of `projections list` and `projections rebuild` waits for the running
+ * service's whole answer (`--service-timeout`). Both routes answer at once (a rebuild runs in the
+ * background), but a service holds requests until it has started, and a stuck one would otherwise
+ * hold the CLI forever.
+ */
+const DEFAULT_SERVICE_TIMEOUT_SECONDS = 30;
+
+/** `--service-timeout`'s value, in seconds (a fraction allowed), as milliseconds. */
+export function parseServiceTimeout(value: string): number {
+  const seconds = /^[0-9]+(\.[0-9]+)?$/.test(value) ? Number(value) : NaN;
+  if (!(seconds > 0 && seconds <= 86_400)) throw new InvalidArgumentError('--service-timeout must be a number of seconds above 0 and at most 86400');
+  return seconds * 1000;
+}
+
+/** An answer of the running service, read whole within the wait the CLI allows. */
+interface ServiceAnswer {
+  status: number;
+  body: string;
+}
+
 /** The running service that owns the embedded data directory, asked over its admin API. */
 interface RunningService {
   url: string;
-  request(method: 'GET' | 'POST', route: string): Promise<Response>;
+  request(method: 'GET' | 'POST', route: string): Promise<ServiceAnswer>;
 }
 
 /**
@@ -135,8 +156,8 @@ export function projectionTable(projections: readonly ProjectionLine[]): string[
 }
 
 /** An answer the CLI has no words of its own for: the status and the service's message (the API's `{error, message}`), else its body. */
-async function unexpectedAnswer(service: RunningService, response: Response): Promise<Error> {
-  const body = await response.text();
+function unexpectedAnswer(service: RunningService, answer: ServiceAnswer): Error {
+  const body = answer.body;
   let message = body;
   try {
     const parsed: unknown = JSON.parse(body);
@@ -144,25 +165,37 @@ async function unexpectedAnswer(service: RunningService, response: Response): Pr
   } catch {
     // Not JSON (a proxy's page, say): the body as it came.
   }
-  return new Error(`the service at ${service.url} answered ${response.status}: ${message}`);
+  return new Error(`the service at ${service.url} answered ${answer.status}: ${message}`);
 }
 
 /** The running service's projections (GET /api/v1/projections). */
 async function remoteProjections(service: RunningService): Promise<ProjectionLine[]> {
-  const response = await service.request('GET', '/api/v1/projections');
-  if (!response.ok) throw await unexpectedAnswer(service, response);
-  return ((await response.json()) as { projections: ProjectionLine[] }).projections;
+  const answer = await service.request('GET', '/api/v1/projections');
+  if (answer.status !== 200) throw unexpectedAnswer(service, answer);
+  return (JSON.parse(answer.body) as { projections: ProjectionLine[] }).projections;
 }
 
-function runningService(url: string, token: string): RunningService {
+/** The service at `url`, asked with `token`; each request and its body within `timeoutMs`, else an error saying what to do. */
+function runningService(url: string, token: string, timeoutMs: number): RunningService {
   return {
     url,
     request: async (method, route) => {
-      const response = await fetch(new URL(route, url), { method, headers: { authorization: `Bearer ${token}` } });
-      if (response.status === 401 || response.status === 403) {
-        throw new Error(`the service at ${url} refused the token (${response.status}): a sysadmin's token is needed`);
+      const signal = AbortSignal.timeout(timeoutMs);
+      let answer: ServiceAnswer;
+      try {
+        // The signal bounds the body's read too: a service that sends its headers and stalls is bounded as well.
+        const response = await fetch(new URL(route, url), { method, headers: { authorization: `Bearer ${token}` }, signal });
+        answer = { status: response.status, body: await response.text() };
+      } catch (error) {
+        if (!signal.aborted) throw error;
+        throw new Error(
+          `the service at ${url} did not answer ${method} ${route} within ${timeoutMs / 1000} s (--service-timeout): it may still be starting (it holds requests until it has started) or be stuck; see its log and ${new URL('/healthz', url).href}, then retry, with a longer --service-timeout if it is only slow${method === 'POST' ? '. The request may have taken effect all the same: `factlog projections list` shows a rebuild under way' : ''}`,
+        );
       }
-      return response;
+      if (answer.status === 401 || answer.status === 403) {
+        throw new Error(`the service at ${url} refused the token (${answer.status}): a sysadmin's token is needed`);
+      }
+      return answer;
     },
   };
 }
@@ -196,6 +229,11 @@ export function buildCli(): Command {
     .version(packageVersion(), '-V, --version', 'print the version and exit')
     .option('-c, --config <path>', 'a YAML config file, or a directory holding config.yaml / config.local.yaml')
     .option('--token <token>', "a sysadmin's access token: while a service owns the data directory, projections list and projections rebuild ask it over HTTP with it (default: $FACTLOG_TOKEN)")
+    .addOption(
+      new Option('--service-timeout <seconds>', 'how long projections list and projections rebuild wait for the running service to answer')
+        .argParser(parseServiceTimeout)
+        .default(DEFAULT_SERVICE_TIMEOUT_SECONDS * 1000, String(DEFAULT_SERVICE_TIMEOUT_SECONDS)),
+    )
     // `factlog serve --help` lists --config too: the global options work after a command's name as well.
     .configureHelp({ showGlobalOptions: true });
   // A data directory's lock names its owner by command: `factlog projections rebuild`, never an option's value.
@@ -244,7 +282,7 @@ export function buildCli(): Command {
       const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
       if (!token) throw new Error(`${error.message}, or pass --token (or FACTLOG_TOKEN) with a sysadmin's token to ask it over HTTP`);
       await verifyLockOwner(error, error.owner.url);
-      await options.remote(runningService(error.owner.url, token));
+      await options.remote(runningService(error.owner.url, token, program.opts<{ serviceTimeout: number }>().serviceTimeout));
       return;
     }
     try {
@@ -356,11 +394,11 @@ export function buildCli(): Command {
         },
         {
           remote: async (service) => {
-            const response = await service.request('POST', `/api/v1/projections/${encodeURIComponent(name)}/rebuild`);
+            const answer = await service.request('POST', `/api/v1/projections/${encodeURIComponent(name)}/rebuild`);
             // The offline rebuild's words (the runner's), so the names to choose from show either way.
-            if (response.status === 404) throw new Error(`unknown projection ${name}; known: ${(await remoteProjections(service)).map((projection) => projection.name).join(', ')}`);
-            if (response.status === 409) throw new Error(`projection ${name} is already rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
-            if (response.status !== 202) throw await unexpectedAnswer(service, response);
+            if (answer.status === 404) throw new Error(`unknown projection ${name}; known: ${(await remoteProjections(service)).map((projection) => projection.name).join(', ')}`);
+            if (answer.status === 409) throw new Error(`projection ${name} is already rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
+            if (answer.status !== 202) throw unexpectedAnswer(service, answer);
             console.log(`projection ${name} is rebuilding in the service at ${service.url}; follow it with \`factlog projections list\``);
           },
         },

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { buildCli, parsePosition, projectionTable } from '../src/cli.js';
+import { buildCli, parsePosition, parseServiceTimeout, projectionTable } from '../src/cli.js';
 import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
 import { migratedPgliteDir } from './helpers/olderSchema.js';
 import { TEST_SECRET } from './helpers/service.js';
@@ -100,16 +100,18 @@ function pid1Identity(): { bootId: string; processStartTicks: string } {
  * A data directory whose lock names `factlog serve` (pid 1, alive) at the address of a stand-in
  * service: it records the authorizations it is sent, proves the lock's instance key when
  * `proving.key` is set, lists `proving.projections` (by default `users`, running; its rebuild is a
- * 409 as if already rebuilding) and rebuilds no other (a 404); with `proving.shuttingDown` it answers every request 503.
+ * 409 as if already rebuilding) and rebuilds no other (a 404); with `proving.shuttingDown` it answers every request 503,
+ * with `proving.silent` none (it takes the request and never answers, as a stuck service).
  * STORAGE_DATA_DIR points at the directory and console.log's lines go to `printed` until the test ends.
  */
 async function lockedByStandIn(t: Test) {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
   mkdirSync(path.join(root, 'pglite'));
   writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
-  const proving: { key: string | null; shuttingDown: boolean; projections: object[] } = {
+  const proving: { key: string | null; shuttingDown: boolean; silent: boolean; projections: object[] } = {
     key: null,
     shuttingDown: false,
+    silent: false,
     projections: [{ name: 'users', position: 7, head: 7, lag: 0, state: 'running', last_error: null }],
   };
   const authorizations: string[] = [];
@@ -120,6 +122,8 @@ async function lockedByStandIn(t: Test) {
     if (url.pathname === '/healthz/instance') {
       const challenge = url.searchParams.get('challenge') ?? '';
       response.end(JSON.stringify({ proof: proving.key === null ? 'not-a-proof' : createHmac('sha256', proving.key).update(challenge).digest('base64url') }));
+    } else if (proving.silent) {
+      // Taken and never answered: the connection stays open until the test ends.
     } else if (proving.shuttingDown) {
       response.statusCode = 503;
       response.end(JSON.stringify({ error: 'unavailable', message: 'the service is shutting down; retry in a few seconds' }));
@@ -143,6 +147,7 @@ async function lockedByStandIn(t: Test) {
     if (dataDir === undefined) delete process.env.STORAGE_DATA_DIR;
     else process.env.STORAGE_DATA_DIR = dataDir;
     nameRunningCommand(null);
+    server.closeAllConnections();
     server.close();
     rmSync(root, { recursive: true, force: true });
   });
@@ -209,4 +214,29 @@ t.test("a rebuild the running service refuses is said in the CLI's words: the pr
   await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' }), {
     message: `the service at ${url} answered 503: the service is shutting down; retry in a few seconds`,
   });
+});
+
+t.test('a running service that takes the request and never answers is waited for --service-timeout, then named with what to do', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { url, lockPath, owner, proving } = await lockedByStandIn(t);
+  proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+  proving.silent = true;
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
+  const remote = (...command: string[]) => buildCli().parseAsync(['--token', 'the-sysadmin-token', '--service-timeout', '0.2', ...command], { from: 'user' });
+  const stuck = `^the service at ${url} did not answer`;
+  const advice = `within 0\\.2 s \\(--service-timeout\\): it may still be starting \\(it holds requests until it has started\\) or be stuck; see its log and ${url}/healthz, then retry, with a longer --service-timeout if it is only slow`;
+  await t.rejects(remote('projections', 'list'), { message: new RegExp(`${stuck} GET /api/v1/projections ${advice}$`) });
+  await t.rejects(remote('projections', 'rebuild', 'facts'), {
+    message: new RegExp(`${stuck} POST /api/v1/projections/facts/rebuild ${advice}\\. The request may have taken effect all the same: \`factlog projections list\` shows a rebuild under way$`),
+  });
+});
+
+t.test('--service-timeout takes a number of seconds above 0, 30 unless given', async (t) => {
+  t.equal(parseServiceTimeout('30'), 30_000);
+  t.equal(parseServiceTimeout('0.5'), 500);
+  for (const value of ['0', '', '-1', '1e3', 'ten', '86401', ' 5']) {
+    t.throws(() => parseServiceTimeout(value), { message: '--service-timeout must be a number of seconds above 0 and at most 86400' }, `'${value}'`);
+  }
+  const program = buildCli();
+  t.equal(program.opts().serviceTimeout, 30_000);
+  t.match(program.helpInformation().replace(/\s+/g, ' '), /--service-timeout <seconds> how long projections list and projections rebuild wait for the running service to answer \(default: 30\)/);
 });
