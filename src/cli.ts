@@ -11,7 +11,7 @@ import { rebuildUntilInterrupted } from './projection/runner.js';
 import { copyEvents } from './eventstore/copy.js';
 import { createPostgresEventStore, migrateEventStore } from './eventstore/postgres.js';
 import { EventSchemaRegistry } from './eventstore/schemas.js';
-import { openDatabase } from './db/database.js';
+import { connectionLocation, openDatabase } from './db/database.js';
 import { needsInitdb } from './db/pgliteThread.js';
 import { databaseOptions, dataPaths } from './config/derived.js';
 import { announceDataDirUrl, DataDirLockedError, nameRunningCommand, verifyInstanceProof } from './db/dataDirLock.js';
@@ -25,22 +25,39 @@ import type { SchemaMigrations } from './db/migrations.js';
  */
 const SHUTDOWN_TIMEOUT_MS = 60_000;
 
-/** The destination of `factlog events copy --to`. */
+/**
+ * The destination of `factlog events copy --to`, opened and reached before anything is copied. A
+ * target it cannot open or reach (refused, unknown host, bad login) is named, its password left
+ * out, with the driver's words (`connect ECONNREFUSED …` alone named nothing).
+ */
 async function openCopyTarget(target: string): Promise<{ store: EventStore; close(): Promise<void> }> {
+  const isEventStoreDb = /^(esdb|kurrentdb)(\+discover)?:\/\//.test(target);
+  if (!isEventStoreDb && !/^postgres(ql)?:\/\//.test(target)) {
+    throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not '${target}'`);
+  }
   const schemas = await EventSchemaRegistry.load();
-  if (/^(esdb|kurrentdb)(\+discover)?:\/\//.test(target)) {
-    // EventStoreDB's client is loaded only for a copy to it, not by every command of the CLI.
-    const { createEventStoreDbStore } = await import('./eventstore/eventstoredb.js');
-    const store = createEventStoreDbStore({ connectionString: target, schemas });
-    return { store, close: () => store.close() };
-  }
-  if (/^postgres(ql)?:\/\//.test(target)) {
+  let opened: { store: EventStore; close(): Promise<void> } | undefined;
+  try {
+    if (isEventStoreDb) {
+      // EventStoreDB's client is loaded only for a copy to it, not by every command of the CLI.
+      const { createEventStoreDbStore } = await import('./eventstore/eventstoredb.js');
+      const store = createEventStoreDbStore({ connectionString: target, schemas });
+      opened = { store, close: () => store.close() };
+      // Its client connects on first use: reach it now, so that a target that cannot be reached is said as such.
+      await store.headPosition();
+      return opened;
+    }
     const db = await openDatabase({ kind: 'postgres', url: target, maxConns: 4 });
-    await migrateEventStore(db.knex);
     const store = createPostgresEventStore(db, { schemas });
-    return { store, close: async () => { await store.close(); await db.close(); } };
+    opened = { store, close: async () => { await store.close(); await db.close(); } };
+    await migrateEventStore(db.knex);
+    return opened;
+  } catch (error) {
+    await opened?.close().catch(() => undefined);
+    const what = isEventStoreDb ? 'the EventStoreDB event store' : 'the PostgreSQL event store';
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new Error(`events copy: cannot open ${what} at ${connectionLocation(target) ?? 'the --to connection string'} (--to, its password left out): ${reason}; nothing was copied`, { cause: error });
   }
-  throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not '${target}'`);
 }
 
 /**

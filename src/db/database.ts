@@ -174,6 +174,17 @@ async function closingOnFailure<T>(close: () => Promise<void>, step: () => Promi
   }
 }
 
+/**
+ * Where a connection string (`postgres://…`, `esdb://…`) points, for a message: its hosts and path
+ * (`db:5432/factlog`, `a:2113,b:2113`), the user, password and options left out; undefined when it
+ * is no `scheme://` string. Several hosts are taken as written (URL cannot parse them).
+ */
+export function connectionLocation(connectionString: string): string | undefined {
+  // The user part runs to the last @ before the path, as URL parses it: a password holding an @ stays out.
+  const match = /^[a-z][a-z0-9+.-]*:\/\/(?:[^/?#]*@)?([^/?#@]+)(?=[/?#]|$)(\/[^?#]*)?/i.exec(connectionString);
+  return match ? `${match[1]}${match[2] ?? ''}` : undefined;
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if (options.kind === 'pglite') {
     const inMemory = options.dataDir.startsWith('memory://');

@@ -1,6 +1,6 @@
 import net, { type AddressInfo } from 'node:net';
 import t from 'tap';
-import { openDatabase } from '../../src/db/database.js';
+import { connectionLocation, openDatabase } from '../../src/db/database.js';
 
 /** A local port nothing listens on: one the OS just handed out, closed again. */
 async function closedPort(): Promise<number> {
@@ -21,4 +21,14 @@ t.test('a server open that cannot connect rejects and leaves no pool behind', as
     await t.rejects(openDatabase({ kind: 'postgres', url: `postgres://postgres@127.0.0.1:${port}/postgres`, maxConns: 2, readOnly }), { code: 'ECONNREFUSED' });
   }
   t.equal(timers(), before, 'nothing left running: the failed opens destroyed their pools');
+});
+
+t.test('a connection string is named by its hosts and path, its user, password and options left out', async (t) => {
+  t.equal(connectionLocation('postgres://factlog:the-s3cret@db:5432/factlog?sslmode=require'), 'db:5432/factlog');
+  t.equal(connectionLocation('postgresql://db/factlog'), 'db/factlog');
+  t.equal(connectionLocation('postgres://user:p@ss@db:5432/factlog'), 'db:5432/factlog', 'a password holding an @');
+  t.equal(connectionLocation('esdb://admin:changeit@node1:2113,node2:2113?tls=false'), 'node1:2113,node2:2113', 'several hosts, as written');
+  t.equal(connectionLocation('kurrentdb+discover://cluster.local:2113'), 'cluster.local:2113');
+  t.equal(connectionLocation('not a url'), undefined);
+  t.equal(connectionLocation('postgres://user:pw@/factlog'), undefined, 'no host');
 });

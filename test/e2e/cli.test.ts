@@ -105,9 +105,15 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   const badTarget = await factlog(cwd, ['events', 'copy', '--to', 'mysql://x']);
   t.not(badTarget.code, 0);
   t.match(badTarget.stderr, /--to must be/);
-  const unreachable = await factlog(cwd, ['events', 'copy', '--to', `postgres://nobody:x@127.0.0.1:${await freePort()}/none`]);
+  const closedPort = await freePort();
+  const unreachable = await factlog(cwd, ['events', 'copy', '--to', `postgres://nobody:the-s3cret@127.0.0.1:${closedPort}/none?sslmode=disable`]);
   t.equal(unreachable.code, 1);
-  t.match(unreachable.stderr, /^factlog: connect ECONNREFUSED/m, 'said once, in one line');
+  t.match(
+    unreachable.stderr,
+    new RegExp(`^factlog: events copy: cannot open the PostgreSQL event store at 127\\.0\\.0\\.1:${closedPort}/none \\(--to, its password left out\\): connect ECONNREFUSED 127\\.0\\.0\\.1:${closedPort}; nothing was copied$`, 'm'),
+    'the target named, what was tried, said once, in one line',
+  );
+  t.notMatch(unreachable.stderr, /the-s3cret/, 'the password left out');
   t.notMatch(unreachable.stderr, /Acquire connection error|\n\s+at /, 'no stack');
 
   const badFrom = await factlog(cwd, ['events', 'tail', '--from', '-3']);

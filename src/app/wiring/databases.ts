@@ -1,6 +1,6 @@
 import type { Config } from '../../config/types.js';
 import { databaseOptions } from '../../config/derived.js';
-import { openDatabase, type Database, type DatabaseOptions } from '../../db/database.js';
+import { connectionLocation, openDatabase, type Database, type DatabaseOptions } from '../../db/database.js';
 
 /** The configured databases, each opened once by name; closes them all in one call. */
 export interface Databases {
@@ -14,13 +14,8 @@ export interface Databases {
  * that says so; the URL's credentials are left out.
  */
 function unreachable(name: string, url: string, error: unknown): Error {
-  let where = 'its url';
-  try {
-    const parsed = new URL(url);
-    where = `${parsed.host}${parsed.pathname}`;
-  } catch {
-    // The configuration admits postgres:// URLs only; an unparsable one is named by its setting alone.
-  }
+  // The configuration admits postgres:// URLs only; an unparsable one is named by its setting alone.
+  const where = connectionLocation(url) ?? 'its url';
   const reason = error instanceof Error ? error.message : String(error);
   return new Error(`cannot open the database ${name} at ${where} (databases.${name}.url, DATABASES_${name.toUpperCase()}_URL): ${reason}`, { cause: error });
 }
