@@ -14,6 +14,14 @@ export const userSchema = {
 export const idParam = (name: string) =>
   ({ type: 'object', required: [name], properties: { [name]: { type: 'string', minLength: 1, maxLength: 200 } } }) as const;
 
+/**
+ * A `context` (or `other_context`) query parameter, as every route that takes one takes it. One of
+ * only whitespace is refused by the read layer (`namedContext`, a 400 in its words, as MCP's tools
+ * get them), not by a pattern here, whose refusal would be ajv's.
+ */
+export const contextParameter = (description: string) =>
+  ({ type: 'string', minLength: 1, maxLength: 200, description: `${description}; matched without case, padding trimmed; only whitespace is a 400` }) as const;
+
 export const pagingQuery = {
   limit: { type: 'integer', minimum: 1, maximum: 500, default: 50 },
   // Bounded: `1e20` and 2^63 are integers to JSON Schema but overflow PostgreSQL's bigint (a 400 here, not a 500 there).

@@ -126,6 +126,18 @@ export async function survivingConcepts(knex: Knex, repositoryId: string, ids: r
   return result;
 }
 
+/**
+ * A context the caller named (`context`, or the input `name`d so: `other_context`), trimmed as the
+ * lookups match it. One of only whitespace names no context: refused, as an empty concept name is,
+ * rather than matched against the empty context and answered with nothing found.
+ */
+export function namedContext(context: string | undefined, name = 'context'): string | undefined {
+  if (context === undefined) return undefined;
+  const trimmed = context.trim();
+  if (trimmed === '') throw invalid(`${name} must not be empty or only whitespace: name a context, or leave ${name} out`);
+  return trimmed;
+}
+
 /** Whether `context` (matched as the lookups match it: trimmed, without case) is the context of one of `concepts`. */
 function inContextOf(context: string, ...concepts: ConceptRow[]): boolean {
   const wanted = context.trim().toLowerCase();
@@ -148,22 +160,23 @@ function candidatesOf(concepts: ConceptRow[]): ConceptCandidate[] {
  * with it must be the concept's own (or its survivor's, after a context migration), else the
  * call is refused, as a context that names another concept is most likely a mistake.
  */
-export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, context?: string, pickedBy = 'context'): Promise<ResolvedConcept> {
+export async function resolveConcept(knex: Knex, repositoryId: string, idOrName: string, pickedContext?: string, pickedBy = 'context'): Promise<ResolvedConcept> {
   // Composed (NFC), as the domain records names and keys aliases: `Zu\u0308rich` finds Zürich.
   const wanted = conceptName(idOrName);
   if (wanted === '') throw invalid('a concept id or name must not be empty');
+  const context = namedContext(pickedContext, pickedBy);
   if (isUuid(wanted)) {
     const byId: ConceptRow | undefined = await knex('concepts').where({ repository_id: repositoryId, id: wanted.toLowerCase() }).first(conceptColumns);
     if (byId) {
       const resolved = await followToSurvivor(knex, repositoryId, byId);
       if (resolved === null) throw notFound('concept');
       if (context !== undefined && !inContextOf(context, byId, resolved.concept)) {
-        throw invalid(`concept ${byId.id} is in context ${resolved.concept.context}, not ${context.trim()}: ${pickedBy}= only picks among concepts that share a name; leave it out with an id`);
+        throw invalid(`concept ${byId.id} is in context ${resolved.concept.context}, not ${context}: ${pickedBy}= only picks among concepts that share a name; leave it out with an id`);
       }
       return resolved;
     }
   }
-  const inContext = (query: Knex.QueryBuilder, column: string) => (context ? query.whereRaw(`lower(${column}) = lower(?)`, [context.trim()]) : query);
+  const inContext = (query: Knex.QueryBuilder, column: string) => (context !== undefined ? query.whereRaw(`lower(${column}) = lower(?)`, [context]) : query);
   const byName: ConceptRow[] = await inContext(
     // By the key the projection stored (conceptNameKey), not SQL lower(), which follows the database's ctype.
     knex('concepts').where({ repository_id: repositoryId, name_key: conceptNameKey(wanted) }),
@@ -251,14 +264,15 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
     /** Hybrid or lexical search over the repository's active concepts, small ones only when asked. */
     async search(principal: Principal, input: ConceptSearchInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'concepts:read');
-      const { query = '', show_small = false, context, mode = 'hybrid' } = input;
+      const { query = '', show_small = false, mode = 'hybrid' } = input;
+      const context = namedContext(input.context);
       const page = pageOf(input);
       const minFacts = show_small ? 0 : settings.min_concept_fact_count;
       // The size and context filters are read-model facts (live fact counts): they become the id set the search may return.
       let conceptIds: string[] | undefined;
       if (minFacts > 0 || context !== undefined) {
         const eligible = knex('concepts').where({ repository_id: repository.id, status: 'active' }).where('fact_count', '>=', minFacts);
-        if (context !== undefined) eligible.whereRaw('lower(context) = lower(?)', [context.trim()]);
+        if (context !== undefined) eligible.whereRaw('lower(context) = lower(?)', [context]);
         conceptIds = (await eligible.pluck('id')) as string[];
       }
       const result = await deps.hybrid.search(conceptCollection, { repositoryId: repository.id, query, ...page, mode, ids: conceptIds });

@@ -7,7 +7,7 @@ import { followMergeChain } from '../domain/mergeChain.js';
 import { isUuid } from '../util/uuid.js';
 import { facts as factCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
-import { presentConcepts, resolveConcept } from './concepts.js';
+import { namedContext, presentConcepts, resolveConcept } from './concepts.js';
 import { pageOf, type PageInput } from './paging.js';
 import { presentFact, type FactRow } from './present.js';
 
@@ -36,16 +36,17 @@ export interface FactInput {
  * active concept of the context), or undefined when no filter is given.
  */
 async function factFilter(knex: Knex, repositoryId: string, filters: Pick<FactSearchInput, 'concept' | 'concepts' | 'context'>): Promise<string[] | undefined> {
+  const context = namedContext(filters.context);
   const named = [
     ...(filters.concept !== undefined ? [filters.concept] : []),
     ...(filters.concepts ?? '').split(',').map((part) => part.trim()).filter((part) => part !== ''),
   ];
   if (filters.concepts !== undefined && named.length === (filters.concept !== undefined ? 1 : 0)) throw invalid('concepts must list at least one concept id or name');
   if (named.length > MAX_CONCEPT_FILTER) throw invalid(`concepts may name at most ${MAX_CONCEPT_FILTER} concepts`);
-  if (named.length === 0 && filters.context === undefined) return undefined;
+  if (named.length === 0 && context === undefined) return undefined;
   // With a context, a concept name is looked up in that context (it also narrows the facts to it).
   const conceptIds = new Set<string>();
-  for (const name of named) conceptIds.add((await resolveConcept(knex, repositoryId, name, filters.context)).concept.id);
+  for (const name of named) conceptIds.add((await resolveConcept(knex, repositoryId, name, context)).concept.id);
   const query = knex('fact_concepts').where('fact_concepts.repository_id', repositoryId);
   if (conceptIds.size > 0) {
     query.whereIn(
@@ -53,10 +54,10 @@ async function factFilter(knex: Knex, repositoryId: string, filters: Pick<FactSe
       knex('fact_concepts').whereIn('concept_id', [...conceptIds]).groupBy('fact_id').havingRaw('count(DISTINCT concept_id) = ?', [conceptIds.size]).select('fact_id'),
     );
   }
-  if (filters.context !== undefined) {
+  if (context !== undefined) {
     query.whereIn(
       'fact_concepts.concept_id',
-      knex('concepts').where({ repository_id: repositoryId, status: 'active' }).whereRaw('lower(context) = lower(?)', [filters.context.trim()]).select('id'),
+      knex('concepts').where({ repository_id: repositoryId, status: 'active' }).whereRaw('lower(context) = lower(?)', [context]).select('id'),
     );
   }
   return (await query.distinct('fact_concepts.fact_id').pluck('fact_concepts.fact_id')) as string[];

@@ -4,7 +4,7 @@ import { invalid } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { summaries as summaryCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
-import { presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
+import { namedContext, presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate, jsonColumn, presentFact, type FactRow } from './present.js';
@@ -141,10 +141,11 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const { query = '', mode = 'hybrid' } = input;
       const page = pageOf(input);
       if (input.concept_id !== undefined && input.concept_id.trim() === '') throw invalid('concept_id must not be empty');
+      const context = namedContext(input.context);
       // A context alone would narrow nothing here: said, not ignored.
-      if (input.context !== undefined && input.concept_id === undefined) throw invalid("context picks the context of concept_id's name: give concept_id too");
+      if (context !== undefined && input.concept_id === undefined) throw invalid("context picks the context of concept_id's name: give concept_id too");
       // As the facts' `concept` filter: an unknown concept is not_found, a merged one its survivor, a name several contexts share picked by context.
-      const concept = input.concept_id === undefined ? undefined : (await resolveConcept(knex, repository.id, input.concept_id, input.context)).concept;
+      const concept = input.concept_id === undefined ? undefined : (await resolveConcept(knex, repository.id, input.concept_id, context)).concept;
       const result = await deps.hybrid.search(summaryCollection, {
         repositoryId: repository.id,
         query,

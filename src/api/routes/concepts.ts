@@ -7,6 +7,7 @@ import {
   bearerSecurity,
   conceptErrorReplies,
   conceptSummarySchema,
+  contextParameter,
   errorReplies,
   factSchema,
   idParam,
@@ -19,12 +20,7 @@ import {
 
 /** `?context=`: which context's concept a canonical name shared by several contexts means. */
 const contextQuery = {
-  context: {
-    type: 'string',
-    minLength: 1,
-    maxLength: 200,
-    description: "the context a name is looked up in; with a concept id it must be the concept's own (else 400)",
-  },
+  context: contextParameter("the context a name is looked up in; with a concept id it must be the concept's own (else 400)"),
 } as const;
 
 /** The reply of a page of things about one concept: `{concept, items, total}`. */
@@ -83,7 +79,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         params: idParam('repoID'),
         querystring: searchQuerystring({
           show_small: { ...booleanQuery, description: `also concepts with fewer than concepts.min_concept_fact_count (${settings.min_concept_fact_count}) facts` },
-          ...contextQuery,
+          context: contextParameter('only concepts of this context'),
         }),
         response: { 200: { ...searchReply(conceptSummarySchema), description: 'a page of the concepts, best match first when searching' }, ...errorReplies },
       },
@@ -181,8 +177,8 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
           type: 'object',
           additionalProperties: false,
           properties: {
-            context: { ...contextQuery.context, description: 'the context of conceptID, when it is a name several contexts share' },
-            other_context: { ...contextQuery.context, description: 'the context of otherID, when it is a name several contexts share' },
+            context: contextParameter('the context of conceptID, when it is a name several contexts share'),
+            other_context: contextParameter('the context of otherID, when it is a name several contexts share'),
             ...pagingQuery,
           },
         },

@@ -7,6 +7,7 @@ import {
   bearerSecurity,
   conceptErrorReplies,
   conceptSummarySchema,
+  contextParameter,
   errorReplies,
   factSchema,
   idParam,
@@ -36,7 +37,7 @@ export const factRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
         querystring: searchQuerystring({
           concept: { type: 'string', minLength: 1, maxLength: 500, description: 'only facts linked to this concept (id or canonical name)' },
           concepts: { type: 'string', minLength: 1, maxLength: 5000, description: 'comma-separated concept ids or names: only facts linked to all of them' },
-          context: { type: 'string', minLength: 1, maxLength: 200, description: 'only facts linked to a concept of this context' },
+          context: contextParameter('only facts linked to a concept of this context (with `concept`, the context its name is looked up in)'),
         }),
         response: { 200: { ...searchReply(factSchema), description: 'a page of the facts, best match first when searching' }, ...conceptErrorReplies },
       },

@@ -3,9 +3,9 @@ import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
 import type { SummarySearchInput } from '../../read/summaries.js';
 import { requireUser, traceOf } from '../guard.js';
-import { bearerSecurity, conceptErrorReplies, conceptSummarySchema, errorReplies, factSchema, idParam, jobSchema, pagingQuery, searchQuerystring, searchReply } from '../schemas.js';
+import { bearerSecurity, conceptErrorReplies, conceptSummarySchema, contextParameter, errorReplies, factSchema, idParam, jobSchema, pagingQuery, searchQuerystring, searchReply } from '../schemas.js';
 
-const contextQuery = { context: { type: 'string', minLength: 1, maxLength: 200 } } as const;
+const contextQuery = { context: contextParameter('the context a concept name is looked up in, when several contexts share it') } as const;
 
 const redirectSchema = {
   type: ['object', 'null'],
@@ -173,7 +173,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         params: idParam('repoID'),
         querystring: searchQuerystring({
           concept_id: { type: 'string', minLength: 1, maxLength: 500, description: 'only slices of this concept: its id or name (a merged one means its survivor); 404 when unknown' },
-          context: { ...contextQuery.context, description: "the context of concept_id, when it is a name several contexts share (only with concept_id)" },
+          context: contextParameter('the context of concept_id, when it is a name several contexts share (only with concept_id)'),
         }),
         response: { 200: { description: 'a page of the summary slices, best match first', ...searchReply({ ...summarySchema, properties: { ...summarySchema.properties, concept: { ...briefConcept, type: ['object', 'null'] }, score: { type: 'number' } } }) }, ...conceptErrorReplies },
       },

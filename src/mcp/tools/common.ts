@@ -56,7 +56,7 @@ export const conceptArgument = textOfAtMost(500).min(1).describe('The concept: i
 export const contextArgument = textOfAtMost(200)
   .min(1)
   .optional()
-  .describe('The concept context (e.g. "biology") to pick among concepts that share a name. With a concept id, leave it out (it must be the concept\'s own).');
+  .describe('The concept context (e.g. "biology") to pick among concepts that share a name; not only whitespace. With a concept id, leave it out (it must be the concept\'s own).');
 /**
  * An id the tool looks up: a UUID, as the REST routes' `format: uuid` path parameters take it, so
  * a malformed one is `invalid` (REST: 400) rather than answered as an unknown id.

@@ -16,7 +16,7 @@ export const factTools = [
       repository: repositoryArgument,
       query: textOfAtMost(1000).optional().describe('Web-search syntax; empty lists the facts the filters allow.'),
       concept: conceptArgument.optional().describe('Only facts linked to this concept (UUID, canonical name or alias). Not with `concepts`.'),
-      context: contextArgument.describe('Only facts linked to a concept of this context; concept names are looked up in it.'),
+      context: contextArgument.describe('Only facts linked to a concept of this context; concept names are looked up in it. Not only whitespace.'),
       concepts: z
         .array(textOfAtMost(500).min(1))
         .min(2)

@@ -81,6 +81,40 @@ t.test('the concept list hides small concepts unless show_small, filters by cont
   t.equal(paged.body.total, 6);
 });
 
+t.test('a context of only whitespace is a 400 on every route that takes one, as an empty concept is, not an empty page', async (t) => {
+  const refused = (name: string) => ({ error: 'bad_request', message: `${name} must not be empty or only whitespace: name a context, or leave ${name} out` });
+  for (const blank of ['%20', '%20%09%20']) {
+    const paths = [
+      `/concepts?context=${blank}`,
+      `/concepts?show_small=true&query=radium&context=${blank}`,
+      `/facts?context=${blank}`,
+      `/facts?concept=Radium&context=${blank}`,
+      `/concepts/Radium?context=${blank}`,
+      `/concepts/${ids.curie}?context=${blank}`,
+      `/concepts/${ids.curie}/relations?context=${blank}`,
+      `/concepts/${ids.curie}/relations/Radium?context=${blank}`,
+      `/concepts/${ids.curie}/facts?context=${blank}`,
+      `/concepts/${ids.curie}/sources?context=${blank}`,
+      `/concepts/${ids.curie}/summaries?context=${blank}`,
+      `/concepts/${ids.curie}/definition?context=${blank}`,
+      `/summaries?concept_id=Radium&context=${blank}`,
+      `/summaries?context=${blank}`,
+    ];
+    for (const path of paths) {
+      const answer = await get(path);
+      t.equal(answer.status, 400, path);
+      t.same(answer.body, refused('context'), path);
+    }
+    const other = await get(`/concepts/${ids.curie}/relations/Radium?other_context=${blank}`);
+    t.same([other.status, other.body], [400, refused('other_context')], 'other_context likewise');
+    const resynthesize = await service.call('POST', url(`/concepts/${ids.curie}/resynthesize?context=${blank}`), { token });
+    t.same([resynthesize.status, resynthesize.body], [400, refused('context')], 'resynthesize likewise, and nothing queued');
+  }
+  // Padding around a context is not part of it: the lookups trim it, as before.
+  const padded = await get('/concepts?show_small=true&context=%20chemical%20');
+  t.same(padded.body.items.map((c: { id: string }) => c.id).sort(), [ids.radium, ids.polonium, ids.mercuryChemical].sort());
+});
+
 t.test('concept search: by name and alias, hybrid by default, lexical on request', async (t) => {
   const byAlias = await get('/concepts?query=madame');
   t.equal(byAlias.status, 200);

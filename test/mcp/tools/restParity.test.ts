@@ -280,6 +280,10 @@ t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/
     ['getRelatedConcepts', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
     ['getConceptSources', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
     ['searchFacts', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
+    // A context of only whitespace, as REST's ?context=%20: refused, not matched against an empty context.
+    ...(['searchConcepts', 'getConcept', 'getConceptSummaries', 'getRelatedConcepts', 'getConceptSources', 'searchFacts'] as const).map(
+      (name): [string, Record<string, unknown>, RegExp] => [name, { ...(name === 'searchConcepts' ? {} : { concept: 'Mercury' }), context: ' \t ' }, /^invalid: context must not be empty or only whitespace: name a context, or leave context out$/],
+    ),
     ['getFact', { factId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
     ['getReport', { reportId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
     ['getInvestigation', { investigationId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
