@@ -33,7 +33,9 @@ const SHUTDOWN_TIMEOUT_MS = 60_000;
 async function openCopyTarget(target: string): Promise<{ store: EventStore; close(): Promise<void> }> {
   const isEventStoreDb = /^(esdb|kurrentdb)(\+discover)?:\/\//.test(target);
   if (!isEventStoreDb && !/^postgres(ql)?:\/\//.test(target)) {
-    throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not '${target}'`);
+    // Only the scheme is repeated: the rest may hold a password.
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(target)?.[1];
+    throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not ${scheme ? `a ${scheme}:// one` : 'one without a scheme'}`);
   }
   const schemas = await EventSchemaRegistry.load();
   let opened: { store: EventStore; close(): Promise<void> } | undefined;
