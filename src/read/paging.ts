@@ -38,15 +38,23 @@ export interface NewestFirstCursor {
   id: string;
 }
 
-export const encodeNewestFirstCursor = (cursor: NewestFirstCursor): string => encodeKeyset('k', [cursor.at, cursor.id]);
-
-export function decodeNewestFirstCursor(cursor: string | undefined): NewestFirstCursor | null {
-  const parts = keysetParts(cursor, 'k', 2);
-  if (parts === null) return null;
-  const [at, id] = parts as [string, string];
-  if (!isUtcMicroseconds(at) || !isUuid(id)) throw notOurs();
-  return { at, id };
+/** The encoder and decoder of a newest-first cursor under `tag` (so one list's cursor is refused by another) whose ids `isId` checks. */
+function newestFirstCursor(tag: string, isId: (id: string) => boolean) {
+  return {
+    encode: (cursor: NewestFirstCursor): string => encodeKeyset(tag, [cursor.at, cursor.id]),
+    decode(cursor: string | undefined): NewestFirstCursor | null {
+      const parts = keysetParts(cursor, tag, 2);
+      if (parts === null) return null;
+      const [at, id] = parts as [string, string];
+      if (!isUtcMicroseconds(at) || !isId(id)) throw notOurs();
+      return { at, id };
+    },
+  };
 }
+
+const sourcesCursor = newestFirstCursor('k', isUuid);
+export const encodeNewestFirstCursor = sourcesCursor.encode;
+export const decodeNewestFirstCursor = sourcesCursor.decode;
 
 const UTC_MICROSECONDS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 
@@ -71,14 +79,18 @@ export const encodeTaskCursor = (cursor: TaskCursor): string => encodeKeyset('t'
 
 const BIGINT_MAX = 9_223_372_036_854_775_807n;
 
+/** A bigint in decimal digits, no sign or leading zero, from `min` (0 or 1) to PostgreSQL's bigint maximum. */
+function isDecimalBigint(text: string, min: 0 | 1): boolean {
+  return /^(0|[1-9]\d{0,18})$/.test(text) && BigInt(text) >= BigInt(min) && BigInt(text) <= BIGINT_MAX;
+}
+
 /** The task cursor, checked to the last field: each goes into SQL, where a value the database refused would be a 500. */
 export function decodeTaskCursor(cursor: string | undefined): TaskCursor | null {
   const parts = keysetParts(cursor, 't', 3);
   if (parts === null) return null;
   const [at, position, id] = parts as [string, string, string];
   const validTime = isUtcMicroseconds(at);
-  const validPosition = /^(0|[1-9]\d{0,18})$/.test(position) && BigInt(position) <= BIGINT_MAX;
-  if (!validTime || !validPosition || !isUuid(id)) throw notOurs();
+  if (!validTime || !isDecimalBigint(position, 0) || !isUuid(id)) throw notOurs();
   return { at, position, id };
 }
 
@@ -88,20 +100,9 @@ export function decodeTaskCursor(cursor: string | undefined): TaskCursor | null 
  * page starts after that row, so the rows added meanwhile (reading the audit adds one) neither
  * repeat a row as an offset would nor shift the pages.
  */
-export interface AuditCursor {
-  at: string;
-  id: string;
-}
-
-export const encodeAuditCursor = (cursor: AuditCursor): string => encodeKeyset('a', [cursor.at, cursor.id]);
-
-export function decodeAuditCursor(cursor: string | undefined): AuditCursor | null {
-  const parts = keysetParts(cursor, 'a', 2);
-  if (parts === null) return null;
-  const [at, id] = parts as [string, string];
-  if (!isUtcMicroseconds(at) || !/^[1-9]\d{0,18}$/.test(id) || BigInt(id) > BIGINT_MAX) throw notOurs();
-  return { at, id };
-}
+const auditCursor = newestFirstCursor('a', (id) => isDecimalBigint(id, 1));
+export const encodeAuditCursor = auditCursor.encode;
+export const decodeAuditCursor = auditCursor.decode;
 
 const notOurs = () => invalid('cursor is not one this service returned');
 
