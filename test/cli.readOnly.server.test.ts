@@ -187,7 +187,7 @@ async function servedDatabase(t: Test, cwd: string, name: string): Promise<{ dat
     env: { DATABASES_DEFAULT_URL: databaseUrl(database), STORAGE_DATA_DIR: path.join(cwd, 'data'), AUTH_JWTSECRET: JWT_SECRET_PLACEHOLDER, LOGGING_LEVEL: 'warn', BOOTSTRAP_DEFAULT_REPOSITORY: 'false' },
   });
   t.teardown(() => stopProcess(serve));
-  await waitHealthy(base, 300_000);
+  await waitHealthy(base, 300_000, serve);
   const registered = await fetch(`${base}/api/v1/auth/register`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

@@ -36,7 +36,7 @@ t.test('a running service owns its data directory', async (t) => {
     await stopProcess(first.child);
     await rm(cwd, { recursive: true, force: true });
   });
-  await waitHealthy(base, 300_000); // a generous bound: start-up takes minutes on a loaded machine
+  await waitHealthy(base, 300_000, first.child); // a generous bound: start-up takes minutes on a loaded machine
   const owner = JSON.parse(readFileSync(lockPath, 'utf8'));
   t.match(owner, { pid: first.child.pid, command: 'factlog serve', url: new RegExp(`:${port}$`) }, 'the lock names the service and its address');
 
@@ -87,7 +87,7 @@ t.test('a running service owns its data directory', async (t) => {
   t.notOk(existsSync(lockPath), 'the CLI took the stale lock over and released it');
 
   first = serve(cwd, port);
-  await waitHealthy(base, 300_000); // a generous bound: start-up takes minutes on a loaded machine
+  await waitHealthy(base, 300_000, first.child); // a generous bound: start-up takes minutes on a loaded machine
   t.equal(JSON.parse(readFileSync(lockPath, 'utf8')).pid, first.child.pid, 'a restarted service owns the directory again');
   t.same(await stopProcess(first.child), { code: 0, signal: null }, 'SIGTERM ends the service cleanly');
   t.notOk(existsSync(lockPath), 'a service stopped with SIGTERM removes its lock');

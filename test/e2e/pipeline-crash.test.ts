@@ -75,7 +75,7 @@ t.test('SIGKILL at random points during the corpus run changes nothing in the en
     await rm(dataDir, { recursive: true, force: true });
   });
 
-  await waitHealthy(base);
+  await waitHealthy(base, undefined, child);
   const registered = await fetch(`${base}/api/v1/auth/register`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -122,7 +122,7 @@ t.test('SIGKILL at random points during the corpus run changes nothing in the en
     await stopProcess(child, 'SIGKILL');
     killed++;
     child = startService(dataDir, port, log);
-    await waitHealthy(base);
+    await waitHealthy(base, undefined, child);
   }
   await registration;
   t.comment(`seed ${seed}: ${killed} kills after ${schedule.join(', ')} ms`);

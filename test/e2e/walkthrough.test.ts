@@ -54,7 +54,7 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
     await web.close();
     await rm(dataDir, { recursive: true, force: true });
   });
-  await waitHealthy(base);
+  await waitHealthy(base, undefined, child);
 
   const registered = await api(base, 'POST', '/api/v1/auth/register', undefined, { email: 'walker@example.org', password: 'correct horse battery', name: 'Walker' });
   t.equal(registered.status, 201);
@@ -75,7 +75,7 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   // Restart: everything is still there.
   t.same(await stopProcess(child), { code: 0, signal: null }, 'SIGTERM ends the service cleanly');
   child = startService(dataDir, port);
-  await waitHealthy(base);
+  await waitHealthy(base, undefined, child);
   const afterRestart = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/facts`, token);
   t.equal(afterRestart.status, 200, 'the session survives a restart');
   t.equal(afterRestart.body.total, processed.fact_count, 'facts survive a restart');
@@ -86,7 +86,7 @@ t.test('walk-through, restart, and crash mid-pipeline', async (t) => {
   await stopProcess(child, 'SIGKILL');
   release();
   child = startService(dataDir, port);
-  await waitHealthy(base);
+  await waitHealthy(base, undefined, child);
   const slowDone = await eventually(async () => {
     const current = await api(base, 'GET', `/api/v1/repositories/${repo.body.id}/sources/${slow.body.id}`, token);
     return ['processed', 'failed'].includes(current.body.status) ? current.body : null;

@@ -34,24 +34,48 @@ export interface ServeOptions {
   stdio?: StdioOptions;
 }
 
+/** The last few KB a served process wrote on stderr (kept unless FACTLOG_TEST_VERBOSE shows it, or `stdio` is given). */
+const stderrTails = new WeakMap<ChildProcess, string>();
+const STDERR_TAIL_CHARS = 4000;
+
 /** Starts `src/main.ts serve` under tsx (no build needed). */
 export function spawnServe(options: ServeOptions): ChildProcess {
-  return spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), 'serve', ...(options.args ?? [])], {
+  const child = spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(root, 'src/main.ts'), 'serve', ...(options.args ?? [])], {
     cwd: options.cwd,
     env: { ...process.env, SERVER_PORT: String(options.port), SERVER_HOST: '127.0.0.1', ...options.env },
-    stdio: options.stdio ?? ['ignore', 'ignore', process.env.FACTLOG_TEST_VERBOSE ? 'inherit' : 'ignore'],
+    stdio: options.stdio ?? ['ignore', 'ignore', process.env.FACTLOG_TEST_VERBOSE ? 'inherit' : 'pipe'],
   });
+  // A caller that chose its own stdio reads the streams itself.
+  if (options.stdio === undefined) child.stderr?.setEncoding('utf8').on('data', (chunk: string) => stderrTails.set(child, ((stderrTails.get(child) ?? '') + chunk).slice(-STDERR_TAIL_CHARS)));
+  return child;
 }
 
-/** Resolves once `GET /healthz` answers 200 (connection refusals are waited out). */
-export async function waitHealthy(baseUrl: string, timeoutMs = 90_000): Promise<void> {
-  await eventually(async () => {
-    try {
-      return (await fetch(`${baseUrl}/healthz`)).status === 200;
-    } catch {
-      return false;
-    }
-  }, timeoutMs, 200);
+/**
+ * Resolves once `GET /healthz` answers 200 (connection refusals are waited out). Given the
+ * served process, a process that exits first fails the wait at once, and either failure says
+ * what it wrote on stderr: a service that could not start otherwise read as a timeout.
+ */
+export async function waitHealthy(baseUrl: string, timeoutMs = 90_000, serve?: ChildProcess): Promise<void> {
+  const said = () => (serve && stderrTails.get(serve) ? `; its stderr ended: ${stderrTails.get(serve)}` : '');
+  let exited: string | null = null;
+  const onExit = (code: number | null, signal: NodeJS.Signals | null) => (exited = `exited (code ${code}, signal ${signal})`);
+  if (serve?.exitCode !== null && serve?.exitCode !== undefined) onExit(serve.exitCode, serve.signalCode);
+  serve?.once('exit', onExit);
+  try {
+    await eventually(async () => {
+      if (exited !== null) throw new Error(`the service ${exited} before /healthz answered 200${said()}`);
+      try {
+        return (await fetch(`${baseUrl}/healthz`)).status === 200;
+      } catch {
+        return false;
+      }
+    }, timeoutMs, 200);
+  } catch (error) {
+    if (exited !== null || !serve) throw error;
+    throw new Error(`${(error as Error).message}: ${baseUrl}/healthz never answered 200${said()}`);
+  } finally {
+    serve?.off('exit', onExit);
+  }
 }
 
 export interface ProcessExit {
