@@ -9,6 +9,7 @@ import { OAuthError } from '../auth/oauth/errors.js';
 import { isValidCodeVerifier, isValidS256Challenge, PKCE_METHOD, verifyCodeVerifier } from '../auth/oauth/pkce.js';
 import {
   isMetadataDocumentClientId,
+  isRegisteredRedirectUri,
   OAUTH_SCOPE,
   validateClientMetadata,
   type ClientRegistration,
@@ -269,7 +270,7 @@ export function createOAuthServer(deps: OAuthServerDeps) {
         throw error;
       }
       if (redirectUri === undefined) return untrusted(new OAuthError('invalid_request', 'redirect_uri is required'));
-      if (!client.redirect_uris.includes(redirectUri)) return untrusted(new OAuthError('invalid_request', 'redirect_uri is not registered for this client'));
+      if (!isRegisteredRedirectUri(client.redirect_uris, redirectUri)) return untrusted(new OAuthError('invalid_request', 'redirect_uri is not registered for this client'));
       if (state !== null && state.length > 2000) return untrusted(new OAuthError('invalid_request', 'state is too long'));
 
       try {

@@ -6,7 +6,7 @@ import type { AppContext } from '../../app/context.js';
 import type { AuthorizationRequest, OAuthParams } from '../../app/oauth.js';
 import { AuthenticationError } from '../../auth/identity.js';
 import { OAuthError } from '../../auth/oauth/errors.js';
-import { MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, type OAuthClient } from '../../auth/oauth/clientMetadata.js';
+import { isRegisteredRedirectUri, MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, type OAuthClient } from '../../auth/oauth/clientMetadata.js';
 import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
 import { issuerOf, OAUTH_PATHS } from '../issuer.js';
 import { HttpError } from '../errors.js';
@@ -245,7 +245,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
       sendErrorPage(reply, 400, error);
       return null;
     }
-    if (!client.redirect_uris.includes(fields.redirect_uri)) {
+    if (!isRegisteredRedirectUri(client.redirect_uris, fields.redirect_uri)) {
       sendErrorPage(reply, 400, new OAuthError('invalid_request', 'redirect_uri is no longer registered for this client'));
       return null;
     }
@@ -298,7 +298,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
           // Each field is checked in src/auth/oauth/clientMetadata.ts, so that a bad value is answered with RFC 7591's error codes
           // (`invalid_redirect_uri`, `invalid_client_metadata`) and a message of its own: only types are declared here.
           properties: {
-            redirect_uris: { type: 'array', items: { type: 'string' }, description: `required: 1 to ${MAX_REDIRECT_URIS} URIs, https or http on a loopback address, compared exactly` },
+            redirect_uris: { type: 'array', items: { type: 'string' }, description: `required: 1 to ${MAX_REDIRECT_URIS} URIs, https or http on a loopback address, compared exactly (a loopback one at any port)` },
             client_name: { type: 'string', description: `at most ${MAX_CLIENT_NAME_CHARS} characters` },
             grant_types: { type: 'array', items: { type: 'string' }, description: 'a subset of authorization_code and refresh_token that includes authorization_code (default both)' },
             response_types: { type: 'array', items: { type: 'string' }, description: 'only ["code"] (the default)' },

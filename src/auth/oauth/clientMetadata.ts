@@ -44,7 +44,8 @@ const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost']);
 /**
  * Why a redirect URI is refused, or null when it is acceptable: an absolute https URL, or http
  * on a loopback host (RFC 8252 7.3: native apps listening on the machine), without fragment
- * (RFC 6749 3.1.2) or user information. Matching is exact, port and path included.
+ * (RFC 6749 3.1.2) or user information. Matching is exact but for a loopback URI's port
+ * (`isRegisteredRedirectUri`).
  */
 export function redirectUriProblem(uri: unknown): string | null {
   if (typeof uri !== 'string' || uri.length === 0) return 'a redirect URI must be a non-empty string';
@@ -65,6 +66,35 @@ export function redirectUriProblem(uri: unknown): string | null {
   if (url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname)) return null;
   if (url.protocol === 'http:') return `redirect URI ${uri} uses http on a host that is not loopback; use https`;
   return `redirect URI ${uri} must use https (or http on a loopback address)`;
+}
+
+/**
+ * Whether `requested` is one of the client's `registered` redirect URIs: compared as strings,
+ * exactly, except that an http loopback URI matches one registered at any port (RFC 8252 7.3 and
+ * OAuth 2.1 "Loopback Interface Redirection" require it: a native client listens on whatever port
+ * the system gives it, which a metadata document, written once, cannot name). Scheme, host, path
+ * and query still match exactly; a loopback URI the parser would rewrite matches nothing.
+ */
+export function isRegisteredRedirectUri(registered: readonly string[], requested: string): boolean {
+  if (registered.includes(requested)) return true;
+  const portless = loopbackWithoutPort(requested);
+  return portless !== null && registered.some((uri) => loopbackWithoutPort(uri) === portless);
+}
+
+/** An http loopback URI, as a URL parser writes it, without its port; null for any other URI. */
+function loopbackWithoutPort(uri: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(uri);
+  } catch {
+    return null;
+  }
+  if (url.protocol !== 'http:' || !LOOPBACK_HOSTS.has(url.hostname)) return null;
+  if (uri.includes('#') || url.username !== '' || url.password !== '') return null;
+  // The spelling rule of `redirectUriProblem`: compared as written, redirected to as parsed.
+  if (url.href !== uri && url.href !== `${uri}/`) return null;
+  url.port = '';
+  return url.href;
 }
 
 function optionalString(metadata: Record<string, unknown>, field: string, maxLength: number): string | null {

@@ -294,7 +294,7 @@ t.test('a consent form answers its request once: a replay, or a second post at o
 t.test('an unregistered redirect URI never reaches consent and is never redirected to', async (t) => {
   const client = await registerClient();
   const browser = new TestBrowser(issuer);
-  for (const redirect of ['https://evil.example/callback', `${REDIRECT}/other`, 'http://127.0.0.1:33419/callback']) {
+  for (const redirect of ['https://evil.example/callback', `${REDIRECT}/other`, `${REDIRECT}?added=1`, `${REDIRECT}#fragment`, 'http://localhost:33418/callback', 'https://127.0.0.1:33418/callback']) {
     const page = await browser.request('GET', authorizeUrl(baseParams(client.client_id, newPkce().challenge, { redirect_uri: redirect })));
     t.equal(page.status, 400, redirect);
     t.equal(page.headers.get('location'), null, 'no redirect');
@@ -307,6 +307,21 @@ t.test('an unregistered redirect URI never reaches consent and is never redirect
   t.match(unknownClient.text, 'invalid_client');
   const missingRedirect = await browser.request('GET', authorizeUrl(baseParams(client.client_id, newPkce().challenge, { redirect_uri: undefined })));
   t.equal(missingRedirect.status, 400);
+});
+
+t.test('a loopback redirect URI works at any port, and the code is bound to the port it was sent to', async (t) => {
+  const client = await registerClient({ redirect_uris: ['http://127.0.0.1/callback'] });
+  const pkce = newPkce();
+  const ephemeral = 'http://127.0.0.1:50123/callback';
+  const back = await approve(new TestBrowser(issuer), baseParams(client.client_id, pkce.challenge, { redirect_uri: ephemeral }));
+  t.equal(`${back.origin}${back.pathname}`, ephemeral, 'redirected to the port the client listens on');
+  t.equal(back.searchParams.get('state'), 'state-123');
+  const exchange = { grant_type: 'authorization_code', code: back.searchParams.get('code') ?? '', client_id: client.client_id, code_verifier: pkce.verifier };
+  const otherPort = await token({ ...exchange, redirect_uri: 'http://127.0.0.1:50124/callback' });
+  t.equal(otherPort.body.error, 'invalid_grant', 'the token request names the very URI of the authorization request');
+  const fresh = await approve(new TestBrowser(issuer), baseParams(client.client_id, pkce.challenge, { redirect_uri: ephemeral }));
+  const issued = await token({ ...exchange, code: fresh.searchParams.get('code') ?? '', redirect_uri: ephemeral });
+  t.equal(issued.status, 200, JSON.stringify(issued.body));
 });
 
 t.test('PKCE: plain or a missing challenge is refused with invalid_request, never reaching consent', async (t) => {

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { OAuthError } from '../../../src/auth/oauth/errors.js';
-import { isMetadataDocumentClientId, redirectUriProblem, validateClientMetadata, validateMetadataDocument } from '../../../src/auth/oauth/clientMetadata.js';
+import { isMetadataDocumentClientId, isRegisteredRedirectUri, redirectUriProblem, validateClientMetadata, validateMetadataDocument } from '../../../src/auth/oauth/clientMetadata.js';
 
 const codeOf = (run: () => unknown): string => {
   try {
@@ -33,6 +33,32 @@ t.test('redirect URIs: https, or http on loopback; no fragment, no user informat
     t.equal(redirectUriProblem(spelt), `redirect URI ${JSON.stringify(spelt)} is not written as a URL parser writes it: register ${canonical}`, JSON.stringify(spelt));
   }
   t.equal(redirectUriProblem('http://localhost:3000'), null, 'an origin without its path slash is the same URL');
+});
+
+t.test('redirect URI matching: exact, but a loopback one at any port (RFC 8252 7.3)', async (t) => {
+  const registered = ['http://127.0.0.1/callback', 'http://[::1]:4000/cb?app=1', 'http://localhost:3000/done', 'https://app.example/cb', 'http://127.0.0.1:9'];
+  for (const uri of registered) t.ok(isRegisteredRedirectUri(registered, uri), `as registered: ${uri}`);
+  for (const uri of ['http://127.0.0.1:53124/callback', 'http://[::1]/cb?app=1', 'http://[::1]:65000/cb?app=1', 'http://localhost:51000/done', 'http://127.0.0.1:2']) {
+    t.ok(isRegisteredRedirectUri(registered, uri), `another loopback port: ${uri}`);
+  }
+  for (const uri of [
+    'http://127.0.0.1:53124/callback/',
+    'http://127.0.0.1:53124/callback?extra=1',
+    'http://127.0.0.1:53124/callback#frag',
+    'http://127.0.0.1:53124/callbacks',
+    'http://127.0.0.1:53124/CALLBACK',
+    'http://localhost:53124/callback',
+    'https://127.0.0.1:53124/callback',
+    'http://user@127.0.0.1:53124/callback',
+    'http://127.1:53124/callback',
+    'HTTP://127.0.0.1:53124/callback',
+    'http://[::1]:65000/cb',
+    'https://app.example:8443/cb',
+    'https://app.example/cb?x=1',
+    'https://app.example/c',
+  ]) {
+    t.notOk(isRegisteredRedirectUri(registered, uri), `refused: ${uri}`);
+  }
 });
 
 t.test('registration metadata: defaults, what is kept, and refusals with RFC 7591 codes', async (t) => {
