@@ -207,6 +207,15 @@ export function createOAuthServer(deps: OAuthServerDeps) {
     const resource = params.resource === undefined ? undefined : resolveResource(params.resource, issuer);
     const client = await findClient(clientId);
     if (!client.grant_types.includes('refresh_token')) throw new OAuthError('unauthorized_client', 'client did not register the refresh_token grant');
+    // Before rotating: a refusal after it would leave the client without the new token, and its
+    // retry with the old one would count as reuse and revoke the whole grant. (A grant's resource
+    // never changes; another client's token is left to rotateRefreshToken, which tells nothing.)
+    if (resource !== undefined) {
+      const current = await grants.grantOfRefreshToken(refreshToken);
+      if (current !== null && current.client_id === client.client_id && current.resource !== resource) {
+        throw new OAuthError('invalid_target', 'resource differs from the one the authorization was granted for');
+      }
+    }
     const rotation = await grants.rotateRefreshToken(refreshToken, client.client_id);
     switch (rotation.status) {
       case 'unknown':
@@ -218,9 +227,6 @@ export function createOAuthServer(deps: OAuthServerDeps) {
         throw new OAuthError('invalid_grant', 'refresh token was revoked');
       case 'reused':
         throw new OAuthError('invalid_grant', 'refresh token was already used; every token of its authorization is revoked');
-    }
-    if (resource !== undefined && resource !== rotation.grant.resource) {
-      throw new OAuthError('invalid_target', 'resource differs from the one the authorization was granted for');
     }
     return issueTokens(rotation.grant, client, rotation.refreshToken);
   }

@@ -492,6 +492,21 @@ t.test('refresh tokens: reuse revokes the whole family; revoked and expired ones
 
 const signer = (secret: string, now: number) => createTokenService({ secret, issuer: oauthIssuer(service.config), sessionTtlMs: 60_000, now: () => now });
 
+t.test('a refresh for another resource is refused before rotating: the refresh token stays good', async (t) => {
+  const client = await registerClient();
+  const pkce = newPkce();
+  const issued = await token({ grant_type: 'authorization_code', code: await codeFor(client.client_id, pkce.challenge), redirect_uri: REDIRECT, client_id: client.client_id, code_verifier: pkce.verifier });
+  // The issuer derived from another spelling of the host: the MCP URL there is another resource than the grant's.
+  const otherHost = issuer.replace('127.0.0.1', 'localhost');
+  const refused = await postForm(`${otherHost}/api/v1/oauth/token`, { grant_type: 'refresh_token', refresh_token: issued.body.refresh_token, client_id: client.client_id, resource: mcpResourceUrl(otherHost) });
+  t.equal(refused.status, 400);
+  t.equal(refused.body.error, 'invalid_target');
+  t.equal(refused.headers.get('cache-control'), 'no-store');
+  const retried = await token({ grant_type: 'refresh_token', refresh_token: issued.body.refresh_token, client_id: client.client_id, resource: mcp });
+  t.equal(retried.status, 200, `the same token still refreshes, no reuse is detected: ${JSON.stringify(retried.body)}`);
+  t.ok(await service.context.oauth.verifyAccessToken(issued.body.access_token, mcp), 'and the grant is not revoked');
+});
+
 t.test('expired and foreign-secret access tokens are refused', async (t) => {
   const grantId = await createTestGrant(service, { userId: alice.user.id, clientId: 'c', resource: mcp });
   const claims = { userId: alice.user.id, clientId: 'c', scope: 'mcp', audience: mcp, grantId };
