@@ -6,10 +6,11 @@ import { mcpTools } from './tools/index.js';
 
 const INSTRUCTIONS =
   'Factlog is a knowledge graph of facts extracted from documents. Start with getRepositories; every other tool takes one of its ids or slugs ' +
-  'as `repository`. Search facts with searchFacts and cite them by id; explore concepts with searchConcepts, getConcept and getRelatedConcepts; ' +
+  'as `repository`. Search facts with searchFacts and cite them by id; explore concepts with searchConcepts, getConcept and getRelatedConcepts, ' +
+  'why two are related with getConceptRelation, and what a fact is about with getFactConcepts; ' +
   'add documents with fetchAndProcessSource and poll getSourceTasks until `complete`.';
 
-/** The tools/list answer, built once: the SDK would convert twenty zod schemas to JSON Schema on every call (about 1.5 ms). */
+/** The tools/list answer, built once: the SDK would convert twenty-two zod schemas to JSON Schema on every call (about 1.5 ms). */
 export const TOOL_LIST: ListToolsResult = { tools: mcpTools.map((tool) => tool.listing) };
 
 /**

@@ -36,7 +36,7 @@ t.teardown(() => service.close());
 
 t.test('the MCP Inspector CLI lists the tools and calls one with an API key', async (t) => {
   const listed = await inspect('--method', 'tools/list');
-  t.equal(listed.tools.length, 20);
+  t.equal(listed.tools.length, 22);
   t.ok(listed.tools.some((tool: { name: string }) => tool.name === 'searchFacts'));
   const called = await inspect('--method', 'tools/call', '--tool-name', 'getRepositories');
   t.notOk(called.isError);

@@ -26,7 +26,8 @@ const sourceId = (await service.call('POST', `/api/v1/repositories/${repository.
 const facts = await extractFacts(service, repository.id, sourceId, ['Marie Curie discovered radium in 1898.', 'Marie Curie was born in Warsaw.']);
 await stabilize(service, repository.id, sourceId, facts);
 const curie = await createConcept(service, repository.id, 'Marie Curie', 'person');
-await linkFacts(service, repository.id, sourceId, Object.fromEntries(facts.map((fact) => [fact.id, [curie]])));
+const warsaw = await createConcept(service, repository.id, 'Warsaw', 'location');
+await linkFacts(service, repository.id, sourceId, { [facts[0].id]: [curie], [facts[1].id]: [curie, warsaw] });
 
 const provider = new SdkAuthProvider(REDIRECT);
 
@@ -53,7 +54,7 @@ t.test('with its token the client calls every tool', async (t) => {
   await client.connect(new StreamableHTTPClientTransport(endpoint, { authProvider: provider }));
   t.teardown(() => client.close());
   const { tools } = await client.listTools();
-  t.equal(tools.length, 20);
+  t.equal(tools.length, 22);
 
   const results: Record<string, ReturnType<typeof parsed>> = {};
   const call = async (name: string, args: Record<string, unknown> = {}) => {
@@ -67,10 +68,12 @@ t.test('with its token the client calls every tool', async (t) => {
   const found = await call('searchFacts', { repository: repo, query: 'radium' });
   t.match(found.value, { items: [{ id: facts[0].id }] }, 'results cite fact ids');
   await call('getFact', { repository: repo, factId: facts[0].id });
+  t.match((await call('getFactConcepts', { repository: repo, factId: facts[1].id })).value, { items: [{ id: curie }, { id: warsaw }] });
   await call('searchConcepts', { repository: repo, query: 'curie', show_small: true });
   t.match((await call('getConcept', { repository: repo, concept: 'Marie Curie' })).value, { id: curie });
   await call('getConceptSummaries', { repository: repo, concept: curie });
   await call('getRelatedConcepts', { repository: repo, concept: curie, show_insignificant: true });
+  t.match((await call('getConceptRelation', { repository: repo, concept: curie, other: 'Warsaw' })).value, { other: { id: warsaw }, facts: [{ id: facts[1].id }] });
   await call('getConceptSources', { repository: repo, concept: curie });
   const investigation = await call('createInvestigation', { repository: repo, title: 'Curie', topic: 'Where was Curie born?' });
   await call('getInvestigation', { repository: repo, investigationId: investigation.value.id });

@@ -32,7 +32,7 @@ async function listed(options: { listFromSdk?: boolean }) {
 t.test('the tools/list built once equals what the SDK would list', async (t) => {
   const fromSdk = await listed({ listFromSdk: true });
   const cached = await listed({});
-  t.equal(cached.tools.length, 20);
+  t.equal(cached.tools.length, 22);
   t.same(cached, fromSdk);
   t.same(cached.tools, TOOL_LIST.tools);
 });

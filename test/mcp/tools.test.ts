@@ -15,6 +15,8 @@ let service: TestService;
 let owner: Client;
 let reader: Client;
 let stranger: Client;
+let endpoint: URL;
+let readerToken: string;
 let repoId: string;
 let slug: string;
 let otherRepoId: string;
@@ -31,6 +33,7 @@ t.before(async () => {
   const ownerUser = await registerUser(service, 'owner@example.org');
   const readerUser = await registerUser(service, 'reader@example.org');
   const strangerUser = await registerUser(service, 'stranger@example.org');
+  readerToken = readerUser.token;
   const created = (await service.call('POST', '/api/v1/repositories', { token: ownerUser.token, body: { name: 'Chemistry' } })).body;
   repoId = created.id;
   slug = created.slug;
@@ -67,7 +70,9 @@ t.before(async () => {
     [ids.curie, ids.warsaw, 1],
   ]);
 
-  const { issuer, endpoint } = await listen(service);
+  const listening = await listen(service);
+  const issuer = listening.issuer;
+  endpoint = listening.endpoint;
   owner = await connectClient(endpoint, await accessToken(service, issuer, ownerUser.user.id));
   reader = await connectClient(endpoint, await accessToken(service, issuer, readerUser.user.id));
   stranger = await connectClient(endpoint, await accessToken(service, issuer, strangerUser.user.id));
@@ -77,7 +82,7 @@ t.teardown(async () => {
   await service.close();
 });
 
-t.test('tools/list names exactly the twenty tools, each with a described input schema', async (t) => {
+t.test('tools/list names exactly the twenty-two tools, each with a described input schema', async (t) => {
   const { tools } = await owner.listTools();
   t.same(
     tools.map((tool) => tool.name),
@@ -87,10 +92,12 @@ t.test('tools/list names exactly the twenty tools, each with a described input s
       'searchSources',
       'searchFacts',
       'getFact',
+      'getFactConcepts',
       'searchConcepts',
       'getConcept',
       'getConceptSummaries',
       'getRelatedConcepts',
+      'getConceptRelation',
       'getConceptSources',
       'getInvestigation',
       'createInvestigation',
@@ -217,6 +224,24 @@ t.test('concept tools', async (t) => {
   const unknown = await call(reader, 'getConcept', { repository: repoId, concept: 'Einstein' });
   t.ok(unknown.isError);
   t.match(unknown.text, /not found/);
+});
+
+t.test('getFactConcepts and getConceptRelation: what a fact is about, and why two concepts are related', async (t) => {
+  const about = await call(reader, 'getFactConcepts', { repository: repoId, factId: facts[0].id });
+  t.notOk(about.isError, about.text);
+  t.match(about.value, { fact_id: facts[0].id, merged_from: null, items: [{ id: ids.curie, canonical_name: 'Marie Curie' }, { id: ids.radium, canonical_name: 'Radium' }], total: 2 });
+  const alone = await call(reader, 'getFactConcepts', { repository: repoId, factId: facts[1].id });
+  t.match(alone.value, { items: [{ id: ids.radium }], total: 1 });
+
+  const relation = await call(reader, 'getConceptRelation', { repository: repoId, concept: 'madame curie', other: 'Radium' });
+  t.notOk(relation.isError, relation.text);
+  t.match(relation.value, { concept: { id: ids.curie }, other: { id: ids.radium }, shared_fact_count: 3, band: String, total: 3 });
+  t.same(relation.value.facts.map((fact: { id: string }) => fact.id).sort(), [facts[0].id, facts[2].id, facts[4].id].sort(), 'the facts both are linked to');
+  const page = await call(reader, 'getConceptRelation', { repository: repoId, concept: ids.curie, other: ids.radium, limit: 2, offset: 2 });
+  t.match(page.value, { total: 3 });
+  t.equal(page.value.facts.length, 1, 'the last of three, two a page');
+  const weak = await call(reader, 'getConceptRelation', { repository: repoId, concept: 'Warsaw', other: 'Marie Curie' });
+  t.match(weak.value, { concept: { id: ids.warsaw }, other: { id: ids.curie }, shared_fact_count: 1, facts: [{ id: facts[6].id }] }, 'either order');
 });
 
 t.test('investigations: create, add a source, fetch a new one into it, read it, its tasks', async (t) => {
@@ -352,10 +377,12 @@ t.test('a caller with no role on the repository gets "permission denied" from ev
     ['searchSources', { query: 'curie' }],
     ['searchFacts', { query: 'radium' }],
     ['getFact', { factId: facts[0].id }],
+    ['getFactConcepts', { factId: facts[0].id }],
     ['searchConcepts', {}],
     ['getConcept', { concept: ids.curie }],
     ['getConceptSummaries', { concept: ids.curie }],
     ['getRelatedConcepts', { concept: ids.curie }],
+    ['getConceptRelation', { concept: ids.curie, other: ids.radium }],
     ['getConceptSources', { concept: ids.curie }],
     ['getInvestigation', { investigationId: '00000000-0000-4000-8000-000000000000' }],
     ['createInvestigation', { title: 'Mine now' }],
@@ -368,7 +395,7 @@ t.test('a caller with no role on the repository gets "permission denied" from ev
     ['getReportTasks', { reportId: '00000000-0000-4000-8000-000000000000' }],
     ['updateReport', { reportId: '00000000-0000-4000-8000-000000000000', text: 'x' }],
   ];
-  t.equal(calls.length, 18, 'every tool that takes a repository');
+  t.equal(calls.length, 20, 'every tool that takes a repository');
   for (const [name, args] of calls) {
     const result = await call(stranger, name, { repository: repoId, ...args });
     t.ok(result.isError, `${name} is an error`);
@@ -407,6 +434,48 @@ t.test('invalid arguments are tool errors naming the problem', async (t) => {
   const noRepository = await call(reader, 'getConcept', { concept: 'Radium' });
   t.ok(noRepository.isError);
   t.match(noRepository.text, /repository/);
+
+  const bad: [string, Record<string, unknown>, RegExp][] = [
+    ['getFactConcepts', {}, /Input validation error: .*factId/],
+    ['getFactConcepts', { factId: 'radium' }, /Input validation error: .*must be a UUID/],
+    ['getFactConcepts', { factId: '00000000-0000-4000-8000-000000000000' }, /^not found: fact not found$/],
+    ['getConceptRelation', { concept: 'Radium' }, /Input validation error: .*other/],
+    ['getConceptRelation', { concept: 'Radium', other: '' }, /Input validation error: .*other/],
+    ['getConceptRelation', { concept: 'Radium', other: 'x'.repeat(501) }, /Input validation error: .*at most 500 characters/],
+    ['getConceptRelation', { concept: 'Radium', other: 'Einstein' }, /^not found: concept not found$/],
+    ['getConceptRelation', { concept: 'Radium', other: 'radium' }, /^invalid: a concept has no relation to itself$/],
+    ['getConceptRelation', { concept: 'Radium', other: 'Warsaw', other_context: '  ' }, /^invalid: other_context must not be empty or only whitespace/],
+    ['getConceptRelation', { concept: 'Radium', other: ids.warsaw, other_context: 'person' }, /^invalid: concept .* is in context location, not person: other_context= only picks/],
+    ['getConceptRelation', { concept: 'Radium', other: 'Warsaw', limit: 501 }, /limit/],
+  ];
+  for (const [name, args, expected] of bad) {
+    const result = await call(reader, name, { repository: repoId, ...args });
+    t.ok(result.isError, `${name} ${JSON.stringify(args)} is an error`);
+    t.match(result.text, expected, `${name} ${JSON.stringify(args)}: ${result.text}`);
+  }
+});
+
+t.test('a reader whose credential lacks the permission the route checks is refused the two tools, without data', async (t) => {
+  // The reader's own API keys: one without facts:read, one without concepts:read.
+  const keyWith = async (scopes: string[]) => {
+    const created = await service.call('POST', '/api/v1/users/me/api-keys', { token: readerToken, body: { name: scopes.join(' '), scopes, repository: repoId } });
+    t.equal(created.status, 201, created.body.message);
+    const client = await connectClient(endpoint, created.body.key);
+    t.teardown(() => client.close());
+    return client;
+  };
+  const conceptsOnly = await keyWith(['concepts:read']);
+  const factsOnly = await keyWith(['facts:read']);
+  const refusals: [Client, string, Record<string, unknown>, string][] = [
+    [conceptsOnly, 'getFactConcepts', { factId: facts[0].id }, 'facts:read'],
+    [factsOnly, 'getConceptRelation', { concept: ids.curie, other: ids.radium }, 'concepts:read'],
+  ];
+  for (const [client, name, args, permission] of refusals) {
+    const result = await call(client, name, { repository: repoId, ...args });
+    t.equal(result.text, `permission denied: ${permission}`, `${name} is refused, naming ${permission}`);
+  }
+  t.notOk((await call(factsOnly, 'getFactConcepts', { repository: repoId, factId: facts[0].id })).isError, 'with facts:read the fact is read');
+  t.notOk((await call(conceptsOnly, 'getConceptRelation', { repository: repoId, concept: ids.curie, other: ids.radium })).isError, 'with concepts:read the pair is read');
 });
 
 t.test('each tool call runs in the call context the permission audit reads', async (t) => {

@@ -80,6 +80,30 @@ export const conceptTools = [
     },
   }),
   defineTool({
+    name: 'getConceptRelation',
+    title: 'Get the relation of two concepts',
+    description:
+      'Why two concepts are related: the band of the pair (insignificant, weak, stable) with `shared_fact_count`, and a page of the facts both are linked to now ' +
+      '(`facts`, newest first; `total` counts them). A merged concept answers as the concept it was merged into, with `redirected_from` (`other_redirected_from` for the other). ' +
+      '`shared_fact_count` and the band are as of the last relations refresh (a pair never related: 0, insignificant); `facts` are read now.',
+    input: z.object({
+      repository: repositoryArgument,
+      concept: conceptArgument,
+      context: contextArgument,
+      other: conceptArgument.describe('The other concept: its id (UUID), canonical name or alias (case-insensitive). Not the concept itself.'),
+      // Its own context: the two names may be of different contexts, so `context` cannot pick both (as REST's other_context).
+      other_context: contextArgument.describe(
+        'The context of `other` (e.g. "chemical"), to pick among concepts that share its name; not only whitespace. With an id, leave it out.',
+      ),
+      limit: limitArgument(50, 500),
+      offset: offsetArgument,
+    }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.concepts.relation(principal, args);
+    },
+  }),
+  defineTool({
     name: 'getConceptSources',
     title: "Get a concept's sources",
     description: 'The sources whose facts are linked to this concept, with how many of its facts each contributed.',

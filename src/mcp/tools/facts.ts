@@ -53,4 +53,16 @@ export const factTools = [
       return app.facts.get(principal, { repository: args.repository, fact: args.factId });
     },
   }),
+  defineTool({
+    name: 'getFactConcepts',
+    title: "Get a fact's concepts",
+    description:
+      'What a fact is about: the concepts it is linked to (id, canonical name, context, fact count), by canonical name. ' +
+      'A merged fact answers with the fact it was merged into (`fact_id`, and `merged_from` the id asked for).',
+    input: z.object({ repository: repositoryArgument, factId: idArgument('fact') }),
+    readOnly: true,
+    async run({ app, principal }, args) {
+      return app.facts.concepts(principal, { repository: args.repository, fact: args.factId });
+    },
+  }),
 ];

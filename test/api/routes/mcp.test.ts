@@ -258,7 +258,7 @@ t.test('protocol versions: each supported revision is served; an unsupported one
   t.equal(base64Name.status, 200, 'a base64-encoded Mcp-Name is decoded');
   const modernList = await post({ jsonrpc: '2.0', id: 2, method: 'tools/list' }, { 'mcp-protocol-version': '2026-07-28', accept: 'application/json' });
   t.match(modernList.json.result, { resultType: 'complete', cacheScope: 'private', ttlMs: Number });
-  t.equal(modernList.json.result.tools.length, 20);
+  t.equal(modernList.json.result.tools.length, 22);
 
   const unsupported = await post(listRepositories, { 'mcp-protocol-version': '2024-11-05' });
   t.equal(unsupported.status, 400);

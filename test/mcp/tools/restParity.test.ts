@@ -160,6 +160,14 @@ t.test('the fact tools answer what the fact routes answer', async (t) => {
   t.match(toolMerged.value, { id: facts[0].id, merged_from: twin.id }, 'a merged fact answers with its survivor');
   const upper = await call(reader, 'getFact', { repository: repoId, factId: facts[1].id.toUpperCase() });
   t.match(upper.value, { id: facts[1].id, merged_from: null }, 'ids compare in any case');
+
+  const linked = await call(reader, 'getFactConcepts', { repository: repoId, factId: facts[0].id });
+  t.notOk(linked.isError, linked.text);
+  t.has(linked.value, await rest(`/facts/${facts[0].id}/concepts`));
+  t.match(linked.value, { fact_id: facts[0].id, merged_from: null, items: [{ id: ids.curie }, { id: ids.radium }], total: 2 });
+  const linkedMerged = await call(reader, 'getFactConcepts', { repository: repoId, factId: twin.id.toUpperCase() });
+  t.has(linkedMerged.value, await rest(`/facts/${twin.id.toUpperCase()}/concepts`));
+  t.match(linkedMerged.value, { fact_id: facts[0].id, merged_from: twin.id }, "a merged fact answers with its survivor's concepts");
 });
 
 t.test('the concept tools answer what the concept routes answer', async (t) => {
@@ -175,6 +183,25 @@ t.test('the concept tools answer what the concept routes answer', async (t) => {
   t.match(related.value, { redirected_from: { id: ids.sklodowska }, total: 2 });
   t.has((await call(reader, 'getRelatedConcepts', { repository: repoId, concept: ids.curie })).value, await rest(`/concepts/${ids.curie}/relations`));
   t.has((await call(reader, 'getConceptSources', { repository: repoId, concept: 'Maria Sklodowska' })).value, await rest('/concepts/Maria%20Sklodowska/sources'));
+  const relation = await call(reader, 'getConceptRelation', { repository: repoId, concept: 'Maria Sklodowska', other: 'radium' });
+  t.notOk(relation.isError, relation.text);
+  t.has(relation.value, await rest('/concepts/Maria%20Sklodowska/relations/radium'));
+  t.match(relation.value, { concept: { id: ids.curie }, redirected_from: { id: ids.sklodowska }, other: { id: ids.radium }, other_redirected_from: null, shared_fact_count: 2, total: 2 }, 'refreshed at 3, recounted when the twin merged');
+  t.same(
+    relation.value.facts.map((fact: { id: string }) => fact.id).sort(),
+    [facts[0].id, facts[2].id].sort(),
+    'the facts both are linked to now: the merged twin is left out',
+  );
+  const reversed = await call(reader, 'getConceptRelation', { repository: repoId, concept: ids.radium, other: ids.sklodowska });
+  t.has(reversed.value, await rest(`/concepts/${ids.radium}/relations/${ids.sklodowska}`));
+  t.match(reversed.value, { other: { id: ids.curie }, other_redirected_from: { id: ids.sklodowska } }, 'the other concept is followed to its survivor too');
+  const relationPage = await call(reader, 'getConceptRelation', { repository: repoId, concept: ids.curie, other: ids.radium, limit: 1, offset: 1 });
+  t.has(relationPage.value, await rest(`/concepts/${ids.curie}/relations/${ids.radium}?limit=1&offset=1`));
+  t.equal(relationPage.value.facts.length, 1);
+  const unrelated = await call(reader, 'getConceptRelation', { repository: repoId, concept: 'Mercury', context: 'chemical', other: 'Mercury', other_context: 'astronomy' });
+  t.notOk(unrelated.isError, unrelated.text);
+  t.has(unrelated.value, await rest('/concepts/Mercury/relations/Mercury?context=chemical&other_context=astronomy'));
+  t.match(unrelated.value, { concept: { id: ids.mercuryMetal }, other: { id: ids.mercuryPlanet }, shared_fact_count: 0, band: 'insignificant', facts: [], total: 0 }, 'each name in its own context');
   const summariesPage = await call(reader, 'getConceptSummaries', { repository: repoId, concept: ids.curie, limit: 1, offset: 1 });
   const restPage = await rest(`/concepts/${ids.curie}/summaries?limit=1&offset=1`);
   t.same([summariesPage.value.summaries, summariesPage.value.total], [restPage.items, restPage.total], 'the slices page alike');
@@ -269,6 +296,10 @@ t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/
     ['getRelatedConcepts', { concept: 'Einstein' }, /^not found: concept not found$/],
     ['getConceptSources', { concept: 'Einstein' }, /^not found: concept not found$/],
     ['searchFacts', { concept: 'Einstein' }, /^not found: concept not found$/],
+    ['getConceptRelation', { concept: 'Einstein', other: 'Radium' }, /^not found: concept not found$/],
+    ['getConceptRelation', { concept: 'Radium', other: 'Einstein' }, /^not found: concept not found$/],
+    ['getConceptRelation', { concept: 'Radium', other: UNKNOWN }, /^not found: concept not found$/],
+    ['getFactConcepts', { factId: UNKNOWN }, /^not found: fact not found$/],
     ['getInvestigation', { investigationId: UNKNOWN }, /^not found: investigation not found$/],
     ['addInvestigationSource', { investigationId: UNKNOWN, sourceId: UNKNOWN }, /^not found: investigation not found$/],
     ['getReport', { reportId: UNKNOWN }, /^not found: report not found$/],
@@ -280,10 +311,20 @@ t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/
     ['getRelatedConcepts', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
     ['getConceptSources', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
     ['searchFacts', { concept: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts/],
+    ['getConceptRelation', { concept: 'Mercury', other: 'Radium' }, /^conflict: concept 'Mercury' exists in several contexts \(astronomy, chemical\): pass context= to pick one$/],
+    ['getConceptRelation', { concept: 'Radium', other: 'Mercury' }, /^conflict: concept 'Mercury' exists in several contexts \(astronomy, chemical\): pass other_context= to pick one$/],
+    ['getConceptRelation', { concept: 'Radium', other: 'Mercury', context: 'astronomy' }, /^not found: concept not found$/],
+    ['getConceptRelation', { concept: 'Marie Curie', other: 'Maria Sklodowska' }, /^invalid: a concept has no relation to itself$/],
     // A context of only whitespace, as REST's ?context=%20: refused, not matched against an empty context.
-    ...(['searchConcepts', 'getConcept', 'getConceptSummaries', 'getRelatedConcepts', 'getConceptSources', 'searchFacts'] as const).map(
-      (name): [string, Record<string, unknown>, RegExp] => [name, { ...(name === 'searchConcepts' ? {} : { concept: 'Mercury' }), context: ' \t ' }, /^invalid: context must not be empty or only whitespace: name a context, or leave context out$/],
+    ...(['searchConcepts', 'getConcept', 'getConceptSummaries', 'getRelatedConcepts', 'getConceptRelation', 'getConceptSources', 'searchFacts'] as const).map(
+      (name): [string, Record<string, unknown>, RegExp] => [
+        name,
+        { ...(name === 'searchConcepts' ? {} : { concept: 'Mercury' }), ...(name === 'getConceptRelation' ? { other: 'Radium' } : {}), context: ' \t ' },
+        /^invalid: context must not be empty or only whitespace: name a context, or leave context out$/,
+      ],
     ),
+    ['getConceptRelation', { concept: 'Radium', other: 'Mercury', other_context: ' ' }, /^invalid: other_context must not be empty or only whitespace: name a context, or leave other_context out$/],
+    ['getFactConcepts', { factId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
     ['getFact', { factId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
     ['getReport', { reportId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
     ['getInvestigation', { investigationId: 'not-a-uuid' }, /Input validation error: .*must be a UUID/],
@@ -297,6 +338,9 @@ t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/
     ['searchConcepts', { limit: 501 }, /limit/],
     ['searchConcepts', { offset: -1 }, /offset/],
     ['getRelatedConcepts', { concept: ids.curie, limit: 501 }, /limit/],
+    ['getConceptRelation', { concept: ids.curie, other: ids.radium, limit: 0 }, /limit/],
+    ['getConceptRelation', { concept: ids.curie, other: ids.radium, offset: -1 }, /offset/],
+    ['getConceptRelation', { concept: ids.curie }, /Input validation error: .*other/],
     ['listReports', { limit: 501 }, /limit/],
     ['searchFacts', { offset: 99_995, limit: 10 }, /100,?000|window/],
   ];
@@ -304,6 +348,18 @@ t.test('unknown ids, ambiguous names and bad arguments are the tool errors docs/
     const result = await call(owner, name, { repository: repoId, ...args });
     t.ok(result.isError, `${name} ${JSON.stringify(args)} is an error`);
     t.match(result.text, expected, `${name} ${JSON.stringify(args)}: ${result.text}`);
+  }
+  // The routes of the two newer tools refuse the same inputs (404, 409, 400 for invalid).
+  const restRefusals: [string, number][] = [
+    ['/concepts/Radium/relations/Einstein', 404],
+    ['/concepts/Radium/relations/Mercury', 409],
+    ['/concepts/Marie%20Curie/relations/Maria%20Sklodowska', 400],
+    ['/concepts/Radium/relations/Mercury?other_context=%20', 400],
+    [`/facts/${UNKNOWN}/concepts`, 404],
+    ['/facts/not-a-uuid/concepts', 400],
+  ];
+  for (const [path, status] of restRefusals) {
+    t.equal((await service.call('GET', `/api/v1/repositories/${repoId}${path}`, { token: ownerToken })).status, status, `GET ${path}: ${status}`);
   }
 });
 
@@ -347,6 +403,7 @@ t.test('a credential without a permission is refused by the tool as by the route
   const refused: [string, Record<string, unknown>, string, string][] = [
     ['searchFacts', { query: 'radium' }, '/facts?query=radium', 'facts:read'],
     ['getFact', { factId: facts[0].id }, `/facts/${facts[0].id}`, 'facts:read'],
+    ['getFactConcepts', { factId: facts[0].id }, `/facts/${facts[0].id}/concepts`, 'facts:read'],
     ['searchSources', { query: 'curie' }, `/sources/${sourceId}`, 'sources:read'],
     ['getSourceTasks', { sourceId }, `/tasks?source_id=${sourceId}`, 'jobs:read'],
     ['listReports', {}, '/reports', 'reports:read'],
