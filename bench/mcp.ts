@@ -1,6 +1,6 @@
 /**
  * What the MCP endpoint's stateless mode costs (docs/mcp.md, "Cost of stateless mode"): building
- * a server with the twenty tools for each request, and whole requests over HTTP against a REST
+ * a server with every tool for each request, and whole requests over HTTP against a REST
  * request that reads the same data.
  *
  *   node --import=tsx --no-wasm-code-gc bench/mcp.ts      (BENCH_ROUNDS, default 300)
@@ -9,6 +9,7 @@ import os from 'node:os';
 import { createApplication } from '../src/app/application.js';
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import { createMcpServer } from '../src/mcp/server.js';
+import { mcpTools } from '../src/mcp/tools/index.js';
 import { registerUser, startTestService } from '../test/helpers/service.js';
 import { accessToken, listen } from '../test/mcp/helpers.js';
 import { envNumber, ms } from './common.js';
@@ -39,7 +40,7 @@ try {
 
   console.log(`Machine: ${os.cpus().length} CPUs, load ${os.loadavg()[0].toFixed(2)}; Node ${process.version}; ${rounds} rounds each.\n`);
   console.log('| measurement | per request |\n|---|---:|');
-  await timePerRound('build a server with the 20 tools', rounds * 10, async () => createMcpServer(call));
+  await timePerRound(`build a server with the ${mcpTools.length} tools`, rounds * 10, async () => createMcpServer(call));
   await timePerRound('build, connect a stateless transport, close', rounds * 10, async () => {
     const server = createMcpServer(call);
     await server.connect(new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true }));
@@ -49,7 +50,7 @@ try {
     fetch(new URL('/api/v1/repositories', issuer), { headers: { authorization: `Bearer ${user.token}` } }).then((response) => response.text()),
   );
   await timePerRound('HTTP: MCP tools/call getRepositories', rounds, () => post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'getRepositories', arguments: {} } }));
-  await timePerRound('HTTP: MCP tools/list (20 JSON schemas)', rounds, () => post({ jsonrpc: '2.0', id: 1, method: 'tools/list' }));
+  await timePerRound(`HTTP: MCP tools/list (${mcpTools.length} JSON schemas)`, rounds, () => post({ jsonrpc: '2.0', id: 1, method: 'tools/list' }));
 } finally {
   await service.close();
 }
