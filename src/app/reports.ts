@@ -23,6 +23,11 @@ export interface ReportFields {
   parent_id?: string | null;
 }
 
+/** The reports to make children of a report (replacing its children), with its fields or alone. */
+export interface ReportChildren {
+  children_ids?: readonly string[];
+}
+
 const REPORT_UPLOAD_TYPES: Record<string, string> = { '.md': 'text/markdown', '.markdown': 'text/markdown', '.txt': 'text/plain', '.text': 'text/plain' };
 const ACCEPTED_REPORT_TYPES = new Set(['text/markdown', 'text/x-markdown', 'text/plain']);
 
@@ -89,6 +94,25 @@ async function levelsBelow(knex: Knex, repositoryId: string, reportId: string): 
   return Number(rows[0]?.levels ?? 0);
 }
 
+/**
+ * Refuses, before anything is written, reports that cannot become children of the report whose
+ * chain (itself first, then its parents) is `chain`: one not in the repository (400, as an
+ * unknown parent is: a body field is wrong), the report or one of its parents (a cycle), and one
+ * whose reports below would then nest deeper than MAX_REPORT_DEPTH (the check a move under a
+ * parent makes).
+ */
+async function checkNewChildren(knex: Knex, repositoryId: string, chain: readonly string[], children: readonly string[]): Promise<void> {
+  for (const child of children) {
+    if (child === chain[0]) throw invalid('a report cannot be its own child');
+    if (chain.includes(child)) throw invalid(`report ${child} cannot be a child: it is a parent of this report (a cycle)`);
+    const found: { id: string } | undefined = await knex('reports').where({ id: child, repository_id: repositoryId }).first('id');
+    if (!found) throw invalid(`child report ${child} not found in this repository`);
+    if (chain.length + (await levelsBelow(knex, repositoryId, child)) > MAX_REPORT_DEPTH) {
+      throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep: report ${child} and the reports below it would reach deeper`);
+    }
+  }
+}
+
 /** Report commands: create (typed or uploaded), edit, delete, and ask for a new annotation. */
 export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
   const knex = deps.db.knex;
@@ -105,7 +129,31 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
    */
   const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.report-tree.${repositoryId}`, work);
 
-  async function create(principal: Principal, repositoryId: string, fields: ReportFields & { text: string }, origin: 'text' | 'upload', filename: string | null, trace?: Trace) {
+  /**
+   * Makes `wanted` the children of the report whose chain (itself first) is `chain`: checks every
+   * report it gains before the first is moved, so a refused list moves none of them.
+   */
+  async function replaceChildren(repositoryId: string, chain: readonly string[], wanted: readonly string[], principal: Principal, trace?: Trace) {
+    const reportId = chain[0] as string;
+    const current = await childIdsOf(knex, repositoryId, reportId);
+    const gained = wanted.filter((id) => !current.includes(id));
+    await checkNewChildren(knex, repositoryId, chain, gained);
+    for (const child of gained) {
+      await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: reportId, parentChain: chain }, principal, trace);
+    }
+    for (const child of current.filter((id) => !wanted.includes(id))) {
+      await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
+    }
+  }
+
+  async function create(
+    principal: Principal,
+    repositoryId: string,
+    fields: ReportFields & ReportChildren & { text: string },
+    origin: 'text' | 'upload',
+    filename: string | null,
+    trace?: Trace,
+  ) {
     const reportId = randomUUID();
     const title = fields.title ?? defaultTitle(fields.text.slice(0, 4 * MAX_REPORT_TITLE_CHARS), filename);
     const run = () =>
@@ -117,16 +165,24 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
         trace,
       );
     const parentId = fields.parent_id;
-    if (!parentId) return run();
+    const children = fields.children_ids === undefined ? undefined : [...new Set(fields.children_ids)];
+    if (!parentId && children === undefined) return run();
     return inReportTree(repositoryId, async () => {
-      await parentChain(knex, repositoryId, parentId);
-      return run();
+      const chain = [reportId, ...(parentId ? await parentChain(knex, repositoryId, parentId) : [])];
+      if (children === undefined) return run();
+      // The children are checked before the report is made: a refused list leaves no report behind.
+      await checkNewChildren(knex, repositoryId, chain, children);
+      await run();
+      await replaceChildren(repositoryId, chain, children, principal, trace);
+      return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
     });
   }
 
   return {
-    async create(principal: Principal, input: ReportFields & { repository: string; text: string }, trace?: Trace) {
+    async create(principal: Principal, input: ReportFields & ReportChildren & { repository: string; text: string }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:create');
+      // Children taken are reports changed: as setChildren, that needs reports:write too.
+      if (input.children_ids !== undefined) await authorizeRepository(knex, principal, input.repository, 'reports:write');
       return create(principal, repository.id, input, 'text', null, trace);
     },
 
@@ -150,25 +206,30 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       return create(principal, repository.id, { ...input, text }, 'upload', filename, trace);
     },
 
-    /** Changes any of title, text, topic and parent; a text change re-annotates the sentences that changed. */
-    async update(principal: Principal, input: ReportInput & ReportFields, trace?: Trace) {
+    /**
+     * Changes any of title, text, topic, parent and children; a text change re-annotates the
+     * sentences that changed. Every check is made before the first write.
+     */
+    async update(principal: Principal, input: ReportInput & ReportFields & ReportChildren, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
-      await loadReport(knex, repository.id, input.report);
+      const stored = await loadReport(knex, repository.id, input.report);
+      const children = input.children_ids === undefined ? undefined : [...new Set(input.children_ids)];
       const run = async () => {
         const chain = input.parent_id ? await parentChain(knex, repository.id, input.parent_id) : [];
         // Moved under a parent, the report takes its children along: the deepest of them must stay within the limit too.
         if (chain.length > 0 && chain.length + (await levelsBelow(knex, repository.id, input.report)) > MAX_REPORT_DEPTH) {
           throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep: this report and the reports below it would reach deeper`);
         }
-        return execute(
-          repository.id,
-          input.report,
-          { type: 'UpdateReport', reportId: input.report, title: input.title, text: input.text, topic: input.topic, parentId: input.parent_id, parentChain: chain },
-          principal,
-          trace,
-        );
+        const command: ReportCommand = { type: 'UpdateReport', reportId: input.report, title: input.title, text: input.text, topic: input.topic, parentId: input.parent_id, parentChain: chain };
+        if (children === undefined) return execute(repository.id, input.report, command, principal, trace);
+        // The report's chain as the edit leaves it: under its new parent, or where it stands.
+        const chainAfter = input.parent_id === undefined ? await parentChain(knex, repository.id, stored.id) : [input.report, ...chain];
+        await checkNewChildren(knex, repository.id, chainAfter, children);
+        await execute(repository.id, input.report, command, principal, trace);
+        await replaceChildren(repository.id, chainAfter, children, principal, trace);
+        return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
       };
-      return input.parent_id ? inReportTree(repository.id, run) : run();
+      return input.parent_id || children !== undefined ? inReportTree(repository.id, run) : run();
     },
 
     /**
@@ -198,23 +259,15 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
 
     /**
      * Makes `children_ids` the report's children: each listed report gets it as parent (the same
-     * cycle and depth checks as a parent change), each former child not listed loses its parent.
+     * cycle and depth checks as a parent change, all made before the first is moved), each former
+     * child not listed loses its parent.
      */
-    async setChildren(principal: Principal, input: ReportInput & { children_ids: string[] }, trace?: Trace) {
+    async setChildren(principal: Principal, input: ReportInput & { children_ids: readonly string[] }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
       await loadReport(knex, repository.id, input.report);
-      const wanted = [...new Set(input.children_ids)];
-      if (wanted.includes(input.report)) throw invalid('a report cannot be its own child');
-      for (const child of wanted) await loadReport(knex, repository.id, child);
       await inReportTree(repository.id, async () => {
-        const current = await childIdsOf(knex, repository.id, input.report);
         const chain = await parentChain(knex, repository.id, input.report);
-        for (const child of wanted.filter((id) => !current.includes(id))) {
-          await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: input.report, parentChain: chain }, principal, trace);
-        }
-        for (const child of current.filter((id) => !wanted.includes(id))) {
-          await execute(repository.id, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
-        }
+        await replaceChildren(repository.id, chain, [...new Set(input.children_ids)], principal, trace);
       });
       return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
     },

@@ -102,3 +102,42 @@ t.test('a report deleted while a child is made under it: one of the two is refus
     t.equal([child.status, deletion.status].filter((status) => status === 'fulfilled').length, 1, `round ${round}: ${child.status} / ${deletion.status}`);
   }
 });
+
+t.test('children are checked before any is moved: a refused list changes nothing and makes no report', async (t) => {
+  const a = await harness.app.reports.create(owner, { repository, title: 'A', text: 'A.' });
+  const b = await harness.app.reports.create(owner, { repository, title: 'B', text: 'B.' });
+  const c = await harness.app.reports.create(owner, { repository, title: 'C', text: 'C.', parent_id: b.id });
+  const parentOf = async (id: string) => (await harness.app.reports.get(owner, { repository, report: id })).parent_id;
+
+  await rejectsWith(t, harness.app.reports.setChildren(owner, { repository, report: c.id, children_ids: [a.id, b.id] }), 'invalid', /cycle/);
+  t.equal(await parentOf(a.id), null, 'the child listed before the refused one was not moved');
+  await rejectsWith(t, harness.app.reports.setChildren(owner, { repository, report: a.id, children_ids: [c.id, 'no-such-report'] }), 'invalid', /child report no-such-report not found/);
+  t.equal(await parentOf(c.id), b.id, 'an unknown child is a 400, as an unknown parent is, and nothing moved');
+  await rejectsWith(t, harness.app.reports.update(owner, { repository, report: c.id, title: 'C, renamed', children_ids: [b.id] }), 'invalid', /cycle/);
+  t.equal((await harness.app.reports.get(owner, { repository, report: c.id })).title, 'C', 'the fields of a refused edit are not written either');
+
+  const total = (await harness.app.reports.list(owner, { repository })).total;
+  await rejectsWith(t, harness.app.reports.create(owner, { repository, title: 'Orphaned?', text: 'x', parent_id: c.id, children_ids: [a.id, b.id] }), 'invalid', /cycle/);
+  t.equal((await harness.app.reports.list(owner, { repository })).total, total, 'no report is made when its children are refused');
+  t.equal(await parentOf(a.id), null);
+
+  const made = await harness.app.reports.create(owner, { repository, title: 'Holder', text: 'x', children_ids: [a.id, a.id] });
+  t.same(made.children_ids, [a.id], 'a child listed twice is taken once');
+  const edited = await harness.app.reports.update(owner, { repository, report: made.id, topic: 'kept', children_ids: [c.id] });
+  t.match(edited, { topic: 'kept', children_ids: [c.id] });
+  t.equal(await parentOf(a.id), null, 'a former child left out of the list loses its parent');
+});
+
+t.test('children taken with the reports below them nest at most 100 deep', async (t) => {
+  const makeChain = async (name: string, levels: number) => {
+    const ids = [(await harness.app.reports.create(owner, { repository, title: `${name} 0`, text: 'x' })).id];
+    for (let depth = 1; depth < levels; depth++) ids.push((await harness.app.reports.create(owner, { repository, title: `${name} ${depth}`, text: 'x', parent_id: ids.at(-1) })).id);
+    return ids;
+  };
+  const upper = await makeChain('Upper', 60);
+  const lower = await makeChain('Lower', 60);
+  const deepest = upper.at(-1) as string;
+  await rejectsWith(t, harness.app.reports.setChildren(owner, { repository, report: deepest, children_ids: [lower[0] as string] }), 'invalid', /nest at most 100 deep/);
+  t.equal((await harness.app.reports.get(owner, { repository, report: lower[0] as string })).parent_id, null, 'the lower chain stays a root');
+  t.same((await harness.app.reports.setChildren(owner, { repository, report: deepest, children_ids: [lower[30] as string] })).children_ids, [lower[30]], 'a subtree that fits is moved');
+});

@@ -322,6 +322,11 @@ t.test('reports: create with children, read, list, update, tasks', async (t) => 
   t.equal(cleared.value.parent_id, null, '"" clears the parent');
   const selfChild = await call(owner, 'updateReport', { repository: repoId, reportId, text: 'x', childrenIds: [reportId] });
   t.ok(selfChild.isError);
+  t.equal((await call(reader, 'getReport', { repository: repoId, reportId })).value.text, 'Marie Curie discovered polonium.', 'a refused children list writes none of the fields either');
+  const reportsBefore = (await call(reader, 'listReports', { repository: repoId })).value.total;
+  const unknownChild = await call(owner, 'createReport', { repository: repoId, text: 'Radium glows.', childrenIds: ['00000000-0000-4000-8000-000000000000'] });
+  t.match([unknownChild.isError, unknownChild.text], [true, /^invalid: child report .* not found/]);
+  t.equal((await call(reader, 'listReports', { repository: repoId })).value.total, reportsBefore, 'no report is made when its children are refused');
   const nothing = await call(owner, 'updateReport', { repository: repoId, reportId });
   t.ok(nothing.isError, 'a call that changes nothing is refused');
   t.match(nothing.text, /^invalid: give at least one of text, title, topic, parentId or childrenIds$/);

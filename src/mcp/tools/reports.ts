@@ -2,7 +2,6 @@ import { z } from 'zod';
 import { invalid } from '../../app/errors.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS } from '../../domain/report/decider.js';
 import { reportStatuses } from '../../read/reports.js';
-import type { ToolCall } from './common.js';
 import { defineTool, idArgument, limitArgument, offsetArgument, repositoryArgument, textOfAtMost } from './common.js';
 
 const reportText = z
@@ -12,12 +11,6 @@ const reportText = z
   .describe(`The report text (Markdown or plain text), at most ${MAX_REPORT_BYTES} bytes of UTF-8 (256 KiB); each sentence is annotated with the facts that support or contradict it.`);
 const reportTopic = textOfAtMost(MAX_REPORT_TOPIC_CHARS).optional().describe('What the report is about.');
 const childrenIds = z.array(idArgument('report')).max(100).optional().describe('Reports to make children of this one (replaces its current children).');
-
-/** The report, and its children set when asked: both through the report commands. */
-async function withChildren({ app, principal, trace }: ToolCall, repository: string, report: { id: string }, children: string[] | undefined) {
-  if (children === undefined) return report;
-  return app.reports.setChildren(principal, { repository, report: report.id, children_ids: children }, trace);
-}
 
 /** Reports: texts the service annotates, sentence by sentence, with the facts that bear on them. */
 export const reportTools = [
@@ -37,12 +30,12 @@ export const reportTools = [
     }),
     readOnly: false,
     async run(call, args) {
-      const report = await call.app.reports.create(
+      // One command: children that cannot be taken are refused before the report is made.
+      return call.app.reports.create(
         call.principal,
-        { repository: args.repository, title: args.title, text: args.text, topic: args.topic, parent_id: args.parentId },
+        { repository: args.repository, title: args.title, text: args.text, topic: args.topic, parent_id: args.parentId, children_ids: args.childrenIds },
         call.trace,
       );
-      return withChildren(call, args.repository, report, args.childrenIds);
     },
   }),
   defineTool({
@@ -99,9 +92,10 @@ export const reportTools = [
       // As PUT .../reports/{id} (minProperties 1): a call that changes nothing is a mistake, said.
       if (!changesFields && args.childrenIds === undefined) throw invalid('give at least one of text, title, topic, parentId or childrenIds');
       const named = { repository: args.repository, report: args.reportId };
-      // Children alone are set by their own commands (withChildren): the report itself is not changed.
-      const report = changesFields ? await call.app.reports.update(call.principal, { ...named, ...fields }, call.trace) : await call.app.reports.get(call.principal, named);
-      return withChildren(call, args.repository, report, args.childrenIds);
+      // Children alone are set by their own commands: the report itself is not changed. With fields,
+      // one command checks both before either is written.
+      if (!changesFields) return call.app.reports.setChildren(call.principal, { ...named, children_ids: args.childrenIds ?? [] }, call.trace);
+      return call.app.reports.update(call.principal, { ...named, ...fields, children_ids: args.childrenIds }, call.trace);
     },
   }),
 ];
