@@ -13,6 +13,9 @@ import type { AppContext } from './context.js';
 import { invalid } from './errors.js';
 import { uploadedMediaType, type UploadedContent, type UploadKinds } from './sources.js';
 
+/** The UTF-8 byte-order mark an uploaded report may start with; it is not kept. */
+const UTF8_BOM_BYTES = 3;
+
 /** Deepest chain of parents followed when checking a new parent (a longer one is refused). */
 export const MAX_REPORT_DEPTH = 100;
 
@@ -188,12 +191,14 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
 
     /**
      * A Markdown or plain-text file as a report. `content` is read only once the caller may
-     * create reports; a body over the limit is refused before it is decoded.
+     * create reports. The limit is on the text as stored (without a byte-order mark, line ends
+     * normalised), as for a typed text: only a body that cannot shrink to it (CRLF to LF at most
+     * halves it) is refused before it is decoded.
      */
     async upload(principal: Principal, input: Omit<ReportFields, 'text'> & { repository: string; content: () => Promise<UploadedContent> }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:create');
       const { filename, declaredType, body } = await input.content();
-      if (body.length > MAX_REPORT_BYTES) throw new ReportTooLargeError(body.length);
+      if (body.length > 2 * MAX_REPORT_BYTES + UTF8_BOM_BYTES) throw new ReportTooLargeError(body.length);
       reportUploadType({ filename, declaredType });
       let text: string;
       try {

@@ -180,6 +180,9 @@ t.test('bad input is refused clearly and nothing is written', async (t) => {
   t.match(large.body, { error: 'payload_too_large', message: /262145 bytes; the limit is 262144 bytes/ });
   const largeUpload = await upload('reports/upload', 'big.md', 'text/markdown', 'y'.repeat(MAX_REPORT_BYTES + 10));
   t.equal(largeUpload.status, 413);
+  const crlfPastBound = 'y'.repeat(MAX_REPORT_BYTES - 5) + '\r\n'.repeat(6);
+  const largeCrlfUpload = await upload('reports/upload', 'big.md', 'text/markdown', crlfPastBound);
+  t.match([largeCrlfUpload.status, largeCrlfUpload.body.message], [413, /262145 bytes/], 'measured as stored: line ends normalised');
   const empty = await service.call('POST', url(), { token, body: { text: '  \n ' } });
   t.match([empty.status, empty.body], [400, { error: 'bad_request', message: /empty/ }]);
   t.equal((await service.call('POST', url(), { token, body: {} })).status, 400, 'text is required');
@@ -205,6 +208,16 @@ t.test('bad input is refused clearly and nothing is written', async (t) => {
   t.equal((await service.call('GET', url('/00000000-0000-4000-8000-000000000000'), { token })).status, 404);
 
   t.same({ reports: (await service.call('GET', url(), { token })).body.total, events: await events() }, before, 'no report and no event was written');
+});
+
+t.test('an upload is measured as a typed text is: as stored, without its byte-order mark, line ends normalised', async (t) => {
+  const atBound = 'y'.repeat(MAX_REPORT_BYTES - 10) + '\r\n'.repeat(10);
+  const typed = await service.call('POST', url(), { token, body: { text: atBound } });
+  t.equal(typed.status, 201, JSON.stringify(typed.body).slice(0, 200));
+  const uploaded = await upload('reports/upload', 'at-bound.txt', 'text/plain', Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(atBound)]));
+  t.equal(uploaded.status, 201, JSON.stringify(uploaded.body).slice(0, 200));
+  t.equal(uploaded.body.text_chars, typed.body.text_chars, 'the same text, typed or uploaded');
+  for (const id of [typed.body.id, uploaded.body.id]) t.equal((await service.call('DELETE', url(`/${id}`), { token })).status, 204);
 });
 
 t.test('permissions', async (t) => {
