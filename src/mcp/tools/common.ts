@@ -57,16 +57,16 @@ export const contextArgument = textOfAtMost(200)
   .min(1)
   .optional()
   .describe('The concept context (e.g. "biology") to pick among concepts that share a name; not only whitespace. With a concept id, leave it out (it must be the concept\'s own).');
-/**
- * An id the tool looks up: a UUID, as the REST routes' `format: uuid` path parameters take it, so
- * a malformed one is `invalid` (REST: 400) rather than answered as an unknown id.
- */
 /** `mode` of the search tools, as of the search routes: lexical answers by words alone, with no fallback to explain. */
 export const searchModeArgument = z
   .enum(searchModes)
   .optional()
   .describe('hybrid (default: words and meaning, falling back to lexical when it cannot run; `fallback_reason` says why) or lexical (words only).');
 
+/**
+ * An id the tool looks up: a UUID, as the REST routes' `format: uuid` path parameters take it, so
+ * a malformed one is `invalid` (REST: 400) rather than answered as an unknown id.
+ */
 export const idArgument = (what: string) =>
   z
     .string()
