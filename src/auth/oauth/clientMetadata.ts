@@ -1,3 +1,4 @@
+import { runeLength } from '../../domain/text.js';
 import { OAuthError } from './errors.js';
 
 /**
@@ -100,7 +101,7 @@ function loopbackWithoutPort(uri: string): string | null {
 function optionalString(metadata: Record<string, unknown>, field: string, maxLength: number): string | null {
   const value = metadata[field];
   if (value === undefined || value === null) return null;
-  if (typeof value !== 'string' || value.length > maxLength) throw new OAuthError('invalid_client_metadata', `${field} must be a string of at most ${maxLength} characters`);
+  if (typeof value !== 'string' || runeLength(value) > maxLength) throw new OAuthError('invalid_client_metadata', `${field} must be a string of at most ${maxLength} characters`);
   return value;
 }
 

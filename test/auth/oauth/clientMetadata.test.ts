@@ -80,6 +80,9 @@ t.test('registration metadata: defaults, what is kept, and refusals with RFC 759
   t.equal(codeOf(() => validateClientMetadata({ redirect_uris: ['https://app.example/cb'], response_types: ['token'] })), 'invalid_client_metadata');
   t.equal(codeOf(() => validateClientMetadata({ redirect_uris: ['https://app.example/cb'], client_secret: 's' })), 'invalid_client_metadata');
   t.equal(codeOf(() => validateClientMetadata({ redirect_uris: ['https://app.example/cb'], client_name: 'x'.repeat(201) })), 'invalid_client_metadata');
+  // Counted in characters, as every other text bound: 200 emoji are 400 UTF-16 units.
+  t.equal(validateClientMetadata({ redirect_uris: ['https://app.example/cb'], client_name: '😀'.repeat(200) }).client_name, '😀'.repeat(200));
+  t.equal(codeOf(() => validateClientMetadata({ redirect_uris: ['https://app.example/cb'], client_name: '😀'.repeat(201) })), 'invalid_client_metadata');
   t.equal(codeOf(() => validateClientMetadata({ redirect_uris: ['https://app.example/cb'], client_uri: 'not a url' })), 'invalid_client_metadata');
   t.equal(codeOf(() => validateClientMetadata({ redirect_uris: ['https://app.example/cb'], scope: 'mcp' })), 'accepted');
 });
