@@ -5,7 +5,7 @@ import { withNamedLock } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
-import { shortenRunes, unsafeTextReason } from '../domain/text.js';
+import { oneLine, shortenRunes, unsafeTextReason } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
 import { answeredReport, childIdsOf, loadReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
@@ -45,7 +45,7 @@ export function reportUploadType(content: Pick<UploadedContent, 'filename' | 'de
 export function defaultTitle(text: string, filename: string | null = null): string {
   const line = text.split('\n').map(plainText).find((candidate) => candidate !== '');
   const title = line ?? (filename ? filename.replace(/\.[a-z0-9]+$/i, '') : '') ?? '';
-  return shortenRunes(title, 120) || 'Untitled report';
+  return shortenRunes(oneLine(title).trim(), 120) || 'Untitled report';
 }
 
 /**

@@ -1,3 +1,5 @@
+import { DomainError } from './decider.js';
+
 /**
  * Text measured as people and JSON Schema's `maxLength` count it: in Unicode code points
  * ("runes"), not UTF-16 units, so an emoji is one character and is never cut in half.
@@ -14,6 +16,30 @@ export function runeLength(text: string): number {
 export function shortenRunes(text: string, max: number): string {
   const runes = [...text];
   return runes.length > max ? `${runes.slice(0, max - 1).join('')}…` : text;
+}
+
+/** C0 and C1 control characters (tabs and line breaks among them): none belongs in a one-line title. */
+const CONTROL_CHARACTER = /[\u0000-\u001F\u007F-\u009F]/u;
+
+/** `text` as one line: each run of control characters (a tab, a line break) becomes a space. */
+export function oneLine(text: string): string {
+  return text.replace(/[\u0000-\u001F\u007F-\u009F]+/gu, ' ');
+}
+
+/**
+ * A one-line title as stored: trimmed, and refused (`invalid`, naming `what`) when empty, over
+ * `max` characters, or holding a control character (a title of only a BEL was accepted and shown
+ * as nothing).
+ */
+export function checkedTitle(title: string, max: number, what: string): string {
+  const trimmed = title.trim();
+  if (trimmed === '') throw new DomainError('invalid', `the ${what} is empty`);
+  if (runeLength(trimmed) > max) throw new DomainError('invalid', `the ${what} is longer than ${max} characters`);
+  const control = CONTROL_CHARACTER.exec(trimmed)?.[0];
+  if (control !== undefined) {
+    throw new DomainError('invalid', `the ${what} holds a control character (U+${control.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}): a title is one line of text`);
+  }
+  return trimmed;
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;

@@ -18,6 +18,7 @@ t.teardown(() => harness.close());
 t.test('titles and upload types', async (t) => {
   t.equal(defaultTitle('\n\n## The *first* line\nmore'), 'The first line');
   t.equal(defaultTitle('x'.repeat(200)).length, 120);
+  t.equal(defaultTitle('Results\tand methods\nmore'), 'Results and methods', 'a tab in the first line becomes a space: a title is one line');
   t.equal(defaultTitle('', 'notes.md'), 'notes');
   t.equal(defaultTitle(''), 'Untitled report');
   t.equal(defaultTitle('😀'.repeat(61 * 2)), `${'😀'.repeat(119)}…`, 'shortened by characters: an emoji is never cut in half');

@@ -1,5 +1,5 @@
 import { DomainError, type Decider } from '../decider.js';
-import { runeLength } from '../text.js';
+import { checkedTitle, runeLength } from '../text.js';
 
 export const MAX_INVESTIGATION_TITLE_CHARS = 200;
 export const MAX_INVESTIGATION_TOPIC_CHARS = 2000;
@@ -36,11 +36,7 @@ export type InvestigationState =
   | { status: 'active' | 'deleted'; title: string; topic: string; sourceIds: ReadonlySet<string> };
 
 function checkTitle(title: string): string {
-  const trimmed = title.trim();
-  if (trimmed.length === 0 || runeLength(trimmed) > MAX_INVESTIGATION_TITLE_CHARS) {
-    throw new DomainError('invalid', `title must be 1 to ${MAX_INVESTIGATION_TITLE_CHARS} characters`);
-  }
-  return trimmed;
+  return checkedTitle(title, MAX_INVESTIGATION_TITLE_CHARS, 'investigation title');
 }
 
 function checkTopic(topic: string): string {

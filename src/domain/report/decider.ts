@@ -1,6 +1,6 @@
 import { DomainError, type Decider } from '../decider.js';
 import type { AnnotatedSentence, AnnotationSettings, ReportEvent } from './events.js';
-import { runeLength } from '../text.js';
+import { checkedTitle, runeLength } from '../text.js';
 
 export * from './events.js';
 
@@ -92,10 +92,7 @@ export function checkReportText(text: string): string {
 }
 
 function checkTitle(title: string): string {
-  const trimmed = title.trim();
-  if (trimmed === '') throw new DomainError('invalid', 'the report title is empty');
-  if (runeLength(trimmed) > MAX_REPORT_TITLE_CHARS) throw new DomainError('invalid', `the report title is longer than ${MAX_REPORT_TITLE_CHARS} characters`);
-  return trimmed;
+  return checkedTitle(title, MAX_REPORT_TITLE_CHARS, 'report title');
 }
 
 function checkTopic(topic: string | null | undefined): string | null {

@@ -20,6 +20,7 @@ t.test('create: trimmed title and topic; bad input refused', async (t) => {
     { type: 'InvestigationCreated', data: { title: 'Radioactivity', topic: '' } },
   ], 'a topic may be empty');
   t.equal(given([]).when({ type: 'CreateInvestigation', title: '  ', topic: '' }).thenThrows(DomainError).code, 'invalid', 'blank title');
+  t.match(given([]).when({ type: 'CreateInvestigation', title: '\u0007', topic: '' }).thenThrows(DomainError), { code: 'invalid', message: /investigation title holds a control character \(U\+0007\)/ }, 'a title of a control character');
   t.equal(given([]).when({ type: 'CreateInvestigation', title: 'x'.repeat(MAX_INVESTIGATION_TITLE_CHARS + 1), topic: '' }).thenThrows(DomainError).code, 'invalid', 'long title');
   t.equal(given([]).when({ type: 'CreateInvestigation', title: 'x', topic: 'y'.repeat(MAX_INVESTIGATION_TOPIC_CHARS + 1) }).thenThrows(DomainError).code, 'invalid', 'long topic');
   t.equal(given([created]).when({ type: 'CreateInvestigation', title: 'Again', topic: '' }).thenThrows(DomainError).code, 'conflict');

@@ -36,6 +36,10 @@ t.test('create: trimmed fields, refused when empty, too large or its own parent'
   );
   t.match(given([]).when({ type: 'CreateReport', reportId: ID, title: 'T', text: ' \n\t ' }).thenThrows(DomainError), { code: 'invalid', message: /empty/ });
   t.match(given([]).when({ type: 'CreateReport', reportId: ID, title: ' ', text: 'x' }).thenThrows(DomainError), { code: 'invalid', message: /title/ });
+  // A title is one line: a BEL alone was accepted and shown as nothing, a tab or line break inside one too.
+  for (const title of ['\u0007', 'Curie\tand Pierre', 'Curie\nPierre', 'Curie\u0085']) {
+    t.match(given([]).when({ type: 'CreateReport', reportId: ID, title, text: 'x' }).thenThrows(DomainError), { code: 'invalid', message: /report title holds a control character \(U\+00(07|09|0A|85)\)/ }, JSON.stringify(title));
+  }
   const large = given([]).when({ type: 'CreateReport', reportId: ID, title: 'T', text: 'é'.repeat(MAX_REPORT_BYTES / 2 + 1) }).thenThrows(ReportTooLargeError);
   t.match(large.message, /262146 bytes; the limit is 262144/, 'counted in UTF-8 bytes');
   t.same(given([]).when({ type: 'CreateReport', reportId: ID, title: 'T', text: 'x'.repeat(MAX_REPORT_BYTES) }).events().length, 1, 'the limit itself is accepted');
