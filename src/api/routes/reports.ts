@@ -1,7 +1,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
-import type { ReportFields } from '../../app/reports.js';
+import type { ReportChildren, ReportFields } from '../../app/reports.js';
 import { MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS, POSTURES } from '../../domain/report/decider.js';
 import { MAX_REPORT_QUERY_CHARS, reportStatuses, type ReportStatus } from '../../read/reports.js';
 import { errorReply } from '../errors.js';
@@ -86,6 +86,13 @@ const fieldProperties = {
   text: { type: 'string' },
   topic: { type: ['string', 'null'], maxLength: MAX_REPORT_TOPIC_CHARS },
   parent_id: { type: ['string', 'null'], maxLength: 200 },
+  // As MCP's childrenIds: the listed reports become the report's children, any other child loses it as parent.
+  children_ids: {
+    type: 'array',
+    maxItems: 100,
+    items: { type: 'string', maxLength: 200 },
+    description: "the report's children, replacing the ones it has: each gets it as parent (checked for cycles and depth before the first moves)",
+  },
 } as const;
 
 const reportErrorReplies = {
@@ -102,7 +109,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
   const { reports } = createApplication(context);
   const named = (params: { repoID: string; reportID: string }) => ({ repository: params.repoID, report: params.reportID });
 
-  app.post<{ Params: { repoID: string }; Body: ReportFields & { text: string } }>(
+  app.post<{ Params: { repoID: string }; Body: ReportFields & ReportChildren & { text: string } }>(
     '/api/v1/repositories/:repoID/reports',
     {
       schema: {
@@ -187,7 +194,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     async (request) => reports.get(requireUser(request), named(request.params)),
   );
 
-  app.put<{ Params: { repoID: string; reportID: string }; Body: ReportFields }>(
+  app.put<{ Params: { repoID: string; reportID: string }; Body: ReportFields & ReportChildren }>(
     '/api/v1/repositories/:repoID/reports/:reportID',
     {
       schema: {

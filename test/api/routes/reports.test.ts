@@ -171,6 +171,31 @@ t.test('parents and children; deleting', async (t) => {
   t.equal((await service.call('PUT', url(`/${parent.id}`), { token, body: { title: 'x' } })).status, 404);
 });
 
+t.test('children_ids on POST and PUT replaces a report\'s children, as MCP childrenIds does; a refused list moves none', async (t) => {
+  const first = (await service.call('POST', url(), { token, body: { title: 'First', text: 'The first chapter.' } })).body;
+  const second = (await service.call('POST', url(), { token, body: { title: 'Second', text: 'The second chapter.' } })).body;
+  const book = await service.call('POST', url(), { token, body: { title: 'Book', text: 'A book of chapters.', children_ids: [first.id] } });
+  t.equal(book.status, 201, JSON.stringify(book.body));
+  t.same(book.body.children_ids, [first.id], 'created with its child');
+  const both = await service.call('PUT', url(`/${book.body.id}`), { token, body: { children_ids: [first.id, second.id] } });
+  t.equal(both.status, 200, JSON.stringify(both.body));
+  t.same([...both.body.children_ids].sort(), [first.id, second.id].sort());
+  t.equal((await service.call('GET', url(`/${second.id}`), { token })).body.parent_id, book.body.id, 'the child has it as parent');
+
+  const unknown = await service.call('PUT', url(`/${book.body.id}`), { token, body: { title: 'Renamed', children_ids: [second.id, '00000000-0000-4000-8000-000000000000'] } });
+  t.equal(unknown.status, 400);
+  t.match(unknown.body, { error: 'bad_request', message: /child report 00000000-0000-4000-8000-000000000000 not found/ });
+  const own = await service.call('PUT', url(`/${book.body.id}`), { token, body: { children_ids: [book.body.id] } });
+  t.match(own.body, { error: 'bad_request', message: /own child/ });
+  const after = (await service.call('GET', url(`/${book.body.id}`), { token })).body;
+  t.equal(after.title, 'Book', 'a refused list writes none of the edit');
+  t.same([...after.children_ids].sort(), [first.id, second.id].sort(), 'and moves no child');
+
+  const none = await service.call('PUT', url(`/${book.body.id}`), { token, body: { children_ids: [] } });
+  t.same(none.body.children_ids, [], 'an empty list lets every child go');
+  t.equal((await service.call('GET', url(`/${first.id}`), { token })).body.parent_id, null);
+});
+
 t.test('bad input is refused clearly and nothing is written', async (t) => {
   const events = async () => (await service.call('GET', `/api/v1/repositories/${repoId}/events?types=ReportCreated,ReportUpdated&limit=1000`, { token })).body.events.length;
   const before = { reports: (await service.call('GET', url(), { token })).body.total, events: await events() };
