@@ -22,29 +22,17 @@ t.before(async () => {
   const report = await harness.app.reports.create(owner, { repository, text });
   reportId = report.id;
   const cite = (fact: SeededFact, score: number, posture: string) => ({ fact_id: fact.id, score, posture });
-  await appendEvents(harness.service, repository, `report-${reportId}`, [
+  await annotate(reportId, report.revision, [
     {
-      type: 'ReportAnnotated',
-      data: {
-        revision: report.revision,
-        model_id: 'local',
-        similarity_threshold: 0.3,
-        max_facts_per_sentence: 5,
-        min_sentence_runes: 5,
-        sentences: [
-          {
-            index: 0,
-            text: 'Bakers need yeast and ovens.',
-            start: 0,
-            end: 28,
-            carried: false,
-            facts: [cite(facts.twin, 0.9, 'supports'), cite(facts.knife, 0.8, 'related'), cite(facts.yeast, 0.7, 'contradicts'), cite(facts.oven, 0.6, 'supports'), cite(facts.gone, 0.5, 'supports')],
-          },
-          { index: 1, text: 'Yeast makes bread rise.', start: 29, end: 52, carried: false, facts: [cite(facts.yeast, 0.85, 'related')] },
-          { index: 2, text: 'Nothing here.', start: 53, end: 66, carried: true, facts: [] },
-        ],
-      },
+      index: 0,
+      text: 'Bakers need yeast and ovens.',
+      start: 0,
+      end: 28,
+      carried: false,
+      facts: [cite(facts.twin, 0.9, 'supports'), cite(facts.knife, 0.8, 'related'), cite(facts.yeast, 0.7, 'contradicts'), cite(facts.oven, 0.6, 'supports'), cite(facts.gone, 0.5, 'supports')],
     },
+    { index: 1, text: 'Yeast makes bread rise.', start: 29, end: 52, carried: false, facts: [cite(facts.yeast, 0.85, 'related')] },
+    { index: 2, text: 'Nothing here.', start: 53, end: 66, carried: true, facts: [] },
   ]);
   // Deduplication: twin → yeast, then yeast → oven (a chain of two); `gone` lost its source and was retracted.
   await appendEvents(harness.service, repository, `fact-${facts.twin.id}`, [
@@ -56,6 +44,13 @@ t.before(async () => {
   await appendEvents(harness.service, repository, `fact-${facts.gone.id}`, [{ type: 'FactRetracted', data: { source_id: source.id, reason: 'source deleted' } }]);
 });
 t.teardown(() => harness.close());
+
+/** Records the annotation of a report's revision with `sentences` (the built-in model's settings), as annotate_report would. */
+async function annotate(report: string, revision: number, sentences: readonly object[]): Promise<void> {
+  await appendEvents(harness.service, repository, `report-${report}`, [
+    { type: 'ReportAnnotated', data: { revision, model_id: 'local', similarity_threshold: 0.3, max_facts_per_sentence: 5, min_sentence_runes: 5, sentences } },
+  ]);
+}
 
 /** The facts of each annotated sentence, as the report's annotations show them (`?? null`: a stale read lacked `merged_from`). */
 async function annotated(page: { limit?: number; offset?: number } = {}) {
@@ -101,18 +96,8 @@ t.test("a report's annotations follow merges of the facts they name, before and 
 async function reportCiting(cited: SeededFact[]): Promise<string> {
   const text = 'Bread is baked at dawn by the bakers.';
   const report = await harness.app.reports.create(owner, { repository, text });
-  await appendEvents(harness.service, repository, `report-${report.id}`, [
-    {
-      type: 'ReportAnnotated',
-      data: {
-        revision: report.revision,
-        model_id: 'local',
-        similarity_threshold: 0.3,
-        max_facts_per_sentence: 5,
-        min_sentence_runes: 5,
-        sentences: [{ index: 0, text, start: 0, end: text.length, carried: false, facts: cited.map((fact, rank) => ({ fact_id: fact.id, score: 0.9 - rank / 10, posture: 'supports' })) }],
-      },
-    },
+  await annotate(report.id, report.revision, [
+    { index: 0, text, start: 0, end: text.length, carried: false, facts: cited.map((fact, rank) => ({ fact_id: fact.id, score: 0.9 - rank / 10, posture: 'supports' })) },
   ]);
   return report.id;
 }
