@@ -9,24 +9,25 @@ import { finalConcept } from '../pipeline/stages/extractConcepts.js';
 /** The reason the merges below record (ConceptMergedInto `reason`), and their actor's name. */
 export const CONCEPT_TWIN_MERGE_REASON = 'same name under the composed (NFC) name key';
 
-type TwinRow = { id: string; repository_id: string; canonical_name: string; context: string; created_at: Date | string };
+type TwinRow = { id: string; repository_id: string; canonical_name: string; name_key: string; context: string; created_at: Date | string };
 
 /**
  * Groups of active concepts, each group one name in one context of one repository by today's
- * name key (conceptNameKey) that releases before names were composed (NFC) recorded as two
- * concepts: `Café` spelt composed and decomposed had two ids. Oldest first (then by id), as the
- * merge keeps the oldest. Only a name with a non-ASCII character keys differently now, so only
- * those rows and the rows whose stored key (`name_key`) is such a name's key are read.
+ * name key (conceptNameKey, stored as `name_key`) that releases before names were composed (NFC)
+ * recorded as two concepts: `Café` spelt composed and decomposed had two ids. Oldest first (then
+ * by id), as the merge keeps the oldest. Only the concepts whose key another active concept of
+ * the repository shares are read (the index on repository and key); their contexts, compared
+ * as concept ids compare them, split the rest.
  */
 export async function conceptTwins(knex: Knex): Promise<TwinRow[][]> {
-  const columns = ['id', 'repository_id', 'canonical_name', 'context', 'created_at'];
-  const active = () => knex('concepts').where('status', 'active');
-  const nonAscii: TwinRow[] = await active().whereRaw('octet_length(canonical_name) <> char_length(canonical_name)').select(columns);
-  const keys = [...new Set(nonAscii.map((row) => conceptNameKey(row.canonical_name)))];
-  const partners: TwinRow[] = keys.length === 0 ? [] : await active().whereRaw('octet_length(canonical_name) = char_length(canonical_name)').whereIn('name_key', keys).select(columns);
+  const sharedKeys = knex('concepts').where('status', 'active').groupBy('repository_id', 'name_key').havingRaw('count(*) > 1').select('repository_id', 'name_key');
+  const rows: TwinRow[] = await knex('concepts')
+    .where('status', 'active')
+    .whereIn(['repository_id', 'name_key'], sharedKeys)
+    .select('id', 'repository_id', 'canonical_name', 'name_key', 'context', 'created_at');
   const groups = new Map<string, TwinRow[]>();
-  for (const row of [...nonAscii, ...partners]) {
-    const identity = JSON.stringify([row.repository_id, conceptNameKey(row.canonical_name), row.context.trim().toLowerCase()]);
+  for (const row of rows) {
+    const identity = JSON.stringify([row.repository_id, row.name_key, row.context.trim().toLowerCase()]);
     groups.set(identity, [...(groups.get(identity) ?? []), row]);
   }
   const time = (row: TwinRow) => new Date(row.created_at).getTime();
