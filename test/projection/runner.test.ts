@@ -412,6 +412,12 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await runner.waitFor(first.lastPosition, 10_000);
     const second = await store.append('s-1', [thing('b')], 0);
     const third = await store.append('s-2', [thing('c')], 'no_stream');
+    // Readers see an append only once no older transaction is open anywhere on the server (its
+    // snapshot's xmin): on a server shared with other tests, another database's transaction can
+    // hide the third append from a read that sees the second. Wait until both are visible, so the
+    // read the waiter lets through finds both.
+    await waitUntil(async () => (await store.headPosition()) >= third.lastPosition, 10_000, 'both appends visible to readers');
+    t.same(batches, [[first.lastPosition]], 'nothing applied while the runner pauses');
     await runner.waitFor(third.lastPosition, 10_000);
     t.same(batches, [[first.lastPosition], [second.lastPosition, third.lastPosition]], 'the two appends made during the pause were applied together');
     t.same((await rows(db, 'gathered')).map((row) => [row.name, row.count]), [['a', 1], ['b', 1], ['c', 1]]);
