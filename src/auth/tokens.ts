@@ -1,5 +1,6 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { errors as joseErrors, jwtVerify, SignJWT, type JWTPayload } from 'jose';
+import { MIN_TOKEN_TTL_MS } from '../config/duration.js';
 
 /**
  * Bearer tokens. Two kinds of JWT (HS256, secret `auth.jwt_secret`), told apart by the `typ`
@@ -174,7 +175,7 @@ function isCanonicalCompactJws(token: string): boolean {
 }
 
 function assertPositiveTtl(name: string, ttlMs: number): void {
-  if (!Number.isFinite(ttlMs) || ttlMs < 1000) throw new RangeError(`${name} must be at least 1000 ms`);
+  if (!Number.isFinite(ttlMs) || ttlMs < MIN_TOKEN_TTL_MS) throw new RangeError(`${name} must be at least ${MIN_TOKEN_TTL_MS} ms`);
 }
 
 function isNonEmptyString(value: unknown): value is string {

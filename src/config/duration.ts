@@ -11,6 +11,12 @@ export const MAX_TIMER_MS = 24 * 86_400_000;
  */
 export const MIN_PERIODIC_INTERVAL_MS = 1_000;
 
+/**
+ * The shortest token lifetime (`auth.*_ttl`, `oauth.*_ttl`): a signed token states its expiry in
+ * whole seconds, so the token service refuses less, and a sub-second lifetime is never meant.
+ */
+export const MIN_TOKEN_TTL_MS = 1_000;
+
 const MILLISECONDS_PER_UNIT: Readonly<Record<string, number>> = {
   ms: 1,
   s: 1_000,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, parseDuration } from './duration.js';
+import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, MIN_TOKEN_TTL_MS, parseDuration } from './duration.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
@@ -117,6 +117,9 @@ function describe(error: ErrorObject, origins: Origins): string | undefined {
     case 'maximum':
       problem = `must be at most ${String(params.limit)}`;
       break;
+    case 'exclusiveMinimum':
+      problem = `must be more than ${String(params.limit)}`;
+      break;
     case 'minLength':
       problem = 'must not be empty';
       break;
@@ -227,6 +230,8 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
   for (const key of ['heartbeat_interval', 'poll_interval'] as const) {
     if (ms(task[key]) <= 0) problems.push([`task.${key}`, 'must be longer than 0s']);
   }
+  // A zero deadline aborts every fetch as it starts: every URL source would fail as timed out.
+  if (ms(config.providers.resolution.fetch.timeout) <= 0) problems.push(['providers.resolution.fetch.timeout', 'must be longer than 0s']);
   // Periodic jobs' intervals: the scheduler (createScheduler) refuses a shorter one when it starts.
   const periodic: Array<[string, string]> = [
     ['task.refresh_concept_relations_interval', task.refresh_concept_relations_interval],
@@ -282,7 +287,8 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
     ['oauth.refresh_token_ttl', config.oauth.refresh_token_ttl],
     ['oauth.auth_code_ttl', config.oauth.auth_code_ttl],
   ];
-  for (const [key, ttl] of ttls) if (ms(ttl) <= 0) problems.push([key, 'must be longer than 0s']);
+  // A shorter one passed here and stopped `serve` later, after migrating, as "sessionTtlMs must be at least 1000 ms".
+  for (const [key, ttl] of ttls) if (ms(ttl) < MIN_TOKEN_TTL_MS) problems.push([key, `must be at least 1s (got ${ttl})`]);
 
   const apiKeys = config.api_keys;
   const maxTtl = ms(apiKeys.max_ttl);

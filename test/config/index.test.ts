@@ -470,7 +470,7 @@ t.test('rules between keys', async (t) => {
   t.match(configErrorOf(() => buildConfig({ readmodels: { database: 'nowhere' } })), /readmodels\.database: names no entry of databases \(known: default\)/);
   t.match(configErrorOf(() => buildConfig({ isolation: { allowed_databases: ['default', 'other'] } })), /isolation\.allowed_databases\[1\]: "other" names no entry/);
   t.match(configErrorOf(() => buildConfig({ eventstore: { backend: 'eventstoredb' } })), /eventstore\.eventstoredb\.connection_string: is required/);
-  t.match(configErrorOf(() => buildConfig({ auth: { token_ttl: '0s' } })), /auth\.token_ttl: must be longer than 0s/);
+  t.match(configErrorOf(() => buildConfig({ auth: { token_ttl: '0s' } })), /auth\.token_ttl: must be at least 1s \(got 0s\)/);
   t.match(configErrorOf(() => buildConfig({ api_keys: { default_ttl: 100 } })), /api_keys\.default_ttl: 100 days exceeds max_ttl 2160h/);
   t.ok(buildConfig({ api_keys: { default_ttl: 100, max_ttl: '0s' } }), 'max_ttl 0s disables the cap');
   const registries = [
@@ -478,6 +478,39 @@ t.test('rules between keys', async (t) => {
     { id: 'a', url: 'https://b.example' },
   ];
   t.match(configErrorOf(() => buildConfig({ providers: { registry: { registries } } })), /registries\[1\]\.id: duplicate registry id "a"/);
+});
+
+t.test('values a service would refuse after start-up are refused with the configuration, naming the key', async (t) => {
+  // Each passed validation, then stopped serve after migrating, exit 1, in the service's own words
+  // ("sessionTtlMs must be at least 1000 ms", "threshold must be in (0, 1]"), or failed every fetch.
+  t.match(
+    configErrorOf(() => load({ env: { AUTH_TOKEN_TTL: '500ms' } })),
+    'auth.token_ttl: must be at least 1s (got 500ms) (set by environment variable AUTH_TOKEN_TTL)',
+  );
+  const ttlKeys: Array<[string, object]> = [
+    ['auth.refresh_token_ttl', { auth: { refresh_token_ttl: '999ms' } }],
+    ['oauth.access_token_ttl', { oauth: { access_token_ttl: '999ms' } }],
+    ['oauth.refresh_token_ttl', { oauth: { refresh_token_ttl: '999ms' } }],
+    ['oauth.auth_code_ttl', { oauth: { auth_code_ttl: '999ms' } }],
+  ];
+  for (const [key, overrides] of ttlKeys) t.match(configErrorOf(() => buildConfig(overrides)), `${key}: must be at least 1s (got 999ms)`, key);
+  const shortest = buildConfig({ auth: { token_ttl: '1s', refresh_token_ttl: '1s' }, oauth: { access_token_ttl: '1s', refresh_token_ttl: '1s', auth_code_ttl: '1s' } });
+  t.equal(shortest.auth.token_ttl, '1s', 'the bound itself (MIN_TOKEN_TTL_MS, the token service\'s too)');
+
+  t.match(
+    configErrorOf(() => load({ env: { PROVIDERS_DEDUP_THRESHOLD: '0' } })),
+    'providers.dedup.threshold: must be more than 0 (set by environment variable PROVIDERS_DEDUP_THRESHOLD)',
+    'a cosine threshold of 0 would merge every pair of facts',
+  );
+  t.match(configErrorOf(() => buildConfig({ providers: { dedup: { threshold: 1.01 } } })), 'providers.dedup.threshold: must be at most 1');
+  t.equal(buildConfig({ providers: { dedup: { threshold: 1 } } }).providers.dedup.threshold, 1, '1 merges only identical vectors');
+
+  t.match(
+    configErrorOf(() => load({ env: { PROVIDERS_RESOLUTION_FETCH_TIMEOUT: '0s' } })),
+    'providers.resolution.fetch.timeout: must be longer than 0s (set by environment variable PROVIDERS_RESOLUTION_FETCH_TIMEOUT)',
+    'a zero deadline aborts every fetch as it starts',
+  );
+  t.equal(buildConfig({ providers: { resolution: { fetch: { timeout: '1ms' } } } }).providers.resolution.fetch.timeout, '1ms');
 });
 
 t.test('durations waited out with a timer are at most 24d; the TTLs, compared with clocks, are not', async (t) => {
