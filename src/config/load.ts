@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, YAMLError } from 'yaml';
 import { environmentOverrides } from './env.js';
 import { type Config, ConfigError } from './types.js';
 import { type ConfigTree, deepClone, formatPath, setAt } from './tree.js';
@@ -58,12 +58,22 @@ export function configSchemaPath(): string {
   return packagedFile(SCHEMA_RELATIVE_PATH);
 }
 
+/** ` at line L, column C` of a parse error, or '' when the error has no position. */
+function yamlErrorPosition(text: string, error: unknown): string {
+  if (!(error instanceof YAMLError)) return '';
+  const offset = error.pos[0];
+  const before = text.slice(0, offset);
+  return ` at line ${before.split('\n').length}, column ${offset - before.lastIndexOf('\n')}`;
+}
+
 function readYamlMapping(file: string, text: string): ConfigTree {
   let parsed: unknown;
   try {
-    parsed = parseYaml(text);
+    // Without prettyErrors the message quotes none of the file: the lines around the error
+    // may hold a secret (`jwt_secret: abc: def` was printed whole).
+    parsed = parseYaml(text, { prettyErrors: false });
   } catch (error) {
-    throw new ConfigError(`${file}: not valid YAML: ${(error as Error).message}`);
+    throw new ConfigError(`${file}: not valid YAML${yamlErrorPosition(text, error)}: ${(error as Error).message}`);
   }
   if (parsed === null || parsed === undefined) return {}; // an empty or all-comments file
   if (!isPlainObject(parsed)) throw new ConfigError(`${file}: the top level must be a mapping of keys`);

@@ -428,8 +428,18 @@ t.test('malformed files are errors naming the file', async (t) => {
     'empty.yaml': '# nothing but a comment\n',
     'wrong-type.yaml': 'server: 8080\n',
     'proto.yaml': '__proto__:\n  polluted: true\n',
+    'secret-line.yaml': 'auth:\n  jwt_secret: s3cr3t: value\n',
+    'tabbed.yaml': 'auth:\n  jwt_secret: s3cr3t-value\n\tport: 1\n',
   });
-  t.match(configErrorOf(() => load({ cwd, configPath: 'broken.yaml' })), /broken\.yaml: not valid YAML/);
+  t.match(configErrorOf(() => load({ cwd, configPath: 'broken.yaml' })), /broken\.yaml: not valid YAML at line 2, column 1: Flow sequence/);
+  // The parser's own messages quoted the lines around the error, secrets and all.
+  const secretLine = configErrorOf(() => load({ cwd, configPath: 'secret-line.yaml' }));
+  t.match(secretLine, /secret-line\.yaml: not valid YAML at line 2, column 15: Nested mappings are not allowed/);
+  t.notMatch(secretLine, /s3cr3t/, 'the line is not quoted');
+  const tabbed = configErrorOf(() => load({ cwd, configPath: 'tabbed.yaml' }));
+  t.match(tabbed, /tabbed\.yaml: not valid YAML at line 3, column 1: Tabs are not allowed as indentation/);
+  t.notMatch(tabbed, /s3cr3t/, 'nor the line before it');
+  t.match(configErrorOf(() => load({ cwd, configPath: 'wrong-type.yaml' })), `server: must be a mapping, got a number (set by ${path.join(cwd, 'wrong-type.yaml')})`, 'a wrong type names key and file');
   t.match(configErrorOf(() => load({ cwd, configPath: 'list.yaml' })), /list\.yaml: the top level must be a mapping/);
   t.match(configErrorOf(() => load({ cwd, configPath: 'dupe.yaml' })), /dupe\.yaml: not valid YAML/);
   t.equal(load({ cwd, configPath: 'empty.yaml' }).server.port, 8080, 'an empty file changes nothing');
