@@ -183,8 +183,8 @@ export function llmRetrySettingsOf(retry: RetryConfig & { per_call_timeout: stri
 
 /**
  * The longest a language-model call can take with all its retries: every attempt runs to
- * per_call_timeout, with exponential backoff (doubling from base_delay, capped at max_delay)
- * between attempts. Jitter only shortens a backoff, so it is covered.
+ * per_call_timeout, with max_delay between attempts (a 429's Retry-After may ask for that much
+ * instead of the doubling backoff); see worstCaseRetryMs.
  */
 export function worstCaseLlmCallMs(retry: RetryConfig & { per_call_timeout: string }): number {
   return worstCaseRetryMs(llmRetrySettingsOf(retry));

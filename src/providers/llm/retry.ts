@@ -59,13 +59,13 @@ export function backoffCeilingMs(settings: Pick<LlmRetrySettings, 'baseDelayMs' 
 
 /**
  * The longest one call with all its retries can take: every attempt runs to the per-call
- * timeout, with the largest backoff between attempts. Jitter only shortens a backoff (it draws
- * from the upper half of the ceiling), so it is covered.
+ * timeout, with max_delay between attempts. The doubling backoff is never longer (jitter only
+ * shortens it), but a 429 whose Retry-After is at most max_delay is waited out instead of it,
+ * so any wait may be max_delay: counting the doubling ceilings let through a job_timeout that
+ * such waits overran.
  */
 export function worstCaseRetryMs(settings: LlmRetrySettings): number {
-  let total = settings.perCallTimeoutMs * settings.maxAttempts;
-  for (let attempt = 1; attempt < settings.maxAttempts; attempt++) total += backoffCeilingMs(settings, attempt);
-  return total;
+  return settings.perCallTimeoutMs * settings.maxAttempts + settings.maxDelayMs * Math.max(0, settings.maxAttempts - 1);
 }
 
 /**

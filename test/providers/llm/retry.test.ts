@@ -13,14 +13,18 @@ const SETTINGS = { maxAttempts: 4, baseDelayMs: 2_000, maxDelayMs: 30_000, perCa
 const FAST = { maxAttempts: 3, baseDelayMs: 1, maxDelayMs: 10, perCallTimeoutMs: 200 };
 
 t.test('worst case and the spec constraint', async (t) => {
-  t.equal(worstCaseRetryMs(SETTINGS), 4 * 300_000 + 2_000 + 4_000 + 8_000, '4 x 5m + 2s + 4s + 8s');
-  t.equal(worstCaseRetryMs({ ...SETTINGS, maxAttempts: 6 }), 6 * 300_000 + 2_000 + 4_000 + 8_000 + 16_000 + 30_000, 'backoff capped at max_delay');
+  // Each wait is counted at max_delay: a 429's Retry-After up to max_delay replaces the doubling backoff.
+  t.equal(worstCaseRetryMs(SETTINGS), 4 * 300_000 + 3 * 30_000, '4 x 5m + 3 x 30s');
+  t.equal(worstCaseRetryMs({ ...SETTINGS, maxAttempts: 6 }), 6 * 300_000 + 5 * 30_000);
+  t.equal(worstCaseRetryMs({ ...SETTINGS, maxAttempts: 1 }), 300_000, 'one attempt, no wait');
   t.same(validateLlmRetryConstraint(SETTINGS, 4 * 3_600_000), [], 'defaults fit the 4h job timeout');
   t.same(validateLlmRetryConstraint(SETTINGS, 0), [], '0 = unlimited, nothing to check');
   const tight = validateLlmRetryConstraint(SETTINGS, 20 * 60_000);
   t.equal(tight.length, 1);
   t.equal(tight[0]?.[0], 'task.job_timeout');
-  t.match(tight[0]?.[1], /max_attempts x per_call_timeout plus backoffs \(1200000ms; retries can take 1214000ms\)/);
+  t.match(tight[0]?.[1], /max_attempts x per_call_timeout plus backoffs \(1200000ms; retries can take 1290000ms\)/);
+  t.equal(validateLlmRetryConstraint(SETTINGS, 21 * 60_000).length, 1, '21m: the waits a provider may ask for do not fit');
+  t.same(validateLlmRetryConstraint(SETTINGS, 22 * 60_000), [], '21m30s fits in 22m');
   const perCall = validateLlmRetryConstraint(SETTINGS, 60_000);
   t.same(
     perCall.map(([key]) => key),
@@ -28,6 +32,24 @@ t.test('worst case and the spec constraint', async (t) => {
     'a per-call timeout above the worker timeout is named too',
   );
   t.same(validateLlmRetryConstraint({ ...SETTINGS, perCallTimeoutMs: 0 }, 0), [['providers.llm_retry.per_call_timeout', 'must be longer than 0s']]);
+});
+
+t.test('the worst case holds the waits a rate-limiting provider asks for', async (t) => {
+  // Counting the doubling backoff alone (1 + 2 ms here) let a job_timeout through that the
+  // Retry-After waits (10 + 10 ms) overran.
+  const waits: number[] = [];
+  const error = await withLlmRetry(
+    FAST,
+    async () => {
+      throw new ProviderHttpError('slow down', 429, FAST.maxDelayMs);
+    },
+    undefined,
+    { sleep: async (ms) => void waits.push(ms) },
+  ).catch((e: unknown) => e);
+  t.ok(error instanceof ModelCallError && !error.permanent);
+  t.same(waits, [10, 10], 'each wait is the Retry-After, up to max_delay');
+  const waited = waits.reduce((sum, ms) => sum + ms, 0);
+  t.ok(worstCaseRetryMs(FAST) >= FAST.maxAttempts * FAST.perCallTimeoutMs + waited, 'the worst case covers them');
 });
 
 t.test('parseRetryAfter', async (t) => {
