@@ -1,7 +1,16 @@
 import type { Knex } from 'knex';
 import { SearchIndexMigrationError } from '../port.js';
+import { chunked } from '../../util/chunked.js';
 
 export type Executor = Knex | Knex.Transaction;
+
+/**
+ * Rows one INSERT writes. PostgreSQL's wire protocol counts a statement's parameters in 16 bits
+ * (at most 65,535): one insert of a 40,000-fact page's vectors (three parameters a row) was
+ * refused, and the search-index projection stopped on it. Deletions name their ids as one array
+ * parameter (`= ANY(?)`) instead, however many.
+ */
+export const VECTOR_ROWS_PER_STATEMENT = 5000;
 
 /** Rows a vector table grows by before its first ANALYZE (see keepAnalyzed). */
 const ANALYZE_MIN_ROWS = 200;
@@ -142,13 +151,15 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
         if (withVector.length > 0) {
           // One row per id: the last vector given wins.
           const latest = new Map(withVector.map((item) => [item.id, item]));
-          await executor(vectors.table)
-            .insert([...latest.values()].map((item) => ({ [vectors.key]: item.id, repository_id: item.repository_id, embedding: vectorLiteral(item.vector) })))
-            .onConflict(vectors.key)
-            .merge(['repository_id', 'embedding']);
+          for (const rows of chunked([...latest.values()], VECTOR_ROWS_PER_STATEMENT)) {
+            await executor(vectors.table)
+              .insert(rows.map((item) => ({ [vectors.key]: item.id, repository_id: item.repository_id, embedding: vectorLiteral(item.vector) })))
+              .onConflict(vectors.key)
+              .merge(['repository_id', 'embedding']);
+          }
           await keepAnalyzed(executor, vectors.table, latest.size);
         }
-        if (withoutVector.length > 0) await executor(vectors.table).whereIn(vectors.key, withoutVector).delete();
+        if (withoutVector.length > 0) await executor(vectors.table).whereRaw('?? = ANY(?)', [vectors.key, withoutVector]).delete();
       });
     },
 
@@ -157,7 +168,7 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
       if (ids !== null && ids.length === 0) return;
       await withTable(executor, vectors, async () => {
         const query = executor(vectors.table).where({ repository_id: repositoryId });
-        if (ids !== null) query.whereIn(vectors.key, [...ids]);
+        if (ids !== null) query.whereRaw('?? = ANY(?)', [vectors.key, [...ids]]);
         await query.delete();
       });
     },
