@@ -147,7 +147,34 @@ function validationMessage(error: FastifyError, request: FastifyRequest): string
   // Ajv's "must be equal to one of the allowed values" does not say them; a caller needs them to correct the value.
   const allowedValues = first?.keyword === 'enum' ? (first.params as { allowedValues?: unknown }).allowedValues : undefined;
   if (Array.isArray(allowedValues)) return `${error.message} (${allowedValues.map((value) => String(value)).join(', ')})`;
+  // "must NOT have fewer than 1 properties" does not say which: the caller is told the fields to choose from.
+  if (error.validationContext === 'body' && first && (first.keyword === 'minProperties' || first.keyword === 'maxProperties')) {
+    const hint = fieldCountHint(bodySchemaAt(request, first.instancePath));
+    if (hint !== null) return `${error.message} (${hint})`;
+  }
   return error.message;
+}
+
+interface ObjectSchema {
+  properties?: Record<string, unknown>;
+  minProperties?: number;
+  maxProperties?: number;
+}
+
+/** The route's body schema of the object at `instancePath` (`''` the body, `/prompts` a field of it). */
+function bodySchemaAt(request: FastifyRequest, instancePath: string): ObjectSchema | undefined {
+  let schema = request.routeOptions.schema?.body as ObjectSchema | undefined;
+  for (const segment of instancePath.split('/').slice(1)) schema = schema?.properties?.[segment] as ObjectSchema | undefined;
+  return schema;
+}
+
+/** Which of an object's fields to give, from its bounds: `give exactly one of url, doi`. */
+function fieldCountHint(schema: ObjectSchema | undefined): string | null {
+  const fields = Object.keys(schema?.properties ?? {});
+  if (fields.length === 0) return null;
+  const { minProperties: least = 0, maxProperties: most = fields.length } = schema ?? {};
+  const count = least === most ? `exactly ${least}` : most < fields.length ? `${least} to ${most}` : `at least ${least}`;
+  return `give ${count} of ${fields.join(', ')}`;
 }
 
 /**
