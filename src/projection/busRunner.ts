@@ -8,6 +8,7 @@ import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
 import { lockProjectionStreams } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
+import { boundedErrorMessage } from '../util/errorMessage.js';
 
 /** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
 export async function migrateProjectionStreamPositions(knex: Knex): Promise<void> {
@@ -182,7 +183,7 @@ export class BusProjectionRunner implements ReadModelRunner {
           worker.state = 'running';
           worker.lastError = null;
         } catch (error) {
-          worker.lastError = error instanceof Error ? error.message : String(error);
+          worker.lastError = boundedErrorMessage(error);
           this.options.log?.warn({ projection: worker.projection.name, error: worker.lastError }, 'projection batch failed; it will be redelivered');
           throw error;
         }

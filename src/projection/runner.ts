@@ -8,6 +8,7 @@ import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import { lockProjectionKeys } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
+import { boundedErrorMessage } from '../util/errorMessage.js';
 
 /** The part of a pino logger the runner uses. */
 export interface RunnerLogger {
@@ -879,7 +880,8 @@ export class ProjectionRunner implements ReadModelRunner {
 
   private failed(worker: Worker, error: unknown): void {
     worker.consecutiveFailures += 1;
-    worker.lastError = error instanceof Error ? error.message : String(error);
+    // A failed statement's message carries its SQL: a batch's can be megabytes, shown by every status read and retry log.
+    worker.lastError = boundedErrorMessage(error);
     worker.state = 'failed';
     this.settleWaiters();
     if (worker.rebuild) {

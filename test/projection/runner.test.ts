@@ -119,6 +119,24 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.match(await runner.status(), [{ name: 'fragile', state: 'running', lastError: null, lag: 0 }, { name: 'healthy' }]);
   });
 
+  withFixture("a failure's message is kept bounded, its start and its end: a batch's SQL can be megabytes", async (t, { db, store }) => {
+    await createRowsTable(db, 'verbose');
+    const poison = `boom-${'x'.repeat(200_000)}-end`;
+    const runner = new ProjectionRunner(store, db, [countingProjection('verbose', { failOn: () => poison })], { retryBaseMs: 20, retryMaxMs: 50 });
+    t.teardown(() => runner.stop());
+    await store.append('s-1', [thing(poison)], 'no_stream');
+    await runner.start();
+    const deadline = Date.now() + 10_000;
+    let status = (await runner.status())[0];
+    while (status.state !== 'failed' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      status = (await runner.status())[0];
+    }
+    t.equal(status.state, 'failed');
+    t.ok((status.lastError ?? '').length < 2100, `bounded (${(status.lastError ?? '').length} characters)`);
+    t.match(status.lastError, /^cannot project boom-x+ … \(\d+ characters left out\) … x+-end$/);
+  });
+
   withFixture('rebuild yields the same rows as the live run, then follows live', async (t, { db, store }) => {
     await createRowsTable(db, 'things');
     const runner = new ProjectionRunner(store, db, [countingProjection('things')], { batchSize: 4 });
