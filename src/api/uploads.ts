@@ -251,6 +251,25 @@ function watchPartHeaders(raw: Readable, contentType: string | undefined): { rea
 const malformedHeader = (fault: string) => badRequest(`a part's header is malformed: ${fault}`);
 
 /**
+ * Refuses the text fields of an upload its route does not take, one sent twice, and (once the
+ * whole body is read) one after the file part, rather than drop or take a value without a word:
+ * the route reads its fields as the file part begins, so a field after it was taken from a small
+ * body, which busboy had read whole by then, and dropped from a larger one.
+ * `file.fields` holds the parts in the order busboy read them, the file part among them.
+ */
+function checkFields(file: MultipartFile, taken: readonly string[], { whole = false } = {}): void {
+  const names = Object.keys(file.fields);
+  const filePosition = names.indexOf(file.fieldname);
+  for (const [position, name] of names.entries()) {
+    const part = file.fields[name];
+    if (part === undefined || (!Array.isArray(part) && part.type === 'file')) continue;
+    if (!taken.includes(name)) throw badRequest(`unknown form field '${name}'${taken.length ? `: this upload takes ${taken.join(', ')}` : ': this upload takes the file only'}`);
+    if (Array.isArray(part)) throw badRequest(`form field '${name}' sent more than once`);
+    if (whole && position > filePosition) throw badRequest(`form field '${name}' comes after the file part: send the form fields before the file`);
+  }
+}
+
+/**
  * Waits for the upload's file part: its headers and the fields sent before it, not its bytes,
  * which `content` reads, so that an upload its caller may not make is never buffered. Uploads
  * hold one file (docs/api.md): a second file part is a 400, not silently dropped. Every part's
@@ -271,6 +290,8 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
     if (headers.fault !== null) throw malformedHeader(headers.fault);
     return result;
   };
+  // The text fields the route documents (its multipartBody, the OpenAPI document's).
+  const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
   let file: MultipartFile;
   let files: AsyncIterableIterator<MultipartFile>;
   try {
@@ -279,14 +300,7 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
     if (first.done) throw badRequest('no file part in the upload');
     file = first.value;
     if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
-    // The text fields the route documents (its multipartBody, the OpenAPI document's): another, or
-    // one sent twice, is a 400 rather than a value dropped without a word.
-    const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
-    for (const [name, part] of Object.entries(file.fields)) {
-      if (part === undefined || (!Array.isArray(part) && part.type === 'file')) continue;
-      if (!taken.includes(name)) throw badRequest(`unknown form field '${name}'${taken.length ? `: this upload takes ${taken.join(', ')}` : ': this upload takes the file only'}`);
-      if (Array.isArray(part)) throw badRequest(`form field '${name}' sent more than once`);
-    }
+    checkFields(file, taken);
   } catch (error) {
     headers.stop();
     throw error;
@@ -307,6 +321,9 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
           }
         });
         if (!rest.done) throw badRequest('send one file part');
+        // Fields the body held after the file part, read now; which of them busboy had read when
+        // the file part began depended on how the body came in packets.
+        checkFields(file, taken, { whole: true });
         return { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
       } finally {
         headers.stop();

@@ -140,3 +140,27 @@ t.test('well-formed uploads, sent in small writes, are still taken', async (t) =
   t.equal(sent.status, 201, JSON.stringify(report));
   t.match(report, { title: 'Sea otters', filename: 'naïve%0Anotes.md' }, "a FormData upload's field and file name");
 });
+
+t.test('a form field after the file part is a 400 on both routes, however the body is split, and nothing is stored', async (t) => {
+  // The fields were read as the file part began: one after it was taken from a body that came in
+  // one write and dropped from one that came in several.
+  const bodies = {
+    reports: { route: 'reports/upload', body: `${filePart()}${fieldPart('Content-Disposition: form-data; name="title"', 'Late title')}${END}`, message: /^form field 'title' comes after the file part: send the form fields before the file$/ },
+    sources: { route: 'sources/upload', body: `${filePart()}${fieldPart('Content-Disposition: form-data; name="note"')}${END}`, message: /^unknown form field 'note': this upload takes the file only$/ },
+    'reports, unknown': { route: 'reports/upload', body: `${filePart()}${fieldPart('Content-Disposition: form-data; name="note"')}${END}`, message: /^unknown form field 'note'/ },
+    'reports, sent twice': {
+      route: 'reports/upload',
+      body: `${fieldPart('Content-Disposition: form-data; name="title"')}${filePart()}${fieldPart('Content-Disposition: form-data; name="title"', 'Again')}${END}`,
+      message: /^form field 'title' sent more than once$/,
+    },
+  };
+  const before = await stored();
+  for (const [what, { route, body, message }] of Object.entries(bodies)) {
+    for (const size of SIZES) {
+      const reply = await post(route, body, size);
+      t.equal(reply.status, 400, `${what}, ${sizeName(size)}: ${JSON.stringify(reply.body)}`);
+      t.match(reply.body, { error: 'bad_request', message }, `${what}, ${sizeName(size)}`);
+    }
+  }
+  t.same(await stored(), before, 'no source, no report, no event');
+});
