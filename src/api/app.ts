@@ -127,7 +127,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     // Requests during shutdown are answered by registerShutdownAnswer, in this API's error shape.
     return503OnClosing: false,
   });
-  registerErrorHandling(app, { rebuilding: () => rebuildingReadModels(context) });
+  registerErrorHandling(app, { rebuilding: () => rebuildingReadModels(context), bodyLimit: config.server.body_limit });
   registerShutdownAnswer(app);
   registerSecurityHeaders(app);
   registerMediaTypes(app);

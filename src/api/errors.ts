@@ -193,6 +193,24 @@ function bearerChallenge(request: FastifyRequest, message: string): string {
 export interface ErrorHandlingOptions {
   /** The read models being rebuilt in this process (rebuildingReadModels): a 404 meanwhile is a 503 with Retry-After. */
   rebuilding?: () => Promise<string[]>;
+  /** `server.body_limit` in bytes, which a 413 for a body or uploaded file past it names. */
+  bodyLimit?: number;
+}
+
+/** A size in bytes as the configuration reads it back: `10 MiB`, `512 KiB`, `1000 bytes`. */
+function bytesText(bytes: number): string {
+  if (bytes % (1024 * 1024) === 0) return `${bytes / (1024 * 1024)} MiB`;
+  if (bytes % 1024 === 0) return `${bytes / 1024} KiB`;
+  return `${bytes} bytes`;
+}
+
+/** fastify's and @fastify/multipart's 413s ("Request body is too large", "request file too large") with the limit and its setting. */
+function tooLargeMessage(code: string | undefined, bodyLimit: number | undefined): string | null {
+  if (bodyLimit === undefined) return null;
+  const limit = `${bytesText(bodyLimit)}, the limit (server.body_limit)`;
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return `the request body is larger than ${limit}`;
+  if (code === 'FST_REQ_FILE_TOO_LARGE') return `the uploaded file is larger than ${limit}`;
+  return null;
 }
 
 /** How long a client is asked to wait before it tries again while a read model is rebuilt. */
@@ -230,6 +248,8 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
     }
     if (fastifyError.validation) return send(400, 'bad_request', validationMessage(fastifyError, request));
     const statusCode = fastifyError.statusCode;
+    const tooLarge = statusCode === 413 ? tooLargeMessage(fastifyError.code, options.bodyLimit) : null;
+    if (tooLarge !== null) return send(413, 'payload_too_large', tooLarge);
     if (statusCode && statusCode >= 400 && statusCode < 500) {
       // fastify's and its plugins' own codes (FST_ERR_CTP_INVALID_JSON_BODY, FST_REQ_FILE_TOO_LARGE, ...) become the documented names.
       return send(statusCode, clientErrorCodes[statusCode] ?? 'bad_request', error.message);

@@ -1,4 +1,5 @@
 import Fastify from 'fastify';
+import multipart from '@fastify/multipart';
 import t from 'tap';
 import { notFound } from '../../src/app/errors.js';
 import { registerErrorHandling } from '../../src/api/errors.js';
@@ -48,4 +49,33 @@ t.test('a body with too few or too many of its fields is told which to choose fr
     error: 'bad_request',
     message: 'body/prompts must NOT have fewer than 1 properties (give at least 1 of decompose, synthesize)',
   });
+});
+
+t.test('a body or uploaded file over server.body_limit is a 413 naming the limit and the setting', async (t) => {
+  const app = Fastify({ bodyLimit: 2048 });
+  registerErrorHandling(app, { bodyLimit: 2048 });
+  await app.register(multipart, { limits: { fileSize: 2048, files: 1 } });
+  app.post('/json', async () => ({}));
+  app.post('/upload', async (request) => {
+    const file = await request.file();
+    await file?.toBuffer();
+    return {};
+  });
+  t.teardown(() => app.close());
+
+  const json = await app.inject({ method: 'POST', url: '/json', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ text: 'a'.repeat(4096) }) });
+  t.equal(json.statusCode, 413);
+  t.same(json.json(), { error: 'payload_too_large', message: 'the request body is larger than 2 KiB, the limit (server.body_limit)' });
+
+  const form = new FormData();
+  form.append('file', new Blob(['a'.repeat(4096)], { type: 'text/plain' }), 'big.txt');
+  const request = new Request('http://localhost/upload', { method: 'POST', body: form });
+  const upload = await app.inject({
+    method: 'POST',
+    url: '/upload',
+    headers: { 'content-type': request.headers.get('content-type') ?? '' },
+    payload: Buffer.from(await request.arrayBuffer()),
+  });
+  t.equal(upload.statusCode, 413);
+  t.same(upload.json(), { error: 'payload_too_large', message: 'the uploaded file is larger than 2 KiB, the limit (server.body_limit)' });
 });
