@@ -104,13 +104,19 @@ export class BusProjectionRunner implements ReadModelRunner {
       .map((worker) => worker.projection.name);
     if (concerned.length === 0) return;
     const deadline = Date.now() + timeoutMs;
+    // An API node makes no table of checkpoints (its workers' runners do): until one has started,
+    // nothing is applied yet, which is a wait like any lag, not an error.
+    let checkpointsExist = false;
     for (;;) {
-      const done: { projection: string }[] = await this.db
-        .knex('projection_stream_positions')
-        .whereIn('projection', concerned)
-        .where({ stream_id: write.streamId })
-        .where('stream_version', '>=', write.streamVersion)
-        .select('projection');
+      checkpointsExist ||= await relationsExist(this.db.knex, 'projection_stream_positions');
+      const done: { projection: string }[] = !checkpointsExist
+        ? []
+        : await this.db
+            .knex('projection_stream_positions')
+            .whereIn('projection', concerned)
+            .where({ stream_id: write.streamId })
+            .where('stream_version', '>=', write.streamVersion)
+            .select('projection');
       const behind = concerned.filter((name) => !done.some((row) => row.projection === name));
       if (behind.length === 0) return;
       if (Date.now() > deadline) throw new ProjectionWaitTimeoutError(write.position, timeoutMs, behind);

@@ -105,6 +105,24 @@ t.test('bus runner: status before any node consumed reads a database with no str
   t.equal(table.rows[0].oid, null, 'no table was made');
 });
 
+t.test('bus runner: an API node started before any worker waits for the projections, and settles once a worker applied the write', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const a = await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  const write = { position: a.lastPosition, streamId: 'thing-a', streamVersion: a.nextExpectedVersion, types: ['ThingHappened'] };
+  // An API node never starts its runner: no worker has made the table of checkpoints yet.
+  const apiNode = new BusProjectionRunner(new DuplicatingBus(), fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  await t.rejects(apiNode.settle(write, 50), { name: 'ProjectionWaitTimeoutError' }, 'a wait for the workers, not a missing relation');
+  const settled = apiNode.settle(write, 5_000);
+  const bus = new DuplicatingBus();
+  const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  await worker.start();
+  await bus.deliver(await fixture.store.readAll());
+  await settled;
+  await worker.stop();
+});
+
 t.test('bus runner: a batch takes a transaction id only when its projection writes', async (t) => {
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());
