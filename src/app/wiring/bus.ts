@@ -21,12 +21,35 @@ export async function openBus(config: Config, schemas: EventSchemaRegistry, log:
   if (config.bus.backend !== 'kafka') return null;
   // Kafka's client is loaded only when it is configured.
   const { createKafkaBus } = await import('../../bus/kafka.js');
-  return createKafkaBus({
+  const bus = createKafkaBus({
     kafka: kafkaOptions(config),
     registry: schemas,
     log: log.child({ component: 'bus' }),
     consumer: { sessionTimeoutMs: parseDuration(config.bus.kafka.session_timeout) },
   });
+  return {
+    // A worker's start ends on its first consumer's failure: say it is Kafka's, and where it is set.
+    consume: (options) =>
+      bus.consume(options).catch((error: unknown) => {
+        throw isKafkaClientError(error) ? kafkaFailure(config, error) : error;
+      }),
+    backlog: (groups) => bus.backlog(groups),
+    close: () => bus.close(),
+  };
+}
+
+/** kafkajs names its errors `KafkaJS…` (KafkaJSConnectionError, KafkaJSNumberOfRetriesExceeded, …). */
+function isKafkaClientError(error: unknown): error is Error {
+  return error instanceof Error && error.name.startsWith('KafkaJS');
+}
+
+/**
+ * A Kafka client's failure with the brokers it tried and the setting that names them: kafkajs
+ * says only `Connection error: connect ECONNREFUSED 127.0.0.1:9092`, which names neither Kafka
+ * nor where the address came from.
+ */
+function kafkaFailure(config: Config, error: Error): Error {
+  return new Error(`cannot use Kafka at ${config.bus.kafka.brokers.join(', ')} (bus.kafka.brokers, BUS_KAFKA_BROKERS): ${error.message}`, { cause: error });
 }
 
 /**
