@@ -7,7 +7,7 @@ import { ReportTooLargeError } from '../domain/report/decider.js';
 import { shortenRunes } from '../domain/text.js';
 import { ConcurrencyError, InvalidEventError } from '../eventstore/port.js';
 import { AuthenticationError } from '../auth/identity.js';
-import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../search/port.js';
+import { InvalidSearchRequestError, SearchUnavailableError, VectorSearchUnavailableError } from '../search/port.js';
 import { recordAllowedMethods } from './allowedMethods.js';
 import { mediaTypesRead } from './mediaTypes.js';
 import { notFoundDuringRebuild } from '../read/projections.js';
@@ -216,6 +216,9 @@ function tooLargeMessage(code: string | undefined, bodyLimit: number | undefined
 /** How long a client is asked to wait before it tries again while a read model is rebuilt. */
 const REBUILD_RETRY_AFTER_SECONDS = 5;
 
+/** How long a client is asked to wait before it tries again while the search cluster is unreachable. */
+const SEARCH_RETRY_AFTER_SECONDS = 5;
+
 export function registerErrorHandling(app: FastifyInstance, options: ErrorHandlingOptions = {}): void {
   app.setErrorHandler(async (error: FastifyError | Error, request, reply) => {
     const send = (status: number, code: string, message: string, extra: object = {}) => {
@@ -241,6 +244,11 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
     if (error instanceof ConcurrencyError) return send(409, 'conflict', 'the resource was changed concurrently; retry');
     if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return send(400, 'bad_request', error.message);
     if (error instanceof VectorSearchUnavailableError) return send(501, 'not_implemented', error.message);
+    if (error instanceof SearchUnavailableError) {
+      request.log.error({ err: error, reason: error.reason }, 'the search cluster cannot be reached');
+      reply.header('retry-after', String(SEARCH_RETRY_AFTER_SECONDS));
+      return send(503, 'unavailable', error.message);
+    }
     const fastifyError = error as FastifyError;
     // fastify's and src/api/mediaTypes.ts's refusal of a body's media type: say which the route reads.
     if (fastifyError.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {

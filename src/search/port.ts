@@ -148,6 +148,21 @@ export class VectorSearchUnavailableError extends Error {
 }
 
 /**
+ * The search cluster did not answer (refused, unreachable, timed out): a request may succeed
+ * once it is back, so the API answers 503 rather than 500. The reason (with the cluster's
+ * address) is for the log, not the caller.
+ */
+export class SearchUnavailableError extends Error {
+  constructor(
+    readonly reason: string,
+    options?: { cause?: unknown },
+  ) {
+    super('search is unavailable: the search cluster cannot be reached; retry in a moment', options);
+    this.name = 'SearchUnavailableError';
+  }
+}
+
+/**
  * A request the index cannot answer as asked (bad paging, bad vector, bad document). Carries
  * statusCode 400 so the API's error handler answers 400 rather than 500.
  */

@@ -3,6 +3,7 @@ import multipart from '@fastify/multipart';
 import t from 'tap';
 import { notFound } from '../../src/app/errors.js';
 import { registerErrorHandling } from '../../src/api/errors.js';
+import { SearchUnavailableError } from '../../src/search/port.js';
 
 t.test('a 404 while a read model is rebuilt is a 503 with Retry-After: "not found" cannot be told yet', async (t) => {
   let rebuilding: string[] = ['facts'];
@@ -22,6 +23,19 @@ t.test('a 404 while a read model is rebuilt is a 503 with Retry-After: "not foun
   t.equal(after.statusCode, 404);
   t.same(after.json(), { error: 'not_found', message: 'fact not found' });
   t.equal(after.headers['retry-after'], undefined);
+});
+
+t.test('a search cluster that cannot be reached is a 503 with Retry-After, not an internal error', async (t) => {
+  const app = Fastify();
+  registerErrorHandling(app);
+  app.get('/facts', async () => {
+    throw new SearchUnavailableError('connect ECONNREFUSED 10.0.0.7:9200');
+  });
+  t.teardown(() => app.close());
+  const reply = await app.inject({ method: 'GET', url: '/facts' });
+  t.equal(reply.statusCode, 503);
+  t.equal(reply.headers['retry-after'], '5');
+  t.same(reply.json(), { error: 'unavailable', message: 'search is unavailable: the search cluster cannot be reached; retry in a moment' });
 });
 
 t.test('a body with too few or too many of its fields is told which to choose from', async (t) => {

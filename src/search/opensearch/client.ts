@@ -1,4 +1,5 @@
 import { errors as openSearchErrors } from '@opensearch-project/opensearch';
+import { SearchUnavailableError } from '../port.js';
 
 /** Bulk items OpenSearch rejected for good (not back-pressure), with their reasons. */
 export class SearchIndexWriteError extends Error {
@@ -31,3 +32,13 @@ export function describe(error: unknown): string {
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A failure to reach the cluster at all (refused, no living node, timed out) as the error
+ * callers can tell apart; any other error as it is.
+ */
+export function unreachableAsUnavailable(error: unknown): unknown {
+  const unreachable =
+    error instanceof openSearchErrors.ConnectionError || error instanceof openSearchErrors.NoLivingConnectionsError || error instanceof openSearchErrors.TimeoutError;
+  return unreachable ? new SearchUnavailableError(describe(error), { cause: error }) : error;
+}

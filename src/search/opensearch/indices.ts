@@ -2,7 +2,7 @@ import type { Client } from '@opensearch-project/opensearch';
 import type { SearchCollection } from '../collection.js';
 import { MAX_RESULT_WINDOW, SearchIndexMigrationError, type SearchLogger } from '../port.js';
 import { failedDeletions, scriptsOf, sendBulk, type BulkAction, type CollectionScripts, type WriteTarget } from './bulk.js';
-import { describe, errorStatus, errorType, SearchIndexWriteError } from './client.js';
+import { describe, errorStatus, errorType, SearchIndexWriteError, unreachableAsUnavailable } from './client.js';
 import { mappingOf } from './mappings.js';
 import { chunked } from '../../util/chunked.js';
 
@@ -233,8 +233,12 @@ export function createIndexFamily(collection: SearchCollection, settings: Family
     });
   }
 
-  function search(target: string, body: Record<string, unknown>): Promise<SearchBody> {
-    return onTarget(target, async () => (await client.search({ index: target, body })).body as SearchBody);
+  async function search(target: string, body: Record<string, unknown>): Promise<SearchBody> {
+    try {
+      return await onTarget(target, async () => (await client.search({ index: target, body })).body as SearchBody);
+    } catch (error) {
+      throw unreachableAsUnavailable(error);
+    }
   }
 
   return {
