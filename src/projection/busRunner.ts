@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import type { Knex } from 'knex';
 import type { Bus, BusConsumer } from '../bus/port.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
@@ -10,7 +11,10 @@ import { lockProjectionStreams } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 import { boundedErrorMessage } from '../util/errorMessage.js';
 
-/** Creates `projection_stream_positions`: the per-stream checkpoints of bus-fed projections. */
+/**
+ * Creates `projection_stream_positions`, the per-stream checkpoints of bus-fed projections, and
+ * `projection_rebuilds`, one row per projection a node is rebuilding (see rebuild).
+ */
 export async function migrateProjectionStreamPositions(knex: Knex): Promise<void> {
   await migrateUnderLock(knex, 'projection_stream_positions', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS projection_stream_positions (
@@ -21,7 +25,45 @@ export async function migrateProjectionStreamPositions(knex: Knex): Promise<void
       updated_at timestamptz NOT NULL DEFAULT now(),
       PRIMARY KEY (projection, stream_id)
     )`);
+    await trx.raw(`CREATE TABLE IF NOT EXISTS projection_rebuilds (
+      projection text PRIMARY KEY,
+      node text NOT NULL,
+      started_at timestamptz NOT NULL DEFAULT now(),
+      heartbeat_at timestamptz NOT NULL DEFAULT now()
+    )`);
   });
+}
+
+/**
+ * A rebuild whose node has not replayed a batch for this long is taken to have stopped (the node
+ * died or was killed): its projection stays held for consumers until a rebuild runs again to its
+ * end, and a new rebuild may take it over. Longer than any one batch's transaction takes.
+ */
+export const REBUILD_STALE_MS = 5 * 60_000;
+
+/** How often a consumer whose projection another node is rebuilding looks again. */
+const REBUILD_WAIT_POLL_MS = 1_000;
+
+/** A node's name in `projection_rebuilds`: for an operator looking for the node that holds a projection. */
+const NODE_NAME = `${hostname()}:${process.pid}`;
+
+interface RebuildMark {
+  node: string;
+  startedAt: Date;
+  heartbeatAt: Date;
+}
+
+/** Thrown inside a consumer's transaction: the projection is being rebuilt (by any node), so its batch must wait. */
+class ProjectionRebuildingError extends Error {
+  override readonly name = 'ProjectionRebuildingError';
+  constructor(readonly mark: RebuildMark) {
+    super(`projection is being rebuilt by ${mark.node} since ${mark.startedAt.toISOString()}`);
+  }
+}
+
+/** Thrown when a rebuild finds another node's rebuild of the projection under way. */
+export class ProjectionRebuildConflictError extends Error {
+  override readonly name = 'ProjectionRebuildConflictError';
 }
 
 interface Worker {
@@ -42,6 +84,13 @@ interface Worker {
  */
 export class BusProjectionRunner implements ReadModelRunner {
   private readonly workers = new Map<string, Worker>();
+  /** Set by stop(): a batch waiting for another node's rebuild gives up, so its consumer can stop. */
+  private stopping = false;
+  private rebuildsTableMade = false;
+
+  private get nodeName(): string {
+    return this.options.nodeName ?? NODE_NAME;
+  }
 
   constructor(
     private readonly bus: Bus,
@@ -57,6 +106,10 @@ export class BusProjectionRunner implements ReadModelRunner {
        * `caughtUp` takes the bus's backlog alone (a test that feeds the bus itself).
        */
       publishedPosition?: () => Promise<number>;
+      /** Events a rebuild replays per transaction; default 500. */
+      rebuildBatchSize?: number;
+      /** This node's name in `projection_rebuilds`; default `<host name>:<pid>`. */
+      nodeName?: string;
     } = {},
   ) {
     for (const projection of projections) {
@@ -66,11 +119,13 @@ export class BusProjectionRunner implements ReadModelRunner {
   }
 
   async start(): Promise<void> {
+    this.stopping = false;
     await migrateProjectionStreamPositions(this.db.knex);
     for (const worker of this.workers.values()) await this.consume(worker);
   }
 
   async stop(): Promise<void> {
+    this.stopping = true;
     for (const worker of this.workers.values()) {
       await worker.consumer?.stop();
       worker.consumer = null;
@@ -88,20 +143,36 @@ export class BusProjectionRunner implements ReadModelRunner {
       ? await this.db.knex('projection_stream_positions').select('projection').max('global_position as position').groupBy('projection')
       : [];
     const applied = new Map(rows.map((row) => [row.projection, Number(row.position)]));
+    const marks = await this.rebuildMarks();
     return [...this.workers.values()].map((worker) => {
-      const position = Math.max(worker.position, applied.get(worker.projection.name) ?? 0);
-      return { name: worker.projection.name, position, head, lag: Math.max(0, head - position), state: worker.state, lastError: worker.lastError };
+      const { name } = worker.projection;
+      const position = Math.max(worker.position, applied.get(name) ?? 0);
+      const status: ProjectionStatus = { name, position, head, lag: Math.max(0, head - position), state: worker.state, lastError: worker.lastError };
+      // Whichever node rebuilds it: on every node the projection shows as rebuilding, so a second rebuild is refused.
+      const mark = marks.get(name);
+      if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: staleRebuild(name, mark) ?? status.lastError };
+      return status;
     });
+  }
+
+  /** The projections a node is rebuilding (`projection_rebuilds`), by name; none before any node made the table. */
+  private async rebuildMarks(executor: Knex | Knex.Transaction = this.db.knex, names?: readonly string[]): Promise<Map<string, RebuildMark>> {
+    // Once made, the table stays: asked until a node (this one's start, or a worker) made it.
+    this.rebuildsTableMade ||= await relationsExist(executor, 'projection_rebuilds');
+    return this.rebuildsTableMade ? readRebuildMarks(executor, names) : new Map();
   }
 
   /** Polls the per-stream checkpoints of the projections that handle the write's types. */
   async settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
     // Other nodes may run the consumers (an API node runs none), so wait for every projection
     // that handles the write, unless this node knows it failed or is being rebuilt.
-    const concerned = [...this.workers.values()]
+    const handling = [...this.workers.values()]
       .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
       .filter((worker) => write.types.some((type) => worker.projection.eventTypes.includes(type)))
       .map((worker) => worker.projection.name);
+    // Nor for one another node is rebuilding: its consumers hold every batch until it ends.
+    const marks = handling.length > 0 ? await this.rebuildMarks(this.db.knex, handling) : new Map<string, RebuildMark>();
+    const concerned = handling.filter((name) => !marks.has(name));
     if (concerned.length === 0) return;
     const deadline = Date.now() + timeoutMs;
     // An API node makes no table of checkpoints (its workers' runners do): until one has started,
@@ -132,6 +203,7 @@ export class BusProjectionRunner implements ReadModelRunner {
   async caughtUp(position: number, timeoutMs: number): Promise<boolean> {
     // A rebuild empties its tables first: until it has replayed the log, what was written is not all readable.
     if ([...this.workers.values()].some((worker) => worker.state === 'rebuilding')) return false;
+    if ((await this.rebuildMarks(this.db.knex, [...this.workers.keys()])).size > 0) return false;
     const groups = [...this.workers.values()]
       .filter((worker) => worker.state !== 'failed')
       .map((worker) => this.groupOf(worker));
@@ -148,27 +220,63 @@ export class BusProjectionRunner implements ReadModelRunner {
    * Empties the projection's tables and checkpoints, replays the whole log from the event store in
    * global order, then resumes consuming: the bus redelivers from its committed offsets and the
    * per-stream checkpoints skip what the replay already applied.
+   *
+   * Other nodes consume the same groups, and their batches must not be applied meanwhile: an event
+   * applied to the emptied tables ahead of the replay sets its stream's checkpoint, and the replay
+   * then skips that stream's earlier events as duplicates (their effect lost). So the rebuild
+   * marks the projection in `projection_rebuilds` in the transaction that empties it, taking the
+   * projection's lock exclusively (it waits for the batches in flight); every consumer's batch
+   * looks for the mark under the same lock, shared, and waits while it is there. The mark goes
+   * when the replay has applied the whole log. A rebuild that stops half-way (its node died)
+   * leaves the mark, so the projection stays held until a rebuild runs to its end: status shows it
+   * as rebuilding, with the stop named in its last error once no batch came for REBUILD_STALE_MS.
    */
   async rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
     const worker = this.workers.get(name);
     if (!worker) throw new Error(`unknown projection ${name}; known: ${[...this.workers.keys()].join(', ')}`);
     await migrateProjectionStreamPositions(this.db.knex);
     const wasRunning = worker.consumer !== null;
+    const previousState = worker.state;
     await worker.consumer?.stop();
     worker.consumer = null;
     worker.state = 'rebuilding';
-    await this.db.knex.transaction(async (trx) => {
-      for (const table of worker.projection.tables) await trx(table).delete();
-      await trx('projection_stream_positions').where({ projection: name }).delete();
-    });
-    const total = await this.store.headPosition();
-    let after = 0;
-    for (;;) {
-      const batch = await this.store.readAll({ after, limit: 500 });
-      if (batch.length === 0) break;
-      await this.apply(worker, batch);
-      after = batch[batch.length - 1].globalPosition;
-      onProgress?.(Math.min(after, total), total);
+    try {
+      await this.db.knex.transaction(async (trx) => {
+        await lockProjectionStreams(trx, name, [], true);
+        const mark = (await this.rebuildMarks(trx, [name])).get(name);
+        if (mark && mark.node !== this.nodeName && staleRebuild(name, mark) === null) {
+          throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding on ${mark.node} (since ${mark.startedAt.toISOString()})`);
+        }
+        await trx('projection_rebuilds')
+          .insert({ projection: name, node: this.nodeName, started_at: trx.fn.now(), heartbeat_at: trx.fn.now() })
+          .onConflict('projection')
+          .merge(['node', 'started_at', 'heartbeat_at']);
+        for (const table of worker.projection.tables) await trx(table).delete();
+        await trx('projection_stream_positions').where({ projection: name }).delete();
+      });
+    } catch (error) {
+      // Nothing was emptied: the projection goes on as it was.
+      worker.state = previousState;
+      if (wasRunning) await this.consume(worker);
+      throw error;
+    }
+    try {
+      const total = await this.store.headPosition();
+      let after = 0;
+      for (;;) {
+        const batch = await this.store.readAll({ after, limit: this.options.rebuildBatchSize ?? 500 });
+        if (batch.length === 0) break;
+        await this.apply(worker, batch, { replaying: true });
+        await this.db.knex('projection_rebuilds').where({ projection: name, node: this.nodeName }).update({ heartbeat_at: this.db.knex.fn.now() });
+        after = batch[batch.length - 1].globalPosition;
+        onProgress?.(Math.min(after, total), total);
+      }
+      await this.db.knex('projection_rebuilds').where({ projection: name, node: this.nodeName }).delete();
+    } catch (error) {
+      // Half replayed: the mark stays and holds every node's consumers until a rebuild ends.
+      worker.state = 'failed';
+      worker.lastError = `rebuild failed: ${boundedErrorMessage(error)}`;
+      throw error;
     }
     worker.state = 'stopped';
     this.options.log?.info({ projection: name }, 'projection rebuilt');
@@ -184,14 +292,24 @@ export class BusProjectionRunner implements ReadModelRunner {
       group: this.groupOf(worker),
       types: worker.projection.eventTypes,
       handler: async (batch) => {
-        try {
-          await this.apply(worker, batch);
-          worker.state = 'running';
-          worker.lastError = null;
-        } catch (error) {
-          worker.lastError = boundedErrorMessage(error);
-          this.options.log?.warn({ projection: worker.projection.name, error: worker.lastError }, 'projection batch failed; it will be redelivered');
-          throw error;
+        for (;;) {
+          try {
+            await this.apply(worker, batch);
+            worker.state = 'running';
+            worker.lastError = null;
+            return;
+          } catch (error) {
+            if (error instanceof ProjectionRebuildingError && !this.stopping) {
+              // The bus heartbeats while a handler runs: the batch waits here, unacknowledged.
+              if (worker.state !== 'rebuilding') this.options.log?.info({ projection: worker.projection.name, node: error.mark.node }, 'projection is being rebuilt on another node; its batches wait');
+              worker.state = 'rebuilding';
+              await new Promise((resolve) => setTimeout(resolve, this.options.pollMs ?? REBUILD_WAIT_POLL_MS));
+              continue;
+            }
+            worker.lastError = boundedErrorMessage(error);
+            this.options.log?.warn({ projection: worker.projection.name, error: worker.lastError }, 'projection batch failed; it will be redelivered');
+            throw error;
+          }
         }
       },
     });
@@ -199,7 +317,7 @@ export class BusProjectionRunner implements ReadModelRunner {
   }
 
   /** One transaction per batch: rows and per-stream checkpoints together, stale versions skipped. */
-  private async apply(worker: Worker, batch: readonly RecordedEvent[]): Promise<void> {
+  private async apply(worker: Worker, batch: readonly RecordedEvent[], options: { replaying?: boolean } = {}): Promise<void> {
     const handled = new Set(worker.projection.eventTypes);
     const relevant = batch.filter((event) => handled.has(event.type));
     if (relevant.length === 0) return;
@@ -211,6 +329,12 @@ export class BusProjectionRunner implements ReadModelRunner {
       // batch holds a type that must be applied alone.
       const exclusive = relevant.some((event) => worker.projection.exclusiveTypes?.includes(event.type) === true);
       await lockProjectionStreams(trx, name, streams, exclusive);
+      // Under the projection's lock, which a rebuild takes exclusively to mark it: no batch slips in between.
+      if (!options.replaying) {
+        // The table is there: start() made it before the first batch.
+        const mark = (await readRebuildMarks(trx, [name])).get(name);
+        if (mark) throw new ProjectionRebuildingError(mark);
+      }
       const stored: { stream_id: string; stream_version: string | number }[] = await trx('projection_stream_positions')
         .where({ projection: name })
         .whereIn('stream_id', streams)
@@ -242,4 +366,18 @@ export class BusProjectionRunner implements ReadModelRunner {
         .merge(['stream_version', 'global_position', 'updated_at']);
     }));
   }
+}
+
+/** What status says of a rebuild whose node has not replayed a batch for REBUILD_STALE_MS; null while it goes on. */
+function staleRebuild(name: string, mark: RebuildMark): string | null {
+  if (Date.now() - mark.heartbeatAt.getTime() < REBUILD_STALE_MS) return null;
+  return `the rebuild by ${mark.node} (started ${mark.startedAt.toISOString()}) stopped before its end, at ${mark.heartbeatAt.toISOString()}; consumers wait until a rebuild of ${name} runs to its end`;
+}
+
+/** The rows of `projection_rebuilds` (of `names`, or all), by projection. */
+async function readRebuildMarks(executor: Knex | Knex.Transaction, names?: readonly string[]): Promise<Map<string, RebuildMark>> {
+  const query = executor('projection_rebuilds').select('projection', 'node', 'started_at', 'heartbeat_at');
+  if (names) query.whereIn('projection', names);
+  const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string }> = await query;
+  return new Map(rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at) }]));
 }

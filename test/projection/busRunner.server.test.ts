@@ -4,14 +4,14 @@ import type { Bus, BusConsumerOptions } from '../../src/bus/port.js';
 import { conceptsProjection } from '../../projections/concepts.js';
 import { factsProjection } from '../../projections/facts.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
-import type { Database } from '../../src/db/database.js';
+import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 import { BusProjectionRunner } from '../../src/projection/busRunner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
-import { waitUntil } from '../eventstore/contract.js';
+import { openStore, thing, waitUntil } from '../eventstore/contract.js';
 
 /** A bus that hands each batch to whoever calls `deliver`, as one partition's consumer would. */
 class HandOverBus implements Bus {
@@ -172,4 +172,120 @@ t.test('concepts: links written while their concept is created are counted', asy
     await trx('fact_concepts').insert({ fact_id: 'fb', concept_id: concept, repository_id: REPO, source_id: 's1' });
   });
   t.equal((await scratch.knex('concepts').where({ id: concept }).first('fact_count'))?.fact_count, 2, 'the concept counts both links');
+});
+
+/** Counts ThingHappened events by name in thing_counts. */
+const thingCounts: Projection = {
+  name: 'counts',
+  eventTypes: ['ThingHappened'],
+  tables: ['thing_counts'],
+  async apply(trx: Knex.Transaction, event: RecordedEvent) {
+    await trx.raw(`INSERT INTO thing_counts (name, count) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET count = thing_counts.count + 1`, [String(event.data.name)]);
+  },
+};
+
+/** A projection counting like thingCounts, whose replay of the event named `b` waits until `open()` is called. */
+function gatedProjection() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  let reached!: () => void;
+  const reachedGate = new Promise<void>((resolve) => (reached = resolve));
+  const projection: Projection = {
+    ...thingCounts,
+    async apply(trx, event) {
+      if (event.data.name === 'b') {
+        reached();
+        await opened;
+      }
+      await thingCounts.apply(trx, event);
+    },
+  };
+  return { projection, reachedGate, open };
+}
+
+function recordingLog() {
+  const messages: string[] = [];
+  return { messages, log: { info: (_details: Record<string, unknown>, message: string) => void messages.push(message), warn: (_details: Record<string, unknown>, message: string) => void messages.push(message) } };
+}
+
+t.test('bus runner: a rebuild on one node holds the batches of every node until its replay ends, so the replay skips no earlier event', async (t) => {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  const bus = new HandOverBus();
+  const { messages, log } = recordingLog();
+  const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, log, nodeName: 'worker' });
+  t.teardown(() => worker.stop());
+  await worker.start();
+  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  await bus.deliver(await fixture.store.readAll());
+  t.same(await counts(), { a: 1, b: 1 });
+
+  // Another node rebuilds; its replay stops at thing-b, before it reaches thing-a's first event.
+  const gate = gatedProjection();
+  const rebuilder = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [gate.projection], { pollMs: 5, nodeName: 'rebuilder', rebuildBatchSize: 1 });
+  const rebuilt = rebuilder.rebuild('counts');
+  await gate.reachedGate;
+  t.match(await worker.status(), [{ name: 'counts', state: 'rebuilding' }], 'every node shows the projection as rebuilding');
+
+  // Meanwhile thing-a's second event reaches the worker node (its first was acknowledged before).
+  const second = await fixture.store.append('thing-a', [thing('a')], 0);
+  const delivered = bus.deliver(await fixture.store.readAll({ after: second.lastPosition - 1 }));
+  await waitUntil(() => messages.includes('projection is being rebuilt on another node; its batches wait'), 10_000, 'the batch to wait');
+  t.same(await fixture.db.knex('projection_stream_positions').where({ projection: 'counts', stream_id: 'thing-a' }), [], 'the waiting batch set no checkpoint the replay would skip by');
+
+  gate.open();
+  await rebuilt;
+  await delivered;
+  t.same(await counts(), { a: 2, b: 1 }, "thing-a's first event replayed, its second applied once");
+  t.same(await fixture.db.knex('projection_rebuilds'), [], 'the mark is gone');
+  t.match(await worker.status(), [{ name: 'counts', state: 'running' }]);
+});
+
+t.test('bus runner: a second node may not rebuild a projection under rebuild; a rebuild that stopped half-way holds the consumers until one ends', async (t) => {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  const gate = gatedProjection();
+  const first = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [gate.projection], { pollMs: 5, nodeName: 'first', rebuildBatchSize: 1 });
+  const rebuilt = first.rebuild('counts');
+  await gate.reachedGate;
+  const second = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [thingCounts], { pollMs: 5, nodeName: 'second' });
+  // It waits for the replay's batch in flight (the projection's lock), then finds the first's mark.
+  const refused = t.rejects(second.rebuild('counts'), { name: 'ProjectionRebuildConflictError', message: /already rebuilding on first/ });
+  await waitUntil(async () => (await waitingLocks(fixture.db)) === 1, 10_000, "the second rebuild to wait for the first's batch");
+  gate.open();
+  await refused;
+  await rebuilt;
+  t.same(await counts(), { a: 1, b: 1 }, 'the first rebuild ran to its end, undisturbed');
+
+  // A node that died half-way through a rebuild leaves its mark, last seen long ago.
+  await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'gone', started_at: new Date(Date.now() - 3_600_000), heartbeat_at: new Date(Date.now() - 3_000_000) });
+  const [status] = await second.status();
+  t.equal(status.state, 'rebuilding');
+  t.match(status.lastError, /the rebuild by gone .* stopped before its end/, 'status says it stopped');
+  const bus = new HandOverBus();
+  const { messages, log } = recordingLog();
+  const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, log, nodeName: 'worker' });
+  await worker.start();
+  const delivered = bus.deliver(await fixture.store.readAll());
+  await waitUntil(() => messages.includes('projection is being rebuilt on another node; its batches wait'), 10_000, 'the batch to wait');
+  await second.rebuild('counts');
+  t.same(await counts(), { a: 1, b: 1 }, 'a new rebuild took the stopped one over');
+  await delivered;
+  t.same(await counts(), { a: 1, b: 1 }, 'and the held batches were absorbed as duplicates');
+
+  // Stopping a node ends its batches' wait: the bus redelivers them to whoever consumes next.
+  await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'gone', started_at: new Date(), heartbeat_at: new Date() });
+  const third = await fixture.store.append('thing-c', [thing('c')], 'no_stream');
+  const held = bus.deliver(await fixture.store.readAll({ after: third.lastPosition - 1 }));
+  await waitUntil(async () => (await worker.status())[0]?.state === 'rebuilding' && messages.filter((message) => message.includes('its batches wait')).length === 2, 10_000, 'the batch to wait again');
+  await worker.stop();
+  await t.rejects(held, { name: 'ProjectionRebuildingError' }, 'the batch was not acknowledged');
+  t.same(await counts(), { a: 1, b: 1 }, 'nor applied');
 });
