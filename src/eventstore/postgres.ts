@@ -715,7 +715,7 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
       );
       if (result.events.length > 0) {
         if (appendsVisibleAtOnce) seen.raise(result.lastPosition);
-        for (const subscription of subscriptions) subscription.notify();
+        for (const subscription of subscriptions) subscription.notify(result.lastPosition);
       }
       return result;
     },
@@ -745,7 +745,8 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
       const outcomes = await appendManyStreams(knex, options.schemas, appends);
       if (outcomes.some((outcome) => outcome.result && outcome.result.events.length > 0)) {
         if (appendsVisibleAtOnce) for (const outcome of outcomes) if (outcome.result) seen.raise(outcome.result.lastPosition);
-        for (const subscription of subscriptions) subscription.notify();
+        const lastPosition = Math.max(...outcomes.map((outcome) => outcome.result?.lastPosition ?? 0));
+        for (const subscription of subscriptions) subscription.notify(lastPosition);
       }
       return outcomes;
     },
@@ -771,6 +772,13 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
   };
 }
 
+/**
+ * How soon a subscription looks again for an append made through its store that its last read
+ * did not see (hidden on a server until older transactions anywhere on it end), however long its
+ * poll interval: the server's default poll interval.
+ */
+const hiddenAppendPollMs = 50;
+
 interface CaughtUpWaiter {
   target: number;
   resolve: () => void;
@@ -787,6 +795,8 @@ class PollingSubscription implements Subscription {
   private failure: Error | null = null;
   /** Set by notify(): an append happened since the last read began, so do not sleep. */
   private appendedSinceRead = false;
+  /** The last position appended through this store (notify): the subscription has not scanned it while below. */
+  private appendedUpTo = 0;
   private wake: (() => void) | null = null;
   private loop: Promise<void> = Promise.resolve();
   private waiters: CaughtUpWaiter[] = [];
@@ -817,8 +827,9 @@ class PollingSubscription implements Subscription {
     });
   }
 
-  notify(): void {
+  notify(lastPosition: number): void {
     this.appendedSinceRead = true;
+    this.appendedUpTo = Math.max(this.appendedUpTo, lastPosition);
     this.wake?.();
   }
 
@@ -883,7 +894,11 @@ class PollingSubscription implements Subscription {
         else process.emitWarning(`event subscription stopped: ${this.failure.message}`);
         return;
       }
-      if (!this.appendedSinceRead && this.running) await this.sleep();
+      if (!this.appendedSinceRead && this.running) {
+        // On a server an older transaction elsewhere can hide an append from the read its wake
+        // caused: look again soon rather than after a whole poll interval.
+        await this.sleep(this.scanned < this.appendedUpTo ? Math.min(this.pollIntervalMs, hiddenAppendPollMs) : this.pollIntervalMs);
+      }
     }
   }
 
@@ -903,9 +918,9 @@ class PollingSubscription implements Subscription {
     else this.seen.raise(last.globalPosition);
   }
 
-  private sleep(): Promise<void> {
+  private sleep(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, this.pollIntervalMs);
+      const timer = setTimeout(done, ms);
       const self = this;
       function done() {
         clearTimeout(timer);

@@ -13,6 +13,11 @@ inFlightAppendContract(t, openDb);
 /** The log reads of a subscription (readGlobal, rows shape): their first binding is the position they read after. */
 const LOG_READ = /FROM events WHERE .*global_position > (\?|\$1) ORDER BY global_position LIMIT/s;
 
+/** Waits until readers see the log up to `last` (other databases' transactions can hide it a while). */
+async function untilVisible(store: EventStore, last: number): Promise<void> {
+  await waitUntil(async () => (await store.headPosition()) >= last, 60_000, `the log visible up to ${last}`);
+}
+
 /** A subscription from the log's start in batches of two, whose handler holds the first batch until `release()`. */
 function holdingFirstBatch(store: EventStore, onBatch: (batch: RecordedEvent[]) => void): { subscription: Subscription; release(): void } {
   let release!: () => void;
@@ -34,6 +39,9 @@ t.test('catching up on a server, a subscription reads its next batch while its h
   t.teardown(close);
   const positions: number[] = [];
   for (let i = 1; i <= 5; i++) positions.push(...(await store.append(`thing-${i}`, [thing(`t${i}`)], 'no_stream')).events.map((event) => event.globalPosition));
+  // The batches asserted are those of a log read whole: a subscription begun while another
+  // database's transaction still hides some appends would read a short batch first.
+  await untilVisible(store, positions[4]);
   const readsAfter: number[] = [];
   const onQuery = (query: { sql: string; bindings?: readonly unknown[] }) => {
     if (LOG_READ.test(query.sql)) readsAfter.push(Number(query.bindings?.[0]));
@@ -60,7 +68,10 @@ t.test('catching up on a server, a subscription reads its next batch while its h
 t.test('a subscription stopped while its handler holds a full batch does not deliver the batch it read ahead', async (t) => {
   const { store, close } = await openStore(openDb);
   t.teardown(close);
-  for (let i = 1; i <= 4; i++) await store.append(`thing-${i}`, [thing(`t${i}`)], 'no_stream');
+  let last = 0;
+  for (let i = 1; i <= 4; i++) last = (await store.append(`thing-${i}`, [thing(`t${i}`)], 'no_stream')).lastPosition;
+  // A first batch read short (appends still hidden) would not be full, and nothing would be read ahead.
+  await untilVisible(store, last);
   const delivered: RecordedEvent[][] = [];
   const { subscription, release: releaseFirst } = holdingFirstBatch(store, (batch) => delivered.push(batch));
   await waitUntil(() => delivered.length === 1, 10_000, 'the first batch');
