@@ -283,6 +283,8 @@ interface ActiveJob {
   stage: Stage;
   controller: AbortController;
   startedAt: number;
+  /** Its run has ended and its outcome is being recorded: a lease found gone is that record, not a loss. */
+  ended: boolean;
   /** Settles once the job's outcome is recorded (or given up); never rejects. */
   done: Promise<void>;
 }
@@ -425,6 +427,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
         }
       })();
     const result = await Promise.race([attempt, aborted.then((): null => null)]);
+    active.ended = true;
     if (timeout) clearTimeout(timeout);
     const durationMs = Date.now() - active.startedAt;
     const reason: unknown = signal.aborted ? signal.reason : undefined;
@@ -510,6 +513,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       stage,
       controller: new AbortController(),
       startedAt: Date.now(),
+      ended: false,
       done: Promise.resolve(),
     };
     const set = activeByKind.get(stage.kind);
@@ -633,7 +637,8 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
           settings.leaseMs,
         );
         for (const job of running) {
-          if (!held.has(job.claim.claimToken) && !job.controller.signal.aborted) {
+          // A job whose outcome was written meanwhile holds no claim token: its run is over, nothing to abort.
+          if (!held.has(job.claim.claimToken) && !job.controller.signal.aborted && !job.ended) {
             job.controller.abort(new LeaseLostError());
           }
         }
