@@ -105,7 +105,8 @@ for (const backend of backends) {
       const event = log.add();
       const { id } = await jobs.enqueue(jobInputFor('embed_facts', event));
       t.equal(await jobs.claim('extract_concepts', 'w', { leaseMs: 1000 }), null, 'other kind');
-      const claim = await jobs.claim('embed_facts', 'w', { leaseMs: 1000, maxAttempts: 7 });
+      // A lease long enough that a loaded machine cannot outlast it between the claim and the check.
+      const claim = await jobs.claim('embed_facts', 'w', { leaseMs: 60_000, maxAttempts: 7 });
       t.ok(claim);
       t.match(claim, { id, state: 'running', attempts: 1, maxAttempts: 7, claimedBy: 'w' });
       t.ok(claim?.leaseUntil && Date.parse(claim.leaseUntil) > Date.now(), 'lease in the future');
