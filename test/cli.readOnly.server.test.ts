@@ -7,6 +7,7 @@ import t, { type Test } from 'tap';
 import { JWT_SECRET_PLACEHOLDER } from '../src/config/types.js';
 import { makeSchemaOlder } from './helpers/olderSchema.js';
 import { freePort, runCli, spawnServe, stopProcess, waitHealthy } from './helpers/processes.js';
+import { eventually } from './helpers/service.js';
 
 /**
  * The reading commands on the server tier (`events tail`, `events copy`, `projections list`: the
@@ -195,7 +196,15 @@ async function servedDatabase(t: Test, cwd: string, name: string): Promise<{ dat
   });
   t.equal(registered.status, 201, 'serve registers a user');
   t.equal((await stopProcess(serve)).code, 0, 'serve stops cleanly');
-  return { database, knex: owner(t, database) };
+  const knex = owner(t, database);
+  // The reading commands see the log as every reader does: up to the oldest transaction still
+  // open anywhere on the server. serve's appends are committed, but another test's transaction in
+  // another database may hide the last of them for a while, and the counts below take them all.
+  await eventually(async () => {
+    const { rows } = await knex.raw<{ rows: Array<{ hidden: number }> }>(`SELECT count(*)::int AS hidden FROM events WHERE transaction_id >= pg_snapshot_xmin(pg_current_snapshot())`);
+    return rows[0].hidden === 0;
+  }, 120_000);
+  return { database, knex };
 }
 
 t.test('serve creates the vector extension (where the server has it) and migrates, as before', async (t) => {
