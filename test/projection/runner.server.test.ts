@@ -59,7 +59,8 @@ function observedProjection(
       began.add(first);
       observed.started.set(name, began);
       if (options.meet && events.length === FULL_BATCH) {
-        const deadline = Date.now() + 3_000;
+        // Long enough for a loaded machine to begin the three transactions; one after the other they never meet.
+        const deadline = Date.now() + 20_000;
         while (!options.meet.every((other) => observed.started.get(other)?.has(first))) {
           if (Date.now() > deadline) throw new Error(`${name}: the others never began the batch at ${first} beside it`);
           await new Promise((resolve) => setTimeout(resolve, 5));
