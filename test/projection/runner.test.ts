@@ -15,6 +15,13 @@ const backends: Array<{ name: string; open: () => Promise<Database> }> = [
   ...(withServers ? [{ name: 'postgres', open: () => openScratchPostgres(undefined, 'factlog_projection') }] : []),
 ];
 
+/**
+ * How long a test waits for the runner to apply an append: on the PostgreSQL server an append is
+ * read only once every older transaction on the server has ended, other test files' included
+ * (the contract's stores wait as long for their own appends: awaitingOwnAppends).
+ */
+const APPLIED_WITHIN_MS = 60_000;
+
 /** The store, counting the subscriptions it has running and the events it delivers. */
 function countingSubscriptions(store: EventStore): { store: EventStore; running: () => number; delivered: () => number; opened: () => number } {
   let running = 0;
@@ -68,13 +75,13 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.equal(table.rows[0].oid, null, 'status made no checkpoint table (start does)');
 
     await runner.start();
-    await runner.waitFor(otherTypes.lastPosition, 10_000);
+    await runner.waitFor(otherTypes.lastPosition, APPLIED_WITHIN_MS);
     t.same((await rows(db, 'things')).map((row) => [row.name, row.count]), [['a', 2], ['b', 1]]);
     t.equal(await checkpoint(db, 'things'), otherTypes.lastPosition, 'the checkpoint moved past events of other types');
     t.match(await runner.status(), [{ position: otherTypes.lastPosition, lag: 0, state: 'running', lastError: null }]);
 
     const live = await store.append('s-1', [thing('c')], 2);
-    await runner.waitFor(live.lastPosition, 10_000);
+    await runner.waitFor(live.lastPosition, APPLIED_WITHIN_MS);
     t.same((await rows(db, 'things')).map((row) => row.name), ['a', 'b', 'c'], 'live events are applied');
     await runner.start(); // starting twice is harmless
     await runner.stop();
@@ -105,7 +112,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.same(await rows(db, 'fragile'), [], 'the events before the failure in the batch were rolled back');
     t.equal(await checkpoint(db, 'fragile'), 0, 'the checkpoint did not move');
 
-    await runner.waitFor(appended.lastPosition, 10_000); // only running projections are waited for
+    await runner.waitFor(appended.lastPosition, APPLIED_WITHIN_MS); // only running projections are waited for
     t.equal((await rows(db, 'healthy')).length, 4, 'other projections are unaffected');
 
     await new Promise((resolve) => setTimeout(resolve, 150)); // a few retries, all failing
@@ -147,7 +154,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
       const result = await store.append(`s-${round % 2}`, [thing(`n${round % 3}`), thing(`m${round}`), thing('shared')], 'any');
       last = result.lastPosition;
     }
-    await runner.waitFor(last, 10_000);
+    await runner.waitFor(last, APPLIED_WITHIN_MS);
     const live = await rows(db, 'things');
     await db.knex('things_rows').insert({ name: 'junk', count: 99, last_position: 0 }); // must not survive
     const progress: Array<[number, number]> = [];
@@ -159,7 +166,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.match(await runner.status(), [{ state: 'running', position: last, lag: 0 }]);
 
     const after = await store.append('s-9', [thing('later')], 'no_stream');
-    await runner.waitFor(after.lastPosition, 10_000);
+    await runner.waitFor(after.lastPosition, APPLIED_WITHIN_MS);
     t.ok((await rows(db, 'things')).some((row) => row.name === 'later'), 'live again after the rebuild');
     await t.rejects(runner.rebuild('nope'), /unknown projection nope/);
   });
@@ -175,7 +182,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.teardown(() => runner.stop());
     const appended = await store.append('s-1', Array.from({ length: 20 }, (_, i) => thing(`n${i}`)), 'no_stream');
     await runner.start();
-    await runner.waitFor(appended.lastPosition, 10_000);
+    await runner.waitFor(appended.lastPosition, APPLIED_WITHIN_MS);
     t.ok(batches.length > 0 && batches.every((batch) => batch.asked === 3 && batch.delivered <= 3), 'started behind, but not rebuilding: batches of 3');
     batches.length = 0;
     await runner.rebuild('things');
@@ -253,13 +260,13 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.teardown(() => runner.stop());
     await runner.start();
     const first = await store.append('s-1', [thing('a')], 'no_stream');
-    await runner.waitFor(first.lastPosition, 10_000);
+    await runner.waitFor(first.lastPosition, APPLIED_WITHIN_MS);
     await runner.waitFor(0, 10); // already reached: resolves at once
 
     gate = new Promise<void>((resolve) => (release = resolve));
     let reached = false;
     const pending = await store.append('s-1', [thing('b')], 0);
-    const waiting = runner.waitFor(pending.lastPosition, 10_000).then(() => (reached = true));
+    const waiting = runner.waitFor(pending.lastPosition, APPLIED_WITHIN_MS).then(() => (reached = true));
     const timeout = await t.rejects(runner.waitFor(pending.lastPosition, 100), ProjectionWaitTimeoutError);
     t.match(timeout, { position: pending.lastPosition, behind: [`slow at ${first.lastPosition}`] });
     t.notOk(reached, 'not reached while the projection is held');
@@ -294,7 +301,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await Promise.all([first.start(), second.start()]);
     let last = 0;
     for (let index = 0; index < 20; index += 1) last = (await store.append('s-1', [thing('same')], 'any')).lastPosition;
-    await Promise.all([first.waitFor(last, 10_000), second.waitFor(last, 10_000)]);
+    await Promise.all([first.waitFor(last, APPLIED_WITHIN_MS), second.waitFor(last, APPLIED_WITHIN_MS)]);
     t.same((await rows(db, 'things')).map((row) => row.count), [20], 'each event counted once');
   });
 
@@ -311,7 +318,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await Promise.all([both.start(), one.start()]);
     let last = 0;
     for (let index = 0; index < 20; index += 1) last = (await store.append(`s-${index}`, [thing('same')], 'no_stream')).lastPosition;
-    await Promise.all([both.waitFor(last, 10_000), one.waitFor(last, 10_000)]);
+    await Promise.all([both.waitFor(last, APPLIED_WITHIN_MS), one.waitFor(last, APPLIED_WITHIN_MS)]);
     for (const name of ['shared', 'own']) {
       t.same((await rows(db, name)).map((row) => row.count), [20], `${name}: each event counted once`);
       t.equal(await checkpoint(db, name), last);
@@ -327,7 +334,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const runner = new ProjectionRunner(counting.store, db, ['first', 'second', 'third'].map((name) => countingProjection(name)), { batchSize: 5 });
     t.teardown(() => runner.stop());
     await runner.start();
-    await runner.waitFor(last, 10_000);
+    await runner.waitFor(last, APPLIED_WITHIN_MS);
     t.equal(counting.opened(), 1, 'one subscription for three projections');
     t.equal(counting.delivered(), 12, 'each event read once');
     for (const name of ['first', 'second', 'third']) {
@@ -344,14 +351,14 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const runner = new ProjectionRunner(counting.store, db, [countingProjection('steady'), countingProjection('rebuilt')], { batchSize: 4 });
     t.teardown(() => runner.stop());
     await runner.start();
-    await runner.waitFor(last, 10_000);
+    await runner.waitFor(last, APPLIED_WITHIN_MS);
     const rebuilding = runner.rebuild('rebuilt');
     const live = await store.append('s-live', [thing('live')], 'no_stream');
     await rebuilding;
     t.equal(counting.opened(), 2, 'the rebuild read from 0 on a second subscription');
     const after = await store.append('s-after', [thing('after')], 'no_stream');
-    await runner.waitFor(Math.max(live.lastPosition, after.lastPosition), 10_000);
-    await waitUntil(() => counting.running() === 1, 10_000, 'the lanes to merge');
+    await runner.waitFor(Math.max(live.lastPosition, after.lastPosition), APPLIED_WITHIN_MS);
+    await waitUntil(() => counting.running() === 1, APPLIED_WITHIN_MS, 'the lanes to merge');
     for (const name of ['steady', 'rebuilt']) {
       t.same((await rows(db, name)).map((row) => [row.name, row.count]), [['after', 1], ['live', 1], ['n0', 10], ['n1', 10], ['n2', 10]], `${name} holds every event once`);
     }
@@ -367,7 +374,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const runner = new ProjectionRunner(counting.store, db, names.map((name) => countingProjection(name)), { batchSize: 2, rebuildBatchSize: 2 });
     t.teardown(() => runner.stop());
     await runner.start();
-    await runner.waitFor(last, 10_000);
+    await runner.waitFor(last, APPLIED_WITHIN_MS);
     const opened = counting.opened();
     const delivered = counting.delivered();
     await Promise.all(names.map((name) => runner.rebuild(name)));
@@ -387,7 +394,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const runner = new ProjectionRunner(store, db, [countingProjection('twice')], { batchSize: 2 });
     t.teardown(() => runner.stop());
     await runner.start();
-    await runner.waitFor(last, 10_000);
+    await runner.waitFor(last, APPLIED_WITHIN_MS);
     // Both called before either has emptied the table: the second used to take the first's place and leave it waiting for ever.
     const first = runner.rebuild('twice');
     const second = runner.rebuild('twice');
@@ -407,7 +414,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.teardown(() => runner.stop());
     await runner.start();
     const last = (await store.append('s-1', [thing('a'), thing('b'), thing('c')], 'no_stream')).lastPosition;
-    await runner.waitFor(last, 10_000);
+    await runner.waitFor(last, APPLIED_WITHIN_MS);
     t.same(seen, [null, null, null], 'no id while the batch applies');
     t.equal(await checkpoint(db, 'external'), last, 'and the checkpoint still moves');
   });
@@ -427,16 +434,16 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const runner = new ProjectionRunner(store, db, [recording], { minBatchIntervalMs: 600_000 });
     await runner.start();
     const first = await store.append('s-1', [thing('a')], 'no_stream');
-    await runner.waitFor(first.lastPosition, 10_000);
+    await runner.waitFor(first.lastPosition, APPLIED_WITHIN_MS);
     const second = await store.append('s-1', [thing('b')], 0);
     const third = await store.append('s-2', [thing('c')], 'no_stream');
     // Readers see an append only once no older transaction is open anywhere on the server (its
     // snapshot's xmin): on a server shared with other tests, another database's transaction can
     // hide the third append from a read that sees the second. Wait until both are visible, so the
     // read the waiter lets through finds both.
-    await waitUntil(async () => (await store.headPosition()) >= third.lastPosition, 10_000, 'both appends visible to readers');
+    await waitUntil(async () => (await store.headPosition()) >= third.lastPosition, APPLIED_WITHIN_MS, 'both appends visible to readers');
     t.same(batches, [[first.lastPosition]], 'nothing applied while the runner pauses');
-    await runner.waitFor(third.lastPosition, 10_000);
+    await runner.waitFor(third.lastPosition, APPLIED_WITHIN_MS);
     t.same(batches, [[first.lastPosition], [second.lastPosition, third.lastPosition]], 'the two appends made during the pause were applied together');
     t.same((await rows(db, 'gathered')).map((row) => [row.name, row.count]), [['a', 1], ['b', 1], ['c', 1]]);
     // The runner pauses again after that batch; stopping ends the pause instead of waiting it out.

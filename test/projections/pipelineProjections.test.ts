@@ -68,7 +68,8 @@ async function openFixture(t: Test, open: () => Promise<Database>): Promise<Fixt
     store,
     runner,
     emit,
-    settle: async (streamId, type, data, repositoryId) => runner.waitFor(await emit(streamId, type, data, repositoryId), 10_000),
+    // Long: on the server an append is read only once every older transaction there has ended, other test files' included.
+    settle: async (streamId, type, data, repositoryId) => runner.waitFor(await emit(streamId, type, data, repositoryId), 60_000),
   };
 }
 
