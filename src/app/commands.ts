@@ -6,6 +6,22 @@ import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError } from '../projection/runner.js';
 import type { AppendedWrite } from '../projection/types.js';
 import type { RepositoryFence } from './repositoryFence.js';
+import { parseDuration } from '../config/duration.js';
+
+/** The longest a command waits for its read models before it answers anyway (the write is stored). */
+export const MAX_SETTLE_WAIT_MS = 30_000;
+
+/**
+ * How long a command waits for its read models: MAX_SETTLE_WAIT_MS, but two thirds at most of the
+ * HTTP server's idle deadline (`read_timeout + write_timeout`, src/api/app.ts): a request sends
+ * nothing while it waits, and at the deadline its connection is closed, so with the defaults
+ * (30 s) a write whose read models lagged got no answer at all, only a closed socket. Both 0s
+ * (no deadline): MAX_SETTLE_WAIT_MS.
+ */
+export function settleWaitMs(server: { read_timeout: string; write_timeout: string }): number {
+  const deadlineMs = parseDuration(server.read_timeout) + parseDuration(server.write_timeout);
+  return deadlineMs === 0 ? MAX_SETTLE_WAIT_MS : Math.min(MAX_SETTLE_WAIT_MS, Math.floor((deadlineMs * 2) / 3));
+}
 
 /**
  * Command execution for request handlers: run the command, then wait until the read models

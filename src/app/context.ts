@@ -28,7 +28,7 @@ import type { OAuthServer } from './oauth.js';
 import { createPermissionAudit, type PermissionAudit } from './audit.js';
 import { bootstrap, defaultAdminToSeed } from './bootstrap.js';
 import { createRepositoryFence } from './repositoryFence.js';
-import { createCommandBus, type CommandBus } from './commands.js';
+import { createCommandBus, settleWaitMs, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { createRepositoryService, type RepositoryService } from './repositories.js';
 import { instrumentEventStore } from './instrumentedStore.js';
@@ -194,7 +194,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
   });
   // The fence asks the identity service, made with the bus: it is only called once both exist.
   const fence = createRepositoryFence({ db, roleAssignments: (userId) => identity.roleAssignments(userId) });
-  const commands = createCommandBus(store, (write) => projections.settle(write, 30_000), log, fence);
+  const commands = createCommandBus(store, (write) => projections.settle(write, settleWaitMs(config.server)), log, fence);
   const tokens = createTokens(config);
   const identity = createIdentity(config, { db, store, commands, log, tokens });
   const oauth = createOAuth(config, { db, commands, tokens, identity, clientDocumentFetch: options.clientDocumentFetch });
