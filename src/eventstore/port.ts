@@ -118,6 +118,14 @@ export interface EventStore {
   /** Global position of the last event visible to readers (0 for an empty log). */
   headPosition(): Promise<number>;
   /**
+   * Global position of the last committed event, visible to readers or not yet: on a PostgreSQL
+   * server readers see an append only once every older transaction there has ended, so for a
+   * while this can be ahead of headPosition. For "is all the work done" checks, which must not
+   * take work that readers cannot see yet for finished. Adapters whose every committed event is
+   * readable at once leave it out (headPosition is then the same).
+   */
+  committedHeadPosition?(): Promise<number>;
+  /**
    * The head as this process last learnt it (headPosition, a subscription's reads, its own
    * appends where they are visible at once), if it read the log within `maxAgeMs`; null when it
    * has not (nothing read yet, or too long ago). Runs no statement: for answers that must not

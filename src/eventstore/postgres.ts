@@ -754,6 +754,10 @@ export function createPostgresEventStore(db: Database, options: PostgresEventSto
     readAll: (readOptions = {}) => readGlobal(knex, readOptions, readShape),
 
     headPosition: () => readHead(knex, seen),
+    async committedHeadPosition() {
+      const [row] = (await rawQuery<{ head: string | number }>(knex, 'SELECT coalesce(max(global_position), 0) AS head FROM events')).rows;
+      return Number(row?.head ?? 0);
+    },
 
     recentHeadPosition: (maxAgeMs) => seen.recent(maxAgeMs),
 

@@ -27,7 +27,7 @@ const CATCH_UP_WAIT_MS = 1_000;
  * The jobs `countJobs` counts, and whether they are done for good. Nothing queued or running is
  * not enough: a job that just finished has its follow-up enqueued only when the job intake, a
  * projection, applies the events it appended. So: nothing pending; then every projection has
- * applied the log through its head as read after that (the follow-ups are enqueued, the read
+ * applied the log through its committed head as read after that (the follow-ups are enqueued, the read
  * models show the results); then the same counts again. Each job finished before the first read
  * appended before the head was read, so its follow-ups were enqueued before the second read; and
  * equal counts mean no job was enqueued, claimed or finished in between.
@@ -38,7 +38,9 @@ async function countsAndCompleteness(
 ): Promise<{ counts: JobCounts; complete: boolean }> {
   const counts = await countJobs();
   if (!nothingPending(counts)) return { counts, complete: false };
-  const head = await deps.store.headPosition();
+  // Committed, not only readable: a job's last events held back from readers (an older transaction
+  // elsewhere on a server) have not enqueued its follow-ups yet, though the job shows as done.
+  const head = await (deps.store.committedHeadPosition?.() ?? deps.store.headPosition());
   if (!(await deps.projections.caughtUp(head, CATCH_UP_WAIT_MS))) return { counts, complete: false };
   return { counts, complete: sameCounts(counts, await countJobs()) };
 }

@@ -80,3 +80,23 @@ t.test('a subscription stopped while its handler holds a full batch does not del
   await stopped;
   t.equal(delivered.length, 1, 'only the batch being handled when it stopped');
 });
+
+t.test('the committed head runs ahead of the readable head while an older transaction is open, and meets it when that ends', async (t) => {
+  // Not awaiting its own appends (the shared-server wrapper would wait for them to be readable).
+  const fixture = await openStore(openDb, { sharedServer: false });
+  t.teardown(() => fixture.close());
+  const before = (await fixture.store.append('thing-1', [thing('a')], 'no_stream')).lastPosition;
+  await untilVisible(fixture.store, before);
+  const holder = await fixture.db.knex.transaction();
+  try {
+    await holder.raw('SELECT txid_current()'); // an id older than the next append's
+    const appended = (await fixture.store.append('thing-1', [thing('b')], 0)).lastPosition;
+    t.equal(await fixture.store.committedHeadPosition?.(), appended, 'the append is committed');
+    t.ok((await fixture.store.headPosition()) < appended, 'but not readable while the older transaction runs');
+    await holder.rollback();
+    await untilVisible(fixture.store, appended);
+    t.equal(await fixture.store.committedHeadPosition?.(), await fixture.store.headPosition());
+  } finally {
+    if (!holder.isCompleted()) await holder.rollback();
+  }
+});
