@@ -520,7 +520,7 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
       return consumer;
     },
 
-    async backlog(groups: readonly string[]): Promise<number> {
+    async backlog(groups: readonly string[]): Promise<Map<string, number>> {
       // A partition that just moved or a topic just created answers "not the leader" until the
       // client refreshes its metadata, which kafkajs does on the retry.
       for (let attempt = 1; ; attempt++) {
@@ -548,14 +548,15 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
   };
 }
 
-/** Messages on `topics` that the groups have not committed (a group that committed nothing on a partition owes it all). */
-async function unacknowledged(admin: Admin, topics: readonly string[], groups: readonly string[]): Promise<number> {
+/** Per group: messages on `topics` that it has not committed (a group that committed nothing on a partition owes it all). */
+async function unacknowledged(admin: Admin, topics: readonly string[], groups: readonly string[]): Promise<Map<string, number>> {
   const ends = new Map<string, { low: bigint; high: bigint }>();
   for (const topic of topics) {
     for (const entry of await admin.fetchTopicOffsets(topic)) ends.set(`${topic}/${entry.partition}`, { low: BigInt(entry.low), high: BigInt(entry.high) });
   }
-  let owed = 0n;
+  const owedByGroup = new Map<string, number>();
   for (const groupId of groups) {
+    let owed = 0n;
     for (const { topic, partitions } of await admin.fetchOffsets({ groupId, topics: [...topics] })) {
       for (const { partition, offset } of partitions) {
         const end = ends.get(`${topic}/${partition}`);
@@ -564,8 +565,9 @@ async function unacknowledged(admin: Admin, topics: readonly string[], groups: r
         if (end.high > from) owed += end.high - from;
       }
     }
+    owedByGroup.set(groupId, Number(owed));
   }
-  return Number(owed);
+  return owedByGroup;
 }
 
 type ResolvedConsumerSettings = Required<KafkaConsumerSettings>;

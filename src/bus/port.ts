@@ -34,10 +34,10 @@ export interface BusConsumer {
 export interface Bus {
   consume(options: BusConsumerOptions): Promise<BusConsumer>;
   /**
-   * Messages published to the topics the groups read that the groups have not acknowledged yet,
-   * whichever node consumes them; 0 when every group has committed all it was sent.
+   * Per group: messages published to the topics the group reads that it has not acknowledged
+   * yet, whichever node consumes them; 0 when it has committed all it was sent.
    */
-  backlog(groups: readonly string[]): Promise<number>;
+  backlog(groups: readonly string[]): Promise<Map<string, number>>;
   close(): Promise<void>;
 }
 

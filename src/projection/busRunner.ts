@@ -136,9 +136,16 @@ export class BusProjectionRunner implements ReadModelRunner {
   /**
    * Reads only (`projections list` on a read-only role or a replica): where no node has started
    * a bus runner yet, there is no table of stream positions, and every projection is at 0.
+   * `position` is the highest position the projection applied (its checkpoints); `lag` what it
+   * still owes, whichever node consumes it: the events the relay has not published yet and the
+   * messages its consumer group has not acknowledged. Head minus position would count the events
+   * of the types it does not read, which it never applies (a projection of rare events seemed
+   * behind for ever). Where the bus cannot be asked, head minus position, and the reason in
+   * `lastError`.
    */
   async status(): Promise<ProjectionStatus[]> {
     const head = await this.store.headPosition();
+    const owed = await this.owedByProjection(head);
     const rows: { projection: string; position: string | number }[] = (await relationsExist(this.db.knex, 'projection_stream_positions'))
       ? await this.db.knex('projection_stream_positions').select('projection').max('global_position as position').groupBy('projection')
       : [];
@@ -147,12 +154,26 @@ export class BusProjectionRunner implements ReadModelRunner {
     return [...this.workers.values()].map((worker) => {
       const { name } = worker.projection;
       const position = Math.max(worker.position, applied.get(name) ?? 0);
-      const status: ProjectionStatus = { name, position, head, lag: Math.max(0, head - position), state: worker.state, lastError: worker.lastError };
+      const lag = owed instanceof Map ? (owed.get(name) ?? 0) : Math.max(0, head - position);
+      const lastError = worker.lastError ?? (owed instanceof Map ? null : owed);
+      const status: ProjectionStatus = { name, position, head, lag, state: worker.state, lastError };
       // Whichever node rebuilds it: on every node the projection shows as rebuilding, so a second rebuild is refused.
       const mark = marks.get(name);
       if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: staleRebuild(name, mark) ?? status.lastError };
       return status;
     });
+  }
+
+  /** Per projection: what it still owes (see status); the reason instead where the bus cannot tell. */
+  private async owedByProjection(head: number): Promise<Map<string, number> | string> {
+    try {
+      const published = this.options.publishedPosition ? Math.min(head, await this.options.publishedPosition()) : head;
+      const workers = [...this.workers.values()];
+      const backlog = await this.bus.backlog(workers.map((worker) => this.groupOf(worker)));
+      return new Map(workers.map((worker) => [worker.projection.name, head - published + (backlog.get(this.groupOf(worker)) ?? 0)]));
+    } catch (error) {
+      return `lag counted from the checkpoints: the bus could not say what the consumers owe (${boundedErrorMessage(error)})`;
+    }
   }
 
   /** The projections a node is rebuilding (`projection_rebuilds`), by name; none before any node made the table. */
@@ -210,7 +231,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const published = this.options.publishedPosition === undefined || (await this.options.publishedPosition()) >= position;
-      if (published && (groups.length === 0 || (await this.bus.backlog(groups)) === 0)) return true;
+      if (published && (groups.length === 0 || sum((await this.bus.backlog(groups)).values()) === 0)) return true;
       if (Date.now() > deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, Math.max(this.options.pollMs ?? 20, 50)));
     }
@@ -380,4 +401,10 @@ async function readRebuildMarks(executor: Knex | Knex.Transaction, names?: reado
   if (names) query.whereIn('projection', names);
   const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string }> = await query;
   return new Map(rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at) }]));
+}
+
+function sum(values: Iterable<number>): number {
+  let total = 0;
+  for (const value of values) total += value;
+  return total;
 }

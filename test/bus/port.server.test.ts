@@ -65,7 +65,7 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
     t.teardown(() => fixture.close());
     // The backlog asks the broker's admin API each time: every 50 ms is often enough.
     const backlogOf = (groups: string[], expected: number) =>
-      waitForBus(fixture, `a backlog of ${expected} for ${groups.join(', ')}`, async () => (await fixture.bus.backlog(groups)) === expected, 50);
+      waitForBus(fixture, `a backlog of ${expected} for ${groups.join(', ')}`, async () => total(await fixture.bus.backlog(groups)) === expected, 50);
     for (let i = 0; i < 6; i++) await fixture.store.append(`thing-${i % 3}`, [thing(`n${i}`)], 'any');
     await backlogOf(['never-consumed'], 6);
     t.pass('a group that never consumed owes everything published');
@@ -74,8 +74,8 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
     const consumer = await fixture.bus.consume({ group: 'backlog', types: ['ThingHappened'], handler: async (batch) => void (seen += batch.length) });
     await backlogOf(['backlog'], 0);
     t.equal(seen, 6, 'no backlog once the group has handled and committed all it was sent');
-    t.equal(await fixture.bus.backlog(['backlog', 'never-consumed']), 6, 'groups add up');
-    t.equal(await fixture.bus.backlog([]), 0);
+    t.same(await fixture.bus.backlog(['backlog', 'never-consumed']), new Map([['backlog', 0], ['never-consumed', 6]]), 'each group its own');
+    t.same(await fixture.bus.backlog([]), new Map());
     await consumer.stop();
 
     for (let i = 0; i < 4; i++) await fixture.store.append(`thing-${i}`, [thing(`m${i}`)], 'any');
@@ -112,3 +112,7 @@ t.test('Kafka bus (distributed)', async (t) => {
     };
   });
 });
+
+function total(backlog: Map<string, number>): number {
+  return [...backlog.values()].reduce((sum, owed) => sum + owed, 0);
+}

@@ -24,8 +24,8 @@ class HandOverBus implements Bus {
     const [consumer] = this.consumers;
     return consumer.handler(events.filter((event) => consumer.types.includes(event.type)));
   }
-  async backlog() {
-    return 0;
+  async backlog(groups: readonly string[]) {
+    return new Map(groups.map((group) => [group, 0]));
   }
   async close() {}
 }

@@ -32,9 +32,11 @@ class DuplicatingBus implements Bus {
   }
   owed = 0; // deliver() hands every batch over before it returns
   readonly backlogAsked: (readonly string[])[] = [];
+  failure: Error | null = null;
   async backlog(groups: readonly string[]) {
     this.backlogAsked.push(groups);
-    return this.owed;
+    if (this.failure) throw this.failure;
+    return new Map(groups.map((group) => [group, this.owed]));
   }
   async close() {}
 }
@@ -99,7 +101,9 @@ t.test('bus runner: status before any node consumed reads a database with no str
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());
   await fixture.store.append('thing-1', [thing('a')], 'no_stream');
-  const runner = new BusProjectionRunner(new DuplicatingBus(), fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  const bus = new DuplicatingBus();
+  bus.owed = 1; // as Kafka answers for a group that never consumed: all that was published
+  const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
   t.match(await runner.status(), [{ name: 'counts', position: 0, head: 1, lag: 1, state: 'stopped' }]);
   const table = await fixture.db.knex.raw(`SELECT to_regclass('projection_stream_positions') AS oid`);
   t.equal(table.rows[0].oid, null, 'no table was made');
@@ -141,4 +145,26 @@ t.test('bus runner: a batch takes a transaction id only when its projection writ
   const positions = await fixture.db.knex('projection_stream_positions').where({ projection: 'external' }).orderBy('stream_id').select('stream_id', 'stream_version');
   t.same(positions.map((row: { stream_id: string; stream_version: number }) => [row.stream_id, Number(row.stream_version)]), [['thing-a', 1], ['thing-b', 0]], 'checkpoints recorded');
   await runner.stop();
+});
+
+t.test('bus runner: lag is what the projection still owes (unpublished events and its group\'s unacknowledged messages), not the head past the last event of its types', async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const bus = new DuplicatingBus();
+  let published = 0;
+  const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5, publishedPosition: async () => published });
+  await runner.start();
+  t.teardown(() => runner.stop());
+  const thingAt = (await fixture.store.append('thing-a', [thing('a')], 'no_stream')).lastPosition;
+  await bus.deliver(await fixture.store.readAll());
+  // Events of a type the projection does not read: it will never apply them.
+  const head = (await fixture.store.append('other-1', [{ type: 'OtherHappened', data: { value: 1 }, metadata: { repositoryId: 'repo-1', actor: 'user-1', causationId: null, correlationId: null } }, { type: 'OtherHappened', data: { value: 2 }, metadata: { repositoryId: 'repo-1', actor: 'user-1', causationId: null, correlationId: null } }], 'no_stream')).lastPosition;
+  published = head;
+  t.match(await runner.status(), [{ name: 'counts', position: thingAt, head, lag: 0, lastError: null }], 'nothing owed, though its last event is behind the head');
+  published = head - 2;
+  bus.owed = 3;
+  t.match(await runner.status(), [{ lag: 5 }], 'two events not published yet, three messages not acknowledged');
+  bus.failure = new Error('broker down');
+  t.match(await runner.status(), [{ lag: head - thingAt, lastError: /the bus could not say what the consumers owe \(broker down\)/ }], 'counted from the checkpoints, and said so');
 });
