@@ -86,6 +86,12 @@ export function validateKafkaOptions(options: KafkaOptions): void {
   }
 }
 
+/** kafkajs's notices of a group rebalancing: a heartbeat or fetch answered REBALANCE_IN_PROGRESS, the consumer rejoining. */
+export function isRebalanceNotice(message: string, details: Record<string, unknown>): boolean {
+  const said = `${message} ${typeof details.error === 'string' ? details.error : ''}`;
+  return /\bis rebalancing\b/i.test(said);
+}
+
 /** A kafkajs client whose own logs go to the service's logger. */
 function createKafkaClient(options: KafkaOptions, log: BusLogger, role: string): Kafka {
   return new Kafka({
@@ -95,8 +101,13 @@ function createKafkaClient(options: KafkaOptions, log: BusLogger, role: string):
     logCreator: () => (entry: LogEntry) => {
       const { message, timestamp: _timestamp, logger: _logger, ...details } = entry.log as LogEntry['log'] & { logger?: string };
       const fields = { kafka: entry.namespace, ...details };
-      // Connection-level errors (rebalance in progress, broker restarting) are retried by kafkajs: warnings.
-      if (entry.level === KafkaLogLevel.ERROR && entry.namespace !== 'Connection') log.error(fields, message);
+      // A group rebalancing is how Kafka hands partitions over when a member joins or leaves: every
+      // member's next request is answered "rebalancing" and it rejoins. Routine, and one a group
+      // each time (a worker runs a group per projection and stage): a worker joining made hundreds
+      // of warnings. The rebalance itself is logged once per member (the GROUP_JOIN line, below).
+      if (isRebalanceNotice(message, details)) log.info(fields, message);
+      // Connection-level errors (broker restarting) are retried by kafkajs: warnings.
+      else if (entry.level === KafkaLogLevel.ERROR && entry.namespace !== 'Connection') log.error(fields, message);
       else log.warn(fields, message);
     },
   });
