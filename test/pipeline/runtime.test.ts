@@ -581,9 +581,9 @@ for (const backend of backends) {
       const abandoned = nextOutcome(runtime, id, 'abandoned');
       await runtime.start();
       while (!signal) await sleep(5);
-      const before = Date.now();
+      // Returning at all is the proof that the 50 ms deadline ended stop: the job never ends and
+      // the runtime's own hour is far past the test's timeout (no bound on elapsed time here).
       await runtime.stop({ timeoutMs: 50 });
-      t.ok(Date.now() - before < 60_000, 'stop returned at its deadline, not the runtime\'s hour');
       const event = await abandoned;
       t.ok(event.error instanceof WorkerShutdownError);
       t.equal(signal.aborted, true);
