@@ -2,6 +2,7 @@ import t from 'tap';
 import { withNamedLock, type LockMode } from '../../src/db/namedLock.js';
 import { openTestPglite } from '../helpers/pglite.js';
 import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
+import { waitUntil } from '../eventstore/contract.js';
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -18,13 +19,68 @@ async function interleaving(first: Parameters<typeof withNamedLock>[0], second: 
   return steps;
 }
 
-t.test('on the PostgreSQL server, two processes (two pools) never hold one name together', async (t) => {
+t.test('on the PostgreSQL server, two pools never hold one name together', async (t) => {
   const { scratch: nodeA, second: nodeB } = await scratchPostgresWithSecondPool(t, 'factlog_lock', 2);
   t.same(await interleaving(nodeA, nodeB, 'factlog.test.lock'), ['one in', 'one out', 'two in', 'two out'], 'the second waits for the first');
   const other = await Promise.all([withNamedLock(nodeA, 'factlog.test.a', async () => 'a'), withNamedLock(nodeB, 'factlog.test.b', async () => 'b')]);
   t.same(other, ['a', 'b'], 'other names do not wait');
   await t.rejects(withNamedLock(nodeA, 'factlog.test.lock', async () => Promise.reject(new Error('boom'))), /boom/);
   t.same(await interleaving(nodeB, nodeA, 'factlog.test.lock'), ['one in', 'one out', 'two in', 'two out'], 'a failed holder released the lock');
+});
+
+// Two pools of one process share its in-process queue (keyed by name alone), which then decides
+// the test above before the database is asked. Here the other process is a session of the second
+// pool taking the advisory lock itself, as another process's withNamedLock would: only the lock
+// in the database can keep the two apart.
+t.test('on the PostgreSQL server, the name is held in the database against holders in other processes', async (t) => {
+  const { scratch: db, second: other } = await scratchPostgresWithSecondPool(t, 'factlog_lock_db', 2);
+  const name = 'factlog.test.database';
+  const peer = (await other.knex.client.acquireConnection()) as { query(sql: string, params: unknown[]): Promise<{ rows: Array<{ answer: unknown }> }> };
+  t.teardown(() => other.knex.client.releaseConnection(peer));
+  const ask = async (lockFunction: string) => (await peer.query(`SELECT ${lockFunction}(hashtext($1)) AS answer`, [name])).rows[0]?.answer;
+  /** A holder of the name in this process that stays until `leave` is called. */
+  const holding = (mode: LockMode) => {
+    let leave!: () => void;
+    let entered!: () => void;
+    const left = new Promise<void>((resolve) => (leave = resolve));
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    const done = withNamedLock(db, name, async () => {
+      entered();
+      await left;
+    }, mode);
+    return { inside, leave, done };
+  };
+
+  const exclusive = holding('exclusive');
+  await exclusive.inside;
+  t.equal(await ask('pg_try_advisory_lock_shared'), false, 'while held here, another process cannot take the name, not even shared');
+  exclusive.leave();
+  await exclusive.done;
+  t.equal(await ask('pg_try_advisory_lock'), true, 'released in the database when the holder left');
+
+  // The other process holds it now: a holder here waits in the database, then goes in.
+  let entered = false;
+  const waiting = withNamedLock(db, name, async () => void (entered = true));
+  await waitUntil(
+    // Or in already: then the check below fails at once rather than at the timeout.
+    async () => entered || Number((await other.knex.raw<{ rows: Array<{ waiting: string }> }>(`SELECT count(*) AS waiting FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)).rows[0]?.waiting) === 1,
+    60_000,
+    'the holder here waiting for the advisory lock',
+  );
+  t.equal(entered, false, 'a holder here waits while another process holds the name');
+  t.equal(await ask('pg_advisory_unlock'), true);
+  await waiting;
+  t.equal(entered, true, 'and goes in once it is released');
+
+  const shared = holding('shared');
+  await shared.inside;
+  t.equal(await ask('pg_try_advisory_lock'), false, 'held shared here, another process cannot take it alone');
+  t.equal(await ask('pg_try_advisory_lock_shared'), true, 'but can share it');
+  t.equal(await ask('pg_advisory_unlock_shared'), true);
+  shared.leave();
+  await shared.done;
+  t.equal(await ask('pg_try_advisory_lock'), true, 'released in the database when the shared holder left');
+  t.equal(await ask('pg_advisory_unlock'), true);
 });
 
 t.test('on PGlite (one process), holders in the process queue', async (t) => {
