@@ -163,7 +163,13 @@ export async function createAppContext(configured: Config, options: ContextOptio
   const config = await withSigningSecret(configured, db, log, { readOnly: mode === 'read-only' });
   const schemas = await EventSchemaRegistry.load();
   const jobs = new JobRepository(db.knex);
-  const metrics = createMetrics({ projectionStatus: () => projections.status(), jobCounts: () => jobs.counts() });
+  // On the bus tier: where the relay has published the log through, whichever node relays.
+  const publishedPosition = config.bus.backend === 'kafka' ? relayedPosition(config, db) : undefined;
+  const metrics = createMetrics({
+    projectionStatus: () => projections.status(),
+    jobCounts: () => jobs.counts(),
+    relayLag: publishedPosition && (async () => Math.max(0, (await store.headPosition()) - (await publishedPosition()))),
+  });
   const openedStore = await openEventStore(config, schemas, databases);
   const store = instrumentEventStore(openedStore.store, metrics);
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
@@ -189,7 +195,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
     projections: [...readModelProjections, pipeline.intake, createSearchIndexProjection(search.index)],
     rebuildStrategies: search.rebuildStrategies({ store, db }),
     groupPrefix: config.bus.kafka.topic_prefix,
-    publishedPosition: bus ? relayedPosition(config, db) : undefined,
+    publishedPosition,
     log,
   });
   // The fence asks the identity service, made with the bus: it is only called once both exist.

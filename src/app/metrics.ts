@@ -4,6 +4,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 export function createMetrics(sources: {
   projectionStatus: () => Promise<{ name: string; lag: number; position: number }[]>;
   jobCounts: () => Promise<Record<string, Record<string, number>>>;
+  /** On the distributed tier: events of the log the relay has not published to Kafka yet. */
+  relayLag?: () => Promise<number>;
 }) {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -34,7 +36,7 @@ export function createMetrics(sources: {
   });
   new Gauge({
     name: 'factlog_projection_lag_events',
-    help: 'Events between the log head and each projection checkpoint',
+    help: 'Events each projection still owes: from its checkpoint to the log head, or on the Kafka tier those not yet published plus those its consumer group has not acknowledged',
     labelNames: ['projection'] as const,
     registers: [registry],
     async collect() {
@@ -54,6 +56,17 @@ export function createMetrics(sources: {
       }
     },
   });
+  const { relayLag } = sources;
+  if (relayLag) {
+    new Gauge({
+      name: 'factlog_relay_lag_events',
+      help: 'Events of the log the relay has not published to Kafka yet (the log head minus bus_relay_positions)',
+      registers: [registry],
+      async collect() {
+        this.set(await relayLag());
+      },
+    });
+  }
   return { registry, httpRequests, httpDuration, appends, appendedEvents };
 }
 
