@@ -410,6 +410,7 @@ function instrumentedBus(bus: Bus, stats: BatchStats): Bus {
         },
       }),
     backlog: (groups) => bus.backlog(groups),
+    consumingGroups: (groups) => bus.consumingGroups(groups),
     close: () => bus.close(),
   };
 }

@@ -532,16 +532,13 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
     },
 
     async backlog(groups: readonly string[]): Promise<Map<string, number>> {
-      // A partition that just moved or a topic just created answers "not the leader" until the
-      // client refreshes its metadata, which kafkajs does on the retry.
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await unacknowledged(await connectedAdmin(), await shared.subscribableTopics(), groups);
-        } catch (error) {
-          if (attempt >= 5 || !isRetriable(error)) throw error;
-          await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
-        }
-      }
+      return withAdminRetries(async () => unacknowledged(await connectedAdmin(), await shared.subscribableTopics(), groups));
+    },
+
+    async consumingGroups(groups: readonly string[]): Promise<Set<string>> {
+      if (groups.length === 0) return new Set();
+      const { groups: described } = await withAdminRetries(async () => (await connectedAdmin()).describeGroups([...groups]));
+      return new Set(described.filter((group) => group.members.length > 0).map((group) => group.groupId));
     },
 
     async close() {
@@ -557,6 +554,22 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
       ]);
     },
   };
+}
+
+/**
+ * An admin request, tried up to five times while kafkajs calls its failure retriable: a partition
+ * that just moved or a topic just created answers "not the leader" until the client refreshes its
+ * metadata, which kafkajs does on the retry.
+ */
+async function withAdminRetries<T>(request: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await request();
+    } catch (error) {
+      if (attempt >= 5 || !isRetriable(error)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100 * attempt));
+    }
+  }
 }
 
 /** Per group: messages on `topics` that it has not committed (a group that committed nothing on a partition owes it all). */

@@ -38,6 +38,8 @@ export interface Bus {
    * yet, whichever node consumes them; 0 when it has committed all it was sent.
    */
   backlog(groups: readonly string[]): Promise<Map<string, number>>;
+  /** The groups among `groups` that have a member consuming now, on any node. */
+  consumingGroups(groups: readonly string[]): Promise<Set<string>>;
   close(): Promise<void>;
 }
 

@@ -141,11 +141,12 @@ export class BusProjectionRunner implements ReadModelRunner {
    * messages its consumer group has not acknowledged. Head minus position would count the events
    * of the types it does not read, which it never applies (a projection of rare events seemed
    * behind for ever). Where the bus cannot be asked, head minus position, and the reason in
-   * `lastError`.
+   * `lastError`. A projection this node does not consume is `running` while its group has a member
+   * on another node (a worker), as an API node or the CLI sees it.
    */
   async status(): Promise<ProjectionStatus[]> {
     const head = await this.store.headPosition();
-    const owed = await this.owedByProjection(head);
+    const { owed, consumedElsewhere } = await this.askBus(head);
     const rows: { projection: string; position: string | number }[] = (await relationsExist(this.db.knex, 'projection_stream_positions'))
       ? await this.db.knex('projection_stream_positions').select('projection').max('global_position as position').groupBy('projection')
       : [];
@@ -156,7 +157,8 @@ export class BusProjectionRunner implements ReadModelRunner {
       const position = Math.max(worker.position, applied.get(name) ?? 0);
       const lag = owed instanceof Map ? (owed.get(name) ?? 0) : Math.max(0, head - position);
       const lastError = worker.lastError ?? (owed instanceof Map ? null : owed);
-      const status: ProjectionStatus = { name, position, head, lag, state: worker.state, lastError };
+      const state = worker.state === 'stopped' && consumedElsewhere.has(name) ? 'running' : worker.state;
+      const status: ProjectionStatus = { name, position, head, lag, state, lastError };
       // Whichever node rebuilds it: on every node the projection shows as rebuilding, so a second rebuild is refused.
       const mark = marks.get(name);
       if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: staleRebuild(name, mark) ?? status.lastError };
@@ -164,15 +166,22 @@ export class BusProjectionRunner implements ReadModelRunner {
     });
   }
 
-  /** Per projection: what it still owes (see status); the reason instead where the bus cannot tell. */
-  private async owedByProjection(head: number): Promise<Map<string, number> | string> {
+  /**
+   * Per projection: what it still owes (see status), or the reason where the bus cannot tell; and
+   * the projections whose group has a member consuming now (on any node).
+   */
+  private async askBus(head: number): Promise<{ owed: Map<string, number> | string; consumedElsewhere: Set<string> }> {
+    const workers = [...this.workers.values()];
+    const groups = workers.map((worker) => this.groupOf(worker));
     try {
       const published = this.options.publishedPosition ? Math.min(head, await this.options.publishedPosition()) : head;
-      const workers = [...this.workers.values()];
-      const backlog = await this.bus.backlog(workers.map((worker) => this.groupOf(worker)));
-      return new Map(workers.map((worker) => [worker.projection.name, head - published + (backlog.get(this.groupOf(worker)) ?? 0)]));
+      const [backlog, consuming] = await Promise.all([this.bus.backlog(groups), this.bus.consumingGroups(groups)]);
+      return {
+        owed: new Map(workers.map((worker) => [worker.projection.name, head - published + (backlog.get(this.groupOf(worker)) ?? 0)])),
+        consumedElsewhere: new Set(workers.filter((worker) => consuming.has(this.groupOf(worker))).map((worker) => worker.projection.name)),
+      };
     } catch (error) {
-      return `lag counted from the checkpoints: the bus could not say what the consumers owe (${boundedErrorMessage(error)})`;
+      return { owed: `lag counted from the checkpoints: the bus could not say what the consumers owe (${boundedErrorMessage(error)})`, consumedElsewhere: new Set() };
     }
   }
 

@@ -76,7 +76,10 @@ function busContract(t: Test, open: () => Promise<BusFixture>) {
     t.equal(seen, 6, 'no backlog once the group has handled and committed all it was sent');
     t.same(await fixture.bus.backlog(['backlog', 'never-consumed']), new Map([['backlog', 0], ['never-consumed', 6]]), 'each group its own');
     t.same(await fixture.bus.backlog([]), new Map());
+    t.same(await fixture.bus.consumingGroups(['backlog', 'never-consumed']), new Set(['backlog']), 'the group with a member consuming');
     await consumer.stop();
+    await waitForBus(fixture, 'the stopped consumer to leave its group', async () => (await fixture.bus.consumingGroups(['backlog'])).size === 0, 50);
+    t.same(await fixture.bus.consumingGroups([]), new Set());
 
     for (let i = 0; i < 4; i++) await fixture.store.append(`thing-${i}`, [thing(`m${i}`)], 'any');
     await backlogOf(['backlog'], 4);

@@ -27,6 +27,9 @@ class HandOverBus implements Bus {
   async backlog(groups: readonly string[]) {
     return new Map(groups.map((group) => [group, 0]));
   }
+  async consumingGroups(groups: readonly string[]) {
+    return new Set(groups.filter((group) => this.consumers.some((consumer) => consumer.group === group)));
+  }
   async close() {}
 }
 

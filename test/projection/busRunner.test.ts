@@ -38,6 +38,11 @@ class DuplicatingBus implements Bus {
     if (this.failure) throw this.failure;
     return new Map(groups.map((group) => [group, this.owed]));
   }
+  /** Groups another node consumes (this bus's own consumers count too). */
+  readonly consumedElsewhere = new Set<string>();
+  async consumingGroups(groups: readonly string[]) {
+    return new Set(groups.filter((group) => this.consumedElsewhere.has(group) || this.consumers.some((consumer) => consumer.group === group)));
+  }
   async close() {}
 }
 
@@ -165,6 +170,12 @@ t.test('bus runner: lag is what the projection still owes (unpublished events an
   published = head - 2;
   bus.owed = 3;
   t.match(await runner.status(), [{ lag: 5 }], 'two events not published yet, three messages not acknowledged');
+  // An API node consumes nothing itself: its projections run where their groups have members.
+  const apiBus = new DuplicatingBus();
+  const apiNode = new BusProjectionRunner(apiBus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  t.match(await apiNode.status(), [{ name: 'counts', state: 'stopped' }], 'no member anywhere');
+  apiBus.consumedElsewhere.add('factlog.projection.counts');
+  t.match(await apiNode.status(), [{ name: 'counts', state: 'running' }], 'a worker consumes it');
   bus.failure = new Error('broker down');
   t.match(await runner.status(), [{ lag: head - thingAt, lastError: /the bus could not say what the consumers owe \(broker down\)/ }], 'counted from the checkpoints, and said so');
 });

@@ -34,6 +34,7 @@ export async function openBus(config: Config, schemas: EventSchemaRegistry, log:
         throw isKafkaClientError(error) ? kafkaFailure(config, error) : error;
       }),
     backlog: (groups) => bus.backlog(groups),
+    consumingGroups: (groups) => bus.consumingGroups(groups),
     close: () => bus.close(),
   };
 }
