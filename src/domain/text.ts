@@ -20,10 +20,11 @@ export function shortenRunes(text: string, max: number): string {
 
 /** C0 and C1 control characters (tabs and line breaks among them): none belongs in a one-line title. */
 const CONTROL_CHARACTER = /[\u0000-\u001F\u007F-\u009F]/u;
+const CONTROL_CHARACTER_RUNS = new RegExp(`${CONTROL_CHARACTER.source}+`, 'gu');
 
 /** `text` as one line: each run of control characters (a tab, a line break) becomes a space. */
 export function oneLine(text: string): string {
-  return text.replace(/[\u0000-\u001F\u007F-\u009F]+/gu, ' ');
+  return text.replace(CONTROL_CHARACTER_RUNS, ' ');
 }
 
 /**

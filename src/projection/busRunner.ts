@@ -240,7 +240,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const published = this.options.publishedPosition === undefined || (await this.options.publishedPosition()) >= position;
-      if (published && (groups.length === 0 || sum((await this.bus.backlog(groups)).values()) === 0)) return true;
+      if (published && (groups.length === 0 || [...(await this.bus.backlog(groups)).values()].every((owed) => owed === 0))) return true;
       if (Date.now() > deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, Math.max(this.options.pollMs ?? 20, 50)));
     }
@@ -410,10 +410,4 @@ async function readRebuildMarks(executor: Knex | Knex.Transaction, names?: reado
   if (names) query.whereIn('projection', names);
   const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string }> = await query;
   return new Map(rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at) }]));
-}
-
-function sum(values: Iterable<number>): number {
-  let total = 0;
-  for (const value of values) total += value;
-  return total;
 }
