@@ -196,15 +196,13 @@ export class BusProjectionRunner implements ReadModelRunner {
   async settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
     // Other nodes may run the consumers (an API node runs none), so wait for every projection
     // that handles the write, unless this node knows it failed or is being rebuilt.
-    const handling = [...this.workers.values()]
+    let concerned = [...this.workers.values()]
       .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
       .filter((worker) => write.types.some((type) => worker.projection.eventTypes.includes(type)))
       .map((worker) => worker.projection.name);
-    // Nor for one another node is rebuilding: its consumers hold every batch until it ends.
-    const marks = handling.length > 0 ? await this.rebuildMarks(this.db.knex, handling) : new Map<string, RebuildMark>();
-    const concerned = handling.filter((name) => !marks.has(name));
     if (concerned.length === 0) return;
     const deadline = Date.now() + timeoutMs;
+    let marksRead = false;
     // An API node makes no table of checkpoints (its workers' runners do): until one has started,
     // nothing is applied yet, which is a wait like any lag, not an error.
     let checkpointsExist = false;
@@ -218,7 +216,15 @@ export class BusProjectionRunner implements ReadModelRunner {
             .where({ stream_id: write.streamId })
             .where('stream_version', '>=', write.streamVersion)
             .select('projection');
-      const behind = concerned.filter((name) => !done.some((row) => row.projection === name));
+      let behind = concerned.filter((name) => !done.some((row) => row.projection === name));
+      if (behind.length > 0 && !marksRead) {
+        // Nor for one another node is rebuilding: its consumers hold every batch until it ends.
+        // Asked once, and only of a write not applied at once.
+        marksRead = true;
+        const marks = await this.rebuildMarks(this.db.knex, behind);
+        concerned = concerned.filter((name) => !marks.has(name));
+        behind = behind.filter((name) => !marks.has(name));
+      }
       if (behind.length === 0) return;
       if (Date.now() > deadline) throw new ProjectionWaitTimeoutError(write.position, timeoutMs, behind);
       await new Promise((resolve) => setTimeout(resolve, this.options.pollMs ?? 20));
