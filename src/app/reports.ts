@@ -133,15 +133,13 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
   const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.report-tree.${repositoryId}`, work);
 
   /**
-   * Makes `wanted` the children of the report whose chain (itself first) is `chain`: checks every
-   * report it gains before the first is moved, so a refused list moves none of them.
+   * Makes `wanted` the children of the report whose chain (itself first) is `chain`. The caller
+   * has checked `wanted` (checkNewChildren) before its first write, so a refused list moves none.
    */
   async function replaceChildren(repositoryId: string, chain: readonly string[], wanted: readonly string[], principal: Principal, trace?: Trace) {
     const reportId = chain[0] as string;
     const current = await childIdsOf(knex, repositoryId, reportId);
-    const gained = wanted.filter((id) => !current.includes(id));
-    await checkNewChildren(knex, repositoryId, chain, gained);
-    for (const child of gained) {
+    for (const child of wanted.filter((id) => !current.includes(id))) {
       await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: reportId, parentChain: chain }, principal, trace);
     }
     for (const child of current.filter((id) => !wanted.includes(id))) {
@@ -272,7 +270,9 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       await loadReport(knex, repository.id, input.report);
       await inReportTree(repository.id, async () => {
         const chain = await parentChain(knex, repository.id, input.report);
-        await replaceChildren(repository.id, chain, [...new Set(input.children_ids)], principal, trace);
+        const wanted = [...new Set(input.children_ids)];
+        await checkNewChildren(knex, repository.id, chain, wanted);
+        await replaceChildren(repository.id, chain, wanted, principal, trace);
       });
       return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
     },
