@@ -247,6 +247,29 @@ function watchPartHeaders(raw: Readable, contentType: string | undefined): { rea
   };
 }
 
+/**
+ * The upload's file parts, as `request.files()` yields them, keeping the text fields read so far
+ * in `seen`: `request.files()` shows them only on a file part, so an upload with none could not
+ * say which fields it held.
+ */
+async function* fileParts(request: FastifyRequest, seen: { fields: MultipartFields }): AsyncGenerator<MultipartFile> {
+  for await (const part of request.parts()) {
+    seen.fields = part.fields;
+    if (part.type === 'file') yield part;
+  }
+}
+
+/**
+ * The 400 for an upload without a file part. A text field named `file` is the file sent as text
+ * (`curl -F file=text`, or `-F file=<path`, which sends the file's content as text): say so
+ * rather than only that no file came.
+ */
+function noFilePart(fields: MultipartFields): Error {
+  if (fields.file === undefined) return badRequest('no file part in the upload');
+  // Every file part is yielded as it begins, so a `file` seen here is text only.
+  return badRequest("no file part in the upload: the form field 'file' was sent as text (its part has no filename); send the file as a file part, as curl -F file=@path does");
+}
+
 /** The 400 for a part's header that busboy would drop the part for or misread. */
 const malformedHeader = (fault: string) => badRequest(`a part's header is malformed: ${fault}`);
 
@@ -293,11 +316,11 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
   // The text fields the route documents (its multipartBody, the OpenAPI document's).
   const taken = Object.keys(request.routeOptions.config.multipartBody?.fields ?? {});
   let file: MultipartFile;
-  let files: AsyncIterableIterator<MultipartFile>;
+  const seen: { fields: MultipartFields } = { fields: {} };
+  const files = fileParts(request, seen);
   try {
-    files = await reading(async () => request.files());
     const first = await step(() => reading(() => files.next()));
-    if (first.done) throw badRequest('no file part in the upload');
+    if (first.done) throw noFilePart(seen.fields);
     file = first.value;
     if (file.fieldname !== 'file') throw badRequest(`the file part is named '${file.fieldname}': name it 'file'`);
     checkFields(file, taken);

@@ -164,3 +164,25 @@ t.test('a form field after the file part is a 400 on both routes, however the bo
   }
   t.same(await stored(), before, 'no source, no report, no event');
 });
+
+t.test("a text field named file (curl -F file=text) is a 400 that names it, on both routes, however the body is split", async (t) => {
+  // It read "no file part in the upload", as if the field had not come.
+  const sentAsText = /^no file part in the upload: the form field 'file' was sent as text \(its part has no filename\); send the file as a file part, as curl -F file=@path does$/;
+  const bodies = {
+    'file alone': { body: `${fieldPart('Content-Disposition: form-data; name="file"', 'sometext')}${END}`, message: sentAsText },
+    'file, typed text/plain': { body: `${fieldPart('Content-Disposition: form-data; name="file"\r\nContent-Type: text/plain', 'sometext')}${END}`, message: sentAsText },
+    'title, then file': { body: `${fieldPart('Content-Disposition: form-data; name="title"')}${fieldPart('Content-Disposition: form-data; name="file"', 'sometext')}${END}`, message: sentAsText },
+    'another field only': { body: `${fieldPart('Content-Disposition: form-data; name="upload"', 'sometext')}${END}`, message: /^no file part in the upload$/ },
+  };
+  const before = await stored();
+  for (const [what, { body, message }] of Object.entries(bodies)) {
+    for (const route of ['sources/upload', 'reports/upload']) {
+      for (const size of SIZES) {
+        const reply = await post(route, body, size);
+        t.equal(reply.status, 400, `${route}, ${what}, ${sizeName(size)}: ${JSON.stringify(reply.body)}`);
+        t.match(reply.body, { error: 'bad_request', message }, `${route}, ${what}, ${sizeName(size)}`);
+      }
+    }
+  }
+  t.same(await stored(), before, 'no source, no report, no event');
+});
