@@ -286,6 +286,8 @@ function checkFields(file: MultipartFile, taken: readonly string[], { whole = fa
   for (const [position, name] of names.entries()) {
     const part = file.fields[name];
     if (part === undefined || (!Array.isArray(part) && part.type === 'file')) continue;
+    // The file part's name with a text part beside it: not an unknown field, the file sent twice.
+    if (name === file.fieldname) throw badRequest(`the form field '${name}' was sent as text as well as the file part; send the file part only`);
     if (!taken.includes(name)) throw badRequest(`unknown form field '${name}'${taken.length ? `: this upload takes ${taken.join(', ')}` : ': this upload takes the file only'}`);
     if (Array.isArray(part)) throw badRequest(`form field '${name}' sent more than once`);
     if (whole && position > filePosition) throw badRequest(`form field '${name}' comes after the file part: send the form fields before the file`);

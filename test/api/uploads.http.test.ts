@@ -168,10 +168,14 @@ t.test('a form field after the file part is a 400 on both routes, however the bo
 t.test("a text field named file (curl -F file=text) is a 400 that names it, on both routes, however the body is split", async (t) => {
   // It read "no file part in the upload", as if the field had not come.
   const sentAsText = /^no file part in the upload: the form field 'file' was sent as text \(its part has no filename\); send the file as a file part, as curl -F file=@path does$/;
+  const besideTheFile = /^the form field 'file' was sent as text as well as the file part; send the file part only$/;
   const bodies = {
     'file alone': { body: `${fieldPart('Content-Disposition: form-data; name="file"', 'sometext')}${END}`, message: sentAsText },
     'file, typed text/plain': { body: `${fieldPart('Content-Disposition: form-data; name="file"\r\nContent-Type: text/plain', 'sometext')}${END}`, message: sentAsText },
     'title, then file': { body: `${fieldPart('Content-Disposition: form-data; name="title"')}${fieldPart('Content-Disposition: form-data; name="file"', 'sometext')}${END}`, message: sentAsText },
+    // Beside the file part it read "unknown form field 'file'".
+    'file as text, then the file part': { body: `${fieldPart('Content-Disposition: form-data; name="file"', 'sometext')}${filePart()}${END}`, message: besideTheFile },
+    'the file part, then file as text': { body: `${filePart()}${fieldPart('Content-Disposition: form-data; name="file"', 'sometext')}${END}`, message: besideTheFile },
     'another field only': { body: `${fieldPart('Content-Disposition: form-data; name="upload"', 'sometext')}${END}`, message: /^no file part in the upload$/ },
   };
   const before = await stored();
