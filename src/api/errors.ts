@@ -276,12 +276,37 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
   });
 }
 
+/** How a URL carries what llhttp refuses in it: a client that sent text as is learns the fix, not only that a character was refused. */
+const PERCENT_ENCODE = 'a URL must carry bytes outside printable ASCII (UTF-8 text: é is %C3%A9), spaces and control characters percent-encoded';
+
+/**
+ * Why llhttp refused the URL of the request line. Its reason names the part ("Invalid char in url
+ * query") and `bytesParsed` is the refused byte's place in the packet: the byte is named by its
+ * code only, the request's text never repeated.
+ */
+function invalidUrlMessage(error: ConnectionError, reason: string): string {
+  const part = /^Invalid char in url (path|query|fragment)/.exec(reason)?.[1];
+  if (part === undefined) return `the URL of the request line is malformed: it must be a path that begins with / (or an absolute http URL); ${PERCENT_ENCODE}`;
+  // fastify types the packet as a Buffer's JSON; Node passes the Buffer.
+  const packet: unknown = error.rawPacket;
+  const byte = Buffer.isBuffer(packet) ? packet[error.bytesParsed] : undefined;
+  const kind = byte === undefined ? undefined : byte >= 0x80 ? 'a byte outside ASCII' : byte < 0x20 || byte === 0x7f ? 'a control character' : undefined;
+  const held = byte === undefined || kind === undefined ? 'a character' : `${kind} (0x${byte.toString(16).toUpperCase().padStart(2, '0')})`;
+  return `the URL's ${part} holds ${held} sent as is: ${PERCENT_ENCODE}`;
+}
+
 /** The status and message for a request Node's HTTP parser refused; the statuses are Node's and fastify's. */
 function clientErrorReply(error: ConnectionError & { reason?: unknown }): [status: 408 | 431 | 400, message: string] {
   if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'the request was not received in time'];
   if (error.code === 'HPE_HEADER_OVERFLOW') return [431, `the request line and headers together exceed ${maxHeaderSize / 1024} KiB`];
   // llhttp's reason is its own fixed text ("Invalid header token"), never the request's bytes.
-  return [400, typeof error.reason === 'string' ? `malformed HTTP request: ${error.reason}` : 'malformed HTTP request'];
+  if (typeof error.reason !== 'string') return [400, 'malformed HTTP request'];
+  if (error.code === 'HPE_INVALID_URL') return [400, invalidUrlMessage(error, error.reason)];
+  // A space in the URL ends it there: the rest of the line is then read as the HTTP version.
+  if (error.code === 'HPE_INVALID_CONSTANT' && error.reason.startsWith('Expected HTTP/')) {
+    return [400, `the request line is malformed: it must be the method, the URL and HTTP/1.1, one space between; ${PERCENT_ENCODE}`];
+  }
+  return [400, `malformed HTTP request: ${error.reason}`];
 }
 
 /**

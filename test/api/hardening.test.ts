@@ -87,8 +87,8 @@ t.test('a refusal names the limit or repeats at most 100 characters of the input
   t.ok(nested.body.length < 300, `a body's keys are not repeated whole (${nested.body.length} bytes)`);
 });
 
-/** Writes `request` to a fresh connection and reads the reply until the server closes it. */
-function rawExchange(port: number, request: string): Promise<{ statusLine: string; headers: string; body: string }> {
+/** Writes `request` (its bytes exactly) to a fresh connection and reads the reply until the server closes it. */
+function rawExchange(port: number, request: string | Buffer): Promise<{ statusLine: string; headers: string; body: string }> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
@@ -106,19 +106,33 @@ function rawExchange(port: number, request: string): Promise<{ statusLine: strin
 t.test("requests Node's HTTP parser refuses are answered {error, message} too", async (t) => {
   await service.app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = service.app.server.address() as AddressInfo;
+  const encode = 'a URL must carry bytes outside printable ASCII (UTF-8 text: é is %C3%A9), spaces and control characters percent-encoded';
+  // Raw UTF-8 in the URL (curl -g 'http://…?q=café') read "malformed HTTP request: Invalid char in url query", which said neither which byte nor what to do.
+  const utf8 = (line: string) => Buffer.from(`${line}\r\nHost: x\r\n\r\n`, 'utf8');
   const cases = [
     { name: 'a query string over 16 KiB', request: `GET /api/v1/repositories?q=${'a'.repeat(17 * 1024)} HTTP/1.1\r\nHost: x\r\n\r\n`, status: '431 Request Header Fields Too Large', message: /request line and headers together exceed 16 KiB/ },
+    { name: 'headers over 16 KiB', request: `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Padding: ${'a'.repeat(17 * 1024)}\r\n\r\n`, status: '431 Request Header Fields Too Large', message: /request line and headers together exceed 16 KiB/ },
     { name: 'a header line without a colon', request: 'GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: Invalid header token$/ },
     { name: 'a Content-Length that is not a number', request: 'POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: .*Content-Length/ },
+    { name: 'raw UTF-8 in the query string', request: utf8('GET /api/v1/repositories?q=café HTTP/1.1'), status: '400 Bad Request', message: `the URL's query holds a byte outside ASCII (0xC3) sent as is: ${encode}` },
+    { name: 'raw UTF-8 in the path', request: utf8('GET /api/v1/repositories/café HTTP/1.1'), status: '400 Bad Request', message: `the URL's path holds a byte outside ASCII (0xC3) sent as is: ${encode}` },
+    { name: 'a raw control character in the query string', request: utf8('GET /api/v1/repositories?q=a\u0001b HTTP/1.1'), status: '400 Bad Request', message: `the URL's query holds a control character (0x01) sent as is: ${encode}` },
+    { name: 'a raw space in the query string', request: utf8('GET /api/v1/repositories?q=a b HTTP/1.1'), status: '400 Bad Request', message: `the request line is malformed: it must be the method, the URL and HTTP/1.1, one space between; ${encode}` },
+    { name: 'a URL that is no path', request: utf8('GET repositories HTTP/1.1'), status: '400 Bad Request', message: `the URL of the request line is malformed: it must be a path that begins with / (or an absolute http URL); ${encode}` },
+    { name: 'a request line that is no request line', request: 'GARBAGE\r\n\r\n', status: '400 Bad Request', message: /^malformed HTTP request: Invalid method encountered$/ },
   ];
   for (const { name, request, status, message } of cases) {
+    // The exchange ends when the server closes the connection: a socket left open fails the test.
     const reply = await rawExchange(port, request);
     t.equal(reply.statusLine, `HTTP/1.1 ${status}`, name);
     t.match(reply.headers, /content-type: application\/json/i);
+    t.match(reply.headers, /^connection: close$/im, `${name}: Connection: close`);
+    t.match(reply.headers, new RegExp(`^content-length: ${Buffer.byteLength(reply.body)}$`, 'im'), `${name}: the body's length in bytes`);
     const body = JSON.parse(reply.body);
     t.same(Object.keys(body), ['error', 'message'], `${name}: {error, message}`);
     t.equal(body.error, 'bad_request');
-    t.match(body.message, message);
+    if (typeof message === 'string') t.equal(body.message, message, name);
+    else t.match(body.message, message, name);
   }
   t.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200, 'the server still answers');
 });
