@@ -5,6 +5,7 @@ import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
 import { parseCidr } from '../providers/fetch/addressPolicy.js';
+import { MAX_VECTOR_DIMENSIONS } from '../search/port.js';
 import { type LlmRetrySettings, validateLlmRetryConstraint, worstCaseRetryMs } from '../providers/llm/retry.js';
 
 let compiled: { schemaPath: string; validate: ValidateFunction } | undefined;
@@ -325,6 +326,13 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
     problems.push([
       'providers.embeddings.dimensions',
       `must be ${LOCAL_EMBEDDER_DIMENSIONS} when providers.embeddings.provider is local (the built-in word vectors' length), got ${embeddings.dimensions}`,
+    ]);
+  } else if (embeddings.dimensions > MAX_VECTOR_DIMENSIONS) {
+    // The search index is made with this length whatever the provider (none included): past the
+    // limit the start failed later with a RangeError (exit 1) that named no key.
+    problems.push([
+      'providers.embeddings.dimensions',
+      `must be at most ${MAX_VECTOR_DIMENSIONS} (the longest vector pgvector's vector type and OpenSearch's lucene k-NN engine store), got ${embeddings.dimensions}`,
     ]);
   }
   problems.push(...extractionTimeoutProblems(config.providers.resolution.extraction_timeout));

@@ -424,10 +424,18 @@ export function validateRepositoryRemoval(repositoryId: unknown): void {
   requireRepositoryId(repositoryId);
 }
 
-/** A vector dimension given to a factory: a positive integer (OpenSearch's knn_vector allows up to 16000). */
+/**
+ * The most dimensions a vector may have on either adapter: pgvector's `vector` type holds at most
+ * 16,000, and so does OpenSearch 2.19's `knn_vector` with the lucene engine ("Dimension value
+ * cannot be greater than 16000 for vector with engine: lucene"). The configuration refuses more
+ * (`providers.embeddings.dimensions`, src/config/validate.ts).
+ */
+export const MAX_VECTOR_DIMENSIONS = 16_000;
+
+/** A vector dimension given to a factory: a positive integer, at most MAX_VECTOR_DIMENSIONS. */
 export function validateDimensions(dimensions: unknown): asserts dimensions is number {
-  if (!Number.isInteger(dimensions) || (dimensions as number) < 1 || (dimensions as number) > 16_000) {
-    throw new RangeError('dimensions must be an integer from 1 to 16000');
+  if (!Number.isInteger(dimensions) || (dimensions as number) < 1 || (dimensions as number) > MAX_VECTOR_DIMENSIONS) {
+    throw new RangeError(`dimensions must be an integer from 1 to ${MAX_VECTOR_DIMENSIONS}`);
   }
 }
 

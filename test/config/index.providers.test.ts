@@ -36,6 +36,22 @@ t.test('provider names, URLs and dimensions are checked', async (t) => {
   t.match(configErrorOf(() => buildConfig({ providers: { dedup: { catchup_interval: '10' } } })), /providers\.dedup\.catchup_interval: must be a duration/);
 });
 
+t.test('providers.embeddings.dimensions is at most 16000, the longest vector either search tier stores', async (t) => {
+  t.equal(buildConfig({ providers: { embeddings: { ...OPENAI_EMBEDDINGS, dimensions: 3072 } } }).providers.embeddings.dimensions, 3072, 'text-embedding-3-large');
+  t.equal(buildConfig({ providers: { embeddings: { ...OPENAI_EMBEDDINGS, dimensions: 16_000 } } }).providers.embeddings.dimensions, 16_000, 'the limit itself');
+  for (const provider of ['openai', 'none']) {
+    t.match(
+      configErrorOf(() => buildConfig({ providers: { embeddings: { ...OPENAI_EMBEDDINGS, provider, dimensions: 16_001 } } })),
+      /providers\.embeddings\.dimensions: must be at most 16000 \(the longest vector pgvector's vector type and OpenSearch's lucene k-NN engine store\), got 16001/,
+      `provider ${provider}: the index is made with that length either way`,
+    );
+  }
+  t.match(
+    configErrorOf(() => load({ env: { PROVIDERS_EMBEDDINGS_PROVIDER: 'openai', PROVIDERS_EMBEDDINGS_BASE_URL: 'https://api.openai.com/v1', PROVIDERS_EMBEDDINGS_DIMENSIONS: '20000' } })),
+    /providers\.embeddings\.dimensions: must be at most 16000 .*got 20000 \(set by environment variable PROVIDERS_EMBEDDINGS_DIMENSIONS\)/,
+  );
+});
+
 t.test('search.opensearch.dimensions is gone: vectors take providers.embeddings.dimensions', async (t) => {
   t.notOk('dimensions' in buildConfig({}).search.opensearch);
   t.match(configErrorOf(() => buildConfig({ search: { opensearch: { dimensions: 100 } } })), /search\.opensearch\.dimensions: unknown key/);

@@ -91,3 +91,14 @@ t.test('a bad network.allow_cidrs entry is a configuration error (exit 2), befor
   t.notMatch(refused.stderr, /999\.1\.1\.1/, 'the value is not echoed');
   t.notOk(existsSync(path.join(cwd, 'data')), 'nothing created');
 });
+
+t.test('an embedding dimension no search tier stores is a configuration error (exit 2) naming the key and the limit, before anything opens', async (t) => {
+  const cwd = await scratch(t);
+  const embeddings = { PROVIDERS_EMBEDDINGS_PROVIDER: 'openai', PROVIDERS_EMBEDDINGS_BASE_URL: 'http://127.0.0.1:9/v1', PROVIDERS_EMBEDDINGS_MODEL: 'text-embedding-3-large' };
+  // It failed after opening the database, with exit 1 and a RangeError naming no key.
+  const refused = await runCli(cwd, ['serve'], { ...embeddings, PROVIDERS_EMBEDDINGS_DIMENSIONS: '20000', SERVER_PORT: String(await freePort()) });
+  t.equal(refused.code, 2);
+  t.match(refused.stderr, /^factlog: invalid configuration: providers\.embeddings\.dimensions: must be at most 16000 .*got 20000 \(set by environment variable PROVIDERS_EMBEDDINGS_DIMENSIONS\)$/m);
+  assertOneLine(t, refused.stderr);
+  t.notOk(existsSync(path.join(cwd, 'data')), 'nothing created');
+});
