@@ -79,7 +79,8 @@ interface Asked<Doc extends IndexedDocument> {
  * the collection's order and the id, so pages are stable. So `index` and `update` write no text.
  *
  * Vectors: with pgvector and a configured dimension, a collection's vectors live in its vector
- * table (`fact_vectors`, `concept_vectors`) with an HNSW cosine index, created on first use;
+ * table (`fact_vectors`, `concept_vectors`) with an HNSW cosine index where pgvector can build
+ * one for the dimension (`postgres/vectors.ts`), created on first use;
  * `knn` answers from it, joined to the read model, counting only vectors of visible rows.
  * Without pgvector (the PostgreSQL server of the distributed tier) vectors are ignored on write
  * and `knn` throws VectorSearchUnavailableError: vectors live in OpenSearch there.
@@ -144,10 +145,10 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     const asked = answerPlans.map(({ asked: query }, index) => ({ query, index })).filter(({ query }) => !matchesNothing(query));
     const answers = queries.map((): { items: HitOf<Doc>[] } => ({ items: [] }));
     if (asked.length === 0) return answers;
-    return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx, efSearchInStatement) => {
+    return vectorTables.nearest(executor, vectors, Math.max(...asked.map(({ query }) => query.k)), async (trx, efSearchInStatement, distance) => {
       const answer = async (entries: readonly Asked<Doc>[]) => {
         for (const { index } of entries) answers[index].items = [];
-        const rows = await nearestRows(trx, served, vectors, efSearchInStatement, entries);
+        const rows = await nearestRows(trx, served, vectors, efSearchInStatement, distance, entries);
         for (const row of rows) answers[Number(row.query_index)].items.push(hitFrom(collection, row, Number(row.score)));
       };
       const keptAnswers = () => answers.map((answer, index) => ({ items: answerPlans[index].kept(answer.items) }));
@@ -193,6 +194,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     served: SearchCollection,
     vectors: VectorTable,
     efSearchInStatement: number | null,
+    distance: (column: string, query: string) => string,
     entries: readonly Asked<Doc>[],
   ): Promise<Row[]> {
     const { table } = served.postgres;
@@ -227,8 +229,10 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         restrictions,
       )
         .select(columns(trx, served, 'r'))
+        // Ordered by what the table's index holds (half precision beyond 2,000 dimensions), scored
+        // and ranked outside by the exact distance.
         .select(trx.raw('v.embedding <=> qv.vector AS distance'))
-        .orderByRaw('v.embedding <=> qv.vector');
+        .orderByRaw(distance('v.embedding', 'qv.vector'));
       if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
       if (group[0].candidates !== null) inner.whereRaw(`v.?? = ANY(qv.candidates)`, [vectors.key]);
       const { sql, bindings } = inner.toSQL();

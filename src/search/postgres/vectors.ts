@@ -30,9 +30,55 @@ export function vectorLiteral(vector: number[]): string {
 const DEFAULT_EF_SEARCH = 40;
 
 /**
+ * pgvector's HNSW index holds `vector` columns of at most 2,000 dimensions ("column cannot have
+ * more than 2000 dimensions for hnsw index") and `halfvec` ones (pgvector 0.7) of at most 4,000;
+ * the `vector` type itself holds 16,000 (MAX_VECTOR_DIMENSIONS, ../port.ts).
+ */
+const HNSW_MAX_VECTOR_DIMENSIONS = 2000;
+const HNSW_MAX_HALFVEC_DIMENSIONS = 4000;
+
+/**
+ * What serves a vector table's k-NN: pgvector's HNSW index over the column (up to 2,000
+ * dimensions), over the column as unit-length half precision (up to 4,000, `halfvec` in pgvector
+ * 0.7 and later), or no index: each query then compares the repository's vectors exactly.
+ */
+type NearestIndex = 'vector' | 'halfvec' | null;
+
+/** The index a table of `dimensions` gets with pgvector `version` (`major.minor…`) when it is to have one. */
+function nearestIndexFor(dimensions: number, version: string): NearestIndex {
+  if (dimensions <= HNSW_MAX_VECTOR_DIMENSIONS) return 'vector';
+  const [major, minor] = version.split('.').map(Number);
+  const hasHalfvec = major > 0 || minor >= 7;
+  return dimensions <= HNSW_MAX_HALFVEC_DIMENSIONS && hasHalfvec ? 'halfvec' : null;
+}
+
+/**
+ * The cosine distance an inner k-NN query orders by: the expression its table's index holds, so
+ * the planner can walk the index. Normalised before the cast: halfvec refuses a component past
+ * ±65,504, and cosine does not change with a vector's length.
+ */
+function indexedDistance(index: NearestIndex, dimensions: number, column: string, query: string): string {
+  if (index !== 'halfvec') return `${column} <=> ${query}`;
+  const half = (vector: string) => `l2_normalize(${vector})::halfvec(${dimensions})`;
+  return `${half(column)} <=> ${half(query)}`;
+}
+
+/** The HNSW index's operator class over its column or expression. */
+function indexedColumn(index: Exclude<NearestIndex, null>, dimensions: number): string {
+  return index === 'vector' ? 'embedding vector_cosine_ops' : `(l2_normalize(embedding)::halfvec(${dimensions})) halfvec_cosine_ops`;
+}
+
+/** What a k-NN statement needs to know of its table: whether iterative scans exist, and its index. */
+interface TableInfo {
+  iterativeScan: boolean;
+  index: NearestIndex;
+}
+
+/**
  * The vector tables of the Postgres adapter, one per collection with vectors: created on first
- * use with an HNSW cosine index, written, cleared, and searched with the HNSW settings k-NN
- * needs. One embedding model per deployment, so one dimension for every table.
+ * use with an HNSW cosine index where pgvector can build one for the dimension (nearestIndexFor;
+ * beyond 4,000 none, so k-NN compares exactly), written, cleared, and searched with the HNSW
+ * settings k-NN needs. One embedding model per deployment, so one dimension for every table.
  *
  * With `hnswIndex: false` (the graphs in memory answer k-NN, `neighbourGraphs.ts`) a table has no
  * HNSW index (one left by an earlier version is dropped): k-NN statements then look vectors up
@@ -40,8 +86,8 @@ const DEFAULT_EF_SEARCH = 40;
  */
 export function createVectorTables(dimensions: number, options: { oneConnection?: boolean; hnswIndex?: boolean } = {}) {
   const hnswIndex = options.hnswIndex !== false;
-  const settled = new Map<string, { iterativeScan: boolean }>();
-  const inFlight = new Map<string, Promise<{ iterativeScan: boolean }>>();
+  const settled = new Map<string, TableInfo>();
+  const inFlight = new Map<string, Promise<TableInfo>>();
   /** On one connection: the session's HNSW setting, set once (see nearest). */
   let sessionSettings: Promise<void> | null = null;
   /** Per table: rows counted by its last ANALYZE, and rows written since. */
@@ -74,7 +120,7 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
    * caller's transaction that later rolls back, the table vanishes: a missing-table error resets
    * the memo (see withTable).
    */
-  async function ensure(executor: Executor, { table, key }: VectorTable): Promise<{ iterativeScan: boolean }> {
+  async function ensure(executor: Executor, { table, key }: VectorTable): Promise<TableInfo> {
     const existing = await executor.raw(
       `SELECT format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a
         WHERE a.attrelid = to_regclass(?) AND a.attname = 'embedding' AND NOT a.attisdropped`,
@@ -87,6 +133,8 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
           `drop ${table} and re-embed (a new embedding model means new vectors)`,
       );
     }
+    const version = String((await executor.raw(`SELECT extversion FROM pg_extension WHERE extname = 'vector'`)).rows[0]?.extversion ?? '0.0');
+    const index = hnswIndex ? nearestIndexFor(dimensions, version) : null;
     if (type === undefined) {
       await executor.raw(`CREATE TABLE IF NOT EXISTS ${table} (
         ${key} text PRIMARY KEY,
@@ -94,13 +142,14 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
         embedding vector(${dimensions}) NOT NULL
       )`);
       await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_repository ON ${table} (repository_id)`);
-      if (hnswIndex) await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_embedding ON ${table} USING hnsw (embedding vector_cosine_ops)`);
     }
+    // Also on a table that exists: before halfvec indexes, a first use outside a transaction
+    // created the table and then failed on its index, leaving the table without one.
+    if (index !== null) await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_embedding ON ${table} USING hnsw (${indexedColumn(index, dimensions)})`);
     if (!hnswIndex) await executor.raw(`DROP INDEX IF EXISTS ${table}_embedding`);
     // Iterative HNSW scans (pgvector 0.8) keep scanning until k rows pass the repository filter.
-    const version = await executor.raw(`SELECT extversion FROM pg_extension WHERE extname = 'vector'`);
-    const [major, minor] = String(version.rows[0]?.extversion ?? '0.0').split('.').map(Number);
-    return { iterativeScan: major > 0 || minor >= 8 };
+    const [major, minor] = version.split('.').map(Number);
+    return { iterativeScan: major > 0 || minor >= 8, index };
   }
 
   /**
@@ -109,7 +158,7 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
    * on another connection deadlocks on PGlite's one connection (that attempt waits for this
    * transaction to end). Such a caller checks on its own transaction instead (idempotent DDL).
    */
-  function tableReady(executor: Executor, vectors: VectorTable): Promise<{ iterativeScan: boolean }> {
+  function tableReady(executor: Executor, vectors: VectorTable): Promise<TableInfo> {
     const known = settled.get(vectors.table);
     if (known) return Promise.resolve(known);
     const inTransaction = (executor as Knex.Transaction).isTransaction === true;
@@ -130,7 +179,7 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
     return attempt;
   }
 
-  async function withTable<T>(executor: Executor, vectors: VectorTable, body: (info: { iterativeScan: boolean }) => Promise<T>): Promise<T> {
+  async function withTable<T>(executor: Executor, vectors: VectorTable, body: (info: TableInfo) => Promise<T>): Promise<T> {
     try {
       return await body(await tableReady(executor, vectors));
     } catch (error) {
@@ -181,11 +230,18 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
      * itself (`efSearchInStatement`, see knnManyOn), or null when pgvector's default of 40
      * covers k. One round trip instead of five (BEGIN, two settings, the query, COMMIT), each a
      * message to PGlite's thread while the connection is held, with the same settings.
+     * `distance(column, query)` is the SQL the inner query orders by (indexedDistance).
      */
-    nearest<T>(executor: Executor, vectors: VectorTable, k: number, body: (trx: Executor, efSearchInStatement: number | null) => Promise<T>): Promise<T> {
-      return withTable(executor, vectors, async ({ iterativeScan }) => {
+    nearest<T>(
+      executor: Executor,
+      vectors: VectorTable,
+      k: number,
+      body: (trx: Executor, efSearchInStatement: number | null, distance: (column: string, query: string) => string) => Promise<T>,
+    ): Promise<T> {
+      return withTable(executor, vectors, async ({ iterativeScan, index }) => {
+        const distance = (column: string, query: string) => indexedDistance(index, dimensions, column, query);
         // No HNSW index: nothing for its settings to steer.
-        if (!hnswIndex) return body(executor, null);
+        if (index === null) return body(executor, null, distance);
         const inTransaction = (executor as Knex.Transaction).isTransaction === true;
         if (options.oneConnection && !inTransaction) {
           if (iterativeScan) {
@@ -196,13 +252,13 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
               throw error;
             });
           }
-          return body(executor, k <= DEFAULT_EF_SEARCH ? null : k);
+          return body(executor, k <= DEFAULT_EF_SEARCH ? null : k, distance);
         }
         const search = async (trx: Executor) => {
           if (iterativeScan) await trx.raw(`SET LOCAL hnsw.iterative_scan = strict_order`);
           // ef_search bounds how many neighbours HNSW returns: at least k.
           await trx.raw(`SELECT set_config('hnsw.ef_search', ?, true)`, [String(Math.max(DEFAULT_EF_SEARCH, k))]);
-          return body(trx, null);
+          return body(trx, null, distance);
         };
         return inTransaction ? search(executor) : executor.transaction((trx) => search(trx));
       });

@@ -1,6 +1,12 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { randomUUID } from 'node:crypto';
+import type { Database } from '../../../src/db/database.js';
+import { cosineSimilarity } from '../../../src/interchange/vectors.js';
+import { facts, type FactDocument } from '../../../src/search/collections/index.js';
+import { createPostgresSearchIndex, type PostgresSearchOptions } from '../../../src/search/postgres.js';
 import { createVectorTables, VECTOR_ROWS_PER_STATEMENT } from '../../../src/search/postgres/vectors.js';
+import { fact } from '../contract.js';
+import { insertFacts } from '../helpers.js';
 import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 
 const table = { table: 'fact_vectors', key: 'fact_id' };
@@ -27,4 +33,179 @@ t.test('a page of tens of thousands of facts writes and removes its vectors (65,
 
   await vectors.write(db.knex, table, [...manyIds('absent').map((id) => ({ id, repository_id: repositoryId, vector: null })), { id: 'fact-2', repository_id: repositoryId, vector: null }]);
   t.equal(await count(), written.length - 3, 'vectors set to null past the limit are removed');
+});
+
+// Vectors of large embedding models (OpenAI's text-embedding-3-large: 3,072 dimensions) on the
+// Postgres adapter. pgvector's HNSW index refuses a `vector` column of more than 2,000 dimensions
+// and a `halfvec` of more than 4,000; the `vector` type holds 16,000, the most the configuration
+// accepts (docs/configuration.md, "Embedding dimensions").
+
+/** mulberry32: the same vectors on every run, so a failure can be reproduced. */
+function randomSource(seed: number): () => number {
+  let state = seed;
+  return () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let mixed = Math.imul(state ^ (state >>> 15), 1 | state);
+    mixed = (mixed + Math.imul(mixed ^ (mixed >>> 7), 61 | mixed)) ^ mixed;
+    return ((mixed ^ (mixed >>> 14)) >>> 0) / 4294967296 - 0.5;
+  };
+}
+
+const unit = (vector: number[]) => {
+  const norm = Math.hypot(...vector);
+  return vector.map((value) => value / norm);
+};
+
+/**
+ * A query and `count` documents at clearly different angles from it (0.1 rad, then 0.04 rad more
+ * each): the k nearest are the same by any cosine accurate to a few thousandths, so an index
+ * over half-precision values finds exactly the neighbours exact arithmetic ranks. Stored as
+ * float32 (as events carry them), in a shuffled order.
+ */
+function gradedVectors(dimensions: number, count: number, seed: number): { query: number[]; vectors: number[][] } {
+  const random = randomSource(seed);
+  const draw = () => unit(Array.from({ length: dimensions }, random));
+  const query = draw();
+  const vectors = Array.from({ length: count }, (_, rank) => {
+    const angle = 0.1 + 0.04 * rank;
+    const away = draw();
+    return query.map((value, i) => Math.fround(value * Math.cos(angle) + away[i] * Math.sin(angle)));
+  });
+  for (let i = vectors.length - 1; i > 0; i--) {
+    const j = Math.floor((random() + 0.5) * (i + 1));
+    [vectors[i], vectors[j]] = [vectors[j], vectors[i]];
+  }
+  return { query: query.map(Math.fround), vectors };
+}
+
+/** Indexes `count` facts with graded vectors in a repository of their own; answers them and the query. */
+async function indexGraded(db: Database, options: PostgresSearchOptions, dimensions: number, count = 30) {
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: dimensions, ...options });
+  const repositoryId = `repo-${randomUUID()}`;
+  const { query, vectors } = gradedVectors(dimensions, count, dimensions);
+  const docs = vectors.map((vector, n) => fact(repositoryId, `Fact ${n} of ${dimensions} dimensions.`, { vector }));
+  await insertFacts(db, docs);
+  await index.index(facts, docs);
+  return { index, repositoryId, query, docs };
+}
+
+/** The k documents nearest to `query` by exact cosine, with their similarity. */
+function exactNearest(docs: readonly FactDocument[], query: readonly number[], k: number) {
+  return docs
+    .map((doc) => ({ id: doc.id, score: cosineSimilarity(doc.vector ?? [], query) }))
+    .sort((a, b) => b.score - a.score)
+    .slice(0, k);
+}
+
+/** Asserts the k-NN answer is the exact k nearest, nearest first, each scored with its cosine. */
+function assertExactNearest(t: Test, items: readonly { id: string; score: number }[], expected: readonly { id: string; score: number }[], what: string): void {
+  t.same(items.map((item) => item.id), expected.map((item) => item.id), `${what}: the exact nearest, nearest first`);
+  t.ok(
+    items.every((item, position) => Math.abs(item.score - expected[position].score) < 1e-5),
+    `${what}: scored with the exact cosine (${items.map((item) => item.score.toFixed(4)).join(', ')})`,
+  );
+}
+
+const indexDefinition = async (db: Database) =>
+  (await db.knex.raw(`SELECT indexdef FROM pg_indexes WHERE tablename = 'fact_vectors' AND indexname = 'fact_vectors_embedding'`)).rows[0]?.indexdef ?? null;
+
+t.test('3,072-dimensional vectors are stored and found on the embedded tier (graphs in memory, no pgvector index)', async (t) => {
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  const { index, repositoryId, query, docs } = await indexGraded(db, { oneConnection: true, nearestInMemory: true }, 3072);
+  const type = (await db.knex.raw(`SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'fact_vectors'::regclass AND attname = 'embedding'`)).rows[0].type;
+  t.equal(type, 'vector(3072)');
+  t.equal(await indexDefinition(db), null, 'no pgvector index: the graphs propose the candidates');
+  assertExactNearest(t, (await index.knn(facts, { repositoryId, vector: query, k: 5 })).items, exactNearest(docs, query, 5), 'knn');
+  const [many] = await index.knnMany(facts, [{ repositoryId, vector: query, k: 12 }]);
+  assertExactNearest(t, many.items, exactNearest(docs, query, 12), 'knnMany');
+});
+
+/**
+ * The plan PostgreSQL makes for the adapter's own k-NN statement (caught as it is sent), with
+ * reading and sorting the repository's rows left as a last resort, as on a table too large for
+ * that (so few rows would otherwise be read and sorted): only an index that holds the expression
+ * the statement orders by can spare the sort.
+ */
+async function planOfKnn(db: Database, run: () => Promise<unknown>): Promise<string> {
+  let caught: { sql: string; bindings: readonly unknown[] } | null = null;
+  const record = (query: { sql: string; bindings?: readonly unknown[] }) => {
+    if (query.sql.includes('jsonb_to_recordset')) caught = { sql: query.sql, bindings: query.bindings ?? [] };
+  };
+  db.knex.on('query', record);
+  try {
+    await run();
+  } finally {
+    db.knex.removeListener('query', record);
+  }
+  if (caught === null) throw new Error('no k-NN statement was sent');
+  const { sql, bindings } = caught as { sql: string; bindings: readonly unknown[] };
+  const trx = await db.knex.transaction();
+  try {
+    await trx.raw('DROP INDEX fact_vectors_repository');
+    await trx.raw('SET LOCAL enable_seqscan = off');
+    await trx.raw('SET LOCAL enable_sort = off');
+    // knex sends `?` as $1, $2, … in order: back to knex's placeholders for raw.
+    const explained = await trx.raw(`EXPLAIN ${sql.replace(/\$\d+/g, '?')}`, [...bindings] as readonly string[]);
+    return explained.rows.map((row: { 'QUERY PLAN': string }) => row['QUERY PLAN']).join('\n');
+  } finally {
+    await trx.rollback();
+  }
+}
+
+t.test('with pgvector\'s HNSW index (a PostgreSQL server with pgvector): over the column up to 2,000 dimensions, over its unit halfvec up to 4,000, none beyond', async (t) => {
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  const cases: { dimensions: number; index: RegExp | null }[] = [
+    { dimensions: 2000, index: /USING hnsw \(embedding vector_cosine_ops\)/ },
+    { dimensions: 3072, index: /USING hnsw \(\(\(l2_normalize\(embedding\)\)::halfvec\(3072\)\) halfvec_cosine_ops\)/ },
+    { dimensions: 4000, index: /::halfvec\(4000\)\) halfvec_cosine_ops\)/ },
+    { dimensions: 4001, index: null },
+    { dimensions: 16_000, index: null },
+  ];
+  for (const { dimensions, index: expectedIndex } of cases) {
+    await t.test(`${dimensions} dimensions`, async (t) => {
+      // Each dimension in a table of its own: one model per deployment.
+      await db.knex.raw('DROP TABLE IF EXISTS fact_vectors');
+      const { index, repositoryId, query, docs } = await indexGraded(db, {}, dimensions);
+      const definition = await indexDefinition(db);
+      if (expectedIndex === null) t.equal(definition, null, 'no HNSW index: pgvector builds none for so many dimensions');
+      else t.match(definition, expectedIndex);
+      assertExactNearest(t, (await index.knn(facts, { repositoryId, vector: query, k: 5 })).items, exactNearest(docs, query, 5), 'knn');
+      const inOneConnection = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: dimensions, oneConnection: true });
+      const [many] = await inOneConnection.knnMany(facts, [{ repositoryId, vector: query, k: 12 }]);
+      assertExactNearest(t, many.items, exactNearest(docs, query, 12), 'knnMany, on one connection');
+      if (expectedIndex !== null) {
+        const plan = await planOfKnn(db, () => index.knn(facts, { repositoryId, vector: query, k: 5 }));
+        t.match(plan, /Index Scan using fact_vectors_embedding/, 'the k-NN statement orders by what the index holds, so the index answers');
+      }
+    });
+  }
+});
+
+t.test('the halfvec index holds vectors whose values half precision cannot (cosine does not change with a vector\'s length)', async (t) => {
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  const dimensions = 3072;
+  const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: dimensions });
+  const repositoryId = `repo-${randomUUID()}`;
+  const { query, vectors } = gradedVectors(dimensions, 8, 7);
+  // halfvec's largest value is 65,504: a cast of these without normalising first is refused.
+  const docs = vectors.map((vector, n) => fact(repositoryId, `Fact ${n}.`, { vector: n === 0 ? vector.map((value) => Math.fround(value * 1e7)) : vector }));
+  await insertFacts(db, docs);
+  await index.index(facts, docs);
+  const largeQuery = query.map((value) => Math.fround(value * 1e7));
+  assertExactNearest(t, (await index.knn(facts, { repositoryId, vector: largeQuery, k: 8 })).items, exactNearest(docs, largeQuery, 8), 'knn');
+});
+
+t.test('a 3,072-dimension table left without its index (an earlier version failed to build it) gets the index on first use', async (t) => {
+  const db = await openMigratedDatabase();
+  t.teardown(() => db.close());
+  // What an earlier version left when a first use outside a transaction created the table and
+  // then failed on "column cannot have more than 2000 dimensions for hnsw index".
+  await db.knex.raw(`CREATE TABLE fact_vectors (fact_id text PRIMARY KEY, repository_id text NOT NULL, embedding vector(3072) NOT NULL)`);
+  await db.knex.raw(`CREATE INDEX fact_vectors_repository ON fact_vectors (repository_id)`);
+  const { index, repositoryId, query, docs } = await indexGraded(db, {}, 3072, 10);
+  t.match(await indexDefinition(db), /halfvec_cosine_ops/);
+  assertExactNearest(t, (await index.knn(facts, { repositoryId, vector: query, k: 3 })).items, exactNearest(docs, query, 3), 'knn');
 });
