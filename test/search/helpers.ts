@@ -1,8 +1,10 @@
 import { execFile } from 'node:child_process';
+import type { Test } from 'tap';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Database } from '../../src/db/database.js';
+import { cosineSimilarity } from '../../src/interchange/vectors.js';
 import { conceptNameKey } from '../../src/domain/concept/decider.js';
 import { mergeAliases, type DocumentUpdate } from '../../src/search/collection.js';
 import { concepts, facts, type ConceptDocument, type FactDocument } from '../../src/search/collections/index.js';
@@ -141,3 +143,57 @@ export function postgresHarnessOver(db: Database, index: SearchIndex): SearchHar
   };
 }
 
+/** mulberry32: the same vectors on every run, so a failure can be reproduced. */
+function randomSource(seed: number): () => number {
+  let state = seed;
+  return () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let mixed = Math.imul(state ^ (state >>> 15), 1 | state);
+    mixed = (mixed + Math.imul(mixed ^ (mixed >>> 7), 61 | mixed)) ^ mixed;
+    return ((mixed ^ (mixed >>> 14)) >>> 0) / 4294967296 - 0.5;
+  };
+}
+
+const unit = (vector: number[]) => {
+  const norm = Math.hypot(...vector);
+  return vector.map((value) => value / norm);
+};
+
+/**
+ * A query and `count` vectors at clearly different angles from it (0.1 rad, then 0.04 rad more
+ * each): the k nearest are the same by any cosine accurate to a few thousandths, so an index
+ * that approximates (HNSW, half precision) finds exactly the neighbours exact arithmetic ranks.
+ * Float32 values (as events carry them), in a shuffled order.
+ */
+export function gradedVectors(dimensions: number, count: number, seed: number): { query: number[]; vectors: number[][] } {
+  const random = randomSource(seed);
+  const draw = () => unit(Array.from({ length: dimensions }, random));
+  const query = draw();
+  const vectors = Array.from({ length: count }, (_, rank) => {
+    const angle = 0.1 + 0.04 * rank;
+    const away = draw();
+    return query.map((value, i) => Math.fround(value * Math.cos(angle) + away[i] * Math.sin(angle)));
+  });
+  for (let i = vectors.length - 1; i > 0; i--) {
+    const j = Math.floor((random() + 0.5) * (i + 1));
+    [vectors[i], vectors[j]] = [vectors[j], vectors[i]];
+  }
+  return { query: query.map(Math.fround), vectors };
+}
+
+/** The k documents nearest to `query` by exact cosine, with their similarity. */
+export function exactNearest(docs: readonly { id: string; vector?: number[] | null }[], query: readonly number[], k: number): { id: string; score: number }[] {
+  return docs
+    .map((doc) => ({ id: doc.id, score: cosineSimilarity(doc.vector ?? [], query) }))
+    .sort((a, b) => b.score - a.score)
+    .slice(0, k);
+}
+
+/** Asserts a k-NN answer is the exact k nearest, nearest first, each scored with its cosine (within `tolerance`). */
+export function assertExactNearest(t: Test, items: readonly { id: string; score: number }[], expected: readonly { id: string; score: number }[], what: string, tolerance = 1e-5): void {
+  t.same(items.map((item) => item.id), expected.map((item) => item.id), `${what}: the exact nearest, nearest first`);
+  t.ok(
+    items.every((item, position) => Math.abs(item.score - expected[position].score) < tolerance),
+    `${what}: scored with the exact cosine (${items.map((item) => item.score.toFixed(4)).join(', ')})`,
+  );
+}

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { facts } from '../../src/search/collections/index.js';
 import { createOpenSearchIndex } from '../../src/search/opensearch.js';
+import { BULK_MAX_BYTES, bulkBatches } from '../../src/search/opensearch/bulk.js';
 import { SearchUnavailableError } from '../../src/search/port.js';
 
 t.test('a search while the cluster cannot be reached is a SearchUnavailableError, its reason naming the cluster', async (t) => {
@@ -15,4 +16,18 @@ t.test('a search while the cluster cannot be reached is a SearchUnavailableError
   if (!(error instanceof SearchUnavailableError)) return;
   t.match(error.reason, /ECONNREFUSED 127\.0\.0\.1:1/);
   t.notMatch(error.message, /127\.0\.0\.1/, 'the message a caller sees does not give the cluster away');
+});
+
+t.test('bulk requests are cut by count and by bytes, so large vectors never make one OpenSearch refuses as too large (413)', async (t) => {
+  const action = (id: string, values: number) => ({ id, lines: [{ update: { _id: id } }, { script: { params: { vector: Array.from({ length: values }, () => 0.123456789) } } }] });
+  const bytesOf = (batch: readonly { lines: unknown[] }[]) => batch.reduce((sum, { lines }) => sum + lines.reduce<number>((size, line) => size + JSON.stringify(line).length + 1, 0), 0);
+  const small = Array.from({ length: 1200 }, (_, n) => action(`s${n}`, 4));
+  t.same(bulkBatches(small, 500, BULK_MAX_BYTES).map((batch) => batch.length), [500, 500, 200], 'small documents: by count');
+  // 16,000 dimensions, twice a document: about 350 KB of JSON each here.
+  const large = Array.from({ length: 60 }, (_, n) => action(`l${n}`, 2 * 16_000));
+  const batches = bulkBatches(large, 500, BULK_MAX_BYTES);
+  t.ok(batches.length > 1, `several requests (${batches.length})`);
+  t.ok(batches.every((batch) => bytesOf(batch) <= BULK_MAX_BYTES), 'each at most BULK_MAX_BYTES');
+  t.same(batches.flat().map(({ id }) => id), large.map(({ id }) => id), 'every action once, in order');
+  t.same(bulkBatches([action('huge', 10), action('next', 10)], 500, 100).map((batch) => batch.map(({ id }) => id)), [['huge'], ['next']], 'an action over the limit goes alone');
 });

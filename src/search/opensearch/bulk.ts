@@ -190,6 +190,38 @@ export function removalActions(collection: SearchCollection, scripts: Collection
 type BulkItems = { errors: boolean; items: Record<string, { status: number; error?: { type?: string; reason?: string } }>[] };
 
 /**
+ * The most bytes of actions one bulk request carries. OpenSearch answers 413 to a request past
+ * `http.max_content_length` (100 MB by default, 10 MiB on some managed offerings), and a document
+ * carries its vector twice (the script's parameter and the upsert): 500 documents of 8,000
+ * dimensions made 168 MB, so large embedding models failed on a source's facts. 8 MiB is below
+ * both limits and in the 5-15 MB OpenSearch suggests for a bulk request.
+ */
+export const BULK_MAX_BYTES = 8 * 1024 * 1024;
+
+/**
+ * `actions` in consecutive batches of at most `maxActions` and, by their JSON, `maxBytes` (an
+ * action larger than that alone in its batch).
+ */
+export function bulkBatches(actions: readonly BulkAction[], maxActions: number, maxBytes: number): BulkAction[][] {
+  const batches: BulkAction[][] = [];
+  let batch: BulkAction[] = [];
+  let bytes = 0;
+  for (const action of actions) {
+    // The request's NDJSON: one line per object, each ended by a newline.
+    const size = action.lines.reduce((sum, line) => sum + Buffer.byteLength(JSON.stringify(line)) + 1, 0);
+    if (batch.length > 0 && (batch.length >= maxActions || bytes + size > maxBytes)) {
+      batches.push(batch);
+      batch = [];
+      bytes = 0;
+    }
+    batch.push(action);
+    bytes += size;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
+}
+
+/**
  * One batch of actions into one target; items OpenSearch pushes back on (429) are sent again with
  * backoff, any other rejected item fails the call with SearchIndexWriteError.
  */

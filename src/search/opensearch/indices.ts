@@ -1,10 +1,9 @@
 import type { Client } from '@opensearch-project/opensearch';
 import type { SearchCollection } from '../collection.js';
 import { MAX_RESULT_WINDOW, SearchIndexMigrationError, type SearchLogger } from '../port.js';
-import { failedDeletions, scriptsOf, sendBulk, type BulkAction, type CollectionScripts, type WriteTarget } from './bulk.js';
+import { BULK_MAX_BYTES, bulkBatches, failedDeletions, scriptsOf, sendBulk, type BulkAction, type CollectionScripts, type WriteTarget } from './bulk.js';
 import { describe, errorStatus, errorType, SearchIndexWriteError, unreachableAsUnavailable } from './client.js';
 import { mappingOf } from './mappings.js';
-import { chunked } from '../../util/chunked.js';
 
 /**
  * Index management: each collection is one family of versioned indices `<prefix>-<name>-v<N>`
@@ -196,7 +195,7 @@ export function createIndexFamily(collection: SearchCollection, settings: Family
     if (actions.length === 0) return;
     if (targets.some((target) => target.viaAlias)) await ensure();
     try {
-      for (const batch of chunked(actions, settings.bulkBatchSize)) {
+      for (const batch of bulkBatches(actions, settings.bulkBatchSize, BULK_MAX_BYTES)) {
         for (const target of targets) await sendBulk(client, target, batch, { refresh: settings.refresh, log, what: name });
       }
     } catch (error) {

@@ -1,12 +1,11 @@
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import type { Database } from '../../../src/db/database.js';
-import { cosineSimilarity } from '../../../src/interchange/vectors.js';
-import { facts, type FactDocument } from '../../../src/search/collections/index.js';
+import { facts } from '../../../src/search/collections/index.js';
 import { createPostgresSearchIndex, type PostgresSearchOptions } from '../../../src/search/postgres.js';
 import { createVectorTables, VECTOR_ROWS_PER_STATEMENT } from '../../../src/search/postgres/vectors.js';
 import { fact } from '../contract.js';
-import { insertFacts } from '../helpers.js';
+import { assertExactNearest, exactNearest, gradedVectors, insertFacts } from '../helpers.js';
 import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 
 const table = { table: 'fact_vectors', key: 'fact_id' };
@@ -40,44 +39,6 @@ t.test('a page of tens of thousands of facts writes and removes its vectors (65,
 // and a `halfvec` of more than 4,000; the `vector` type holds 16,000, the most the configuration
 // accepts (docs/configuration.md, "Embedding dimensions").
 
-/** mulberry32: the same vectors on every run, so a failure can be reproduced. */
-function randomSource(seed: number): () => number {
-  let state = seed;
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let mixed = Math.imul(state ^ (state >>> 15), 1 | state);
-    mixed = (mixed + Math.imul(mixed ^ (mixed >>> 7), 61 | mixed)) ^ mixed;
-    return ((mixed ^ (mixed >>> 14)) >>> 0) / 4294967296 - 0.5;
-  };
-}
-
-const unit = (vector: number[]) => {
-  const norm = Math.hypot(...vector);
-  return vector.map((value) => value / norm);
-};
-
-/**
- * A query and `count` documents at clearly different angles from it (0.1 rad, then 0.04 rad more
- * each): the k nearest are the same by any cosine accurate to a few thousandths, so an index
- * over half-precision values finds exactly the neighbours exact arithmetic ranks. Stored as
- * float32 (as events carry them), in a shuffled order.
- */
-function gradedVectors(dimensions: number, count: number, seed: number): { query: number[]; vectors: number[][] } {
-  const random = randomSource(seed);
-  const draw = () => unit(Array.from({ length: dimensions }, random));
-  const query = draw();
-  const vectors = Array.from({ length: count }, (_, rank) => {
-    const angle = 0.1 + 0.04 * rank;
-    const away = draw();
-    return query.map((value, i) => Math.fround(value * Math.cos(angle) + away[i] * Math.sin(angle)));
-  });
-  for (let i = vectors.length - 1; i > 0; i--) {
-    const j = Math.floor((random() + 0.5) * (i + 1));
-    [vectors[i], vectors[j]] = [vectors[j], vectors[i]];
-  }
-  return { query: query.map(Math.fround), vectors };
-}
-
 /** Indexes `count` facts with graded vectors in a repository of their own; answers them and the query. */
 async function indexGraded(db: Database, options: PostgresSearchOptions, dimensions: number, count = 30) {
   const index = createPostgresSearchIndex(db.knex, { hasVector: true, vectorDimensions: dimensions, ...options });
@@ -87,23 +48,6 @@ async function indexGraded(db: Database, options: PostgresSearchOptions, dimensi
   await insertFacts(db, docs);
   await index.index(facts, docs);
   return { index, repositoryId, query, docs };
-}
-
-/** The k documents nearest to `query` by exact cosine, with their similarity. */
-function exactNearest(docs: readonly FactDocument[], query: readonly number[], k: number) {
-  return docs
-    .map((doc) => ({ id: doc.id, score: cosineSimilarity(doc.vector ?? [], query) }))
-    .sort((a, b) => b.score - a.score)
-    .slice(0, k);
-}
-
-/** Asserts the k-NN answer is the exact k nearest, nearest first, each scored with its cosine. */
-function assertExactNearest(t: Test, items: readonly { id: string; score: number }[], expected: readonly { id: string; score: number }[], what: string): void {
-  t.same(items.map((item) => item.id), expected.map((item) => item.id), `${what}: the exact nearest, nearest first`);
-  t.ok(
-    items.every((item, position) => Math.abs(item.score - expected[position].score) < 1e-5),
-    `${what}: scored with the exact cosine (${items.map((item) => item.score.toFixed(4)).join(', ')})`,
-  );
 }
 
 const indexDefinition = async (db: Database) =>
