@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { randomUUID } from 'node:crypto';
 import { concepts, facts } from '../../src/search/collections/index.js';
 import { createOpenSearchIndex } from '../../src/search/opensearch.js';
@@ -18,7 +18,8 @@ const SCORE_TOLERANCE = 1e-4;
 
 t.test('OpenSearch with large embedding models', async (t) => {
   const node = await ensureOpenSearch();
-  const open = (label: string, dimensions: number) => {
+  /** An index whose indices go when the subtest `t` ends. */
+  const open = (t: Test, label: string, dimensions: number) => {
     const prefix = uniquePrefix(label);
     const index = createOpenSearchIndex({ node, indexPrefix: prefix, dimensions, refresh: true, requestTimeoutMs: 120_000 });
     t.teardown(async () => {
@@ -30,7 +31,7 @@ t.test('OpenSearch with large embedding models', async (t) => {
 
   t.test('3,072-dimensional facts and concepts (text-embedding-3-large) are indexed and found by k-NN', async (t) => {
     const dimensions = 3072;
-    const index = open('dims-3072', dimensions);
+    const index = open(t, 'dims-3072', dimensions);
     const repositoryId = `repo-${randomUUID()}`;
     const { query, vectors } = gradedVectors(dimensions, 30, 3072);
     const docs = vectors.map((vector, n) => fact(repositoryId, `Fact ${n} of a large model.`, { vector }));
@@ -51,7 +52,7 @@ t.test('OpenSearch with large embedding models', async (t) => {
     // value: 200 of them were one bulk request of about 130 MB, refused with 413 (the node's
     // http.max_content_length is 100 MB), and the projection stopped on it.
     const dimensions = MAX_VECTOR_DIMENSIONS;
-    const index = open('dims-16000', dimensions);
+    const index = open(t, 'dims-16000', dimensions);
     const repositoryId = `repo-${randomUUID()}`;
     const { query, vectors } = gradedVectors(dimensions, 200, 16);
     const docs = vectors.map((vector, n) => fact(repositoryId, `Fact ${n} of the longest vectors.`, { vector }));
