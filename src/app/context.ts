@@ -205,7 +205,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
   const identity = createIdentity(config, { db, store, commands, log, tokens });
   const oauth = createOAuth(config, { db, commands, tokens, identity, clientDocumentFetch: options.clientDocumentFetch });
   const audit = createPermissionAudit({ knex: db.knex, log: log.child({ component: 'audit' }), settings: { retentionDays: config.audit.retention_days } });
-  const repositories = createRepositoryService({ knex: db.knex, commands, defaultPreset: config.default_repository_preset });
+  const repositories = createRepositoryService({ db, commands, defaultPreset: config.default_repository_preset });
   const { runtime, scheduler } = pipeline;
   let relay: Leadership | null = null;
   // Checked once, by checkBootstrap() before serve listens or else by start().

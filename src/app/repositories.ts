@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
+import { withNamedLock } from '../db/namedLock.js';
+import type { Database } from '../db/database.js';
 import { DomainError } from '../domain/decider.js';
 import { checkSlug, repositoryDecider } from '../domain/repository/decider.js';
 import { userDecider } from '../domain/user/decider.js';
@@ -41,8 +42,9 @@ export function slugify(name: string): string {
  * unique by the `slug_reservations` table (service state): a slug is reserved before the event
  * that uses it is appended, and released when the repository is renamed away or deleted.
  */
-export function createRepositoryService(deps: { knex: Knex; commands: CommandBus; defaultPreset: string }) {
-  const { knex, commands } = deps;
+export function createRepositoryService(deps: { db: Database; commands: CommandBus; defaultPreset: string }) {
+  const { commands } = deps;
+  const knex = deps.db.knex;
 
   async function reserveSlug(slug: string, repositoryId: string): Promise<boolean> {
     const inserted = await knex('slug_reservations').insert({ slug, repository_id: repositoryId }).onConflict('slug').ignore().returning('slug');
@@ -95,31 +97,39 @@ export function createRepositoryService(deps: { knex: Knex; commands: CommandBus
       return repositoryId;
     },
 
-    async update(repositoryId: string, change: RepositoryChange, metadata: EventMetadata) {
-      const current = await knex('repositories').where({ id: repositoryId }).first('slug');
-      const newSlug = change.slug !== undefined && change.slug !== current?.slug ? change.slug : undefined;
-      if (newSlug !== undefined) {
-        checkSlug(newSlug);
-        if (!(await reserveSlug(newSlug, repositoryId))) throw new DomainError('conflict', `slug '${newSlug}' is taken`);
-      }
-      try {
-        await commands.execute(
-          streamName('repository', repositoryId),
-          repositoryDecider,
-          {
-            type: 'UpdateRepository',
-            name: change.name,
-            slug: change.slug,
-            description: change.description,
-            acceptedPromptsetHashes: change.accepted_promptset_hashes,
-          },
-          metadata,
-        );
-      } catch (error) {
-        if (newSlug !== undefined) await releaseSlug(newSlug, repositoryId);
-        throw error;
-      }
-      if (newSlug !== undefined && current) await releaseSlug(current.slug, repositoryId);
+    /**
+     * One update of a repository at a time (across processes on a server): each reads the slug it
+     * replaces after the previous one appended. Two renames side by side both read the old slug,
+     * and the one appended first kept its new slug reserved after the other renamed past it,
+     * where no repository could take it again.
+     */
+    update(repositoryId: string, change: RepositoryChange, metadata: EventMetadata) {
+      return withNamedLock(deps.db, `factlog.repository-update.${repositoryId}`, async () => {
+        const current = await knex('repositories').where({ id: repositoryId }).first('slug');
+        const newSlug = change.slug !== undefined && change.slug !== current?.slug ? change.slug : undefined;
+        if (newSlug !== undefined) {
+          checkSlug(newSlug);
+          if (!(await reserveSlug(newSlug, repositoryId))) throw new DomainError('conflict', `slug '${newSlug}' is taken`);
+        }
+        try {
+          await commands.execute(
+            streamName('repository', repositoryId),
+            repositoryDecider,
+            {
+              type: 'UpdateRepository',
+              name: change.name,
+              slug: change.slug,
+              description: change.description,
+              acceptedPromptsetHashes: change.accepted_promptset_hashes,
+            },
+            metadata,
+          );
+        } catch (error) {
+          if (newSlug !== undefined) await releaseSlug(newSlug, repositoryId);
+          throw error;
+        }
+        if (newSlug !== undefined && current) await releaseSlug(current.slug, repositoryId);
+      });
     },
 
     async remove(repositoryId: string, metadata: EventMetadata) {

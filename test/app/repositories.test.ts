@@ -50,3 +50,24 @@ t.test('remove: the repository and its slug are gone', async (t) => {
   await rejectsWith(t, harness.app.repositories.get(owner, { repository: id }), 'not_found');
   t.equal((await harness.app.repositories.create(owner, { name: 'Reborn', slug: 'short-lived' })).slug, 'short-lived', 'the slug is free again');
 });
+
+t.test('renames sent together: the slug left is the only one reserved, the others are free again', async (t) => {
+  const knex = harness.service.context.db.knex;
+  for (let round = 0; round < 3; round++) {
+    const { id } = await harness.app.repositories.create(owner, { name: `Renamed twice ${round}` });
+    owner = await harness.refreshed(owner);
+    const [left, right] = [`left-${round}`, `right-${round}`];
+    const renames = await Promise.allSettled([left, right].map((slug) => harness.app.repositories.update(owner, { repository: id, slug })));
+    t.same(renames.map((rename) => rename.status), ['fulfilled', 'fulfilled'], 'each rename is made, one after the other');
+    const { slug } = await harness.app.repositories.get(owner, { repository: id });
+    t.ok([left, right].includes(slug));
+    t.same(await knex('slug_reservations').where({ repository_id: id }).pluck('slug'), [slug], 'only the slug it has stays reserved');
+    const other = slug === left ? right : left;
+    t.equal((await harness.app.repositories.create(stranger, { name: 'Taker', slug: other })).slug, other, 'the slug renamed past is free');
+    t.equal((await harness.app.repositories.create(stranger, { name: 'Taker', slug: `renamed-twice-${round}` })).slug, `renamed-twice-${round}`, 'and so is the first one');
+
+    const same = await Promise.allSettled([0, 1].map(() => harness.app.repositories.update(owner, { repository: id, slug: `same-${round}` })));
+    t.same(same.map((rename) => rename.status), ['fulfilled', 'fulfilled'], 'the same rename twice: the second finds it made, not a slug taken');
+    t.same(await knex('slug_reservations').where({ repository_id: id }).pluck('slug'), [`same-${round}`]);
+  }
+});
