@@ -8,7 +8,7 @@ import { presentSource } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { invalid } from './errors.js';
-import { sourceCommands } from './sources.js';
+import { sourceCommands, withSourceLock } from './sources.js';
 
 export interface InvestigationChange {
   title?: string;
@@ -63,21 +63,25 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
      */
     async addSource(principal: Principal, input: { repository: string; investigation: string } & InvestigationSourceInput, trace?: Trace) {
       const { repository, investigation } = await target(principal, input, 'investigations:write');
-      let source;
+      let sourceId: string;
       let registered = false;
       if ('source_id' in input) {
-        source = presentSource(await loadSource(knex, repository.id, input.source_id));
+        sourceId = input.source_id;
       } else if ('url' in input || 'doi' in input) {
         const reference = 'url' in input ? { url: input.url } : { doi: input.doi };
         // A source the repository has is taken with investigations:write alone; only a new one needs sources:create.
         const known = await sources.find(repository.id, reference);
         const result = known ? { source: known, created: false } : await sources.add(principal, { repository: repository.id, ...reference }, trace);
-        source = result.source;
+        sourceId = result.source.id;
         registered = result.created;
       } else throw invalid('give one of source_id, url or doi');
-      const liveSources = await liveSourceCount(knex, investigation.id);
-      const result = await execute(investigation.id, { type: 'AddInvestigationSource', sourceId: source.id, liveSources }, commandMetadata(principal, repository.id, trace));
-      return { added: result.events.length > 0, registered, source };
+      // Read and linked while the source cannot be deleted: a source deleted first is not found (404).
+      return withSourceLock(deps.db, sourceId, async () => {
+        const source = presentSource(await loadSource(knex, repository.id, sourceId));
+        const liveSources = await liveSourceCount(knex, investigation.id);
+        const result = await execute(investigation.id, { type: 'AddInvestigationSource', sourceId: source.id, liveSources }, commandMetadata(principal, repository.id, trace));
+        return { added: result.events.length > 0, registered, source };
+      });
     },
 
     /** Removes a source from the investigation; it stays in the repository. */

@@ -75,6 +75,18 @@ function refuseUnreachableHost(url: string, config: AppContext['config']): void 
   }
 }
 
+/**
+ * Runs `work` while no other deletion, retry or investigation link of the source runs (across
+ * processes on a server). Each reads the source and appends on its own stream or another's, so
+ * side by side a retry could record its SourceRetryRequested and then answer 404 for the source
+ * deleted after it, and a link appended after the deletion outlived it in the investigation
+ * (InvestigationSourceAdded on the investigation's stream, after SourceDeleted had cleared the
+ * source's links) while the caller was told it was added.
+ */
+export function withSourceLock<T>(db: AppContext['db'], sourceId: string, work: () => Promise<T>): Promise<T> {
+  return withNamedLock(db, `factlog.source.${sourceId}`, work);
+}
+
 /** Source commands: add by URL, DOI or upload (duplicates of a URL or DOI return the existing source), and retry. */
 export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers'>) {
   const knex = deps.db.knex;
@@ -150,22 +162,24 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
      */
     async retry(principal: Principal, input: { repository: string; source: string }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:write');
-      const source = await loadSource(knex, repository.id, input.source);
-      if (source.status !== 'failed') {
-        const { jobs } = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, limit: 1000 });
-        // A failed task that a later one of its kind took over (the source started over since) stays as it was.
-        const retryable = jobs.filter((job) => (job.state === 'failed' || job.state === 'dead') && !isSuperseded(job, jobs));
-        const nothingToRetry = () => conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
-        if (retryable.length === 0) throw nothingToRetry();
-        // A retry sent beside this one may have re-queued them since they were listed: then it did what this one asks.
-        let requeued = 0;
-        for (const job of retryable) if ((await deps.jobs.retry(job.id)).status === 'requeued') requeued += 1;
-        if (requeued === 0) throw nothingToRetry();
-        deps.wakeWorkers();
-        return presentSource(source);
-      }
-      await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'RetrySource' }, commandMetadata(principal, repository.id, trace));
-      return presentSource(await loadSource(knex, repository.id, input.source));
+      return withSourceLock(deps.db, input.source, async () => {
+        const source = await loadSource(knex, repository.id, input.source);
+        if (source.status !== 'failed') {
+          const { jobs } = await deps.jobs.list({ repositoryId: repository.id, sourceId: input.source, limit: 1000 });
+          // A failed task that a later one of its kind took over (the source started over since) stays as it was.
+          const retryable = jobs.filter((job) => (job.state === 'failed' || job.state === 'dead') && !isSuperseded(job, jobs));
+          const nothingToRetry = () => conflict(`source is ${source.status} and none of its tasks failed: nothing to retry`);
+          if (retryable.length === 0) throw nothingToRetry();
+          // A retry sent beside this one may have re-queued them since they were listed: then it did what this one asks.
+          let requeued = 0;
+          for (const job of retryable) if ((await deps.jobs.retry(job.id)).status === 'requeued') requeued += 1;
+          if (requeued === 0) throw nothingToRetry();
+          deps.wakeWorkers();
+          return presentSource(source);
+        }
+        await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'RetrySource' }, commandMetadata(principal, repository.id, trace));
+        return presentSource(await loadSource(knex, repository.id, input.source));
+      });
     },
 
     /**
@@ -175,11 +189,13 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
      */
     async remove(principal: Principal, input: { repository: string; source: string; reason?: string }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:delete');
-      await loadSource(knex, repository.id, input.source);
       const reason = input.reason?.trim() || undefined;
-      const { write } = await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'DeleteSource', reason }, commandMetadata(principal, repository.id, trace));
-      // Nothing appended: another call deleted it since it was loaded, and a deleted source is not found.
-      if (write === null) throw notFound('source');
+      await withSourceLock(deps.db, input.source, async () => {
+        await loadSource(knex, repository.id, input.source);
+        const { write } = await deps.commands.execute(streamName('source', input.source), sourceDecider, { type: 'DeleteSource', reason }, commandMetadata(principal, repository.id, trace));
+        // Nothing appended: another call deleted it since it was loaded, and a deleted source is not found.
+        if (write === null) throw notFound('source');
+      });
     },
   };
 }

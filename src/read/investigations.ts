@@ -54,8 +54,9 @@ export async function liveSourceCount(knex: Knex, investigationId: string): Prom
 /** Source counts of investigations, in one statement. */
 async function sourceCounts(knex: Knex, investigationIds: readonly string[]): Promise<Map<string, number>> {
   if (investigationIds.length === 0) return new Map();
-  // Live sources only, as the list shows them: a link added as its source was being deleted
-  // (the two on different streams) outlives the deletion's clean-up.
+  // Live sources only, as the list shows them: a link that a release before withSourceLock
+  // (src/app/sources.ts) added as its source was being deleted outlived the deletion's clean-up,
+  // and a log keeps it.
   const rows: Array<{ investigation_id: string; n: number }> = await knex('investigation_sources as i')
     .join('sources', 'sources.id', 'i.source_id')
     .whereIn('i.investigation_id', [...investigationIds])

@@ -172,7 +172,7 @@ t.test('a deleted source: not counted, and not there to remove', async (t) => {
   const source = (await service.call('POST', `/api/v1/repositories/${repoId}/sources`, { token, body: { doi: '10.5555/leaver' } })).body;
   t.equal((await service.call('POST', `${base()}/${investigation.id}/sources`, { token, body: { source_id: source.id } })).status, 201);
   t.equal((await service.call('DELETE', `/api/v1/repositories/${repoId}/sources/${source.id}`, { token })).status, 204);
-  // As when the link is added while the source is being deleted (two streams): the link outlives the clean-up.
+  // As a link added while its source was being deleted left it before the two were made one at a time (a log keeps it).
   const execute = (command: InvestigationCommand) =>
     service.context.commands.execute(`investigation-${investigation.id}`, investigationDecider, command, { repositoryId: repoId, actor: 'test', causationId: null, correlationId: null });
   await execute({ type: 'RemoveInvestigationSource', sourceId: source.id });
@@ -182,4 +182,24 @@ t.test('a deleted source: not counted, and not there to remove', async (t) => {
   t.equal((await service.call('GET', `${base()}/${investigation.id}/sources`, { token })).body.total, 0);
   const removed = await service.call('DELETE', `${base()}/${investigation.id}/sources/${source.id}`, { token });
   t.equal(removed.status, 404, 'a deleted source is not there to remove');
+});
+
+t.test('a source linked while it is deleted: linked before the deletion, or not found; no link is left behind', async (t) => {
+  const investigation = (await service.call('POST', base(), { token, body: { title: 'Raced links' } })).body;
+  const sourcesUrl = `/api/v1/repositories/${repoId}/sources`;
+  for (let round = 0; round < 4; round++) {
+    const source = (await service.call('POST', sourcesUrl, { token, body: { url: `http://127.0.0.1:9/raced-link-${round}` } })).body;
+    const [link, deletion] = await Promise.all([
+      service.call('POST', `${base()}/${investigation.id}/sources`, { token, body: { source_id: source.id } }),
+      service.call('DELETE', `${sourcesUrl}/${source.id}`, { token }),
+    ]);
+    t.equal(deletion.status, 204);
+    const log = await service.context.store.readStreams([`investigation-${investigation.id}`, `source-${source.id}`]);
+    const linkedAt = log.get(`investigation-${investigation.id}`)?.find((event) => event.type === 'InvestigationSourceAdded' && event.data.source_id === source.id)?.globalPosition;
+    const deletedAt = log.get(`source-${source.id}`)?.find((event) => event.type === 'SourceDeleted')?.globalPosition ?? 0;
+    if (link.status === 201) t.ok(linkedAt !== undefined && linkedAt < deletedAt, 'a link answered 201 was made before the deletion');
+    else t.same([link.status, link.body.error, linkedAt], [404, 'not_found', undefined], 'a link answered 404 made nothing');
+    t.same(await service.context.db.knex('investigation_sources').where({ source_id: source.id }).pluck('investigation_id'), [], 'no link outlives the deletion');
+  }
+  t.equal((await service.call('GET', `${base()}/${investigation.id}`, { token })).body.source_count, 0);
 });

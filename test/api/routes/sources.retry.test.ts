@@ -112,3 +112,28 @@ t.test('retries and deletions sent together: one of them acts, the others are to
   t.same(deletions.map((reply) => reply.status).sort(), [204, 404, 404, 404, 404], 'one deletion; the others find the source deleted');
   t.equal((await service.context.store.readStream(`source-${source.id}`)).filter((event) => event.type === 'SourceDeleted').length, 1);
 });
+
+t.test('a retry and a deletion of a failed source sent together: a retry answered 202 was made before the deletion, one answered 404 was not made', async (t) => {
+  const { web, service, token, repoId } = await retryFixture(t, {});
+  const sourceUrl = `/api/v1/repositories/${repoId}/sources`;
+  const sources: Array<{ id: string }> = [];
+  for (let n = 0; n < 4; n++) sources.push((await service.call('POST', sourceUrl, { token, body: { url: `${web.baseUrl}/missing-${n}` } })).body);
+  await waitForPipeline(service, repoId, token);
+  const raced = await Promise.all(
+    sources.map(async (source) => {
+      const [retry, deletion] = await Promise.all([
+        service.call('POST', `${sourceUrl}/${source.id}/retry`, { token }),
+        service.call('DELETE', `${sourceUrl}/${source.id}`, { token }),
+      ]);
+      return { source, retry, deletion };
+    }),
+  );
+  for (const { source, retry, deletion } of raced) {
+    t.equal(deletion.status, 204, 'the deletion is made either way');
+    const types = (await service.context.store.readStream(`source-${source.id}`)).map((event) => event.type);
+    const retried = types.indexOf('SourceRetryRequested');
+    if (retry.status === 202) t.ok(retried !== -1 && retried < types.indexOf('SourceDeleted'), 'a retry answered 202 was recorded before the deletion');
+    else t.same([retry.status, retry.body.error, retried], [404, 'not_found', -1], 'a retry answered 404 recorded nothing');
+    t.equal((await service.call('GET', `${sourceUrl}/${source.id}`, { token })).status, 404);
+  }
+});
