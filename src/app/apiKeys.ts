@@ -5,11 +5,13 @@ import { hashToken, newOpaqueToken, OPAQUE_TOKEN_PREFIX } from '../auth/tokens.j
 import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/types.js';
 import { apiKeyDecider, newApiKey } from '../domain/apiKey/decider.js';
+import { withNamedLock } from '../db/namedLock.js';
 import { streamName } from '../eventstore/envelope.js';
 import { isoDate, jsonColumn } from '../read/present.js';
 import { authorizeSystem, commandMetadata, findRepository, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { conflict, forbidden, invalid } from './errors.js';
+import { apiKeyAccessLock } from './repositoryFence.js';
 
 export interface CreateApiKeyInput {
   name: string;
@@ -149,14 +151,20 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
       return { ...presentApiKey(row), key: raw };
     },
 
-    /** Revokes one of the caller's keys at once; another user's key is `not_found`. */
+    /**
+     * Revokes one of the caller's keys at once; another user's key is `not_found`. The key's lock is
+     * held alone until the read model has the revocation, so a command made with the key meanwhile
+     * lands first or is refused (src/app/repositoryFence.ts).
+     */
     async revokeApiKey(principal: Principal, input: { keyId: string }, trace?: Trace) {
       requireSession(principal);
-      await deps.commands.execute(
-        streamName('apikey', input.keyId),
-        apiKeyDecider,
-        { type: 'RevokeApiKey', requestedBy: principal.userId, reason: 'deleted by its owner' },
-        commandMetadata(principal, null, trace),
+      await withNamedLock(deps.db, apiKeyAccessLock(input.keyId), () =>
+        deps.commands.execute(
+          streamName('apikey', input.keyId),
+          apiKeyDecider,
+          { type: 'RevokeApiKey', requestedBy: principal.userId, reason: 'deleted by its owner' },
+          commandMetadata(principal, null, trace),
+        ),
       );
     },
   };

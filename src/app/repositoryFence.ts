@@ -20,7 +20,10 @@ import { forbidden } from './errors.js';
  * deleted) holds it alone. A change that committed first is then seen by the check; one that
  * comes later waits for the commands already appending. The lock is per repository, in this
  * process and across the processes of a server (src/db/namedLock.ts); a sysadmin's rights come
- * from the system domain, whose own lock fences them the same way (SYSTEM_ACCESS_LOCK).
+ * from the system domain, whose own lock fences them the same way (SYSTEM_ACCESS_LOCK). A call
+ * made with an API key also holds the key's lock shared and checks that the key is not revoked,
+ * since its revocation (src/app/apiKeys.ts) holds that lock alone until its read model has it:
+ * a write sent with the key beside its revocation either lands first or is refused.
  */
 export interface RepositoryFence {
   run<T>(metadata: EventMetadata, access: 'acts' | 'changes', work: () => Promise<T>): Promise<T>;
@@ -40,6 +43,9 @@ export interface GrantedPermission {
  */
 const SYSTEM_ACCESS_LOCK = 'factlog.repository-access.system';
 
+/** The lock of an API key's use: commands made with the key hold it shared, its revocation alone (apiKeyAccessLock, innermost of the three). */
+export const apiKeyAccessLock = (keyId: string) => `factlog.api-key-access.${keyId}`;
+
 /** Whether a permission in the repository comes to the caller through a role of the system domain (a sysadmin's). */
 function grantedBySystemRole(grant: GrantedPermission): boolean {
   const systemRoles = grant.principal.assignments.filter((assignment) => assignment.domain === SYSTEM_DOMAIN);
@@ -57,19 +63,25 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
       const granted = (currentCall()?.granted ?? []).filter((grant) => grant.domain === domain && grant.principal.userId === metadata.actor);
       // Commands of the pipeline, and of calls that act through no permission in the repository (creating it), have nothing to re-check.
       if (access === 'acts' && granted.length === 0) return work();
+      const credential = granted[0]?.principal.credential;
+      const keyId = credential?.kind === 'api_key' ? credential.id : null;
+      const checked = async () => {
+        if (granted.length > 0) {
+          await findRepository(knex, repositoryId);
+          const assignments = await deps.roleAssignments(granted[0].principal.userId);
+          for (const grant of granted) {
+            if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
+          }
+          if (keyId !== null && (await knex('api_keys').where({ id: keyId }).whereNull('revoked_at').first('id')) === undefined) {
+            throw forbidden('permission denied: the API key was revoked');
+          }
+        }
+        return work();
+      };
       const fenced = () => withNamedLock(
         deps.db,
         `factlog.repository-access.${repositoryId}`,
-        async () => {
-          if (granted.length > 0) {
-            await findRepository(knex, repositoryId);
-            const assignments = await deps.roleAssignments(granted[0].principal.userId);
-            for (const grant of granted) {
-              if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
-            }
-          }
-          return work();
-        },
+        keyId === null ? checked : () => withNamedLock(deps.db, apiKeyAccessLock(keyId), checked, 'shared'),
         access === 'acts' ? 'shared' : 'exclusive',
       );
       return access === 'acts' && granted.some(grantedBySystemRole) ? withNamedLock(deps.db, SYSTEM_ACCESS_LOCK, fenced, 'shared') : fenced();

@@ -174,3 +174,24 @@ t.test('api_keys.max_per_user caps the live keys of one user; a revoked key free
   t.equal((await createKey(carol.token, { name: 'key 5', scopes: ['repositories:create'] })).status, 201);
   t.equal((await service.call('GET', '/api/v1/users/me/api-keys', { token: carol.token })).body.api_keys.length, 3);
 });
+
+t.test('writes sent with a key beside its revocation: each lands before the revocation or is refused, with nothing written', async (t) => {
+  const dave = await registerUser(service, 'dave@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: dave.token, body: { name: 'Revoked while used' } })).body.id;
+  for (let round = 0; round < 3; round++) {
+    const key = (await createKey(dave.token, { name: `racing ${round}`, scopes: ['investigations:create'] })).body;
+    const writes = [0, 1, 2, 3].map((n) =>
+      service.call('POST', `/api/v1/repositories/${repository}/investigations`, { token: key.key, body: { title: `raced ${round}` }, headers: { 'x-request-id': `raced-${round}-${n}` } }),
+    );
+    const [revoked, ...answers] = await Promise.all([service.call('DELETE', `/api/v1/users/me/api-keys/${key.id}`, { token: dave.token }), ...writes]);
+    t.equal(revoked.status, 204);
+    const log = await service.context.store.readAll({ types: ['InvestigationCreated', 'ApiKeyRevoked'], limit: 10_000 });
+    const revokedAt = log.find((event) => event.streamId === `apikey-${key.id}`)?.globalPosition ?? 0;
+    answers.forEach((answer, n) => {
+      const written = log.find((event) => event.correlationId === `raced-${round}-${n}`);
+      if (answer.status === 201) t.ok(written !== undefined && written.globalPosition < revokedAt, 'a write answered 201 landed before the revocation');
+      else t.same([answer.status === 401 || answer.status === 403, written], [true, undefined], `a write refused (${answer.status} ${answer.body.message}) wrote nothing`);
+    });
+    t.equal((await service.call('GET', `/api/v1/repositories/${repository}/investigations`, { token: key.key })).status, 401);
+  }
+});
