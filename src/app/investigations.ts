@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { DomainError } from '../domain/decider.js';
 import { investigationDecider, type InvestigationCommand } from '../domain/investigation/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { Principal } from '../auth/rbac.js';
@@ -54,7 +55,9 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
     /** Deletes the investigation; its sources stay in the repository. */
     async remove(principal: Principal, input: { repository: string; investigation: string }, trace?: Trace) {
       const { repository, investigation } = await target(principal, input, 'investigations:delete');
-      await execute(investigation.id, { type: 'DeleteInvestigation' }, commandMetadata(principal, repository.id, trace));
+      const { write } = await execute(investigation.id, { type: 'DeleteInvestigation' }, commandMetadata(principal, repository.id, trace));
+      // Nothing appended: a deletion sent beside this one deleted it since it was loaded, as a later one would find it.
+      if (write === null) throw new DomainError('gone', 'investigation was deleted');
     },
 
     /**

@@ -10,7 +10,7 @@ import { streamName } from '../eventstore/envelope.js';
 import { answeredReport, childIdsOf, loadReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { invalid } from './errors.js';
+import { invalid, notFound } from './errors.js';
 import { uploadedMediaType, type UploadedContent, type UploadKinds } from './sources.js';
 
 /** The UTF-8 byte-order mark an uploaded report may start with; it is not kept. */
@@ -244,12 +244,14 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       await loadReport(knex, repository.id, input.report);
       await inReportTree(repository.id, async () => {
         const children = await childIdsOf(knex, repository.id, input.report);
-        await deps.commands.execute(
+        const { write } = await deps.commands.execute(
           streamName('report', input.report),
           reportDecider,
           { type: 'DeleteReport', childCount: children.length },
           commandMetadata(principal, repository.id, trace),
         );
+        // Nothing appended: a deletion sent beside this one deleted it since it was loaded, and a deleted report is not found.
+        if (write === null) throw notFound('report');
       });
     },
 

@@ -203,3 +203,14 @@ t.test('a source linked while it is deleted: linked before the deletion, or not 
   }
   t.equal((await service.call('GET', `${base()}/${investigation.id}`, { token })).body.source_count, 0);
 });
+
+t.test('deletions of one investigation sent together: one deletes it, the others find it deleted', async (t) => {
+  for (let round = 0; round < 3; round++) {
+    const investigation = (await service.call('POST', base(), { token, body: { title: `Deleted thrice ${round}` } })).body;
+    const deletions = await Promise.all([0, 1, 2].map(() => service.call('DELETE', `${base()}/${investigation.id}`, { token })));
+    t.same(deletions.map((reply) => reply.status).sort(), [204, 404, 404], 'as a deletion sent after it would');
+    t.same(deletions.filter((reply) => reply.status === 404).map((reply) => reply.body.message), ['investigation was deleted', 'investigation was deleted']);
+    const deleted = (await service.context.store.readStream(`investigation-${investigation.id}`)).filter((event) => event.type === 'InvestigationDeleted');
+    t.equal(deleted.length, 1, 'one deletion recorded');
+  }
+});

@@ -260,3 +260,14 @@ t.test('the OpenAPI document describes the report routes', async (t) => {
   t.ok(paths['/api/v1/repositories/{repoID}/reports'].post.responses['413'], 'the size limit is documented');
   t.same(Object.keys(paths['/api/v1/repositories/{repoID}/reports/{reportID}']).sort(), ['delete', 'get', 'put']);
 });
+
+t.test('deletions of one report sent together: one deletes it, the others find it deleted', async (t) => {
+  for (let round = 0; round < 3; round++) {
+    const report = (await service.call('POST', url(), { token, body: { title: `Deleted thrice ${round}`, text: 'Soon gone.' } })).body;
+    const deletions = await Promise.all([0, 1, 2].map(() => service.call('DELETE', url(`/${report.id}`), { token })));
+    t.same(deletions.map((reply) => reply.status).sort(), [204, 404, 404], 'as a deletion sent after it would');
+    t.same(deletions.filter((reply) => reply.status === 404).map((reply) => reply.body.error), ['not_found', 'not_found']);
+    const deleted = (await service.context.store.readStream(`report-${report.id}`)).filter((event) => event.type === 'ReportDeleted');
+    t.equal(deleted.length, 1, 'one deletion recorded');
+  }
+});
