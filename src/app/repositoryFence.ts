@@ -43,7 +43,7 @@ export interface GrantedPermission {
  */
 const SYSTEM_ACCESS_LOCK = 'factlog.repository-access.system';
 
-/** The lock of an API key's use: commands made with the key hold it shared, its revocation alone (apiKeyAccessLock, innermost of the three). */
+/** The lock of an API key's use: commands made with the key hold it shared, its revocation alone. Taken last (system, repository, key), so the order is one. */
 export const apiKeyAccessLock = (keyId: string) => `factlog.api-key-access.${keyId}`;
 
 /** Whether a permission in the repository comes to the caller through a role of the system domain (a sysadmin's). */
