@@ -42,8 +42,10 @@ export type Fault =
 export interface OpenAIServerOptions {
   /** Replaces the default chat answer: the object returned becomes the message content (JSON). */
   chat?: (parsedInput: Record<string, unknown>, phase: ChatPhase) => unknown;
-  /** Replaces the default embeddings. */
-  embed?: (texts: string[]) => number[][] | Promise<number[][]>;
+  /** Replaces the default embeddings; `request` is the whole body (a server honouring `dimensions` reads it). */
+  embed?: (texts: string[], request: Record<string, unknown>) => number[][] | Promise<number[][]>;
+  /** Answer an embeddings request carrying `dimensions` with 400, as OpenAI does for text-embedding-ada-002. */
+  refuseDimensions?: boolean;
   /** Faults queued from the start, per path. */
   faults?: Partial<Record<OpenAIPath, Fault[]>>;
   /** Require this bearer token (401 otherwise). */
@@ -240,7 +242,10 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
   const answerEmbeddings = async (body: Record<string, unknown>, fault: Fault | undefined): Promise<{ status: number; body: unknown }> => {
     const input = body.input;
     const texts = typeof input === 'string' ? [input] : (input as string[]);
-    let vectors = options.embed ? await options.embed(texts) : await defaultLocalModels().embedder.embed(texts);
+    if (options.refuseDimensions && body.dimensions !== undefined) {
+      return { status: 400, body: { error: { message: 'This model does not support specifying dimensions.', type: 'invalid_request_error', param: null, code: null } } };
+    }
+    let vectors = options.embed ? await options.embed(texts, body) : await defaultLocalModels().embedder.embed(texts);
     if (fault && 'wrongDimensions' in fault) vectors = vectors.map(() => new Array<number>(fault.wrongDimensions).fill(0.5));
     let data = vectors.map((embedding, index) => ({ object: 'embedding', index, embedding }));
     if (fault && 'reversed' in fault) data = data.reverse();

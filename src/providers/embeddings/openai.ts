@@ -22,8 +22,14 @@ import { chunked } from '../../util/chunked.js';
  *   ModelCallError hands the job back to the runtime. A 429 does not use up an attempt;
  * - timeouts, 5xx, connection errors: retried up to `providers.llm_retry.max_attempts`, then
  *   transient; a malformed reply likewise, then permanent;
- * - 400/401/403/404/422, and a vector whose length is not `dimensions`: permanent at once
- *   (the configuration is wrong: retrying cannot help).
+ * - 400/401/403/404/422: permanent at once (the configuration is wrong: retrying cannot help).
+ *
+ * Vector length: requests carry no `dimensions` field at first, since older models
+ * (text-embedding-ada-002) and some compatible servers refuse it with a 400. A reply longer than
+ * `dimensions` is asked for again once with `dimensions` set (text-embedding-3 models shorten
+ * their vectors so); if that reply has the configured length, every later request of this
+ * embedder carries the field. A refusal (4xx), a reply still of another length, or a reply
+ * shorter than `dimensions` (no API lengthens vectors) is permanent.
  */
 
 export interface OpenAIEmbedderOptions {
@@ -56,8 +62,22 @@ function placeholderVector(dimensions: number): number[] {
   return vector;
 }
 
-/** The reply's vectors in input order, or an OutputValidationError / permanent ModelCallError. */
-function vectorsOf(reply: unknown, count: number, dimensions: number, model: string): number[][] {
+/** The reply's vectors are not `dimensions` long: what that means depends on the request (embedBatch). */
+class LengthMismatch extends Error {
+  override readonly name = 'LengthMismatch';
+  constructor(readonly returned: number) {
+    super(`the embeddings reply holds ${returned}-dimensional vectors`);
+  }
+}
+
+/** A 4xx answer to a request carrying `dimensions`, other than a timeout or a rate limit: the field was refused. */
+function isRefusal(error: unknown): error is ProviderHttpError {
+  const status = error instanceof ProviderHttpError ? (error.status ?? 0) : 0;
+  return status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
+
+/** The reply's vectors in input order, or an OutputValidationError / LengthMismatch. */
+function vectorsOf(reply: unknown, count: number, dimensions: number): number[][] {
   const data = (reply as { data?: unknown })?.data;
   if (!Array.isArray(data) || data.length !== count) {
     throw new OutputValidationError(`the embeddings reply holds ${Array.isArray(data) ? data.length : 'no'} vectors for ${count} inputs`);
@@ -73,12 +93,7 @@ function vectorsOf(reply: unknown, count: number, dimensions: number, model: str
     if (!Array.isArray(embedding) || !embedding.every((value) => typeof value === 'number' && Number.isFinite(value))) {
       throw new OutputValidationError(`the embeddings reply's vector ${slot} is not a list of numbers`);
     }
-    if (embedding.length !== dimensions) {
-      throw new ModelCallError(
-        `embedding model ${model} returned ${embedding.length}-dimensional vectors; providers.embeddings.dimensions is ${dimensions}`,
-        true,
-      );
-    }
+    if (embedding.length !== dimensions) throw new LengthMismatch(embedding.length);
     vectors[slot] = embedding.every((value) => value === 0) ? placeholderVector(dimensions) : (embedding as number[]);
   });
   return vectors as number[][];
@@ -92,21 +107,53 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
   const random = options.random ?? Math.random;
   const { retry, dimensions, model } = options;
   const attempts = Math.max(1, Math.floor(retry.maxAttempts));
+  /** Set once a reply to a request carrying `dimensions` had that length: later requests carry it from the start. */
+  let sendDimensions = false;
+
+  /** Permanent: the model's vectors cannot be had at the configured length. */
+  const lengthError = (returned: number, why: string, status?: number) =>
+    new ModelCallError(`embedding model ${model} returned ${returned}-dimensional vectors; providers.embeddings.dimensions is ${dimensions}: ${why}`, true, status);
+  const cannotShorten = (nativeLength: number) =>
+    `the model cannot return providers.embeddings.dimensions values (set it to the model's length, ${nativeLength})`;
 
   async function embedBatch(texts: string[], budget: { waitedMs: number }, jobSignal?: AbortSignal): Promise<number[][]> {
     let failures = 0;
     let rateLimits = 0;
+    /** The length of this batch's vectors without `dimensions`, once a reply was longer: it is now asking with the field. */
+    let nativeLength: number | undefined;
     for (;;) {
       jobSignal?.throwIfAborted();
+      const withDimensions = sendDimensions || nativeLength !== undefined;
+      const body = withDimensions ? { model, input: texts, encoding_format: 'float', dimensions } : { model, input: texts, encoding_format: 'float' };
       try {
-        const reply = await runWithDeadline(
-          (signal) => postJson(fetchImpl, url, options.apiKey, { model, input: texts, encoding_format: 'float' }, signal),
-          retry.perCallTimeoutMs,
-          jobSignal,
-        );
-        return vectorsOf(reply, texts.length, dimensions, model);
+        const reply = await runWithDeadline((signal) => postJson(fetchImpl, url, options.apiKey, body, signal), retry.perCallTimeoutMs, jobSignal);
+        const vectors = vectorsOf(reply, texts.length, dimensions);
+        if (withDimensions) sendDimensions = true;
+        return vectors;
       } catch (error) {
         if (jobSignal?.aborted) throw jobSignal.reason;
+        if (error instanceof LengthMismatch) {
+          if (!withDimensions && error.returned > dimensions) {
+            // Not a failure: the same request with `dimensions`, at once and without using an attempt.
+            nativeLength = error.returned;
+            continue;
+          }
+          if (!withDimensions) {
+            throw lengthError(error.returned, `a model's vectors cannot be lengthened (set it to the model's length, ${error.returned})`);
+          }
+          throw lengthError(
+            nativeLength ?? error.returned,
+            `asked for ${dimensions} with the request's dimensions field, it returned ${error.returned}; ` +
+              (nativeLength === undefined ? 'the model cannot return providers.embeddings.dimensions values' : cannotShorten(nativeLength)),
+          );
+        }
+        if (nativeLength !== undefined && isRefusal(error)) {
+          throw lengthError(
+            nativeLength,
+            `asked for ${dimensions} with the request's dimensions field, it was refused (${describeError(error)}); ${cannotShorten(nativeLength)}`,
+            error.status,
+          );
+        }
         if (error instanceof ModelCallError && error.permanent) throw error;
         let delayMs: number;
         const rateLimited = error instanceof ProviderHttpError && error.status === 429;

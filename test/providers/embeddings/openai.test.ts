@@ -94,13 +94,66 @@ t.test('a provider that keeps failing: transient after max_attempts; malformed: 
   t.equal(server.requests.embeddings, 6);
 });
 
-t.test('wrong-dimension vectors are a permanent error at once', async (t) => {
-  const { server, embedder } = await setup(t);
-  server.queueFault('embeddings', { wrongDimensions: 7 });
+/** A model whose own vectors are 6 long (as text-embedding-3-large's are 3,072): the fingerprint and two more numbers. */
+const nativeVector = (text: string) => [...fingerprint(text), 7, 8];
+/** Shortens to the request's `dimensions` when it has one, as text-embedding-3 models do. */
+const honouring = (texts: string[], request: Record<string, unknown>) =>
+  texts.map((text) => (typeof request.dimensions === 'number' ? nativeVector(text).slice(0, request.dimensions) : nativeVector(text)));
+const ignoring = (texts: string[]) => texts.map(nativeVector);
+const sentDimensions = (server: { bodies: Array<{ body: Record<string, unknown> }> }) => server.bodies.map((request) => request.body.dimensions);
+
+t.test('vectors longer than configured: asked again once with dimensions, which later requests then carry', async (t) => {
+  const { server, embedder } = await setup(t, { embed: honouring }, { batchSize: 2, retry: { ...FAST_RETRY, maxAttempts: 1 } });
+  const input = texts(3);
+  t.same(await embedder.embed(input), input.map(fingerprint), 'the configured length, with max_attempts 1: asking again is not a failed attempt');
+  t.same(sentDimensions(server), [undefined, DIMENSIONS, DIMENSIONS], 'first batch: without, then with; second batch: with from the start');
+  t.same(await embedder.embed(['one']), [fingerprint('one')]);
+  t.same(sentDimensions(server), [undefined, DIMENSIONS, DIMENSIONS, DIMENSIONS], 'a later call carries it from the start');
+
+  const { server: fresh, embedder: another } = await setup(t, { embed: honouring });
+  await another.embed(['one']);
+  t.same(sentDimensions(fresh), [undefined, DIMENSIONS], 'remembered per embedder: a new one asks first without');
+});
+
+t.test('the request with dimensions keeps the retry behaviour: a 500 is retried with the field', async (t) => {
+  const { server, embedder } = await setup(t, { embed: honouring });
+  server.queueFault('embeddings', { pass: true }, { status: 500 }, { status: 429, retryAfter: 0 });
+  t.same(await embedder.embed(['one']), [fingerprint('one')]);
+  t.same(sentDimensions(server), [undefined, DIMENSIONS, DIMENSIONS, DIMENSIONS]);
+});
+
+t.test('a server that refuses dimensions: permanent, naming the model and both lengths', async (t) => {
+  const { server, embedder } = await setup(t, { embed: ignoring, refuseDimensions: true });
   const error = await modelErrorOf(embedder.embed(['one', 'two']));
   t.equal(error.permanent, true);
-  t.match(error.message, /returned 7-dimensional vectors; providers\.embeddings\.dimensions is 4/);
-  t.equal(server.requests.embeddings, 1);
+  t.equal(error.status, 400);
+  t.match(error.message, /^embedding model text-embedding-test returned 6-dimensional vectors; providers\.embeddings\.dimensions is 4: /);
+  t.match(error.message, /asked for 4 with the request's dimensions field, it was refused \(.*HTTP 400: This model does not support specifying dimensions\.\)/);
+  t.match(error.message, /the model cannot return providers\.embeddings\.dimensions values \(set it to the model's length, 6\)/);
+  t.same(sentDimensions(server), [undefined, DIMENSIONS], 'asked once, not retried');
+
+  await modelErrorOf(embedder.embed(['three']));
+  t.same(sentDimensions(server), [undefined, DIMENSIONS, undefined, DIMENSIONS], 'a refusal is not remembered as acceptance');
+});
+
+t.test('a server that ignores dimensions: permanent after the one request with it', async (t) => {
+  const { server, embedder } = await setup(t, { embed: ignoring });
+  const error = await modelErrorOf(embedder.embed(['one', 'two']));
+  t.equal(error.permanent, true);
+  t.match(
+    error.message,
+    /^embedding model text-embedding-test returned 6-dimensional vectors; providers\.embeddings\.dimensions is 4: asked for 4 with the request's dimensions field, it returned 6; the model cannot return providers\.embeddings\.dimensions values \(set it to the model's length, 6\)$/,
+  );
+  t.same(sentDimensions(server), [undefined, DIMENSIONS]);
+});
+
+t.test('vectors shorter than configured are a permanent error at once', async (t) => {
+  const { server, embedder } = await setup(t);
+  server.queueFault('embeddings', { wrongDimensions: 3 });
+  const error = await modelErrorOf(embedder.embed(['one', 'two']));
+  t.equal(error.permanent, true);
+  t.match(error.message, /^embedding model text-embedding-test returned 3-dimensional vectors; providers\.embeddings\.dimensions is 4: a model's vectors cannot be lengthened \(set it to the model's length, 3\)$/);
+  t.same(sentDimensions(server), [undefined], 'no request with dimensions: no API lengthens vectors');
 });
 
 t.test('401 is permanent', async (t) => {
