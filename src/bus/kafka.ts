@@ -1,4 +1,4 @@
-import {
+import kafkajs, {
   Kafka,
   Partitioners,
   logLevel as KafkaLogLevel,
@@ -12,6 +12,8 @@ import {
   type Producer,
 } from 'kafkajs';
 import type { Knex } from 'knex';
+// Node's reading of kafkajs' CommonJS exports stops before these two: take them from the module object.
+const { ConfigResourceTypes, ConfigSource } = kafkajs;
 import { type Database, migrateUnderLock } from '../db/database.js';
 import { streamCategories, type RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
@@ -30,8 +32,81 @@ export interface KafkaOptions {
   partitions: number;
   /** Replicas of each partition; at most the number of brokers. */
   replicationFactor: number;
-  /** Topic-level configs set at creation (e.g. `{ 'retention.ms': '-1' }`); broker defaults otherwise. */
+  /**
+   * Topic-level configs set at creation (e.g. `{ 'retention.ms': '-1' }`); broker defaults otherwise,
+   * but for `max.message.bytes`, TOPIC_MAX_MESSAGE_BYTES unless set here.
+   */
   topicConfig?: Readonly<Record<string, string>>;
+}
+
+/**
+ * `max.message.bytes` of the topics the service creates, and raises existing ones to. The broker
+ * default (about 1 MB) refused a `FactsEmbedded` of 130 facts at 1,536 dimensions, and the relay
+ * then stopped at it. The event store sets no size of its own, so the bound is what Kafka can carry:
+ * a produce request must fit the broker's `socket.request.max.bytes` (100 MiB by default) with its
+ * framing; 64 MiB is a FactsEmbedded of about 8,000 facts at 1,536 dimensions (750 at 16,000).
+ */
+export const TOPIC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Bytes of events one produce request of the relay carries at most (one larger event goes alone).
+ * kafkajs puts a partition's messages in one record batch, which `max.message.bytes` bounds as a
+ * whole: 500 events of 5 KB were refused on a 1 MB topic. Cutting well below the 100 MiB
+ * `socket.request.max.bytes` also keeps a request's memory small.
+ */
+export const PRODUCE_MAX_BYTES = 16 * 1024 * 1024;
+
+/** Record batch framing (61 bytes and the request's own headers), left out of a request's budget. */
+const BATCH_OVERHEAD_BYTES = 1024;
+
+/** The `max.message.bytes` the service wants on its topics: the configured one, else TOPIC_MAX_MESSAGE_BYTES. */
+export function wantedMaxMessageBytes(options: Pick<KafkaOptions, 'topicConfig'>): number {
+  const configured = options.topicConfig?.['max.message.bytes'];
+  return configured === undefined ? TOPIC_MAX_MESSAGE_BYTES : Number(configured);
+}
+
+/** A message's bytes on the wire, near enough: key, value, headers and the record's framing. */
+function messageBytes(message: Message): number {
+  const length = (value: Buffer | string | null | undefined): number =>
+    value === null || value === undefined ? 0 : typeof value === 'string' ? Buffer.byteLength(value) : value.length;
+  let bytes = 64 + length(message.key) + length(message.value);
+  for (const [name, value] of Object.entries(message.headers ?? {})) {
+    for (const item of Array.isArray(value) ? value : [value]) bytes += Buffer.byteLength(name) + length(item as Buffer | string | undefined);
+  }
+  return bytes;
+}
+
+/**
+ * `entries` in consecutive batches of at most `maxBytes` by messageBytes (an entry larger than
+ * that alone in its batch), as bulkBatches cuts OpenSearch bulk requests.
+ */
+export function produceBatches<T extends { message: Message }>(entries: readonly T[], maxBytes: number): T[][] {
+  const batches: T[][] = [];
+  let batch: T[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const size = messageBytes(entry.message);
+    if (batch.length > 0 && bytes + size > maxBytes) {
+      batches.push(batch);
+      batch = [];
+      bytes = 0;
+    }
+    batch.push(entry);
+    bytes += size;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
+}
+
+/** Whether kafkajs reports the broker's MESSAGE_TOO_LARGE (a record batch past `max.message.bytes`). */
+function isTooLarge(error: unknown): boolean {
+  for (let cause: unknown = error, depth = 0; typeof cause === 'object' && cause !== null && depth < 5; depth++) {
+    const candidate = cause as { type?: unknown; cause?: unknown; originalError?: unknown; errors?: unknown };
+    if (candidate.type === 'MESSAGE_TOO_LARGE') return true;
+    if (Array.isArray(candidate.errors) && candidate.errors.some((inner) => isTooLarge(inner))) return true;
+    cause = candidate.originalError ?? candidate.cause;
+  }
+  return false;
 }
 
 /** Header names a dead letter carries besides the original message's headers. */
@@ -84,6 +159,10 @@ export function validateKafkaOptions(options: KafkaOptions): void {
   if (!Number.isInteger(options.replicationFactor) || options.replicationFactor < 1) {
     throw new RangeError(`kafka replicationFactor must be an integer >= 1, is ${String(options.replicationFactor)}`);
   }
+  const maxMessageBytes = options.topicConfig?.['max.message.bytes'];
+  if (maxMessageBytes !== undefined && !/^[1-9]\d{0,9}$/.test(maxMessageBytes)) {
+    throw new RangeError(`kafka topicConfig max.message.bytes must be a positive integer, is ${JSON.stringify(maxMessageBytes)}`);
+  }
 }
 
 /** kafkajs's notices of a group rebalancing: a heartbeat or fetch answered REBALANCE_IN_PROGRESS, the consumer rejoining. */
@@ -115,14 +194,15 @@ function createKafkaClient(options: KafkaOptions, log: BusLogger, role: string):
 
 /**
  * Creates the missing topics among `topics` with the configured partitions and replication,
- * and remembers them in `known`. A topic that exists with another partition count is left alone
- * (adding partitions would move keys and break per-stream order) and reported.
+ * and remembers them in `known` with their `max.message.bytes` (null: unknown). A topic that
+ * exists with another partition count is left alone (adding partitions would move keys and break
+ * per-stream order) and reported; one with a smaller `max.message.bytes` is raised (raiseMaxMessageBytes).
  */
 async function ensureTopics(
   admin: Admin,
   options: KafkaOptions,
   topics: readonly string[],
-  known: Set<string>,
+  known: Map<string, number | null>,
   log: BusLogger,
 ): Promise<void> {
   const wanted = [...new Set(topics)].filter((topic) => !known.has(topic));
@@ -130,7 +210,9 @@ async function ensureTopics(
   const existing = new Set(await admin.listTopics());
   const missing = wanted.filter((topic) => !existing.has(topic));
   if (missing.length > 0) {
-    const configEntries = Object.entries(options.topicConfig ?? {}).map(([name, value]) => ({ name, value }));
+    const configEntries = Object.entries({ 'max.message.bytes': String(wantedMaxMessageBytes(options)), ...options.topicConfig }).map(
+      ([name, value]) => ({ name, value }),
+    );
     await admin.createTopics({
       // kafkajs' own wait gives up when a broker does not know the new topic yet: wait below instead.
       waitForLeaders: false,
@@ -159,7 +241,55 @@ async function ensureTopics(
       }
     }
   }
-  for (const topic of wanted) known.add(topic);
+  const limits = present.length > 0 ? await raiseMaxMessageBytes(admin, options, present, log) : new Map<string, number | null>();
+  for (const topic of wanted) known.set(topic, limits.get(topic) ?? (existing.has(topic) ? null : wantedMaxMessageBytes(options)));
+}
+
+/**
+ * Raises `max.message.bytes` of existing `topics` below the wanted bound (topics created before
+ * the service set it have the broker's 1 MB); returns each topic's limit afterwards (null: unknown).
+ * kafkajs has only the legacy AlterConfigs, which replaces all of a topic's own settings: the
+ * ones it has are sent again with it. When that is refused (no ALTER_CONFIGS permission), the
+ * error says which topic and setting to raise, and events above the limit are logged when refused.
+ */
+async function raiseMaxMessageBytes(admin: Admin, options: KafkaOptions, topics: readonly string[], log: BusLogger): Promise<Map<string, number | null>> {
+  const wanted = wantedMaxMessageBytes(options);
+  const limits = new Map<string, number | null>();
+  let described;
+  try {
+    described = await withAdminRetries(() =>
+      admin.describeConfigs({ includeSynonyms: false, resources: topics.map((name) => ({ type: ConfigResourceTypes.TOPIC, name })) }),
+    );
+  } catch (error) {
+    log.warn({ topics, error: errorMessage(error) }, 'kafka topic configs could not be read; max.message.bytes left as it is');
+    return limits;
+  }
+  for (const resource of described.resources) {
+    const topic = resource.resourceName;
+    const current = resource.configEntries.find((entry) => entry.configName === 'max.message.bytes');
+    const currentBytes = current ? Number(current.configValue) : null;
+    limits.set(topic, currentBytes);
+    if (currentBytes === null || currentBytes >= wanted) continue;
+    const own = resource.configEntries
+      .filter((entry) => entry.configSource === ConfigSource.TOPIC_CONFIG && entry.configName !== 'max.message.bytes' && !entry.isSensitive)
+      .map((entry) => ({ name: entry.configName, value: entry.configValue }));
+    try {
+      await withAdminRetries(() =>
+        admin.alterConfigs({
+          validateOnly: false,
+          resources: [{ type: ConfigResourceTypes.TOPIC, name: topic, configEntries: [...own, { name: 'max.message.bytes', value: String(wanted) }] }],
+        }),
+      );
+      limits.set(topic, wanted);
+      log.info({ topic, from: currentBytes, to: wanted }, 'kafka topic max.message.bytes raised');
+    } catch (error) {
+      log.error(
+        { topic, maxMessageBytes: currentBytes, wanted, error: errorMessage(error) },
+        `kafka topic ${topic} has max.message.bytes ${currentBytes} and could not be raised to ${wanted}: events larger than that are refused until an operator raises it`,
+      );
+    }
+  }
+  return limits;
 }
 
 /** Whether kafkajs marks the error as one a retry may get past (a leader moving, a topic just created). */
@@ -263,7 +393,7 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
   const retryBaseMs = options.retryBaseMs ?? 500;
   const retryMaxMs = options.retryMaxMs ?? 30_000;
   const kafka = createKafkaClient(kafkaOptions, log, 'relay');
-  const knownTopics = new Set<string>();
+  const knownTopics = new Map<string, number | null>();
   const dlqTopic = deadLetterTopic(kafkaOptions.topicPrefix);
 
   let producer: Producer | null = null;
@@ -278,7 +408,7 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
 
   async function publish(batch: RecordedEvent[]): Promise<void> {
     if (!producer || !admin) throw new Error('relay is not connected');
-    const messagesByTopic = new Map<string, Message[]>();
+    const entries: Array<{ event: RecordedEvent; topic: string; message: Message }> = [];
     for (const event of batch) {
       let topic: string;
       let message: Message;
@@ -306,24 +436,60 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
           },
         };
       }
-      const messages = messagesByTopic.get(topic) ?? [];
-      messages.push(message);
-      messagesByTopic.set(topic, messages);
+      entries.push({ event, topic, message });
     }
-    await ensureTopics(admin, kafkaOptions, [...messagesByTopic.keys()], knownTopics, log);
-    await producer.sendBatch({
-      acks: -1,
-      topicMessages: [...messagesByTopic].map(([topic, messages]) => ({ topic, messages })),
-    });
-    const last = batch[batch.length - 1].globalPosition;
-    // Only after the brokers acknowledged: a crash before this line re-publishes the batch.
-    await db
-      .knex('bus_relay_positions')
-      .insert({ name, position: last, updated_at: new Date() })
-      .onConflict('name')
-      .merge(['position', 'updated_at']);
-    published = last;
+    const topics = [...new Set(entries.map((entry) => entry.topic))];
+    await ensureTopics(admin, kafkaOptions, topics, knownTopics, log);
+    // A request below the smallest limit of its topics: a partition's messages are one record batch.
+    const limits = topics.map((topic) => knownTopics.get(topic) ?? PRODUCE_MAX_BYTES);
+    const maxBytes = Math.max(1, Math.min(PRODUCE_MAX_BYTES, ...limits) - BATCH_OVERHEAD_BYTES);
+    for (const chunk of produceBatches(entries, maxBytes)) {
+      const messagesByTopic = new Map<string, Message[]>();
+      for (const { topic, message } of chunk) messagesByTopic.set(topic, [...(messagesByTopic.get(topic) ?? []), message]);
+      try {
+        await producer.sendBatch({ acks: -1, topicMessages: [...messagesByTopic].map(([topic, messages]) => ({ topic, messages })) });
+      } catch (error) {
+        if (isTooLarge(error)) reportTooLarge(chunk);
+        throw error;
+      }
+      const last = chunk[chunk.length - 1].event.globalPosition;
+      // Only after the brokers acknowledged: a crash before this line re-publishes the chunk.
+      await db
+        .knex('bus_relay_positions')
+        .insert({ name, position: last, updated_at: new Date() })
+        .onConflict('name')
+        .merge(['position', 'updated_at']);
+      published = last;
+    }
     failures = 0;
+  }
+
+  /**
+   * The broker refused a request as too large: says which event, how large, on which topic and
+   * what to raise. The relay still retries (skipping would lose the event for every consumer);
+   * the topics are checked again first, so a limit raised meanwhile is seen.
+   */
+  function reportTooLarge(chunk: ReadonlyArray<{ event: RecordedEvent; topic: string; message: Message }>): void {
+    const sized = chunk.map((entry) => ({ ...entry, bytes: messageBytes(entry.message) }));
+    const largest = sized.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+    const maxMessageBytes = knownTopics.get(largest.topic) ?? null;
+    log.error(
+      {
+        relay: name,
+        topic: largest.topic,
+        eventId: largest.event.eventId,
+        type: largest.event.type,
+        streamId: largest.event.streamId,
+        globalPosition: largest.event.globalPosition,
+        bytes: largest.bytes,
+        maxMessageBytes,
+        events: chunk.length,
+        requestBytes: sized.reduce((sum, entry) => sum + entry.bytes, 0),
+      },
+      `kafka refused an event as too large (${largest.bytes} bytes on ${largest.topic}, max.message.bytes ${maxMessageBytes ?? 'unknown'}): ` +
+        "raise the topic's max.message.bytes (and the broker's socket.request.max.bytes past 100 MiB); the relay retries it and publishes nothing after it meanwhile",
+    );
+    for (const entry of chunk) knownTopics.delete(entry.topic);
   }
 
   async function connect(): Promise<void> {
@@ -471,7 +637,7 @@ export function createKafkaBus(options: KafkaBusOptions): KafkaBus {
   const settings = resolveConsumerSettings(options.consumer ?? {});
   const kafka = createKafkaClient(kafkaOptions, log, 'bus');
   const dlqTopic = deadLetterTopic(kafkaOptions.topicPrefix);
-  const knownTopics = new Set<string>();
+  const knownTopics = new Map<string, number | null>();
   const consumers = new Set<KafkaGroupConsumer>();
   // Promises, so concurrent consume() calls share one connection; a failed connect is retried next time.
   let admin: Promise<Admin> | null = null;

@@ -298,3 +298,22 @@ async function pollUntil<T>(read: () => Promise<T>, done: (value: T) => boolean,
     await sleep(50);
   }
 }
+
+t.test('a group receives and decodes events larger than its fetch limits (1 MB a partition, 10 MB a fetch), in order', async (t) => {
+  const { store, db, relay, bus, committed, newGroup } = await fixture(t, { partitions: 1 });
+  const big = (label: string, bytes: number) => ({ ...thing(label), data: { name: label, count: 1, note: 'x'.repeat(bytes) } });
+  const stored: RecordedEvent[] = [];
+  stored.push(...(await store.append('thing-1', [thing('small-1')], 'no_stream')).events);
+  stored.push(...(await store.append('thing-2', [big('five-mb', 5 * 1024 * 1024)], 'no_stream')).events);
+  stored.push(...(await store.append('thing-1', [thing('small-2')], 0)).events);
+  stored.push(...(await store.append('thing-3', [big('twelve-mb', 12 * 1024 * 1024)], 'no_stream')).events);
+  stored.push(...(await store.append('thing-1', [thing('small-3')], 1)).events);
+  await relay.start();
+  await relay.caughtUp({ position: await lastPosition(db.knex), timeoutMs: 30_000 });
+  const group = newGroup();
+  const seen: RecordedEvent[] = [];
+  await bus.consume({ group, types: ['ThingHappened'], handler: async (batch) => void seen.push(...batch) });
+  await waitUntil(() => seen.length >= stored.length, 30_000, 'every event delivered');
+  t.strictSame(seen, stored, 'each event once, in order, decoded as stored');
+  t.equal(await pollUntil(() => committed(group), (value) => value === stored.length), stored.length, 'committed to the end');
+});

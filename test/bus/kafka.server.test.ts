@@ -6,14 +6,17 @@ import {
   createKafkaRelay,
   deadLetterTopic,
   isCategoryTopic,
+  produceBatches,
   readRelayPosition,
   streamTopic,
+  TOPIC_MAX_MESSAGE_BYTES,
   validateKafkaOptions,
   type KafkaOptions,
 } from '../../src/bus/kafka.js';
 import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
-import { metadata, openStore, testSchemas, thing } from '../eventstore/contract.js';
+import { metadata, openStore, testSchemas, thing, waitUntil } from '../eventstore/contract.js';
+import kafkajs from 'kafkajs';
 import { deleteTestTopics, ensureBroker, lastPosition, perStreamOrderProblems, rawKafka, readTopic, recordingLogger, testKafkaOptions } from './helpers.js';
 
 const other = (value: number, repositoryId: string | null = 'repo-1'): NewEvent => ({
@@ -212,6 +215,7 @@ t.test('bad options are refused before anything connects', async (t) => {
   t.throws(() => validateKafkaOptions({ ...good, topicPrefix: '' }), /topicPrefix/);
   t.throws(() => validateKafkaOptions({ ...good, partitions: 0 }), /partitions must be an integer >= 1/);
   t.throws(() => validateKafkaOptions({ ...good, replicationFactor: 1.5 }), /replicationFactor/);
+  t.throws(() => validateKafkaOptions({ ...good, topicConfig: { 'max.message.bytes': '64MB' } }), /max.message.bytes must be a positive integer/);
   const registry = new EventSchemaRegistry();
   // Options are checked before the store or database is touched, so empty stand-ins do.
   const fakeDeps = { store: {} as never, db: {} as never, registry };
@@ -227,4 +231,112 @@ t.test('bad options are refused before anything connects', async (t) => {
   t.notOk(isCategoryTopic('factlog', 'factlog.dead-letter'), 'dead letters are not a category');
   t.notOk(isCategoryTopic('factlog', 'factlog.staging.facts'), "a longer prefix's topics are not ours");
   t.notOk(isCategoryTopic('factlog', 'other.facts'));
+});
+
+/** A ThingHappened whose note holds `bytes` characters: an event as large as a FactsEmbedded of a large model. */
+const large = (label: string, bytes: number) => thing(label, { note: 'x'.repeat(bytes) });
+
+async function topicConfig(brokers: string[], topic: string): Promise<Map<string, string>> {
+  const admin = rawKafka(brokers).admin();
+  await admin.connect();
+  try {
+    const described = await admin.describeConfigs({ includeSynonyms: false, resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic }] });
+    return new Map(described.resources[0].configEntries.map((entry) => [entry.configName, entry.configValue]));
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+t.test('relay: an event of several MB is published on the topics it creates, whose max.message.bytes it sets', async (t) => {
+  const { brokers, kafkaOptions, store, db, schemas } = await fixture(t);
+  const kafka = kafkaOptions({ partitions: 2 });
+  const before = (await store.append('thing-1', [thing('small-before')], 'no_stream')).events;
+  const big = (await store.append('thing-2', [large('big', 5 * 1024 * 1024)], 'no_stream')).events;
+  const after = (await store.append('thing-1', [thing('small-after')], 0)).events;
+  const log = recordingLogger();
+  const relay = createKafkaRelay({ store, db, registry: schemas, kafka, log });
+  t.teardown(() => relay.stop());
+  await relay.start();
+  await relay.caughtUp({ position: await lastPosition(db.knex), timeoutMs: 20_000 });
+  const topic = `${kafka.topicPrefix}.things`;
+  t.equal((await topicConfig(brokers, topic)).get('max.message.bytes'), String(TOPIC_MAX_MESSAGE_BYTES), 'created with the bound');
+  t.equal((await topicConfig(brokers, deadLetterTopic(kafka.topicPrefix))).get('max.message.bytes'), String(TOPIC_MAX_MESSAGE_BYTES));
+  const delivered = (await readTopic(brokers, topic)).map((message) => decodeEvent(schemas, message.raw));
+  t.strictSame(
+    delivered.sort((a, b) => a.globalPosition - b.globalPosition),
+    [...before, ...big, ...after],
+    'the large event and the ones after it are published, decoded as stored',
+  );
+  t.notOk(log.entries.some((entry) => entry.level === 'warn' || entry.level === 'error'), 'no failure logged');
+});
+
+t.test('relay: a topic created before with the broker default is raised to the bound, keeping its other settings', async (t) => {
+  const { brokers, kafkaOptions, store, db, schemas } = await fixture(t);
+  const kafka = kafkaOptions({ partitions: 1 });
+  const topic = `${kafka.topicPrefix}.things`;
+  const admin = rawKafka(brokers).admin();
+  await admin.connect();
+  t.teardown(() => admin.disconnect());
+  // As an earlier version of the service made it (and an operator then set its retention).
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 1, replicationFactor: 1, configEntries: [{ name: 'retention.ms', value: '86400000' }] }] });
+  t.equal((await topicConfig(brokers, topic)).get('max.message.bytes'), '1048588', 'the broker default before');
+  const big = (await store.append('thing-1', [large('big', 3 * 1024 * 1024)], 'no_stream')).events;
+  const log = recordingLogger();
+  const relay = createKafkaRelay({ store, db, registry: schemas, kafka, log });
+  t.teardown(() => relay.stop());
+  await relay.start();
+  await relay.caughtUp({ position: await lastPosition(db.knex), timeoutMs: 20_000 });
+  const config = await topicConfig(brokers, topic);
+  t.equal(config.get('max.message.bytes'), String(TOPIC_MAX_MESSAGE_BYTES), 'raised');
+  t.equal(config.get('retention.ms'), '86400000', "the topic's other setting is kept");
+  t.ok(log.entries.some((entry) => entry.message === 'kafka topic max.message.bytes raised' && entry.details.topic === topic));
+  const delivered = (await readTopic(brokers, topic)).map((message) => decodeEvent(schemas, message.raw));
+  t.strictSame(delivered, big);
+});
+
+t.test('relay: an event still refused as too large is logged with its size and topic, retried, never skipped', async (t) => {
+  const { brokers, kafkaOptions, store, db, schemas } = await fixture(t);
+  // The operator chose a bound below the event: the broker refuses it.
+  const kafka = kafkaOptions({ partitions: 1, topicConfig: { 'max.message.bytes': String(1024 * 1024) } });
+  const big = (await store.append('thing-1', [large('big', 2 * 1024 * 1024)], 'no_stream')).events;
+  await store.append('thing-1', [thing('after')], 0);
+  const log = recordingLogger();
+  const relay = createKafkaRelay({ store, db, registry: schemas, kafka, log, retryBaseMs: 50, retryMaxMs: 100 });
+  t.teardown(() => relay.stop());
+  await relay.start();
+  const refusals = () => log.entries.filter((entry) => entry.level === 'error' && entry.message.startsWith('kafka refused an event as too large'));
+  await waitUntil(() => refusals().length >= 2, 20_000, 'two refusals logged');
+  const [refusal] = refusals();
+  t.equal(refusal.details.topic, `${kafka.topicPrefix}.things`);
+  t.equal(refusal.details.eventId, big[0].eventId);
+  t.ok(Number(refusal.details.bytes) > 2 * 1024 * 1024, `the size is logged (${String(refusal.details.bytes)})`);
+  t.equal(refusal.details.maxMessageBytes, 1024 * 1024, "the topic's limit is logged");
+  t.equal(await readRelayPosition(db.knex, `kafka:${kafka.topicPrefix}`), 0, 'not skipped: the position stays before it');
+  t.equal((await readTopic(brokers, `${kafka.topicPrefix}.things`)).length, 0, 'nothing after it is published');
+});
+
+t.test('relay: small events past 1 MB together on one partition of a 1 MB topic are sent in several requests', async (t) => {
+  const { brokers, kafkaOptions, store, db, schemas } = await fixture(t);
+  // kafkajs makes a partition's messages one record batch, which max.message.bytes bounds whole.
+  const kafka = kafkaOptions({ partitions: 1, topicConfig: { 'max.message.bytes': String(1024 * 1024) } });
+  const stored: RecordedEvent[] = [];
+  for (let index = 0; index < 300; index += 1) stored.push(...(await store.append(`thing-${index % 5}`, [large(`e${index}`, 8 * 1024)], 'any')).events);
+  const log = recordingLogger();
+  const relay = createKafkaRelay({ store, db, registry: schemas, kafka, log, batchSize: 500 });
+  t.teardown(() => relay.stop());
+  await relay.start();
+  await relay.caughtUp({ position: await lastPosition(db.knex), timeoutMs: 20_000 });
+  const delivered = (await readTopic(brokers, `${kafka.topicPrefix}.things`)).map((message) => decodeEvent(schemas, message.raw));
+  t.strictSame(delivered.map((event) => event.eventId), stored.map((event) => event.eventId), 'all 300 (2.4 MB) once, in order');
+  t.notOk(log.entries.some((entry) => entry.level === 'warn' || entry.level === 'error'), 'nothing refused');
+});
+
+t.test('relay batches are cut by bytes: each produce request stays under the bound', (t) => {
+  const message = (bytes: number) => ({ topic: 't', message: { key: 'k', value: Buffer.alloc(bytes) } });
+  const sizes = (batches: ReturnType<typeof produceBatches>) => batches.map((batch) => batch.length);
+  t.strictSame(sizes(produceBatches([message(10), message(10), message(10)], 1_000)), [3], 'small ones together');
+  t.strictSame(sizes(produceBatches([message(400), message(400), message(400)], 1_000)), [2, 1], 'cut before passing the bound');
+  t.strictSame(sizes(produceBatches([message(10), message(5_000), message(10)], 1_000)), [1, 1, 1], 'a larger one alone');
+  t.strictSame(produceBatches([], 1_000), []);
+  t.end();
 });
