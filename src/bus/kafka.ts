@@ -15,6 +15,7 @@ import type { Knex } from 'knex';
 // Node's reading of kafkajs' CommonJS exports stops before these two: take them from the module object.
 const { ConfigResourceTypes, ConfigSource } = kafkajs;
 import { type Database, migrateUnderLock } from '../db/database.js';
+import { chunkedBySize } from '../util/chunked.js';
 import { streamCategories, type RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore, Subscription } from '../eventstore/port.js';
 import type { EventSchemaRegistry } from '../eventstore/schemas.js';
@@ -81,21 +82,7 @@ function messageBytes(message: Message): number {
  * that alone in its batch), as bulkBatches cuts OpenSearch bulk requests.
  */
 export function produceBatches<T extends { message: Message }>(entries: readonly T[], maxBytes: number): T[][] {
-  const batches: T[][] = [];
-  let batch: T[] = [];
-  let bytes = 0;
-  for (const entry of entries) {
-    const size = messageBytes(entry.message);
-    if (batch.length > 0 && bytes + size > maxBytes) {
-      batches.push(batch);
-      batch = [];
-      bytes = 0;
-    }
-    batch.push(entry);
-    bytes += size;
-  }
-  if (batch.length > 0) batches.push(batch);
-  return batches;
+  return chunkedBySize(entries, { maxBytes, sizeOf: (entry) => messageBytes(entry.message) });
 }
 
 /** Whether kafkajs reports the broker's MESSAGE_TOO_LARGE (a record batch past `max.message.bytes`). */

@@ -2,6 +2,7 @@ import type { Client } from '@opensearch-project/opensearch';
 import { listFields, memberSpellings, TOMBSTONE, type DocumentUpdate, type IndexedDocument, type SearchCollection } from '../collection.js';
 import type { SearchLogger } from '../port.js';
 import { SearchIndexWriteError, sleep } from './client.js';
+import { chunkedBySize } from '../../util/chunked.js';
 
 /**
  * Bulk writes: the painless scripts that make every write idempotent, the bulk actions built from
@@ -203,22 +204,9 @@ export const BULK_MAX_BYTES = 8 * 1024 * 1024;
  * action larger than that alone in its batch).
  */
 export function bulkBatches(actions: readonly BulkAction[], maxActions: number, maxBytes: number): BulkAction[][] {
-  const batches: BulkAction[][] = [];
-  let batch: BulkAction[] = [];
-  let bytes = 0;
-  for (const action of actions) {
-    // The request's NDJSON: one line per object, each ended by a newline.
-    const size = action.lines.reduce((sum, line) => sum + Buffer.byteLength(JSON.stringify(line)) + 1, 0);
-    if (batch.length > 0 && (batch.length >= maxActions || bytes + size > maxBytes)) {
-      batches.push(batch);
-      batch = [];
-      bytes = 0;
-    }
-    batch.push(action);
-    bytes += size;
-  }
-  if (batch.length > 0) batches.push(batch);
-  return batches;
+  // The request's NDJSON: one line per object, each ended by a newline.
+  const sizeOf = (action: BulkAction) => action.lines.reduce((sum, line) => sum + Buffer.byteLength(JSON.stringify(line)) + 1, 0);
+  return chunkedBySize(actions, { maxBytes, maxItems: maxActions, sizeOf });
 }
 
 /**
