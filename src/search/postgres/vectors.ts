@@ -44,11 +44,16 @@ const HNSW_MAX_HALFVEC_DIMENSIONS = 4000;
  */
 type NearestIndex = 'vector' | 'halfvec' | null;
 
-/** The index a table of `dimensions` gets with pgvector `version` (`major.minor…`) when it is to have one. */
+/** Whether pgvector's `version` (`major.minor…`, from pg_extension) is `0.minor` or later. */
+function pgvectorAtLeast(version: string, minor: number): boolean {
+  const [major, found] = version.split('.').map(Number);
+  return major > 0 || found >= minor;
+}
+
+/** The index a table of `dimensions` gets with pgvector `version` when it is to have one. */
 function nearestIndexFor(dimensions: number, version: string): NearestIndex {
   if (dimensions <= HNSW_MAX_VECTOR_DIMENSIONS) return 'vector';
-  const [major, minor] = version.split('.').map(Number);
-  const hasHalfvec = major > 0 || minor >= 7;
+  const hasHalfvec = pgvectorAtLeast(version, 7);
   return dimensions <= HNSW_MAX_HALFVEC_DIMENSIONS && hasHalfvec ? 'halfvec' : null;
 }
 
@@ -148,8 +153,7 @@ export function createVectorTables(dimensions: number, options: { oneConnection?
     if (index !== null) await executor.raw(`CREATE INDEX IF NOT EXISTS ${table}_embedding ON ${table} USING hnsw (${indexedColumn(index, dimensions)})`);
     if (!hnswIndex) await executor.raw(`DROP INDEX IF EXISTS ${table}_embedding`);
     // Iterative HNSW scans (pgvector 0.8) keep scanning until k rows pass the repository filter.
-    const [major, minor] = version.split('.').map(Number);
-    return { iterativeScan: major > 0 || minor >= 8, index };
+    return { iterativeScan: pgvectorAtLeast(version, 8), index };
   }
 
   /**
