@@ -124,7 +124,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
     for (;;) {
       jobSignal?.throwIfAborted();
       const withDimensions = sendDimensions || nativeLength !== undefined;
-      const body = withDimensions ? { model, input: texts, encoding_format: 'float', dimensions } : { model, input: texts, encoding_format: 'float' };
+      const body = { model, input: texts, encoding_format: 'float', ...(withDimensions ? { dimensions } : {}) };
       try {
         const reply = await runWithDeadline((signal) => postJson(fetchImpl, url, options.apiKey, body, signal), retry.perCallTimeoutMs, jobSignal);
         const vectors = vectorsOf(reply, texts.length, dimensions);
