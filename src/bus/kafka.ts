@@ -432,7 +432,11 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
     const maxBytes = Math.max(1, Math.min(PRODUCE_MAX_BYTES, ...limits) - BATCH_OVERHEAD_BYTES);
     for (const chunk of produceBatches(entries, maxBytes)) {
       const messagesByTopic = new Map<string, Message[]>();
-      for (const { topic, message } of chunk) messagesByTopic.set(topic, [...(messagesByTopic.get(topic) ?? []), message]);
+      for (const { topic, message } of chunk) {
+        const messages = messagesByTopic.get(topic);
+        if (messages) messages.push(message);
+        else messagesByTopic.set(topic, [message]);
+      }
       try {
         await producer.sendBatch({ acks: -1, topicMessages: [...messagesByTopic].map(([topic, messages]) => ({ topic, messages })) });
       } catch (error) {
