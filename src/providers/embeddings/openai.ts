@@ -70,12 +70,6 @@ class LengthMismatch extends Error {
   }
 }
 
-/** A 4xx answer to a request carrying `dimensions`, other than a timeout or a rate limit: the field was refused. */
-function isRefusal(error: unknown): error is ProviderHttpError {
-  const status = error instanceof ProviderHttpError ? (error.status ?? 0) : 0;
-  return status >= 400 && status < 500 && status !== 408 && status !== 429;
-}
-
 /** The reply's vectors in input order, or an OutputValidationError / LengthMismatch. */
 function vectorsOf(reply: unknown, count: number, dimensions: number): number[][] {
   const data = (reply as { data?: unknown })?.data;
@@ -147,7 +141,9 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
               (nativeLength === undefined ? 'the model cannot return providers.embeddings.dimensions values' : cannotShorten(nativeLength)),
           );
         }
-        if (nativeLength !== undefined && isRefusal(error)) {
+        // Refused for good (ProviderHttpError's one permanence check): with the field just added, the
+        // field is what was refused. Anything retryable is retried below with the field kept.
+        if (nativeLength !== undefined && error instanceof ProviderHttpError && error.permanent) {
           throw lengthError(
             nativeLength,
             `asked for ${dimensions} with the request's dimensions field, it was refused (${describeError(error)}); ${cannotShorten(nativeLength)}`,
