@@ -43,12 +43,18 @@ export interface Bus {
   close(): Promise<void>;
 }
 
-/** Kafka topic category of a stream (`source-<id>` → `sources`). */
+/**
+ * Kafka topic category of a stream, its category in the plural (`source-<id>` → `sources`,
+ * `repository-<id>` → `repositories`, `apikey-<id>` → `apikeys`). Until 2026-12-01 a vowel
+ * before the final y was not told apart, so `apikey-` streams went to `<prefix>.apikeies`: a
+ * node of this release writes `<prefix>.apikeys`, and its consumers still read the older topic
+ * (every `<prefix>.<category>` topic is subscribed), so what was written there is not lost.
+ */
 export function topicCategory(streamId: string): string {
   const dash = streamId.indexOf('-');
   const category = dash < 0 ? streamId : streamId.slice(0, dash);
   if (category.endsWith('s')) return category;
-  return category.endsWith('y') ? `${category.slice(0, -1)}ies` : `${category}s`;
+  return /[^aeiou]y$/.test(category) ? `${category.slice(0, -1)}ies` : `${category}s`;
 }
 
 /** The part of a pino logger the bus adapters use (pino loggers and test spies fit). */

@@ -20,4 +20,7 @@ t.test('topicCategory names the topic of a stream by its category, in the plural
   t.equal(topicCategory('repository-2'), 'repositories');
   t.equal(topicCategory('news-3'), 'news', 'already plural');
   t.equal(topicCategory('user'), 'users', 'a stream without an id');
+  t.equal(topicCategory('apikey-4'), 'apikeys', 'a vowel before the y: keys, not keies');
+  t.equal(topicCategory('survey-5'), 'surveys');
+  t.equal(topicCategory('category-6'), 'categories', 'a consonant before the y');
 });
