@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository, authorizeSystem } from '../app/access.js';
 import { invalid } from '../app/errors.js';
-import type { CredentialKind, Principal } from '../auth/rbac.js';
+import { isKnownPermission, type CredentialKind, type Principal } from '../auth/rbac.js';
 import { utcMicrosecondsText } from '../db/timestamps.js';
 import { countOf, decodeAuditCursor, encodeAuditCursor, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
@@ -49,6 +49,11 @@ function filtered(query: Knex.QueryBuilder, filters: AuditFilters): Knex.QueryBu
   const until = filters.until === undefined ? undefined : instant('until', filters.until);
   // An inverted range holds no row today or ever: an auditor's swapped dates, not an empty history.
   if (since !== undefined && until !== undefined && since > until) throw invalid('since must not be after until');
+  // Every row's permission is a catalog name (decisions are typed by it), so another value is a
+  // typo that would list nothing, which reads as "nobody tried" rather than "misspelt".
+  if (filters.permission !== undefined && !isKnownPermission(filters.permission)) {
+    throw invalid(`unknown permission '${filters.permission}': permissions are object:action pairs from GET /api/v1/admin/permissions`);
+  }
   if (filters.user_id !== undefined) query.where('user_id', filters.user_id);
   if (filters.credential_kind !== undefined) query.where('credential_kind', filters.credential_kind);
   if (filters.permission !== undefined) query.where('permission', filters.permission);

@@ -136,6 +136,8 @@ t.test('paging by next_cursor lists every row once however many are added betwee
     ['cursor=nonsense', /cursor is not one this service returned/],
     [`cursor=${Buffer.from('a:["2025-01-01T00:00:00.000000Z","-1"]').toString('base64url')}`, /cursor is not one this service returned/],
     [`cursor=${cursor}&offset=1`, /cursor and offset do not combine/],
+    ['permission=sources:raed', /unknown permission 'sources:raed': permissions are object:action pairs from GET \/api\/v1\/admin\/permissions/],
+    ['permission=sources:*', /unknown permission 'sources:\*'/],
   ];
   for (const [query, message] of refusals) {
     const answer = await auditOf(query);
