@@ -314,13 +314,16 @@ function clientErrorReply(error: ConnectionError & { reason?: unknown }): [statu
  * malformed line or length, too slow) never reaches fastify's error handler, so its answer is
  * written to the socket here, in the same `{error, message}` shape (docs/api.md, "Errors"). As
  * fastify's default does: nothing for a reset or destroyed connection, a write only while the
- * socket is writable, and the connection closed after.
+ * socket is writable and no earlier answer on it has begun, and the connection closed after.
  */
 export function answerClientError(this: FastifyInstance, error: ConnectionError, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const [status, message] = clientErrorReply(error);
   this.log.trace({ err: error }, 'refused by the HTTP parser');
-  if (socket.writable) {
+  // A pipelined request refused while an earlier one's answer is being written: a reply now would
+  // land inside that answer's body, so the connection is only closed (as Node's own handler does).
+  const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+  if (socket.writable && inFlight?.headersSent !== true) {
     const body = JSON.stringify({ error: 'bad_request', message });
     socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
   }

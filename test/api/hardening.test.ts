@@ -173,6 +173,37 @@ t.test('the client error handler: 408 for a timeout; nothing written to a reset 
   }
 });
 
+t.test('a pipelined request the parser refuses while an earlier answer is being written closes the connection, writing nothing into that answer', async (t) => {
+  const app = Fastify({ clientErrorHandler: answerClientError });
+  let finish = (): void => {};
+  app.get('/stream', (_request, reply) => {
+    reply.raw.writeHead(200, { 'content-type': 'text/plain', 'transfer-encoding': 'chunked' });
+    reply.raw.write('first chunk;');
+    finish = () => reply.raw.end('last chunk');
+    return reply;
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const { port } = app.server.address() as AddressInfo;
+  const received = await new Promise<string>((resolve, reject) => {
+    let text = '';
+    const socket = net.connect(port, '127.0.0.1', () => socket.write('GET /stream HTTP/1.1\r\nHost: x\r\n\r\n'));
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => {
+      const first = text === '';
+      text += chunk;
+      // The answer has begun: the next request on the connection is one the parser refuses.
+      if (first) socket.write('GET /a\x01b HTTP/1.1\r\nHost: x\r\n\r\n');
+    });
+    socket.on('close', () => resolve(text));
+    socket.on('error', reject);
+  });
+  finish();
+  t.match(received, /^HTTP\/1.1 200 OK\r\n[^]*first chunk;/, 'the answer that had begun');
+  t.notMatch(received, /HTTP\/1.1 400/, 'no refusal written inside it');
+  t.notMatch(received, /bad_request/);
+});
+
 t.test('a query string on an API route that takes none is refused by name, not ignored', async (t) => {
   const refused = await inject({ method: 'GET', url: '/api/v1/users/me?foo=1&limt=5' });
   t.equal(refused.statusCode, 400);
