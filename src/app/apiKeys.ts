@@ -5,13 +5,12 @@ import { hashToken, newOpaqueToken, OPAQUE_TOKEN_PREFIX } from '../auth/tokens.j
 import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/types.js';
 import { apiKeyDecider, newApiKey } from '../domain/apiKey/decider.js';
-import { withNamedLock } from '../db/namedLock.js';
 import { streamName } from '../eventstore/envelope.js';
 import { isoDate, jsonColumn } from '../read/present.js';
 import { authorizeSystem, commandMetadata, findRepository, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { conflict, forbidden, invalid } from './errors.js';
-import { apiKeyAccessLock } from './repositoryFence.js';
+import { revokeFenced } from './repositoryFence.js';
 
 export interface CreateApiKeyInput {
   name: string;
@@ -158,7 +157,7 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
      */
     async revokeApiKey(principal: Principal, input: { keyId: string }, trace?: Trace) {
       requireSession(principal);
-      await withNamedLock(deps.db, apiKeyAccessLock(input.keyId), () =>
+      await revokeFenced(deps.db, { kind: 'api_key', id: input.keyId }, () =>
         deps.commands.execute(
           streamName('apikey', input.keyId),
           apiKeyDecider,

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
-import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
+import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Credential, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
 import type { Database } from '../db/database.js';
-import { withNamedLock } from '../db/namedLock.js';
+import { withNamedLock, withNamedLocks, type NamedLockRequest } from '../db/namedLock.js';
 import type { EventMetadata } from '../eventstore/envelope.js';
 import { findRepository } from './access.js';
 import { currentCall } from './callContext.js';
@@ -20,10 +20,27 @@ import { forbidden } from './errors.js';
  * deleted) holds it alone. A change that committed first is then seen by the check; one that
  * comes later waits for the commands already appending. The lock is per repository, in this
  * process and across the processes of a server (src/db/namedLock.ts); a sysadmin's rights come
- * from the system domain, whose own lock fences them the same way (SYSTEM_ACCESS_LOCK). A call
- * made with an API key also holds the key's lock shared and checks that the key is not revoked,
- * since its revocation (src/app/apiKeys.ts) holds that lock alone until its read model has it:
- * a write sent with the key beside its revocation either lands first or is refused.
+ * from the system domain, whose own lock fences them the same way (SYSTEM_ACCESS_LOCK).
+ *
+ * The credential the call was made with is fenced the same way: the command also holds the
+ * credential's lock shared (`credentialAccessLock`) and checks that the credential is still live
+ * (an API key not revoked, an OAuth grant not revoked, a session not ended), and whatever ends a
+ * credential holds that lock alone while it does (`revokeFenced`): an API key's revocation
+ * (src/app/apiKeys.ts) until its read model has it; an OAuth grant's revocation by the revocation
+ * endpoint, by a reused code or by a reused refresh token (src/auth/oauth/grants.ts); a session's
+ * logout or the reuse of its refresh token (src/auth/identity.ts). So a write sent with a
+ * credential beside its end either lands before the end is answered, or is refused with 403 and
+ * nothing written.
+ *
+ * One order, so that no two holders wait for each other: a call's own lock (a report's parent
+ * chain, a repository's roles: taken before the command), then the system roles' lock, the
+ * repository's and the credential's, all on one connection (withNamedLocks). A revocation takes
+ * its credential's lock only, and never inside a transaction (on PGlite's one connection, a
+ * transaction waiting for a lock that a command holds would wait for itself).
+ *
+ * Commands in no repository (creating a repository, an API key, a role of the system domain or
+ * a profile change) are not fenced by their credential: docs/auth.md, "A credential ended
+ * while it is used", says why and what that leaves open.
  */
 export interface RepositoryFence {
   run<T>(metadata: EventMetadata, access: 'acts' | 'changes', work: () => Promise<T>): Promise<T>;
@@ -43,8 +60,41 @@ export interface GrantedPermission {
  */
 const SYSTEM_ACCESS_LOCK = 'factlog.repository-access.system';
 
-/** The lock of an API key's use: commands made with the key hold it shared, its revocation alone. Taken last (system, repository, key), so the order is one. */
-export const apiKeyAccessLock = (keyId: string) => `factlog.api-key-access.${keyId}`;
+/** The prefixes of the credential locks, one per kind: the name of an API key's is the one it always had. */
+const CREDENTIAL_LOCK_PREFIX: Record<Credential['kind'], string> = {
+  api_key: 'factlog.api-key-access.',
+  oauth: 'factlog.oauth-grant-access.',
+  session: 'factlog.session-access.',
+};
+
+/**
+ * The lock of a credential's use: commands made with it hold it shared, whatever ends it holds it
+ * alone. Taken last (system, repository, credential), so the order is one. An OAuth credential
+ * is its grant (the `sid` of its access tokens), a session its `sid`, an API key its id.
+ */
+export const credentialAccessLock = (credential: Credential) => `${CREDENTIAL_LOCK_PREFIX[credential.kind]}${credential.id}`;
+
+/**
+ * Runs `revoke`, which ends `credential`, while no command made with the credential is between
+ * its check and its append: it waits for those, and the commands after it see the credential
+ * ended. `revoke` must commit before it returns, and must not be called inside a transaction.
+ */
+export function revokeFenced<T>(db: Database, credential: Credential, revoke: () => Promise<T>): Promise<T> {
+  return withNamedLock(db, credentialAccessLock(credential), revoke, 'exclusive');
+}
+
+/**
+ * Whether a credential is still live, as the row that ends it says now: one lookup by primary
+ * key. Expiry is not looked at: a credential that expires while its call runs finishes the call.
+ */
+async function credentialEnded(knex: Knex, credential: Credential): Promise<string | null> {
+  const [table, ended] = {
+    api_key: ['api_keys', 'the API key was revoked'],
+    oauth: ['oauth_grants', 'the authorization of this access token was revoked'],
+    session: ['sessions', 'the session has ended'],
+  }[credential.kind];
+  return (await knex(table).where({ id: credential.id }).whereNull('revoked_at').first('id')) === undefined ? ended : null;
+}
 
 /** Whether a permission in the repository comes to the caller through a role of the system domain (a sysadmin's). */
 function grantedBySystemRole(grant: GrantedPermission): boolean {
@@ -64,7 +114,6 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
       // Commands of the pipeline, and of calls that act through no permission in the repository (creating it), have nothing to re-check.
       if (access === 'acts' && granted.length === 0) return work();
       const credential = granted[0]?.principal.credential;
-      const keyId = credential?.kind === 'api_key' ? credential.id : null;
       const checked = async () => {
         if (granted.length > 0) {
           await findRepository(knex, repositoryId);
@@ -72,19 +121,16 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
           for (const grant of granted) {
             if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
           }
-          if (keyId !== null && (await knex('api_keys').where({ id: keyId }).whereNull('revoked_at').first('id')) === undefined) {
-            throw forbidden('permission denied: the API key was revoked');
-          }
+          const ended = credential === undefined ? null : await credentialEnded(knex, credential);
+          if (ended !== null) throw forbidden(`permission denied: ${ended}`);
         }
         return work();
       };
-      const fenced = () => withNamedLock(
-        deps.db,
-        `factlog.repository-access.${repositoryId}`,
-        keyId === null ? checked : () => withNamedLock(deps.db, apiKeyAccessLock(keyId), checked, 'shared'),
-        access === 'acts' ? 'shared' : 'exclusive',
-      );
-      return access === 'acts' && granted.some(grantedBySystemRole) ? withNamedLock(deps.db, SYSTEM_ACCESS_LOCK, fenced, 'shared') : fenced();
+      const locks: NamedLockRequest[] = [];
+      if (access === 'acts' && granted.some(grantedBySystemRole)) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared' });
+      locks.push({ name: `factlog.repository-access.${repositoryId}`, mode: access === 'acts' ? 'shared' : 'exclusive' });
+      if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
+      return withNamedLocks(deps.db, locks, checked);
     },
   };
 }

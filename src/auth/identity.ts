@@ -7,6 +7,7 @@ import { EMAIL_PATTERN, normalizeEmail, userDecider, type UserEvent } from '../d
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { CommandBus } from '../app/commands.js';
+import { revokeFenced } from '../app/repositoryFence.js';
 import { jsonColumn } from '../read/present.js';
 import { hashPassword, needsRehash, validatePasswordPolicy, verifyPassword } from './passwords.js';
 import { SYSTEM_DOMAIN, type Principal, type RoleAssignment } from './rbac.js';
@@ -86,6 +87,16 @@ export function createIdentityService(deps: {
       `COALESCE((SELECT json_agg(json_build_object('role', ra.role, 'domain', ra.domain)) FROM role_assignments ra WHERE ra.user_id = ??), '[]'::json) AS assignments`,
       [userIdColumn],
     );
+
+  /**
+   * Ends a session (logout, or the reuse of its refresh token) while no command made with it is
+   * between its check and its append (revokeFenced). Never inside a transaction: the fence waits
+   * for those commands, which on PGlite's one connection a transaction held open would stall.
+   */
+  const endSession = (sessionId: string) =>
+    revokeFenced(deps.db, { kind: 'session', id: sessionId }, async () => {
+      await knex('sessions').where({ id: sessionId }).whereNull('revoked_at').update({ revoked_at: new Date() });
+    });
 
   async function openSession(user: PublicUser): Promise<SessionGrant> {
     const sessionId = randomUUID();
@@ -213,8 +224,9 @@ export function createIdentityService(deps: {
     /** Checks an email and password without opening a session (the OAuth login page). */
     verifyCredentials,
 
+    /** Ends the session at once, under its fence: a command made with it meanwhile lands first or is refused (src/app/repositoryFence.ts). */
     async logout(sessionId: string): Promise<void> {
-      await knex('sessions').where({ id: sessionId }).whereNull('revoked_at').update({ revoked_at: new Date() });
+      await endSession(sessionId);
     },
 
     /**
@@ -235,8 +247,8 @@ export function createIdentityService(deps: {
         if (!row) {
           const retired = await trx('retired_refresh_tokens').where({ token_hash: presentedHash }).first(['session_id']);
           if (!retired) return { kind: 'unknown' as const };
-          await trx('sessions').where({ id: retired.session_id }).whereNull('revoked_at').update({ revoked_at: new Date() });
-          return { kind: 'reused' as const };
+          // Ended once this transaction committed, under the session's fence (endSession).
+          return { kind: 'reused' as const, sessionId: retired.session_id as string };
         }
         await trx('retired_refresh_tokens').insert({ token_hash: presentedHash, session_id: row.id });
         // A retired token older than a refresh lifetime would have expired unused anyway: forgetting it keeps the table small.
@@ -246,7 +258,10 @@ export function createIdentityService(deps: {
           .update({ refresh_token_hash: hashToken(next), rotated_at: new Date(), refresh_expires_at: new Date(Date.now() + settings.refreshTtlMs) });
         return { kind: 'rotated' as const, session: row as { id: string; user_id: string } };
       });
-      if (outcome.kind === 'reused') throw new AuthenticationError('refresh token was already used: the session is revoked, sign in again');
+      if (outcome.kind === 'reused') {
+        await endSession(outcome.sessionId);
+        throw new AuthenticationError('refresh token was already used: the session is revoked, sign in again');
+      }
       if (outcome.kind === 'unknown') throw new AuthenticationError('invalid or expired refresh token');
       const { token } = await tokens.signSession({ userId: outcome.session.user_id, sessionId: outcome.session.id });
       return { token, refresh_token: next };

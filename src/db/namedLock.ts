@@ -67,24 +67,48 @@ async function acquireLocal(name: string, mode: LockMode): Promise<() => void> {
  * one connection, would wait for itself). PGlite has one process per data directory, so the
  * queue alone serialises there.
  */
-export async function withNamedLock<T>(db: Database, name: string, work: () => Promise<T>, mode: LockMode = 'exclusive'): Promise<T> {
-  const release = await acquireLocal(name, mode);
+export function withNamedLock<T>(db: Database, name: string, work: () => Promise<T>, mode: LockMode = 'exclusive'): Promise<T> {
+  return withNamedLocks(db, [{ name, mode }], work);
+}
+
+/** One name of `withNamedLocks` and how it is held. */
+export interface NamedLockRequest {
+  name: string;
+  mode: LockMode;
+}
+
+/**
+ * Runs `work` holding each of `locks`, taken in the order given (callers keep one order, so two
+ * holders cannot wait for each other) and released in reverse: the same as nesting
+ * `withNamedLock` calls, but across processes every advisory lock is held on one pooled
+ * connection rather than one connection per name, so a command that takes several (a
+ * repository's and its credential's, src/app/repositoryFence.ts) costs one connection, and
+ * commands waiting for their second lock cannot take the pool's last connections.
+ */
+export async function withNamedLocks<T>(db: Database, locks: readonly NamedLockRequest[], work: () => Promise<T>): Promise<T> {
+  const releases: Array<() => void> = [];
   try {
+    for (const { name, mode } of locks) releases.push(await acquireLocal(name, mode));
     if (db.kind === 'pglite') return await work();
     const connection = (await db.knex.client.acquireConnection()) as PooledConnection;
-    const [lock, unlock] = mode === 'shared' ? ['pg_advisory_lock_shared', 'pg_advisory_unlock_shared'] : ['pg_advisory_lock', 'pg_advisory_unlock'];
     try {
-      await connection.query(`SELECT ${lock}(hashtext($1))`, [name]);
-      try {
-        return await work();
-      } finally {
-        await connection.query(`SELECT ${unlock}(hashtext($1))`, [name]);
-      }
+      const holding = async (index: number): Promise<T> => {
+        if (index === locks.length) return work();
+        const { name, mode } = locks[index];
+        const [lock, unlock] = mode === 'shared' ? ['pg_advisory_lock_shared', 'pg_advisory_unlock_shared'] : ['pg_advisory_lock', 'pg_advisory_unlock'];
+        await connection.query(`SELECT ${lock}(hashtext($1))`, [name]);
+        try {
+          return await holding(index + 1);
+        } finally {
+          await connection.query(`SELECT ${unlock}(hashtext($1))`, [name]);
+        }
+      };
+      return await holding(0);
     } finally {
       await db.knex.client.releaseConnection(connection);
     }
   } finally {
-    release();
+    for (const release of releases.reverse()) release();
   }
 }
 

@@ -2,10 +2,13 @@ import t from 'tap';
 import { authorizeRepository, commandMetadata } from '../../src/app/access.js';
 import { withCallContext, type CallContext } from '../../src/app/callContext.js';
 import { createRepositoryFence } from '../../src/app/repositoryFence.js';
+import { mcpResourceUrl } from '../../src/api/issuer.js';
 import type { Principal } from '../../src/auth/rbac.js';
+import { oauthIssuer } from '../../src/config/derived.js';
 import { reportDecider } from '../../src/domain/report/decider.js';
 import { streamName } from '../../src/eventstore/envelope.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { newPkce } from '../helpers/oauthClient.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -117,3 +120,117 @@ t.test('sources added while their repository is deleted: each either landed befo
   t.same(registered.filter((event) => event.globalPosition > deletedAt!).map((event) => event.streamId), [], 'no source registered after the deletion');
   t.same(new Set(registered.map((event) => event.streamId.replace(/^source-/, ''))), new Set(outcomes.flatMap((outcome) => (outcome.ok ? [outcome.id] : []))), 'every source answered as added is in the log, and only those');
 });
+
+/**
+ * Every way a credential ends, each with a credential made for it: `end` ends it (and answers
+ * however it answers; a reuse is refused, as it should be). The principal is the editor's of
+ * `repository`, as the transport would authenticate it.
+ */
+interface EndedCredential {
+  principal: Principal;
+  end(): Promise<unknown>;
+}
+
+let credentialHolder: { repository: string; email: string; userId: string } | undefined;
+async function holderRepository() {
+  if (credentialHolder) return credentialHolder;
+  const email = 'holder@example.org';
+  const holder = await harness.user(email);
+  const { id: repository } = await harness.app.repositories.create(owner, { name: 'Credentials end' });
+  owner = await harness.refreshed(owner);
+  await call('add member', () => harness.app.members.setMemberRole(owner, { repository, email, role: 'editor' }));
+  return (credentialHolder = { repository, email, userId: holder.userId });
+}
+
+const REDIRECT = 'http://127.0.0.1:33418/callback';
+const settled = (promise: Promise<unknown>) => promise.then(() => 'answered', (error: Error) => `refused: ${error.message}`);
+
+async function session(): Promise<{ principal: Principal; refreshToken: string }> {
+  const { identity } = harness.service.context;
+  const opened = await identity.login({ email: (await holderRepository()).email, password: 'correct horse battery' });
+  return { principal: await identity.authenticate(opened.token), refreshToken: opened.refresh_token };
+}
+
+/** An OAuth grant of the holder, through the authorization server's own steps: its code, tokens and the principal its access token authenticates as. */
+async function oauthGrant() {
+  const { oauth, config, identity } = harness.service.context;
+  const { userId } = await holderRepository();
+  const issuer = oauthIssuer(config);
+  const { client_id } = await oauth.registerClient({ client_name: 'Fenced client', redirect_uris: [REDIRECT] });
+  const pkce = newPkce();
+  const check = await oauth.checkAuthorizationRequest({ response_type: 'code', client_id, redirect_uri: REDIRECT, code_challenge: pkce.challenge, code_challenge_method: 'S256', scope: 'mcp' }, issuer);
+  if (!check.ok) throw check.error;
+  const { code } = await oauth.approve(userId, check.request, new Date(Date.now() + 600_000));
+  const exchange = { grant_type: 'authorization_code', client_id, code, redirect_uri: REDIRECT, code_verifier: pkce.verifier };
+  const tokens = await oauth.token(exchange, issuer);
+  const claims = await oauth.verifyAccessToken(tokens.access_token, mcpResourceUrl(issuer));
+  const principal: Principal = { userId, credential: { kind: 'oauth', id: claims.sid }, assignments: await identity.roleAssignments(userId) };
+  return { principal, client_id, issuer, exchange, refreshToken: tokens.refresh_token ?? '' };
+}
+
+const endings: Record<string, () => Promise<EndedCredential>> = {
+  'a session ended by logout': async () => {
+    const { principal } = await session();
+    return { principal, end: () => harness.service.context.identity.logout(principal.credential.id) };
+  },
+  'a session ended by the reuse of its refresh token': async () => {
+    const { identity } = harness.service.context;
+    const { principal, refreshToken } = await session();
+    await identity.refresh(refreshToken);
+    return { principal, end: () => settled(identity.refresh(refreshToken)) };
+  },
+  'an OAuth grant revoked at the revocation endpoint': async () => {
+    const grant = await oauthGrant();
+    return { principal: grant.principal, end: () => harness.service.context.oauth.revoke({ token: grant.refreshToken, client_id: grant.client_id }) };
+  },
+  'an OAuth grant revoked by the reuse of its refresh token': async () => {
+    const { oauth } = harness.service.context;
+    const grant = await oauthGrant();
+    const refresh = { grant_type: 'refresh_token', refresh_token: grant.refreshToken, client_id: grant.client_id };
+    await oauth.token(refresh, grant.issuer);
+    return { principal: grant.principal, end: () => settled(oauth.token(refresh, grant.issuer)) };
+  },
+  'an OAuth grant revoked by the reuse of its code': async () => {
+    const grant = await oauthGrant();
+    return { principal: grant.principal, end: () => settled(harness.service.context.oauth.token(grant.exchange, grant.issuer)) };
+  },
+};
+
+let fencedReport = 0x100;
+const nextReportId = () => `00000000-0000-4000-8000-${(fencedReport++).toString(16).padStart(12, '0')}`;
+
+for (const [ending, made] of Object.entries(endings)) {
+  t.test(`${ending}: a command allowed before it appends nothing (forbidden)`, async (t) => {
+    const { repository } = await holderRepository();
+    const { principal, end } = await made();
+    const reportId = nextReportId();
+    await rejectsWith(t, createReportAfter(principal, repository, reportId, end), 'forbidden', /revoked|ended/);
+    t.same(await harness.service.context.store.readStream(streamName('report', reportId)), [], 'no report in the log');
+  });
+
+  t.test(`${ending}: it waits for a command made with the credential that is appending`, async (t) => {
+    const { repository } = await holderRepository();
+    const { principal, end } = await made();
+    const fence = createRepositoryFence({ db: harness.service.context.db, roleAssignments: (userId) => harness.service.context.identity.roleAssignments(userId) });
+    const order: string[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    const acting = call('act with the credential', async () => {
+      await authorizeRepository(harness.service.context.db.knex, principal, repository, 'reports:create');
+      return fence.run(commandMetadata(principal, repository), 'acts', async () => {
+        entered();
+        await gate;
+        order.push('command appended');
+      });
+    });
+    await inside;
+    const ended = end().then(() => order.push('credential ended'));
+    // Had the end no lock to wait for, it would have run by now.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    release();
+    await Promise.all([acting, ended]);
+    t.same(order, ['command appended', 'credential ended']);
+  });
+}

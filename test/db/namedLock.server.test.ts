@@ -1,5 +1,5 @@
 import t from 'tap';
-import { withNamedLock, type LockMode } from '../../src/db/namedLock.js';
+import { withNamedLock, withNamedLocks, type LockMode } from '../../src/db/namedLock.js';
 import { openTestPglite } from '../helpers/pglite.js';
 import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 import { waitUntil } from '../eventstore/contract.js';
@@ -159,4 +159,19 @@ t.test('shared holders hold a name together, an exclusive one alone; a shared on
   t.same(steps.slice(0, 2), ['X in', 'X out'], 'shared holders wait for an exclusive one in another process');
   // Which of the two waiting backends PostgreSQL wakes first is its choice: both are in before either is out.
   t.same(steps.slice(2, 4).sort(), ['A in', 'B in'], 'then hold it together');
+});
+
+t.test('several names held at once: one pooled connection holds them all, each in its mode, all released after', async (t) => {
+  // A pool of one: nested withNamedLock calls would wait for a second connection for ever.
+  const { scratch: db, second: onePool } = await scratchPostgresWithSecondPool(t, 'factlog_lock_many', 1);
+  const advisory = async () =>
+    (await db.knex.raw<{ rows: Array<{ mode: string }> }>(
+      `SELECT mode FROM pg_locks WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY mode`,
+    )).rows.map((row) => row.mode);
+  const held = await withNamedLocks(onePool, [{ name: 'factlog.test.many.a', mode: 'shared' }, { name: 'factlog.test.many.b', mode: 'exclusive' }], async () => advisory());
+  t.same(held, ['ExclusiveLock', 'ShareLock'], 'both held, the first shared, the second alone');
+  t.same(await advisory(), [], 'and both released');
+  await t.rejects(withNamedLocks(onePool, [{ name: 'factlog.test.many.a', mode: 'exclusive' }, { name: 'factlog.test.many.b', mode: 'exclusive' }], async () => Promise.reject(new Error('boom'))), /boom/);
+  t.same(await advisory(), [], 'a failed holder released every name');
+  t.equal(await withNamedLock(onePool, 'factlog.test.many.b', async () => 'taken again'), 'taken again');
 });

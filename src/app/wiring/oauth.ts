@@ -9,6 +9,7 @@ import { createHttpFetcher, DEFAULT_FETCH_SETTINGS } from '../../providers/fetch
 import { addressPolicyFromConfig } from '../../providers/fetch/addressPolicy.js';
 import type { CommandBus } from '../commands.js';
 import { createOAuthServer, type OAuthServer } from '../oauth.js';
+import { revokeFenced } from '../repositoryFence.js';
 
 /**
  * Client ID Metadata Documents are fetched with the service's HTTP fetcher (so its guards on
@@ -45,6 +46,8 @@ export function createOAuth(
     grants: createGrantStore(deps.db.knex, {
       codeTtlMs: parseDuration(config.oauth.auth_code_ttl),
       refreshTtlMs: parseDuration(config.oauth.refresh_token_ttl),
+      // A command made with one of the grant's access tokens lands before the revocation or is refused.
+      fenceRevocation: (grantId, revoke) => revokeFenced(deps.db, { kind: 'oauth', id: grantId }, revoke),
     }),
     clientDocuments: createClientDocumentResolver(deps.clientDocumentFetch ?? clientDocumentFetchFromConfig(config)),
   });

@@ -42,6 +42,12 @@ export interface PendingRequest {
 export interface GrantStoreSettings {
   codeTtlMs: number;
   refreshTtlMs: number;
+  /**
+   * Runs `revoke`, which revokes the grant, while no command made with one of its access tokens
+   * is between its check and its append (`revokeFenced`, src/app/repositoryFence.ts): the wiring
+   * gives it; without it (tests of the store alone) `revoke` just runs.
+   */
+  fenceRevocation?: (grantId: string, revoke: () => Promise<void>) => Promise<void>;
 }
 
 const GRANT_COLUMNS = ['g.id', 'g.client_id', 'g.user_id', 'g.scope', 'g.resource', 'g.redirect_uri'] as const;
@@ -56,8 +62,16 @@ const asGrant = (row: Grant): Grant => ({
 });
 
 export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: () => number = Date.now) {
-  const revoke = (db: Knex, grantId: string, reason: string) =>
-    db('oauth_grants').where({ id: grantId }).whereNull('revoked_at').update({ revoked_at: new Date(now()), revoked_reason: reason });
+  const fenceRevocation = settings.fenceRevocation ?? ((_grantId: string, revoke: () => Promise<void>) => revoke());
+  /**
+   * Revokes a grant under its fence. Never inside a transaction: the fence waits for the commands
+   * made with the grant, and on PGlite's one connection a transaction held open meanwhile would
+   * keep them from finishing. A reuse found in a transaction is revoked once it committed.
+   */
+  const revoke = (grantId: string, reason: string) =>
+    fenceRevocation(grantId, async () => {
+      await knex('oauth_grants').where({ id: grantId }).whereNull('revoked_at').update({ revoked_at: new Date(now()), revoked_reason: reason });
+    });
 
   /**
    * Marks a request answered; false when it already was. The primary key decides between two
@@ -118,7 +132,7 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
      * checks after it; a second one revokes the grant and every token issued from it.
      */
     async redeemCode(code: string): Promise<CodeRedemption> {
-      return knex.transaction(async (trx): Promise<CodeRedemption> => {
+      const redemption = await knex.transaction(async (trx): Promise<CodeRedemption> => {
         const row = await trx('oauth_codes as c')
           .join('oauth_grants as g', 'g.id', 'c.grant_id')
           .where('c.code_hash', hashToken(code))
@@ -126,15 +140,14 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
           .first([...GRANT_COLUMNS, 'c.code_challenge', 'c.expires_at', 'c.used_at', 'g.revoked_at']);
         if (!row) return { status: 'unknown' };
         const grant = asGrant(row);
-        if (row.used_at) {
-          await revoke(trx, grant.id, 'authorization code reused');
-          return { status: 'reused', grant };
-        }
+        if (row.used_at) return { status: 'reused', grant };
         await trx('oauth_codes').where({ code_hash: hashToken(code) }).update({ used_at: new Date(now()) });
         if (row.revoked_at) return { status: 'revoked' };
         if (new Date(row.expires_at).getTime() <= now()) return { status: 'expired' };
         return { status: 'ok', grant, codeChallenge: row.code_challenge };
       });
+      if (redemption.status === 'reused') await revoke(redemption.grant.id, 'authorization code reused');
+      return redemption;
     },
 
     async issueRefreshToken(grantId: string): Promise<string> {
@@ -150,7 +163,7 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
 
     /** Rotation: the presented token stops working and a new one of the same grant replaces it. */
     async rotateRefreshToken(token: string, clientId: string): Promise<RefreshRotation> {
-      return knex.transaction(async (trx): Promise<RefreshRotation> => {
+      const rotation = await knex.transaction(async (trx): Promise<RefreshRotation> => {
         const row = await trx('oauth_refresh_tokens as r')
           .join('oauth_grants as g', 'g.id', 'r.grant_id')
           .where('r.token_hash', hashToken(token))
@@ -161,10 +174,7 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
         // Another client's token is refused without touching it: that client may be the rightful holder.
         if (grant.client_id !== clientId) return { status: 'wrong_client' };
         if (row.revoked_at) return { status: 'revoked' };
-        if (row.rotated_at) {
-          await revoke(trx, grant.id, 'refresh token reused');
-          return { status: 'reused', grant };
-        }
+        if (row.rotated_at) return { status: 'reused', grant };
         if (new Date(row.expires_at).getTime() <= now()) return { status: 'expired' };
         const next = newOpaqueToken(OPAQUE_TOKEN_PREFIX.refreshToken);
         await trx('oauth_refresh_tokens').where({ token_hash: hashToken(token) }).update({ rotated_at: new Date(now()) });
@@ -176,6 +186,8 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
         });
         return { status: 'ok', grant, refreshToken: next };
       });
+      if (rotation.status === 'reused') await revoke(rotation.grant.id, 'refresh token reused');
+      return rotation;
     },
 
     /** The grant a refresh token belongs to (live or not), or null for an unknown token. */
@@ -194,7 +206,7 @@ export function createGrantStore(knex: Knex, settings: GrantStoreSettings, now: 
     },
 
     async revokeGrant(grantId: string, reason: string): Promise<void> {
-      await revoke(knex, grantId, reason);
+      await revoke(grantId, reason);
     },
 
     /**

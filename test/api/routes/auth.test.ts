@@ -227,3 +227,28 @@ t.test('no secret enters the event log', async (t) => {
   t.notMatch(log, /eyJ/, 'no JWT');
   t.ok(events.every((event) => event.actor.length > 0), 'every event has an actor');
 });
+
+t.test('writes sent with a session beside its logout: each lands before the logout is answered or is refused, with nothing written', async (t) => {
+  const erin = await registerUser(service, 'erin@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: erin.token, body: { name: 'Signed out while used' } })).body.id;
+  for (let round = 0; round < 3; round++) {
+    const session = (await service.call('POST', '/api/v1/auth/login', { body: { email: 'erin@example.org', password: 'correct horse battery' } })).body;
+    const ids = [0, 1, 2, 3, 4, 5].map((n) => `logout-raced-${round}-${n}`);
+    const writes = ids.map((id) =>
+      service.call('POST', `/api/v1/repositories/${repository}/investigations`, { token: session.token, body: { title: `raced ${id}` }, headers: { 'x-request-id': id } }),
+    );
+    // Once the logout has been answered, whatever the log then holds is all the session ever wrote.
+    const loggedAtLogout = service.call('POST', '/api/v1/auth/logout', { token: session.token }).then(async (loggedOut) => {
+      t.equal(loggedOut.status, 204);
+      return service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
+    });
+    const [log, ...answers] = await Promise.all([loggedAtLogout, ...writes]);
+    const after = await service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
+    answers.forEach((answer, n) => {
+      const written = after.find((event) => event.correlationId === ids[n]);
+      if (answer.status === 201) t.ok(log.some((event) => event.correlationId === ids[n]), `a write answered 201 (${ids[n]}) had landed when the logout was answered`);
+      else t.same([answer.status === 401 || answer.status === 403, written], [true, undefined], `a write refused (${answer.status} ${answer.body.message}) wrote nothing`);
+    });
+    t.equal((await service.call('GET', `/api/v1/repositories/${repository}/investigations`, { token: session.token })).status, 401, 'after the logout the session is refused');
+  }
+});

@@ -706,3 +706,45 @@ t.test('profile production: cookies are Secure, the issuer is the configured one
   const denied = await production.call('GET', authorizeUrl(baseParams(registered.body.client_id, newPkce().challenge, { code_challenge_method: 'plain' })));
   t.equal(new URL(String(denied.headers.location)).searchParams.get('iss'), 'https://kg.example.org');
 });
+
+/** A createInvestigation tool call on the MCP endpoint with `bearer`; `requestId` correlates the event it appends. */
+async function createInvestigationOverMcp(bearer: string, repository: string, requestId: string): Promise<{ status: number; isError: boolean; text: string }> {
+  const response = await fetch(mcp, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/json', authorization: `Bearer ${bearer}`, 'x-request-id': requestId },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'createInvestigation', arguments: { repository, title: `raced ${requestId}` } } }),
+  });
+  const body = await response.text();
+  if (response.status !== 200) return { status: response.status, isError: true, text: body };
+  const result = JSON.parse(body).result as { isError?: boolean; content: Array<{ text: string }> };
+  return { status: 200, isError: result.isError === true, text: result.content[0]?.text ?? '' };
+}
+
+t.test('tool calls sent with an access token beside its revocation: each lands before the revocation answers or is refused, with nothing written', async (t) => {
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: alice.token, body: { name: 'Revoked while used over MCP' } })).body.id;
+  const client = await registerClient();
+  for (let round = 0; round < 4; round++) {
+    const pkce = newPkce();
+    const issued = await token({ grant_type: 'authorization_code', code: await codeFor(client.client_id, pkce.challenge), redirect_uri: REDIRECT, client_id: client.client_id, code_verifier: pkce.verifier });
+    t.equal(issued.status, 200);
+    const ids = [0, 1, 2, 3, 4, 5].map((n) => `oauth-raced-${round}-${n}`);
+    const calls = ids.map((id) => createInvestigationOverMcp(issued.body.access_token, repository, id));
+    // Once the revocation has answered, whatever the log then holds is all the token ever wrote.
+    const loggedAtRevocation = postForm(`${issuer}/api/v1/oauth/revoke`, { token: issued.body.refresh_token, client_id: client.client_id }).then(async (revoked) => {
+      t.equal(revoked.status, 200);
+      return service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
+    });
+    const [log, ...answers] = await Promise.all([loggedAtRevocation, ...calls]);
+    const after = await service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
+    answers.forEach((answer, n) => {
+      const before = log.find((event) => event.correlationId === ids[n]);
+      const written = after.find((event) => event.correlationId === ids[n]);
+      if (answer.status === 200 && !answer.isError) t.ok(before !== undefined, `a tool call answered with success (${ids[n]}) had landed when the revocation answered`);
+      else {
+        t.match(answer.text, /revoked|invalid|permission denied/, `a refused tool call says why (${answer.status} ${answer.text})`);
+        t.equal(written, undefined, `a refused tool call (${ids[n]}) wrote nothing`);
+      }
+    });
+    t.equal((await createInvestigationOverMcp(issued.body.access_token, repository, `oauth-after-${round}`)).status, 401, 'after the revocation the token is refused');
+  }
+});
