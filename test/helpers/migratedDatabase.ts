@@ -37,7 +37,7 @@ function schemaSourceKey(): string {
  * CPU-s each) and a changed migration is always the one tested; a new dump removes older ones.
  * The opener's own migrations still run, and find nothing to do.
  */
-function migratedTemplate(): Promise<Uint8Array<ArrayBuffer>> {
+export function migratedTemplate(): Promise<Uint8Array<ArrayBuffer>> {
   migratedDump ??= (async () => {
     const file = path.join(tmpdir(), `${DUMP_PREFIX}${schemaSourceKey()}.tar`);
     try {
