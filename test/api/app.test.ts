@@ -180,10 +180,13 @@ t.test('a request that comes while the server closes is answered 503 unavailable
   socket.on('data', (chunk: string) => (received += chunk));
   // A request in flight (its body not yet all sent) holds the connection open through the close.
   const body = JSON.stringify({ email: 'nobody@example.org', password: 'not this one' });
+  const arrived = once(service.app.server, 'request');
   socket.write(`POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 5)}`);
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  // The server has the request (its head parsed, the body still coming); then the close has
+  // begun once the server stops listening (fastify's preClose hooks, the app's among them, ran first).
+  await arrived;
   const closed = service.app.close();
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  await eventually(async () => !service.app.server.listening, 5_000, 5);
   // The rest of the body, and the next request on the same connection, as a keep-alive client sends it.
   socket.write(`${body.slice(5)}GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n`);
   await once(socket, 'close');
