@@ -168,6 +168,10 @@ t.test('no route answers 5xx to hostile input, and refused calls store nothing',
   };
   const serverErrors: string[] = [];
   let calls = 0;
+  // The state after a refused call is the state before the next one: nothing else writes here
+  // (no workers), and a late write by the refused call would still show as a change, at the next
+  // refused call. After an accepted call (which may store) the state is read again.
+  let known: string | null = null;
   for (const { path, method, operation } of operations) {
     if (skipped(path, method)) continue;
     const parameters = operation.parameters ?? [];
@@ -188,7 +192,8 @@ t.test('no route answers 5xx to hostile input, and refused calls store nothing',
         const url =
           path.replace(/\{(\w+)\}/g, (_match, name: string) => pathValues[name] ?? 'x') +
           (Object.keys(query).length ? `?${Object.entries(query).map(([name, value]) => `${name}=${value}`).join('&')}` : '');
-        const before = await storedState();
+        const before = known ?? (await storedState());
+        known = null;
         const response = await service.app.inject({
           method: method as 'GET',
           url,
@@ -205,6 +210,7 @@ t.test('no route answers 5xx to hostile input, and refused calls store nothing',
             if (!jsonRpc && (!ERROR_CODES.includes(reply.error as (typeof ERROR_CODES)[number]) || typeof reply.message !== 'string')) serverErrors.push(`${method} ${url}: error reply without {error, message}: ${response.body.slice(0, 200)}`);
           } else if (!/json|html/.test(String(response.headers['content-type']))) serverErrors.push(`${method} ${url}: error reply of type ${response.headers['content-type']}`);
           const after = await storedState();
+          known = after;
           if (after !== before) serverErrors.push(`${method} ${url} answered ${response.statusCode} but stored something (${before} -> ${after})`);
         }
       }),
