@@ -6,15 +6,20 @@ import { CURIE_ARTICLE, startWebServer } from '../../helpers/webServer.js';
  * Retrying a source: a failed source starts over (covered in sources.test.ts); a processed
  * source whose later stage failed gets those tasks re-queued; anything else has nothing to retry.
  */
-/** A service, a web server of `pages`, a user and a repository, all closed when `t` ends. */
+/** One service for the file: each subtest has a user and a repository of its own, and reads only its repository's tasks and sources. */
+let shared: ReturnType<typeof startTestService> | null = null;
+t.teardown(async () => {
+  if (shared) await (await shared).close();
+});
+let fixtures = 0;
+
+/** The file's service, a web server of `pages` (closed when `t` ends), a new user and a repository. */
 async function retryFixture(t: Test, pages: Parameters<typeof startWebServer>[0]) {
   const web = await startWebServer(pages);
-  const service = await startTestService();
-  t.teardown(async () => {
-    await service.close();
-    await web.close();
-  });
-  const { token } = await registerUser(service, 'retry@example.org');
+  t.teardown(() => web.close());
+  const service = await (shared ??= startTestService());
+  fixtures += 1;
+  const { token } = await registerUser(service, `retry-${fixtures}@example.org`);
   const repoId: string = (await service.call('POST', '/api/v1/repositories', { token, body: { name: 'Retries' } })).body.id;
   return { web, service, token, repoId };
 }
