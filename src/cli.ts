@@ -467,19 +467,21 @@ export function buildCli(): Command {
     .description('print events as JSON lines from a global position')
     .option('--from <position>', 'print events after this global position', parsePosition, 0)
     .option('--follow', 'keep printing new events until interrupted')
-    .action((options: { from: number; follow?: boolean }) =>
-      withContext(async (context) => {
-        // Following ends when interrupted: the loop stops and the context closes, releasing the
-        // data directory's lock, instead of the signal ending the process with the lock held.
-        let interrupted = false;
-        let wake = () => undefined as void;
-        const interrupt = () => {
-          interrupted = true;
-          wake();
-        };
-        process.once('SIGINT', interrupt);
-        process.once('SIGTERM', interrupt);
-        try {
+    .action(async (options: { from: number; follow?: boolean }) => {
+      // Ctrl-C (SIGINT) or SIGTERM ends the tail: the loop stops and the context closes, releasing
+      // the data directory's lock, instead of the signal ending the process with the lock held.
+      // Listened for before the database opens (seconds on an embedded one): a signal then lets
+      // the open finish, prints nothing and closes, exit 0 as for a follow interrupted later.
+      let interrupted = false;
+      let wake = () => undefined as void;
+      const interrupt = () => {
+        interrupted = true;
+        wake();
+      };
+      process.once('SIGINT', interrupt);
+      process.once('SIGTERM', interrupt);
+      try {
+        await withContext(async (context) => {
           let after = options.from;
           while (!interrupted) {
             const batch = await context.store.readAll({ after, limit: 500 });
@@ -493,12 +495,12 @@ export function buildCli(): Command {
               });
             }
           }
-        } finally {
-          process.off('SIGINT', interrupt);
-          process.off('SIGTERM', interrupt);
-        }
-      }, { migrations: 'read-only' }),
-    );
+        }, { migrations: 'read-only' });
+      } finally {
+        process.off('SIGINT', interrupt);
+        process.off('SIGTERM', interrupt);
+      }
+    });
   return program;
 }
 

@@ -66,6 +66,19 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   t.equal(followed.trim().split('\n').length, lines.length, 'having printed the events');
   t.notOk(existsSync(lockPath), 'and releases the lock');
 
+  // Ctrl-C while the tail still opens the database (seconds on an embedded one): the open ends,
+  // nothing is printed, the lock is released and the exit is 0, as for a follow interrupted later.
+  const opening = spawnTail(['--follow']);
+  let openingOut = '';
+  opening.stdout.on('data', (chunk: Buffer) => (openingOut += chunk.toString()));
+  const openingExit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => opening.once('exit', (code, signal) => resolve({ code, signal })));
+  for (let wait = 0; wait < 600 && !existsSync(lockPath); wait++) await new Promise((resolve) => setTimeout(resolve, 20));
+  t.ok(existsSync(lockPath), 'the tail is opening the data directory');
+  opening.kill('SIGINT');
+  t.same(await openingExit, { code: 0, signal: null }, 'interrupted while opening, the tail exits 0');
+  t.equal(openingOut, '', 'having printed nothing');
+  t.notOk(existsSync(lockPath), 'and releases the lock');
+
   // `events tail | head -0`: the reader has closed the pipe before the first line; the tail ends quietly, exit 0, lock released.
   const piped = spawnTail([]);
   let pipedErr = '';
