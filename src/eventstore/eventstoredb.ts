@@ -4,6 +4,7 @@ import {
   END,
   EventStoreDBClient,
   FORWARDS,
+  MaxAppendSizeExceededError,
   START,
   StreamNotFoundError,
   WrongExpectedVersionError,
@@ -23,6 +24,7 @@ import streamsGrpc from '@eventstore/db-client/generated/streams_grpc_pb.js';
 import sharedPb from '@eventstore/db-client/generated/shared_pb.js';
 import { withoutOmittedData, type NewEvent, type RecordedEvent } from './envelope.js';
 import {
+  AppendTooLargeError,
   ConcurrencyError,
   InvalidEventError,
   type AppendResult,
@@ -122,6 +124,19 @@ function toAppendDocuments(schemas: EventSchemaRegistry, events: readonly NewEve
     }
     return { eventId: eventId.toLowerCase(), type, data, envelope };
   });
+}
+
+/**
+ * An append's size as the server counts it against its `MaxAppendSize` (Core `Event.SizeOnDisk`,
+ * summed over the events): each event's data and metadata in bytes (the JSON the client sends)
+ * plus two bytes per UTF-16 unit of its type.
+ */
+function appendSizeOf(documents: readonly AppendDocument[]): number {
+  return documents.reduce(
+    (sum, document) =>
+      sum + Buffer.byteLength(JSON.stringify(document.data)) + Buffer.byteLength(JSON.stringify(document.envelope)) + document.type.length * 2,
+    0,
+  );
 }
 
 function textOrNull(value: unknown): string | null {
@@ -417,6 +432,8 @@ export function createEventStoreDbStore(options: EventStoreDbStoreOptions): Even
           const actual = error.actualVersion === 'no_stream' ? 'no_stream' : Number(error.actualVersion);
           throw new ConcurrencyError(streamId, expected, actual);
         }
+        // The same append is refused every time: a permanent error naming size and limit, not one to retry.
+        if (error instanceof MaxAppendSizeExceededError) throw new AppendTooLargeError(streamId, appendSizeOf(documents), error.maxAppendSize);
         throw error;
       }
       if (appended.position === undefined) {

@@ -159,3 +159,26 @@ export class InvalidEventError extends Error {
     super(`invalid ${eventType} event: ${message}`);
   }
 }
+
+/**
+ * Thrown when the store refuses an append for its size (EventStoreDB's `MaxAppendSize`); nothing
+ * of it is stored. Permanent: the same append is refused again, so the pipeline's runtime does
+ * not retry it (`permanent`, read by isPermanentError).
+ */
+export class AppendTooLargeError extends Error {
+  override readonly name = 'AppendTooLargeError';
+  readonly permanent = true;
+  constructor(
+    readonly streamId: string,
+    /** The append's size as the server counts it (events' data, metadata and type), in bytes. */
+    readonly size: number,
+    /** The server's limit in bytes. */
+    readonly limit: number,
+  ) {
+    super(
+      `stream ${streamId}: the event store refused an append of ${size} bytes (data, metadata and type of its events) because its ` +
+        `maximum append size is ${limit} bytes; nothing was stored. Record less per append (split the events over several appends), ` +
+        `or raise the server's MaxAppendSize (EventStoreDB allows up to 16 MiB)`,
+    );
+  }
+}

@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import t, { type Test } from 'tap';
-import { EventStoreDBClient, jsonEvent } from '@eventstore/db-client';
+import { EventStoreDBClient, jsonEvent, MaxAppendSizeExceededError } from '@eventstore/db-client';
 import type { NewEvent, RecordedEvent } from '../../src/eventstore/envelope.js';
-import { ConcurrencyError, type EventStore } from '../../src/eventstore/port.js';
+import { AppendTooLargeError, ConcurrencyError, type EventStore } from '../../src/eventstore/port.js';
+import { isPermanentError } from '../../src/pipeline/types.js';
 import { createEventStoreDbStore, EventStoreDbSubscription } from '../../src/eventstore/eventstoredb.js';
 import { copyEvents } from '../../src/eventstore/copy.js';
 import { eventStorePortContract, metadata, openMemoryPglite, openStore, testSchemas, thing, waitUntil, type ContractStore } from './contract.js';
-import { startFakeEventStoreDb } from './fake-esdb/server.js';
+import { DEFAULT_MAX_APPEND_SIZE, startFakeEventStoreDb } from './fake-esdb/server.js';
 
 /**
  * The EventStoreDB adapter against the fake gRPC server (test/eventstore/fake-esdb), or against a
@@ -126,6 +127,45 @@ if (realServerUrl) {
     t.match(await t.rejects(store.append('plain-1', [{ ...thing('c'), eventId }], 1), ConcurrencyError), { actual: 2 }, 'a retry loses');
     t.same((await store.readStream('plain-1')).map((event) => event.data.name), ['a', 'b', 'c']);
   });
+
+  for (const batchAppend of [true, false]) {
+    const call = batchAppend ? 'BatchAppend' : 'Append';
+    t.test(`the server refuses an append over its maximum append size (${call}), as a real one does`, async (t) => {
+      const fake = await startFakeEventStoreDb({ batchAppend, maxAppendSize: 1000 });
+      t.teardown(() => fake.close());
+      const client = EventStoreDBClient.connectionString(fake.connectionString);
+      t.teardown(() => client.dispose());
+      // Without metadata an event counts its JSON data plus two bytes per character of its type.
+      const sized = (bytes: number) => jsonEvent({ type: 'Sized', data: { pad: 'x'.repeat(bytes - 2 * 'Sized'.length - '{"pad":""}'.length) } });
+      await client.appendToStream('sized-1', [sized(400), sized(600)]);
+      t.equal(fake.log.stream('sized-1')?.length, 2, 'exactly the limit is stored');
+      const refused: unknown = await client.appendToStream('sized-2', [sized(400), sized(601)]).then(
+        () => null,
+        (error: unknown) => error,
+      );
+      t.ok(refused instanceof MaxAppendSizeExceededError, 'one byte more: the client throws MaxAppendSizeExceededError');
+      t.match(refused, { type: 'maximum-append-size-exceeded', maxAppendSize: 1000 }, 'with the limit from the answer');
+      t.equal(fake.log.stream('sized-2'), undefined, 'one byte more: nothing of the append is stored');
+    });
+
+    t.test(`the adapter turns the refusal into a permanent AppendTooLargeError naming size and limit (${call})`, async (t) => {
+      const fake = await startFakeEventStoreDb({ batchAppend });
+      t.teardown(() => fake.close());
+      const store = createEventStoreDbStore({ connectionString: fake.connectionString, schemas: testSchemas() });
+      t.teardown(() => store.close());
+      // Three events of 400 KB: each fits, together they are over the default 1 MiB.
+      const large = (name: string) => thing(name, { note: 'n'.repeat(400_000) });
+      const error = await t.rejects(store.append('large-1', [large('a'), large('b'), large('c')], 'no_stream'), AppendTooLargeError);
+      const size = (error as AppendTooLargeError).size;
+      t.ok(size > DEFAULT_MAX_APPEND_SIZE && size < 1_300_000, `the size as the server counts it (${size})`);
+      t.match(error, { streamId: 'large-1', limit: DEFAULT_MAX_APPEND_SIZE, permanent: true });
+      t.match((error as Error).message, new RegExp(`${size} bytes.*maximum append size is ${DEFAULT_MAX_APPEND_SIZE} bytes.*MaxAppendSize`));
+      t.ok(isPermanentError(error), 'the pipeline does not retry it');
+      t.same(await store.readStream('large-1'), [], 'nothing stored');
+      const stored = await store.append('large-1', [large('a'), large('b')], 'no_stream');
+      t.equal(stored.events.length, 2, 'what fits is stored');
+    });
+  }
 }
 
 /** A store on a server for one subtest, with a raw client beside it to see what the server holds. */

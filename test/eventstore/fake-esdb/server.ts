@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  Metadata,
   Server,
   ServerCredentials,
   status as grpcStatus,
@@ -34,6 +35,23 @@ type ProposedMessage = InstanceType<typeof streamsPb.AppendReq.ProposedMessage> 
 export interface FakeEventStoreDbOptions {
   /** Advertise and serve BatchAppend (as every server since 21.10 does); default true. Off, the client uses Append. */
   batchAppend?: boolean;
+  /**
+   * The server's `MaxAppendSize` in bytes: an append whose events measure more together
+   * (appendSizeOf) is refused, as a real server refuses it. Default 1,048,576, a real server's default.
+   */
+  maxAppendSize?: number;
+}
+
+/** A real server's default `MaxAppendSize` (1 MiB; configurable up to 16 MiB). */
+export const DEFAULT_MAX_APPEND_SIZE = 1_048_576;
+
+/**
+ * An event's size as a real server counts it against `MaxAppendSize` (Core `Event.SizeOnDisk`):
+ * its data and custom metadata in bytes plus two bytes per UTF-16 unit of its type. An append's
+ * size is the sum over its events, checked as each event arrives.
+ */
+export function eventSizeOnDisk(event: Pick<ProposedEvent, 'type' | 'data' | 'customMetadata'>): number {
+  return event.data.length + event.customMetadata.length + event.type.length * 2;
 }
 
 export interface FakeEventStoreDb {
@@ -56,6 +74,8 @@ const defaultSearchWindow = 32;
  */
 export async function startFakeEventStoreDb(options: FakeEventStoreDbOptions = {}): Promise<FakeEventStoreDb> {
   const batchAppend = options.batchAppend ?? true;
+  const maxAppendSize = options.maxAppendSize ?? DEFAULT_MAX_APPEND_SIZE;
+  if (!Number.isInteger(maxAppendSize) || maxAppendSize < 1) throw new RangeError('maxAppendSize must be a positive integer');
   const log = new FakeTransactionLog();
   const systemEvent = (type: string): ProposedEvent => ({
     id: randomUUID(),
@@ -86,13 +106,13 @@ export async function startFakeEventStoreDb(options: FakeEventStoreDbOptions = {
   server.addService(streamsGrpc.StreamsService, {
     read: (call: ServerWritableStream<ReadReqMessage, ReadRespMessage>) => serveRead(log, call, liveSubscriptions),
     append: (call: ServerReadableStream<AppendReqMessage, AppendRespMessage>, callback: sendUnaryData<AppendRespMessage>) =>
-      serveAppend(log, call, callback),
+      serveAppend(log, maxAppendSize, call, callback),
     batchAppend: (call: ServerDuplexStream<BatchAppendReqMessage, BatchAppendRespMessage>) => {
       if (!batchAppend) {
         call.emit('error', { code: grpcStatus.UNIMPLEMENTED, details: 'BatchAppend is switched off on this fake server' });
         return;
       }
-      serveBatchAppend(log, call);
+      serveBatchAppend(log, maxAppendSize, call);
     },
   });
   const port = await new Promise<number>((resolve, reject) =>
@@ -342,19 +362,46 @@ function toExpectedRevision(
   return { kind: 'any' };
 }
 
+/**
+ * A real server's answer to an Append over its `MaxAppendSize` (RpcExceptions.MaxAppendSizeExceeded):
+ * the call fails with InvalidArgument, and the `exception` and `maximum-append-size` trailers say
+ * why (the client turns them into MaxAppendSizeExceededError).
+ */
+function maxAppendSizeExceeded(maxAppendSize: number): { code: grpcStatus; details: string; metadata: Metadata } {
+  const metadata = new Metadata();
+  metadata.set('exception', 'maximum-append-size-exceeded');
+  metadata.set('maximum-append-size', String(maxAppendSize));
+  return { code: grpcStatus.INVALID_ARGUMENT, details: `Maximum Append Size of ${maxAppendSize} Exceeded.`, metadata };
+}
+
 function serveAppend(
   log: FakeTransactionLog,
+  maxAppendSize: number,
   call: ServerReadableStream<AppendReqMessage, AppendRespMessage>,
   callback: sendUnaryData<AppendRespMessage>,
 ): void {
   let options: InstanceType<typeof streamsPb.AppendReq.Options> | undefined;
   const proposed: ProposedEvent[] = [];
+  let size = 0;
+  let refused = false;
   call.on('data', (request: AppendReqMessage) => {
+    if (refused) return;
     if (request.hasOptions()) options = request.getOptions();
-    else if (request.hasProposedMessage()) proposed.push(toProposedEvent(request.getProposedMessage()!));
+    else if (request.hasProposedMessage()) {
+      const event = toProposedEvent(request.getProposedMessage()!);
+      // As a real server: the running total is checked as each event arrives, and the call fails at once.
+      size += eventSizeOnDisk(event);
+      if (size > maxAppendSize) {
+        refused = true;
+        callback(maxAppendSizeExceeded(maxAppendSize));
+        return;
+      }
+      proposed.push(event);
+    }
   });
   call.on('error', () => undefined); // a cancelled append just ends
   call.on('end', () => {
+    if (refused) return;
     if (!options) return callback({ code: grpcStatus.INVALID_ARGUMENT, details: 'the first message must carry the options' });
     const expected = toExpectedRevision(options);
     const outcome = log.append(streamNameOf(options.getStreamIdentifier()), expected, proposed);
@@ -385,18 +432,31 @@ function serveAppend(
   });
 }
 
-function serveBatchAppend(log: FakeTransactionLog, call: ServerDuplexStream<BatchAppendReqMessage, BatchAppendRespMessage>): void {
-  const pending = new Map<string, { options: InstanceType<typeof streamsPb.BatchAppendReq.Options>; proposed: ProposedEvent[] }>();
+function serveBatchAppend(
+  log: FakeTransactionLog,
+  maxAppendSize: number,
+  call: ServerDuplexStream<BatchAppendReqMessage, BatchAppendRespMessage>,
+): void {
+  const pending = new Map<string, { options: InstanceType<typeof streamsPb.BatchAppendReq.Options>; proposed: ProposedEvent[]; size: number }>();
   call.on('data', (request: BatchAppendReqMessage) => {
     const correlationId = request.getCorrelationId()?.getString() ?? '';
     let batch = pending.get(correlationId);
     if (!batch) {
       const options = request.getOptions();
-      if (!options) return; // the first request of a batch carries the options
-      batch = { options, proposed: [] };
+      if (!options) return; // the first request of a batch carries the options (or its batch was refused: the rest is dropped)
+      batch = { options, proposed: [], size: 0 };
       pending.set(correlationId, batch);
     }
-    batch.proposed.push(...request.getProposedMessagesList().map(toProposedEvent));
+    const events = request.getProposedMessagesList().map(toProposedEvent);
+    batch.proposed.push(...events);
+    batch.size += events.reduce((sum, event) => sum + eventSizeOnDisk(event), 0);
+    if (batch.size > maxAppendSize) {
+      // As a real server (Streams.BatchAppend): checked after each request of the batch; the
+      // batch is dropped and answered at once with a MaximumAppendSizeExceeded status.
+      pending.delete(correlationId);
+      call.write(batchAppendSizeExceeded(request.getCorrelationId()!, batch.options, maxAppendSize));
+      return;
+    }
     if (!request.getIsFinal()) return;
     pending.delete(correlationId);
     const expected = toExpectedRevision(batch.options);
@@ -405,6 +465,26 @@ function serveBatchAppend(log: FakeTransactionLog, call: ServerDuplexStream<Batc
   });
   call.on('error', () => undefined); // the client cancels its batch stream when it is disposed
   call.on('end', () => call.end());
+}
+
+function batchAppendSizeExceeded(
+  correlationId: InstanceType<typeof sharedPb.UUID>,
+  options: InstanceType<typeof streamsPb.BatchAppendReq.Options>,
+  maxAppendSize: number,
+): BatchAppendRespMessage {
+  const exceeded = new sharedPb.MaximumAppendSizeExceeded();
+  exceeded.setMaxappendsize(maxAppendSize);
+  const details = new anyPb.Any();
+  details.pack(exceeded.serializeBinary(), 'event_store.client.MaximumAppendSizeExceeded');
+  const error = new statusPb.Status();
+  error.setCode(codePb.Code.INVALID_ARGUMENT);
+  error.setMessage('MaximumAppendSizeExceeded');
+  error.setDetails(details);
+  const response = new BatchAppendResp();
+  response.setCorrelationId(correlationId);
+  response.setStreamIdentifier(options.getStreamIdentifier());
+  response.setError(error);
+  return response;
 }
 
 function batchAppendResponse(
