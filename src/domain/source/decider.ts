@@ -114,8 +114,15 @@ export type SourceState =
       fetched: FetchedSourceData | null;
       failure: string | null;
       factCount: number;
-      /** Embedding models whose FactsEmbedded the source has. */
+      /** The distinct fact ids of FactsExtracted, in their first order. */
+      factIds: string[];
+      /**
+       * Embedding models every fact of the source has a vector of (its FactsEmbedded, in one event
+       * or in several parts, cover every fact; a source without facts needs one, empty, event).
+       */
       embeddedWith: string[];
+      /** Per embedding model, the fact ids with a vector of it so far: what a retry of embed_facts still lacks is the rest. */
+      embeddedFactIds: Record<string, string[]>;
       deduplicated: boolean;
       /** batch_index of every ConceptsExtracted recorded. */
       conceptBatches: number[];
@@ -224,7 +231,13 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         if (!command.model) throw new DomainError('invalid', 'embedding model must be named');
         if (!Number.isInteger(command.dimensions) || command.dimensions <= 0)
           throw new DomainError('invalid', 'dimensions must be a positive integer');
-        return [{ type: 'FactsEmbedded', data: { model: command.model, dimensions: command.dimensions, vectors: command.vectors } }];
+        // One part of several: a fact that has a vector of this model already (an earlier part,
+        // recorded before a crash or by a twin) is not recorded again.
+        const recorded = new Set(source.embeddedFactIds[command.model] ?? []);
+        const vectors = recorded.size === 0 ? command.vectors : command.vectors.filter((entry) => !recorded.has(entry.fact_id));
+        // Nothing new for a source with facts; a source without any still records its one empty event.
+        if (vectors.length === 0 && source.factIds.length > 0) return [];
+        return [{ type: 'FactsEmbedded', data: { model: command.model, dimensions: command.dimensions, vectors } }];
       }
       case 'RecordDeduplication': {
         const source = requireProcessed(state, 'deduplicate_facts');
@@ -264,7 +277,9 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         fetched: null,
         failure: null,
         factCount: 0,
+        factIds: [],
         embeddedWith: [],
+        embeddedFactIds: {},
         deduplicated: false,
         conceptBatches: [],
         deleted: false,
@@ -280,14 +295,32 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
       case 'SourceDecompositionStarted':
         return { ...state, status: 'decomposing' };
       case 'FactsExtracted':
-        return { ...state, status: 'processed', factCount: event.data.facts.length };
+        return { ...state, status: 'processed', factCount: event.data.facts.length, factIds: [...new Set(event.data.facts.map((fact) => fact.fact_id))] };
       case 'SourceFailed':
         return { ...state, status: 'failed', failure: `${event.data.stage}: ${event.data.reason}` };
       case 'SourceRetryRequested':
         // A retry starts over from whatever the source already has.
         return { ...state, status: state.fetched ? 'fetched' : 'pending', failure: null };
-      case 'FactsEmbedded':
-        return state.embeddedWith.includes(event.data.model) ? state : { ...state, embeddedWith: [...state.embeddedWith, event.data.model] };
+      case 'FactsEmbedded': {
+        const { model } = event.data;
+        if (state.embeddedWith.includes(model)) return state;
+        // A part of the source's vectors: the model is complete once every fact has one (an
+        // event recorded before parts existed held them all, and completes it as it always did).
+        const known = state.embeddedFactIds[model] ?? [];
+        const withVector = new Set(known);
+        const added: string[] = [];
+        for (const { fact_id: factId } of event.data.vectors) {
+          if (withVector.has(factId)) continue;
+          withVector.add(factId);
+          added.push(factId);
+        }
+        const complete = state.factIds.every((factId) => withVector.has(factId));
+        return {
+          ...state,
+          embeddedFactIds: { ...state.embeddedFactIds, [model]: [...known, ...added] },
+          embeddedWith: complete ? [...state.embeddedWith, model] : state.embeddedWith,
+        };
+      }
       case 'SourceFactsDeduplicated':
         return { ...state, deduplicated: true };
       case 'SourceDeleted':

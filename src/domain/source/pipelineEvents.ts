@@ -3,7 +3,11 @@
  * folds them; see docs/pipeline.md for the stage that appends each).
  */
 export type SourcePipelineEvent =
-  /** embed_facts: vectors of the source's facts (packed float32, src/interchange/vectors.ts). */
+  /**
+   * embed_facts: vectors of the source's facts (packed float32, src/interchange/vectors.ts). A
+   * large source's vectors of a model come in several of these (parts), each fact in one of them;
+   * the source decider counts the model embedded once every fact has a vector.
+   */
   | {
       type: 'FactsEmbedded';
       data: { model: string; dimensions: number; vectors: Array<{ fact_id: string; vector: string }> };
@@ -32,6 +36,7 @@ export type SourcePipelineEvent =
     };
 
 export type SourcePipelineCommand =
+  /** Records these vectors, or those of them whose facts have no vector of the model yet (one part of several). */
   | { type: 'RecordEmbeddings'; model: string; dimensions: number; vectors: Array<{ fact_id: string; vector: string }> }
   | { type: 'RecordDeduplication'; stableFactIds: string[]; merged: Array<{ fact_id: string; survivor_id: string }> }
   | {

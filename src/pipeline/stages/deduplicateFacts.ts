@@ -75,23 +75,19 @@ function factStreamsOf(store: EventStore): StreamCache<FactState, FactEvent> {
   return new StreamCache(store, 'fact', factDecider, (state) => (state.status === 'merged' || state.status === 'removed' ? state.survivorId : null));
 }
 
-/** Vectors of `model` from a FactsEmbedded event, by fact id. */
-function vectorsOf(event: RecordedEvent | undefined, model: string): Map<string, number[]> {
+/**
+ * The vectors of `model` among a source's events, by fact id: every FactsEmbedded of the model
+ * (a large source's vectors come in several parts), a later vector of a fact replacing an earlier.
+ */
+function vectorsOf(events: readonly RecordedEvent[], model: string): Map<string, number[]> {
   const vectors = new Map<string, number[]>();
-  if (!event || event.type !== 'FactsEmbedded') return vectors;
-  const data = event.data as FactsEmbedded['data'];
-  if (data.model !== model) return vectors;
-  for (const entry of data.vectors) vectors.set(entry.fact_id, unpackVector(entry.vector));
-  return vectors;
-}
-
-/** The latest FactsEmbedded of `model` among a source's events. */
-function latestVectors(events: readonly RecordedEvent[], model: string): Map<string, number[]> {
-  for (let index = events.length - 1; index >= 0; index--) {
-    const event = events[index];
-    if (event.type === 'FactsEmbedded' && (event.data as FactsEmbedded['data']).model === model) return vectorsOf(event, model);
+  for (const event of events) {
+    if (event.type !== 'FactsEmbedded') continue;
+    const data = event.data as FactsEmbedded['data'];
+    if (data.model !== model) continue;
+    for (const entry of data.vectors) vectors.set(entry.fact_id, unpackVector(entry.vector));
   }
-  return new Map();
+  return vectors;
 }
 
 /** What a reader of a source's vectors leaves out: the facts' text and the concept links (most of a stream's other bytes). */
@@ -177,8 +173,11 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
     const loaded = await loadStream(deps.store, stream, sourceDecider);
     const { state } = loaded;
     if (state.status !== 'processed' || state.deduplicated || state.deleted) return;
-    // The FactsEmbedded that triggered the job is on this stream: the latest of the model.
-    const vectors = deps.embedderModelId === null ? new Map<string, number[]>() : latestVectors(loaded.events, deps.embedderModelId);
+    // A part of the source's vectors while embed_facts still records the others: the job of the
+    // part that completes them deduplicates the source, with every vector.
+    const model = deps.embedderModelId;
+    if (model !== null && state.embeddedFactIds[model] !== undefined && !state.embeddedWith.includes(model)) return;
+    const vectors = model === null ? new Map<string, number[]>() : vectorsOf(loaded.events, model);
     const factIds = [...new Set(extractedFactsOf(loaded.events).map((fact) => fact.fact_id))].sort();
     const factStreams = factStreamsOf(deps.store);
     await factStreams.load(factIds);
@@ -301,7 +300,7 @@ export function createDeduplicateFactsStage(deps: DeduplicateFactsDeps): Stage {
         const unread = [...new Set(sourceIds)].filter((id) => !vectorsBySource.has(id));
         if (unread.length === 0) return;
         const streams = await deps.store.readStreams(unread.map((id) => streamName('source', id)), { omitData: vectorReadOmits });
-        for (const id of unread) vectorsBySource.set(id, latestVectors(streams.get(streamName('source', id)) ?? [], model));
+        for (const id of unread) vectorsBySource.set(id, vectorsOf(streams.get(streamName('source', id)) ?? [], model));
       };
       const vectorOf = (factId: string) => {
         for (const sourceId of sourcesOf.get(factId) ?? []) {

@@ -103,6 +103,32 @@ t.test('embeddings: on a processed source, once per model', async (t) => {
   t.equal(given(processed).when({ ...record, model: '' }).thenThrows(DomainError).code, 'invalid');
 });
 
+t.test('embeddings of a large source in parts: each fact once, the model embedded when every fact has a vector', async (t) => {
+  const facts = ['f', 'g', 'h'].map((fact_id) => ({ ...recordedFact, fact_id, content_hash: fact_id.repeat(64) }));
+  const extracted: SourceEvent[] = [registered, fetched, { type: 'FactsExtracted', data: { model_id: 'm', promptset_hash: '', facts: [...facts, facts[0]] } }];
+  const vector = (factId: string) => ({ fact_id: factId, vector: 'AAAAAAAAAAA=' });
+  const record = (factIds: string[]): Extract<SourceCommand, { type: 'RecordEmbeddings' }> => ({ type: 'RecordEmbeddings', model: 'local', dimensions: 2, vectors: factIds.map(vector) });
+  const part = (factIds: string[]): SourceEvent => ({ type: 'FactsEmbedded', data: { model: 'local', dimensions: 2, vectors: factIds.map(vector) } });
+  const stateOf = (events: SourceEvent[]) => events.reduce(sourceDecider.evolve, sourceDecider.initialState());
+
+  t.same(given(extracted).when(record(['f', 'g'])).events(), [part(['f', 'g'])], 'a first part');
+  const first = [...extracted, part(['f', 'g'])];
+  t.match(stateOf(first), { embeddedWith: [], embeddedFactIds: { local: ['f', 'g'] } }, 'not embedded until every fact has a vector');
+  t.same(given(first).when(record(['f', 'g', 'h'])).events(), [part(['h'])], 'a retry records only the facts still missing');
+  t.same(given(first).when(record(['g'])).events(), [], 'nothing new, nothing recorded');
+  const all = [...first, part(['h'])];
+  t.match(stateOf(all), { embeddedWith: ['local'], embeddedFactIds: { local: ['f', 'g', 'h'] } }, 'the last part completes the model');
+  t.same(given(all).when(record(['h'])).events(), [], 'a complete model records nothing more');
+  t.match(stateOf([...extracted, part(['f', 'g', 'h'])]), { embeddedWith: ['local'] }, 'one event with every vector (as always recorded) completes it');
+  t.match(stateOf([...first, part(['f'])]), { embeddedWith: [], embeddedFactIds: { local: ['f', 'g'] } }, 'a vector seen again counts once');
+  t.same(given(first).when({ ...record(['h']), model: 'openai' }).events(), [{ type: 'FactsEmbedded', data: { model: 'openai', dimensions: 2, vectors: [vector('h')] } }], 'models are apart');
+
+  const empty: SourceEvent[] = [registered, fetched, { type: 'FactsExtracted', data: { model_id: 'm', promptset_hash: '', facts: [] } }];
+  t.same(given(empty).when(record([])).events(), [part([])], 'a source without facts records one empty event');
+  t.match(stateOf([...empty, part([])]), { embeddedWith: ['local'] });
+  t.same(given([...empty, part([])]).when(record([])).events(), [], 'once');
+});
+
 t.test('deduplication is recorded once', async (t) => {
   const record: Extract<SourceCommand, { type: 'RecordDeduplication' }> = { type: 'RecordDeduplication', stableFactIds: ['f'], merged: [{ fact_id: 'g', survivor_id: 'f' }] };
   const deduplicated: SourceEvent = { type: 'SourceFactsDeduplicated', data: { stable_fact_ids: ['f'], merged: [{ fact_id: 'g', survivor_id: 'f' }] } };
