@@ -102,6 +102,8 @@ t.test('embed_facts records a large source in several FactsEmbedded, each within
     // The embedded tier's index keeps the vectors in fact_vectors (src/search/collections/facts.ts).
     const indexed: Array<{ fact_id: string }> = await fixture.db.knex('fact_vectors').whereIn('fact_id', source.factIds).select('fact_id');
     t.same(indexed.map((row) => row.fact_id).sort(), [...source.factIds].sort(), 'the search index holds the vector of every fact, from every part');
+    const models: Array<{ embedding_model: string | null }> = await fixture.db.knex('facts').whereIn('id', source.factIds).select('embedding_model');
+    t.same(models.map((row) => row.embedding_model), source.factIds.map(() => MODEL), 'the facts read model names the model of every fact');
 
     // Each part triggers a job; the first one finds every part recorded and decides every fact,
     // asking the index for the neighbours of every fact's vector, whichever part holds it.
