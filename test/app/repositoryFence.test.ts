@@ -1,7 +1,7 @@
 import t from 'tap';
 import { authorizeRepository, commandMetadata } from '../../src/app/access.js';
 import { withCallContext, type CallContext } from '../../src/app/callContext.js';
-import { createRepositoryFence } from '../../src/app/repositoryFence.js';
+import { createRepositoryFence, type RepositoryFence } from '../../src/app/repositoryFence.js';
 import { mcpResourceUrl } from '../../src/api/issuer.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { oauthIssuer } from '../../src/config/derived.js';
@@ -64,31 +64,41 @@ t.test('a command allowed before its caller lost the role appends nothing: forbi
   await rejectsWith(t, createReportAfter(removed.editor, removed.repository, '00000000-0000-4000-8000-00000000fe03', remove), 'forbidden');
 });
 
-t.test("a sysadmin's command in a repository holds the system roles' lock: a revocation of sysadmin waits for it", async (t) => {
-  const { repository } = await repositoryWithEditor('Administered');
-  const admin = await harness.refreshed(harness.admin);
+/**
+ * Starts a command made by `principal` in `repository` that is held between its check and its
+ * append, then `change` (given the command's fence; it says what it did), gives the change time to run past a lock it
+ * did not wait for, and lets the command finish: the order in which the two ended.
+ */
+async function orderBehindAppendingCommand(principal: Principal, repository: string, operation: string, change: (fence: RepositoryFence) => Promise<string>): Promise<string[]> {
   const fence = createRepositoryFence({ db: harness.service.context.db, roleAssignments: (userId) => harness.service.context.identity.roleAssignments(userId) });
   const order: string[] = [];
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
   let entered!: () => void;
   const inside = new Promise<void>((resolve) => (entered = resolve));
-  const acting = call('act as sysadmin', async () => {
-    await authorizeRepository(harness.service.context.db.knex, admin, repository, 'reports:create');
-    return fence.run(commandMetadata(admin, repository), 'acts', async () => {
+  const acting = call(operation, async () => {
+    await authorizeRepository(harness.service.context.db.knex, principal, repository, 'reports:create');
+    return fence.run(commandMetadata(principal, repository), 'acts', async () => {
       entered();
       await gate;
       order.push('command appended');
     });
   });
   await inside;
-  const revoking = fence.run(commandMetadata(owner, null), 'changes', async () => {
-    order.push('sysadmin revoked');
-  });
-  // Had the revocation no lock to wait for, it would have run by now.
+  const changing = change(fence).then((what) => order.push(what));
+  // Had the change no lock to wait for, it would have run by now.
   await new Promise((resolve) => setTimeout(resolve, 50));
   release();
-  await Promise.all([acting, revoking]);
+  await Promise.all([acting, changing]);
+  return order;
+}
+
+t.test("a sysadmin's command in a repository holds the system roles' lock: a revocation of sysadmin waits for it", async (t) => {
+  const { repository } = await repositoryWithEditor('Administered');
+  const admin = await harness.refreshed(harness.admin);
+  const order = await orderBehindAppendingCommand(admin, repository, 'act as sysadmin', (fence) =>
+    fence.run(commandMetadata(owner, null), 'changes', async () => 'sysadmin revoked'),
+  );
   t.same(order, ['command appended', 'sysadmin revoked']);
 });
 
@@ -211,26 +221,7 @@ for (const [ending, made] of Object.entries(endings)) {
   t.test(`${ending}: it waits for a command made with the credential that is appending`, async (t) => {
     const { repository } = await holderRepository();
     const { principal, end } = await made();
-    const fence = createRepositoryFence({ db: harness.service.context.db, roleAssignments: (userId) => harness.service.context.identity.roleAssignments(userId) });
-    const order: string[] = [];
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    let entered!: () => void;
-    const inside = new Promise<void>((resolve) => (entered = resolve));
-    const acting = call('act with the credential', async () => {
-      await authorizeRepository(harness.service.context.db.knex, principal, repository, 'reports:create');
-      return fence.run(commandMetadata(principal, repository), 'acts', async () => {
-        entered();
-        await gate;
-        order.push('command appended');
-      });
-    });
-    await inside;
-    const ended = end().then(() => order.push('credential ended'));
-    // Had the end no lock to wait for, it would have run by now.
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    release();
-    await Promise.all([acting, ended]);
+    const order = await orderBehindAppendingCommand(principal, repository, 'act with the credential', () => end().then(() => 'credential ended'));
     t.same(order, ['command appended', 'credential ended']);
   });
 }
