@@ -43,9 +43,12 @@ export interface KafkaOptions {
 /**
  * `max.message.bytes` of the topics the service creates, and raises existing ones to. The broker
  * default (about 1 MB) refused a `FactsEmbedded` of 130 facts at 1,536 dimensions, and the relay
- * then stopped at it. The event store sets no size of its own, so the bound is what Kafka can carry:
- * a produce request must fit the broker's `socket.request.max.bytes` (100 MiB by default) with its
- * framing; 64 MiB is a FactsEmbedded of about 8,000 facts at 1,536 dimensions (750 at 16,000).
+ * then stopped at it. A FactsEmbedded now holds at most 512 KiB of vectors
+ * (FACTS_EMBEDDED_PART_BYTES, src/pipeline/stages/embedFacts.ts), but a log written before that
+ * holds one event per source of any size, and the PostgreSQL event store sets no size of its own,
+ * so the bound is what Kafka can carry: a produce request must fit the broker's
+ * `socket.request.max.bytes` (100 MiB by default) with its framing; 64 MiB is a FactsEmbedded
+ * of about 8,000 facts at 1,536 dimensions (750 at 16,000).
  */
 export const TOPIC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
