@@ -38,6 +38,11 @@ export interface KafkaOptions {
    * but for `max.message.bytes`, TOPIC_MAX_MESSAGE_BYTES unless set here.
    */
   topicConfig?: Readonly<Record<string, string>>;
+  /**
+   * How the client retries a failed request or connection (kafkajs's `retry`): by default 5 retries
+   * from 300 ms, doubling, so an unreachable broker is reported after about 12 s.
+   */
+  retry?: { retries: number; initialRetryTimeMs: number };
 }
 
 /**
@@ -166,6 +171,7 @@ function createKafkaClient(options: KafkaOptions, log: BusLogger, role: string):
   return new Kafka({
     clientId: `${options.clientId}-${role}`,
     brokers: [...options.brokers],
+    ...(options.retry && { retry: { retries: options.retry.retries, initialRetryTime: options.retry.initialRetryTimeMs } }),
     logLevel: KafkaLogLevel.WARN,
     logCreator: () => (entry: LogEntry) => {
       const { message, timestamp: _timestamp, logger: _logger, ...details } = entry.log as LogEntry['log'] & { logger?: string };

@@ -16,13 +16,14 @@ export function kafkaOptions(config: Config): KafkaOptions {
 /**
  * The Bus of `bus.backend`: Kafka consumer groups on the distributed tier, none on the embedded
  * tier, where the projection runner reads the event store's log itself (docs/architecture.md).
+ * `kafka` sets client options the configuration does not (its retries).
  */
-export async function openBus(config: Config, schemas: EventSchemaRegistry, log: Logger): Promise<Bus | null> {
+export async function openBus(config: Config, schemas: EventSchemaRegistry, log: Logger, kafka: Pick<KafkaOptions, 'retry'> = {}): Promise<Bus | null> {
   if (config.bus.backend !== 'kafka') return null;
   // Kafka's client is loaded only when it is configured.
   const { createKafkaBus } = await import('../../bus/kafka.js');
   const bus = createKafkaBus({
-    kafka: kafkaOptions(config),
+    kafka: { ...kafkaOptions(config), ...kafka },
     registry: schemas,
     log: log.child({ component: 'bus' }),
     consumer: { sessionTimeoutMs: parseDuration(config.bus.kafka.session_timeout) },
