@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { openDatabase } from '../../src/db/database.js';
 import { initdbInChildProcess, needsInitdb, PgliteThread } from '../../src/db/pgliteThread.js';
-import { openTestPglite, pgliteTemplate } from '../helpers/pglite.js';
+import { pgliteTemplate } from '../helpers/pglite.js';
 
 /** Whether a process of that pid runs. */
 function isAlive(pid: number): boolean {
@@ -100,9 +100,25 @@ t.test('the calling thread’s event loop turns while a statement runs', async (
   t.ok(turns > 0, `timers ran during the statement (${turns})`);
 });
 
+
+
+// One database opened by openDatabase itself and one thread opened with settings, for the three
+// tests below: a PGlite start each (about 0.5 CPU-s) is none of their subjects.
+/** openDatabase itself, not the tests' helpers, which give their databases a smaller buffer pool. */
+const opened = openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+t.teardown(async () => (await opened).close());
+const tuned = PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
+t.teardown(async () => (await tuned).close());
+
+t.test('PGlite starts with the embedded settings; the settings option overrides them', async (t) => {
+  const db = await opened;
+  t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '24MB' }]);
+  t.same((await db.knex.raw('SHOW default_statistics_target')).rows, [{ default_statistics_target: '30' }], 'ANALYZE samples 9,000 rows, not 30,000');
+  t.same((await (await tuned).query('SHOW work_mem')).rows, [{ work_mem: '2MB' }]);
+});
+
 t.test('through knex (openDatabase): transactions, rollback and errors as before', async (t) => {
-  const db = await openTestPglite();
-  t.teardown(() => db.close());
+  const db = await opened;
   await db.knex.schema.createTable('notes', (table) => {
     table.integer('id').primary();
     table.jsonb('body');
@@ -122,7 +138,8 @@ t.test('through knex (openDatabase): transactions, rollback and errors as before
 });
 
 t.test('a closed proxy refuses statements; closing again is harmless', async (t) => {
-  const other = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
+  // The thread opened with settings, its test done.
+  const other = await tuned;
   t.equal(other.closed, false);
   await other.close();
   t.equal(other.closed, true);
@@ -135,16 +152,6 @@ t.test('a data directory PGlite cannot load rejects the opening (and the file en
   await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Uint8Array([1, 2, 3]) }));
 });
 
-t.test('PGlite starts with the embedded settings; the settings option overrides them', async (t) => {
-  // openDatabase itself, not the tests' helpers, which give their databases a smaller buffer pool.
-  const db = await openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
-  t.teardown(() => db.close());
-  t.same((await db.knex.raw('SHOW shared_buffers')).rows, [{ shared_buffers: '24MB' }]);
-  t.same((await db.knex.raw('SHOW default_statistics_target')).rows, [{ default_statistics_target: '30' }], 'ANALYZE samples 9,000 rows, not 30,000');
-  const tuned = await PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
-  t.teardown(() => tuned.close());
-  t.same((await tuned.query('SHOW work_mem')).rows, [{ work_mem: '2MB' }]);
-});
 
 t.test('a new data directory is initialised by a child process, then opened in the worker; an existing one is not initialised again', async (t) => {
   const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
