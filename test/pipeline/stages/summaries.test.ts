@@ -18,8 +18,7 @@ import { JobRepository } from '../../../src/pipeline/jobs.js';
 import { PermanentJobError } from '../../../src/pipeline/types.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 import { openStageFixture, testMetadata, type StageFixture } from '../stageFixture.js';
-import { migrateReadModels } from '../../../projections/migrations/index.js';
-import { openMemoryPglite } from '../../eventstore/contract.js';
+import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 
 t.setTimeout(300_000);
 
@@ -445,7 +444,8 @@ t.test("synthesize_concept: of a concept's jobs in a group only the latest trigg
 });
 
 t.test('summarize_concepts: the concepts of a page and their slices are summarised side by side, at most `concurrency` at once', async (t) => {
-  for (const concurrency of [1, 8]) {
+  // A subtest each, so that the first's database is given back (and kept) before the second opens one.
+  for (const concurrency of [1, 8]) await t.test(`concurrency ${concurrency}`, async (t) => {
     const fixture = await openStageFixture(t);
     const repositoryId = await fixture.createRepository();
     const local = createLocalChatModel();
@@ -466,7 +466,7 @@ t.test('summarize_concepts: the concepts of a page and their slices are summaris
     await summarize.run(fixture.contextFor(summarize, source.trigger));
     t.equal(most, Math.min(concurrency, 3), `concurrency ${concurrency}: Marie Curie's two slices and Paris's first ${concurrency > 1 ? 'together' : 'one after the other'}`);
     t.equal((await fixture.eventsOfType('SummarySliceWritten')).length, 3, 'every slice written');
-  }
+  });
 });
 
 t.test('summarize_concepts: a concept that became stale is taken up as soon as a place is free, not when the slowest concept in the model is done', async (t) => {
@@ -511,9 +511,9 @@ t.test('summarize_concepts: a concept that became stale is taken up as soon as a
 });
 
 t.test('staleConcepts: the search looks at the concepts a window at a time and finds, in id order, what one pass over them all would', async (t) => {
-  const db = await openMemoryPglite();
+  // A kept migrated database (as the stage fixtures take), not a new PGlite migrated here.
+  const db = await openMigratedDatabase();
   t.teardown(() => db.close());
-  await migrateReadModels(db.knex);
   const repositoryId = 'repo-windows';
   const now = new Date().toISOString();
   // 130 concepts, each with a fact of its own; every seventh has no slice covering it, and c050's
