@@ -100,14 +100,15 @@ t.test('the calling thread’s event loop turns while a statement runs', async (
   t.ok(turns > 0, `timers ran during the statement (${turns})`);
 });
 
-
-
 // One database opened by openDatabase itself and one thread opened with settings, for the three
 // tests below: a PGlite start each (about 0.5 CPU-s) is none of their subjects.
 /** openDatabase itself, not the tests' helpers, which give their databases a smaller buffer pool. */
 const opened = openDatabase({ kind: 'pglite', dataDir: 'memory://', loadDataDir: await pgliteTemplate() });
-t.teardown(async () => (await opened).close());
 const tuned = PgliteThread.open({ dataDir: 'memory://', loadDataDir: await pgliteTemplate(), settings: { work_mem: '2MB' } });
+// A failed opening fails the tests that await it, not the process before they do.
+opened.catch(() => undefined);
+tuned.catch(() => undefined);
+t.teardown(async () => (await opened).close());
 t.teardown(async () => (await tuned).close());
 
 t.test('PGlite starts with the embedded settings; the settings option overrides them', async (t) => {
@@ -151,7 +152,6 @@ t.test('a closed proxy refuses statements; closing again is harmless', async (t)
 t.test('a data directory PGlite cannot load rejects the opening (and the file ends: no worker is left running)', async (t) => {
   await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Uint8Array([1, 2, 3]) }));
 });
-
 
 t.test('a new data directory is initialised by a child process, then opened in the worker; an existing one is not initialised again', async (t) => {
   const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
