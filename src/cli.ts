@@ -80,6 +80,23 @@ function refuseMissingDatabase(config: Config): void {
   }
 }
 
+/**
+ * Refuses `events tail --follow` on an embedded event log: the CLI holds the PGlite directory's
+ * lock while it runs, so nothing else can append to it (a running service makes the CLI refuse,
+ * and `serve` cannot start meanwhile), and a follow would wait forever for nothing. There is no
+ * all-repositories events route to follow a running service through, so the way is said instead.
+ */
+export function refuseEmbeddedFollow(config: Config): void {
+  if (config.eventstore.backend !== 'postgres') return;
+  const eventStore = databaseOptions(config, config.eventstore.database);
+  if (eventStore.kind !== 'pglite') return;
+  throw new Error(
+    `events tail --follow cannot follow an embedded event log (PGlite at ${eventStore.dataDir}): this command holds the data directory while it runs, so nothing else can append to it and \`factlog serve\` cannot start. ` +
+      'While the service runs, poll GET /api/v1/repositories/{id}/events, passing each reply\'s next_from as from; or follow a server-tier log (eventstore.backend eventstoredb, or eventstore.database on a PostgreSQL server). ' +
+      'Without --follow, events tail prints the log as it is now',
+  );
+}
+
 /** `--from`'s value: decimal digits only, as the REST `from` (Number() would take '' as 0, 0x10 as 16 and 1e3 as 1000). */
 export function parsePosition(value: string): number {
   const position = /^[0-9]+$/.test(value) ? Number(value) : NaN;
@@ -284,9 +301,12 @@ export function buildCli(): Command {
       remote?: (service: RunningService) => Promise<void>;
       createsDatabase?: boolean;
       migrations?: 'migrate' | 'refuse' | 'read-only';
+      /** Refuses, by throwing, what the command cannot do with these settings, before anything is opened. */
+      refuse?: (settings: Config) => void;
     } = {},
   ) {
     const settings = config();
+    options.refuse?.(settings);
     if (!options.createsDatabase) refuseMissingDatabase(settings);
     let context: AppContext;
     try {
@@ -466,7 +486,7 @@ export function buildCli(): Command {
     .command('tail')
     .description('print events as JSON lines from a global position')
     .option('--from <position>', 'print events after this global position', parsePosition, 0)
-    .option('--follow', 'keep printing new events until interrupted')
+    .option('--follow', 'keep printing new events until interrupted (a PostgreSQL-server or EventStoreDB log; an embedded one is refused: nothing else can append to it while the tail runs)')
     .action(async (options: { from: number; follow?: boolean }) => {
       // Ctrl-C (SIGINT) or SIGTERM ends the tail: the loop stops and the context closes, releasing
       // the data directory's lock, instead of the signal ending the process with the lock held.
@@ -495,7 +515,7 @@ export function buildCli(): Command {
               });
             }
           }
-        }, { migrations: 'read-only' });
+        }, { migrations: 'read-only', refuse: options.follow ? refuseEmbeddedFollow : undefined });
       } finally {
         process.off('SIGINT', interrupt);
         process.off('SIGTERM', interrupt);

@@ -5,7 +5,8 @@ import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { buildCli, parsePosition, parseServiceTimeout, projectionTable } from '../src/cli.js';
+import { buildCli, parsePosition, parseServiceTimeout, projectionTable, refuseEmbeddedFollow } from '../src/cli.js';
+import { loadConfig } from '../src/config/load.js';
 import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
 import { migratedPgliteDir } from './helpers/olderSchema.js';
 import { TEST_SECRET } from './helpers/service.js';
@@ -227,6 +228,27 @@ t.test('a running service that takes the request and never answers is waited for
   await t.rejects(remote('projections', 'list'), { message: new RegExp(`${stuck} GET /api/v1/projections ${advice}$`) });
   await t.rejects(remote('projections', 'rebuild', 'facts'), {
     message: new RegExp(`${stuck} POST /api/v1/projections/facts/rebuild ${advice}\\. The request may have taken effect all the same: \`factlog projections list\` shows a rebuild under way$`),
+  });
+});
+
+t.test('events tail --follow is refused on an embedded event log, before anything is opened or asked, saying what to do instead', async (t) => {
+  const settings = (env: NodeJS.ProcessEnv) => loadConfig({ env: { STORAGE_DATA_DIR: '/srv/factlog', AUTH_JWTSECRET: TEST_SECRET, ...env }, writeDefaults: false });
+  const refusal = /^events tail --follow cannot follow an embedded event log \(PGlite at [^)]+\): this command holds the data directory while it runs, so nothing else can append to it and `factlog serve` cannot start\. While the service runs, poll GET \/api\/v1\/repositories\/\{id\}\/events, passing each reply's next_from as from; or follow a server-tier log/;
+  t.throws(() => refuseEmbeddedFollow(settings({})), { message: refusal }, 'the default: the event store in the data directory');
+  t.throws(() => refuseEmbeddedFollow(settings({})), { message: /\(PGlite at \/srv\/factlog\/pglite\)/ }, 'which is named');
+  t.throws(() => refuseEmbeddedFollow(settings({ EVENTSTORE_DATABASE: 'events', DATABASES_EVENTS_URL: '' })), { message: /embedded event log \(PGlite at \/srv\/factlog\/pglite-events\)/ }, 'an embedded database of its own');
+  t.doesNotThrow(() => refuseEmbeddedFollow(settings({ EVENTSTORE_DATABASE: 'events', DATABASES_EVENTS_URL: 'postgres://db/events' })), 'a PostgreSQL server log is followed');
+  t.doesNotThrow(() => refuseEmbeddedFollow(settings({ EVENTSTORE_BACKEND: 'eventstoredb', EVENTSTORE_EVENTSTOREDB_CONNECTION_STRING: 'esdb://db:2113' })), 'an EventStoreDB log is followed');
+
+  t.test('while a service owns the directory: refused, not asked nor locked', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+    const { lockPath, owner, proving, authorizations, printed } = await lockedByStandIn(t);
+    proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+    const lock = JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key });
+    writeFileSync(lockPath, lock);
+    await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'events', 'tail', '--follow'], { from: 'user' }), { message: refusal });
+    t.same(authorizations, [], 'the service was not asked');
+    t.same(printed, [], 'nothing printed');
+    t.equal(readFileSync(lockPath, 'utf8'), lock, "the service's lock untouched");
   });
 });
 

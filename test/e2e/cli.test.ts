@@ -7,6 +7,8 @@ import t from 'tap';
 import { freePort, runCli } from '../helpers/processes.js';
 import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
 import { openScratchPostgres } from '../../src/db/database.js';
+import { createPostgresEventStore } from '../../src/eventstore/postgres.js';
+import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 
 // A dozen CLI processes, each starting tsx and an embedded database: on a busy shared machine
 // that is minutes, more than tap's default file timeout.
@@ -47,28 +49,26 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   t.ok(lines.length >= 3, `the seeded events are listed (${lines.length})`);
   t.ok(lines.every((event, i) => i === 0 || event.global_position > lines[i - 1].global_position), 'in log order');
   /** `factlog events tail` with `options` as a child whose output the test reads (runCli waits for the end; these are signalled or cut off). */
-  const spawnTail = (options: string[]) =>
+  const spawnTail = (options: string[], env: NodeJS.ProcessEnv = {}) =>
     spawn(process.execPath, [`--import=${import.meta.resolve('tsx')}`, path.join(import.meta.dirname, '../../src/main.ts'), 'events', 'tail', ...options], {
       cwd,
-      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn' },
+      env: { ...process.env, AUTH_JWTSECRET: TEST_SECRET, STORAGE_DATA_DIR: path.join(cwd, 'data'), LOGGING_LEVEL: 'warn', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-  // Following ends at Ctrl-C as a run ends: the events printed, the data directory's lock released.
-  const following = spawnTail(['--follow']);
-  let followed = '';
-  following.stdout.on('data', (chunk: Buffer) => (followed += chunk.toString()));
-  const stopped = new Promise<number | null>((resolve) => following.once('exit', (code) => resolve(code)));
   const lockPath = path.join(cwd, 'data', 'pglite.lock');
-  for (let wait = 0; wait < 600 && followed.split('\n').filter(Boolean).length < lines.length; wait++) await new Promise((resolve) => setTimeout(resolve, 100));
-  t.ok(existsSync(lockPath), 'following holds the lock');
-  following.kill('SIGINT');
-  t.equal(await stopped, 0, 'an interrupted follow exits 0');
-  t.equal(followed.trim().split('\n').length, lines.length, 'having printed the events');
-  t.notOk(existsSync(lockPath), 'and releases the lock');
+
+  // Following the embedded log is refused before the data directory is opened: while the tail
+  // held it nothing else could append (a running service makes the CLI refuse, and `serve`
+  // cannot start), so it would wait forever for nothing.
+  const embeddedFollow = await factlog(cwd, ['events', 'tail', '--follow']);
+  t.equal(embeddedFollow.code, 1, 'following an embedded log is refused');
+  t.match(embeddedFollow.stderr, /^factlog: events tail --follow cannot follow an embedded event log \(PGlite at .*pglite\): this command holds the data directory while it runs, .* poll GET \/api\/v1\/repositories\/\{id\}\/events, passing each reply's next_from as from; or follow a server-tier log/m);
+  t.equal(embeddedFollow.stdout, '', 'having printed nothing');
+  t.notOk(existsSync(lockPath), 'nor left a lock');
 
   // Ctrl-C while the tail still opens the database (seconds on an embedded one): the open ends,
   // nothing is printed, the lock is released and the exit is 0, as for a follow interrupted later.
-  const opening = spawnTail(['--follow']);
+  const opening = spawnTail([]);
   let openingOut = '';
   opening.stdout.on('data', (chunk: Buffer) => (openingOut += chunk.toString()));
   const openingExit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => opening.once('exit', (code, signal) => resolve({ code, signal })));
@@ -115,6 +115,37 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   );
   const again = await factlog(cwd, ['events', 'copy', '--to', targetUrl]);
   t.match(again.stdout, new RegExp(`copied 0 events, skipped ${lines.length}`), 'copy is re-runnable');
+
+  // A log on a PostgreSQL server is followed (eventstore.database names a server database; the
+  // read models stay in the data directory, whose lock the tail holds): the events there, then
+  // one appended meanwhile; Ctrl-C ends it as a run ends, exit 0, the lock released.
+  const serverLog = { EVENTSTORE_DATABASE: 'events', DATABASES_EVENTS_URL: targetUrl };
+  const following = spawnTail(['--follow'], serverLog);
+  let followed = '';
+  let followErr = '';
+  following.stdout.on('data', (chunk: Buffer) => (followed += chunk.toString()));
+  following.stderr.on('data', (chunk: Buffer) => (followErr += chunk.toString()));
+  const stopped = new Promise<number | null>((resolve) => following.once('exit', (code) => resolve(code)));
+  const followedEvents = () => followed.split('\n').filter(Boolean).map((line) => JSON.parse(line) as { event_id: string; global_position: number });
+  const waitForEvents = async (count: number) => {
+    for (let wait = 0; wait < 600 && followedEvents().length < count && following.exitCode === null; wait++) await new Promise((resolve) => setTimeout(resolve, 100));
+  };
+  await waitForEvents(lines.length);
+  t.same(followedEvents().map((event) => event.event_id), lines.map((event) => event.event_id), `the server log's events are printed (${followErr.trim()})`);
+  t.ok(existsSync(lockPath), 'following holds the lock of the data directory');
+  const last = lines[lines.length - 1];
+  const targetStore = createPostgresEventStore(target, { schemas: await EventSchemaRegistry.load() });
+  const [appended] = (
+    await targetStore.append(last.stream_id, [{ type: last.type, data: last.data, schemaVersion: last.schema_version, metadata: { repositoryId: last.repository_id, actor: last.actor, causationId: null, correlationId: null } }], 'any')
+  ).events;
+  await waitForEvents(lines.length + 1);
+  t.equal(followedEvents().at(-1)?.event_id, appended.eventId, 'an event appended meanwhile is followed');
+  following.kill('SIGINT');
+  t.equal(await stopped, 0, 'an interrupted follow exits 0');
+  t.equal(followedEvents().length, lines.length + 1, 'having printed the events');
+  t.notOk(existsSync(lockPath), 'and releases the lock');
+  await targetStore.close();
+
   const badTarget = await factlog(cwd, ['events', 'copy', '--to', 'mysql://root:the-s3cret@db/x']);
   t.not(badTarget.code, 0);
   t.match(badTarget.stderr, /--to must be an esdb:\/\/, kurrentdb:\/\/ or postgres:\/\/ connection string, not a mysql:\/\/ one/);
