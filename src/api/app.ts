@@ -169,7 +169,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       const call = {
         transport: 'rest' as const,
         operation,
-        credentialKind: request.principal?.credential.kind,
+        principal: request.principal ?? undefined,
         clientAddress: request.ip,
         requestId: String(request.id),
         audit: context.audit,

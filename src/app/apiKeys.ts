@@ -163,6 +163,8 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
           apiKeyDecider,
           { type: 'RevokeApiKey', requestedBy: principal.userId, reason: 'deleted by its owner' },
           commandMetadata(principal, null, trace),
+          // Not refused if the session ends meanwhile: that would leave live the key its owner asked to end.
+          { endsCredential: true },
         ),
       );
     },

@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { CredentialKind } from '../auth/rbac.js';
+import type { Principal } from '../auth/rbac.js';
 import type { PermissionAudit } from './audit.js';
 import type { GrantedPermission } from './repositoryFence.js';
 
@@ -12,7 +12,12 @@ export interface CallContext {
   transport: 'rest' | 'mcp' | 'cli' | 'web';
   /** `GET /api/v1/repositories/:repoID/facts`, `tool searchFacts`, `projections rebuild`. */
   operation: string;
-  credentialKind?: CredentialKind;
+  /**
+   * Who the call is authenticated as, with which credential (absent: no one, e.g. a registration,
+   * or the CLI): a command the call makes for this user checks the credential again when it
+   * appends, in a repository or not (src/app/repositoryFence.ts).
+   */
+  principal?: Principal;
   clientAddress?: string;
   /** The HTTP request id (also the correlation id of the events the call appends). */
   requestId?: string;

@@ -35,9 +35,10 @@ export interface CommandBus {
     metadata: EventMetadata,
     /**
      * `newStream` for a stream id made just now (HandleCommandOptions); `changesAccess` for a
-     * command that changes who may act in its repository (src/app/repositoryFence.ts).
+     * command that changes who may act in its repository; `endsCredential` for one that ends a
+     * credential, which the credential of its call does not fence (src/app/repositoryFence.ts).
      */
-    options?: Pick<HandleCommandOptions, 'newStream'> & { changesAccess?: boolean },
+    options?: Pick<HandleCommandOptions, 'newStream'> & { changesAccess?: boolean; endsCredential?: boolean },
   ): Promise<CommandResult<State>>;
   /** Waits for the read models to apply a write (e.g. after a raw append). */
   settle(write: AppendedWrite | null): Promise<void>;
@@ -61,14 +62,14 @@ export function createCommandBus(
   };
   return {
     async execute(streamId, decider, command, metadata, options = {}) {
-      const { changesAccess = false, ...handleOptions } = options;
+      const { changesAccess = false, endsCredential = false, ...handleOptions } = options;
       const run = async () => {
         const result = await handleCommand(store, streamId, decider, command, metadata, handleOptions);
         // Inside the fence: a change of access is seen by the commands after it only once its read models have it.
         await settle(result.write);
         return result;
       };
-      return fence ? fence.run(metadata, changesAccess ? 'changes' : 'acts', run) : run();
+      return fence ? fence.run(metadata, changesAccess ? 'changes' : endsCredential ? 'ends' : 'acts', run) : run();
     },
     settle,
   };

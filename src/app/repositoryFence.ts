@@ -33,18 +33,29 @@ import { forbidden } from './errors.js';
  * nothing written.
  *
  * One order, so that no two holders wait for each other: a call's own lock (a report's parent
- * chain, a repository's roles: taken before the command), then the system roles' lock, the
- * repository's and the credential's, all on one connection (withNamedLocks). A revocation takes
+ * chain, a repository's roles, a user's profile: taken before the command), then the system
+ * roles' lock, the repository's and the credential's, all on one connection (withNamedLocks). A revocation takes
  * its credential's lock only, and never inside a transaction (on PGlite's one connection, a
  * transaction waiting for a lock that a command holds would wait for itself).
  *
- * Commands in no repository (creating a repository, an API key, a role of the system domain or
- * a profile change) are not fenced by their credential: docs/auth.md, "A credential ended
- * while it is used", says why and what that leaves open.
+ * Commands in no repository (an API key created, a profile changed, a role of the system domain
+ * granted or revoked) are fenced by their credential the same way, the credential's lock alone (or
+ * after the system roles' lock, for a change of a system role): the credential of the call
+ * (`CallContext.principal`) when the command is made for the call's user. Two are not: creating a
+ * repository (two commands, the repository's and its owner's role: a check on each could let the
+ * first land and refuse the second) and revoking an API key (`ends`: a refusal would leave live
+ * the key its owner asked to end). docs/auth.md, "A credential ended while it is used".
  */
 export interface RepositoryFence {
-  run<T>(metadata: EventMetadata, access: 'acts' | 'changes', work: () => Promise<T>): Promise<T>;
+  /**
+   * `acts`: a command allowed by who may act; `changes`: it changes who may act (a role, a
+   * repository's deletion); `ends`: it ends another credential (an API key's revocation), and is
+   * not fenced by the credential of its call.
+   */
+  run<T>(metadata: EventMetadata, access: FencedAccess, work: () => Promise<T>): Promise<T>;
 }
+
+export type FencedAccess = 'acts' | 'changes' | 'ends';
 
 /** A permission a call was allowed, kept on the call so that its command can check it again. */
 export interface GrantedPermission {
@@ -96,6 +107,16 @@ async function credentialEnded(knex: Knex, credential: Credential): Promise<stri
   return (await knex(table).where({ id: credential.id }).whereNull('revoked_at').first('id')) === undefined ? ended : null;
 }
 
+/**
+ * The credential a command is made with, when a call makes it for its own user: the call's. Not for
+ * the pipeline, the CLI or a registration (no credential), nor for a command whose actor is a
+ * system one (an OAuth client's registration).
+ */
+function credentialOfCall(metadata: EventMetadata): Credential | undefined {
+  const principal = currentCall()?.principal;
+  return principal !== undefined && principal.userId === metadata.actor ? principal.credential : undefined;
+}
+
 /** Whether a permission in the repository comes to the caller through a role of the system domain (a sysadmin's). */
 function grantedBySystemRole(grant: GrantedPermission): boolean {
   const systemRoles = grant.principal.assignments.filter((assignment) => assignment.domain === SYSTEM_DOMAIN);
@@ -107,13 +128,28 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
   return {
     async run(metadata, access, work) {
       const repositoryId = metadata.repositoryId;
-      // A change of a system role (sysadmin granted or revoked) concerns every repository.
-      if (!repositoryId) return access === 'changes' ? withNamedLock(deps.db, SYSTEM_ACCESS_LOCK, work, 'exclusive') : work();
+      const refuseIfEnded = async (credential: Credential) => {
+        const ended = await credentialEnded(knex, credential);
+        if (ended !== null) throw forbidden(`permission denied: ${ended}`);
+      };
+      if (!repositoryId) {
+        const credential = access === 'ends' ? undefined : credentialOfCall(metadata);
+        const locks: NamedLockRequest[] = [];
+        // A change of a system role (sysadmin granted or revoked) concerns every repository.
+        if (access === 'changes') locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'exclusive' });
+        if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
+        if (locks.length === 0) return work();
+        return withNamedLocks(deps.db, locks, async () => {
+          if (credential !== undefined) await refuseIfEnded(credential);
+          return work();
+        });
+      }
       const domain = repositoryDomain(repositoryId);
       const granted = (currentCall()?.granted ?? []).filter((grant) => grant.domain === domain && grant.principal.userId === metadata.actor);
       // Commands of the pipeline, and of calls that act through no permission in the repository (creating it), have nothing to re-check.
-      if (access === 'acts' && granted.length === 0) return work();
-      const credential = granted[0]?.principal.credential;
+      if (access !== 'changes' && granted.length === 0) return work();
+      // A change allowed by a system permission (an administrator's role change on a repository) has its call's credential only.
+      const credential = granted[0]?.principal.credential ?? credentialOfCall(metadata);
       const checked = async () => {
         if (granted.length > 0) {
           await findRepository(knex, repositoryId);
@@ -121,14 +157,13 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
           for (const grant of granted) {
             if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
           }
-          const ended = credential === undefined ? null : await credentialEnded(knex, credential);
-          if (ended !== null) throw forbidden(`permission denied: ${ended}`);
         }
+        if (credential !== undefined) await refuseIfEnded(credential);
         return work();
       };
       const locks: NamedLockRequest[] = [];
       if (access === 'acts' && granted.some(grantedBySystemRole)) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared' });
-      locks.push({ name: `factlog.repository-access.${repositoryId}`, mode: access === 'acts' ? 'shared' : 'exclusive' });
+      locks.push({ name: `factlog.repository-access.${repositoryId}`, mode: access === 'changes' ? 'exclusive' : 'shared' });
       if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
       return withNamedLocks(deps.db, locks, checked);
     },

@@ -7,11 +7,11 @@ import { registerUser, startTestService } from '../helpers/service.js';
  * very next request on the other, for sessions and API keys alike. No node caches permissions:
  * each request reads the owner's current assignments.
  */
-/** Two API nodes on one scratch PostgreSQL database, closed when `t` ends. */
-async function twoNodes(t: Test, database: string) {
+/** Two API nodes on one scratch PostgreSQL database (`maxConns` connections each), closed when `t` ends. */
+async function twoNodes(t: Test, database: string, maxConns = 5) {
   const scratch = await openScratchPostgres(undefined, database);
   const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
-  const overrides = { databases: { default: { url, max_conns: 5 } } };
+  const overrides = { databases: { default: { url, max_conns: maxConns } } };
   const nodeA = await startTestService({ overrides, workers: false });
   const nodeB = await startTestService({ overrides, workers: false });
   t.teardown(async () => {
@@ -70,5 +70,47 @@ t.test('two owners stepping down at once through two nodes leave one of them own
     // The one who stayed owner makes the other owner again for the next round.
     const [stayed, other] = replies[0].status === 200 ? [second, first] : [first, second];
     t.equal((await nodeA.call('PUT', members, { token: stayed.token, body: { user_id: other.user.id, role: 'owner' } })).status, 200);
+  }
+});
+
+t.test('a logout through one node fences the commands made with the session on another, in a repository and in none', async (t) => {
+  // Each write holds a connection for its locks while it appends with others: six at once need more than five (docs/auth.md, "Cost").
+  const [nodeA, nodeB] = await twoNodes(t, 'factlog_credential_end', 20);
+  const owner = await registerUser(nodeA, 'grace@example.org');
+  const repoId = (await nodeA.call('POST', '/api/v1/repositories', { token: owner.token, body: { name: 'Signed out elsewhere' } })).body.id;
+  const types = ['ApiKeyCreated', 'UserProfileUpdated', 'InvestigationCreated'];
+  type Written = { type: string; correlationId: string | null; data: unknown };
+  for (let round = 0; round < 3; round++) {
+    const session = (await nodeA.call('POST', '/api/v1/auth/login', { body: { email: 'grace@example.org', password: 'correct horse battery' } })).body as { token: string };
+    const id = (kind: string, n: number) => `elsewhere-${round}-${kind}-${n}`;
+    const writes = [0, 1].flatMap((n) => [
+      {
+        name: id('api-key', n),
+        answer: nodeA.call('POST', '/api/v1/users/me/api-keys', { token: session.token, body: { name: id('api-key', n), scopes: ['facts:read'] }, headers: { 'x-request-id': id('api-key', n) } }),
+        wrote: (event: Written) => event.type === 'ApiKeyCreated' && event.correlationId === id('api-key', n),
+      },
+      {
+        name: id('profile', n),
+        answer: nodeA.call('PUT', '/api/v1/users/me', { token: session.token, body: { name: id('profile', n) } }),
+        wrote: (event: Written) => event.type === 'UserProfileUpdated' && (event.data as { name: string | null }).name === id('profile', n),
+      },
+      {
+        name: id('investigation', n),
+        answer: nodeA.call('POST', `/api/v1/repositories/${repoId}/investigations`, { token: session.token, body: { title: id('investigation', n) }, headers: { 'x-request-id': id('investigation', n) } }),
+        wrote: (event: Written) => event.type === 'InvestigationCreated' && event.correlationId === id('investigation', n),
+      },
+    ]);
+    // Once the logout on node B has been answered, whatever the log then holds is all the session ever wrote.
+    const loggedAtLogout = nodeB.call('POST', '/api/v1/auth/logout', { token: session.token }).then(async (loggedOut) => {
+      t.equal(loggedOut.status, 204);
+      return nodeB.context.store.readAll({ types, limit: 100_000 });
+    });
+    const [log, ...answers] = await Promise.all([loggedAtLogout, ...writes.map((write) => write.answer)]);
+    const after = await nodeB.context.store.readAll({ types, limit: 100_000 });
+    answers.forEach((answer, n) => {
+      const { name, wrote } = writes[n];
+      if (answer.status === 200 || answer.status === 201) t.ok(log.some(wrote), `a write answered ${answer.status} (${name}) had landed when the logout was answered`);
+      else t.same([answer.status === 401 || answer.status === 403, after.some(wrote)], [true, false], `a write refused (${name}: ${answer.status} ${answer.body.message}) wrote nothing`);
+    });
   }
 });

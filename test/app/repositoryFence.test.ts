@@ -6,6 +6,7 @@ import { mcpResourceUrl } from '../../src/api/issuer.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { oauthIssuer } from '../../src/config/derived.js';
 import { reportDecider } from '../../src/domain/report/decider.js';
+import { userDecider } from '../../src/domain/user/decider.js';
 import { streamName } from '../../src/eventstore/envelope.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
 import { newPkce } from '../helpers/oauthClient.js';
@@ -19,8 +20,9 @@ t.before(async () => {
 });
 t.teardown(() => harness.close());
 
-/** A call as a transport makes one: its permission decisions are kept on it. */
-const call = <T>(operation: string, run: () => Promise<T>): Promise<T> => withCallContext({ transport: 'rest', operation } satisfies CallContext, run);
+/** A call as a transport makes one (authenticated as `principal`, when given): its permission decisions are kept on it. */
+const call = <T>(operation: string, run: () => Promise<T>, principal?: Principal): Promise<T> =>
+  withCallContext({ transport: 'rest', operation, principal } satisfies CallContext, run);
 
 async function repositoryWithEditor(name: string): Promise<{ repository: string; editor: Principal }> {
   const { id: repository } = await harness.app.repositories.create(owner, { name });
@@ -65,25 +67,35 @@ t.test('a command allowed before its caller lost the role appends nothing: forbi
 });
 
 /**
- * Starts a command made by `principal` in `repository` that is held between its check and its
- * append, then `change` (given the command's fence; it says what it did), gives the change time to run past a lock it
- * did not wait for, and lets the command finish: the order in which the two ended.
+ * Starts a command made by `principal` in `repository` (null: in none, as creating an API key is)
+ * that is held between its check and its append, then `change` (given the command's fence; it
+ * says what it did), gives the change time to run past a lock it did not wait for, and lets the
+ * command finish: the order in which the two ended.
  */
-async function orderBehindAppendingCommand(principal: Principal, repository: string, operation: string, change: (fence: RepositoryFence) => Promise<string>): Promise<string[]> {
+async function orderBehindAppendingCommand(
+  principal: Principal,
+  repository: string | null,
+  operation: string,
+  change: (fence: RepositoryFence) => Promise<string>,
+): Promise<string[]> {
   const fence = createRepositoryFence({ db: harness.service.context.db, roleAssignments: (userId) => harness.service.context.identity.roleAssignments(userId) });
   const order: string[] = [];
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));
   let entered!: () => void;
   const inside = new Promise<void>((resolve) => (entered = resolve));
-  const acting = call(operation, async () => {
-    await authorizeRepository(harness.service.context.db.knex, principal, repository, 'reports:create');
-    return fence.run(commandMetadata(principal, repository), 'acts', async () => {
-      entered();
-      await gate;
-      order.push('command appended');
-    });
-  });
+  const acting = call(
+    operation,
+    async () => {
+      if (repository !== null) await authorizeRepository(harness.service.context.db.knex, principal, repository, 'reports:create');
+      return fence.run(commandMetadata(principal, repository), 'acts', async () => {
+        entered();
+        await gate;
+        order.push('command appended');
+      });
+    },
+    principal,
+  );
   await inside;
   const changing = change(fence).then((what) => order.push(what));
   // Had the change no lock to wait for, it would have run by now.
@@ -225,3 +237,75 @@ for (const [ending, made] of Object.entries(endings)) {
     t.same(order, ['command appended', 'credential ended']);
   });
 }
+
+/** A change of `principal`'s own profile, a command in no repository, as a call made with the credential makes it: appended after `between` ran. */
+function changeProfileAfter(principal: Principal, name: string, between: () => Promise<unknown>) {
+  return call(
+    'change profile',
+    async () => {
+      await between();
+      return harness.service.context.commands.execute(streamName('user', principal.userId), userDecider, { type: 'UpdateProfile', name }, commandMetadata(principal, null));
+    },
+    principal,
+  );
+}
+
+const profileNamesOf = async (userId: string) =>
+  (await harness.service.context.store.readStream(streamName('user', userId))).flatMap((event) => (event.type === 'UserProfileUpdated' ? [(event.data as { name: string | null }).name] : []));
+
+for (const [ending, made] of Object.entries(endings)) {
+  t.test(`${ending}: a command in no repository allowed before it appends nothing (forbidden)`, async (t) => {
+    const { principal, end } = await made();
+    const name = `Not after: ${ending}`;
+    await rejectsWith(t, changeProfileAfter(principal, name, end), 'forbidden', /revoked|ended/);
+    t.notOk((await profileNamesOf(principal.userId)).includes(name), 'no profile change in the log');
+  });
+
+  t.test(`${ending}: it waits for a command in no repository made with the credential that is appending`, async (t) => {
+    const { principal, end } = await made();
+    const order = await orderBehindAppendingCommand(principal, null, 'act with the credential in no repository', () => end().then(() => 'credential ended'));
+    t.same(order, ['command appended', 'credential ended']);
+  });
+}
+
+t.test('a command in no repository made with a live credential appends as before, and one for a system actor is not checked against the call', async (t) => {
+  const { principal } = await session();
+  await changeProfileAfter(principal, 'Still signed in', async () => undefined);
+  t.ok((await profileNamesOf(principal.userId)).includes('Still signed in'));
+  // An OAuth client registered during a call whose session has ended: its actor is system:oauth-registration, not the call's user.
+  const ended = await session();
+  await harness.service.context.identity.logout(ended.principal.credential.id);
+  const registered = await call('register client', () => harness.service.context.oauth.registerClient({ client_name: 'Anyone may', redirect_uris: [REDIRECT] }), ended.principal);
+  t.ok(registered.client_id);
+});
+
+t.test("an API key's revocation is not refused when the session revoking it ends meanwhile: the key ends as its owner asked", async (t) => {
+  const { principal } = await session();
+  const key = await call('create key', () => harness.app.apiKeys.createApiKey(principal, { name: 'Revoked as the session ends', scopes: ['reports:read'] }), principal);
+  // The session ends between the call's authentication and the revocation's append.
+  await harness.service.context.identity.logout(principal.credential.id);
+  await call('revoke key', () => harness.app.apiKeys.revokeApiKey(principal, { keyId: key.id }), principal);
+  t.same((await harness.service.context.store.readStream(streamName('apikey', key.id))).map((event) => event.type), ['ApiKeyCreated', 'ApiKeyRevoked'], 'revoked though the session had ended');
+});
+
+t.test("an administrator's change of a role in a repository, allowed by a system permission, is fenced by the administrator's credential", async (t) => {
+  const { repository } = await holderRepository();
+  const { identity } = harness.service.context;
+  const adminSession = await identity.authenticate((await identity.login({ email: 'admin@example.org', password: 'correct horse battery' })).token);
+  const bystander = await harness.user('granted-by-admin@example.org');
+  const grant = () =>
+    call('grant role', () => harness.app.users.grantRole(adminSession, { user_id: bystander.userId, role: 'reader', domain: `repository:${repository}` }), adminSession);
+  await identity.logout(adminSession.credential.id);
+  await rejectsWith(t, grant(), 'forbidden', /session has ended/);
+  const roles = await identity.roleAssignments(bystander.userId);
+  t.notOk(roles.some((role) => role.domain === `repository:${repository}`), 'no role granted');
+});
+
+t.test('creating a repository is not fenced by its credential: its two commands, the repository and its owner\'s role, both land', async (t) => {
+  const { principal } = await session();
+  // The session ends between the call's authentication and the creation's appends.
+  await harness.service.context.identity.logout(principal.credential.id);
+  const created = await call('create repository', () => harness.app.repositories.create(principal, { name: 'Created as the session ends' }), principal);
+  const roles = await harness.service.context.identity.roleAssignments(principal.userId);
+  t.ok(roles.some((role) => role.role === 'owner' && role.domain === `repository:${created.id}`), 'the repository has its owner');
+});

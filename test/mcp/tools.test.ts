@@ -501,6 +501,6 @@ t.test('each tool call runs in the call context the permission audit reads', asy
     hybrid.search = search;
   }
   t.equal(seen.length, 1, 'the call searched once');
-  t.match(seen[0], { transport: 'mcp', operation: 'tool searchFacts', credentialKind: 'oauth', clientAddress: '127.0.0.1' });
+  t.match(seen[0], { transport: 'mcp', operation: 'tool searchFacts', principal: { credential: { kind: 'oauth' } }, clientAddress: '127.0.0.1' });
   t.equal(currentCall(), undefined, 'and only inside the call');
 });

@@ -151,7 +151,7 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
           {
             transport: 'mcp',
             operation: `tool ${spec.name}`,
-            credentialKind: call.principal.credential.kind,
+            principal: call.principal,
             clientAddress: call.clientAddress,
             requestId: call.trace.correlationId ?? undefined,
             audit: call.context.audit,

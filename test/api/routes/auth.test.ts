@@ -252,3 +252,66 @@ t.test('writes sent with a session beside its logout: each lands before the logo
     t.equal((await service.call('GET', `/api/v1/repositories/${repository}/investigations`, { token: session.token })).status, 401, 'after the logout the session is refused');
   }
 });
+
+t.test('commands in no repository sent with a session beside its logout: each lands before the logout is answered or is refused, with nothing written', async (t) => {
+  // An API key minted, one's profile changed, a system role granted by an administrator: none of them is in a repository.
+  const frank = (await registerUser(service, 'frank@example.org')).user;
+  await service.context.identity.promoteToSysadmin('frank@example.org', 'system:cli');
+  const targets = await Promise.all([0, 1].map((n) => registerUser(service, `frank-grants-${n}@example.org`)));
+  const login = async () => (await service.call('POST', '/api/v1/auth/login', { body: { email: 'frank@example.org', password: 'correct horse battery' } })).body as { token: string };
+  const types = ['ApiKeyCreated', 'UserProfileUpdated', 'RoleGranted'];
+  type Written = { type: string; correlationId: string | null; data: unknown };
+  /** Two writes of each kind, and what each appends: found by its request id or, for a profile (its events carry a correlation id of their own), by the name it sets. */
+  const writesWith = (token: string, label: string) =>
+    [0, 1].flatMap((n) => {
+      const id = (kind: string) => `outside-${label}-${kind}-${n}`;
+      return [
+        {
+          name: id('api-key'),
+          answer: service.call('POST', '/api/v1/users/me/api-keys', { token, body: { name: id('api-key'), scopes: ['repositories:read'] }, headers: { 'x-request-id': id('api-key') } }),
+          wrote: (event: Written) => event.type === 'ApiKeyCreated' && event.correlationId === id('api-key'),
+        },
+        {
+          name: id('profile'),
+          answer: service.call('PUT', '/api/v1/users/me', { token, body: { name: id('profile') } }),
+          wrote: (event: Written) => event.type === 'UserProfileUpdated' && (event.data as { name: string | null }).name === id('profile'),
+        },
+        {
+          name: id('role'),
+          answer: service.call('PUT', '/api/v1/admin/users/roles', { token, body: { user_id: targets[n].user.id, role: 'sysadmin', domain: 'system' }, headers: { 'x-request-id': id('role') } }),
+          wrote: (event: Written) => event.type === 'RoleGranted' && event.correlationId === id('role'),
+        },
+      ];
+    });
+  /** Takes the grants back, so that the next ones append again. */
+  const revokeGrants = async (token: string) => {
+    for (const target of targets) await service.call('DELETE', '/api/v1/admin/users/roles', { token, body: { user_id: target.user.id, role: 'sysadmin', domain: 'system' } });
+  };
+  for (let round = 0; round < 4; round++) {
+    const session = await login();
+    const writes = writesWith(session.token, `raced-${round}`);
+    // Once the logout has been answered, whatever the log then holds is all the session ever wrote.
+    const loggedAtLogout = service.call('POST', '/api/v1/auth/logout', { token: session.token }).then(async (loggedOut) => {
+      t.equal(loggedOut.status, 204);
+      return service.context.store.readAll({ types, limit: 100_000 });
+    });
+    const [log, ...answers] = await Promise.all([loggedAtLogout, ...writes.map((write) => write.answer)]);
+    const after = await service.context.store.readAll({ types, limit: 100_000 });
+    answers.forEach((answer, n) => {
+      const { name, wrote } = writes[n];
+      if (answer.status === 200 || answer.status === 201) t.ok(log.some(wrote), `a write answered ${answer.status} (${name}) had landed when the logout was answered`);
+      else t.same([answer.status === 401 || answer.status === 403, after.some(wrote)], [true, false], `a write refused (${name}: ${answer.status} ${answer.body.message}) wrote nothing`);
+    });
+    t.equal((await service.call('GET', '/api/v1/users/me/api-keys', { token: session.token })).status, 401, 'after the logout the session is refused');
+    await revokeGrants((await login()).token);
+  }
+  // The same writes with a live session all land, and are found as above: a refusal above is not a write looked for in the wrong place.
+  const live = writesWith((await login()).token, 'live');
+  const answers = await Promise.all(live.map((write) => write.answer));
+  const after = await service.context.store.readAll({ types, limit: 100_000 });
+  live.forEach(({ name, wrote }, n) => t.same([answers[n].status < 300, after.some(wrote)], [true, true], `${name} landed with a live session`));
+  // A refused key's secret is deleted again: every secret kept is of a key in the log.
+  const secrets: Array<{ key_id: string }> = await service.context.db.knex('api_key_secrets').where({ user_id: frank.id }).select('key_id');
+  const created = after.filter((event) => event.type === 'ApiKeyCreated' && event.correlationId?.startsWith('outside-')).map((event) => event.streamId.replace(/^apikey-/, ''));
+  t.same(new Set(secrets.map((secret) => secret.key_id)), new Set(created), 'the secrets kept are those of the keys created');
+});
