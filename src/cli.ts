@@ -3,7 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { loadConfig, packageVersion } from './config/load.js';
 import { ConfigError, type Config } from './config/types.js';
-import { createAppContext, type AppContext } from './app/context.js';
+import { createAppContext, openEventLogReader, type AppContext, type EventLogReader } from './app/context.js';
 import { buildApp } from './api/app.js';
 import { presentEvent } from './read/present.js';
 import { projectionStatus } from './read/projections.js';
@@ -62,15 +62,18 @@ async function openCopyTarget(target: string): Promise<{ store: EventStore; clos
   }
 }
 
+/** The databases the event store is kept in: none on EventStoreDB. */
+function eventLogDatabases(config: Config): string[] {
+  return config.eventstore.backend === 'postgres' ? [config.eventstore.database] : [];
+}
+
 /**
- * Refuses an embedded database that does not exist yet: a command that only reads (or changes a
- * stored thing) would otherwise create an empty one in a misspelt data directory and report
- * success on it. `serve` and `migrate` create it.
+ * Refuses an embedded database of `names` that does not exist yet: a command that only reads (or
+ * changes a stored thing) would otherwise create an empty one in a misspelt data directory and
+ * report success on it. `serve` and `migrate` create it.
  */
-function refuseMissingDatabase(config: Config): void {
-  const names = new Set([config.readmodels.database]);
-  if (config.eventstore.backend === 'postgres') names.add(config.eventstore.database);
-  for (const name of names) {
+function refuseMissingDatabase(config: Config, names: Iterable<string>): void {
+  for (const name of new Set(names)) {
     const options = databaseOptions(config, name);
     if (options.kind === 'pglite' && needsInitdb(options.dataDir)) {
       throw new Error(
@@ -301,13 +304,10 @@ export function buildCli(): Command {
       remote?: (service: RunningService) => Promise<void>;
       createsDatabase?: boolean;
       migrations?: 'migrate' | 'refuse' | 'read-only';
-      /** Refuses, by throwing, what the command cannot do with these settings, before anything is opened. */
-      refuse?: (settings: Config) => void;
     } = {},
   ) {
     const settings = config();
-    options.refuse?.(settings);
-    if (!options.createsDatabase) refuseMissingDatabase(settings);
+    if (!options.createsDatabase) refuseMissingDatabase(settings, [settings.readmodels.database, ...eventLogDatabases(settings)]);
     let context: AppContext;
     try {
       // The log goes to stderr: stdout is the command's output (`events tail | jq`).
@@ -329,6 +329,31 @@ export function buildCli(): Command {
       await work(context);
     } finally {
       await context.close();
+    }
+  }
+
+  /**
+   * Opens the event log alone, to read (openEventLogReader: never migrated nor written, pending
+   * migrations refused), runs `work`, and closes it. A log on a server or EventStoreDB leaves the
+   * embedded read models' data directory unopened and unlocked; an embedded log's directory is
+   * locked as by withContext, and a running service that owns it makes the command refuse.
+   */
+  async function withEventLog(
+    work: (log: EventLogReader) => Promise<void>,
+    options: {
+      /** Refuses, by throwing, what the command cannot do with these settings, before anything is opened. */
+      refuse?: (settings: Config) => void;
+    } = {},
+  ) {
+    const settings = config();
+    options.refuse?.(settings);
+    refuseMissingDatabase(settings, eventLogDatabases(settings));
+    // The log goes to stderr: stdout is the command's output (`events tail | jq`).
+    const eventLog = await openEventLogReader(settings, { logger: pino({ level: 'warn' }, pino.destination(2)) });
+    try {
+      await work(eventLog);
+    } finally {
+      await eventLog.close();
     }
   }
 
@@ -469,10 +494,10 @@ export function buildCli(): Command {
     .description('copy the whole log into another event store, stream versions, ids and metadata preserved (re-runnable)')
     .requiredOption('--to <target>', 'esdb://… (EventStoreDB/KurrentDB) or postgres://… (a PostgreSQL event store)')
     .action((options: { to: string }) =>
-      withContext(async (context) => {
+      withEventLog(async (eventLog) => {
         const target = await openCopyTarget(options.to);
         try {
-          const progress = await copyEvents(context.store, target.store, {
+          const progress = await copyEvents(eventLog.store, target.store, {
             onProgress: (done) => process.stderr.write(`\rcopied ${done.copied}, skipped ${done.skipped}, at ${done.position}`),
           });
           process.stderr.write('\n');
@@ -480,7 +505,7 @@ export function buildCli(): Command {
         } finally {
           await target.close();
         }
-      }, { migrations: 'read-only' }),
+      }),
     );
   events
     .command('tail')
@@ -488,8 +513,8 @@ export function buildCli(): Command {
     .option('--from <position>', 'print events after this global position', parsePosition, 0)
     .option('--follow', 'keep printing new events until interrupted (a PostgreSQL-server or EventStoreDB log; an embedded one is refused: nothing else can append to it while the tail runs)')
     .action(async (options: { from: number; follow?: boolean }) => {
-      // Ctrl-C (SIGINT) or SIGTERM ends the tail: the loop stops and the context closes, releasing
-      // the data directory's lock, instead of the signal ending the process with the lock held.
+      // Ctrl-C (SIGINT) or SIGTERM ends the tail: the loop stops and the event log closes, releasing
+      // an embedded one's lock, instead of the signal ending the process with the lock held.
       // Listened for before the database opens (seconds on an embedded one): a signal then lets
       // the open finish, prints nothing and closes, exit 0 as for a follow interrupted later.
       let interrupted = false;
@@ -501,10 +526,10 @@ export function buildCli(): Command {
       process.once('SIGINT', interrupt);
       process.once('SIGTERM', interrupt);
       try {
-        await withContext(async (context) => {
+        await withEventLog(async (eventLog) => {
           let after = options.from;
           while (!interrupted) {
-            const batch = await context.store.readAll({ after, limit: 500 });
+            const batch = await eventLog.store.readAll({ after, limit: 500 });
             for (const event of batch) console.log(JSON.stringify(presentEvent(event)));
             if (batch.length > 0) after = batch[batch.length - 1].globalPosition;
             else if (!options.follow) return;
@@ -515,7 +540,7 @@ export function buildCli(): Command {
               });
             }
           }
-        }, { migrations: 'read-only', refuse: options.follow ? refuseEmbeddedFollow : undefined });
+        }, { refuse: options.follow ? refuseEmbeddedFollow : undefined });
       } finally {
         process.off('SIGINT', interrupt);
         process.off('SIGTERM', interrupt);

@@ -34,7 +34,7 @@ import { createRepositoryService, type RepositoryService } from './repositories.
 import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
 import { createDatabases, type Databases } from './wiring/databases.js';
-import { openEventStore, pipelineEventStore } from './wiring/eventStore.js';
+import { openEventStore, pipelineEventStore, type OpenedEventStore } from './wiring/eventStore.js';
 import { createIdentity, withSigningSecret, createTokens } from './wiring/identity.js';
 import { createOAuth } from './wiring/oauth.js';
 import { createPipeline } from './wiring/pipeline.js';
@@ -272,6 +272,63 @@ export async function createAppContext(configured: Config, options: ContextOptio
   };
 }
 
+/** The event log alone, opened to read: what `factlog events tail` and `events copy` need. */
+export interface EventLogReader {
+  config: Config;
+  log: Logger;
+  store: EventStore;
+  /** The event types and their Avro schemas (`schemas/events/`): what the log may hold. */
+  schemas: EventSchemaRegistry;
+  /** Closes the store and its database (releasing an embedded directory's lock). */
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the event store of `eventstore.backend` and nothing else, to read (as createAppContext's
+ * `read-only`: nothing migrated or written, pending migrations refused, naming them), through the
+ * same wiring as createAppContext (openEventStore on createDatabases). Where the log has a
+ * database of its own (a PostgreSQL server's, or EventStoreDB) the read models' database is
+ * neither opened nor, when embedded, locked: `serve` can start on it while a tail follows the
+ * log, and the CLI does not pay its open. Where the log shares the read models' database (the
+ * embedded tier) that database is opened and its directory locked as by createAppContext, and
+ * every schema in it checked: one database, one release.
+ */
+export async function openEventLogReader(configured: Config, options: Pick<ContextOptions, 'cwd' | 'logger' | 'openDatabase'> = {}): Promise<EventLogReader> {
+  const cwd = options.cwd ?? process.cwd();
+  const log = options.logger ?? pino({ level: configured.logging.level });
+  checkSecrets(configured, { warn: (message: string) => log.warn(message) });
+  const databases = createDatabases(configured, cwd, options.openDatabase, { readOnly: true });
+  let schemas: EventSchemaRegistry;
+  let opened: OpenedEventStore;
+  try {
+    if (configured.eventstore.backend !== 'eventstoredb') {
+      const eventStoreName = configured.eventstore.database;
+      const storeDb = await databases.open(eventStoreName);
+      if (eventStoreName === configured.readmodels.database) await migrateSchemas(configured, databases, storeDb, 'read-only');
+      else await applyOrCheck([{ migrator: eventStoreMigrator, db: storeDb }], 'read-only');
+    }
+    schemas = await EventSchemaRegistry.load();
+    opened = await openEventStore(configured, schemas, databases);
+  } catch (error) {
+    await databases.close();
+    throw error;
+  }
+  const { store } = opened;
+  return {
+    config: configured,
+    log,
+    store,
+    schemas,
+    async close() {
+      try {
+        await store.close();
+      } finally {
+        await databases.close();
+      }
+    },
+  };
+}
+
 /**
  * The schemas of the configured databases, brought to this release (`migrate`) or checked
  * (`refuse`, `read-only`: PendingMigrationsError naming what is missing, nothing written). A
@@ -284,6 +341,11 @@ async function migrateSchemas(config: Config, databases: Databases, db: Database
     { migrator: jobsMigrator, db },
   ];
   if (config.eventstore.backend !== 'eventstoredb') schemas.push({ migrator: eventStoreMigrator, db: await databases.open(config.eventstore.database) });
+  return applyOrCheck(schemas, mode);
+}
+
+/** Applies (`migrate`) or checks (the other modes: PendingMigrationsError naming what is missing) each schema's migrations. */
+async function applyOrCheck(schemas: ReadonlyArray<{ migrator: Migrator; db: Database }>, mode: NonNullable<ContextOptions['migrations']>): Promise<SchemaMigrations[]> {
   const result: SchemaMigrations[] = [];
   for (const schema of schemas) {
     const ids = mode === 'migrate' ? await applyMigrations(schema.db.knex, schema.migrator) : await pendingMigrations(schema.db.knex, schema.migrator);

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import t, { type Test } from 'tap';
-import { createAppContext } from '../../src/app/context.js';
+import { createAppContext, openEventLogReader } from '../../src/app/context.js';
+import { acquireDataDirLock } from '../../src/db/dataDirLock.js';
 import { buildConfig } from '../../src/config/load.js';
 import { JWT_SECRET_PLACEHOLDER } from '../../src/config/types.js';
 import { directoryState, migratedPgliteDir, olderSchemaPending } from '../helpers/olderSchema.js';
@@ -61,4 +62,48 @@ t.test('the migrating context applies what is pending and says which', async (t)
   const again = await createAppContext(configFor(root), { ...quiet, migrations: 'refuse' });
   t.same(again.migrationsApplied, [], 'a database of this release: nothing to refuse');
   await again.close();
+});
+
+t.test('the event log opened alone on the embedded tier locks the one data directory while it reads, writes nothing, and refuses pending migrations as a context does', async (t) => {
+  const root = await dataDirectory(t, false);
+  const lockPath = path.join(root, 'pglite.lock');
+  const before = directoryState(path.join(root, 'pglite'));
+  const eventLog = await openEventLogReader(configFor(root), { logger: quiet.logger });
+  t.same(await eventLog.store.readAll({ after: 0, limit: 10 }), []);
+  t.ok(existsSync(lockPath), 'the directory is locked while the log is open');
+  await t.rejects(createAppContext(configFor(root), { ...quiet, migrations: 'read-only' }), { name: 'DataDirLockedError' }, 'one owner: a context cannot open it meanwhile');
+  await eventLog.close();
+  t.same(directoryState(path.join(root, 'pglite')), before, 'every file byte for byte, every modification time');
+  t.notOk(existsSync(lockPath), 'the lock released');
+
+  // The log shares its database with the read models: every schema in it is checked, as by a context.
+  const older = await dataDirectory(t, true);
+  const olderBefore = directoryState(path.join(older, 'pglite'));
+  await t.rejects(openEventLogReader(configFor(older), { logger: quiet.logger }), { name: 'PendingMigrationsError', pending: olderSchemaPending });
+  t.same(directoryState(path.join(older, 'pglite')), olderBefore, 'nothing written');
+  t.same(readdirSync(older), ['pglite'], 'the lock released');
+});
+
+t.test("the event log in a database of its own is opened without the read models' database: that directory is neither made nor locked", async (t) => {
+  const root = mkdtempSync(path.join(tmpdir(), 'factlog-context-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  // eventstore.database `events` without a url: an embedded database of its own, `pglite-events`.
+  const ownDatabase = (root: string) =>
+    buildConfig({ storage: { data_dir: root }, auth: { jwt_secret: JWT_SECRET_PLACEHOLDER }, logging: { level: 'silent' }, eventstore: { database: 'events' }, databases: { events: { url: '' } } });
+  await migratedPgliteDir(path.join(root, 'pglite-events'));
+  const eventLog = await openEventLogReader(ownDatabase(root), { logger: quiet.logger });
+  t.same(await eventLog.store.readAll({ after: 0, limit: 10 }), []);
+  t.same(readdirSync(root).sort(), ['pglite-events', 'pglite-events.lock'], "the log's directory locked, the read models' not made");
+  // What `factlog serve` takes first: the read models' directory's lock, free while the log is read.
+  const readModelsLock = acquireDataDirLock(path.join(root, 'pglite'));
+  readModelsLock.release();
+  await eventLog.close();
+  t.same(readdirSync(root), ['pglite-events'], 'the lock released');
+
+  // Only the event store's schema is in that database, and only its migrations are named.
+  await migratedPgliteDir(path.join(root, 'older', 'pglite-events'), { older: true });
+  await t.rejects(openEventLogReader(ownDatabase(path.join(root, 'older')), { logger: quiet.logger }), {
+    name: 'PendingMigrationsError',
+    pending: [{ schema: 'event store', ids: ['events_planner_statistics'] }],
+  });
 });

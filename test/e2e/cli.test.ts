@@ -3,7 +3,10 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import pino from 'pino';
 import t from 'tap';
+import { createAppContext } from '../../src/app/context.js';
+import { buildConfig } from '../../src/config/load.js';
 import { freePort, runCli } from '../helpers/processes.js';
 import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
 import { openScratchPostgres } from '../../src/db/database.js';
@@ -117,8 +120,8 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   t.match(again.stdout, new RegExp(`copied 0 events, skipped ${lines.length}`), 'copy is re-runnable');
 
   // A log on a PostgreSQL server is followed (eventstore.database names a server database; the
-  // read models stay in the data directory, whose lock the tail holds): the events there, then
-  // one appended meanwhile; Ctrl-C ends it as a run ends, exit 0, the lock released.
+  // read models stay in the data directory, which the tail neither opens nor locks): the events
+  // there, then one appended meanwhile; Ctrl-C ends it as a run ends, exit 0.
   const serverLog = { EVENTSTORE_DATABASE: 'events', DATABASES_EVENTS_URL: targetUrl };
   const following = spawnTail(['--follow'], serverLog);
   let followed = '';
@@ -132,7 +135,16 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   };
   await waitForEvents(lines.length);
   t.same(followedEvents().map((event) => event.event_id), lines.map((event) => event.event_id), `the server log's events are printed (${followErr.trim()})`);
-  t.ok(existsSync(lockPath), 'following holds the lock of the data directory');
+  t.notOk(existsSync(lockPath), "following a server log leaves the data directory's lock free");
+  // What `factlog serve` does first: open the data directory, taking its lock, while the tail follows.
+  const meanwhile = await createAppContext(buildConfig({ storage: { data_dir: path.join(cwd, 'data') }, auth: { jwt_secret: TEST_SECRET }, logging: { level: 'silent' } }), {
+    workers: false,
+    env: {},
+    logger: pino({ level: 'silent' }),
+    migrations: 'read-only',
+  });
+  t.ok(existsSync(lockPath), 'a context opens the data directory meanwhile');
+  await meanwhile.close();
   const last = lines[lines.length - 1];
   const targetStore = createPostgresEventStore(target, { schemas: await EventSchemaRegistry.load() });
   const [appended] = (
@@ -143,8 +155,16 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   following.kill('SIGINT');
   t.equal(await stopped, 0, 'an interrupted follow exits 0');
   t.equal(followedEvents().length, lines.length + 1, 'having printed the events');
-  t.notOk(existsSync(lockPath), 'and releases the lock');
+  t.notOk(existsSync(lockPath), 'no lock left behind');
   await targetStore.close();
+
+  // The read models' data directory is no part of a server log's tail: one that holds no database
+  // (a deployment whose read models live elsewhere) is neither refused nor made.
+  const noDataDir = path.join(cwd, 'no-data-here');
+  const noReadModels = await factlog(cwd, ['events', 'tail'], { ...serverLog, STORAGE_DATA_DIR: noDataDir });
+  t.equal(noReadModels.code, 0, noReadModels.stderr);
+  t.equal(noReadModels.stdout.trim().split('\n').length, lines.length + 1, "the server log's events, printed");
+  t.notOk(existsSync(noDataDir), 'and no data directory made');
 
   const badTarget = await factlog(cwd, ['events', 'copy', '--to', 'mysql://root:the-s3cret@db/x']);
   t.not(badTarget.code, 0);
