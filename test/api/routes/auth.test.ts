@@ -1,6 +1,8 @@
 import t from 'tap';
 import { createIdentity } from '../../../src/app/wiring/identity.js';
 import { verifyPassword } from '../../../src/auth/passwords.js';
+import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
+import { checkWritesBesideTheirEnd, restWriteAnswers } from '../../helpers/racedWrites.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
 
 let service: TestService;
@@ -234,20 +236,15 @@ t.test('writes sent with a session beside its logout: each lands before the logo
   for (let round = 0; round < 3; round++) {
     const session = (await service.call('POST', '/api/v1/auth/login', { body: { email: 'erin@example.org', password: 'correct horse battery' } })).body;
     const ids = [0, 1, 2, 3, 4, 5].map((n) => `logout-raced-${round}-${n}`);
-    const writes = ids.map((id) =>
-      service.call('POST', `/api/v1/repositories/${repository}/investigations`, { token: session.token, body: { title: `raced ${id}` }, headers: { 'x-request-id': id } }),
-    );
-    // Once the logout has been answered, whatever the log then holds is all the session ever wrote.
-    const loggedAtLogout = service.call('POST', '/api/v1/auth/logout', { token: session.token }).then(async (loggedOut) => {
-      t.equal(loggedOut.status, 204);
-      return service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
-    });
-    const [log, ...answers] = await Promise.all([loggedAtLogout, ...writes]);
-    const after = await service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
-    answers.forEach((answer, n) => {
-      const written = after.find((event) => event.correlationId === ids[n]);
-      if (answer.status === 201) t.ok(log.some((event) => event.correlationId === ids[n]), `a write answered 201 (${ids[n]}) had landed when the logout was answered`);
-      else t.same([answer.status === 401 || answer.status === 403, written], [true, undefined], `a write refused (${answer.status} ${answer.body.message}) wrote nothing`);
+    await checkWritesBesideTheirEnd(t, {
+      end: () => service.call('POST', '/api/v1/auth/logout', { token: session.token }).then((loggedOut) => t.equal(loggedOut.status, 204)),
+      readLog: () => service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 }),
+      writes: ids.map((id) => ({
+        name: id,
+        answer: service.call('POST', `/api/v1/repositories/${repository}/investigations`, { token: session.token, body: { title: `raced ${id}` }, headers: { 'x-request-id': id } }),
+        wrote: (event: RecordedEvent) => event.correlationId === id,
+      })),
+      ...restWriteAnswers,
     });
     t.equal((await service.call('GET', `/api/v1/repositories/${repository}/investigations`, { token: session.token })).status, 401, 'after the logout the session is refused');
   }
@@ -260,7 +257,6 @@ t.test('commands in no repository sent with a session beside its logout: each la
   const targets = await Promise.all([0, 1].map((n) => registerUser(service, `frank-grants-${n}@example.org`)));
   const login = async () => (await service.call('POST', '/api/v1/auth/login', { body: { email: 'frank@example.org', password: 'correct horse battery' } })).body as { token: string };
   const types = ['ApiKeyCreated', 'UserProfileUpdated', 'RoleGranted'];
-  type Written = { type: string; correlationId: string | null; data: unknown };
   /** Two writes of each kind, and what each appends: found by its request id or, for a profile (its events carry a correlation id of their own), by the name it sets. */
   const writesWith = (token: string, label: string) =>
     [0, 1].flatMap((n) => {
@@ -269,17 +265,17 @@ t.test('commands in no repository sent with a session beside its logout: each la
         {
           name: id('api-key'),
           answer: service.call('POST', '/api/v1/users/me/api-keys', { token, body: { name: id('api-key'), scopes: ['repositories:read'] }, headers: { 'x-request-id': id('api-key') } }),
-          wrote: (event: Written) => event.type === 'ApiKeyCreated' && event.correlationId === id('api-key'),
+          wrote: (event: RecordedEvent) => event.type === 'ApiKeyCreated' && event.correlationId === id('api-key'),
         },
         {
           name: id('profile'),
           answer: service.call('PUT', '/api/v1/users/me', { token, body: { name: id('profile') } }),
-          wrote: (event: Written) => event.type === 'UserProfileUpdated' && (event.data as { name: string | null }).name === id('profile'),
+          wrote: (event: RecordedEvent) => event.type === 'UserProfileUpdated' && (event.data as { name: string | null }).name === id('profile'),
         },
         {
           name: id('role'),
           answer: service.call('PUT', '/api/v1/admin/users/roles', { token, body: { user_id: targets[n].user.id, role: 'sysadmin', domain: 'system' }, headers: { 'x-request-id': id('role') } }),
-          wrote: (event: Written) => event.type === 'RoleGranted' && event.correlationId === id('role'),
+          wrote: (event: RecordedEvent) => event.type === 'RoleGranted' && event.correlationId === id('role'),
         },
       ];
     });
@@ -289,18 +285,11 @@ t.test('commands in no repository sent with a session beside its logout: each la
   };
   for (let round = 0; round < 4; round++) {
     const session = await login();
-    const writes = writesWith(session.token, `raced-${round}`);
-    // Once the logout has been answered, whatever the log then holds is all the session ever wrote.
-    const loggedAtLogout = service.call('POST', '/api/v1/auth/logout', { token: session.token }).then(async (loggedOut) => {
-      t.equal(loggedOut.status, 204);
-      return service.context.store.readAll({ types, limit: 100_000 });
-    });
-    const [log, ...answers] = await Promise.all([loggedAtLogout, ...writes.map((write) => write.answer)]);
-    const after = await service.context.store.readAll({ types, limit: 100_000 });
-    answers.forEach((answer, n) => {
-      const { name, wrote } = writes[n];
-      if (answer.status === 200 || answer.status === 201) t.ok(log.some(wrote), `a write answered ${answer.status} (${name}) had landed when the logout was answered`);
-      else t.same([answer.status === 401 || answer.status === 403, after.some(wrote)], [true, false], `a write refused (${name}: ${answer.status} ${answer.body.message}) wrote nothing`);
+    await checkWritesBesideTheirEnd(t, {
+      end: () => service.call('POST', '/api/v1/auth/logout', { token: session.token }).then((loggedOut) => t.equal(loggedOut.status, 204)),
+      readLog: () => service.context.store.readAll({ types, limit: 100_000 }),
+      writes: writesWith(session.token, `raced-${round}`),
+      ...restWriteAnswers,
     });
     t.equal((await service.call('GET', '/api/v1/users/me/api-keys', { token: session.token })).status, 401, 'after the logout the session is refused');
     await revokeGrants((await login()).token);

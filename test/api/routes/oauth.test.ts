@@ -6,6 +6,8 @@ import { createTokenService } from '../../../src/auth/tokens.js';
 import { InvalidTokenError } from '../../../src/auth/tokens.js';
 import { mcpResourceUrl } from '../../../src/api/issuer.js';
 import type { ClientDocumentFetch } from '../../../src/auth/oauth/clientDocuments.js';
+import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
+import { checkWritesBesideTheirEnd } from '../../helpers/racedWrites.js';
 import { registerUser, startTestService, TEST_SECRET } from '../../helpers/service.js';
 import { createTestGrant, forgeAccessToken } from '../../mcp/helpers.js';
 import { oauthIssuer } from '../../../src/config/derived.js';
@@ -728,22 +730,18 @@ t.test('tool calls sent with an access token beside its revocation: each lands b
     const issued = await token({ grant_type: 'authorization_code', code: await codeFor(client.client_id, pkce.challenge), redirect_uri: REDIRECT, client_id: client.client_id, code_verifier: pkce.verifier });
     t.equal(issued.status, 200);
     const ids = [0, 1, 2, 3, 4, 5].map((n) => `oauth-raced-${round}-${n}`);
-    const calls = ids.map((id) => createInvestigationOverMcp(issued.body.access_token, repository, id));
-    // Once the revocation has answered, whatever the log then holds is all the token ever wrote.
-    const loggedAtRevocation = postForm(`${issuer}/api/v1/oauth/revoke`, { token: issued.body.refresh_token, client_id: client.client_id }).then(async (revoked) => {
-      t.equal(revoked.status, 200);
-      return service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
-    });
-    const [log, ...answers] = await Promise.all([loggedAtRevocation, ...calls]);
-    const after = await service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 });
-    answers.forEach((answer, n) => {
-      const before = log.find((event) => event.correlationId === ids[n]);
-      const written = after.find((event) => event.correlationId === ids[n]);
-      if (answer.status === 200 && !answer.isError) t.ok(before !== undefined, `a tool call answered with success (${ids[n]}) had landed when the revocation answered`);
-      else {
-        t.match(answer.text, /revoked|invalid|permission denied/, `a refused tool call says why (${answer.status} ${answer.text})`);
-        t.equal(written, undefined, `a refused tool call (${ids[n]}) wrote nothing`);
-      }
+    await checkWritesBesideTheirEnd(t, {
+      end: () =>
+        postForm(`${issuer}/api/v1/oauth/revoke`, { token: issued.body.refresh_token, client_id: client.client_id }).then((revoked) => t.equal(revoked.status, 200)),
+      readLog: () => service.context.store.readAll({ types: ['InvestigationCreated'], limit: 100_000 }),
+      writes: ids.map((id) => ({
+        name: id,
+        answer: createInvestigationOverMcp(issued.body.access_token, repository, id),
+        wrote: (event: RecordedEvent) => event.correlationId === id,
+      })),
+      succeeded: (answer) => answer.status === 200 && !answer.isError,
+      refusedAsExpected: (answer) => /revoked|invalid|permission denied/.test(answer.text),
+      describe: (answer) => `${answer.status} ${answer.text}`,
     });
     t.equal((await createInvestigationOverMcp(issued.body.access_token, repository, `oauth-after-${round}`)).status, 401, 'after the revocation the token is refused');
   }
