@@ -474,17 +474,22 @@ function batchAppendSizeExceeded(
 ): BatchAppendRespMessage {
   const exceeded = new sharedPb.MaximumAppendSizeExceeded();
   exceeded.setMaxappendsize(maxAppendSize);
-  const details = new anyPb.Any();
-  details.pack(exceeded.serializeBinary(), 'event_store.client.MaximumAppendSizeExceeded');
-  const error = new statusPb.Status();
-  error.setCode(codePb.Code.INVALID_ARGUMENT);
-  error.setMessage('MaximumAppendSizeExceeded');
-  error.setDetails(details);
   const response = new BatchAppendResp();
   response.setCorrelationId(correlationId);
   response.setStreamIdentifier(options.getStreamIdentifier());
-  response.setError(error);
+  response.setError(batchAppendError(codePb.Code.INVALID_ARGUMENT, 'MaximumAppendSizeExceeded', exceeded));
   return response;
+}
+
+/** A BatchAppend failure as the server sends it: a google.rpc.Status named after the error, the error packed as its details. */
+function batchAppendError(code: number, name: 'MaximumAppendSizeExceeded' | 'WrongExpectedVersion', detail: { serializeBinary(): Uint8Array }) {
+  const details = new anyPb.Any();
+  details.pack(detail.serializeBinary(), `event_store.client.${name}`);
+  const error = new statusPb.Status();
+  error.setCode(code);
+  error.setMessage(name);
+  error.setDetails(details);
+  return error;
 }
 
 function batchAppendResponse(
@@ -517,12 +522,6 @@ function batchAppendResponse(
   else if (expected.kind === 'no_stream') wrong.setExpectedNoStream(new emptyPb.Empty());
   else if (expected.kind === 'stream_exists') wrong.setExpectedStreamExists(new emptyPb.Empty());
   else wrong.setExpectedAny(new emptyPb.Empty());
-  const details = new anyPb.Any();
-  details.pack(wrong.serializeBinary(), 'event_store.client.WrongExpectedVersion');
-  const error = new statusPb.Status();
-  error.setCode(codePb.Code.FAILED_PRECONDITION);
-  error.setMessage('WrongExpectedVersion');
-  error.setDetails(details);
-  response.setError(error);
+  response.setError(batchAppendError(codePb.Code.FAILED_PRECONDITION, 'WrongExpectedVersion', wrong));
   return response;
 }
