@@ -1,6 +1,8 @@
+import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
-import { authorizeRepository } from '../app/access.js';
+import { authorizeRepository, type RepositoryRow } from '../app/access.js';
 import { invalid } from '../app/errors.js';
+import { DomainError } from '../domain/decider.js';
 import { principalCan, repositoryDomain, type Principal } from '../auth/rbac.js';
 import { shortenRunes } from '../domain/text.js';
 import { parseStreamName, streamCategories } from '../eventstore/envelope.js';
@@ -40,11 +42,30 @@ function checkStreamName(stream: string): void {
   }
 }
 
-/** History: a repository's events in log order. */
+/**
+ * The repository whose history a caller reads: a live one (by id or slug) where the caller may
+ * read events; or a deleted one, named by its id, for a caller whose `events:read` still covers
+ * it (a sysadmin's covers every repository), so that an auditor reads its log through its
+ * RepositoryDeleted. Anyone else gets the 404 of an id never used: whether a deleted id was a
+ * repository is not told them. A slug is not followed to a deleted repository: it is released
+ * at the deletion and may name another one since.
+ */
+async function historyOf(knex: Knex, principal: Principal, idOrSlug: string): Promise<RepositoryRow> {
+  try {
+    return await authorizeRepository(knex, principal, idOrSlug, 'events:read');
+  } catch (error) {
+    if (!(error instanceof DomainError) || error.code !== 'not_found') throw error;
+    const deleted: RepositoryRow | undefined = await knex('repositories').where({ id: idOrSlug }).whereNotNull('deleted_at').first();
+    if (deleted === undefined || !principalCan(principal, repositoryDomain(deleted.id), 'events:read')) throw error;
+    return deleted;
+  }
+}
+
+/** History: a repository's events in log order (a deleted one's too, for those who still may read it: historyOf). */
 export function eventQueries(deps: Pick<AppContext, 'db' | 'store' | 'schemas'>) {
   return {
     async list(principal: Principal, input: EventListInput) {
-      const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'events:read');
+      const repository = await historyOf(deps.db.knex, principal, input.repository);
       const { from = 0, types, stream } = input;
       if (!Number.isInteger(from) || from < 0) throw invalid('from must be a non-negative integer');
       if (types !== undefined && types.length === 0) throw invalid('types must name at least one event type (leave it out for every type)');

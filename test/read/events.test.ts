@@ -54,3 +54,24 @@ t.test('role grants on the repository: shown to those who may read its members, 
   t.equal(forReader.next_from, forOwner.next_from, 'and reads on from the same position');
   t.same((await harness.app.events.list(reader, { repository, types: ['RoleGranted'] })).events, [], 'not even when asked for');
 });
+
+t.test("a deleted repository's history: read by its id by those whose events:read still covers it (a sysadmin), a 404 for everyone else", async (t) => {
+  const created = await harness.app.repositories.create(owner, { name: 'Deleted with a history' });
+  const creator = await harness.refreshed(owner);
+  await harness.app.sources.add(creator, { repository: created.id, url: 'http://127.0.0.1:9/deleted-history' });
+  await harness.app.repositories.remove(creator, { repository: created.id });
+  const history = await harness.app.events.list(harness.admin, { repository: created.id });
+  t.same(
+    history.events.map((event) => event.type).filter((type) => type !== 'RoleGranted'),
+    ['RepositoryCreated', 'SourceRegistered', 'RepositoryDeleted'],
+    'the sysadmin reads it through its deletion',
+  );
+  t.ok(history.events.every((event) => event.repository_id === created.id), 'its events only');
+  const formerOwner = await harness.refreshed(owner);
+  t.notOk(formerOwner.assignments.some((assignment) => assignment.domain === `repository:${created.id}`), 'the deletion took its roles away');
+  await rejectsWith(t, harness.app.events.list(formerOwner, { repository: created.id }), 'not_found', /repository not found/);
+  // Not by its slug, which is released; a stranger learns nothing of it; nor of an id never used.
+  await rejectsWith(t, harness.app.events.list(harness.admin, { repository: created.slug }), 'not_found', /repository not found/);
+  await rejectsWith(t, harness.app.events.list(stranger, { repository: created.id }), 'not_found', /repository not found/);
+  await rejectsWith(t, harness.app.events.list(harness.admin, { repository: '00000000-0000-4000-8000-0000000000d1' }), 'not_found', /repository not found/);
+});
