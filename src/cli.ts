@@ -62,6 +62,9 @@ async function openCopyTarget(target: string): Promise<{ store: EventStore; clos
   }
 }
 
+/** The log of a command other than `serve`: warnings and errors, on stderr, since stdout is the command's output (`events tail | jq`). */
+const commandLogger = () => pino({ level: 'warn' }, pino.destination(2));
+
 /** The databases the event store is kept in: none on EventStoreDB. */
 function eventLogDatabases(config: Config): string[] {
   return config.eventstore.backend === 'postgres' ? [config.eventstore.database] : [];
@@ -90,14 +93,15 @@ function refuseMissingDatabase(config: Config, names: Iterable<string>): void {
  * all-repositories events route to follow a running service through, so the way is said instead.
  */
 export function refuseEmbeddedFollow(config: Config): void {
-  if (config.eventstore.backend !== 'postgres') return;
-  const eventStore = databaseOptions(config, config.eventstore.database);
-  if (eventStore.kind !== 'pglite') return;
-  throw new Error(
-    `events tail --follow cannot follow an embedded event log (PGlite at ${eventStore.dataDir}): this command holds the data directory while it runs, so nothing else can append to it and \`factlog serve\` cannot start. ` +
-      'While the service runs, poll GET /api/v1/repositories/{id}/events, passing each reply\'s next_from as from; or follow a server-tier log (eventstore.backend eventstoredb, or eventstore.database on a PostgreSQL server). ' +
-      'Without --follow, events tail prints the log as it is now',
-  );
+  for (const name of eventLogDatabases(config)) {
+    const eventStore = databaseOptions(config, name);
+    if (eventStore.kind !== 'pglite') continue;
+    throw new Error(
+      `events tail --follow cannot follow an embedded event log (PGlite at ${eventStore.dataDir}): this command holds the data directory while it runs, so nothing else can append to it and \`factlog serve\` cannot start. ` +
+        'While the service runs, poll GET /api/v1/repositories/{id}/events, passing each reply\'s next_from as from; or follow a server-tier log (eventstore.backend eventstoredb, or eventstore.database on a PostgreSQL server). ' +
+        'Without --follow, events tail prints the log as it is now',
+    );
+  }
 }
 
 /** `--from`'s value: decimal digits only, as the REST `from` (Number() would take '' as 0, 0x10 as 16 and 1e3 as 1000). */
@@ -310,10 +314,9 @@ export function buildCli(): Command {
     if (!options.createsDatabase) refuseMissingDatabase(settings, [settings.readmodels.database, ...eventLogDatabases(settings)]);
     let context: AppContext;
     try {
-      // The log goes to stderr: stdout is the command's output (`events tail | jq`).
       context = await createAppContext(settings, {
         workers: false,
-        logger: pino({ level: 'warn' }, pino.destination(2)),
+        logger: commandLogger(),
         migrations: options.migrations ?? 'refuse',
       });
     } catch (error) {
@@ -348,8 +351,7 @@ export function buildCli(): Command {
     const settings = config();
     options.refuse?.(settings);
     refuseMissingDatabase(settings, eventLogDatabases(settings));
-    // The log goes to stderr: stdout is the command's output (`events tail | jq`).
-    const eventLog = await openEventLogReader(settings, { logger: pino({ level: 'warn' }, pino.destination(2)) });
+    const eventLog = await openEventLogReader(settings, { logger: commandLogger() });
     try {
       await work(eventLog);
     } finally {
