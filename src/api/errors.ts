@@ -314,10 +314,12 @@ function clientErrorReply(error: ConnectionError & { reason?: unknown }): [statu
  * malformed line or length, too slow) never reaches fastify's error handler, so its answer is
  * written to the socket here, in the same `{error, message}` shape (docs/api.md, "Errors"). As
  * fastify's default does: nothing for a reset or destroyed connection, a write only while the
- * socket is writable and no earlier answer on it has begun, and the connection closed after.
+ * socket is writable and no earlier answer on it has begun, and the connection closed after
+ * (closeAfterAnswer).
  */
 export function answerClientError(this: FastifyInstance, error: ConnectionError, socket: Socket): void {
-  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  // Once answered, what the client still sends fails the parser again: it is read and dropped (closeAfterAnswer).
+  if (error.code === 'ECONNRESET' || socket.destroyed || answered.has(socket)) return;
   const [status, message] = clientErrorReply(error);
   this.log.trace({ err: error }, 'refused by the HTTP parser');
   // A pipelined request refused while an earlier one's answer is being written: a reply now would
@@ -326,6 +328,28 @@ export function answerClientError(this: FastifyInstance, error: ConnectionError,
   if (socket.writable && inFlight?.headersSent !== true) {
     const body = JSON.stringify({ error: 'bad_request', message });
     socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    closeAfterAnswer(socket);
+    return;
   }
   socket.destroy(error);
+}
+
+/** How long a connection refused by the parser is still read after its answer, at most. */
+export const CLIENT_ERROR_LINGER_MS = 2_000;
+const answered = new WeakSet<Socket>();
+
+/**
+ * Closes a connection after its refusal without losing the refusal. A socket closed while bytes
+ * the client sent are still unread makes the kernel reset the connection and drop what was not yet
+ * delivered, so a client still sending (a body trickled past the timeouts, headers past 16 KiB)
+ * read "connection reset" instead of the 408 or 431. So this side ends after the answer, the
+ * client's bytes are read and dropped, and the socket is destroyed when the client closes or after
+ * CLIENT_ERROR_LINGER_MS: the lingering close of nginx and Go's server.
+ */
+function closeAfterAnswer(socket: Socket): void {
+  answered.add(socket);
+  socket.end();
+  const linger = setTimeout(() => socket.destroy(), CLIENT_ERROR_LINGER_MS);
+  linger.unref();
+  socket.once('close', () => clearTimeout(linger));
 }
