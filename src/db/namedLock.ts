@@ -1,3 +1,5 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Semaphore } from '../util/concurrency.js';
 import type { Database } from './database.js';
 
 /** The driver's client of a connection taken out of knex's pool (typed loosely: it is the driver's). */
@@ -86,6 +88,34 @@ export interface NamedLockRequest {
  * commands waiting for their second lock cannot take the pool's last connections.
  */
 export async function withNamedLocks<T>(db: Database, locks: readonly NamedLockRequest[], work: () => Promise<T>): Promise<T> {
+  if (db.kind === 'pglite' || holdingLocks.getStore() !== undefined) return holdLocks(db, locks, work);
+  // Outermost on a server: wait for a place first, holding nothing meanwhile (holdersOf).
+  return holdersOf(db).run(() => holdingLocks.run(true, () => holdLocks(db, locks, work)));
+}
+
+/** Set while a holder's work runs: its nested locks are part of it and wait for no place of their own. */
+const holdingLocks = new AsyncLocalStorage<true>();
+const placesByDatabase = new WeakMap<Database, Semaphore>();
+
+/**
+ * Outermost holders of a server database's locks at once, per process. Each holds a pooled
+ * connection while its work appends and waits for read models on others: holders as many as the
+ * pool's connections (`databases.<name>.max_conns`) left the work none, so every one of them
+ * waited out the pool's acquire timeout (60 s) and failed. A quarter of the pool: each holder may
+ * nest one more lock's connection, and at least half stays for the work. A holder waits for its
+ * place before it takes any lock, so one waiting holds nothing another needs.
+ */
+function holdersOf(db: Database): Semaphore {
+  let places = placesByDatabase.get(db);
+  if (places === undefined) {
+    const poolSize = db.knex.client.config.pool?.max ?? 1;
+    places = new Semaphore(Math.max(1, Math.floor(poolSize / 4)));
+    placesByDatabase.set(db, places);
+  }
+  return places;
+}
+
+async function holdLocks<T>(db: Database, locks: readonly NamedLockRequest[], work: () => Promise<T>): Promise<T> {
   const releases: Array<() => void> = [];
   try {
     for (const { name, mode } of locks) releases.push(await acquireLocal(name, mode));

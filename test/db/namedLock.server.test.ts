@@ -175,3 +175,30 @@ t.test('several names held at once: one pooled connection holds them all, each i
   t.same(await advisory(), [], 'a failed holder released every name');
   t.equal(await withNamedLock(onePool, 'factlog.test.many.b', async () => 'taken again'), 'taken again');
 });
+
+t.test('holders as many as the pool has connections still get connections for their work; nested locks need no place of their own', async (t) => {
+  // Each holder keeps a pooled connection for its locks while its work queries on another, as a
+  // fenced command appends. Eight holders on a pool of four took all four for their locks before,
+  // and their queries waited out the pool's acquire timeout.
+  const { second: smallPool } = await scratchPostgresWithSecondPool(t, 'factlog_lock_pool', 4);
+  let inside = 0;
+  let mostInside = 0;
+  const answers = await Promise.all(
+    Array.from({ length: 8 }, (_, index) =>
+      withNamedLock(smallPool, `factlog.test.pool.${index}`, async () => {
+        mostInside = Math.max(mostInside, ++inside);
+        try {
+          // A lock taken inside a holder's work (a command's own lock around the fence's) is part of it.
+          return await withNamedLock(smallPool, `factlog.test.pool.nested.${index}`, async () => {
+            const { rows } = await smallPool.knex.raw<{ rows: Array<{ answer: number }> }>('SELECT ?::int AS answer', [index]);
+            return rows[0]?.answer;
+          });
+        } finally {
+          inside -= 1;
+        }
+      }),
+    ),
+  );
+  t.same(answers, [0, 1, 2, 3, 4, 5, 6, 7], 'every holder ran its query');
+  t.equal(mostInside, 1, 'a pool of four: one outermost holder at a time (a quarter of it)');
+});
