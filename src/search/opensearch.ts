@@ -64,7 +64,7 @@ export interface OpenSearchIndexOptions {
   requestTimeoutMs?: number;
   /** How long a replaced index stays after the alias moved, for searches already running on it (default 1 s). */
   retireDelayMs?: number;
-  /** The collections served (default: facts and concepts, `collections/index.ts`). */
+  /** The collections served (default: `searchCollections`, `collections/index.ts`). */
   collections?: readonly SearchCollection[];
 }
 

@@ -31,7 +31,7 @@ export interface PostgresSearchOptions {
    * (the `embedding` column type of every vector table). Without it there is no k-NN.
    */
   vectorDimensions?: number;
-  /** The collections served (default: facts and concepts, `collections/index.ts`). */
+  /** The collections served (default: `searchCollections`, `collections/index.ts`). */
   collections?: readonly SearchCollection[];
   /**
    * The database is one connection for the process's life (PGlite: `Database.kind`): k-NN
