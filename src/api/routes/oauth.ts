@@ -9,6 +9,7 @@ import { OAuthError } from '../../auth/oauth/errors.js';
 import { isRegisteredRedirectUri, MAX_CLIENT_NAME_CHARS, MAX_REDIRECT_URIS, type OAuthClient } from '../../auth/oauth/clientMetadata.js';
 import { createSignedValues, equalStrings } from '../../auth/oauth/signedValue.js';
 import { issuerOf, OAUTH_PATHS } from '../issuer.js';
+import { setCookie } from '../cookies.js';
 import { HttpError } from '../errors.js';
 import { mediaTypesRead } from '../mediaTypes.js';
 import { allowPublicCors } from '../publicCors.js';
@@ -126,9 +127,10 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
     }
   });
   const signed = createSignedValues(config.auth.jwt_secret);
-  const secureCookies = config.profile !== 'embedded' && config.profile !== 'dev';
-  const cookieOptions = (maxAgeSeconds: number) =>
-    ({ path: OAUTH_PATHS.authorize, httpOnly: true, sameSite: 'lax', secure: secureCookies, maxAge: maxAgeSeconds }) as const;
+  // @fastify/cookie only parses here; cookies are written by src/api/cookies.ts, which alone says
+  // what every cookie of the service carries (HttpOnly, SameSite, Secure outside development).
+  const setAuthorizeCookie = (reply: FastifyReply, name: string, value: string, maxAgeSeconds: number) =>
+    setCookie(reply, config.profile, name, value, { path: OAUTH_PATHS.authorize, maxAgeSeconds });
 
   /** Pages: no framing, no referrer (the URL holds the request), no caching, styles only from this origin. */
   function sendPage(reply: FastifyReply, status: number, html: string, redirectUri?: string): FastifyReply {
@@ -162,7 +164,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
   function csrfTokenFor(request: FastifyRequest, reply: FastifyReply): string {
     let nonce = request.cookies[CSRF_COOKIE];
     if (!nonce || !CSRF_NONCE_PATTERN.test(nonce)) nonce = randomBytes(32).toString('base64url');
-    reply.setCookie(CSRF_COOKIE, nonce, cookieOptions((FORM_TTL_MS / 1000) * 2));
+    setAuthorizeCookie(reply, CSRF_COOKIE, nonce, (FORM_TTL_MS / 1000) * 2);
     return signed.mac('csrf', nonce);
   }
 
@@ -373,7 +375,7 @@ export const oauthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (a
       const email = request.body.email ?? '';
       try {
         const user = await oauth.login({ email, password: request.body.password ?? '' });
-        reply.setCookie(LOGIN_COOKIE, signed.sign('login', { uid: user.id }, LOGIN_TTL_MS), cookieOptions(LOGIN_TTL_MS / 1000));
+        setAuthorizeCookie(reply, LOGIN_COOKIE, signed.sign('login', { uid: user.id }, LOGIN_TTL_MS), LOGIN_TTL_MS / 1000);
         return renderConsent(reply, request, form.client, form.authorization, user.email);
       } catch (error) {
         if (!(error instanceof AuthenticationError)) throw error;

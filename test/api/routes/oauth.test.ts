@@ -4,7 +4,8 @@ import t, { type Test } from 'tap';
 import { auth as sdkAuth } from '@modelcontextprotocol/sdk/client/auth.js';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { InvalidTokenError } from '../../../src/auth/tokens.js';
-import { mcpResourceUrl } from '../../../src/api/issuer.js';
+import { mcpResourceUrl, OAUTH_PATHS } from '../../../src/api/issuer.js';
+import { cookieHeader } from '../../../src/api/cookies.js';
 import type { ClientDocumentFetch } from '../../../src/auth/oauth/clientDocuments.js';
 import type { RecordedEvent } from '../../../src/eventstore/envelope.js';
 import { checkWritesBesideTheirEnd } from '../../helpers/racedWrites.js';
@@ -705,6 +706,9 @@ t.test('profile production: cookies are Secure, the issuer is the configured one
   t.equal(page.status, 200);
   const cookies = [page.headers['set-cookie']].flat().map(String);
   t.ok(cookies.length > 0 && cookies.every((line) => /;\s*Secure/i.test(line)), 'Secure');
+  // Written by src/api/cookies.ts, the service's one cookie writer (its attributes in its order), not by @fastify/cookie.
+  const nonce = /^fl_oauth_csrf=([A-Za-z0-9_-]{43});/.exec(cookies[0] ?? '')?.[1] ?? '';
+  t.same(cookies, [cookieHeader('production', 'fl_oauth_csrf', nonce, { path: OAUTH_PATHS.authorize, maxAgeSeconds: 3600 })], 'the CSRF cookie as cookieHeader writes it');
   const denied = await production.call('GET', authorizeUrl(baseParams(registered.body.client_id, newPkce().challenge, { code_challenge_method: 'plain' })));
   t.equal(new URL(String(denied.headers.location)).searchParams.get('iss'), 'https://kg.example.org');
 });
