@@ -170,5 +170,3 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
     },
   };
 }
-
-export type ApiKeyCommands = ReturnType<typeof apiKeyCommands>;

@@ -70,5 +70,3 @@ export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'stor
     },
   };
 }
-
-export type ConceptCommands = ReturnType<typeof conceptCommands>;

@@ -96,5 +96,3 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
     },
   };
 }
-
-export type InvestigationCommands = ReturnType<typeof investigationCommands>;

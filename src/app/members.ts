@@ -53,5 +53,3 @@ export function memberCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     },
   };
 }
-
-export type MemberCommands = ReturnType<typeof memberCommands>;

@@ -20,5 +20,3 @@ export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>
     },
   };
 }
-
-export type ProjectionCommands = ReturnType<typeof projectionCommands>;

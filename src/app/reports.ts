@@ -280,5 +280,3 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     },
   };
 }
-
-export type ReportCommands = ReturnType<typeof reportCommands>;

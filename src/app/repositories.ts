@@ -170,5 +170,3 @@ export function repositoryCommands(deps: Pick<AppContext, 'db' | 'repositories' 
     },
   };
 }
-
-export type RepositoryCommands = ReturnType<typeof repositoryCommands>;

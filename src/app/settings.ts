@@ -29,5 +29,3 @@ export function settingCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     },
   };
 }
-
-export type SettingCommands = ReturnType<typeof settingCommands>;

@@ -199,5 +199,3 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
     },
   };
 }
-
-export type SourceCommands = ReturnType<typeof sourceCommands>;

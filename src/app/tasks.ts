@@ -27,5 +27,3 @@ export function taskCommands(deps: Pick<AppContext, 'db' | 'jobs' | 'wakeWorkers
     },
   };
 }
-
-export type TaskCommands = ReturnType<typeof taskCommands>;

@@ -65,5 +65,3 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
     },
   };
 }
-
-export type UserCommands = ReturnType<typeof userCommands>;

@@ -55,8 +55,6 @@ export interface AccessClaims extends CommonClaims {
   sid: string;
 }
 
-export type ClaimsOf<Type extends TokenType> = Type extends 'session' ? SessionClaims : AccessClaims;
-
 export interface SignedToken {
   token: string;
   expiresAt: Date;

@@ -103,5 +103,3 @@ export function auditQueries(deps: Pick<AppContext, 'db' | 'audit'>) {
     },
   };
 }
-
-export type AuditQueries = ReturnType<typeof auditQueries>;

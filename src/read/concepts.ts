@@ -374,5 +374,3 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
     },
   };
 }
-
-export type ConceptQueries = ReturnType<typeof conceptQueries>;

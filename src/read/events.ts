@@ -90,5 +90,3 @@ export function eventQueries(deps: Pick<AppContext, 'db' | 'store' | 'schemas'>)
     },
   };
 }
-
-export type EventQueries = ReturnType<typeof eventQueries>;

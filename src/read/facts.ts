@@ -170,5 +170,3 @@ export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
     },
   };
 }
-
-export type FactQueries = ReturnType<typeof factQueries>;

@@ -178,5 +178,3 @@ export function investigationQueries(deps: Pick<AppContext, 'db'>) {
     },
   };
 }
-
-export type InvestigationQueries = ReturnType<typeof investigationQueries>;

@@ -38,5 +38,3 @@ export function memberQueries(deps: Pick<AppContext, 'db'>) {
     },
   };
 }
-
-export type MemberQueries = ReturnType<typeof memberQueries>;

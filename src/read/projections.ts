@@ -30,5 +30,3 @@ export function projectionQueries(deps: Pick<AppContext, 'projections'>) {
     },
   };
 }
-
-export type ProjectionQueries = ReturnType<typeof projectionQueries>;

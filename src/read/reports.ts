@@ -223,5 +223,3 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
     },
   };
 }
-
-export type ReportQueries = ReturnType<typeof reportQueries>;

@@ -59,5 +59,3 @@ export function repositoryQueries(deps: Pick<AppContext, 'db' | 'config'>) {
     },
   };
 }
-
-export type RepositoryQueries = ReturnType<typeof repositoryQueries>;

@@ -43,5 +43,3 @@ export function settingQueries(deps: Pick<AppContext, 'db'>) {
     },
   };
 }
-
-export type SettingQueries = ReturnType<typeof settingQueries>;

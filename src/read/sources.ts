@@ -119,5 +119,3 @@ export function sourceQueries(deps: Pick<AppContext, 'db'>) {
     },
   };
 }
-
-export type SourceQueries = ReturnType<typeof sourceQueries>;

@@ -168,5 +168,3 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
     },
   };
 }
-
-export type SummaryQueries = ReturnType<typeof summaryQueries>;

@@ -126,5 +126,3 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
     },
   };
 }
-
-export type TaskQueries = ReturnType<typeof taskQueries>;

@@ -53,5 +53,3 @@ export function userQueries(deps: Pick<AppContext, 'db' | 'identity'>) {
     },
   };
 }
-
-export type UserQueries = ReturnType<typeof userQueries>;

@@ -57,5 +57,3 @@ export type ReportEvent =
       data: AnnotationSettings & { revision: number; model_id: string; sentences: AnnotatedSentence[] };
     }
   | { type: 'ReportAnnotationFailed'; data: { revision: number; reason: string } };
-
-export type ReportEventType = ReportEvent['type'];
