@@ -1,7 +1,11 @@
 import type { Knex } from 'knex';
+import { MAX_MERGE_CHAIN } from '../src/domain/mergeChain.js';
 
-/** Merge chains are short (a survivor is rarely merged again); this bounds a corrupt cycle. */
-export const MAX_CHAIN_LENGTH = 32;
+/**
+ * How far the projections follow a chain: the bound the reads and the stages follow too
+ * (src/domain/mergeChain.ts), so a chain the API resolves is never cut short in a read model.
+ */
+const MAX_CHAIN_LENGTH = MAX_MERGE_CHAIN;
 
 /**
  * The final survivor of each id, following `table.from -> table.to` rows (a merged fact or

@@ -5,6 +5,7 @@ import { factsProjection } from '../../projections/facts.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
 import { repositoriesProjection } from '../../projections/repositories.js';
 import { conceptIdFor } from '../../src/domain/concept/decider.js';
+import { MAX_MERGE_CHAIN } from '../../src/domain/mergeChain.js';
 import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
 import type { EventStore } from '../../src/eventstore/port.js';
@@ -186,6 +187,22 @@ for (const backend of backends) {
       await runner.rebuild('facts');
       t.same(await snapshot(db), live, 'rebuilt read models equal the live ones');
       await rebuildInOneBatch(t, { db, store, runner }, ['facts'], live);
+    });
+
+    t.test('facts: a merge chain as long as the read side follows (MAX_MERGE_CHAIN) leads links to its end', async (t) => {
+      const { db, emit, settle } = await openFixture(t, backend.open);
+      // Longer than the projections' own bound was (32), within the one the reads and stages follow.
+      const length = 40;
+      t.ok(length < MAX_MERGE_CHAIN);
+      const ids = Array.from({ length: length + 1 }, (_, index) => `chain-${index}`);
+      await emit('source-s1', 'FactsExtracted', { model_id: 'local', facts: ids.map((id) => fact(id)) });
+      for (let index = 0; index < length - 1; index++) {
+        await emit(`fact-${ids[index]}`, 'FactMergedInto', { survivor_id: ids[index + 1], similarity: 0.95, source_id: null, catchup: true });
+      }
+      await settle(`fact-${ids[length - 1]}`, 'FactMergedInto', { survivor_id: ids[length], similarity: 0.95, source_id: null, catchup: true });
+      await settle('source-s2', 'FactsExtracted', { model_id: 'local', facts: [fact(ids[0]!)] });
+      t.ok(await row(db, 'fact_sources', { fact_id: ids[length], source_id: 's2' }), 'the new link lands on the final survivor');
+      t.equal(await count(db, 'fact_sources', { source_id: 's2' }), 1, 'and on no fact along the chain');
     });
 
     t.test('concepts: links that arrive before their concept (bus order) are counted when it is created', async (t) => {
