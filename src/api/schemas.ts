@@ -89,6 +89,18 @@ export const repositoryItemParams = (name: string) =>
     properties: { repoID: { type: 'string', minLength: 1 }, [name]: { type: 'string', format: 'uuid' } },
   }) as const;
 
+/** `{repoID}` and a concept named by id, canonical name or alias (the concept and summary routes). */
+export const conceptParams = {
+  type: 'object',
+  required: ['repoID', 'conceptID'],
+  properties: { repoID: { type: 'string', minLength: 1 }, conceptID: { type: 'string', minLength: 1, maxLength: 500 } },
+} as const;
+
+export type ConceptParams = { repoID: string; conceptID: string };
+
+/** The concept a request names: `{repository, concept, context}` of the read functions. */
+export const namedConcept = (params: ConceptParams, query: { context?: string }) => ({ repository: params.repoID, concept: params.conceptID, context: query.context });
+
 /** The resources several routes answer with (their JSON shapes come from src/read/present.ts and src/read/*.ts). */
 export const factSchema = {
   type: 'object',

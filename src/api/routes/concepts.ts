@@ -6,12 +6,15 @@ import { requireUser, traceOf } from '../guard.js';
 import {
   bearerSecurity,
   conceptErrorReplies,
+  conceptParams,
   conceptSummarySchema,
+  type ConceptParams,
   contextParameter,
   errorReplies,
   factSchema,
   idParam,
   jobSchema,
+  namedConcept,
   pagingQuery,
   searchQuerystring,
   searchReply,
@@ -49,7 +52,6 @@ const redirectSchema = {
   properties: { id: { type: 'string' }, canonical_name: { type: 'string' }, context: { type: 'string' } },
 } as const;
 
-type ConceptParams = { repoID: string; conceptID: string };
 type PageQuery = { context?: string; limit: number; offset: number };
 
 /**
@@ -61,14 +63,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
   const schema = { tags: ['concepts'], security: bearerSecurity };
   const settings = context.config.concepts;
   const { concepts } = createApplication(context);
-  const conceptParams = {
-    type: 'object',
-    required: ['repoID', 'conceptID'],
-    properties: { repoID: { type: 'string', minLength: 1 }, conceptID: { type: 'string', minLength: 1, maxLength: 500 } },
-  } as const;
   const pageQuerystring = { type: 'object', additionalProperties: false, properties: { ...contextQuery, ...pagingQuery } } as const;
-  /** The concept a request names: `{repository, concept, context}` of the read functions. */
-  const named = (params: ConceptParams, query: { context?: string }) => ({ repository: params.repoID, concept: params.conceptID, context: query.context });
 
   app.get<{ Params: { repoID: string }; Querystring: Omit<ConceptSearchInput, 'repository'> }>(
     '/api/v1/repositories/:repoID/concepts',
@@ -134,7 +129,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
       },
     },
-    async (request) => concepts.get(requireUser(request), named(request.params, request.query)),
+    async (request) => concepts.get(requireUser(request), namedConcept(request.params, request.query)),
   );
 
   app.get<{ Params: ConceptParams; Querystring: PageQuery & { show_insignificant: boolean } }>(
@@ -159,7 +154,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         response: { 200: { ...conceptPageReply(relationSchema, { redirected_from: redirectSchema }), description: 'a page of the related concepts' }, ...conceptErrorReplies },
       },
     },
-    async (request) => concepts.relations(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
+    async (request) => concepts.relations(requireUser(request), { ...request.query, ...namedConcept(request.params, request.query) }),
   );
 
   app.get<{ Params: ConceptParams & { otherID: string }; Querystring: PageQuery & { other_context?: string } }>(
@@ -202,13 +197,13 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
       },
     },
-    async (request) => concepts.relation(requireUser(request), { ...request.query, ...named(request.params, request.query), other: request.params.otherID }),
+    async (request) => concepts.relation(requireUser(request), { ...request.query, ...namedConcept(request.params, request.query), other: request.params.otherID }),
   );
 
   app.get<{ Params: ConceptParams; Querystring: PageQuery }>(
     '/api/v1/repositories/:repoID/concepts/:conceptID/facts',
     { schema: { summary: 'List the facts of a concept', ...schema, params: conceptParams, querystring: pageQuerystring, response: { 200: { ...conceptPageReply(factSchema), description: 'a page of the facts of the concept' }, ...conceptErrorReplies } } },
-    async (request) => concepts.facts(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
+    async (request) => concepts.facts(requireUser(request), { ...request.query, ...namedConcept(request.params, request.query) }),
   );
 
   app.get<{ Params: ConceptParams; Querystring: PageQuery }>(
@@ -236,6 +231,6 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
       },
     },
-    async (request) => concepts.sources(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
+    async (request) => concepts.sources(requireUser(request), { ...request.query, ...namedConcept(request.params, request.query) }),
   );
 };

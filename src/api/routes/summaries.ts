@@ -3,7 +3,22 @@ import { createApplication } from '../../app/application.js';
 import type { AppContext } from '../../app/context.js';
 import type { SummarySearchInput } from '../../read/summaries.js';
 import { requireUser, traceOf } from '../guard.js';
-import { bearerSecurity, conceptErrorReplies, conceptSummarySchema, contextParameter, errorReplies, factSchema, idParam, jobSchema, pagingQuery, searchQuerystring, searchReply } from '../schemas.js';
+import {
+  bearerSecurity,
+  conceptErrorReplies,
+  conceptParams,
+  conceptSummarySchema,
+  contextParameter,
+  errorReplies,
+  factSchema,
+  idParam,
+  jobSchema,
+  namedConcept,
+  pagingQuery,
+  searchQuerystring,
+  searchReply,
+  type ConceptParams,
+} from '../schemas.js';
 
 const contextQuery = { context: contextParameter('the context a concept name is looked up in, when several contexts share it') } as const;
 
@@ -36,7 +51,6 @@ const briefConcept = { type: 'object', properties: { id: { type: 'string' }, can
 /** The cited ids that led to a fact of a definition by merges (the ids its content's links name). */
 const citedAs = { type: 'array', items: { type: 'string' }, description: 'the cited fact ids that merged into this fact; empty when it is cited by its own id only' } as const;
 
-type ConceptParams = { repoID: string; conceptID: string };
 
 /**
  * Summaries and syntheses (src/read/summaries.ts, src/app/concepts.ts): a concept's summary
@@ -46,12 +60,6 @@ type ConceptParams = { repoID: string; conceptID: string };
 export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async (app, { context }) => {
   const schema = { tags: ['concepts'], security: bearerSecurity };
   const { concepts, summaries } = createApplication(context);
-  const conceptParams = {
-    type: 'object',
-    required: ['repoID', 'conceptID'],
-    properties: { repoID: { type: 'string', minLength: 1 }, conceptID: { type: 'string', minLength: 1, maxLength: 500 } },
-  } as const;
-  const named = (params: ConceptParams, query: { context?: string }) => ({ repository: params.repoID, concept: params.conceptID, context: query.context });
 
   app.get<{ Params: ConceptParams; Querystring: { context?: string; limit: number; offset: number } }>(
     '/api/v1/repositories/:repoID/concepts/:conceptID/summaries',
@@ -72,7 +80,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
       },
     },
-    async (request) => summaries.summaries(requireUser(request), { ...request.query, ...named(request.params, request.query) }),
+    async (request) => summaries.summaries(requireUser(request), { ...request.query, ...namedConcept(request.params, request.query) }),
   );
 
   app.get<{ Params: ConceptParams; Querystring: { context?: string } }>(
@@ -131,7 +139,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
         },
       },
     },
-    async (request) => summaries.definition(requireUser(request), named(request.params, request.query)),
+    async (request) => summaries.definition(requireUser(request), namedConcept(request.params, request.query)),
   );
 
   app.post<{ Params: ConceptParams; Querystring: { context?: string }; Body: { reason?: string } | undefined }>(
@@ -161,7 +169,7 @@ export const summaryRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
     async (request, reply) =>
       reply
         .status(202)
-        .send(await concepts.resynthesize(requireUser(request), { ...named(request.params, request.query), reason: request.body?.reason ?? '' }, traceOf(request))),
+        .send(await concepts.resynthesize(requireUser(request), { ...namedConcept(request.params, request.query), reason: request.body?.reason ?? '' }, traceOf(request))),
   );
 
   app.get<{ Params: { repoID: string }; Querystring: Omit<SummarySearchInput, 'repository'> }>(
