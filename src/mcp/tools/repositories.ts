@@ -1,22 +1,23 @@
 import { z } from 'zod';
 import type { Application } from '../../app/application.js';
-import { principalCan, repositoryDomain, type Principal } from '../../auth/rbac.js';
+import type { Principal } from '../../auth/rbac.js';
 import { MAX_PAGE } from '../../read/paging.js';
 import { defineTool } from './common.js';
 
 /**
  * Every repository the caller can read, read page by page: a page of the list holds at most
  * MAX_PAGE (500), and the tool takes no paging arguments, so one page left a sysadmin with more
- * repositories without the rest (and without a word that there were more).
+ * repositories without the rest (and without a word that there were more). What the caller may
+ * read is the list's to decide (src/read/repositories.ts), as for REST.
  */
-export async function readableRepositories(repositories: Pick<Application['repositories'], 'list'>, principal: Principal) {
+async function readableRepositories(repositories: Pick<Application['repositories'], 'list'>, principal: Principal) {
   const all: Awaited<ReturnType<Application['repositories']['list']>>['items'] = [];
   for (;;) {
     const { items, total } = await repositories.list(principal, { limit: MAX_PAGE, offset: all.length });
     all.push(...items);
     if (items.length < MAX_PAGE || all.length >= total) break;
   }
-  return all.filter((repository) => principalCan(principal, repositoryDomain(repository.id), 'repositories:read'));
+  return all;
 }
 
 /** Repositories and search providers: what a client asks first, to learn where it may act. */
