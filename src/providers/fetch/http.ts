@@ -7,6 +7,7 @@ import zlib from 'node:zlib';
 
 import { parseDuration } from '../../config/duration.js';
 import type { Config } from '../../config/types.js';
+import { parseRetryAfter } from '../../util/retryAfter.js';
 import { RefusedAddressError, type AddressPolicy } from './addressPolicy.js';
 
 export interface AutoSkipSettings {
@@ -267,16 +268,6 @@ function classifyNetworkError(error: unknown): AttemptFailureInit {
   // attempt limit bounds the cost of being wrong.
   const known = code !== undefined && TRANSIENT_NETWORK_CODES.has(code);
   return { permanent: false, reason: 'network error', ...(code ? { code } : {}), detail: known ? detail : `unclassified ${detail}`, cause: error };
-}
-
-/** Parses Retry-After (delta seconds or an HTTP date) into milliseconds from now. */
-function parseRetryAfter(header: string | undefined, nowMs: number): number | undefined {
-  if (!header) return undefined;
-  const trimmed = header.trim();
-  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
-  const date = Date.parse(trimmed);
-  if (Number.isNaN(date)) return undefined;
-  return Math.max(0, date - nowMs);
 }
 
 function createDecoder(contentEncoding: string | undefined): zlib.Gunzip | zlib.Inflate | zlib.BrotliDecompress | null {

@@ -15,7 +15,8 @@ import type {
   SynthesisOutput,
 } from './port.js';
 import { builtInPromptset, type Promptset, type PromptPhase } from './promptsets.js';
-import { type LlmRetrySettings, OutputValidationError, ProviderHttpError, parseRetryAfter, type RetryHooks, withLlmRetry } from './retry.js';
+import { type LlmRetrySettings, OutputValidationError, ProviderHttpError, type RetryHooks, withLlmRetry } from './retry.js';
+import { parseRetryAfter } from '../../util/retryAfter.js';
 
 /**
  * The chat model over an OpenAI-compatible API (OpenAI, Ollama, vLLM, OpenRouter):

@@ -40,18 +40,6 @@ export function isPermanentStatus(status: number): boolean {
   return status === 400 || status === 401 || status === 403 || status === 404 || status === 422;
 }
 
-/**
- * Retry-After as milliseconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3). Undefined when
- * absent or unreadable; a date in the past is 0.
- */
-export function parseRetryAfter(header: string | null | undefined, now = Date.now()): number | undefined {
-  if (header === null || header === undefined) return undefined;
-  const text = header.trim();
-  if (/^\d+(\.\d+)?$/.test(text)) return Math.round(Number(text) * 1000);
-  const date = Date.parse(text);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
-}
-
 /** The backoff before attempt `attempt + 1` (attempt is 1-based) without jitter: doubling, capped. */
 export function backoffCeilingMs(settings: Pick<LlmRetrySettings, 'baseDelayMs' | 'maxDelayMs'>, attempt: number): number {
   return Math.min(settings.baseDelayMs * 2 ** (attempt - 1), settings.maxDelayMs);

@@ -3,7 +3,6 @@ import { ModelCallError } from '../../../src/providers/llm/port.js';
 import {
   OutputValidationError,
   ProviderHttpError,
-  parseRetryAfter,
   validateLlmRetryConstraint,
   withLlmRetry,
   worstCaseRetryMs,
@@ -50,16 +49,6 @@ t.test('the worst case holds the waits a rate-limiting provider asks for', async
   t.same(waits, [10, 10], 'each wait is the Retry-After, up to max_delay');
   const waited = waits.reduce((sum, ms) => sum + ms, 0);
   t.ok(worstCaseRetryMs(FAST) >= FAST.maxAttempts * FAST.perCallTimeoutMs + waited, 'the worst case covers them');
-});
-
-t.test('parseRetryAfter', async (t) => {
-  t.equal(parseRetryAfter('3'), 3000);
-  t.equal(parseRetryAfter(' 0 '), 0);
-  t.equal(parseRetryAfter(null), undefined);
-  t.equal(parseRetryAfter('soon'), undefined);
-  const now = Date.parse('2026-01-01T00:00:00Z');
-  t.equal(parseRetryAfter('Thu, 01 Jan 2026 00:00:10 GMT', now), 10_000);
-  t.equal(parseRetryAfter('Wed, 31 Dec 2025 23:59:00 GMT', now), 0, 'a past date is no wait');
 });
 
 t.test('classification', async (t) => {
