@@ -6,7 +6,7 @@ import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/types.js';
 import { apiKeyDecider, newApiKey } from '../domain/apiKey/decider.js';
 import { streamName } from '../eventstore/envelope.js';
-import { isoDate, jsonColumn } from '../read/present.js';
+import { presentApiKeyById, requireSession } from '../read/apiKeys.js';
 import { authorizeSystem, commandMetadata, findRepository, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { conflict, forbidden, invalid } from './errors.js';
@@ -47,30 +47,6 @@ export function apiKeyExpiry(settings: Config['api_keys'], expiresInDays: number
   return new Date(now + expiresInDays * DAY_MS);
 }
 
-interface ApiKeyRow {
-  id: string;
-  name: string;
-  scopes: string[] | string;
-  repository_id: string | null;
-  created_at: Date | string;
-  expires_at: Date | string | null;
-  token_hint: string;
-  last_used_at: Date | string | null;
-}
-
-function presentApiKey(row: ApiKeyRow) {
-  return {
-    id: row.id,
-    name: row.name,
-    scopes: jsonColumn(row.scopes) as string[],
-    repository_id: row.repository_id,
-    hint: `${row.token_hint}…`,
-    created_at: isoDate(row.created_at),
-    expires_at: isoDate(row.expires_at),
-    last_used_at: isoDate(row.last_used_at),
-  };
-}
-
 /** A user's keys that still work or may: not revoked, not expired. Rows without a projected key (just created) count as live. */
 function liveKeysOf(knex: Knex, userId: string, now: Date) {
   return knex('api_key_secrets as secret')
@@ -81,32 +57,16 @@ function liveKeysOf(knex: Knex, userId: string, now: Date) {
 }
 
 /**
- * A signed-in user's personal API keys (docs/auth.md, "Personal API keys"). Keys are managed with a
- * session only: a key cannot mint or revoke keys, so a leaked key cannot entrench itself.
+ * Creating and revoking a signed-in user's personal API keys (docs/auth.md, "Personal API keys"; the
+ * list: src/read/apiKeys.ts). Keys are managed with a session only: a key cannot mint or revoke
+ * keys, so a leaked key cannot entrench itself.
  */
 export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'config'>) {
   const knex = deps.db.knex;
   const settings = deps.config.api_keys;
   const maxPerUser = settings.max_per_user > 0 ? settings.max_per_user : BUILT_IN_MAX_KEYS_PER_USER;
 
-  /** The keys not revoked, with their secrets' hint and last use: what the owner is shown. */
-  const liveKeyRows = () =>
-    knex('api_keys as key')
-      .join('api_key_secrets as secret', 'secret.key_id', 'key.id')
-      .whereNull('key.revoked_at')
-      .select('key.id', 'key.name', 'key.scopes', 'key.repository_id', 'key.created_at', 'key.expires_at', 'secret.token_hint', 'secret.last_used_at');
-
-  const requireSession = (principal: Principal) => {
-    if (principal.credential.kind !== 'session') throw forbidden('API keys are managed with a signed-in session, not with an API key or OAuth token');
-  };
-
   return {
-    async listApiKeys(principal: Principal) {
-      requireSession(principal);
-      const rows: ApiKeyRow[] = await liveKeyRows().where('key.user_id', principal.userId).orderBy('key.created_at', 'desc');
-      return { api_keys: rows.map(presentApiKey) };
-    },
-
     /** Creates a key and answers it once, raw; only its SHA-256 is kept. */
     async createApiKey(principal: Principal, input: CreateApiKeyInput, trace?: Trace) {
       authorizeSystem(principal, 'apikeys:create');
@@ -146,8 +106,7 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
         throw error;
       }
       // As the list shows it (the read model's created_at is the event's time, not this request's).
-      const row: ApiKeyRow = await liveKeyRows().where('key.id', keyId).first();
-      return { ...presentApiKey(row), key: raw };
+      return { ...(await presentApiKeyById(knex, keyId)), key: raw };
     },
 
     /**

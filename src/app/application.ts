@@ -1,3 +1,4 @@
+import { apiKeyQueries } from '../read/apiKeys.js';
 import { auditQueries } from '../read/audit.js';
 import { conceptQueries } from '../read/concepts.js';
 import { eventQueries } from '../read/events.js';
@@ -44,7 +45,7 @@ export function createApplication(context: AppContext) {
     events: eventQueries(context),
     users: { ...userQueries(context), ...userCommands(context) },
     members: { ...memberQueries(context), ...memberCommands(context) },
-    apiKeys: apiKeyCommands(context),
+    apiKeys: { ...apiKeyQueries(context), ...apiKeyCommands(context) },
     audit: auditQueries(context),
     projections: { ...projectionQueries(context), ...projectionCommands(context) },
   };
