@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
@@ -138,4 +138,11 @@ t.test('the registry covers the spec list: each kind at most once, the rest repo
   const kinds = stageRegistry.map((definition) => definition.kind);
   t.equal(new Set(kinds).size, kinds.length, 'no kind twice');
   t.same([...kinds, ...NOT_YET_BUILT].sort(), [...QUEUED_JOB_KINDS].sort(), 'registered and not-yet-built kinds make up the spec list');
+});
+
+t.test("docs/pipeline.md's stage table has a row for every registered stage and no other", async (t) => {
+  const text = await readFile(new URL('../../docs/pipeline.md', import.meta.url), 'utf8');
+  const section = text.slice(text.indexOf('\n## Stages\n'), text.indexOf('\n## ', text.indexOf('\n## Stages\n') + 1));
+  const documented = [...section.matchAll(/^\| ([a-z_]+) \|/gm)].map((match) => match[1]);
+  t.same(documented.sort(), stageRegistry.map((definition) => definition.kind).sort());
 });
