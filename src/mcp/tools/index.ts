@@ -33,11 +33,29 @@ export const MCP_TOOL_NAMES = [
   'updateReport',
 ] as const;
 
-const byName = new Map<string, McpTool>([...repositoryTools, ...sourceTools, ...factTools, ...conceptTools, ...investigationTools, ...taskTools, ...reportTools].map((tool) => [tool.name, tool]));
+/**
+ * `tools` in the order of `names`. A name with no tool, or a tool no name lists, fails at load:
+ * a tool added to a group file but not to the list would otherwise be left out of tools/list
+ * without a word.
+ */
+export function inListedOrder(names: readonly string[], tools: readonly McpTool[]): McpTool[] {
+  const byName = new Map(tools.map((tool) => [tool.name, tool]));
+  const unlisted = tools.filter((tool) => !names.includes(tool.name)).map((tool) => tool.name);
+  if (unlisted.length > 0) throw new Error(`MCP tools ${unlisted.join(', ')} are defined but not in MCP_TOOL_NAMES`);
+  return names.map((name) => {
+    const tool = byName.get(name);
+    if (!tool) throw new Error(`MCP tool ${name} is not defined`);
+    return tool;
+  });
+}
 
-/** Every tool, in MCP_TOOL_NAMES order; a tool missing from a group file fails at load, not at a call. */
-export const mcpTools: readonly McpTool[] = MCP_TOOL_NAMES.map((name) => {
-  const tool = byName.get(name);
-  if (!tool) throw new Error(`MCP tool ${name} is not defined`);
-  return tool;
-});
+/** Every tool, in MCP_TOOL_NAMES order. */
+export const mcpTools: readonly McpTool[] = inListedOrder(MCP_TOOL_NAMES, [
+  ...repositoryTools,
+  ...sourceTools,
+  ...factTools,
+  ...conceptTools,
+  ...investigationTools,
+  ...taskTools,
+  ...reportTools,
+]);
