@@ -20,6 +20,14 @@ const READ_MODEL_TABLES = {
   concept_syntheses: 'concept_id',
 };
 
+// The key was read and validated, but nothing looked at it: /metrics answered 200 with it false.
+t.test('metrics.enabled false leaves /metrics out', async (t) => {
+  const service = await startTestService({ overrides: { metrics: { enabled: false } } });
+  t.teardown(() => service.close());
+  t.equal((await service.app.inject({ method: 'GET', url: '/metrics' })).statusCode, 404);
+  t.equal((await service.call('GET', '/healthz')).status, 200, 'liveness is still served');
+});
+
 t.test('health, OpenAPI, docs and metrics', async (t) => {
   const service = await startTestService();
   t.teardown(() => service.close());

@@ -11,7 +11,8 @@ import { errorReply } from '../errors.js';
 const HEAD_MAX_AGE_MS = 2000;
 
 /**
- * Liveness and metrics: `/healthz` answers 200 once the service serves; `/metrics` for Prometheus.
+ * Liveness and metrics: `/healthz` answers 200 once the service serves; `/metrics` for Prometheus
+ * unless `metrics.enabled` is false.
  * Liveness does not wait for the database: on PGlite a statement queues for the one connection
  * behind the pipeline's, so `/healthz` reports the head the event store last learnt in-process.
  */
@@ -47,6 +48,9 @@ export const healthRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
     },
     async (request) => ({ proof: proveInstance((request.query as { challenge: string }).challenge) }),
   );
+  // metrics.enabled false leaves the route out (a 404): the registry is kept either way, since the
+  // instruments are updated all over the service and cost little.
+  if (!context.config.metrics.enabled) return;
   app.get(
     '/metrics',
     {
