@@ -3,6 +3,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, MIN_TOKEN_TTL_MS, parseDuration } from './duration.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
+import { isPlainObject } from '../util/objects.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
 import { parseCidr } from '../providers/fetch/addressPolicy.js';
 import { MAX_VECTOR_DIMENSIONS } from '../search/port.js';
@@ -144,7 +145,7 @@ export function validateConfig(tree: unknown, schemaPath: string, origins: Origi
     ? []
     : [...new Set((validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined))];
   // Listed with the schema's problems: a pattern cannot judge an address's octets or a prefix for its family.
-  const valueProblems = cidrProblems(tree).map((problem) => withOrigin(problem, origins));
+  const valueProblems = [...cidrProblems(tree), ...urlProblems(tree)].map((problem) => withOrigin(problem, origins));
   if (schemaProblems.length > 0 || valueProblems.length > 0) throw new ConfigError([...schemaProblems, ...valueProblems]);
   const config = tree as Config;
   const problems = crossFieldProblems(config).map((problem) => withOrigin(problem, origins));
@@ -169,6 +170,57 @@ function cidrProblems(tree: unknown): Array<[string, string]> {
     const cidr = parseCidr(entry);
     if ('problem' in cidr) problems.push([`network.allow_cidrs[${index}]`, cidr.problem]);
   });
+  return problems;
+}
+
+/**
+ * The keys whose value is a URL, each with the schemes its schema pattern takes (`*` stands for
+ * every key of a map, `[]` for every entry of a list).
+ */
+const URL_KEYS: ReadonlyArray<[path: string, scheme: RegExp]> = [
+  ['server.public_url', /^https?:\/\//],
+  ['oauth.issuer', /^https?:\/\//],
+  ['mcp.allowed_origins[]', /^https?:\/\//],
+  ['search.opensearch.url', /^https?:\/\//],
+  ['databases.*.url', /^postgres(ql)?:\/\//],
+  ['providers.resolution.doi_resolver', /^https?:\/\//],
+  ['providers.llm.base_url', /^https?:\/\//],
+  ['providers.embeddings.base_url', /^https?:\/\//],
+  ['providers.registry.url', /^https?:\/\//],
+  ['providers.registry.registries[].url', /^https?:\/\//],
+];
+
+/** The string values at a URL_KEYS path, each with its dotted key (`databases.default.url`, `mcp.allowed_origins[0]`). */
+function valuesAt(node: unknown, segments: readonly string[], key: string): Array<[string, string]> {
+  if (segments.length === 0) return typeof node === 'string' ? [[key, node]] : [];
+  const [segment, ...rest] = segments;
+  const list = segment.endsWith('[]');
+  const name = list ? segment.slice(0, -2) : segment;
+  if (!isPlainObject(node)) return [];
+  const names = name === '*' ? Object.keys(node) : [name];
+  return names.flatMap((child) => {
+    const childKey = key === '' ? child : `${key}.${child}`;
+    const value = node[child];
+    if (!list) return valuesAt(value, rest, childKey);
+    return Array.isArray(value) ? value.flatMap((entry, index) => valuesAt(entry, rest, `${childKey}[${index}]`)) : [];
+  });
+}
+
+/**
+ * Each URL that its key's pattern lets through but that does not parse (`http://[::1`, a port past
+ * 65535, a password holding an unencoded `#`): it passed, and the start failed later with a bare
+ * "Invalid URL" naming no key (a database's), or the service announced and linked it as it was (a
+ * public URL). A value of the wrong shape is the schema's to report; no value is echoed.
+ */
+function urlProblems(tree: unknown): Array<[string, string]> {
+  const problems: Array<[string, string]> = [];
+  for (const [pattern, scheme] of URL_KEYS) {
+    for (const [key, value] of valuesAt(tree, pattern.split('.'), '')) {
+      if (scheme.test(value) && !/\s/.test(value) && !URL.canParse(value)) {
+        problems.push([key, 'is not a URL that can be parsed: check the host, the port (1 to 65535), and that a password\'s @ : / ? # % are percent-encoded']);
+      }
+    }
+  }
   return problems;
 }
 

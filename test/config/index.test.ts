@@ -703,3 +703,30 @@ t.test('network.allow_cidrs entries are validated with the rest, without echoing
   t.notMatch(message, /allow_cidrs\[(0|4)\]/, 'the good entries pass');
   t.notMatch(message, /999\.1\.1\.1|10\.0\.0\.0\/40/, 'no value echoed');
 });
+
+// The patterns took them; the start then failed later with a bare "Invalid URL" (a database's URL,
+// exit 1), or announced and linked the public URL as it was.
+t.test('a URL that does not parse is refused with the rest, naming its key and not its value', async (t) => {
+  const message = configErrorOf(() =>
+    load({
+      env: {
+        SERVER_PUBLIC_URL: 'http://[::1',
+        SVC_OAUTH_ISSUER: 'https://issuer.example.org:99999',
+        DATABASES_DEFAULT_URL: 'postgres://factlog:pass#word@db:5432/factlog',
+        MCP_ALLOWED_ORIGINS: 'https://good.example.org, https://bad.example.org:70000',
+        PROVIDERS_REGISTRY_REGISTRIES: '[{"id":"a","url":"https://a.example.org"},{"id":"b","url":"http://%zz"}]',
+        SERVER_PORT: '70000',
+      },
+    }),
+  );
+  t.match(message, /server\.port: must be at most 65535/, 'listed with the other problems');
+  const unparsable = /is not a URL that can be parsed/;
+  for (const key of ['server.public_url', 'oauth.issuer', 'databases.default.url', 'mcp.allowed_origins[1]', 'providers.registry.registries[1].url']) {
+    t.match(message, new RegExp(`${key.replace(/[.[\]]/g, '\\$&')}: ${unparsable.source}.*\\(set by environment variable`), key);
+  }
+  t.notMatch(message, /allowed_origins\[0\]|registries\[0\]/, 'the good entries pass');
+  t.notMatch(message, /pass#word|99999|70000\)|%zz|\[::1/, 'no value echoed');
+  // Only the unparsable are refused: an http(s) URL with a port, a path and an IPv6 host passes.
+  const config = load({ env: { SERVER_PUBLIC_URL: 'http://[::1]:8080/factlog', DATABASES_DEFAULT_URL: 'postgresql://u:p%23w@db/factlog?application_name=x' } });
+  t.equal(config.server.public_url, 'http://[::1]:8080/factlog');
+});
