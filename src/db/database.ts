@@ -180,8 +180,14 @@ async function closingOnFailure<T>(close: () => Promise<void>, step: () => Promi
  * is no `scheme://` string. Several hosts are taken as written (URL cannot parse them).
  */
 export function connectionLocation(connectionString: string): string | undefined {
-  // The user part runs to the last @ before the path, as URL parses it: a password holding an @ stays out.
-  const match = /^[a-z][a-z0-9+.-]*:\/\/(?:[^/?#]*@)?([^/?#@]+)(?=[/?#]|$)(\/[^?#]*)?/i.exec(connectionString);
+  // The user part runs to the last @ of the whole string, whatever comes between: a password
+  // holding an @, or a / ? # (which URL and the regex before took for the end of the host,
+  // printing `admin:chan/geit@host` for `esdb://admin:chan/geit@host`). An @ in the options then
+  // costs the host's name, never the password.
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(connectionString);
+  if (!scheme) return undefined;
+  const rest = connectionString.slice(scheme[0].length);
+  const match = /^([^/?#@]+)(\/[^?#]*)?/.exec(rest.slice(rest.lastIndexOf('@') + 1));
   return match ? `${match[1]}${match[2] ?? ''}` : undefined;
 }
 

@@ -27,6 +27,10 @@ t.test('a connection string is named by its hosts and path, its user, password a
   t.equal(connectionLocation('postgres://factlog:the-s3cret@db:5432/factlog?sslmode=require'), 'db:5432/factlog');
   t.equal(connectionLocation('postgresql://db/factlog'), 'db/factlog');
   t.equal(connectionLocation('postgres://user:p@ss@db:5432/factlog'), 'db:5432/factlog', 'a password holding an @');
+  // These printed `admin:s3cr`, `admin:se` and the whole `admin:chan/geit@127.0.0.1:1` (`events copy --to`'s refusal).
+  t.equal(connectionLocation('postgres://admin:s3cr#et@db:5432/factlog'), 'db:5432/factlog', 'a password holding a #');
+  t.equal(connectionLocation('postgres://admin:se?cret@db:5432/factlog'), 'db:5432/factlog', 'a password holding a ?');
+  t.equal(connectionLocation('esdb://admin:chan/geit@127.0.0.1:1'), '127.0.0.1:1', 'a password holding a /');
   t.equal(connectionLocation('esdb://admin:changeit@node1:2113,node2:2113?tls=false'), 'node1:2113,node2:2113', 'several hosts, as written');
   t.equal(connectionLocation('kurrentdb+discover://cluster.local:2113'), 'cluster.local:2113');
   t.equal(connectionLocation('not a url'), undefined);
