@@ -1,5 +1,5 @@
 import { fork } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -18,9 +18,25 @@ import {
 const WORKER_ENTRY = siblingEntry(import.meta.url, 'pgliteWorker');
 const INITDB_ENTRY = siblingEntry(import.meta.url, 'pgliteInitdbChild');
 
-/** Whether `dataDir` holds no database yet, so that opening it would run initdb. */
+/**
+ * Whether `dataDir` holds no database yet, so that opening it would run initdb. Only a missing
+ * file means none: a directory this user may not read (another user's, mode 0700) was taken as
+ * empty, so the read commands said it "holds no database" and `serve` went on to initdb there.
+ */
 export function needsInitdb(dataDir: string): boolean {
-  return !dataDir.startsWith('memory://') && !existsSync(path.join(path.resolve(dataDir), 'PG_VERSION'));
+  if (dataDir.startsWith('memory://')) return false;
+  const versionFile = path.join(path.resolve(dataDir), 'PG_VERSION');
+  try {
+    statSync(versionFile);
+    return false;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return true;
+    throw new Error(
+      `cannot read the data directory ${path.resolve(dataDir)} (storage.data_dir, STORAGE_DATA_DIR): ${(error as Error).message}; run factlog as the user that owns it, or give this user access`,
+      { cause: error },
+    );
+  }
 }
 
 /**

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -151,6 +151,20 @@ t.test('a closed proxy refuses statements; closing again is harmless', async (t)
 
 t.test('a data directory PGlite cannot load rejects the opening (and the file ends: no worker is left running)', async (t) => {
   await t.rejects(PgliteThread.open({ dataDir: 'memory://', loadDataDir: new Uint8Array([1, 2, 3]) }));
+});
+
+// A directory this user may not read (mode 0700, another user's) was taken as empty: the read
+// commands said it "holds no database" and serve ran initdb there. A symlink loop stands in for
+// it, since a test run as root reads every directory.
+t.test('a data directory that cannot be looked into is said so, not taken as one holding no database', async (t) => {
+  const parent = mkdtempSync(path.join(tmpdir(), 'factlog-initdb-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = path.join(parent, 'pglite');
+  symlinkSync(dataDir, dataDir);
+  t.throws(() => needsInitdb(dataDir), { message: `cannot read the data directory ${dataDir} (storage.data_dir, STORAGE_DATA_DIR): ELOOP: too many symbolic links encountered, stat '${dataDir}/PG_VERSION'; run factlog as the user that owns it, or give this user access` });
+  t.equal(needsInitdb(path.join(parent, 'absent')), true, 'a missing directory needs initdb');
+  writeFileSync(path.join(parent, 'file'), '');
+  t.equal(needsInitdb(path.join(parent, 'file')), true, 'as does a path under a file (opening it then says it is no directory)');
 });
 
 t.test('a new data directory is initialised by a child process, then opened in the worker; an existing one is not initialised again', async (t) => {
