@@ -99,13 +99,15 @@ function coerce(raw: string, kind: LeafKind, path: readonly string[], variable: 
  * underscore inside a key name (`task.queues.retrieve_source`) is never mistaken for a level
  * separator: TASK_QUEUES_RETRIEVE_SOURCE is looked up, not split. Values are coerced to the type
  * of the default value; a value that cannot be coerced is an error naming key and variable.
- * Returns the overrides in application order (generic names, then the spec's names) and the
- * names of variables that look like settings but match no key (worth a warning: likely typos).
+ * Returns the overrides in application order (generic names, then the spec's names), the
+ * names of variables that look like settings but match no key (worth a warning: likely typos),
+ * and the values that could not be coerced: reported by the caller with the problems validation
+ * finds, so that one start names every bad key.
  */
 export function environmentOverrides(
   defaults: ConfigTree,
   env: NodeJS.ProcessEnv,
-): { overrides: EnvironmentOverride[]; unmatched: string[] } {
+): { overrides: EnvironmentOverride[]; unmatched: string[]; problems: string[] } {
   const bindings = new Map<string, { path: string[]; kind: LeafKind }>();
   for (const path of leafPaths(defaults)) {
     const name = environmentNameOf(path);
@@ -146,8 +148,7 @@ export function environmentOverrides(
   }
   for (const apply of aliasOverrides) apply();
 
-  if (problems.length > 0) throw new ConfigError(problems);
-  return { overrides, unmatched: unmatched.sort() };
+  return { overrides, unmatched: unmatched.sort(), problems };
 }
 
 function mapEntryBinding(defaults: ConfigTree, variable: string): { path: string[]; kind: LeafKind } | undefined {

@@ -191,7 +191,7 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   if (options.writeDefaults ?? true) writeDefaultsCopy(cwd, defaults.text, warn);
 
   const files = configFiles(options.configPath, cwd).map((file) => ({ file, tree: readYamlFile(file) }));
-  const { overrides, unmatched } = environmentOverrides(defaults.tree, env);
+  const { overrides, unmatched, problems: coercionProblems } = environmentOverrides(defaults.tree, env);
   for (const variable of unmatched) {
     warn(`environment variable ${variable} looks like a factlog setting but matches no configuration key; ignored`);
   }
@@ -212,7 +212,17 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   const profileFile = profileLayerPath(first.merged.profile);
   const { merged, origins } = profileFile ? mergeLayers({ file: profileFile, tree: readYamlFile(profileFile) }) : first;
 
-  return validateConfig(merged, configSchemaPath(), origins);
+  // A variable that could not be coerced is left out (its key keeps the lower layer's value) and
+  // listed before what validation finds: thrown alone, it hid every other problem until fixed.
+  if (coercionProblems.length === 0) return validateConfig(merged, configSchemaPath(), origins);
+  let validationProblems: readonly string[] = [];
+  try {
+    validateConfig(merged, configSchemaPath(), origins);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    validationProblems = error.problems;
+  }
+  throw new ConfigError([...coercionProblems, ...validationProblems]);
 }
 
 /**

@@ -357,6 +357,14 @@ t.test('bad environment values name the key and the variable', async (t) => {
   const message = configErrorOf(() => load({ env: { SERVER_PORT: 'x', TASK_QUEUES_EMBED_FACTS: 'y' } }));
   t.match(message, /SERVER_PORT/);
   t.match(message, /TASK_QUEUES_EMBED_FACTS/, 'every bad variable is reported at once');
+
+  // A variable that is no number hid the problems validation finds, in files and variables alike, until it was fixed.
+  const cwd = t.testdir({ 'config.yaml': 'server:\n  port: 0\n' });
+  const all = configErrorOf(() => load({ cwd, configPath: 'config.yaml', env: { AUTH_PASSWORD_MIN_LENGTH: 'x', SVC_AUDIT_RETENTION_DAYS: '0' } }));
+  t.match(all, /^invalid configuration:\n  - auth\.password_min_length: environment variable AUTH_PASSWORD_MIN_LENGTH="x" is not a number\n/, 'the variable that is no number first');
+  t.match(all, /server\.port: must be at least 1 \(set by .*config\.yaml\)/, "the file's problem with it");
+  t.match(all, /audit\.retention_days: must be at least 1 \(set by environment variable SVC_AUDIT_RETENTION_DAYS\)/, "another variable's");
+  t.notMatch(all, /password_min_length: must/, 'the key of the variable left out keeps the lower value, which is no problem');
 });
 
 t.test('variables that look like settings but match no key are warned about', async (t) => {
