@@ -1,4 +1,4 @@
-import { mkdirSync, statSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { checkServerIdentity, type ConnectionOptions } from 'node:tls';
 import knexFactory, { type Knex } from 'knex';
@@ -191,6 +191,28 @@ export function connectionLocation(connectionString: string): string | undefined
   return match ? `${match[1]}${match[2] ?? ''}` : undefined;
 }
 
+/**
+ * A PGlite directory that exists but does not open, named with the settings and the likely causes:
+ * PGlite itself says only `PGlite failed to initialize properly`, naming neither the directory nor
+ * why (a directory of another PostgreSQL version, or one copied while a process had it open).
+ */
+function unopenableDataDir(dataDir: string, error: unknown): Error {
+  let version = '';
+  try {
+    version = readFileSync(path.join(dataDir, 'PG_VERSION'), 'utf8').trim();
+  } catch {
+    // Unreadable: the message goes without it.
+  }
+  const holds = /^[0-9]+$/.test(version) ? `; it holds a PostgreSQL ${version} database` : '';
+  // PGlite's own messages may end with a period (`Aborted(). Build with -sASSERTIONS for more info.`).
+  const reason = (error instanceof Error ? error.message : String(error)).replace(/\.\s*$/, '');
+  return new Error(
+    `cannot open the embedded database in ${dataDir} (storage.data_dir, STORAGE_DATA_DIR): ${reason}${holds}. ` +
+      "It may be damaged (copied while a process had it open, say) or made by a release whose PGlite is another PostgreSQL version: restore a backup made with this release, or run the release that made it",
+    { cause: error },
+  );
+}
+
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if (options.kind === 'pglite') {
     const inMemory = options.dataDir.startsWith('memory://');
@@ -210,6 +232,8 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
         ...(options.loadDataDir ? { loadDataDir: options.loadDataDir } : {}),
         ...(options.readOnly ? { readOnly: true } : {}),
         settings,
+      }).catch((error: unknown) => {
+        throw inMemory || options.loadDataDir ? error : unopenableDataDir(path.resolve(options.dataDir), error);
       });
     } catch (error) {
       lock?.release();

@@ -1,6 +1,10 @@
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import t from 'tap';
 import { connectionLocation, openDatabase } from '../../src/db/database.js';
+import { seedPgliteDir } from '../helpers/pglite.js';
 
 /** A local port nothing listens on: one the OS just handed out, closed again. */
 async function closedPort(): Promise<number> {
@@ -35,4 +39,20 @@ t.test('a connection string is named by its hosts and path, its user, password a
   t.equal(connectionLocation('kurrentdb+discover://cluster.local:2113'), 'cluster.local:2113');
   t.equal(connectionLocation('not a url'), undefined);
   t.equal(connectionLocation('postgres://user:pw@/factlog'), undefined, 'no host');
+});
+
+// PGlite said only `PGlite failed to initialize properly`, naming neither the directory nor a cause.
+t.test('an embedded database that does not open is named, with its PostgreSQL version and what to do, and its lock released', async (t) => {
+  const parent = mkdtempSync(path.join(tmpdir(), 'factlog-unopenable-'));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = path.join(parent, 'pglite');
+  await seedPgliteDir(dataDir);
+  // As a release whose PGlite is another PostgreSQL version would have left it.
+  writeFileSync(path.join(dataDir, 'PG_VERSION'), '99\n');
+  await t.rejects(openDatabase({ kind: 'pglite', dataDir }), {
+    message: new RegExp(
+      `^cannot open the embedded database in ${dataDir} \\(storage\\.data_dir, STORAGE_DATA_DIR\\): .+; it holds a PostgreSQL 99 database\\. It may be damaged .*restore a backup made with this release, or run the release that made it$`,
+    ),
+  });
+  t.notOk(existsSync(`${dataDir}.lock`), 'the lock is released');
 });
