@@ -190,6 +190,9 @@ const URL_KEYS: ReadonlyArray<[path: string, scheme: RegExp]> = [
   ['providers.registry.registries[].url', /^https?:\/\//],
 ];
 
+/** The URLs the service appends its routes to. */
+const BASE_URL_KEYS: ReadonlySet<string> = new Set(['server.public_url', 'oauth.issuer']);
+
 /** The string values at a URL_KEYS path, each with its dotted key (`databases.default.url`, `mcp.allowed_origins[0]`). */
 function valuesAt(node: unknown, segments: readonly string[], key: string): Array<[string, string]> {
   if (segments.length === 0) return typeof node === 'string' ? [[key, node]] : [];
@@ -208,7 +211,7 @@ function valuesAt(node: unknown, segments: readonly string[], key: string): Arra
 
 /**
  * Each URL that its key's pattern lets through but that does not parse (`http://[::1`, a port past
- * 65535, a password holding an unencoded `#`): it passed, and the start failed later with a bare
+ * 65535, a password holding an unencoded `#`), or a base URL with more than a path: it passed, and the start failed later with a bare
  * "Invalid URL" naming no key (a database's), or the service announced and linked it as it was (a
  * public URL). A value of the wrong shape is the schema's to report; no value is echoed.
  */
@@ -216,8 +219,14 @@ function urlProblems(tree: unknown): Array<[string, string]> {
   const problems: Array<[string, string]> = [];
   for (const [pattern, scheme] of URL_KEYS) {
     for (const [key, value] of valuesAt(tree, pattern.split('.'), '')) {
-      if (scheme.test(value) && !/\s/.test(value) && !URL.canParse(value)) {
+      if (!scheme.test(value) || /\s/.test(value)) continue;
+      const url = URL.parse(value);
+      if (url === null) {
         problems.push([key, 'is not a URL that can be parsed: check the host, the port (1 to 65535), and that a password\'s @ : / ? # % are percent-encoded']);
+      } else if (BASE_URL_KEYS.has(key) && (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '')) {
+        // Routes are appended to these (`<public_url>/api/v1/…`, the OAuth endpoints after the
+        // issuer, which RFC 8414 gives no query or fragment): `https://h?x=1/api/v1/…` was announced.
+        problems.push([key, 'must be a base URL without a query (?), a fragment (#) or a user name and password: the service appends its routes to it']);
       }
     }
   }

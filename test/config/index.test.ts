@@ -737,4 +737,10 @@ t.test('a URL that does not parse is refused with the rest, naming its key and n
   // Only the unparsable are refused: an http(s) URL with a port, a path and an IPv6 host passes.
   const config = load({ env: { SERVER_PUBLIC_URL: 'http://[::1]:8080/factlog', DATABASES_DEFAULT_URL: 'postgresql://u:p%23w@db/factlog?application_name=x' } });
   t.equal(config.server.public_url, 'http://[::1]:8080/factlog');
+
+  // The service appends its routes to these: it announced `https://pub.example.org?x=1/docs`.
+  const bases = configErrorOf(() => load({ env: { SERVER_PUBLIC_URL: 'https://pub.example.org?x=1', SVC_OAUTH_ISSUER: 'https://user:pw@issuer.example.org#a' } }));
+  t.match(bases, /server\.public_url: must be a base URL without a query \(\?\), a fragment \(#\) or a user name and password: the service appends its routes to it \(set by environment variable SERVER_PUBLIC_URL\)/);
+  t.match(bases, /oauth\.issuer: must be a base URL without/);
+  t.notMatch(bases, /x=1|user:pw/, 'no value echoed');
 });
