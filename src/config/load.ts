@@ -117,10 +117,13 @@ function mergeLayer(
 
 /** The file layers: --config (file, or directory files), else configs/config.local.yaml when present. */
 function configFiles(configPath: string | undefined, cwd: string): string[] {
-  if (configPath === undefined || configPath === '') {
+  if (configPath === undefined) {
     const local = path.join(cwd, LOCAL_RELATIVE_PATH);
     return existsSync(local) ? [local] : [];
   }
+  // `--config "$FACTLOG_CONFIG"` with the variable unset: it ran on the defaults (and any
+  // configs/config.local.yaml) as if no --config had been given, saying nothing.
+  if (configPath.trim() === '') throw new ConfigError('--config is empty: give a YAML file or a directory holding config.yaml / config.local.yaml');
   const resolved = path.resolve(cwd, configPath);
   let isDirectory: boolean;
   try {

@@ -234,6 +234,8 @@ t.test('--config directory: config.yaml, then config.local.yaml over it', async 
   t.equal(load({ cwd, configPath: 'only-local' }).server.port, 9004);
   t.match(configErrorOf(() => load({ cwd, configPath: 'empty' })), /neither config\.yaml nor config\.local\.yaml/);
   t.match(configErrorOf(() => load({ cwd, configPath: 'missing.yaml' })), /missing\.yaml: no such file or directory/);
+  // `--config "$UNSET"` ran on the defaults and configs/config.local.yaml, as if no --config had been given.
+  t.equal(configErrorOf(() => load({ cwd, configPath: '' })), 'invalid configuration: --config is empty: give a YAML file or a directory holding config.yaml / config.local.yaml');
 });
 
 t.test('environment names: dotted path upper-cased, underscores inside key names resolved by the known keys', async (t) => {
