@@ -170,7 +170,11 @@ export async function createAppContext(configured: Config, options: ContextOptio
     jobCounts: () => jobs.counts(),
     relayLag: publishedPosition && (async () => Math.max(0, (await store.headPosition()) - (await publishedPosition()))),
   });
-  const openedStore = await openEventStore(config, schemas, databases);
+  // `factlog migrate` (no workers, migrating) has nothing to do on EventStoreDB: it is not reached for.
+  const openedStore = await openEventStore(config, schemas, databases, { reach: !(options.workers === false && mode === 'migrate') }).catch(async (error: unknown) => {
+    await databases.close();
+    throw error;
+  });
   const store = instrumentEventStore(openedStore.store, metrics);
   const assets = createFileAssetStore(dataPaths(config, cwd).assetsDir);
   const chat = createChatModel(config, { localModels: options.localModels });
