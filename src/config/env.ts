@@ -98,7 +98,7 @@ function coerce(raw: string, kind: LeafKind, path: readonly string[], variable: 
  * Reads the configuration keys set in `env`. Key paths come from the embedded defaults, so an
  * underscore inside a key name (`task.queues.retrieve_source`) is never mistaken for a level
  * separator: TASK_QUEUES_RETRIEVE_SOURCE is looked up, not split. Values are coerced to the type
- * of the default value; a value that cannot be coerced is an error naming key and variable.
+ * of the default value; a value that cannot be coerced is a problem naming key and variable.
  * Returns the overrides in application order (generic names, then the spec's names), the
  * names of variables that look like settings but match no key (worth a warning: likely typos),
  * and the values that could not be coerced: reported by the caller with the problems validation

@@ -211,9 +211,10 @@ function valuesAt(node: unknown, segments: readonly string[], key: string): Arra
 
 /**
  * Each URL that its key's pattern lets through but that does not parse (`http://[::1`, a port past
- * 65535, a password holding an unencoded `#`), or a base URL with more than a path: it passed, and the start failed later with a bare
- * "Invalid URL" naming no key (a database's), or the service announced and linked it as it was (a
- * public URL). A value of the wrong shape is the schema's to report; no value is echoed.
+ * 65535, a password holding an unencoded `#`), or a base URL with more than a path. Such a value
+ * passed, and the start failed later with a bare "Invalid URL" naming no key (a database's), or
+ * the service announced and linked it as it was (a public URL). A value of the wrong shape is the
+ * schema's to report; no value is echoed.
  */
 function urlProblems(tree: unknown): Array<[string, string]> {
   const problems: Array<[string, string]> = [];
