@@ -18,7 +18,7 @@ export interface CreateApiKeyInput {
   scopes: string[];
   /** Id or slug of the one repository the key may act on. */
   repository?: string;
-  /** Lifetime in days; absent = `api_keys.default_ttl`; 0 = never expires (only when `max_ttl` is `0s`). */
+  /** Lifetime in days; absent = `api_keys.default_ttl` (0 there: never expires); 0 = never expires (only when `max_ttl` is `0s`). */
   expires_in_days?: number;
 }
 
@@ -33,10 +33,11 @@ export function apiKeyExpiry(settings: Config['api_keys'], expiresInDays: number
   const maxMs = parseDuration(settings.max_ttl);
   const capText = `api_keys.max_ttl (${settings.max_ttl}, ${Math.floor(maxMs / DAY_MS)} days)`;
   if (expiresInDays === undefined) {
-    // The default applies within the cap: with no default and a cap, a key lives as long as the cap allows.
+    // The spec's `default_ttl` "0 = no expiry": the cap bounds what a caller asks for, not the
+    // operator's default (validation keeps a default of its own within the cap).
     const defaultMs = settings.default_ttl * DAY_MS;
-    const lifetime = defaultMs > 0 ? (maxMs > 0 ? Math.min(defaultMs, maxMs) : defaultMs) : maxMs;
-    return lifetime > 0 ? new Date(now + lifetime) : null;
+    if (defaultMs === 0) return null;
+    return new Date(now + (maxMs > 0 ? Math.min(defaultMs, maxMs) : defaultMs));
   }
   if (!Number.isSafeInteger(expiresInDays) || expiresInDays < 0) throw invalid('expires_in_days must be a whole number of days, 0 or more');
   if (expiresInDays === 0) {

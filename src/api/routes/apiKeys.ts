@@ -62,7 +62,7 @@ export const apiKeyRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
               type: 'integer',
               minimum: 0,
               maximum: 36500,
-              description: 'lifetime in days; default api_keys.default_ttl (or max_ttl when that is 0); 0 = never, only when api_keys.max_ttl is 0s',
+              description: 'lifetime in days; default api_keys.default_ttl (never expires when that is 0, the default); 0 = never, accepted only when api_keys.max_ttl is 0s',
             },
           },
         },
