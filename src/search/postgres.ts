@@ -233,7 +233,8 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         // and ranked outside by the exact distance.
         .select(trx.raw('v.embedding <=> qv.vector AS distance'))
         .orderByRaw(distance('v.embedding', 'qv.vector'));
-      if (restrictions.ids !== undefined) inner.whereIn(`v.${vectors.key}`, [...restrictions.ids]);
+      // One array parameter however many ids (see the lexical search).
+      if (restrictions.ids !== undefined) inner.whereRaw('v.?? = ANY(?::text[])', [vectors.key, [...restrictions.ids]]);
       if (group[0].candidates !== null) inner.whereRaw(`v.?? = ANY(qv.candidates)`, [vectors.key]);
       const { sql, bindings } = inner.toSQL();
       const recordset = JSON.stringify(
@@ -296,7 +297,9 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
         const text = query.query.trim();
         const searched = websearchQueryText(text);
         const base = visible(executor(table).where(`${table}.repository_id`, query.repositoryId), served, table, query);
-        if (query.ids !== undefined) base.whereIn(`${table}.id`, [...query.ids]);
+        // One array parameter however many ids: a concept or context may link any number of facts,
+        // and IN with a parameter per id failed past PostgreSQL's 65,535 parameters (a 500).
+        if (query.ids !== undefined) base.whereRaw('??.id = ANY(?::text[])', [table, [...query.ids]]);
         const rows: Row[] =
           limit === 0
             ? []

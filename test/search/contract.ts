@@ -367,6 +367,18 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     await t.rejects(index.search(facts, { repositoryId: repo, query: 'x', limit: 1, offset: 0, ids: [''] }), { name: 'InvalidSearchRequestError' });
   });
 
+  withHarness('an id set of any size restricts search: more ids than a statement has parameters or a terms query values', async (t, { index, load }, repo) => {
+    // A concept or context linking 70,000 facts: each id a parameter was past PostgreSQL's 65,535 (a 500).
+    const a = fact(repo, 'Wasps build paper nests.', { vector: [1, 0, 0, 0] });
+    const b = fact(repo, 'Wasps hunt caterpillars.', { vector: [0.9, 0.2, 0, 0] });
+    await load([a, b]);
+    const many = [...Array.from({ length: 70_000 }, () => randomUUID()), a.id];
+    const lexical = await index.search(facts, { repositoryId: repo, query: 'wasps', limit: 10, offset: 0, ids: many });
+    t.same({ total: lexical.total, ids: ids(lexical.items) }, { total: 1, ids: [a.id] }, 'lexical');
+    t.same(ids((await index.search(facts, { repositoryId: repo, query: '', limit: 10, offset: 0, ids: many })).items), [a.id], 'listing');
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 5, ids: many })).items), [a.id], 'k-NN');
+  });
+
   withHarness('updateFacts sets and removes vectors of indexed facts', async (t, { index, load }, repo) => {
     const a = fact(repo, 'Owls hunt at night.');
     const b = fact(repo, 'Hawks hunt by day.', { vector: [0, 1, 0, 0] });

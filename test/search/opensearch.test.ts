@@ -2,6 +2,7 @@ import t from 'tap';
 import { facts } from '../../src/search/collections/index.js';
 import { createOpenSearchIndex } from '../../src/search/opensearch.js';
 import { BULK_MAX_BYTES, bulkBatches } from '../../src/search/opensearch/bulk.js';
+import { knnBody, MAX_TERMS_PER_QUERY, searchBody } from '../../src/search/opensearch/query.js';
 import { SearchUnavailableError } from '../../src/search/port.js';
 
 t.test('a search while the cluster cannot be reached is a SearchUnavailableError, its reason naming the cluster', async (t) => {
@@ -30,4 +31,22 @@ t.test('bulk requests are cut by count and by bytes, so large vectors never make
   t.ok(batches.every((batch) => bytesOf(batch) <= BULK_MAX_BYTES), 'each at most BULK_MAX_BYTES');
   t.same(batches.flat().map(({ id }) => id), large.map(({ id }) => id), 'every action once, in order');
   t.same(bulkBatches([action('huge', 10), action('next', 10)], 500, 100).map((batch) => batch.map(({ id }) => id)), [['huge'], ['next']], 'an action over the limit goes alone');
+});
+
+t.test('an id set longer than one terms query takes (index.max_terms_count) is split into terms queries any of which matches', async (t) => {
+  const many = Array.from({ length: MAX_TERMS_PER_QUERY * 2 + 5 }, (_, index) => `fact-${index}`);
+  type Filtered = { filter: Array<Record<string, unknown>> };
+  const idFilter = (bool: Filtered) => bool.filter.find((clause) => 'bool' in clause || ('terms' in clause && 'id' in (clause.terms as object)));
+  const expected = {
+    bool: {
+      should: [many.slice(0, MAX_TERMS_PER_QUERY), many.slice(MAX_TERMS_PER_QUERY, 2 * MAX_TERMS_PER_QUERY), many.slice(2 * MAX_TERMS_PER_QUERY)].map((id) => ({ terms: { id } })),
+      minimum_should_match: 1,
+    },
+  };
+  const lexical = searchBody(facts, { repositoryId: 'r', query: 'wasps', limit: 10, offset: 0, ids: many });
+  t.same(idFilter((lexical?.body.query as { bool: Filtered }).bool), expected, 'lexical');
+  const nearest = knnBody(facts, { repositoryId: 'r', vector: [1, 0, 0, 0], k: 5, ids: many });
+  t.same(idFilter((nearest.query as { knn: { embedding: { filter: { bool: Filtered } } } }).knn.embedding.filter.bool), expected, 'k-NN');
+  const few = searchBody(facts, { repositoryId: 'r', query: '', limit: 10, offset: 0, ids: ['a', 'b'] });
+  t.same(idFilter((few?.body.query as { bool: Filtered }).bool), { terms: { id: ['a', 'b'] } }, 'a short list stays one terms query');
 });

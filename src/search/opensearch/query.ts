@@ -27,6 +27,20 @@ export function websearchToSimpleQueryString(text: string): string | null {
   return groups.map((group) => `(${group.join(' + ')})`).join(' | ');
 }
 
+/** OpenSearch's default `index.max_terms_count`: a `terms` query with more values is refused. */
+export const MAX_TERMS_PER_QUERY = 65_536;
+
+/**
+ * Documents whose id is one of `ids`, however many: a concept or context may link more facts than
+ * one `terms` query takes, so a longer list is split into several, any of which may match.
+ */
+function idsFilter(ids: readonly string[]): Record<string, unknown> {
+  if (ids.length <= MAX_TERMS_PER_QUERY) return { terms: { id: [...ids] } };
+  const should = [];
+  for (let start = 0; start < ids.length; start += MAX_TERMS_PER_QUERY) should.push({ terms: { id: ids.slice(start, start + MAX_TERMS_PER_QUERY) } });
+  return { bool: { should, minimum_should_match: 1 } };
+}
+
 /**
  * Filters every search of a collection shares: the repository, complete documents only (not the
  * partial ones an early update makes), no hidden documents or tombstones, the ids and filters.
@@ -38,7 +52,7 @@ function restrictions(collection: SearchCollection, query: Pick<SearchQuery, 're
     filter: [
       { term: { repository_id: query.repositoryId } },
       { exists: { field: collection.opensearch.completeField } },
-      ...(query.ids !== undefined ? [{ terms: { id: [...query.ids] } }] : []),
+      ...(query.ids !== undefined ? [idsFilter(query.ids)] : []),
       ...filterValues(query.filters).map(([name, values]) => ({ terms: { [name]: values } })),
     ],
     must_not: hidden ? [{ terms: { [hidden.field]: hiddenValues } }] : [],
