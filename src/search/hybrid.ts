@@ -128,11 +128,14 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
    */
   type Plan = { kind: 'lexical'; reason: string | null } | { kind: 'hybrid'; pool: number; text: string; excluded: string | null };
 
-  function planOf(query: HybridQuery<IndexedDocument>): Plan {
+  function planOf(collection: SearchCollection, query: HybridQuery<IndexedDocument>): Plan {
     const mode = query.mode ?? 'hybrid';
     if (mode !== 'hybrid' && mode !== 'lexical') throw new InvalidSearchRequestError(`mode must be hybrid or lexical, not ${String(mode)}`);
     if (mode === 'lexical') return { kind: 'lexical', reason: null };
     if (!settings.enabled) return { kind: 'lexical', reason: 'hybrid search is disabled (search.hybrid.enabled is false)' };
+    // Known before anything is embedded: each summary search paid an embedding call (and, the
+    // provider down, said "embedding the query failed") for a k-NN its collection cannot answer.
+    if (!collection.vectors) return { kind: 'lexical', reason: `the ${collection.name} collection keeps no vectors` };
     if (embedder === null) return { kind: 'lexical', reason: 'no embedding provider is configured' };
     const text = typeof query.query === 'string' ? query.query.trim() : '';
     if (text === '') return { kind: 'lexical', reason: 'the query is empty: results are listed, not ranked' };
@@ -212,7 +215,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
 
   async function search<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>): Promise<HybridReply<HitOf<Doc>>> {
     type Hit = HitOf<Doc>;
-    const plan = planOf(query);
+    const plan = planOf(collection, query);
     if (plan.kind === 'lexical' || embedder === null) return lexicalOnly(collection, query, plan.kind === 'lexical' ? plan.reason : null);
     // The query is embedded while the lexical side runs, and the k-NN is asked as soon as the
     // vector is there: on one connection (PGlite) it then waits right behind the lexical
@@ -261,7 +264,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     // The vector side ranks as deep as in a hybrid search (over-fetched) even when nothing is
     // fused: HNSW's recall grows with k (ef_search follows it), and the nearest must be the ones
     // hybrid search would find.
-    const plans = queries.map(planOf);
+    const plans = queries.map((query) => planOf(collection, query));
     const answers: Array<HybridReply<Hit> | null> = queries.map(() => null);
     for (const [index, plan] of plans.entries()) if (plan.kind === 'lexical') answers[index] = await lexicalOnly(collection, queries[index], plan.reason);
     const hybrid = plans.flatMap((plan, index) => (plan.kind === 'hybrid' ? [{ index, pool: plan.pool, text: plan.text, excluded: plan.excluded }] : []));

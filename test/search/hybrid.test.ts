@@ -4,7 +4,7 @@ import { createHybridSearch, reciprocalRankFusion, type HybridSettings } from '.
 import { createPostgresSearchIndex } from '../../src/search/postgres.js';
 import type { Embedder } from '../../src/providers/embeddings/port.js';
 import type { Database } from '../../src/db/database.js';
-import { concepts, facts } from '../../src/search/collections/index.js';
+import { concepts, facts, summaries } from '../../src/search/collections/index.js';
 import type { SearchIndex } from '../../src/search/port.js';
 import { concept, DIMENSIONS, fact } from './contract.js';
 
@@ -151,6 +151,20 @@ t.test('hybrid falls back to lexical and says why', async (t) => {
   t.match(deep, { mode: 'lexical', fallback_reason: /past result 1000/ }, 'a page deeper than hybrid ranks');
   t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, overFetchMultiplier: 0 } }), RangeError);
   t.throws(() => createHybridSearch({ search: index, embedder: null, settings: { ...defaults, rrfK: -1 } }), RangeError);
+});
+
+t.test('a collection without vectors answers lexically without embedding the query', async (t) => {
+  const { index, repo } = await setup(t);
+  let embedded = 0;
+  const counting: Embedder = { ...handMadeEmbedder, embed: async (texts) => ((embedded += texts.length), handMadeEmbedder.embed(texts)) };
+  const hybrid = createHybridSearch({ search: index, embedder: counting, settings: defaults });
+  const query = { repositoryId: repo, query: 'car', limit: 10, offset: 0 };
+  t.match(await hybrid.search(summaries, query), { mode: 'lexical', fallback_reason: 'the summaries collection keeps no vectors' });
+  t.match(await hybrid.searchMany(summaries, [query]), [{ mode: 'lexical', fallback_reason: 'the summaries collection keeps no vectors' }]);
+  t.equal(embedded, 0, 'no embedding call for a k-NN that cannot be asked');
+  const down: Embedder = { ...handMadeEmbedder, embed: async () => Promise.reject(new Error('model offline')) };
+  const reply = await createHybridSearch({ search: index, embedder: down, settings: defaults }).search(summaries, query);
+  t.equal(reply.fallback_reason, 'the summaries collection keeps no vectors', 'the reason is the collection, not a provider it never needed');
 });
 
 t.test('the query is embedded and its k-NN asked while the lexical side is still running', async (t) => {
