@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
+import { runeLength } from '../domain/text.js';
 import type { Principal } from '../auth/rbac.js';
 import { websearchQueryText } from '../search/port.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
@@ -140,7 +141,8 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
       const page = pageOf(input);
       const text = input.query?.trim() ?? '';
       const searched = websearchQueryText(text);
-      if (text.length > MAX_REPORT_QUERY_CHARS) throw invalid(`query must be at most ${MAX_REPORT_QUERY_CHARS} characters`);
+      // In code points, as the REST schema's maxLength and the MCP tool count (an emoji is one).
+      if (runeLength(text) > MAX_REPORT_QUERY_CHARS) throw invalid(`query must be at most ${MAX_REPORT_QUERY_CHARS} characters`);
       const query = knex('reports').where({ repository_id: repository.id });
       if (input.status) query.where({ status: input.status });
       if (text !== '') query.whereRaw(`${SEARCH_VECTOR} @@ websearch_to_tsquery('english', ?)`, [searched]);

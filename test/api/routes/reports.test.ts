@@ -130,6 +130,12 @@ t.test('upload, list, search, filter, page', async (t) => {
   t.equal(byStatus.body.total, all.body.total);
   t.equal((await service.call('GET', url('?status=failed'), { token })).body.total, 0);
   t.equal((await service.call('GET', url('?status=nonsense'), { token })).status, 400);
+  // The 1,000 characters are counted in code points, as the schema and the MCP tool count them:
+  // 600 emoji (1,200 UTF-16 units) were a 400 "at most 1000 characters".
+  const emoji = await service.call('GET', url(`?query=${encodeURIComponent('🫖'.repeat(600))}`), { token });
+  t.match([emoji.status, emoji.body], [200, { total: 0 }], '600 characters are fewer than 1,000');
+  const longer = await service.call('GET', url(`?query=${encodeURIComponent('🫖'.repeat(1001))}`), { token });
+  t.equal(longer.status, 400, '1,001 are more');
 });
 
 t.test('parents and children; deleting', async (t) => {
