@@ -133,9 +133,6 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     if (mode !== 'hybrid' && mode !== 'lexical') throw new InvalidSearchRequestError(`mode must be hybrid or lexical, not ${String(mode)}`);
     if (mode === 'lexical') return { kind: 'lexical', reason: null };
     if (!settings.enabled) return { kind: 'lexical', reason: 'hybrid search is disabled (search.hybrid.enabled is false)' };
-    // Known before anything is embedded: each summary search paid an embedding call (and, the
-    // provider down, said "embedding the query failed") for a k-NN its collection cannot answer.
-    if (!collection.vectors) return { kind: 'lexical', reason: `the ${collection.name} collection keeps no vectors` };
     if (embedder === null) return { kind: 'lexical', reason: 'no embedding provider is configured' };
     const text = typeof query.query === 'string' ? query.query.trim() : '';
     if (text === '') return { kind: 'lexical', reason: 'the query is empty: results are listed, not ranked' };
@@ -156,6 +153,9 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
     const excluded = terms.filter((term) => term.negated);
     const vectorText = query.vectorText?.trim() || (excluded.length > 0 ? wanted.map((term) => term.text).join(' ') : wanted.length > 0 ? text : '');
     if (vectorText === '') return { kind: 'lexical', reason: 'the query names no word to look for (only operators, punctuation or excluded words)' };
+    // Known before anything is embedded: each summary search paid an embedding call (and, the
+    // provider down, said "embedding the query failed") for a k-NN its collection cannot answer.
+    if (!collection.vectors) return { kind: 'lexical', reason: `the ${collection.name} collection keeps no vectors` };
     return {
       kind: 'hybrid',
       pool,

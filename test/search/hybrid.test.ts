@@ -165,6 +165,7 @@ t.test('a collection without vectors answers lexically without embedding the que
   const down: Embedder = { ...handMadeEmbedder, embed: async () => Promise.reject(new Error('model offline')) };
   const reply = await createHybridSearch({ search: index, embedder: down, settings: defaults }).search(summaries, query);
   t.equal(reply.fallback_reason, 'the summaries collection keeps no vectors', 'the reason is the collection, not a provider it never needed');
+  t.match(await hybrid.search(summaries, { ...query, query: '' }), { fallback_reason: /the query is empty/ }, 'a listing says so first, as for any collection');
 });
 
 t.test('the query is embedded and its k-NN asked while the lexical side is still running', async (t) => {
