@@ -49,6 +49,16 @@ export function factDocumentsOf(event: RecordedOf<FactsExtracted>): FactDocument
   return [...documents.values()];
 }
 
+/**
+ * A slice's Markdown as its search matches it: without the `<fact:ID>` targets of its citations
+ * (`[text](<fact:ID>)`), which PostgreSQL's parser skips as tags (the `concept_summaries.search`
+ * column) but OpenSearch's analyzer read as words, so there `facts` (stemmed `fact`) or a piece of
+ * an id matched every slice. The read model keeps the Markdown; hits are shown from it.
+ */
+export function searchableSummaryText(markdown: string): string {
+  return markdown.replace(/<fact:[^<>]*>/g, ' ');
+}
+
 /** The last of each id: a run's updates of one document in one call, with the effect of applying them in turn. */
 function lastOfEach<T extends { id: string }>(items: readonly T[]): T[] {
   return [...new Map(items.map((item) => [item.id, item])).values()];
@@ -186,7 +196,7 @@ export function createSearchIndexProjection(index: SearchIndex, options: SearchI
             id: event.data.slice_id,
             repository_id: repositoryOf(event),
             concept_id: parseStreamName(event.streamId).id,
-            content: event.data.content,
+            content: searchableSummaryText(event.data.content),
             slice_number: event.data.slice_number,
             status: event.data.is_open ? 'open' : 'frozen',
             updated_at: event.occurredAt,
