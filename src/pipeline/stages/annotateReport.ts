@@ -15,6 +15,7 @@ import { isPermanentError, PermanentJobError, type JobContext, type Stage, type 
 import { commandFrom, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { chunked } from '../../util/chunked.js';
+import { liveFacts } from '../../read/facts.js';
 
 /**
  * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
@@ -135,16 +136,15 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       const match = previous.get(sentence.text)?.shift();
       if (match) carried.set(sentence.index, match.facts);
     }
-    // A carried sentence keeps only the facts still in the repository: one retracted (its source
-    // deleted) or merged since the last annotation is left out, as the reads leave it out, instead
-    // of being recorded again and counted (and back should its source be added again).
+    // A carried sentence keeps the facts that still lead to a live fact, as they were cited: one
+    // merged since stays (the reads show its survivor, as they did before the edit), one
+    // retracted or removed since (its source deleted), or whose survivor was, is left out as the
+    // reads leave it out, instead of being recorded again and counted (and back should its
+    // source be added again).
     const carriedIds = [...new Set([...carried.values()].flatMap((facts) => facts.map((fact) => fact.fact_id)))];
     if (carriedIds.length > 0) {
       const live = new Set<string>();
-      for (const ids of chunked(carriedIds, 1000)) {
-        const rows = (await deps.knex('facts').where({ repository_id: repositoryId }).whereIn('id', ids).whereNot('status', 'merged').pluck('id')) as string[];
-        for (const id of rows) live.add(id);
-      }
+      for (const ids of chunked(carriedIds, 1000)) for (const id of (await liveFacts(deps.knex, repositoryId, ids)).keys()) live.add(id);
       for (const [index, facts] of carried) carried.set(index, facts.filter((fact) => live.has(fact.fact_id)));
     }
     const fresh = eligible.filter((sentence) => !carried.has(sentence.index));

@@ -208,6 +208,22 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
     t.same(after?.facts.map((fact) => fact.fact_id), kept?.facts.filter((fact) => fact.fact_id !== firstWoman).map((fact) => fact.fact_id), 'the others kept, in order');
   });
 
+  t.test('a carried sentence keeps a fact merged since it was annotated: the reads show its survivor', async (t) => {
+    const birth = factLike(facts, /born in Warsaw in 1867/);
+    const before = (await annotatedOf(fixture, reportId)).find((sentence) => sentence.index === 0);
+    t.ok(before?.facts.some((fact) => fact.fact_id === birth), 'the sentence cites the fact');
+    t.notOk(before?.facts.some((fact) => fact.fact_id === physics), 'and not the survivor-to-be');
+    // deduplicate_facts merges the birth fact into another: its id leads to the survivor.
+    await fixture.store.append(`fact-${birth}`, [{ type: 'FactMergedInto', data: { survivor_id: physics, similarity: 0.95, source_id: null, catchup: false }, metadata: testMetadata(repositoryId) }], 'any');
+    await fixture.settle();
+    const current = (await fixture.store.readStream(streamName('report', reportId))).reduce((text, event) => (typeof event.data.text === 'string' ? event.data.text : text), '');
+    const update = await report(fixture, repositoryId, { type: 'UpdateReport', reportId, text: current.replace('and in 1911, she won the Nobel Prize in Chemistry.', 'and in 1911, she won a second Nobel Prize, in Chemistry.') }, reportId);
+    await stage.run(fixture.contextFor(stage, update));
+    const after = (await annotatedOf(fixture, reportId)).find((sentence) => sentence.index === 0);
+    t.equal(after?.carried, true, 'the unchanged sentence is carried');
+    t.same(after?.facts, before?.facts, 'with every fact it had, the merged one as cited');
+  });
+
   t.test('an annotation request re-annotates every sentence', async (t) => {
     const requested = await report(fixture, repositoryId, { type: 'RequestAnnotation' }, reportId);
     embedder.texts = 0;
