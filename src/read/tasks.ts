@@ -93,6 +93,11 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
       const repository = await authorizeRepository(knex, principal, input.repository, 'jobs:read');
       const { source_id: sourceId, investigation_id: investigationId, report_id: reportId, state, kind } = input;
       if (investigationId !== undefined && sourceId !== undefined) throw invalid('give source_id or investigation_id, not both');
+      // A report's tasks work for no source: with either, the filters match nothing, and `complete`
+      // would answer true at once to a poller waiting for the report.
+      if (reportId !== undefined && (sourceId !== undefined || investigationId !== undefined)) {
+        throw invalid(`report_id names a report, whose tasks work for no source: give it without ${sourceId !== undefined ? 'source_id' : 'investigation_id'}`);
+      }
       const sourceIds =
         investigationId === undefined ? undefined : await investigationSourceIds(knex, (await loadInvestigation(knex, repository.id, investigationId)).id);
       const after = decodeTaskCursor(input.cursor);

@@ -41,7 +41,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
           properties: {
             source_id: { type: 'string', minLength: 1, maxLength: 200 },
             investigation_id: { type: 'string', minLength: 1, maxLength: 200, description: "the tasks of the investigation's sources (not with source_id)" },
-            report_id: { type: 'string', minLength: 1, maxLength: 200 },
+            report_id: { type: 'string', minLength: 1, maxLength: 200, description: "the report's annotation tasks (not with source_id or investigation_id: they work for no source)" },
             state: { type: 'string', enum: [...jobStates] },
             kind: { type: 'string', enum: [...TASK_KINDS], description: 'a kind of task this release makes (the registry exchange\'s are not built: a 400)' },
             ...pagingQuery,

@@ -67,6 +67,14 @@ t.test('a report is annotated through the pipeline; tasks of a report can be pol
   t.equal(report.sentence_count, 2, 'the short sentence is not annotated');
   const tasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?report_id=${created.body.id}`, { token });
   t.same(tasks.body.items.map((task: { kind: string; report_id: string; source_id: string | null }) => [task.kind, task.report_id, task.source_id]), [['annotate_report', created.body.id, null]]);
+  // A report's tasks work for no source: with a source or an investigation as well, the filters
+  // would match nothing and answer `complete: true` at once to a poller waiting for the report.
+  const sourceId = (await service.call('GET', `/api/v1/repositories/${repoId}/sources`, { token })).body.items[0].id;
+  for (const other of [`source_id=${sourceId}`, `investigation_id=${created.body.id}`]) {
+    const both = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?report_id=${created.body.id}&${other}`, { token });
+    t.equal(both.status, 400, `report_id with ${other.split('=')[0]}`);
+    t.match(both.body, { error: 'bad_request', message: /report_id/ });
+  }
 
   const annotations = await service.call('GET', url(`/${created.body.id}/annotations`), { token });
   t.equal(annotations.status, 200);
