@@ -129,7 +129,7 @@ function delimiterRun(text: string, start: number, end: number): DelimiterRun {
 }
 
 /** A code span of a line: [start, end) with its backticks, and its text. */
-interface CodeSpan {
+export interface CodeSpan {
   start: number;
   end: number;
   code: string;
@@ -141,7 +141,7 @@ interface CodeSpan {
  * run without a closer is literal. Linear in the line: each run is passed once by the per-length
  * closer search.
  */
-function codeSpans(line: string): CodeSpan[] {
+export function codeSpans(line: string): CodeSpan[] {
   // Where each run of backticks starts, by length: a span's closer is the next run of its length.
   const runsOfLength = new Map<number, { starts: number[]; next: number }>();
   for (let i = 0; i < line.length; ) {

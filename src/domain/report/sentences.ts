@@ -6,7 +6,7 @@
  * number, task box, quotes) are out of both the offsets and the text; markup within a sentence
  * that is not words (emphasis, link targets) is in the offsets but out of the sentence text.
  */
-import { MARKDOWN_INLINE_LINK, outsideCodeSpans, stripCodeAndEmphasis } from '../text.js';
+import { codeSpans, MARKDOWN_INLINE_LINK, outsideCodeSpans, stripCodeAndEmphasis } from '../text.js';
 
 export interface ReportSentence {
   /** 0-based position among all the sentences of the text. */
@@ -65,6 +65,41 @@ export function plainText(markdown: string): string {
 
 const segmenter = new Intl.Segmenter('en', { granularity: 'sentence' });
 
+/**
+ * The stretches of a block a sentence cannot end inside, as sorted disjoint [start, end) ranges:
+ * its links and images (the segmenter ends a sentence at an image's `!` and at a period inside a
+ * link's text, which left `![` a sentence of its own and a link's target in the next sentence's
+ * text) and its code spans (a period in code ends no sentence).
+ */
+function unbreakable(body: string): Array<[number, number]> {
+  const ranges: Array<[number, number]> = codeSpans(body).map((span) => [span.start, span.end]);
+  for (const match of body.matchAll(MARKDOWN_INLINE_LINK)) ranges.push([match.index, match.index + match[0].length]);
+  ranges.sort((a, b) => a[0] - b[0]);
+  const merged: Array<[number, number]> = [];
+  for (const range of ranges) {
+    const last = merged[merged.length - 1];
+    if (last && range[0] < last[1]) last[1] = Math.max(last[1], range[1]);
+    else merged.push([range[0], range[1]]);
+  }
+  return merged;
+}
+
+/** The block's sentences as the segmenter finds them, a break inside an unbreakable stretch joined over. */
+function segments(body: string): Array<{ index: number; segment: string }> {
+  const ranges = unbreakable(body);
+  const result: Array<{ index: number; segment: string }> = [];
+  let next = 0;
+  let from = 0;
+  for (const { index, segment } of segmenter.segment(body)) {
+    const end = index + segment.length;
+    while (next < ranges.length && ranges[next][1] <= end) next++;
+    if (end < body.length && next < ranges.length && ranges[next][0] < end) continue;
+    result.push({ index: from, segment: body.slice(from, end) });
+    from = end;
+  }
+  return result;
+}
+
 /** The sentences of a report text, in order. Empty sentences (markup only) are left out. */
 export function splitSentences(text: string): ReportSentence[] {
   const sentences: ReportSentence[] = [];
@@ -74,7 +109,7 @@ export function splitSentences(text: string): ReportSentence[] {
     const marks = BLOCK_MARKS.exec(block.text)?.[0].length ?? 0;
     const body = block.text.slice(marks);
     const bodyStart = block.start + marks;
-    for (const segment of segmenter.segment(body)) {
+    for (const segment of segments(body)) {
       const plain = plainText(segment.segment);
       if (plain === '') continue;
       const leading = segment.segment.length - segment.segment.trimStart().length;

@@ -59,3 +59,18 @@ t.test('code spans and nested emphasis lose exactly their marks', async (t) => {
     t.equal(splitSentences(markup).length, 1, 'an unmatched run stays as written, in one pass');
   }
 });
+
+t.test('a sentence does not end inside a link, an image or a code span', async (t) => {
+  const text = '![A photograph. Marie Curie](curie.png) She is in her laboratory. See [The first. The second](https://x.test/a) for both. Run `x = 1. Y = 2` once.';
+  const sentences = splitSentences(text);
+  t.same(
+    sentences.map((sentence) => sentence.text),
+    ['A photograph. Marie Curie She is in her laboratory.', 'See The first. The second for both.', 'Run x = 1. Y = 2 once.'],
+    "no `![` sentence, no link target in a sentence's words",
+  );
+  t.same(
+    sentences.map((sentence) => text.slice(sentence.start, sentence.end)),
+    ['![A photograph. Marie Curie](curie.png) She is in her laboratory.', 'See [The first. The second](https://x.test/a) for both.', 'Run `x = 1. Y = 2` once.'],
+  );
+  t.same(splitSentences('An image ends it: ![alt](a.png)').map((sentence) => sentence.text), ['An image ends it: alt'], 'a link at the end of the block');
+});
