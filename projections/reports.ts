@@ -100,6 +100,7 @@ export const reportsProjection = projection<ReportEvent | Extract<FactEvent, { t
           sentence_count: sentences.length,
           fact_count: new Set(annotations.map((annotation) => annotation.fact_id)).size,
           model_id: event.data.model_id,
+          annotated_revision: event.data.revision,
           annotated_at: event.occurredAt,
           updated_at: event.occurredAt,
         });

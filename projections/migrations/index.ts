@@ -675,6 +675,21 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // The revision a report's annotations are of (`ReportAnnotated.revision`): the annotations
+    // route answered the report's current revision beside the last annotation's sentences, so
+    // after an edit their offsets, which point into the text they annotated, read as offsets into
+    // the new text. A report annotated now is annotated at its revision; one changed since its
+    // last annotation (pending, processing or failed) has no revision to take here: null until
+    // its next annotation, or until the reports projection is rebuilt.
+    id: '025_reports_annotated_revision',
+    async up(knex) {
+      await execStatements(knex, `
+        ALTER TABLE reports ADD COLUMN annotated_revision integer;
+        UPDATE reports SET annotated_revision = revision WHERE status = 'annotated';
+      `);
+    },
+  },
 ];
 
 /**

@@ -38,6 +38,8 @@ export type ReportRow = {
   filename: string | null;
   status: string;
   revision: number;
+  /** The revision the last annotation is of; null before the first (or from before migration 025, changed since). */
+  annotated_revision: number | null;
   failure: string | null;
   sentence_count: number;
   fact_count: number;
@@ -117,6 +119,7 @@ export function presentReport(row: ReportRow, childrenIds: string[], factCount: 
     text_chars: text.length,
     children_ids: childrenIds,
     revision: Number(row.revision),
+    annotated_revision: row.annotated_revision === null ? null : Number(row.annotated_revision),
     sentence_count: Number(row.sentence_count),
     fact_count: factCount,
     created_at: isoDate(row.created_at),
@@ -211,6 +214,8 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
         report_id: report.id,
         status: report.status,
         revision: Number(report.revision),
+        // The revision the items annotate: their offsets point into that revision's text.
+        annotated_revision: report.annotated_revision === null ? null : Number(report.annotated_revision),
         annotated_at: isoDate(report.annotated_at),
         items: page.map((sentence) => ({
           index: sentence.sentence_index,

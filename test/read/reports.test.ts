@@ -138,3 +138,18 @@ t.test("a report's fact_count counts the facts its annotations show, merges and 
   await appendEvents(harness.service, repository, `fact-${g.id}`, [{ type: 'FactRetracted', data: { source_id: source.id, reason: 'source deleted' } }]);
   t.same(await factCounts(retractingSurvivor), same(1), "F's survivor retracted: one fact");
 });
+
+t.test('after an edit the annotations say which revision they are of: their offsets point into that text', async (t) => {
+  const text = 'Ovens bake bread every morning. Yeast is alive.';
+  const report = await harness.app.reports.create(owner, { repository, text });
+  t.equal(report.annotated_revision, null, 'not annotated yet');
+  t.equal((await harness.app.reports.annotations(owner, { repository, report: report.id })).annotated_revision, null);
+  await annotate(report.id, report.revision, [{ index: 0, text: 'Ovens bake bread every morning.', start: 0, end: 31, carried: false, facts: [] }]);
+  t.match(await harness.app.reports.get(owner, { repository, report: report.id }), { status: 'annotated', revision: 1, annotated_revision: 1 });
+
+  const edited = await harness.app.reports.update(owner, { repository, report: report.id, text: `Flour first. ${text}` });
+  t.match(edited, { status: 'pending', revision: 2, annotated_revision: 1 });
+  const stale = await harness.app.reports.annotations(owner, { repository, report: report.id });
+  t.match(stale, { status: 'pending', revision: 2, annotated_revision: 1 }, 'the sentences are of revision 1, not of the text as it is now');
+  t.equal(text.slice(stale.items[0].start, stale.items[0].end), stale.items[0].text, "offsets into revision 1's text");
+});

@@ -27,6 +27,7 @@ const reportSchema = {
     status: { type: 'string', enum: [...reportStatuses] },
     failure: nullableString,
     revision: { type: 'integer', description: 'grows with each text change and each annotation request' },
+    annotated_revision: { type: ['integer', 'null'], description: 'the revision the last annotation is of (null before the first): its sentences are of that revision\'s text, older than `revision` while an annotation is due' },
     origin: { type: 'string', enum: ['text', 'upload'] },
     filename: nullableString,
     sentence_count: { type: 'integer', description: 'annotated sentences (at least providers.reports.min_sentence_runes runes)' },
@@ -45,7 +46,8 @@ const annotationsSchema = {
   properties: {
     report_id: { type: 'string' },
     status: { type: 'string', enum: [...reportStatuses] },
-    revision: { type: 'integer' },
+    revision: { type: 'integer', description: 'the report\'s current revision' },
+    annotated_revision: { type: ['integer', 'null'], description: 'the revision the items annotate: their `start` and `end` point into that revision\'s text (null before the first annotation)' },
     annotated_at: nullableString,
     total: { type: 'integer' },
     items: {

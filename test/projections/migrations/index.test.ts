@@ -221,6 +221,20 @@ t.test('024: every concept gets its canonical name\'s key from TypeScript, its a
   await t.rejects(db.knex('concepts').insert({ ...concept('no-key', 'X', ''), name_key: null }), /null value in column "name_key"/, 'every row has a key');
 });
 
+t.test('025: a report annotated at its revision says so; one changed since its annotation says nothing it cannot know', async (t) => {
+  const { db, after } = await migratedThrough(t, '024_concepts_name_key');
+  t.equal(after[0], '025_reports_annotated_revision');
+  const now = new Date();
+  const report = (id: string, status: string, revision: number) => ({ id, repository_id: 'repo-1', title: id, text: 'Some text.', origin: 'text', status, revision, created_by: 'u1', created_at: now, updated_at: now, annotated_at: now });
+  await db.knex('reports').insert([report('current', 'annotated', 3), report('edited', 'pending', 2), report('failed', 'failed', 4)]);
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await db.knex('reports').orderBy('id').select('id', 'annotated_revision'), [
+    { id: 'current', annotated_revision: 3 },
+    { id: 'edited', annotated_revision: null },
+    { id: 'failed', annotated_revision: null },
+  ]);
+});
+
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
   const db = await openMigratedDatabase();
   t.teardown(() => db.close());
