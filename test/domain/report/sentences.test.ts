@@ -74,3 +74,15 @@ t.test('a sentence does not end inside a link, an image or a code span', async (
   );
   t.same(splitSentences('An image ends it: ![alt](a.png)').map((sentence) => sentence.text), ['An image ends it: alt'], 'a link at the end of the block');
 });
+
+t.test('a title before a name ends no sentence', async (t) => {
+  const text = 'In 1903 Dr. Marie Curie and Prof. Henri Becquerel shared the prize. Mr. Nobel had died in 1896.\nHe was a Dr.\nNext line.';
+  const sentences = splitSentences(text);
+  t.same(sentences.map((sentence) => sentence.text), [
+    'In 1903 Dr. Marie Curie and Prof. Henri Becquerel shared the prize.',
+    'Mr. Nobel had died in 1896.',
+    'He was a Dr.',
+    'Next line.',
+  ], 'not `Dr.`, `Prof.` and `Mr.` sentences of their own; a title at the end of a line stays where it ends');
+  t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), sentences.map((sentence) => sentence.text));
+});
