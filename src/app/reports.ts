@@ -5,7 +5,7 @@ import { withNamedLock } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
-import { oneLine, shortenRunes, unsafeTextReason } from '../domain/text.js';
+import { headOfUnits, oneLine, shortenRunes, unsafeTextReason } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
 import { answeredReport, childIdsOf, loadReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
@@ -156,7 +156,8 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     trace?: Trace,
   ) {
     const reportId = randomUUID();
-    const title = fields.title ?? defaultTitle(fields.text.slice(0, 4 * MAX_REPORT_TITLE_CHARS), filename);
+    // Looked for from the first line with a character, in a span a title cannot outgrow, never cut inside a character.
+    const title = fields.title ?? defaultTitle(headOfUnits(fields.text.trimStart(), 4 * MAX_REPORT_TITLE_CHARS), filename);
     const run = () =>
       execute(
         repositoryId,

@@ -18,6 +18,16 @@ export function shortenRunes(text: string, max: number): string {
   return runes.length > max ? `${runes.slice(0, max - 1).join('')}…` : text;
 }
 
+/**
+ * The first `units` UTF-16 units of `text`, one fewer where the last would be the first half of
+ * a surrogate pair: a lone half is not Unicode, and no store keeps it.
+ */
+export function headOfUnits(text: string, units: number): string {
+  if (text.length <= units) return text;
+  const last = text.charCodeAt(units - 1);
+  return text.slice(0, last >= 0xd800 && last <= 0xdbff ? units - 1 : units);
+}
+
 /** C0 and C1 control characters (tabs and line breaks among them): none belongs in a one-line title. */
 const CONTROL_CHARACTER = /[\u0000-\u001F\u007F-\u009F]/u;
 const CONTROL_CHARACTER_RUNS = new RegExp(`${CONTROL_CHARACTER.source}+`, 'gu');

@@ -259,6 +259,23 @@ t.test('an upload is measured as a typed text is: as stored, without its byte-or
   for (const id of [typed.body.id, uploaded.body.id]) t.equal((await service.call('DELETE', url(`/${id}`), { token })).status, 204);
 });
 
+t.test('a default title is never half a character, wherever the first line with words starts', async (t) => {
+  // The title is looked for in the text's first 2,000 UTF-16 units: an emoji there was cut in
+  // half, and the half (a lone surrogate) could not be stored: a 500, typed or uploaded.
+  const text = `${'\n'.repeat(1999)}😀 An emoji starts the first line with words.`;
+  const typed = await service.call('POST', url(), { token, body: { text } });
+  t.equal(typed.status, 201, JSON.stringify(typed.body).slice(0, 200));
+  t.equal(typed.body.title, '😀 An emoji starts the first line with words.', 'blank lines before it are no part of the span looked at');
+  const uploaded = await upload('reports/upload', 'emoji.md', 'text/markdown', `${' '.repeat(1999)}😀 rest.`);
+  t.equal(uploaded.status, 201, JSON.stringify(uploaded.body).slice(0, 200));
+  t.equal(uploaded.body.title, '😀 rest.');
+  const cut = await service.call('POST', url(), { token, body: { text: `${'#'.repeat(1999)}😀 rest.` } });
+  t.equal(cut.status, 201, JSON.stringify(cut.body).slice(0, 200));
+  t.match(cut.body.title, /^#+…$/, 'a line longer than the span is cut before the emoji, not inside it');
+  t.equal((await service.call('DELETE', url(`/${cut.body.id}`), { token })).status, 204);
+  for (const id of [typed.body.id, uploaded.body.id]) t.equal((await service.call('DELETE', url(`/${id}`), { token })).status, 204);
+});
+
 t.test('permissions', async (t) => {
   const stranger = (await registerUser(service, 'stranger@example.org')).token;
   t.equal((await service.call('GET', url(), { token: stranger })).status, 403);
