@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type AnnotationSettings, type LiveReport, type ReportCommand, type ReportState } from '../../domain/report/decider.js';
 import { splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
-import { runeLength } from '../../domain/text.js';
+import { headOfUnits, runeLength } from '../../domain/text.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { STOP_WORDS, wordSimilarity } from '../../providers/llm/localPosture.js';
@@ -191,7 +191,7 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       } catch (error) {
         if (isConcurrencyError(error)) throw error;
         if (!isPermanentError(error) && context.job.attempts < deps.maxAttempts) throw error;
-        const reason = (error instanceof Error ? error.message : String(error)).slice(0, 2000);
+        const reason = headOfUnits(error instanceof Error ? error.message : String(error), 2000);
         await commandFrom(deps.store, stream, reportDecider, await loadStream(deps.store, stream, reportDecider), { type: 'FailAnnotation', revision, reason }, metadata);
         throw error instanceof PermanentJobError ? error : new PermanentJobError(reason);
       }

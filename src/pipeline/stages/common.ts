@@ -7,6 +7,7 @@ import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
+import { headOfUnits } from '../../domain/text.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type Job, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
@@ -363,7 +364,7 @@ export async function failSource(
   metadata: EventMetadata,
 ): Promise<void> {
   const reason = error instanceof Error ? error.message : String(error);
-  await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: reason.slice(0, 2000) }, metadata);
+  await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: headOfUnits(reason, 2000) }, metadata);
 }
 
 /** Stage.onDead of a source stage: its source fails with the job's last error, as its last attempt would have failed it. */

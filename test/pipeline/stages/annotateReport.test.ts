@@ -327,3 +327,25 @@ t.test('a failure a retry cannot fix fails the report; a transient one is retrie
   await fixture.settle();
   t.match(await fixture.db.knex('reports').where({ id: reportId }).first(), { status: 'failed', failure: /annotate_report: the provider answered 401/ });
 });
+
+t.test('a failure whose message is cut where an emoji starts still fails the report', async (t) => {
+  const { fixture, repositoryId } = await corpus(t, null);
+  const hybrid = createHybridSearch({ search: fixture.search, embedder: null, settings: HYBRID });
+  // The reason is kept to 2,000 UTF-16 units: cut inside the emoji, its half could not be stored,
+  // and the report stayed `processing` for good.
+  const message = `${'x'.repeat(1999)}😀 the provider refused the request`;
+  const broken: ChatModel = {
+    ...createLocalChatModel(),
+    async judgePostures() {
+      throw new ModelCallError(message, true, 400);
+    },
+  };
+  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat: broken, settings: SETTINGS, maxAttempts: 3 });
+  const reportId = randomUUID();
+  const created = await report(fixture, repositoryId, { type: 'CreateReport', reportId, title: 'T', text: PARAGRAPH }, reportId);
+  await t.rejects(stage.run(fixture.contextFor(stage, created)), PermanentJobError);
+  await fixture.settle();
+  const row = await fixture.db.knex('reports').where({ id: reportId }).first();
+  t.equal(row?.status, 'failed');
+  t.equal(row?.failure, `annotate_report: ${'x'.repeat(1999)}`, 'cut before the emoji');
+});

@@ -210,4 +210,10 @@ t.test("a source stage's dead job fails its source with the job's last error", a
   t.match(events.at(-1), { type: 'SourceFailed', data: { stage: 'retrieve_source', reason: /stopped heartbeating during attempt 5/ }, actor: 'system:retrieve_source' });
   await failSourceOfDeadJob(fixture.store, 'retrieve_source')({ ...job, sourceId: null });
   t.equal((await fixture.store.readStream(stream)).length, events.length, 'a job for no source records nothing');
+
+  // The reason is kept to 2,000 UTF-16 units: cut inside an emoji, its half could not be stored.
+  const other = crypto.randomUUID();
+  await handleCommand(fixture.store, streamName('source', other), sourceDecider, { type: 'RegisterSource', origin: 'url', url: 'https://example.org/emoji', doi: null }, metadata);
+  await failSourceOfDeadJob(fixture.store, 'retrieve_source')({ ...job, subjectId: other, sourceId: other, lastError: `${'x'.repeat(1999)}😀 the page said no` });
+  t.match((await fixture.store.readStream(streamName('source', other))).at(-1), { type: 'SourceFailed', data: { reason: 'x'.repeat(1999) } }, 'cut before the emoji');
 });
