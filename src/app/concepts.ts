@@ -8,6 +8,7 @@ import { loadRepositorySettings } from '../pipeline/stages/repositorySettings.js
 import { presentJob } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
+import { runeLength } from '../domain/text.js';
 import { conflict, invalid } from './errors.js';
 
 /** Concept commands: moving a repository's concepts from one context to another, re-making a synthesis (background tasks). */
@@ -38,7 +39,8 @@ export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'stor
       const repository = await authorizeRepository(deps.db.knex, principal, input.repository, 'concepts:write');
       if (!deps.config.providers.synthesis.enabled) throw conflict('synthesis is disabled (providers.synthesis.enabled)');
       const reason = input.reason ?? '';
-      if (reason.length > 500) throw invalid('reason must be at most 500 characters');
+      // Characters as the route's maxLength counts them: an emoji is one.
+      if (runeLength(reason) > 500) throw invalid('reason must be at most 500 characters');
       const { concept } = await resolveConcept(deps.db.knex, repository.id, input.concept, input.context);
       const conceptStream = streamName('concept', concept.id);
       const result = await deps.commands.execute(conceptStream, conceptDecider, { type: 'RequestResynthesis', reason }, commandMetadata(principal, repository.id, trace));

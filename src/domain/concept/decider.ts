@@ -186,7 +186,7 @@ export const conceptDecider: Decider<ConceptState, ConceptCommand, ConceptEvent>
       case 'RequestResynthesis': {
         const concept = requireConcept(state);
         if (concept.status === 'merged') throw new DomainError('conflict', 'the concept was merged into another');
-        return [{ type: 'ConceptResynthesisRequested', data: { reason: command.reason.trim().slice(0, 500) } }];
+        return [{ type: 'ConceptResynthesisRequested', data: { reason: [...command.reason.trim()].slice(0, 500).join('') } }];
       }
     }
   },

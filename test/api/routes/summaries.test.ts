@@ -138,6 +138,14 @@ t.test('resynthesize records the request and names the task', async (t) => {
   t.match(accepted.body.task, { kind: 'synthesize_concept', state: 'queued' }, 'intake enqueued it before the reply');
   t.equal((await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token: strangerToken })).status, 403);
   t.equal((await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token, body: { reason: 'x'.repeat(501) } })).status, 400);
+  // 251 characters (an emoji is one, as the schema's maxLength counts), 501 UTF-16 units.
+  const emoji = `a${'😀'.repeat(250)}`;
+  const counted = await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token, body: { reason: emoji } });
+  t.equal(counted.status, 202, JSON.stringify(counted.body));
+  const longest = `a${'😀'.repeat(499)}`;
+  t.equal((await service.call('POST', url(`/concepts/${ids.curie}/resynthesize`), { token, body: { reason: longest } })).status, 202, '500 characters, 999 units');
+  const recorded = await service.call('GET', `/api/v1/repositories/${repoId}/events?stream=concept-${ids.curie}&types=ConceptResynthesisRequested`, { token });
+  t.same(recorded.body.events.slice(-2).map((event: { data: { reason: string } }) => event.data.reason), [emoji, longest], 'recorded whole');
   const { synthesize } = stagesWith(service.context.chat);
   await synthesize.run(scheduledJobContext(synthesize, repoId, { subjectId: ids.curie }));
   await runPipeline(service.context.chat, []);

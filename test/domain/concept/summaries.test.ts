@@ -153,6 +153,8 @@ t.test('RecordSynthesis: once per inputs, again when asked; citations checked', 
   t.match(given([created, synthesized]).when({ ...record, inputsHash: 'h2' }).events(), [{ type: 'ConceptSynthesized', data: { inputs_hash: 'h2' } }]);
   const [requested] = given([created, synthesized]).when({ type: 'RequestResynthesis', reason: ' stale ' }).events();
   t.same(requested, { type: 'ConceptResynthesisRequested', data: { reason: 'stale' } });
+  const [long] = given([created]).when({ type: 'RequestResynthesis', reason: `a${'😀'.repeat(600)}` }).events();
+  t.same(long, { type: 'ConceptResynthesisRequested', data: { reason: `a${'😀'.repeat(499)}` } }, 'kept to 500 characters, never half of one');
   t.match(given([created, synthesized, requested]).when(record).events(), [{ type: 'ConceptSynthesized', data: { reason: 'requested' } }], 'asked: made again');
   given([created]).when({ ...record, content: '[a](<fact:f9>)' }).thenThrows(DomainError, (error) => /refused/.test(error.message));
   given([created, { type: 'ConceptMergedInto', data: { survivor_id: 'c2', reason: 'x' } }])
