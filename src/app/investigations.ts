@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { DomainError } from '../domain/decider.js';
-import { investigationDecider, type InvestigationCommand } from '../domain/investigation/decider.js';
+import { investigationDecider, MAX_INVESTIGATION_SOURCES, type InvestigationCommand } from '../domain/investigation/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import type { Principal } from '../auth/rbac.js';
 import { liveSourceCount, loadInvestigation, presentInvestigationById } from '../read/investigations.js';
@@ -74,6 +74,11 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
         const reference = 'url' in input ? { url: input.url } : { doi: input.doi };
         // A source the repository has is taken with investigations:write alone; only a new one needs sources:create.
         const known = await sources.find(repository.id, reference);
+        // A new source is registered only for an investigation that can take it: a refusal after
+        // the registration left a source in the repository, being processed, for a 400.
+        if (!known && (await liveSourceCount(knex, investigation.id)) >= MAX_INVESTIGATION_SOURCES) {
+          throw invalid(`an investigation gathers at most ${MAX_INVESTIGATION_SOURCES} sources`);
+        }
         const result = known ? { source: known, created: false } : await sources.add(principal, { repository: repository.id, ...reference }, trace);
         sourceId = result.source.id;
         registered = result.created;
