@@ -17,10 +17,13 @@ t.test('a group of sources: fetched side by side within the places, each job wit
   const http = createHttpFetcher({ ...DEFAULT_FETCH_SETTINGS, maxAttempts: 1, timeoutMs: 10_000 });
   let inFlight = 0;
   let mostAtOnce = 0;
+  let bothPlacesTaken!: () => void;
+  const twoOut = new Promise<void>((resolve) => (bothPlacesTaken = resolve));
   const fetcher = {
     async fetch(url: string, signal?: AbortSignal): Promise<FetchedResource> {
       inFlight += 1;
       mostAtOnce = Math.max(mostAtOnce, inFlight);
+      if (inFlight === 2) bothPlacesTaken();
       try {
         return await http.fetch(url, signal);
       } finally {
@@ -43,7 +46,10 @@ t.test('a group of sources: fetched side by side within the places, each job wit
   const ids = [...sources, missing, sources[0]];
   const contexts = await Promise.all(ids.map((id) => fixture.contextFor(stage, id)));
   const ran = stage.runMany!(contexts, new AbortController().signal);
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  // Waited for, not slept on: on a loaded machine the group's reads can take longer than any fixed pause.
+  await twoOut;
+  // A third fetch started now would have to be in flight beside these two: give it the turns it would take.
+  await new Promise((resolve) => setTimeout(resolve, 100));
   t.equal(inFlight, 2, 'two fetches out while the pages are held, the rest waiting for a place');
   release();
   const outcomes = await Promise.all(await ran);
