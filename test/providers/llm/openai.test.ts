@@ -177,10 +177,17 @@ t.test('a connection refused is transient', async (t) => {
 });
 
 t.test("the job's signal stops the retries", async (t) => {
-  const { server, model } = await setup(t, {}, { ...FAST_RETRY, baseDelayMs: 1000 });
+  const { server } = await setup(t);
   server.setStandingFault('chat', { status: 500 });
   const controller = new AbortController();
-  setTimeout(() => controller.abort(new Error('job cancelled')), 200);
+  // Cancelled once the first 500 is in and the wait before the retry has begun: a timer set at
+  // the start could fire before that request got out on a loaded machine.
+  const model = createOpenAIChatModel({
+    baseUrl: server.baseUrl,
+    model: 'gpt-test',
+    retry: { ...FAST_RETRY, baseDelayMs: 1000 },
+    hooks: { random: () => 0.5, onRetry: () => void setImmediate(() => controller.abort(new Error('job cancelled'))) },
+  });
   await t.rejects(model.extractFacts(CHUNK, controller.signal), /job cancelled/);
   t.equal(server.requests.chat, 1, 'no request after the abort');
   await t.rejects(model.extractFacts(CHUNK, controller.signal), /job cancelled/, 'an aborted signal sends nothing');
