@@ -670,12 +670,15 @@ export class SeenHead {
   private position = 0;
   private readAt = Number.NEGATIVE_INFINITY;
 
+  /** `now`: milliseconds on a monotonic clock; tests pass one they move themselves. */
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
   /** A statement found `position` to be the head. */
   read(position: number): void {
     // Lower: an append noted meanwhile moved it on after the statement's snapshot.
     if (position < this.position) return;
     this.position = position;
-    this.readAt = performance.now();
+    this.readAt = this.now();
   }
 
   /**
@@ -683,7 +686,7 @@ export class SeenHead {
    * to have reached it already: a subscription may start after a position the log never had.
    */
   nothingAfter(position: number): void {
-    if (position === this.position) this.readAt = performance.now();
+    if (position === this.position) this.readAt = this.now();
   }
 
   /** An event at `position` is stored and visible (a full read's last event, an append on PGlite). */
@@ -692,7 +695,7 @@ export class SeenHead {
   }
 
   recent(maxAgeMs: number): number | null {
-    return performance.now() - this.readAt <= maxAgeMs ? this.position : null;
+    return this.now() - this.readAt <= maxAgeMs ? this.position : null;
   }
 }
 
