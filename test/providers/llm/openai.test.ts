@@ -8,7 +8,12 @@ import type { LlmRetrySettings } from '../../../src/providers/llm/retry.js';
 import { DOCUMENTS } from '../../fixtures/corpus/documents.js';
 import { type ChatPhase, type Fault, modelErrorOf, startOpenAIServer } from '../../helpers/openaiServer.js';
 
-const FAST_RETRY: LlmRetrySettings = { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 2000, perCallTimeoutMs: 400 };
+// A per-call timeout no answer of the local server comes near, however loaded the machine: with
+// 400 ms, a pause of the process (a major GC, a core given to another process) longer than that
+// timed out a call that had its answer, and its retry made two requests where one was counted.
+const FAST_RETRY: LlmRetrySettings = { maxAttempts: 3, baseDelayMs: 5, maxDelayMs: 2000, perCallTimeoutMs: 10_000 };
+/** For the tests of the timeout itself: a call that is answered must still be answered within it. */
+const TIMING_OUT_RETRY: LlmRetrySettings = { ...FAST_RETRY, perCallTimeoutMs: 1_500 };
 
 /** A deterministic stand-in for a model: one fact per sentence of the chunk. */
 function sentenceFacts(document: Record<string, unknown>, phase: ChatPhase): unknown {
@@ -66,7 +71,7 @@ t.test('transient failures are retried and the call succeeds', async (t) => {
     ['429 with Retry-After', { status: 429, retryAfter: 0 }],
     ['500', { status: 500 }],
     ['503 with a text body', { status: 503, body: 'upstream overloaded' }],
-    ['a reply slower than the per-call timeout', { delayMs: 1500 }],
+    ['a reply slower than the per-call timeout', { delayMs: 4_000 }],
     ['malformed JSON content', { malformedContent: true }],
     ['JSON content of the wrong shape', { invalidContent: { facts: [{ text: 'no content key' }] } }],
     ['a body that is not JSON', { malformedBody: true }],
@@ -78,7 +83,7 @@ t.test('transient failures are retried and the call succeeds', async (t) => {
     const retrying = createOpenAIChatModel({
       baseUrl: server.baseUrl,
       model: 'gpt-test',
-      retry: FAST_RETRY,
+      retry: 'delayMs' in fault ? TIMING_OUT_RETRY : FAST_RETRY,
       hooks: { random: () => 0.5, onRetry: ({ attempt }) => retries.push(attempt) },
     });
     const facts = await retrying.extractFacts(CHUNK);
@@ -160,8 +165,10 @@ t.test('a provider that keeps failing ends in a transient error after max_attemp
   t.equal(error.status, 500);
   t.equal(server.requests.chat, 3);
 
+  // No attempt is answered here, so a short timeout cannot cut one short: the test stays quick.
   server.setStandingFault('chat', { delayMs: 2000 });
-  const timeout = await modelErrorOf(model.extractFacts(CHUNK));
+  const timingOut = createOpenAIChatModel({ baseUrl: server.baseUrl, model: 'gpt-test', retry: { ...FAST_RETRY, perCallTimeoutMs: 400 }, hooks: { random: () => 0.5 } });
+  const timeout = await modelErrorOf(timingOut.extractFacts(CHUNK));
   t.equal(timeout.permanent, false, 'timeouts are transient');
   t.match(timeout.message, /no answer within 400ms/);
 });
