@@ -825,8 +825,11 @@ function postgresStoreContract(t: Test, open: () => Promise<StoreFixture>): void
     const third = await store.append('recent-2', [thing('c')], 'no_stream');
     // As long as the contract waits for its own appends: on a server other transactions can hide this one a while.
     await waitUntil(() => recent(60_000) === third.lastPosition, 60_000, "the subscription's reads to reach the new head");
-    await new Promise((resolve) => setTimeout(resolve, 5));
-    await waitUntil(() => recent(2) !== null, 10_000, 'an idle poll that finds nothing new to make it recent again');
+    // A window wider than waitUntil's 10 ms between looks, and narrower than the server's 50 ms polls:
+    // at 2 ms, a look had to fall within 2 ms of a poll's answer, and a busy process's looks missed
+    // that poll after poll (up to nine of PGlite's 250 ms polls with 8 ms pauses injected).
+    await new Promise((resolve) => setTimeout(resolve, 25));
+    await waitUntil(() => recent(20) !== null, 10_000, 'an idle poll that finds nothing new to make it recent again');
     t.equal(recent(60_000), third.lastPosition, 'and it is still the head');
   });
 }
