@@ -18,14 +18,18 @@ export function shortenRunes(text: string, max: number): string {
   return runes.length > max ? `${runes.slice(0, max - 1).join('')}…` : text;
 }
 
+/** A cut of `text` at UTF-16 unit `at`, moved one unit back where it would separate a surrogate pair. */
+export function avoidSplitPair(text: string, at: number): number {
+  const before = text.charCodeAt(at - 1);
+  return at > 0 && at < text.length && before >= 0xd800 && before <= 0xdbff ? at - 1 : at;
+}
+
 /**
  * The first `units` UTF-16 units of `text`, one fewer where the last would be the first half of
  * a surrogate pair: a lone half is not Unicode, and no store keeps it.
  */
 export function headOfUnits(text: string, units: number): string {
-  if (text.length <= units) return text;
-  const last = text.charCodeAt(units - 1);
-  return text.slice(0, last >= 0xd800 && last <= 0xdbff ? units - 1 : units);
+  return text.length <= units ? text : text.slice(0, avoidSplitPair(text, units));
 }
 
 /** C0 and C1 control characters (tabs and line breaks among them): none belongs in a one-line title. */

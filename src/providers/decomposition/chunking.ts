@@ -6,6 +6,8 @@
  * pair, which can shift a chunk start by one unit (only astral characters such as emoji).
  */
 
+import { avoidSplitPair } from '../../domain/text.js';
+
 export interface ChunkingSettings {
   /** Maximum characters per chunk. */
   chunkSize: number;
@@ -134,10 +136,4 @@ function nextStart(text: string, previousStart: number, overlapStart: number): n
   const back = avoidSplitPair(text, overlapStart);
   if (back > previousStart) return back;
   return back === overlapStart ? overlapStart : overlapStart + 1;
-}
-
-/** Moves a cut that would separate a surrogate pair one unit back. */
-function avoidSplitPair(text: string, at: number): number {
-  const before = text.charCodeAt(at - 1);
-  return at > 0 && at < text.length && before >= 0xd800 && before <= 0xdbff ? at - 1 : at;
 }
