@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type AnnotationSettings, type LiveReport, type ReportCommand, type ReportState } from '../../domain/report/decider.js';
 import { splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
-import { headOfUnits, runeLength } from '../../domain/text.js';
+import { runeLength } from '../../domain/text.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { STOP_WORDS, wordSimilarity } from '../../providers/llm/localPosture.js';
@@ -12,7 +12,7 @@ import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../s
 import { mapWithConcurrency } from '../../util/concurrency.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { commandFrom, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
+import { commandFrom, failureReason, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { chunked } from '../../util/chunked.js';
 import { liveFacts } from '../../read/facts.js';
@@ -191,7 +191,7 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       } catch (error) {
         if (isConcurrencyError(error)) throw error;
         if (!isPermanentError(error) && context.job.attempts < deps.maxAttempts) throw error;
-        const reason = headOfUnits(error instanceof Error ? error.message : String(error), 2000);
+        const reason = failureReason(error);
         await commandFrom(deps.store, stream, reportDecider, await loadStream(deps.store, stream, reportDecider), { type: 'FailAnnotation', revision, reason }, metadata);
         throw error instanceof PermanentJobError ? error : new PermanentJobError(reason);
       }

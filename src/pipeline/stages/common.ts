@@ -8,6 +8,7 @@ import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import { headOfUnits } from '../../domain/text.js';
+import { MAX_KEPT_ERROR_CHARS } from '../../util/errorMessage.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type Job, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
@@ -355,6 +356,14 @@ export function throwIfAborted(signal: AbortSignal): void {
   if (signal.aborted) throw signal.reason instanceof Error ? signal.reason : new Error('job aborted');
 }
 
+/**
+ * The reason a stage's failure is recorded with: the error's message, its first
+ * MAX_KEPT_ERROR_CHARS UTF-16 units, never half a character (a lone surrogate cannot be stored).
+ */
+export function failureReason(error: unknown): string {
+  return headOfUnits(error instanceof Error ? error.message : String(error), MAX_KEPT_ERROR_CHARS);
+}
+
 /** Records on the source that a stage gave up, so its status shows `failed` with the reason. */
 export async function failSource(
   store: EventStore,
@@ -363,8 +372,7 @@ export async function failSource(
   error: unknown,
   metadata: EventMetadata,
 ): Promise<void> {
-  const reason = error instanceof Error ? error.message : String(error);
-  await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: headOfUnits(reason, 2000) }, metadata);
+  await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: failureReason(error) }, metadata);
 }
 
 /** Stage.onDead of a source stage: its source fails with the job's last error, as its last attempt would have failed it. */
