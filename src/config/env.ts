@@ -30,7 +30,12 @@ const MAP_GROUPS: ReadonlyArray<{ group: string; templateEntry: string }> = [
   { group: 'databases', templateEntry: 'default' },
 ];
 
-type LeafKind = 'string' | 'number' | 'boolean' | 'array';
+/**
+ * `string` is free text (a secret, a path, a model name), taken as it is; `token` is a string
+ * whose schema fixes its shape (a duration, a URL, an enum, a name), which no blank can be part
+ * of, so blanks around it are dropped like YAML drops them around an unquoted value.
+ */
+type LeafKind = 'string' | 'token' | 'number' | 'boolean' | 'array';
 
 /** One value taken from the environment, already coerced to the key's type. */
 export interface EnvironmentOverride {
@@ -44,11 +49,37 @@ export function environmentNameOf(path: readonly string[]): string {
   return path.join('_').toUpperCase();
 }
 
-function kindOf(value: unknown): LeafKind {
+function kindOf(value: unknown, schema: object, path: readonly string[]): LeafKind {
   if (Array.isArray(value)) return 'array';
   if (typeof value === 'number') return 'number';
   if (typeof value === 'boolean') return 'boolean';
-  return 'string';
+  const keySchema = schemaAt(schema, path);
+  return keySchema !== undefined && (Array.isArray(keySchema.enum) || typeof keySchema.pattern === 'string') ? 'token' : 'string';
+}
+
+type SchemaNode = { [keyword: string]: unknown };
+
+/**
+ * The sub-schema of a key of the configuration schema: through `properties`, else
+ * `additionalProperties` (a `databases` entry), following the schema's `#/definitions/` refs.
+ */
+function schemaAt(schema: object, path: readonly string[]): SchemaNode | undefined {
+  const root = schema as SchemaNode;
+  const definitions = isPlainObject(root.definitions) ? root.definitions : {};
+  const resolve = (node: unknown): SchemaNode | undefined => {
+    let current = node;
+    for (let depth = 0; isPlainObject(current) && typeof current.$ref === 'string' && depth < 10; depth++) {
+      current = definitions[current.$ref.replace('#/definitions/', '')];
+    }
+    return isPlainObject(current) ? current : undefined;
+  };
+  let node = resolve(root);
+  for (const segment of path) {
+    if (node === undefined) return undefined;
+    const properties = isPlainObject(node.properties) ? node.properties : {};
+    node = resolve(Object.hasOwn(properties, segment) ? properties[segment] : node.additionalProperties);
+  }
+  return node;
 }
 
 /** true, false, 1 or 0, any case (the spec's rule for SVC_BOOTSTRAP_AUTO_PROMOTE, used for every boolean). */
@@ -66,6 +97,8 @@ function coerce(raw: string, kind: LeafKind, path: readonly string[], variable: 
   switch (kind) {
     case 'string':
       return raw;
+    case 'token':
+      return raw.trim();
     case 'number': {
       const trimmed = raw.trim();
       if (!NUMBER_TEXT.test(trimmed)) throw new ConfigError(`${where}=${JSON.stringify(raw)} is not a number`);
@@ -98,7 +131,8 @@ function coerce(raw: string, kind: LeafKind, path: readonly string[], variable: 
  * Reads the configuration keys set in `env`. Key paths come from the embedded defaults, so an
  * underscore inside a key name (`task.queues.retrieve_source`) is never mistaken for a level
  * separator: TASK_QUEUES_RETRIEVE_SOURCE is looked up, not split. Values are coerced to the type
- * of the default value; a value that cannot be coerced is a problem naming key and variable.
+ * of the default value (a string to `token` when `schema` fixes its shape, see LeafKind); a value
+ * that cannot be coerced is a problem naming key and variable.
  * Returns the overrides in application order (generic names, then the spec's names), the
  * names of variables that look like settings but match no key (worth a warning: likely typos),
  * and the values that could not be coerced: reported by the caller with the problems validation
@@ -107,6 +141,7 @@ function coerce(raw: string, kind: LeafKind, path: readonly string[], variable: 
 export function environmentOverrides(
   defaults: ConfigTree,
   env: NodeJS.ProcessEnv,
+  schema: object,
 ): { overrides: EnvironmentOverride[]; unmatched: string[]; problems: string[] } {
   const bindings = new Map<string, { path: string[]; kind: LeafKind }>();
   for (const path of leafPaths(defaults)) {
@@ -116,7 +151,7 @@ export function environmentOverrides(
       // Two keys flattening to one name would make the environment ambiguous: a defaults bug.
       throw new ConfigError(`keys ${formatPath(existing.path)} and ${formatPath(path)} share the variable ${name}`);
     }
-    bindings.set(name, { path, kind: kindOf(getAt(defaults, path)) });
+    bindings.set(name, { path, kind: kindOf(getAt(defaults, path), schema, path) });
   }
 
   const overrides: EnvironmentOverride[] = [];
@@ -139,10 +174,10 @@ export function environmentOverrides(
     const alias = SPEC_ENVIRONMENT_NAMES[variable];
     if (alias !== undefined && bindings.get(variable)?.path.join('.') !== alias) {
       const path = alias.split('.');
-      aliasOverrides.push(() => take(variable, path, kindOf(getAt(defaults, path)), raw));
+      aliasOverrides.push(() => take(variable, path, kindOf(getAt(defaults, path), schema, path), raw));
       continue;
     }
-    const binding = bindings.get(variable) ?? mapEntryBinding(defaults, variable);
+    const binding = bindings.get(variable) ?? mapEntryBinding(defaults, schema, variable);
     if (binding) take(variable, binding.path, binding.kind, raw);
     else if (groupPrefixes.some((prefix) => variable.startsWith(prefix))) unmatched.push(variable);
   }
@@ -151,7 +186,7 @@ export function environmentOverrides(
   return { overrides, unmatched: unmatched.sort(), problems };
 }
 
-function mapEntryBinding(defaults: ConfigTree, variable: string): { path: string[]; kind: LeafKind } | undefined {
+function mapEntryBinding(defaults: ConfigTree, schema: object, variable: string): { path: string[]; kind: LeafKind } | undefined {
   for (const { group, templateEntry } of MAP_GROUPS) {
     const template = getAt(defaults, [group, templateEntry]);
     if (!isPlainObject(template)) continue;
@@ -162,7 +197,8 @@ function mapEntryBinding(defaults: ConfigTree, variable: string): { path: string
       const suffix = `_${field.toUpperCase()}`;
       if (rest.length > suffix.length && rest.endsWith(suffix)) {
         const entryName = rest.slice(0, -suffix.length).toLowerCase();
-        return { path: [group, entryName, field], kind: kindOf(template[field]) };
+        const path = [group, entryName, field];
+        return { path, kind: kindOf(template[field], schema, path) };
       }
     }
   }

@@ -6,7 +6,7 @@ import { environmentOverrides } from './env.js';
 import { type Config, ConfigError } from './types.js';
 import { type ConfigTree, deepClone, formatPath, setAt } from './tree.js';
 import { isPlainObject } from '../util/objects.js';
-import { validateConfig } from './validate.js';
+import { configSchema, validateConfig } from './validate.js';
 
 export { bootstrapAdminFromEnv, BOOTSTRAP_ADMIN_VARIABLES, missingBootstrapAdminVariables, type BootstrapAdmin } from './env.js';
 export { checkSecrets, type ConfigWarningLog } from './secrets.js';
@@ -194,7 +194,7 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   if (options.writeDefaults ?? true) writeDefaultsCopy(cwd, defaults.text, warn);
 
   const files = configFiles(options.configPath, cwd).map((file) => ({ file, tree: readYamlFile(file) }));
-  const { overrides, unmatched, problems: coercionProblems } = environmentOverrides(defaults.tree, env);
+  const { overrides, unmatched, problems: coercionProblems } = environmentOverrides(defaults.tree, env, configSchema(configSchemaPath()));
   for (const variable of unmatched) {
     warn(`environment variable ${variable} looks like a factlog setting but matches no configuration key; ignored`);
   }

@@ -10,14 +10,21 @@ import { MAX_VECTOR_DIMENSIONS } from '../search/port.js';
 import { type LlmRetrySettings, validateLlmRetryConstraint, worstCaseRetryMs } from '../providers/llm/retry.js';
 
 let compiled: { schemaPath: string; validate: ValidateFunction } | undefined;
+let parsedSchema: { schemaPath: string; schema: object } | undefined;
+
+/** The configuration's JSON Schema, read once per path (the environment's coercion reads it too). */
+export function configSchema(schemaPath: string): object {
+  if (parsedSchema?.schemaPath !== schemaPath) parsedSchema = { schemaPath, schema: JSON.parse(readFileSync(schemaPath, 'utf8')) as object };
+  return parsedSchema.schema;
+}
 
 function validatorFor(schemaPath: string): ValidateFunction {
   if (compiled?.schemaPath !== schemaPath) {
-    const schema: unknown = JSON.parse(readFileSync(schemaPath, 'utf8'));
+    const schema = configSchema(schemaPath);
     // useDefaults fills the optional fields of operator-added map and list entries
     // (databases.<name>, providers.registry.registries[]); verbose keeps the offending data.
     const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true });
-    compiled = { schemaPath, validate: ajv.compile(schema as object) };
+    compiled = { schemaPath, validate: ajv.compile(schema) };
   }
   return compiled.validate;
 }

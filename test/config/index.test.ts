@@ -369,6 +369,57 @@ t.test('bad environment values name the key and the variable', async (t) => {
   t.notMatch(all, /password_min_length: must/, 'the key of the variable left out keeps the lower value, which is no problem');
 });
 
+t.test('blanks around an environment value are dropped where no value can hold them, kept in free text', async (t) => {
+  // `" 5m"` from a hand-written env file, a trailing newline from a mounted secret file or a
+  // Compose `KEY=value ` line: unquoted YAML drops them, so the variable must too.
+  const padded = load({
+    env: {
+      TASK_POLL_INTERVAL: ' 5m',
+      PROVIDERS_RESOLUTION_FETCH_TIMEOUT: '90s\n',
+      SERVER_PORT: ' 8181\n',
+      SEARCH_HYBRID_ENABLED: '\tfalse ',
+      DATABASES_DEFAULT_SSL_MODE: 'verify-full\n',
+      DATABASES_DEFAULT_URL: ' postgres://db.example/factlog\n',
+      DATABASES_SIDE_URL: 'postgres://db.example/side\r\n',
+      LOGGING_LEVEL: 'debug ',
+      PROFILE: ' dev',
+      READMODELS_DATABASE: 'default\n',
+      SVC_OAUTH_ISSUER: 'https://kg.example.com\n',
+      PROVIDERS_REGISTRY_ALLOWED_MODELS: ' org/a , org/b\n',
+      // Free text: a secret or a path may end in a blank on purpose, so it is taken as it is.
+      AUTH_JWTSECRET: `${STRONG_SECRET} \n`,
+      LLM_API_KEY: ' key-with-blanks ',
+      STORAGE_DATA_DIR: '/var/lib/factlog ',
+    },
+  });
+  t.equal(padded.task.poll_interval, '5m', 'a duration');
+  t.equal(padded.providers.resolution.fetch.timeout, '90s', 'a duration with a trailing newline');
+  t.equal(padded.server.port, 8181, 'a number');
+  t.equal(padded.search.hybrid.enabled, false, 'a boolean');
+  t.equal(padded.databases.default.ssl_mode, 'verify-full', 'an enum');
+  t.equal(padded.databases.default.url, 'postgres://db.example/factlog', 'a URL');
+  t.equal(padded.databases.side.url, 'postgres://db.example/side', "a new map entry's URL");
+  t.equal(padded.logging.level, 'debug');
+  t.equal(padded.profile, 'dev');
+  t.equal(padded.readmodels.database, 'default', 'a database name');
+  t.equal(padded.oauth.issuer, 'https://kg.example.com', "a spec's name");
+  t.same(padded.providers.registry.allowed_models, ['org/a', 'org/b'], 'a comma list');
+  t.equal(padded.auth.jwt_secret, `${STRONG_SECRET} \n`, 'a secret is kept whole');
+  t.equal(padded.providers.llm.api_key, ' key-with-blanks ', 'an API key is kept whole');
+  t.equal(padded.storage.data_dir, '/var/lib/factlog ', 'a path is kept whole');
+
+  t.match(
+    configErrorOf(() => load({ env: { TASK_POLL_INTERVAL: '5 m' } })),
+    /task\.poll_interval: must be a duration .*TASK_POLL_INTERVAL/,
+    'a blank inside a value is still refused',
+  );
+  t.match(
+    configErrorOf(() => load({ env: { TASK_POLL_INTERVAL: ' ' } })),
+    /task\.poll_interval: must be a duration .*TASK_POLL_INTERVAL/,
+    'a blank value is refused as an empty one',
+  );
+});
+
 t.test('variables that look like settings but match no key are warned about', async (t) => {
   const warnings: string[] = [];
   load({ env: { SERVER_PROT: '1', TASK_QUEUES_NOPE: '2', HOME: '/root' }, warn: (message) => warnings.push(message) });
