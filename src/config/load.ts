@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parse as parseYaml, YAMLError } from 'yaml';
+import { type Alias, isAlias, isMap, isScalar, isSeq, type Node as YamlNode, parse as parseYaml, parseDocument, visit, YAMLError } from 'yaml';
 import { environmentOverrides } from './env.js';
 import { type Config, ConfigError } from './types.js';
 import { type ConfigTree, deepClone, formatPath, setAt } from './tree.js';
@@ -58,22 +58,56 @@ export function configSchemaPath(): string {
   return packagedFile(SCHEMA_RELATIVE_PATH);
 }
 
-/** ` at line L, column C` of a parse error, or '' when the error has no position. */
-function yamlErrorPosition(text: string, error: unknown): string {
-  if (!(error instanceof YAMLError)) return '';
-  const offset = error.pos[0];
+/** ` at line L, column C` of an offset in `text`. */
+function linePosition(text: string, offset: number): string {
   const before = text.slice(0, offset);
   return ` at line ${before.split('\n').length}, column ${offset - before.lastIndexOf('\n')}`;
+}
+
+/**
+ * What is wrong with the file and where, for a parse error. An alias of no anchor, or a merge key
+ * (`<<`) given no mapping, is found only when the document is turned into values, and that error
+ * has no position (and for `<<: *typo` says "Merge sources must be maps"): the node is looked for.
+ */
+function yamlProblem(text: string, error: unknown): string {
+  if (error instanceof YAMLError) return `${linePosition(text, error.pos[0])}: ${error.message}`;
+  const document = parseDocument(text, { prettyErrors: false, merge: true });
+  let found: { offset: number; problem: string } | undefined;
+  const unresolved = (node: unknown): node is Alias => isAlias(node) && node.resolve(document) === undefined;
+  visit(document, {
+    Pair(_, pair) {
+      if (!(isScalar(pair.key) && pair.key.type === 'PLAIN' && pair.key.source === '<<')) return undefined;
+      const target = isAlias(pair.value) ? pair.value.resolve(document) : pair.value;
+      const sources = isSeq(target) ? target.items : [pair.value];
+      for (const source of sources) {
+        const node = source as YamlNode | null;
+        if (unresolved(node)) {
+          found = { offset: node.range?.[0] ?? 0, problem: `alias *${node.source} names no anchor set before it` };
+        } else if (!isMap(isAlias(node) ? node.resolve(document) : node)) {
+          found = { offset: node?.range?.[0] ?? pair.key.range?.[0] ?? 0, problem: 'a merge key (<<) takes a mapping, an alias of one, or a list of them' };
+        }
+        if (found) return visit.BREAK;
+      }
+      return undefined;
+    },
+    Alias(_, node) {
+      if (!unresolved(node)) return undefined;
+      found = { offset: node.range?.[0] ?? 0, problem: `alias *${node.source} names no anchor set before it` };
+      return visit.BREAK;
+    },
+  });
+  return found ? `${linePosition(text, found.offset)}: ${found.problem}` : `: ${(error as Error).message}`;
 }
 
 function readYamlMapping(file: string, text: string): ConfigTree {
   let parsed: unknown;
   try {
     // Without prettyErrors the message quotes none of the file: the lines around the error
-    // may hold a secret (`jwt_secret: abc: def` was printed whole).
-    parsed = parseYaml(text, { prettyErrors: false });
+    // may hold a secret (`jwt_secret: abc: def` was printed whole). Merge keys (`<<: *defaults`)
+    // are YAML 1.1's, off by default under 1.2: `<<` was then a key of its own, "unknown key".
+    parsed = parseYaml(text, { prettyErrors: false, merge: true });
   } catch (error) {
-    throw new ConfigError(`${file}: not valid YAML${yamlErrorPosition(text, error)}: ${(error as Error).message}`);
+    throw new ConfigError(`${file}: not valid YAML${yamlProblem(text, error)}`);
   }
   if (parsed === null || parsed === undefined) return {}; // an empty or all-comments file
   if (!isPlainObject(parsed)) throw new ConfigError(`${file}: the top level must be a mapping of keys`);

@@ -481,6 +481,73 @@ t.test('a duration given as a bare number is told the unit it lacks', async (t) 
   t.notMatch(configErrorOf(() => buildConfig({ task: { job_timeout: 'soon' } })), /a number needs a unit/, 'no hint for what is no number');
 });
 
+t.test('YAML anchors, aliases and merge keys (<<) are understood; an unknown key reached through one is still named', async (t) => {
+  const cwd = t.testdir({
+    'config.yaml': [
+      'databases:',
+      '  default: &db',
+      '    url: postgres://factlog:pw@db.example:5432/factlog',
+      '    max_conns: 20',
+      '    ssl_mode: verify-full',
+      '  analytics:',
+      '    <<: *db',
+      '    url: postgres://factlog:pw@db.example:5432/analytics',
+      'task:',
+      '  retry: &retry',
+      '    max_attempts: 7',
+      '    base_delay: 2s',
+      '    max_delay: 1m',
+      'providers:',
+      '  resolution:',
+      '    retry:',
+      '      <<: [*retry]',
+      '      max_attempts: 4',
+      'server:',
+      '  read_timeout: &timeout 40s',
+      '  write_timeout: *timeout',
+      'isolation:',
+      '  allowed_databases: &both [default, analytics]',
+      '',
+    ].join('\n'),
+    'unknown.yaml': 'task:\n  retry: &retry\n    max_attempts: 7\n    max_delya: 1m\nproviders:\n  llm_retry:\n    <<: *retry\n',
+    'beside.yaml': 'task:\n  retry: &retry\n    max_attempts: 7\nproviders:\n  llm_retry:\n    <<: *retry\n    per_call_timout: 1m\n',
+    'no-anchor.yaml': 'providers:\n  llm_retry:\n    <<: *nowhere\n',
+    'scalar-merge.yaml': 'server:\n  port: &p 8081\n  <<: *p\n',
+    'no-anchor-value.yaml': 'server:\n  read_timeout: *nowhere\n',
+  });
+  const config = load({ cwd, configPath: 'config.yaml' });
+  t.same(config.databases.analytics, { url: 'postgres://factlog:pw@db.example:5432/analytics', max_conns: 20, ssl_mode: 'verify-full' }, 'merged, with its own url over the anchor\'s');
+  t.equal(config.databases.default.max_conns, 20, 'the anchored mapping itself');
+  t.same(config.providers.resolution.retry, { ...config.providers.resolution.retry, max_attempts: 4, base_delay: '2s', max_delay: '1m' }, 'a merge list, the own key first');
+  t.equal(config.server.write_timeout, '40s', 'an alias of a scalar');
+  t.same(config.isolation.allowed_databases, ['default', 'analytics']);
+
+  const beside = configErrorOf(() => load({ cwd, configPath: 'beside.yaml' }));
+  t.match(beside, `providers.llm_retry.per_call_timout: unknown key (set by ${path.join(cwd, 'beside.yaml')})`, 'a typo beside a merge key is named');
+  t.notMatch(beside, /<</, 'the merge key itself is no unknown key');
+  const unknown = configErrorOf(() => load({ cwd, configPath: 'unknown.yaml' }));
+  const file = path.join(cwd, 'unknown.yaml');
+  t.match(unknown, `task.retry.max_delya: unknown key (set by ${file})`, 'a typo in the anchored mapping');
+  t.match(unknown, `providers.llm_retry.max_delya: unknown key (set by ${file})`, 'and where it is merged');
+
+  // The parser's own errors here had no place, and for `<<: *typo` said "Merge sources must be maps".
+  t.match(
+    configErrorOf(() => load({ cwd, configPath: 'no-anchor.yaml' })),
+    'no-anchor.yaml: not valid YAML at line 3, column 9: alias *nowhere names no anchor set before it',
+    'a merge of an alias of no anchor names the file and place',
+  );
+  t.match(
+    configErrorOf(() => load({ cwd, configPath: 'no-anchor-value.yaml' })),
+    'no-anchor-value.yaml: not valid YAML at line 2, column 17: alias *nowhere names no anchor set before it',
+    'so does any alias of no anchor',
+  );
+  t.match(
+    configErrorOf(() => load({ cwd, configPath: 'scalar-merge.yaml' })),
+    'scalar-merge.yaml: not valid YAML at line 3, column 7: a merge key (<<) takes a mapping, an alias of one, or a list of them',
+    'merging a scalar names the file and place',
+  );
+});
+
 t.test('malformed files are errors naming the file', async (t) => {
   const cwd = t.testdir({
     'broken.yaml': 'server: [unclosed\n',
