@@ -3,6 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { loadConfig, packageVersion } from './config/load.js';
 import { ConfigError, type Config } from './config/types.js';
+import { postgresDatabaseProblem } from './config/validate.js';
 import { createAppContext, openEventLogReader, type AppContext, type EventLogReader } from './app/context.js';
 import { buildApp } from './api/app.js';
 import { presentEvent } from './read/present.js';
@@ -26,17 +27,29 @@ import type { SchemaMigrations } from './db/migrations.js';
 const SHUTDOWN_TIMEOUT_MS = 60_000;
 
 /**
+ * The kind of event store `factlog events copy --to` names, or an error saying what is wrong with
+ * it; nothing of the target is repeated but its scheme, since the rest may hold a password.
+ */
+export function checkCopyTarget(target: string): 'eventstoredb' | 'postgres' {
+  if (/^(esdb|kurrentdb)(\+discover)?:\/\//.test(target)) return 'eventstoredb';
+  if (!/^postgres(ql)?:\/\//.test(target)) {
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(target)?.[1];
+    throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not ${scheme ? `a ${scheme}:// one` : 'one without a scheme'}`);
+  }
+  // As for databases.<name>.url: without a path the copy went into a database named after the user.
+  const url = URL.parse(target);
+  const problem = url === null ? undefined : postgresDatabaseProblem(url);
+  if (problem !== undefined) throw new InvalidArgumentError(`--to ${problem}`);
+  return 'postgres';
+}
+
+/**
  * The destination of `factlog events copy --to`, opened and reached before anything is copied. A
  * target it cannot open or reach (refused, unknown host, bad login) is named, its password left
  * out, with the driver's words (`connect ECONNREFUSED …` alone named nothing).
  */
 async function openCopyTarget(target: string): Promise<{ store: EventStore; close(): Promise<void> }> {
-  const isEventStoreDb = /^(esdb|kurrentdb)(\+discover)?:\/\//.test(target);
-  if (!isEventStoreDb && !/^postgres(ql)?:\/\//.test(target)) {
-    // Only the scheme is repeated: the rest may hold a password.
-    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(target)?.[1];
-    throw new InvalidArgumentError(`--to must be an esdb://, kurrentdb:// or postgres:// connection string, not ${scheme ? `a ${scheme}:// one` : 'one without a scheme'}`);
-  }
+  const isEventStoreDb = checkCopyTarget(target) === 'eventstoredb';
   const schemas = await EventSchemaRegistry.load();
   let opened: { store: EventStore; close(): Promise<void> } | undefined;
   try {

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { buildCli, parsePosition, parseServiceTimeout, projectionTable, refuseEmbeddedFollow } from '../src/cli.js';
+import { buildCli, checkCopyTarget, parsePosition, parseServiceTimeout, projectionTable, refuseEmbeddedFollow } from '../src/cli.js';
 import { loadConfig } from '../src/config/load.js';
 import { acquireDataDirLock, nameRunningCommand } from '../src/db/dataDirLock.js';
 import { migratedPgliteDir } from './helpers/olderSchema.js';
@@ -63,6 +63,21 @@ t.test('--from takes decimal digits only, from 0 to 2^53 - 1, as the REST from',
   t.equal(parsePosition('9007199254740991'), Number.MAX_SAFE_INTEGER);
   for (const value of ['', '0x10', '1e3', ' 5', '5 ', '+5', '5.0', '-3', 'Infinity', '9007199254740992']) {
     t.throws(() => parsePosition(value), { message: '--from must be an integer in decimal digits from 0 to 9007199254740991' }, `'${value}'`);
+  }
+});
+
+t.test('events copy --to: a scheme it copies to, and a PostgreSQL URL that names its database', async (t) => {
+  t.throws(() => checkCopyTarget('mysql://root:the-s3cret@db/x'), { message: '--to must be an esdb://, kurrentdb:// or postgres:// connection string, not a mysql:// one' });
+  // Without a path the driver copied into a database named after the user.
+  for (const target of ['postgres://copier:the-s3cret@db:5432', 'postgresql://db:5432/?sslmode=require']) {
+    t.throws(
+      () => checkCopyTarget(target),
+      { message: '--to names no database: put its name in the path, postgres://user:password@host:5432/<database>' },
+      target.replace(/:the-s3cret/, ''),
+    );
+  }
+  for (const target of ['postgres://copier:the-s3cret@db:5432/events', 'esdb://db:2113?tls=false', 'kurrentdb+discover://a:2113,b:2113']) {
+    t.doesNotThrow(() => checkCopyTarget(target), target);
   }
 });
 

@@ -18,7 +18,7 @@ export {
   type BootstrapAdmin,
 } from './env.js';
 export { checkSecrets, MIN_JWT_SECRET_BYTES, type ConfigWarningLog } from './secrets.js';
-export { worstCaseLlmCallMs } from './validate.js';
+export { postgresDatabaseProblem, worstCaseLlmCallMs } from './validate.js';
 export {
   publicBaseUrl,
   oauthIssuer,

@@ -197,6 +197,18 @@ const URL_KEYS: ReadonlyArray<[path: string, scheme: RegExp]> = [
   ['providers.registry.registries[].url', /^https?:\/\//],
 ];
 
+/**
+ * What is wrong with a postgres:// URL that names no database (`postgres://u:pw@db:5432`, or only
+ * `/` as its path): the `pg` driver then connects to a database named after the user (libpq's
+ * default) or PGDATABASE, and writes there with no word said. The driver reads the name from the
+ * path alone (its `?database=` is overwritten by the path), so that is where it must go.
+ */
+export function postgresDatabaseProblem(url: URL): string | undefined {
+  return url.pathname.replace(/^\//, '') === ''
+    ? 'names no database: put its name in the path, postgres://user:password@host:5432/<database>'
+    : undefined;
+}
+
 /** The URLs the service appends its routes to. */
 const BASE_URL_KEYS: ReadonlySet<string> = new Set(['server.public_url', 'oauth.issuer']);
 
@@ -235,6 +247,9 @@ function urlProblems(tree: unknown): Array<[string, string]> {
         // Routes are appended to these (`<public_url>/api/v1/…`, the OAuth endpoints after the
         // issuer, which RFC 8414 gives no query or fragment): `https://h?x=1/api/v1/…` was announced.
         problems.push([key, 'must be a base URL without a query (?), a fragment (#) or a user name and password: the service appends its routes to it']);
+      } else if (pattern === 'databases.*.url') {
+        const problem = postgresDatabaseProblem(url);
+        if (problem !== undefined) problems.push([key, problem]);
       }
     }
   }

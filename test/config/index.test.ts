@@ -834,6 +834,25 @@ t.test('network.allow_cidrs entries are validated with the rest, without echoing
 
 // The patterns took them; the start then failed later with a bare "Invalid URL" (a database's URL,
 // exit 1), or announced and linked the public URL as it was.
+t.test('a PostgreSQL URL that names no database is refused, naming the key and where the name goes', async (t) => {
+  // Without a path the driver connected to a database named after the user (libpq's default), or
+  // PGDATABASE: `postgres://factlog:pw@db:5432` wrote the events into a database nobody meant.
+  for (const url of ['postgres://factlog:pw@db.example:5432', 'postgres://factlog:pw@db.example:5432/', 'postgresql://db.example/?sslmode=disable']) {
+    const message = configErrorOf(() => load({ env: { DATABASES_DEFAULT_URL: url, DATABASES_SIDE_URL: 'postgres://h/side' } }));
+    t.match(
+      message,
+      'databases.default.url: names no database: put its name in the path, postgres://user:password@host:5432/<database> (set by environment variable DATABASES_DEFAULT_URL)',
+      url,
+    );
+    t.notMatch(message, /databases\.side|:pw@/, 'only that URL, not echoed');
+  }
+  const cwd = t.testdir({ 'config.yaml': 'databases:\n  events:\n    url: postgres://u:pw@h:5432\n' });
+  t.match(configErrorOf(() => load({ cwd, configPath: 'config.yaml' })), `databases.events.url: names no database: put its name in the path, postgres://user:password@host:5432/<database> (set by ${path.join(cwd, 'config.yaml')})`);
+  t.equal(load({ env: { DATABASES_DEFAULT_URL: 'postgres://u:pw@h:5432/factlog?sslmode=disable' } }).databases.default.url, 'postgres://u:pw@h:5432/factlog?sslmode=disable', 'a named database passes');
+  t.equal(load({ env: { DATABASES_DEFAULT_URL: 'postgres:///factlog?host=/var/run/postgresql' } }).databases.default.url, 'postgres:///factlog?host=/var/run/postgresql', 'so does a Unix socket');
+  t.equal(load({ env: { DATABASES_DEFAULT_URL: '' } }).databases.default.url, '', 'empty is the embedded database');
+});
+
 t.test('a URL that does not parse is refused with the rest, naming its key and not its value', async (t) => {
   const message = configErrorOf(() =>
     load({
