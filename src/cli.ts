@@ -3,6 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { loadConfig, packageVersion } from './config/load.js';
 import { ConfigError, type Config } from './config/types.js';
+import { trustConfiguredCertificates } from './config/tls.js';
 import { postgresDatabaseProblem } from './config/validate.js';
 import { createAppContext, openEventLogReader, type AppContext, type EventLogReader } from './app/context.js';
 import { buildApp } from './api/app.js';
@@ -299,7 +300,12 @@ export function buildCli(): Command {
     nameRunningCommand(names.join(' '));
   });
 
-  const config = (): Config => loadConfig({ configPath: program.opts<{ config?: string }>().config, warn: (message) => console.warn(message) });
+  const config = (): Config => {
+    const loaded = loadConfig({ configPath: program.opts<{ config?: string }>().config, warn: (message) => console.warn(message) });
+    // Before any connection: a remote command's call to the running service is one too.
+    trustConfiguredCertificates(loaded, process.cwd());
+    return loaded;
+  };
 
   /**
    * Opens the context without workers, runs `work`, and closes it. While a service owns the

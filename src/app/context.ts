@@ -2,6 +2,7 @@ import pino, { type Logger } from 'pino';
 import type { Config } from '../config/types.js';
 import { databaseOptions, dataPaths, publicBaseUrl } from '../config/derived.js';
 import { checkSecrets } from '../config/load.js';
+import { trustConfiguredCertificates } from '../config/tls.js';
 import type { Database, DatabaseOptions } from '../db/database.js';
 import { namedLocks } from '../db/namedLock.js';
 import { EventSchemaRegistry } from '../eventstore/schemas.js';
@@ -131,6 +132,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
   const cwd = options.cwd ?? process.cwd();
   const log = options.logger ?? pino({ level: configured.logging.level });
   checkSecrets(configured, { warn: (message: string) => log.warn(message) });
+  trustConfiguredCertificates(configured, cwd, { warn: (message) => log.warn(message) });
   const role = options.role ?? (options.workers === false ? 'api' : 'all');
   const runWorkers = role !== 'api';
   // On the embedded tier no other process can run the projections, so an API process runs them too.
@@ -301,6 +303,7 @@ export async function openEventLogReader(configured: Config, options: Pick<Conte
   const cwd = options.cwd ?? process.cwd();
   const log = options.logger ?? pino({ level: configured.logging.level });
   checkSecrets(configured, { warn: (message: string) => log.warn(message) });
+  trustConfiguredCertificates(configured, cwd, { warn: (message) => log.warn(message) });
   const databases = createDatabases(configured, cwd, options.openDatabase, { readOnly: true });
   let schemas: EventSchemaRegistry;
   let opened: OpenedEventStore;

@@ -19,6 +19,7 @@ export {
 } from './env.js';
 export { checkSecrets, MIN_JWT_SECRET_BYTES, type ConfigWarningLog } from './secrets.js';
 export { postgresDatabaseProblem, worstCaseLlmCallMs } from './validate.js';
+export { trustConfiguredCertificates } from './tls.js';
 export {
   publicBaseUrl,
   oauthIssuer,

@@ -251,10 +251,10 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
 
   // A variable that could not be coerced is left out (its key keeps the lower layer's value) and
   // listed before what validation finds: thrown alone, it hid every other problem until fixed.
-  if (coercionProblems.length === 0) return validateConfig(merged, configSchemaPath(), origins);
+  if (coercionProblems.length === 0) return validateConfig(merged, configSchemaPath(), origins, cwd);
   let validationProblems: readonly string[] = [];
   try {
-    validateConfig(merged, configSchemaPath(), origins);
+    validateConfig(merged, configSchemaPath(), origins, cwd);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     validationProblems = error.problems;

@@ -245,6 +245,11 @@ export interface Config {
     /** Address ranges reachable although private (`10.1.0.0/16`, `fd00::/8`, one address). */
     allow_cidrs: string[];
   };
+  /** Trust for every TLS connection the service makes (src/config/tls.ts). */
+  tls: {
+    /** A PEM file of CA certificates trusted beside Node's own; '' for none. Relative to the working directory. */
+    ca_file: string;
+  };
   /** Limits on the credential routes (src/api/rateLimits.ts); per API node. */
   rate_limits: {
     enabled: boolean;

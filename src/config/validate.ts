@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, MIN_TOKEN_TTL_MS, parseDuration } from './duration.js';
+import { caFileProblems } from './tls.js';
 import { type Config, ConfigError, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { isPlainObject } from '../util/objects.js';
@@ -143,16 +144,17 @@ function describe(error: ErrorObject, origins: Origins): string | undefined {
 }
 
 /**
- * Validates the merged tree against the JSON Schema, then the rules a schema cannot state.
+ * Validates the merged tree against the JSON Schema, then the rules a schema cannot state. `cwd`
+ * is what a relative `tls.ca_file` is read from.
  * Throws one ConfigError listing every problem; returns the tree typed as Config otherwise.
  */
-export function validateConfig(tree: unknown, schemaPath: string, origins: Origins = new Map()): Config {
+export function validateConfig(tree: unknown, schemaPath: string, origins: Origins = new Map(), cwd: string = process.cwd()): Config {
   const validate = validatorFor(schemaPath);
   const schemaProblems = validate(tree)
     ? []
     : [...new Set((validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined))];
   // Listed with the schema's problems: a pattern cannot judge an address's octets or a prefix for its family.
-  const valueProblems = [...cidrProblems(tree), ...urlProblems(tree)].map((problem) => withOrigin(problem, origins));
+  const valueProblems = [...cidrProblems(tree), ...urlProblems(tree), ...caFileProblems(tree, cwd)].map((problem) => withOrigin(problem, origins));
   if (schemaProblems.length > 0 || valueProblems.length > 0) throw new ConfigError([...schemaProblems, ...valueProblems]);
   const config = tree as Config;
   const problems = crossFieldProblems(config).map((problem) => withOrigin(problem, origins));

@@ -75,7 +75,7 @@ export type PostgresSslMode = 'disable' | 'require' | 'verify-ca' | 'verify-full
 /**
  * `pg`'s TLS options for an ssl_mode, meaning what libpq's sslmode means: `require` encrypts and
  * checks no certificate; `verify-ca` checks that the server's certificate chains to a trusted CA
- * (Node's store, plus the file NODE_EXTRA_CA_CERTS names) but not the host name it is for;
+ * (Node's store, plus `tls.ca_file` or the file NODE_EXTRA_CA_CERTS names) but not the host name it is for;
  * `verify-full` checks both. Node checks the host name unless told not to, so verify-ca skips
  * that check explicitly, and verify-full's refusal says which setting made it.
  */

@@ -1,38 +1,16 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import t, { type Test } from 'tap';
+import { buildConfig, trustConfiguredCertificates } from '../../src/config/index.js';
 import { openDatabase, type PostgresSslMode } from '../../src/db/database.js';
+import { certificateAuthority, hasOpenssl } from '../helpers/certificates.js';
 
 // ssl_mode against a real TLS endpoint: a server that answers PostgreSQL's SSLRequest with 'S',
 // shakes hands with a certificate for other.example signed by a test CA, and ends the session
 // with an ErrorResponse to the startup message (so getting that error means the handshake passed).
-
-function hasOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** A CA and a server certificate it signed for `serverName`, made by the openssl CLI in `dir`. */
-function certificateAuthority(dir: string, name: string, serverName: string): { ca: string; key: string; cert: string } {
-  const file = (suffix: string) => path.join(dir, `${name}-${suffix}`);
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  const openssl = (...args: string[]) => execFileSync('openssl', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  openssl('req', '-x509', ...ec, '-keyout', file('ca.key'), '-out', file('ca.pem'), '-days', '2', '-subj', `/CN=${name}`,
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-  openssl('req', ...ec, '-keyout', file('server.key'), '-out', file('server.csr'), '-subj', `/CN=${serverName}`);
-  writeFileSync(file('server.ext'), `basicConstraints=CA:FALSE\nsubjectAltName=DNS:${serverName}\n`);
-  openssl('x509', '-req', '-in', file('server.csr'), '-CA', file('ca.pem'), '-CAkey', file('ca.key'), '-CAcreateserial',
-    '-out', file('server.pem'), '-days', '2', '-extfile', file('server.ext'));
-  return { ca: readFileSync(file('ca.pem'), 'utf8'), key: readFileSync(file('server.key'), 'utf8'), cert: readFileSync(file('server.pem'), 'utf8') };
-}
 
 const SSL_REQUEST_CODE = 80877103;
 const AFTER_HANDSHAKE = 'the test server ends the session after the handshake';
@@ -82,10 +60,10 @@ t.test('ssl_mode against a TLS server whose certificate is for another host name
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const trusted = certificateAuthority(dir, 'Factlog test CA', 'other.example');
   const untrusted = certificateAuthority(dir, 'Unknown CA', 'other.example');
-  // What NODE_EXTRA_CA_CERTS does for a deployment: the test CA joins the CAs Node trusts.
+  // A deployment's tls.ca_file (or NODE_EXTRA_CA_CERTS): the test CA joins the CAs Node trusts.
   const defaultCAs = tls.getCACertificates('default');
-  tls.setDefaultCACertificates([...defaultCAs, trusted.ca]);
   t.teardown(() => tls.setDefaultCACertificates(defaultCAs));
+  trustConfiguredCertificates(buildConfig({ tls: { ca_file: trusted.caFile } }), process.cwd());
 
   const endpoint = await tlsEndpoint(t, trusted);
   const fromUntrusted = await tlsEndpoint(t, untrusted);
