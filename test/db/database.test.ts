@@ -1,22 +1,13 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { connectionLocation, openDatabase } from '../../src/db/database.js';
 import { seedPgliteDir } from '../helpers/pglite.js';
-
-/** A local port nothing listens on: one the OS just handed out, closed again. */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
+import { refusingPort } from '../helpers/ports.js';
 
 t.test('a server open that cannot connect rejects and leaves no pool behind', async (t) => {
-  const port = await closedPort();
+  const port = await refusingPort(t);
   // A pool left open keeps its timers (tarn's reaping interval); sockets and servers being closed
   // leave the list on a later turn of the loop, so only the timers are compared.
   const timers = () => process.getActiveResourcesInfo().filter((resource) => resource === 'Timeout').length;

@@ -7,7 +7,8 @@ import pino from 'pino';
 import t from 'tap';
 import { createAppContext } from '../../src/app/context.js';
 import { buildConfig } from '../../src/config/load.js';
-import { freePort, runCli } from '../helpers/processes.js';
+import { refusingPort } from '../helpers/ports.js';
+import { runCli } from '../helpers/processes.js';
 import { registerUser, startTestService, TEST_SECRET } from '../helpers/service.js';
 import { openScratchPostgres } from '../../src/db/database.js';
 import { createPostgresEventStore } from '../../src/eventstore/postgres.js';
@@ -170,7 +171,7 @@ t.test('migrate, projections list/rebuild, events tail, and bad input', async (t
   t.not(badTarget.code, 0);
   t.match(badTarget.stderr, /--to must be an esdb:\/\/, kurrentdb:\/\/ or postgres:\/\/ connection string, not a mysql:\/\/ one/);
   t.notMatch(badTarget.stderr, /the-s3cret/, 'a refused target is not repeated: it may hold a password');
-  const closedPort = await freePort();
+  const closedPort = await refusingPort(t);
   const unreachable = await factlog(cwd, ['events', 'copy', '--to', `postgres://nobody:the-s3cret@127.0.0.1:${closedPort}/none?sslmode=disable`]);
   t.equal(unreachable.code, 1);
   t.match(

@@ -14,6 +14,7 @@ import {
   fetchSettingsFromConfig,
   type FetchSettings,
 } from '../../../src/providers/fetch/http.js';
+import { refusingPort } from '../../helpers/ports.js';
 
 /** The part of a tap test the server helper needs. */
 interface Test {
@@ -55,15 +56,6 @@ async function startServer(test: Test, handler: Handler): Promise<TestServer> {
     hits: (path) => (path === undefined ? total : hitsByPath.get(path) ?? 0),
     lastHeaders: () => lastHeaders,
   };
-}
-
-/** A port nothing listens on: bound, then released. */
-async function closedPort(): Promise<number> {
-  const server = http.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 function testSettings(overrides: Partial<FetchSettings> = {}): FetchSettings {
@@ -501,7 +493,7 @@ t.test('only http and https URLs are fetched', async (t) => {
 
 t.test('network errors are transient and retried', async (t) => {
   t.test('connection refused', async (t) => {
-    const port = await closedPort();
+    const port = await refusingPort(t);
     const { delays, sleep } = recordingSleep();
     const error = await fetchError(createHttpFetcher(testSettings(), { sleep }).fetch(`http://127.0.0.1:${port}/`));
     t.equal(error.permanent, false);
