@@ -171,26 +171,46 @@ t.test('a collection without vectors answers lexically without embedding the que
 t.test('the query is embedded and its k-NN asked while the lexical side is still running', async (t) => {
   const { index, repo, embedFacts } = await setup(t);
   const [automobile, cars] = await embedFacts(['The automobile needs fuel.', 'Cars need fuel.']);
-  // The lexical answer is held until the k-NN is asked (or two seconds pass): hybrid search that
-  // asked for the k-NN only after the lexical answer would see the timeout.
+  // The lexical answer is held until the k-NN is asked: hybrid search that asked for the k-NN only
+  // after the lexical answer would see it held. So that such a search fails instead of hanging,
+  // the hold also ends when the query's embedding came back and every continuation of it ran
+  // (a turn of the event loop) without the k-NN asked, or when the query was not even being
+  // embedded by the time the lexical answer came. Events, not a timer: a timer of two seconds
+  // ran out for a process stalled that long, and the search, correct, failed.
   let knnAsked!: () => void;
+  let knnWasAsked = false;
   const asked = new Promise<void>((resolve) => (knnAsked = resolve));
+  let embedding: Promise<unknown> | null = null;
+  const watchedEmbedder: Embedder = {
+    ...handMadeEmbedder,
+    embed(texts) {
+      const vectors = handMadeEmbedder.embed(texts);
+      embedding = vectors;
+      return vectors;
+    },
+  };
   const order: string[] = [];
   const watched: SearchIndex = {
     ...index,
     async search(collection, query) {
       const answer = await index.search(collection, query);
-      const first = await Promise.race([asked.then(() => 'knn'), new Promise<string>((resolve) => setTimeout(() => resolve('timeout'), 2000))]);
+      const embedded = embedding;
+      const notAsked =
+        embedded === null
+          ? Promise.resolve('the query not being embedded')
+          : embedded.then(() => new Promise<string>((resolve) => setImmediate(() => resolve('the embedding, no k-NN asked'))));
+      const first = knnWasAsked ? 'knn' : await Promise.race([asked.then(() => 'knn'), notAsked]);
       order.push(`lexical answered after ${first}`);
       return answer;
     },
     async knn(collection, query) {
+      knnWasAsked = true;
       knnAsked();
       order.push('knn asked');
       return index.knn(collection, query);
     },
   };
-  const reply = await createHybridSearch({ search: watched, embedder: handMadeEmbedder, settings: defaults }).search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
+  const reply = await createHybridSearch({ search: watched, embedder: watchedEmbedder, settings: defaults }).search(facts, { repositoryId: repo, query: 'car', limit: 10, offset: 0 });
   t.same(order, ['knn asked', 'lexical answered after knn']);
   t.equal(reply.mode, 'hybrid');
   t.same(ids(reply.items).sort(), [automobile.id, cars.id].sort(), 'both sides fused as before');
