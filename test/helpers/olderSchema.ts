@@ -3,9 +3,8 @@ import { cpSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync } fro
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Knex } from 'knex';
-import { openDatabase } from '../../src/db/database.js';
-import { seedPgliteDir } from './pglite.js';
-import { migrateEmbeddedSchema } from './schema.js';
+import { migratedTemplate } from './migratedDatabase.js';
+import { openTestDatabase } from './pglite.js';
 
 /**
  * A database as an older release left it: one read-model migration not applied (020, its table
@@ -41,15 +40,17 @@ export async function migratedPgliteDir(dir: string, { older = false } = {}): Pr
   cpSync(await made, dir, { recursive: true });
 }
 
+/**
+ * Loaded from the migrated dump (test/helpers/migratedDatabase.ts: made by this code's migrations,
+ * kept across the processes of a run), not seeded from the initdb template and migrated here: the
+ * migrations took about 1 CPU-s for each of the two directories a process makes, the load a third of that.
+ */
 async function makeMigratedPgliteDir(older: boolean): Promise<string> {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-migrated-dir-'));
   process.once('exit', () => rmSync(root, { recursive: true, force: true }));
   const dir = path.join(root, 'pglite');
-  await seedPgliteDir(dir);
-  const db = await openDatabase({ kind: 'pglite', dataDir: dir, autovacuumIntervalMs: false });
+  const db = await openTestDatabase({ kind: 'pglite', dataDir: dir, loadDataDir: await migratedTemplate(), autovacuumIntervalMs: false });
   try {
-    await db.knex.raw('CREATE EXTENSION IF NOT EXISTS vector');
-    await migrateEmbeddedSchema(db.knex);
     if (older) await makeSchemaOlder(db.knex);
   } finally {
     await db.close();
