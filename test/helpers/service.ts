@@ -10,7 +10,8 @@ import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
 import type { Database, DatabaseOptions } from '../../src/db/database.js';
 import { needsInitdb } from '../../src/db/pgliteThread.js';
-import { isGroupedRun } from './groupedRun.js';
+import { createWorkerEmbedder, type ClosableEmbedder } from '../../src/providers/modelWorkers/models.js';
+import { atGroupEnd, isGroupedRun } from './groupedRun.js';
 import { migratedTemplate, openMigratedDatabase } from './migratedDatabase.js';
 import { openTestDatabase, seedPgliteDir } from './pglite.js';
 
@@ -28,6 +29,24 @@ export interface TestService {
 type Overrides = Record<string, unknown>;
 
 export const TEST_SECRET = 'test-secret-that-is-long-enough-for-hs256-signing!';
+
+/** The test services' built-in models: started at their first call, their pool kept a moment after the last service lets go. */
+const TEST_LOCAL_MODELS = { loadAtStart: false, keepIdleMs: 500 };
+let groupModelsLease: ClosableEmbedder | null = null;
+
+/**
+ * In a grouped run, a lease on the services' model pool held until the group ends, so the pool
+ * one file's pipeline started serves the next file's too: kept only `keepIdleMs` after a
+ * service closed, it ended between two files that call the models whenever a file between them
+ * (or their own setup) took longer, and loading the models again cost seconds of CPU. The lease
+ * itself calls nothing, so a group whose services never call a model starts no pool.
+ */
+function holdLocalModelsForGroup(): void {
+  if (!isGroupedRun() || groupModelsLease !== null) return;
+  const lease = createWorkerEmbedder(TEST_LOCAL_MODELS);
+  groupModelsLease = lease;
+  atGroupEnd(() => lease.close());
+}
 
 /**
  * A whole service on a throwaway PGlite under a temp dir, with fast retries for tests.
@@ -78,13 +97,14 @@ export async function startTestService(
   const fromMigratedDump = isGroupedRun() && !options.dataDir && options.persistent === true && database.kind === 'pglite' && needsInitdb(database.dataDir);
   if (!keptDatabase && !fromMigratedDump && database.kind === 'pglite' && needsInitdb(database.dataDir)) await seedPgliteDir(database.dataDir);
   const loadDataDir = fromMigratedDump ? await migratedTemplate() : undefined;
+  holdLocalModelsForGroup();
   // The built-in models start at their first call: most services never call one.
   const context = await createAppContext(config, {
     env: options.env ?? {},
     logger: pino({ level: 'silent' }),
     workers: options.workers,
     // The models' pool outlives a service by a moment: the next service of a grouped process reuses it.
-    localModels: { loadAtStart: false, keepIdleMs: 500 },
+    localModels: TEST_LOCAL_MODELS,
     clientDocumentFetch: options.clientDocumentFetch,
     openDatabase: keptDatabase ? openKeptPglite : loadDataDir ? (options) => openTestDatabase(options.kind === 'pglite' ? { ...options, loadDataDir } : options) : openTestDatabase,
   });
