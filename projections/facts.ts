@@ -18,7 +18,7 @@ function survivorsOf(trx: Knex.Transaction, factIds: readonly string[]): Promise
 /**
  * A fact merged into `survivorId`, in one statement: the redirect is recorded, the fact marked
  * merged, and its source links move to its final survivor (a link the survivor already has is
- * kept). The final survivor is followed from the fact's redirect as stored before this statement
+ * kept), and a survivor that was unsourced is sourced again. The final survivor is followed from the fact's redirect as stored before this statement
  * (an earlier one wins over this, as the ignored insert leaves it) up to MAX_CHAIN_LENGTH steps,
  * as followMerges does; a chain that leads back to the fact moves nothing.
  */
@@ -33,9 +33,12 @@ async function applyFactMerged(trx: Knex.Transaction, factId: string, survivorId
        SELECT target.id, s.source_id, s.repository_id, s.chunk_index, s.source_text, s.sentence_index, s.extraction_order
          FROM fact_sources s, target WHERE s.fact_id = ?
        ON CONFLICT (fact_id, source_id) DO NOTHING
+       RETURNING fact_id
+     ), sourced AS (
+       UPDATE facts SET unsourced = false WHERE unsourced AND id IN (SELECT fact_id FROM moved) AND id <> ?
      )
      DELETE FROM fact_sources WHERE fact_id = ? AND EXISTS (SELECT 1 FROM target)`,
-    [factId, survivorId, repositoryId, survivorId, factId, ...finalSurvivorParams(factId, survivorId), factId, factId],
+    [factId, survivorId, repositoryId, survivorId, factId, ...finalSurvivorParams(factId, survivorId), factId, factId, factId],
   );
 }
 
@@ -120,12 +123,17 @@ async function applyFactsExtracted(
     later.embeddings.delete(String(row.id));
     later.stabilizations.delete(String(row.id));
   }
+  // A fact a deleted source left unsourced has a source again (the partial index finds the few).
   await trx.raw(
-    `INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index, extraction_order)
-     SELECT r.fact_id, r.source_id, r.repository_id, r.chunk_index, r.source_text, r.sentence_index, r.extraction_order
-       FROM jsonb_to_recordset(?::jsonb) AS r(fact_id text, source_id text, repository_id text, chunk_index int, source_text text, sentence_index int,
-                                             extraction_order int)
-     ON CONFLICT (fact_id, source_id) DO NOTHING`,
+    `WITH linked AS (
+       INSERT INTO fact_sources (fact_id, source_id, repository_id, chunk_index, source_text, sentence_index, extraction_order)
+       SELECT r.fact_id, r.source_id, r.repository_id, r.chunk_index, r.source_text, r.sentence_index, r.extraction_order
+         FROM jsonb_to_recordset(?::jsonb) AS r(fact_id text, source_id text, repository_id text, chunk_index int, source_text text, sentence_index int,
+                                               extraction_order int)
+       ON CONFLICT (fact_id, source_id) DO NOTHING
+       RETURNING fact_id
+     )
+     UPDATE facts SET unsourced = false WHERE unsourced AND id IN (SELECT fact_id FROM linked)`,
     [JSON.stringify([...links.values()])],
   );
 }
@@ -227,9 +235,18 @@ export const factsProjection = projection<Handled>({
       await trx('facts').where({ id: factId }).delete();
       await trx('fact_sources').where({ fact_id: factId }).delete();
     }),
-    // A deleted source's links go; its facts that no other source has are retracted by cleanup_facts.
+    // A deleted source's links go; its facts that no other source has are unsourced, hidden from
+    // every read at once, until cleanup_facts retracts them. The subquery sees the links as they
+    // were before the statement's delete, so it leaves the deleted source's out itself.
     SourceDeleted: each(async (trx, event) => {
-      await trx('fact_sources').where({ source_id: parseStreamName(event.streamId).id }).delete();
+      const sourceId = parseStreamName(event.streamId).id;
+      await trx.raw(
+        `WITH gone AS (DELETE FROM fact_sources WHERE source_id = ? RETURNING fact_id)
+         UPDATE facts SET unsourced = true
+          WHERE id IN (SELECT fact_id FROM gone) AND status <> 'merged'
+            AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.fact_id = facts.id AND s.source_id <> ?)`,
+        [sourceId, sourceId],
+      );
     }),
   },
 });

@@ -690,6 +690,23 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // A fact whose every source was deleted (`unsourced`, written by the facts projection at
+    // SourceDeleted, cleared when a source links it again) is hidden from every read at once:
+    // until cleanup_facts retracted it, it was still found by search and read by id. The partial
+    // index keeps the readers' lookup of a repository's unsourced facts to the few there are.
+    // Facts an earlier deletion left without a source, their retraction still to come, are
+    // marked here.
+    id: '026_facts_unsourced',
+    async up(knex) {
+      await execStatements(knex, `
+        ALTER TABLE facts ADD COLUMN unsourced boolean NOT NULL DEFAULT false;
+        UPDATE facts SET unsourced = true
+         WHERE status <> 'merged' AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.fact_id = facts.id);
+        CREATE INDEX facts_unsourced ON facts (repository_id) WHERE unsourced;
+      `);
+    },
+  },
 ];
 
 /**

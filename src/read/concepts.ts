@@ -213,11 +213,12 @@ export function relationBand(sharedFactCount: number, thresholds: { minShared: n
   return 'weak';
 }
 
-/** Facts linked to every concept of `conceptIds` (not merged), as a query to select from. */
+/** Facts linked to every concept of `conceptIds` (not merged, not unsourced: unsourcedFacts), as a query to select from. */
 function sharedFacts(knex: Knex, repositoryId: string, conceptIds: string[]) {
   return knex('facts')
     .where('facts.repository_id', repositoryId)
     .whereNot('facts.status', 'merged')
+    .where('facts.unsourced', false)
     .whereIn(
       'facts.id',
       knex('fact_concepts').whereIn('concept_id', conceptIds).groupBy('fact_id').havingRaw('count(DISTINCT concept_id) = ?', [conceptIds.length]).select('fact_id'),

@@ -65,8 +65,21 @@ async function factFilter(knex: Knex, repositoryId: string, filters: Pick<FactSe
 
 
 /**
+ * The facts of a repository whose every source was deleted (`unsourced`): cleanup_facts retracts
+ * them, a moment or a backlog later; until then every read leaves them out, as if retracted, from
+ * the moment the deletion is acknowledged. Searches hide them (`hide`, on either search adapter:
+ * the index does not know a fact's sources); reads of the read models leave them out themselves.
+ */
+export async function unsourcedFacts(knex: Knex, repositoryId: string): Promise<string[]> {
+  return (await knex('facts').where({ repository_id: repositoryId, unsourced: true }).pluck('id')) as string[];
+}
+
+/** A fact any read shows: not merged, not unsourced (its every source deleted, see unsourcedFacts). */
+const isLive = (row: FactRow | undefined): row is FactRow => row !== undefined && row.status !== 'merged' && row.unsourced !== true;
+
+/**
  * The live fact each id names, by the id asked for; an id whose merge chain ends at no live fact
- * (the fact retracted or removed, a cycle) is left out. A merged fact's row goes once
+ * (the fact retracted, removed or unsourced, a cycle) is left out. A merged fact's row goes once
  * cleanup_facts removes it, seconds after the merge; its redirect stays in `fact_redirects`, so
  * an id a report, a synthesis or a client kept still leads to its survivor. The rows are read in
  * one statement; only a merged or missing one walks its chain.
@@ -83,7 +96,7 @@ export async function liveFacts(knex: Knex, repositoryId: string, factIds: reado
       const survivor = (row?.merged_into as string | null | undefined) ?? ((await knex('fact_redirects').where({ fact_id: id, repository_id: repositoryId }).first('survivor_id')) as { survivor_id: string } | undefined)?.survivor_id;
       return survivor && survivor !== id ? nodeOf(survivor) : null;
     });
-    if (ended && node.row && node.row.status !== 'merged') result.set(id, node.row);
+    if (ended && isLive(node.row)) result.set(id, node.row);
   }
   return result;
 }
@@ -135,7 +148,8 @@ export function factQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const { query = '', mode = 'hybrid' } = input;
       const page = pageOf(input);
       const factIds = await factFilter(knex, repository.id, input);
-      const result = await deps.hybrid.search(factCollection, { repositoryId: repository.id, query, ...page, mode, ids: factIds });
+      const hide = await unsourcedFacts(knex, repository.id);
+      const result = await deps.hybrid.search(factCollection, { repositoryId: repository.id, query, ...page, mode, ids: factIds, hide });
       return { items: result.items, total: result.total, query, mode: result.mode, fallback_reason: result.fallback_reason };
     },
 

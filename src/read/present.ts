@@ -22,7 +22,7 @@ export type FactRow = Record<string, unknown> & { id: string; created_at: Date |
  * response schema (docs/api.md) lists the same fields.
  */
 export function presentFact(row: FactRow): Record<string, unknown> & { id: string; created_at: string | null } {
-  const { search: _search, embedding_model: _embeddingModel, stable_since: _stableSince, ...fact } = row;
+  const { search: _search, embedding_model: _embeddingModel, stable_since: _stableSince, unsourced: _unsourced, ...fact } = row;
   return { ...fact, created_at: isoDate(row.created_at) };
 }
 

@@ -27,7 +27,7 @@ export interface HybridSettings {
 export const searchModes = ['hybrid', 'lexical'] as const;
 export type SearchMode = (typeof searchModes)[number];
 
-/** A lexical query (its ids and filters restrict both sides) and the mode asked for. */
+/** A lexical query (its ids, hidden ids and filters restrict both sides) and the mode asked for. */
 export interface HybridQuery<Doc extends IndexedDocument = IndexedDocument> extends Omit<SearchQuery<Doc>, 'sort'> {
   /** Default hybrid. */
   mode?: SearchMode;
@@ -185,7 +185,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
   }
 
   const lexicalPage = <Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, limit: number, offset: number) =>
-    deps.search.search(collection, { repositoryId: query.repositoryId, query: query.query, limit, offset, ids: query.ids, filters: query.filters });
+    deps.search.search(collection, { repositoryId: query.repositoryId, query: query.query, limit, offset, ids: query.ids, hide: query.hide, filters: query.filters });
 
   async function lexicalOnly<Doc extends IndexedDocument>(collection: SearchCollection<Doc>, query: HybridQuery<Doc>, reason: string | null): Promise<HybridReply<HitOf<Doc>>> {
     const result = await lexicalPage(collection, query, query.limit, query.offset);
@@ -230,7 +230,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
       await lexical;
       return lexicalOnly(collection, query, `embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
     }
-    const nearest = deps.search.knn(collection, { repositoryId: query.repositoryId, vector, k: plan.pool, ids: query.ids, filters: query.filters });
+    const nearest = deps.search.knn(collection, { repositoryId: query.repositoryId, vector, k: plan.pool, ids: query.ids, hide: query.hide, filters: query.filters });
     nearest.catch(() => undefined);
     const lexicalItems = (await lexical).items;
     let nearestItems: Hit[];
@@ -289,7 +289,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
         try {
           nearest = await deps.search.knnMany(
             collection,
-            ready.map(({ index, pool }) => ({ repositoryId: queries[index].repositoryId, vector: vectors.get(index) as number[], k: pool, ids: queries[index].ids, filters: queries[index].filters })),
+            ready.map(({ index, pool }) => ({ repositoryId: queries[index].repositoryId, vector: vectors.get(index) as number[], k: pool, ids: queries[index].ids, hide: queries[index].hide, filters: queries[index].filters })),
           );
         } catch (error) {
           const reason = knnFallbackReason(error);

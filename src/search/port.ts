@@ -33,6 +33,11 @@ export interface SearchQuery<Doc extends IndexedDocument = IndexedDocument> {
   offset: number;
   /** Only these documents (the concept filters of the facts API); an empty list matches nothing. */
   ids?: readonly string[];
+  /**
+   * Documents never found, as hidden ones are, however many: the caller knows they are gone
+   * before the index does (the facts of a deleted source, until cleanup_facts retracts them).
+   */
+  hide?: readonly string[];
   /** Filterable fields: a value, or any of a list (an empty list matches nothing). */
   filters?: { readonly [K in QueryField<Doc>]?: string | readonly string[] };
   /** Sortable fields, replacing the collection's order (score first, or its listing order); the id breaks ties. */
@@ -46,6 +51,8 @@ export interface KnnQuery<Doc extends IndexedDocument = IndexedDocument> {
   /** 1..MAX_K nearest documents of the repository, nearest first. */
   k: number;
   ids?: readonly string[];
+  /** As in SearchQuery: left out as hidden documents are, so k of the others come back. */
+  hide?: readonly string[];
   filters?: SearchQuery<Doc>['filters'];
   /**
    * Only documents at least this similar (cosine similarity, -1..1): of the k nearest, those at
@@ -221,8 +228,9 @@ function validateStringList(values: unknown, what: string): void {
 }
 
 /** Ids and filters: every filter field filterable, every value a non-empty string. */
-function validateRestrictions(collection: SearchCollection, query: { ids?: unknown; filters?: unknown }): void {
+function validateRestrictions(collection: SearchCollection, query: { ids?: unknown; hide?: unknown; filters?: unknown }): void {
   if (query.ids !== undefined) validateStringList(query.ids, 'ids');
+  if (query.hide !== undefined) validateStringList(query.hide, 'hide');
   if (query.filters === undefined) return;
   if (query.filters === null || typeof query.filters !== 'object') throw new InvalidSearchRequestError('filters must be an object');
   const allowed = filterableFields(collection);

@@ -104,9 +104,11 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     });
   }
 
-  /** Hidden rows left out; the ids and filters of the query applied. */
-  function visible(builder: Knex.QueryBuilder, collection: SearchCollection, row: string, query: Pick<KnnQuery, 'filters'>): Knex.QueryBuilder {
+  /** Hidden rows, and those the query hides, left out; the filters of the query applied. */
+  function visible(builder: Knex.QueryBuilder, collection: SearchCollection, row: string, query: Pick<KnnQuery, 'filters' | 'hide'>): Knex.QueryBuilder {
     if (collection.hidden) builder.whereNotIn(`${row}.${collection.hidden.field}`, [...collection.hidden.values]);
+    // One array parameter however many ids (see the lexical search's ids).
+    if (query.hide !== undefined && query.hide.length > 0) builder.whereRaw('NOT (??.id = ANY(?::text[]))', [row, [...query.hide]]);
     for (const [name, values] of filterValues(query.filters)) builder.whereIn(`${row}.${name}`, values);
     return builder;
   }
@@ -198,7 +200,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     entries: readonly Asked<Doc>[],
   ): Promise<Row[]> {
     const { table } = served.postgres;
-    // Queries with the same restrictions (filters and ids) go in one statement: one inner query
+    // Queries with the same restrictions (filters, ids and hidden ids) go in one statement: one inner query
     // and one parameter however many queries come (annotate_report sends one per sentence; a
     // UNION of them, five parameters a query, would reach PostgreSQL's limit of 65,535). Only
     // vectors of visible rows (not merged, passing the filters) count in the inner query, so k of
@@ -210,7 +212,7 @@ export function createPostgresSearchIndex(knex: Knex, options: PostgresSearchOpt
     const groups = new Map<string, Asked<Doc>[]>();
     for (const entry of entries) {
       if (entry.candidates !== null && entry.candidates.length === 0) continue;
-      const key = JSON.stringify([entry.query.ids ?? null, [...filterValues(entry.query.filters)], entry.candidates !== null]);
+      const key = JSON.stringify([entry.query.ids ?? null, entry.query.hide ?? null, [...filterValues(entry.query.filters)], entry.candidates !== null]);
       groups.set(key, [...(groups.get(key) ?? []), entry]);
     }
     const perStatement = options.oneConnection === true && (trx as Knex.Transaction).isTransaction !== true ? KNN_QUERIES_PER_STATEMENT : entries.length;

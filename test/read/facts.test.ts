@@ -2,7 +2,8 @@ import t from 'tap';
 import { MAX_CONCEPT_FILTER } from '../../src/read/facts.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
-import { appendEvents, createConcept, extractFacts, linkFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
+import { contentHash } from '../../src/interchange/hashing.js';
+import { appendEvents, createConcept, embedFacts, extractFacts, linkFacts, stabilize, type SeededFact } from '../api/seedGraph.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -95,4 +96,59 @@ t.test("a fact's concepts; a merged fact answers with its survivor's along the w
   t.match(await harness.app.facts.get(owner, { repository, fact: facts.twin.id.toUpperCase() }), { id: facts.oven.id, merged_from: facts.twin.id }, 'ids in any case');
   const elsewhere = await harness.app.repositories.create(owner, { name: 'Elsewhere' });
   await rejectsWith(t, harness.app.facts.get(await harness.refreshed(owner), { repository: elsewhere.id, fact: facts.twin.id }), 'not_found', /fact/);
+});
+
+/** FactsExtracted of a fact seeded before (same id and content) by another source. */
+async function extractAgain(sourceId: string, fact: SeededFact): Promise<void> {
+  const data = { fact_id: fact.id, content: fact.content, content_hash: contentHash(fact.content), source_text: fact.content, chunk_index: 0, fact_kind: 'text', image_id: null, sentence_index: 0 };
+  await appendEvents(harness.service, repository, `source-${sourceId}`, [{ type: 'FactsExtracted', data: { model_id: 'local', promptset_hash: '', facts: [data] } }]);
+}
+
+t.test("a deleted source's facts leave every search, listing and read at once, before cleanup_facts retracts them", async (t) => {
+  // No workers here: cleanup_facts never runs, so what answers is the deletion alone.
+  const { embedder } = harness.service.context;
+  if (embedder === null) throw new Error('the test service has an embedder');
+  const kept = (await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/orchard' })).source.id;
+  const doomed = (await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/orchard-gone' })).source.id;
+  const [apple] = await extractFacts(harness.service, repository, kept, ['Apple trees blossom in spring orchards.']);
+  const [pear] = await extractFacts(harness.service, repository, doomed, ['Pear trees blossom in spring orchards.']);
+  await extractAgain(doomed, apple);
+  await embedFacts(harness.service, repository, kept, embedder, [apple]);
+  await embedFacts(harness.service, repository, doomed, embedder, [pear]);
+  await linkFacts(harness.service, repository, doomed, { [pear.id]: [concepts.oven] });
+  t.equal((await harness.app.facts.get(owner, { repository, fact: apple.id })).sources.length, 2, 'the apple fact has both sources');
+  const found = async (mode: 'lexical' | 'hybrid', extra: Record<string, string> = {}) =>
+    (await harness.app.facts.search(owner, { repository, query: 'blossom orchards', mode, limit: 100, ...extra })).items.map((item) => item.id);
+  t.ok((await found('lexical')).includes(pear.id), 'found before the deletion');
+
+  await harness.app.sources.remove(owner, { repository, source: doomed });
+  for (const mode of ['lexical', 'hybrid'] as const) {
+    const ids = await found(mode);
+    t.notOk(ids.includes(pear.id), `${mode}: the deleted source's own fact is not found`);
+    t.ok(ids.includes(apple.id), `${mode}: a fact another source has still is`);
+  }
+  const hybrid = await harness.app.facts.search(owner, { repository, query: 'pear blossom', limit: 100 });
+  t.equal(hybrid.mode, 'hybrid', 'the vector side answered');
+  t.notOk(hybrid.items.some((item) => item.id === pear.id), 'nor by its vector');
+  const listed = await harness.app.facts.search(owner, { repository, limit: 100 });
+  t.notOk(listed.items.some((item) => item.id === pear.id), 'nor listed');
+  t.notOk((await found('lexical', { concept: concepts.oven })).includes(pear.id), 'nor through a concept');
+  t.equal(listed.total, listed.items.length, 'and the total does not count it');
+  await rejectsWith(t, harness.app.facts.get(owner, { repository, fact: pear.id }), 'not_found', /fact not found/);
+  await rejectsWith(t, harness.app.facts.concepts(owner, { repository, fact: pear.id }), 'not_found');
+  const conceptFacts = await harness.app.concepts.facts(owner, { repository, concept: concepts.oven });
+  t.notOk(conceptFacts.items.some((item: { id: string }) => item.id === pear.id), "nor in its concept's facts");
+
+  // Extracted again by a source that stays, before cleanup ran: found again.
+  const again = (await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/orchard-again' })).source.id;
+  await extractAgain(again, pear);
+  t.ok((await found('lexical')).includes(pear.id), 'a fact extracted again is found again');
+  t.match(await harness.app.facts.get(owner, { repository, fact: pear.id }), { id: pear.id, sources: [{ url: 'http://127.0.0.1:9/orchard-again' }] });
+
+  // Unsourced again; then a sourced fact merged into it brings it its sources, and it is found again.
+  await harness.app.sources.remove(owner, { repository, source: again });
+  t.notOk((await found('lexical')).includes(pear.id), 'unsourced again');
+  await appendEvents(harness.service, repository, `fact-${apple.id}`, [{ type: 'FactMergedInto', data: { survivor_id: pear.id, similarity: 0.96, source_id: kept, catchup: false } }]);
+  t.ok((await found('lexical')).includes(pear.id), 'a merge that moves a source to it brings it back');
+  t.match(await harness.app.facts.get(owner, { repository, fact: apple.id }), { id: pear.id, merged_from: apple.id, sources: [{ url: 'http://127.0.0.1:9/orchard' }] });
 });

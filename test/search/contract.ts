@@ -206,6 +206,28 @@ export function searchContract(t: Test, open: () => Promise<SearchHarness>): voi
     t.same((await index.knn(facts, { repositoryId: `repo-${randomUUID()}`, vector: [1, 0, 0, 0], k: 3 })).items, []);
   });
 
+  withHarness('hidden ids are found by nothing: not lexically, not listed, not by vector, and k of the others come back', async (t, { index, load }, repo) => {
+    const near = fact(repo, 'Near wasps.', { vector: [1, 0.1, 0, 0] });
+    const diagonal = fact(repo, 'Diagonal wasps.', { vector: [1, 1, 0, 0] });
+    const orthogonal = fact(repo, 'Orthogonal wasps.', { vector: [0, 1, 0, 0] });
+    await load([near, diagonal, orthogonal]);
+    const hide = [near.id];
+    t.same(sorted(ids((await index.search(facts, { repositoryId: repo, query: 'wasps', limit: 10, offset: 0, hide })).items)), sorted([diagonal.id, orthogonal.id]), 'lexical');
+    const listed = await index.search(facts, { repositoryId: repo, query: '', limit: 10, offset: 0, hide });
+    t.same(sorted(ids(listed.items)), sorted([diagonal.id, orthogonal.id]), 'listed');
+    t.equal(listed.total, 2, 'and not counted');
+    t.equal((await index.search(facts, { repositoryId: repo, query: 'wasps', limit: 0, offset: 0, hide })).total, 2, 'nor in a count alone');
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 2, hide })).items), [diagonal.id, orthogonal.id], 'k-NN: k of the others');
+    const [restricted, many] = await index.knnMany(facts, [
+      { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, ids: [near.id, diagonal.id], hide },
+      { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, hide: [near.id, orthogonal.id] },
+    ]);
+    t.same(ids(restricted.items), [diagonal.id], 'with ids');
+    t.same(ids(many.items), [diagonal.id], 'knnMany');
+    t.same(ids((await index.knn(facts, { repositoryId: repo, vector: [1, 0, 0, 0], k: 3, hide: [] })).items), [near.id, diagonal.id, orthogonal.id], 'an empty list hides nothing');
+    await t.rejects(index.search(facts, { repositoryId: repo, query: '', limit: 1, offset: 0, hide: [''] }), { name: 'InvalidSearchRequestError', message: /hide/ });
+  });
+
   withHarness('knnMany answers each query as knn does, in the order asked', async (t, { index, load }, repo) => {
     const other = `repo-${randomUUID()}`;
     const near = fact(repo, 'Near.', { vector: [1, 0.1, 0, 0] });

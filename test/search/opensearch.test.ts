@@ -50,3 +50,16 @@ t.test('an id set longer than one terms query takes (index.max_terms_count) is s
   const few = searchBody(facts, { repositoryId: 'r', query: '', limit: 10, offset: 0, ids: ['a', 'b'] });
   t.same(idFilter((few?.body.query as { bool: Filtered }).bool), { terms: { id: ['a', 'b'] } }, 'a short list stays one terms query');
 });
+
+t.test('hidden ids are left out of lexical and k-NN searches (must_not), split like ids however many', async (t) => {
+  const many = Array.from({ length: MAX_TERMS_PER_QUERY + 3 }, (_, index) => `fact-${index}`);
+  type Restricted = { must_not: Array<Record<string, unknown>> };
+  const lexical = searchBody(facts, { repositoryId: 'r', query: 'wasps', limit: 10, offset: 0, hide: ['a', 'b'] });
+  t.same((lexical?.body.query as { bool: Restricted }).bool.must_not.slice(1), [{ terms: { id: ['a', 'b'] } }], 'lexical: the hidden ids beside the hidden statuses');
+  const nearest = knnBody(facts, { repositoryId: 'r', vector: [1, 0, 0, 0], k: 5, hide: many });
+  t.same((nearest.query as { knn: { embedding: { filter: { bool: Restricted } } } }).knn.embedding.filter.bool.must_not.slice(1), [
+    { bool: { should: [{ terms: { id: many.slice(0, MAX_TERMS_PER_QUERY) } }, { terms: { id: many.slice(MAX_TERMS_PER_QUERY) } }], minimum_should_match: 1 } },
+  ], 'k-NN: inside the HNSW filter, so k of the others come back');
+  const none = searchBody(facts, { repositoryId: 'r', query: '', limit: 10, offset: 0, hide: [] });
+  t.equal((none?.body.query as { bool: Restricted }).bool.must_not.length, 1, 'an empty list adds nothing');
+});

@@ -15,7 +15,7 @@ import { isPermanentError, PermanentJobError, type JobContext, type Stage, type 
 import { commandFrom, failureReason, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { chunked } from '../../util/chunked.js';
-import { liveFacts } from '../../read/facts.js';
+import { liveFacts, unsourcedFacts } from '../../read/facts.js';
 
 /**
  * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
@@ -90,8 +90,11 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
 
   /** The candidates of a batch of sentences at or above the threshold, most similar first, at most the limit each. */
   async function candidates(repositoryId: string, sentences: readonly ReportSentence[]): Promise<Array<Array<{ id: string; content: string; similarity: number }>>> {
+    // Facts of deleted sources are no evidence, also before cleanup_facts retracts them.
+    const hide = await unsourcedFacts(deps.knex, repositoryId);
     const queries = sentences.map((sentence) => ({
       repositoryId,
+      hide,
       query: lexicalQueryOf(sentence.text) || sentence.text,
       vectorText: sentence.text,
       limit: pool,

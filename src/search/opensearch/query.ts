@@ -43,9 +43,10 @@ function idsFilter(ids: readonly string[]): Record<string, unknown> {
 
 /**
  * Filters every search of a collection shares: the repository, complete documents only (not the
- * partial ones an early update makes), no hidden documents or tombstones, the ids and filters.
+ * partial ones an early update makes), no hidden documents or tombstones, none the query hides,
+ * the ids and filters.
  */
-function restrictions(collection: SearchCollection, query: Pick<SearchQuery, 'repositoryId' | 'ids' | 'filters'>) {
+function restrictions(collection: SearchCollection, query: Pick<SearchQuery, 'repositoryId' | 'ids' | 'hide' | 'filters'>) {
   const hidden = collection.hidden;
   const hiddenValues = hidden ? [...hidden.values, ...(collection.tombstones ? [TOMBSTONE] : [])] : [];
   return {
@@ -55,7 +56,7 @@ function restrictions(collection: SearchCollection, query: Pick<SearchQuery, 're
       ...(query.ids !== undefined ? [idsFilter(query.ids)] : []),
       ...filterValues(query.filters).map(([name, values]) => ({ terms: { [name]: values } })),
     ],
-    must_not: hidden ? [{ terms: { [hidden.field]: hiddenValues } }] : [],
+    must_not: [...(hidden ? [{ terms: { [hidden.field]: hiddenValues } }] : []), ...(query.hide !== undefined && query.hide.length > 0 ? [idsFilter(query.hide)] : [])],
   };
 }
 

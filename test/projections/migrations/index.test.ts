@@ -235,6 +235,22 @@ t.test('025: a report annotated at its revision says so; one changed since its a
   ]);
 });
 
+t.test('026: facts an earlier deletion left without a source are unsourced (hidden until retracted); the others are not', async (t) => {
+  const { db, after } = await migratedThrough(t, '025_reports_annotated_revision');
+  t.equal(after[0], '026_facts_unsourced');
+  const now = new Date();
+  const fact = (id: string, status: string) => ({ id, repository_id: 'repo-1', content: id, content_hash: id, status, created_at: now });
+  await db.knex('facts').insert([fact('sourced', 'stable'), fact('orphan', 'new'), fact('merged', 'merged')]);
+  await db.knex('fact_sources').insert({ fact_id: 'sourced', source_id: 's1', repository_id: 'repo-1', chunk_index: 0 });
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await db.knex('facts').orderBy('id').select('id', 'unsourced'), [
+    { id: 'merged', unsourced: false },
+    { id: 'orphan', unsourced: true },
+    { id: 'sourced', unsourced: false },
+  ], 'a merged fact is hidden already');
+  t.ok((await db.knex('pg_indexes').where({ tablename: 'facts' }).pluck('indexname')).includes('facts_unsourced'));
+});
+
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
   const db = await openMigratedDatabase();
   t.teardown(() => db.close());
