@@ -1,3 +1,4 @@
+import { withoutCitations } from '../src/domain/concept/summaries.js';
 import type { Knex } from 'knex';
 import { projection, each, type Projection, type RecordedOf } from '../src/projection/types.js';
 import type { RecordedEvent } from '../src/eventstore/envelope.js';
@@ -50,13 +51,13 @@ export function factDocumentsOf(event: RecordedOf<FactsExtracted>): FactDocument
 }
 
 /**
- * A slice's Markdown as its search matches it: without the `<fact:ID>` targets of its citations
- * (`[text](<fact:ID>)`), which PostgreSQL's parser skips as tags (the `concept_summaries.search`
- * column) but OpenSearch's analyzer read as words, so there `facts` (stemmed `fact`) or a piece of
- * an id matched every slice. The read model keeps the Markdown; hits are shown from it.
+ * A slice's Markdown as its search matches it: without its citations' targets (`<fact:ID>`, bare
+ * `(fact:ID)`: withoutCitations), which OpenSearch's analyzer read as words, so `facts` (stemmed
+ * `fact`) or a piece of an id matched every slice. PostgreSQL's `concept_summaries.search` column
+ * strips the same (migration 027). The read model keeps the Markdown; hits are shown from it.
  */
 export function searchableSummaryText(markdown: string): string {
-  return markdown.replace(/<fact:[^<>]*>/g, ' ');
+  return withoutCitations(markdown);
 }
 
 /** The last of each id: a run's updates of one document in one call, with the effect of applying them in turn. */

@@ -2,6 +2,8 @@ import type { Knex } from 'knex';
 import { execStatements } from '../../src/db/database.js';
 import { applyMigrations, relationsExist, type Migrator } from '../../src/db/migrations.js';
 import { conceptName, conceptNameKey } from '../../src/domain/concept/decider.js';
+import { withoutCitationsSql } from '../../src/domain/concept/summaries.js';
+import { REPORT_SEARCH_VECTOR } from '../../src/read/reports.js';
 import { referenceKeyOfRegistered } from '../../src/domain/source/reference.js';
 import { updateRows } from '../batchWrites.js';
 import { refreshAliasText } from '../concepts.js';
@@ -704,6 +706,25 @@ export const readModelMigrations: readonly Migration[] = [
         UPDATE facts SET unsourced = true
          WHERE status <> 'merged' AND NOT EXISTS (SELECT 1 FROM fact_sources s WHERE s.fact_id = facts.id);
         CREATE INDEX facts_unsourced ON facts (repository_id) WHERE unsourced;
+      `);
+    },
+  },
+  {
+    // Search vectors without fact citations' targets (`<fact:ID>`, bare `(fact:ID)`:
+    // withoutCitationsSql, from the one definition of a citation, FACT_CITATION_PATTERN):
+    // PostgreSQL's parser skips `<fact:ID>` as a tag but read a bare `(fact:ID)` as words, so
+    // `fact` or a piece of a cited id matched every summary slice or report that held one. The
+    // OpenSearch index strips the same (searchableSummaryText). The generated column is made
+    // again (a rewrite of concept_summaries), and the reports index on the expression the
+    // report search queries with (REPORT_SEARCH_VECTOR).
+    id: '027_search_without_citations',
+    async up(knex) {
+      await execStatements(knex, `
+        ALTER TABLE concept_summaries DROP COLUMN search;
+        ALTER TABLE concept_summaries ADD COLUMN search tsvector GENERATED ALWAYS AS (to_tsvector('english', ${withoutCitationsSql('content')})) STORED;
+        CREATE INDEX concept_summaries_search ON concept_summaries USING gin (search);
+        DROP INDEX reports_search;
+        CREATE INDEX reports_search ON reports USING gin (${REPORT_SEARCH_VECTOR});
       `);
     },
   },

@@ -1,3 +1,4 @@
+import { withoutCitationsSql } from '../domain/concept/summaries.js';
 import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
@@ -50,8 +51,14 @@ export type ReportRow = {
   annotated_at: Date | string | null;
 };
 
-/** The expression the `reports_search` index is built on (projections/migrations): queries must use it as is. */
-const SEARCH_VECTOR = `to_tsvector('english', title || ' ' || text)`;
+/**
+ * The expression the `reports_search` index is built on (migration 027 builds it from this):
+ * queries must use it as is. The text without its fact citations' targets (withoutCitationsSql):
+ * PostgreSQL's parser read a bare `(fact:ID)` as words, so `fact` or a piece of an id matched
+ * every report that cited one.
+ */
+export const REPORT_SEARCH_VECTOR = `to_tsvector('english', title || ' ' || ${withoutCitationsSql('text')})`;
+const SEARCH_VECTOR = REPORT_SEARCH_VECTOR;
 
 /** A live report of the repository, or `not_found`. */
 export async function loadReport(knex: Knex, repositoryId: string, reportId: string): Promise<ReportRow> {

@@ -153,3 +153,12 @@ t.test('after an edit the annotations say which revision they are of: their offs
   t.match(stale, { status: 'pending', revision: 2, annotated_revision: 1 }, 'the sentences are of revision 1, not of the text as it is now');
   t.equal(text.slice(stale.items[0].start, stale.items[0].end), stale.items[0].text, "offsets into revision 1's text");
 });
+
+t.test('report search matches the prose, not fact citations written into the text', async (t) => {
+  const cited = facts.oven.id;
+  const report = await harness.app.reports.create(owner, { repository, title: 'Crumbs', text: `Crumbs fall from crusts (fact:${cited}) and from [loaves](<fact:${cited}>).` });
+  const found = async (query: string) => (await harness.app.reports.list(owner, { repository, query, limit: 500 })).items.map((item: { id: string }) => item.id);
+  t.same(await found('crumbs crusts'), [report.id], 'the prose is found');
+  t.same(await found('fact'), [], 'not the word of the citations');
+  t.same(await found(cited.split('-')[0]!), [], 'nor a piece of the id');
+});

@@ -102,3 +102,27 @@ t.test('a definition follows merges of the facts and concepts it cites, before a
   t.same(rest.body.images, direct.images);
   t.same(rest.body.related_concepts, direct.related_concepts);
 });
+
+t.test('summary search matches the prose, not the citations: neither "fact" nor a piece of a cited id finds a slice', async (t) => {
+  const cited = facts.knife.id;
+  await appendEvents(harness.service, repository, `concept-${ids.knife}`, [
+    {
+      type: 'SummarySliceWritten',
+      data: {
+        slice_id: `slice-${cited}`,
+        slice_number: 0,
+        is_open: true,
+        fact_ids: [cited],
+        // The link form, and the bare form a model may write.
+        content: `Knives cut loaves [cleanly](<fact:${cited}>) and crusts (fact:${cited}).`,
+        model_id: 'local',
+        reason: 'facts_added',
+      },
+    },
+  ]);
+  const found = async (query: string) => (await harness.app.summaries.search(owner, { repository, query, mode: 'lexical' })).items.map((item: { id: string }) => item.id);
+  t.same(await found('crusts'), [`slice-${cited}`], 'the prose is found');
+  t.same(await found('fact'), [], 'not the word of the citations');
+  t.same(await found(cited.split('-')[0]!), [], 'nor a piece of the id');
+  t.same(await found(cited), [], 'nor the id');
+});

@@ -22,14 +22,33 @@ export function synthesisId(conceptId: string): string {
 }
 
 /**
- * Every fact id the Markdown refers to, in order of first appearance: the link form
- * `[text](<fact:ID>)` and, so that a sloppy model answer cannot slip a reference past the check,
- * the bare forms `(fact:ID)` and `<fact:ID>` too.
+ * What a fact citation looks like in Markdown, its id captured: the target `<fact:ID>` of the link
+ * form `[text](<fact:ID>)` (also written bare) and, so that a sloppy model answer cannot slip a
+ * reference past the check, the bare `(fact:ID)`. The one definition: citedFactIds reads it, and
+ * search strips it (withoutCitations for the OpenSearch index, withoutCitationsSql for
+ * PostgreSQL's search vectors), so neither `fact` nor a piece of an id matches every cited text.
+ * Written so that JavaScript and PostgreSQL's regular expressions (ARE) read it alike.
+ */
+export const FACT_CITATION_PATTERN = String.raw`<fact:([^>]*)>|\(fact:([^)\s]*)\)`;
+
+/** The text without its citations' targets (each a space), as search should match it; the link text stays. */
+export function withoutCitations(markdown: string): string {
+  return markdown.replace(new RegExp(FACT_CITATION_PATTERN, 'g'), ' ');
+}
+
+/** withoutCitations of a text column, in SQL (immutable: fit for a generated column or an index expression). */
+export function withoutCitationsSql(column: string): string {
+  // The pattern holds no quote, so it stands in the statement as a literal.
+  return `regexp_replace(${column}, '${FACT_CITATION_PATTERN}', ' ', 'g')`;
+}
+
+/**
+ * Every fact id the Markdown refers to (FACT_CITATION_PATTERN), in order of first appearance.
  */
 export function citedFactIds(markdown: string): string[] {
   const ids: string[] = [];
   const seen = new Set<string>();
-  for (const match of markdown.matchAll(/<fact:([^>]*)>|\(fact:([^)\s]*)\)/g)) {
+  for (const match of markdown.matchAll(new RegExp(FACT_CITATION_PATTERN, 'g'))) {
     const id = (match[1] ?? match[2] ?? '').trim();
     if (seen.has(id)) continue;
     seen.add(id);

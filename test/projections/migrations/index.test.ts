@@ -2,6 +2,7 @@ import t, { type Test } from 'tap';
 import { migrateReadModels, readModelMigrations } from '../../../projections/migrations/index.js';
 import { sourceCommands } from '../../../src/app/sources.js';
 import { conceptNameKey } from '../../../src/domain/concept/decider.js';
+import { REPORT_SEARCH_VECTOR } from '../../../src/read/reports.js';
 import { openMigratedDatabase } from '../../helpers/migratedDatabase.js';
 import { openMemoryPglite } from '../../eventstore/contract.js';
 
@@ -249,6 +250,30 @@ t.test('026: facts an earlier deletion left without a source are unsourced (hidd
     { id: 'sourced', unsourced: false },
   ], 'a merged fact is hidden already');
   t.ok((await db.knex('pg_indexes').where({ tablename: 'facts' }).pluck('indexname')).includes('facts_unsourced'));
+});
+
+t.test('027: summary slices and reports written before it are searched without their citations', async (t) => {
+  const { db, after } = await migratedThrough(t, '026_facts_unsourced');
+  t.equal(after[0], '027_search_without_citations');
+  const now = new Date();
+  const id = 'c0ffee00-1111-4222-8333-444455556666';
+  const text = `Crumbs fall from crusts (fact:${id}) and [loaves](<fact:${id}>).`;
+  await db.knex('concept_summaries').insert({
+    id: 's1', repository_id: 'repo-1', concept_id: 'c1', slice_number: 0, is_open: true, status: 'open', content: text,
+    fact_ids: JSON.stringify([id]), fact_count: 1, model_id: 'local', reason: 'facts_added', created_at: now, updated_at: now,
+  });
+  await db.knex('reports').insert({ id: 'r1', repository_id: 'repo-1', title: 'Crumbs', text, origin: 'text', status: 'pending', revision: 1, created_by: 'u1', created_at: now, updated_at: now });
+  // Reports are searched by the expression of their index: before, the one migration 006 made.
+  const matching = async (query: string, reportVector = REPORT_SEARCH_VECTOR) => ({
+    slices: (await db.knex('concept_summaries').whereRaw(`search @@ websearch_to_tsquery('english', ?)`, [query]).pluck('id')) as string[],
+    reports: (await db.knex('reports').whereRaw(`${reportVector} @@ websearch_to_tsquery('english', ?)`, [query]).pluck('id')) as string[],
+  });
+  t.same(await matching('fact', `to_tsvector('english', title || ' ' || text)`), { slices: ['s1'], reports: ['r1'] }, 'before: the bare citation is words');
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await matching('fact'), { slices: [], reports: [] }, 'after: neither "fact"');
+  t.same(await matching('c0ffee00'), { slices: [], reports: [] }, 'nor a piece of the id matches');
+  t.same(await matching('crusts'), { slices: ['s1'], reports: ['r1'] }, 'the prose does');
+  t.ok((await db.knex('pg_indexes').whereIn('indexname', ['concept_summaries_search', 'reports_search']).pluck('indexname')).length === 2, 'both indexes are there');
 });
 
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
