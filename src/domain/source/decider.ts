@@ -123,6 +123,8 @@ export type SourceState =
       embeddedWith: string[];
       /** Per embedding model, the fact ids with a vector of it so far: what a retry of embed_facts still lacks is the rest. */
       embeddedFactIds: Record<string, string[]>;
+      /** Per embedding model, the dimension of its first part: every later part must have it (mixedDimensions). */
+      embeddedDimensions: Record<string, number>;
       deduplicated: boolean;
       /** batch_index of every ConceptsExtracted recorded. */
       conceptBatches: number[];
@@ -147,6 +149,21 @@ function checkLinks(links: ReadonlyArray<{ fact_id: string; concept_ids: string[
     if (!link.fact_id) throw new DomainError('invalid', 'a concept link needs a fact id');
     if (link.concept_ids.some((id) => !id)) throw new DomainError('invalid', `fact ${link.fact_id} has an empty concept id`);
   }
+}
+
+/**
+ * Why vectors of `dimensions` cannot join the source's earlier parts of `model`, or null: the
+ * parts of one model must share a dimension, or k-NN compares vectors of different lengths (the
+ * index refuses them, and deduplication stops on them). A model server that changes its output,
+ * or a changed `providers.embeddings.dimensions` between a failed part and its retry, would mix them.
+ */
+export function mixedDimensions(source: { embeddedDimensions: Readonly<Record<string, number>> }, model: string, dimensions: number): string | null {
+  const earlier = source.embeddedDimensions[model];
+  if (earlier === undefined || earlier === dimensions) return null;
+  return (
+    `the source's earlier vectors of ${model} have ${earlier} dimensions, the embedder's have ${dimensions}: ` +
+    `the vectors of one model must have one dimension; set providers.embeddings.dimensions back to ${earlier}, or embed with another model`
+  );
 }
 
 export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
@@ -231,6 +248,8 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         if (!command.model) throw new DomainError('invalid', 'embedding model must be named');
         if (!Number.isInteger(command.dimensions) || command.dimensions <= 0)
           throw new DomainError('invalid', 'dimensions must be a positive integer');
+        const mixed = mixedDimensions(source, command.model, command.dimensions);
+        if (mixed !== null) throw new DomainError('invalid', mixed);
         // One part of several: a fact that has a vector of this model already (an earlier part,
         // recorded before a crash or by a twin) is not recorded again.
         const recorded = new Set(source.embeddedFactIds[command.model] ?? []);
@@ -280,6 +299,7 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         factIds: [],
         embeddedWith: [],
         embeddedFactIds: {},
+        embeddedDimensions: {},
         deduplicated: false,
         conceptBatches: [],
         deleted: false,
@@ -318,6 +338,7 @@ export const sourceDecider: Decider<SourceState, SourceCommand, SourceEvent> = {
         return {
           ...state,
           embeddedFactIds: { ...state.embeddedFactIds, [model]: [...known, ...added] },
+          embeddedDimensions: model in state.embeddedDimensions ? state.embeddedDimensions : { ...state.embeddedDimensions, [model]: event.data.dimensions },
           embeddedWith: complete ? [...state.embeddedWith, model] : state.embeddedWith,
         };
       }

@@ -1,4 +1,4 @@
-import { sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
+import { mixedDimensions, sourceDecider, type SourceEvent } from '../../domain/source/decider.js';
 import { streamName, type RecordedEvent } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Embedder } from '../../providers/embeddings/port.js';
@@ -67,6 +67,9 @@ export function createEmbedFactsStage(deps: EmbedFactsDeps): Stage {
       const model = deps.embedder.modelId;
       if (state.embeddedWith.includes(model)) return;
       await recordingSourceFailure(context, { store: deps.store, stream, stage: 'embed_facts', maxAttempts: deps.maxAttempts }, async () => {
+        // Refused before any model call: no part of another dimension joins the model's earlier ones.
+        const mixed = mixedDimensions(state, model, deps.embedder.dimensions);
+        if (mixed !== null) throw new PermanentJobError(mixed);
         // The facts without a vector of the model: all of them, or what a failed run left.
         const recorded = new Set(state.embeddedFactIds[model] ?? []);
         const unique = new Map<string, string>();

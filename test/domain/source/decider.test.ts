@@ -122,6 +122,10 @@ t.test('embeddings of a large source in parts: each fact once, the model embedde
   t.match(stateOf([...extracted, part(['f', 'g', 'h'])]), { embeddedWith: ['local'] }, 'one event with every vector (as always recorded) completes it');
   t.match(stateOf([...first, part(['f'])]), { embeddedWith: [], embeddedFactIds: { local: ['f', 'g'] } }, 'a vector seen again counts once');
   t.same(given(first).when({ ...record(['h']), model: 'openai' }).events(), [{ type: 'FactsEmbedded', data: { model: 'openai', dimensions: 2, vectors: [vector('h')] } }], 'models are apart');
+  const other = given(first).when({ ...record(['h']), dimensions: 3 }).thenThrows(DomainError);
+  t.match(other, { code: 'invalid', message: /earlier vectors of local have 2 dimensions, the embedder's have 3/ }, "a part of another dimension than the model's earlier parts is refused");
+  t.match(stateOf(first), { embeddedDimensions: { local: 2 } });
+  t.same(given(first).when({ ...record(['h']), model: 'openai', dimensions: 3 }).events().length, 1, "another model's dimension is its own");
 
   const empty: SourceEvent[] = [registered, fetched, { type: 'FactsExtracted', data: { model_id: 'm', promptset_hash: '', facts: [] } }];
   t.same(given(empty).when(record([])).events(), [part([])], 'a source without facts records one empty event');
