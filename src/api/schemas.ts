@@ -35,8 +35,8 @@ export const pagingQuery = {
 export const errorReplies = {
   400: errorReply('a parameter, query or body that fails its schema or a rule of the domain'),
   401: errorReply('no bearer token, or one that is malformed, expired or revoked'),
-  403: errorReply('the caller lacks the permission the route needs'),
-  404: errorReply('the repository or the resource the path names does not exist (or was deleted)'),
+  403: errorReply('the caller lacks the permission the route needs (on a repository: one it holds another permission on, so may see)'),
+  404: errorReply('the repository or the resource the path names does not exist (or was deleted), or a repository the caller holds no permission on (it is not told the repository exists)'),
   409: errorReply('a conflict with the current state: a name taken, a concurrent change'),
 } as const;
 

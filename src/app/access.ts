@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Permission, type Principal } from '../auth/rbac.js';
+import { principalCan, principalSeesRepository, repositoryDomain, SYSTEM_DOMAIN, type Permission, type Principal } from '../auth/rbac.js';
 import type { RepositoryEvent } from '../domain/repository/decider.js';
 import type { EventMetadata } from '../eventstore/envelope.js';
 import { currentCall } from './callContext.js';
@@ -30,7 +30,11 @@ export function authorizeSystem(principal: Principal, permission: Permission): v
   authorize(principal, SYSTEM_DOMAIN, permission);
 }
 
-/** Throws `forbidden` unless the principal holds `permission` on the repository. */
+/**
+ * Throws unless the principal holds `permission` on the repository: `forbidden` when it holds
+ * some other permission there, `not_found` (as for a missing repository) when it holds none, so
+ * that an id or slug tells a stranger nothing (docs/api.md, "Errors").
+ */
 export function authorizeInRepository(principal: Principal, repositoryId: string, permission: Permission): void {
   authorize(principal, repositoryDomain(repositoryId), permission);
 }
@@ -43,14 +47,17 @@ function authorize(principal: Principal, domain: string, permission: Permission)
     { userId: principal.userId, credentialKind: principal.credential.kind, credentialId: principal.credential.id, permission, domain, allowed },
     call,
   );
-  if (!allowed) throw forbidden(`permission denied: ${permission}`);
+  if (!allowed) {
+    if (domain !== SYSTEM_DOMAIN && !principalSeesRepository(principal, domain)) throw notFound('repository');
+    throw forbidden(`permission denied: ${permission}`);
+  }
   if (call) (call.granted ??= []).push({ principal, domain, permission });
 }
 
 /**
  * Loads a live repository by id or slug and checks the caller's permission on it. A missing or
- * deleted repository is `not_found`; one the caller has no right to is `forbidden`, with nothing
- * about its content.
+ * deleted repository is `not_found`, and so is one the caller may see nothing of; one the caller
+ * sees but may not do this in is `forbidden`, with nothing about its content.
  */
 export async function authorizeRepository(knex: Knex, principal: Principal, idOrSlug: string, permission: Permission): Promise<RepositoryRow> {
   const repository = await findRepository(knex, idOrSlug);

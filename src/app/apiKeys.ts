@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { intersectScopes, type Principal } from '../auth/rbac.js';
+import { intersectScopes, principalSeesRepository, repositoryDomain, type Principal } from '../auth/rbac.js';
 import { hashToken, newOpaqueToken, OPAQUE_TOKEN_PREFIX } from '../auth/tokens.js';
 import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/types.js';
@@ -9,7 +9,7 @@ import { streamName } from '../eventstore/envelope.js';
 import { presentApiKeyById, requireSession } from '../read/apiKeys.js';
 import { authorizeSystem, commandMetadata, findRepository, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { conflict, forbidden, invalid } from './errors.js';
+import { conflict, forbidden, invalid, notFound } from './errors.js';
 import { revokeFenced } from './repositoryFence.js';
 
 export interface CreateApiKeyInput {
@@ -75,6 +75,8 @@ export function apiKeyCommands(deps: Pick<AppContext, 'db' | 'commands' | 'confi
       const now = Date.now();
       const expiresAt = apiKeyExpiry(settings, input.expires_in_days, now);
       const repositoryId = input.repository === undefined ? null : (await findRepository(knex, input.repository)).id;
+      // A repository the owner may see nothing of is answered as a missing one, as every other route does (src/app/access.ts).
+      if (repositoryId !== null && !principalSeesRepository(principal, repositoryDomain(repositoryId))) throw notFound('repository');
       const keyId = randomUUID();
       const command = {
         type: 'CreateApiKey' as const,

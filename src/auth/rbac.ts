@@ -284,6 +284,17 @@ export function principalCan(principal: Principal, domain: string, permission: P
   return allows(effectivePermissions(principal), domain, permission);
 }
 
+/**
+ * Does the principal hold any permission in the repository domain (through a role there, a
+ * sysadmin's reach, within its scopes and binding)? Who holds none may not learn the repository
+ * exists: its refusals are those of a missing repository.
+ */
+export function principalSeesRepository(principal: Principal, domain: string): boolean {
+  if (scopeOfDomain(domain) !== 'repository') return false;
+  const permissions = effectivePermissions(principal);
+  return (permissions.get(domain)?.size ?? 0) > 0 || (permissions.get(ANY_REPOSITORY_DOMAIN)?.size ?? 0) > 0;
+}
+
 export interface RolesCatalog {
   roles: { name: string; scope: Scope; description: string; permissions: Permission[] }[];
   permissions: { permission: Permission; scope: Scope; description: string; roles: string[] }[];

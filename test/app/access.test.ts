@@ -30,12 +30,22 @@ t.test("an id names its repository even where an older repository's slug has its
   for (let attempt = 0; attempt < 5; attempt++) {
     t.equal((await authorizeRepository(knex(), owner, repositoryId, 'facts:read')).id, repositoryId);
   }
-  await rejectsWith(t, authorizeRepository(knex(), stranger, repositoryId, 'facts:read'), 'forbidden', /facts:read/);
+  await rejectsWith(t, authorizeRepository(knex(), stranger, repositoryId, 'facts:read'), 'not_found', /^repository not found$/);
 });
 
-t.test('denied: no role, a scope that does not cover, a system permission without the role', async (t) => {
-  await rejectsWith(t, authorizeRepository(knex(), stranger, repositoryId, 'facts:read'), 'forbidden', /permission denied: facts:read/);
-  await rejectsWith(t, authorizeRepository(knex(), { ...owner, scopes: ['sources:read'] }, repositoryId, 'facts:read'), 'forbidden');
+t.test('who may see nothing of a repository is told it is not found, as for a missing one; who may see it, what is denied', async (t) => {
+  // A 403 would tell a stranger that the id or slug names a repository.
+  for (const idOrSlug of [repositoryId, 'access']) {
+    await rejectsWith(t, authorizeRepository(knex(), stranger, idOrSlug, 'facts:read'), 'not_found', /^repository not found$/);
+    await rejectsWith(t, authorizeRepository(knex(), stranger, idOrSlug, 'repositories:delete'), 'not_found', /^repository not found$/);
+  }
+  // A key bound to another repository reaches nothing here either.
+  await rejectsWith(t, authorizeRepository(knex(), { ...owner, repositoryId: 'elsewhere' }, repositoryId, 'facts:read'), 'not_found', /^repository not found$/);
+  // A scope that covers something here sees the repository: what it lacks is denied.
+  await rejectsWith(t, authorizeRepository(knex(), { ...owner, scopes: ['sources:read'] }, repositoryId, 'facts:read'), 'forbidden', /permission denied: facts:read/);
+  const reader: Principal = { ...stranger, assignments: [...stranger.assignments, { role: 'reader', domain: `repository:${repositoryId}` }] };
+  t.equal((await authorizeRepository(knex(), reader, repositoryId, 'facts:read')).id, repositoryId, 'a reader reads');
+  await rejectsWith(t, authorizeRepository(knex(), reader, repositoryId, 'facts:create'), 'forbidden', /permission denied: facts:create/);
   t.equal((await authorizeRepository(knex(), { ...owner, scopes: ['facts:*'] }, repositoryId, 'facts:read')).id, repositoryId, 'a scope that covers');
   t.throws(() => authorizeSystem(owner, 'user:read'), { name: 'DomainError', code: 'forbidden' });
   t.doesNotThrow(() => authorizeSystem(owner, 'repositories:create'), 'every user may create repositories');

@@ -57,14 +57,14 @@ t.test('the application layer, without HTTP: create, edit, parents, delete; the 
 });
 
 t.test('access is checked before the input', async (t) => {
-  await rejectsWith(t, harness.app.reports.create(stranger, { repository, text: '' }), 'forbidden', /reports:create/);
-  await rejectsWith(t, harness.app.reports.list(stranger, { repository }), 'forbidden', /reports:read/);
+  await rejectsWith(t, harness.app.reports.create(stranger, { repository, text: '' }), 'not_found', /^repository not found$/);
+  await rejectsWith(t, harness.app.reports.list(stranger, { repository }), 'not_found', /^repository not found$/);
   let read = false;
   const content = async () => {
     read = true;
     return { filename: 'a.md', declaredType: 'text/markdown', body: Buffer.from('x') };
   };
-  await rejectsWith(t, harness.app.reports.upload(stranger, { repository, content }), 'forbidden');
+  await rejectsWith(t, harness.app.reports.upload(stranger, { repository, content }), 'not_found', /^repository not found$/);
   t.notOk(read, 'a refused upload is never read');
   await rejectsWith(t, harness.app.reports.list(owner, { repository, limit: 0 }), 'invalid', /limit/);
 });

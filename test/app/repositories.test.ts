@@ -40,7 +40,7 @@ t.test('update: a writer renames; the promptset whitelist needs repositories:man
   t.match(await harness.app.repositories.update(writer, { repository: id, name: 'Renamed' }), { name: 'Renamed' });
   await rejectsWith(t, harness.app.repositories.update(writer, { repository: id, accepted_promptset_hashes: [] }), 'forbidden', /repositories:manage/);
   await rejectsWith(t, harness.app.repositories.remove(writer, { repository: id }), 'forbidden', /repositories:delete/);
-  await rejectsWith(t, harness.app.repositories.update(stranger, { repository: id, name: 'Mine' }), 'forbidden', /repositories:write/);
+  await rejectsWith(t, harness.app.repositories.update(stranger, { repository: id, name: 'Mine' }), 'not_found', /^repository not found$/);
 });
 
 t.test('remove: the repository and its slug are gone', async (t) => {

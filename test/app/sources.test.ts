@@ -287,13 +287,13 @@ t.test('a source stored with a #fragment, as before fragments were dropped, is f
 });
 
 t.test('adding is denied without sources:create, before the input is looked at', async (t) => {
-  await rejectsWith(t, harness.app.sources.add(stranger, { repository, url: 'ftp://nowhere' }), 'forbidden', /sources:create/);
+  await rejectsWith(t, harness.app.sources.add(stranger, { repository, url: 'ftp://nowhere' }), 'not_found', /^repository not found$/);
   let read = false;
   const content = async () => {
     read = true;
     return { filename: 'a.txt', declaredType: 'text/plain', body: Buffer.from('text') };
   };
-  await rejectsWith(t, harness.app.sources.upload(stranger, { repository, content }), 'forbidden');
+  await rejectsWith(t, harness.app.sources.upload(stranger, { repository, content }), 'not_found', /^repository not found$/);
   t.notOk(read, 'a refused upload is never read');
 });
 
@@ -328,5 +328,5 @@ t.test('retrying: nothing failed is a conflict; an unknown source is not found',
   const { source } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/retry' });
   await rejectsWith(t, harness.app.sources.retry(owner, { repository, source: source.id }), 'conflict', /nothing to retry/);
   await rejectsWith(t, harness.app.sources.retry(owner, { repository, source: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found', /source not found/);
-  await rejectsWith(t, harness.app.sources.retry(stranger, { repository, source: source.id }), 'forbidden', /sources:write/);
+  await rejectsWith(t, harness.app.sources.retry(stranger, { repository, source: source.id }), 'not_found', /^repository not found$/);
 });

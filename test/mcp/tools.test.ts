@@ -377,7 +377,7 @@ t.test('getSourceTasks pages a state filter from where the last page ended: a ta
   }
 });
 
-t.test('a caller with no role on the repository gets "permission denied" from every repository tool, never data', async (t) => {
+t.test('a caller with no role on the repository gets "repository not found" from every repository tool, as for a missing one, never data', async (t) => {
   const calls: [string, Record<string, unknown>][] = [
     ['searchSources', { query: 'curie' }],
     ['searchFacts', { query: 'radium' }],
@@ -404,13 +404,13 @@ t.test('a caller with no role on the repository gets "permission denied" from ev
   for (const [name, args] of calls) {
     const result = await call(stranger, name, { repository: repoId, ...args });
     t.ok(result.isError, `${name} is an error`);
-    t.match(result.text, /^permission denied/, `${name}: permission denied`);
+    t.equal(result.text, 'not found: repository not found', `${name}: told of no repository`);
     t.notMatch(result.text, /Curie|radium/i, `${name}: no data`);
   }
   const missing = await call(owner, 'searchFacts', { repository: otherRepoId, query: 'x' });
-  t.match(missing.text, /^permission denied/, "the owner of one repository has no right on another's");
+  t.equal(missing.text, 'not found: repository not found', "the owner of one repository sees nothing of another's");
   const unknownRepository = await call(owner, 'searchFacts', { repository: 'no-such-repository', query: 'x' });
-  t.match(unknownRepository.text, /not found: repository not found/);
+  t.equal(unknownRepository.text, missing.text, 'the same answer as for a repository that does not exist');
 });
 
 t.test('a reader calling a writing tool gets "permission denied"', async (t) => {

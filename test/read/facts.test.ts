@@ -60,7 +60,7 @@ t.test('search: bad input and denied access', async (t) => {
   await rejectsWith(t, harness.app.facts.search(owner, { repository, concept: 'no such concept' }), 'not_found');
   await rejectsWith(t, harness.app.facts.search(owner, { repository, limit: 0 }), 'invalid', /limit/);
   await rejectsWith(t, harness.app.facts.search(owner, { repository, offset: -1 }), 'invalid', /offset/);
-  await rejectsWith(t, harness.app.facts.search(stranger, { repository }), 'forbidden');
+  await rejectsWith(t, harness.app.facts.search(stranger, { repository }), 'not_found', /^repository not found$/);
   await rejectsWith(t, harness.app.facts.search({ ...owner, scopes: ['sources:read'] }, { repository }), 'forbidden', /facts:read/);
   await rejectsWith(t, harness.app.facts.search(owner, { repository: 'elsewhere' }), 'not_found');
 });
@@ -70,7 +70,7 @@ t.test('one fact, with its sources', async (t) => {
   t.match(fact, { id: facts.oven.id, content: 'Ovens bake bread.', status: 'stable', created_at: /^\d{4}-\d\d-\d\dT/ });
   t.match(fact.sources, [{ url: 'http://127.0.0.1:9/kitchen', source_text: 'Ovens bake bread.' }]);
   await rejectsWith(t, harness.app.facts.get(owner, { repository, fact: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found', /fact not found/);
-  await rejectsWith(t, harness.app.facts.get(stranger, { repository, fact: facts.oven.id }), 'forbidden');
+  await rejectsWith(t, harness.app.facts.get(stranger, { repository, fact: facts.oven.id }), 'not_found', /^repository not found$/);
 });
 
 t.test("a fact's concepts; a merged fact answers with its survivor's along the whole chain", async (t) => {

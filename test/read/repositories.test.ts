@@ -32,7 +32,7 @@ t.test('get by id or slug; presets', async (t) => {
   const byId = await harness.app.repositories.get(owner, { repository: ids[0] });
   t.match(byId, { name: 'First', created_at: /Z$/ });
   t.equal((await harness.app.repositories.get(owner, { repository: byId.slug })).id, ids[0]);
-  await rejectsWith(t, harness.app.repositories.get(stranger, { repository: ids[0] }), 'forbidden', /repositories:read/);
+  await rejectsWith(t, harness.app.repositories.get(stranger, { repository: ids[0] }), 'not_found', /^repository not found$/);
   const presets = harness.app.repositories.presets(stranger);
   t.ok(presets.presets.some((preset) => preset.id === presets.default), 'the default is one of them');
 });

@@ -26,6 +26,6 @@ t.test('promptset: the built-in one', async (t) => {
 });
 
 t.test('denied: reading needs repositories:read', async (t) => {
-  await rejectsWith(t, harness.app.settings.contexts(stranger, { repository }), 'forbidden', /repositories:read/);
+  await rejectsWith(t, harness.app.settings.contexts(stranger, { repository }), 'not_found', /^repository not found$/);
   await rejectsWith(t, harness.app.settings.promptset({ ...owner, scopes: ['facts:read'] }, { repository }), 'forbidden', /repositories:read/);
 });

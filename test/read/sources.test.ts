@@ -41,7 +41,7 @@ t.test('one source and its facts, in source order', async (t) => {
 });
 
 t.test('denied, or not there', async (t) => {
-  await rejectsWith(t, harness.app.sources.get(stranger, { repository, source: sourceIds[0] }), 'forbidden', /sources:read/);
+  await rejectsWith(t, harness.app.sources.get(stranger, { repository, source: sourceIds[0] }), 'not_found', /^repository not found$/);
   await rejectsWith(t, harness.app.sources.facts({ ...owner, scopes: ['sources:read'] }, { repository, source: sourceIds[0] }), 'forbidden', /facts:read/);
   await rejectsWith(t, harness.app.sources.get(owner, { repository, source: 'f00dbabe-0000-4000-8000-000000000000' }), 'not_found');
   const other = (await harness.app.repositories.create(owner, { name: 'Other' })).id;

@@ -73,13 +73,13 @@ t.test('a key bound to one repository works there and nowhere else', async (t) =
   const key = created.body.key;
   t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: key })).status, 200);
   const elsewhere = await service.call('GET', `/api/v1/repositories/${repoB}/facts`, { token: key });
-  t.equal(elsewhere.status, 403, 'another repository of the same owner');
+  t.equal(elsewhere.status, 404, 'another repository of the same owner: the key sees none but its own');
   const listed = await service.call('GET', '/api/v1/repositories', { token: key });
   t.same(listed.body.items.map((r: { id: string }) => r.id), [repoA], 'lists only its repository');
   t.equal((await service.call('POST', '/api/v1/repositories', { token: key, body: { name: 'Gamma' } })).status, 403, 'no system permission');
 
   const adminKey = (await createKey(admin.token, { name: 'admin on alpha', scopes: ['*:*'], repository: repoA })).body.key;
-  t.equal((await service.call('GET', `/api/v1/repositories/${repoB}`, { token: adminKey })).status, 403, "even a sysadmin's bound key stays in its repository");
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoB}`, { token: adminKey })).status, 404, "even a sysadmin's bound key stays in its repository");
   t.equal((await service.call('GET', '/api/v1/admin/users', { token: adminKey })).status, 403, 'and loses the system domain');
   await revokeAll(alice.token);
   await revokeAll(admin.token);
@@ -96,8 +96,8 @@ t.test('a key never outlives its owner’s role: a role change takes effect on t
   t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: bob.token })).status, 200);
 
   t.equal((await service.call('DELETE', '/api/v1/admin/users/roles', { token: admin.token, body: grant })).status, 204);
-  t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: key })).status, 403, 'the key lost the role with its owner');
-  t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: bob.token })).status, 403, 'so did the session');
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: key })).status, 404, 'the key lost the role with its owner (and, seeing nothing there, is told of no repository)');
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: bob.token })).status, 404, 'so did the session');
 
   t.equal((await service.call('PUT', '/api/v1/admin/users/roles', { token: admin.token, body: { ...grant, role: 'reader' } })).status, 200);
   t.equal((await service.call('GET', `/api/v1/repositories/${repoA}/facts`, { token: key })).status, 200, 'a new role counts on the next request');
@@ -155,7 +155,12 @@ t.test('bad requests are refused clearly and store nothing', async (t) => {
     t.match(answer.body.error, /^(bad_request|not_found|forbidden)$/);
   }
   const bob = await registerUser(service, 'bob3@example.org');
-  t.equal((await createKey(bob.token, { name: 'x', scopes: ['facts:read'], repository: repoA })).status, 403, 'no role on the repository: the key would grant nothing');
+  // No role on the repository: answered as for a missing one, so that the key route tells no stranger it exists.
+  for (const repository of [repoA, 'no-such-repo']) {
+    const unseen = await createKey(bob.token, { name: 'x', scopes: ['facts:read'], repository });
+    t.equal(unseen.status, 404, 'no role on the repository: as if there were none');
+    t.same(unseen.body, { error: 'not_found', message: 'repository not found' });
+  }
   t.equal((await createKey('', { name: 'x', scopes: ['facts:read'] })).status, 401);
   t.same(await service.context.db.knex('api_key_secrets').count({ count: '*' }), keysBefore, 'nothing stored');
 });

@@ -151,7 +151,7 @@ t.test('a reader reads investigations but cannot change them', async (t) => {
   t.equal((await service.call('DELETE', `${base()}/${created.body.id}`, { token: reader.token })).status, 403);
   t.equal((await service.call('POST', `${base()}/${created.body.id}/sources`, { token: reader.token, body: { url: `${web.baseUrl}/curie` } })).status, 403);
   const stranger = await registerUser(service, 'stranger@example.org');
-  t.equal((await service.call('GET', `${base()}/${created.body.id}`, { token: stranger.token })).status, 403, 'no role, no access');
+  t.equal((await service.call('GET', `${base()}/${created.body.id}`, { token: stranger.token })).status, 404, 'no role, no access: not even to knowing the repository');
 });
 
 t.test('a known URL is taken with investigations:write alone; a new one needs sources:create', async (t) => {

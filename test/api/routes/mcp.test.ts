@@ -329,7 +329,7 @@ t.test('personal API keys: scoped and repository-bound, as on REST', async (t) =
   t.same(JSON.parse(listed.json.result.content[0].text).map((r: { id: string }) => r.id), [repoId], 'a bound key sees its repository only');
   t.notOk((await call(readKey, 'searchFacts', { repository: repoId, query: 'x' })).json.result.isError);
   const elsewhere = await call(readKey, 'searchFacts', { repository: otherRepo, query: 'x' });
-  t.match(elsewhere.json.result, { isError: true, content: [{ text: /permission denied/ }] }, 'another repository: a tool error, no data');
+  t.match(elsewhere.json.result, { isError: true, content: [{ text: 'not found: repository not found' }] }, 'another repository: a tool error, no data, not even that it exists');
   const writing = await call(readKey, 'createInvestigation', { repository: repoId, title: 'Why?' });
   t.match(writing.json.result, { isError: true, content: [{ text: /permission denied/ }] }, 'a writing tool with a read-only key');
 

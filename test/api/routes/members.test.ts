@@ -30,7 +30,7 @@ t.test('an owner adds a member by email, changes their role, and the role takes 
   const initial = await membersOf(repoId);
   t.equal(initial.status, 200);
   t.same(initial.body.members, [{ user_id: owner.user.id, email: 'owner@example.org', name: 'Olive Owner', roles: ['owner'] }], 'the creator is its owner');
-  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}`, { token: colleague.token })).status, 403, 'a user without a role has no access');
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}`, { token: colleague.token })).status, 404, 'a user without a role has no access (nor learns the repository exists)');
 
   const added = await setRole(repoId, { email: ' Colleague@Example.org ', role: 'reader' });
   t.equal(added.status, 200);
@@ -61,7 +61,7 @@ t.test('only owners (and sysadmins) see and manage members', async (t) => {
   t.equal((await membersOf(repoId, colleague.token)).status, 403, 'an editor does not list members');
   t.equal((await setRole(repoId, { user_id: stranger.user.id, role: 'reader' }, colleague.token)).status, 403, 'nor adds them');
   t.equal((await remove(repoId, owner.user.id, colleague.token)).status, 403, 'nor removes them');
-  t.equal((await membersOf(repoId, stranger.token)).status, 403, 'a stranger is refused');
+  t.equal((await membersOf(repoId, stranger.token)).status, 404, 'a stranger is refused, told of no repository');
   t.equal((await service.call('GET', `/api/v1/repositories/${repoId}/members`)).status, 401, 'and so is an anonymous caller');
   const bySysadmin = await setRole(repoId, { user_id: stranger.user.id, role: 'reader' }, admin.token);
   t.equal(bySysadmin.status, 200, 'a sysadmin manages any repository');
@@ -109,7 +109,7 @@ t.test('a repository keeps an owner: the last one can neither leave nor step dow
   t.equal((await remove(repoId, colleague.user.id, colleague.token)).status, 409, 'the remaining owner cannot remove themselves');
 
   t.equal((await remove(repoId, owner.user.id, colleague.token)).status, 204, 'the new owner removes the old one');
-  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}`, { token: owner.token })).status, 403, 'who has no access left');
+  t.equal((await service.call('GET', `/api/v1/repositories/${repoId}`, { token: owner.token })).status, 404, 'who has no access left');
   t.same(await roles(repoId), { 'colleague@example.org': ['owner'] });
 });
 

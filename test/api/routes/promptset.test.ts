@@ -60,7 +60,7 @@ t.test('promptset: read the built-in, override, reset; permissions', async (t) =
   ]);
 
   t.equal((await call('PUT', url, reader.token, { prompts: { posture: 'x' } })).status, 403, 'a reader cannot write');
-  t.equal((await call('GET', url, stranger.token)).status, 403, 'a stranger cannot read');
+  t.equal((await call('GET', url, stranger.token)).status, 404, 'a stranger cannot read, nor learn that the repository exists');
   t.equal((await call('GET', url)).status, 401);
   t.equal((await call('GET', '/api/v1/repositories/nope/promptset', owner.token)).status, 404);
   for (const body of [{}, { prompts: {} }, { prompts: { unknown_phase: 'x' } }, { prompts: { posture: 3 } }, { prompts: { posture: '   ' } }, { prompts: { posture: 'x'.repeat(20_001) } }]) {

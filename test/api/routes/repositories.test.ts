@@ -38,9 +38,14 @@ t.test('repositories: create, read by id or slug, list, update, delete, permissi
   t.equal((await service.call('GET', '/api/v1/repositories/physics-history', { token: owner.token })).body.id, id, 'by slug');
   t.equal((await service.call('GET', '/api/v1/repositories/nope', { token: owner.token })).status, 404);
 
-  const denied = await service.call('GET', `/api/v1/repositories/${id}`, { token: stranger.token });
-  t.equal(denied.status, 403);
-  t.notMatch(JSON.stringify(denied.body), /Physics/, 'a 403 tells nothing about the content');
+  // No role there: the answer of a repository that does not exist, by id or slug, so a stranger learns neither.
+  const missing = await service.call('GET', '/api/v1/repositories/nope', { token: stranger.token });
+  for (const idOrSlug of [id, 'physics-history']) {
+    const denied = await service.call('GET', `/api/v1/repositories/${idOrSlug}`, { token: stranger.token });
+    t.equal(denied.status, 404, idOrSlug);
+    t.same(denied.body, missing.body, 'the same body as for a missing repository');
+  }
+  t.same(missing.body, { error: 'not_found', message: 'repository not found' });
   const strangerList = await service.call('GET', '/api/v1/repositories', { token: stranger.token });
   t.same(strangerList.body, { items: [], total: 0 });
   const ownerList = await service.call('GET', '/api/v1/repositories', { token: owner.token });
@@ -51,11 +56,11 @@ t.test('repositories: create, read by id or slug, list, update, delete, permissi
   t.equal(updated.body.slug, 'hop');
   t.equal((await service.call('GET', '/api/v1/repositories/hop', { token: owner.token })).status, 200);
   t.equal((await service.call('GET', '/api/v1/repositories/physics-history', { token: owner.token })).status, 404, 'old slug released');
-  t.equal((await service.call('PUT', `/api/v1/repositories/${id}`, { token: stranger.token, body: { name: 'mine' } })).status, 403);
+  t.equal((await service.call('PUT', `/api/v1/repositories/${id}`, { token: stranger.token, body: { name: 'mine' } })).status, 404);
   t.equal((await service.call('PUT', `/api/v1/repositories/${id}`, { token: owner.token, body: { slug: derived.body.slug } })).status, 409);
   t.equal((await service.call('PUT', `/api/v1/repositories/${id}`, { token: owner.token, body: { accepted_promptset_hashes: ['nothex'] } })).status, 400);
 
-  t.equal((await service.call('DELETE', `/api/v1/repositories/${id}`, { token: stranger.token })).status, 403);
+  t.equal((await service.call('DELETE', `/api/v1/repositories/${id}`, { token: stranger.token })).status, 404);
   t.equal((await service.call('DELETE', `/api/v1/repositories/${id}`, { token: owner.token })).status, 204);
   t.equal((await service.call('GET', `/api/v1/repositories/${id}`, { token: owner.token })).status, 404, 'deleted');
   const permissions = await service.call('GET', '/api/v1/permissions', { token: owner.token });
