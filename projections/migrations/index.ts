@@ -728,6 +728,29 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Idempotency keys of the creations a client may retry (src/app/idempotency.ts): a retried
+    // `POST /repositories` whose answer was lost made a second repository. Service state, not a
+    // projection: a rebuild leaves it alone. One row per user and key, with what the first
+    // request asked (its fingerprint) and, once answered, the answer it is replayed with;
+    // `status` null while the first request runs.
+    id: '028_idempotency_keys',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE idempotency_keys (
+          user_id text NOT NULL,
+          key text NOT NULL,
+          fingerprint text NOT NULL,
+          created_at timestamptz NOT NULL,
+          status integer,
+          content_type text,
+          body text,
+          PRIMARY KEY (user_id, key)
+        );
+        CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
+      `);
+    },
+  },
 ];
 
 /**

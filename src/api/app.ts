@@ -10,6 +10,8 @@ import { withCallContext } from '../app/callContext.js';
 import { answerClientError, frameworkErrorMessage, HttpError, MAX_PATH_PARAM_CHARS, registerErrorHandling } from './errors.js';
 import { rebuildingReadModels } from '../read/projections.js';
 import { authenticateRequest } from './guard.js';
+import { registerIdempotency } from './idempotency.js';
+import { createIdempotencyStore } from '../app/idempotency.js';
 import { registerInputGuard } from './inputGuard.js';
 import { registerMediaTypes } from './mediaTypes.js';
 import { completeOperation } from './openapi.js';
@@ -177,6 +179,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       return withCallContext(call, () => handler.call(this, request, reply));
     };
   });
+  registerIdempotency(app, createIdempotencyStore(context.db.knex));
   for (const routes of resourceRoutes) await app.register(routes, { context });
   return app;
 }

@@ -53,6 +53,7 @@ export const ERROR_CODES = [
   'not_found',
   'method_not_allowed',
   'conflict',
+  'unprocessable',
   'ambiguous_concept',
   'payload_too_large',
   'unsupported_media_type',

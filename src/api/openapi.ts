@@ -1,6 +1,7 @@
 import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
 import { errorReply, errorReplySchema } from './errors.js';
+import { IDEMPOTENCY_HEADER, idempotencyKeyHeader, idempotencyReplies } from './idempotency.js';
 import { CREDENTIAL_PATHS } from './rateLimits.js';
 import { takesBearerToken } from './schemas.js';
 
@@ -104,12 +105,21 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   for (const method of methods) for (const code of hookErrorCodes(method, url, takesBearer)) response[code] ??= hookErrorReply(code, produces);
   const form = route.config?.multipartBody;
   const requiredQuery = route.config?.requiredQuery;
+  const idempotent = route.config?.idempotent === true;
+  if (idempotent) {
+    // The route's own 409 (a slug taken) and the key's are both answers of it.
+    const own = response[409] as { description?: string } | undefined;
+    response[409] = own?.description ? errorReply(`${own.description}; or ${idempotencyReplies[409].description}`) : idempotencyReplies[409];
+    response[422] = idempotencyReplies[422];
+  }
+  const headers = schema.headers as { type?: string; properties?: Record<string, unknown> } | undefined;
   const completed: FastifySchema = {
     ...(methods.length === 1 && !(schema as { operationId?: string }).operationId ? { operationId: operationIdOf(methods[0], url) } : {}),
     ...schema,
     response,
     ...(form && !schema.body ? { body: multipartSchema(form) } : {}),
     ...(requiredQuery && typeof schema.querystring === 'object' ? { querystring: { ...schema.querystring, required: [...requiredQuery] } } : {}),
+    ...(idempotent ? { headers: { ...headers, type: 'object', properties: { ...headers?.properties, [IDEMPOTENCY_HEADER]: idempotencyKeyHeader } } } : {}),
   };
   return { schema: completed, url };
 };

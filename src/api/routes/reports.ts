@@ -121,6 +121,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         body: { type: 'object', additionalProperties: false, required: ['text'], properties: fieldProperties },
         response: { 201: { ...reportSchema, description: 'the report, created; its annotation runs in the background' }, ...reportErrorReplies },
       },
+      config: { idempotent: true },
     },
     async (request, reply) => reply.status(201).send(await reports.create(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request))),
   );

@@ -1,0 +1,121 @@
+import t from 'tap';
+import { registerUser, startTestService, type TestService } from '../helpers/service.js';
+
+let service: TestService;
+t.before(async () => {
+  service = await startTestService();
+});
+t.teardown(() => service.close());
+
+const repositoriesNamed = async (token: string, name: string) =>
+  ((await service.call('GET', '/api/v1/repositories?limit=500', { token })).body.items as { id: string; name: string }[]).filter((repository) => repository.name === name);
+
+t.test('a creation retried with its Idempotency-Key makes one repository and answers the first answer again', async (t) => {
+  const ada = await registerUser(service, 'ada@example.org');
+  const send = (body: object, key = 'retry-1') => service.call('POST', '/api/v1/repositories', { token: ada.token, body, headers: { 'idempotency-key': key } });
+  const first = await send({ name: 'Lost Answer', description: 'd' });
+  t.equal(first.status, 201);
+  t.notOk(first.headers['idempotent-replayed'], 'a first answer is no replay');
+  // The client never saw that answer and sends the request again (its keys in another order).
+  const retry = await send({ description: 'd', name: 'Lost Answer' });
+  t.equal(retry.status, 201, 'the first status');
+  t.same(retry.body, first.body, 'the first body: the same repository');
+  t.equal(retry.headers['idempotent-replayed'], 'true');
+  t.equal((await repositoriesNamed(ada.token, 'Lost Answer')).length, 1, 'one repository, not two');
+
+  const other = await send({ name: 'Another Name' });
+  t.equal(other.status, 422, 'the same key for another body');
+  t.same(other.body, { error: 'unprocessable', message: 'this Idempotency-Key was used for another request (another method, path or body): a new request needs a new key' });
+  t.same(await repositoriesNamed(ada.token, 'Another Name'), [], 'nothing created');
+  t.equal((await send({ name: 'Lost Answer', description: 'd' }, '"retry-1"')).headers['idempotent-replayed'], 'true', 'a structured-field string is the key without its quotes');
+
+  const plain = await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Lost Answer', description: 'd' } });
+  t.equal(plain.status, 201, 'without a key every request creates');
+  t.not(plain.body.id, first.body.id);
+
+  const grace = await registerUser(service, 'grace@example.org');
+  const graces = await service.call('POST', '/api/v1/repositories', { token: grace.token, body: { name: 'Lost Answer', description: 'd' }, headers: { 'idempotency-key': 'retry-1' } });
+  t.equal(graces.status, 201, "another user's key of the same text is another key");
+  t.not(graces.body.id, first.body.id);
+  t.notOk(graces.headers['idempotent-replayed']);
+});
+
+t.test('a refused request keeps no answer under its key; a malformed key is a 400', async (t) => {
+  const ada = await registerUser(service, 'ada2@example.org');
+  const send = (body: object, key: string) => service.call('POST', '/api/v1/repositories', { token: ada.token, body, headers: { 'idempotency-key': key } });
+  t.equal((await send({ name: 'Taken', slug: 'taken-slug' }, 'a')).status, 201);
+  const refused = await send({ name: 'Taken again', slug: 'taken-slug' }, 'b');
+  t.equal(refused.status, 409);
+  t.match(refused.body.message, /slug 'taken-slug' is taken/);
+  t.equal((await service.context.db.knex('idempotency_keys').where({ key: 'b' })).length, 0, 'the refusal is not kept');
+  await service.call('DELETE', '/api/v1/repositories/taken-slug', { token: ada.token });
+  const again = await send({ name: 'Taken again', slug: 'taken-slug' }, 'b');
+  t.equal(again.status, 201, 'its retry runs anew');
+  t.notOk(again.headers['idempotent-replayed']);
+
+  for (const key of ['', 'two words', 'x'.repeat(256), 'é']) {
+    const bad = await send({ name: 'Bad Key' }, key);
+    t.equal(bad.status, 400, JSON.stringify(key));
+    t.match(bad.body, { error: 'bad_request', message: /Idempotency-Key/ });
+  }
+  t.same(await repositoriesNamed(ada.token, 'Bad Key'), [], 'nothing created');
+});
+
+t.test('two requests with one key sent at once make one repository', async (t) => {
+  const ada = await registerUser(service, 'ada3@example.org');
+  const send = () => service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Twice At Once' }, headers: { 'idempotency-key': 'together' } });
+  const answers = await Promise.all([send(), send()]);
+  t.same(answers.map((answer) => answer.status).sort(), answers.some((answer) => answer.status === 409) ? [201, 409] : [201, 201], JSON.stringify(answers.map((answer) => answer.body)));
+  t.equal((await repositoriesNamed(ada.token, 'Twice At Once')).length, 1);
+  const inFlight = answers.find((answer) => answer.status === 409);
+  if (inFlight) t.match(inFlight.body, { error: 'conflict', message: /still running/ });
+});
+
+t.test('reports and investigations take a key too', async (t) => {
+  const ada = await registerUser(service, 'ada4@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Writing' } })).body.id;
+  for (const [path, body] of [
+    ['reports', { title: 'Once', text: 'Marie Curie won a prize.' }],
+    ['investigations', { title: 'Once' }],
+  ] as const) {
+    const url = `/api/v1/repositories/${repository}/${path}`;
+    const send = () => service.call('POST', url, { token: ada.token, body, headers: { 'idempotency-key': `${path}-key` } });
+    const first = await send();
+    t.equal(first.status, 201, path);
+    const retry = await send();
+    t.same([retry.status, retry.body.id], [201, first.body.id], `${path}: the first one again`);
+    const listed = (await service.call('GET', `${url}?limit=100`, { token: ada.token })).body.items as { title: string }[];
+    t.equal(listed.filter((item) => item.title === 'Once').length, 1, `${path}: one made`);
+  }
+});
+
+t.test('the OpenAPI document names the header and its answers on the routes that take it', async (t) => {
+  const document = (await service.call('GET', '/api/v1/openapi.json')).body;
+  const create = document.paths['/api/v1/repositories'].post;
+  t.ok(
+    create.parameters.some((parameter: { in: string; name: string }) => parameter.in === 'header' && parameter.name === 'idempotency-key'),
+    'the header',
+  );
+  t.ok(create.responses['422'], '422');
+  t.match(create.responses['409'].description, /slug is taken.*Idempotency-Key/);
+  const read = document.paths['/api/v1/repositories/{repoID}'].get;
+  t.notOk((read.parameters ?? []).some((parameter: { name: string }) => parameter.name === 'idempotency-key'), 'not on a read');
+});
+
+t.test('a key outlives a restart', async (t) => {
+  const persistent = await startTestService({ persistent: true });
+  let closed = false;
+  t.teardown(async () => {
+    if (!closed) await persistent.close();
+  });
+  const ada = await registerUser(persistent, 'ada@example.org');
+  const request = { token: ada.token, body: { name: 'Before Restart' }, headers: { 'idempotency-key': 'survives' } };
+  const first = await persistent.call('POST', '/api/v1/repositories', request);
+  t.equal(first.status, 201);
+  await persistent.close({ keepData: true });
+  closed = true;
+  const restarted = await startTestService({ dataDir: persistent.dataDir });
+  t.teardown(() => restarted.close());
+  const retry = await restarted.call('POST', '/api/v1/repositories', request);
+  t.same([retry.status, retry.body.id, retry.headers['idempotent-replayed']], [201, first.body.id, 'true']);
+});
