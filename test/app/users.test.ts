@@ -49,7 +49,7 @@ t.test('roles: granted and revoked with role:manage, checked against the catalog
   const reader = await harness.refreshed(bob);
   t.equal((await harness.app.repositories.get(reader, { repository })).id, repository, 'the grant takes effect');
   await harness.app.users.revokeRole(harness.admin, grant);
-  await rejectsWith(t, harness.app.repositories.get(await harness.refreshed(bob), { repository }), 'forbidden');
+  await rejectsWith(t, harness.app.repositories.get(await harness.refreshed(bob), { repository }), 'not_found', /^repository not found$/);
   await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, domain: 'galaxy' }), 'invalid', /unknown domain/);
   await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, role: 'sysadmin' }), 'invalid', /does not exist in domain/);
   await rejectsWith(t, harness.app.users.grantRole(harness.admin, { ...grant, user_id: 'nobody' }), 'not_found', /user/);

@@ -81,8 +81,8 @@ t.test('bad input and denied access', async (t) => {
   await rejectsWith(t, harness.app.concepts.get(owner, { repository, concept: '' }), 'invalid');
   await rejectsWith(t, harness.app.concepts.get(owner, { repository, concept: 'Curie', context: 'chemical' }), 'not_found', /concept not found/);
   await rejectsWith(t, harness.app.concepts.facts(owner, { repository, concept: ids.curie, limit: 501 }), 'invalid', /limit/);
-  await rejectsWith(t, harness.app.concepts.get(reader, { repository, concept: ids.curie }), 'forbidden', /concepts:read/);
-  await rejectsWith(t, harness.app.concepts.migrateContext(reader, { repository, from_context: 'person', to_context: 'topic' }), 'forbidden');
+  await rejectsWith(t, harness.app.concepts.get(reader, { repository, concept: ids.curie }), 'not_found', /^repository not found$/);
+  await rejectsWith(t, harness.app.concepts.migrateContext(reader, { repository, from_context: 'person', to_context: 'topic' }), 'not_found', /^repository not found$/);
 });
 
 t.test('an id with a context that is not its own is refused, not answered for another context', async (t) => {
