@@ -42,6 +42,13 @@ export interface CommandBus {
   ): Promise<CommandResult<State>>;
   /** Waits for the read models to apply a write (e.g. after a raw append). */
   settle(write: AppendedWrite | null): Promise<void>;
+  /**
+   * Runs `work`, which executes several commands of one caller in one repository (or in none),
+   * as one step of the fence (src/app/repositoryFence.ts): its locks are taken and its checks made
+   * once, before `work`, and held until `work` ends, so nothing the fence waits for (an end of the
+   * credential, a role change, a deletion) lands between two of the commands.
+   */
+  step<T>(metadata: EventMetadata, access: 'acts' | 'changes', work: () => Promise<T>): Promise<T>;
 }
 
 export function createCommandBus(
@@ -72,5 +79,6 @@ export function createCommandBus(
       return fence ? fence.run(metadata, changesAccess ? 'changes' : endsCredential ? 'ends' : 'acts', run) : run();
     },
     settle,
+    step: (metadata, access, work) => (fence ? fence.run(metadata, access, work) : work()),
   };
 }

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Knex } from 'knex';
 import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Credential, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
 import type { Database } from '../db/database.js';
@@ -56,6 +57,25 @@ export interface RepositoryFence {
 }
 
 export type FencedAccess = 'acts' | 'changes' | 'ends';
+
+/**
+ * The step a fence holds while its work runs: a command of the same caller in the same repository
+ * (or in none) made inside it is covered by the step's locks and checks, and takes none of its
+ * own. So a change made of several commands (a member's role set: a grant, then revocations) is
+ * fenced as one: an end of the credential, a deletion or a change of roles waits for all of it, or
+ * comes before any of it. Taking the locks again inside would also wait for itself: a shared lock
+ * queues behind an exclusive one already waiting (src/db/namedLock.ts).
+ */
+interface HeldStep {
+  fence: RepositoryFence;
+  repositoryId: string | null;
+  actor: string;
+  access: FencedAccess;
+}
+const heldStep = new AsyncLocalStorage<HeldStep>();
+
+/** Whether a step held with `outer` covers a command of `inner` access: a change holds its locks alone, so it covers an act too. */
+const covers = (outer: FencedAccess, inner: FencedAccess) => outer === inner || (outer === 'changes' && inner === 'acts');
 
 /** A permission a call was allowed, kept on the call so that its command can check it again. */
 export interface GrantedPermission {
@@ -125,9 +145,14 @@ function grantedBySystemRole(grant: GrantedPermission): boolean {
 
 export function createRepositoryFence(deps: { db: Database; roleAssignments: (userId: string) => Promise<RoleAssignment[]> }): RepositoryFence {
   const knex: Knex = deps.db.knex;
-  return {
-    async run(metadata, access, work) {
+  const fence: RepositoryFence = {
+    async run(metadata, access, rawWork) {
       const repositoryId = metadata.repositoryId;
+      const outer = heldStep.getStore();
+      if (outer?.fence === fence && outer.repositoryId === (repositoryId ?? null) && outer.actor === metadata.actor && covers(outer.access, access)) return rawWork();
+      // Held with locks: the commands the work makes for the same caller there are part of this step.
+      const step: HeldStep = { fence, repositoryId: repositoryId ?? null, actor: metadata.actor, access };
+      const work = () => heldStep.run(step, rawWork);
       const refuseIfEnded = async (credential: Credential) => {
         const ended = await credentialEnded(knex, credential);
         if (ended !== null) throw forbidden(`permission denied: ${ended}`);
@@ -138,7 +163,7 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
         // A change of a system role (sysadmin granted or revoked) concerns every repository.
         if (access === 'changes') locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'exclusive' });
         if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
-        if (locks.length === 0) return work();
+        if (locks.length === 0) return rawWork();
         return withNamedLocks(deps.db, locks, async () => {
           if (credential !== undefined) await refuseIfEnded(credential);
           return work();
@@ -147,7 +172,7 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
       const domain = repositoryDomain(repositoryId);
       const granted = (currentCall()?.granted ?? []).filter((grant) => grant.domain === domain && grant.principal.userId === metadata.actor);
       // Commands of the pipeline, and of calls that act through no permission in the repository (creating it), have nothing to re-check.
-      if (access !== 'changes' && granted.length === 0) return work();
+      if (access !== 'changes' && granted.length === 0) return rawWork();
       // A change allowed by a system permission (an administrator's role change on a repository) has its call's credential only.
       const credential = granted[0]?.principal.credential ?? credentialOfCall(metadata);
       const checked = async () => {
@@ -168,4 +193,5 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
       return withNamedLocks(deps.db, locks, checked);
     },
   };
+  return fence;
 }

@@ -45,14 +45,26 @@ export async function changeRole(
 /**
  * The membership of one repository changes one request at a time (across processes on a
  * server), so the last-owner check and the change it allows are one step. `change` gets the
- * roles the user holds there and the repository's owner count.
+ * roles the user holds there and the repository's owner count. Its commands are one step of the
+ * fence too (after the members' lock, in the fence's order): an end of the caller's credential or
+ * a loss of its permission lands before all of them or after all of them, never between a grant
+ * and the revocations it goes with, which left the member holding both roles.
  */
-function changeMembership<T>(deps: RoleDeps, repositoryId: string, userId: string, change: (held: string[], owners: number) => Promise<T>): Promise<T> {
-  return withNamedLock(deps.db, `factlog.members.${repositoryId}`, async () => {
-    const members = await membersOf(deps.db.knex, repositoryId);
-    const held = members.find((member) => member.user_id === userId)?.roles ?? [];
-    return change(held, members.filter((member) => member.roles.includes(OWNER)).length);
-  });
+function changeMembership<T>(
+  deps: RoleDeps,
+  principal: Principal,
+  change: { repositoryId: string; userId: string },
+  trace: Trace | undefined,
+  apply: (held: string[], owners: number) => Promise<T>,
+): Promise<T> {
+  const { repositoryId, userId } = change;
+  return withNamedLock(deps.db, `factlog.members.${repositoryId}`, () =>
+    deps.commands.step(commandMetadata(principal, repositoryId, trace), 'changes', async () => {
+      const members = await membersOf(deps.db.knex, repositoryId);
+      const held = members.find((member) => member.user_id === userId)?.roles ?? [];
+      return apply(held, members.filter((member) => member.roles.includes(OWNER)).length);
+    }),
+  );
 }
 
 const LAST_OWNER = "this is the repository's last owner: make another member owner first";
@@ -71,7 +83,7 @@ export function setRepositoryRole<T = void>(
 ): Promise<T> {
   const { repositoryId, userId, role } = change;
   const domain = repositoryDomain(repositoryId);
-  return changeMembership(deps, repositoryId, userId, async (held, owners) => {
+  return changeMembership(deps, principal, change, trace, async (held, owners) => {
     if (held.includes(OWNER) && role !== OWNER && owners === 1) throw conflict(LAST_OWNER);
     await changeRole(deps, principal, { user_id: userId, role, domain }, 'GrantRole', trace);
     for (const other of held) if (other !== role) await changeRole(deps, principal, { user_id: userId, role: other, domain }, 'RevokeRole', trace);
@@ -86,7 +98,7 @@ export function setRepositoryRole<T = void>(
 export function revokeRepositoryRoles(deps: RoleDeps, principal: Principal, change: { repositoryId: string; userId: string; role: string | 'all' }, trace?: Trace): Promise<void> {
   const { repositoryId, userId, role } = change;
   const domain = repositoryDomain(repositoryId);
-  return changeMembership(deps, repositoryId, userId, async (held, owners) => {
+  return changeMembership(deps, principal, change, trace, async (held, owners) => {
     if (role === 'all' && held.length === 0) throw notFound('member');
     const revoked = role === 'all' ? held : [role];
     if (revoked.includes(OWNER) && held.includes(OWNER) && owners === 1) throw conflict(LAST_OWNER);

@@ -1,6 +1,8 @@
 import t from 'tap';
 import { authorizeRepository, commandMetadata } from '../../src/app/access.js';
 import { withCallContext, type CallContext } from '../../src/app/callContext.js';
+import type { CommandBus } from '../../src/app/commands.js';
+import { setRepositoryRole } from '../../src/app/roleChanges.js';
 import { createRepositoryFence, type RepositoryFence } from '../../src/app/repositoryFence.js';
 import { mcpResourceUrl } from '../../src/api/issuer.js';
 import type { Principal } from '../../src/auth/rbac.js';
@@ -308,4 +310,48 @@ t.test('creating a repository is not fenced by its credential: its two commands,
   const created = await call('create repository', () => harness.app.repositories.create(principal, { name: 'Created as the session ends' }), principal);
   const roles = await harness.service.context.identity.roleAssignments(principal.userId);
   t.ok(roles.some((role) => role.role === 'owner' && role.domain === `repository:${created.id}`), 'the repository has its owner');
+});
+
+/**
+ * The context's commands, with `between` started (not awaited) once the first has appended, and a
+ * moment given to it: had it no lock to wait for, it would land before the next command.
+ */
+function commandsEndingAfterFirst(between: () => Promise<string>): { commands: CommandBus; ended: () => Promise<string> | undefined } {
+  const { commands } = harness.service.context;
+  let ended: Promise<string> | undefined;
+  return {
+    commands: {
+      ...commands,
+      async execute(streamId, decider, command, metadata, options) {
+        const result = await commands.execute(streamId, decider, command, metadata, options);
+        if (ended === undefined) {
+          ended = between();
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        return result;
+      },
+    },
+    ended: () => ended,
+  };
+}
+
+t.test("a member's role set is fenced as one step: its caller's logout between the grant and the revocation waits for both", async (t) => {
+  const { repository, editor } = await repositoryWithEditor('Roleset');
+  const { identity, db } = harness.service.context;
+  const ownerSession = await identity.authenticate((await identity.login({ email: 'owner@example.org', password: 'correct horse battery' })).token);
+  const splitting = commandsEndingAfterFirst(() => settled(identity.logout(ownerSession.credential.id)));
+  const outcome = await settled(
+    call(
+      'set role',
+      async () => {
+        await authorizeRepository(db.knex, ownerSession, repository, 'members:manage');
+        // Editor to reader: RoleGranted reader, then RoleRevoked editor.
+        await setRepositoryRole({ db, commands: splitting.commands }, ownerSession, { repositoryId: repository, userId: editor.userId, role: 'reader' });
+      },
+      ownerSession,
+    ),
+  );
+  t.equal(await splitting.ended(), 'answered', 'the logout ended the session');
+  const held = (await identity.roleAssignments(editor.userId)).filter((assignment) => assignment.domain === `repository:${repository}`).map((assignment) => assignment.role);
+  t.same([outcome, held], ['answered', ['reader']], 'the whole change landed before the logout, not half of it (reader and editor both)');
 });
