@@ -42,7 +42,9 @@ import { forbidden } from './errors.js';
  * Commands in no repository (an API key created, a profile changed, a role of the system domain
  * granted or revoked) are fenced by their credential the same way, the credential's lock alone (or
  * after the system roles' lock, for a change of a system role): the credential of the call
- * (`CallContext.principal`) when the command is made for the call's user. Two are not: creating a
+ * (`CallContext.principal`) when the command is made for the call's user. The system permissions
+ * the call was allowed are checked again under the system roles' lock (held shared by a command
+ * that does not change a system role), so an administrator demoted meanwhile is refused. Two are not: creating a
  * repository (two commands, the repository's and its owner's role: a check on each could let the
  * first land and refuse the second) and revoking an API key (`ends`: a refusal would leave live
  * the key its owner asked to end). docs/auth.md, "A credential ended while it is used".
@@ -153,18 +155,33 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
       // Held with locks: the commands the work makes for the same caller there are part of this step.
       const step: HeldStep = { fence, repositoryId: repositoryId ?? null, actor: metadata.actor, access };
       const work = () => heldStep.run(step, rawWork);
+      /** Refuses unless the caller still holds each permission it was granted, by its role assignments as they are now. */
+      const refuseIfLost = async (grants: GrantedPermission[]) => {
+        if (grants.length === 0) return;
+        const assignments = await deps.roleAssignments(grants[0].principal.userId);
+        for (const grant of grants) {
+          if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
+        }
+      };
       const refuseIfEnded = async (credential: Credential) => {
         const ended = await credentialEnded(knex, credential);
         if (ended !== null) throw forbidden(`permission denied: ${ended}`);
       };
       if (!repositoryId) {
         const credential = access === 'ends' ? undefined : credentialOfCall(metadata);
+        // The system permissions the call was allowed (role:manage, user:write, apikeys:create) are
+        // checked again under the system roles' lock, as a repository's are under the repository's:
+        // a sysadmin demoted after the call was allowed no longer grants a role or changes a profile.
+        const systemGranted =
+          access === 'ends' ? [] : (currentCall()?.granted ?? []).filter((grant) => grant.domain === SYSTEM_DOMAIN && grant.principal.userId === metadata.actor);
         const locks: NamedLockRequest[] = [];
         // A change of a system role (sysadmin granted or revoked) concerns every repository.
         if (access === 'changes') locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'exclusive' });
+        else if (systemGranted.length > 0) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared' });
         if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
         if (locks.length === 0) return rawWork();
         return withNamedLocks(deps.db, locks, async () => {
+          await refuseIfLost(systemGranted);
           if (credential !== undefined) await refuseIfEnded(credential);
           return work();
         });
@@ -178,10 +195,7 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
       const checked = async () => {
         if (granted.length > 0) {
           await findRepository(knex, repositoryId);
-          const assignments = await deps.roleAssignments(granted[0].principal.userId);
-          for (const grant of granted) {
-            if (!principalCan({ ...grant.principal, assignments }, grant.domain, grant.permission)) throw forbidden(`permission denied: ${grant.permission}`);
-          }
+          await refuseIfLost(granted);
         }
         if (credential !== undefined) await refuseIfEnded(credential);
         return work();

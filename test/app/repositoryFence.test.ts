@@ -1,8 +1,8 @@
 import t from 'tap';
-import { authorizeRepository, commandMetadata } from '../../src/app/access.js';
+import { authorizeRepository, authorizeSystem, commandMetadata } from '../../src/app/access.js';
 import { withCallContext, type CallContext } from '../../src/app/callContext.js';
 import type { CommandBus } from '../../src/app/commands.js';
-import { setRepositoryRole } from '../../src/app/roleChanges.js';
+import { changeRole, setRepositoryRole } from '../../src/app/roleChanges.js';
 import { createRepositoryFence, type RepositoryFence } from '../../src/app/repositoryFence.js';
 import { mcpResourceUrl } from '../../src/api/issuer.js';
 import type { Principal } from '../../src/auth/rbac.js';
@@ -354,4 +354,34 @@ t.test("a member's role set is fenced as one step: its caller's logout between t
   t.equal(await splitting.ended(), 'answered', 'the logout ended the session');
   const held = (await identity.roleAssignments(editor.userId)).filter((assignment) => assignment.domain === `repository:${repository}`).map((assignment) => assignment.role);
   t.same([outcome, held], ['answered', ['reader']], 'the whole change landed before the logout, not half of it (reader and editor both)');
+});
+
+t.test("a sysadmin's system command allowed before they lost sysadmin appends nothing: forbidden, as in a repository", async (t) => {
+  const { context } = harness.service;
+  const demoted = await harness.user('demoted-admin@example.org');
+  const sysadmin = { role: 'sysadmin', domain: 'system' };
+  await harness.app.users.grantRole(harness.admin, { user_id: demoted.userId, ...sysadmin });
+  const admin = await harness.refreshed(demoted);
+  const target = await harness.user('promoted-by-demoted@example.org');
+  const demote = () => call('revoke sysadmin', () => harness.app.users.revokeRole(harness.admin, { user_id: demoted.userId, ...sysadmin }));
+  // A role of the system domain granted as the route does: allowed (role:manage), then appended after the demotion.
+  const grant = call('grant system role', async () => {
+    authorizeSystem(admin, 'role:manage');
+    await demote();
+    await changeRole(context, admin, { user_id: target.userId, ...sysadmin }, 'GrantRole');
+  });
+  await rejectsWith(t, grant, 'forbidden', /role:manage/);
+  t.notOk((await context.identity.roleAssignments(target.userId)).some((assignment) => assignment.role === 'sysadmin'), 'no sysadmin granted by who is none any more');
+
+  // A command in no repository that a system permission allowed (another user's profile, user:write) is checked again too.
+  await harness.app.users.grantRole(harness.admin, { user_id: demoted.userId, ...sysadmin });
+  const again = await harness.refreshed(demoted);
+  const rename = call('rename another', async () => {
+    authorizeSystem(again, 'user:write');
+    await demote();
+    await harness.app.users.updateProfile(again, { user: target.userId, name: 'Renamed by a former admin' });
+  });
+  await rejectsWith(t, rename, 'forbidden');
+  const profile = await context.db.knex('users').where({ id: target.userId }).first('name');
+  t.not(profile?.name, 'Renamed by a former admin', 'the profile is unchanged');
 });
