@@ -1,3 +1,4 @@
+import { rm } from 'node:fs/promises';
 import t from 'tap';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
 
@@ -115,7 +116,11 @@ t.test('a key outlives a restart', async (t) => {
   await persistent.close({ keepData: true });
   closed = true;
   const restarted = await startTestService({ dataDir: persistent.dataDir });
-  t.teardown(() => restarted.close());
+  // A service given its directory leaves it behind: this one is the test's to remove.
+  t.teardown(async () => {
+    await restarted.close();
+    await rm(persistent.dataDir, { recursive: true, force: true });
+  });
   const retry = await restarted.call('POST', '/api/v1/repositories', request);
   t.same([retry.status, retry.body.id, retry.headers['idempotent-replayed']], [201, first.body.id, 'true']);
 });
