@@ -4,7 +4,7 @@ import type { Knex } from 'knex';
  * Idempotency keys (the `Idempotency-Key` request header, IETF draft
  * draft-ietf-httpapi-idempotency-key-header): a client that retries a creation whose answer it
  * lost sends the same key again and gets the first answer instead of a second resource. Kept in
- * `idempotency_keys` (service state, migration 026_idempotency_keys), so a key outlives a restart
+ * `idempotency_keys` (service state, migration 028_idempotency_keys), so a key outlives a restart
  * and is shared by every API node of one database. A key belongs to one user: another user's same
  * key is another key. docs/api.md, "Idempotent creation".
  */
