@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { projection, each } from '../src/projection/types.js';
+import { projection, each, type RecordedOf } from '../src/projection/types.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { referenceKeyOfRegistered } from '../src/domain/source/reference.js';
 import { parseStreamName, type RecordedEvent } from '../src/eventstore/envelope.js';
@@ -26,6 +26,30 @@ function updateSources<Event extends RecordedEvent<string, unknown>>(
   );
 }
 
+/**
+ * The row a SourceRegistered inserts (the other columns keep their defaults): also what adding a
+ * source answers when the read model has not applied its registration within the command's wait.
+ */
+export function registeredSourceRow(event: RecordedOf<Extract<Handled, { type: 'SourceRegistered' }>>) {
+  return {
+    id: parseStreamName(event.streamId).id,
+    repository_id: event.repositoryId,
+    origin: event.data.origin,
+    url: event.data.url,
+    doi: event.data.doi,
+    // What adding a URL or DOI looks up: today's key of the spelling the event holds.
+    reference_key: referenceKeyOfRegistered(event.data),
+    filename: event.data.filename,
+    content_type: event.data.content_type,
+    body_sha256: event.data.body_sha256,
+    body_bytes: event.data.body_bytes,
+    status: 'pending',
+    created_by: event.actor,
+    created_at: event.occurredAt,
+    updated_at: event.occurredAt,
+  };
+}
+
 /** Read model `sources`: status and extracted metadata of every source, and the reference key of each URL or DOI source. */
 export const sourcesProjection = projection<Handled>({
   name: 'sources',
@@ -34,28 +58,7 @@ export const sourcesProjection = projection<Handled>({
   batchTogether: [['SourceRegistered', 'SourceFetchStarted', 'SourceFetched', 'SourceDecompositionStarted', 'FactsExtracted']],
   handlers: {
     async SourceRegistered(trx, events) {
-      await trx('sources')
-        .insert(
-          events.map((event) => ({
-            id: parseStreamName(event.streamId).id,
-            repository_id: event.repositoryId,
-            origin: event.data.origin,
-            url: event.data.url,
-            doi: event.data.doi,
-            // What adding a URL or DOI looks up: today's key of the spelling the event holds.
-            reference_key: referenceKeyOfRegistered(event.data),
-            filename: event.data.filename,
-            content_type: event.data.content_type,
-            body_sha256: event.data.body_sha256,
-            body_bytes: event.data.body_bytes,
-            status: 'pending',
-            created_by: event.actor,
-            created_at: event.occurredAt,
-            updated_at: event.occurredAt,
-          })),
-        )
-        .onConflict('id')
-        .ignore();
+      await trx('sources').insert(events.map(registeredSourceRow)).onConflict('id').ignore();
     },
     SourceFetchStarted: (trx, events) => updateSources(trx, events, { status: 'text' }, () => ({ status: 'fetching' })),
     SourceFetched: (trx, events) =>

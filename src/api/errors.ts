@@ -1,7 +1,7 @@
 import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
-import { AmbiguousConceptError, UnsupportedContentError } from '../app/errors.js';
+import { AmbiguousConceptError, ReadModelsBehindError, UnsupportedContentError } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';
 import { ReportTooLargeError } from '../domain/report/decider.js';
 import { shortenRunes } from '../domain/text.js';
@@ -214,7 +214,7 @@ function tooLargeMessage(code: string | undefined, bodyLimit: number | undefined
   return null;
 }
 
-/** How long a client is asked to wait before it tries again while a read model is rebuilt. */
+/** How long a client is asked to wait before it tries again while a read model is rebuilt (or lags behind a command). */
 const REBUILD_RETRY_AFTER_SECONDS = 5;
 
 /** How long a client is asked to wait before it tries again while the search cluster is unreachable. */
@@ -245,6 +245,10 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
     if (error instanceof ConcurrencyError) return send(409, 'conflict', 'the resource was changed concurrently; retry');
     if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return send(400, 'bad_request', error.message);
     if (error instanceof VectorSearchUnavailableError) return send(501, 'not_implemented', error.message);
+    if (error instanceof ReadModelsBehindError) {
+      reply.header('retry-after', String(REBUILD_RETRY_AFTER_SECONDS));
+      return send(503, 'unavailable', error.message);
+    }
     if (error instanceof SearchUnavailableError) {
       request.log.error({ err: error, reason: error.reason }, 'the search cluster cannot be reached');
       reply.header('retry-after', String(SEARCH_RETRY_AFTER_SECONDS));

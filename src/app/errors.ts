@@ -47,3 +47,18 @@ export class UnsupportedContentError extends DomainError {
     super('invalid', message);
   }
 }
+
+/**
+ * A command could not tell whether what it is about to add exists already: the read model it
+ * looks in has not applied the log through the moment it asked (it lags, has failed, is stopped
+ * or is being rebuilt) within the command's wait. Nothing was appended; retry (HTTP 503).
+ */
+export class ReadModelsBehindError extends Error {
+  override readonly name = 'ReadModelsBehindError';
+  constructor(
+    readonly readModels: readonly string[],
+    what: string,
+  ) {
+    super(`cannot tell whether ${what} yet: read model ${readModels.join(', ')} has not applied the latest events; nothing was changed, retry in a few seconds`);
+  }
+}

@@ -24,7 +24,7 @@ export type InvestigationSourceInput = { source_id: string } | { url: string } |
  * registers the source in the repository (or takes the one it has) and links it; the pipeline
  * processes it as any other source.
  */
-export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers'>) {
+export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers' | 'store' | 'projections'>) {
   const knex = deps.db.knex;
   const sources = sourceCommands(deps);
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { withNamedLock } from '../db/namedLock.js';
-import { sourceDecider } from '../domain/source/decider.js';
+import { sourceDecider, type SourceEvent } from '../domain/source/decider.js';
 import { normalizeReference, referenceKey, type SourceReference } from '../domain/source/reference.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
 import { addressPolicyFromConfig, RefusedAddressError } from '../providers/fetch/addressPolicy.js';
@@ -11,7 +11,9 @@ import { isSuperseded } from '../pipeline/jobs.js';
 import { presentSource, type SourceRow } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { conflict, invalid, notFound, UnsupportedContentError } from './errors.js';
+import { conflict, invalid, notFound, ReadModelsBehindError, UnsupportedContentError } from './errors.js';
+import { settleWaitMs } from './commands.js';
+import { registeredSourceRow } from '../../projections/sources.js';
 
 const UPLOAD_TYPES: Record<string, string> = {
   '.html': 'text/html',
@@ -88,13 +90,35 @@ export function withSourceLock<T>(db: AppContext['db'], sourceId: string, work: 
 }
 
 /** Source commands: add by URL, DOI or upload (duplicates of a URL or DOI return the existing source), and retry. */
-export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers'>) {
+export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers' | 'store' | 'projections'>) {
   const knex = deps.db.knex;
 
   async function register(repositoryId: string, command: Parameters<typeof sourceDecider.decide>[0], metadata: EventMetadata) {
     const sourceId = randomUUID();
-    await deps.commands.execute(streamName('source', sourceId), sourceDecider, command, metadata, { newStream: true });
-    return presentSource(await loadSource(knex, repositoryId, sourceId));
+    const streamId = streamName('source', sourceId);
+    await deps.commands.execute(streamId, sourceDecider, command, metadata, { newStream: true });
+    const row: SourceRow | undefined = await knex('sources').where({ id: sourceId, repository_id: repositoryId }).first();
+    if (row) return presentSource(row);
+    // The read model lags past the command's wait (or is stopped): the source is registered all
+    // the same, so it is answered as its registration made it, not as a 404.
+    const [registered] = await deps.store.readStream(streamId, { limit: 1 });
+    if (registered?.type !== 'SourceRegistered') throw notFound('source');
+    // Validated against its schema when it was appended.
+    const data = registered.data as Extract<SourceEvent, { type: 'SourceRegistered' }>['data'];
+    const projected = registeredSourceRow({ ...registered, type: 'SourceRegistered', data });
+    return presentSource({ title: null, failure: null, published_at: null, final_url: null, model_id: null, fact_count: 0, document_kind: null, ...projected, repository_id: repositoryId });
+  }
+
+  /**
+   * Throws ReadModelsBehindError unless the `sources` read model has applied every event
+   * appended before this call: a URL registered under the reference lock by a call whose
+   * read models lagged past its wait (or were stopped or failed: settle does not wait for those)
+   * is in the log, not yet in the read model, and a look there alone registered it twice.
+   */
+  async function sourcesReadModelCurrent(what: string): Promise<void> {
+    // The committed head: an append committed on a server before the lock was released may not be readable yet.
+    const head = await (deps.store.committedHeadPosition?.() ?? deps.store.headPosition());
+    if (!(await deps.projections.projectionReached('sources', head, settleWaitMs(deps.config.server)))) throw new ReadModelsBehindError(['sources'], what);
   }
 
   /**
@@ -125,6 +149,7 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       // must not both find it missing (the second waits and then finds the first's source). The
       // lock is named by the reference key: one lock for every spelling of one document.
       return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${referenceKey(reference)}`, async () => {
+        await sourcesReadModelCurrent('the repository has this URL or DOI');
         const existing = await findByReference(repository.id, reference);
         if (existing) return { created: false, source: existing };
         const source = await register(

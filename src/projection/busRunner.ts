@@ -252,6 +252,21 @@ export class BusProjectionRunner implements ReadModelRunner {
     }
   }
 
+  /** As caughtUp, for one projection's consumer group. */
+  async projectionReached(name: string, position: number, timeoutMs: number): Promise<boolean> {
+    const worker = this.workers.get(name);
+    if (!worker) throw new Error(`unknown projection ${name}`);
+    if (worker.state === 'rebuilding' || (await this.rebuildMarks(this.db.knex, [name])).size > 0) return false;
+    const group = this.groupOf(worker);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const published = this.options.publishedPosition === undefined || (await this.options.publishedPosition()) >= position;
+      if (published && ((await this.bus.backlog([group])).get(group) ?? 0) === 0) return true;
+      if (Date.now() > deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(this.options.pollMs ?? 20, 50)));
+    }
+  }
+
   /**
    * Empties the projection's tables and checkpoints, replays the whole log from the event store in
    * global order, then resumes consuming: the bus redelivers from its committed offsets and the

@@ -119,6 +119,8 @@ interface Lane {
 
 interface PositionWaiter {
   position: number;
+  /** Whether the wait is over; by default every running projection has applied `position` (reached). */
+  done?: () => boolean;
   resolve: () => void;
   timer: NodeJS.Timeout;
 }
@@ -275,6 +277,27 @@ export class ProjectionRunner implements ReadModelRunner {
     }
     // A rebuild empties its tables first: until it has replayed the log, what was written is not all readable.
     return ![...this.workers.values()].some((worker) => worker.state === 'rebuilding');
+  }
+
+  projectionReached(name: string, position: number, timeoutMs: number): Promise<boolean> {
+    const worker = this.workers.get(name);
+    if (!worker) throw new Error(`unknown projection ${name}`);
+    // A rebuild's position starts again at 0, so position alone says it; a stopped or failed one is waited for all the same.
+    const done = () => worker.state !== 'rebuilding' && worker.position >= position;
+    if (done()) return Promise.resolve(true);
+    return new Promise<boolean>((resolve) => {
+      const waiter: PositionWaiter = {
+        position,
+        done,
+        resolve: () => resolve(true),
+        timer: setTimeout(() => {
+          this.waiters = this.waiters.filter((other) => other !== waiter);
+          resolve(false);
+        }, timeoutMs),
+      };
+      this.waiters.push(waiter);
+      for (const lane of this.lanes) lane.endPause?.();
+    });
   }
 
   waitFor(position: number, timeoutMs: number): Promise<void> {
@@ -927,7 +950,7 @@ export class ProjectionRunner implements ReadModelRunner {
     if (this.waiters.length === 0) return;
     const pending: PositionWaiter[] = [];
     for (const waiter of this.waiters) {
-      if (this.reached(waiter.position)) {
+      if (waiter.done ? waiter.done() : this.reached(waiter.position)) {
         clearTimeout(waiter.timer);
         waiter.resolve();
       } else {

@@ -231,5 +231,12 @@ export interface ReadModelRunner {
    * applied, and a rebuild's tables are empty until it has replayed the log.
    */
   caughtUp(position: number, timeoutMs: number): Promise<boolean>;
+  /**
+   * Whether the one projection `name` has applied the whole log through `position` (waiting up
+   * to `timeoutMs` for it) and is not being rebuilt, whatever its state: what a command needs
+   * that trusts its read model's "not there" (adding a URL the repository may have), since
+   * `settle` does not wait for a failed or stopped projection and gives up after its timeout.
+   */
+  projectionReached(name: string, position: number, timeoutMs: number): Promise<boolean>;
   rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void>;
 }

@@ -18,6 +18,7 @@ function runnerWith(states: Record<string, ProjectionStatus['state']>) {
     status: async () => Object.entries(states).map(([name, state]) => ({ name, position: 3, head: 5, lag: 2, state, lastError: null })),
     settle: async () => undefined,
     caughtUp: async () => true,
+    projectionReached: async () => true,
     rebuild: async (name) => {
       rebuilt.push(name);
     },

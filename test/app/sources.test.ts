@@ -180,6 +180,25 @@ t.test('the same URL added several times at once is one source', async (t) => {
   t.equal(Number(stored?.count), 1, 'stored once');
 });
 
+t.test('a URL added again while the sources read model lags is not registered twice', async (t) => {
+  // The settle wait is 200 ms (two thirds of the connection deadline): the read models are held
+  // back past it by stopping them, as a failed or lagging sources projection would be.
+  const lagging = await startTestApplication({ name: 'Lagging' }, undefined, { server: { read_timeout: '300ms', write_timeout: '0s' } });
+  t.teardown(() => lagging.close());
+  const { app, service } = lagging;
+  const url = 'http://127.0.0.1:9/lagging';
+  await service.context.projections.stop();
+  const first = await app.sources.add(lagging.owner, { repository: lagging.repository, url }).catch((error: unknown) => error);
+  t.match(first, { created: true, source: { origin: 'url', url, status: 'pending', repository_id: lagging.repository } }, 'the write is stored: the caller is told so, not 404');
+  const second = await app.sources.add(lagging.owner, { repository: lagging.repository, url: `${url}#again` }).catch((error: unknown) => error);
+  t.match(second, { name: 'ReadModelsBehindError', message: /sources/ }, 'refused while the read model cannot say whether the repository has it');
+  const registered = await service.context.store.readAll({ types: ['SourceRegistered'], repositoryId: lagging.repository });
+  t.equal(registered.length, 1, 'nothing appended by the second');
+  await service.context.projections.start();
+  const third = await app.sources.add(lagging.owner, { repository: lagging.repository, url });
+  t.same(third, { created: false, source: (first as { source: unknown }).source }, 'once it caught up: the first source');
+});
+
 /** Appends a SourceRegistered as an older release did (its url or doi as that release spelt it) and waits for its row. */
 async function registeredByAnOlderRelease(data: { url: string } | { doi: string }): Promise<string> {
   const { context } = harness.service;

@@ -26,8 +26,13 @@ export interface TestApplication {
   close(): Promise<void>;
 }
 
-export async function startTestApplication(repository: CreateRepositoryInput = { name: 'Test' }, trace?: Trace): Promise<TestApplication> {
-  const service = await startTestService({ workers: false });
+export async function startTestApplication(
+  repository: CreateRepositoryInput = { name: 'Test' },
+  trace?: Trace,
+  /** Config overrides of the service (its settle time, say). */
+  overrides?: Record<string, unknown>,
+): Promise<TestApplication> {
+  const service = await startTestService({ workers: false, overrides });
   const { identity } = service.context;
   const app = createApplication(service.context);
   const user = async (email: string) => {

@@ -98,6 +98,11 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   bus.owed = 1;
   t.equal(await apiNode.caughtUp(b.lastPosition, 60), false, 'a group has not acknowledged what it was sent');
   t.same(bus.backlogAsked.at(-1), ['factlog.projection.counts'], "the projections' groups are asked");
+  t.equal(await apiNode.projectionReached('counts', b.lastPosition, 60), false, 'projectionReached: not while its group owes');
+  bus.owed = 0;
+  t.equal(await apiNode.projectionReached('counts', b.lastPosition, 60), true, 'projectionReached: published and acknowledged');
+  t.equal(await apiNode.projectionReached('counts', b.lastPosition + 1, 60), false, 'projectionReached: not past what the relay published');
+  bus.owed = 1;
   await apiNode.settle(write, 200); // never started here: it reads the checkpoints the workers wrote
   await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
 });

@@ -272,10 +272,13 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.notOk(reached, 'not reached while the projection is held');
     t.equal(await runner.caughtUp(pending.lastPosition, 50), false, 'caughtUp answers false where waitFor times out');
     t.equal(await runner.caughtUp(first.lastPosition, 50), true);
+    t.equal(await runner.projectionReached('slow', pending.lastPosition, 50), false, 'projectionReached: not while it is held');
+    const reachedLater = runner.projectionReached('slow', pending.lastPosition, APPLIED_WITHIN_MS);
     // (No status() here: on PGlite the held projection transaction owns the only connection.)
     release();
     await waiting;
     t.ok(reached);
+    t.equal(await reachedLater, true, 'projectionReached: once it applied the position');
     t.match(await runner.status(), [{ lag: 0 }]);
 
     // A rebuild empties the tables first: until its replay is done, the log is not all readable.
@@ -285,6 +288,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     await new Promise((resolve) => setTimeout(resolve, 50));
     t.notOk(rebuilt, 'the replay is held');
     t.equal(await runner.caughtUp(pending.lastPosition, 50), false, 'not caught up while a projection is rebuilt');
+    t.equal(await runner.projectionReached('slow', first.lastPosition, 50), false, 'nor has the rebuilt projection reached a position');
     release();
     await rebuilding;
     t.equal(await runner.caughtUp(pending.lastPosition, 50), true, 'caught up once the rebuild is done');

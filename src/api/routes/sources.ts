@@ -34,6 +34,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           201: { ...sourceSchema, description: 'the source, registered; its processing runs in the background' },
           200: { ...sourceSchema, description: 'the repository has the URL or DOI already: the existing source' },
           ...errorReplies,
+          503: errorReply('the sources read model lags behind the log, so whether the repository has the URL or DOI cannot be told; nothing was added (Retry-After)'),
         },
       },
     },

@@ -9,6 +9,7 @@ import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../domain/text.js';
 import { isUuid } from '../../util/uuid.js';
+import { ReadModelsBehindError } from '../../app/errors.js';
 import { searchModes } from '../../search/hybrid.js';
 import { MAX_OFFSET } from '../../read/paging.js';
 import { notFoundDuringRebuild, rebuildingReadModels } from '../../read/projections.js';
@@ -105,6 +106,7 @@ export async function toolFailure(error: unknown, context: Pick<AppContext, 'log
   if (error instanceof ConcurrencyError) return toolError('conflict: the resource was changed concurrently; retry');
   if (error instanceof InvalidEventError || error instanceof InvalidSearchRequestError) return toolError(`invalid: ${error.message}`);
   if (error instanceof VectorSearchUnavailableError) return toolError(error.message);
+  if (error instanceof ReadModelsBehindError) return toolError(`unavailable: ${error.message}`);
   log.error({ err: error }, 'MCP tool failed');
   return toolError('internal error');
 }
