@@ -78,7 +78,7 @@ function refuseUnreachableHost(url: string, config: AppContext['config']): void 
 }
 
 /**
- * Runs `work` while no other deletion, retry or investigation link of the source runs (across
+ * Runs `work` while no other deletion, retry (of the source or of one of its tasks) or investigation link of the source runs (across
  * processes on a server). Each reads the source and appends on its own stream or another's, so
  * side by side a retry could record its SourceRetryRequested and then answer 404 for the source
  * deleted after it, and a link appended after the deletion outlived it in the investigation

@@ -104,7 +104,7 @@ export const taskRoutes: FastifyPluginAsync<{ context: AppContext }> = async (ap
 
   app.post<{ Params: { repoID: string; taskID: string } }>(
     '/api/v1/repositories/:repoID/tasks/:taskID/retry',
-    { schema: { summary: 'Retry a failed or dead task', ...schema, params: taskParams, response: { 202: { ...jobSchema, description: 'the task, queued again' }, ...errorReplies, 409: errorReply('the task is neither failed nor dead, a later task took its place, or its source failed (retry the source)') } } },
+    { schema: { summary: 'Retry a failed or dead task', ...schema, params: taskParams, response: { 202: { ...jobSchema, description: 'the task, queued again' }, ...errorReplies, 409: errorReply('the task is neither failed nor dead, a later task took its place, its source failed (retry the source) or was deleted') } } },
     async (request, reply) => reply.status(202).send(await tasks.retry(requireUser(request), named(request.params))),
   );
 };
