@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { withNamedLock } from '../db/namedLock.js';
 import { DomainError } from '../domain/decider.js';
 import { investigationDecider, MAX_INVESTIGATION_SOURCES, type InvestigationCommand } from '../domain/investigation/decider.js';
 import { streamName, type EventMetadata } from '../eventstore/envelope.js';
@@ -31,6 +32,14 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
   const execute = (investigationId: string, command: InvestigationCommand, metadata: EventMetadata) =>
     deps.commands.execute(streamName('investigation', investigationId), investigationDecider, command, metadata);
 
+  /**
+   * An edit, from its write to the read its answer comes from, and a deletion of the
+   * investigation, one at a time (across processes on a server): a deletion that landed between
+   * an edit's write and its read made the edit answer 404 although it was stored. Now the
+   * deletion comes before the edit (which is refused: gone, nothing appended) or after its answer.
+   */
+  const withInvestigationLock = <T>(investigationId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.investigation.${investigationId}`, work);
+
   /** The repository (checked for `permission`) and the investigation in it. */
   async function target(principal: Principal, input: { repository: string; investigation: string }, permission: 'investigations:write' | 'investigations:delete') {
     const repository = await authorizeRepository(knex, principal, input.repository, permission);
@@ -48,16 +57,20 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
 
     async update(principal: Principal, input: InvestigationChange & { repository: string; investigation: string }, trace?: Trace) {
       const { repository, investigation } = await target(principal, input, 'investigations:write');
-      await execute(investigation.id, { type: 'UpdateInvestigation', title: input.title, topic: input.topic }, commandMetadata(principal, repository.id, trace));
-      return presentInvestigationById(knex, repository.id, investigation.id);
+      return withInvestigationLock(investigation.id, async () => {
+        await execute(investigation.id, { type: 'UpdateInvestigation', title: input.title, topic: input.topic }, commandMetadata(principal, repository.id, trace));
+        return presentInvestigationById(knex, repository.id, investigation.id);
+      });
     },
 
     /** Deletes the investigation; its sources stay in the repository. */
     async remove(principal: Principal, input: { repository: string; investigation: string }, trace?: Trace) {
       const { repository, investigation } = await target(principal, input, 'investigations:delete');
-      const { write } = await execute(investigation.id, { type: 'DeleteInvestigation' }, commandMetadata(principal, repository.id, trace));
-      // Nothing appended: a deletion sent beside this one deleted it since it was loaded, as a later one would find it.
-      if (write === null) throw new DomainError('gone', 'investigation was deleted');
+      await withInvestigationLock(investigation.id, async () => {
+        const { write } = await execute(investigation.id, { type: 'DeleteInvestigation' }, commandMetadata(principal, repository.id, trace));
+        // Nothing appended: a deletion sent beside this one deleted it since it was loaded, as a later one would find it.
+        if (write === null) throw new DomainError('gone', 'investigation was deleted');
+      });
     },
 
     /**

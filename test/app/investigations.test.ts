@@ -2,6 +2,8 @@ import { randomUUID } from 'node:crypto';
 import t from 'tap';
 import { MAX_INVESTIGATION_SOURCES } from '../../src/domain/investigation/decider.js';
 import { streamName } from '../../src/eventstore/envelope.js';
+import { createApplication } from '../../src/app/application.js';
+import type { CommandBus } from '../../src/app/commands.js';
 import { startTestApplication } from '../helpers/application.js';
 
 t.test('a URL refused by a full investigation is not registered in the repository either', async (t) => {
@@ -30,4 +32,31 @@ t.test('a URL refused by a full investigation is not registered in the repositor
   const before = (await app.sources.list(owner, { repository })).total;
   await t.rejects(app.investigations.addSource(owner, { repository, investigation: investigation.id, url: 'https://example.org/one-more' }), { code: 'invalid', message: /at most 1000 sources/ });
   t.equal((await app.sources.list(owner, { repository })).total, before, 'no source registered for it');
+});
+
+t.test('an edit whose write lands before a deletion answers the edit, not 404; the deletion then lands', async (t) => {
+  const harness = await startTestApplication({ name: 'Edited' });
+  t.teardown(() => harness.close());
+  const { owner, repository, service } = harness;
+  const investigation = await harness.app.investigations.create(owner, { repository, title: 'Before' });
+  const { commands } = service.context;
+  let deletion: Promise<unknown> | null = null;
+  // The real command bus; once the edit's UpdateInvestigation is stored (and settled), a deletion is sent beside it.
+  const interleaved: CommandBus = {
+    settle: (write) => commands.settle(write),
+    async execute(streamId, decider, command, metadata, options) {
+      const result = await commands.execute(streamId, decider, command, metadata, options);
+      if (result.events.some((event) => event.type === 'InvestigationUpdated') && deletion === null) {
+        deletion = app.investigations.remove(owner, { repository, investigation: investigation.id }).catch((error: unknown) => error);
+        // Time for a deletion that nothing holds back to land before the edit reads its answer.
+        await Promise.race([deletion, new Promise((resolve) => setTimeout(resolve, 500))]);
+      }
+      return result;
+    },
+  };
+  const app = createApplication({ ...service.context, commands: interleaved });
+  const edited = await app.investigations.update(owner, { repository, investigation: investigation.id, title: 'After' }).catch((error: unknown) => error);
+  t.match(edited, { id: investigation.id, title: 'After' }, 'the edit was stored before the deletion: it is answered');
+  t.equal(await deletion, undefined, 'the deletion then succeeds');
+  await t.rejects(harness.app.investigations.get(owner, { repository, investigation: investigation.id }), { name: 'DomainError', message: /deleted|not found/ }, 'deleted');
 });
