@@ -120,9 +120,20 @@ async function checkNewChildren(knex: Knex, repositoryId: string, chain: readonl
 export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
   const knex = deps.db.knex;
 
-  async function execute(repositoryId: string, reportId: string, command: ReportCommand, principal: Principal, trace?: Trace) {
-    await deps.commands.execute(streamName('report', reportId), reportDecider, command, commandMetadata(principal, repositoryId, trace));
-    return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
+  /**
+   * A command on one report and the read its answer comes from, and the report's deletion, one at
+   * a time (across processes on a server), always inside the report tree's lock where both are
+   * taken: a deletion that landed between an edit's write and that read made the edit answer 404
+   * although it was stored. Now the deletion comes first (the edit is refused, nothing stored) or
+   * after the edit's answer.
+   */
+  const inReport = <T>(reportId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.report.${reportId}`, work);
+
+  function execute(repositoryId: string, reportId: string, command: ReportCommand, principal: Principal, trace?: Trace) {
+    return inReport(reportId, async () => {
+      await deps.commands.execute(streamName('report', reportId), reportDecider, command, commandMetadata(principal, repositoryId, trace));
+      return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
+    });
   }
 
   /**
@@ -245,11 +256,8 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       await loadReport(knex, repository.id, input.report);
       await inReportTree(repository.id, async () => {
         const children = await childIdsOf(knex, repository.id, input.report);
-        const { write } = await deps.commands.execute(
-          streamName('report', input.report),
-          reportDecider,
-          { type: 'DeleteReport', childCount: children.length },
-          commandMetadata(principal, repository.id, trace),
+        const { write } = await inReport(input.report, () =>
+          deps.commands.execute(streamName('report', input.report), reportDecider, { type: 'DeleteReport', childCount: children.length }, commandMetadata(principal, repository.id, trace)),
         );
         // Nothing appended: a deletion sent beside this one deleted it since it was loaded, and a deleted report is not found.
         if (write === null) throw notFound('report');
@@ -271,13 +279,14 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     async setChildren(principal: Principal, input: ReportInput & { children_ids: readonly string[] }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
       await loadReport(knex, repository.id, input.report);
-      await inReportTree(repository.id, async () => {
+      // Answered inside the tree's lock, which a deletion takes: after it, the report could be gone.
+      return inReportTree(repository.id, async () => {
         const chain = await parentChain(knex, repository.id, input.report);
         const wanted = [...new Set(input.children_ids)];
         await checkNewChildren(knex, repository.id, chain, wanted);
         await replaceChildren(repository.id, chain, wanted, principal, trace);
+        return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
       });
-      return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
     },
   };
 }

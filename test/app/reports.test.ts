@@ -1,4 +1,6 @@
 import t from 'tap';
+import { createApplication, type Application } from '../../src/app/application.js';
+import type { CommandBus } from '../../src/app/commands.js';
 import { defaultTitle, MAX_REPORT_DEPTH, reportUploadType } from '../../src/app/reports.js';
 import { UnsupportedContentError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
@@ -141,4 +143,34 @@ t.test('children taken with the reports below them nest at most 100 deep', async
   await rejectsWith(t, harness.app.reports.setChildren(owner, { repository, report: deepest, children_ids: [lower[0] as string] }), 'invalid', /nest at most 100 deep/);
   t.equal((await harness.app.reports.get(owner, { repository, report: lower[0] as string })).parent_id, null, 'the lower chain stays a root');
   t.same((await harness.app.reports.setChildren(owner, { repository, report: deepest, children_ids: [lower[30] as string] })).children_ids, [lower[30]], 'a subtree that fits is moved');
+});
+
+t.test('an edit or an annotation request stored before a deletion answers the report, not 404; the deletion then lands', async (t) => {
+  const { service } = harness;
+  const { commands } = service.context;
+  for (const [type, request] of [
+    ['ReportUpdated', (app: Application, report: string) => app.reports.update(owner, { repository, report, title: 'After' })],
+    ['ReportAnnotationRequested', (app: Application, report: string) => app.reports.annotate(owner, { repository, report })],
+  ] as const) {
+    const report = await harness.app.reports.create(owner, { repository, title: 'Before', text: 'A sentence.' });
+    let deletion: Promise<unknown> | null = null;
+    // The real command bus; once the report's event is stored (and settled), a deletion is sent beside it.
+    const interleaved: CommandBus = {
+      settle: (write) => commands.settle(write),
+      async execute(streamId, decider, command, metadata, options) {
+        const result = await commands.execute(streamId, decider, command, metadata, options);
+        if (result.events.some((event) => event.type === type) && deletion === null) {
+          deletion = app.reports.delete(owner, { repository, report: report.id }).catch((error: unknown) => error);
+          // Time for a deletion that nothing holds back to land before the request reads its answer.
+          await Promise.race([deletion, new Promise((resolve) => setTimeout(resolve, 500))]);
+        }
+        return result;
+      },
+    };
+    const app = createApplication({ ...service.context, commands: interleaved });
+    const answered = await request(app, report.id).catch((error: unknown) => error);
+    t.match(answered, { id: report.id }, `${type}: stored before the deletion, so answered`);
+    t.equal(await deletion, undefined, `${type}: the deletion then succeeds`);
+    await rejectsWith(t, harness.app.reports.get(owner, { repository, report: report.id }), 'not_found');
+  }
 });
