@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Principal } from '../auth/rbac.js';
-import { withNamedLock } from '../db/namedLock.js';
+import { withNamedLock, withNamedLocks } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
@@ -120,20 +120,23 @@ async function checkNewChildren(knex: Knex, repositoryId: string, chain: readonl
 export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
   const knex = deps.db.knex;
 
-  /**
-   * A command on one report and the read its answer comes from, and the report's deletion, one at
-   * a time (across processes on a server), always inside the report tree's lock where both are
-   * taken: a deletion that landed between an edit's write and that read made the edit answer 404
-   * although it was stored. Now the deletion comes first (the edit is refused, nothing stored) or
-   * after the edit's answer.
-   */
-  const inReport = <T>(reportId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.report.${reportId}`, work);
+  const reportLock = (reportId: string) => `factlog.report.${reportId}`;
+  const treeLock = (repositoryId: string) => `factlog.report-tree.${repositoryId}`;
 
-  function execute(repositoryId: string, reportId: string, command: ReportCommand, principal: Principal, trace?: Trace) {
-    return inReport(reportId, async () => {
+  /**
+   * A command on one report and the read its answer comes from, one at a time with the report's
+   * deletion (across processes on a server): a deletion that landed between an edit's write and
+   * that read made the edit answer 404 although it was stored. Now the deletion comes first (the
+   * edit is refused, nothing stored) or after the edit's answer. The deletion holds the report's
+   * lock and the tree's, so a command made under the tree's lock (`treeHeld`) takes no other: a
+   * third lock nested on a server would hold a third pooled connection.
+   */
+  function execute(repositoryId: string, reportId: string, command: ReportCommand, principal: Principal, trace?: Trace, treeHeld = false) {
+    const work = async () => {
       await deps.commands.execute(streamName('report', reportId), reportDecider, command, commandMetadata(principal, repositoryId, trace));
       return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
-    });
+    };
+    return treeHeld ? work() : withNamedLock(deps.db, reportLock(reportId), work);
   }
 
   /**
@@ -141,7 +144,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
    * extends and appends before the next reads the chains, so two concurrent edits (A under B, B
    * under A) cannot close a cycle that each alone would not.
    */
-  const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.report-tree.${repositoryId}`, work);
+  const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, treeLock(repositoryId), work);
 
   /**
    * Makes `wanted` the children of the report whose chain (itself first) is `chain`. The caller
@@ -151,10 +154,10 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     const reportId = chain[0] as string;
     const current = await childIdsOf(knex, repositoryId, reportId);
     for (const child of wanted.filter((id) => !current.includes(id))) {
-      await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: reportId, parentChain: chain }, principal, trace);
+      await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: reportId, parentChain: chain }, principal, trace, true);
     }
     for (const child of current.filter((id) => !wanted.includes(id))) {
-      await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace);
+      await execute(repositoryId, child, { type: 'UpdateReport', reportId: child, parentId: null, parentChain: [] }, principal, trace, true);
     }
   }
 
@@ -169,23 +172,24 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     const reportId = randomUUID();
     // Looked for from the first line with a character, in a span a title cannot outgrow, never cut inside a character.
     const title = fields.title ?? defaultTitle(headOfUnits(fields.text.trimStart(), 4 * MAX_REPORT_TITLE_CHARS), filename);
-    const run = () =>
+    const run = (treeHeld: boolean) =>
       execute(
         repositoryId,
         reportId,
         { type: 'CreateReport', reportId, title, text: fields.text, topic: fields.topic ?? null, parentId: fields.parent_id ?? null, origin, filename },
         principal,
         trace,
+        treeHeld,
       );
     const parentId = fields.parent_id;
     const children = fields.children_ids === undefined ? undefined : [...new Set(fields.children_ids)];
-    if (!parentId && children === undefined) return run();
+    if (!parentId && children === undefined) return run(false);
     return inReportTree(repositoryId, async () => {
       const chain = [reportId, ...(parentId ? await parentChain(knex, repositoryId, parentId) : [])];
-      if (children === undefined) return run();
+      if (children === undefined) return run(true);
       // The children are checked before the report is made: a refused list leaves no report behind.
       await checkNewChildren(knex, repositoryId, chain, children);
-      await run();
+      await run(true);
       await replaceChildren(repositoryId, chain, children, principal, trace);
       return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
     });
@@ -229,6 +233,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:write');
       const stored = await loadReport(knex, repository.id, input.report);
       const children = input.children_ids === undefined ? undefined : [...new Set(input.children_ids)];
+      const treeHeld = Boolean(input.parent_id) || children !== undefined;
       const run = async () => {
         const chain = input.parent_id ? await parentChain(knex, repository.id, input.parent_id) : [];
         // Moved under a parent, the report takes its children along: the deepest of them must stay within the limit too.
@@ -236,15 +241,15 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
           throw invalid(`reports nest at most ${MAX_REPORT_DEPTH} deep: this report and the reports below it would reach deeper`);
         }
         const command: ReportCommand = { type: 'UpdateReport', reportId: input.report, title: input.title, text: input.text, topic: input.topic, parentId: input.parent_id, parentChain: chain };
-        if (children === undefined) return execute(repository.id, input.report, command, principal, trace);
+        if (children === undefined) return execute(repository.id, input.report, command, principal, trace, treeHeld);
         // The report's chain as the edit leaves it: under its new parent, or where it stands.
         const chainAfter = input.parent_id === undefined ? await parentChain(knex, repository.id, stored.id) : [input.report, ...chain];
         await checkNewChildren(knex, repository.id, chainAfter, children);
-        await execute(repository.id, input.report, command, principal, trace);
+        await execute(repository.id, input.report, command, principal, trace, true);
         await replaceChildren(repository.id, chainAfter, children, principal, trace);
         return answeredReport(knex, repository.id, await loadReport(knex, repository.id, input.report));
       };
-      return input.parent_id || children !== undefined ? inReportTree(repository.id, run) : run();
+      return treeHeld ? inReportTree(repository.id, run) : run();
     },
 
     /**
@@ -254,10 +259,15 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
     async delete(principal: Principal, input: ReportInput, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:delete');
       await loadReport(knex, repository.id, input.report);
-      await inReportTree(repository.id, async () => {
+      // The tree's lock (children counted) and the report's (no command on it between its write and its answer), on one connection.
+      const locks = [treeLock(repository.id), reportLock(input.report)].map((name) => ({ name, mode: 'exclusive' as const }));
+      await withNamedLocks(deps.db, locks, async () => {
         const children = await childIdsOf(knex, repository.id, input.report);
-        const { write } = await inReport(input.report, () =>
-          deps.commands.execute(streamName('report', input.report), reportDecider, { type: 'DeleteReport', childCount: children.length }, commandMetadata(principal, repository.id, trace)),
+        const { write } = await deps.commands.execute(
+          streamName('report', input.report),
+          reportDecider,
+          { type: 'DeleteReport', childCount: children.length },
+          commandMetadata(principal, repository.id, trace),
         );
         // Nothing appended: a deletion sent beside this one deleted it since it was loaded, and a deleted report is not found.
         if (write === null) throw notFound('report');
