@@ -44,6 +44,7 @@ t.test('an edit whose write lands before a deletion answers the edit, not 404; t
   // The real command bus; once the edit's UpdateInvestigation is stored (and settled), a deletion is sent beside it.
   const interleaved: CommandBus = {
     settle: (write) => commands.settle(write),
+    step: (metadata, access, work) => commands.step(metadata, access, work),
     async execute(streamId, decider, command, metadata, options) {
       const result = await commands.execute(streamId, decider, command, metadata, options);
       if (result.events.some((event) => event.type === 'InvestigationUpdated') && deletion === null) {

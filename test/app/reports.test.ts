@@ -157,6 +157,7 @@ t.test('an edit or an annotation request stored before a deletion answers the re
     // The real command bus; once the report's event is stored (and settled), a deletion is sent beside it.
     const interleaved: CommandBus = {
       settle: (write) => commands.settle(write),
+      step: (metadata, access, work) => commands.step(metadata, access, work),
       async execute(streamId, decider, command, metadata, options) {
         const result = await commands.execute(streamId, decider, command, metadata, options);
         if (result.events.some((event) => event.type === type) && deletion === null) {

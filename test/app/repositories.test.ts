@@ -83,6 +83,7 @@ t.test('an edit stored before the repository is deleted answers the edit, not 40
   // The real command bus; once the edit's RepositoryUpdated is stored (and settled), a deletion is sent beside it.
   const interleaved: CommandBus = {
     settle: (write) => commands.settle(write),
+    step: (metadata, access, work) => commands.step(metadata, access, work),
     async execute(streamId, decider, command, metadata, options) {
       const result = await commands.execute(streamId, decider, command, metadata, options);
       if (result.events.some((event) => event.type === 'RepositoryUpdated') && deletion === null) {
