@@ -751,6 +751,26 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // A URL or DOI registered by an add that answered before the `sources` read model had it
+    // (its wait ran out, or the projection was stopped or failed): the next add of that reference
+    // waits for the read model to reach the registration's position before it trusts that the
+    // repository lacks it (src/app/sources.ts, sourcesReadModelCurrent), and removes the mark.
+    // Service state, not a projection: a rebuild leaves it alone.
+    id: '029_source_references_pending',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE source_references_pending (
+          repository_id text NOT NULL,
+          reference_key text NOT NULL,
+          source_id text NOT NULL,
+          position bigint NOT NULL,
+          created_at timestamptz NOT NULL,
+          PRIMARY KEY (repository_id, reference_key)
+        );
+      `);
+    },
+  },
 ];
 
 /**
