@@ -8,8 +8,8 @@ import { loadRepositorySettings } from '../pipeline/stages/repositorySettings.js
 import { presentJob } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
-import { runeLength } from '../domain/text.js';
 import { conflict, invalid } from './errors.js';
+import { runeLength } from '../util/codePoints.js';
 
 /** Concept commands: moving a repository's concepts from one context to another, re-making a synthesis (background tasks). */
 export function conceptCommands(deps: Pick<AppContext, 'db' | 'commands' | 'store' | 'jobs' | 'config'>) {

@@ -5,13 +5,14 @@ import { withNamedLock, withNamedLocks } from '../db/namedLock.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { MAX_REPORT_BYTES, MAX_REPORT_TITLE_CHARS, ReportTooLargeError, reportDecider, type ReportCommand } from '../domain/report/decider.js';
 import { plainText } from '../domain/report/sentences.js';
-import { headOfUnits, oneLine, shortenRunes, unsafeTextReason } from '../domain/text.js';
+import { oneLine, shortenRunes, unsafeTextReason } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
 import { answeredReport, childIdsOf, loadReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
 import type { AppContext } from './context.js';
 import { invalid, notFound } from './errors.js';
 import { uploadedMediaType, type UploadedContent, type UploadKinds } from './sources.js';
+import { headOfUnits } from '../util/codePoints.js';
 
 /** The UTF-8 byte-order mark an uploaded report may start with; it is not kept. */
 const UTF8_BOM_BYTES = 3;

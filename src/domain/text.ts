@@ -1,35 +1,16 @@
 import { DomainError } from './decider.js';
+import { runeLength } from '../util/codePoints.js';
 
 /**
  * Text measured as people and JSON Schema's `maxLength` count it: in Unicode code points
- * ("runes"), not UTF-16 units, so an emoji is one character and is never cut in half.
+ * ("runes"), not UTF-16 units, so an emoji is one character and is never cut in half (the
+ * measure and the pair-safe cut: src/util/codePoints.ts).
  */
-
-/** Length in Unicode code points ("runes"), as `providers.reports.min_sentence_runes` counts. */
-export function runeLength(text: string): number {
-  let count = 0;
-  for (const _ of text) count++;
-  return count;
-}
 
 /** `text`, or its first `max - 1` code points and an ellipsis when it has more than `max`. */
 export function shortenRunes(text: string, max: number): string {
   const runes = [...text];
   return runes.length > max ? `${runes.slice(0, max - 1).join('')}…` : text;
-}
-
-/** A cut of `text` at UTF-16 unit `at`, moved one unit back where it would separate a surrogate pair. */
-export function avoidSplitPair(text: string, at: number): number {
-  const before = text.charCodeAt(at - 1);
-  return at > 0 && at < text.length && before >= 0xd800 && before <= 0xdbff ? at - 1 : at;
-}
-
-/**
- * The first `units` UTF-16 units of `text`, one fewer where the last would be the first half of
- * a surrogate pair: a lone half is not Unicode, and no store keeps it.
- */
-export function headOfUnits(text: string, units: number): string {
-  return text.length <= units ? text : text.slice(0, avoidSplitPair(text, units));
 }
 
 /** C0 and C1 control characters (tabs and line breaks among them): none belongs in a one-line title. */

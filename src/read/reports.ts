@@ -3,12 +3,12 @@ import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
-import { runeLength } from '../domain/text.js';
 import type { Principal } from '../auth/rbac.js';
 import { websearchQueryText } from '../search/port.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
+import { runeLength } from '../util/codePoints.js';
 
 export const reportStatuses = ['pending', 'processing', 'annotated', 'failed'] as const;
 export type ReportStatus = (typeof reportStatuses)[number];

@@ -4,9 +4,9 @@ import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { utcMicrosecondsText } from '../db/timestamps.js';
-import { runeLength } from '../domain/text.js';
 import { afterNewestFirst, countOf, decodeNewestFirstCursor, encodeNewestFirstCursor, pageOf, type PageInput } from './paging.js';
 import { presentFact, presentSource, type SourceRow } from './present.js';
+import { runeLength } from '../util/codePoints.js';
 
 export const sourceStatuses = ['pending', 'fetching', 'fetched', 'decomposing', 'processed', 'failed'] as const;
 export type SourceStatus = (typeof sourceStatuses)[number];

@@ -1,5 +1,6 @@
 import t from 'tap';
-import { cleanFileName, MAX_FILE_NAME_CHARS, MARKDOWN_INLINE_LINK, outsideCodeSpans, runeLength, shortenRunes, stripCodeAndEmphasis } from '../../src/domain/text.js';
+import { cleanFileName, MAX_FILE_NAME_CHARS, MARKDOWN_INLINE_LINK, outsideCodeSpans, shortenRunes, stripCodeAndEmphasis } from '../../src/domain/text.js';
+import { runeLength } from '../../src/util/codePoints.js';
 
 t.test('runes are code points', async (t) => {
   t.equal(runeLength('abc'), 3);

@@ -20,3 +20,18 @@ t.test("a failed statement's megabyte of SQL keeps its start and the reason at i
 t.test('a smaller bound is kept', async (t) => {
   t.equal(boundedErrorMessage(new Error('abcdefghij'), 4), 'ab … (6 characters left out) … ij');
 });
+
+t.test('a cut never halves a character: an emoji where the start ends or the end starts stays whole or goes whole', async (t) => {
+  const lone = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+  // max 4: head 2 units, tail 2 units. 'a😀' puts the pair across the head's cut, '😀b' across the tail's.
+  const head = boundedErrorMessage(new Error('a😀cdefghij'), 4);
+  t.notMatch(head, lone, `no lone surrogate in ${JSON.stringify(head)}`);
+  t.equal(head, 'a … (7 characters left out) … ij', 'the emoji is left out with what lay between, counted as one character');
+  const tail = boundedErrorMessage(new Error('abcdefgh😀b'), 4);
+  t.notMatch(tail, lone, `no lone surrogate in ${JSON.stringify(tail)}`);
+  t.equal(tail, 'ab … (7 characters left out) … b');
+  for (let at = 0; at < 40; at++) {
+    const text = `${'x'.repeat(at)}${'😀'.repeat(30)}`;
+    t.notMatch(boundedErrorMessage(new Error(text), 21), lone, `emoji from unit ${at}`);
+  }
+});

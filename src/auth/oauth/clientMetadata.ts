@@ -1,5 +1,5 @@
-import { runeLength } from '../../domain/text.js';
 import { OAuthError } from './errors.js';
+import { runeLength } from '../../util/codePoints.js';
 
 /**
  * Client metadata rules shared by dynamic registration (RFC 7591) and Client ID Metadata

@@ -1,5 +1,6 @@
 import { DomainError, type Decider } from '../decider.js';
-import { checkedTitle, runeLength } from '../text.js';
+import { checkedTitle } from '../text.js';
+import { runeLength } from '../../util/codePoints.js';
 
 export const MAX_INVESTIGATION_TITLE_CHARS = 200;
 export const MAX_INVESTIGATION_TOPIC_CHARS = 2000;

@@ -1,6 +1,7 @@
 import { DomainError, type Decider } from '../decider.js';
 import type { AnnotatedSentence, AnnotationSettings, ReportEvent } from './events.js';
-import { checkedTitle, runeLength } from '../text.js';
+import { checkedTitle } from '../text.js';
+import { runeLength } from '../../util/codePoints.js';
 
 export * from './events.js';
 

@@ -7,7 +7,7 @@ import { withCallContext } from '../../app/callContext.js';
 import type { AppContext } from '../../app/context.js';
 import type { Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
-import { runeLength } from '../../domain/text.js';
+import { runeLength } from '../../util/codePoints.js';
 import { isUuid } from '../../util/uuid.js';
 import { ReadModelsBehindError } from '../../app/errors.js';
 import { searchModes } from '../../search/hybrid.js';

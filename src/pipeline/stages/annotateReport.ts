@@ -1,7 +1,6 @@
 import type { Knex } from 'knex';
 import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type AnnotationSettings, type LiveReport, type ReportCommand, type ReportState } from '../../domain/report/decider.js';
 import { splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
-import { runeLength } from '../../domain/text.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { STOP_WORDS, wordSimilarity } from '../../providers/llm/localPosture.js';
@@ -9,6 +8,7 @@ import type { ChatModel } from '../../providers/llm/port.js';
 import type { Promptset } from '../../providers/llm/promptsets.js';
 import { facts as factCollection } from '../../search/collections/index.js';
 import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../search/hybrid.js';
+import { runeLength } from '../../util/codePoints.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';

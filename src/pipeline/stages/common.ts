@@ -7,7 +7,7 @@ import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
-import { headOfUnits } from '../../domain/text.js';
+import { headOfUnits } from '../../util/codePoints.js';
 import { MAX_KEPT_ERROR_CHARS } from '../../util/errorMessage.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';

@@ -6,7 +6,7 @@
  * pair, which can shift a chunk start by one unit (only astral characters such as emoji).
  */
 
-import { avoidSplitPair } from '../../domain/text.js';
+import { avoidSplitPair } from '../../util/codePoints.js';
 
 export interface ChunkingSettings {
   /** Maximum characters per chunk. */

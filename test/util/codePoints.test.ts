@@ -1,0 +1,13 @@
+import t from 'tap';
+import { avoidSplitPair, headOfUnits, runeLength, tailOfUnits } from '../../src/util/codePoints.js';
+
+t.test('a cut in UTF-16 units keeps a surrogate pair whole', async (t) => {
+  t.equal(runeLength('a😀'), 2);
+  t.equal(avoidSplitPair('a😀', 2), 1, 'between the halves: moved back');
+  t.equal(avoidSplitPair('a😀', 1), 1);
+  t.equal(headOfUnits('a😀b', 2), 'a');
+  t.equal(headOfUnits('a😀b', 3), 'a😀');
+  t.equal(tailOfUnits('a😀b', 2), 'b', 'the low half alone is left out');
+  t.equal(tailOfUnits('a😀b', 3), '😀b');
+  t.equal(tailOfUnits('ab', 5), 'ab');
+});
