@@ -1,5 +1,6 @@
 import { DomainError, type Decider } from '../decider.js';
 import { isKnownPermissionPattern } from '../../auth/rbac.js';
+import { runeLength } from '../../util/codePoints.js';
 
 /**
  * A personal API key, stream `apikey-<id>`. The events say who holds which key with which scopes
@@ -45,7 +46,7 @@ export type ApiKeyCreatedData = Extract<ApiKeyEvent, { type: 'ApiKeyCreated' }>[
 export function newApiKey(command: Extract<ApiKeyCommand, { type: 'CreateApiKey' }>): ApiKeyCreatedData {
   const name = command.name.trim();
   if (name === '') throw new DomainError('invalid', 'name must not be empty');
-  if (name.length > API_KEY_NAME_MAX) throw new DomainError('invalid', `name is longer than ${API_KEY_NAME_MAX} characters`);
+  if (runeLength(name) > API_KEY_NAME_MAX) throw new DomainError('invalid', `name is longer than ${API_KEY_NAME_MAX} characters`);
   const scopes = [...new Set(command.scopes)].sort();
   if (scopes.length === 0) throw new DomainError('invalid', 'scopes must name at least one permission, e.g. "facts:read"');
   if (scopes.length > API_KEY_SCOPES_MAX) throw new DomainError('invalid', `at most ${API_KEY_SCOPES_MAX} scopes`);

@@ -2,6 +2,7 @@ import { v5 as uuidv5 } from 'uuid';
 import { DomainError, type Decider, type UnreadData } from '../decider.js';
 import type { ConceptCommand, ConceptEvent, ConceptState, SliceWrite } from './events.js';
 import { citationProblem } from './summaries.js';
+import { runeLength } from '../../util/codePoints.js';
 
 export type { ConceptCommand, ConceptEvent, ConceptState, SliceWrite } from './events.js';
 
@@ -54,7 +55,7 @@ export function conceptIdOfReturn(naturalId: string, movingId: string): string {
 function checkName(what: string, value: string): string {
   const trimmed = value.trim();
   if (trimmed === '') throw new DomainError('invalid', `${what} must not be empty`);
-  if (trimmed.length > MAX_CONCEPT_NAME_CHARS) throw new DomainError('invalid', `${what} must be at most ${MAX_CONCEPT_NAME_CHARS} characters`);
+  if (runeLength(trimmed) > MAX_CONCEPT_NAME_CHARS) throw new DomainError('invalid', `${what} must be at most ${MAX_CONCEPT_NAME_CHARS} characters`);
   return trimmed;
 }
 
@@ -71,7 +72,7 @@ export function distinctConceptNames(candidates: readonly string[], known: reado
   for (const candidate of candidates) {
     const name = conceptName(candidate);
     const key = conceptNameKey(name);
-    if (name === '' || name.length > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
+    if (name === '' || runeLength(name) > MAX_CONCEPT_NAME_CHARS || seen.has(key)) continue;
     seen.add(key);
     fresh.push(name);
   }

@@ -3,6 +3,7 @@ import { findAllowedContext, isOntologyLevel } from '../concept/ontology.js';
 import { findPreset } from './presets.js';
 import { MAX_PROMPT_CHARS, PROMPT_PHASES, isPromptPhase, type PromptPhase } from './prompts.js';
 import { isUuid } from '../../util/uuid.js';
+import { runeLength } from '../../util/codePoints.js';
 
 /** A context a repository adds to its preset's (RepositoryContextsChanged). */
 export type CustomContext = { name: string; description: string };
@@ -81,7 +82,7 @@ export type RepositoryState =
     };
 
 function checkName(name: string): void {
-  if (name.trim().length === 0 || name.length > 200) throw new DomainError('invalid', 'name must be 1 to 200 characters');
+  if (name.trim().length === 0 || runeLength(name) > 200) throw new DomainError('invalid', 'name must be 1 to 200 characters');
 }
 export function checkSlug(slug: string): void {
   if (!SLUG_PATTERN.test(slug))
@@ -108,7 +109,7 @@ function applyPromptChanges(
     if (text !== null) {
       if (typeof text !== 'string' || text.trim() === '')
         throw new DomainError('invalid', `prompt of ${phase} must be non-empty text (null removes the override)`);
-      if (text.length > MAX_PROMPT_CHARS) throw new DomainError('invalid', `prompt of ${phase} is longer than ${MAX_PROMPT_CHARS} characters`);
+      if (runeLength(text) > MAX_PROMPT_CHARS) throw new DomainError('invalid', `prompt of ${phase} is longer than ${MAX_PROMPT_CHARS} characters`);
     }
     merged[phase] = text;
   }
@@ -132,7 +133,7 @@ function checkCustomContexts(contexts: readonly CustomContext[]): CustomContext[
     if (seen.has(name)) throw new DomainError('invalid', `context '${name}' is listed twice`);
     seen.add(name);
     const description = context.description.trim();
-    if (description.length > MAX_CONTEXT_DESCRIPTION_CHARS)
+    if (runeLength(description) > MAX_CONTEXT_DESCRIPTION_CHARS)
       throw new DomainError('invalid', `description of '${name}' is longer than ${MAX_CONTEXT_DESCRIPTION_CHARS} characters`);
     return { name, description };
   });

@@ -35,6 +35,12 @@ t.test('a key needs a name and known permission patterns', async (t) => {
   t.same(spec(apiKeyDecider).given([]).when({ ...create, scopes: ['*:read'] }).events()[0].data, { ...created.data, scopes: ['*:read'] });
 });
 
+t.test('a name is counted in characters, as the route schema counts it', async (t) => {
+  const name = '🔑'.repeat(100);
+  t.same(spec(apiKeyDecider).given([]).when({ ...create, name }).events(), [{ type: 'ApiKeyCreated', data: { ...created.data, name } }], '100 emoji (200 UTF-16 units) are fine');
+  t.equal(codeOf([], { ...create, name: `${name}x` }), 'invalid', '101 characters are not');
+});
+
 t.test('only the owner revokes a live key; to anyone else, and after revocation, it does not exist', async (t) => {
   t.same(spec(apiKeyDecider).given([created]).when({ type: 'RevokeApiKey', requestedBy: 'u1', reason: 'deleted by its owner' }).events(), [revoked]);
   t.equal(codeOf([created], { type: 'RevokeApiKey', requestedBy: 'u2', reason: 'x' }), 'not_found');

@@ -70,6 +70,16 @@ t.test('create trims, dedupes aliases case-insensitively and leaves out the cano
   t.equal(given([created]).when({ ...create, canonicalName: '' }).thenThrows(DomainError).code, 'invalid', 'checked on an existing concept too');
 });
 
+t.test('a name is counted in characters: 200 emoji or astral-plane ideographs are a name, 201 are not', async (t) => {
+  const emoji = '🧬'.repeat(200);
+  const ideographs = '𠀀'.repeat(200);
+  t.same(given([]).when({ ...create, canonicalName: emoji, aliases: [ideographs, `${ideographs}𠀀`] }).events(), [
+    { type: 'ConceptCreated', data: { ...created.data, canonical_name: emoji, aliases: [ideographs] } },
+  ], 'at the limit kept (400 UTF-16 units), one over dropped');
+  t.equal(given([]).when({ ...create, canonicalName: `${emoji}x` }).thenThrows(DomainError).code, 'invalid');
+  t.same(given([created]).when({ type: 'AddAliases', aliases: [emoji] }).events(), [{ type: 'ConceptAliasAdded', data: { alias: emoji } }]);
+});
+
 t.test('creating an existing concept adds only the aliases it lacks', async (t) => {
   t.same(given([created]).when(create).events(), [], 'a twin extraction records nothing');
   t.same(given([created]).when({ ...create, aliases: ['madame curie', 'Maria Skłodowska', 'MARIA SKŁODOWSKA', 'Marie Curie'] }).events(), [

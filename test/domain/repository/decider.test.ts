@@ -34,6 +34,21 @@ t.test('update records only changes; delete is final', async (t) => {
   t.equal(given([]).when({ type: 'UpdateRepository', name: 'x' }).thenThrows(DomainError).code, 'not_found');
 });
 
+t.test('a name is counted in characters, as the route schema counts it: 200 emoji are 200 characters', async (t) => {
+  const emoji = '🧪'.repeat(200);
+  t.same(given([]).when({ ...create, acceptedPromptsetHashes: [], name: emoji }).events(), [{ ...created, data: { ...created.data, name: emoji } }], '200 emoji (400 UTF-16 units) are fine');
+  t.equal(given([]).when({ ...create, acceptedPromptsetHashes: [], name: `${emoji}x` }).thenThrows(DomainError).code, 'invalid', '201 characters are not');
+  t.same(given([created]).when({ type: 'UpdateRepository', name: emoji }).events().length, 1, 'a rename too');
+});
+
+t.test('a prompt and a context description are counted in characters', async (t) => {
+  t.same(given([created]).when({ type: 'SetPrompts', prompts: { synthesis: '🧪'.repeat(20_000) } }).events().length, 1, '20000 emoji are 20000 characters');
+  t.match(given([created]).when({ type: 'SetPrompts', prompts: { synthesis: '🧪'.repeat(20_001) } }).thenThrows(DomainError).message, /longer than 20000/);
+  const description = '🧪'.repeat(500);
+  t.same(given([created]).when({ type: 'SetCustomContexts', customContexts: [{ name: 'lab', description }] }).events()[0]?.data, { custom_contexts: [{ name: 'lab', description }] });
+  t.match(given([created]).when({ type: 'SetCustomContexts', customContexts: [{ name: 'lab', description: `${description}x` }] }).thenThrows(DomainError).message, /longer than 500/);
+});
+
 const deletedRepository: RepositoryEvent = { type: 'RepositoryDeleted', data: { reason: null } };
 
 t.test('prompt overrides: set, replace, remove', async (t) => {
