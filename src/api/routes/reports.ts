@@ -30,7 +30,7 @@ const reportSchema = {
     annotated_revision: { type: ['integer', 'null'], description: 'the revision the last annotation is of (null before the first): its sentences are of that revision\'s text, older than `revision` while an annotation is due' },
     origin: { type: 'string', enum: ['text', 'upload'] },
     filename: nullableString,
-    sentence_count: { type: 'integer', description: 'annotated sentences (at least providers.reports.min_sentence_runes runes)' },
+    sentence_count: { type: 'integer', description: 'annotated sentences (at least providers.reports.min_sentence_runes runes, a CJK character counting 2 or 3)' },
     fact_count: { type: 'integer', description: 'distinct facts its annotations show: cited facts merged since count as their survivor, retracted ones not at all' },
     model_id: { ...nullableString, description: 'the chat model that judged the postures' },
     created_by: { type: 'string' },

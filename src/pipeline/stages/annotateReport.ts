@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { reportDecider, type AnnotatedFact, type AnnotatedSentence, type AnnotationSettings, type LiveReport, type ReportCommand, type ReportState } from '../../domain/report/decider.js';
-import { splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
+import { sentenceRunes, splitSentences, type ReportSentence } from '../../domain/report/sentences.js';
 import { streamName } from '../../eventstore/envelope.js';
 import type { EventStore } from '../../eventstore/port.js';
 import { STOP_WORDS, wordSimilarity } from '../../providers/llm/localPosture.js';
@@ -18,7 +18,8 @@ import { chunked } from '../../util/chunked.js';
 import { liveFacts, unsourcedFacts } from '../../read/facts.js';
 
 /**
- * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes) to
+ * annotate_report: links each sentence of a report (of at least `min_sentence_runes` runes, a CJK
+ * character counting as 2 or 3: sentenceRunes) to
  * the facts behind it. Candidates are the sentence's nearest facts by vector (sentences searched
  * in batches: one embedding call and one k-NN statement per batch), or, where the repository has
  * no vectors, a lexical search for its words OR-ed (`HybridSearch.nearestMany`); a candidate is kept
@@ -130,7 +131,7 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
 
   /** Every annotated sentence of the report's text; unchanged sentences carried from `previous`. */
   async function annotate(repositoryId: string, report: LiveReport, signal: AbortSignal): Promise<AnnotatedSentence[]> {
-    const eligible = splitSentences(report.text).filter((sentence) => runeLength(sentence.text) >= settings.min_sentence_runes);
+    const eligible = splitSentences(report.text).filter((sentence) => sentenceRunes(sentence.text) >= settings.min_sentence_runes);
     // Unchanged sentences by text: a repeated sentence takes the previous ones in order.
     const previous = new Map<string, AnnotatedSentence[]>();
     for (const sentence of reusable(report, settings, deps.chat.modelId)) previous.set(sentence.text, [...(previous.get(sentence.text) ?? []), sentence]);

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { splitSentences } from '../../../src/domain/report/sentences.js';
+import { sentenceRunes, splitSentences } from '../../../src/domain/report/sentences.js';
 
 t.test('sentences of Markdown blocks, with offsets into the text', async (t) => {
   const text = [
@@ -85,4 +85,20 @@ t.test('a title before a name ends no sentence', async (t) => {
     'Next line.',
   ], 'not `Dr.`, `Prof.` and `Mr.` sentences of their own; a title at the end of a line stays where it ends');
   t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), sentences.map((sentence) => sentence.text));
+});
+
+t.test('Chinese and Japanese sentences end at 。！？ with no space after them, offsets into the text', async (t) => {
+  const text = '居里夫人于1903年获得诺贝尔物理学奖。她是第一位获得诺贝尔奖的女性！这是真的吗？\n\nキュリーは1867年にワルシャワで生まれた。本当？';
+  const sentences = splitSentences(text);
+  const expected = ['居里夫人于1903年获得诺贝尔物理学奖。', '她是第一位获得诺贝尔奖的女性！', '这是真的吗？', 'キュリーは1867年にワルシャワで生まれた。', '本当？'];
+  t.same(sentences.map((sentence) => sentence.text), expected);
+  t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), expected);
+});
+
+t.test('sentenceRunes weighs a CJK character by what it says: Han 3, kana and Hangul 2, anything else 1', async (t) => {
+  t.equal(sentenceRunes('Marie Curie won the Nobel Prize in Physics in 1903.'), 51, 'Latin text: its code points');
+  t.equal(sentenceRunes('居里夫人于1903年获得诺贝尔物理学奖。'), 15 * 3 + 4 + 1, 'Chinese: 15 ideographs, 4 digits and a full stop');
+  t.equal(sentenceRunes('マリー・キュリーは1903年にノーベル物理学賞を受賞した。'), 7 * 3 + 16 * 2 + 4 + 2, 'Japanese: the long-vowel mark ー is kana, the middle dot ・ and 。 punctuation');
+  t.equal(sentenceRunes('마리 퀴리는 1903년에 노벨 물리학상을 받았다.'), 17 * 2 + 10, 'Korean: 17 Hangul syllables, 5 spaces, 4 digits and a full stop');
+  t.equal(sentenceRunes('😀ＡＩ'), 3, 'an emoji and full-width letters count one each');
 });

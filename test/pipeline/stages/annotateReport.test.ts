@@ -242,6 +242,41 @@ t.test('a paragraph written from the pages gets their facts on the right sentenc
   });
 });
 
+t.test('a Chinese and a Japanese report are annotated: a CJK sentence says in 15 characters what an English one says in 50', async (t) => {
+  const embedder = createLocalEmbedder();
+  const fixture = await openStageFixture(t, { dimensions: embedder.dimensions });
+  const repositoryId = await fixture.createRepository();
+  const contents = [
+    '居里夫人于1903年获得诺贝尔物理学奖。',
+    '咖啡起源于埃塞俄比亚的高原。',
+    'マリー・キュリーは1903年にノーベル物理学賞を受賞した。',
+    'コーヒーはエチオピアの高原が起源である。',
+  ];
+  const source = await fixture.addSource(repositoryId, contents);
+  const vectors = await embedder.embed(contents);
+  await fixture.embedSource(repositoryId, source.sourceId, new Map(source.factIds.map((id, index) => [id, vectors[index]])), embedder.modelId);
+  await fixture.settle();
+  const hybrid = createHybridSearch({ search: fixture.search, embedder, settings: HYBRID });
+  const stage = createAnnotateReportStage({ store: fixture.store, knex: fixture.db.knex, hybrid, chat: createLocalChatModel(), settings: SETTINGS, maxAttempts: 3 });
+  const cases = [
+    // Sentences end at 。！？ with no space after them; a question of a few characters is too short in any script.
+    { title: '居里夫人', text: '居里夫人于1903年获得诺贝尔物理学奖。咖啡起源于埃塞俄比亚的高原。真的吗？', physics: 0, coffee: 1 },
+    { title: 'キュリー', text: 'マリー・キュリーは1903年にノーベル物理学賞を受賞した。コーヒーはエチオピアの高原が起源である。すごい！本当？', physics: 2, coffee: 3 },
+  ];
+  for (const { title, text, physics, coffee } of cases) {
+    const reportId = randomUUID();
+    const created = await report(fixture, repositoryId, { type: 'CreateReport', reportId, title, text }, reportId);
+    await stage.run(fixture.contextFor(stage, created));
+    const sentences = await annotatedOf(fixture, reportId);
+    t.same(sentences.map((sentence) => [sentence.index, sentence.text]), [
+      [0, contents[physics]],
+      [1, contents[coffee]],
+    ], `${title}: both statements annotated, the short exclamation and question not`);
+    t.equal(sentences[0]?.facts[0]?.fact_id, source.factIds[physics], `${title}: the prize fact on the prize sentence`);
+    t.equal(sentences[1]?.facts[0]?.fact_id, source.factIds[coffee], `${title}: the coffee fact on the coffee sentence`);
+  }
+});
+
 t.test('through the OpenAI-compatible test server: a contradicting sentence is labelled contradicts', async (t) => {
   const embedder = createLocalEmbedder();
   const { fixture, repositoryId, facts } = await corpus(t, embedder);
