@@ -85,16 +85,63 @@ function unbreakable(body: string): Array<[number, number]> {
 }
 
 /**
- * A title that stands before a name and rarely ends an English sentence: the segmenter (ICU without
- * its abbreviation list, which V8 does not offer) ends one at `Dr.`, so `Dr. Curie won the prize.`
- * was the sentences `Dr.` and `Curie won the prize.`. Only a title followed on its line by a capital
- * is joined.
+ * The abbreviation a segment ends with, followed on its line by the next segment: its letters (with
+ * inner periods: `e.g`, `U.S`) before the final period. The segmenter (ICU without its abbreviation
+ * list, which V8 does not offer) ends a sentence at every period followed by a space and a capital
+ * or a digit and a capital (`Dr. Curie`, `St. Louis`, `No. 10 Downing`); before a lower-case word
+ * it already ends none (`etc. and`, `Jr. was`).
  */
-const TITLE_BEFORE_NAME = /(?:^|[\s(\["'])(?:Mr|Mrs|Ms|Dr|Prof|Gen|Col|Lt|Sgt|Capt|Rev|Hon)\.[ \t\u00a0]+$/;
+const ENDING_ABBREVIATION = /(?:^|[\s(\["'\u201c\u2018])((?:\p{L}+\.)*\p{L}+)\.[ \t\u00a0]+$/u;
+
+/** Titles that stand before a name and rarely end an English sentence: joined before any capital (`Dr. No`). */
+const TITLES = new Set(['Mr', 'Mrs', 'Ms', 'Dr', 'Prof', 'Gen', 'Col', 'Lt', 'Sgt', 'Capt', 'Rev', 'Hon']);
+
+/** Abbreviations that end no sentence in practice (lower-cased): joined before anything on the line. */
+const MID_SENTENCE = new Set(['vs', 'e.g', 'i.e', 'cf', 'viz']);
+
+/** Abbreviations of a numbered thing (lower-cased): joined before a number (`No. 10`, `Fig. 3`, `pp. 4-5`); `no.` before a word is an answer. */
+const BEFORE_NUMBER = new Set(['no', 'nos', 'fig', 'figs', 'vol', 'vols', 'p', 'pp', 'ch', 'eq', 'op']);
+
+/**
+ * Abbreviations that stand before or inside a name but also end sentences (`St. Louis` and `Main
+ * St.`, `King Jr. Day` and `John Smith Jr.`), as do initials (`J. R. R. Tolkien`, `the U.S.`):
+ * joined before a capitalised word unless it is one that starts sentences (SENTENCE_STARTERS), so
+ * `Main St. Then he left` is two sentences. A name that is such a word after one (`on Main St.
+ * In` ...) is read as a new sentence, and a sentence's first word that is a name (`got an A.
+ * Mary`) as the rest of a name: the common case each way.
+ */
+const BEFORE_NAME = new Set(['Jr', 'Sr', 'St', 'Mt', 'Ft']);
+const INITIALS = /^(?:\p{Lu}\.)*\p{Lu}$/u;
+
+/** Words (lower-cased) that start English sentences and are rarely a name or part of one. */
+const SENTENCE_STARTERS = new Set(
+  (
+    'a an the this that these those there then thus here he she it its they we i you his her their our my your ' +
+    'but and or so yet nor in on at after before when while since as if although though however meanwhile today ' +
+    'later also by for from with of to one some many most all both each every no not none what who where why how ' +
+    'which during despite because now still soon finally first next other such another once until over under ' +
+    'between among is was are were has had have unlike instead only even again eventually moreover furthermore ' +
+    'therefore nevertheless yes'
+  ).split(' '),
+);
+
+/** Whether the break the segmenter made after `segment`, with `rest` after it, falls inside a sentence. */
+function continuesAfterAbbreviation(segment: string, rest: string): boolean {
+  const abbreviation = ENDING_ABBREVIATION.exec(segment)?.[1];
+  if (abbreviation === undefined) return false;
+  const lower = abbreviation.toLowerCase();
+  if (MID_SENTENCE.has(lower)) return true;
+  if (BEFORE_NUMBER.has(lower) && /^\p{N}/u.test(rest)) return true;
+  if (!/^\p{Lu}/u.test(rest)) return false;
+  if (TITLES.has(abbreviation)) return true;
+  if (!BEFORE_NAME.has(abbreviation) && !INITIALS.test(abbreviation)) return false;
+  const word = /^\p{L}+/u.exec(rest)?.[0] ?? '';
+  return !SENTENCE_STARTERS.has(word.toLowerCase());
+}
 
 /**
  * The block's sentences as the segmenter finds them, a break inside an unbreakable stretch or
- * after a title before a name joined over.
+ * after an abbreviation inside a sentence joined over.
  */
 function segments(body: string): Array<{ index: number; segment: string }> {
   const ranges = unbreakable(body);
@@ -105,7 +152,7 @@ function segments(body: string): Array<{ index: number; segment: string }> {
     const end = index + segment.length;
     while (next < ranges.length && ranges[next][1] <= end) next++;
     if (end < body.length && next < ranges.length && ranges[next][0] < end) continue;
-    if (end < body.length && TITLE_BEFORE_NAME.test(segment) && /^\p{Lu}/u.test(body.slice(end))) continue;
+    if (end < body.length && continuesAfterAbbreviation(segment, body.slice(end, end + 100))) continue;
     result.push({ index: from, segment: body.slice(from, end) });
     from = end;
   }

@@ -87,6 +87,37 @@ t.test('a title before a name ends no sentence', async (t) => {
   t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), sentences.map((sentence) => sentence.text));
 });
 
+t.test('an abbreviation inside a sentence ends none; the same abbreviation at a sentence end still does', async (t) => {
+  const cases: Array<[string, string[]]> = [
+    // Saint and street: St. before a name joins; before a word that starts sentences, it ends one.
+    ['The arch stands in St. Louis on the river.', ['The arch stands in St. Louis on the river.']],
+    ['He lives on Main St. Then he moved to Ohio.', ['He lives on Main St.', 'Then he moved to Ohio.']],
+    // A name suffix: before the rest of a name joins, before a new sentence's first word ends it.
+    ['Martin Luther King Jr. Day is a holiday. Sr. Mary Joseph taught there.', ['Martin Luther King Jr. Day is a holiday.', 'Sr. Mary Joseph taught there.']],
+    ['The son was named John Smith Jr. He was born in 1950.', ['The son was named John Smith Jr.', 'He was born in 1950.']],
+    // Before a number: No., Fig., Vol., pp. and their kin join; before a word, No. is an answer.
+    ['He lived at No. 10 Downing Street for years.', ['He lived at No. 10 Downing Street for years.']],
+    ['See Fig. 3 Panel B for the setup. Vol. 2 Chapter 3 is on this. Read pp. 4-5 Section 2 first.', ['See Fig. 3 Panel B for the setup.', 'Vol. 2 Chapter 3 is on this.', 'Read pp. 4-5 Section 2 first.']],
+    ['He said no. Then he left the room.', ['He said no.', 'Then he left the room.']],
+    // Never at a sentence end: vs., e.g., i.e., cf. join whatever follows.
+    ['It was Smith vs. Jones in court. Cities, e.g. Paris, grew. One city, i.e. The Hague, stayed. Cf. Section 3 for more.', ['It was Smith vs. Jones in court.', 'Cities, e.g. Paris, grew.', 'One city, i.e. The Hague, stayed.', 'Cf. Section 3 for more.']],
+    // etc. mid-sentence joins (the segmenter's own rule, before a lower-case word); before a capital it ends one.
+    ['Apples, pears, etc. are sold here. We bought apples, pears, etc. The shop closed.', ['Apples, pears, etc. are sold here.', 'We bought apples, pears, etc.', 'The shop closed.']],
+    // Initials: before the rest of a name join; before a new sentence's first word end one.
+    ['J. R. R. Tolkien wrote it. J. Robert Oppenheimer led it. He lived in the U.S. He moved.', ['J. R. R. Tolkien wrote it.', 'J. Robert Oppenheimer led it.', 'He lived in the U.S.', 'He moved.']],
+    ['The U.S. Army landed. She got an A. The rest failed.', ['The U.S. Army landed.', 'She got an A.', 'The rest failed.']],
+    // Mr., Mrs., Ms. stay as they were: before a capital they join.
+    ['Mrs. Smith and Ms. Jones met Mr. Brown.', ['Mrs. Smith and Ms. Jones met Mr. Brown.']],
+    // An abbreviation at the end of a line ends it as any sentence does.
+    ['He lived on Main St.\nLouis lived elsewhere.', ['He lived on Main St.', 'Louis lived elsewhere.']],
+  ];
+  for (const [text, expected] of cases) {
+    const sentences = splitSentences(text);
+    t.same(sentences.map((sentence) => sentence.text), expected, text);
+    t.same(sentences.map((sentence) => text.slice(sentence.start, sentence.end)), expected, 'offsets cover the joined sentence');
+  }
+});
+
 t.test('Chinese and Japanese sentences end at 。！？ with no space after them, offsets into the text', async (t) => {
   const text = '居里夫人于1903年获得诺贝尔物理学奖。她是第一位获得诺贝尔奖的女性！这是真的吗？\n\nキュリーは1867年にワルシャワで生まれた。本当？';
   const sentences = splitSentences(text);
