@@ -771,17 +771,37 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // Concept names are keyed with their compatibility forms folded (NFKC, conceptNameKey):
+    // `ＡＩ` and `AI`, `ﬁ` and `fi`, `H₂O` and `H2O` were two keys, so a name a source spelt with
+    // full-width letters or a ligature made a concept of its own and was not found by its plain
+    // spelling. NFKC changes no ASCII text: only the alias rows and concepts with a non-ASCII
+    // character are keyed again, as 023 and 024 keyed them (two alias rows of one concept that
+    // now meet on one key become one), and their alias text made again by the new keys. Two
+    // concepts that now share a key are twins, merged at start-up (src/app/conceptTwins.ts).
+    id: '030_concept_names_nfkc',
+    async up(knex) {
+      await composeConceptAliases(knex);
+      await keyConcepts(
+        knex,
+        `octet_length(canonical_name) <> char_length(canonical_name)
+         OR EXISTS (SELECT 1 FROM concept_aliases a WHERE a.concept_id = concepts.id AND octet_length(a.alias) <> char_length(a.alias))`,
+      );
+    },
+  },
 ];
 
 /**
  * Migration 024: every concept's `name_key` (conceptNameKey of its canonical name, as the
  * projection writes it), a thousand concepts at a time in id order, and its alias text made again
- * by that key (refreshAliasText).
+ * by that key (refreshAliasText). 030: only the concepts `only` (an SQL condition) selects.
  */
-async function keyConcepts(knex: Knex): Promise<void> {
+async function keyConcepts(knex: Knex, only?: string): Promise<void> {
   let after = '';
   for (;;) {
-    const rows: Array<{ id: string; canonical_name: string }> = await knex('concepts').where('id', '>', after).orderBy('id').limit(1000).select('id', 'canonical_name');
+    const page = knex('concepts').where('id', '>', after);
+    if (only !== undefined) page.whereRaw(`(${only})`);
+    const rows: Array<{ id: string; canonical_name: string }> = await page.orderBy('id').limit(1000).select('id', 'canonical_name');
     if (rows.length === 0) return;
     await updateRows(knex, 'concepts', 'id', { name_key: 'text' }, rows.map((row) => ({ id: row.id, name_key: conceptNameKey(row.canonical_name) })));
     await refreshAliasText(knex, rows.map((row) => row.id));
@@ -790,7 +810,7 @@ async function keyConcepts(knex: Knex): Promise<void> {
 }
 
 /**
- * Migration 023: the alias rows with a non-ASCII character (more bytes than characters), a
+ * Migrations 023 and 030: the alias rows with a non-ASCII character (more bytes than characters), a
  * thousand concepts at a time in id order, spelt by conceptName and keyed by conceptNameKey; a
  * row whose spelling or key changes is replaced, unless its concept has a row of the new key
  * already (that row stays, as the projection keeps an alias's first spelling). The alias text

@@ -7,14 +7,15 @@ import { commandOnSharedStream } from '../pipeline/stages/common.js';
 import { finalConcept } from '../pipeline/stages/extractConcepts.js';
 
 /** The reason the merges below record (ConceptMergedInto `reason`), and their actor's name. */
-export const CONCEPT_TWIN_MERGE_REASON = 'same name under the composed (NFC) name key';
+export const CONCEPT_TWIN_MERGE_REASON = 'same name under the name key';
 
 type TwinRow = { id: string; repository_id: string; canonical_name: string; name_key: string; context: string; created_at: Date | string };
 
 /**
  * Groups of active concepts, each group one name in one context of one repository by today's
- * name key (conceptNameKey, stored as `name_key`) that releases before names were composed (NFC)
- * recorded as two concepts: `Café` spelt composed and decomposed had two ids. Oldest first (then
+ * name key (conceptNameKey, stored as `name_key`) that older releases recorded as two concepts:
+ * before names were composed (NFC), `Café` spelt composed and decomposed had two ids; before
+ * compatibility forms were folded (NFKC, migration 030), `ＡＩ` and `AI` had. Oldest first (then
  * by id), as the merge keeps the oldest. Only the concepts whose key another active concept of
  * the repository shares are read (the index on repository and key); their contexts, compared
  * as concept ids compare them, split the rest.
@@ -37,7 +38,7 @@ export async function conceptTwins(knex: Knex): Promise<TwinRow[][]> {
 }
 
 /**
- * Heals what the NFC change left: each group of conceptTwins is merged into its oldest concept
+ * Heals what the NFC and NFKC changes left: each group of conceptTwins is merged into its oldest concept
  * with the concept decider's MergeConcept, as refine_concepts merges (ConceptMergedInto: the
  * projections move aliases and fact links, search drops the merged one, summaries follow).
  * Idempotent: a merged concept is no twin any more, and MergeConcept on one records nothing.

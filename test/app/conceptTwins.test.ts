@@ -55,3 +55,15 @@ t.test('twins under the composed name key merge into the oldest, once', async (t
   t.equal(await mergeConceptTwins(knex, service.context.store), 0);
   t.equal((await harness.app.events.list(owner, { repository, types: ['ConceptMergedInto'] })).events.length, 1, 'no second merge recorded');
 });
+
+t.test('twins under the folded (NFKC) name key merge too: ＡＩ recorded by an older release and AI', async (t) => {
+  const { repository, owner, service } = harness;
+  const knex = service.context.db.knex;
+  const wide = await createConceptAsBefore(repository, 'ＡＩ', 'field');
+  const plain = await createConcept(service, repository, 'AI', 'field');
+  t.not(wide, plain, 'two concepts, as the older release left them');
+  await eventually(async () => (await knex('concepts').whereIn('id', [wide, plain]).pluck('id')).length === 2);
+  t.equal(await mergeConceptTwins(knex, service.context.store), 1);
+  await eventually(async () => (await knex('concepts').where({ id: plain }).first('status'))?.status === 'merged');
+  for (const asked of ['AI', 'ＡＩ', 'ai']) t.match(await harness.app.concepts.get(owner, { repository, concept: asked, context: 'field' }), { id: wide }, asked);
+});

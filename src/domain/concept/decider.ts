@@ -26,12 +26,18 @@ export function conceptName(name: string): string {
 
 /**
  * The key names are compared and looked up by (`concept_aliases.alias_lower`, the id below):
- * conceptName, lower-cased, composed again. Lower case may be decomposed where the capital had no
- * composed form (`T` + U+0308 lower-cases to `t` + U+0308, which composes to U+1E97 `ẗ`), so
- * only composing after lower-casing gives one key for every spelling. Every key is made here.
+ * conceptName with its compatibility forms folded (NFKC), lower-cased, folded again. NFKC is NFC
+ * and more: full-width letters (`ＡＩ`), ligatures (`ﬁ`), sub- and superscript digits (`H₂O`),
+ * half-width kana and the no-break space are the plain characters they stand for, so `ＡＩ` and
+ * `AI` are one concept, as a typist or a PDF's text layer may spell either; the name is kept as
+ * written (conceptName), only its key is folded. Accents are not folded: `café` and `cafe` are
+ * two names, as in Wikidata (docs/pipeline.md). Lower case may be decomposed where the capital
+ * had no composed form (`T` + U+0308 lower-cases to `t` + U+0308, which composes to U+1E97 `ẗ`),
+ * so only folding after lower-casing gives one key for every spelling. An ASCII name's key is its
+ * lower case, as it always was. Every key is made here.
  */
 export function conceptNameKey(name: string): string {
-  return conceptName(name).toLowerCase().normalize('NFC');
+  return conceptName(name).normalize('NFKC').toLowerCase().normalize('NFKC');
 }
 
 /**

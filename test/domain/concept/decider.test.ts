@@ -52,6 +52,21 @@ t.test('a name is composed (NFC) as it enters: one id, one spelling and one key 
   ], 'removed as recorded');
 });
 
+t.test('compatibility forms are folded (NFKC) for identity, accents are not: ＡＩ is AI, ﬁ is fi, café is not cafe', async (t) => {
+  t.equal(conceptIdFor('r1', 'ＡＩ', 'field'), conceptIdFor('r1', 'AI', 'field'), 'full-width letters: one concept id');
+  t.equal(conceptNameKey('ＡＩ'), 'ai');
+  t.equal(conceptNameKey('Eﬃcient Markets'), 'efficient markets', 'a ligature is its letters');
+  t.equal(conceptNameKey('H₂O'), conceptNameKey('H2O'), 'a subscript digit is the digit');
+  t.equal(conceptNameKey('Marie\u00a0Curie'), 'marie curie', 'a no-break space is a space');
+  t.equal(conceptNameKey('ﾃｽﾄ'), conceptNameKey('テスト'), 'half-width katakana is katakana');
+  t.not(conceptIdFor('r1', 'café', 'place'), conceptIdFor('r1', 'cafe', 'place'), 'an accent makes another name');
+  t.equal(conceptIdFor('r1', 'Marie Curie', 'person'), conceptIdFor('r1', 'marie curie', 'person'), 'an ASCII name keeps its id');
+  t.equal(conceptName(' ＡＩ '), 'ＡＩ', 'the name is kept as written: only its key is folded');
+  t.same(given([]).when({ ...create, canonicalName: 'AI', context: 'field', aliases: ['ＡＩ', 'Artiﬁcial Intelligence', 'Artificial intelligence'] }).events(), [
+    { type: 'ConceptCreated', data: { ...created.data, canonical_name: 'AI', context: 'field', aliases: ['Artiﬁcial Intelligence'] } },
+  ], 'aliases deduplicated by the folded key, first spelling kept');
+});
+
 t.test('create trims, dedupes aliases case-insensitively and leaves out the canonical name', async (t) => {
   t.same(given([]).when(create).events(), [created]);
   t.same(

@@ -73,6 +73,28 @@ export async function conceptNameSuite(t: Test, open?: () => Promise<Database>):
     }
   });
 
+  t.test('ＡＩ in full-width letters is AI: extracted under both spellings one concept, found by either; Müller and Muller stay two', async (t) => {
+    const repositoryId = await fixture.createRepository();
+    const stage = (answer: ConceptCandidate) =>
+      createExtractConceptsStage({ store: fixture.store, knex, chat: scriptedChat(() => [answer]), batchSize: 10, concurrency: 1, maxAttempts: 3 });
+    const answers: Array<Omit<ConceptCandidate, 'factIds'> & { fact: string }> = [
+      { fact: 'AI systems learn from data.', canonicalName: 'AI', context: 'field', aliases: [] },
+      { fact: 'ＡＩ研究は1956年に始まった。', canonicalName: 'ＡＩ', context: 'field', aliases: ['Artiﬁcial Intelligence'] },
+      { fact: 'Hans Müller painted in Vienna.', canonicalName: 'Hans Müller', context: 'person', aliases: [] },
+      { fact: 'Hans Muller sailed to Boston.', canonicalName: 'Hans Muller', context: 'person', aliases: [] },
+    ];
+    for (const { fact, ...answer } of answers) {
+      const source = await deduplicatedSource(fixture, repositoryId, [fact]);
+      const extract = stage({ ...answer, factIds: source.factIds });
+      await extract.run(fixture.contextFor(extract, source.trigger));
+      await fixture.settle();
+    }
+    const ai = conceptIdFor(repositoryId, 'AI', 'field');
+    const creations = (await fixture.eventsOfType('ConceptCreated')).filter((event) => event.repositoryId === repositoryId);
+    t.same(creations.map((event) => event.data.canonical_name), ['AI', 'Hans Müller', 'Hans Muller'], 'ＡＩ is AI; Müller and Muller are two');
+    for (const asked of ['AI', 'ＡＩ', 'ａｉ', 'Artificial Intelligence', 'Artiﬁcial Intelligence']) t.equal(await idOf(repositoryId, asked), ai, asked);
+  });
+
   t.test('a canonical name in another case is answered before an alias that another concept shares', async (t) => {
     const repositoryId = await fixture.createRepository();
     const zola = await created(repositoryId, 'Émile Zola', 'person');

@@ -276,6 +276,43 @@ t.test('027: summary slices and reports written before it are searched without t
   t.ok((await db.knex('pg_indexes').whereIn('indexname', ['concept_summaries_search', 'reports_search']).pluck('indexname')).length === 2, 'both indexes are there');
 });
 
+t.test('030: alias rows and concepts whose names hold compatibility forms are keyed folded (NFKC); the others are left as they are', async (t) => {
+  const { db, after } = await migratedThrough(t, '029_source_references_pending');
+  t.equal(after[0], '030_concept_names_nfkc');
+  const now = new Date();
+  // As the release before 030 keyed them: lower case, composed (NFC), compatibility forms kept.
+  const nfcKey = (name: string) => name.normalize('NFC').toLowerCase().normalize('NFC');
+  const concept = (id: string, canonical_name: string, aliases: string[]) => ({
+    id, repository_id: 'repo-1', canonical_name, name_key: nfcKey(canonical_name), context: 'field', status: 'active', alias_text: aliases.join(' '), created_at: now, updated_at: now,
+  });
+  const alias = (concept_id: string, name: string) => ({ concept_id, repository_id: 'repo-1', alias: name, alias_lower: nfcKey(name), context_lower: 'field' });
+  await db.knex('concepts').insert([concept('wide', 'ＡＩ', ['Artiﬁcial Intelligence']), concept('plain', 'Café', ['Cafe']), concept('water', 'Water', ['H₂O'])]);
+  await db.knex('concept_aliases').insert([
+    alias('wide', 'ＡＩ'),
+    alias('wide', 'Artiﬁcial Intelligence'),
+    // Two spellings of one alias that meet on the folded key: one row after, the first kept.
+    alias('wide', 'ai'),
+    alias('plain', 'Café'),
+    alias('plain', 'Cafe'),
+    alias('water', 'Water'),
+    alias('water', 'H₂O'),
+  ]);
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await db.knex('concept_aliases').orderBy(['concept_id', 'alias_lower']).select('concept_id', 'alias', 'alias_lower'), [
+    { concept_id: 'plain', alias: 'Cafe', alias_lower: 'cafe' },
+    { concept_id: 'plain', alias: 'Café', alias_lower: 'café' },
+    { concept_id: 'water', alias: 'H₂O', alias_lower: 'h2o' },
+    { concept_id: 'water', alias: 'Water', alias_lower: 'water' },
+    { concept_id: 'wide', alias: 'ai', alias_lower: 'ai' },
+    { concept_id: 'wide', alias: 'Artiﬁcial Intelligence', alias_lower: 'artificial intelligence' },
+  ]);
+  t.same(await db.knex('concepts').orderBy('id').select('id', 'canonical_name', 'name_key', 'alias_text'), [
+    { id: 'plain', canonical_name: 'Café', name_key: 'café', alias_text: 'Cafe' },
+    { id: 'water', canonical_name: 'Water', name_key: 'water', alias_text: 'H₂O' },
+    { id: 'wide', canonical_name: 'ＡＩ', name_key: 'ai', alias_text: 'Artiﬁcial Intelligence' },
+  ], 'the name kept as written, its key folded, its alias text made by that key');
+});
+
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
   const db = await openMigratedDatabase();
   t.teardown(() => db.close());
