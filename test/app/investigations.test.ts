@@ -3,8 +3,8 @@ import t from 'tap';
 import { MAX_INVESTIGATION_SOURCES } from '../../src/domain/investigation/decider.js';
 import { streamName } from '../../src/eventstore/envelope.js';
 import { createApplication } from '../../src/app/application.js';
-import type { CommandBus } from '../../src/app/commands.js';
 import { startTestApplication } from '../helpers/application.js';
+import { racingCommandBus } from '../helpers/racedWrites.js';
 
 t.test('a URL refused by a full investigation is not registered in the repository either', async (t) => {
   const harness = await startTestApplication({ name: 'Full' });
@@ -40,24 +40,10 @@ t.test('an edit whose write lands before a deletion answers the edit, not 404; t
   const { owner, repository, service } = harness;
   const investigation = await harness.app.investigations.create(owner, { repository, title: 'Before' });
   const { commands } = service.context;
-  let deletion: Promise<unknown> | null = null;
-  // The real command bus; once the edit's UpdateInvestigation is stored (and settled), a deletion is sent beside it.
-  const interleaved: CommandBus = {
-    settle: (write) => commands.settle(write),
-    step: (metadata, access, work) => commands.step(metadata, access, work),
-    async execute(streamId, decider, command, metadata, options) {
-      const result = await commands.execute(streamId, decider, command, metadata, options);
-      if (result.events.some((event) => event.type === 'InvestigationUpdated') && deletion === null) {
-        deletion = app.investigations.remove(owner, { repository, investigation: investigation.id }).catch((error: unknown) => error);
-        // Time for a deletion that nothing holds back to land before the edit reads its answer.
-        await Promise.race([deletion, new Promise((resolve) => setTimeout(resolve, 500))]);
-      }
-      return result;
-    },
-  };
-  const app = createApplication({ ...service.context, commands: interleaved });
+  const racing = racingCommandBus(commands, 'InvestigationUpdated', () => app.investigations.remove(owner, { repository, investigation: investigation.id }));
+  const app = createApplication({ ...service.context, commands: racing.bus });
   const edited = await app.investigations.update(owner, { repository, investigation: investigation.id, title: 'After' }).catch((error: unknown) => error);
   t.match(edited, { id: investigation.id, title: 'After' }, 'the edit was stored before the deletion: it is answered');
-  t.equal(await deletion, undefined, 'the deletion then succeeds');
+  t.equal(await racing.raced(), undefined, 'the deletion then succeeds');
   await t.rejects(harness.app.investigations.get(owner, { repository, investigation: investigation.id }), { name: 'DomainError', message: /deleted|not found/ }, 'deleted');
 });

@@ -1,10 +1,10 @@
 import t from 'tap';
 import { createApplication, type Application } from '../../src/app/application.js';
-import type { CommandBus } from '../../src/app/commands.js';
 import { defaultTitle, MAX_REPORT_DEPTH, reportUploadType } from '../../src/app/reports.js';
 import { UnsupportedContentError } from '../../src/app/errors.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { racingCommandBus } from '../helpers/racedWrites.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -153,25 +153,11 @@ t.test('an edit or an annotation request stored before a deletion answers the re
     ['ReportAnnotationRequested', (app: Application, report: string) => app.reports.annotate(owner, { repository, report })],
   ] as const) {
     const report = await harness.app.reports.create(owner, { repository, title: 'Before', text: 'A sentence.' });
-    let deletion: Promise<unknown> | null = null;
-    // The real command bus; once the report's event is stored (and settled), a deletion is sent beside it.
-    const interleaved: CommandBus = {
-      settle: (write) => commands.settle(write),
-      step: (metadata, access, work) => commands.step(metadata, access, work),
-      async execute(streamId, decider, command, metadata, options) {
-        const result = await commands.execute(streamId, decider, command, metadata, options);
-        if (result.events.some((event) => event.type === type) && deletion === null) {
-          deletion = app.reports.delete(owner, { repository, report: report.id }).catch((error: unknown) => error);
-          // Time for a deletion that nothing holds back to land before the request reads its answer.
-          await Promise.race([deletion, new Promise((resolve) => setTimeout(resolve, 500))]);
-        }
-        return result;
-      },
-    };
-    const app = createApplication({ ...service.context, commands: interleaved });
+    const racing = racingCommandBus(commands, type, () => app.reports.delete(owner, { repository, report: report.id }));
+    const app = createApplication({ ...service.context, commands: racing.bus });
     const answered = await request(app, report.id).catch((error: unknown) => error);
     t.match(answered, { id: report.id }, `${type}: stored before the deletion, so answered`);
-    t.equal(await deletion, undefined, `${type}: the deletion then succeeds`);
+    t.equal(await racing.raced(), undefined, `${type}: the deletion then succeeds`);
     await rejectsWith(t, harness.app.reports.get(owner, { repository, report: report.id }), 'not_found');
   }
 });

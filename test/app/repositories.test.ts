@@ -1,9 +1,9 @@
 import t from 'tap';
 import { createApplication } from '../../src/app/application.js';
-import type { CommandBus } from '../../src/app/commands.js';
 import { createRepositoryService, slugify } from '../../src/app/repositories.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
+import { racingCommandBus } from '../helpers/racedWrites.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -79,25 +79,11 @@ t.test('an edit stored before the repository is deleted answers the edit, not 40
   const { id } = await harness.app.repositories.create(owner, { name: 'Edited then deleted' });
   const ownerNow = await harness.refreshed(owner);
   const { commands } = service.context;
-  let deletion: Promise<unknown> | null = null;
-  // The real command bus; once the edit's RepositoryUpdated is stored (and settled), a deletion is sent beside it.
-  const interleaved: CommandBus = {
-    settle: (write) => commands.settle(write),
-    step: (metadata, access, work) => commands.step(metadata, access, work),
-    async execute(streamId, decider, command, metadata, options) {
-      const result = await commands.execute(streamId, decider, command, metadata, options);
-      if (result.events.some((event) => event.type === 'RepositoryUpdated') && deletion === null) {
-        deletion = app.repositories.remove(ownerNow, { repository: id }).catch((error: unknown) => error);
-        // Time for a deletion that nothing holds back to land before the edit reads its answer.
-        await Promise.race([deletion, new Promise((resolve) => setTimeout(resolve, 500))]);
-      }
-      return result;
-    },
-  };
-  const repositories = createRepositoryService({ db: service.context.db, commands: interleaved, defaultPreset: service.context.config.default_repository_preset });
-  const app = createApplication({ ...service.context, commands: interleaved, repositories });
+  const racing = racingCommandBus(commands, 'RepositoryUpdated', () => app.repositories.remove(ownerNow, { repository: id }));
+  const repositories = createRepositoryService({ db: service.context.db, commands: racing.bus, defaultPreset: service.context.config.default_repository_preset });
+  const app = createApplication({ ...service.context, commands: racing.bus, repositories });
   const edited = await app.repositories.update(ownerNow, { repository: id, name: 'Renamed' }).catch((error: unknown) => error);
   t.match(edited, { id, name: 'Renamed' }, 'the edit was stored before the deletion: it is answered');
-  t.equal(await deletion, undefined, 'the deletion then succeeds');
+  t.equal(await racing.raced(), undefined, 'the deletion then succeeds');
   await rejectsWith(t, harness.app.repositories.get(ownerNow, { repository: id }), 'not_found');
 });

@@ -1,5 +1,6 @@
 import type { Test } from 'tap';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import type { CommandBus } from '../../src/app/commands.js';
 
 /** A write sent beside the end of its credential: its answer, and how to find what it appended. */
 export interface RacedWrite<Answer> {
@@ -41,3 +42,27 @@ export const restWriteAnswers = {
   refusedAsExpected: (answer: { status: number }) => answer.status === 401 || answer.status === 403,
   describe: (answer: { status: number; body: { message?: string } }) => `${answer.status} ${answer.body.message ?? ''}`,
 };
+
+/**
+ * The command bus `commands`, except that once a command has stored (and settled) an event of
+ * `eventType`, `race()` (a deletion) is sent beside it, once, and given up to 500 ms to land
+ * before that command reads its answer back. `raced()` is what `race` answered or threw, or null
+ * while it has not been sent.
+ */
+export function racingCommandBus(commands: CommandBus, eventType: string, race: () => Promise<unknown>): { bus: CommandBus; raced: () => Promise<unknown> | null } {
+  let raced: Promise<unknown> | null = null;
+  const bus: CommandBus = {
+    settle: (write) => commands.settle(write),
+    step: (metadata, access, work) => commands.step(metadata, access, work),
+    async execute(streamId, decider, command, metadata, options) {
+      const result = await commands.execute(streamId, decider, command, metadata, options);
+      if (raced === null && result.events.some((event) => event.type === eventType)) {
+        raced = race().catch((error: unknown) => error);
+        // Time for a race that nothing holds back to land before the command reads its answer.
+        await Promise.race([raced, new Promise((resolve) => setTimeout(resolve, 500))]);
+      }
+      return result;
+    },
+  };
+  return { bus, raced: () => raced };
+}
