@@ -117,10 +117,9 @@ interface Lane {
   readonly batchSize: number;
 }
 
-interface PositionWaiter {
-  position: number;
-  /** Whether the wait is over; by default every running projection has applied `position` (reached). */
-  done?: () => boolean;
+/** A reader waiting for the read models (settleWaiters checks `done` after every batch). */
+interface Waiter {
+  done: () => boolean;
   resolve: () => void;
   timer: NodeJS.Timeout;
 }
@@ -170,7 +169,7 @@ export class ProjectionRunner implements ReadModelRunner {
   private readonly log: RunnerLogger | undefined;
   private started = false;
   private migrated: Promise<void> | null = null;
-  private waiters: PositionWaiter[] = [];
+  private waiters: Waiter[] = [];
   /** Rebuilds emptying their tables now, and those done with it that wait for them to start replaying (see rebuildFromStart). */
   private emptying = 0;
   private waitingToReplay: Array<() => void> = [];
@@ -258,11 +257,6 @@ export class ProjectionRunner implements ReadModelRunner {
     }));
   }
 
-  /**
-   * Resolves once every running projection has applied `position` (read-your-writes after an
-   * append); rejects with ProjectionWaitTimeoutError after `timeoutMs`. Failed, stopped and
-   * rebuilding projections are not waited for: they would only turn a stored write into an error.
-   */
   /** The embedded log is totally ordered: reaching the write's global position is enough. */
   settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
     return this.waitFor(write.position, timeoutMs);
@@ -283,35 +277,32 @@ export class ProjectionRunner implements ReadModelRunner {
     const worker = this.workers.get(name);
     if (!worker) throw new Error(`unknown projection ${name}`);
     // A rebuild's position starts again at 0, so position alone says it; a stopped or failed one is waited for all the same.
-    const done = () => worker.state !== 'rebuilding' && worker.position >= position;
+    return this.waitUntil(() => worker.state !== 'rebuilding' && worker.position >= position, timeoutMs);
+  }
+
+  /**
+   * Resolves once every running projection has applied `position` (read-your-writes after an
+   * append); rejects with ProjectionWaitTimeoutError after `timeoutMs`. Failed, stopped and
+   * rebuilding projections are not waited for: they would only turn a stored write into an error.
+   */
+  async waitFor(position: number, timeoutMs: number): Promise<void> {
+    if (await this.waitUntil(() => this.reached(position), timeoutMs)) return;
+    const behind = [...this.workers.values()]
+      .filter((worker) => worker.state === 'running' && worker.position < position)
+      .map((worker) => `${worker.projection.name} at ${worker.position}`);
+    throw new ProjectionWaitTimeoutError(position, timeoutMs, behind);
+  }
+
+  /** True once `done()` holds, false after `timeoutMs`. */
+  private waitUntil(done: () => boolean, timeoutMs: number): Promise<boolean> {
     if (done()) return Promise.resolve(true);
     return new Promise<boolean>((resolve) => {
-      const waiter: PositionWaiter = {
-        position,
+      const waiter: Waiter = {
         done,
         resolve: () => resolve(true),
         timer: setTimeout(() => {
           this.waiters = this.waiters.filter((other) => other !== waiter);
           resolve(false);
-        }, timeoutMs),
-      };
-      this.waiters.push(waiter);
-      for (const lane of this.lanes) lane.endPause?.();
-    });
-  }
-
-  waitFor(position: number, timeoutMs: number): Promise<void> {
-    if (this.reached(position)) return Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
-      const waiter: PositionWaiter = {
-        position,
-        resolve,
-        timer: setTimeout(() => {
-          this.waiters = this.waiters.filter((other) => other !== waiter);
-          const behind = [...this.workers.values()]
-            .filter((worker) => worker.state === 'running' && worker.position < position)
-            .map((worker) => `${worker.projection.name} at ${worker.position}`);
-          reject(new ProjectionWaitTimeoutError(position, timeoutMs, behind));
         }, timeoutMs),
       };
       this.waiters.push(waiter);
@@ -948,9 +939,9 @@ export class ProjectionRunner implements ReadModelRunner {
 
   private settleWaiters(): void {
     if (this.waiters.length === 0) return;
-    const pending: PositionWaiter[] = [];
+    const pending: Waiter[] = [];
     for (const waiter of this.waiters) {
-      if (waiter.done ? waiter.done() : this.reached(waiter.position)) {
+      if (waiter.done()) {
         clearTimeout(waiter.timer);
         waiter.resolve();
       } else {
