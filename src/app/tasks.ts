@@ -16,8 +16,8 @@ export function taskCommands(deps: Pick<AppContext, 'db' | 'jobs' | 'wakeWorkers
    * read model keeps no row of a deleted source.
    */
   async function deletedBefore(sourceId: string, triggerPosition: number): Promise<boolean> {
-    const events = await deps.store.readStream(streamName('source', sourceId));
-    const deletion = events.find((event) => event.type === 'SourceDeleted');
+    // Its SourceDeleted alone: the stream also holds the source's vectors (FactsEmbedded).
+    const [deletion] = await deps.store.readAll({ streamId: streamName('source', sourceId), types: ['SourceDeleted'], limit: 1 });
     return deletion !== undefined && triggerPosition < deletion.globalPosition;
   }
 
