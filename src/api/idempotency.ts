@@ -31,9 +31,11 @@ export const idempotencyKeyHeader = {
   description:
     'optional: a key of your choice (1–255 printable ASCII characters, e.g. a UUID; a structured-field string "…" is read without its quotes) that makes a retry safe: the same key with the same request within 24 hours answers the first answer again (with `Idempotent-Replayed: true`) instead of creating another; the same key with another request is a 422',
 } as const;
+const KEY_REUSED = 'this Idempotency-Key was used for another request (another method, path or body): a new request needs a new key';
+const KEY_IN_FLIGHT = 'the request with this Idempotency-Key is still running: retry once it has answered';
 export const idempotencyReplies = {
-  409: errorReply('the request with this Idempotency-Key is still running: retry once it has answered'),
-  422: errorReply('this Idempotency-Key was used for another request (another method, path or body): a new request needs a new key'),
+  409: errorReply(KEY_IN_FLIGHT),
+  422: errorReply(KEY_REUSED),
 } as const;
 
 /** The key of a request: the header's value (an sf-string's quotes dropped), printable ASCII without spaces, or a 400. */
@@ -79,9 +81,9 @@ export function registerIdempotency(app: FastifyInstance, store: IdempotencyStor
     const fingerprint = fingerprintOf(request);
     const claim = await store.claim(userId, key, fingerprint);
     if (claim.kind === 'mismatch') {
-      throw new HttpError(422, 'unprocessable', 'this Idempotency-Key was used for another request (another method, path or body): a new request needs a new key');
+      throw new HttpError(422, 'unprocessable', KEY_REUSED);
     }
-    if (claim.kind === 'in_flight') throw new HttpError(409, 'conflict', 'the request with this Idempotency-Key is still running: retry once it has answered');
+    if (claim.kind === 'in_flight') throw new HttpError(409, 'conflict', KEY_IN_FLIGHT);
     if (claim.kind === 'answered') {
       const { status, contentType, body } = claim.answer;
       if (contentType !== null) reply.header('content-type', contentType);
