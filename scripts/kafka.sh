@@ -13,6 +13,13 @@
 # KAFKA_VERSION (default 3.9.1), KAFKA_CACHE_DIR (default <repo>/.cache/kafka),
 # KAFKA_HEAP (default -Xmx512m), KAFKA_START_TIMEOUT seconds (default 90).
 #
+# Beside the PLAINTEXT listener on KAFKA_PORT the broker has a SASL_SSL one on KAFKA_PORT+2, as a
+# managed Kafka has (bus.kafka.tls and bus.kafka.sasl, docs/kafka.md): its certificate, for
+# 127.0.0.1 and localhost, is signed by a CA made with openssl at the first start, whose PEM file
+# is <cache>/instance-<port>/tls/ca.pem. It takes SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 as
+# KAFKA_SASL_USER (default factlog) with KAFKA_SASL_PASSWORD (default factlog-test-password):
+# test credentials for a broker on 127.0.0.1, not for anything reachable.
+#
 # 3.9 is the last 3.x line and the one the suite is tested with: Kafka 4.0 removed old request
 # versions (KIP-896), and kafkajs 2.2 predates 4.0. 3.9 runs KRaft on Java 17.
 set -euo pipefail
@@ -21,6 +28,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="${KAFKA_VERSION:-3.9.1}"
 port="${KAFKA_PORT:-19092}"
 controller_port="${KAFKA_CONTROLLER_PORT:-$((port + 1))}"
+sasl_port="${KAFKA_SASL_SSL_PORT:-$((port + 2))}"
+sasl_user="${KAFKA_SASL_USER:-factlog}"
+sasl_password="${KAFKA_SASL_PASSWORD:-factlog-test-password}"
 cache="${KAFKA_CACHE_DIR:-$root/.cache/kafka}"
 libs="$cache/libs-$version"
 # One data/run directory per port, so brokers on different ports never share a log dir.
@@ -29,6 +39,7 @@ data="$instance/data"
 logs="$instance/logs"
 config="$instance/server.properties"
 pid_file="$instance/kafka.pid"
+tls_dir="$instance/tls"
 heap="${KAFKA_HEAP:--Xmx512m}"
 timeout="${KAFKA_START_TIMEOUT:-90}"
 
@@ -38,7 +49,7 @@ source "$root/scripts/lib/daemon.sh"
 
 port_answers() {
   # bash's /dev/tcp: no nc or curl needed. The subshell keeps the descriptor from leaking.
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+  (exec 3<>"/dev/tcp/127.0.0.1/${1:-$port}") 2>/dev/null
 }
 
 fetch() {
@@ -81,9 +92,9 @@ write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_SSL://127.0.0.1:$sasl_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sasl_port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$data
@@ -102,6 +113,15 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 delete.topic.enable=true
 log.retention.hours=168
+# The SASL_SSL listener, for the tests of bus.kafka.tls and bus.kafka.sasl: TLS with the key and
+# certificate chain of write_certificates (a PEM keystore; the broker asks no client certificate),
+# then SASL. PLAIN's users are listed here; SCRAM's are kept in the cluster's metadata (add_scram_user).
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$tls_dir/keystore.pem
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_user="$sasl_password";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 PROPS
   cat >"$instance/log4j.properties" <<'LOG4J'
 log4j.rootLogger=INFO, file
@@ -115,6 +135,30 @@ log4j.logger.kafka.request.logger=WARN
 log4j.logger.org.apache.kafka.controller=INFO
 log4j.logger.state.change.logger=WARN
 LOG4J
+}
+
+# A CA, and the broker's certificate it signs for 127.0.0.1 and localhost, made once per instance:
+# tls/ca.pem is what a client trusts (tls.ca_file), tls/keystore.pem the broker's key and chain.
+write_certificates() {
+  if [[ -f "$tls_dir/keystore.pem" ]]; then return 0; fi
+  command -v openssl >/dev/null || { log "openssl is required to make the SASL_SSL listener's certificates"; exit 1; }
+  local work="$tls_dir.partial"
+  rm -rf "$work"
+  mkdir -p "$work"
+  (
+    cd "$work"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 3650 -subj "/CN=Factlog test Kafka CA" \
+      -addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign'
+    openssl req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj /CN=localhost
+    printf '%s\n' 'basicConstraints=CA:FALSE' 'subjectAltName=DNS:localhost,IP:127.0.0.1' 'extendedKeyUsage=serverAuth' >broker.ext
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.pem -days 3650 -extfile broker.ext
+    # Kafka's PEM keystore: the unencrypted PKCS#8 key (OpenSSL 3's `req -nodes` writes one), then the chain.
+    cat broker.key broker.pem ca.pem >keystore.pem
+  ) >"$work/openssl.log" 2>&1 || { cat "$work/openssl.log" >&2; exit 1; }
+  # Moved into place whole: an interrupted run is redone, never half-used.
+  rm -rf "$tls_dir"
+  mv "$work" "$tls_dir"
+  log "made the SASL_SSL listener's CA ($tls_dir/ca.pem) and certificate"
 }
 
 # Runs a Kafka tool class (storage format, consumer groups, topics): warnings only, to stderr.
@@ -138,13 +182,34 @@ format_storage() {
     || { cat "$logs/format.log" >&2; exit 1; }
 }
 
+# SCRAM credentials live in the cluster's metadata: added through the PLAINTEXT listener once the
+# broker runs, so an instance formatted before the SASL_SSL listener existed gets them too.
+add_scram_user() {
+  local marker="$instance/scram-user-$sasl_user"
+  if [[ -f "$marker" ]]; then return 0; fi
+  local mechanism
+  # One mechanism a request: the broker refuses two changes of one user's credentials in one.
+  for mechanism in SCRAM-SHA-256 SCRAM-SHA-512; do
+    java_tool kafka.admin.ConfigCommand --bootstrap-server "127.0.0.1:$port" --alter --entity-type users --entity-name "$sasl_user" \
+      --add-config "$mechanism=[password=$sasl_password]" >"$logs/scram.log" 2>&1 \
+      || { cat "$logs/scram.log" >&2; exit 1; }
+  done
+  touch "$marker"
+  log "SCRAM-SHA-256/512 user $sasl_user added"
+}
+
 start() {
   mkdir -p "$cache"
   # Parallel test processes may all call start: one starts the broker, the others wait and find it.
   exec 9>"$cache/start-$port.lock"
   flock 9
   if pid="$(running_pid)"; then
-    if port_answers; then log "already running (pid $pid) on 127.0.0.1:$port"; return 0; fi
+    if port_answers; then
+      log "already running (pid $pid) on 127.0.0.1:$port"
+      if port_answers "$sasl_port"; then add_scram_user
+      else log "its SASL_SSL listener (127.0.0.1:$sasl_port) does not answer: it was started before this script made one; stop and start it to have it"; fi
+      return 0
+    fi
   elif port_answers; then
     # Another checkout (or an earlier run) started it: use it rather than fail; `stop` leaves it alone.
     log "port $port already answers (a broker not started from this checkout); using it"
@@ -152,6 +217,7 @@ start() {
   fi
   fetch
   if ! running_pid >/dev/null; then
+    write_certificates
     write_config
     format_storage
     # A fresh server.log, so the readiness check below never reads the previous run's lines.
@@ -166,7 +232,7 @@ start() {
   local started=$SECONDS
   # Ready means the port answers and the server log says the broker finished starting, so
   # topic creation right after `start` does not meet a broker that is still electing itself.
-  until port_answers && grep -q 'Kafka Server started' "$logs/server.log" 2>/dev/null; do
+  until port_answers && port_answers "$sasl_port" && grep -q 'Kafka Server started' "$logs/server.log" 2>/dev/null; do
     if ! running_pid >/dev/null; then
       log "the broker exited during start-up; last lines of $logs/kafka.out and server.log:"
       tail -n 20 "$logs/kafka.out" >&2 || true
@@ -180,7 +246,8 @@ start() {
     fi
     sleep 0.5
   done
-  log "ready on 127.0.0.1:$port after $((SECONDS - started))s (pid $(cat "$pid_file"))"
+  add_scram_user
+  log "ready on 127.0.0.1:$port (SASL_SSL on 127.0.0.1:$sasl_port, CA $tls_dir/ca.pem) after $((SECONDS - started))s (pid $(cat "$pid_file"))"
 }
 
 status() {
