@@ -6,10 +6,12 @@ import kafkajs, {
   type Consumer,
   type EachBatchPayload,
   type ITopicMetadata,
+  type KafkaConfig,
   type KafkaMessage,
   type LogEntry,
   type Message,
   type Producer,
+  type SASLOptions,
 } from 'kafkajs';
 import type { Knex } from 'knex';
 // Node's reading of kafkajs' CommonJS exports stops before these two: take them from the module object.
@@ -43,6 +45,20 @@ export interface KafkaOptions {
    * from 300 ms, doubling, so an unreachable broker is reported after about 12 s.
    */
   retry?: { retries: number; initialRetryTimeMs: number };
+  /**
+   * Connect over TLS. The broker's certificate is checked against the CAs every TLS client of the
+   * process trusts by default: Node's and those of `tls.ca_file` (trustConfiguredCertificates).
+   */
+  tls?: boolean;
+  /** SASL authentication after the connection is made; needs `tls` (config validation's rule). */
+  sasl?: KafkaSasl;
+}
+
+export interface KafkaSasl {
+  mechanism: 'plain' | 'scram-sha-256' | 'scram-sha-512';
+  username: string;
+  /** A secret: never logged (kafkajs logs only whether SASL is on). */
+  password: string;
 }
 
 /**
@@ -154,6 +170,12 @@ export function validateKafkaOptions(options: KafkaOptions): void {
   if (!Number.isInteger(options.replicationFactor) || options.replicationFactor < 1) {
     throw new RangeError(`kafka replicationFactor must be an integer >= 1, is ${String(options.replicationFactor)}`);
   }
+  if (options.sasl !== undefined) {
+    if (!['plain', 'scram-sha-256', 'scram-sha-512'].includes(options.sasl.mechanism)) {
+      throw new RangeError(`kafka sasl mechanism ${JSON.stringify(options.sasl.mechanism)} must be plain, scram-sha-256 or scram-sha-512`);
+    }
+    if (options.sasl.username === '' || options.sasl.password === '') throw new RangeError('kafka sasl needs a username and a password');
+  }
   const maxMessageBytes = options.topicConfig?.['max.message.bytes'];
   if (maxMessageBytes !== undefined && !/^[1-9]\d{0,9}$/.test(maxMessageBytes)) {
     throw new RangeError(`kafka topicConfig max.message.bytes must be a positive integer, is ${JSON.stringify(maxMessageBytes)}`);
@@ -166,12 +188,38 @@ export function isRebalanceNotice(message: string, details: Record<string, unkno
   return /\bis rebalancing\b/i.test(said);
 }
 
+/**
+ * The kafkajs client configuration of `options`, the one every Kafka client of the service is made
+ * with (relay, bus consumers and admin, dead letters): brokers, client id, TLS, SASL, retries.
+ * `ssl: true` gives kafkajs's tls.connect no CA of its own, so it trusts Node's default CAs, to which
+ * `tls.ca_file` is added at start (tls.setDefaultCACertificates): one setting for every TLS client.
+ */
+export function kafkaClientConfig(options: KafkaOptions, role: string): KafkaConfig {
+  return {
+    clientId: `${options.clientId}-${role}`,
+    brokers: [...options.brokers],
+    ...(options.tls === true && { ssl: true }),
+    ...(options.sasl && { sasl: saslOptions(options.sasl) }),
+    ...(options.retry && { retry: { retries: options.retry.retries, initialRetryTime: options.retry.initialRetryTimeMs } }),
+  };
+}
+
+/** kafkajs's SASL options, one type per mechanism (a union of mechanisms is not one of them). */
+function saslOptions({ mechanism, username, password }: KafkaSasl): SASLOptions {
+  switch (mechanism) {
+    case 'plain':
+      return { mechanism, username, password };
+    case 'scram-sha-256':
+      return { mechanism, username, password };
+    case 'scram-sha-512':
+      return { mechanism, username, password };
+  }
+}
+
 /** A kafkajs client whose own logs go to the service's logger. */
 function createKafkaClient(options: KafkaOptions, log: BusLogger, role: string): Kafka {
   return new Kafka({
-    clientId: `${options.clientId}-${role}`,
-    brokers: [...options.brokers],
-    ...(options.retry && { retry: { retries: options.retry.retries, initialRetryTime: options.retry.initialRetryTimeMs } }),
+    ...kafkaClientConfig(options, role),
     logLevel: KafkaLogLevel.WARN,
     logCreator: () => (entry: LogEntry) => {
       const { message, timestamp: _timestamp, logger: _logger, ...details } = entry.log as LogEntry['log'] & { logger?: string };

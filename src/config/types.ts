@@ -14,6 +14,14 @@ export type ThinkingLevel = 'low' | 'medium' | 'high';
 export type RepositoryPreset = 'general' | 'scientific' | 'enterprise';
 export type LlmProvider = 'local' | 'openai';
 export type EmbeddingsProvider = 'local' | 'openai' | 'none';
+/** How the service authenticates to Kafka (`bus.kafka.sasl.mechanism`); kafkajs's names. */
+export type KafkaSaslMechanism = 'none' | 'plain' | 'scram-sha-256' | 'scram-sha-512';
+export interface KafkaSaslConfig {
+  mechanism: KafkaSaslMechanism;
+  username: string;
+  /** A secret (env BUS_KAFKA_SASL_PASSWORD): never logged, never in a message. */
+  password: string;
+}
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 
 /** The job kinds that have a worker count in `task.queues` (the spec's list). */
@@ -103,7 +111,19 @@ export interface Config {
   };
   bus: {
     backend: 'log' | 'kafka';
-    kafka: { brokers: string[]; client_id: string; topic_prefix: string; partitions: number; replication_factor: number; relay: boolean; session_timeout: string };
+    kafka: {
+      brokers: string[];
+      client_id: string;
+      topic_prefix: string;
+      partitions: number;
+      replication_factor: number;
+      relay: boolean;
+      session_timeout: string;
+      /** Connect over TLS, trusting Node's CAs and those of `tls.ca_file`. */
+      tls: boolean;
+      /** SASL authentication: none by default. Needs `tls`. */
+      sasl: KafkaSaslConfig;
+    };
   };
   readmodels: { database: string };
   auth: {

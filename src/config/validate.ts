@@ -293,6 +293,30 @@ function extractionTimeoutProblems(timeout: string): Array<[string, string]> {
 }
 
 /** Rules between keys. Each entry: [dotted key, what is wrong]. The schema has already passed. */
+/**
+ * `bus.kafka.sasl` against itself and `bus.kafka.tls`. SASL without TLS is refused, whatever the
+ * mechanism (docs/configuration.md, Decisions): PLAIN would send the password in clear, and SCRAM,
+ * which does not, would still send every event and the user name unencrypted.
+ */
+export function kafkaSaslProblems(kafka: Config['bus']['kafka']): Array<[string, string]> {
+  const { mechanism, username, password } = kafka.sasl;
+  const problems: Array<[string, string]> = [];
+  if (mechanism === 'none') {
+    // Credentials with no mechanism: most likely BUS_KAFKA_SASL_MECHANISM forgotten, and the service would connect unauthenticated.
+    if (username !== '' || password !== '') {
+      problems.push(['bus.kafka.sasl.mechanism', 'is none, but sasl.username or sasl.password is set: choose plain, scram-sha-256 or scram-sha-512 (BUS_KAFKA_SASL_MECHANISM)']);
+    }
+    return problems;
+  }
+  if (username.trim() === '') problems.push(['bus.kafka.sasl.username', `is required when bus.kafka.sasl.mechanism is ${mechanism} (BUS_KAFKA_SASL_USERNAME)`]);
+  if (password.trim() === '') problems.push(['bus.kafka.sasl.password', `is required when bus.kafka.sasl.mechanism is ${mechanism} (BUS_KAFKA_SASL_PASSWORD)`]);
+  if (!kafka.tls) {
+    const exposed = mechanism === 'plain' ? 'the password in clear' : 'the user name and every event unencrypted';
+    problems.push(['bus.kafka.sasl.mechanism', `${mechanism} needs bus.kafka.tls: true (BUS_KAFKA_TLS): SASL without TLS would send ${exposed}`]);
+  }
+  return problems;
+}
+
 function crossFieldProblems(config: Config): Array<[string, string]> {
   const problems: Array<[string, string]> = [];
   const ms = parseDuration;
@@ -398,6 +422,7 @@ function crossFieldProblems(config: Config): Array<[string, string]> {
   if (sessionTimeoutMs < 6_000 || sessionTimeoutMs > 300_000) {
     problems.push(['bus.kafka.session_timeout', 'must be between 6s and 5m (the broker\'s group session bounds)']);
   }
+  problems.push(...kafkaSaslProblems(config.bus.kafka));
   if (config.search.backend === 'opensearch' && config.search.opensearch.url === '') {
     problems.push(['search.opensearch.url', 'is required when search.backend is opensearch']);
   }

@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { connect } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -36,6 +38,40 @@ export function ensureBroker(): Promise<string[]> {
     return testBrokers();
   })();
   return brokerReady;
+}
+
+/** The SASL_SSL listener of scripts/kafka.sh's broker, the CA file that signed its certificate, and its test user. */
+export interface SaslSslListener {
+  brokers: string[];
+  caFile: string;
+  username: string;
+  password: string;
+}
+
+/**
+ * The SASL_SSL listener of the broker ensureBroker starts (KAFKA_PORT+2, or KAFKA_SASL_SSL_PORT),
+ * as scripts/kafka.sh makes it; or why there is none: KAFKA_BROKERS names another broker, or the
+ * broker on KAFKA_PORT was started by a scripts/kafka.sh that made no such listener yet.
+ */
+export async function saslSslListener(): Promise<SaslSslListener | { absent: string }> {
+  if (process.env.KAFKA_BROKERS) return { absent: 'KAFKA_BROKERS names a broker of its own; the SASL_SSL listener tested is the one scripts/kafka.sh makes' };
+  await ensureBroker();
+  const port = process.env.KAFKA_PORT ?? '19092';
+  const saslPort = Number(process.env.KAFKA_SASL_SSL_PORT ?? Number(port) + 2);
+  const cache = path.resolve(process.env.KAFKA_CACHE_DIR ?? path.join(repositoryRoot, '.cache', 'kafka'));
+  const caFile = path.join(cache, `instance-${port}`, 'tls', 'ca.pem');
+  const answers = await new Promise<boolean>((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port: saslPort }, () => (socket.destroy(), resolve(true)));
+    socket.on('error', () => resolve(false));
+  });
+  if (!answers || !existsSync(caFile)) {
+    return {
+      absent:
+        `the broker on 127.0.0.1:${port} has no SASL_SSL listener on 127.0.0.1:${saslPort} (or no CA file ${caFile}): it was started ` +
+        'by a scripts/kafka.sh that made none; `scripts/kafka.sh stop` and `start` make one',
+    };
+  }
+  return { brokers: [`127.0.0.1:${saslPort}`], caFile, username: process.env.KAFKA_SASL_USER ?? 'factlog', password: process.env.KAFKA_SASL_PASSWORD ?? 'factlog-test-password' };
 }
 
 /** Options with a topic prefix no other test (or earlier run) uses. */
