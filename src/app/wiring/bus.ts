@@ -113,14 +113,19 @@ function explained(config: Config, error: unknown): unknown {
 
 /**
  * Starts the relay (event store → Kafka) under leadership, so one process of the deployment
- * publishes the log; null when the bus is not Kafka or `bus.kafka.relay` is off.
+ * publishes the log; null when the bus is not Kafka or `bus.kafka.relay` is off. `kafka` sets
+ * client options the configuration does not (its retries), as openBus's does.
  */
-export async function startRelay(config: Config, deps: { store: EventStore; schemas: EventSchemaRegistry; db: Database; log: Logger }): Promise<Leadership | null> {
+export async function startRelay(
+  config: Config,
+  deps: { store: EventStore; schemas: EventSchemaRegistry; db: Database; log: Logger },
+  kafka: Pick<KafkaOptions, 'retry'> = {},
+): Promise<Leadership | null> {
   if (config.bus.backend !== 'kafka' || !config.bus.kafka.relay) return null;
   const { createKafkaRelay } = await import('../../bus/kafka.js');
   const relay = createKafkaRelay({
     store: deps.store,
-    kafka: kafkaOptions(config),
+    kafka: { ...kafkaOptions(config), ...kafka },
     registry: deps.schemas,
     db: deps.db,
     log: deps.log.child({ component: 'relay' }),

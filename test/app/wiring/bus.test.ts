@@ -2,9 +2,11 @@ import t from 'tap';
 import pino from 'pino';
 import { buildConfig } from '../../../src/config/index.js';
 import kafkajs from 'kafkajs';
-import { kafkaFailure, kafkaOptions, openBus } from '../../../src/app/wiring/bus.js';
+import { kafkaFailure, kafkaOptions, openBus, startRelay } from '../../../src/app/wiring/bus.js';
 import { kafkaClientConfig } from '../../../src/bus/kafka.js';
 import { EventSchemaRegistry } from '../../../src/eventstore/schemas.js';
+import { openStore, waitUntil } from '../../eventstore/contract.js';
+import { openTestPglite } from '../../helpers/pglite.js';
 
 t.test('a Kafka that cannot be reached is named with its brokers and the setting that lists them', async (t) => {
   // Port 1: nothing listens there, so every connection is refused at once.
@@ -18,6 +20,20 @@ t.test('a Kafka that cannot be reached is named with its brokers and the setting
     bus.consume({ group: 'trial', types: ['SourceRegistered'], handler: async () => undefined }),
     { message: /^cannot use Kafka at 127\.0\.0\.1:1 \(bus\.kafka\.brokers, BUS_KAFKA_BROKERS\): .*ECONNREFUSED/ },
   );
+});
+
+t.test("the relay that cannot start says so as a consumer does: Kafka named with its brokers and the setting, in the leader's retries", async (t) => {
+  const config = buildConfig({ bus: { backend: 'kafka', kafka: { brokers: ['127.0.0.1:1'] } } });
+  const { store, db, schemas, close } = await openStore(() => openTestPglite());
+  t.teardown(close);
+  const lines: string[] = [];
+  const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+  const relay = await startRelay(config, { store, schemas, db, log }, { retry: { retries: 1, initialRetryTimeMs: 10 } });
+  if (relay === null) throw new Error('bus.kafka.relay true started no relay');
+  t.teardown(() => relay.stop());
+  const refused = () => lines.find((line) => line.includes('leader election failed'));
+  await waitUntil(() => refused() !== undefined, 30_000, 'the relay leader to log its failed start', 20);
+  t.match(JSON.parse(refused() ?? '{}'), { role: 'relay', error: /cannot use Kafka at 127\.0\.0\.1:1 \(bus\.kafka\.brokers, BUS_KAFKA_BROKERS\): .*ECONNREFUSED/ });
 });
 
 t.test("bus.kafka's TLS and SASL settings reach the options every Kafka client is made with", async (t) => {
