@@ -292,13 +292,12 @@ function extractionTimeoutProblems(timeout: string): Array<[string, string]> {
   return [];
 }
 
-/** Rules between keys. Each entry: [dotted key, what is wrong]. The schema has already passed. */
 /**
  * `bus.kafka.sasl` against itself and `bus.kafka.tls`. SASL without TLS is refused, whatever the
  * mechanism (docs/configuration.md, Decisions): PLAIN would send the password in clear, and SCRAM,
  * which does not, would still send every event and the user name unencrypted.
  */
-export function kafkaSaslProblems(kafka: Config['bus']['kafka']): Array<[string, string]> {
+function kafkaSaslProblems(kafka: Config['bus']['kafka']): Array<[string, string]> {
   const { mechanism, username, password } = kafka.sasl;
   const problems: Array<[string, string]> = [];
   if (mechanism === 'none') {
@@ -317,6 +316,7 @@ export function kafkaSaslProblems(kafka: Config['bus']['kafka']): Array<[string,
   return problems;
 }
 
+/** Rules between keys. Each entry: [dotted key, what is wrong]. The schema has already passed. */
 function crossFieldProblems(config: Config): Array<[string, string]> {
   const problems: Array<[string, string]> = [];
   const ms = parseDuration;
