@@ -52,49 +52,61 @@ export function createRepositoryService(deps: { db: Database; commands: CommandB
   }
   const releaseSlug = (slug: string, repositoryId: string) => knex('slug_reservations').where({ slug, repository_id: repositoryId }).delete();
 
+  /** The repository and its owner's role, made inside the fence's step that `create` holds. */
+  async function createUnfenced(input: CreateRepositoryInput, metadata: Omit<EventMetadata, 'repositoryId'>, ownerId: string | null): Promise<string> {
+    const repositoryId = randomUUID();
+    let slug = input.slug ?? slugify(input.name);
+    checkSlug(slug);
+    if (!(await reserveSlug(slug, repositoryId))) {
+      if (input.slug) throw new DomainError('conflict', `slug '${slug}' is taken`);
+      // A derived slug gets a short suffix rather than failing the request.
+      slug = `${slug}-${repositoryId.slice(0, 6)}`;
+      if (!(await reserveSlug(slug, repositoryId))) throw new DomainError('conflict', `slug '${slug}' is taken`);
+    }
+    const fullMetadata = { ...metadata, repositoryId };
+    try {
+      await commands.execute(
+        streamName('repository', repositoryId),
+        repositoryDecider,
+        {
+          type: 'CreateRepository',
+          name: input.name,
+          slug,
+          description: input.description ?? '',
+          preset: input.preset ?? deps.defaultPreset,
+          tier: input.tier ?? 'shared',
+          acceptedPromptsetHashes: input.accepted_promptset_hashes ?? [],
+          registryId: input.registry_id ?? null,
+        },
+        fullMetadata,
+        { newStream: true },
+      );
+    } catch (error) {
+      await releaseSlug(slug, repositoryId);
+      throw error;
+    }
+    if (ownerId) {
+      await commands.execute(
+        streamName('user', ownerId),
+        userDecider,
+        { type: 'GrantRole', role: 'owner', domain: repositoryDomain(repositoryId) },
+        fullMetadata,
+      );
+    }
+    return repositoryId;
+  }
+
   return {
-    /** Creates a repository; `ownerId` (when given) receives the `owner` role on it. */
-    async create(input: CreateRepositoryInput, metadata: Omit<EventMetadata, 'repositoryId'>, ownerId: string | null) {
-      const repositoryId = randomUUID();
-      let slug = input.slug ?? slugify(input.name);
-      checkSlug(slug);
-      if (!(await reserveSlug(slug, repositoryId))) {
-        if (input.slug) throw new DomainError('conflict', `slug '${slug}' is taken`);
-        // A derived slug gets a short suffix rather than failing the request.
-        slug = `${slug}-${repositoryId.slice(0, 6)}`;
-        if (!(await reserveSlug(slug, repositoryId))) throw new DomainError('conflict', `slug '${slug}' is taken`);
-      }
-      const fullMetadata = { ...metadata, repositoryId };
-      try {
-        await commands.execute(
-          streamName('repository', repositoryId),
-          repositoryDecider,
-          {
-            type: 'CreateRepository',
-            name: input.name,
-            slug,
-            description: input.description ?? '',
-            preset: input.preset ?? deps.defaultPreset,
-            tier: input.tier ?? 'shared',
-            acceptedPromptsetHashes: input.accepted_promptset_hashes ?? [],
-            registryId: input.registry_id ?? null,
-          },
-          fullMetadata,
-          { newStream: true },
-        );
-      } catch (error) {
-        await releaseSlug(slug, repositoryId);
-        throw error;
-      }
-      if (ownerId) {
-        await commands.execute(
-          streamName('user', ownerId),
-          userDecider,
-          { type: 'GrantRole', role: 'owner', domain: repositoryDomain(repositoryId) },
-          fullMetadata,
-        );
-      }
-      return repositoryId;
+    /**
+     * Creates a repository; `ownerId` (when given) receives the `owner` role on it. Its two
+     * commands (the repository, then its owner's role) are one step of the fence, in no repository
+     * (where `repositories:create` was allowed): the caller's credential and that permission are
+     * checked once, before the slug is reserved, and an end of the credential waits for both
+     * commands, so a logout or a key's revocation lands before the creation (403, nothing made) or
+     * after all of it, never between the repository and its owner.
+     */
+    create(input: CreateRepositoryInput, metadata: Omit<EventMetadata, 'repositoryId'>, ownerId: string | null) {
+      return commands.step({ ...metadata, repositoryId: null }, 'acts', () => createUnfenced(input, metadata, ownerId));
     },
 
     /**

@@ -44,10 +44,11 @@ import { forbidden } from './errors.js';
  * after the system roles' lock, for a change of a system role): the credential of the call
  * (`CallContext.principal`) when the command is made for the call's user. The system permissions
  * the call was allowed are checked again under the system roles' lock (held shared by a command
- * that does not change a system role), so an administrator demoted meanwhile is refused. Two are not: creating a
+ * that does not change a system role), so an administrator demoted meanwhile is refused. Creating a
  * repository (two commands, the repository's and its owner's role: a check on each could let the
- * first land and refuse the second) and revoking an API key (`ends`: a refusal would leave live
- * the key its owner asked to end). docs/auth.md, "A credential ended while it is used".
+ * first land and refuse the second) is one step in no repository (src/app/repositories.ts). One is
+ * not fenced: revoking an API key (`ends`: a refusal would leave live the key its owner asked to
+ * end). docs/auth.md, "A credential ended while it is used".
  */
 export interface RepositoryFence {
   /**

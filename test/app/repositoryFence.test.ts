@@ -3,15 +3,18 @@ import { authorizeRepository, authorizeSystem, commandMetadata } from '../../src
 import { withCallContext, type CallContext } from '../../src/app/callContext.js';
 import type { CommandBus } from '../../src/app/commands.js';
 import { changeRole, setRepositoryRole } from '../../src/app/roleChanges.js';
+import { createApplication } from '../../src/app/application.js';
+import { createRepositoryService, slugify } from '../../src/app/repositories.js';
 import { createRepositoryFence, type RepositoryFence } from '../../src/app/repositoryFence.js';
 import { mcpResourceUrl } from '../../src/api/issuer.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { oauthIssuer } from '../../src/config/derived.js';
 import { reportDecider } from '../../src/domain/report/decider.js';
 import { userDecider } from '../../src/domain/user/decider.js';
-import { streamName } from '../../src/eventstore/envelope.js';
+import { streamName, type RecordedEvent } from '../../src/eventstore/envelope.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
 import { newPkce } from '../helpers/oauthClient.js';
+import { racingCommandBus } from '../helpers/racedWrites.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -303,13 +306,32 @@ t.test("an administrator's change of a role in a repository, allowed by a system
   t.notOk(roles.some((role) => role.domain === `repository:${repository}`), 'no role granted');
 });
 
-t.test('creating a repository is not fenced by its credential: its two commands, the repository and its owner\'s role, both land', async (t) => {
+t.test('creating a repository is fenced by its credential: a session ended before the appends creates nothing', async (t) => {
   const { principal } = await session();
   // The session ends between the call's authentication and the creation's appends.
   await harness.service.context.identity.logout(principal.credential.id);
-  const created = await call('create repository', () => harness.app.repositories.create(principal, { name: 'Created as the session ends' }), principal);
-  const roles = await harness.service.context.identity.roleAssignments(principal.userId);
-  t.ok(roles.some((role) => role.role === 'owner' && role.domain === `repository:${created.id}`), 'the repository has its owner');
+  const name = 'Created as the session ends';
+  await rejectsWith(t, call('create repository', () => harness.app.repositories.create(principal, { name }), principal), 'forbidden', /session has ended/);
+  const log = await harness.service.context.store.readAll({ limit: 100_000 });
+  t.notOk(log.some((event) => event.type === 'RepositoryCreated' && event.actor === principal.userId), 'no repository in the log');
+  t.same(await harness.service.context.db.knex('slug_reservations').where({ slug: slugify(name) }).pluck('slug'), [], 'no slug left reserved');
+});
+
+t.test("creating a repository is one step of the fence: a logout sent once the repository is appended waits for its owner's role", async (t) => {
+  const { principal } = await session();
+  const { context } = harness.service;
+  let logAtLogout: RecordedEvent[] = [];
+  const racing = racingCommandBus(context.commands, 'RepositoryCreated', async () => {
+    await context.identity.logout(principal.credential.id);
+    logAtLogout = await context.store.readAll({ limit: 100_000 });
+  });
+  const repositories = createRepositoryService({ db: context.db, commands: racing.bus, defaultPreset: context.config.default_repository_preset });
+  const app = createApplication({ ...context, commands: racing.bus, repositories });
+  const created = await call('create repository', () => app.repositories.create(principal, { name: 'Created beside a logout' }), principal);
+  t.equal(await racing.raced(), undefined, 'the logout was answered');
+  const owned = (event: RecordedEvent) => event.type === 'RoleGranted' && event.streamId === streamName('user', principal.userId) && event.repositoryId === created.id;
+  t.ok(logAtLogout.some(owned), "the owner's role had landed when the logout was answered: the creation was not cut in two");
+  await rejectsWith(t, call('create repository', () => app.repositories.create(principal, { name: 'After the logout' }), principal), 'forbidden', /session has ended/);
 });
 
 /**
