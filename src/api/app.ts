@@ -11,7 +11,6 @@ import { answerClientError, frameworkErrorMessage, HttpError, MAX_PATH_PARAM_CHA
 import { rebuildingReadModels } from '../read/projections.js';
 import { authenticateRequest } from './guard.js';
 import { registerIdempotency } from './idempotency.js';
-import { createIdempotencyStore } from '../app/idempotency.js';
 import { registerInputGuard } from './inputGuard.js';
 import { registerMediaTypes } from './mediaTypes.js';
 import { completeOperation } from './openapi.js';
@@ -179,7 +178,7 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
       return withCallContext(call, () => handler.call(this, request, reply));
     };
   });
-  registerIdempotency(app, createIdempotencyStore(context.db.knex));
+  registerIdempotency(app, context.idempotency);
   for (const routes of resourceRoutes) await app.register(routes, { context });
   return app;
 }

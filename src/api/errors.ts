@@ -2,6 +2,7 @@ import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { AmbiguousConceptError, ReadModelsBehindError, UnsupportedContentError } from '../app/errors.js';
+import { IdempotencyKeyReusedError } from '../app/idempotency.js';
 import { DomainError } from '../domain/decider.js';
 import { ReportTooLargeError } from '../domain/report/decider.js';
 import { shortenRunes } from '../domain/text.js';
@@ -229,6 +230,7 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
     if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
     if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts, candidates: error.candidates });
     if (error instanceof UnsupportedContentError) return send(415, 'unsupported_media_type', error.message);
+    if (error instanceof IdempotencyKeyReusedError) return send(422, 'unprocessable', error.message);
     if (error instanceof ReportTooLargeError) return send(413, 'payload_too_large', error.message);
     if (error instanceof DomainError) {
       const [status, code] = domainStatus[error.code];

@@ -1,8 +1,14 @@
-import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { IdempotencyStore } from '../app/idempotency.js';
-import { isPlainObject } from '../util/objects.js';
-import { badRequest, errorReply, HttpError } from './errors.js';
+import {
+  claimIdempotencyKey,
+  IDEMPOTENCY_KEY_IN_FLIGHT,
+  IDEMPOTENCY_KEY_REUSED,
+  isIdempotencyKey,
+  MAX_IDEMPOTENCY_KEY_CHARS,
+  type IdempotencyStore,
+  type KeyedRequest,
+} from '../app/idempotency.js';
+import { badRequest, errorReply } from './errors.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -14,28 +20,25 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     /** The key this request claimed, until its answer is kept or the key released. */
-    idempotencyClaim?: { userId: string; key: string; fingerprint: string };
+    idempotencyClaim?: Extract<KeyedRequest, { kind: 'run' }>;
   }
 }
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 /** Set on an answer replayed for a key (as Stripe does), so a client can tell a retry's answer from a first one. */
 export const REPLAYED_HEADER = 'idempotent-replayed';
-const MAX_KEY_CHARS = 255;
 
 /** The header as the OpenAPI document lists it on an idempotent route, and the replies the key adds. */
 export const idempotencyKeyHeader = {
   type: 'string',
   minLength: 1,
-  maxLength: MAX_KEY_CHARS + 2,
+  maxLength: MAX_IDEMPOTENCY_KEY_CHARS + 2,
   description:
     'optional: a key of your choice (1–255 printable ASCII characters, e.g. a UUID; a structured-field string "…" is read without its quotes) that makes a retry safe: the same key with the same request within 24 hours answers the first answer again (with `Idempotent-Replayed: true`) instead of creating another; the same key with another request is a 422',
 } as const;
-const KEY_REUSED = 'this Idempotency-Key was used for another request (another method, path or body): a new request needs a new key';
-const KEY_IN_FLIGHT = 'the request with this Idempotency-Key is still running: retry once it has answered';
 export const idempotencyReplies = {
-  409: errorReply(KEY_IN_FLIGHT),
-  422: errorReply(KEY_REUSED),
+  409: errorReply(IDEMPOTENCY_KEY_IN_FLIGHT),
+  422: errorReply(IDEMPOTENCY_KEY_REUSED),
 } as const;
 
 /** The key of a request: the header's value (an sf-string's quotes dropped), printable ASCII without spaces, or a 400. */
@@ -44,25 +47,10 @@ function keyOf(request: FastifyRequest): string | undefined {
   if (header === undefined) return undefined;
   const raw = Array.isArray(header) ? header.join(', ') : header;
   const key = /^"(.*)"$/.exec(raw)?.[1] ?? raw;
-  if (key.length === 0 || key.length > MAX_KEY_CHARS || !/^[\x21-\x7e]+$/.test(key)) {
-    throw badRequest(`the Idempotency-Key header must be 1 to ${MAX_KEY_CHARS} printable ASCII characters without spaces (one key, sent once)`);
+  if (!isIdempotencyKey(key)) {
+    throw badRequest(`the Idempotency-Key header must be 1 to ${MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters without spaces (one key, sent once)`);
   }
   return key;
-}
-
-/** JSON with every object's keys in order, so that two bodies asking the same thing compare equal however their keys are ordered. */
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (isPlainObject(value)) {
-    const keys = Object.keys(value).sort();
-    return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(value[key])}`).join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
-
-/** What a request asks: its method, path and query, and body. A key reused for anything else is refused. */
-function fingerprintOf(request: FastifyRequest): string {
-  return createHash('sha256').update(canonicalJson([request.method, request.url, request.body ?? null])).digest('hex');
 }
 
 /**
@@ -70,39 +58,30 @@ function fingerprintOf(request: FastifyRequest): string {
  * retry): checked before the handler runs (after authentication and the schema), the answer kept
  * when it is sent. Only a success (2xx) is kept: a refused or failed request stored nothing, so
  * its key is released and a retry runs anew. A key is the caller's own: without a caller (a 401
- * to come) the header is ignored. Store: src/app/idempotency.ts.
+ * to come) the header is ignored. What a request asks is its method, path with query, and body;
+ * the claim, its refusals (422, 409) and what is kept are the application layer's, which MCP's
+ * tools use too (src/app/idempotency.ts).
  */
 export function registerIdempotency(app: FastifyInstance, store: IdempotencyStore): void {
   app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
     if (request.routeOptions.config.idempotent !== true) return;
     const key = keyOf(request);
     if (key === undefined || !request.principal) return;
-    const userId = request.principal.userId;
-    const fingerprint = fingerprintOf(request);
-    const claim = await store.claim(userId, key, fingerprint);
-    if (claim.kind === 'mismatch') {
-      throw new HttpError(422, 'unprocessable', KEY_REUSED);
-    }
-    if (claim.kind === 'in_flight') throw new HttpError(409, 'conflict', KEY_IN_FLIGHT);
-    if (claim.kind === 'answered') {
-      const { status, contentType, body } = claim.answer;
+    const keyed = await claimIdempotencyKey(store, request.principal.userId, key, [request.method, request.url, request.body ?? null]);
+    if (keyed.kind === 'replay') {
+      const { status, contentType, body } = keyed.answer;
       if (contentType !== null) reply.header('content-type', contentType);
       return reply.code(status).header(REPLAYED_HEADER, 'true').send(body);
     }
-    request.idempotencyClaim = { userId, key, fingerprint };
+    request.idempotencyClaim = keyed;
   });
 
   const settle = async (request: FastifyRequest, reply: FastifyReply, payload: unknown) => {
     const claim = request.idempotencyClaim;
     if (claim === undefined) return;
     request.idempotencyClaim = undefined;
-    const { userId, key, fingerprint } = claim;
-    if (reply.statusCode >= 200 && reply.statusCode < 300 && typeof payload === 'string') {
-      const contentType = reply.getHeader('content-type');
-      await store.complete(userId, key, fingerprint, { status: reply.statusCode, contentType: typeof contentType === 'string' ? contentType : null, body: payload });
-    } else {
-      await store.release(userId, key, fingerprint);
-    }
+    const contentType = reply.getHeader('content-type');
+    await claim.settle(typeof payload === 'string' ? { status: reply.statusCode, contentType: typeof contentType === 'string' ? contentType : null, body: payload } : null);
   };
   app.addHook('onSend', async (request, reply, payload) => {
     await settle(request, reply, payload);

@@ -32,6 +32,7 @@ import { createRepositoryFence } from './repositoryFence.js';
 import { createCommandBus, settleWaitMs, type CommandBus } from './commands.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { createRepositoryService, type RepositoryService } from './repositories.js';
+import { createIdempotencyStore, type IdempotencyStore } from './idempotency.js';
 import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
 import { createDatabases, type Databases } from './wiring/databases.js';
@@ -66,6 +67,8 @@ export interface AppContext {
   /** Where every permission decision of a route or tool is recorded (src/app/audit.ts). */
   audit: PermissionAudit;
   repositories: RepositoryService;
+  /** The users' idempotency keys, which REST's Idempotency-Key and MCP's idempotency_key share (src/app/idempotency.ts). */
+  idempotency: IdempotencyStore;
   search: SearchIndex;
   /** Hybrid (lexical + k-NN, RRF) search over `search`, falling back to lexical when it cannot run. */
   hybrid: HybridSearch;
@@ -233,6 +236,7 @@ export async function createAppContext(configured: Config, options: ContextOptio
     oauth,
     audit,
     repositories,
+    idempotency: createIdempotencyStore(db.knex),
     search: search.index,
     hybrid: search.hybrid,
     chat,

@@ -1,13 +1,37 @@
+import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
+import { DomainError } from '../domain/decider.js';
+import { isPlainObject } from '../util/objects.js';
+import { conflict } from './errors.js';
 
 /**
- * Idempotency keys (the `Idempotency-Key` request header, IETF draft
- * draft-ietf-httpapi-idempotency-key-header): a client that retries a creation whose answer it
- * lost sends the same key again and gets the first answer instead of a second resource. Kept in
- * `idempotency_keys` (service state, migration 028_idempotency_keys), so a key outlives a restart
- * and is shared by every API node of one database. A key belongs to one user: another user's same
- * key is another key. docs/api.md, "Idempotent creation".
+ * Idempotency keys (REST's `Idempotency-Key` request header, IETF draft
+ * draft-ietf-httpapi-idempotency-key-header; MCP's `idempotency_key` argument): a client that
+ * retries a creation whose answer it lost sends the same key again and gets the first answer
+ * instead of a second resource. Kept in `idempotency_keys` (service state, migration
+ * 028_idempotency_keys), so a key outlives a restart and is shared by every API node of one
+ * database. A key belongs to one user: another user's same key is another key. REST and MCP share
+ * the user's keys: a request names its operation first (a method and path, an MCP tool), so a key
+ * sent again to another operation or over the other transport is a mismatch, never a replay nor a
+ * second creation. Both transports claim and settle a key through `claimIdempotencyKey`.
+ * docs/api.md, "Idempotent creation"; docs/mcp.md.
  */
+
+/** A key's rules, one for both transports: 1 to 255 printable ASCII characters without spaces (a UUID is a good one). */
+export const MAX_IDEMPOTENCY_KEY_CHARS = 255;
+export const IDEMPOTENCY_KEY_PATTERN = /^[\x21-\x7e]+$/;
+export const isIdempotencyKey = (key: string) => key.length > 0 && key.length <= MAX_IDEMPOTENCY_KEY_CHARS && IDEMPOTENCY_KEY_PATTERN.test(key);
+
+/** The answers of a key sent with another request, and of one whose first request still runs: the same words on REST (422, 409) and MCP (tool errors). */
+export const IDEMPOTENCY_KEY_REUSED = 'this idempotency key was used for another request (another operation, or other arguments or body): a new request needs a new key';
+export const IDEMPOTENCY_KEY_IN_FLIGHT = 'the request with this idempotency key is still running: retry once it has answered';
+
+/** A key sent again with another request than its first: nothing is done (REST: 422 `unprocessable`; MCP: an `invalid:` tool error). */
+export class IdempotencyKeyReusedError extends DomainError {
+  constructor() {
+    super('invalid', IDEMPOTENCY_KEY_REUSED);
+  }
+}
 
 /** How long a key answers its first request again, from that request: Stripe's 24 hours. */
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3_600_000;
@@ -98,3 +122,61 @@ export function createIdempotencyStore(knex: Knex, now: () => number = Date.now)
 }
 
 export type IdempotencyStore = ReturnType<typeof createIdempotencyStore>;
+
+/** JSON with every object's keys in order, so that two requests asking the same thing compare equal however their keys are ordered. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (isPlainObject(value)) {
+    const keys = Object.keys(value).sort();
+    return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(value[key])}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * What a key claimed for a request leads to: the first request's answer to give again, or the
+ * request to run, then `settle` with its answer (null when it failed or answered nothing). Only a
+ * success (2xx) is kept; anything else releases the key, so a retry runs anew.
+ */
+export type KeyedRequest = { kind: 'replay'; answer: IdempotentAnswer } | { kind: 'run'; settle(answer: IdempotentAnswer | null): Promise<void> };
+
+/**
+ * Claims `key` of `userId` for `request`: what it asks, its operation first (REST: method, path
+ * with query, body; MCP: 'mcp', the tool, its arguments). The same key with another request throws
+ * IdempotencyKeyReusedError; while its first request runs, a conflict.
+ */
+export async function claimIdempotencyKey(store: IdempotencyStore, userId: string, key: string, request: readonly unknown[]): Promise<KeyedRequest> {
+  const fingerprint = createHash('sha256').update(canonicalJson(request)).digest('hex');
+  const claim = await store.claim(userId, key, fingerprint);
+  if (claim.kind === 'mismatch') throw new IdempotencyKeyReusedError();
+  if (claim.kind === 'in_flight') throw conflict(IDEMPOTENCY_KEY_IN_FLIGHT);
+  if (claim.kind === 'answered') return { kind: 'replay', answer: claim.answer };
+  return {
+    kind: 'run',
+    settle: (answer) =>
+      answer !== null && answer.status >= 200 && answer.status < 300 ? store.complete(userId, key, fingerprint, answer) : store.release(userId, key, fingerprint),
+  };
+}
+
+/**
+ * Runs `run` under `key` for a transport whose answer is the result itself (MCP): the first
+ * result again (as the JSON it was) for a replay, else the result, kept for the key's retries.
+ */
+export async function runIdempotently<T>(
+  store: IdempotencyStore,
+  userId: string,
+  key: string,
+  request: readonly unknown[],
+  run: () => Promise<T>,
+): Promise<{ replayed: true; value: unknown } | { replayed: false; value: T }> {
+  const keyed = await claimIdempotencyKey(store, userId, key, request);
+  if (keyed.kind === 'replay') return { replayed: true, value: JSON.parse(keyed.answer.body) as unknown };
+  let answer: IdempotentAnswer | null = null;
+  try {
+    const value = await run();
+    answer = { status: 200, contentType: 'application/json', body: JSON.stringify(value ?? null) };
+    return { replayed: false, value };
+  } finally {
+    await keyed.settle(answer);
+  }
+}

@@ -26,7 +26,7 @@ t.test('a creation retried with its Idempotency-Key makes one repository and ans
 
   const other = await send({ name: 'Another Name' });
   t.equal(other.status, 422, 'the same key for another body');
-  t.same(other.body, { error: 'unprocessable', message: 'this Idempotency-Key was used for another request (another method, path or body): a new request needs a new key' });
+  t.same(other.body, { error: 'unprocessable', message: 'this idempotency key was used for another request (another operation, or other arguments or body): a new request needs a new key' });
   t.same(await repositoriesNamed(ada.token, 'Another Name'), [], 'nothing created');
   t.equal((await send({ name: 'Lost Answer', description: 'd' }, '"retry-1"')).headers['idempotent-replayed'], 'true', 'a structured-field string is the key without its quotes');
 
@@ -98,7 +98,7 @@ t.test('the OpenAPI document names the header and its answers on the routes that
     'the header',
   );
   t.ok(create.responses['422'], '422');
-  t.match(create.responses['409'].description, /slug is taken.*Idempotency-Key/);
+  t.match(create.responses['409'].description, /slug is taken.*idempotency key/);
   const read = document.paths['/api/v1/repositories/{repoID}'].get;
   t.notOk((read.parameters ?? []).some((parameter: { name: string }) => parameter.name === 'idempotency-key'), 'not on a read');
 });

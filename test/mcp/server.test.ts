@@ -7,12 +7,13 @@ import type { ToolCall } from '../../src/mcp/tools/common.js';
 import type { Application } from '../../src/app/application.js';
 import type { Config } from '../../src/config/types.js';
 import type { PermissionAudit } from '../../src/app/audit.js';
+import type { IdempotencyStore } from '../../src/app/idempotency.js';
 import type { ReadModelRunner } from '../../src/projection/types.js';
 
 // tools/list never reaches the application layer: these stand-ins are never called.
 const call: ToolCall = {
   app: {} as Application,
-  context: { config: {} as Config, log: pino({ level: 'silent' }), audit: {} as PermissionAudit, projections: {} as ReadModelRunner },
+  context: { config: {} as Config, log: pino({ level: 'silent' }), audit: {} as PermissionAudit, projections: {} as ReadModelRunner, idempotency: {} as IdempotencyStore },
   principal: { userId: 'u', credential: { kind: 'oauth', id: 'token' }, assignments: [] },
   trace: {},
 };

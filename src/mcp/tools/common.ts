@@ -10,6 +10,7 @@ import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../util/codePoints.js';
 import { isUuid } from '../../util/uuid.js';
 import { ReadModelsBehindError } from '../../app/errors.js';
+import { IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS, runIdempotently } from '../../app/idempotency.js';
 import { searchModes } from '../../search/hybrid.js';
 import { MAX_OFFSET } from '../../read/paging.js';
 import { notFoundDuringRebuild, rebuildingReadModels } from '../../read/projections.js';
@@ -20,7 +21,7 @@ import { InvalidSearchRequestError, VectorSearchUnavailableError } from '../../s
 /** Who calls a tool and with what: the same application layer and Principal a REST route has. */
 export interface ToolCall {
   app: Application;
-  context: Pick<AppContext, 'config' | 'log' | 'audit' | 'projections'>;
+  context: Pick<AppContext, 'config' | 'log' | 'audit' | 'projections' | 'idempotency'>;
   principal: Principal;
   trace: Trace;
   clientAddress?: string;
@@ -75,6 +76,24 @@ export const idArgument = (what: string) =>
     .meta({ format: 'uuid' })
     .describe(`The ${what} id (UUID).`);
 
+/**
+ * The `idempotency_key` of a creating tool: the rules of REST's `Idempotency-Key` header (without
+ * its structured-field quotes, which an argument has no need of), one key space per user for both.
+ */
+export const idempotencyKeyArgument = z
+  .string()
+  .min(1)
+  .max(MAX_IDEMPOTENCY_KEY_CHARS)
+  .regex(IDEMPOTENCY_KEY_PATTERN, { message: 'must be printable ASCII characters without spaces' })
+  .optional()
+  .describe(
+    `Optional: a key of your choice (1 to ${MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII characters without spaces, e.g. a UUID) that makes a retry safe: ` +
+      'the same key with the same arguments within 24 hours answers the first result again instead of creating another; with other arguments it is an error.',
+  );
+const idempotencyKeyInput = z.object({ idempotency_key: idempotencyKeyArgument });
+/** Set in the `_meta` of a result given again for a key, as REST's `Idempotent-Replayed: true`. */
+export const REPLAYED_META = 'idempotent-replayed';
+
 /** Compact JSON for a model: no indentation (tokens cost), nulls kept (they say "none"). */
 const asText = (value: unknown): string => JSON.stringify(value);
 
@@ -118,6 +137,11 @@ interface ToolSpec<Schema extends z.ZodObject> {
   input: Schema;
   /** False for tools that change the repository (MCP annotation `readOnlyHint`). */
   readOnly: boolean;
+  /**
+   * The tool creates something a retried call would create twice: it takes an optional
+   * `idempotency_key` (idempotencyKeyArgument), as REST's creating routes take `Idempotency-Key`.
+   */
+  idempotent?: boolean;
   run(call: ToolCall, args: z.output<Schema>): Promise<unknown>;
 }
 
@@ -128,7 +152,9 @@ interface ToolSpec<Schema extends z.ZodObject> {
  */
 export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): McpTool {
   const annotations: ToolAnnotations = { title: spec.title, readOnlyHint: spec.readOnly, destructiveHint: false, openWorldHint: false };
-  const { properties = {}, ...inputJsonSchema } = z.toJSONSchema(spec.input, { target: 'draft-7', io: 'input' });
+  // What the SDK validates and tools/list shows: the tool's arguments, and a creating tool's key.
+  const input: z.ZodObject = spec.idempotent ? spec.input.extend(idempotencyKeyInput.shape) : spec.input;
+  const { properties = {}, ...inputJsonSchema } = z.toJSONSchema(input, { target: 'draft-7', io: 'input' });
   // A property schema may be `true` in JSON Schema; zod never makes one, and the tool type wants objects.
   const propertySchemas: Record<string, object> = {};
   for (const [key, schema] of Object.entries(properties)) if (typeof schema === 'object') propertySchemas[key] = schema;
@@ -144,11 +170,13 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
       execution: { taskSupport: 'forbidden' },
     },
     register(server, call) {
-      // The SDK's callback type is not resolvable for a generic schema: it sees the erased one, and the parse below types the arguments.
-      const inputSchema: z.ZodObject = spec.input;
-      server.registerTool(spec.name, { title: spec.title, description: spec.description, inputSchema, annotations }, async (rawArguments) => {
+      // The SDK's callback type is not resolvable for a generic schema: it sees the erased one, and the parses below type the arguments.
+      server.registerTool(spec.name, { title: spec.title, description: spec.description, inputSchema: input, annotations }, async (rawArguments) => {
+        const checked = input.safeParse(rawArguments);
+        if (!checked.success) return toolError(`invalid: ${z.prettifyError(checked.error)}`);
         const parsed = spec.input.safeParse(rawArguments);
-        if (!parsed.success) return toolError(`invalid: ${z.prettifyError(parsed.error)}`);
+        const keyed = idempotencyKeyInput.safeParse(rawArguments);
+        if (!parsed.success || !keyed.success) return toolError('invalid: the arguments do not parse');
         return withCallContext(
           {
             transport: 'mcp',
@@ -160,7 +188,12 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
           },
           async () => {
             try {
-              return toolResult(await spec.run(call, parsed.data));
+              const key = spec.idempotent ? keyed.data.idempotency_key : undefined;
+              if (key === undefined) return toolResult(await spec.run(call, parsed.data));
+              // What the call asks, its tool first: the same key sent to another tool, or to a REST route, is a mismatch.
+              const request = ['mcp', spec.name, parsed.data];
+              const { replayed, value } = await runIdempotently(call.context.idempotency, call.principal.userId, key, request, () => spec.run(call, parsed.data));
+              return replayed ? { ...toolResult(value), _meta: { [REPLAYED_META]: true } } : toolResult(value);
             } catch (error) {
               return toolFailure(error, call.context);
             }

@@ -29,6 +29,7 @@ export const reportTools = [
       childrenIds,
     }),
     readOnly: false,
+    idempotent: true,
     async run(call, args) {
       // One command: children that cannot be taken are refused before the report is made.
       return call.app.reports.create(

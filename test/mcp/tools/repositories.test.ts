@@ -7,6 +7,7 @@ import type { ToolCall } from '../../../src/mcp/tools/common.js';
 import type { Application } from '../../../src/app/application.js';
 import type { Config } from '../../../src/config/types.js';
 import type { PermissionAudit } from '../../../src/app/audit.js';
+import type { IdempotencyStore } from '../../../src/app/idempotency.js';
 import type { ReadModelRunner } from '../../../src/projection/types.js';
 import { pageOf } from '../../../src/read/paging.js';
 
@@ -32,7 +33,7 @@ function repositoriesOf(count: number) {
 async function getRepositories(app: Application) {
   const call: ToolCall = {
     app,
-    context: { config: {} as Config, log: pino({ level: 'silent' }), audit: { record() {} } as unknown as PermissionAudit, projections: {} as ReadModelRunner },
+    context: { config: {} as Config, log: pino({ level: 'silent' }), audit: { record() {} } as unknown as PermissionAudit, projections: {} as ReadModelRunner, idempotency: {} as IdempotencyStore },
     principal: { userId: 'admin', credential: { kind: 'api_key', id: 'key' }, assignments: [{ role: 'sysadmin', domain: 'system' }] },
     trace: {},
   };
