@@ -2,7 +2,7 @@ import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { ConnectionError, FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { AmbiguousConceptError, ReadModelsBehindError, UnsupportedContentError } from '../app/errors.js';
-import { IdempotencyKeyReusedError } from '../app/idempotency.js';
+import { IdempotencyKeyReusedError, type IdempotentAnswer } from '../app/idempotency.js';
 import { DomainError } from '../domain/decider.js';
 import { ReportTooLargeError } from '../domain/report/decider.js';
 import { shortenRunes } from '../domain/text.js';
@@ -25,6 +25,19 @@ export class HttpError extends Error {
 }
 
 export const badRequest = (message: string) => new HttpError(400, 'bad_request', message);
+
+/** Set on an answer replayed for an idempotency key (as Stripe does), so a client can tell a retry's answer from a first one. */
+export const REPLAYED_HEADER = 'idempotent-replayed';
+
+/**
+ * The first answer of an idempotency key, found only once the request's upload was read (its
+ * file is what the request asks: src/api/idempotency.ts): thrown from there, and sent as it was.
+ */
+export class ReplayedAnswer extends Error {
+  constructor(readonly answer: IdempotentAnswer) {
+    super('answered again for its idempotency key');
+  }
+}
 
 const domainStatus: Record<DomainError['code'], [number, string]> = {
   not_found: [404, 'not_found'],
@@ -228,6 +241,11 @@ export function registerErrorHandling(app: FastifyInstance, options: ErrorHandli
       return reply.status(status).send({ error: code, message, ...extra });
     };
     if (error instanceof HttpError) return send(error.statusCode, error.code, error.message);
+    if (error instanceof ReplayedAnswer) {
+      const { status, contentType, body } = error.answer;
+      if (contentType !== null) reply.header('content-type', contentType);
+      return reply.status(status).header(REPLAYED_HEADER, 'true').send(body);
+    }
     if (error instanceof AmbiguousConceptError) return send(409, 'ambiguous_concept', error.message, { contexts: error.contexts, candidates: error.candidates });
     if (error instanceof UnsupportedContentError) return send(415, 'unsupported_media_type', error.message);
     if (error instanceof IdempotencyKeyReusedError) return send(422, 'unprocessable', error.message);

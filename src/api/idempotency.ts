@@ -8,25 +8,35 @@ import {
   type IdempotencyStore,
   type KeyedRequest,
 } from '../app/idempotency.js';
-import { badRequest, errorReply } from './errors.js';
+import { createHash } from 'node:crypto';
+import { badRequest, errorReply, REPLAYED_HEADER, ReplayedAnswer } from './errors.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
     /**
      * The route creates something and takes an `Idempotency-Key` header: a retry with the key
      * answers the first request's answer again instead of creating a second one (registerIdempotency).
+     * `upload`: a multipart upload, whose key is claimed once its file is read (claimUploadKey).
      */
-    idempotent?: boolean;
+    idempotent?: boolean | 'upload';
   }
   interface FastifyRequest {
     /** The key this request claimed, until its answer is kept or the key released. */
     idempotencyClaim?: Extract<KeyedRequest, { kind: 'run' }>;
+    /** An upload route's key, to claim once the upload is read (claimUploadKey). */
+    idempotentUpload?: (upload: UploadAsked) => Promise<void>;
   }
 }
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
-/** Set on an answer replayed for a key (as Stripe does), so a client can tell a retry's answer from a first one. */
-export const REPLAYED_HEADER = 'idempotent-replayed';
+
+/** What an upload asks: its text fields and its file, by name, declared type and content. */
+export interface UploadAsked {
+  fields: Record<string, string | null>;
+  filename: string | null;
+  declaredType: string | null;
+  body: Buffer;
+}
 
 /** The header as the OpenAPI document lists it on an idempotent route, and the replies the key adds. */
 export const idempotencyKeyHeader = {
@@ -56,7 +66,9 @@ function keyOf(request: FastifyRequest): string | undefined {
 /**
  * Idempotency keys for the routes that say `config: { idempotent: true }` (creations a client may
  * retry): checked before the handler runs (after authentication and the schema), the answer kept
- * when it is sent. Only a success (2xx) is kept: a refused or failed request stored nothing, so
+ * when it is sent. An upload route (`idempotent: 'upload'`) claims its key once its file is read,
+ * after the caller's permission: what it asks is its text fields and its file (name, declared
+ * type, SHA-256 of the bytes), since a multipart body's boundary changes from one try to the next. Only a success (2xx) is kept: a refused or failed request stored nothing, so
  * its key is released and a retry runs anew. A key is the caller's own: without a caller (a 401
  * to come) the header is ignored. What a request asks is its method, path with query, and body;
  * the claim, its refusals (422, 409) and what is kept are the application layer's, which MCP's
@@ -64,10 +76,22 @@ function keyOf(request: FastifyRequest): string | undefined {
  */
 export function registerIdempotency(app: FastifyInstance, store: IdempotencyStore): void {
   app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
-    if (request.routeOptions.config.idempotent !== true) return;
+    const idempotent = request.routeOptions.config.idempotent;
+    if (idempotent === undefined || idempotent === false) return;
     const key = keyOf(request);
     if (key === undefined || !request.principal) return;
-    const keyed = await claimIdempotencyKey(store, request.principal.userId, key, [request.method, request.url, request.body ?? null]);
+    const userId = request.principal.userId;
+    if (idempotent === 'upload') {
+      // The file is read only once the caller may upload (src/api/uploads.ts), so its key is claimed then.
+      request.idempotentUpload = async ({ fields, filename, declaredType, body }) => {
+        const file = { filename, declared_type: declaredType, sha256: createHash('sha256').update(body).digest('hex') };
+        const keyed = await claimIdempotencyKey(store, userId, key, [request.method, request.url, { fields, file }]);
+        if (keyed.kind === 'replay') throw new ReplayedAnswer(keyed.answer);
+        request.idempotencyClaim = keyed;
+      };
+      return;
+    }
+    const keyed = await claimIdempotencyKey(store, userId, key, [request.method, request.url, request.body ?? null]);
     if (keyed.kind === 'replay') {
       const { status, contentType, body } = keyed.answer;
       if (contentType !== null) reply.header('content-type', contentType);

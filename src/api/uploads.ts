@@ -349,7 +349,10 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
         // Fields the body held after the file part, read now; which of them busboy had read when
         // the file part began depended on how the body came in packets.
         checkFields(file, taken, { whole: true });
-        return { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
+        const uploaded = { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
+        // An upload sent with an Idempotency-Key: what it asks is known now (src/api/idempotency.ts).
+        await request.idempotentUpload?.({ ...uploaded, fields: Object.fromEntries(taken.map((name) => [name, textField(file.fields, name) ?? null])) });
+        return uploaded;
       } finally {
         headers.stop();
       }

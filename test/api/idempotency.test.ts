@@ -1,5 +1,6 @@
 import { rm } from 'node:fs/promises';
 import t from 'tap';
+import { IDEMPOTENCY_KEY_REUSED } from '../../src/app/idempotency.js';
 import { registerUser, startTestService, type TestService } from '../helpers/service.js';
 
 let service: TestService;
@@ -90,6 +91,65 @@ t.test('reports and investigations take a key too', async (t) => {
   }
 });
 
+/** A multipart upload of one file (and text fields before it), with its own boundary each time, as a client's retry would send it. */
+function multipart(file: { name: string; type: string; content: string }, fields: Record<string, string> = {}) {
+  const boundary = `----retry${Math.random().toString(36).slice(2)}`;
+  const parts = Object.entries(fields).map(([name, value]) => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`);
+  const filePart = `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${file.name}"\r\nContent-Type: ${file.type}\r\n\r\n${file.content}\r\n--${boundary}--\r\n`;
+  return { body: Buffer.from(parts.join('') + filePart), contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
+t.test('an upload retried with its Idempotency-Key registers one source (and one report); another file with the key is a 422', async (t) => {
+  const ada = await registerUser(service, 'ada5@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Uploads' } })).body.id;
+  const upload = (route: 'sources' | 'reports', key: string | undefined, file: { name: string; type: string; content: string }, fields?: Record<string, string>) => {
+    const { body, contentType } = multipart(file, fields);
+    return service.call('POST', `/api/v1/repositories/${repository}/${route}/upload`, {
+      token: ada.token,
+      body,
+      headers: { 'content-type': contentType, ...(key === undefined ? {} : { 'idempotency-key': key }) },
+    });
+  };
+  const notes = { name: 'notes.md', type: 'text/markdown', content: 'Otters hold hands while they sleep.' };
+  const sourcesNamed = async (filename: string) =>
+    ((await service.call('GET', `/api/v1/repositories/${repository}/sources?limit=500`, { token: ada.token })).body.items as { filename: string | null }[]).filter(
+      (source) => source.filename === filename,
+    ).length;
+
+  const first = await upload('sources', 'upload-1', notes);
+  t.equal(first.status, 201, JSON.stringify(first.body));
+  const retry = await upload('sources', 'upload-1', notes);
+  t.same([retry.status, retry.body, retry.headers['idempotent-replayed']], [201, first.body, 'true'], 'the first answer again, though the boundary changed');
+  t.equal(await sourcesNamed('notes.md'), 1, 'one source, not two');
+
+  const otherContent = await upload('sources', 'upload-1', { ...notes, content: 'Otters float on their backs.' });
+  t.same([otherContent.status, otherContent.body], [422, { error: 'unprocessable', message: IDEMPOTENCY_KEY_REUSED }], 'another file with the key');
+  const otherName = await upload('sources', 'upload-1', { ...notes, name: 'renamed.md' });
+  t.equal(otherName.status, 422, 'the same bytes under another name');
+  t.equal(await sourcesNamed('renamed.md'), 0, 'nothing registered');
+
+  const refused = await upload('sources', 'upload-2', { name: 'empty.txt', type: 'text/plain', content: '' });
+  t.equal(refused.status, 400, 'an empty file');
+  t.equal((await service.context.db.knex('idempotency_keys').where({ key: 'upload-2' })).length, 0, 'the refusal is not kept');
+  const bad = await upload('sources', 'two words', notes);
+  t.same([bad.status, bad.body.error], [400, 'bad_request'], 'a malformed key, before anything is read');
+  t.equal(await sourcesNamed('notes.md'), 1, 'nothing registered');
+
+  const withoutKey = [await upload('sources', undefined, notes), await upload('sources', undefined, notes)];
+  t.same(withoutKey.map((answer) => answer.status), [201, 201], 'without a key each upload registers, as before');
+  t.equal(await sourcesNamed('notes.md'), 3);
+
+  const report = { name: 'report.md', type: 'text/markdown', content: 'Marie Curie won a prize.' };
+  const made = await upload('reports', 'report-upload-1', report, { title: 'Uploaded once' });
+  t.equal(made.status, 201, JSON.stringify(made.body));
+  const again = await upload('reports', 'report-upload-1', report, { title: 'Uploaded once' });
+  t.same([again.status, again.body.id, again.headers['idempotent-replayed']], [201, made.body.id, 'true']);
+  const retitled = await upload('reports', 'report-upload-1', report, { title: 'Another title' });
+  t.equal(retitled.status, 422, 'the same file with other fields');
+  const reports = (await service.call('GET', `/api/v1/repositories/${repository}/reports?limit=100`, { token: ada.token })).body.items as { title: string }[];
+  t.same(reports.map((item) => item.title), ['Uploaded once'], 'one report');
+});
+
 t.test('the OpenAPI document names the header and its answers on the routes that take it', async (t) => {
   const document = (await service.call('GET', '/api/v1/openapi.json')).body;
   const create = document.paths['/api/v1/repositories'].post;
@@ -99,6 +159,18 @@ t.test('the OpenAPI document names the header and its answers on the routes that
   );
   t.ok(create.responses['422'], '422');
   t.match(create.responses['409'].description, /slug is taken.*idempotency key/);
+  for (const path of ['/api/v1/repositories/{repoID}/sources/upload', '/api/v1/repositories/{repoID}/reports/upload']) {
+    const upload = document.paths[path].post;
+    t.ok(
+      upload.parameters.some((parameter: { in: string; name: string }) => parameter.in === 'header' && parameter.name === 'idempotency-key'),
+      `${path}: the header`,
+    );
+    t.ok(upload.responses['422'], `${path}: 422`);
+  }
+  t.notOk(
+    (document.paths['/api/v1/repositories/{repoID}/sources'].post.parameters ?? []).some((parameter: { name: string }) => parameter.name === 'idempotency-key'),
+    'not on adding a URL or DOI, which answers the source the repository has',
+  );
   const read = document.paths['/api/v1/repositories/{repoID}'].get;
   t.notOk((read.parameters ?? []).some((parameter: { name: string }) => parameter.name === 'idempotency-key'), 'not on a read');
 });

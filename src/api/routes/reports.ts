@@ -146,6 +146,8 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
             parent_id: { description: 'optional id of the parent report; sent before the file' },
           },
         },
+        // As POST .../reports: a retried upload would make a second report.
+        idempotent: 'upload',
       },
     },
     async (request, reply) => {

@@ -56,7 +56,8 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         description: 'multipart/form-data with one file part (HTML, PDF, Markdown or plain text)',
         response: { 201: { ...sourceSchema, description: 'the source, registered; its processing runs in the background' }, ...errorReplies },
       },
-      config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' } },
+      // A retried upload would register the document again, as a second source.
+      config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' }, idempotent: 'upload' },
     },
     async (request, reply) => {
       // Read only once the caller may add sources.
