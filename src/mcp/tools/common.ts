@@ -172,11 +172,11 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
     register(server, call) {
       // The SDK's callback type is not resolvable for a generic schema: it sees the erased one, and the parses below type the arguments.
       server.registerTool(spec.name, { title: spec.title, description: spec.description, inputSchema: input, annotations }, async (rawArguments) => {
-        const checked = input.safeParse(rawArguments);
-        if (!checked.success) return toolError(`invalid: ${z.prettifyError(checked.error)}`);
         const parsed = spec.input.safeParse(rawArguments);
-        const keyed = idempotencyKeyInput.safeParse(rawArguments);
-        if (!parsed.success || !keyed.success) return toolError('invalid: the arguments do not parse');
+        if (!parsed.success) return toolError(`invalid: ${z.prettifyError(parsed.error)}`);
+        // A creating tool's key, apart: the tool runs with its own arguments, and what it asks leaves the key out.
+        const keyed = spec.idempotent ? idempotencyKeyInput.safeParse(rawArguments) : undefined;
+        if (keyed?.success === false) return toolError(`invalid: ${z.prettifyError(keyed.error)}`);
         return withCallContext(
           {
             transport: 'mcp',
@@ -188,7 +188,7 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
           },
           async () => {
             try {
-              const key = spec.idempotent ? keyed.data.idempotency_key : undefined;
+              const key = keyed?.data?.idempotency_key;
               if (key === undefined) return toolResult(await spec.run(call, parsed.data));
               // What the call asks, its tool first: the same key sent to another tool, or to a REST route, is a mismatch.
               const request = ['mcp', spec.name, parsed.data];
