@@ -73,17 +73,69 @@ async function aliasesOf(knex: Knex, conceptIds: readonly string[]): Promise<Map
   return result;
 }
 
-/** One concept row presented with its aliases. */
-async function presentOne(knex: Knex, row: ConceptRow): Promise<PresentedConcept> {
-  return presentConcept(row, (await aliasesOf(knex, [row.id])).get(row.id) ?? []);
+/**
+ * The repository's facts whose every source was deleted (`facts.unsourced`, see unsourcedFacts in
+ * src/read/facts.ts), as a CTE: MATERIALIZED, so it is read first, from the partial index
+ * facts_unsourced, and the links are looked up by fact. Nearly always it is empty.
+ */
+const UNSOURCED_FACTS_CTE = `unsourced AS MATERIALIZED (SELECT id FROM facts WHERE repository_id = ? AND unsourced)`;
+
+/**
+ * Per concept of `conceptIds`, how many of its links are to unsourced facts. The read model's
+ * `fact_count` and `concept_relations.shared_fact_count` count every link until cleanup_facts
+ * retracts the fact (the concepts projection does not know a fact's sources), while every read
+ * leaves such facts out from the deletion on: a count a reader shows is the stored one less
+ * these. Only the few unsourced facts are read, never a concept's links counted again.
+ */
+async function unsourcedLinkCounts(knex: Knex, repositoryId: string, conceptIds: readonly string[] | 'all'): Promise<Map<string, number>> {
+  if (conceptIds !== 'all' && conceptIds.length === 0) return new Map();
+  const { rows } = (await knex.raw(
+    `WITH ${UNSOURCED_FACTS_CTE}
+     SELECT fc.concept_id, count(*)::integer AS n FROM unsourced JOIN fact_concepts fc ON fc.fact_id = unsourced.id
+      ${conceptIds === 'all' ? '' : 'WHERE fc.concept_id = ANY(?::text[])'} GROUP BY fc.concept_id`,
+    conceptIds === 'all' ? [repositoryId] : [repositoryId, [...new Set(conceptIds)]],
+  )) as { rows: Array<{ concept_id: string; n: number }> };
+  return new Map(rows.map((row) => [row.concept_id, Number(row.n)]));
 }
 
-/** Concept rows by id, presented with their aliases (ids missing from the repository left out). */
+/**
+ * Per other concept (of `others`, or any), how many unsourced facts it shares with `conceptId`:
+ * what a relation's stored shared_fact_count still counts (unsourcedLinkCounts).
+ */
+async function unsourcedSharedCounts(knex: Knex, repositoryId: string, conceptId: string, others?: readonly string[]): Promise<Map<string, number>> {
+  const { rows } = (await knex.raw(
+    `WITH ${UNSOURCED_FACTS_CTE}
+     SELECT o.concept_id AS other, count(*)::integer AS n FROM unsourced
+       JOIN fact_concepts s ON s.fact_id = unsourced.id AND s.concept_id = ?
+       JOIN fact_concepts o ON o.fact_id = unsourced.id AND o.concept_id <> s.concept_id
+      ${others === undefined ? '' : 'WHERE o.concept_id = ANY(?::text[])'} GROUP BY o.concept_id`,
+    others === undefined ? [repositoryId, conceptId] : [repositoryId, conceptId, [...others]],
+  )) as { rows: Array<{ other: string; n: number }> };
+  return new Map(rows.map((row) => [row.other, Number(row.n)]));
+}
+
+/** Counts by id as one JSON parameter, for a join (`jsonb_to_recordset(?::jsonb) AS u(id text, n integer)`). */
+const countsParameter = (counts: ReadonlyMap<string, number>): string => JSON.stringify([...counts].map(([id, n]) => ({ id, n })));
+
+/** Concept rows presented with their aliases, their fact_count less their links to unsourced facts (unsourcedLinkCounts). */
+async function presentRows(knex: Knex, repositoryId: string, rows: readonly ConceptRow[]): Promise<Map<string, PresentedConcept>> {
+  const ids = rows.map((row) => row.id);
+  const [aliases, unsourced] = await Promise.all([aliasesOf(knex, ids), unsourcedLinkCounts(knex, repositoryId, ids)]);
+  return new Map(rows.map((row) => [row.id, presentConcept({ ...row, fact_count: Number(row.fact_count) - (unsourced.get(row.id) ?? 0) }, aliases.get(row.id) ?? [])]));
+}
+
+/** One concept row presented with its aliases (and its fact_count as reads see it: presentRows). */
+async function presentOne(knex: Knex, repositoryId: string, row: ConceptRow): Promise<PresentedConcept> {
+  const presented = (await presentRows(knex, repositoryId, [row])).get(row.id);
+  if (presented === undefined) throw new Error(`concept ${row.id} was not presented`);
+  return presented;
+}
+
+/** Concept rows by id, presented with their aliases (ids missing from the repository left out); see presentRows. */
 export async function presentConcepts(knex: Knex, repositoryId: string, ids: readonly string[]): Promise<Map<string, PresentedConcept>> {
   if (ids.length === 0) return new Map();
   const rows: ConceptRow[] = await knex('concepts').where({ repository_id: repositoryId }).whereIn('id', [...ids]).select([...conceptColumns, 'repository_id']);
-  const aliases = await aliasesOf(knex, rows.map((row) => row.id));
-  return new Map(rows.map((row) => [row.id, presentConcept(row, aliases.get(row.id) ?? [])]));
+  return presentRows(knex, repositoryId, rows);
 }
 
 export interface ResolvedConcept {
@@ -272,9 +324,14 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
       // The size and context filters are read-model facts (live fact counts): they become the id set the search may return.
       let conceptIds: string[] | undefined;
       if (minFacts > 0 || context !== undefined) {
-        const eligible = knex('concepts').where({ repository_id: repository.id, status: 'active' }).where('fact_count', '>=', minFacts);
-        if (context !== undefined) eligible.whereRaw('lower(context) = lower(?)', [context]);
-        conceptIds = (await eligible.pluck('id')) as string[];
+        // fact_count as reads see it: less the links to unsourced facts (unsourcedLinkCounts).
+        const unsourced = minFacts > 0 ? await unsourcedLinkCounts(knex, repository.id, 'all') : new Map<string, number>();
+        const eligible = knex('concepts')
+          .joinRaw('LEFT JOIN jsonb_to_recordset(?::jsonb) AS u(id text, n integer) ON u.id = concepts.id', [countsParameter(unsourced)])
+          .where({ 'concepts.repository_id': repository.id, 'concepts.status': 'active' })
+          .whereRaw('concepts.fact_count - COALESCE(u.n, 0) >= ?', [minFacts]);
+        if (context !== undefined) eligible.whereRaw('lower(concepts.context) = lower(?)', [context]);
+        conceptIds = (await eligible.pluck('concepts.id')) as string[];
       }
       const result = await deps.hybrid.search(conceptCollection, { repositoryId: repository.id, query, ...page, mode, ids: conceptIds });
       const rows = await presentConcepts(knex, repository.id, result.items.map((item) => item.id));
@@ -287,30 +344,34 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
 
     /** One concept; a merged one answers with its survivor and says which was asked for. */
     async get(principal: Principal, input: ConceptInput) {
-      const { concept, redirectedFrom } = await load(principal, input);
-      return { ...(await presentOne(knex, concept)), redirected_from: redirectedFrom };
+      const { repository, concept, redirectedFrom } = await load(principal, input);
+      return { ...(await presentOne(knex, repository.id, concept)), redirected_from: redirectedFrom };
     },
 
     /** The concepts a concept shares facts with, strongest first, with their bands. */
     async relations(principal: Principal, input: ConceptInput & PageInput & { show_insignificant?: boolean }) {
       const { repository, concept, redirectedFrom } = await load(principal, input);
       const page = pageOf(input);
+      // The stored count less the unsourced facts the pair shares (unsourcedLinkCounts), in the filters and the order too.
+      const unsourced = await unsourcedSharedCounts(knex, repository.id, concept.id);
+      const shared = 'r.shared_fact_count - COALESCE(u.n, 0)';
       const relations = knex('concept_relations as r')
         .where('r.repository_id', repository.id)
         .where((query) => query.where('r.concept_a', concept.id).orWhere('r.concept_b', concept.id))
-        .where('r.shared_fact_count', '>', 0)
         .joinRaw('JOIN concepts AS o ON o.id = CASE WHEN r.concept_a = ? THEN r.concept_b ELSE r.concept_a END', [concept.id])
+        .joinRaw('LEFT JOIN jsonb_to_recordset(?::jsonb) AS u(id text, n integer) ON u.id = o.id', [countsParameter(unsourced)])
+        .whereRaw(`${shared} > 0`)
         .where('o.status', 'active');
-      if (!input.show_insignificant) relations.where('r.shared_fact_count', '>=', thresholds.minShared);
+      if (!input.show_insignificant) relations.whereRaw(`${shared} >= ?`, [thresholds.minShared]);
       const total = await countOf(relations);
       const rows: { other_id: string; shared_fact_count: number }[] = await relations
-        .select('o.id as other_id', 'r.shared_fact_count')
-        .orderBy([{ column: 'r.shared_fact_count', order: 'desc' }, { column: 'o.canonical_name' }, { column: 'o.id' }])
+        .select('o.id as other_id', knex.raw(`${shared} AS shared_fact_count`))
+        .orderByRaw(`${shared} DESC, o.canonical_name, o.id`)
         .limit(page.limit)
         .offset(page.offset);
       const others = await presentConcepts(knex, repository.id, rows.map((row) => row.other_id));
       return {
-        concept: await presentOne(knex, concept),
+        concept: await presentOne(knex, repository.id, concept),
         redirected_from: redirectedFrom,
         items: rows.map((row) => ({
           concept: others.get(row.other_id),
@@ -333,12 +394,13 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
       if (other.id === concept.id) throw invalid('a concept has no relation to itself');
       const [a, b] = concept.id < other.id ? [concept.id, other.id] : [other.id, concept.id];
       const relation = await knex('concept_relations').where({ repository_id: repository.id, concept_a: a, concept_b: b }).first('shared_fact_count');
-      const sharedFactCount = relation ? Number(relation.shared_fact_count) : 0;
+      const unsourced = relation ? ((await unsourcedSharedCounts(knex, repository.id, concept.id, [other.id])).get(other.id) ?? 0) : 0;
+      const sharedFactCount = relation ? Number(relation.shared_fact_count) - unsourced : 0;
       const shared = sharedFacts(knex, repository.id, [concept.id, other.id]);
       return {
-        concept: await presentOne(knex, concept),
+        concept: await presentOne(knex, repository.id, concept),
         redirected_from: redirectedFrom,
-        other: await presentOne(knex, other),
+        other: await presentOne(knex, repository.id, other),
         other_redirected_from: otherRedirectedFrom,
         shared_fact_count: sharedFactCount,
         band: relationBand(sharedFactCount, thresholds),
@@ -352,7 +414,7 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
       const { repository, concept } = await load(principal, input);
       const page = pageOf(input);
       const linked = sharedFacts(knex, repository.id, [concept.id]);
-      return { concept: await presentOne(knex, concept), total: await countOf(linked), items: await pageOfFacts(linked, page) };
+      return { concept: await presentOne(knex, repository.id, concept), total: await countOf(linked), items: await pageOfFacts(linked, page) };
     },
 
     /** The sources a concept's facts came from (merged twins' included), most facts first. */
@@ -371,7 +433,7 @@ export function conceptQueries(deps: Pick<AppContext, 'db' | 'hybrid' | 'config'
         .orderBy([{ column: 'fact_count', order: 'desc' }, { column: 'sources.id' }])
         .limit(page.limit)
         .offset(page.offset);
-      return { concept: await presentOne(knex, concept), items: rows, total };
+      return { concept: await presentOne(knex, repository.id, concept), items: rows, total };
     },
   };
 }

@@ -76,7 +76,8 @@ export async function childIdsOf(knex: Knex, repositoryId: string, reportId: str
  * How many facts each report's annotations show (by report id; 0 for one without annotations):
  * its cited facts read as the annotations read them (liveFacts), each live fact once. The count
  * the projection keeps is of the ids as annotated, which a merge since (two cited facts that are
- * one now) or a retraction of a cited fact's survivor leaves too high. Cited facts still live are
+ * one now) or a retraction of a cited fact's survivor leaves too high; a cited fact whose every
+ * source was deleted (unsourced) is no longer shown, and counts nothing. Cited facts still live are
  * counted in SQL; only the others (merged, retracted or removed since: few) are followed, so a
  * list of long reports does not read every cited fact.
  */
@@ -86,7 +87,7 @@ export async function liveFactCounts(knex: Knex, repositoryId: string, reportIds
   const ids = [...counts.keys()];
   const live = (await knex.raw(
     `SELECT a.report_id, count(DISTINCT a.fact_id)::integer AS n FROM report_annotations a
-       JOIN facts f ON f.id = a.fact_id AND f.repository_id = ? AND f.status <> 'merged'
+       JOIN facts f ON f.id = a.fact_id AND f.repository_id = ? AND f.status <> 'merged' AND NOT f.unsourced
       WHERE a.report_id = ANY(?::text[]) GROUP BY a.report_id`,
     [repositoryId, ids],
   )) as { rows: Array<{ report_id: string; n: number }> };

@@ -5,6 +5,7 @@ import type { Principal } from '../../src/auth/rbac.js';
 import { rejectsWith, startTestApplication, type TestApplication } from '../helpers/application.js';
 import { relationChanges } from '../../src/pipeline/stages/refreshConceptRelations.js';
 import { appendEvents, createConcept, extractFacts, linkFacts, refreshRelations, stabilize } from '../api/seedGraph.js';
+import { contentHash } from '../../src/interchange/hashing.js';
 
 let harness: TestApplication;
 let owner: Principal;
@@ -227,4 +228,55 @@ t.test("a fact merged into another moves its concepts' relations to the survivor
   t.same(await related(a), [['Delta', 1], ['Moon', 1], ['Orbit', 1]], 'one fact now where there were two');
   t.same(await related(e), [['Delta', 1], ['Gamma', 1], ['Orbit', 1]], 'the moon now shares the survivor with the orbit');
   t.same(await relationChanges(harness.service.context.db.knex, repository), [], 'the next periodic refresh changes nothing');
+});
+
+t.test("a deleted source's facts leave the counts at once: fact_count, the size filter, relations, before cleanup_facts retracts them", async (t) => {
+  const orchard = (await harness.app.repositories.create(owner, { name: 'Orchard counts' })).id;
+  const me = await harness.refreshed(owner);
+  const kept = (await harness.app.sources.add(me, { repository: orchard, url: 'http://127.0.0.1:9/kept' })).source.id;
+  const doomed = (await harness.app.sources.add(me, { repository: orchard, url: 'http://127.0.0.1:9/doomed' })).source.id;
+  const [k1, k2, k3, both] = await extractFacts(harness.service, orchard, kept, ['Kiwis like lime soil.', 'Kiwis climb.', 'Kiwis ripen late.', 'Kiwis and limes share a shed.']);
+  const [d1, d2] = await extractFacts(harness.service, orchard, doomed, ['Kiwis grow beside limes.', 'Limes are sour.']);
+  // `both` is a fact of either source: it keeps a source and is counted after the deletion.
+  await appendEvents(harness.service, orchard, `source-${doomed}`, [
+    { type: 'FactsExtracted', data: { model_id: 'local', promptset_hash: '', facts: [{ fact_id: both.id, content: both.content, content_hash: contentHash(both.content), source_text: both.content, chunk_index: 0, fact_kind: 'text', image_id: null, sentence_index: 2 }] } },
+  ]);
+  const kiwi = await createConcept(harness.service, orchard, 'Kiwi', 'topic');
+  const lime = await createConcept(harness.service, orchard, 'Lime', 'topic');
+  await linkFacts(harness.service, orchard, kept, { [k1.id]: [kiwi, lime], [k2.id]: [kiwi], [k3.id]: [kiwi], [both.id]: [kiwi, lime] });
+  await linkFacts(harness.service, orchard, doomed, { [d1.id]: [kiwi, lime], [d2.id]: [lime] });
+  const counted = await relationChanges(harness.service.context.db.knex, orchard);
+  await refreshRelations(harness.service, orchard, counted.map((change) => [change.concept_a, change.concept_b, change.shared_fact_count]));
+  const minFacts = harness.service.config.concepts.min_concept_fact_count;
+  t.equal(minFacts, 5, 'the test counts around the default size filter');
+  const factCount = async (concept: string) => (await harness.app.concepts.get(me, { repository: orchard, concept })).fact_count;
+  const listed = async () => (await harness.app.concepts.search(me, { repository: orchard, limit: 50 })).items.map((item) => [item.canonical_name, item.fact_count]);
+  const related = async (concept: string) =>
+    (await harness.app.concepts.relations(me, { repository: orchard, concept, show_insignificant: true })).items.map((item) => [item.concept?.canonical_name, item.shared_fact_count]);
+  t.same([await factCount(kiwi), await factCount(lime)], [5, 4], 'given: Kiwi has five facts, Lime four');
+  t.same(await listed(), [['Kiwi', 5]], 'Kiwi is big enough to be listed');
+  t.same(await related(kiwi), [['Lime', 3]], 'they share three facts');
+
+  await harness.app.sources.remove(me, { repository: orchard, source: doomed });
+  t.same([await factCount(kiwi), await factCount(lime)], [4, 2], "the deleted source's own facts are not counted");
+  t.same(await listed(), [], 'Kiwi is below the size filter now');
+  t.same(
+    (await harness.app.concepts.search(me, { repository: orchard, show_small: true, limit: 50 })).items.map((item) => [item.canonical_name, item.fact_count]),
+    [['Kiwi', 4], ['Lime', 2]],
+    'listed with show_small, counted as read',
+  );
+  t.same(await related(kiwi), [['Lime', 2]], 'the pair shares two facts now');
+  t.same(await related(lime), [['Kiwi', 2]], 'seen from the other side too');
+  t.match(await harness.app.concepts.relation(me, { repository: orchard, concept: kiwi, other: lime }), { shared_fact_count: 2, total: 2 }, 'the count agrees with the facts listed');
+  t.equal((await harness.app.concepts.facts(me, { repository: orchard, concept: kiwi })).concept.fact_count, 4, "and with a concept's facts");
+  const onFact = await harness.app.facts.concepts(me, { repository: orchard, fact: k1.id });
+  t.same(onFact.items.map((item: { fact_count: number }) => item.fact_count).sort(), [2, 4], "a fact's concepts are counted as read");
+
+  // cleanup_facts retracts them: the counts stay as they were read, and the periodic refresh changes nothing.
+  for (const fact of [d1, d2]) {
+    await appendEvents(harness.service, orchard, `fact-${fact.id}`, [{ type: 'FactRetracted', data: { source_id: doomed, reason: 'source deleted' } }]);
+  }
+  t.same([await factCount(kiwi), await factCount(lime)], [4, 2], 'retracted: the same counts');
+  t.same(await related(kiwi), [['Lime', 2]]);
+  t.same(await relationChanges(harness.service.context.db.knex, orchard), [], 'the next periodic refresh changes nothing');
 });

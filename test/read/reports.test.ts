@@ -162,3 +162,17 @@ t.test('report search matches the prose, not fact citations written into the tex
   t.same(await found('fact'), [], 'not the word of the citations');
   t.same(await found(cited.split('-')[0]!), [], 'nor a piece of the id');
 });
+
+t.test("a report's fact_count leaves out a deleted source's facts at once, as its annotations do, before cleanup_facts retracts them", async (t) => {
+  const same = (n: number) => ({ get: n, list: n, rest: n, shown: n });
+  const { source: kept } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/mill' });
+  const { source: doomed } = await harness.app.sources.add(owner, { repository, url: 'http://127.0.0.1:9/mill-gone' });
+  const [stays] = await extractFacts(harness.service, repository, kept.id, ['Mills grind grain.']);
+  const [goes] = await extractFacts(harness.service, repository, doomed.id, ['Mills stand by rivers.']);
+  await stabilize(harness.service, repository, kept.id, [stays]);
+  await stabilize(harness.service, repository, doomed.id, [goes]);
+  const report = await reportCiting([stays, goes]);
+  t.same(await factCounts(report), same(2), 'two facts annotated, two shown');
+  await harness.app.sources.remove(owner, { repository, source: doomed.id });
+  t.same(await factCounts(report), same(1), "the deleted source's fact is neither shown nor counted");
+});

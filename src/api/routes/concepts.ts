@@ -187,7 +187,7 @@ export const conceptRoutes: FastifyPluginAsync<{ context: AppContext }> = async 
               redirected_from: redirectSchema,
               other: conceptSummarySchema,
               other_redirected_from: redirectSchema,
-              shared_fact_count: { type: 'integer', description: 'as the last relations refresh, or a merge of either concept or a retraction or merge of a fact since, counted (concept_relations)' },
+              shared_fact_count: { type: 'integer', description: 'as the last relations refresh, or a merge of either concept or a retraction or merge of a fact since, counted (concept_relations), less the facts of deleted sources' },
               band: relationSchema.properties.band,
               facts: { type: 'array', items: factSchema, description: 'the facts both concepts are linked to now' },
               total: { type: 'integer', description: 'number of facts shared now' },
