@@ -6,6 +6,7 @@ import { applyMigrations, plannerStatisticsOff, relationsExist, type Migrator } 
 import { rawQuery } from '../db/rawQuery.js';
 import { utcMicrosecondsText } from '../db/timestamps.js';
 import { isUuid } from '../util/uuid.js';
+import { headOfUnits } from '../util/codePoints.js';
 
 /**
  * The `jobs` table and its repository (DESIGN.md, "Stage runtime").
@@ -406,7 +407,8 @@ export function isSuperseded(job: Job, others: readonly Job[]): boolean {
 }
 
 export function truncateError(message: string): string {
-  return message.length <= maxErrorLength ? message : `${message.slice(0, maxErrorLength - 1)}…`;
+  // Cut before a surrogate pair the cut would halve: a lone half is not Unicode.
+  return message.length <= maxErrorLength ? message : `${headOfUnits(message, maxErrorLength - 1)}…`;
 }
 
 /** More rows than this in `job_count_deltas` for one read: the read folds them (about a few seconds of an ingest's job changes). */

@@ -35,3 +35,19 @@ export function tailOfUnits(text: string, units: number): string {
   const start = text.length - units;
   return text.slice(avoidSplitPair(text, start) === start ? start : start + 1);
 }
+
+/**
+ * The first `runes` code points of `text` (all of it when it has no more): a bound counted in
+ * characters, as JSON Schema's `maxLength` counts, that never keeps half of a pair.
+ */
+export function headOfRunes(text: string, runes: number): string {
+  if (text.length <= runes) return text;
+  let units = 0;
+  let count = 0;
+  for (const rune of text) {
+    if (count === runes) break;
+    units += rune.length;
+    count += 1;
+  }
+  return text.slice(0, units);
+}

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import t, { type Test } from 'tap';
-import { ENDED_PER_STATEMENT, JobRepository, jobIdFor, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
+import { ENDED_PER_STATEMENT, JobRepository, jobIdFor, migrateJobs, truncateError, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
 import type { JobState } from '../../src/pipeline/types.js';
 import { backends, FakeLog, jobInputFor, sleep } from './helpers.js';
 
@@ -473,3 +473,12 @@ interface PlanNode {
 function planNodes(node: PlanNode): PlanNode[] {
   return [node, ...(node.Plans ?? []).flatMap(planNodes)];
 }
+
+t.test("a task's error is cut before a character the cut would halve, never in a surrogate pair", async (t) => {
+  const pairAtTheCut = `${'a'.repeat(3998)}😀 and the rest`;
+  const cut = truncateError(pairAtTheCut);
+  t.equal(cut, `${'a'.repeat(3998)}…`, 'the emoji the cut fell in is left out whole');
+  t.notOk(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(cut), 'no lone surrogate');
+  t.equal(truncateError(`${'a'.repeat(3997)}😀 and the rest`), `${'a'.repeat(3997)}😀…`, 'one before the cut stays');
+  t.equal(truncateError('short 😀'), 'short 😀');
+});

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { avoidSplitPair, headOfUnits, runeLength, tailOfUnits } from '../../src/util/codePoints.js';
+import { avoidSplitPair, headOfRunes, headOfUnits, runeLength, tailOfUnits } from '../../src/util/codePoints.js';
 
 t.test('a cut in UTF-16 units keeps a surrogate pair whole', async (t) => {
   t.equal(runeLength('a😀'), 2);
@@ -10,4 +10,12 @@ t.test('a cut in UTF-16 units keeps a surrogate pair whole', async (t) => {
   t.equal(tailOfUnits('a😀b', 2), 'b', 'the low half alone is left out');
   t.equal(tailOfUnits('a😀b', 3), '😀b');
   t.equal(tailOfUnits('ab', 5), 'ab');
+});
+
+t.test('a cut in characters keeps that many code points, each pair whole', async (t) => {
+  t.equal(headOfRunes('a😀b', 2), 'a😀', 'the emoji is one character');
+  t.equal(headOfRunes('😀😀😀', 2), '😀😀');
+  t.equal(headOfRunes('ab', 5), 'ab');
+  t.equal(headOfRunes('ab', 0), '');
+  t.equal(headOfRunes('𠀀x', 1), '𠀀', 'an astral-plane ideograph too');
 });

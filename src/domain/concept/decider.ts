@@ -259,7 +259,9 @@ export const conceptUnreadData = {
 type LiveConcept = Exclude<ConceptState, { status: 'none' }>;
 
 function checkContent(content: string, allowed: ReadonlySet<string>, what: string): void {
-  if (content.length > MAX_DERIVED_CONTENT_CHARS) throw new DomainError('invalid', `the ${what} is longer than ${MAX_DERIVED_CONTENT_CHARS} characters`);
+  // In characters (code points): an emoji or an astral-plane ideograph is one, not two UTF-16
+  // units. Units are never fewer than characters, so only a text of more units is counted.
+  if (content.length > MAX_DERIVED_CONTENT_CHARS && runeLength(content) > MAX_DERIVED_CONTENT_CHARS) throw new DomainError('invalid', `the ${what} is longer than ${MAX_DERIVED_CONTENT_CHARS} characters`);
   const problem = citationProblem(content, allowed);
   if (problem !== null) throw new DomainError('invalid', `the ${what} was refused: ${problem}`);
 }

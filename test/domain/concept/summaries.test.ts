@@ -1,5 +1,5 @@
 import t from 'tap';
-import { conceptDecider, conceptUnreadData, type ConceptCommand, type ConceptEvent, type SliceWrite } from '../../../src/domain/concept/decider.js';
+import { conceptDecider, conceptUnreadData, MAX_DERIVED_CONTENT_CHARS, type ConceptCommand, type ConceptEvent, type SliceWrite } from '../../../src/domain/concept/decider.js';
 import { citationProblem, citedFactIds, planSlices, summarySliceId, synthesisId } from '../../../src/domain/concept/summaries.js';
 import { DomainError, foldEvents } from '../../../src/domain/decider.js';
 import { withoutOmittedData, type RecordedEvent } from '../../../src/eventstore/envelope.js';
@@ -200,4 +200,28 @@ t.test('conceptUnreadData: a stream read without those fields folds to the same 
   t.same(foldEvents(conceptDecider, stripped), foldEvents(conceptDecider, stream), 'the same state');
   const grow = write([slice(2, ['f4', 'f5'], true)]);
   t.same(spec(conceptDecider).given(stripped).when(grow).events(), given(stream).when(grow).events(), 'the same decision');
+});
+
+t.test('RecordSynthesis: its size bound counts characters, so an emoji is one, not two UTF-16 units', async (t) => {
+  const cited = '[a](<fact:f1>)';
+  const record = (content: string): ConceptCommand => ({
+    type: 'RecordSynthesis',
+    synthesisId: synthesisId('c1'),
+    content,
+    factIds: ['f1'],
+    sliceIds: ['s1'],
+    relatedConceptIds: [],
+    relatedSynthesisIds: [],
+    imageFactIds: [],
+    modelId: 'm',
+    inputsHash: 'h1',
+    allowedFactIds: ['f1'],
+  });
+  const fill = MAX_DERIVED_CONTENT_CHARS - cited.length;
+  const emoji = `${cited}${'😀'.repeat(fill)}`;
+  t.ok(emoji.length > MAX_DERIVED_CONTENT_CHARS, 'more UTF-16 units than the bound');
+  t.match(given([created]).when(record(emoji)).events(), [{ type: 'ConceptSynthesized' }], 'as many characters as the bound: recorded');
+  given([created])
+    .when(record(`${emoji}😀`))
+    .thenThrows(DomainError, (error) => /longer than 200000 characters/.test(error.message));
 });
