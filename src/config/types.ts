@@ -203,7 +203,7 @@ export interface Config {
     dedup: { threshold: number; catchup_max_age: DurationString; catchup_interval: DurationString };
     reports: { similarity_threshold: number; max_facts_per_sentence: number; min_sentence_runes: number };
     llm_retry: RetryConfig & { per_call_timeout: DurationString };
-    ai: { embed_batch_size: number; rate_limit_wait_timeout: DurationString };
+    ai: { embed_batch_size: number; embed_max_chars: number; rate_limit_wait_timeout: DurationString };
     llm: {
       /** local = the built-in rule-based model; openai = an OpenAI-compatible HTTP API. */
       provider: LlmProvider;

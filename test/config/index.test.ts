@@ -100,6 +100,7 @@ t.test('defaults hold every constant of the spec with its value', async (t) => {
     ['providers.llm_retry.max_delay', '30s'],
     ['providers.llm_retry.per_call_timeout', '5m'],
     ['providers.ai.embed_batch_size', 32],
+    ['providers.ai.embed_max_chars', 2048],
     ['providers.ai.rate_limit_wait_timeout', '1h'],
     ['providers.summarization.enabled', true],
     ['providers.summarization.batch_size', 20],

@@ -46,6 +46,12 @@ export interface OpenAIServerOptions {
   embed?: (texts: string[], request: Record<string, unknown>) => number[][] | Promise<number[][]>;
   /** Answer an embeddings request carrying `dimensions` with 400, as OpenAI does for text-embedding-ada-002. */
   refuseDimensions?: boolean;
+  /**
+   * Refuse an embeddings input of more tokens than this with 400, as OpenAI does (8,192 for its
+   * embedding models). Tokens are counted at the worst a byte-level BPE tokenizer comes to: one
+   * per UTF-8 byte (a rare CJK character or an emoji can be 3 or 4 tokens).
+   */
+  maxInputTokens?: number;
   /** Faults queued from the start, per path. */
   faults?: Partial<Record<OpenAIPath, Fault[]>>;
   /** Require this bearer token (401 otherwise). */
@@ -244,6 +250,14 @@ export async function startOpenAIServer(options: OpenAIServerOptions = {}) {
     const texts = typeof input === 'string' ? [input] : (input as string[]);
     if (options.refuseDimensions && body.dimensions !== undefined) {
       return { status: 400, body: { error: { message: 'This model does not support specifying dimensions.', type: 'invalid_request_error', param: null, code: null } } };
+    }
+    const maxTokens = options.maxInputTokens;
+    const tooLong = maxTokens === undefined ? undefined : texts.map((text) => Buffer.byteLength(text, 'utf8')).find((tokens) => tokens > maxTokens);
+    if (maxTokens !== undefined && tooLong !== undefined) {
+      const message =
+        `This model's maximum context length is ${maxTokens} tokens, however you requested ${tooLong} tokens (${tooLong} in your prompt; 0 for the completion). ` +
+        'Please reduce your prompt; or completion length.';
+      return { status: 400, body: { error: { message, type: 'invalid_request_error', param: null, code: null } } };
     }
     let vectors = options.embed ? await options.embed(texts, body) : await defaultLocalModels().embedder.embed(texts);
     if (fault && 'wrongDimensions' in fault) vectors = vectors.map(() => new Array<number>(fault.wrongDimensions).fill(0.5));

@@ -64,6 +64,7 @@ export function createEmbedder(config: Config, deps: ProviderDeps = {}): Embedde
         ...openAIEndpoint(config, embeddings, deps),
         dimensions: embeddings.dimensions,
         batchSize: config.providers.ai.embed_batch_size,
+        maxChars: config.providers.ai.embed_max_chars,
         rateLimitWaitTimeoutMs: parseDuration(config.providers.ai.rate_limit_wait_timeout),
       });
   }

@@ -11,10 +11,12 @@ import {
 } from '../llm/retry.js';
 import type { Embedder } from './port.js';
 import { chunked } from '../../util/chunked.js';
+import { headOfRunes } from '../../util/codePoints.js';
 
 /**
  * Embeddings over an OpenAI-compatible API: POST `{baseUrl}/embeddings` in batches of
- * `providers.ai.embed_batch_size`, vectors put back in input order by their `index`.
+ * `providers.ai.embed_batch_size`, vectors put back in input order by their `index`. Each text is
+ * sent cut to its first `providers.ai.embed_max_chars` characters (DEFAULT_EMBED_MAX_CHARS).
  *
  * Failures:
  * - 429: waited out (Retry-After, else the backoff) for as long as the rate-limit waits of this
@@ -39,6 +41,8 @@ export interface OpenAIEmbedderOptions {
   dimensions: number;
   /** Texts per request (`providers.ai.embed_batch_size`, default 32). */
   batchSize?: number;
+  /** Characters (code points) of a text sent at most (`providers.ai.embed_max_chars`, default DEFAULT_EMBED_MAX_CHARS). */
+  maxChars?: number;
   /** Longest total wait on 429s per `embed` call (`providers.ai.rate_limit_wait_timeout`, default 1h). */
   rateLimitWaitTimeoutMs?: number;
   retry: LlmRetrySettings;
@@ -50,6 +54,16 @@ export interface OpenAIEmbedderOptions {
 }
 
 export const DEFAULT_EMBED_BATCH_SIZE = 32;
+
+/**
+ * The characters of a text sent by default: a hosted model refuses an input over its limit with a
+ * 400 (OpenAI's embedding models: 8,192 tokens), which failed the job for good, and a fact or a
+ * report sentence can be 100 KB of text without a full stop. A byte-level BPE tokenizer counts
+ * at most one token per UTF-8 byte, at most 4 per character (a rare CJK character, an emoji), so
+ * 2,048 characters stay within 8,192 tokens in any script; an English text of that length is about
+ * 500 tokens. The rest of a longer text hardly moves its vector.
+ */
+export const DEFAULT_EMBED_MAX_CHARS = 2048;
 export const DEFAULT_RATE_LIMIT_WAIT_TIMEOUT_MS = 3_600_000;
 
 /**
@@ -97,6 +111,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
   const fetchImpl = options.fetch ?? fetch;
   const url = endpoint(options.baseUrl, 'embeddings');
   const batchSize = Math.max(1, options.batchSize ?? DEFAULT_EMBED_BATCH_SIZE);
+  const maxChars = Math.max(1, options.maxChars ?? DEFAULT_EMBED_MAX_CHARS);
   const rateLimitBudgetMs = options.rateLimitWaitTimeoutMs ?? DEFAULT_RATE_LIMIT_WAIT_TIMEOUT_MS;
   const random = options.random ?? Math.random;
   const { retry, dimensions, model } = options;
@@ -203,7 +218,8 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
       const budget = { waitedMs: 0 };
       for (const positions of chunked(pending, batchSize)) {
         const batch = await embedBatch(
-          positions.map((i) => texts[i] as string),
+          // What is sent, not what is stored: the caller's text stays whole.
+          positions.map((i) => headOfRunes(texts[i] as string, maxChars)),
           budget,
           signal,
         );

@@ -28,7 +28,7 @@ t.test('a local provider with a model name that is not the local model is refuse
   t.throws(() => createEmbedder(buildConfig({ providers: { embeddings: { dimensions: 384 } } })), /providers\.embeddings\.dimensions: must be 100 when providers\.embeddings\.provider is local/);
 });
 
-t.test('openai providers talk to the configured server with the configured key, batch size and retries', async (t) => {
+t.test('openai providers talk to the configured server with the configured key, batch size, text bound and retries', async (t) => {
   const server = await startOpenAIServer({
     apiKey: 'sk-configured',
     chat: () => ({ facts: [{ content: 'Coffee grows in Ethiopia.', source_text: 'Coffee grows in Ethiopia.' }] }),
@@ -39,7 +39,7 @@ t.test('openai providers talk to the configured server with the configured key, 
     providers: {
       llm: { provider: 'openai', model: 'gpt-test', base_url: server.baseUrl, api_key: 'sk-configured', vision: true },
       embeddings: { provider: 'openai', model: 'embed-test', base_url: server.baseUrl, api_key: 'sk-configured', dimensions: 3 },
-      ai: { embed_batch_size: 2 },
+      ai: { embed_batch_size: 2, embed_max_chars: 2 },
       llm_retry: { max_attempts: 2, base_delay: '10ms', max_delay: '20ms', per_call_timeout: '2s' },
     },
   });
@@ -57,9 +57,14 @@ t.test('openai providers talk to the configured server with the configured key, 
   t.same(await embedder?.embed(['a', 'bb', 'ccc']), [
     [1, 1, 0],
     [2, 1, 0],
-    [3, 1, 0],
-  ]);
+    [2, 1, 0],
+  ], "'ccc' embedded as its first two characters");
   t.equal(server.requests.embeddings, 2, 'providers.ai.embed_batch_size 2: two requests for three texts');
+  t.same(
+    server.bodies.filter((request) => request.path === 'embeddings').flatMap((request) => request.body.input as string[]),
+    ['a', 'bb', 'cc'],
+    'providers.ai.embed_max_chars 2: a longer text is sent cut',
+  );
   t.ok(server.bodies.every((request) => request.authorization === 'Bearer sk-configured'));
 });
 

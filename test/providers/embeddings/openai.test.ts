@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { createOpenAIEmbedder, type OpenAIEmbedderOptions } from '../../../src/providers/embeddings/openai.js';
+import { createOpenAIEmbedder, DEFAULT_EMBED_MAX_CHARS, type OpenAIEmbedderOptions } from '../../../src/providers/embeddings/openai.js';
 import type { LlmRetrySettings } from '../../../src/providers/llm/retry.js';
 import { modelErrorOf, type OpenAIServerOptions, startOpenAIServer } from '../../helpers/openaiServer.js';
 
@@ -205,4 +205,30 @@ t.test('the budget is shared by the batches of one call', async (t) => {
   t.equal(error.status, 429);
   t.equal(error.permanent, false);
   t.equal(server.requests.embeddings, 5, 'two batches done, the third gave up at its first 429');
+});
+
+t.test('a text over the model\'s input limit is refused with 400 by the provider: permanent, the job fails for good', async (t) => {
+  const { server, embedder } = await setup(t, { maxInputTokens: 8192 }, { maxChars: Number.MAX_SAFE_INTEGER });
+  const long = 'word'.repeat(25_000); // 100 KB, no punctuation: a fact or a report sentence as a page can hold one
+  const error = await modelErrorOf(embedder.embed(['short', long]));
+  t.match(error, { permanent: true, status: 400, message: /maximum context length is 8192 tokens/ });
+  t.equal(server.requests.embeddings, 1, 'not retried');
+});
+
+t.test('texts are cut at embed_max_chars characters before they are sent: within 8,192 tokens whatever the script', async (t) => {
+  const { server, embedder } = await setup(t, { maxInputTokens: 8192 });
+  const texts = ['word'.repeat(25_000), '漢'.repeat(50_000), '😀'.repeat(50_000), 'short'];
+  const vectors = await embedder.embed(texts);
+  t.equal(vectors.length, 4, 'every text embedded, none refused');
+  const sent = server.bodies[0]?.body.input as string[];
+  t.same(sent.map((text) => [...text].length), [DEFAULT_EMBED_MAX_CHARS, DEFAULT_EMBED_MAX_CHARS, DEFAULT_EMBED_MAX_CHARS, 5], 'cut at the default, counted in characters');
+  t.ok(sent.every((text) => Buffer.byteLength(text, 'utf8') <= 8192), 'at most 8,192 tokens even at one token a byte');
+  t.equal(sent[2], '😀'.repeat(DEFAULT_EMBED_MAX_CHARS), 'emoji kept whole');
+  t.equal(texts[0]?.length, 100_000, "the caller's text is left whole (what is stored is not cut)");
+});
+
+t.test('a configured embed_max_chars: the cut never halves a surrogate pair', async (t) => {
+  const { server, embedder } = await setup(t, {}, { maxChars: 3 });
+  await embedder.embed(['ab😀cd', 'a😀😀😀', 'abc']);
+  t.same(server.bodies[0]?.body.input, ['ab😀', 'a😀😀', 'abc']);
 });
