@@ -1,3 +1,4 @@
+import { headOfUnits, tailOfUnits } from '../../util/codePoints.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
 import type { ChatModel } from '../llm/port.js';
 import type { Promptset } from '../llm/promptsets.js';
@@ -68,8 +69,9 @@ export function surroundingTextFor(markdown: string | null | undefined, image: P
     if (start >= 0) end = markdown.indexOf(')', start + image.alt_text.length + 4);
   }
   if (start < 0 || end < 0) return null;
-  const before = readable(markdown.slice(Math.max(0, start - SURROUNDING_CHARS * 2), start)).slice(-SURROUNDING_CHARS);
-  const after = readable(markdown.slice(end + 1, end + 1 + SURROUNDING_CHARS * 2)).slice(0, SURROUNDING_CHARS);
+  // Cut where no surrogate pair is halved (a lone half is no Unicode, and a fact the model took from it could not be stored).
+  const before = tailOfUnits(readable(markdown.slice(Math.max(0, start - SURROUNDING_CHARS * 2), start)), SURROUNDING_CHARS);
+  const after = headOfUnits(readable(markdown.slice(end + 1, end + 1 + SURROUNDING_CHARS * 2)), SURROUNDING_CHARS);
   const text = [before, after].filter((part) => part !== '').join(' … ');
   return text === '' ? null : text;
 }

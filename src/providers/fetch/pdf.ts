@@ -1,5 +1,6 @@
 import type { TextItem, TextMarkedContent } from 'pdfjs-dist/types/src/display/api.js';
 
+import { headOfRunes } from '../../util/codePoints.js';
 import { joinParagraphs, UnsupportedContentError, type ExtractedDocument } from './document.js';
 
 /** A pdf.js text item; `transform` is [scaleX, skewY, skewX, scaleY, x, y]. */
@@ -144,7 +145,8 @@ export async function pdfToDocument(bytes: Uint8Array): Promise<ExtractedDocumen
       const text = joinParagraphs(paragraphs);
       const metadata = await pdf.getMetadata().catch(() => null);
       const xmpTitle = metadata?.metadata?.get('dc:title') ?? null;
-      const firstLine = text.split('\n', 1)[0]?.trim().slice(0, MAX_TITLE_CHARS) || null;
+      // Counted in characters, and never cut inside one: half an emoji (a lone surrogate) is no Unicode.
+      const firstLine = headOfRunes(text.split('\n', 1)[0]?.trim() ?? '', MAX_TITLE_CHARS) || null;
       return {
         title: metadataTitle(metadata?.info, typeof xmpTitle === 'string' ? xmpTitle : null) ?? firstLine,
         text,

@@ -17,6 +17,7 @@ import type {
 import { builtInPromptset, type Promptset, type PromptPhase } from './promptsets.js';
 import { type LlmRetrySettings, OutputValidationError, ProviderHttpError, type RetryHooks, withLlmRetry } from './retry.js';
 import { parseRetryAfter } from '../../util/retryAfter.js';
+import { headOfUnits } from '../../util/codePoints.js';
 
 /**
  * The chat model over an OpenAI-compatible API (OpenAI, Ollama, vLLM, OpenRouter):
@@ -218,7 +219,8 @@ function providerMessage(body: string): string {
   } catch {
     // not JSON: keep the text
   }
-  return message.length > 300 ? `${message.slice(0, 300)}...` : message;
+  // Never half an emoji: the message may end up in a failure an event records, and jsonb refuses a lone surrogate.
+  return message.length > 300 ? `${headOfUnits(message, 300)}...` : message;
 }
 
 /**

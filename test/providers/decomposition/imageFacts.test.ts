@@ -26,6 +26,9 @@ t.test('surroundingTextFor finds an image by URL, else by alt text', async (t) =
   const long = `${'word '.repeat(500)}![x](https://e.org/x.png)${' more'.repeat(500)}`;
   const around = surroundingTextFor(long, { url: 'https://e.org/x.png', alt_text: 'x' }) ?? '';
   t.ok(around.length <= 300 * 2 + 3, 'at most 300 characters each side');
+  // An emoji where either cut falls is left out whole: half of one (a lone surrogate) is no Unicode.
+  const emoji = `${'x'.repeat(400)}😀${'y'.repeat(299)}![x](https://e.org/x.png)${'z'.repeat(299)}😀${'w'.repeat(400)}`;
+  t.equal(surroundingTextFor(emoji, { url: 'https://e.org/x.png', alt_text: 'x' }), `${'y'.repeat(299)} … ${'z'.repeat(299)}`);
 });
 
 t.test('extractSourceImageFacts: order, hashing, blind models, failures', async (t) => {

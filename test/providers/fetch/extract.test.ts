@@ -159,6 +159,43 @@ t.test('PDF: text by lines, pages as paragraphs, title from metadata or first li
   t.equal(mislabelled.kind, 'pdf', 'the PDF signature beats a wrong label');
 });
 
+/**
+ * A one-page PDF whose page holds `line` in Helvetica, its byte `~` read as 😀 (a ToUnicode map to
+ * a surrogate pair), so a test can put an emoji where a cut falls.
+ */
+function pdfWithLine(line: string): Buffer {
+  const cmap =
+    '/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /Emoji def 1 begincodespacerange <00> <FF> endcodespacerange ' +
+    '1 beginbfchar <7E> <D83DDE00> endbfchar endcmap CMapName currentdict /CMap defineresource pop end end';
+  const content = `BT /F1 6 Tf 10 700 Td (${line}) Tj ET`;
+  const objects = [
+    '<< /Type /Catalog /Pages 2 0 R >>',
+    '<< /Type /Pages /Kids [3 0 R] /Count 1 >>',
+    '<< /Type /Page /Parent 2 0 R /MediaBox [0 0 3000 800] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>',
+    `<< /Length ${content.length} >>\nstream\n${content}\nendstream`,
+    '<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>',
+    `<< /Length ${cmap.length} >>\nstream\n${cmap}\nendstream`,
+  ];
+  let body = '%PDF-1.4\n';
+  const offsets: number[] = [];
+  objects.forEach((object, i) => {
+    offsets.push(Buffer.byteLength(body, 'latin1'));
+    body += `${i + 1} 0 obj\n${object}\nendobj\n`;
+  });
+  const xref = Buffer.byteLength(body, 'latin1');
+  body += `xref\n0 ${objects.length + 1}\n0000000000 65535 f \n${offsets.map((offset) => `${String(offset).padStart(10, '0')} 00000 n \n`).join('')}`;
+  body += `trailer\n<< /Size ${objects.length + 1} /Root 1 0 R >>\nstartxref\n${xref}\n%%EOF\n`;
+  return Buffer.from(body, 'latin1');
+}
+
+t.test("PDF: a title from the first line is cut at 300 characters, never inside an emoji", async (t) => {
+  const document = await pdfToDocument(pdfWithLine(`${'a'.repeat(299)}~~b`));
+  t.equal(document.text, `${'a'.repeat(299)}😀😀b`, 'the emoji are read from the page');
+  t.equal(document.title, `${'a'.repeat(299)}😀`, 'the 300th character is the emoji, whole (a cut in UTF-16 units kept half of it)');
+  const emoji = await pdfToDocument(pdfWithLine('~'.repeat(400)));
+  t.equal(emoji.title, '😀'.repeat(300), 'counted in characters: 300 emoji, not 150');
+});
+
 t.test('a corrupt PDF is an UnsupportedContentError', async (t) => {
   for (const [label, body] of [
     ['garbage after the header', Buffer.from('%PDF-1.4\nthis is not really a pdf\n%%EOF')],

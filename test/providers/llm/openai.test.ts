@@ -148,6 +148,14 @@ t.test('400, 403, 404 and 422 are permanent at once', async (t) => {
   }
 });
 
+t.test("a provider's long error message is cut to 300 units, never inside an emoji", async (t) => {
+  const { server, model } = await setup(t);
+  server.queueFault('chat', { status: 400, body: `${'x'.repeat(299)}😀 and much more` });
+  const error = await modelErrorOf(model.extractFacts(CHUNK));
+  t.match(error.message, new RegExp(`HTTP 400: ${'x'.repeat(299)}\\.\\.\\.$`), 'the emoji the cut fell in is left out whole');
+  t.notOk(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])/.test(error.message), 'no lone surrogate');
+});
+
 t.test('output that stays malformed becomes permanent after max_attempts', async (t) => {
   const { server, model } = await setup(t);
   server.setStandingFault('chat', { malformedContent: true });
