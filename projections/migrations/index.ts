@@ -755,8 +755,8 @@ export const readModelMigrations: readonly Migration[] = [
     // A URL or DOI registered by an add that answered before the `sources` read model had it
     // (its wait ran out, or the projection was stopped or failed): the next add of that reference
     // waits for the read model to reach the registration's position before it trusts that the
-    // repository lacks it (src/app/sources.ts, sourcesReadModelCurrent), and removes the mark.
-    // Service state, not a projection: a rebuild leaves it alone.
+    // repository lacks it, and removes the mark. Service state, not a projection: a rebuild
+    // leaves it alone. 031 replaced it with the marks of every lock (lock_pending_positions).
     id: '029_source_references_pending',
     async up(knex) {
       await execStatements(knex, `
@@ -787,6 +787,29 @@ export const readModelMigrations: readonly Migration[] = [
         `octet_length(canonical_name) <> char_length(canonical_name)
          OR EXISTS (SELECT 1 FROM concept_aliases a WHERE a.concept_id = concepts.id AND octet_length(a.alias) <> char_length(a.alias))`,
       );
+    },
+  },
+  {
+    // Positions a lock's next holder waits for (src/app/lockMarks.ts): a command that answered
+    // under a named lock before a read model its holders decide on had its events leaves the
+    // lock's name, that projection and the write's position; the next holder of the name waits for
+    // the projection to reach it, then removes the row. One table for every lock, in place of the
+    // source adds' own (029): their rows move here under their lock's name. Service state, not a
+    // projection: a rebuild leaves it alone.
+    id: '031_lock_pending_positions',
+    async up(knex) {
+      await execStatements(knex, `
+        CREATE TABLE lock_pending_positions (
+          lock_name text NOT NULL,
+          projection text NOT NULL,
+          position bigint NOT NULL,
+          created_at timestamptz NOT NULL,
+          PRIMARY KEY (lock_name, projection)
+        );
+        INSERT INTO lock_pending_positions (lock_name, projection, position, created_at)
+          SELECT 'factlog.source-reference.' || repository_id || '.' || reference_key, 'sources', position, created_at FROM source_references_pending;
+        DROP TABLE source_references_pending;
+      `);
     },
   },
 ];

@@ -5,6 +5,7 @@ import type { EventMetadata } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { ProjectionWaitTimeoutError } from '../projection/runner.js';
 import type { AppendedWrite } from '../projection/types.js';
+import type { LockMarks } from './lockMarks.js';
 import type { RepositoryFence } from './repositoryFence.js';
 import { parseDuration } from '../config/duration.js';
 
@@ -53,19 +54,25 @@ export interface CommandBus {
 
 export function createCommandBus(
   store: EventStore,
-  waitForProjections: (write: AppendedWrite) => Promise<void>,
+  /** Waits for the read models to apply the write; answers those it did not wait for that may not have (ReadModelRunner.settle). */
+  waitForProjections: (write: AppendedWrite) => Promise<readonly string[]>,
   log: { warn(object: object, message: string): void } = console,
   fence?: RepositoryFence,
+  lockMarks?: Pick<LockMarks, 'leave'>,
 ): CommandBus {
   const settle = async (write: AppendedWrite | null) => {
     if (write === null) return;
+    let unapplied: readonly string[];
     try {
-      await waitForProjections(write);
+      unapplied = await waitForProjections(write);
     } catch (error) {
       // The write is stored; a lagging read model must not turn it into an error for the caller.
       if (!(error instanceof ProjectionWaitTimeoutError)) throw error;
       log.warn({ position: write.position, stream: write.streamId }, 'read models lag behind a write; answering before they caught up');
+      unapplied = error.unapplied;
     }
+    // Answered before those read models have it: the next holder of a lock held here must not decide on them before they do.
+    if (unapplied.length > 0) await lockMarks?.leave(write, unapplied);
   };
   return {
     async execute(streamId, decider, command, metadata, options = {}) {

@@ -30,6 +30,7 @@ import { createPermissionAudit, type PermissionAudit } from './audit.js';
 import { bootstrap, defaultAdminToSeed } from './bootstrap.js';
 import { createRepositoryFence } from './repositoryFence.js';
 import { createCommandBus, settleWaitMs, type CommandBus } from './commands.js';
+import { createLockMarks } from './lockMarks.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { createRepositoryService, type RepositoryService } from './repositories.js';
 import { createIdempotencyStore, type IdempotencyStore } from './idempotency.js';
@@ -209,7 +210,9 @@ export async function createAppContext(configured: Config, options: ContextOptio
   });
   // The fence asks the identity service, made with the bus: it is only called once both exist.
   const fence = createRepositoryFence({ db, roleAssignments: (userId) => identity.roleAssignments(userId) });
-  const commands = createCommandBus(store, (write) => projections.settle(write, settleWaitMs(config.server)), log, fence);
+  // Every named lock of the database waits for what its last holder left unprojected (src/app/lockMarks.ts).
+  const lockMarks = createLockMarks({ db, projections, waitMs: settleWaitMs(config.server) });
+  const commands = createCommandBus(store, (write) => projections.settle(write, settleWaitMs(config.server)), log, fence, lockMarks);
   const tokens = createTokens(config);
   const identity = createIdentity(config, { db, store, commands, log, tokens });
   const oauth = createOAuth(config, { db, commands, tokens, identity, clientDocumentFetch: options.clientDocumentFetch });

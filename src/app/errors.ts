@@ -49,9 +49,10 @@ export class UnsupportedContentError extends DomainError {
 }
 
 /**
- * A command could not tell whether what it is about to add exists already: the read model it
- * looks in has not applied the log through the moment it asked (it lags, has failed, is stopped
- * or is being rebuilt) within the command's wait. Nothing was appended; retry (HTTP 503).
+ * A command could not tell whether it may be made (whether what it is about to add exists
+ * already, whether the caller still holds a role): the read model it decides on has not applied
+ * what an earlier holder of its lock wrote (src/app/lockMarks.ts), or is being rebuilt, within the
+ * command's wait. Nothing was appended; retry (HTTP 503).
  */
 export class ReadModelsBehindError extends Error {
   override readonly name = 'ReadModelsBehindError';

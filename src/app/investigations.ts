@@ -38,7 +38,7 @@ export function investigationCommands(deps: Pick<AppContext, 'db' | 'commands' |
    * an edit's write and its read made the edit answer 404 although it was stored. Now the
    * deletion comes before the edit (which is refused: gone, nothing appended) or after its answer.
    */
-  const withInvestigationLock = <T>(investigationId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.investigation.${investigationId}`, work);
+  const withInvestigationLock = <T>(investigationId: string, work: () => Promise<T>) => withNamedLock(deps.db, `factlog.investigation.${investigationId}`, work, 'exclusive', ['investigations']);
 
   /** The repository (checked for `permission`) and the investigation in it. */
   async function target(principal: Principal, input: { repository: string; investigation: string }, permission: 'investigations:write' | 'investigations:delete') {

@@ -117,6 +117,9 @@ async function checkNewChildren(knex: Knex, repositoryId: string, chain: readonl
   }
 }
 
+/** What the holders of a report's lock and of the report tree's decide on (NamedLockRequest.readModels). */
+const REPORT_READ_MODELS = ['reports'];
+
 /** Report commands: create (typed or uploaded), edit, delete, and ask for a new annotation. */
 export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
   const knex = deps.db.knex;
@@ -137,7 +140,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       await deps.commands.execute(streamName('report', reportId), reportDecider, command, commandMetadata(principal, repositoryId, trace));
       return answeredReport(knex, repositoryId, await loadReport(knex, repositoryId, reportId));
     };
-    return treeHeld ? work() : withNamedLock(deps.db, reportLock(reportId), work);
+    return treeHeld ? work() : withNamedLock(deps.db, reportLock(reportId), work, 'exclusive', REPORT_READ_MODELS);
   }
 
   /**
@@ -145,7 +148,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
    * extends and appends before the next reads the chains, so two concurrent edits (A under B, B
    * under A) cannot close a cycle that each alone would not.
    */
-  const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, treeLock(repositoryId), work);
+  const inReportTree = <T>(repositoryId: string, work: () => Promise<T>) => withNamedLock(deps.db, treeLock(repositoryId), work, 'exclusive', REPORT_READ_MODELS);
 
   /**
    * Makes `wanted` the children of the report whose chain (itself first) is `chain`. The caller
@@ -261,7 +264,7 @@ export function reportCommands(deps: Pick<AppContext, 'db' | 'commands'>) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:delete');
       await loadReport(knex, repository.id, input.report);
       // The tree's lock (children counted) and the report's (no command on it between its write and its answer), on one connection.
-      const locks = [treeLock(repository.id), reportLock(input.report)].map((name) => ({ name, mode: 'exclusive' as const }));
+      const locks = [treeLock(repository.id), reportLock(input.report)].map((name) => ({ name, mode: 'exclusive' as const, readModels: REPORT_READ_MODELS }));
       await withNamedLocks(deps.db, locks, async () => {
         const children = await childIdsOf(knex, repository.id, input.report);
         const { write } = await deps.commands.execute(

@@ -116,7 +116,7 @@ export function createRepositoryService(deps: { db: Database; commands: CommandB
      * where no repository could take it again.
      */
     update(repositoryId: string, change: RepositoryChange, metadata: EventMetadata) {
-      return withNamedLock(deps.db, `factlog.repository-update.${repositoryId}`, async () => {
+      const updateOnce = async () => {
         const current = await knex('repositories').where({ id: repositoryId }).first('slug');
         const newSlug = change.slug !== undefined && change.slug !== current?.slug ? change.slug : undefined;
         if (newSlug !== undefined) {
@@ -141,7 +141,8 @@ export function createRepositoryService(deps: { db: Database; commands: CommandB
           throw error;
         }
         if (newSlug !== undefined && current) await releaseSlug(current.slug, repositoryId);
-      });
+      };
+      return withNamedLock(deps.db, `factlog.repository-update.${repositoryId}`, updateOnce, 'exclusive', ['repositories']);
     },
 
     async remove(repositoryId: string, metadata: EventMetadata) {

@@ -19,7 +19,9 @@ import { forbidden } from './errors.js';
  * that the repository is live and that the caller still holds each permission the call was
  * granted there. A change of who may act there (a role granted or revoked, the repository
  * deleted) holds it alone. A change that committed first is then seen by the check; one that
- * comes later waits for the commands already appending. The lock is per repository, in this
+ * comes later waits for the commands already appending. A change whose read models lag past its
+ * wait leaves the lock a mark, and the next command waits for them before it checks
+ * (src/app/lockMarks.ts; the locks name the read models their checks read). The lock is per repository, in this
  * process and across the processes of a server (src/db/namedLock.ts); a sysadmin's rights come
  * from the system domain, whose own lock fences them the same way (SYSTEM_ACCESS_LOCK).
  *
@@ -109,12 +111,21 @@ const CREDENTIAL_LOCK_PREFIX: Record<Credential['kind'], string> = {
 export const credentialAccessLock = (credential: Credential) => `${CREDENTIAL_LOCK_PREFIX[credential.kind]}${credential.id}`;
 
 /**
+ * The read models the holders of a credential's lock decide on (NamedLockRequest.readModels): an
+ * API key's revocation is a read model's row; a grant's or a session's end is written in place.
+ */
+const credentialReadModels = (credential: Credential): readonly string[] => (credential.kind === 'api_key' ? ['api-keys'] : []);
+
+/** The read models the holders of a repository's or the system's access lock decide on: roles (`users`) and repositories. */
+const ACCESS_READ_MODELS = ['users', 'repositories'];
+
+/**
  * Runs `revoke`, which ends `credential`, while no command made with the credential is between
  * its check and its append: it waits for those, and the commands after it see the credential
  * ended. `revoke` must commit before it returns, and must not be called inside a transaction.
  */
 export function revokeFenced<T>(db: Database, credential: Credential, revoke: () => Promise<T>): Promise<T> {
-  return withNamedLock(db, credentialAccessLock(credential), revoke, 'exclusive');
+  return withNamedLock(db, credentialAccessLock(credential), revoke, 'exclusive', credentialReadModels(credential));
 }
 
 /**
@@ -177,9 +188,9 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
           access === 'ends' ? [] : (currentCall()?.granted ?? []).filter((grant) => grant.domain === SYSTEM_DOMAIN && grant.principal.userId === metadata.actor);
         const locks: NamedLockRequest[] = [];
         // A change of a system role (sysadmin granted or revoked) concerns every repository.
-        if (access === 'changes') locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'exclusive' });
-        else if (systemGranted.length > 0) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared' });
-        if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
+        if (access === 'changes') locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'exclusive', readModels: ACCESS_READ_MODELS });
+        else if (systemGranted.length > 0) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared', readModels: ACCESS_READ_MODELS });
+        if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared', readModels: credentialReadModels(credential) });
         if (locks.length === 0) return rawWork();
         return withNamedLocks(deps.db, locks, async () => {
           await refuseIfLost(systemGranted);
@@ -202,9 +213,9 @@ export function createRepositoryFence(deps: { db: Database; roleAssignments: (us
         return work();
       };
       const locks: NamedLockRequest[] = [];
-      if (access === 'acts' && granted.some(grantedBySystemRole)) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared' });
-      locks.push({ name: `factlog.repository-access.${repositoryId}`, mode: access === 'changes' ? 'exclusive' : 'shared' });
-      if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared' });
+      if (access === 'acts' && granted.some(grantedBySystemRole)) locks.push({ name: SYSTEM_ACCESS_LOCK, mode: 'shared', readModels: ACCESS_READ_MODELS });
+      locks.push({ name: `factlog.repository-access.${repositoryId}`, mode: access === 'changes' ? 'exclusive' : 'shared', readModels: ACCESS_READ_MODELS });
+      if (credential !== undefined) locks.push({ name: credentialAccessLock(credential), mode: 'shared', readModels: credentialReadModels(credential) });
       return withNamedLocks(deps.db, locks, checked);
     },
   };

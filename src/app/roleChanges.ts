@@ -58,12 +58,17 @@ function changeMembership<T>(
   apply: (held: string[], owners: number) => Promise<T>,
 ): Promise<T> {
   const { repositoryId, userId } = change;
-  return withNamedLock(deps.db, `factlog.members.${repositoryId}`, () =>
-    deps.commands.step(commandMetadata(principal, repositoryId, trace), 'changes', async () => {
-      const members = await membersOf(deps.db.knex, repositoryId);
-      const held = members.find((member) => member.user_id === userId)?.roles ?? [];
-      return apply(held, members.filter((member) => member.roles.includes(OWNER)).length);
-    }),
+  return withNamedLock(
+    deps.db,
+    `factlog.members.${repositoryId}`,
+    () =>
+      deps.commands.step(commandMetadata(principal, repositoryId, trace), 'changes', async () => {
+        const members = await membersOf(deps.db.knex, repositoryId);
+        const held = members.find((member) => member.user_id === userId)?.roles ?? [];
+        return apply(held, members.filter((member) => member.roles.includes(OWNER)).length);
+      }),
+    'exclusive',
+    ['users'],
   );
 }
 

@@ -86,29 +86,22 @@ function refuseUnreachableHost(url: string, config: AppContext['config']): void 
  * source's links) while the caller was told it was added.
  */
 export function withSourceLock<T>(db: AppContext['db'], sourceId: string, work: () => Promise<T>): Promise<T> {
-  return withNamedLock(db, `factlog.source.${sourceId}`, work);
+  return withNamedLock(db, `factlog.source.${sourceId}`, work, 'exclusive', ['sources']);
 }
 
 /** Source commands: add by URL, DOI or upload (duplicates of a URL or DOI return the existing source), and retry. */
 export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'assets' | 'jobs' | 'config' | 'wakeWorkers' | 'store' | 'projections'>) {
   const knex = deps.db.knex;
 
-  /** Registers a source; `pendingKey`, the reference key of a URL or DOI, whose next add checks for it (sourcesReadModelCurrent). */
-  async function register(repositoryId: string, command: Parameters<typeof sourceDecider.decide>[0], metadata: EventMetadata, pendingKey?: string) {
+  async function register(repositoryId: string, command: Parameters<typeof sourceDecider.decide>[0], metadata: EventMetadata) {
     const sourceId = randomUUID();
     const streamId = streamName('source', sourceId);
-    const { write } = await deps.commands.execute(streamId, sourceDecider, command, metadata, { newStream: true });
+    await deps.commands.execute(streamId, sourceDecider, command, metadata, { newStream: true });
     const row: SourceRow | undefined = await knex('sources').where({ id: sourceId, repository_id: repositoryId }).first();
     if (row) return presentSource(row);
-    // The next add of this URL or DOI must not trust the read model before it has this source.
-    if (write && pendingKey !== undefined) {
-      await knex('source_references_pending')
-        .insert({ repository_id: repositoryId, reference_key: pendingKey, source_id: sourceId, position: write.position, created_at: new Date() })
-        .onConflict(['repository_id', 'reference_key'])
-        .merge();
-    }
     // The read model lags past the command's wait (or is stopped): the source is registered all
-    // the same, so it is answered as its registration made it, not as a 404.
+    // the same, so it is answered as its registration made it, not as a 404. The next add of this
+    // URL or DOI waits for it under the reference's lock (src/app/lockMarks.ts).
     const [registered] = await deps.store.readStream(streamId, { limit: 1 });
     if (registered?.type !== 'SourceRegistered') throw notFound('source');
     // Validated against its schema when it was appended.
@@ -118,19 +111,14 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
   }
 
   /**
-   * Throws ReadModelsBehindError unless the `sources` read model can answer whether the
-   * repository has a reference: it is not being rebuilt (which empties it first), and it has
-   * applied the registration of that reference that an earlier add answered before the read
-   * model had it (its wait ran out, or the projection was stopped or failed: settle does not wait
-   * for those). Such an add leaves a mark (`source_references_pending`, in the read-model
-   * database so every node sees it); without one there is nothing to wait for, so an add does not
-   * wait for the read model to reach the log's head, which the pipeline keeps moving.
+   * Throws ReadModelsBehindError while the `sources` read model is being rebuilt (which empties
+   * it first): it cannot say then whether the repository has a reference. A registration an
+   * earlier add answered before the read model had it is waited for by the reference's lock
+   * (src/app/lockMarks.ts), so an add does not wait for the log's head, which the pipeline keeps
+   * moving.
    */
-  async function sourcesReadModelCurrent(repositoryId: string, key: string, what: string): Promise<void> {
-    const pending: { position: string | number } | undefined = await knex('source_references_pending').where({ repository_id: repositoryId, reference_key: key }).first('position');
-    const position = pending === undefined ? 0 : Number(pending.position);
-    if (!(await deps.projections.projectionReached('sources', position, settleWaitMs(deps.config.server)))) throw new ReadModelsBehindError(['sources'], what);
-    if (pending !== undefined) await knex('source_references_pending').where({ repository_id: repositoryId, reference_key: key }).delete();
+  async function sourcesNotRebuilding(what: string): Promise<void> {
+    if (!(await deps.projections.projectionReached('sources', 0, settleWaitMs(deps.config.server)))) throw new ReadModelsBehindError(['sources'], what);
   }
 
   /**
@@ -160,19 +148,19 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
       // Look up and register as one step per reference: two requests adding the same URL at once
       // must not both find it missing (the second waits and then finds the first's source). The
       // lock is named by the reference key: one lock for every spelling of one document.
-      const key = referenceKey(reference);
-      return withNamedLock(deps.db, `factlog.source-reference.${repository.id}.${key}`, async () => {
-        await sourcesReadModelCurrent(repository.id, key, 'the repository has this URL or DOI');
+      const lock = `factlog.source-reference.${repository.id}.${referenceKey(reference)}`;
+      const addOnce = async () => {
+        await sourcesNotRebuilding('the repository has this URL or DOI');
         const existing = await findByReference(repository.id, reference);
         if (existing) return { created: false, source: existing };
         const source = await register(
           repository.id,
           { type: 'RegisterSource', origin: reference.url ? 'url' : 'doi', url: reference.url, doi: reference.doi },
           commandMetadata(principal, repository.id, trace),
-          key,
         );
         return { created: true, source };
-      });
+      };
+      return withNamedLock(deps.db, lock, addOnce, 'exclusive', ['sources']);
     },
 
     /**

@@ -55,13 +55,14 @@ export function userCommands(deps: Pick<AppContext, 'db' | 'identity' | 'command
       if (repositoryId !== null) return revokeRepositoryRoles(deps, principal, { repositoryId, userId: input.user_id, role: input.role }, trace);
       if (input.role !== SYSADMIN || input.domain !== SYSTEM_DOMAIN) return changeRole(deps, principal, input, 'RevokeRole', trace);
       // Counted and revoked as one step, so two sysadmins revoking each other at once cannot both succeed.
-      await withNamedLock(deps.db, 'factlog.sysadmins', async () => {
+      const revokeUnlessLast = async () => {
         const holders: Array<{ user_id: string }> = await knex('role_assignments').where({ role: SYSADMIN, domain: SYSTEM_DOMAIN }).select('user_id');
         if (holders.length === 1 && holders[0].user_id === input.user_id) {
           throw conflict('this is the last sysadmin: grant the role to another user before revoking it here');
         }
         await changeRole(deps, principal, input, 'RevokeRole', trace);
-      });
+      };
+      await withNamedLock(deps.db, 'factlog.sysadmins', revokeUnlessLast, 'exclusive', ['users']);
     },
   };
 }

@@ -289,7 +289,7 @@ export function createIdentityService(deps: {
      * other's, or put back an email read before the other had changed it.
      */
     async updateProfile(actor: string, userId: string, change: { name?: string; email?: string }): Promise<PublicUser> {
-      return withNamedLock(deps.db, `factlog.profile.${userId}`, async () => {
+      const updateOnce = async () => {
         const before = await loadUser(userId);
         const credentials: { email: string } | undefined = await knex('credentials').where({ user_id: userId }).first('email');
         if (!before || !credentials) throw new DomainError('not_found', 'user not found');
@@ -314,7 +314,8 @@ export function createIdentityService(deps: {
           throw error;
         }
         return (await loadUser(userId)) ?? before;
-      });
+      };
+      return withNamedLock(deps.db, `factlog.profile.${userId}`, updateOnce, 'exclusive', ['users']);
     },
 
     /**

@@ -69,14 +69,44 @@ async function acquireLocal(name: string, mode: LockMode): Promise<() => void> {
  * one connection, would wait for itself). PGlite has one process per data directory, so the
  * queue alone serialises there.
  */
-export function withNamedLock<T>(db: Database, name: string, work: () => Promise<T>, mode: LockMode = 'exclusive'): Promise<T> {
-  return withNamedLocks(db, [{ name, mode }], work);
+export function withNamedLock<T>(db: Database, name: string, work: () => Promise<T>, mode: LockMode = 'exclusive', readModels?: readonly string[]): Promise<T> {
+  return withNamedLocks(db, [{ name, mode, readModels }], work);
 }
 
 /** One name of `withNamedLocks` and how it is held. */
 export interface NamedLockRequest {
   name: string;
   mode: LockMode;
+  /**
+   * The read models (projection names) its holders decide on: a holder's write that one of them
+   * had not applied when the holder answered leaves the next holder a position to wait for
+   * (LockGuard). Absent: every read model the write concerns; empty: none (a lock whose holders
+   * read only tables written in place).
+   */
+  readModels?: readonly string[];
+}
+
+/**
+ * What is done around every holder of named locks of one database (src/app/lockMarks.ts): once a
+ * call's locks are taken, before its work, `taken` waits until the read models have what earlier
+ * holders of those names wrote and answered before the read models had it. Registered once per
+ * database (guardNamedLocks), so every holder gets it by taking the lock.
+ */
+export interface LockGuard {
+  taken(locks: readonly NamedLockRequest[]): Promise<void>;
+}
+
+const guards = new WeakMap<Database, LockGuard>();
+
+export function guardNamedLocks(db: Database, guard: LockGuard): void {
+  guards.set(db, guard);
+}
+
+/** The locks the calling work holds, outermost first (a write made there marks them: src/app/lockMarks.ts). */
+const heldLocks = new AsyncLocalStorage<readonly NamedLockRequest[]>();
+
+export function locksHeld(): readonly NamedLockRequest[] {
+  return heldLocks.getStore() ?? [];
 }
 
 /**
@@ -117,13 +147,18 @@ function holdersOf(db: Database): Semaphore {
 
 async function holdLocks<T>(db: Database, locks: readonly NamedLockRequest[], work: () => Promise<T>): Promise<T> {
   const releases: Array<() => void> = [];
+  const guarded = () =>
+    heldLocks.run([...locksHeld(), ...locks], async () => {
+      await guards.get(db)?.taken(locks);
+      return work();
+    });
   try {
     for (const { name, mode } of locks) releases.push(await acquireLocal(name, mode));
-    if (db.kind === 'pglite') return await work();
+    if (db.kind === 'pglite') return await guarded();
     const connection = (await db.knex.client.acquireConnection()) as PooledConnection;
     try {
       const holding = async (index: number): Promise<T> => {
-        if (index === locks.length) return work();
+        if (index === locks.length) return guarded();
         const { name, mode } = locks[index];
         const [lock, unlock] = mode === 'shared' ? ['pg_advisory_lock_shared', 'pg_advisory_unlock_shared'] : ['pg_advisory_lock', 'pg_advisory_unlock'];
         await connection.query(`SELECT ${lock}(hashtext($1))`, [name]);
@@ -148,5 +183,6 @@ export interface NamedLocks {
 }
 
 export function namedLocks(db: Database): NamedLocks {
-  return { exclusive: (name, work) => withNamedLock(db, name, work) };
+  // The pipeline's stages wait for their read models themselves (awaitReadModels), and make no command of the command bus, which marks locks.
+  return { exclusive: (name, work) => withNamedLock(db, name, work, 'exclusive', []) };
 }

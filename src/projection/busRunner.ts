@@ -193,14 +193,14 @@ export class BusProjectionRunner implements ReadModelRunner {
   }
 
   /** Polls the per-stream checkpoints of the projections that handle the write's types. */
-  async settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
+  async settle(write: AppendedWrite, timeoutMs: number): Promise<readonly string[]> {
+    const handlers = [...this.workers.values()].filter((worker) => write.types.some((type) => worker.projection.eventTypes.includes(type)));
     // Other nodes may run the consumers (an API node runs none), so wait for every projection
     // that handles the write, unless this node knows it failed or is being rebuilt.
-    let concerned = [...this.workers.values()]
-      .filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding')
-      .filter((worker) => write.types.some((type) => worker.projection.eventTypes.includes(type)))
-      .map((worker) => worker.projection.name);
-    if (concerned.length === 0) return;
+    let concerned = handlers.filter((worker) => worker.state !== 'failed' && worker.state !== 'rebuilding').map((worker) => worker.projection.name);
+    // Those not waited for may not have the write: answered, as settle's contract says.
+    const notWaitedFor = () => handlers.map((worker) => worker.projection.name).filter((name) => !concerned.includes(name));
+    if (concerned.length === 0) return notWaitedFor();
     const deadline = Date.now() + timeoutMs;
     let marksRead = false;
     // An API node makes no table of checkpoints (its workers' runners do): until one has started,
@@ -225,8 +225,8 @@ export class BusProjectionRunner implements ReadModelRunner {
         concerned = concerned.filter((name) => !marks.has(name));
         behind = behind.filter((name) => !marks.has(name));
       }
-      if (behind.length === 0) return;
-      if (Date.now() > deadline) throw new ProjectionWaitTimeoutError(write.position, timeoutMs, behind);
+      if (behind.length === 0) return notWaitedFor();
+      if (Date.now() > deadline) throw new ProjectionWaitTimeoutError(write.position, timeoutMs, behind, [...behind, ...notWaitedFor()]);
       await new Promise((resolve) => setTimeout(resolve, this.options.pollMs ?? 20));
     }
   }

@@ -74,6 +74,8 @@ export class ProjectionWaitTimeoutError extends Error {
     readonly timeoutMs: number,
     /** `name at position` of each projection still behind. */
     readonly behind: readonly string[],
+    /** The projections concerned by the write that had not applied it (settle): what a lock's next holder waits for (src/app/lockMarks.ts). */
+    readonly unapplied: readonly string[] = [],
   ) {
     super(`projections did not reach position ${position} within ${timeoutMs} ms: ${behind.join(', ')}`);
   }
@@ -258,8 +260,21 @@ export class ProjectionRunner implements ReadModelRunner {
   }
 
   /** The embedded log is totally ordered: reaching the write's global position is enough. */
-  settle(write: AppendedWrite, timeoutMs: number): Promise<void> {
-    return this.waitFor(write.position, timeoutMs);
+  async settle(write: AppendedWrite, timeoutMs: number): Promise<readonly string[]> {
+    try {
+      await this.waitFor(write.position, timeoutMs);
+    } catch (error) {
+      if (error instanceof ProjectionWaitTimeoutError) throw new ProjectionWaitTimeoutError(error.position, error.timeoutMs, error.behind, this.unapplied(write));
+      throw error;
+    }
+    return this.unapplied(write);
+  }
+
+  /** The projections that handle the write's events and have not applied it (stopped, failed or rebuilding ones are not waited for). */
+  private unapplied(write: AppendedWrite): string[] {
+    return [...this.workers.values()]
+      .filter((worker) => worker.position < write.position && write.types.some((type) => worker.eventTypes.has(type)))
+      .map((worker) => worker.projection.name);
   }
 
   async caughtUp(position: number, timeoutMs: number): Promise<boolean> {

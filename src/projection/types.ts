@@ -222,8 +222,13 @@ export interface ReadModelRunner {
   start(): Promise<void>;
   stop(): Promise<void>;
   status(): Promise<ProjectionStatus[]>;
-  /** Resolves once every projection that handles the write's event types has applied it. */
-  settle(write: AppendedWrite, timeoutMs: number): Promise<void>;
+  /**
+   * Resolves once every projection that handles the write's event types has applied it, except
+   * those it does not wait for (failed, stopped or being rebuilt), which it answers: the
+   * projections that handle the write and may not have applied it. After `timeoutMs` it rejects
+   * with ProjectionWaitTimeoutError, whose `unapplied` names them.
+   */
+  settle(write: AppendedWrite, timeoutMs: number): Promise<readonly string[]>;
   /**
    * Whether every running projection has applied the whole log through `position` (waiting up to
    * `timeoutMs` for it) and none is being rebuilt: what "the pipeline is done" needs, since the

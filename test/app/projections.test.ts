@@ -16,7 +16,7 @@ function runnerWith(states: Record<string, ProjectionStatus['state']>) {
     start: async () => undefined,
     stop: async () => undefined,
     status: async () => Object.entries(states).map(([name, state]) => ({ name, position: 3, head: 5, lag: 2, state, lastError: null })),
-    settle: async () => undefined,
+    settle: async () => [],
     caughtUp: async () => true,
     projectionReached: async () => true,
     rebuild: async (name) => {

@@ -194,15 +194,17 @@ t.test('a URL added again while the sources read model lags is not registered tw
   t.match(second, { name: 'ReadModelsBehindError', message: /sources/ }, 'refused while the read model cannot say whether the repository has it');
   const registered = await service.context.store.readAll({ types: ['SourceRegistered'], repositoryId: lagging.repository });
   t.equal(registered.length, 1, 'nothing appended by the second');
-  const pending = () => service.context.db.knex('source_references_pending').where({ repository_id: lagging.repository }).select('source_id');
-  t.same(await pending(), [{ source_id: (first as { source: { id: string } }).source.id }], 'the first add left a mark for its reference');
+  // Marks on the locks of the two references, for the sources read model (src/app/lockMarks.ts).
+  const referenceLock = (address: string) => `factlog.source-reference.${lagging.repository}.url:${address}`;
+  const pending = () => service.context.db.knex('lock_pending_positions').whereLike('lock_name', `factlog.source-reference.${lagging.repository}.%`).select('lock_name', 'projection');
+  t.same(await pending(), [{ lock_name: referenceLock(url), projection: 'sources' }], 'the first add left a mark on its reference lock');
   // Only the marked reference waits: another URL is added while the read models are stopped.
   const other = await app.sources.add(lagging.owner, { repository: lagging.repository, url: 'http://127.0.0.1:9/other' });
   t.equal(other.created, true, 'another URL is registered meanwhile');
   await service.context.projections.start();
   const third = await app.sources.add(lagging.owner, { repository: lagging.repository, url });
   t.same(third, { created: false, source: (first as { source: unknown }).source }, 'once it caught up: the first source');
-  t.same(await pending(), [{ source_id: other.source.id }], "and its mark is gone (the other URL's stays until that URL is added again)");
+  t.same(await pending(), [{ lock_name: referenceLock('http://127.0.0.1:9/other'), projection: 'sources' }], "and its mark is gone (the other URL's stays until that URL is added again)");
 });
 
 /** Appends a SourceRegistered as an older release did (its url or doi as that release spelt it) and waits for its row. */

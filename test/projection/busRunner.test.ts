@@ -72,12 +72,12 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   const write = { position: a.lastPosition, streamId: 'thing-a', streamVersion: a.nextExpectedVersion, types: ['ThingHappened'] };
   const settled = runner.settle(write, 2_000);
   await bus.deliver(await fixture.store.readAll());
-  await settled;
+  t.same(await settled, [], 'applied by every projection that handles it');
   const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
   t.same(await counts(), { a: 2, b: 1 }, 'every event applied exactly once despite double delivery');
 
-  await t.rejects(runner.settle({ ...write, streamVersion: 5 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'settle times out for a write not yet applied');
-  await runner.settle({ ...write, types: ['SomethingElse'] }, 50); // no projection handles it: nothing to wait for
+  await t.rejects(runner.settle({ ...write, streamVersion: 5 }, 50), { name: 'ProjectionWaitTimeoutError', unapplied: ['counts'] }, 'settle times out for a write not yet applied, naming who lacks it');
+  t.same(await runner.settle({ ...write, types: ['SomethingElse'] }, 50), [], 'no projection handles it: nothing to wait for');
   t.equal(await runner.caughtUp(b.lastPosition, 50), true, 'no relay reader: the bus owes nothing, so caught up');
 
   const [status] = await runner.status();

@@ -269,6 +269,8 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const waiting = runner.waitFor(pending.lastPosition, APPLIED_WITHIN_MS).then(() => (reached = true));
     const timeout = await t.rejects(runner.waitFor(pending.lastPosition, 100), ProjectionWaitTimeoutError);
     t.match(timeout, { position: pending.lastPosition, behind: [`slow at ${first.lastPosition}`] });
+    const write = { position: pending.lastPosition, streamId: 's-1', streamVersion: pending.nextExpectedVersion, types: ['ThingHappened'] };
+    await t.rejects(runner.settle(write, 100), { name: 'ProjectionWaitTimeoutError', unapplied: ['slow'] }, 'settle names the projection that had not applied the write (src/app/lockMarks.ts)');
     t.notOk(reached, 'not reached while the projection is held');
     t.equal(await runner.caughtUp(pending.lastPosition, 50), false, 'caughtUp answers false where waitFor times out');
     t.equal(await runner.caughtUp(first.lastPosition, 50), true);

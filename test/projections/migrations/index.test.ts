@@ -313,6 +313,22 @@ t.test('030: alias rows and concepts whose names hold compatibility forms are ke
   ], 'the name kept as written, its key folded, its alias text made by that key');
 });
 
+t.test("031: the source adds' marks move to the locks' table under their lock's name, and their table goes", async (t) => {
+  const { db, after } = await migratedThrough(t, '030_concept_names_nfkc');
+  t.equal(after[0], '031_lock_pending_positions');
+  const created_at = new Date('2026-12-01T20:00:00Z');
+  await db.knex('source_references_pending').insert([
+    { repository_id: 'repo-1', reference_key: 'url:http://example.org/a', source_id: 's1', position: 41, created_at },
+    { repository_id: 'repo-2', reference_key: 'doi:10.1/x', source_id: 's2', position: 42, created_at },
+  ]);
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await db.knex('lock_pending_positions').orderBy('lock_name').select('lock_name', 'projection', 'position'), [
+    { lock_name: 'factlog.source-reference.repo-1.url:http://example.org/a', projection: 'sources', position: '41' },
+    { lock_name: 'factlog.source-reference.repo-2.doi:10.1/x', projection: 'sources', position: '42' },
+  ]);
+  t.equal(await db.knex.schema.hasTable('source_references_pending'), false, 'the old table is gone');
+});
+
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
   const db = await openMigratedDatabase();
   t.teardown(() => db.close());

@@ -1,0 +1,74 @@
+import type { Database } from '../db/database.js';
+import { guardNamedLocks, locksHeld, type LockGuard } from '../db/namedLock.js';
+import type { AppendedWrite, ReadModelRunner } from '../projection/types.js';
+import { ReadModelsBehindError } from './errors.js';
+
+/** Read-model database table; service state every node sees, not a projection's (a rebuild leaves it alone). */
+const MARKS = 'lock_pending_positions';
+
+/**
+ * Read models under a named lock (docs/architecture.md, "Locks and lagging read models"). A
+ * holder of a named lock reads a read model, decides and appends, and its command waits for the
+ * read models (settle) before it answers and releases the lock. When that wait runs out, or the
+ * projection was stopped, failed or being rebuilt (settle waits for none of those), the lock is
+ * released before the read model has the holder's events, and the next holder decided on stale
+ * rows: a URL registered twice, an owner demoted past the last one, a revoked member still
+ * writing.
+ *
+ * So such a write leaves a mark on every lock its command holds (`leave`, called by the command
+ * bus's settle): the lock's name, the projection that had not applied it and the write's
+ * position, for each projection the lock's holders read (NamedLockRequest.readModels). The next
+ * holder of the name (`taken`, called by withNamedLocks once the locks are taken, before the
+ * work) waits for each marked projection to reach its position, then removes the mark; one that
+ * does not within the command's wait refuses the command (ReadModelsBehindError, HTTP 503) with
+ * nothing written. A lock without a mark costs its holder one lookup by primary key and no wait:
+ * no holder waits for the log's head, which the pipeline keeps moving.
+ */
+export interface LockMarks extends LockGuard {
+  /** A write made by the calling work was answered before `unapplied` had it: marks the locks the work holds. */
+  leave(write: AppendedWrite, unapplied: readonly string[]): Promise<void>;
+}
+
+interface MarkRow {
+  lock_name: string;
+  projection: string;
+  position: string | number;
+}
+
+export function createLockMarks(deps: { db: Database; projections: Pick<ReadModelRunner, 'projectionReached'>; waitMs: number }): LockMarks {
+  const knex = deps.db.knex;
+  const marks: LockMarks = {
+    async leave(write, unapplied) {
+      const created_at = new Date();
+      const rows = locksHeld().flatMap((lock) =>
+        unapplied.filter((projection) => lock.readModels?.includes(projection) ?? true).map((projection) => ({ lock_name: lock.name, projection, position: write.position, created_at })),
+      );
+      if (rows.length === 0) return;
+      // A shared lock's holders mark it side by side: the later position stays.
+      await knex(MARKS)
+        .insert(rows)
+        .onConflict(['lock_name', 'projection'])
+        .merge({ position: knex.raw('greatest(??, excluded.position)', [`${MARKS}.position`]), created_at });
+    },
+
+    async taken(locks) {
+      const names = locks.filter((lock) => lock.readModels?.length !== 0).map((lock) => lock.name);
+      if (names.length === 0) return;
+      const found: MarkRow[] = await knex(MARKS).whereIn('lock_name', names).select('lock_name', 'projection', 'position');
+      if (found.length === 0) return;
+      const positions = new Map<string, number>();
+      for (const mark of found) positions.set(mark.projection, Math.max(positions.get(mark.projection) ?? 0, Number(mark.position)));
+      const reached = await Promise.all([...positions].map(async ([projection, position]) => ({ projection, reached: await deps.projections.projectionReached(projection, position, deps.waitMs) })));
+      const behind = reached.filter((each) => !each.reached).map((each) => each.projection);
+      if (behind.length > 0) throw new ReadModelsBehindError(behind, 'this change may be made');
+      // Only what was waited for: a holder beside this one (a shared lock) may have marked a later position since.
+      await knex(MARKS)
+        .where((any) => {
+          for (const mark of found) any.orWhere((one) => one.where({ lock_name: mark.lock_name, projection: mark.projection }).where('position', '<=', Number(mark.position)));
+        })
+        .delete();
+    },
+  };
+  guardNamedLocks(deps.db, marks);
+  return marks;
+}
