@@ -124,3 +124,29 @@ t.test('two owners stepping down at once leave one of them owner', async (t) => 
   const after = await roles(repoId);
   t.same(Object.values(after).flat().sort(), ['editor', 'owner']);
 });
+
+t.test("a role change after one the read model lags behind is a 503 unavailable with Retry-After, nothing changed; a body the route refuses is a 400 first", async (t) => {
+  // Its own service: the settle wait is 200 ms (two thirds of the connection deadline).
+  const lagging = await startTestService({ workers: false, overrides: { server: { read_timeout: '300ms', write_timeout: '0s' } } });
+  t.teardown(() => lagging.close());
+  await registerUser(lagging, 'admin@example.org');
+  const first = await registerUser(lagging, 'first@example.org');
+  const member = await registerUser(lagging, 'member@example.org');
+  const repoId = (await lagging.call('POST', '/api/v1/repositories', { token: first.token, body: { name: 'Lagging' } })).body.id as string;
+  const put = (body: Record<string, unknown>) => lagging.call('PUT', `/api/v1/repositories/${repoId}/members`, { token: first.token, body });
+  t.equal((await put({ user_id: member.user.id, role: 'reader' })).status, 200);
+  const { projections, store } = lagging.context;
+  await projections.stop();
+  t.equal((await put({ user_id: member.user.id, role: 'editor' })).status, 200, 'stored, answered before the read model has it');
+  t.equal((await put({ user_id: member.user.id, role: 'captain' })).status, 400, 'an unknown role is refused as before');
+  const refused = await put({ user_id: member.user.id, role: 'reader' });
+  t.equal(refused.status, 503);
+  t.match(refused.body, { error: 'unavailable', message: /read model users/ });
+  t.ok(refused.headers['retry-after'], 'with Retry-After');
+  const events = await store.readStream(`user-${member.user.id}`);
+  t.same(events.slice(-2).map((event) => [event.type, (event.data as { role: string }).role]), [['RoleGranted', 'editor'], ['RoleRevoked', 'reader']], 'nothing appended by the refused change');
+  await projections.start();
+  await projections.caughtUp(await store.headPosition(), 30_000);
+  const again = await put({ user_id: member.user.id, role: 'reader' });
+  t.same([again.status, again.body.roles], [200, ['reader']], 'made once the read model has the first');
+});
