@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { Database } from '../db/database.js';
 import { guardNamedLocks, locksHeld, type LockGuard } from '../db/namedLock.js';
 import type { AppendedWrite, ReadModelRunner } from '../projection/types.js';
@@ -21,8 +22,9 @@ const MARKS = 'lock_pending_positions';
  * holder of the name (`taken`, called by withNamedLocks once the locks are taken, before the
  * work) waits for each marked projection to reach its position, then removes the mark; one that
  * does not within the command's wait refuses the command (ReadModelsBehindError, HTTP 503) with
- * nothing written. A lock without a mark costs its holder one lookup by primary key and no wait:
- * no holder waits for the log's head, which the pipeline keeps moving.
+ * nothing written. A lock without a mark costs its holder no wait, and one lookup by primary key
+ * for all the locks of its call on a server, none on PGlite (embeddedMarkedNames): no holder waits
+ * for the log's head, which the pipeline keeps moving.
  */
 export interface LockMarks extends LockGuard {
   /** A write made by the calling work was answered before `unapplied` had it: marks the locks the work holds. */
@@ -37,6 +39,15 @@ interface MarkRow {
 
 export function createLockMarks(deps: { db: Database; projections: Pick<ReadModelRunner, 'projectionReached'>; waitMs: number }): LockMarks {
   const knex = deps.db.knex;
+  const local = deps.db.kind === 'pglite' ? embeddedMarkedNames(knex) : null;
+
+  const mark = (rows: ReadonlyArray<{ lock_name: string }>) =>
+    knex(MARKS)
+      .insert(rows)
+      .onConflict(['lock_name', 'projection'])
+      // A shared lock's holders mark it side by side: the later position stays.
+      .merge({ position: knex.raw('greatest(??, excluded.position)', [`${MARKS}.position`]), created_at: knex.raw('excluded.created_at') });
+
   const marks: LockMarks = {
     async leave(write, unapplied) {
       const created_at = new Date();
@@ -44,16 +55,13 @@ export function createLockMarks(deps: { db: Database; projections: Pick<ReadMode
         unapplied.filter((projection) => lock.readModels?.includes(projection) ?? true).map((projection) => ({ lock_name: lock.name, projection, position: write.position, created_at })),
       );
       if (rows.length === 0) return;
-      // A shared lock's holders mark it side by side: the later position stays.
-      await knex(MARKS)
-        .insert(rows)
-        .onConflict(['lock_name', 'projection'])
-        .merge({ position: knex.raw('greatest(??, excluded.position)', [`${MARKS}.position`]), created_at });
+      if (local === null) await mark(rows);
+      else await local.change(() => mark(rows), (names) => rows.forEach((row) => names.add(row.lock_name)));
     },
 
     async taken(locks) {
       const names = locks.filter((lock) => lock.readModels?.length !== 0).map((lock) => lock.name);
-      if (names.length === 0) return;
+      if (names.length === 0 || (local !== null && !(await local.anyMarked(names)))) return;
       const found: MarkRow[] = await knex(MARKS).whereIn('lock_name', names).select('lock_name', 'projection', 'position');
       if (found.length === 0) return;
       const positions = new Map<string, number>();
@@ -62,13 +70,61 @@ export function createLockMarks(deps: { db: Database; projections: Pick<ReadMode
       const behind = reached.filter((each) => !each.reached).map((each) => each.projection);
       if (behind.length > 0) throw new ReadModelsBehindError(behind, 'this change may be made');
       // Only what was waited for: a holder beside this one (a shared lock) may have marked a later position since.
-      await knex(MARKS)
-        .where((any) => {
-          for (const mark of found) any.orWhere((one) => one.where({ lock_name: mark.lock_name, projection: mark.projection }).where('position', '<=', Number(mark.position)));
-        })
-        .delete();
+      const clear = () =>
+        knex(MARKS)
+          .where((any) => {
+            for (const mark of found) any.orWhere((one) => one.where({ lock_name: mark.lock_name, projection: mark.projection }).where('position', '<=', Number(mark.position)));
+          })
+          .delete();
+      if (local === null) {
+        await clear();
+        return;
+      }
+      await local.change(
+        async () => {
+          await clear();
+          return new Set<string>(await knex(MARKS).whereIn('lock_name', names).distinct().pluck('lock_name'));
+        },
+        (marked, left) => names.filter((name) => !left.has(name)).forEach((name) => marked.delete(name)),
+      );
     },
   };
   guardNamedLocks(deps.db, marks);
   return marks;
+}
+
+/**
+ * On PGlite this process is the database's only client (one process per data directory,
+ * src/db/dataDirLock.ts) and makes every change of the marks: which lock names have marks is
+ * known here, read once, so a holder of a lock without one makes no statement at all. The changes
+ * run one at a time, each followed by its update of the names, so the names follow the table.
+ */
+function embeddedMarkedNames(knex: Knex) {
+  let loaded: Promise<Set<string>> | undefined;
+  const marked = () =>
+    (loaded ??= knex(MARKS)
+      .distinct()
+      .pluck('lock_name')
+      .then(
+        (names: string[]) => new Set(names),
+        (error: unknown) => {
+          loaded = undefined;
+          throw error;
+        },
+      ));
+  let changes: Promise<unknown> = Promise.resolve();
+  return {
+    anyMarked: async (names: readonly string[]) => {
+      const known = await marked();
+      return names.some((name) => known.has(name));
+    },
+    change<T>(statements: () => Promise<T>, update: (marked: Set<string>, result: T) => void): Promise<void> {
+      const done = changes.then(async () => {
+        const known = await marked();
+        update(known, await statements());
+      });
+      changes = done.catch(() => undefined);
+      return done;
+    },
+  };
 }

@@ -70,3 +70,21 @@ t.test('a mark a shared holder left at a later position meanwhile stays', async 
   t.equal(await withNamedLock(db, 'shared', async () => 'ran', 'shared', ['users']), 'ran');
   t.match(await rows(), [{ lock_name: 'shared', position: '8' }], 'the later mark is kept for the next holder');
 });
+
+t.test('on PGlite a holder of a lock without a mark makes no statement: the names with marks are known in the process', async (t) => {
+  const { db, marks, reached, rows, write } = await fixture(t);
+  await withNamedLock(db, 'marked', () => marks.leave(write(4), ['users']), 'exclusive', ['users']);
+  const statements: string[] = [];
+  const count = (query: { sql: string }) => void statements.push(query.sql);
+  db.knex.on('query', count);
+  t.teardown(() => void db.knex.off('query', count));
+  await withNamedLocks(db, [{ name: 'unmarked', mode: 'exclusive', readModels: ['users'] }, { name: 'also', mode: 'shared' }], async () => undefined);
+  t.same(statements, [], 'none for two locks without a mark');
+  reached.set('users', 4);
+  await withNamedLock(db, 'marked', async () => undefined, 'exclusive', ['users']);
+  t.ok(statements.some((sql) => sql.includes('lock_pending_positions')), 'the marked one is looked up');
+  t.same(await rows(), [], 'and cleared');
+  statements.length = 0;
+  await withNamedLock(db, 'marked', async () => undefined, 'exclusive', ['users']);
+  t.same(statements, [], 'after which it is a lock without a mark again');
+});
