@@ -1,8 +1,7 @@
 import t, { type Test } from 'tap';
-import { openScratchPostgres } from '../../src/db/database.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import { checkWritesBesideTheirEnd, restWriteAnswers } from '../helpers/racedWrites.js';
-import { registerUser, startTestService } from '../helpers/service.js';
+import { registerUser, startServerNodes } from '../helpers/service.js';
 
 /**
  * Two nodes on one PostgreSQL server: a role granted or revoked through one is in force for the
@@ -11,17 +10,8 @@ import { registerUser, startTestService } from '../helpers/service.js';
  */
 /** Two API nodes on one scratch PostgreSQL database (`maxConns` connections each), closed when `t` ends. */
 async function twoNodes(t: Test, database: string, maxConns = 5) {
-  const scratch = await openScratchPostgres(undefined, database);
-  const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
-  const overrides = { databases: { default: { url, max_conns: maxConns } } };
-  const nodeA = await startTestService({ overrides, workers: false });
-  const nodeB = await startTestService({ overrides, workers: false });
-  t.teardown(async () => {
-    await nodeB.close();
-    await nodeA.close();
-    await scratch.close();
-  });
-  return [nodeA, nodeB] as const;
+  const { nodes } = await startServerNodes(t, database, { maxConns });
+  return [nodes[0], nodes[1]] as const;
 }
 
 t.test('a role change through one node takes effect on the next request on another', async (t) => {

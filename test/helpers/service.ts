@@ -2,13 +2,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import type { Test } from 'tap';
 import pino from 'pino';
 import { buildConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
 import { createAppContext, type AppContext, type ContextOptions } from '../../src/app/context.js';
 import { buildApp } from '../../src/api/app.js';
 import { databaseOptions } from '../../src/config/derived.js';
-import type { Database, DatabaseOptions } from '../../src/db/database.js';
+import { openScratchPostgres, type Database, type DatabaseOptions } from '../../src/db/database.js';
 import { needsInitdb } from '../../src/db/pgliteThread.js';
 import { createWorkerEmbedder, type ClosableEmbedder } from '../../src/providers/modelWorkers/models.js';
 import { atGroupEnd, isGroupedRun } from './groupedRun.js';
@@ -145,6 +146,30 @@ export async function startTestService(
       if (!keepData && !options.dataDir) await rm(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Nodes of the server tier: services (no workers) on one fresh database of the PostgreSQL server,
+ * which holds their event store and read models (its `databases.default`; the log bus, no Kafka),
+ * `maxConns` connections each. Closed, and the database dropped, when `t` ends. `scratch` is a
+ * pool of its own on that database, for a test's reads.
+ */
+export async function startServerNodes(
+  t: Test,
+  database: string,
+  options: { nodes?: number; maxConns?: number; overrides?: Overrides } = {},
+): Promise<{ nodes: TestService[]; scratch: Database }> {
+  const scratch = await openScratchPostgres(undefined, database);
+  const url = (scratch.knex.client.config.connection as { connectionString: string }).connectionString;
+  const overrides = merge(options.overrides ?? {}, { databases: { default: { url, max_conns: options.maxConns ?? 5 } } });
+  const nodes: TestService[] = [];
+  t.teardown(async () => {
+    for (const node of nodes.reverse()) await node.close();
+    await scratch.close();
+  });
+  // One after the other: the first migrates the database.
+  for (let n = 0; n < (options.nodes ?? 2); n++) nodes.push(await startTestService({ overrides, workers: false }));
+  return { nodes: [...nodes], scratch };
 }
 
 /** A configured PGlite database as a kept, emptied one; a server's as configured. */
