@@ -12,9 +12,9 @@ import { registerUser, startServerNodes, type TestService } from '../helpers/ser
  * (test/app/lockMarks.test.ts has the same on PGlite, where the locks are in the process).
  */
 
-/** Two nodes on one fresh database; their settle waits 200 ms (two thirds of the connection deadline). */
-async function twoNodes(t: Test, database: string) {
-  const { nodes, scratch } = await startServerNodes(t, database, { overrides: { server: { read_timeout: '300ms', write_timeout: '0s' } } });
+/** Two nodes on one fresh database; their settle, and a lock's wait for its marks, waits two thirds of `readTimeout` (2 s by default: a refusal waits it out). */
+async function twoNodes(t: Test, database: string, readTimeout = '3s') {
+  const { nodes, scratch } = await startServerNodes(t, database, { overrides: { server: { read_timeout: readTimeout, write_timeout: '0s' } } });
   const [a, b] = nodes;
   const owner = await registerUser(a, 'owner@example.org');
   const newRepository = async (name: string) => {
@@ -22,10 +22,12 @@ async function twoNodes(t: Test, database: string) {
     if (created.status !== 201) throw new Error(`repository ${name}: ${created.status} ${JSON.stringify(created.body)}`);
     return created.body.id as string;
   };
-  const marks = (repository: string) =>
-    scratch.knex('lock_pending_positions').whereLike('lock_name', `%${repository}%`).orderBy(['lock_name', 'projection']).select('lock_name', 'projection');
+  /** The marks of a repository's locks, those at `atMost` or before if given (a later change may leave marks of its own when its wait runs out). */
+  const marks = (repository: string, atMost = Number.MAX_SAFE_INTEGER) =>
+    scratch.knex('lock_pending_positions').whereLike('lock_name', `%${repository}%`).where('position', '<=', atMost).orderBy(['lock_name', 'projection']).select('lock_name', 'projection');
+  const head = () => a.context.store.headPosition();
   const events = async () => Number((await scratch.knex('events').count({ count: '*' }))[0].count);
-  return { a, b, owner, newRepository, marks, events };
+  return { a, b, owner, newRepository, marks, events, head };
 }
 
 /** Runs `work` while the read models of every node are stopped, then runs them again until they have caught up with the log. */
@@ -41,15 +43,17 @@ async function whileReadModelsStopped<T>(nodes: readonly TestService[], work: ()
 }
 
 t.test("a role change node A answered before the read models had it holds back the next one on node B until they have it", async (t) => {
-  const { a, b, owner, newRepository, marks, events } = await twoNodes(t, 'factlog_lock_marks_roles');
+  const { a, b, owner, newRepository, marks, events, head } = await twoNodes(t, 'factlog_lock_marks_roles');
   const repository = await newRepository('Locked across nodes');
   const members = `/api/v1/repositories/${repository}/members`;
   const member = await registerUser(a, 'member@example.org');
   t.equal((await a.call('PUT', members, { token: owner.token, body: { email: 'member@example.org', role: 'reader' } })).status, 200);
   const setRole = (node: TestService, role: string) => node.call('PUT', members, { token: owner.token, body: { user_id: member.user.id, role } });
 
+  let changedOnA = 0;
   await whileReadModelsStopped([a, b], async () => {
     t.equal((await setRole(a, 'editor')).status, 200, 'node A answers before the read models have the change');
+    changedOnA = await head();
     t.same(await marks(repository), [
       { lock_name: `factlog.members.${repository}`, projection: 'users' },
       { lock_name: `factlog.repository-access.${repository}`, projection: 'users' },
@@ -65,7 +69,27 @@ t.test("a role change node A answered before the read models had it holds back t
   });
 
   t.equal((await setRole(b, 'reader')).status, 200, 'once the read models have caught up, node B makes the change');
-  t.same(await marks(repository), [], 'and removes the marks it waited for');
+  t.same(await marks(repository, changedOnA), [], 'and removes the marks it waited for');
+  const listed = (await b.call('GET', members, { token: owner.token })).body.members as Array<{ user_id: string; roles: string[] }>;
+  t.same(listed.find((each) => each.user_id === member.user.id)?.roles, ['reader'], 'the member has one role');
+});
+
+t.test("node B's next holder waits for the mark node A left while B's read models apply A's change: it is made, and the mark removed", async (t) => {
+  // B's read models poll the event store for A's append: time enough for that on a busy machine.
+  const { a, b, owner, newRepository, marks, head } = await twoNodes(t, 'factlog_lock_marks_applied', '15s');
+  const repository = await newRepository('Applied elsewhere');
+  const members = `/api/v1/repositories/${repository}/members`;
+  const member = await registerUser(a, 'member@example.org');
+  t.equal((await a.call('PUT', members, { token: owner.token, body: { email: 'member@example.org', role: 'reader' } })).status, 200);
+  const setRole = (node: TestService, role: string) => node.call('PUT', members, { token: owner.token, body: { user_id: member.user.id, role } });
+  // Only A's read models stop: B's run, and read A's change from the event store.
+  await whileReadModelsStopped([a], async () => {
+    t.equal((await setRole(a, 'editor')).status, 200);
+    t.equal((await marks(repository)).length, 2, 'A leaves its marks');
+    const changedOnA = await head();
+    t.equal((await setRole(b, 'reader')).status, 200, "B waits for its read models to reach A's change, then makes its own");
+    t.same(await marks(repository, changedOnA), [], 'and removes the marks');
+  });
   const listed = (await b.call('GET', members, { token: owner.token })).body.members as Array<{ user_id: string; roles: string[] }>;
   t.same(listed.find((each) => each.user_id === member.user.id)?.roles, ['reader'], 'the member has one role');
 });
