@@ -65,6 +65,9 @@ t.test("a role change node A answered before the read models had it holds back t
     t.match(refused.body, { error: 'unavailable', message: /users/ });
     t.ok(refused.headers['retry-after'], 'with Retry-After');
     t.equal(await events(), before, 'nothing appended');
+    const invalid = await setRole(b, 'overlord');
+    t.match({ status: invalid.status, body: invalid.body }, { status: 400, body: { error: String, message: String } }, 'a role that does not exist is refused as such');
+    t.equal(await events(), before, 'nothing appended');
     t.equal((await marks(repository)).length, 2, 'the marks stay while the read models have not reached them');
   });
 
