@@ -9,6 +9,7 @@ import {
   type KeyedRequest,
 } from '../app/idempotency.js';
 import { createHash } from 'node:crypto';
+import type { Permission } from '../auth/rbac.js';
 import { badRequest, errorReply, REPLAYED_HEADER, ReplayedAnswer } from './errors.js';
 
 declare module 'fastify' {
@@ -16,9 +17,11 @@ declare module 'fastify' {
     /**
      * The route creates something and takes an `Idempotency-Key` header: a retry with the key
      * answers the first request's answer again instead of creating a second one (registerIdempotency).
-     * `upload`: a multipart upload, whose key is claimed once its file is read (claimUploadKey).
+     * `permission`: what the creation needs, in the route's repository (`repoID`) or else the
+     * system, checked before the key is looked at. `upload`: a multipart upload, whose key is
+     * claimed once its file is read.
      */
-    idempotent?: boolean | 'upload';
+    idempotent?: { permission: Permission; upload?: true };
   }
   interface FastifyRequest {
     /** The key this request claimed, until its answer is kept or the key released. */
@@ -64,9 +67,10 @@ function keyOf(request: FastifyRequest): string | undefined {
 }
 
 /**
- * Idempotency keys for the routes that say `config: { idempotent: true }` (creations a client may
- * retry): checked before the handler runs (after authentication and the schema), the answer kept
- * when it is sent. An upload route (`idempotent: 'upload'`) claims its key once its file is read,
+ * Idempotency keys for the routes that say `config: { idempotent: { permission } }` (creations a
+ * client may retry): checked before the handler runs (after authentication and the schema, and
+ * once the caller holds the permission: a replay is no way around it), the answer kept when it is
+ * sent. An upload route (`upload: true`) claims its key once its file is read,
  * after the caller's permission: what it asks is its text fields and its file (name, declared
  * type, SHA-256 of the bytes), since a multipart body's boundary changes from one try to the next. Only a success (2xx) is kept: a refused or failed request stored nothing, so
  * its key is released and a retry runs anew. A key is the caller's own: without a caller (a 401
@@ -77,21 +81,22 @@ function keyOf(request: FastifyRequest): string | undefined {
 export function registerIdempotency(app: FastifyInstance, store: IdempotencyStore): void {
   app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
     const idempotent = request.routeOptions.config.idempotent;
-    if (idempotent === undefined || idempotent === false) return;
+    if (idempotent === undefined) return;
     const key = keyOf(request);
     if (key === undefined || !request.principal) return;
-    const userId = request.principal.userId;
-    if (idempotent === 'upload') {
+    const { repoID } = (request.params ?? {}) as { repoID?: string };
+    const caller = { principal: request.principal, permission: idempotent.permission, repository: repoID ?? null };
+    if (idempotent.upload) {
       // The file is read only once the caller may upload (src/api/uploads.ts), so its key is claimed then.
       request.idempotentUpload = async ({ fields, filename, declaredType, body }) => {
         const file = { filename, declared_type: declaredType, sha256: createHash('sha256').update(body).digest('hex') };
-        const keyed = await claimIdempotencyKey(store, userId, key, [request.method, request.url, { fields, file }]);
+        const keyed = await claimIdempotencyKey(store, caller, key, [request.method, request.url, { fields, file }]);
         if (keyed.kind === 'replay') throw new ReplayedAnswer(keyed.answer);
         request.idempotencyClaim = keyed;
       };
       return;
     }
-    const keyed = await claimIdempotencyKey(store, userId, key, [request.method, request.url, request.body ?? null]);
+    const keyed = await claimIdempotencyKey(store, caller, key, [request.method, request.url, request.body ?? null]);
     if (keyed.kind === 'replay') {
       const { status, contentType, body } = keyed.answer;
       if (contentType !== null) reply.header('content-type', contentType);

@@ -105,7 +105,7 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
   for (const method of methods) for (const code of hookErrorCodes(method, url, takesBearer)) response[code] ??= hookErrorReply(code, produces);
   const form = route.config?.multipartBody;
   const requiredQuery = route.config?.requiredQuery;
-  const idempotent = route.config?.idempotent !== undefined && route.config.idempotent !== false;
+  const idempotent = route.config?.idempotent !== undefined;
   if (idempotent) {
     // The route's own 409 (a slug taken) and the key's are both answers of it.
     const own = response[409] as { description?: string } | undefined;

@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
 import type { Knex } from 'knex';
+import type { Permission, Principal } from '../auth/rbac.js';
 import { DomainError } from '../domain/decider.js';
 import { isPlainObject } from '../util/objects.js';
+import { authorizeRepository, authorizeSystem } from './access.js';
 import { conflict } from './errors.js';
 
 /**
@@ -67,6 +69,16 @@ interface KeyRow {
   body: string | null;
 }
 
+/**
+ * Who sends a keyed request and what it needs: the permission of the creation, in its repository
+ * (an id or slug, as the request names it) or in the system (null: creating a repository).
+ */
+export interface KeyedCaller {
+  principal: Principal;
+  permission: Permission;
+  repository: string | null;
+}
+
 export function createIdempotencyStore(knex: Knex, now: () => number = Date.now) {
   let lastPurge = 0;
 
@@ -78,6 +90,15 @@ export function createIdempotencyStore(knex: Knex, now: () => number = Date.now)
   }
 
   return {
+    /**
+     * Throws unless the caller may make the keyed request now, as the creation itself checks it:
+     * `not_found` for a repository it may not see (or one deleted since), else `forbidden`.
+     */
+    async authorize({ principal, permission, repository }: KeyedCaller): Promise<void> {
+      if (repository === null) authorizeSystem(principal, permission);
+      else await authorizeRepository(knex, principal, repository, permission);
+    },
+
     /**
      * Claims `key` of `userId` for a request with this fingerprint (what the request asks:
      * method, path, body), or says what the key already holds. A key past its window, or
@@ -141,11 +162,17 @@ function canonicalJson(value: unknown): string {
 export type KeyedRequest = { kind: 'replay'; answer: IdempotentAnswer } | { kind: 'run'; settle(answer: IdempotentAnswer | null): Promise<void> };
 
 /**
- * Claims `key` of `userId` for `request`: what it asks, its operation first (REST: method, path
- * with query, body; MCP: 'mcp', the tool, its arguments). The same key with another request throws
- * IdempotencyKeyReusedError; while its first request runs, a conflict.
+ * Claims `key` of the caller's user for `request`: what it asks, its operation first (REST:
+ * method, path with query, body; MCP: 'mcp', the tool, its arguments). The caller's permission is
+ * checked first, as the creation checks it: a key's answer is given again only to a caller who may
+ * make the request now, so a credential confined to another repository (or to reading), or a user
+ * who lost the repository, learns nothing of what a key holds, neither its answer nor whether it
+ * was used. The same key with another request throws IdempotencyKeyReusedError; while its first
+ * request runs, a conflict.
  */
-export async function claimIdempotencyKey(store: IdempotencyStore, userId: string, key: string, request: readonly unknown[]): Promise<KeyedRequest> {
+export async function claimIdempotencyKey(store: IdempotencyStore, caller: KeyedCaller, key: string, request: readonly unknown[]): Promise<KeyedRequest> {
+  await store.authorize(caller);
+  const userId = caller.principal.userId;
   const fingerprint = createHash('sha256').update(canonicalJson(request)).digest('hex');
   const claim = await store.claim(userId, key, fingerprint);
   if (claim.kind === 'mismatch') throw new IdempotencyKeyReusedError();
@@ -164,12 +191,12 @@ export async function claimIdempotencyKey(store: IdempotencyStore, userId: strin
  */
 export async function runIdempotently<T>(
   store: IdempotencyStore,
-  userId: string,
+  caller: KeyedCaller,
   key: string,
   request: readonly unknown[],
   run: () => Promise<T>,
 ): Promise<{ replayed: true; value: unknown } | { replayed: false; value: T }> {
-  const keyed = await claimIdempotencyKey(store, userId, key, request);
+  const keyed = await claimIdempotencyKey(store, caller, key, request);
   if (keyed.kind === 'replay') return { replayed: true, value: JSON.parse(keyed.answer.body) as unknown };
   let answer: IdempotentAnswer | null = null;
   try {

@@ -150,6 +150,37 @@ t.test('an upload retried with its Idempotency-Key registers one source (and one
   t.same(reports.map((item) => item.title), ['Uploaded once'], 'one report');
 });
 
+t.test('a key answers again only a caller who may make the request now: a key confined elsewhere, a read-only key, a deleted repository', async (t) => {
+  const ada = await registerUser(service, 'ada6@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Private' } })).body.id;
+  const other = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Other' } })).body.id;
+  const body = { title: 'Confidential', text: 'The merger closes on Friday.' };
+  const send = (token: string, key: string, sent: object = body, repo = repository) =>
+    service.call('POST', `/api/v1/repositories/${repo}/reports`, { token, body: sent, headers: { 'idempotency-key': key } });
+  const first = await send(ada.token, 'secret-1');
+  t.equal(first.status, 201);
+  const apiKey = async (scopes: string[], keyRepository: string) =>
+    (await service.call('POST', '/api/v1/users/me/api-keys', { token: ada.token, body: { name: scopes.join(' '), scopes, repository: keyRepository } })).body.key as string;
+
+  const confined = await apiKey(['*:read', 'reports:create'], other);
+  const replay = await send(confined, 'secret-1');
+  t.same([replay.status, replay.body, replay.headers['idempotent-replayed']], [404, { error: 'not_found', message: 'repository not found' }, undefined], 'a key of another repository: 404, as without the key');
+  const guess = await send(confined, 'secret-1', { text: 'A guess.' });
+  t.equal(guess.status, 404, 'and no 422 telling the key was used there');
+  const readOnly = await apiKey(['*:read'], repository);
+  const refused = await send(readOnly, 'secret-1');
+  t.same([refused.status, refused.body.error, refused.headers['idempotent-replayed']], [403, 'forbidden', undefined], 'a read-only key: 403, as without the key');
+
+  const created = await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Short-lived' }, headers: { 'idempotency-key': 'doomed-1' } });
+  const inside = await send(ada.token, 'doomed-2', body, created.body.id);
+  t.equal(inside.status, 201);
+  t.equal((await service.call('DELETE', `/api/v1/repositories/${created.body.id}`, { token: ada.token })).status, 204);
+  const afterDelete = await send(ada.token, 'doomed-2', body, created.body.id);
+  t.same([afterDelete.status, afterDelete.body.error], [404, 'not_found'], 'a creation in a repository deleted since: 404, as an upload answers');
+  const repositoryAgain = await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Short-lived' }, headers: { 'idempotency-key': 'doomed-1' } });
+  t.same([repositoryAgain.status, repositoryAgain.body.id, repositoryAgain.headers['idempotent-replayed']], [201, created.body.id, 'true'], 'the deleted repository itself: its creation answered again');
+});
+
 t.test('the OpenAPI document names the header and its answers on the routes that take it', async (t) => {
   const document = (await service.call('GET', '/api/v1/openapi.json')).body;
   const create = document.paths['/api/v1/repositories'].post;

@@ -11,6 +11,7 @@ let client: Client;
 let restToken: string;
 let userId: string;
 let repository: string;
+let mcpEndpoint: URL;
 
 t.before(async () => {
   // No workers: a report's annotation and a source's fetch stay queued; the creations are what is looked at.
@@ -21,6 +22,7 @@ t.before(async () => {
   userId = writer.user.id;
   repository = (await service.call('POST', '/api/v1/repositories', { token: restToken, body: { name: 'Retried' } })).body.id;
   const { issuer, endpoint } = await listen(service);
+  mcpEndpoint = endpoint;
   client = await connectClient(endpoint, await accessToken(service, issuer, userId));
 });
 t.teardown(async () => {
@@ -99,7 +101,12 @@ t.test('a refused call keeps nothing under its key: its retry runs anew', async 
 t.test('a call whose key is still claimed by its first call is a conflict, the message of REST’s 409', async (t) => {
   const args = { repository, title: 'Still running' };
   // The first call, as far as the key says, has claimed it and not answered yet.
-  const first = await claimIdempotencyKey(service.context.idempotency, userId, 'running-1', ['mcp', 'createInvestigation', args]);
+  const first = await claimIdempotencyKey(
+    service.context.idempotency,
+    { principal: await service.context.identity.authenticate(restToken), permission: 'investigations:create', repository },
+    'running-1',
+    ['mcp', 'createInvestigation', args],
+  );
   t.equal(first.kind, 'run');
   const second = await callTool('createInvestigation', { ...args, idempotency_key: 'running-1' });
   t.same([second.isError, second.text], [true, `conflict: ${IDEMPOTENCY_KEY_IN_FLIGHT}`]);
@@ -132,4 +139,31 @@ t.test("REST and MCP share a user's keys: a key sent over the other transport is
   t.equal(theirs.status, 201);
   const mine = await callTool('createInvestigation', { repository, title: 'Mine', idempotency_key: 'shared-3' });
   t.same([mine.isError, mine.replayed], [false, false], "another user's key of the same text is another key");
+});
+
+t.test('a key answers again only a credential that may make the call: a key confined elsewhere or read-only learns nothing of it', async (t) => {
+  const args = { repository, title: 'Kept from others', idempotency_key: 'confined-1' };
+  const first = await callTool('createInvestigation', args);
+  t.notOk(first.isError);
+  const other = (await service.call('POST', '/api/v1/repositories', { token: restToken, body: { name: 'Elsewhere' } })).body.id;
+  const keyed = async (scopes: string[], keyRepository: string) => {
+    const created = await service.call('POST', '/api/v1/users/me/api-keys', { token: restToken, body: { name: scopes.join(' '), scopes, repository: keyRepository } });
+    t.equal(created.status, 201, JSON.stringify(created.body));
+    const keyClient = await connectClient(mcpEndpoint, created.body.key);
+    t.teardown(() => keyClient.close());
+    return async (toolArgs: Record<string, unknown>) => {
+      const result = (await keyClient.callTool({ name: 'createInvestigation', arguments: toolArgs })) as CallToolResult;
+      return { ...parsed(result), replayed: result._meta?.[REPLAYED_META] === true };
+    };
+  };
+  const confined = await keyed(['*:read', 'investigations:create'], other);
+  const replayed = await confined(args);
+  t.same([replayed.isError, replayed.replayed, replayed.text], [true, false, 'not found: repository not found'], 'a key of another repository: not found, as without the key');
+  const guessed = await confined({ ...args, title: 'A guess' });
+  t.same([guessed.isError, guessed.text], [true, 'not found: repository not found'], 'nor is a mismatch told');
+  const readOnly = await keyed(['*:read'], repository);
+  const refused = await readOnly(args);
+  t.same([refused.isError, refused.replayed], [true, false]);
+  t.equal(refused.text, 'permission denied: investigations:create', 'a read-only key: refused, as without the key');
+  t.equal(await titled('investigations', 'Kept from others'), 1);
 });

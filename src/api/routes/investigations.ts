@@ -54,7 +54,7 @@ export const investigationRoutes: FastifyPluginAsync<{ context: AppContext }> = 
         body: { type: 'object', additionalProperties: false, required: ['title'], properties: { title, topic } },
         response: { 201: { ...investigationSchema, description: 'the investigation, created' }, ...errorReplies },
       },
-      config: { idempotent: true },
+      config: { idempotent: { permission: 'investigations:create' } },
     },
     async (request, reply) =>
       reply.status(201).send(await investigations.create(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request))),

@@ -121,7 +121,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         body: { type: 'object', additionalProperties: false, required: ['text'], properties: fieldProperties },
         response: { 201: { ...reportSchema, description: 'the report, created; its annotation runs in the background' }, ...reportErrorReplies },
       },
-      config: { idempotent: true },
+      config: { idempotent: { permission: 'reports:create' } },
     },
     async (request, reply) => reply.status(201).send(await reports.create(requireUser(request), { repository: request.params.repoID, ...request.body }, traceOf(request))),
   );
@@ -147,7 +147,7 @@ export const reportRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
           },
         },
         // As POST .../reports: a retried upload would make a second report.
-        idempotent: 'upload',
+        idempotent: { permission: 'reports:create', upload: true },
       },
     },
     async (request, reply) => {

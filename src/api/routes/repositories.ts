@@ -97,7 +97,7 @@ export const repositoryRoutes: FastifyPluginAsync<{ context: AppContext }> = asy
         response: { 201: { ...repositorySchema, description: 'the repository, created' }, ...errorReplies, 409: errorReply('the slug is taken') },
       },
       // A retry whose first answer was lost would make a second repository (a derived slug gets a suffix).
-      config: { idempotent: true },
+      config: { idempotent: { permission: 'repositories:create' } },
     },
     async (request, reply) => reply.status(201).send(await repositories.create(requireUser(request), request.body, traceOf(request))),
   );

@@ -57,7 +57,7 @@ export const sourceRoutes: FastifyPluginAsync<{ context: AppContext }> = async (
         response: { 201: { ...sourceSchema, description: 'the source, registered; its processing runs in the background' }, ...errorReplies },
       },
       // A retried upload would register the document again, as a second source.
-      config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' }, idempotent: 'upload' },
+      config: { multipartBody: { file: 'the document: HTML, PDF, Markdown or plain text, at most server.body_limit bytes' }, idempotent: { permission: 'sources:create', upload: true } },
     },
     async (request, reply) => {
       // Read only once the caller may add sources.

@@ -5,10 +5,11 @@ import type { Trace } from '../../app/access.js';
 import type { Application } from '../../app/application.js';
 import { withCallContext } from '../../app/callContext.js';
 import type { AppContext } from '../../app/context.js';
-import type { Principal } from '../../auth/rbac.js';
+import type { Permission, Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../util/codePoints.js';
 import { isUuid } from '../../util/uuid.js';
+import { isPlainObject } from '../../util/objects.js';
 import { ReadModelsBehindError } from '../../app/errors.js';
 import { IDEMPOTENCY_KEY_PATTERN, MAX_IDEMPOTENCY_KEY_CHARS, runIdempotently } from '../../app/idempotency.js';
 import { searchModes } from '../../search/hybrid.js';
@@ -139,10 +140,18 @@ interface ToolSpec<Schema extends z.ZodObject> {
   readOnly: boolean;
   /**
    * The tool creates something a retried call would create twice: it takes an optional
-   * `idempotency_key` (idempotencyKeyArgument), as REST's creating routes take `Idempotency-Key`.
+   * `idempotency_key` (idempotencyKeyArgument), as REST's creating routes take `Idempotency-Key`;
+   * `permission` is what the creation needs in its `repository`, checked before the key is looked at.
    */
-  idempotent?: boolean;
+  idempotent?: { permission: Permission };
   run(call: ToolCall, args: z.output<Schema>): Promise<unknown>;
+}
+
+/** The repository a creating tool's arguments name: each creating tool makes something in the repository of its `repository` argument. */
+function repositoryOf(args: unknown): string {
+  const repository = isPlainObject(args) ? args.repository : undefined;
+  if (typeof repository !== 'string') throw new Error('a creating tool takes a repository argument');
+  return repository;
 }
 
 /**
@@ -189,10 +198,11 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
           async () => {
             try {
               const key = keyed?.data?.idempotency_key;
-              if (key === undefined) return toolResult(await spec.run(call, parsed.data));
+              if (key === undefined || spec.idempotent === undefined) return toolResult(await spec.run(call, parsed.data));
               // What the call asks, its tool first: the same key sent to another tool, or to a REST route, is a mismatch.
               const request = ['mcp', spec.name, parsed.data];
-              const { replayed, value } = await runIdempotently(call.context.idempotency, call.principal.userId, key, request, () => spec.run(call, parsed.data));
+              const caller = { principal: call.principal, permission: spec.idempotent.permission, repository: repositoryOf(parsed.data) };
+              const { replayed, value } = await runIdempotently(call.context.idempotency, caller, key, request, () => spec.run(call, parsed.data));
               return replayed ? { ...toolResult(value), _meta: { [REPLAYED_META]: true } } : toolResult(value);
             } catch (error) {
               return toolFailure(error, call.context);

@@ -35,7 +35,7 @@ export const investigationTools = [
       topic: textOfAtMost(MAX_INVESTIGATION_TOPIC_CHARS).optional().describe('The question or topic the investigation gathers sources for.'),
     }),
     readOnly: false,
-    idempotent: true,
+    idempotent: { permission: 'investigations:create' },
     async run({ app, principal, trace }, args) {
       return app.investigations.create(principal, args, trace);
     },

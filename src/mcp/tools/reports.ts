@@ -29,7 +29,7 @@ export const reportTools = [
       childrenIds,
     }),
     readOnly: false,
-    idempotent: true,
+    idempotent: { permission: 'reports:create' },
     async run(call, args) {
       // One command: children that cannot be taken are refused before the report is made.
       return call.app.reports.create(
