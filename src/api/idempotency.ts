@@ -49,6 +49,14 @@ export const idempotencyKeyHeader = {
   description:
     'optional: a key of your choice (1–255 printable ASCII characters, e.g. a UUID; a structured-field string "…" is read without its quotes) that makes a retry safe: the same key with the same request within 24 hours answers the first answer again (with `Idempotent-Replayed: true`) instead of creating another; the same key with another request is a 422',
 } as const;
+/** The header a replayed answer carries, as the OpenAPI document lists it on an idempotent route's success. */
+export const replayedHeader = {
+  [REPLAYED_HEADER]: {
+    type: 'string',
+    enum: ['true'],
+    description: 'sent (as `true`) when this is the first answer to an earlier request with the same Idempotency-Key, given again; absent on a first answer',
+  },
+} as const;
 export const idempotencyReplies = {
   409: errorReply(IDEMPOTENCY_KEY_IN_FLIGHT),
   422: errorReply(IDEMPOTENCY_KEY_REUSED),

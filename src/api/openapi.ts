@@ -1,7 +1,7 @@
 import type { SwaggerTransform } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
 import { errorReply, errorReplySchema } from './errors.js';
-import { IDEMPOTENCY_HEADER, idempotencyKeyHeader, idempotencyReplies } from './idempotency.js';
+import { IDEMPOTENCY_HEADER, idempotencyKeyHeader, idempotencyReplies, replayedHeader } from './idempotency.js';
 import { CREDENTIAL_PATHS } from './rateLimits.js';
 import { takesBearerToken } from './schemas.js';
 
@@ -111,6 +111,10 @@ export const completeOperation: SwaggerTransform = ({ schema, url, route }) => {
     const own = response[409] as { description?: string } | undefined;
     response[409] = own?.description ? errorReply(`${own.description}; or ${idempotencyReplies[409].description}`) : idempotencyReplies[409];
     response[422] = idempotencyReplies[422];
+    // A success may be a replay: its header is listed on it.
+    for (const [code, reply] of Object.entries(response)) {
+      if (/^2\d\d$/.test(code) && typeof reply === 'object' && reply !== null) response[code] = { ...reply, headers: { ...(reply as { headers?: object }).headers, ...replayedHeader } };
+    }
   }
   const headers = schema.headers as { type?: string; properties?: Record<string, unknown> } | undefined;
   const completed: FastifySchema = {

@@ -190,8 +190,19 @@ t.test('the OpenAPI document names the header and its answers on the routes that
   );
   t.ok(create.responses['422'], '422');
   t.match(create.responses['409'].description, /slug is taken.*idempotency key/);
-  for (const path of ['/api/v1/repositories/{repoID}/sources/upload', '/api/v1/repositories/{repoID}/reports/upload']) {
+  const replayedOn = (operation: { responses: Record<string, { headers?: Record<string, unknown> }> }) =>
+    Object.keys(operation.responses).filter((code) => operation.responses[code].headers?.['idempotent-replayed'] !== undefined);
+  t.same(replayedOn(create), ['201'], 'the answer a replay may be names Idempotent-Replayed');
+  t.match(create.responses['201'].headers['idempotent-replayed'], { schema: { type: 'string', enum: ['true'] } });
+  t.same(replayedOn(document.paths['/api/v1/repositories/{repoID}/sources'].post), [], 'not on a route without a key');
+  for (const path of [
+    '/api/v1/repositories/{repoID}/reports',
+    '/api/v1/repositories/{repoID}/investigations',
+    '/api/v1/repositories/{repoID}/sources/upload',
+    '/api/v1/repositories/{repoID}/reports/upload',
+  ]) {
     const upload = document.paths[path].post;
+    t.same(replayedOn(upload), ['201'], `${path}: Idempotent-Replayed`);
     t.ok(
       upload.parameters.some((parameter: { in: string; name: string }) => parameter.in === 'header' && parameter.name === 'idempotency-key'),
       `${path}: the header`,
