@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { processWideSchemaCompilers } from './schemaCompilers.js';
 import multipart from '@fastify/multipart';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { AppContext } from '../app/context.js';
 import { parseDuration } from '../config/duration.js';
-import { withCallContext } from '../app/callContext.js';
+import { withCallContext, type CallContext } from '../app/callContext.js';
 import { answerClientError, frameworkErrorMessage, HttpError, MAX_PATH_PARAM_CHARS, registerErrorHandling } from './errors.js';
 import { rebuildingReadModels } from '../read/projections.js';
 import { authenticateRequest } from './guard.js';
@@ -163,22 +163,23 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
   });
   // Every handler runs inside its call context, so the application layer's permission decisions
   // reach the audit with the route, the credential kind and the client address.
+  const callOf = (request: FastifyRequest, operation: string): CallContext => ({
+    transport: 'rest',
+    operation,
+    principal: request.principal ?? undefined,
+    clientAddress: request.ip,
+    requestId: String(request.id),
+    audit: context.audit,
+  });
   app.addHook('onRoute', (route) => {
     const handler = route.handler;
     const operation = `${Array.isArray(route.method) ? route.method.join(',') : route.method} ${route.url}`;
     route.handler = function (this: FastifyInstance, request, reply) {
-      const call = {
-        transport: 'rest' as const,
-        operation,
-        principal: request.principal ?? undefined,
-        clientAddress: request.ip,
-        requestId: String(request.id),
-        audit: context.audit,
-      };
-      return withCallContext(call, () => handler.call(this, request, reply));
+      return withCallContext(callOf(request, operation), () => handler.call(this, request, reply));
     };
   });
-  registerIdempotency(app, context.idempotency);
+  // A key's permission check, before the handler, is audited as the handler's are.
+  registerIdempotency(app, context.idempotency, (request, run) => withCallContext(callOf(request, `${request.method} ${request.routeOptions.url}`), run));
   for (const routes of resourceRoutes) await app.register(routes, { context });
   return app;
 }

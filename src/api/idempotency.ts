@@ -86,7 +86,12 @@ function keyOf(request: FastifyRequest): string | undefined {
  * the claim, its refusals (422, 409) and what is kept are the application layer's, which MCP's
  * tools use too (src/app/idempotency.ts).
  */
-export function registerIdempotency(app: FastifyInstance, store: IdempotencyStore): void {
+export function registerIdempotency(
+  app: FastifyInstance,
+  store: IdempotencyStore,
+  /** Runs the key's claim inside the request's call context (its permission check reaches the audit). */
+  inCallOf: <T>(request: FastifyRequest, run: () => Promise<T>) => Promise<T>,
+): void {
   app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
     const idempotent = request.routeOptions.config.idempotent;
     if (idempotent === undefined) return;
@@ -104,7 +109,7 @@ export function registerIdempotency(app: FastifyInstance, store: IdempotencyStor
       };
       return;
     }
-    const keyed = await claimIdempotencyKey(store, caller, key, [request.method, request.url, request.body ?? null]);
+    const keyed = await inCallOf(request, () => claimIdempotencyKey(store, caller, key, [request.method, request.url, request.body ?? null]));
     if (keyed.kind === 'replay') {
       const { status, contentType, body } = keyed.answer;
       if (contentType !== null) reply.header('content-type', contentType);

@@ -170,6 +170,17 @@ t.test('a key answers again only a caller who may make the request now: a key co
   const readOnly = await apiKey(['*:read'], repository);
   const refused = await send(readOnly, 'secret-1');
   t.same([refused.status, refused.body.error, refused.headers['idempotent-replayed']], [403, 'forbidden', undefined], 'a read-only key: 403, as without the key');
+  await service.context.audit.flush();
+  const audited = await service.context.db
+    .knex('permission_audit')
+    .where({ user_id: ada.user.id, permission: 'reports:create', allowed: false })
+    .orderBy('id')
+    .select('operation', 'transport', 'repository_id');
+  t.same(
+    audited,
+    [0, 1, 2].map(() => ({ operation: 'POST /api/v1/repositories/:repoID/reports', transport: 'rest', repository_id: repository })),
+    'each refusal of a keyed request is in the permission audit, as a refusal by the handler is',
+  );
 
   const created = await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Short-lived' }, headers: { 'idempotency-key': 'doomed-1' } });
   const inside = await send(ada.token, 'doomed-2', body, created.body.id);
