@@ -36,3 +36,17 @@ t.test('a key whose request never answered is claimed again once abandoned; a re
   t.same(await store.claim('u2', 'k', 'f'), { kind: 'claimed' }, 'released: the retry runs anew');
   t.same(await store.claim('u3', 'k', 'f'), { kind: 'claimed' }, "another user's key");
 });
+
+t.test('keys past their window are deleted by the next claim (at most once an hour per process); keys within it stay', async (t) => {
+  let clock = Date.parse('2026-03-01T00:00:00Z');
+  const store = createIdempotencyStore(harness.service.context.db.knex, () => clock);
+  const keysOf = async (userId: string) => (await harness.service.context.db.knex('idempotency_keys').where({ user_id: userId }).orderBy('key')).map((row: { key: string }) => row.key);
+  t.same(await store.claim('u5', 'old', 'f'), { kind: 'claimed' });
+  await store.complete('u5', 'old', 'f', answer);
+  clock += IDEMPOTENCY_WINDOW_MS - 3_600_000;
+  t.same(await store.claim('u5', 'recent', 'f'), { kind: 'claimed' });
+  clock += 3_600_000 + 1;
+  t.same(await keysOf('u5'), ['old', 'recent'], 'nothing deletes a key until a claim');
+  t.same(await store.claim('u6', 'k', 'f'), { kind: 'claimed' });
+  t.same(await keysOf('u5'), ['recent'], "a claim (any user's) deleted the key past its window");
+});
