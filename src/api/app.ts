@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type http from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { processWideSchemaCompilers } from './schemaCompilers.js';
 import multipart from '@fastify/multipart';
@@ -127,6 +128,17 @@ export async function buildApp(context: AppContext): Promise<FastifyInstance> {
     schemaController: { compilersFactory: processWideSchemaCompilers },
     // Requests during shutdown are answered by registerShutdownAnswer, in this API's error shape.
     return503OnClosing: false,
+  });
+  // A request sent with `Expect: 100-continue` whose declared body is past server.body_limit is
+  // answered its 413 before the client sends the body: Node's own handler sent 100 Continue to
+  // every such request, the 413 came at once and closed the connection, and a client still
+  // sending megabytes (curl does this for any body over 1 MB) lost the 413 to a broken pipe.
+  // A multipart upload's limit is on its file, not its whole body: it continues as before.
+  app.server.on('checkContinue', (request: http.IncomingMessage, response: http.ServerResponse) => {
+    const declared = Number(request.headers['content-length']);
+    const multipart = /^multipart\//i.test(request.headers['content-type'] ?? '');
+    if (multipart || !(declared > config.server.body_limit)) response.writeContinue();
+    app.server.emit('request', request, response);
   });
   registerErrorHandling(app, { rebuilding: () => rebuildingReadModels(context), bodyLimit: config.server.body_limit });
   registerShutdownAnswer(app);

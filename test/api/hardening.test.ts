@@ -452,3 +452,26 @@ t.test('a request still arriving after read_timeout + write_timeout is cut with 
   const first = replies[0];
   t.match(first.status === 'fulfilled' ? first.value : '', /"the request was not received in time"/);
 });
+t.test('a body declared past server.body_limit with Expect: 100-continue is answered 413 before it is sent, not 100 Continue', async (t) => {
+  if (!service.app.server.listening) await service.app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = service.app.server.address() as AddressInfo;
+  const head = (length: number, type: string) =>
+    `POST /api/v1/repositories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: ${type}\r\nContent-Length: ${length}\r\nExpect: 100-continue\r\n\r\n`;
+  // The client waits for 100 Continue before sending its body (curl does for a body over 1 MB).
+  const tooLarge = await rawExchange(port, head(64 * 1024 + 1, 'application/json'));
+  t.equal(tooLarge.statusLine, 'HTTP/1.1 413 Payload Too Large', 'the 413 first: the client sends nothing');
+  t.same(JSON.parse(tooLarge.body), { error: 'payload_too_large', message: 'the request body is larger than 64 KiB, the limit (server.body_limit)' });
+
+  /** The first status line the server answers a body's announcement with; the connection is then dropped. */
+  const firstAnswer = (request: string) =>
+    new Promise<string>((resolve, reject) => {
+      const socket = net.connect(port, '127.0.0.1', () => socket.write(request));
+      socket.once('data', (chunk) => {
+        resolve(chunk.toString('latin1').split('\r\n')[0]);
+        socket.destroy();
+      });
+      socket.on('error', reject);
+    });
+  t.equal(await firstAnswer(head(100, 'application/json')), 'HTTP/1.1 100 Continue', 'a body within the limit is asked for');
+  t.equal(await firstAnswer(head(64 * 1024 + 1, 'multipart/form-data; boundary=x')), 'HTTP/1.1 100 Continue', 'an upload, whose limit is on its file, is asked for');
+});
