@@ -133,20 +133,26 @@ t.test('WriteSummarySlices: removes slices from the end', async (t) => {
     .thenThrows(DomainError, (error) => /slice 1 is missing/.test(error.message));
 });
 
+type RecordSynthesis = Extract<ConceptCommand, { type: 'RecordSynthesis' }>;
+
+/** A synthesis of c1 citing f1, the one the tests below record; `change` sets what a test is about. */
+const recordSynthesis = (change: Partial<RecordSynthesis> = {}): RecordSynthesis => ({
+  type: 'RecordSynthesis',
+  synthesisId: synthesisId('c1'),
+  content: '[a](<fact:f1>)',
+  factIds: ['f1'],
+  sliceIds: [],
+  relatedConceptIds: [],
+  relatedSynthesisIds: [],
+  imageFactIds: [],
+  modelId: 'm',
+  inputsHash: 'h1',
+  allowedFactIds: ['f1'],
+  ...change,
+});
+
 t.test('RecordSynthesis: once per inputs, again when asked; citations checked', async (t) => {
-  const record: Extract<ConceptCommand, { type: 'RecordSynthesis' }> = {
-    type: 'RecordSynthesis',
-    synthesisId: synthesisId('c1'),
-    content: '[a](<fact:f1>)',
-    factIds: ['f1'],
-    sliceIds: ['s1'],
-    relatedConceptIds: [],
-    relatedSynthesisIds: [],
-    imageFactIds: [],
-    modelId: 'm',
-    inputsHash: 'h1',
-    allowedFactIds: ['f1', 'f2'],
-  };
+  const record = recordSynthesis({ sliceIds: ['s1'], allowedFactIds: ['f1', 'f2'] });
   const [synthesized] = given([created]).when(record).events();
   t.match(synthesized, { type: 'ConceptSynthesized', data: { inputs_hash: 'h1', reason: 'inputs_changed', fact_ids: ['f1'] } });
   t.same(given([created, synthesized]).when(record).events(), [], 'the same inputs again: nothing');
@@ -164,21 +170,7 @@ t.test('RecordSynthesis: once per inputs, again when asked; citations checked', 
 
 t.test('RemoveSynthesis: only a concept that has one loses it, once', async (t) => {
   const remove = { type: 'RemoveSynthesis', synthesisId: synthesisId('c1'), reason: 'no facts left' } as const;
-  const [synthesized] = given([created])
-    .when({
-      type: 'RecordSynthesis',
-      synthesisId: synthesisId('c1'),
-      content: '[a](<fact:f1>)',
-      factIds: ['f1'],
-      sliceIds: [],
-      relatedConceptIds: [],
-      relatedSynthesisIds: [],
-      imageFactIds: [],
-      modelId: 'm',
-      inputsHash: 'h1',
-      allowedFactIds: ['f1'],
-    })
-    .events();
+  const [synthesized] = given([created]).when(recordSynthesis()).events();
   const removed = { type: 'ConceptSynthesisRemoved', data: { synthesis_id: synthesisId('c1'), reason: 'no facts left' } } as const;
   t.same(given([created, synthesized]).when(remove).events(), [removed]);
   t.same(given([created, synthesized, removed]).when(remove).events(), [], 'removed already');
@@ -193,7 +185,7 @@ t.test('conceptUnreadData: a stream read without those fields folds to the same 
     { type: 'ConceptEmbedded', data: { model: 'local', dimensions: 2, vector: packVector([0.6, 0.8]) } },
     written(one),
     written(two),
-    given([created]).when({ type: 'RecordSynthesis', synthesisId: synthesisId('c1'), content: '[a](<fact:f1>)', factIds: ['f1'], sliceIds: [one.sliceId], relatedConceptIds: [], relatedSynthesisIds: [], imageFactIds: [], modelId: 'm', inputsHash: 'h1', allowedFactIds: ['f1'] }).events()[0],
+    given([created]).when(recordSynthesis({ sliceIds: [one.sliceId] })).events()[0],
   ];
   const stripped = stream.map((event) => withoutOmittedData({ ...recordedShape, type: event.type, data: { ...event.data } }, conceptUnreadData)) as unknown as ConceptEvent[]; // recorded envelopes carry the domain event's type and data
   t.notOk(stripped.some((event) => 'content' in event.data || 'vector' in event.data), 'the Markdown and the vector are gone');
@@ -204,19 +196,7 @@ t.test('conceptUnreadData: a stream read without those fields folds to the same 
 
 t.test('RecordSynthesis: its size bound counts characters, so an emoji is one, not two UTF-16 units', async (t) => {
   const cited = '[a](<fact:f1>)';
-  const record = (content: string): ConceptCommand => ({
-    type: 'RecordSynthesis',
-    synthesisId: synthesisId('c1'),
-    content,
-    factIds: ['f1'],
-    sliceIds: ['s1'],
-    relatedConceptIds: [],
-    relatedSynthesisIds: [],
-    imageFactIds: [],
-    modelId: 'm',
-    inputsHash: 'h1',
-    allowedFactIds: ['f1'],
-  });
+  const record = (content: string) => recordSynthesis({ content, sliceIds: ['s1'] });
   const fill = MAX_DERIVED_CONTENT_CHARS - cited.length;
   const emoji = `${cited}${'😀'.repeat(fill)}`;
   t.ok(emoji.length > MAX_DERIVED_CONTENT_CHARS, 'more UTF-16 units than the bound');
