@@ -261,12 +261,7 @@ export class ProjectionRunner implements ReadModelRunner {
 
   /** The embedded log is totally ordered: reaching the write's global position is enough. */
   async settle(write: AppendedWrite, timeoutMs: number): Promise<readonly string[]> {
-    try {
-      await this.waitFor(write.position, timeoutMs);
-    } catch (error) {
-      if (error instanceof ProjectionWaitTimeoutError) throw new ProjectionWaitTimeoutError(error.position, error.timeoutMs, error.behind, this.unapplied(write));
-      throw error;
-    }
+    if (!(await this.waitUntil(() => this.reached(write.position), timeoutMs))) throw this.waitTimedOut(write.position, timeoutMs, this.unapplied(write));
     return this.unapplied(write);
   }
 
@@ -278,12 +273,7 @@ export class ProjectionRunner implements ReadModelRunner {
   }
 
   async caughtUp(position: number, timeoutMs: number): Promise<boolean> {
-    try {
-      await this.waitFor(position, timeoutMs);
-    } catch (error) {
-      if (error instanceof ProjectionWaitTimeoutError) return false;
-      throw error;
-    }
+    if (!(await this.waitUntil(() => this.reached(position), timeoutMs))) return false;
     // A rebuild empties its tables first: until it has replayed the log, what was written is not all readable.
     return ![...this.workers.values()].some((worker) => worker.state === 'rebuilding');
   }
@@ -301,11 +291,15 @@ export class ProjectionRunner implements ReadModelRunner {
    * rebuilding projections are not waited for: they would only turn a stored write into an error.
    */
   async waitFor(position: number, timeoutMs: number): Promise<void> {
-    if (await this.waitUntil(() => this.reached(position), timeoutMs)) return;
+    if (!(await this.waitUntil(() => this.reached(position), timeoutMs))) throw this.waitTimedOut(position, timeoutMs);
+  }
+
+  /** The error of a wait for `position` that ran out: the running projections still behind it, and for settle those that had not applied the write. */
+  private waitTimedOut(position: number, timeoutMs: number, unapplied: readonly string[] = []): ProjectionWaitTimeoutError {
     const behind = [...this.workers.values()]
       .filter((worker) => worker.state === 'running' && worker.position < position)
       .map((worker) => `${worker.projection.name} at ${worker.position}`);
-    throw new ProjectionWaitTimeoutError(position, timeoutMs, behind);
+    return new ProjectionWaitTimeoutError(position, timeoutMs, behind, unapplied);
   }
 
   /** True once `done()` holds, false after `timeoutMs`. */
