@@ -16,6 +16,7 @@ import kafkajs, {
 import type { Knex } from 'knex';
 // Node's reading of kafkajs' CommonJS exports stops before these two: take them from the module object.
 const { ConfigResourceTypes, ConfigSource } = kafkajs;
+import { KAFKA_SASL_LOGIN_CHOICES, KAFKA_SASL_LOGIN_MECHANISMS, type KafkaSaslLoginMechanism } from '../config/types.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
 import { chunkedBySize } from '../util/chunked.js';
 import { streamCategories, type RecordedEvent } from '../eventstore/envelope.js';
@@ -55,7 +56,7 @@ export interface KafkaOptions {
 }
 
 export interface KafkaSasl {
-  mechanism: 'plain' | 'scram-sha-256' | 'scram-sha-512';
+  mechanism: KafkaSaslLoginMechanism;
   username: string;
   /** A secret: never logged (kafkajs logs only whether SASL is on). */
   password: string;
@@ -171,8 +172,8 @@ export function validateKafkaOptions(options: KafkaOptions): void {
     throw new RangeError(`kafka replicationFactor must be an integer >= 1, is ${String(options.replicationFactor)}`);
   }
   if (options.sasl !== undefined) {
-    if (!['plain', 'scram-sha-256', 'scram-sha-512'].includes(options.sasl.mechanism)) {
-      throw new RangeError(`kafka sasl mechanism ${JSON.stringify(options.sasl.mechanism)} must be plain, scram-sha-256 or scram-sha-512`);
+    if (!(KAFKA_SASL_LOGIN_MECHANISMS as readonly string[]).includes(options.sasl.mechanism)) {
+      throw new RangeError(`kafka sasl mechanism ${JSON.stringify(options.sasl.mechanism)} must be ${KAFKA_SASL_LOGIN_CHOICES}`);
     }
     if (options.sasl.username === '' || options.sasl.password === '') throw new RangeError('kafka sasl needs a username and a password');
   }

@@ -14,8 +14,23 @@ export type ThinkingLevel = 'low' | 'medium' | 'high';
 export type RepositoryPreset = 'general' | 'scientific' | 'enterprise';
 export type LlmProvider = 'local' | 'openai';
 export type EmbeddingsProvider = 'local' | 'openai' | 'none';
-/** How the service authenticates to Kafka (`bus.kafka.sasl.mechanism`); kafkajs's names. */
-export type KafkaSaslMechanism = 'none' | 'plain' | 'scram-sha-256' | 'scram-sha-512';
+/**
+ * How the service may authenticate to Kafka (`bus.kafka.sasl.mechanism`), in kafkajs's names; `none`
+ * sends no SASL. The one list of them: the types, the Kafka adapter's check (src/bus/kafka.ts) and
+ * every message naming the choices are made from it. It lives here, not in src/bus/kafka.ts, because
+ * the configuration must not load kafkajs (docs/architecture.md: a tier's client is imported only
+ * when chosen); this file imports nothing. schemas/config.schema.json's enum must equal it
+ * (test/config/kafka.test.ts).
+ */
+export const KAFKA_SASL_MECHANISMS = ['none', 'plain', 'scram-sha-256', 'scram-sha-512'] as const;
+export type KafkaSaslMechanism = (typeof KAFKA_SASL_MECHANISMS)[number];
+/** The mechanisms that log in: all of KAFKA_SASL_MECHANISMS but `none`. */
+export type KafkaSaslLoginMechanism = Exclude<KafkaSaslMechanism, 'none'>;
+export const KAFKA_SASL_LOGIN_MECHANISMS: readonly KafkaSaslLoginMechanism[] = KAFKA_SASL_MECHANISMS.filter(
+  (mechanism): mechanism is KafkaSaslLoginMechanism => mechanism !== 'none',
+);
+/** The login mechanisms for a message: `plain, scram-sha-256 or scram-sha-512`. */
+export const KAFKA_SASL_LOGIN_CHOICES = `${KAFKA_SASL_LOGIN_MECHANISMS.slice(0, -1).join(', ')} or ${KAFKA_SASL_LOGIN_MECHANISMS.at(-1) ?? ''}`;
 export interface KafkaSaslConfig {
   mechanism: KafkaSaslMechanism;
   username: string;

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, MIN_TOKEN_TTL_MS, parseDuration } from './duration.js';
 import { caFileProblems } from './tls.js';
-import { type Config, ConfigError, type RetryConfig } from './types.js';
+import { type Config, ConfigError, KAFKA_SASL_LOGIN_CHOICES, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { isPlainObject } from '../util/objects.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
@@ -303,7 +303,7 @@ function kafkaSaslProblems(kafka: Config['bus']['kafka']): Array<[string, string
   if (mechanism === 'none') {
     // Credentials with no mechanism: most likely BUS_KAFKA_SASL_MECHANISM forgotten, and the service would connect unauthenticated.
     if (username !== '' || password !== '') {
-      problems.push(['bus.kafka.sasl.mechanism', 'is none, but sasl.username or sasl.password is set: choose plain, scram-sha-256 or scram-sha-512 (BUS_KAFKA_SASL_MECHANISM)']);
+      problems.push(['bus.kafka.sasl.mechanism', `is none, but sasl.username or sasl.password is set: choose ${KAFKA_SASL_LOGIN_CHOICES} (BUS_KAFKA_SASL_MECHANISM)`]);
     }
     return problems;
   }

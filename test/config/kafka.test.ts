@@ -1,4 +1,7 @@
+import { readFileSync } from 'node:fs';
 import t from 'tap';
+import { configSchemaPath } from '../../src/config/index.js';
+import { KAFKA_SASL_LOGIN_CHOICES, KAFKA_SASL_LOGIN_MECHANISMS, KAFKA_SASL_MECHANISMS } from '../../src/config/types.js';
 import { configErrorOf, load } from './helpers.js';
 
 // A password no message may echo: it is a secret.
@@ -47,4 +50,13 @@ t.test('bus.kafka.sasl that cannot authenticate, or would authenticate in clear,
   t.match(both, /bus\.kafka\.sasl\.username: is required/, 'every problem at once: the user name,');
   t.match(both, /bus\.kafka\.sasl\.password: is required/, 'the password');
   t.match(both, /plain needs bus\.kafka\.tls: true/, 'and TLS');
+});
+
+t.test("the SASL mechanisms are one list: the schema's enum is KAFKA_SASL_MECHANISMS, and the logins are the rest of none", async (t) => {
+  type Node = { properties: Record<string, Node>; enum?: string[] };
+  const schema = JSON.parse(readFileSync(configSchemaPath(), 'utf8')) as Node;
+  const mechanism = schema.properties.bus.properties.kafka.properties.sasl.properties.mechanism;
+  t.same(mechanism.enum, [...KAFKA_SASL_MECHANISMS], 'schemas/config.schema.json lists the mechanisms of src/config/types.ts, in its order');
+  t.same([...KAFKA_SASL_LOGIN_MECHANISMS], ['plain', 'scram-sha-256', 'scram-sha-512']);
+  t.equal(KAFKA_SASL_LOGIN_CHOICES, 'plain, scram-sha-256 or scram-sha-512');
 });
