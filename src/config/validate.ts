@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { MAX_TIMER_MS, MIN_PERIODIC_INTERVAL_MS, MIN_TOKEN_TTL_MS, parseDuration } from './duration.js';
 import { caFileProblems } from './tls.js';
-import { type Config, ConfigError, KAFKA_SASL_LOGIN_CHOICES, type RetryConfig } from './types.js';
+import { type Config, ConfigError, KAFKA_SASL_LOGIN_CHOICES, KAFKA_SASL_MECHANISMS, type RetryConfig } from './types.js';
 import { formatPath } from './tree.js';
 import { isPlainObject } from '../util/objects.js';
 import { LOCAL_EMBEDDER_DIMENSIONS } from '../providers/embeddings/local.js';
@@ -144,11 +144,28 @@ function describe(error: ErrorObject, origins: Origins): string | undefined {
 }
 
 /**
+ * `bus.kafka.sasl.mechanism` written in any case (`SCRAM-SHA-512`, as Kafka's documentation and the
+ * managed providers write it) made the spelling of KAFKA_SASL_MECHANISMS, in place. Done on the
+ * merged tree, so a file and BUS_KAFKA_SASL_MECHANISM are taken alike and everything after the
+ * load sees one spelling. A value that names no mechanism in any case is left as it is, for the
+ * schema to refuse with the list of mechanisms.
+ */
+function normalizeKafkaSaslMechanism(tree: unknown): void {
+  const sasl = (tree as { bus?: { kafka?: { sasl?: unknown } } } | null)?.bus?.kafka?.sasl;
+  if (!isPlainObject(sasl) || typeof sasl.mechanism !== 'string') return;
+  const lowerCase = sasl.mechanism.toLowerCase();
+  const mechanism = KAFKA_SASL_MECHANISMS.find((known) => known === lowerCase);
+  if (mechanism !== undefined) sasl.mechanism = mechanism;
+}
+
+/**
  * Validates the merged tree against the JSON Schema, then the rules a schema cannot state. `cwd`
- * is what a relative `tls.ca_file` is read from.
+ * is what a relative `tls.ca_file` is read from. Values taken in any case are lower-cased in
+ * `tree` first (normalizeKafkaSaslMechanism), as the schema fills defaults into it.
  * Throws one ConfigError listing every problem; returns the tree typed as Config otherwise.
  */
 export function validateConfig(tree: unknown, schemaPath: string, origins: Origins = new Map(), cwd: string = process.cwd()): Config {
+  normalizeKafkaSaslMechanism(tree);
   const validate = validatorFor(schemaPath);
   const schemaProblems = validate(tree)
     ? []

@@ -37,6 +37,12 @@ t.test('Kafka options with SASL that cannot authenticate are refused before a cl
   t.throws(() => validateKafkaOptions({ ...plainOptions, tls: true, sasl: { mechanism: 'gssapi' as 'plain', username: 'svc', password: 'p' } }), {
     message: 'kafka sasl mechanism "gssapi" must be plain, scram-sha-256 or scram-sha-512',
   });
+  // The configuration lower-cases the mechanism at load: the adapter takes only that spelling, and never `none` (no SASL is no `sasl`).
+  for (const mechanism of ['PLAIN', 'SCRAM-SHA-512', 'none', '']) {
+    t.throws(() => validateKafkaOptions({ ...plainOptions, tls: true, sasl: { mechanism: mechanism as 'plain', username: 'svc', password: 'p' } }), {
+      message: `kafka sasl mechanism ${JSON.stringify(mechanism)} must be plain, scram-sha-256 or scram-sha-512`,
+    }, JSON.stringify(mechanism));
+  }
   t.throws(() => validateKafkaOptions({ ...plainOptions, tls: true, sasl: { mechanism: 'plain', username: '', password: 'p' } }), { message: 'kafka sasl needs a username and a password' });
   t.throws(() => validateKafkaOptions({ ...plainOptions, tls: true, sasl: { mechanism: 'plain', username: 'svc', password: '' } }), { message: 'kafka sasl needs a username and a password' });
   t.doesNotThrow(() => validateKafkaOptions({ ...plainOptions, tls: true, sasl: { mechanism: 'scram-sha-256', username: 'svc', password: 'p' } }));

@@ -31,6 +31,58 @@ t.test('bus.kafka.tls and bus.kafka.sasl are set by their generic environment va
   );
 });
 
+t.test('bus.kafka.sasl.mechanism is taken in any case, from the environment and from a file, and lower-cased at load', async (t) => {
+  // Kafka's documentation and the managed providers (Confluent, MSK, Aiven) write the mechanisms upper-case.
+  // One subtest each: a refused spelling throws, and would hide the ones after it.
+  const spellings: Array<[string, string]> = [
+    ['SCRAM-SHA-512', 'scram-sha-512'],
+    ['Scram-Sha-256', 'scram-sha-256'],
+    ['PLAIN', 'plain'],
+    [' SCRAM-sha-512\n', 'scram-sha-512'],
+  ];
+  for (const [given, expected] of spellings) {
+    t.test(`BUS_KAFKA_SASL_MECHANISM=${JSON.stringify(given)}`, async (t) => {
+      t.same(load({ env: { ...sasl, BUS_KAFKA_SASL_MECHANISM: given } }).bus.kafka.sasl, { mechanism: expected, username: 'factlog', password });
+    });
+  }
+  t.test('BUS_KAFKA_SASL_MECHANISM=NONE', async (t) => {
+    t.equal(load({ env: { BUS_KAFKA_SASL_MECHANISM: 'NONE' } }).bus.kafka.sasl.mechanism, 'none');
+  });
+  const cwd = t.testdir({
+    'upper.yaml': 'bus:\n  kafka:\n    tls: true\n    sasl:\n      mechanism: SCRAM-SHA-256\n      username: svc\n',
+    'mixed.yaml': 'bus:\n  kafka:\n    tls: true\n    sasl:\n      mechanism: "Plain"\n      username: svc\n',
+  });
+  const fromFile = (file: string, env: Record<string, string> = {}) =>
+    load({ cwd, configPath: file, env: { BUS_KAFKA_SASL_PASSWORD: password, ...env } }).bus.kafka.sasl;
+  t.test('upper case in a file', async (t) => {
+    t.same(fromFile('upper.yaml'), { mechanism: 'scram-sha-256', username: 'svc', password });
+  });
+  t.test('mixed case in a file', async (t) => {
+    t.same(fromFile('mixed.yaml'), { mechanism: 'plain', username: 'svc', password });
+  });
+  t.test('the environment over a file, both upper-case', async (t) => {
+    t.equal(fromFile('upper.yaml', { BUS_KAFKA_SASL_MECHANISM: 'SCRAM-SHA-512' }).mechanism, 'scram-sha-512');
+  });
+  t.test('everything after the load sees the one spelling: the rules between keys name it lower-case', async (t) => {
+    t.match(
+      configErrorOf(() => load({ env: { ...sasl, BUS_KAFKA_TLS: 'false', BUS_KAFKA_SASL_MECHANISM: 'PLAIN' } })),
+      /^invalid configuration: bus\.kafka\.sasl\.mechanism: plain needs bus\.kafka\.tls: true \(BUS_KAFKA_TLS\)/,
+    );
+  });
+});
+
+t.test('bus.kafka.sasl.mechanism naming no mechanism in any case is still refused at load, listing the mechanisms, without the password', async (t) => {
+  for (const given of ['GSSAPI', 'OAUTHBEARER', 'scram-sha-1', 'SCRAM_SHA_512', 'P LAIN']) {
+    const message = configErrorOf(() => load({ env: { ...sasl, BUS_KAFKA_SASL_MECHANISM: given } }));
+    t.match(message, /bus\.kafka\.sasl\.mechanism: must be one of none, plain, scram-sha-256, scram-sha-512 \(set by environment variable BUS_KAFKA_SASL_MECHANISM\)/, given);
+    t.notOk(message.includes(password.trim()), `${given}: the password is not in the message`);
+  }
+  const cwd = t.testdir({ 'config.yaml': 'bus:\n  kafka:\n    tls: true\n    sasl:\n      mechanism: " PLAIN"\n      username: svc\n' });
+  const message = configErrorOf(() => load({ cwd, configPath: 'config.yaml', env: { BUS_KAFKA_SASL_PASSWORD: password } }));
+  t.match(message, /bus\.kafka\.sasl\.mechanism: must be one of none, plain, scram-sha-256, scram-sha-512 \(set by .*config\.yaml\)/, 'a quoted value with a blank, from a file');
+  t.notOk(message.includes(password.trim()), 'the password is not in the message');
+});
+
 t.test('bus.kafka.sasl that cannot authenticate, or would authenticate in clear, is refused at load, naming key and variable', async (t) => {
   const problems: Array<[string, Record<string, string>, RegExp]> = [
     ['an unknown mechanism', { ...sasl, BUS_KAFKA_SASL_MECHANISM: 'gssapi' }, /bus\.kafka\.sasl\.mechanism: must be one of none, plain, scram-sha-256, scram-sha-512 \(set by environment variable BUS_KAFKA_SASL_MECHANISM\)/],
