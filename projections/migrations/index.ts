@@ -812,6 +812,22 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // A mark names the stream of the write it was left for, and is kept per stream: the bus
+    // runner, whose consumers keep no order across streams, asks whether the projection's
+    // checkpoint of that stream has the write, not whether its consumer group owes nothing (under
+    // the pipeline's appends it nearly always owes something, and the next holder was refused
+    // long after the write was applied). A lock's holders marking writes of two streams keep a
+    // row each. Rows from before it have the stream '' (unknown): waited for as before.
+    id: '032_lock_pending_positions_stream',
+    async up(knex) {
+      await execStatements(knex, `
+        ALTER TABLE lock_pending_positions ADD COLUMN stream_id text NOT NULL DEFAULT '';
+        ALTER TABLE lock_pending_positions DROP CONSTRAINT lock_pending_positions_pkey;
+        ALTER TABLE lock_pending_positions ADD PRIMARY KEY (lock_name, projection, stream_id);
+      `);
+    },
+  },
 ];
 
 /**

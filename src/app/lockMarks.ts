@@ -17,10 +17,11 @@ const MARKS = 'lock_pending_positions';
  * writing.
  *
  * So such a write leaves a mark on every lock its command holds (`leave`, called by the command
- * bus's settle): the lock's name, the projection that had not applied it and the write's
+ * bus's settle): the lock's name, the projection that had not applied it, the write's stream and
  * position, for each projection the lock's holders read (NamedLockRequest.readModels). The next
  * holder of the name (`taken`, called by withNamedLocks once the locks are taken, before the
- * work) waits for each marked projection to reach its position, then removes the mark; one that
+ * work) waits for each marked projection to apply each marked write (`projectionReached` with the
+ * write's stream: the bus runner reads that stream's checkpoint), then removes the mark; one that
  * does not within the command's wait refuses the command (ReadModelsBehindError, HTTP 503) with
  * nothing written. A lock without a mark costs its holder no wait, and one lookup by primary key
  * for all the locks of its call on a server, none on PGlite (embeddedMarkedNames): no holder waits
@@ -34,6 +35,8 @@ export interface LockMarks extends LockGuard {
 interface MarkRow {
   lock_name: string;
   projection: string;
+  /** '' in a mark left before migration 032: the write's stream is not known. */
+  stream_id: string;
   position: string | number;
 }
 
@@ -44,15 +47,17 @@ export function createLockMarks(deps: { db: Database; projections: Pick<ReadMode
   const mark = (rows: ReadonlyArray<{ lock_name: string }>) =>
     knex(MARKS)
       .insert(rows)
-      .onConflict(['lock_name', 'projection'])
-      // A shared lock's holders mark it side by side: the later position stays.
+      .onConflict(['lock_name', 'projection', 'stream_id'])
+      // A shared lock's holders mark it side by side: of one stream, the later position stays (a stream's events are applied in order).
       .merge({ position: knex.raw('greatest(??, excluded.position)', [`${MARKS}.position`]), created_at: knex.raw('excluded.created_at') });
 
   const marks: LockMarks = {
     async leave(write, unapplied) {
       const created_at = new Date();
       const rows = locksHeld().flatMap((lock) =>
-        unapplied.filter((projection) => lock.readModels?.includes(projection) ?? true).map((projection) => ({ lock_name: lock.name, projection, position: write.position, created_at })),
+        unapplied
+          .filter((projection) => lock.readModels?.includes(projection) ?? true)
+          .map((projection) => ({ lock_name: lock.name, projection, stream_id: write.streamId, position: write.position, created_at })),
       );
       if (rows.length === 0) return;
       if (local === null) await mark(rows);
@@ -62,18 +67,28 @@ export function createLockMarks(deps: { db: Database; projections: Pick<ReadMode
     async taken(locks) {
       const names = locks.filter((lock) => lock.readModels?.length !== 0).map((lock) => lock.name);
       if (names.length === 0 || (local !== null && !(await local.anyMarked(names)))) return;
-      const found: MarkRow[] = await knex(MARKS).whereIn('lock_name', names).select('lock_name', 'projection', 'position');
+      const found: MarkRow[] = await knex(MARKS).whereIn('lock_name', names).select('lock_name', 'projection', 'stream_id', 'position');
       if (found.length === 0) return;
-      const positions = new Map<string, number>();
-      for (const mark of found) positions.set(mark.projection, Math.max(positions.get(mark.projection) ?? 0, Number(mark.position)));
-      const reached = await Promise.all([...positions].map(async ([projection, position]) => ({ projection, reached: await deps.projections.projectionReached(projection, position, deps.waitMs) })));
-      const behind = reached.filter((each) => !each.reached).map((each) => each.projection);
+      // Per projection and stream, the latest marked write (of one stream, it follows the earlier ones).
+      const writes = new Map<string, { projection: string; streamId: string; position: number }>();
+      for (const mark of found) {
+        const key = JSON.stringify([mark.projection, mark.stream_id]);
+        const position = Math.max(writes.get(key)?.position ?? 0, Number(mark.position));
+        writes.set(key, { projection: mark.projection, streamId: mark.stream_id, position });
+      }
+      const reached = await Promise.all(
+        [...writes.values()].map(async ({ projection, streamId, position }) => ({
+          projection,
+          reached: await deps.projections.projectionReached(projection, position, deps.waitMs, streamId === '' ? undefined : streamId),
+        })),
+      );
+      const behind = [...new Set(reached.filter((each) => !each.reached).map((each) => each.projection))];
       if (behind.length > 0) throw new ReadModelsBehindError(behind, 'this change may be made');
       // Only what was waited for: a holder beside this one (a shared lock) may have marked a later position since.
       const clear = () =>
         knex(MARKS)
           .where((any) => {
-            for (const mark of found) any.orWhere((one) => one.where({ lock_name: mark.lock_name, projection: mark.projection }).where('position', '<=', Number(mark.position)));
+            for (const mark of found) any.orWhere((one) => one.where({ lock_name: mark.lock_name, projection: mark.projection, stream_id: mark.stream_id }).where('position', '<=', Number(mark.position)));
           })
           .delete();
       if (local === null) {

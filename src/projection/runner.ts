@@ -278,6 +278,7 @@ export class ProjectionRunner implements ReadModelRunner {
     return ![...this.workers.values()].some((worker) => worker.state === 'rebuilding');
   }
 
+  /** The log is applied in order: reaching `position` is having applied every write through it, whatever its stream. */
   projectionReached(name: string, position: number, timeoutMs: number): Promise<boolean> {
     const worker = this.workers.get(name);
     if (!worker) throw new Error(`unknown projection ${name}`);

@@ -241,7 +241,13 @@ export interface ReadModelRunner {
    * to `timeoutMs` for it) and is not being rebuilt, whatever its state: what a command needs
    * that trusts its read model's "not there" (adding a URL the repository may have), since
    * `settle` does not wait for a failed or stopped projection and gives up after its timeout.
+   *
+   * With `streamId`, the stream of the write that ends at `position` (a lock's mark,
+   * src/app/lockMarks.ts), it asks only whether the projection applied that write: the embedded
+   * runner, which follows the log in order, answers as without it; the bus runner, whose
+   * consumers keep no order across streams, reads the projection's checkpoint of that stream, so
+   * events appended after the write (the pipeline keeps appending) do not hold the answer back.
    */
-  projectionReached(name: string, position: number, timeoutMs: number): Promise<boolean>;
+  projectionReached(name: string, position: number, timeoutMs: number, streamId?: string): Promise<boolean>;
   rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void>;
 }

@@ -9,12 +9,15 @@ async function fixture(t: Test) {
   t.teardown(() => db.close());
   const reached = new Map<string, number>();
   const asked: Array<[string, number]> = [];
+  /** The stream each ask named, in order. */
+  const askedStreams: Array<string | undefined> = [];
   const whileAsked: { run?: () => Promise<void> } = {};
   const marks = createLockMarks({
     db,
     projections: {
-      projectionReached: async (name, position) => {
+      projectionReached: async (name, position, _timeoutMs, streamId) => {
         asked.push([name, position]);
+        askedStreams.push(streamId);
         await whileAsked.run?.();
         return (reached.get(name) ?? 0) >= position;
       },
@@ -23,7 +26,7 @@ async function fixture(t: Test) {
   });
   const rows = () => db.knex('lock_pending_positions').orderBy(['lock_name', 'projection']).select('lock_name', 'projection', 'position');
   const write = (position: number) => ({ position, streamId: 's-1', streamVersion: 0, types: ['Something'] });
-  return { db, marks, reached, asked, whileAsked, rows, write };
+  return { db, marks, reached, asked, askedStreams, whileAsked, rows, write };
 }
 
 t.test('a write answered before its read models had it marks each lock held, for the read models its holders decide on', async (t) => {
@@ -56,6 +59,23 @@ t.test("the next holder waits for its lock's marks, then removes them; a lock wi
   reached.set('users', 12);
   t.equal(await withNamedLock(db, 'members', async () => 'ran', 'exclusive', ['users']), 'ran');
   t.same(await rows(), [], 'and is removed once it is');
+});
+
+t.test("holders of a shared lock marking writes of two streams keep a mark each; the next holder asks for each write with its stream", async (t) => {
+  const { db, marks, reached, asked, askedStreams } = await fixture(t);
+  const streamRows = () => db.knex('lock_pending_positions').orderBy('stream_id').select('stream_id', 'position');
+  await withNamedLock(db, 'shared', async () => {
+    await marks.leave({ position: 7, streamId: 's-a', streamVersion: 0, types: ['Something'] }, ['users']);
+    await marks.leave({ position: 5, streamId: 's-b', streamVersion: 3, types: ['Something'] }, ['users']);
+    await marks.leave({ position: 4, streamId: 's-b', streamVersion: 2, types: ['Something'] }, ['users']);
+  }, 'shared', ['users']);
+  t.same(await streamRows(), [{ stream_id: 's-a', position: '7' }, { stream_id: 's-b', position: '5' }], "an earlier write's position does not stand for another stream's; of one stream, the later stays");
+  reached.set('users', 5);
+  await t.rejects(withNamedLock(db, 'shared', async () => t.fail('ran before s-a was applied'), 'shared', ['users']), { name: 'ReadModelsBehindError', readModels: ['users'] }, 'refused while one write is not reached, its read model named once');
+  t.same(asked.map(([, position], index) => [position, askedStreams[index]]).sort(), [[5, 's-b'], [7, 's-a']], 'each write asked for with its stream');
+  reached.set('users', 7);
+  t.equal(await withNamedLock(db, 'shared', async () => 'ran', 'shared', ['users']), 'ran');
+  t.same(await streamRows(), [], 'both marks removed');
 });
 
 t.test('a mark a shared holder left at a later position meanwhile stays', async (t) => {

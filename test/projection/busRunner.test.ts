@@ -103,6 +103,8 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   t.equal(await apiNode.projectionReached('counts', b.lastPosition, 60), true, 'projectionReached: published and acknowledged');
   t.equal(await apiNode.projectionReached('counts', b.lastPosition + 1, 60), false, 'projectionReached: not past what the relay published');
   bus.owed = 1;
+  t.equal(await apiNode.projectionReached('counts', a.lastPosition, 60, 'thing-a'), true, "projectionReached of a stream's write: its checkpoint has it, whatever the group owes");
+  t.equal(await apiNode.projectionReached('counts', b.lastPosition, 60, 'thing-a'), false, 'projectionReached of a stream\'s write: not past its checkpoint, while the group owes');
   await apiNode.settle(write, 200); // never started here: it reads the checkpoints the workers wrote
   await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
 });

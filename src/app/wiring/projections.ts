@@ -54,7 +54,7 @@ export function withRebuildStrategies(runner: ReadModelRunner, strategies: Rebui
     settle: (write, timeoutMs) => runner.settle(write, timeoutMs),
     caughtUp: (position, timeoutMs) => runner.caughtUp(position, timeoutMs),
     // A strategy's rebuild fills a new index beside the live one: until it is swapped in, the live one is not the whole log.
-    projectionReached: async (name, position, timeoutMs) => !underway.has(name) && runner.projectionReached(name, position, timeoutMs),
+    projectionReached: async (name, position, timeoutMs, streamId) => !underway.has(name) && runner.projectionReached(name, position, timeoutMs, streamId),
     async rebuild(name, onProgress) {
       const strategy = strategies.get(name);
       if (!strategy) return runner.rebuild(name, onProgress);

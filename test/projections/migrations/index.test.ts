@@ -329,6 +329,26 @@ t.test("031: the source adds' marks move to the locks' table under their lock's 
   t.equal(await db.knex.schema.hasTable('source_references_pending'), false, 'the old table is gone');
 });
 
+t.test("032: a lock's marks are kept per stream; those from before it have the stream '' (not known)", async (t) => {
+  const { db, after } = await migratedThrough(t, '031_lock_pending_positions');
+  t.equal(after[0], '032_lock_pending_positions_stream');
+  const created_at = new Date('2026-12-02T01:00:00Z');
+  await db.knex('lock_pending_positions').insert({ lock_name: 'factlog.members.repo-1', projection: 'users', position: 41, created_at });
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await db.knex('lock_pending_positions').select('lock_name', 'projection', 'stream_id', 'position'), [
+    { lock_name: 'factlog.members.repo-1', projection: 'users', stream_id: '', position: '41' },
+  ]);
+  await db.knex('lock_pending_positions').insert([
+    { lock_name: 'factlog.members.repo-1', projection: 'users', stream_id: 'user-a', position: 42, created_at },
+    { lock_name: 'factlog.members.repo-1', projection: 'users', stream_id: 'user-b', position: 43, created_at },
+  ]);
+  await t.rejects(
+    db.knex('lock_pending_positions').insert({ lock_name: 'factlog.members.repo-1', projection: 'users', stream_id: 'user-a', position: 44, created_at }),
+    /duplicate key/,
+    'one row per lock, projection and stream',
+  );
+});
+
 t.test('a database a newer factlog migrated is refused before any migration runs, naming the unknown ids', async (t) => {
   const db = await openMigratedDatabase();
   t.teardown(() => db.close());
