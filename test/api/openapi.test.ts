@@ -193,3 +193,41 @@ t.test('the error codes in docs/api.md are the ones the code can send', async (t
   t.ok(sent.size >= 8, `found ${sent.size} codes in the source`);
   for (const code of sent) t.ok((ERROR_CODES as readonly string[]).includes(code), `'${code}' sent by the code is in ERROR_CODES`);
 });
+
+t.test("docs/api.md's endpoint table has every operation of the OpenAPI document, with whether it takes a token", async (t) => {
+  const service = await startTestService({ workers: false });
+  t.teardown(() => service.close());
+  const document = (await service.call('GET', '/api/v1/openapi.json')).body as { paths: Record<string, Record<string, Operation>> };
+  const docs = readFileSync('docs/api.md', 'utf8');
+  const start = docs.indexOf('\n## Endpoints (this release)\n');
+  const table = docs.slice(start, docs.indexOf('\n## ', start + 1));
+  // | GET, PUT | /users/{userID} | permission | notes |: paths under /api/v1 but for health, metrics and discovery.
+  const rows = new Map<string, { permission: string; notes: string }>();
+  for (const [, methods, paths, permission, notes] of table.matchAll(/^\| ([A-Z, ]+) \| ([^|]+) \| ([^|]*) \|(.*)\|$/gm)) {
+    for (const url of paths.split(', ')) {
+      const full = /^\/(healthz|metrics|\.well-known)/.test(url.trim()) ? url.trim() : `/api/v1${url.trim()}`;
+      for (const method of methods.split(', ')) rows.set(`${method.trim()} ${full}`, { permission: permission.trim(), notes });
+    }
+  }
+  t.ok(rows.size > 80, `${rows.size} operations in the table`);
+  const problems: string[] = [];
+  const operations = new Set<string>();
+  for (const [url, methods] of Object.entries(document.paths)) {
+    for (const [method, operation] of Object.entries(methods)) {
+      const name = `${method.toUpperCase()} ${url}`;
+      operations.add(name);
+      const row = rows.get(name);
+      if (!row) {
+        // A method a path's row only mentions (the MCP endpoint's 405s and preflight) is in its notes.
+        const sibling = [...rows].find(([key]) => key.endsWith(` ${url}`));
+        if (!sibling || !new RegExp(`\\b${method.toUpperCase()}\\b`).test(sibling[1].notes)) problems.push(`${name}: not in the table`);
+        continue;
+      }
+      const takesBearer = (operation.security?.length ?? 0) > 0;
+      const documentedOpen = /^(none|CSRF token)/.test(row.permission);
+      if (takesBearer === documentedOpen) problems.push(`${name}: the table says "${row.permission}", the document ${takesBearer ? 'a bearer token' : 'none'}`);
+    }
+  }
+  for (const name of rows.keys()) if (!operations.has(name)) problems.push(`${name}: in the table, not an operation of the service`);
+  t.same(problems, [], `${operations.size} operations checked`);
+});
