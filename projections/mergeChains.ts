@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { MAX_MERGE_CHAIN } from '../src/domain/mergeChain.js';
+import { followMergeChains, MAX_MERGE_CHAIN } from '../src/domain/mergeChain.js';
 
 /**
  * How far the projections follow a chain: the bound the reads and the stages follow too
@@ -9,31 +9,30 @@ const MAX_CHAIN_LENGTH = MAX_MERGE_CHAIN;
 
 /**
  * The final survivor of each id, following `table.from -> table.to` rows (a merged fact or
- * concept to what it merged into) until an id that merged into nothing. Ids that never merged
- * map to themselves. One query per chain step, for all ids at once.
+ * concept to what it merged into) until an id that merged into nothing (followMergeChains).
+ * Ids that never merged map to themselves. One query per chain step, for all ids at once; a
+ * chain cut at MAX_CHAIN_LENGTH maps to where the walk stopped.
  */
 export async function followMerges(
   trx: Knex.Transaction,
   merges: { table: string; from: string; to: string; where?: Record<string, unknown> },
   ids: readonly string[],
 ): Promise<Map<string, string>> {
-  const final = new Map<string, string>(ids.map((id) => [id, id]));
-  let frontier = [...new Set(ids)];
-  for (let step = 0; step < MAX_CHAIN_LENGTH && frontier.length > 0; step += 1) {
-    const rows = (await trx(merges.table)
-      .whereIn(merges.from, frontier)
-      .whereNotNull(merges.to)
-      .where(merges.where ?? {})
-      .select(merges.from, merges.to)) as Array<Record<string, string>>;
-    if (rows.length === 0) break;
-    const next = new Map(rows.map((row) => [row[merges.from], row[merges.to]]));
-    for (const [id, current] of final) {
-      const target = next.get(current);
-      if (target !== undefined && target !== current) final.set(id, target);
-    }
-    frontier = [...new Set(next.values())];
-  }
-  return final;
+  const starts = [...new Set(ids)];
+  const chains = await followMergeChains(
+    starts,
+    async (at) => {
+      const rows = (await trx(merges.table)
+        .whereIn(merges.from, [...new Set(at)])
+        .whereNotNull(merges.to)
+        .where(merges.where ?? {})
+        .select(merges.from, merges.to)) as Array<Record<string, string>>;
+      const next = new Map(rows.map((row) => [row[merges.from], row[merges.to]]));
+      return at.map((id) => next.get(id) ?? null);
+    },
+    MAX_CHAIN_LENGTH,
+  );
+  return new Map(starts.map((id, index) => [id, chains[index].node]));
 }
 
 /**

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { followMergeChain, MAX_MERGE_CHAIN } from '../../src/domain/mergeChain.js';
+import { followMergeChain, followMergeChains, MAX_MERGE_CHAIN } from '../../src/domain/mergeChain.js';
 
 /** survivor of each merged node; nodes not listed were never merged. */
 const chainOf = (survivors: Record<string, string>) => async (node: string) => survivors[node] ?? null;
@@ -29,4 +29,34 @@ t.test('a failing lookup fails the walk', async (t) => {
     }),
     /store down/,
   );
+});
+
+t.test('several chains are walked together, one lookup per step for those still walking', async (t) => {
+  const survivors: Record<string, string> = { a: 'b', b: 'c', x: 'y' };
+  const asked: string[][] = [];
+  const chains = await followMergeChains(['a', 'x', 'c'], async (nodes) => {
+    asked.push([...nodes]);
+    return nodes.map((node) => survivors[node] ?? null);
+  });
+  t.same(chains, [
+    { node: 'c', ended: true },
+    { node: 'y', ended: true },
+    { node: 'c', ended: true },
+  ]);
+  t.same(asked, [['a', 'x', 'c'], ['b', 'y'], ['c']], 'an ended chain is not asked about again');
+  t.same(
+    await followMergeChains([], async () => {
+      throw new Error('no lookup for no chains');
+    }),
+    [],
+  );
+});
+
+t.test('a batch cuts only the chains longer than maxSteps', async (t) => {
+  const survivors: Record<string, string> = { a: 'b', b: 'a', p: 'q' };
+  const chains = await followMergeChains(['a', 'p'], async (nodes) => nodes.map((node) => survivors[node] ?? null), 3);
+  t.same(chains, [
+    { node: 'b', ended: false },
+    { node: 'q', ended: true },
+  ]);
 });

@@ -6,7 +6,7 @@ import { ConcurrencyError } from '../../eventstore/port.js';
 import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
-import { MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
+import { followMergeChains, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
 import { headOfUnits } from '../../util/codePoints.js';
 import { MAX_KEPT_ERROR_CHARS } from '../../util/errorMessage.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
@@ -256,24 +256,21 @@ export class StreamCache<State, Event extends DomainEvent> {
     this.streams.set(id, stream);
   }
 
-  /** Where each id's merge chain ends, the chains followed together: one read per step along the longest. */
+  /** Where each id's merge chain ends, the chains followed together (followMergeChains): one read per step along the longest. */
   async finals(ids: readonly string[]): Promise<Map<string, { id: string; stream: LoadedStream<State> }>> {
-    const finals = new Map<string, { id: string; stream: LoadedStream<State> }>();
-    let walking = new Map(ids.map((id) => [id, id]));
-    for (let step = 0; step <= MAX_MERGE_CHAIN && walking.size > 0; step++) {
-      await this.load(walking.values());
-      const next = new Map<string, string>();
-      for (const [start, at] of walking) {
-        const stream = this.get(at);
-        const survivor = this.survivorOf(stream.state);
-        if (survivor === null) finals.set(start, { id: at, stream });
-        else next.set(start, survivor);
-      }
-      walking = next;
-    }
-    const [cut] = walking.keys();
+    const starts = [...new Set(ids)];
+    // MAX_MERGE_CHAIN steps, and then the last one's stream read to see that the chain ends there.
+    const chains = await followMergeChains(
+      starts,
+      async (at) => {
+        await this.load(at);
+        return at.map((id) => this.survivorOf(this.get(id).state));
+      },
+      MAX_MERGE_CHAIN + 1,
+    );
+    const cut = starts.find((_, index) => !chains[index].ended);
     if (cut !== undefined) throw new Error(`merge chain of ${this.category} ${cut} is longer than ${MAX_MERGE_CHAIN}: a cycle?`);
-    return finals;
+    return new Map(starts.map((start, index) => [start, { id: chains[index].node, stream: this.get(chains[index].node) }]));
   }
 }
 
