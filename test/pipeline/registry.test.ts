@@ -146,3 +146,16 @@ t.test("docs/pipeline.md's stage table has a row for every registered stage and 
   const documented = [...section.matchAll(/^\| ([a-z_]+) \|/gm)].map((match) => match[1]);
   t.same(documented.sort(), stageRegistry.map((definition) => definition.kind).sort());
 });
+
+t.test('docs/architecture.md\'s "Adding a stage" shows the registry and the summarize_concepts definition as they are', async (t) => {
+  const text = await readFile(new URL('../../docs/architecture.md', import.meta.url), 'utf8');
+  const section = text.slice(text.indexOf('\n## Adding a stage\n'), text.indexOf('\n## ', text.indexOf('\n## Adding a stage\n') + 1));
+  const stageFile = await readFile(new URL('../../src/pipeline/stages/summarizeConcepts.ts', import.meta.url), 'utf8');
+  const definition = /\/\*\* The registry's entry[^\n]*\nexport const summarizeConceptsStage: StageDefinition = \{\n[\s\S]*?\n\};\n/.exec(section)?.[0];
+  t.ok(definition, 'the docs show the definition');
+  t.ok(definition !== undefined && stageFile.includes(definition), 'word for word as in summarizeConcepts.ts');
+  // The registry's last lines, after the docs' `...`: the lines the example adds its stage among.
+  const shown = /export const stageRegistry: readonly StageDefinition\[\] = \[\n {2}\.\.\.\n((?: {2}\w+,\n)+)\];/.exec(section)?.[1].trim().split(/,\s*/).filter(Boolean);
+  const registered = stageRegistry.map((entry) => `${entry.kind.replace(/_(\w)/g, (_, letter: string) => letter.toUpperCase())}Stage`);
+  t.same(shown, registered.slice(-(shown?.length ?? 0)), 'the registry ends with the lines the docs show');
+});
