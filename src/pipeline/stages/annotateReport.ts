@@ -10,9 +10,8 @@ import { facts as factCollection } from '../../search/collections/index.js';
 import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../search/hybrid.js';
 import { runeLength } from '../../util/codePoints.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
-import { isConcurrencyError } from '../runtime.js';
-import { isPermanentError, PermanentJobError, type JobContext, type Stage, type StageDefinition } from '../types.js';
-import { commandFrom, failureReason, loadStream, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
+import type { JobContext, Stage, StageDefinition } from '../types.js';
+import { commandFrom, failureReason, loadStream, recordingFailure, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { chunked } from '../../util/chunked.js';
 import { liveFacts, unsourcedFacts } from '../../read/facts.js';
@@ -184,7 +183,12 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       if (initial.status === 'none' || initial.status === 'deleted' || initial.status === 'annotated') return;
       const revision = initial.revision;
       const command = (next: ReportCommand) => commandFrom(deps.store, stream, reportDecider, loaded, next, metadata);
-      try {
+      // A failure that ends the job fails this revision's annotation, so the report shows it.
+      const failAnnotation = async (error: unknown) => {
+        const reason = failureReason(error);
+        await commandFrom(deps.store, stream, reportDecider, await loadStream(deps.store, stream, reportDecider), { type: 'FailAnnotation', revision, reason }, metadata);
+      };
+      await recordingFailure(context, deps.maxAttempts, failAnnotation, async () => {
         loaded = (await command({ type: 'StartAnnotation', revision })).after;
         const report = loaded.state;
         // The text changed again meanwhile: that change's own job annotates it.
@@ -192,13 +196,7 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
         const sentences = await annotate(requireRepositoryId(context), report, context.signal);
         throwIfAborted(context.signal);
         await command({ type: 'RecordAnnotation', revision, modelId: deps.chat.modelId, sentences, ...settings });
-      } catch (error) {
-        if (isConcurrencyError(error)) throw error;
-        if (!isPermanentError(error) && context.job.attempts < deps.maxAttempts) throw error;
-        const reason = failureReason(error);
-        await commandFrom(deps.store, stream, reportDecider, await loadStream(deps.store, stream, reportDecider), { type: 'FailAnnotation', revision, reason }, metadata);
-        throw error instanceof PermanentJobError ? error : new PermanentJobError(reason);
-      }
+      });
     },
   };
 }

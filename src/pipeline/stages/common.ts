@@ -382,24 +382,30 @@ export function failSourceOfDeadJob(store: EventStore, stage: string): (job: Job
 }
 
 /**
- * Runs a source stage's work. A failure a retry cannot fix, or one on the job's last attempt,
- * is recorded on the source (status `failed`) and ends the job as failed; any other failure is
- * rethrown for the runtime to retry with backoff.
+ * The one rule for what a stage's failure ends as. A lost version race is rethrown (a twin did
+ * the work: the runtime counts it as done); a failure a retry may fix, before the job's last
+ * attempt, is rethrown for the runtime to retry with backoff; any other is recorded on the
+ * stage's subject (`record`: a source's `failed` status, a report's failed annotation) and ends
+ * the job as failed.
  */
-export async function recordingSourceFailure(
+export async function recordingFailure(context: JobContext, maxAttempts: number, record: (error: unknown) => Promise<void>, work: () => Promise<void>): Promise<void> {
+  try {
+    await work();
+  } catch (error) {
+    if (isConcurrencyError(error)) throw error;
+    if (!isPermanentError(error) && context.job.attempts < maxAttempts) throw error;
+    await record(error);
+    throw error instanceof PermanentJobError ? error : new PermanentJobError(error instanceof Error ? error.message : String(error));
+  }
+}
+
+/** Runs a source stage's work (recordingFailure): a failure that ends the job is recorded on the source (status `failed`). */
+export function recordingSourceFailure(
   context: JobContext,
   options: { store: EventStore; stream: string; stage: string; maxAttempts: number },
   work: () => Promise<void>,
 ): Promise<void> {
-  try {
-    await work();
-  } catch (error) {
-    // A lost version race means a twin did the work: the runtime counts it as done.
-    if (isConcurrencyError(error)) throw error;
-    if (!isPermanentError(error) && context.job.attempts < options.maxAttempts) throw error;
-    await failSource(options.store, options.stream, options.stage, error, stageMetadata(context));
-    throw error instanceof PermanentJobError ? error : new PermanentJobError(error instanceof Error ? error.message : String(error));
-  }
+  return recordingFailure(context, options.maxAttempts, (error) => failSource(options.store, options.stream, options.stage, error, stageMetadata(context)), work);
 }
 
 /** A stream that other stages write too stayed contended through every re-decision. */
