@@ -142,7 +142,8 @@ export function isConcurrencyError(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'ConcurrencyError';
 }
 
-export function describeError(error: unknown): string {
+/** A job's failure as its `last_error` shows it: the error's name and message. */
+function describeJobError(error: unknown): string {
   if (error instanceof Error) return `${error.name}: ${error.message}`;
   if (typeof error === 'string') return error;
   try {
@@ -456,7 +457,7 @@ export function createStageRuntime(options: StageRuntimeOptions): StageRuntime {
       } else {
         const permanent = !(error instanceof JobTimeoutError) && isPermanentError(error);
         recorded = await jobs.fail(claim, {
-          error: describeError(error),
+          error: describeJobError(error),
           permanent,
           retryDelayMs: nextAttemptDelayMs(claim.attempts, settings.retry, error, random),
         });

@@ -3,8 +3,8 @@ import { endpoint, type FetchFunction, postJson } from '../llm/openai.js';
 import {
   abortableSleep,
   backoffCeilingMs,
-  describeError,
   type LlmRetrySettings,
+  messageWithCause,
   OutputValidationError,
   ProviderHttpError,
   runWithDeadline,
@@ -161,7 +161,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
         if (nativeLength !== undefined && error instanceof ProviderHttpError && error.permanent) {
           throw lengthError(
             nativeLength,
-            `asked for ${dimensions} with the request's dimensions field, it was refused (${describeError(error)}); ${cannotShorten(nativeLength)}`,
+            `asked for ${dimensions} with the request's dimensions field, it was refused (${messageWithCause(error)}); ${cannotShorten(nativeLength)}`,
             error.status,
           );
         }
@@ -187,7 +187,7 @@ export function createOpenAIEmbedder(options: OpenAIEmbedderOptions): Embedder {
           if (failures >= attempts) {
             const status = error instanceof ModelCallError ? error.status : undefined;
             throw new ModelCallError(
-              `embeddings (${model}) failed after ${attempts} attempt(s): ${describeError(error)}`,
+              `embeddings (${model}) failed after ${attempts} attempt(s): ${messageWithCause(error)}`,
               error instanceof OutputValidationError,
               status,
               error instanceof ModelCallError ? error.retryAfterMs : undefined,

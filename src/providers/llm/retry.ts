@@ -151,7 +151,8 @@ export async function runWithDeadline<T>(call: (signal: AbortSignal) => Promise<
   }
 }
 
-export function describeError(error: unknown): string {
+/** An error's message, with its cause's message after it when it has one (a fetch's "fetch failed: ECONNRESET"). */
+export function messageWithCause(error: unknown): string {
   if (error instanceof Error) {
     const cause = (error as Error & { cause?: unknown }).cause;
     const causeText = cause instanceof Error ? `: ${cause.message}` : '';
@@ -183,7 +184,7 @@ export async function withLlmRetry<T>(
         const permanent = error instanceof OutputValidationError;
         // The last answer's Retry-After goes on to the job runtime, which waits at least as long.
         const retryAfterMs = error instanceof ModelCallError ? error.retryAfterMs : undefined;
-        throw new ModelCallError(`${what} failed after ${attempts} attempt(s): ${describeError(error)}`, permanent, status, retryAfterMs);
+        throw new ModelCallError(`${what} failed after ${attempts} attempt(s): ${messageWithCause(error)}`, permanent, status, retryAfterMs);
       }
       const ceiling = backoffCeilingMs(settings, attempt);
       let delayMs = Math.round(ceiling / 2 + (random() * ceiling) / 2);
