@@ -255,6 +255,7 @@ async function readAllFiltered(client: EventStoreDBClient, options: FilteredRead
   readOptions.setFilter(filter);
   request.setOptions(readOptions);
 
+  // The members are protected in the client's typings (ClientCallMachinery, above): no other way to reach them.
   const machinery = client as unknown as ClientCallMachinery;
   const events: ServerEvent[] = [];
   try {
