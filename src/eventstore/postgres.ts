@@ -4,6 +4,7 @@ import type { Database } from '../db/database.js';
 import { applyMigrations, functionHasBody, plannerStatisticsOff, relationsExist, type Migrator } from '../db/migrations.js';
 import { rawQuery } from '../db/rawQuery.js';
 import { databaseErrorCode, UNIQUE_VIOLATION } from '../db/errorCodes.js';
+import { isoTimestamp } from '../db/timestamps.js';
 import type { NewEvent, RecordedEvent } from './envelope.js';
 import {
   ConcurrencyError,
@@ -342,10 +343,6 @@ interface AppendedRow {
   occurred_at: Date | string;
 }
 
-function isoTime(value: Date | string): string {
-  return (value instanceof Date ? value : new Date(value)).toISOString();
-}
-
 function toRecordedEvent(row: EventRow): RecordedEvent {
   return {
     eventId: row.event_id,
@@ -359,7 +356,7 @@ function toRecordedEvent(row: EventRow): RecordedEvent {
     causationId: row.causation_id,
     correlationId: row.correlation_id,
     data: row.data,
-    occurredAt: isoTime(row.occurred_at),
+    occurredAt: isoTimestamp(row.occurred_at),
   };
 }
 
@@ -448,7 +445,7 @@ async function appendEvents(
       causationId: document.causationId,
       correlationId: document.correlationId,
       data: document.data,
-      occurredAt: isoTime(row.occurred_at),
+      occurredAt: isoTimestamp(row.occurred_at),
     };
   });
   const last = recorded[recorded.length - 1];
@@ -584,7 +581,7 @@ async function appendManyStreams(knex: Knex, schemas: EventSchemaRegistry, appen
         causationId: document.causationId,
         correlationId: document.correlationId,
         data: document.data,
-        occurredAt: isoTime(row.out_time as Date | string),
+        occurredAt: isoTimestamp(row.out_time as Date | string),
       };
     });
     const last = events[events.length - 1];
@@ -641,7 +638,7 @@ async function readGlobal(knex: Knex, options: GlobalReadOptions, shape: GlobalR
       bindings,
     );
     const text = rows[0]?.events;
-    // JSON gives int8 as a number and occurred_at as an RFC 3339 string, which isoTime parses as
+    // JSON gives int8 as a number and occurred_at as an RFC 3339 string, which isoTimestamp parses as
     // PGlite parses the row's text (`new Date`): the same occurredAt either way.
     return text ? (JSON.parse(text) as EventRow[]).map(toRecordedEvent) : [];
   }

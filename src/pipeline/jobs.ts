@@ -4,7 +4,7 @@ import type { Job, JobState } from './types.js';
 import { withoutPlannerStatistics } from '../db/autovacuum.js';
 import { applyMigrations, plannerStatisticsOff, relationsExist, type Migrator } from '../db/migrations.js';
 import { rawQuery } from '../db/rawQuery.js';
-import { utcMicrosecondsText } from '../db/timestamps.js';
+import { isoTimestamp, isoTimestampOrNull, utcMicrosecondsText } from '../db/timestamps.js';
 import { isUuid } from '../util/uuid.js';
 import { headOfUnits } from '../util/codePoints.js';
 
@@ -331,14 +331,6 @@ interface JobRow {
   finished_at: Date | string | null;
 }
 
-function isoTime(value: Date | string): string {
-  return value instanceof Date ? value.toISOString() : new Date(value).toISOString();
-}
-
-function isoTimeOrNull(value: Date | string | null): string | null {
-  return value === null ? null : isoTime(value);
-}
-
 function toRecord(row: JobRow): JobRecord {
   return {
     id: row.id,
@@ -355,13 +347,13 @@ function toRecord(row: JobRow): JobRecord {
     attempts: row.attempts,
     maxAttempts: row.max_attempts,
     lastError: row.last_error,
-    nextAttemptAt: isoTime(row.next_attempt_at),
-    leaseUntil: isoTimeOrNull(row.lease_until),
-    heartbeatAt: isoTimeOrNull(row.heartbeat_at),
+    nextAttemptAt: isoTimestamp(row.next_attempt_at),
+    leaseUntil: isoTimestampOrNull(row.lease_until),
+    heartbeatAt: isoTimestampOrNull(row.heartbeat_at),
     claimedBy: row.claimed_by,
-    finishedAt: isoTimeOrNull(row.finished_at),
-    createdAt: isoTime(row.created_at),
-    updatedAt: isoTime(row.updated_at),
+    finishedAt: isoTimestampOrNull(row.finished_at),
+    createdAt: isoTimestamp(row.created_at),
+    updatedAt: isoTimestamp(row.updated_at),
   };
 }
 

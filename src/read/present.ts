@@ -1,13 +1,14 @@
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { JobRecord } from '../pipeline/jobs.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 
 /**
  * Presentation: read-model rows and records as the JSON shapes every transport answers with
  * (docs/api.md). Leaf module, so the query modules can share it without importing each other.
  */
 
-export const isoDate = (value: Date | string | null | undefined): string | null =>
-  value === null || value === undefined ? null : new Date(value).toISOString();
+/** A timestamp column as the API shows it (isoTimestampOrNull); null when the row has none. */
+export const isoDate = isoTimestampOrNull;
 
 /** A jsonb column: parsed by pg and PGlite, text from some drivers. */
 export function jsonColumn(value: unknown): unknown {
