@@ -3,7 +3,7 @@ import type { Principal } from '../auth/rbac.js';
 import type { AppContext } from '../app/context.js';
 import type { Trace } from '../app/access.js';
 import { HttpError } from './errors.js';
-import { MCP_PATH } from './issuer.js';
+import { MCP_PATH } from '../auth/oauth/resource.js';
 import { takesBearerToken } from './schemas.js';
 
 declare module 'fastify' {

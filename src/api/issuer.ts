@@ -1,8 +1,7 @@
 import type { FastifyRequest } from 'fastify';
+import { MCP_PATH } from '../auth/oauth/resource.js';
 import type { Config } from '../config/types.js';
 
-/** Where the MCP endpoint lives; its URL (issuer + path, no trailing slash) is the OAuth resource. */
-export const MCP_PATH = '/api/v1/mcp';
 /** The authorization server's endpoints (src/api/routes/oauth.ts). */
 export const OAUTH_PATHS = {
   register: '/api/v1/oauth/register',
@@ -23,9 +22,6 @@ export function issuerOf(config: Config, request: Pick<FastifyRequest, 'protocol
   const configured = config.oauth.issuer.replace(/\/+$/, '');
   return configured !== '' ? configured : `${request.protocol}://${request.host}`;
 }
-
-/** The canonical URL of the MCP endpoint (RFC 8707 resource, the `aud` of its access tokens). */
-export const mcpResourceUrl = (issuer: string): string => `${issuer}${MCP_PATH}`;
 
 /** RFC 9728 metadata of the MCP resource, at the path-suffixed URL current clients ask for first. */
 export const protectedResourceMetadataUrl = (issuer: string): string => `${issuer}${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`;

@@ -18,7 +18,7 @@ import {
 } from '../auth/oauth/clientMetadata.js';
 import type { ClientDocumentResolver } from '../auth/oauth/clientDocuments.js';
 import type { GrantStore } from '../auth/oauth/grants.js';
-import { mcpResourceUrl } from '../api/issuer.js';
+import { mcpResourceUrl } from '../auth/oauth/resource.js';
 import type { CommandBus } from './commands.js';
 import type { Trace } from './access.js';
 

@@ -6,7 +6,7 @@ import { changeRole, setRepositoryRole } from '../../src/app/roleChanges.js';
 import { createApplication } from '../../src/app/application.js';
 import { createRepositoryService, slugify } from '../../src/app/repositories.js';
 import { createRepositoryFence, type RepositoryFence } from '../../src/app/repositoryFence.js';
-import { mcpResourceUrl } from '../../src/api/issuer.js';
+import { mcpResourceUrl } from '../../src/auth/oauth/resource.js';
 import type { Principal } from '../../src/auth/rbac.js';
 import { oauthIssuer } from '../../src/config/derived.js';
 import { reportDecider } from '../../src/domain/report/decider.js';

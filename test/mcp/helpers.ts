@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SignJWT } from 'jose';
-import { mcpResourceUrl } from '../../src/api/issuer.js';
+import { mcpResourceUrl } from '../../src/auth/oauth/resource.js';
 import { createGrantStore } from '../../src/auth/oauth/grants.js';
 import { oauthIssuer } from '../../src/config/derived.js';
 import { TEST_SECRET, type TestService } from '../helpers/service.js';

@@ -28,7 +28,8 @@ import { createMcpServer } from '../../mcp/server.js';
 import { isPlainObject } from '../../util/objects.js';
 import { errorReply, errorReplySchema } from '../errors.js';
 import { traceOf } from '../guard.js';
-import { issuerOf, MCP_PATH, mcpResourceUrl, protectedResourceMetadataUrl } from '../issuer.js';
+import { MCP_PATH, mcpResourceUrl } from '../../auth/oauth/resource.js';
+import { issuerOf, protectedResourceMetadataUrl } from '../issuer.js';
 import { bearerSecurity } from '../schemas.js';
 
 const jsonRpcErrorSchema = {

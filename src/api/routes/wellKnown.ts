@@ -1,7 +1,8 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { AppContext } from '../../app/context.js';
 import { OAUTH_SCOPE } from '../../auth/oauth/clientMetadata.js';
-import { AUTHORIZATION_SERVER_METADATA_PATH, issuerOf, MCP_PATH, mcpResourceUrl, OAUTH_PATHS, PROTECTED_RESOURCE_METADATA_PATH } from '../issuer.js';
+import { MCP_PATH, mcpResourceUrl } from '../../auth/oauth/resource.js';
+import { AUTHORIZATION_SERVER_METADATA_PATH, issuerOf, OAUTH_PATHS, PROTECTED_RESOURCE_METADATA_PATH } from '../issuer.js';
 import { allowPublicCors } from '../publicCors.js';
 
 const stringList = { type: 'array', items: { type: 'string' } } as const;

@@ -1,7 +1,8 @@
 import t from 'tap';
 import { createTokenService } from '../../../src/auth/tokens.js';
 import { oauthIssuer } from '../../../src/config/derived.js';
-import { protectedResourceMetadataUrl, mcpResourceUrl } from '../../../src/api/issuer.js';
+import { protectedResourceMetadataUrl } from '../../../src/api/issuer.js';
+import { mcpResourceUrl } from '../../../src/auth/oauth/resource.js';
 import { registerUser, startTestService, TEST_SECRET, type TestService } from '../../helpers/service.js';
 import { accessToken, createTestGrant, forgeAccessToken, listen } from '../../mcp/helpers.js';
 
