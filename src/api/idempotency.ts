@@ -75,6 +75,24 @@ function keyOf(request: FastifyRequest): string | undefined {
 }
 
 /**
+ * The request's URL (path with query, as sent) with its repository (the `:repoID` segment, an id or
+ * slug) named by `repositoryId`, the id the permission check resolved: a request and its retry
+ * that name one repository by its two names ask the same. A URL naming the repository by its id
+ * is the URL as sent.
+ */
+function urlNaming(request: FastifyRequest, repositoryId: string | null): string {
+  const position = request.routeOptions.url?.split('/').indexOf(':repoID') ?? -1;
+  if (repositoryId === null || position < 0) return request.url;
+  const queryAt = request.url.indexOf('?');
+  const [path, query] = queryAt < 0 ? [request.url, ''] : [request.url.slice(0, queryAt), request.url.slice(queryAt)];
+  const segments = path.split('/');
+  // The router matched the path against the route's segments, so the repository's is at the same place.
+  if (segments.length <= position) return request.url;
+  segments[position] = repositoryId;
+  return segments.join('/') + query;
+}
+
+/**
  * Idempotency keys for the routes that say `config: { idempotent: { permission } }` (creations a
  * client may retry): checked before the handler runs (after authentication and the schema, and
  * once the caller holds the permission: a replay is no way around it), the answer kept when it is
@@ -83,8 +101,9 @@ function keyOf(request: FastifyRequest): string | undefined {
  * type, SHA-256 of the bytes), since a multipart body's boundary changes from one try to the next. Only a success (2xx) is kept: a refused or failed request stored nothing, so
  * its key is released and a retry runs anew. A key is the caller's own: without a caller (a 401
  * to come) the header is ignored. What a request asks is its method, path with query, and body;
- * the claim, its refusals (422, 409) and what is kept are the application layer's, which MCP's
- * tools use too (src/app/idempotency.ts).
+ * its repository is named by its id, whether the path names it by id or slug (urlNaming); the
+ * claim, its refusals (422, 409) and what is kept are the application layer's, which MCP's tools
+ * use too (src/app/idempotency.ts).
  */
 export function registerIdempotency(
   app: FastifyInstance,
@@ -103,13 +122,13 @@ export function registerIdempotency(
       // The file is read only once the caller may upload (src/api/uploads.ts), so its key is claimed then.
       request.idempotentUpload = async ({ fields, filename, declaredType, body }) => {
         const file = { filename, declared_type: declaredType, sha256: createHash('sha256').update(body).digest('hex') };
-        const keyed = await claimIdempotencyKey(store, caller, key, [request.method, request.url, { fields, file }]);
+        const keyed = await claimIdempotencyKey(store, caller, key, (repositoryId) => [request.method, urlNaming(request, repositoryId), { fields, file }]);
         if (keyed.kind === 'replay') throw new ReplayedAnswer(keyed.answer);
         request.idempotencyClaim = keyed;
       };
       return;
     }
-    const keyed = await inCallOf(request, () => claimIdempotencyKey(store, caller, key, [request.method, request.url, request.body ?? null]));
+    const keyed = await inCallOf(request, () => claimIdempotencyKey(store, caller, key, (repositoryId) => [request.method, urlNaming(request, repositoryId), request.body ?? null]));
     if (keyed.kind === 'replay') {
       const { status, contentType, body } = keyed.answer;
       if (contentType !== null) reply.header('content-type', contentType);

@@ -93,10 +93,14 @@ export function createIdempotencyStore(knex: Knex, now: () => number = Date.now)
     /**
      * Throws unless the caller may make the keyed request now, as the creation itself checks it:
      * `not_found` for a repository it may not see (or one deleted since), else `forbidden`.
+     * Answers the repository's id (null for a creation in the system), as the check resolved it.
      */
-    async authorize({ principal, permission, repository }: KeyedCaller): Promise<void> {
-      if (repository === null) authorizeSystem(principal, permission);
-      else await authorizeRepository(knex, principal, repository, permission);
+    async authorize({ principal, permission, repository }: KeyedCaller): Promise<string | null> {
+      if (repository === null) {
+        authorizeSystem(principal, permission);
+        return null;
+      }
+      return (await authorizeRepository(knex, principal, repository, permission)).id;
     },
 
     /**
@@ -162,18 +166,26 @@ function canonicalJson(value: unknown): string {
 export type KeyedRequest = { kind: 'replay'; answer: IdempotentAnswer } | { kind: 'run'; settle(answer: IdempotentAnswer | null): Promise<void> };
 
 /**
- * Claims `key` of the caller's user for `request`: what it asks, its operation first (REST:
- * method, path with query, body; MCP: 'mcp', the tool, its arguments). The caller's permission is
+ * What a keyed request asks, its operation first (REST: method, path with query, body; MCP:
+ * 'mcp', the tool, its arguments), with its repository named by `repositoryId`: the id the
+ * permission check resolved from the id or slug the request named it by (null for a creation in
+ * the system). A repository has two names, so a request that names it by its slug and its retry
+ * by its id ask the same; a slug that passed to another repository since names another.
+ */
+export type AskedRequest = (repositoryId: string | null) => readonly unknown[];
+
+/**
+ * Claims `key` of the caller's user for `request` (what it asks). The caller's permission is
  * checked first, as the creation checks it: a key's answer is given again only to a caller who may
  * make the request now, so a credential confined to another repository (or to reading), or a user
  * who lost the repository, learns nothing of what a key holds, neither its answer nor whether it
  * was used. The same key with another request throws IdempotencyKeyReusedError; while its first
  * request runs, a conflict.
  */
-export async function claimIdempotencyKey(store: IdempotencyStore, caller: KeyedCaller, key: string, request: readonly unknown[]): Promise<KeyedRequest> {
-  await store.authorize(caller);
+export async function claimIdempotencyKey(store: IdempotencyStore, caller: KeyedCaller, key: string, request: AskedRequest): Promise<KeyedRequest> {
+  const repositoryId = await store.authorize(caller);
   const userId = caller.principal.userId;
-  const fingerprint = createHash('sha256').update(canonicalJson(request)).digest('hex');
+  const fingerprint = createHash('sha256').update(canonicalJson(request(repositoryId))).digest('hex');
   const claim = await store.claim(userId, key, fingerprint);
   if (claim.kind === 'mismatch') throw new IdempotencyKeyReusedError();
   if (claim.kind === 'in_flight') throw conflict(IDEMPOTENCY_KEY_IN_FLIGHT);
@@ -193,7 +205,7 @@ export async function runIdempotently<T>(
   store: IdempotencyStore,
   caller: KeyedCaller,
   key: string,
-  request: readonly unknown[],
+  request: AskedRequest,
   run: () => Promise<T>,
 ): Promise<{ replayed: true; value: unknown } | { replayed: false; value: T }> {
   const keyed = await claimIdempotencyKey(store, caller, key, request);

@@ -192,6 +192,98 @@ t.test('a key answers again only a caller who may make the request now: a key co
   t.same([repositoryAgain.status, repositoryAgain.body.id, repositoryAgain.headers['idempotent-replayed']], [201, created.body.id, 'true'], 'the deleted repository itself: its creation answered again');
 });
 
+t.test('a repository named by its slug or by its id is one repository to a key: a retry by its other name is a replay', async (t) => {
+  const ada = await registerUser(service, 'ada7@example.org');
+  const create = async (name: string, slug: string) => (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name, slug } })).body.id as string;
+  const named = await create('Two Names', 'two-names');
+  const other = await create('Another Repository', 'another-repository');
+  const titled = async (repository: string, path: string, title: string) =>
+    ((await service.call('GET', `/api/v1/repositories/${repository}/${path}?limit=100`, { token: ada.token })).body.items as { title: string }[]).filter(
+      (item) => item.title === title,
+    ).length;
+
+  for (const [path, body] of [
+    ['reports', { title: 'Named twice', text: 'Marie Curie won a prize.' }],
+    ['investigations', { title: 'Named twice' }],
+  ] as const) {
+    for (const [firstName, retryName] of [
+      ['two-names', named],
+      [named, 'two-names'],
+    ]) {
+      const key = `${path}-${firstName}-first`;
+      const send = (repository: string) => service.call('POST', `/api/v1/repositories/${repository}/${path}`, { token: ada.token, body, headers: { 'idempotency-key': key } });
+      const first = await send(firstName);
+      t.equal(first.status, 201, `${path} by ${firstName}`);
+      const retry = await send(retryName);
+      t.same([retry.status, retry.body, retry.headers['idempotent-replayed']], [201, first.body, 'true'], `${path}: by ${firstName}, then by ${retryName}: the first answer again`);
+      const elsewhere = await send(other);
+      t.same([elsewhere.status, elsewhere.body], [422, { error: 'unprocessable', message: IDEMPOTENCY_KEY_REUSED }], `${path}: the key in another repository is still another request`);
+      const otherBody = await service.call('POST', `/api/v1/repositories/${retryName}/${path}`, { token: ada.token, body: { ...body, title: 'Other title' }, headers: { 'idempotency-key': key } });
+      t.equal(otherBody.status, 422, `${path}: another body by the other name is still another request`);
+    }
+    t.equal(await titled(named, path, 'Named twice'), 2, `${path}: one per key, none twice`);
+    t.equal(await titled(other, path, 'Named twice'), 0, `${path}: none in the other repository`);
+    t.equal(await titled(named, path, 'Other title'), 0);
+  }
+  const wrongOperation = await service.call('POST', `/api/v1/repositories/${named}/investigations`, { token: ada.token, body: { title: 'Named twice' }, headers: { 'idempotency-key': 'reports-two-names-first' } });
+  t.equal(wrongOperation.status, 422, 'the key of a report sent to investigations: another operation');
+
+  const notes = { name: 'named.md', type: 'text/markdown', content: 'Otters have two names too.' };
+  const upload = (repository: string) => {
+    const { body, contentType } = multipart(notes);
+    return service.call('POST', `/api/v1/repositories/${repository}/sources/upload`, { token: ada.token, body, headers: { 'content-type': contentType, 'idempotency-key': 'upload-named' } });
+  };
+  const uploaded = await upload('two-names');
+  t.equal(uploaded.status, 201, JSON.stringify(uploaded.body));
+  const uploadedAgain = await upload(named);
+  t.same([uploadedAgain.status, uploadedAgain.body, uploadedAgain.headers['idempotent-replayed']], [201, uploaded.body, 'true'], 'an upload by slug, retried by id');
+  t.equal((await upload(other)).status, 422, 'the upload in another repository');
+  const sources = (await service.call('GET', `/api/v1/repositories/${named}/sources?limit=100`, { token: ada.token })).body.items as { filename: string | null }[];
+  t.equal(sources.filter((source) => source.filename === 'named.md').length, 1, 'one source');
+
+  // A slug that passed to another repository names that one: the key's answer is not given to it.
+  const moving = await create('Moving', 'moving-slug');
+  const report = { title: 'Before the move', text: 'A sentence.' };
+  const sendMoving = () => service.call('POST', '/api/v1/repositories/moving-slug/reports', { token: ada.token, body: report, headers: { 'idempotency-key': 'moving-1' } });
+  const beforeMove = await sendMoving();
+  t.equal(beforeMove.status, 201);
+  t.equal((await service.call('PUT', `/api/v1/repositories/${moving}`, { token: ada.token, body: { slug: 'moved-slug' } })).status, 200);
+  const successor = await create('Successor', 'moving-slug');
+  const afterMove = await sendMoving();
+  t.same([afterMove.status, afterMove.body.error], [422, 'unprocessable'], "the slug now names another repository: a mismatch, not the first repository's report");
+  t.equal(await titled(successor, 'reports', 'Before the move'), 0, 'nothing made in the successor');
+  const byNewSlug = await service.call('POST', '/api/v1/repositories/moved-slug/reports', { token: ada.token, body: report, headers: { 'idempotency-key': 'moving-1' } });
+  t.same([byNewSlug.status, byNewSlug.body.id, byNewSlug.headers['idempotent-replayed']], [201, beforeMove.body.id, 'true'], 'the renamed repository by its new slug: the first answer again');
+});
+
+t.test('by slug as by id, a caller who may not make the request gets the answer it gets without a key', async (t) => {
+  const ada = await registerUser(service, 'ada8@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Guarded', slug: 'guarded' } })).body.id as string;
+  const other = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Elsewhere', slug: 'guarded-elsewhere' } })).body.id as string;
+  const body = { title: 'Guarded report', text: 'The vault opens at noon.' };
+  t.equal((await service.call('POST', '/api/v1/repositories/guarded/reports', { token: ada.token, body, headers: { 'idempotency-key': 'guarded-1' } })).status, 201);
+  const apiKey = async (scopes: string[], keyRepository: string) =>
+    (await service.call('POST', '/api/v1/users/me/api-keys', { token: ada.token, body: { name: scopes.join(' '), scopes, repository: keyRepository } })).body.key as string;
+  const eve = await registerUser(service, 'eve8@example.org');
+  for (const [who, token] of [
+    ['a key confined to another repository', await apiKey(['*:read', 'reports:create'], other)],
+    ['a read-only key', await apiKey(['*:read'], repository)],
+    ['another user', eve.token],
+  ] as const) {
+    for (const name of ['guarded', repository]) {
+      const send = (headers: Record<string, string>, sent: object = body) => service.call('POST', `/api/v1/repositories/${name}/reports`, { token, body: sent, headers });
+      const withoutKey = await send({});
+      const keyed = await send({ 'idempotency-key': 'guarded-1' });
+      t.same([keyed.status, keyed.body, keyed.headers['idempotent-replayed']], [withoutKey.status, withoutKey.body, undefined], `${who}, by ${name}: ${withoutKey.status} as without the key`);
+      t.ok(withoutKey.status === 403 || withoutKey.status === 404, `${who}: refused (${withoutKey.status})`);
+      const guess = await send({ 'idempotency-key': 'guarded-1' }, { text: 'A guess.' });
+      t.equal(guess.status, withoutKey.status, `${who}, by ${name}: no 422 telling the key was used`);
+    }
+  }
+  const reports = (await service.call('GET', `/api/v1/repositories/${repository}/reports?limit=100`, { token: ada.token })).body.items as { title: string }[];
+  t.same(reports.map((item) => item.title), ['Guarded report'], 'one report, and no other made');
+});
+
 t.test('the OpenAPI document names the header and its answers on the routes that take it', async (t) => {
   const document = (await service.call('GET', '/api/v1/openapi.json')).body;
   const create = document.paths['/api/v1/repositories'].post;

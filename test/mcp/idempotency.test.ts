@@ -79,6 +79,29 @@ t.test('createInvestigation takes a key too', async (t) => {
   t.equal(await titled('investigations', 'Gathered once'), 1);
 });
 
+t.test('a repository named by its slug or by its id is one repository to a key: the retry by its other name is a replay', async (t) => {
+  const named = (await service.call('POST', '/api/v1/repositories', { token: restToken, body: { name: 'Named Twice', slug: 'mcp-named-twice' } })).body.id as string;
+  const inRepository = async (title: string) =>
+    ((await service.call('GET', `/api/v1/repositories/${named}/reports?limit=500`, { token: restToken })).body.items as { title: string }[]).filter((item) => item.title === title).length;
+  for (const [firstName, retryName] of [
+    ['mcp-named-twice', named],
+    [named, 'mcp-named-twice'],
+  ]) {
+    const key = `named-by-${firstName}`;
+    const args = { title: 'Named twice', text: 'Marie Curie won a prize.', idempotency_key: key };
+    const first = await callTool('createReport', { ...args, repository: firstName });
+    t.notOk(first.isError, first.text);
+    const retry = await callTool('createReport', { ...args, repository: retryName });
+    t.same([retry.isError, retry.replayed, retry.value], [false, true, first.value], `by ${firstName}, then by ${retryName}: the first result again`);
+    const elsewhere = await callTool('createReport', { ...args, repository });
+    t.same([elsewhere.isError, elsewhere.text], [true, `invalid: ${IDEMPOTENCY_KEY_REUSED}`], 'the key in another repository is still another call');
+    const otherText = await callTool('createReport', { ...args, repository: retryName, text: 'Pierre Curie won it too.' });
+    t.same([otherText.isError, otherText.text], [true, `invalid: ${IDEMPOTENCY_KEY_REUSED}`], 'other arguments by the other name are still another call');
+  }
+  t.equal(await inRepository('Named twice'), 2, 'one report per key, none twice');
+  t.equal(await titled('reports', 'Named twice'), 0, 'none in the other repository');
+});
+
 t.test('a malformed idempotency_key is a tool error and creates nothing', async (t) => {
   for (const key of ['', 'two words', 'x'.repeat(256), 'é', 42, null, ['k']]) {
     const result = await callTool('createInvestigation', { repository, title: 'Bad key', idempotency_key: key });
@@ -105,7 +128,7 @@ t.test('a call whose key is still claimed by its first call is a conflict, the m
     service.context.idempotency,
     { principal: await service.context.identity.authenticate(restToken), permission: 'investigations:create', repository },
     'running-1',
-    ['mcp', 'createInvestigation', args],
+    () => ['mcp', 'createInvestigation', args],
   );
   t.equal(first.kind, 'run');
   const second = await callTool('createInvestigation', { ...args, idempotency_key: 'running-1' });

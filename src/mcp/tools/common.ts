@@ -200,7 +200,8 @@ export function defineTool<Schema extends z.ZodObject>(spec: ToolSpec<Schema>): 
               const key = keyed?.data?.idempotency_key;
               if (key === undefined || spec.idempotent === undefined) return toolResult(await spec.run(call, parsed.data));
               // What the call asks, its tool first: the same key sent to another tool, or to a REST route, is a mismatch.
-              const request = ['mcp', spec.name, parsed.data];
+              // Its repository by the id the permission check resolved: named by its slug or its id, the call asks the same.
+              const request = (repositoryId: string | null) => ['mcp', spec.name, { ...parsed.data, repository: repositoryId }];
               const caller = { principal: call.principal, permission: spec.idempotent.permission, repository: repositoryOf(parsed.data) };
               const { replayed, value } = await runIdempotently(call.context.idempotency, caller, key, request, () => spec.run(call, parsed.data));
               return replayed ? { ...toolResult(value), _meta: { [REPLAYED_META]: true } } : toolResult(value);
