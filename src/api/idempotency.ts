@@ -8,7 +8,6 @@ import {
   type IdempotencyStore,
   type KeyedRequest,
 } from '../app/idempotency.js';
-import { createHash } from 'node:crypto';
 import type { Permission } from '../auth/rbac.js';
 import { badRequest, errorReply, REPLAYED_HEADER, ReplayedAnswer } from './errors.js';
 
@@ -33,12 +32,12 @@ declare module 'fastify' {
 
 export const IDEMPOTENCY_HEADER = 'idempotency-key';
 
-/** What an upload asks: its text fields and its file, by name, declared type and content. */
+/** What an upload asks: its text fields and its file, by name, declared type and content (the SHA-256 of its bytes, hex). */
 export interface UploadAsked {
   fields: Record<string, string | null>;
   filename: string | null;
   declaredType: string | null;
-  body: Buffer;
+  sha256: string;
 }
 
 /** The header as the OpenAPI document lists it on an idempotent route, and the replies the key adds. */
@@ -120,8 +119,8 @@ export function registerIdempotency(
     const caller = { principal: request.principal, permission: idempotent.permission, repository: repoID ?? null };
     if (idempotent.upload) {
       // The file is read only once the caller may upload (src/api/uploads.ts), so its key is claimed then.
-      request.idempotentUpload = async ({ fields, filename, declaredType, body }) => {
-        const file = { filename, declared_type: declaredType, sha256: createHash('sha256').update(body).digest('hex') };
+      request.idempotentUpload = async ({ fields, filename, declaredType, sha256 }) => {
+        const file = { filename, declared_type: declaredType, sha256 };
         const keyed = await claimIdempotencyKey(store, caller, key, (repositoryId) => [request.method, urlNaming(request, repositoryId), { fields, file }]);
         if (keyed.kind === 'replay') throw new ReplayedAnswer(keyed.answer);
         request.idempotencyClaim = keyed;

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { Readable } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
@@ -349,10 +350,14 @@ export async function receiveUpload(request: FastifyRequest): Promise<Upload> {
         // Fields the body held after the file part, read now; which of them busboy had read when
         // the file part began depended on how the body came in packets.
         checkFields(file, taken, { whole: true });
-        const uploaded = { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
+        const uploaded: UploadedContent = { filename: cleanFileName(file.filename), declaredType: file.mimetype ?? null, body };
         // An upload sent with an Idempotency-Key: what it asks is known now (src/api/idempotency.ts).
-        await request.idempotentUpload?.({ ...uploaded, fields: Object.fromEntries(taken.map((name) => [name, textField(file.fields, name) ?? null])) });
-        return uploaded;
+        // It names the file by its bytes' SHA-256, which goes on with them, for the asset store not to hash them again.
+        if (request.idempotentUpload === undefined) return uploaded;
+        const sha256 = createHash('sha256').update(body).digest('hex');
+        const { filename, declaredType } = uploaded;
+        await request.idempotentUpload({ filename, declaredType, sha256, fields: Object.fromEntries(taken.map((name) => [name, textField(file.fields, name) ?? null])) });
+        return { ...uploaded, sha256 };
       } finally {
         headers.stop();
       }

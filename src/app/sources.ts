@@ -30,6 +30,8 @@ export interface UploadedContent {
   filename: string | null;
   declaredType: string | null;
   body: Buffer;
+  /** The bytes' SHA-256 (hex) when reading the upload computed it (a keyed upload's fingerprint names the file by it), for the asset store not to hash them again. */
+  sha256?: string;
 }
 
 /** What an upload route reads: the media types it takes as declared, by file extension, and what to say when neither fits. */
@@ -169,13 +171,13 @@ export function sourceCommands(deps: Pick<AppContext, 'db' | 'commands' | 'asset
      */
     async upload(principal: Principal, input: { repository: string; content: () => Promise<UploadedContent> }, trace?: Trace) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'sources:create');
-      const { filename, declaredType, body } = await input.content();
+      const { filename, declaredType, body, sha256 } = await input.content();
       if (body.length === 0) throw invalid('the uploaded file is empty');
       const contentType = uploadContentType({ filename, declaredType });
       // Refused now rather than failed later (or read as replacement characters): the sender is here to be told.
       if (contentType !== 'application/pdf' && looksBinary(body)) throw new UnsupportedContentError(`the uploaded file is binary data, not ${contentType} text`);
       if (contentType === 'application/pdf' && !startsWithPdfMagic(body)) throw new UnsupportedContentError('the uploaded file is not a PDF: no %PDF- header in its first kilobyte');
-      const stored = await deps.assets.put(body);
+      const stored = await deps.assets.put(body, sha256);
       return register(
         repository.id,
         { type: 'RegisterSource', origin: 'upload', filename, contentType, bodySha256: stored.sha256, bodyBytes: stored.bytes },

@@ -9,7 +9,12 @@ import path from 'node:path';
  * and events can refer to blobs by hash without ever embedding them.
  */
 export interface AssetStore {
-  put(bytes: Uint8Array | string): Promise<{ sha256: string; bytes: number }>;
+  /**
+   * Stores the bytes under their SHA-256. `sha256`: their digest (hex) when the caller computed it
+   * of these very bytes already (a keyed upload's, src/api/uploads.ts), so they are not hashed
+   * twice; it is not checked, and a wrong one would store the bytes under another blob's name.
+   */
+  put(bytes: Uint8Array | string, sha256?: string): Promise<{ sha256: string; bytes: number }>;
   get(sha256: string): Promise<Buffer>;
   getText(sha256: string): Promise<string>;
   has(sha256: string): Promise<boolean>;
@@ -23,9 +28,9 @@ export function createFileAssetStore(root: string): AssetStore {
     return path.join(root, sha256.slice(0, 2), sha256.slice(2, 4), sha256);
   };
   return {
-    async put(content) {
+    async put(content, known) {
       const bytes = typeof content === 'string' ? Buffer.from(content, 'utf8') : Buffer.from(content);
-      const sha256 = createHash('sha256').update(bytes).digest('hex');
+      const sha256 = known ?? createHash('sha256').update(bytes).digest('hex');
       const target = pathOf(sha256);
       try {
         await access(target);

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import t from 'tap';
 import { IDEMPOTENCY_KEY_REUSED } from '../../src/app/idempotency.js';
@@ -121,6 +122,11 @@ t.test('an upload retried with its Idempotency-Key registers one source (and one
   const retry = await upload('sources', 'upload-1', notes);
   t.same([retry.status, retry.body, retry.headers['idempotent-replayed']], [201, first.body, 'true'], 'the first answer again, though the boundary changed');
   t.equal(await sourcesNamed('notes.md'), 1, 'one source, not two');
+  // The file's SHA-256, computed once for the key, is the name its bytes are stored under.
+  const digest = createHash('sha256').update(notes.content).digest('hex');
+  const stored = await service.context.db.knex('sources').where({ id: first.body.id }).first('body_sha256');
+  t.equal(stored?.body_sha256, digest, "the stored asset is named by the file's SHA-256");
+  t.equal((await service.context.assets.get(digest)).toString('utf8'), notes.content, 'and holds its bytes');
 
   const otherContent = await upload('sources', 'upload-1', { ...notes, content: 'Otters float on their backs.' });
   t.same([otherContent.status, otherContent.body], [422, { error: 'unprocessable', message: IDEMPOTENCY_KEY_REUSED }], 'another file with the key');
