@@ -6,7 +6,7 @@ import { applyMigrations, plannerStatisticsOff, relationsExist, type Migrator } 
 import { rawQuery } from '../db/rawQuery.js';
 import { isoTimestamp, isoTimestampOrNull, utcMicrosecondsText } from '../db/timestamps.js';
 import { isUuid } from '../util/uuid.js';
-import { headOfUnits } from '../util/codePoints.js';
+import { boundedErrorMessage } from '../util/errorMessage.js';
 
 /**
  * The `jobs` table and its repository (DESIGN.md, "Stage runtime").
@@ -25,8 +25,11 @@ export const jobStates: readonly JobState[] = ['queued', 'running', 'succeeded',
 /** Attempts a job gets when the enqueuer does not say (the runtime overwrites it at claim). */
 export const defaultMaxAttempts = 5;
 
-/** `last_error` is for people reading the tasks API, not a log: long stacks are cut. */
-const maxErrorLength = 4000;
+/**
+ * `last_error` is for people reading the tasks API, not a log: a longer message keeps its start
+ * and its end, in at most this many characters (boundedErrorMessage).
+ */
+export const MAX_TASK_ERROR_CHARS = 4000;
 
 /** Queued jobs one statement of `endCovered` ends at most (see there). */
 export const ENDED_PER_STATEMENT = 200;
@@ -398,11 +401,6 @@ export function isSuperseded(job: Job, others: readonly Job[]): boolean {
   return others.some((later) => later.kind === job.kind && later.subjectId === job.subjectId && later.triggerPosition > job.triggerPosition);
 }
 
-export function truncateError(message: string): string {
-  // Cut before a surrogate pair the cut would halve: a lone half is not Unicode.
-  return message.length <= maxErrorLength ? message : `${headOfUnits(message, maxErrorLength - 1)}…`;
-}
-
 /** More rows than this in `job_count_deltas` for one read: the read folds them (about a few seconds of an ingest's job changes). */
 const compactAbove = 500;
 
@@ -664,7 +662,7 @@ export class JobRepository {
         input.permanent,
         retryDelayMs,
         input.permanent,
-        truncateError(input.error),
+        boundedErrorMessage(input.error, MAX_TASK_ERROR_CHARS),
         claim.id,
         claim.claimToken,
       ],

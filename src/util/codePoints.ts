@@ -51,3 +51,19 @@ export function headOfRunes(text: string, runes: number): string {
   }
   return text.slice(0, units);
 }
+
+/**
+ * The last `runes` code points of `text` (all of it when it has no more): as headOfRunes, from
+ * the end, never keeping half of a pair.
+ */
+export function tailOfRunes(text: string, runes: number): string {
+  if (runes <= 0) return '';
+  if (text.length <= runes) return text;
+  let start = text.length;
+  for (let count = 0; count < runes && start > 0; count++) {
+    const low = text.charCodeAt(start - 1);
+    const high = text.charCodeAt(start - 2);
+    start -= low >= 0xdc00 && low <= 0xdfff && high >= 0xd800 && high <= 0xdbff ? 2 : 1;
+  }
+  return text.slice(start);
+}

@@ -3,7 +3,8 @@ import t from 'tap';
 import type { Test } from 'tap';
 import type { Database } from '../../src/db/database.js';
 import { ConcurrencyError } from '../../src/eventstore/port.js';
-import { JobRepository, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import { JobRepository, MAX_TASK_ERROR_CHARS, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import { runeLength } from '../../src/util/codePoints.js';
 import {
   createStageRuntime,
   JobTimeoutError,
@@ -262,6 +263,24 @@ for (const backend of backends) {
       t.equal(runs, 1);
       t.match(await jobs.get(first), { state: 'failed', attempts: 1, lastError: /PermanentJobError: unsupported URL/ });
       t.match(await jobs.get(second), { state: 'failed', attempts: 1, lastError: /HTTP 404/ });
+    });
+
+    t.test("a long error keeps its start and the reason at its end in the task's last_error", async (t) => {
+      const reason = 'bind message has 54464 parameter formats but 0 parameters 😀';
+      const runtime = runtimeFor(t, [
+        testStage('long_error', async () => {
+          throw new PermanentJobError(`insert into "facts" values ${'($1, $2), '.repeat(2000)}- ${reason}`);
+        }),
+      ]);
+      const id = await enqueue('long_error');
+      const failed = nextOutcome(runtime, id, 'failed');
+      await runtime.start();
+      await failed;
+      const lastError = (await jobs.get(id))?.lastError ?? '';
+      t.match(lastError, /^PermanentJobError: insert into "facts" values \(\$1, \$2\), /, 'its start');
+      t.ok(lastError.endsWith(`- ${reason}`), 'the reason at its end, the emoji whole');
+      t.match(lastError, / … \(\d+ characters left out\) … /);
+      t.equal(runeLength(lastError), MAX_TASK_ERROR_CHARS, 'bounded in characters');
     });
 
     t.test('a ConcurrencyError means a twin did the work: succeeded, logged at debug', async (t) => {

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { avoidSplitPair, headOfRunes, headOfUnits, runeLength, tailOfUnits } from '../../src/util/codePoints.js';
+import { avoidSplitPair, headOfRunes, headOfUnits, runeLength, tailOfRunes, tailOfUnits } from '../../src/util/codePoints.js';
 
 t.test('a cut in UTF-16 units keeps a surrogate pair whole', async (t) => {
   t.equal(runeLength('a😀'), 2);
@@ -18,4 +18,9 @@ t.test('a cut in characters keeps that many code points, each pair whole', async
   t.equal(headOfRunes('ab', 5), 'ab');
   t.equal(headOfRunes('ab', 0), '');
   t.equal(headOfRunes('𠀀x', 1), '𠀀', 'an astral-plane ideograph too');
+  t.equal(tailOfRunes('a😀b', 2), '😀b', 'from the end: the emoji is one character');
+  t.equal(tailOfRunes('😀😀😀', 2), '😀😀');
+  t.equal(tailOfRunes('ab', 5), 'ab');
+  t.equal(tailOfRunes('ab', 0), '');
+  t.equal(tailOfRunes('x𠀀', 1), '𠀀');
 });

@@ -10,8 +10,9 @@ import { facts as factCollection } from '../../search/collections/index.js';
 import { createHybridSearch, hybridSettingsOf, type HybridSearch } from '../../search/hybrid.js';
 import { runeLength } from '../../util/codePoints.js';
 import { mapWithConcurrency } from '../../util/concurrency.js';
+import { boundedErrorMessage } from '../../util/errorMessage.js';
 import type { JobContext, Stage, StageDefinition } from '../types.js';
-import { commandFrom, failureReason, loadStream, recordingFailure, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
+import { commandFrom, loadStream, recordingFailure, requireRepositoryId, stageMetadata, streamSubject, throwIfAborted, type LoadedStream } from './common.js';
 import { loadRepositorySettings } from './repositorySettings.js';
 import { chunked } from '../../util/chunked.js';
 import { liveFacts, unsourcedFacts } from '../../read/facts.js';
@@ -185,7 +186,7 @@ export function createAnnotateReportStage(deps: AnnotateReportDeps): Stage {
       const command = (next: ReportCommand) => commandFrom(deps.store, stream, reportDecider, loaded, next, metadata);
       // A failure that ends the job fails this revision's annotation, so the report shows it.
       const failAnnotation = async (error: unknown) => {
-        const reason = failureReason(error);
+        const reason = boundedErrorMessage(error);
         await commandFrom(deps.store, stream, reportDecider, await loadStream(deps.store, stream, reportDecider), { type: 'FailAnnotation', revision, reason }, metadata);
       };
       await recordingFailure(context, deps.maxAttempts, failAnnotation, async () => {

@@ -7,8 +7,7 @@ import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { followMergeChains, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
-import { headOfUnits } from '../../util/codePoints.js';
-import { MAX_KEPT_ERROR_CHARS } from '../../util/errorMessage.js';
+import { boundedErrorMessage } from '../../util/errorMessage.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type Job, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
@@ -354,14 +353,9 @@ export function throwIfAborted(signal: AbortSignal): void {
 }
 
 /**
- * The reason a stage's failure is recorded with: the error's message, its first
- * MAX_KEPT_ERROR_CHARS UTF-16 units, never half a character (a lone surrogate cannot be stored).
+ * Records on the source that a stage gave up, so its status shows `failed` with the reason: the
+ * error's message, its start and its end within MAX_KEPT_ERROR_CHARS characters (boundedErrorMessage).
  */
-export function failureReason(error: unknown): string {
-  return headOfUnits(error instanceof Error ? error.message : String(error), MAX_KEPT_ERROR_CHARS);
-}
-
-/** Records on the source that a stage gave up, so its status shows `failed` with the reason. */
 export async function failSource(
   store: EventStore,
   stream: string,
@@ -369,7 +363,7 @@ export async function failSource(
   error: unknown,
   metadata: EventMetadata,
 ): Promise<void> {
-  await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: failureReason(error) }, metadata);
+  await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: boundedErrorMessage(error) }, metadata);
 }
 
 /** Stage.onDead of a source stage: its source fails with the job's last error, as its last attempt would have failed it. */

@@ -363,12 +363,13 @@ t.test('a failure a retry cannot fix fails the report; a transient one is retrie
   t.match(await fixture.db.knex('reports').where({ id: reportId }).first(), { status: 'failed', failure: /annotate_report: the provider answered 401/ });
 });
 
-t.test('a failure whose message is cut where an emoji starts still fails the report', async (t) => {
+t.test('a long failure keeps its start and its reason at the end, emoji whole, and still fails the report', async (t) => {
   const { fixture, repositoryId } = await corpus(t, null);
   const hybrid = createHybridSearch({ search: fixture.search, embedder: null, settings: HYBRID });
-  // The reason is kept to 2,000 UTF-16 units: cut inside the emoji, its half could not be stored,
-  // and the report stayed `processing` for good.
-  const message = `${'x'.repeat(1999)}😀 the provider refused the request`;
+  // The reason is kept to 2,000 characters, its start and its end: cut inside an emoji, its half
+  // could not be stored, and the report stayed `processing` for good; cut to its start, the
+  // reason at its end was lost.
+  const message = `😀${'x'.repeat(3000)} 😀 the provider refused the request`;
   const broken: ChatModel = {
     ...createLocalChatModel(),
     async judgePostures() {
@@ -382,5 +383,5 @@ t.test('a failure whose message is cut where an emoji starts still fails the rep
   await fixture.settle();
   const row = await fixture.db.knex('reports').where({ id: reportId }).first();
   t.equal(row?.status, 'failed');
-  t.equal(row?.failure, `annotate_report: ${'x'.repeat(1999)}`, 'cut before the emoji');
+  t.match(row?.failure, /^annotate_report: 😀x+ … \(\d+ characters left out\) … x+ 😀 the provider refused the request$/, 'the start and the reason at the end, the emoji whole');
 });

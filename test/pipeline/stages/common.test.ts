@@ -6,6 +6,8 @@ import { commandFrom, failSourceOfDeadJob, loadStream, sharedCommandFrom, shared
 import { factDecider } from '../../../src/domain/fact/decider.js';
 import { withOverrides } from '../../eventstore/contract.js';
 import { openStageFixture, testMetadata } from '../stageFixture.js';
+import { runeLength } from '../../../src/util/codePoints.js';
+import { MAX_KEPT_ERROR_CHARS } from '../../../src/util/errorMessage.js';
 
 /** Deciding on a stream read once: the same outcome as handleCommand, one read less when nothing moved. */
 t.test('commandFrom and sharedCommandFrom', async (t) => {
@@ -211,9 +213,13 @@ t.test("a source stage's dead job fails its source with the job's last error", a
   await failSourceOfDeadJob(fixture.store, 'retrieve_source')({ ...job, sourceId: null });
   t.equal((await fixture.store.readStream(stream)).length, events.length, 'a job for no source records nothing');
 
-  // The reason is kept to 2,000 UTF-16 units: cut inside an emoji, its half could not be stored.
+  // The reason is kept to 2,000 characters, its start and its end: the end says what went wrong,
+  // and an emoji is never halved (its half could not be stored).
   const other = crypto.randomUUID();
   await handleCommand(fixture.store, streamName('source', other), sourceDecider, { type: 'RegisterSource', origin: 'url', url: 'https://example.org/emoji', doi: null }, metadata);
-  await failSourceOfDeadJob(fixture.store, 'retrieve_source')({ ...job, subjectId: other, sourceId: other, lastError: `${'x'.repeat(1999)}😀 the page said no` });
-  t.match((await fixture.store.readStream(streamName('source', other))).at(-1), { type: 'SourceFailed', data: { reason: 'x'.repeat(1999) } }, 'cut before the emoji');
+  await failSourceOfDeadJob(fixture.store, 'retrieve_source')({ ...job, subjectId: other, sourceId: other, lastError: `😀 ${'x'.repeat(3000)} the page said no 😀` });
+  const failed = (await fixture.store.readStream(streamName('source', other))).at(-1);
+  t.match(failed, { type: 'SourceFailed', data: { reason: /^😀 x+ … \(\d+ characters left out\) … x+ the page said no 😀$/ } }, 'the start and the reason at the end');
+  const reason = (failed?.data as { reason?: string } | undefined)?.reason ?? '';
+  t.equal(runeLength(reason), MAX_KEPT_ERROR_CHARS, 'bounded in characters');
 });

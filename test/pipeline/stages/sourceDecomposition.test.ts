@@ -13,6 +13,8 @@ import { startWebServer } from '../../helpers/webServer.js';
 import { longArticle } from '../../helpers/longArticle.js';
 import { noisePng, openStageFixture, recordingChatModel, REPOSITORY_ID } from '../../helpers/decompositionHarness.js';
 import { buildPdfWithImages, noiseImage } from '../../fixtures/fetch/pdfWithImages.js';
+import { runeLength } from '../../../src/util/codePoints.js';
+import { MAX_KEPT_ERROR_CHARS } from '../../../src/util/errorMessage.js';
 
 const fixture = await openStageFixture(t);
 const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').digest('hex');
@@ -226,6 +228,24 @@ t.test('a failing image call: retried while attempts remain, then recorded on th
   t.equal(state.status, 'failed');
   t.equal(state.failure, 'source_decomposition: vision endpoint unavailable');
   t.notOk((await fixture.events(source)).some((event) => event.type === 'FactsExtracted'));
+});
+
+t.test("a long failure keeps its start and the reason at its end in the source's failure", async (t) => {
+  const source = await fetchedSource({ url: `${server.baseUrl}/article.html` });
+  const base = recordingChatModel();
+  const reason = 'the model server said: 😀 context length exceeded';
+  const failing: ChatModel = {
+    ...base.model,
+    async extractImageFacts() {
+      throw new Error(`POST /v1/chat/completions ${'{"role":"user"} '.repeat(500)}failed: ${reason}`);
+    },
+  };
+  const { stage } = decomposition(failing, { maxAttempts: 1 });
+  t.match(await fixture.run(stage, source, 1), { name: 'PermanentJobError' });
+  const state = await fixture.state(source);
+  t.equal(state.status, 'failed');
+  t.match(state.failure, /^source_decomposition: POST \/v1\/chat\/completions \{"role":"user"\} .* … \(\d+ characters left out\) … .*failed: the model server said: 😀 context length exceeded$/s);
+  t.ok(runeLength(state.failure?.slice('source_decomposition: '.length) ?? '') <= MAX_KEPT_ERROR_CHARS, 'the reason is bounded');
 });
 
 t.test('a fact both in the text and in an image is recorded once, as a text fact', async (t) => {
