@@ -20,6 +20,7 @@ import { announceDataDirUrl, DataDirLockedError, nameRunningCommand, verifyInsta
 import type { EventStore } from './eventstore/port.js';
 import { missingFromEmbeddedLaunch } from './app/launch.js';
 import type { SchemaMigrations } from './db/migrations.js';
+import { errorMessage } from './util/errorMessage.js';
 
 /**
  * How long `serve` may take to stop after SIGTERM/SIGINT: the stage runtime waits up to 30 s for
@@ -71,7 +72,7 @@ async function openCopyTarget(target: string): Promise<{ store: EventStore; clos
   } catch (error) {
     await opened?.close().catch(() => undefined);
     const what = isEventStoreDb ? 'the EventStoreDB event store' : 'the PostgreSQL event store';
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = errorMessage(error);
     throw new Error(`events copy: cannot open ${what} at ${connectionLocation(target) ?? 'the --to connection string'} (--to, its password left out): ${reason}; nothing was copied`, { cause: error });
   }
 }
@@ -274,7 +275,7 @@ async function listenOn(app: { listen(options: { host: string; port: number }): 
     return await app.listen({ host: server.host, port: server.port });
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    const reason = (code !== undefined && LISTEN_FAILURES[code]) || (error instanceof Error ? error.message : String(error));
+    const reason = (code !== undefined && LISTEN_FAILURES[code]) || errorMessage(error);
     throw new Error(`cannot listen on ${server.host}:${server.port} (server.host, server.port; SERVER_HOST, SERVER_PORT): ${reason}`);
   }
 }
@@ -584,7 +585,7 @@ export async function main(argv: string[]): Promise<void> {
       console.error(`factlog: ${error.message}`);
       process.exit(2);
     }
-    console.error(`factlog: ${error instanceof Error ? error.message : String(error)}`);
+    console.error(`factlog: ${errorMessage(error)}`);
     process.exit(1);
   }
 }

@@ -1,6 +1,7 @@
 import avro from 'avsc';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import { arrayItemsType, mapValuesType, type EventSchemaRegistry } from '../eventstore/schemas.js';
+import { errorMessage } from '../util/errorMessage.js';
 
 /**
  * The Kafka wire format of an event (docs/kafka.md):
@@ -130,7 +131,7 @@ export function decodeEvent(registry: EventSchemaRegistry, message: WireMessage)
   } catch (error) {
     throw new EventDecodeError(
       'undecodable-value',
-      `${message.value.length} bytes are not a ${type}: ${error instanceof Error ? error.message : String(error)}`,
+      `${message.value.length} bytes are not a ${type}: ${errorMessage(error)}`,
     );
   }
   return { ...envelope, data: avroToJson(avroType, decoded) as Record<string, unknown> };

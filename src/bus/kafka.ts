@@ -24,6 +24,7 @@ import type { EventStore, Subscription } from '../eventstore/port.js';
 import type { EventSchemaRegistry } from '../eventstore/schemas.js';
 import { decodeEvent, encodeEvent, EventDecodeError, eventHeaders, messageEventType } from './avro.js';
 import { silentBusLogger, topicCategory, validateConsumerOptions, type Bus, type BusConsumer, type BusConsumerOptions, type BusLogger } from './port.js';
+import { errorMessage } from '../util/errorMessage.js';
 
 /** Where the distributed tier's Kafka is and how its topics are made (config `bus.kafka`). */
 export interface KafkaOptions {
@@ -463,7 +464,7 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
       } catch (error) {
         // The store validated it, so only a registry or naming change gets here. Holding the
         // whole log back for one event would be worse: park it, readable, with the reason.
-        const reason = error instanceof Error ? error.message : String(error);
+        const reason = errorMessage(error);
         log.error({ eventId: event.eventId, type: event.type, streamId: event.streamId, reason }, 'relay cannot encode event; sent to the dead-letter topic');
         topic = dlqTopic;
         message = {
@@ -571,7 +572,7 @@ export function createKafkaRelay(options: KafkaRelayOptions): KafkaRelay {
     failures += 1;
     const delayMs = Math.min(retryMaxMs, retryBaseMs * 2 ** (failures - 1));
     log.warn(
-      { relay: name, error: error instanceof Error ? error.message : String(error), failures, retryInMs: delayMs },
+      { relay: name, error: errorMessage(error), failures, retryInMs: delayMs },
       'kafka relay failed; resuming from its stored position',
     );
     retryTimer = setTimeout(() => {
@@ -1036,8 +1037,4 @@ class KafkaGroupConsumer implements KafkaBusConsumer {
       clearInterval(timer);
     }
   }
-}
-
-function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }

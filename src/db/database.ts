@@ -9,6 +9,7 @@ import { initdbInChildProcess, needsInitdb, PgliteThread } from './pgliteThread.
 import { gateConnection, PriorityGate } from './priority.js';
 import { registerRawRunner } from './rawQuery.js';
 import { PreparingPgClient } from './serverPrepared.js';
+import { errorMessage } from '../util/errorMessage.js';
 
 /**
  * One way to reach PostgreSQL: a knex instance over either PGlite (embedded WASM, run in a worker
@@ -205,7 +206,7 @@ function unopenableDataDir(dataDir: string, error: unknown): Error {
   }
   const holds = /^[0-9]+$/.test(version) ? `; it holds a PostgreSQL ${version} database` : '';
   // PGlite's own messages may end with a period (`Aborted(). Build with -sASSERTIONS for more info.`).
-  const reason = (error instanceof Error ? error.message : String(error)).replace(/\.\s*$/, '');
+  const reason = errorMessage(error).replace(/\.\s*$/, '');
   return new Error(
     `cannot open the embedded database in ${dataDir} (storage.data_dir, STORAGE_DATA_DIR): ${reason}${holds}. ` +
       "It may be damaged (copied while a process had it open, say) or made by a release whose PGlite is another PostgreSQL version: restore a backup made with this release, or run the release that made it",

@@ -2,6 +2,7 @@ import type { Embedder } from '../providers/embeddings/port.js';
 import type { HitOf, IndexedDocument, SearchCollection } from './collection.js';
 import { InvalidSearchRequestError, MAX_K, MAX_PAGE_SIZE, VectorSearchUnavailableError, websearchQueryText, type SearchIndex, type SearchQuery } from './port.js';
 import { parseWebsearch } from './websearch.js';
+import { errorMessage } from '../util/errorMessage.js';
 
 /**
  * Hybrid search (spec "What the service does", item 2; docs/search.md, "Hybrid search"): the
@@ -228,7 +229,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
       vector = query.vector ?? (await embedder.embed([plan.text]))[0];
     } catch (error) {
       await lexical;
-      return lexicalOnly(collection, query, `embedding the query failed: ${error instanceof Error ? error.message : String(error)}`);
+      return lexicalOnly(collection, query, `embedding the query failed: ${errorMessage(error)}`);
     }
     const nearest = deps.search.knn(collection, { repositoryId: query.repositoryId, vector, k: plan.pool, ids: query.ids, hide: query.hide, filters: query.filters });
     nearest.catch(() => undefined);
@@ -278,7 +279,7 @@ export function createHybridSearch(deps: { search: SearchIndex; embedder: Embedd
           const embedded = await embedder.embed(missing.map(({ text }) => text));
           missing.forEach(({ index }, position) => vectors.set(index, embedded[position]));
         } catch (error) {
-          embedFailure = `embedding the query failed: ${error instanceof Error ? error.message : String(error)}`;
+          embedFailure = `embedding the query failed: ${errorMessage(error)}`;
         }
       }
       for (const { index } of hybrid) if (!vectors.has(index)) answers[index] = await lexicalOnly(collection, queries[index], embedFailure);

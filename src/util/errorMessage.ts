@@ -3,6 +3,11 @@ import { headOfRunes, runeLength, tailOfRunes } from './codePoints.js';
 /** The most characters of an error message kept where it is shown again and again (a status, a log line per retry). */
 export const MAX_KEPT_ERROR_CHARS = 2000;
 
+/** `error`'s message: an Error's `message`, anything else as `String` makes it. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
 /** What stands between the start and the end kept of a message: `leftOut` characters were cut there. */
 function cutMarker(leftOut: number): string {
   return ` … (${leftOut} characters left out) … `;
@@ -20,7 +25,7 @@ function cutMarker(leftOut: number): string {
  * marker keeps the start and `…`.
  */
 export function boundedErrorMessage(error: unknown, max: number = MAX_KEPT_ERROR_CHARS): string {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   if (message.length <= max) return message;
   const length = runeLength(message);
   if (length <= max) return message;

@@ -1,9 +1,17 @@
 import fc from 'fast-check';
 import t from 'tap';
 import { runeLength } from '../../src/util/codePoints.js';
-import { boundedErrorMessage, MAX_KEPT_ERROR_CHARS } from '../../src/util/errorMessage.js';
+import { boundedErrorMessage, errorMessage, MAX_KEPT_ERROR_CHARS } from '../../src/util/errorMessage.js';
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+t.test("errorMessage: an Error's message, anything else as String makes it", async (t) => {
+  t.equal(errorMessage(new TypeError('bad')), 'bad');
+  t.equal(errorMessage('plain'), 'plain');
+  t.equal(errorMessage(42), '42');
+  t.equal(errorMessage(undefined), 'undefined');
+  t.equal(errorMessage({ message: 'not an Error' }), '[object Object]');
+});
 
 t.test('a short message is kept whole, an Error or not', async (t) => {
   t.equal(boundedErrorMessage(new Error('relation "facts" does not exist')), 'relation "facts" does not exist');

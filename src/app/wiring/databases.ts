@@ -1,6 +1,7 @@
 import type { Config } from '../../config/types.js';
 import { databaseOptions } from '../../config/derived.js';
 import { connectionLocation, openDatabase, type Database, type DatabaseOptions } from '../../db/database.js';
+import { errorMessage } from '../../util/errorMessage.js';
 
 /** The configured databases, each opened once by name; closes them all in one call. */
 export interface Databases {
@@ -16,7 +17,7 @@ export interface Databases {
 function unreachable(name: string, url: string, error: unknown): Error {
   // The configuration admits postgres:// URLs only; an unparsable one is named by its setting alone.
   const where = connectionLocation(url) ?? 'its url';
-  const reason = error instanceof Error ? error.message : String(error);
+  const reason = errorMessage(error);
   return new Error(`cannot open the database ${name} at ${where} (databases.${name}.url, DATABASES_${name.toUpperCase()}_URL): ${reason}`, { cause: error });
 }
 

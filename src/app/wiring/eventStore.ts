@@ -5,6 +5,7 @@ import { createPostgresEventStore } from '../../eventstore/postgres.js';
 import { connectionLocation } from '../../db/database.js';
 import type { EventSchemaRegistry } from '../../eventstore/schemas.js';
 import type { Databases } from './databases.js';
+import { errorMessage } from '../../util/errorMessage.js';
 
 /**
  * The event store of `eventstore.backend`: PostgreSQL tables (PGlite or a server; migrated
@@ -40,7 +41,7 @@ export async function reachEventStoreDb(store: EventStore, connectionString: str
     await store.headPosition();
   } catch (error) {
     await store.close().catch(() => undefined);
-    const reason = error instanceof Error ? error.message : String(error);
+    const reason = errorMessage(error);
     throw new Error(
       `cannot use the EventStoreDB event store at ${connectionLocation(connectionString) ?? 'its connection string'} (eventstore.eventstoredb.connection_string, EVENTSTORE_EVENTSTOREDB_CONNECTION_STRING; its password left out): ${reason}`,
       { cause: error },

@@ -7,7 +7,7 @@ import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { followMergeChains, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
-import { boundedErrorMessage } from '../../util/errorMessage.js';
+import { boundedErrorMessage, errorMessage } from '../../util/errorMessage.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type Job, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
@@ -389,7 +389,7 @@ export async function recordingFailure(context: JobContext, maxAttempts: number,
     if (isConcurrencyError(error)) throw error;
     if (!isPermanentError(error) && context.job.attempts < maxAttempts) throw error;
     await record(error);
-    throw error instanceof PermanentJobError ? error : new PermanentJobError(error instanceof Error ? error.message : String(error));
+    throw error instanceof PermanentJobError ? error : new PermanentJobError(errorMessage(error));
   }
 }
 

@@ -5,6 +5,7 @@
  * twice to write it; in this process all of that goes away when it ends.
  */
 import { writeConvertedCache } from './local.js';
+import { errorMessage } from '../../util/errorMessage.js';
 
 const [cachePath] = process.argv.slice(2);
 if (!cachePath) {
@@ -15,6 +16,6 @@ try {
   writeConvertedCache(cachePath);
 } catch (error) {
   // One line: the parent's error quotes this process's last lines.
-  console.error(`wordTableChild: ${error instanceof Error ? error.message : String(error)}`);
+  console.error(`wordTableChild: ${errorMessage(error)}`);
   process.exit(1);
 }

@@ -9,6 +9,7 @@ import { parseDuration } from '../../config/duration.js';
 import type { Config } from '../../config/types.js';
 import { parseRetryAfter } from '../../util/retryAfter.js';
 import { RefusedAddressError, type AddressPolicy } from './addressPolicy.js';
+import { errorMessage } from '../../util/errorMessage.js';
 
 export interface AutoSkipSettings {
   enabled: boolean;
@@ -252,10 +253,6 @@ function errorCode(error: unknown): string | undefined {
     return error.code;
   }
   return undefined;
-}
-
-function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 function classifyNetworkError(error: unknown): AttemptFailureInit {

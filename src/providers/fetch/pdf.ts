@@ -2,6 +2,7 @@ import type { TextItem, TextMarkedContent } from 'pdfjs-dist/types/src/display/a
 
 import { headOfRunes } from '../../util/codePoints.js';
 import { joinParagraphs, UnsupportedContentError, type ExtractedDocument } from './document.js';
+import { errorMessage } from '../../util/errorMessage.js';
 
 /** A pdf.js text item; `transform` is [scaleX, skewY, skewX, scaleY, x, y]. */
 type PositionedText = TextItem;
@@ -79,7 +80,7 @@ function metadataTitle(info: unknown, xmpTitle: string | null): string | null {
 
 function describeLoadError(error: unknown): string {
   const name = error instanceof Error ? error.name : '';
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   if (name === 'PasswordException') return 'the PDF is encrypted with a password';
   if (name === 'InvalidPDFException') return `the PDF is corrupt or not a PDF (${message})`;
   return `the PDF could not be read (${message})`;

@@ -1,5 +1,6 @@
 import { errors as openSearchErrors } from '@opensearch-project/opensearch';
 import { SearchUnavailableError } from '../port.js';
+import { errorMessage } from '../../util/errorMessage.js';
 
 /** Bulk items OpenSearch rejected for good (not back-pressure), with their reasons. */
 export class SearchIndexWriteError extends Error {
@@ -28,7 +29,7 @@ export function describe(error: unknown): string {
     const body = error.body as { error?: { type?: string; reason?: string } } | undefined;
     return `${error.statusCode} ${body?.error?.type ?? ''}: ${body?.error?.reason ?? error.message}`;
   }
-  return error instanceof Error ? error.message : String(error);
+  return errorMessage(error);
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
