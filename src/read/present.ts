@@ -15,6 +15,12 @@ export function jsonColumn(value: unknown): unknown {
   return typeof value === 'string' ? JSON.parse(value) : value;
 }
 
+/** A jsonb column holding a list of ids (`fact_ids`, `slice_ids`, …): its strings; none when it is not a list. */
+export function idListColumn(value: unknown): string[] {
+  const parsed = jsonColumn(value);
+  return Array.isArray(parsed) ? parsed.filter((item): item is string => typeof item === 'string') : [];
+}
+
 export type FactRow = Record<string, unknown> & { id: string; created_at: Date | string };
 
 /**

@@ -7,7 +7,7 @@ import type { SearchMode } from '../search/hybrid.js';
 import { namedContext, presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
-import { isoDate, jsonColumn, presentFact, type FactRow } from './present.js';
+import { idListColumn, isoDate, presentFact, type FactRow } from './present.js';
 
 /**
  * Summaries and syntheses of concepts (docs/pipeline.md, "Summaries and syntheses"): a concept's
@@ -31,11 +31,6 @@ interface SummaryRow {
 
 const summaryColumns = ['id', 'concept_id', 'slice_number', 'is_open', 'content', 'fact_ids', 'fact_count', 'model_id', 'reason', 'created_at', 'updated_at'];
 
-function idList(value: unknown): string[] {
-  const parsed = jsonColumn(value);
-  return Array.isArray(parsed) ? parsed.filter((item): item is string => typeof item === 'string') : [];
-}
-
 export function presentSummary(row: SummaryRow) {
   return {
     id: row.id,
@@ -43,7 +38,7 @@ export function presentSummary(row: SummaryRow) {
     slice_number: Number(row.slice_number),
     is_open: row.is_open === true,
     content: row.content,
-    fact_ids: idList(row.fact_ids),
+    fact_ids: idListColumn(row.fact_ids),
     fact_count: Number(row.fact_count),
     model_id: row.model_id,
     reason: row.reason,
@@ -95,11 +90,11 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
       const { repository, concept, presented, redirectedFrom } = await load(principal, input);
       const row: Record<string, unknown> | undefined = await knex('concept_syntheses').where({ concept_id: concept.id }).first();
       if (!row) return { concept: presented, redirected_from: redirectedFrom, synthesis: null, facts: [], images: [], related_concepts: [] };
-      const factIds = idList(row.fact_ids);
-      const imageFactIds = idList(row.image_fact_ids);
+      const factIds = idListColumn(row.fact_ids);
+      const imageFactIds = idListColumn(row.image_fact_ids);
       const live = await liveFacts(knex, repository.id, [...factIds, ...imageFactIds]);
       const citedFacts = (ids: string[]) => citationsByLiveFact(ids, (id) => id, live);
-      const relatedIds = idList(row.related_concept_ids);
+      const relatedIds = idListColumn(row.related_concept_ids);
       const survivors = await survivingConcepts(knex, repository.id, relatedIds);
       const related = new Map<string, { id: string; canonical_name: string; context: string; redirected_from: Array<{ id: string; canonical_name: string; context: string }> }>();
       for (const id of relatedIds) {
@@ -118,7 +113,7 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
           id: String(row.id),
           content: String(row.content),
           fact_ids: factIds,
-          slice_ids: idList(row.slice_ids),
+          slice_ids: idListColumn(row.slice_ids),
           model_id: String(row.model_id),
           reason: String(row.reason),
           created_at: isoDate(row.created_at as Date | string),

@@ -50,12 +50,6 @@ function slicesOf(events: ReadonlyArray<{ type: string; data: unknown }>): Slice
   return [...slices.values()].sort((a, b) => a.slice_number - b.slice_number);
 }
 
-/** jsonb arrives parsed from pg and PGlite alike; a string (older drivers) is parsed here. */
-function idList(value: unknown): string[] {
-  const parsed: unknown = typeof value === 'string' ? JSON.parse(value) : value;
-  return Array.isArray(parsed) ? parsed.filter((item): item is string => typeof item === 'string') : [];
-}
-
 /** A concept related to another: sharing facts with it, with its synthesis when it has one. */
 interface RelatedConcept {
   id: string;
