@@ -4,6 +4,7 @@ import type { RecordedOf } from '../src/projection/types.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { parseStreamName } from '../src/eventstore/envelope.js';
 import { hostOfUrl, isAutoSkipReason, isHostFailure } from '../src/providers/fetch/hostHealth.js';
+import { boundedErrorMessage } from '../src/util/errorMessage.js';
 
 type Handled = Extract<SourceEvent, { type: 'SourceRegistered' | 'SourceFetched' | 'SourceFailed' }>;
 type Outcome = { sourceId: string; failed: boolean; reason: string | null; at: string };
@@ -31,7 +32,9 @@ async function countOutcomes(trx: Knex.Transaction, outcomes: readonly Outcome[]
     if (outcome.failed) {
       total.failures += 1;
       total.last_failure_at = outcome.at;
-      total.last_error = (outcome.reason ?? '').slice(0, 2000);
+      // Bounded as the reason was (2,000 characters, code points): a cut at 2,000 UTF-16 units
+      // halved an emoji there, and jsonb refused the lone half (the projection stopped).
+      total.last_error = boundedErrorMessage(outcome.reason ?? '');
     }
     totals.set(host, total);
   }

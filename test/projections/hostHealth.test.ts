@@ -53,3 +53,25 @@ t.test('host-health counts by the host of the registered URL, with no other read
   await runner.rebuild('host-health');
   t.same(await hosts(), expected, 'a rebuild counts the same');
 });
+
+t.test('host-health keeps a failure reason of 2,000 characters whole, an emoji at unit 2,000 included', async (t) => {
+  // A source's failure reason is at most 2,000 characters (code points, boundedErrorMessage), so
+  // one with emoji is longer than 2,000 UTF-16 units: cutting it at 2,000 units halved the pair at
+  // the cut, and jsonb refused the lone half, which stopped the projection.
+  const db = await openMemoryPglite();
+  t.teardown(() => db.close());
+  await migrateEventStore(db.knex);
+  await migrateReadModels(db.knex);
+  const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
+  t.teardown(() => store.close());
+  const head = 'fetching https://example.org/e failed (transient, http 503, 3 attempts): ';
+  const prefix = head.length % 2 === 1 ? head : `${head}x`;
+  const reason = `${prefix}${'😀'.repeat(1000)}`;
+  t.ok([...reason].length <= 2000 && reason.length > 2000, 'a reason within 2,000 characters, over 2,000 units, an emoji across unit 2,000');
+  const last = (await store.append('source-e', [registered('https://example.org/e'), failed('retrieve_source', reason)], 'no_stream')).lastPosition;
+  const runner = new ProjectionRunner(store, db, [hostHealthProjection]);
+  t.teardown(() => runner.stop());
+  await runner.start();
+  await runner.waitFor(last, 10_000);
+  t.same(await db.knex('host_health').select('host', 'failures', 'last_error'), [{ host: 'example.org', failures: 1, last_error: reason }], 'the reason is kept whole');
+});
