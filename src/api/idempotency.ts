@@ -74,20 +74,25 @@ function keyOf(request: FastifyRequest): string | undefined {
 }
 
 /**
- * The request's URL (path with query, as sent) with its repository (the `:repoID` segment, an id or
- * slug) named by `repositoryId`, the id the permission check resolved: a request and its retry
- * that name one repository by its two names ask the same. A URL naming the repository by its id
- * is the URL as sent.
+ * The request's path as its route reads it, with its query as sent: the route's pattern with its
+ * parameters filled in, its repository (the `:repoID` segment, an id or slug) named by
+ * `repositoryId`, the id the permission check resolved. So a request and its retry that name one
+ * repository by its two names ask the same, and so do two spellings of one path: the router
+ * decodes percent-escapes (`/%72epositories` reaches `/repositories`), so the bytes of the path
+ * as sent say nothing the route does not. An ordinary path (no escapes, the repository by its id)
+ * is the path as sent.
  */
 function urlNaming(request: FastifyRequest, repositoryId: string | null): string {
-  const position = request.routeOptions.url?.split('/').indexOf(':repoID') ?? -1;
-  if (repositoryId === null || position < 0) return request.url;
+  const route = request.routeOptions.url;
   const queryAt = request.url.indexOf('?');
-  const [path, query] = queryAt < 0 ? [request.url, ''] : [request.url.slice(0, queryAt), request.url.slice(queryAt)];
-  const segments = path.split('/');
-  // The router matched the path against the route's segments, so the repository's is at the same place.
-  if (segments.length <= position) return request.url;
-  segments[position] = repositoryId;
+  const query = queryAt < 0 ? '' : request.url.slice(queryAt);
+  if (route === undefined) return request.url;
+  const params = (request.params ?? {}) as Record<string, string | undefined>;
+  const segments = route.split('/').map((segment) => {
+    if (!segment.startsWith(':')) return segment;
+    if (segment === ':repoID' && repositoryId !== null) return repositoryId;
+    return encodeURIComponent(params[segment.slice(1)] ?? '');
+  });
   return segments.join('/') + query;
 }
 
@@ -100,7 +105,7 @@ function urlNaming(request: FastifyRequest, repositoryId: string | null): string
  * type, SHA-256 of the bytes), since a multipart body's boundary changes from one try to the next. Only a success (2xx) is kept: a refused or failed request stored nothing, so
  * its key is released and a retry runs anew. A key is the caller's own: without a caller (a 401
  * to come) the header is ignored. What a request asks is its method, path with query, and body;
- * its repository is named by its id, whether the path names it by id or slug (urlNaming); the
+ * its path is its route's (percent-escapes decoded), its repository named by its id, whether the path names it by id or slug (urlNaming); the
  * claim, its refusals (422, 409) and what is kept are the application layer's, which MCP's tools
  * use too (src/app/idempotency.ts).
  */

@@ -262,6 +262,25 @@ t.test('a repository named by its slug or by its id is one repository to a key: 
   t.same([byNewSlug.status, byNewSlug.body.id, byNewSlug.headers['idempotent-replayed']], [201, beforeMove.body.id, 'true'], 'the renamed repository by its new slug: the first answer again');
 });
 
+t.test('a path spelt with percent-escapes is the path it spells to a key: a retry spelt otherwise is a replay', async (t) => {
+  // The router decodes `%72` to `r`, so both spellings reach the one route; what a request asks is
+  // that route, not the bytes of its path (docs/api.md, "Idempotent creation").
+  const ada = await registerUser(service, 'ada9@example.org');
+  const repository = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Spelt', slug: 'spelt' } })).body.id as string;
+  const body = { title: 'Spelt twice', text: 'Marie Curie won a prize.' };
+  const send = (path: string) => service.call('POST', path, { token: ada.token, body, headers: { 'idempotency-key': 'spelt-1' } });
+  const first = await send('/api/v1/repositories/spelt/reports');
+  t.equal(first.status, 201);
+  for (const path of ['/api/v1/%72epositories/spelt/reports', `/api/v1/repositories/${repository}/%72eports`, '/api/v1/repositories/sp%65lt/reports']) {
+    const retry = await send(path);
+    t.same([retry.status, retry.body, retry.headers['idempotent-replayed']], [201, first.body, 'true'], `${path}: the first answer again`);
+  }
+  const created = await service.call('POST', '/api/v1/%72epositories', { token: ada.token, body: { name: 'Spelt repository', slug: 'spelt-repository' }, headers: { 'idempotency-key': 'spelt-2' } });
+  t.equal(created.status, 201);
+  const createdAgain = await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Spelt repository', slug: 'spelt-repository' }, headers: { 'idempotency-key': 'spelt-2' } });
+  t.same([createdAgain.status, createdAgain.body, createdAgain.headers['idempotent-replayed']], [201, created.body, 'true'], 'POST /repositories spelt with an escape, retried plainly');
+});
+
 t.test('by slug as by id, a caller who may not make the request gets the answer it gets without a key', async (t) => {
   const ada = await registerUser(service, 'ada8@example.org');
   const repository = (await service.call('POST', '/api/v1/repositories', { token: ada.token, body: { name: 'Guarded', slug: 'guarded' } })).body.id as string;
