@@ -16,8 +16,8 @@ import type {
 } from './port.js';
 import { builtInPromptset, type Promptset, type PromptPhase } from './promptsets.js';
 import { type LlmRetrySettings, OutputValidationError, ProviderHttpError, type RetryHooks, withLlmRetry } from './retry.js';
+import { boundedErrorMessage } from '../../util/errorMessage.js';
 import { parseRetryAfter } from '../../util/retryAfter.js';
-import { headOfUnits } from '../../util/codePoints.js';
 
 /**
  * The chat model over an OpenAI-compatible API (OpenAI, Ollama, vLLM, OpenRouter):
@@ -208,7 +208,18 @@ export function endpoint(baseUrl: string, path: string): string {
   return `${baseUrl.replace(/\/+$/, '')}/${path.replace(/^\/+/, '')}`;
 }
 
-/** The provider's own error text from an error body ({error: {message}} or plain text), shortened. */
+/** The most characters kept of a model server's error text in its error: its start and its end (boundedErrorMessage). */
+export const MAX_PROVIDER_MESSAGE_CHARS = 300;
+/** The most characters kept of a reply that is not JSON in its OutputValidationError (boundedErrorMessage). */
+export const MAX_REPLY_SAMPLE_CHARS = 120;
+
+/**
+ * The provider's own error text from an error body ({error: {message}} or plain text), bounded
+ * the one way (boundedErrorMessage): an OpenAI-compatible server (a proxy, vLLM, a gateway) often
+ * puts what went wrong at the end of a long body (a stack, the request echoed, then the reason),
+ * so its start and its end are kept, never half an emoji (the message may end up in a failure an
+ * event records, and jsonb refuses a lone surrogate).
+ */
 function providerMessage(body: string): string {
   let message = body;
   try {
@@ -219,8 +230,7 @@ function providerMessage(body: string): string {
   } catch {
     // not JSON: keep the text
   }
-  // Never half an emoji: the message may end up in a failure an event records, and jsonb refuses a lone surrogate.
-  return message.length > 300 ? `${headOfUnits(message, 300)}...` : message;
+  return boundedErrorMessage(message, MAX_PROVIDER_MESSAGE_CHARS);
 }
 
 /**
@@ -270,7 +280,8 @@ function parseModelJson(content: string): unknown {
   try {
     return JSON.parse(fenced ? (fenced[1] ?? '') : trimmed) as unknown;
   } catch {
-    throw new OutputValidationError(`the model's reply is not JSON: ${trimmed.slice(0, 120)}`);
+    // Its start and its end: a reply cut short or with text after its JSON shows that at the end.
+    throw new OutputValidationError(`the model's reply is not JSON: ${boundedErrorMessage(trimmed, MAX_REPLY_SAMPLE_CHARS)}`);
   }
 }
 

@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import { createLocalEmbedder } from '../../../src/providers/embeddings/local.js';
 import { createOpenAIEmbedder } from '../../../src/providers/embeddings/openai.js';
 import { createLocalChatModel } from '../../../src/providers/llm/local.js';
-import { createOpenAIChatModel } from '../../../src/providers/llm/openai.js';
+import { createOpenAIChatModel, MAX_PROVIDER_MESSAGE_CHARS, MAX_REPLY_SAMPLE_CHARS } from '../../../src/providers/llm/openai.js';
 import { builtInPromptset, effectivePromptset } from '../../../src/providers/llm/promptsets.js';
 import type { LlmRetrySettings } from '../../../src/providers/llm/retry.js';
 import { DOCUMENTS } from '../../fixtures/corpus/documents.js';
@@ -148,12 +148,39 @@ t.test('400, 403, 404 and 422 are permanent at once', async (t) => {
   }
 });
 
-t.test("a provider's long error message is cut to 300 units, never inside an emoji", async (t) => {
+t.test("a model server's long error keeps its start and its end in 300 characters, never half an emoji", async (t) => {
   const { server, model } = await setup(t);
-  server.queueFault('chat', { status: 400, body: `${'x'.repeat(299)}😀 and much more` });
+  // As a proxy in front of an OpenAI-compatible server answers: the request echoed, then what went wrong.
+  const reason = 'context length exceeded: 9000 tokens, the model takes 8192';
+  server.queueFault('chat', { status: 400, body: JSON.stringify({ error: { message: `😀 upstream said: ${'x'.repeat(2000)} ${reason}`, type: 'invalid_request_error' } }) });
   const error = await modelErrorOf(model.extractFacts(CHUNK));
-  t.match(error.message, new RegExp(`HTTP 400: ${'x'.repeat(299)}\\.\\.\\.$`), 'the emoji the cut fell in is left out whole');
-  t.notOk(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])/.test(error.message), 'no lone surrogate');
+  t.equal(error.status, 400);
+  t.match(error.message, /HTTP 400: 😀 upstream said: x+ … \(\d+ characters left out\) … x+ context length exceeded: 9000 tokens, the model takes 8192$/, 'the start and the reason at the end');
+  const provider = error.message.slice(error.message.indexOf('HTTP 400: ') + 'HTTP 400: '.length);
+  t.equal([...provider].length, MAX_PROVIDER_MESSAGE_CHARS, 'bounded in characters, the marker included');
+  const count = Number(/\((\d+) characters left out\)/.exec(provider)?.[1]);
+  t.equal(count, [...`😀 upstream said: ${'x'.repeat(2000)} ${reason}`].length - [...provider.replace(/ … \(\d+ characters left out\) … /, '')].length, 'the count is of what was left out');
+
+  // A plain-text body, and a cut that falls inside an emoji: the emoji is kept whole or not at all.
+  server.queueFault('chat', { status: 400, body: `${'😀'.repeat(400)} the end` });
+  const emoji = await modelErrorOf(model.extractFacts(CHUNK));
+  t.match(emoji.message, /HTTP 400: (?:😀)+ … \(\d+ characters left out\) … (?:😀)+ the end$/);
+  t.notOk(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(emoji.message), 'no lone surrogate');
+
+  // A short one is as it was.
+  server.queueFault('chat', { status: 400, body: 'too short to cut' });
+  t.match((await modelErrorOf(model.extractFacts(CHUNK))).message, /HTTP 400: too short to cut$/);
+});
+
+t.test("a reply that is not JSON shows its start and its end in 120 characters, never half an emoji", async (t) => {
+  const content = `😀 Sure! Here are the facts: ${'y'.repeat(500)} ... and I stopped here 😀`;
+  const fakeFetch: typeof fetch = async () =>
+    new Response(JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }] }), { status: 200, headers: { 'content-type': 'application/json' } });
+  const model = createOpenAIChatModel({ baseUrl: 'http://model.invalid/v1', model: 'gpt-test', retry: { ...FAST_RETRY, maxAttempts: 1 }, fetch: fakeFetch });
+  const error = await modelErrorOf(model.extractFacts(CHUNK));
+  t.match(error.message, /the model's reply is not JSON: 😀 Sure! Here are the facts: y+ … \(\d+ characters left out\) … y+ \.\.\. and I stopped here 😀$/);
+  const sample = error.message.slice(error.message.indexOf('not JSON: ') + 'not JSON: '.length);
+  t.equal([...sample].length, MAX_REPLY_SAMPLE_CHARS, 'bounded in characters, the marker included');
 });
 
 t.test('output that stays malformed becomes permanent after max_attempts', async (t) => {
