@@ -29,18 +29,58 @@ export function boundedErrorMessage(error: unknown, max: number = MAX_KEPT_ERROR
   if (message.length <= max) return message;
   const length = runeLength(message);
   if (length <= max) return message;
+  return keptEnds(message, length, message, length, length, max) ?? tooSmall(message, max);
+}
+
+/** The marker boundedErrorMessage writes where it cut (cutMarker), its count captured. */
+const CUT_MARKER = / … \((\d+) characters left out\) … /g;
+
+/**
+ * A message stored bounded already (a task's `last_error`, bounded to MAX_TASK_ERROR_CHARS),
+ * bounded again to `max` where its original error is gone: as boundedErrorMessage would bound
+ * the original. Bounding the stored text as it is would count the characters left out of the
+ * shortened text, not of the message, and could keep one marker inside the other; here the count
+ * is honest: the characters the stored text's markers say were left out count as left out, the
+ * start is taken before its first marker and the end after its last, so no marker stays inside
+ * the new one. A text with no marker is bounded as boundedErrorMessage bounds it. (A message
+ * that quoted a bounded message is counted as its quote's original: that is what was left out.)
+ */
+export function reboundedErrorMessage(stored: string, max: number = MAX_KEPT_ERROR_CHARS): string {
+  const length = runeLength(stored);
+  const markers = length <= max ? [] : [...stored.matchAll(CUT_MARKER)];
+  const first = markers[0];
+  const last = markers.at(-1);
+  if (first === undefined || last === undefined) return boundedErrorMessage(stored, max);
+  const before = stored.slice(0, first.index);
+  const after = stored.slice(last.index + last[0].length);
+  // The markers are ASCII and `…` (one UTF-16 unit each): their length in units is in characters.
+  const original = markers.reduce((sum, marker) => sum - marker[0].length + Number(marker[1]), length);
+  return keptEnds(before, runeLength(before), after, runeLength(after), original, max) ?? tooSmall(stored, max);
+}
+
+/**
+ * The start of `before` and the end of `after` (the same message, or the parts before and after
+ * a stored text's markers) around a marker counting what is left out of a message of `length`
+ * characters: at most `max` characters in all, the marker included. Null when `max` leaves no
+ * room for the marker.
+ */
+function keptEnds(before: string, beforeLength: number, after: string, afterLength: number, length: number, max: number): string | null {
   // The marker's length depends on the count it shows, which depends on what the marker leaves
   // room for: the fewest digits whose marker leaves at most that many digits' worth cut.
   const fixed = cutMarker(0).length - 1;
   for (let digits = 1; ; digits++) {
     const kept = max - fixed - digits;
-    if (kept < 2) break;
-    const leftOut = length - kept;
+    if (kept < 2) return null;
+    // Half each, the start the odd one; a side shorter than its half gives the rest to the other.
+    const headRunes = Math.min(kept - Math.min(Math.floor(kept / 2), afterLength), beforeLength);
+    const tailRunes = Math.min(kept - headRunes, afterLength);
+    const leftOut = length - headRunes - tailRunes;
     if (String(leftOut).length > digits) continue;
-    const headRunes = kept - Math.floor(kept / 2);
-    const head = headOfRunes(message, headRunes);
-    const tail = tailOfRunes(message, Math.floor(kept / 2));
-    return `${head}${cutMarker(leftOut)}${tail}`;
+    return `${headOfRunes(before, headRunes)}${cutMarker(leftOut)}${tailOfRunes(after, tailRunes)}`;
   }
+}
+
+/** A bound too small for the marker: the start and `…`. */
+function tooSmall(message: string, max: number): string {
   return max <= 0 ? '' : `${headOfRunes(message, max - 1)}…`;
 }

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import t from 'tap';
 import { runeLength } from '../../src/util/codePoints.js';
-import { boundedErrorMessage, errorMessage, MAX_KEPT_ERROR_CHARS } from '../../src/util/errorMessage.js';
+import { boundedErrorMessage, errorMessage, MAX_KEPT_ERROR_CHARS, reboundedErrorMessage } from '../../src/util/errorMessage.js';
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
@@ -67,4 +67,40 @@ t.test('never more characters than the bound, never half a character, and the st
     { numRuns: 500 },
   );
   t.pass('property held');
+});
+
+t.test('reboundedErrorMessage: a stored bounded message bounded again counts what was left out of the original', async (t) => {
+  fc.assert(
+    fc.property(
+      fc.string({ unit: fc.constantFrom('a', 'é', '😀', '𠀀', ' ', '…', '9'), minLength: 0, maxLength: 600, size: 'max' }),
+      fc.integer({ min: 40, max: 300 }),
+      fc.integer({ min: 0, max: 300 }),
+      (text, first, second) => {
+        const stored = boundedErrorMessage(text, first);
+        const again = reboundedErrorMessage(stored, second);
+        if (runeLength(stored) <= second) return again === stored;
+        if (runeLength(again) > second || LONE_SURROGATE.test(again)) return false;
+        const markers = [...again.matchAll(/ … \((\d+) characters left out\) … /g)];
+        if (markers.length === 0) return again === '' || (again.endsWith('…') && stored.startsWith(again.slice(0, -1)));
+        const [marker] = markers;
+        if (markers.length !== 1 || marker === undefined) return false;
+        const head = again.slice(0, marker.index);
+        const tail = again.slice(marker.index + marker[0].length);
+        return text.startsWith(head) && text.endsWith(tail) && runeLength(head) + Number(marker[1]) + runeLength(tail) === runeLength(text);
+      },
+    ),
+    { numRuns: 500 },
+  );
+  t.pass('property held');
+});
+
+t.test('reboundedErrorMessage: a marker off the middle is left out whole, and its count kept', async (t) => {
+  // A message that quotes a bounded one near its start: the new start stops before the old marker, the end takes the rest.
+  const quoted = `E: ${boundedErrorMessage('abcdefghij'.repeat(10), 40)} ${'z'.repeat(40)} the end`;
+  t.equal(quoted, `E: abcde … (90 characters left out) … fghij ${'z'.repeat(40)} the end`);
+  const again = reboundedErrorMessage(quoted, 60);
+  t.equal(again, `E: abcde … (123 characters left out) … ${'z'.repeat(13)} the end`, '3 + 5 + 90 + 5 + 1 + 40 + 8 = 152 characters, 29 kept');
+  t.equal(runeLength(again), 60, 'the bound');
+  t.equal(reboundedErrorMessage('no marker here at all, just long', 20), boundedErrorMessage('no marker here at all, just long', 20), 'no marker: bounded as boundedErrorMessage bounds it');
+  t.equal(reboundedErrorMessage(quoted, 100), quoted, 'within the bound: as it is');
 });

@@ -7,7 +7,7 @@ import type { Decider } from '../../domain/decider.js';
 import type { DomainEvent } from '../../domain/event.js';
 import { parseStreamName, streamName, type EventMetadata, type RecordedEvent, type StreamCategory } from '../../eventstore/envelope.js';
 import { followMergeChains, MAX_MERGE_CHAIN } from '../../domain/mergeChain.js';
-import { boundedErrorMessage, errorMessage } from '../../util/errorMessage.js';
+import { boundedErrorMessage, errorMessage, reboundedErrorMessage } from '../../util/errorMessage.js';
 import type { EventStore, ReadStreamsOptions } from '../../eventstore/port.js';
 import { isConcurrencyError } from '../runtime.js';
 import { isPermanentError, PermanentJobError, type Job, type JobContext, type JobRunOutcome, type Stage } from '../types.js';
@@ -366,12 +366,19 @@ export async function failSource(
   await handleCommand(store, stream, sourceDecider, { type: 'FailSource', stage, reason: boundedErrorMessage(error) }, metadata);
 }
 
-/** Stage.onDead of a source stage: its source fails with the job's last error, as its last attempt would have failed it. */
+/**
+ * Stage.onDead of a source stage: its source fails with the job's last error, as its last attempt
+ * would have failed it. The error itself is gone (the attempt that died never ended; what is left
+ * is the job's `last_error`, bounded already to MAX_TASK_ERROR_CHARS), so the stored text is
+ * bounded again with reboundedErrorMessage: the count its marker shows is of the characters left
+ * out of the original message, not of the stored text, and no marker sits inside another.
+ */
 export function failSourceOfDeadJob(store: EventStore, stage: string): (job: Job) => Promise<void> {
   return async (job) => {
     if (!job.sourceId) return;
     const metadata = { repositoryId: job.repositoryId, actor: `system:${stage}`, causationId: job.triggerEventId, correlationId: job.correlationId ?? job.triggerEventId };
-    await failSource(store, streamName('source', job.sourceId), stage, new Error(job.lastError ?? 'its worker stopped during the last attempt'), metadata);
+    const reason = job.lastError === null ? 'its worker stopped during the last attempt' : reboundedErrorMessage(job.lastError);
+    await handleCommand(store, streamName('source', job.sourceId), sourceDecider, { type: 'FailSource', stage, reason }, metadata);
   };
 }
 

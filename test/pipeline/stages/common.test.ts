@@ -7,7 +7,8 @@ import { factDecider } from '../../../src/domain/fact/decider.js';
 import { withOverrides } from '../../eventstore/contract.js';
 import { openStageFixture, testMetadata } from '../stageFixture.js';
 import { runeLength } from '../../../src/util/codePoints.js';
-import { MAX_KEPT_ERROR_CHARS } from '../../../src/util/errorMessage.js';
+import { boundedErrorMessage, MAX_KEPT_ERROR_CHARS } from '../../../src/util/errorMessage.js';
+import { MAX_TASK_ERROR_CHARS } from '../../../src/pipeline/jobs.js';
 
 /** Deciding on a stream read once: the same outcome as handleCommand, one read less when nothing moved. */
 t.test('commandFrom and sharedCommandFrom', async (t) => {
@@ -222,4 +223,34 @@ t.test("a source stage's dead job fails its source with the job's last error", a
   t.match(failed, { type: 'SourceFailed', data: { reason: /^😀 x+ … \(\d+ characters left out\) … x+ the page said no 😀$/ } }, 'the start and the reason at the end');
   const reason = (failed?.data as { reason?: string } | undefined)?.reason ?? '';
   t.equal(runeLength(reason), MAX_KEPT_ERROR_CHARS, 'bounded in characters');
+});
+
+t.test("a dead job's long last error: the source's reason counts what was left out of the original, one marker", async (t) => {
+  const fixture = await openStageFixture(t);
+  const repositoryId = await fixture.createRepository();
+  const metadata = testMetadata(repositoryId);
+  const sourceId = crypto.randomUUID();
+  const stream = streamName('source', sourceId);
+  await handleCommand(fixture.store, stream, sourceDecider, { type: 'RegisterSource', origin: 'url', url: 'https://example.org/long', doi: null }, metadata);
+  await handleCommand(fixture.store, stream, sourceDecider, { type: 'StartFetch' }, metadata);
+  // A failed statement's message: the whole SQL, then the reason. Its job's last_error keeps 4,000 characters of it.
+  const original = `Error: insert into "facts" values ${'($1, 😀), '.repeat(1000)}- bind message has 2000 parameter formats but 0 parameters`;
+  const lastError = boundedErrorMessage(original, MAX_TASK_ERROR_CHARS);
+  const job = {
+    id: crypto.randomUUID(), kind: 'retrieve_source', repositoryId, subjectId: sourceId, sourceId, reportId: null, triggerEventId: crypto.randomUUID(), triggerPosition: 1,
+    correlationId: null, state: 'dead' as const, attempts: 5, lastError, createdAt: new Date().toISOString(), updatedAt: new Date().toISOString(),
+  };
+  await failSourceOfDeadJob(fixture.store, 'retrieve_source')(job);
+  const source = foldStream(await fixture.store.readStream(stream), sourceDecider).state;
+  t.equal(source.status, 'failed');
+  const failure = 'failure' in source ? String(source.failure) : '';
+  t.match(failure, /^retrieve_source: Error: insert into "facts" values \(\$1, 😀\), .* - bind message has 2000 parameter formats but 0 parameters$/u, 'the start and the reason at the end');
+  const reason = failure.slice('retrieve_source: '.length);
+  t.equal(runeLength(reason), MAX_KEPT_ERROR_CHARS, 'bounded in characters');
+  const markers = [...reason.matchAll(/ … \((\d+) characters left out\) … /g)];
+  t.equal(markers.length, 1, 'one marker, none inside another');
+  const kept = runeLength(reason) - (markers[0]?.[0].length ?? 0);
+  t.equal(Number(markers[0]?.[1]), runeLength(original) - kept, 'the count is of the characters left out of the original message, not of the stored last_error');
+  const [head = '', tail = ''] = reason.split(markers[0]?.[0] ?? '');
+  t.ok(original.startsWith(head) && original.endsWith(tail), "the original's start and end");
 });
