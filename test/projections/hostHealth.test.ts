@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { NewEvent } from '../../src/eventstore/envelope.js';
 import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
@@ -25,13 +25,19 @@ const fetched = event('SourceFetched', {
 });
 const failed = (stage: string, reason: string) => event('SourceFailed', { stage, reason });
 
-t.test('host-health counts by the host of the registered URL, with no other read model', async (t) => {
+/** An in-memory database with the event store's and the read models' schemas, and a store on it; closed when `t` ends. */
+async function openMigratedStore(t: Test) {
   const db = await openMemoryPglite();
   t.teardown(() => db.close());
   await migrateEventStore(db.knex);
   await migrateReadModels(db.knex);
   const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
   t.teardown(() => store.close());
+  return { db, store };
+}
+
+t.test('host-health counts by the host of the registered URL, with no other read model', async (t) => {
+  const { db, store } = await openMigratedStore(t);
   await store.append('source-a', [registered('https://Example.org/a'), event('SourceFetchStarted', { attempt: 1 }), fetched], 'no_stream');
   await store.append('source-b', [registered('https://example.org/b'), failed('retrieve_source', 'fetching https://example.org/b failed (transient, http 503, 3 attempts)')], 'no_stream');
   // A missing page: the host answered (an attempt, no failure of the host).
@@ -58,12 +64,7 @@ t.test('host-health keeps a failure reason of 2,000 characters whole, an emoji a
   // A source's failure reason is at most 2,000 characters (code points, boundedErrorMessage), so
   // one with emoji is longer than 2,000 UTF-16 units: cutting it at 2,000 units halved the pair at
   // the cut, and jsonb refused the lone half, which stopped the projection.
-  const db = await openMemoryPglite();
-  t.teardown(() => db.close());
-  await migrateEventStore(db.knex);
-  await migrateReadModels(db.knex);
-  const store = createPostgresEventStore(db, { schemas: await EventSchemaRegistry.load() });
-  t.teardown(() => store.close());
+  const { db, store } = await openMigratedStore(t);
   const head = 'fetching https://example.org/e failed (transient, http 503, 3 attempts): ';
   const prefix = head.length % 2 === 1 ? head : `${head}x`;
   const reason = `${prefix}${'😀'.repeat(1000)}`;
