@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { sourceDecider, type SourceCommand } from '../../../src/domain/source/decider.js';
 import { FoldedStates, foldStream, handleCommand } from '../../../src/eventstore/commandHandler.js';
 import { streamName } from '../../../src/eventstore/envelope.js';
@@ -196,18 +196,24 @@ t.test('FoldedStates: a stream read before is read on from its version, to the s
   t.throws(() => new FoldedStates(sourceDecider, 0), RangeError);
 });
 
-t.test("a source stage's dead job fails its source with the job's last error", async (t) => {
+/** A source whose fetch started, and a dead retrieve_source job of it whose last error is `lastError`. */
+async function deadFetchJob(t: Test, url: string, lastError: string) {
   const fixture = await openStageFixture(t);
   const repositoryId = await fixture.createRepository();
   const metadata = testMetadata(repositoryId);
   const sourceId = crypto.randomUUID();
   const stream = streamName('source', sourceId);
-  await handleCommand(fixture.store, stream, sourceDecider, { type: 'RegisterSource', origin: 'url', url: 'https://example.org/dead', doi: null }, metadata);
+  await handleCommand(fixture.store, stream, sourceDecider, { type: 'RegisterSource', origin: 'url', url, doi: null }, metadata);
   await handleCommand(fixture.store, stream, sourceDecider, { type: 'StartFetch' }, metadata);
   const job = {
     id: crypto.randomUUID(), kind: 'retrieve_source', repositoryId, subjectId: sourceId, sourceId, reportId: null, triggerEventId: crypto.randomUUID(), triggerPosition: 1,
-    correlationId: null, state: 'dead' as const, attempts: 5, lastError: 'orphaned: worker vm:1 stopped heartbeating during attempt 5', createdAt: new Date().toISOString(), updatedAt: new Date().toISOString(),
+    correlationId: null, state: 'dead' as const, attempts: 5, lastError, createdAt: new Date().toISOString(), updatedAt: new Date().toISOString(),
   };
+  return { fixture, metadata, stream, job };
+}
+
+t.test("a source stage's dead job fails its source with the job's last error", async (t) => {
+  const { fixture, metadata, stream, job } = await deadFetchJob(t, 'https://example.org/dead', 'orphaned: worker vm:1 stopped heartbeating during attempt 5');
   await failSourceOfDeadJob(fixture.store, 'retrieve_source')(job);
   const events = await fixture.store.readStream(stream);
   t.match(events.at(-1), { type: 'SourceFailed', data: { stage: 'retrieve_source', reason: /stopped heartbeating during attempt 5/ }, actor: 'system:retrieve_source' });
@@ -226,20 +232,9 @@ t.test("a source stage's dead job fails its source with the job's last error", a
 });
 
 t.test("a dead job's long last error: the source's reason counts what was left out of the original, one marker", async (t) => {
-  const fixture = await openStageFixture(t);
-  const repositoryId = await fixture.createRepository();
-  const metadata = testMetadata(repositoryId);
-  const sourceId = crypto.randomUUID();
-  const stream = streamName('source', sourceId);
-  await handleCommand(fixture.store, stream, sourceDecider, { type: 'RegisterSource', origin: 'url', url: 'https://example.org/long', doi: null }, metadata);
-  await handleCommand(fixture.store, stream, sourceDecider, { type: 'StartFetch' }, metadata);
   // A failed statement's message: the whole SQL, then the reason. Its job's last_error keeps 4,000 characters of it.
   const original = `Error: insert into "facts" values ${'($1, 😀), '.repeat(1000)}- bind message has 2000 parameter formats but 0 parameters`;
-  const lastError = boundedErrorMessage(original, MAX_TASK_ERROR_CHARS);
-  const job = {
-    id: crypto.randomUUID(), kind: 'retrieve_source', repositoryId, subjectId: sourceId, sourceId, reportId: null, triggerEventId: crypto.randomUUID(), triggerPosition: 1,
-    correlationId: null, state: 'dead' as const, attempts: 5, lastError, createdAt: new Date().toISOString(), updatedAt: new Date().toISOString(),
-  };
+  const { fixture, stream, job } = await deadFetchJob(t, 'https://example.org/long', boundedErrorMessage(original, MAX_TASK_ERROR_CHARS));
   await failSourceOfDeadJob(fixture.store, 'retrieve_source')(job);
   const source = foldStream(await fixture.store.readStream(stream), sourceDecider).state;
   t.equal(source.status, 'failed');
