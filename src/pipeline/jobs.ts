@@ -31,6 +31,24 @@ export const defaultMaxAttempts = 5;
  */
 export const MAX_TASK_ERROR_CHARS = 4000;
 
+/**
+ * The characters of MAX_TASK_ERROR_CHARS a failed attempt's own error leaves free: a rescue writes
+ * its note (`orphaned: worker … stopped heartbeating during attempt N; attempt M failed: `: 73
+ * characters, the worker id (a host name, a pid and 8 characters: 81 at most on Linux) and the
+ * attempts' numbers) before the reason it keeps, in its one statement, where no bounding can run.
+ */
+const ORPHAN_NOTE_ROOM = 400;
+
+/** A failed attempt's error in `last_error`, at most (boundedErrorMessage): what is left beside a rescue's note. */
+export const MAX_ATTEMPT_ERROR_CHARS = MAX_TASK_ERROR_CHARS - ORPHAN_NOTE_ROOM;
+
+/**
+ * The reason a rescue's note carried on (`; attempt M failed: …`), as group 1 of a `last_error`
+ * written by a rescue; no match for a note that carried none. The worker id is matched lazily:
+ * the first `stopped heartbeating` ends it, not one inside the reason.
+ */
+const CARRIED_REASON = '^orphaned: worker .*? stopped heartbeating during attempt [0-9]+(; attempt [0-9]+ failed: .*)$';
+
 /** Queued jobs one statement of `endCovered` ends at most (see there). */
 export const ENDED_PER_STATEMENT = 200;
 
@@ -662,7 +680,7 @@ export class JobRepository {
         input.permanent,
         retryDelayMs,
         input.permanent,
-        boundedErrorMessage(input.error, MAX_TASK_ERROR_CHARS),
+        boundedErrorMessage(input.error, MAX_ATTEMPT_ERROR_CHARS),
         claim.id,
         claim.claimToken,
       ],
@@ -707,12 +725,29 @@ export class JobRepository {
   /**
    * Running jobs whose worker is gone (lease expired, heartbeat too old, or selected by the
    * options) go back to queued; those with no attempt left become `dead`.
+   *
+   * `last_error` says so (`orphaned: worker w stopped heartbeating during attempt 2`) and keeps
+   * the reason the attempt before failed with (`; attempt 1 failed: HTTP 500`): the dead job, its
+   * task and its source's failure would otherwise show only that a worker died. A job orphaned
+   * again carries the reason its last note kept, not the note (no chain of notes): the last real
+   * failure is what a reader needs. A first attempt keeps nothing (a `last_error` left from
+   * before a retry by hand is another run's). The reason is the stored one, bounded already
+   * (MAX_ATTEMPT_ERROR_CHARS, its note's room left free); a text still over MAX_TASK_ERROR_CHARS
+   * (a worker id of hundreds of characters, or a reason stored before this room was kept) keeps
+   * the note alone.
    */
   async rescueOrphans(options: RescueOptions): Promise<RescueResult> {
     const heartbeatTimeoutMs = requireDuration('heartbeatTimeoutMs', options.heartbeatTimeoutMs);
     const result = await this.knex.raw<{ rows: JobRow[] }>(
       `WITH orphans AS (
-         SELECT id FROM jobs
+         SELECT id,
+                'orphaned: worker ' || COALESCE(claimed_by, 'unknown') ||
+                ' stopped heartbeating during attempt ' || attempts AS note,
+                CASE WHEN attempts <= 1 OR last_error IS NULL THEN ''
+                     WHEN last_error LIKE 'orphaned: worker %' THEN COALESCE(substring(last_error FROM ?), '')
+                     ELSE '; attempt ' || (attempts - 1) || ' failed: ' || last_error
+                END AS earlier
+           FROM jobs
           WHERE state = 'running'
             AND (?::boolean
                  OR claimed_by = ?
@@ -724,13 +759,13 @@ export class JobRepository {
           SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'queued' END,
               finished_at = CASE WHEN attempts >= max_attempts THEN now() ELSE NULL END,
               next_attempt_at = now(),
-              last_error = 'orphaned: worker ' || COALESCE(claimed_by, 'unknown') ||
-                           ' stopped heartbeating during attempt ' || attempts,
+              last_error = CASE WHEN char_length(orphans.note || orphans.earlier) <= ?::integer
+                                THEN orphans.note || orphans.earlier ELSE orphans.note END,
               lease_until = NULL, claim_token = NULL, updated_at = now()
          FROM orphans
         WHERE jobs.id = orphans.id
         RETURNING jobs.*`,
-      [options.everyRunning === true, options.claimedBy ?? null, heartbeatTimeoutMs],
+      [CARRIED_REASON, options.everyRunning === true, options.claimedBy ?? null, heartbeatTimeoutMs, MAX_TASK_ERROR_CHARS],
     );
     const records = result.rows.map(toRecord);
     return {

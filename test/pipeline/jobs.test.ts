@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import t, { type Test } from 'tap';
-import { ENDED_PER_STATEMENT, JobRepository, jobIdFor, MAX_TASK_ERROR_CHARS, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
+import { ENDED_PER_STATEMENT, JobRepository, jobIdFor, MAX_ATTEMPT_ERROR_CHARS, MAX_TASK_ERROR_CHARS, migrateJobs, type ClaimedJob, type JobCounts } from '../../src/pipeline/jobs.js';
 import { runeLength } from '../../src/util/codePoints.js';
+import { boundedErrorMessage } from '../../src/util/errorMessage.js';
 import type { JobState } from '../../src/pipeline/types.js';
 import { backends, FakeLog, jobInputFor, sleep } from './helpers.js';
 
@@ -241,7 +242,7 @@ for (const backend of backends) {
       const reason = 'the server closed the connection: 😀 quota exceeded';
       const truncated = await jobs.fail(longClaim, { error: `😀 ${'x'.repeat(10_000)}${reason}`, permanent: true, retryDelayMs: 0 });
       const lastError = truncated?.lastError ?? '';
-      t.equal(runeLength(lastError), MAX_TASK_ERROR_CHARS, 'last_error is bounded, in characters');
+      t.equal(runeLength(lastError), MAX_ATTEMPT_ERROR_CHARS, 'last_error is bounded, in characters, room left for a rescue\'s note');
       t.ok(lastError.startsWith('😀 xxx'), 'its start, the emoji whole');
       t.ok(lastError.endsWith(`xxx${reason}`), 'and the reason at its end');
       t.match(lastError, / … \(\d+ characters left out\) … /, 'what was cut is said between them');
@@ -303,6 +304,85 @@ for (const backend of backends) {
       t.equal(everything.requeued.length, 1);
       t.same(await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000 }), { requeued: [], dead: [] });
       await t.rejects(jobs.rescueOrphans({ heartbeatTimeoutMs: -1 }), RangeError);
+    });
+
+    /** Fails attempt 1 of a new job (of a kind of its own) of `maxAttempts` with `error` and claims it again for `worker`. */
+    const failedOnceThenClaimed = async (t: Test, maxAttempts: number, error: string, worker: string): Promise<ClaimedJob> => {
+      const kind = `orphan-${randomUUID()}`;
+      const job = await jobs.enqueue({ ...jobInputFor(kind, log.add()), maxAttempts });
+      const first = (await jobs.claim(kind, 'w1', { leaseMs: 60_000 })) as ClaimedJob;
+      t.match(await jobs.fail(first, { error, permanent: false, retryDelayMs: 0 }), { id: job.id, state: 'queued', attempts: 1 }, 'attempt 1 failed');
+      const second = (await jobs.claim(kind, worker, { leaseMs: 60_000 })) as ClaimedJob;
+      t.equal(second.id, job.id, 'attempt 2 claimed');
+      return second;
+    };
+
+    test('rescueOrphans keeps the reason the attempt before failed with', async (t) => {
+      const claim = await failedOnceThenClaimed(t, 2, 'the model server answered 500: out of memory', 'w2');
+      const { dead } = await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'w2' });
+      t.same(dead.map((job) => job.lastError), [(await jobs.get(claim.id))?.lastError], 'the result shows it as stored');
+      t.equal(
+        (await jobs.get(claim.id))?.lastError,
+        'orphaned: worker w2 stopped heartbeating during attempt 2; attempt 1 failed: the model server answered 500: out of memory',
+      );
+      t.match(await jobs.get(claim.id), { state: 'dead', attempts: 2 }, 'dead, its last attempt orphaned');
+
+      const first = await jobs.enqueue(jobInputFor('orphan', log.add()));
+      await jobs.claim('orphan', 'w3', { leaseMs: 60_000 });
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'w3' });
+      t.equal((await jobs.get(first.id))?.lastError, 'orphaned: worker w3 stopped heartbeating during attempt 1', 'a first attempt has no attempt before');
+      await jobs.claim('orphan', 'w4', { leaseMs: 60_000 });
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'w4' });
+      t.equal((await jobs.get(first.id))?.lastError, 'orphaned: worker w4 stopped heartbeating during attempt 2', 'an orphaned attempt before has no reason to keep');
+    });
+
+    test('rescueOrphans carries the last real reason over repeated rescues, not a chain of notes', async (t) => {
+      const reason = 'HTTP 500\nthe upstream said: stopped heartbeating during attempt 7; attempt 6 failed: no';
+      const claim = await failedOnceThenClaimed(t, 4, reason, 'a');
+      for (const [attempt, worker, next] of [[2, 'a', 'b'], [3, 'b', 'c'], [4, 'c', null]] as const) {
+        await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: worker });
+        t.equal((await jobs.get(claim.id))?.lastError, `orphaned: worker ${worker} stopped heartbeating during attempt ${attempt}; attempt 1 failed: ${reason}`, `rescue of attempt ${attempt}`);
+        if (next !== null) t.equal((await jobs.claim(claim.kind, next, { leaseMs: 60_000 }))?.id, claim.id);
+      }
+      t.match(await jobs.get(claim.id), { state: 'dead' });
+
+      const later = await failedOnceThenClaimed(t, 5, 'first reason', 'x');
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'x' });
+      const third = (await jobs.claim(later.kind, 'y', { leaseMs: 60_000 })) as ClaimedJob;
+      await jobs.fail(third, { error: 'second reason', permanent: false, retryDelayMs: 0 });
+      await jobs.claim(later.kind, 'z', { leaseMs: 60_000 });
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'z' });
+      t.equal((await jobs.get(later.id))?.lastError, 'orphaned: worker z stopped heartbeating during attempt 4; attempt 3 failed: second reason', 'the latest failure, with its attempt');
+    });
+
+    test('rescueOrphans keeps no reason of the run before a retry by hand', async (t) => {
+      const job = await jobs.enqueue(jobInputFor('orphan', log.add()));
+      const claim = (await jobs.claim('orphan', 'w', { leaseMs: 60_000 })) as ClaimedJob;
+      await jobs.fail(claim, { error: 'HTTP 404', permanent: true, retryDelayMs: 0 });
+      t.equal((await jobs.retry(job.id)).status, 'requeued');
+      await jobs.claim('orphan', 'again', { leaseMs: 60_000 });
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: 'again' });
+      t.equal((await jobs.get(job.id))?.lastError, 'orphaned: worker again stopped heartbeating during attempt 1');
+    });
+
+    test('a rescued reason stays within the bound of last_error', async (t) => {
+      const reason = 'the statement failed: bind message has 70000 parameters 😀';
+      const long = `insert 😀 ${'x'.repeat(20_000)} ${reason}`;
+      const worker = `${'h'.repeat(64)}:4194304:abcdef12`;
+      const claim = await failedOnceThenClaimed(t, 5, long, worker);
+      const stored = boundedErrorMessage(long, MAX_ATTEMPT_ERROR_CHARS);
+      t.equal((await jobs.get(claim.id))?.lastError, stored, 'attempt 1 stored its error bounded');
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: worker });
+      const lastError = (await jobs.get(claim.id))?.lastError ?? '';
+      t.equal(lastError, `orphaned: worker ${worker} stopped heartbeating during attempt 2; attempt 1 failed: ${stored}`, 'the stored reason whole');
+      t.ok(runeLength(lastError) <= MAX_TASK_ERROR_CHARS, `${runeLength(lastError)} characters at most ${MAX_TASK_ERROR_CHARS}`);
+      t.ok(lastError.endsWith(reason), 'the reason at its end');
+      t.equal(lastError.match(/characters left out/g)?.length, 1, 'one marker, the one of the stored reason');
+
+      const hugeWorker = 'w'.repeat(500);
+      const overlong = await failedOnceThenClaimed(t, 5, long, hugeWorker);
+      await jobs.rescueOrphans({ heartbeatTimeoutMs: 60_000, claimedBy: hugeWorker });
+      t.equal((await jobs.get(overlong.id))?.lastError, `orphaned: worker ${hugeWorker} stopped heartbeating during attempt 2`, 'a note that leaves no room keeps no reason');
     });
 
     test('retry requeues failed and dead jobs only', async (t) => {

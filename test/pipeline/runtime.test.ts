@@ -3,7 +3,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import type { Database } from '../../src/db/database.js';
 import { ConcurrencyError } from '../../src/eventstore/port.js';
-import { JobRepository, MAX_TASK_ERROR_CHARS, type ClaimedJob } from '../../src/pipeline/jobs.js';
+import { JobRepository, MAX_ATTEMPT_ERROR_CHARS, type ClaimedJob } from '../../src/pipeline/jobs.js';
 import { runeLength } from '../../src/util/codePoints.js';
 import {
   createStageRuntime,
@@ -280,7 +280,7 @@ for (const backend of backends) {
       t.match(lastError, /^PermanentJobError: insert into "facts" values \(\$1, \$2\), /, 'its start');
       t.ok(lastError.endsWith(`- ${reason}`), 'the reason at its end, the emoji whole');
       t.match(lastError, / … \(\d+ characters left out\) … /);
-      t.equal(runeLength(lastError), MAX_TASK_ERROR_CHARS, 'bounded in characters');
+      t.equal(runeLength(lastError), MAX_ATTEMPT_ERROR_CHARS, 'bounded in characters, room left for a rescue\'s note');
     });
 
     t.test('a ConcurrencyError means a twin did the work: succeeded, logged at debug', async (t) => {

@@ -8,7 +8,7 @@ import { withOverrides } from '../../eventstore/contract.js';
 import { openStageFixture, testMetadata } from '../stageFixture.js';
 import { runeLength } from '../../../src/util/codePoints.js';
 import { boundedErrorMessage, MAX_KEPT_ERROR_CHARS } from '../../../src/util/errorMessage.js';
-import { MAX_TASK_ERROR_CHARS } from '../../../src/pipeline/jobs.js';
+import { MAX_ATTEMPT_ERROR_CHARS, MAX_TASK_ERROR_CHARS } from '../../../src/pipeline/jobs.js';
 
 /** Deciding on a stream read once: the same outcome as handleCommand, one read less when nothing moved. */
 t.test('commandFrom and sharedCommandFrom', async (t) => {
@@ -229,6 +229,19 @@ t.test("a source stage's dead job fails its source with the job's last error", a
   t.match(failed, { type: 'SourceFailed', data: { reason: /^😀 x+ … \(\d+ characters left out\) … x+ the page said no 😀$/ } }, 'the start and the reason at the end');
   const reason = (failed?.data as { reason?: string } | undefined)?.reason ?? '';
   t.equal(runeLength(reason), MAX_KEPT_ERROR_CHARS, 'bounded in characters');
+});
+
+t.test("a dead job's rescue note keeps the failure of the attempt before in its source's reason", async (t) => {
+  const original = `the model server answered 500: ${'😀'.repeat(5000)} out of memory`;
+  const note = 'orphaned: worker vm:1:abcdef12 stopped heartbeating during attempt 5; attempt 4 failed: ';
+  const { fixture, stream, job } = await deadFetchJob(t, 'https://example.org/noted', `${note}${boundedErrorMessage(original, MAX_ATTEMPT_ERROR_CHARS)}`);
+  t.ok(runeLength(job.lastError) <= MAX_TASK_ERROR_CHARS, 'the note and the stored reason fit in last_error');
+  await failSourceOfDeadJob(fixture.store, 'retrieve_source')(job);
+  const source = foldStream(await fixture.store.readStream(stream), sourceDecider).state;
+  const failure = 'failure' in source ? String(source.failure) : '';
+  t.ok(failure.startsWith(`retrieve_source: ${note}the model server answered 500: 😀`), 'the note, then the start of the reason');
+  t.ok(failure.endsWith('😀 out of memory'), 'and its end');
+  t.equal([...failure.matchAll(/ … \((\d+) characters left out\) … /g)].length, 1, 'one marker');
 });
 
 t.test("a dead job's long last error: the source's reason counts what was left out of the original, one marker", async (t) => {
