@@ -1,4 +1,5 @@
 import type { Database } from '../db/database.js';
+import { errorMessage } from '../util/errorMessage.js';
 
 export interface Leadership {
   stop(): Promise<void>;
@@ -39,7 +40,7 @@ export function runAsLeader(
         return;
       }
     } catch (error) {
-      options.log?.warn({ role: name, error: String(error) }, 'leader election failed; retrying');
+      options.log?.warn({ role: name, error: errorMessage(error) }, 'leader election failed; retrying');
       if (connection) {
         await db.knex.client.releaseConnection(connection).catch(() => undefined);
         connection = null;

@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import type { Database } from '../db/database.js';
 import { inBackground } from '../db/priority.js';
 import { Doorbell } from '../util/concurrency.js';
+import { errorMessage } from '../util/errorMessage.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { type ClaimedJob, JobRepository, type JobRecord } from './jobs.js';
@@ -142,9 +143,14 @@ export function isConcurrencyError(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'ConcurrencyError';
 }
 
-/** A job's failure as its `last_error` shows it: the error's name and message. */
+/**
+ * A job's failure as its `last_error` shows it: an Error's message (errorMessage, as a source's or
+ * a report's failure reason), not `PermanentJobError: …`: the class is the code's business, and a
+ * dead job's `last_error` becomes its source's failure. Only an Error with no message says its
+ * class; a thrown value that is no Error is shown as JSON.
+ */
 function describeJobError(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  if (error instanceof Error) return errorMessage(error) || error.name;
   if (typeof error === 'string') return error;
   try {
     return JSON.stringify(error) ?? String(error);

@@ -50,7 +50,7 @@ t.test('retrying a processed source re-queues its failed tasks, and only those',
   const knex = service.context.db.knex;
   const extraction = await knex('jobs').where({ source_id: source.id, kind: 'extract_concepts' }).first();
   t.ok(extraction, 'the source had a concept-extraction task');
-  await knex('jobs').where({ id: extraction.id }).update({ state: 'failed', last_error: 'ModelCallError: 401 from the provider' });
+  await knex('jobs').where({ id: extraction.id }).update({ state: 'failed', last_error: 'the provider answered 401' });
   const failedTasks = await service.call('GET', `/api/v1/repositories/${repoId}/tasks?source_id=${source.id}&state=failed`, { token });
   t.equal(failedTasks.body.total, 1, 'the failure is visible in the tasks API');
   t.match(failedTasks.body.items[0].last_error, /401/);
