@@ -144,6 +144,18 @@ function describe(error: ErrorObject, origins: Origins): string | undefined {
 }
 
 /**
+ * Ajv's errors with one problem per key where its value has the wrong type: `mechanism: 5` fails
+ * the `type` and, ajv going on with every keyword, the `enum` too, and two lines for one key
+ * (`must be a string, got a number`, `must be one of none, plain, …`) read as two problems. The
+ * type error says it; the same path's other errors (`enum`, `const`, `pattern`, `format`, …),
+ * which judge a value that is not even of its type, are left out. Other paths' errors stay.
+ */
+function oneProblemPerMistypedKey(errors: readonly ErrorObject[]): ErrorObject[] {
+  const mistyped = new Set(errors.filter((error) => error.keyword === 'type').map((error) => error.instancePath));
+  return errors.filter((error) => error.keyword === 'type' || !mistyped.has(error.instancePath));
+}
+
+/**
  * `bus.kafka.sasl.mechanism` written in any case (`SCRAM-SHA-512`, as Kafka's documentation and the
  * managed providers write it) made the spelling of KAFKA_SASL_MECHANISMS, in place. Done on the
  * merged tree, so a file and BUS_KAFKA_SASL_MECHANISM are taken alike and everything after the
@@ -169,7 +181,7 @@ export function validateConfig(tree: unknown, schemaPath: string, origins: Origi
   const validate = validatorFor(schemaPath);
   const schemaProblems = validate(tree)
     ? []
-    : [...new Set((validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined))];
+    : [...new Set(oneProblemPerMistypedKey(validate.errors ?? []).map((error) => describe(error, origins)).filter((line) => line !== undefined))];
   // Listed with the schema's problems: a pattern cannot judge an address's octets or a prefix for its family.
   const valueProblems = [...cidrProblems(tree), ...urlProblems(tree), ...caFileProblems(tree, cwd)].map((problem) => withOrigin(problem, origins));
   if (schemaProblems.length > 0 || valueProblems.length > 0) throw new ConfigError([...schemaProblems, ...valueProblems]);

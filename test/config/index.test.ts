@@ -469,6 +469,45 @@ t.test('bad YAML values name the key, the problem and the file', async (t) => {
   t.match(message, 'databases.Bad-Name: is not a valid name');
 });
 
+t.test('a value of the wrong type is one problem for its key: its type, not also its enum', async (t) => {
+  const cwd = t.testdir({
+    configs: {
+      'config.local.yaml': [
+        'profile: 3',
+        'logging:',
+        '  level: true',
+        'eventstore:',
+        '  backend: [postgres]',
+        'bus:',
+        '  kafka:',
+        '    sasl:',
+        '      mechanism: 5',
+        'databases:',
+        '  default:',
+        '    ssl_mode: 1',
+        'providers:',
+        '  synthesis:',
+        '    thinking_level: deep',
+        'server:',
+        '  port: 0',
+        '',
+      ].join('\n'),
+    },
+  });
+  const message = configErrorOf(() => load({ cwd }));
+  const file = path.join(cwd, 'configs', 'config.local.yaml');
+  const lines = message.split('\n').slice(1);
+  const linesOf = (key: string) => lines.filter((line) => line.startsWith(`  - ${key}: `));
+  t.same(linesOf('profile'), [`  - profile: must be a string, got a number (set by ${file})`]);
+  t.same(linesOf('logging.level'), [`  - logging.level: must be a string, got a boolean (set by ${file})`]);
+  t.same(linesOf('eventstore.backend'), [`  - eventstore.backend: must be a string, got a list (set by ${file})`]);
+  t.same(linesOf('bus.kafka.sasl.mechanism'), [`  - bus.kafka.sasl.mechanism: must be a string, got a number (set by ${file})`]);
+  t.same(linesOf('databases.default.ssl_mode'), [`  - databases.default.ssl_mode: must be a string, got a number (set by ${file})`]);
+  t.same(linesOf('providers.synthesis.thinking_level'), [`  - providers.synthesis.thinking_level: must be one of low, medium, high (set by ${file})`], 'a string, of its type: its enum says what is wrong');
+  t.same(linesOf('server.port'), [`  - server.port: must be at least 1 (set by ${file})`], "another key's problem stays");
+  t.equal(lines.length, 7, 'one line per key');
+});
+
 t.test('a duration given as a bare number is told the unit it lacks', async (t) => {
   // The spec writes '0 disables the cap' and '0s = unlimited'; `max_ttl: 0` was 'must be a string, got a number'.
   const cwd = t.testdir({ configs: { 'config.local.yaml': 'api_keys:\n  max_ttl: 0\ntask:\n  job_timeout: 30\n' } });

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import t from 'tap';
 import { configSchemaPath } from '../../src/config/index.js';
 import { KAFKA_SASL_LOGIN_CHOICES, KAFKA_SASL_LOGIN_MECHANISMS, KAFKA_SASL_MECHANISMS } from '../../src/config/types.js';
@@ -81,6 +82,12 @@ t.test('bus.kafka.sasl.mechanism naming no mechanism in any case is still refuse
   const message = configErrorOf(() => load({ cwd, configPath: 'config.yaml', env: { BUS_KAFKA_SASL_PASSWORD: password } }));
   t.match(message, /bus\.kafka\.sasl\.mechanism: must be one of none, plain, scram-sha-256, scram-sha-512 \(set by .*config\.yaml\)/, 'a quoted value with a blank, from a file');
   t.notOk(message.includes(password.trim()), 'the password is not in the message');
+});
+
+t.test('bus.kafka.sasl.mechanism of the wrong type in a file is one problem: its type, not also the list of mechanisms', async (t) => {
+  const cwd = t.testdir({ 'config.yaml': 'bus:\n  kafka:\n    tls: true\n    sasl:\n      mechanism: 5\n      username: svc\n' });
+  const message = configErrorOf(() => load({ cwd, configPath: 'config.yaml', env: { BUS_KAFKA_SASL_PASSWORD: password } }));
+  t.equal(message, `invalid configuration: bus.kafka.sasl.mechanism: must be a string, got a number (set by ${path.join(cwd, 'config.yaml')})`);
 });
 
 t.test('bus.kafka.sasl that cannot authenticate, or would authenticate in clear, is refused at load, naming key and variable', async (t) => {
