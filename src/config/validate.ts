@@ -191,10 +191,17 @@ export function validateConfig(tree: unknown, schemaPath: string, origins: Origi
   return config;
 }
 
-/** `<dotted key>: <problem> (set by <origin>)`, the origin found for the key or a mapping above it. */
+/**
+ * `<dotted key>: <problem> (set by <origin>)`, the origin found for the key or a mapping above it.
+ * A problem that names the key's variable as where to fix it (`… (BUS_KAFKA_SASL_USERNAME)`) names
+ * it once when that variable set the key: the hint goes, `(set by environment variable …)` stays.
+ */
 function withOrigin([keyPath, problem]: [string, string], origins: Origins): string {
   const origin = originOf(keyPath.replace(/\[(\d+)\]/g, '.$1').split('.'), origins);
-  return `${keyPath}: ${problem}${origin ? ` (set by ${origin})` : ''}`;
+  if (origin === undefined) return `${keyPath}: ${problem}`;
+  const variable = /^environment variable (\S+)$/.exec(origin)?.[1];
+  const said = variable === undefined ? problem : problem.replace(` (${variable})`, '');
+  return `${keyPath}: ${said} (set by ${origin})`;
 }
 
 /** Each `network.allow_cidrs` entry that is no address or range (parseCidr); entries of the wrong type are the schema's. */

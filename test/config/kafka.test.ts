@@ -90,11 +90,25 @@ t.test('bus.kafka.sasl.mechanism of the wrong type in a file is one problem: its
   t.equal(message, `invalid configuration: bus.kafka.sasl.mechanism: must be a string, got a number (set by ${path.join(cwd, 'config.yaml')})`);
 });
 
+t.test('a SASL setting set by its variable names the variable once', async (t) => {
+  const problems: Array<[string, Record<string, string>, string]> = [
+    ['no user name', { ...sasl, BUS_KAFKA_SASL_USERNAME: '' }, 'bus.kafka.sasl.username: is required when bus.kafka.sasl.mechanism is scram-sha-512 (set by environment variable BUS_KAFKA_SASL_USERNAME)'],
+    ['a blank password', { ...sasl, BUS_KAFKA_SASL_PASSWORD: '  ' }, 'bus.kafka.sasl.password: is required when bus.kafka.sasl.mechanism is scram-sha-512 (set by environment variable BUS_KAFKA_SASL_PASSWORD)'],
+    ['credentials with no mechanism', { ...sasl, BUS_KAFKA_SASL_MECHANISM: 'none' }, 'bus.kafka.sasl.mechanism: is none, but sasl.username or sasl.password is set: choose plain, scram-sha-256 or scram-sha-512 (set by environment variable BUS_KAFKA_SASL_MECHANISM)'],
+    ['an unknown mechanism', { ...sasl, BUS_KAFKA_SASL_MECHANISM: 'bogus' }, 'bus.kafka.sasl.mechanism: must be one of none, plain, scram-sha-256, scram-sha-512 (set by environment variable BUS_KAFKA_SASL_MECHANISM)'],
+    // Another key's variable, as where to fix it, stays.
+    ['SCRAM without TLS', { ...sasl, BUS_KAFKA_TLS: 'false' }, 'bus.kafka.sasl.mechanism: scram-sha-512 needs bus.kafka.tls: true (BUS_KAFKA_TLS): SASL without TLS would send the user name and every event unencrypted (set by environment variable BUS_KAFKA_SASL_MECHANISM)'],
+  ];
+  for (const [what, env, expected] of problems) t.equal(configErrorOf(() => load({ env })), `invalid configuration: ${expected}`, what);
+  const unset = configErrorOf(() => load({ env: { BUS_KAFKA_TLS: 'true', BUS_KAFKA_SASL_USERNAME: 'u' } }));
+  t.match(unset, /bus\.kafka\.sasl\.mechanism: is none, but .* \(BUS_KAFKA_SASL_MECHANISM\)$/, 'a mechanism left unset: the variable that would set it, as the hint');
+});
+
 t.test('bus.kafka.sasl that cannot authenticate, or would authenticate in clear, is refused at load, naming key and variable', async (t) => {
   const problems: Array<[string, Record<string, string>, RegExp]> = [
     ['an unknown mechanism', { ...sasl, BUS_KAFKA_SASL_MECHANISM: 'gssapi' }, /bus\.kafka\.sasl\.mechanism: must be one of none, plain, scram-sha-256, scram-sha-512 \(set by environment variable BUS_KAFKA_SASL_MECHANISM\)/],
-    ['no user name', { ...sasl, BUS_KAFKA_SASL_USERNAME: '' }, /bus\.kafka\.sasl\.username: is required when bus\.kafka\.sasl\.mechanism is scram-sha-512 \(BUS_KAFKA_SASL_USERNAME\)/],
-    ['a blank password', { ...sasl, BUS_KAFKA_SASL_PASSWORD: '  ' }, /bus\.kafka\.sasl\.password: is required when bus\.kafka\.sasl\.mechanism is scram-sha-512 \(BUS_KAFKA_SASL_PASSWORD\)/],
+    ['no user name', { ...sasl, BUS_KAFKA_SASL_USERNAME: '' }, /bus\.kafka\.sasl\.username: is required when bus\.kafka\.sasl\.mechanism is scram-sha-512 \(set by environment variable BUS_KAFKA_SASL_USERNAME\)/],
+    ['a blank password', { ...sasl, BUS_KAFKA_SASL_PASSWORD: '  ' }, /bus\.kafka\.sasl\.password: is required when bus\.kafka\.sasl\.mechanism is scram-sha-512 \(set by environment variable BUS_KAFKA_SASL_PASSWORD\)/],
     ['SCRAM without TLS', { ...sasl, BUS_KAFKA_TLS: 'false' }, /bus\.kafka\.sasl\.mechanism: scram-sha-512 needs bus\.kafka\.tls: true \(BUS_KAFKA_TLS\): SASL without TLS would send the user name and every event unencrypted/],
     ['PLAIN without TLS', { ...sasl, BUS_KAFKA_TLS: '0', BUS_KAFKA_SASL_MECHANISM: 'plain' }, /bus\.kafka\.sasl\.mechanism: plain needs bus\.kafka\.tls: true \(BUS_KAFKA_TLS\): SASL without TLS would send the password in clear/],
     ['credentials with no mechanism', { ...sasl, BUS_KAFKA_SASL_MECHANISM: 'none' }, /bus\.kafka\.sasl\.mechanism: is none, but sasl\.username or sasl\.password is set: choose plain, scram-sha-256 or scram-sha-512/],
