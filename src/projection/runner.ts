@@ -443,7 +443,16 @@ export class ProjectionRunner implements ReadModelRunner {
   private async resume(worker: Worker): Promise<void> {
     worker.generation += 1;
     const generation = worker.generation;
-    const position = (await this.readCheckpoints([worker.projection.name])).get(worker.projection.name) ?? 0;
+    let position: number;
+    try {
+      position = (await this.readCheckpoints([worker.projection.name])).get(worker.projection.name) ?? 0;
+    } catch (error) {
+      // Halted meanwhile (stop() does not wait for a resume): its failure is dropped as its
+      // success would be. Reported, it armed a retry on the stopped runner, which failed again
+      // once the database was closed and retried for ever, keeping the process alive.
+      if (generation !== worker.generation) return;
+      throw error;
+    }
     if (generation !== worker.generation) return; // halted or replaced meanwhile
     this.placeAt(worker, position);
   }

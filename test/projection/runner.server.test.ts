@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { openScratchPostgres } from '../../src/db/database.js';
+import { openDatabase, openScratchPostgres } from '../../src/db/database.js';
 import { ProjectionRunner } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { openStore, thing, waitUntil, type StoreFixture } from '../eventstore/contract.js';
@@ -147,4 +147,43 @@ t.test('postgres: a projection failing in a side-by-side batch stops alone; the 
   poison = null;
   await waitUntil(async () => (await checkpoint(fixture.db, 'fragile')) === last, 20_000, 'the fragile projection to recover');
   t.same(await counts(fixture, 'fragile'), [['n0', 3], ['n1', 3], ['n2', 3], ['n3', 3]], 'recovered: every event once');
+});
+
+t.test("postgres: a retry's resume that fails after stop() arms no retry: the node's database closing under it does not keep the process alive", async (t) => {
+  const fixture = await openServerStore(t, ['fragile']);
+  // The runner's own pool of one connection, which the test can hold: a node's, closed with it.
+  const url = (fixture.db.knex.client.config.connection as { connectionString: string }).connectionString;
+  const nodeDb = await openDatabase({ kind: 'postgres', url, maxConns: 1 });
+  t.teardown(() => nodeDb.close());
+  // knex's pool (tarn), and a connection taken out of it (namedLock.ts takes them the same way).
+  const pool = nodeDb.knex.client.pool as { numPendingAcquires(): number };
+  let held: Promise<unknown> | null = null;
+  const projection = countingProjection('fragile', {
+    // Inside the failing batch's transaction, which has the pool's connection: the test takes it next.
+    failOn: () => {
+      held ??= nodeDb.knex.client.acquireConnection() as Promise<unknown>;
+      return 'boom';
+    },
+  });
+  const warnings: string[] = [];
+  const runner = new ProjectionRunner(fixture.store, nodeDb, [projection], {
+    retryBaseMs: 1,
+    retryMaxMs: 50,
+    log: { info: () => undefined, warn: (_details, message) => warnings.push(message) },
+  });
+  t.teardown(() => runner.stop());
+  await fixture.store.append('s-1', [thing('boom')], 'no_stream');
+  await runner.start();
+  await waitUntil(() => held !== null, 60_000, 'the batch with the poison event');
+  const connection = await held;
+  // The batch failed; its retry's resume reads the checkpoint, and waits for the connection the test holds.
+  await waitUntil(() => pool.numPendingAcquires() === 1, 20_000, "the retry's read of its checkpoint");
+  await runner.stop();
+  const warnedWhileRunning = warnings.length;
+  // The node closes its database: the pool is destroyed, and the read waiting for a connection fails.
+  const closing = nodeDb.close();
+  await nodeDb.knex.client.releaseConnection(connection);
+  await closing;
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(warnings.slice(warnedWhileRunning), [], 'the stopped runner neither reported the failure nor armed a retry (which would fail and re-arm for ever)');
 });
