@@ -98,7 +98,7 @@ export function investigationQueries(deps: Pick<AppContext, 'db'>) {
     return { repository, investigation: await loadInvestigation(knex, repository.id, input.investigation) };
   }
 
-  return {
+  const queries = {
     /** Newest first; `query` matches words of the title or topic. */
     async list(principal: Principal, input: PageInput & { repository: string; query?: string }) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'investigations:read');
@@ -175,6 +175,21 @@ export function investigationQueries(deps: Pick<AppContext, 'db'>) {
         }),
         total,
       };
+    },
+  };
+
+  return {
+    ...queries,
+
+    /**
+     * The investigation with a page of its sources in one answer (MCP's getInvestigation): what
+     * `GET .../investigations/{id}` and `GET .../sources` answer apart; it needs `sources:read`
+     * as the sources route does.
+     */
+    async withSources(principal: Principal, input: InvestigationInput & PageInput) {
+      const investigation = await queries.get(principal, input);
+      const sources = await queries.sources(principal, input);
+      return { ...investigation, sources: sources.items };
     },
   };
 }

@@ -145,7 +145,7 @@ export async function answeredReport(knex: Knex, repositoryId: string, row: Repo
 /** Report queries: list and search, one report, its annotations (src/app/reports.ts writes). */
 export function reportQueries(deps: Pick<AppContext, 'db'>) {
   const knex = deps.db.knex;
-  return {
+  const queries = {
     /** Newest first; with `query`, best match first (full text over title and text). Lists leave the text out. */
     async list(principal: Principal, input: ReportListInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'reports:read');
@@ -235,6 +235,15 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
         })),
         total: sentences.length,
       };
+    },
+  };
+
+  return {
+    ...queries,
+
+    /** The report with its annotations, all of them, in one answer (MCP's getReport): what `GET .../reports/{id}` and `GET .../annotations` answer apart. */
+    async withAnnotations(principal: Principal, input: ReportInput) {
+      return { ...(await queries.get(principal, input)), annotations: await queries.annotations(principal, input) };
     },
   };
 }

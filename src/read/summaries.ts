@@ -67,7 +67,7 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
     return { repository, concept: resolved.concept, presented, redirectedFrom: resolved.redirectedFrom };
   }
 
-  return {
+  const queries = {
     /** A concept's summary slices in slice order (a merged concept answers with its survivor's). */
     async summaries(principal: Principal, input: ConceptInput & PageInput) {
       const { concept, presented, redirectedFrom } = await load(principal, input);
@@ -160,6 +160,31 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
         return [{ ...presentSummary(row), concept: concept ? { id: concept.id, canonical_name: concept.canonical_name, context: concept.context } : null, score: item.score }];
       });
       return { items, total: result.total, query, mode: result.mode, fallback_reason: result.fallback_reason };
+    },
+  };
+
+  return {
+    ...queries,
+
+    /**
+     * A concept's summary slices and its definition in one answer (MCP's getConceptSummaries):
+     * the two reads REST answers apart (`GET .../summaries`, `GET .../definition`), the definition
+     * read by the id the summaries resolved, so both halves are of one concept even if a name's
+     * meaning changes between the reads. Its `facts` are `cited_facts`.
+     */
+    async summariesWithDefinition(principal: Principal, input: ConceptInput & PageInput) {
+      const summaries = await queries.summaries(principal, input);
+      const definition = await queries.definition(principal, { repository: input.repository, concept: summaries.concept?.id ?? input.concept, context: input.context });
+      return {
+        concept: summaries.concept,
+        redirected_from: summaries.redirected_from,
+        summaries: summaries.items,
+        total: summaries.total,
+        synthesis: definition.synthesis,
+        cited_facts: definition.facts,
+        images: definition.images,
+        related_concepts: definition.related_concepts,
+      };
     },
   };
 }

@@ -5,7 +5,7 @@ import type { Principal } from '../auth/rbac.js';
 import { jobStates, type JobCounts, type JobRecord } from '../pipeline/jobs.js';
 import type { JobState } from '../pipeline/types.js';
 import { investigationSourceIds, loadInvestigation } from './investigations.js';
-import { loadReport } from './reports.js';
+import { loadReport, reportQueries } from './reports.js';
 import { loadSource } from './sources.js';
 import { decodeTaskCursor, encodeTaskCursor, pageOf, type PageInput } from './paging.js';
 import { presentJob } from './present.js';
@@ -88,7 +88,8 @@ const isEmpty = (counts: JobCounts) => Object.values(counts).every((byState) => 
 
 export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'projections'>) {
   const knex = deps.db.knex;
-  return {
+  const reports = reportQueries(deps);
+  const queries = {
     async list(principal: Principal, input: TaskListInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'jobs:read');
       const { source_id: sourceId, investigation_id: investigationId, report_id: reportId, state, kind } = input;
@@ -128,6 +129,19 @@ export function taskQueries(deps: Pick<AppContext, 'db' | 'jobs' | 'store' | 'pr
     async get(principal: Principal, input: TaskInput) {
       const repository = await authorizeRepository(knex, principal, input.repository, 'jobs:read');
       return presentJob(await loadTask(deps.jobs, repository.id, input.task));
+    },
+  };
+
+  return {
+    ...queries,
+
+    /**
+     * A report's tasks (MCP's getReportTasks): the report is read first, so the caller needs
+     * `reports:read` besides the list's `jobs:read`, as reading the report asks (docs/mcp.md).
+     */
+    async reportTasks(principal: Principal, input: Omit<TaskListInput, 'source_id' | 'investigation_id'> & { report_id: string }) {
+      await reports.get(principal, { repository: input.repository, report: input.report_id });
+      return queries.list(principal, input);
     },
   };
 }

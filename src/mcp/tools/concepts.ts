@@ -45,19 +45,7 @@ export const conceptTools = [
     input: z.object({ repository: repositoryArgument, concept: conceptArgument, context: contextArgument, limit: limitArgument(50, 500), offset: offsetArgument }),
     readOnly: true,
     async run({ app, principal }, args) {
-      const summaries = await app.summaries.summaries(principal, args);
-      // By the id the summaries resolved: both halves are of one concept even if a name's meaning changes between the reads.
-      const definition = await app.summaries.definition(principal, { repository: args.repository, concept: summaries.concept?.id ?? args.concept, context: args.context });
-      return {
-        concept: summaries.concept,
-        redirected_from: summaries.redirected_from,
-        summaries: summaries.items,
-        total: summaries.total,
-        synthesis: definition.synthesis,
-        cited_facts: definition.facts,
-        images: definition.images,
-        related_concepts: definition.related_concepts,
-      };
+      return app.summaries.summariesWithDefinition(principal, args);
     },
   }),
   defineTool({

@@ -19,10 +19,7 @@ export const investigationTools = [
     }),
     readOnly: true,
     async run({ app, principal }, args) {
-      const named = { repository: args.repository, investigation: args.investigationId };
-      const investigation = await app.investigations.get(principal, named);
-      const sources = await app.investigations.sources(principal, { ...named, limit: args.limit ?? 100, offset: args.offset });
-      return { ...investigation, sources: sources.items };
+      return app.investigations.withSources(principal, { repository: args.repository, investigation: args.investigationId, limit: args.limit ?? 100, offset: args.offset });
     },
   }),
   defineTool({

@@ -46,8 +46,7 @@ export const reportTools = [
     input: z.object({ repository: repositoryArgument, reportId: idArgument('report') }),
     readOnly: true,
     async run({ app, principal }, args) {
-      const named = { repository: args.repository, report: args.reportId };
-      return { ...(await app.reports.get(principal, named)), annotations: await app.reports.annotations(principal, named) };
+      return app.reports.withAnnotations(principal, { repository: args.repository, report: args.reportId });
     },
   }),
   defineTool({

@@ -1,8 +1,8 @@
 import { z } from 'zod';
+import type { Application } from '../../app/application.js';
 import { invalid } from '../../app/errors.js';
 import { TASK_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
-import type { ToolCall } from './common.js';
 import { defineTool, idArgument, repositoryArgument } from './common.js';
 
 const taskFilters = {
@@ -16,10 +16,8 @@ const taskFilters = {
 
 type TaskFilters = { state?: (typeof jobStates)[number]; kind?: (typeof TASK_KINDS)[number]; byKind?: boolean; verbose?: boolean; limit?: number; cursor?: string };
 
-/** One page of tasks through the tasks query, shaped for a model: `complete` first, compact items unless verbose. */
-async function taskPage({ app, principal }: ToolCall, repository: string, subject: { source_id?: string; investigation_id?: string; report_id?: string }, filters: TaskFilters) {
-  const limit = filters.limit ?? 50;
-  const page = await app.tasks.list(principal, { repository, ...subject, state: filters.state, kind: filters.kind, limit, cursor: filters.cursor });
+/** The subset of a task list a tool answers with: `complete` first, compact items unless verbose. */
+function taskPage(page: Awaited<ReturnType<Application['tasks']['list']>>, filters: TaskFilters) {
   return {
     complete: page.complete,
     total: page.total,
@@ -28,6 +26,9 @@ async function taskPage({ app, principal }: ToolCall, repository: string, subjec
     next_cursor: page.next_cursor,
   };
 }
+
+/** The list input the filters make: a page of 50 unless `limit` says. */
+const listFilters = (filters: TaskFilters) => ({ state: filters.state, kind: filters.kind, limit: filters.limit ?? 50, cursor: filters.cursor });
 
 /** Background tasks: whether a source, investigation or report is done being processed. */
 export const taskTools = [
@@ -39,9 +40,10 @@ export const taskTools = [
       '(`investigationId`); give one, not both. `complete` is true once nothing is queued or running: then its facts are searchable.',
     input: z.object({ repository: repositoryArgument, sourceId: idArgument('source').optional(), investigationId: idArgument('investigation').optional(), ...taskFilters }),
     readOnly: true,
-    async run(call, args) {
+    async run({ app, principal }, args) {
       if ((args.sourceId === undefined) === (args.investigationId === undefined)) throw invalid('give sourceId or investigationId (one of them)');
-      return taskPage(call, args.repository, { source_id: args.sourceId, investigation_id: args.investigationId }, args);
+      const page = await app.tasks.list(principal, { repository: args.repository, source_id: args.sourceId, investigation_id: args.investigationId, ...listFilters(args) });
+      return taskPage(page, args);
     },
   }),
   defineTool({
@@ -50,9 +52,8 @@ export const taskTools = [
     description: "The background tasks that annotate a report's sentences with facts. `complete` is true once nothing is queued or running: then getReport shows the annotations.",
     input: z.object({ repository: repositoryArgument, reportId: idArgument('report'), ...taskFilters }),
     readOnly: true,
-    async run(call, args) {
-      await call.app.reports.get(call.principal, { repository: args.repository, report: args.reportId });
-      return taskPage(call, args.repository, { report_id: args.reportId }, args);
+    async run({ app, principal }, args) {
+      return taskPage(await app.tasks.reportTasks(principal, { repository: args.repository, report_id: args.reportId, ...listFilters(args) }), args);
     },
   }),
 ];
