@@ -1,7 +1,6 @@
 import type { Knex } from 'knex';
 import type { CredentialKind } from '../auth/rbac.js';
 import { REPOSITORY_DOMAIN_PREFIX } from '../auth/rbac.js';
-import type { CallContext } from './callContext.js';
 
 /**
  * The permission audit (docs/auth.md, "Permission audit"): every permission decision the
@@ -23,9 +22,22 @@ export interface PermissionDecision {
   allowed: boolean;
 }
 
+/**
+ * What the audit records of the call a decision was taken in, as the transport that received it
+ * names it (a call's context, src/app/callContext.ts, is one).
+ */
+export interface AuditedCall {
+  transport: 'rest' | 'mcp' | 'cli' | 'web';
+  /** `GET /api/v1/repositories/:repoID/facts`, `tool searchFacts`, `projections rebuild`. */
+  operation: string;
+  clientAddress?: string;
+  /** The HTTP request id (also the correlation id of the events the call appends). */
+  requestId?: string;
+}
+
 export interface PermissionAudit {
   /** Records a decision taken within `call` (the REST request or MCP tool call). */
-  record(decision: PermissionDecision, call: CallContext): void;
+  record(decision: PermissionDecision, call: AuditedCall): void;
   /** Writes every buffered decision now (before reading the audit, and at shutdown). */
   flush(): Promise<void>;
   /** Deletes rows older than the retention; returns how many went. */
@@ -53,7 +65,7 @@ interface AuditRow {
   domain: string;
   repository_id: string | null;
   allowed: boolean;
-  transport: CallContext['transport'];
+  transport: AuditedCall['transport'];
   operation: string;
   client_address: string | null;
   request_id: string | null;

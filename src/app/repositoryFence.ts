@@ -1,11 +1,11 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Knex } from 'knex';
-import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Credential, type Permission, type Principal, type RoleAssignment } from '../auth/rbac.js';
+import { principalCan, repositoryDomain, SYSTEM_DOMAIN, type Credential, type RoleAssignment } from '../auth/rbac.js';
 import type { Database } from '../db/database.js';
 import { withNamedLock, withNamedLocks, type NamedLockRequest } from '../db/namedLock.js';
 import type { EventMetadata } from '../eventstore/envelope.js';
 import { findRepository } from './access.js';
-import { currentCall } from './callContext.js';
+import { currentCall, type GrantedPermission } from './callContext.js';
 import { forbidden } from './errors.js';
 
 /**
@@ -81,13 +81,6 @@ const heldStep = new AsyncLocalStorage<HeldStep>();
 
 /** Whether a step held with `outer` covers a command of `inner` access: a change holds its locks alone, so it covers an act too. */
 const covers = (outer: FencedAccess, inner: FencedAccess) => outer === inner || (outer === 'changes' && inner === 'acts');
-
-/** A permission a call was allowed, kept on the call so that its command can check it again. */
-export interface GrantedPermission {
-  principal: Principal;
-  domain: string;
-  permission: Permission;
-}
 
 /**
  * The lock of the system domain's roles: a sysadmin acts in every repository through it, so a
