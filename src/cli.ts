@@ -128,7 +128,7 @@ export function parsePosition(value: string): number {
 }
 
 /** What `factlog migrate` prints: each schema's migrations it applied, or that there were none. */
-export function migrationReport(applied: readonly SchemaMigrations[]): string {
+function migrationReport(applied: readonly SchemaMigrations[]): string {
   const schemas = applied.filter((schema) => schema.ids.length > 0);
   const count = schemas.reduce((sum, schema) => sum + schema.ids.length, 0);
   if (count === 0) return 'the database is up to date: no migrations to apply';
@@ -168,7 +168,7 @@ interface RunningService {
  * an address can be another process's once its owner is gone (a stale lock whose pid was reused).
  * Throws, saying why and what to do, when it cannot be vouched for; no credential is sent.
  */
-export async function verifyLockOwner(error: DataDirLockedError, url: string): Promise<void> {
+async function verifyLockOwner(error: DataDirLockedError, url: string): Promise<void> {
   const clear = `if no factlog runs on ${error.dataDir} (pid ${error.owner.pid} may be another process now), delete ${error.lockPath}`;
   if (error.owner.instanceKey === undefined) {
     throw new Error(

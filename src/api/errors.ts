@@ -360,7 +360,7 @@ export function answerClientError(this: FastifyInstance, error: ConnectionError,
 }
 
 /** How long a connection refused by the parser is still read after its answer, at most. */
-export const CLIENT_ERROR_LINGER_MS = 2_000;
+const CLIENT_ERROR_LINGER_MS = 2_000;
 const answered = new WeakSet<Socket>();
 
 /**

@@ -38,7 +38,7 @@ const METHODS_WITH_BODY = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
  * body parser), 429 on the credential paths (src/api/rateLimits.ts). Route-specific ones (403,
  * 404, 409, ...) are the route's to list.
  */
-export function hookErrorCodes(method: string, url: string, takesBearer: boolean): number[] {
+function hookErrorCodes(method: string, url: string, takesBearer: boolean): number[] {
   const codes = [400];
   if (takesBearer) codes.push(401);
   if (METHODS_WITH_BODY.has(method)) codes.push(413, 415);
@@ -83,7 +83,7 @@ const pascal = (text: string) => text.split(/[^A-Za-z0-9]+/).filter(Boolean).map
  * every client: `GET /api/v1/repositories/{repoID}/facts/{factID}` is
  * `getRepositoriesByRepoIDFactsByFactID` (a parameter is `By` and its name; `/api/v1` left out).
  */
-export function operationIdOf(method: string, url: string): string {
+function operationIdOf(method: string, url: string): string {
   const segments = url
     .replace(/^\/api\/v1(?=\/|$)/, '')
     .split('/')

@@ -57,7 +57,7 @@ export function takesBearerToken(schema: unknown): boolean {
 }
 
 /** `mode` of a search route: hybrid (the default) falls back to lexical when it cannot run. */
-export const searchModeQuery = { type: 'string', enum: [...searchModes], default: 'hybrid' } as const;
+const searchModeQuery = { type: 'string', enum: [...searchModes], default: 'hybrid' } as const;
 
 /** The query string of a search route: `query`, the route's own filters, `mode` and the page. */
 export const searchQuerystring = <Filters extends Record<string, object>>(filters: Filters) =>

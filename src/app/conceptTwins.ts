@@ -20,7 +20,7 @@ type TwinRow = { id: string; repository_id: string; canonical_name: string; name
  * the repository shares are read (the index on repository and key); their contexts, compared
  * as concept ids compare them, split the rest.
  */
-export async function conceptTwins(knex: Knex): Promise<TwinRow[][]> {
+async function conceptTwins(knex: Knex): Promise<TwinRow[][]> {
   const sharedKeys = knex('concepts').where('status', 'active').groupBy('repository_id', 'name_key').havingRaw('count(*) > 1').select('repository_id', 'name_key');
   const rows: TwinRow[] = await knex('concepts')
     .where('status', 'active')

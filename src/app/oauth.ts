@@ -94,7 +94,7 @@ function required(params: OAuthParams, name: string): string {
 }
 
 /** The requested scope: only `mcp` exists; absent means `mcp`. */
-export function resolveScope(scope: string | undefined): string {
+function resolveScope(scope: string | undefined): string {
   if (scope === undefined) return OAUTH_SCOPE;
   const items = scope.split(' ').filter((item) => item !== '');
   if (items.length === 0 || !items.every((item) => item === OAUTH_SCOPE)) throw new OAuthError('invalid_scope', `the only scope is "${OAUTH_SCOPE}"`);
@@ -105,7 +105,7 @@ export function resolveScope(scope: string | undefined): string {
  * The RFC 8707 resource of a request: absent means the MCP endpoint; the MCP endpoint is the
  * only resource this server issues tokens for, so anything else is `invalid_target`.
  */
-export function resolveResource(given: string | string[] | undefined, issuer: string): string {
+function resolveResource(given: string | string[] | undefined, issuer: string): string {
   const mcp = mcpResourceUrl(issuer);
   if (given === undefined || given === '') return mcp;
   const values = [...new Set(Array.isArray(given) ? given : [given])];

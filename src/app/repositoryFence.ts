@@ -101,7 +101,7 @@ const CREDENTIAL_LOCK_PREFIX: Record<Credential['kind'], string> = {
  * alone. Taken last (system, repository, credential), so the order is one. An OAuth credential
  * is its grant (the `sid` of its access tokens), a session its `sid`, an API key its id.
  */
-export const credentialAccessLock = (credential: Credential) => `${CREDENTIAL_LOCK_PREFIX[credential.kind]}${credential.id}`;
+const credentialAccessLock = (credential: Credential) => `${CREDENTIAL_LOCK_PREFIX[credential.kind]}${credential.id}`;
 
 /**
  * The read models the holders of a credential's lock decide on (NamedLockRequest.readModels): an

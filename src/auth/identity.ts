@@ -45,7 +45,7 @@ export function signUpRefusal(input: { email: string; password: string }, passwo
 }
 
 /** How precisely an API key's last use is recorded. */
-export const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
+const API_KEY_LAST_USED_RESOLUTION_MS = 60_000;
 
 /** Authentication failures the HTTP layer answers with 401. */
 export class AuthenticationError extends Error {

@@ -81,13 +81,13 @@ export const TOPIC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
  * whole: 500 events of 5 KB were refused on a 1 MB topic. Cutting well below the 100 MiB
  * `socket.request.max.bytes` also keeps a request's memory small.
  */
-export const PRODUCE_MAX_BYTES = 16 * 1024 * 1024;
+const PRODUCE_MAX_BYTES = 16 * 1024 * 1024;
 
 /** Record batch framing (61 bytes and the request's own headers), left out of a request's budget. */
 const BATCH_OVERHEAD_BYTES = 1024;
 
 /** The `max.message.bytes` the service wants on its topics: the configured one, else TOPIC_MAX_MESSAGE_BYTES. */
-export function wantedMaxMessageBytes(options: Pick<KafkaOptions, 'topicConfig'>): number {
+function wantedMaxMessageBytes(options: Pick<KafkaOptions, 'topicConfig'>): number {
   const configured = options.topicConfig?.['max.message.bytes'];
   return configured === undefined ? TOPIC_MAX_MESSAGE_BYTES : Number(configured);
 }
@@ -123,7 +123,7 @@ function isTooLarge(error: unknown): boolean {
 }
 
 /** Header names a dead letter carries besides the original message's headers. */
-export const deadLetterHeaders = {
+const deadLetterHeaders = {
   reason: 'dead-letter-reason',
   failure: 'dead-letter-failure',
   topic: 'dead-letter-topic',
@@ -400,7 +400,7 @@ export interface KafkaRelay {
 }
 
 /** Creates `bus_relay_positions(name pk, position)` if it is missing. */
-export async function migrateRelayPositions(knex: Knex): Promise<void> {
+async function migrateRelayPositions(knex: Knex): Promise<void> {
   await migrateUnderLock(knex, 'bus_relay_positions', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS bus_relay_positions (
       name text PRIMARY KEY,

@@ -71,8 +71,3 @@ export function registryEndpoints(config: Config): RegistryEntryConfig[] {
     allowed_models: [...entry.allowed_models],
   }));
 }
-
-/** Whether `model` passes an `allowed_models` list (`*` allows all). */
-export function isModelAllowed(allowedModels: readonly string[], model: string): boolean {
-  return allowedModels.includes('*') || allowedModels.includes(model);
-}

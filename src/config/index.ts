@@ -26,6 +26,5 @@ export {
   dataPaths,
   databaseOptions,
   registryEndpoints,
-  isModelAllowed,
   type DataPaths,
 } from './derived.js';

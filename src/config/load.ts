@@ -266,7 +266,7 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
  * The packaged layer of a profile (`configs/profiles/<profile>.yaml`), or null when the profile
  * has none. `distributed` selects EventStoreDB, Kafka and OpenSearch this way.
  */
-export function profileLayerPath(profile: unknown): string | null {
+function profileLayerPath(profile: unknown): string | null {
   if (typeof profile !== 'string' || !/^[a-z]+$/.test(profile)) return null;
   try {
     return packagedFile(path.join('configs', 'profiles', `${profile}.yaml`));

@@ -18,7 +18,7 @@ const READ_FAILURES: Readonly<Record<string, string>> = {
  * file. Node itself only warns about a NODE_EXTRA_CA_CERTS it cannot load and goes on without it,
  * so the first sign was every TLS connection failing with "unable to verify the first certificate".
  */
-export function readCaCertificates(file: string): { certificates: string[] } | { problem: string } {
+function readCaCertificates(file: string): { certificates: string[] } | { problem: string } {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -39,7 +39,7 @@ export function readCaCertificates(file: string): { certificates: string[] } | {
 }
 
 /** `tls.ca_file` as a path: a relative one is read from the working directory, as `storage.data_dir` is. */
-export function caFilePath(caFile: string, cwd: string): string {
+function caFilePath(caFile: string, cwd: string): string {
   return path.resolve(cwd, caFile);
 }
 

@@ -43,7 +43,7 @@ export function withoutPlannerStatistics(table: string, columns: readonly string
 }
 
 /** PostgreSQL's defaults for the settings above. */
-export const POSTGRES_AUTOVACUUM_DEFAULTS: Readonly<AutovacuumThresholds> = {
+const POSTGRES_AUTOVACUUM_DEFAULTS: Readonly<AutovacuumThresholds> = {
   vacuumBase: 50,
   vacuumScale: 0.2,
   insertBase: 1000,

@@ -122,7 +122,7 @@ export const pgliteSettings: Readonly<Record<string, string>> = {
 };
 
 /** How often an embedded node checks its tables for a VACUUM or ANALYZE (the server's autovacuum_naptime is 60 s). */
-export const EMBEDDED_AUTOVACUUM_INTERVAL_MS = 10_000;
+const EMBEDDED_AUTOVACUUM_INTERVAL_MS = 10_000;
 
 /** File-system refusals of a data directory, said as such: `mkdir -p` on a read-only mount reports ENOENT. */
 const UNWRITABLE = new Set(['EROFS', 'EACCES', 'EPERM', 'ENOENT', 'ENOTDIR']);

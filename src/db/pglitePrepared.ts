@@ -154,7 +154,7 @@ export class PreparedStatements {
  * Room for every statement the service runs again and again: a 300-page ingest ran 334 texts, most of them
  * multi-row inserts and `IN` lists of different lengths, each a text of its own.
  */
-export const DEFAULT_PREPARED_CAPACITY = 400;
+const DEFAULT_PREPARED_CAPACITY = 400;
 
 interface PreparedStatement {
   name: string;

@@ -7,7 +7,7 @@ import { InvalidEventError } from './port.js';
 import { isPlainObject } from '../util/objects.js';
 
 /** Namespace every event record schema must declare (DESIGN.md, "Events"). */
-export const eventNamespace = 'factlog.events';
+const eventNamespace = 'factlog.events';
 
 /**
  * The Avro schemas of the `data` payload of every event type, validated before append.

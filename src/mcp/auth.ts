@@ -5,7 +5,7 @@ import type { Principal } from '../auth/rbac.js';
 import { InvalidTokenError, OPAQUE_TOKEN_PREFIX, type AccessClaims } from '../auth/tokens.js';
 
 /** The OAuth scope an access token needs to call tools (spec, "Authentication" item 2). */
-export const MCP_SCOPE = 'mcp';
+const MCP_SCOPE = 'mcp';
 
 /** Why a request may not reach the tools: the status, the `WWW-Authenticate` challenge and the `{error, message}` body. */
 export class McpAuthRefusal extends Error {
@@ -25,7 +25,7 @@ export class McpAuthRefusal extends Error {
  * twice: `resource_metadata` is the RFC 9728 parameter current clients read, and
  * `resource_metadata_url` the name the service's spec uses; a client ignores the one it does not know.
  */
-export function bearerChallenge(metadataUrl: string, error?: { code: 'invalid_token' | 'insufficient_scope' | 'invalid_request'; description: string }): string {
+function bearerChallenge(metadataUrl: string, error?: { code: 'invalid_token' | 'insufficient_scope' | 'invalid_request'; description: string }): string {
   const parameters = [`resource_metadata="${metadataUrl}"`, `resource_metadata_url="${metadataUrl}"`, `scope="${MCP_SCOPE}"`];
   if (error) parameters.push(`error="${error.code}"`, `error_description="${error.description.replace(/["\\]/g, '')}"`);
   return `Bearer ${parameters.join(', ')}`;

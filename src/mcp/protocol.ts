@@ -8,12 +8,12 @@ import { isPlainObject } from '../util/objects.js';
  * are the same messages; what 2026-07-28 adds to a result (`resultType`, list caching hints,
  * `serverInfo` in `_meta`) is added on the way out.
  */
-export const MODERN_PROTOCOL_VERSION = '2026-07-28';
+const MODERN_PROTOCOL_VERSION = '2026-07-28';
 export const SUPPORTED_PROTOCOL_VERSIONS = [MODERN_PROTOCOL_VERSION, '2025-11-25', '2025-06-18'] as const;
 export type SupportedProtocolVersion = (typeof SUPPORTED_PROTOCOL_VERSIONS)[number];
 
 /** The version the SDK is told a 2026-07-28 request speaks: the newest it knows. */
-export const SDK_PROTOCOL_VERSION = LATEST_PROTOCOL_VERSION;
+const SDK_PROTOCOL_VERSION = LATEST_PROTOCOL_VERSION;
 
 export const SERVER_INFO = { name: 'factlog', version: '1' } as const;
 
@@ -21,8 +21,8 @@ export const SERVER_INFO = { name: 'factlog', version: '1' } as const;
 export const SERVER_CAPABILITIES = { tools: { listChanged: false } } as const;
 
 /** JSON-RPC error codes of the 2026-07-28 revision (its server-error range -32020..-32099). */
-export const HEADER_MISMATCH = -32020;
-export const UNSUPPORTED_PROTOCOL_VERSION = -32022;
+const HEADER_MISMATCH = -32020;
+const UNSUPPORTED_PROTOCOL_VERSION = -32022;
 /** The SDK's own code for transport-level refusals; older clients know it. */
 export const TRANSPORT_ERROR = -32000;
 /** JSON-RPC 2.0's codes for a body that is not JSON, and for one that is no valid request. */
@@ -34,7 +34,7 @@ const META_SERVER_INFO = 'io.modelcontextprotocol/serverInfo';
 /** How long a 2026-07-28 client may cache tools/list: the list only changes with a new release. */
 const TOOL_LIST_TTL_MS = 3_600_000;
 
-export function isSupportedVersion(version: string): version is SupportedProtocolVersion {
+function isSupportedVersion(version: string): version is SupportedProtocolVersion {
   return (SUPPORTED_PROTOCOL_VERSIONS as readonly string[]).includes(version);
 }
 
@@ -127,7 +127,7 @@ export function checkRequestMetadata(
 
 /** What a 2026-07-28 request may call here: its core methods this server implements (no resources, prompts or subscriptions). */
 const MODERN_METHODS = new Set(['tools/list', 'tools/call', 'server/discover']);
-export const METHOD_NOT_FOUND = -32601;
+const METHOD_NOT_FOUND = -32601;
 
 /** 2026-07-28: a method the server does not implement is 404 with -32601 (earlier revisions: a JSON-RPC error from the SDK). */
 export function checkModernMethods(messages: JsonRpcMessage[], version: SupportedProtocolVersion | null): ProtocolRefusal | null {

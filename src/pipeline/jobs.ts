@@ -23,7 +23,7 @@ import { boundedErrorMessage } from '../util/errorMessage.js';
 export const jobStates: readonly JobState[] = ['queued', 'running', 'succeeded', 'failed', 'dead'];
 
 /** Attempts a job gets when the enqueuer does not say (the runtime overwrites it at claim). */
-export const defaultMaxAttempts = 5;
+const defaultMaxAttempts = 5;
 
 /**
  * `last_error` is for people reading the tasks API, not a log: a longer message keeps its start

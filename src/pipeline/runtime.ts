@@ -194,7 +194,7 @@ export function scheduledTrigger(job: JobRecord): RecordedEvent {
  * its id, position, repository and correlation id are the event's, copied at intake; its type
  * is `JobTrigger` and it carries no data.
  */
-export function jobTrigger(job: JobRecord): RecordedEvent {
+function jobTrigger(job: JobRecord): RecordedEvent {
   return {
     eventId: job.triggerEventId,
     streamId: '',
@@ -238,7 +238,7 @@ function requirePositive(name: string, value: unknown, allowZero = false): void 
   }
 }
 
-export function validateStageRuntimeSettings(settings: StageRuntimeSettings): void {
+function validateStageRuntimeSettings(settings: StageRuntimeSettings): void {
   requirePositive('jobTimeoutMs', settings.jobTimeoutMs, true);
   requirePositive('heartbeatIntervalMs', settings.heartbeatIntervalMs);
   requirePositive('heartbeatTimeoutMs', settings.heartbeatTimeoutMs);

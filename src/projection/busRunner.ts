@@ -39,7 +39,7 @@ export async function migrateProjectionStreamPositions(knex: Knex): Promise<void
  * died or was killed): its projection stays held for consumers until a rebuild runs again to its
  * end, and a new rebuild may take it over. Longer than any one batch's transaction takes.
  */
-export const REBUILD_STALE_MS = 5 * 60_000;
+const REBUILD_STALE_MS = 5 * 60_000;
 
 /** How often a consumer whose projection another node is rebuilding looks again. */
 const REBUILD_WAIT_POLL_MS = 1_000;
@@ -62,7 +62,7 @@ class ProjectionRebuildingError extends Error {
 }
 
 /** Thrown when a rebuild finds another node's rebuild of the projection under way. */
-export class ProjectionRebuildConflictError extends Error {
+class ProjectionRebuildConflictError extends Error {
   override readonly name = 'ProjectionRebuildConflictError';
 }
 

@@ -47,7 +47,7 @@ const conceptColumns = [
 ];
 
 /** A concept as answered; the canonical name, which the read model keeps among the alias rows, is not listed as an alias. */
-export function presentConcept(row: ConceptRow, aliases: string[] = []) {
+function presentConcept(row: ConceptRow, aliases: string[] = []) {
   const { repository_id: _repository, ...rest } = row;
   const name = conceptNameKey(row.canonical_name);
   return {

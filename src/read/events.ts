@@ -19,7 +19,7 @@ export interface EventListInput {
   limit?: number;
 }
 
-export const MAX_EVENTS = 1000;
+const MAX_EVENTS = 1000;
 
 /** Who holds which role: the repository's members, which only `members:read` may see (docs/auth.md). */
 const MEMBERSHIP_EVENT_TYPES: ReadonlySet<string> = new Set(['RoleGranted', 'RoleRevoked']);

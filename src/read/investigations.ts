@@ -33,7 +33,7 @@ export async function loadInvestigation(knex: Knex, repositoryId: string, invest
   return row;
 }
 
-export function presentInvestigation(row: InvestigationRow, sourceCount: number) {
+function presentInvestigation(row: InvestigationRow, sourceCount: number) {
   return {
     id: row.id,
     repository_id: row.repository_id,

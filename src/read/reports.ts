@@ -81,7 +81,7 @@ export async function childIdsOf(knex: Knex, repositoryId: string, reportId: str
  * counted in SQL; only the others (merged, retracted or removed since: few) are followed, so a
  * list of long reports does not read every cited fact.
  */
-export async function liveFactCounts(knex: Knex, repositoryId: string, reportIds: readonly string[]): Promise<Map<string, number>> {
+async function liveFactCounts(knex: Knex, repositoryId: string, reportIds: readonly string[]): Promise<Map<string, number>> {
   const counts = new Map(reportIds.map((id) => [id, 0]));
   if (reportIds.length === 0) return counts;
   const ids = [...counts.keys()];
@@ -119,7 +119,7 @@ export async function liveFactCounts(knex: Knex, repositoryId: string, reportIds
  * A report as answered: every field but the text in lists (`withText` false), with its children's
  * ids and `factCount`, the facts its annotations show (liveFactCounts).
  */
-export function presentReport(row: ReportRow, childrenIds: string[], factCount: number, withText = true) {
+function presentReport(row: ReportRow, childrenIds: string[], factCount: number, withText = true) {
   const { text, ...rest } = row;
   return {
     ...rest,

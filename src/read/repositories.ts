@@ -8,7 +8,7 @@ import { countOf, pageOf, type PageInput } from './paging.js';
 import { isoDate } from './present.js';
 
 /** A repository as answered, with the caller's roles on it. */
-export function presentRepository(row: RepositoryRow, principal: Principal) {
+function presentRepository(row: RepositoryRow, principal: Principal) {
   const domain = repositoryDomain(row.id);
   return {
     ...row,

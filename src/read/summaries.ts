@@ -31,7 +31,7 @@ interface SummaryRow {
 
 const summaryColumns = ['id', 'concept_id', 'slice_number', 'is_open', 'content', 'fact_ids', 'fact_count', 'model_id', 'reason', 'created_at', 'updated_at'];
 
-export function presentSummary(row: SummaryRow) {
+function presentSummary(row: SummaryRow) {
   return {
     id: row.id,
     concept_id: row.concept_id,

@@ -282,7 +282,7 @@ export function validateSearchQuery(collection: SearchCollection, query: SearchQ
 }
 
 /** Checks a vector against the index's dimension; cosine similarity is undefined for a zero vector. */
-export function validateVector(vector: unknown, dimensions: number, what = 'vector'): asserts vector is number[] {
+function validateVector(vector: unknown, dimensions: number, what = 'vector'): asserts vector is number[] {
   if (!Array.isArray(vector)) throw new InvalidSearchRequestError(`${what} must be an array of numbers`);
   if (vector.length !== dimensions) {
     throw new InvalidSearchRequestError(`${what} has ${vector.length} dimensions; the index holds ${dimensions}`);

@@ -4,7 +4,7 @@ import { createApplication } from '../../app/application.js';
 import { requireUser } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam } from '../schemas.js';
 
-export const eventSchema = {
+const eventSchema = {
   type: 'object',
   properties: {
     event_id: { type: 'string' },

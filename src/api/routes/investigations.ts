@@ -17,7 +17,7 @@ import {
   sourceSchema,
 } from '../schemas.js';
 
-export const investigationSchema = {
+const investigationSchema = {
   type: 'object',
   required: ['id', 'repository_id', 'title', 'topic', 'source_count'],
   properties: {

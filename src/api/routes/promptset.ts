@@ -12,7 +12,7 @@ const phaseTexts = {
   properties: Object.fromEntries(PROMPT_PHASES.map((phase) => [phase, { type: 'string' }])),
 } as const;
 
-export const promptsetReplySchema = {
+const promptsetReplySchema = {
   type: 'object',
   required: ['phases', 'promptset_hash', 'overridden', 'built_in_hash'],
   properties: {

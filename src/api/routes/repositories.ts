@@ -7,7 +7,7 @@ import { requireUser, traceOf } from '../guard.js';
 import { errorReply } from '../errors.js';
 import { bearerSecurity, errorReplies, idParam, listReply, pagingQuery } from '../schemas.js';
 
-export const repositorySchema = {
+const repositorySchema = {
   type: 'object',
   required: ['id', 'name', 'slug', 'tier', 'roles'],
   properties: {

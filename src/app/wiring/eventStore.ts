@@ -36,7 +36,7 @@ export async function openEventStore(
  * established. Last error: …`, naming neither EventStoreDB nor where the address came from (the
  * CLI's commands, and `serve`, which ended so after listening).
  */
-export async function reachEventStoreDb(store: EventStore, connectionString: string): Promise<void> {
+async function reachEventStoreDb(store: EventStore, connectionString: string): Promise<void> {
   try {
     await store.headPosition();
   } catch (error) {

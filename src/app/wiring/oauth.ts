@@ -17,7 +17,7 @@ import { revokeFenced } from '../repositoryFence.js';
  * per-host auto-skip (a client's host failing says nothing about sources). The outbound address
  * policy (`network`) applies as for sources: a metadata document on a private address is refused.
  */
-export function clientDocumentFetchFromConfig(config: Config): ClientDocumentFetch {
+function clientDocumentFetchFromConfig(config: Config): ClientDocumentFetch {
   const fetcher = createHttpFetcher({
     ...DEFAULT_FETCH_SETTINGS,
     timeoutMs: 5_000,

@@ -18,7 +18,7 @@ export interface FetchedClientDocument {
 export type ClientDocumentFetch = (url: string) => Promise<FetchedClientDocument>;
 
 export const CLIENT_DOCUMENT_MAX_BYTES = 64 * 1024;
-export const CLIENT_DOCUMENT_CACHE_TTL_MS = 10 * 60 * 1000;
+const CLIENT_DOCUMENT_CACHE_TTL_MS = 10 * 60 * 1000;
 const MAX_CACHED_DOCUMENTS = 500;
 
 export interface ClientDocumentResolver {

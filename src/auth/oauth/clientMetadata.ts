@@ -8,7 +8,7 @@ import { runeLength } from '../../util/codePoints.js';
 
 export const OAUTH_SCOPE = 'mcp';
 export const MAX_REDIRECT_URIS = 10;
-export const MAX_URI_LENGTH = 2000;
+const MAX_URI_LENGTH = 2000;
 export const MAX_CLIENT_NAME_CHARS = 200;
 
 const SUPPORTED_GRANT_TYPES = ['authorization_code', 'refresh_token'] as const;

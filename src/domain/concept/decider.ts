@@ -13,7 +13,7 @@ export const MAX_DERIVED_CONTENT_CHARS = 200_000;
 export const CONCEPT_ID_NAMESPACE = '3b7c9a0e-5d2f-4e61-8f4a-2c9e1d7b6a53';
 
 /** Longest canonical name, alias or context accepted, in characters. */
-export const MAX_CONCEPT_NAME_CHARS = 200;
+const MAX_CONCEPT_NAME_CHARS = 200;
 
 /**
  * A concept name or alias as the domain records it: trimmed and composed (NFC). A model or a

@@ -9,7 +9,7 @@ import { v5 as uuidv5 } from 'uuid';
  */
 
 /** Namespace of slice and synthesis ids (uuidv5); fixed forever, since ids are derived from it. */
-export const SUMMARY_ID_NAMESPACE = '9d1f4c2a-6b3e-4f70-a8d5-1e2c3b4a5f60';
+const SUMMARY_ID_NAMESPACE = '9d1f4c2a-6b3e-4f70-a8d5-1e2c3b4a5f60';
 
 /** A slice's id: derived from (concept, slice number), so a rewrite keeps it. */
 export function summarySliceId(conceptId: string, sliceNumber: number): string {

@@ -84,7 +84,7 @@ function requireLive(state: ReportState): LiveReport {
 }
 
 /** The text as stored: line ends normalised; refused when empty or over the limit. */
-export function checkReportText(text: string): string {
+function checkReportText(text: string): string {
   const normalized = text.replace(/\r\n?/g, '\n');
   if (normalized.trim() === '') throw new DomainError('invalid', 'the report text is empty');
   const bytes = Buffer.byteLength(normalized, 'utf8');

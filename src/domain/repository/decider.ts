@@ -11,11 +11,11 @@ export type CustomContext = { name: string; description: string };
 /** One changed pair of ConceptRelationsRefreshed: concept_a < concept_b; 0 shared facts = no longer related. */
 export type ConceptRelationChange = { concept_a: string; concept_b: string; shared_fact_count: number };
 
-export const MAX_CUSTOM_CONTEXTS = 50;
-export const MAX_CONTEXT_DESCRIPTION_CHARS = 500;
+const MAX_CUSTOM_CONTEXTS = 50;
+const MAX_CONTEXT_DESCRIPTION_CHARS = 500;
 const CONTEXT_NAME_PATTERN = /^[a-z0-9][a-z0-9 _-]{0,62}$/;
 
-export const SLUG_PATTERN = /^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$/;
+const SLUG_PATTERN = /^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$/;
 
 export type RepositoryEvent =
   | {

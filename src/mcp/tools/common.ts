@@ -81,7 +81,7 @@ export const idArgument = (what: string) =>
  * The `idempotency_key` of a creating tool: the rules of REST's `Idempotency-Key` header (without
  * its structured-field quotes, which an argument has no need of), one key space per user for both.
  */
-export const idempotencyKeyArgument = z
+const idempotencyKeyArgument = z
   .string()
   .min(1)
   .max(MAX_IDEMPOTENCY_KEY_CHARS)
@@ -99,12 +99,12 @@ export const REPLAYED_META = 'idempotent-replayed';
 const asText = (value: unknown): string => JSON.stringify(value);
 
 /** The result as JSON text, and as structuredContent (an object: a list goes under `items`). */
-export function toolResult(value: unknown): CallToolResult {
+function toolResult(value: unknown): CallToolResult {
   const structured = Array.isArray(value) ? { items: value } : typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : undefined;
   return { content: [{ type: 'text', text: asText(value) }], ...(structured ? { structuredContent: structured } : {}) };
 }
 
-export const toolError = (message: string): CallToolResult => ({ isError: true, content: [{ type: 'text', text: message }] });
+const toolError = (message: string): CallToolResult => ({ isError: true, content: [{ type: 'text', text: message }] });
 
 /**
  * The one mapping from application-layer failures to tool errors, as src/api/errors.ts maps them

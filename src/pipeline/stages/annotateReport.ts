@@ -46,7 +46,7 @@ export interface AnnotateReportDeps {
 }
 
 /** Candidates each sentence's search ranks before the threshold and the per-sentence limit apply. */
-export function candidatePool(settings: AnnotationSettings): number {
+function candidatePool(settings: AnnotationSettings): number {
   return Math.max(20, settings.max_facts_per_sentence * 4);
 }
 

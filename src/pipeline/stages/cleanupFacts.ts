@@ -14,7 +14,7 @@ export interface CleanupFactsDeps {
 }
 
 /** Why a deleted source's facts are retracted, as FactRetracted records it. */
-export const SOURCE_DELETED_REASON = 'source deleted';
+const SOURCE_DELETED_REASON = 'source deleted';
 
 /**
  * The subject of a SourceDeleted job is its stream name (`source-<id>`), which no fact id is:

@@ -356,7 +356,7 @@ export function throwIfAborted(signal: AbortSignal): void {
  * Records on the source that a stage gave up, so its status shows `failed` with the reason: the
  * error's message, its start and its end within MAX_KEPT_ERROR_CHARS characters (boundedErrorMessage).
  */
-export async function failSource(
+async function failSource(
   store: EventStore,
   stream: string,
   stage: string,

@@ -97,7 +97,7 @@ async function windowChanges(knex: Knex, repositoryId: string, conceptIds: reado
 }
 
 /** The repository's relation changes window by window (each window's in pair order); windows with none are left out. */
-export async function* relationChangeWindows(knex: Knex, repositoryId: string, windowConcepts = RELATION_WINDOW_CONCEPTS): AsyncGenerator<RelationChange[]> {
+async function* relationChangeWindows(knex: Knex, repositoryId: string, windowConcepts = RELATION_WINDOW_CONCEPTS): AsyncGenerator<RelationChange[]> {
   for await (const conceptIds of conceptWindows(knex, repositoryId, windowConcepts)) {
     const changes = await windowChanges(knex, repositoryId, conceptIds);
     if (changes.length > 0) yield changes;

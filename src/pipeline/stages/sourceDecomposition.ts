@@ -12,7 +12,7 @@ import { commandFrom, failSourceOfDeadJob, loadStream, recordingSourceFailure, r
 import { promptsetLookup } from './repositorySettings.js';
 
 /** Namespace of fact ids: uuidv5(`<repository id>:<content_hash>`), so one fact text is one fact per repository. */
-export const FACT_ID_NAMESPACE = '6f0f7a52-3c55-4c1e-9a43-0d0f6f3b1a11';
+const FACT_ID_NAMESPACE = '6f0f7a52-3c55-4c1e-9a43-0d0f6f3b1a11';
 
 export function factIdFor(repositoryId: string, contentHash: string): string {
   return uuidv5(`${repositoryId}:${contentHash}`, FACT_ID_NAMESPACE);

@@ -145,7 +145,7 @@ interface Refusal {
  * an answer citing anything else (another slice's fact, another concept's or repository's, an
  * invented id) is asked again once, then refused: the problem is returned and nothing stored.
  */
-export async function summarizeSlice(
+async function summarizeSlice(
   chat: ChatModel,
   input: { concept: ConceptIdentity; facts: ReadonlyArray<{ id: string; content: string }>; maxTokens: number; promptset?: Promptset },
   signal: AbortSignal,

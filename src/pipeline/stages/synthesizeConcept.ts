@@ -23,7 +23,7 @@ export interface SynthesizeConceptDeps {
 }
 
 /** Model answers per synthesis: the first, and one retry when its citations are refused. */
-export const SYNTHESIS_ATTEMPTS = 2;
+const SYNTHESIS_ATTEMPTS = 2;
 
 /**
  * Facts given to the model at most, in slice order: a concept with thousands of facts would make
@@ -99,7 +99,7 @@ export function synthesisInputsHash(input: SynthesisInput, modelId: string): str
 }
 
 /** The model's synthesis, its citations checked against the facts given; asked again once, then refused. */
-export async function checkedSynthesis(chat: ChatModel, input: SynthesisInput, signal: AbortSignal): Promise<SynthesisOutput | { problem: string }> {
+async function checkedSynthesis(chat: ChatModel, input: SynthesisInput, signal: AbortSignal): Promise<SynthesisOutput | { problem: string }> {
   const allowed = new Set(input.facts.map((fact) => fact.id));
   let problem = '';
   for (let attempt = 1; attempt <= SYNTHESIS_ATTEMPTS; attempt++) {

@@ -35,7 +35,7 @@ export interface ImageFactsInput {
 }
 
 /** Characters of text taken on each side of an image. */
-export const SURROUNDING_CHARS = 300;
+const SURROUNDING_CHARS = 300;
 
 const MARKDOWN_IMAGE = /!\[[^\]]*\]\([^)]*\)/g;
 const MARKDOWN_LINK = /\[([^\]]*)\]\([^)]*\)/g;

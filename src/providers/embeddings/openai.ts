@@ -53,7 +53,7 @@ export interface OpenAIEmbedderOptions {
   onRetry?: (info: { attempt: number; delayMs: number; error: unknown; rateLimited: boolean }) => void;
 }
 
-export const DEFAULT_EMBED_BATCH_SIZE = 32;
+const DEFAULT_EMBED_BATCH_SIZE = 32;
 
 /**
  * The characters of a text sent by default: a hosted model refuses an input over its limit with a
@@ -64,7 +64,7 @@ export const DEFAULT_EMBED_BATCH_SIZE = 32;
  * 500 tokens. The rest of a longer text hardly moves its vector.
  */
 export const DEFAULT_EMBED_MAX_CHARS = 2048;
-export const DEFAULT_RATE_LIMIT_WAIT_TIMEOUT_MS = 3_600_000;
+const DEFAULT_RATE_LIMIT_WAIT_TIMEOUT_MS = 3_600_000;
 
 /**
  * The vector of a text with nothing to embed (providers reject empty input): a fixed unit vector,

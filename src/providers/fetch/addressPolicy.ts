@@ -138,7 +138,7 @@ export function refusedRangeOf(address: string): string | null {
 }
 
 /** Strips the brackets URL hosts put around IPv6 literals. */
-export const bareHost = (hostname: string) => (hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname);
+const bareHost = (hostname: string) => (hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname);
 
 const defaultResolver: HostResolver = async (hostname) => {
   const answers = await dns.promises.lookup(hostname, { all: true, verbatim: true });
@@ -250,7 +250,7 @@ export function createAddressPolicy(settings: AddressPolicySettings, resolver: H
 }
 
 /** The development profiles reach loopback so local walk-throughs work; distributed and production do not unless configured. */
-export const profileAllowsLoopback = (profile: Profile) => profile === 'embedded' || profile === 'dev';
+const profileAllowsLoopback = (profile: Profile) => profile === 'embedded' || profile === 'dev';
 
 /** The policy the `network` configuration section describes. */
 export function addressPolicyFromConfig(config: Pick<Config, 'profile' | 'network'>, resolver?: HostResolver): AddressPolicy {

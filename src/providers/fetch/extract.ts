@@ -208,7 +208,7 @@ export async function extractDocument(input: ExtractInput): Promise<ExtractedDoc
   return document;
 }
 
-export function plainTextToDocument(text: string): ExtractedDocument {
+function plainTextToDocument(text: string): ExtractedDocument {
   const cleaned = joinParagraphs(splitParagraphs(text.replace(/\u0000/g, '')));
   return { title: null, text: cleaned, markdown: cleaned, publishedAt: null, kind: 'text', images: [] };
 }
@@ -521,7 +521,7 @@ function markdownImages(markdown: string, url: string | undefined): DocumentImag
 }
 
 /** A Markdown file: the Markdown is kept (front matter aside), the text is its plain reading. */
-export function markdownToDocument(markdown: string, url?: string): ExtractedDocument {
+function markdownToDocument(markdown: string, url?: string): ExtractedDocument {
   const { body, fields } = splitFrontMatter(markdown.replace(/\r\n?/g, '\n').replace(/^\ufeff/, ''));
   // Trailing spaces are Markdown (a hard break), so only blank edges go.
   const kept = body.replace(/^(?:[ \t]*\n)+/, '').trimEnd();

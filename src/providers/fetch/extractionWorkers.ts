@@ -50,7 +50,7 @@ export function serializeExtractionError(error: unknown): SerializedExtractionEr
   return plainError(error);
 }
 
-export function rebuildExtractionError(error: SerializedExtractionError): Error {
+function rebuildExtractionError(error: SerializedExtractionError): Error {
   if (error.name === 'UnsupportedContentError') return new UnsupportedContentError(error.message, error.contentType ?? null);
   return errorFrom(error);
 }

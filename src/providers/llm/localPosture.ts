@@ -48,7 +48,7 @@ function contentWordsOf(all: readonly string[]): Set<string> {
 }
 
 /** The stemmed content words of a text (stop words and negations left out). */
-export function contentWords(text: string): Set<string> {
+function contentWords(text: string): Set<string> {
   return contentWordsOf(words(text));
 }
 

@@ -188,7 +188,7 @@ export function promptsetHash(phases: Readonly<Record<HashedPromptPhase, string>
 }
 
 /** The built-in text of every phase. */
-export function builtInPromptTexts(): Record<PromptPhase, string> {
+function builtInPromptTexts(): Record<PromptPhase, string> {
   const texts = {} as Record<PromptPhase, string>;
   for (const phase of PROMPT_PHASES) texts[phase] = BUILT_IN_TEXTS[phase];
   return texts;

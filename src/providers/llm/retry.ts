@@ -36,7 +36,7 @@ export class OutputValidationError extends Error {
 }
 
 /** Statuses a retry cannot fix (the request or the credentials are wrong). */
-export function isPermanentStatus(status: number): boolean {
+function isPermanentStatus(status: number): boolean {
   return status === 400 || status === 401 || status === 403 || status === 404 || status === 422;
 }
 
@@ -118,7 +118,7 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
 }
 
 /** One attempt ran past its per-call timeout. */
-export class AttemptTimeout extends Error {
+class AttemptTimeout extends Error {
   override readonly name = 'AttemptTimeout';
 }
 

@@ -1,4 +1,4 @@
-import { defineCollection, field, type HitOf } from '../collection.js';
+import { defineCollection, field } from '../collection.js';
 
 /** A concept as an index stores it (the `concepts` read model's columns, aliases, optional vector). */
 export interface ConceptDocument {
@@ -18,8 +18,6 @@ export interface ConceptDocument {
   /** Version of the concept stream's event that wrote this: older writes are ignored. */
   version?: number;
 }
-
-export type ConceptHit = HitOf<ConceptDocument>;
 
 /**
  * Concepts, found by canonical name or alias. A concept's events share one stream, so they arrive

@@ -1,4 +1,4 @@
-import { defineCollection, field, type HitOf } from '../collection.js';
+import { defineCollection, field } from '../collection.js';
 
 /** A summary slice as an index stores it (the `concept_summaries` read model's columns). */
 export interface SummaryDocument {
@@ -14,8 +14,6 @@ export interface SummaryDocument {
   updated_at: string;
   version?: number;
 }
-
-export type SummaryHit = HitOf<SummaryDocument>;
 
 /**
  * Summary slices of concepts, searched by their Markdown. A slice's writes come from its
