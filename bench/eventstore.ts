@@ -23,7 +23,6 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import type { Knex } from 'knex';
 import { openDatabase, openScratchPostgres, type Database } from '../src/db/database.js';
 import type { NewEvent } from '../src/eventstore/envelope.js';
 import type { EventStore } from '../src/eventstore/port.js';

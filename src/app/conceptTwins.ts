@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import { conceptDecider, conceptNameKey } from '../domain/concept/decider.js';
+import { conceptDecider } from '../domain/concept/decider.js';
 import { streamName } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
 import { commandOnSharedStream } from '../pipeline/stages/common.js';

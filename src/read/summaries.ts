@@ -7,7 +7,7 @@ import type { SearchMode } from '../search/hybrid.js';
 import { namedContext, presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
-import { idListColumn, isoDate, presentFact, type FactRow } from './present.js';
+import { idListColumn, isoDate, presentFact } from './present.js';
 
 /**
  * Summaries and syntheses of concepts (docs/pipeline.md, "Summaries and syntheses"): a concept's

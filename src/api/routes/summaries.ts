@@ -9,7 +9,6 @@ import {
   conceptParams,
   conceptSummarySchema,
   contextParameter,
-  errorReplies,
   factSchema,
   idParam,
   jobSchema,

@@ -5,7 +5,6 @@ import { createOpenAIChatModel } from '../../../src/providers/llm/openai.js';
 import type { ChatModel } from '../../../src/providers/llm/port.js';
 import { createSummarizeConceptsStage } from '../../../src/pipeline/stages/summarizeConcepts.js';
 import { createSynthesizeConceptStage } from '../../../src/pipeline/stages/synthesizeConcept.js';
-import type { JobContext, Stage } from '../../../src/pipeline/types.js';
 import { scheduledJobContext } from '../../helpers/jobContext.js';
 import { startOpenAIServer } from '../../helpers/openaiServer.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';

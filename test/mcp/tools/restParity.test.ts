@@ -1,6 +1,5 @@
 import t from 'tap';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { repositoryDomain } from '../../../src/auth/rbac.js';
 import { registerUser, startTestService, type TestService } from '../../helpers/service.js';
 import { appendEvents, createConcept, extractFacts, linkFacts, refreshRelations, stabilize, type SeededFact } from '../../api/seedGraph.js';
 import { accessToken, connectClient, listen, parsed } from '../helpers.js';
