@@ -143,11 +143,14 @@ function migrationReport(applied: readonly SchemaMigrations[]): string {
  */
 const DEFAULT_SERVICE_TIMEOUT_SECONDS = 30;
 
-/** `--service-timeout`'s value, in seconds (a fraction allowed), as milliseconds. */
+/**
+ * `--service-timeout`'s value, in seconds (a fraction allowed), as whole milliseconds, at least
+ * one: the timer takes nothing finer, and refused `0.0001` or `1.005` (1004.999… ms) on every request.
+ */
 export function parseServiceTimeout(value: string): number {
   const seconds = /^[0-9]+(\.[0-9]+)?$/.test(value) ? Number(value) : NaN;
   if (!(seconds > 0 && seconds <= 86_400)) throw new InvalidArgumentError('--service-timeout must be a number of seconds above 0 and at most 86400');
-  return seconds * 1000;
+  return Math.max(1, Math.round(seconds * 1000));
 }
 
 /** An answer of the running service, read whole within the wait the CLI allows. */

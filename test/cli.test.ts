@@ -244,6 +244,10 @@ t.test('a running service that takes the request and never answers is waited for
   await t.rejects(remote('projections', 'rebuild', 'facts'), {
     message: new RegExp(`${stuck} POST /api/v1/projections/facts/rebuild ${advice}\\. The request may have taken effect all the same: \`factlog projections list\` shows a rebuild under way$`),
   });
+  // A bound finer than a millisecond is waited for as one, not refused by the timer with Node's words.
+  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', '--service-timeout', '0.0004', 'projections', 'list'], { from: 'user' }), {
+    message: new RegExp(`${stuck} GET /api/v1/projections within 0\\.001 s \\(--service-timeout\\)`),
+  });
 });
 
 t.test('events tail --follow is refused on an embedded event log, before anything is opened or asked, saying what to do instead', async (t) => {
@@ -270,6 +274,10 @@ t.test('events tail --follow is refused on an embedded event log, before anythin
 t.test('--service-timeout takes a number of seconds above 0, 30 unless given', async (t) => {
   t.equal(parseServiceTimeout('30'), 30_000);
   t.equal(parseServiceTimeout('0.5'), 500);
+  // A timer takes whole milliseconds: a finer value failed every request with Node's own words (`The value of "delay" is out of range`).
+  t.equal(parseServiceTimeout('1.005'), 1005, 'rounded to the millisecond');
+  t.equal(parseServiceTimeout('2.0005'), 2001);
+  t.equal(parseServiceTimeout('0.0001'), 1, 'at least one millisecond');
   for (const value of ['0', '', '-1', '1e3', 'ten', '86401', ' 5']) {
     t.throws(() => parseServiceTimeout(value), { message: '--service-timeout must be a number of seconds above 0 and at most 86400' }, `'${value}'`);
   }
