@@ -216,17 +216,20 @@ export function projectionTable(projections: readonly ProjectionLine[]): string[
   });
 }
 
-/** An answer the CLI has no words of its own for: the status and the service's message (the API's `{error, message}`), else its body. */
-function unexpectedAnswer(service: RunningService, answer: ServiceAnswer): Error {
-  const body = answer.body;
-  let message = body;
+/** The service's message in an answer's body (the API's `{error, message}`), else undefined. */
+function serviceMessage(body: string): string | undefined {
   try {
     const parsed: unknown = JSON.parse(body);
-    if (typeof parsed === 'object' && parsed !== null && 'message' in parsed && typeof parsed.message === 'string') message = parsed.message;
+    if (typeof parsed === 'object' && parsed !== null && 'message' in parsed && typeof parsed.message === 'string') return parsed.message;
   } catch {
-    // Not JSON (a proxy's page, say): the body as it came.
+    // Not JSON (a proxy's page, say).
   }
-  return new Error(`the service at ${service.url} answered ${answer.status}: ${message}`);
+  return undefined;
+}
+
+/** An answer the CLI has no words of its own for: the status and the service's message, else its body as it came. */
+function unexpectedAnswer(service: RunningService, answer: ServiceAnswer): Error {
+  return new Error(`the service at ${service.url} answered ${answer.status}: ${serviceMessage(answer.body) ?? answer.body}`);
 }
 
 /** The running service's projections (GET /api/v1/projections). */
@@ -253,8 +256,11 @@ function runningService(url: string, token: string, timeoutMs: number): RunningS
           `the service at ${url} did not answer ${method} ${route} within ${timeoutMs / 1000} s (--service-timeout): it may still be starting (it holds requests until it has started) or be stuck; see its log and ${new URL('/healthz', url).href}, then retry, with a longer --service-timeout if it is only slow${method === 'POST' ? '. The request may have taken effect all the same: `factlog projections list` shows a rebuild under way' : ''}`,
         );
       }
+      // With the service's reason: an expired or ended token (401) is no missing role (403).
       if (answer.status === 401 || answer.status === 403) {
-        throw new Error(`the service at ${url} refused the token (${answer.status}): a sysadmin's token is needed`);
+        const reason = serviceMessage(answer.body);
+        const remedy = answer.status === 401 ? "pass a current sysadmin's token (log in again for a new one)" : "a sysadmin's token is needed";
+        throw new Error(`the service at ${url} refused the token (${answer.status}${reason === undefined ? '' : `: ${reason}`}): ${remedy}`);
       }
       return answer;
     },

@@ -116,7 +116,8 @@ function pid1Identity(): { bootId: string; processStartTicks: string } {
  * A data directory whose lock names `factlog serve` (pid 1, alive) at the address of a stand-in
  * service: it records the authorizations it is sent, proves the lock's instance key when
  * `proving.key` is set, lists `proving.projections` (by default `users`, running; its rebuild is a
- * 409 as if already rebuilding) and rebuilds no other (a 404); with `proving.shuttingDown` it answers every request 503,
+ * 409 as if already rebuilding) and rebuilds no other (a 404); with `proving.refusal` it refuses
+ * every request with that status and message; with `proving.shuttingDown` it answers every request 503,
  * with `proving.silent` none (it takes the request and never answers, as a stuck service).
  * STORAGE_DATA_DIR points at the directory and console.log's lines go to `printed` until the test ends.
  */
@@ -124,10 +125,11 @@ async function lockedByStandIn(t: Test) {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
   mkdirSync(path.join(root, 'pglite'));
   writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
-  const proving: { key: string | null; shuttingDown: boolean; silent: boolean; projections: object[] } = {
+  const proving: { key: string | null; shuttingDown: boolean; silent: boolean; refusal: { status: number; message: string } | null; projections: object[] } = {
     key: null,
     shuttingDown: false,
     silent: false,
+    refusal: null,
     projections: [{ name: 'users', position: 7, head: 7, lag: 0, state: 'running', last_error: null }],
   };
   const authorizations: string[] = [];
@@ -140,6 +142,9 @@ async function lockedByStandIn(t: Test) {
       response.end(JSON.stringify({ proof: proving.key === null ? 'not-a-proof' : createHmac('sha256', proving.key).update(challenge).digest('base64url') }));
     } else if (proving.silent) {
       // Taken and never answered: the connection stays open until the test ends.
+    } else if (proving.refusal !== null) {
+      response.statusCode = proving.refusal.status;
+      response.end(JSON.stringify({ error: proving.refusal.status === 401 ? 'unauthorized' : 'forbidden', message: proving.refusal.message }));
     } else if (proving.shuttingDown) {
       response.statusCode = 503;
       response.end(JSON.stringify({ error: 'unavailable', message: 'the service is shutting down; retry in a few seconds' }));
@@ -230,6 +235,19 @@ t.test("a rebuild the running service refuses is said in the CLI's words: the pr
   await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' }), {
     message: `the service at ${url} answered 503: the service is shutting down; retry in a few seconds`,
   });
+});
+
+t.test("a token the running service refuses is said with the service's reason: an expired or ended one is not said to lack the role", { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { url, lockPath, owner, proving } = await lockedByStandIn(t);
+  proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
+  const remote = (...command: string[]) => buildCli().parseAsync(['--token', 'the-sysadmin-token', ...command], { from: 'user' });
+  proving.refusal = { status: 401, message: 'token expired' };
+  await t.rejects(remote('projections', 'list'), { message: `the service at ${url} refused the token (401: token expired): pass a current sysadmin's token (log in again for a new one)` });
+  proving.refusal = { status: 401, message: 'session has ended' };
+  await t.rejects(remote('projections', 'rebuild', 'users'), { message: `the service at ${url} refused the token (401: session has ended): pass a current sysadmin's token (log in again for a new one)` });
+  proving.refusal = { status: 403, message: 'permission denied: projections:manage' };
+  await t.rejects(remote('projections', 'rebuild', 'users'), { message: `the service at ${url} refused the token (403: permission denied: projections:manage): a sysadmin's token is needed` });
 });
 
 t.test('a running service that takes the request and never answers is waited for --service-timeout, then named with what to do', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {

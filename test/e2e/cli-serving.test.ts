@@ -59,7 +59,7 @@ t.test('a running service owns its data directory', async (t) => {
 
   const badToken = await runCli(cwd, ['--token', 'nonsense', 'projections', 'list']);
   t.equal(badToken.code, 1);
-  t.match(badToken.stderr, /refused the token \(401\)/);
+  t.match(badToken.stderr, /refused the token \(401: invalid token\): pass a current sysadmin's token/);
 
   const list = await runCli(cwd, ['projections', 'list'], { FACTLOG_TOKEN: token });
   t.equal(list.code, 0, list.stderr);
