@@ -350,7 +350,12 @@ export function buildCli(): Command {
       });
     } catch (error) {
       if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
-      const token = program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN;
+      // Spaces and line ends around it are dropped, as a header's value drops them (a token read from a file).
+      const token = (program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN ?? '').trim();
+      // Inside, a character no token has failed in fetch's words, the whole token quoted on stderr.
+      if (/[^\x21-\x7e]/.test(token)) {
+        throw new Error('--token (or FACTLOG_TOKEN) holds a character no token has (a space, a line break, a character outside ASCII): no token was sent; pass the token alone');
+      }
       if (!token) throw new Error(`${error.message}, or pass --token (or FACTLOG_TOKEN) with a sysadmin's token to ask it over HTTP`);
       await verifyLockOwner(error, error.owner.url);
       await options.remote(runningService(error.owner.url, token, program.opts<{ serviceTimeout: number }>().serviceTimeout));

@@ -250,6 +250,22 @@ t.test("a token the running service refuses is said with the service's reason: a
   await t.rejects(remote('projections', 'rebuild', 'users'), { message: `the service at ${url} refused the token (403: permission denied: projections:manage): a sysadmin's token is needed` });
 });
 
+t.test('a token no HTTP header can carry is refused before anything is sent, and not printed', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { lockPath, owner, proving, authorizations } = await lockedByStandIn(t);
+  proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
+  // Two tokens pasted with a line break between them; a quote a word processor curled.
+  for (const token of ['the-sysadmin\nthe-other', 'the-sysadmin\u2019s']) {
+    const refused = buildCli().parseAsync(['--token', token, 'projections', 'list'], { from: 'user' });
+    await t.rejects(refused, {
+      message: "--token (or FACTLOG_TOKEN) holds a character no token has (a space, a line break, a character outside ASCII): no token was sent; pass the token alone",
+    }, JSON.stringify(token));
+  }
+  t.same(authorizations, [], 'nothing was sent');
+  await buildCli().parseAsync(['--token', ' the-sysadmin-token\r\n', 'projections', 'list'], { from: 'user' });
+  t.same(authorizations, ['Bearer the-sysadmin-token'], 'spaces and line ends around a token are dropped (a token file written on Windows)');
+});
+
 t.test('a running service that takes the request and never answers is waited for --service-timeout, then named with what to do', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
   const { url, lockPath, owner, proving } = await lockedByStandIn(t);
   proving.key = 'the-key-of-the-run-that-wrote-the-lock';
