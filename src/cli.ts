@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { loadConfig, packageVersion } from './config/load.js';
@@ -349,9 +350,18 @@ export function buildCli(): Command {
         migrations: options.migrations ?? 'refuse',
       });
     } catch (error) {
-      if (!(error instanceof DataDirLockedError) || !options.remote || !error.owner.url) throw error;
+      if (!(error instanceof DataDirLockedError) || !options.remote) throw error;
       // Spaces and line ends around it are dropped, as a header's value drops them (a token read from a file).
       const token = (program.opts<{ token?: string }>().token ?? process.env.FACTLOG_TOKEN ?? '').trim();
+      // A serve records its address once it listens: before, it opens the database and migrates
+      // (minutes for an upgrade), and "stop it first" alone sent an operator to stop a healthy start.
+      // One on another host keeps the plain refusal, which says to delete the lock if that host is gone.
+      if (!error.owner.url && error.owner.command === 'factlog serve' && error.owner.hostname === hostname()) {
+        throw new Error(
+          `data directory ${error.dataDir} is in use by ${error.holder}, which is still starting (opening the database, migrating) and does not listen yet: retry once it serves to ask it over HTTP, or stop it first${token ? '' : "; pass --token (or FACTLOG_TOKEN) with a sysadmin's token then"}`,
+        );
+      }
+      if (!error.owner.url) throw error;
       // Inside, a character no token has failed in fetch's words, the whole token quoted on stderr.
       if (/[^\x21-\x7e]/.test(token)) {
         throw new Error('--token (or FACTLOG_TOKEN) holds a character no token has (a space, a line break, a character outside ASCII): no token was sent; pass the token alone');

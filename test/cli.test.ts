@@ -266,6 +266,20 @@ t.test('a token no HTTP header can carry is refused before anything is sent, and
   t.same(authorizations, ['Bearer the-sysadmin-token'], 'spaces and line ends around a token are dropped (a token file written on Windows)');
 });
 
+t.test('a service that holds the directory but does not listen yet is said to be starting, to be asked once it serves', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { lockPath, owner, authorizations } = await lockedByStandIn(t);
+  const { url: _notYet, ...starting } = owner;
+  writeFileSync(lockPath, JSON.stringify({ ...starting, ...pid1Identity(), instanceKey: 'the-key-of-the-run-that-wrote-the-lock' }));
+  const dataDir = path.join(path.dirname(lockPath), 'pglite');
+  const said = `data directory ${dataDir} is in use by factlog serve (pid 1), which is still starting (opening the database, migrating) and does not listen yet: retry once it serves to ask it over HTTP, or stop it first`;
+  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'list'], { from: 'user' }), { message: said });
+  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', 'projections', 'rebuild', 'users'], { from: 'user' }), { message: said });
+  await t.rejects(buildCli().parseAsync(['projections', 'list'], { from: 'user' }), { message: `${said}; pass --token (or FACTLOG_TOKEN) with a sysadmin's token then` });
+  t.same(authorizations, [], 'nothing was sent');
+  // A command that needs the files is refused as before: a starting service is no reason to wait.
+  await t.rejects(buildCli().parseAsync(['migrate'], { from: 'user' }), { message: `data directory ${dataDir} is in use by factlog serve (pid 1): stop it first` });
+});
+
 t.test('a running service that takes the request and never answers is waited for --service-timeout, then named with what to do', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
   const { url, lockPath, owner, proving } = await lockedByStandIn(t);
   proving.key = 'the-key-of-the-run-that-wrote-the-lock';

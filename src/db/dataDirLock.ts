@@ -57,6 +57,9 @@ function writeLockFile(file: string, owner: DataDirOwner): void {
 }
 
 export class DataDirLockedError extends Error {
+  /** The owner as the message names it: `factlog serve (pid 4242, http://127.0.0.1:8080)`. */
+  readonly holder: string;
+
   constructor(readonly dataDir: string, readonly lockPath: string, readonly owner: DataDirOwner) {
     const who = `${owner.command} (pid ${owner.pid}${owner.hostname === hostname() ? '' : ` on ${owner.hostname}`}${owner.url ? `, ${owner.url}` : ''})`;
     const remedy =
@@ -65,6 +68,7 @@ export class DataDirLockedError extends Error {
         : `stop it first; if that host is gone, delete ${lockPath}`;
     super(`data directory ${dataDir} is in use by ${who}: ${remedy}`);
     this.name = 'DataDirLockedError';
+    this.holder = who;
   }
 }
 
