@@ -1,4 +1,5 @@
 import type { Principal } from '../auth/rbac.js';
+import { ProjectionRebuildStoppedError } from '../projection/runner.js';
 import { projectionStatus } from '../read/projections.js';
 import { authorizeSystem } from './access.js';
 import type { AppContext } from './context.js';
@@ -14,7 +15,12 @@ export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>
       if (!status) throw notFound('projection');
       // Its rebuild would only fail in the background while this answered 202.
       if (status.state === 'rebuilding') throw conflict(`projection ${input.name} is already rebuilding; follow it in GET /projections`);
-      deps.projections.rebuild(input.name).catch((error: unknown) => deps.log.error({ err: error, projection: input.name }, 'rebuild failed'));
+      deps.projections.rebuild(input.name).catch((error: unknown) => {
+        // Stopped by the shutdown: its rows and checkpoint agree, and the next start goes on from there.
+        if (error instanceof ProjectionRebuildStoppedError) {
+          deps.log.warn({ projection: input.name }, 'rebuild stopped before its end (the service is shutting down); the projection goes on from its checkpoint at the next start');
+        } else deps.log.error({ err: error, projection: input.name }, 'rebuild failed');
+      });
       // As the rebuild has it from its start: from position 0, the whole log to replay.
       return { ...status, position: 0, lag: status.head, state: 'rebuilding' };
     },

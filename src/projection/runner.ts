@@ -66,6 +66,18 @@ export async function migrateProjectionCheckpoints(knex: Knex): Promise<void> {
   });
 }
 
+/**
+ * A rebuild ended by the runner's stop (the service shutting down, a Ctrl-C of the offline
+ * rebuild) before its end: no failure, its rows and checkpoint agree, and the projection goes on
+ * from that checkpoint when it runs again.
+ */
+export class ProjectionRebuildStoppedError extends Error {
+  override readonly name = 'ProjectionRebuildStoppedError';
+  constructor(readonly projection: string) {
+    super(`projection ${projection} was stopped`);
+  }
+}
+
 /** waitFor gave up: the write is stored, but some read model has not applied it yet. */
 export class ProjectionWaitTimeoutError extends Error {
   override readonly name = 'ProjectionWaitTimeoutError';
@@ -550,7 +562,7 @@ export class ProjectionRunner implements ReadModelRunner {
       await lane.inFlight.catch(() => undefined);
       if (lane.closed) await lane.subscription?.stop();
     }
-    if (worker.rebuild && state !== 'rebuilding') worker.rebuild.reject(new Error(`projection ${worker.projection.name} was stopped`));
+    if (worker.rebuild && state !== 'rebuilding') worker.rebuild.reject(new ProjectionRebuildStoppedError(worker.projection.name));
   }
 
   private async applyBatch(lane: Lane, batch: RecordedEvent[]): Promise<void> {

@@ -2,6 +2,7 @@ import pino from 'pino';
 import t from 'tap';
 import { projectionCommands } from '../../src/app/projections.js';
 import type { Principal } from '../../src/auth/rbac.js';
+import { ProjectionRebuildStoppedError } from '../../src/projection/runner.js';
 import type { ProjectionStatus, ReadModelRunner } from '../../src/projection/types.js';
 import { rejectsWith } from '../helpers/application.js';
 
@@ -23,7 +24,7 @@ function runnerWith(states: Record<string, ProjectionStatus['state']>) {
       rebuilt.push(name);
     },
   };
-  return { commands: projectionCommands({ projections: runner, log: pino({ level: 'silent' }) }), rebuilt };
+  return { commands: projectionCommands({ projections: runner, log: pino({ level: 'silent' }) }), rebuilt, runner };
 }
 
 t.test('a rebuild starts in the background and answers the projection as rebuilding', async (t) => {
@@ -43,4 +44,23 @@ t.test('an unknown projection is not found; without projections:manage forbidden
   await rejectsWith(t, commands.rebuild(sysadmin, { name: 'nope' }), 'not_found', /projection not found/);
   await rejectsWith(t, commands.rebuild(user, { name: 'facts' }), 'forbidden');
   t.same(rebuilt, []);
+});
+
+t.test("a background rebuild the shutdown stops is no failure: a warning says the projection goes on from its checkpoint; a failed one is an error", async (t) => {
+  const logged: { level: number; msg: string; projection?: string }[] = [];
+  const log = pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+  const ending = (error: Error): ReadModelRunner => ({
+    ...runnerWith({ facts: 'running' }).runner,
+    rebuild: async () => {
+      throw error;
+    },
+  });
+  await projectionCommands({ projections: ending(new ProjectionRebuildStoppedError('facts')), log }).rebuild(sysadmin, { name: 'facts' });
+  await projectionCommands({ projections: ending(new Error('cannot project boom')), log }).rebuild(sysadmin, { name: 'facts' });
+  await new Promise((resolve) => setImmediate(resolve)); // the background rebuilds' endings are logged
+  t.match(logged, [
+    { level: 40, projection: 'facts', msg: 'rebuild stopped before its end (the service is shutting down); the projection goes on from its checkpoint at the next start' },
+    { level: 50, projection: 'facts', msg: 'rebuild failed' },
+  ]);
+  t.equal(logged.length, 2);
 });

@@ -3,7 +3,7 @@ import { Writable } from 'node:stream';
 import t, { type Test } from 'tap';
 import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import type { EventStore } from '../../src/eventstore/port.js';
-import { ProjectionRunner, ProjectionWaitTimeoutError, rebuildUntilInterrupted, rebuildWithProgressBar } from '../../src/projection/runner.js';
+import { ProjectionRebuildStoppedError, ProjectionRunner, ProjectionWaitTimeoutError, rebuildUntilInterrupted, rebuildWithProgressBar } from '../../src/projection/runner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { checkpoint, countingProjection, createRowsTable, rows } from './countingProjection.js';
 import { externalProjection } from './externalProjection.js';
@@ -240,6 +240,17 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     const finished = await rebuildUntilInterrupted(runner, 'things', signals, new Writable({ write: (_chunk, _encoding, done) => done() }));
     t.same(finished, { interruptedBy: null }, 'the next rebuild completes it');
     t.equal((await rows(db, 'things')).length, 40);
+  });
+
+  withFixture("a rebuild the runner's stop ends rejects as stopped, not failed (the service logs it as a warning)", async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    await store.append('s-1', Array.from({ length: 40 }, (_, i) => thing(`n${i}`)), 'no_stream');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things')], { rebuildBatchSize: 4, minBatchIntervalMs: 0 });
+    const rebuilding = runner.rebuild('things', (done) => {
+      if (done > 0) void runner.stop();
+    });
+    await t.rejects(rebuilding, new ProjectionRebuildStoppedError('things'));
+    t.equal(await rebuilding.catch((error: unknown) => error instanceof ProjectionRebuildStoppedError), true);
   });
 
   withFixture('a failing standalone rebuild rejects', async (t, { db, store }) => {
