@@ -170,9 +170,10 @@ interface RunningService {
  * Has the service at the address a lock records prove it is the lock's owner (the run that wrote
  * the lock's instance key) before a token goes to it: a lock from an older factlog has no key, and
  * an address can be another process's once its owner is gone (a stale lock whose pid was reused).
- * Throws, saying why and what to do, when it cannot be vouched for; no credential is sent.
+ * Throws, saying why and what to do, when it cannot be vouched for or does not answer within
+ * `timeoutMs` (--service-timeout; it was 10 s whatever the option said); no credential is sent.
  */
-async function verifyLockOwner(error: DataDirLockedError, url: string): Promise<void> {
+async function verifyLockOwner(error: DataDirLockedError, url: string, timeoutMs: number): Promise<void> {
   const clear = `if no factlog runs on ${error.dataDir} (pid ${error.owner.pid} may be another process now), delete ${error.lockPath}`;
   if (error.owner.instanceKey === undefined) {
     throw new Error(
@@ -180,12 +181,20 @@ async function verifyLockOwner(error: DataDirLockedError, url: string): Promise<
     );
   }
   const challenge = randomBytes(32).toString('hex');
+  const signal = AbortSignal.timeout(timeoutMs);
   let proof: unknown;
   try {
-    const response = await fetch(new URL(`/healthz/instance?challenge=${challenge}`, url), { signal: AbortSignal.timeout(10_000) });
+    const response = await fetch(new URL(`/healthz/instance?challenge=${challenge}`, url), { signal });
     proof = response.ok ? ((await response.json()) as { proof?: unknown }).proof : undefined;
   } catch {
     proof = undefined;
+  }
+  // A service that takes the request and does not answer is a stuck one (a stranger answers or
+  // refuses): said as such, within the CLI's wait, not as a stranger whose lock may be deleted.
+  if (proof === undefined && signal.aborted) {
+    throw new Error(
+      `the service at ${url} did not answer GET /healthz/instance within ${timeoutMs / 1000} s (--service-timeout): it may be stuck; see its log, then retry, with a longer --service-timeout if it is only slow. No token was sent`,
+    );
   }
   if (typeof proof !== 'string' || !verifyInstanceProof(error.owner, challenge, proof)) {
     throw new Error(
@@ -367,8 +376,9 @@ export function buildCli(): Command {
         throw new Error('--token (or FACTLOG_TOKEN) holds a character no token has (a space, a line break, a character outside ASCII): no token was sent; pass the token alone');
       }
       if (!token) throw new Error(`${error.message}, or pass --token (or FACTLOG_TOKEN) with a sysadmin's token to ask it over HTTP`);
-      await verifyLockOwner(error, error.owner.url);
-      await options.remote(runningService(error.owner.url, token, program.opts<{ serviceTimeout: number }>().serviceTimeout));
+      const timeoutMs = program.opts<{ serviceTimeout: number }>().serviceTimeout;
+      await verifyLockOwner(error, error.owner.url, timeoutMs);
+      await options.remote(runningService(error.owner.url, token, timeoutMs));
       return;
     }
     try {

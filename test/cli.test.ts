@@ -118,17 +118,19 @@ function pid1Identity(): { bootId: string; processStartTicks: string } {
  * `proving.key` is set, lists `proving.projections` (by default `users`, running; its rebuild is a
  * 409 as if already rebuilding) and rebuilds no other (a 404); with `proving.refusal` it refuses
  * every request with that status and message; with `proving.shuttingDown` it answers every request 503,
- * with `proving.silent` none (it takes the request and never answers, as a stuck service).
+ * with `proving.silent` none (it takes the request and never answers, as a stuck service), with
+ * `proving.silentProof` not even the proof.
  * STORAGE_DATA_DIR points at the directory and console.log's lines go to `printed` until the test ends.
  */
 async function lockedByStandIn(t: Test) {
   const root = mkdtempSync(path.join(tmpdir(), 'factlog-cli-remote-'));
   mkdirSync(path.join(root, 'pglite'));
   writeFileSync(path.join(root, 'pglite', 'PG_VERSION'), '17\n'); // a database, as far as the CLI looks before opening
-  const proving: { key: string | null; shuttingDown: boolean; silent: boolean; refusal: { status: number; message: string } | null; projections: object[] } = {
+  const proving: { key: string | null; shuttingDown: boolean; silent: boolean; silentProof: boolean; refusal: { status: number; message: string } | null; projections: object[] } = {
     key: null,
     shuttingDown: false,
     silent: false,
+    silentProof: false,
     refusal: null,
     projections: [{ name: 'users', position: 7, head: 7, lag: 0, state: 'running', last_error: null }],
   };
@@ -137,7 +139,9 @@ async function lockedByStandIn(t: Test) {
     if (request.headers.authorization) authorizations.push(request.headers.authorization);
     const url = new URL(request.url ?? '/', 'http://x');
     response.setHeader('content-type', 'application/json');
-    if (url.pathname === '/healthz/instance') {
+    if (url.pathname === '/healthz/instance' && proving.silentProof) {
+      // Taken and never answered, as by a stuck (or SIGSTOPped) service.
+    } else if (url.pathname === '/healthz/instance') {
       const challenge = url.searchParams.get('challenge') ?? '';
       response.end(JSON.stringify({ proof: proving.key === null ? 'not-a-proof' : createHmac('sha256', proving.key).update(challenge).digest('base64url') }));
     } else if (proving.silent) {
@@ -280,6 +284,17 @@ t.test('a service that holds the directory but does not listen yet is said to be
   await t.rejects(buildCli().parseAsync(['migrate'], { from: 'user' }), { message: `data directory ${dataDir} is in use by factlog serve (pid 1): stop it first` });
 });
 
+t.test('a stuck service that does not answer the proof either is waited for --service-timeout and said stuck, not a stranger whose lock may be deleted', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
+  const { url, lockPath, owner, proving, authorizations } = await lockedByStandIn(t);
+  proving.key = 'the-key-of-the-run-that-wrote-the-lock';
+  proving.silentProof = true;
+  writeFileSync(lockPath, JSON.stringify({ ...owner, ...pid1Identity(), instanceKey: proving.key }));
+  await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', '--service-timeout', '0.2', 'projections', 'list'], { from: 'user' }), {
+    message: `the service at ${url} did not answer GET /healthz/instance within 0.2 s (--service-timeout): it may be stuck; see its log, then retry, with a longer --service-timeout if it is only slow. No token was sent`,
+  });
+  t.same(authorizations, [], 'nothing was sent');
+});
+
 t.test('a running service that takes the request and never answers is waited for --service-timeout, then named with what to do', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
   const { url, lockPath, owner, proving } = await lockedByStandIn(t);
   proving.key = 'the-key-of-the-run-that-wrote-the-lock';
@@ -294,7 +309,8 @@ t.test('a running service that takes the request and never answers is waited for
   });
   // A bound finer than a millisecond is waited for as one, not refused by the timer with Node's words.
   await t.rejects(buildCli().parseAsync(['--token', 'the-sysadmin-token', '--service-timeout', '0.0004', 'projections', 'list'], { from: 'user' }), {
-    message: new RegExp(`${stuck} GET /api/v1/projections within 0\\.001 s \\(--service-timeout\\)`),
+    // The proof is bounded the same way, and a millisecond may end either request.
+    message: new RegExp(`${stuck} GET \\S+ within 0\\.001 s \\(--service-timeout\\)`),
   });
 });
 
