@@ -2,7 +2,8 @@ import type { Knex } from 'knex';
 import type { AppContext } from '../app/context.js';
 import { forbidden } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
-import { isoDate, jsonColumn } from './present.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
+import { jsonColumn } from './present.js';
 
 interface ApiKeyRow {
   id: string;
@@ -22,9 +23,9 @@ function presentApiKey(row: ApiKeyRow) {
     scopes: jsonColumn(row.scopes) as string[],
     repository_id: row.repository_id,
     hint: `${row.token_hint}…`,
-    created_at: isoDate(row.created_at),
-    expires_at: isoDate(row.expires_at),
-    last_used_at: isoDate(row.last_used_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    expires_at: isoTimestampOrNull(row.expires_at),
+    last_used_at: isoTimestampOrNull(row.last_used_at),
   };
 }
 

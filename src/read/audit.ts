@@ -3,9 +3,8 @@ import type { AppContext } from '../app/context.js';
 import { authorizeRepository, authorizeSystem } from '../app/access.js';
 import { invalid } from '../app/errors.js';
 import { isKnownPermission, type CredentialKind, type Principal } from '../auth/rbac.js';
-import { utcMicrosecondsText } from '../db/timestamps.js';
+import { isoTimestampOrNull, utcMicrosecondsText } from '../db/timestamps.js';
 import { countOf, decodeAuditCursor, encodeAuditCursor, pageOf, type PageInput } from './paging.js';
-import { isoDate } from './present.js';
 
 /** What the audit lists can be narrowed to; every filter is optional and they combine with AND. */
 export interface AuditFilters extends PageInput {
@@ -88,7 +87,7 @@ export function auditQueries(deps: Pick<AppContext, 'db' | 'audit'>) {
     const items = rows.slice(0, page.limit);
     const last = items.at(-1);
     const next_cursor = rows.length > page.limit && last !== undefined ? encodeAuditCursor({ at: last.cursor_at, id: String(last.id) }) : null;
-    return { items: items.map(({ cursor_at: _cursorAt, ...row }) => ({ ...row, id: String(row.id), occurred_at: isoDate(row.occurred_at) })), total, next_cursor };
+    return { items: items.map(({ cursor_at: _cursorAt, ...row }) => ({ ...row, id: String(row.id), occurred_at: isoTimestampOrNull(row.occurred_at) })), total, next_cursor };
   };
   return {
     async listAudit(principal: Principal, filters: AuditFilters = {}) {

@@ -7,8 +7,9 @@ import { conceptName, conceptNameKey } from '../domain/concept/decider.js';
 import { followMergeChain } from '../domain/mergeChain.js';
 import { concepts as conceptCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 import { pageOf, countOf, type PageInput } from './paging.js';
-import { isoDate, presentFact, type FactRow } from './present.js';
+import { presentFact, type FactRow } from './present.js';
 import { isUuid } from '../util/uuid.js';
 
 /**
@@ -54,8 +55,8 @@ function presentConcept(row: ConceptRow, aliases: string[] = []) {
     ...rest,
     fact_count: Number(row.fact_count),
     aliases: aliases.filter((alias) => conceptNameKey(alias) !== name),
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    updated_at: isoTimestampOrNull(row.updated_at),
   };
 }
 

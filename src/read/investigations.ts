@@ -4,10 +4,11 @@ import { authorizeInRepository, authorizeRepository } from '../app/access.js';
 import { DomainError } from '../domain/decider.js';
 import { notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 import { presentConcepts } from './concepts.js';
 import { websearchQueryText } from '../search/port.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
-import { isoDate, presentFact, presentSource } from './present.js';
+import { presentFact, presentSource } from './present.js';
 
 export interface InvestigationInput {
   repository: string;
@@ -41,8 +42,8 @@ function presentInvestigation(row: InvestigationRow, sourceCount: number) {
     topic: row.topic,
     source_count: sourceCount,
     created_by: row.created_by,
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    updated_at: isoTimestampOrNull(row.updated_at),
   };
 }
 

@@ -7,9 +7,6 @@ import { isoTimestampOrNull } from '../db/timestamps.js';
  * (docs/api.md). Leaf module, so the query modules can share it without importing each other.
  */
 
-/** A timestamp column as the API shows it (isoTimestampOrNull); null when the row has none. */
-export const isoDate = isoTimestampOrNull;
-
 /** A jsonb column: parsed by pg and PGlite, text from some drivers. */
 export function jsonColumn(value: unknown): unknown {
   return typeof value === 'string' ? JSON.parse(value) : value;
@@ -30,7 +27,7 @@ export type FactRow = Record<string, unknown> & { id: string; created_at: Date |
  */
 export function presentFact(row: FactRow): Record<string, unknown> & { id: string; created_at: string | null } {
   const { search: _search, embedding_model: _embeddingModel, stable_since: _stableSince, unsourced: _unsourced, ...fact } = row;
-  return { ...fact, created_at: isoDate(row.created_at) };
+  return { ...fact, created_at: isoTimestampOrNull(row.created_at) };
 }
 
 export type SourceRow = Record<string, unknown> & {
@@ -53,8 +50,8 @@ export function presentSource(row: SourceRow) {
     ...source,
     kind: row.document_kind,
     body_bytes: row.body_bytes === null ? null : Number(row.body_bytes),
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    updated_at: isoTimestampOrNull(row.updated_at),
   };
 }
 

@@ -5,9 +5,9 @@ import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { websearchQueryText } from '../search/port.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
-import { isoDate } from './present.js';
 import { runeLength } from '../util/codePoints.js';
 
 export const reportStatuses = ['pending', 'processing', 'annotated', 'failed'] as const;
@@ -130,9 +130,9 @@ function presentReport(row: ReportRow, childrenIds: string[], factCount: number,
     annotated_revision: row.annotated_revision === null ? null : Number(row.annotated_revision),
     sentence_count: Number(row.sentence_count),
     fact_count: factCount,
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
-    annotated_at: isoDate(row.annotated_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    updated_at: isoTimestampOrNull(row.updated_at),
+    annotated_at: isoTimestampOrNull(row.annotated_at),
   };
 }
 
@@ -224,7 +224,7 @@ export function reportQueries(deps: Pick<AppContext, 'db'>) {
         revision: Number(report.revision),
         // The revision the items annotate: their offsets point into that revision's text.
         annotated_revision: report.annotated_revision === null ? null : Number(report.annotated_revision),
-        annotated_at: isoDate(report.annotated_at),
+        annotated_at: isoTimestampOrNull(report.annotated_at),
         items: page.map((sentence) => ({
           index: sentence.sentence_index,
           text: sentence.text,

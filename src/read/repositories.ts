@@ -4,8 +4,8 @@ import { authorizeRepository, type RepositoryRow } from '../app/access.js';
 import { notFound } from '../app/errors.js';
 import { ANY_REPOSITORY_DOMAIN, effectivePermissions, REPOSITORY_DOMAIN_PREFIX, repositoryDomain, type Principal } from '../auth/rbac.js';
 import { repositoryPresets } from '../domain/repository/presets.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
-import { isoDate } from './present.js';
 
 /** A repository as answered, with the caller's roles on it. */
 function presentRepository(row: RepositoryRow, principal: Principal) {
@@ -13,8 +13,8 @@ function presentRepository(row: RepositoryRow, principal: Principal) {
   return {
     ...row,
     accepted_promptset_hashes: row.accepted_promptset_hashes ?? [],
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    updated_at: isoTimestampOrNull(row.updated_at),
     roles: principal.assignments.filter((a) => a.domain === domain).map((a) => a.role),
   };
 }

@@ -4,10 +4,11 @@ import { invalid } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';
 import { summaries as summaryCollection } from '../search/collections/index.js';
 import type { SearchMode } from '../search/hybrid.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 import { namedContext, presentConcepts, resolveConcept, survivingConcepts, type ConceptInput } from './concepts.js';
 import { citationsByLiveFact, liveFacts } from './facts.js';
 import { countOf, pageOf, type PageInput } from './paging.js';
-import { idListColumn, isoDate, presentFact } from './present.js';
+import { idListColumn, presentFact } from './present.js';
 
 /**
  * Summaries and syntheses of concepts (docs/pipeline.md, "Summaries and syntheses"): a concept's
@@ -42,8 +43,8 @@ function presentSummary(row: SummaryRow) {
     fact_count: Number(row.fact_count),
     model_id: row.model_id,
     reason: row.reason,
-    created_at: isoDate(row.created_at),
-    updated_at: isoDate(row.updated_at),
+    created_at: isoTimestampOrNull(row.created_at),
+    updated_at: isoTimestampOrNull(row.updated_at),
   };
 }
 
@@ -116,8 +117,8 @@ export function summaryQueries(deps: Pick<AppContext, 'db' | 'hybrid'>) {
           slice_ids: idListColumn(row.slice_ids),
           model_id: String(row.model_id),
           reason: String(row.reason),
-          created_at: isoDate(row.created_at as Date | string),
-          updated_at: isoDate(row.updated_at as Date | string),
+          created_at: isoTimestampOrNull(row.created_at as Date | string),
+          updated_at: isoTimestampOrNull(row.updated_at as Date | string),
         },
         facts: citedFacts(factIds).map(({ fact, mergedFrom }): ReturnType<typeof presentFact> & { merged_from: string[] } => ({ ...presentFact(fact), merged_from: mergedFrom })),
         images: citedFacts(imageFactIds).map(({ fact, mergedFrom }) => ({

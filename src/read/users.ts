@@ -2,7 +2,7 @@ import type { AppContext } from '../app/context.js';
 import { authorizeSystem } from '../app/access.js';
 import { notFound } from '../app/errors.js';
 import { effectivePermissions, rolesCatalog, type Principal } from '../auth/rbac.js';
-import { isoDate } from './present.js';
+import { isoTimestampOrNull } from '../db/timestamps.js';
 
 /** User queries: profiles (one's own, or anyone's with `user:read`), the user list, permissions. */
 export function userQueries(deps: Pick<AppContext, 'db' | 'identity'>) {
@@ -25,7 +25,7 @@ export function userQueries(deps: Pick<AppContext, 'db' | 'identity'>) {
       return {
         users: users.map((user) => ({
           ...user,
-          created_at: isoDate(user.created_at),
+          created_at: isoTimestampOrNull(user.created_at),
           roles: roles.filter((r) => r.user_id === user.id).map(({ role, domain }) => ({ role, domain })),
         })),
       };
