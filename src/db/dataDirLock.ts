@@ -192,7 +192,7 @@ function readOwner(lockPath: string): DataDirOwner | 'missing' | 'unreadable' {
     text = readFileSync(lockPath, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'missing';
-    throw error;
+    throw unreadableLockError(lockPath, error as NodeJS.ErrnoException);
   }
   try {
     const parsed = JSON.parse(text) as Partial<DataDirOwner>;
@@ -200,6 +200,23 @@ function readOwner(lockPath: string): DataDirOwner | 'missing' | 'unreadable' {
     return { command: 'unknown', startedAt: '', ...parsed } as DataDirOwner;
   } catch {
     return 'unreadable';
+  }
+}
+
+/**
+ * Why a lock file cannot be read, naming it and what to do: Node's own message (`EISDIR: illegal
+ * operation on a directory, read`) names neither the file nor that it is the data directory's lock.
+ */
+export function unreadableLockError(lockPath: string, error: NodeJS.ErrnoException): Error {
+  const problem = `cannot read the data directory's lock ${lockPath}`;
+  switch (error.code) {
+    case 'EISDIR':
+      return new Error(`${problem}: it is a directory; remove it`, { cause: error });
+    case 'EACCES':
+    case 'EPERM':
+      return new Error(`${problem}: permission denied; run factlog as the user that owns it, or remove it if no factlog uses the data directory`, { cause: error });
+    default:
+      return new Error(`${problem} (${error.message}); remove it if no factlog uses the data directory`, { cause: error });
   }
 }
 

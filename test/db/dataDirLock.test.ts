@@ -1,9 +1,9 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { acquireDataDirLock, announceDataDirUrl, DataDirLockedError, proveInstance, verifyInstanceProof } from '../../src/db/dataDirLock.js';
+import { acquireDataDirLock, announceDataDirUrl, DataDirLockedError, proveInstance, unreadableLockError, verifyInstanceProof } from '../../src/db/dataDirLock.js';
 import { openDatabase } from '../../src/db/database.js';
 import { pgliteTemplate, seedPgliteDir } from '../helpers/pglite.js';
 
@@ -63,6 +63,22 @@ t.test('an unreadable lock is replaced; a lock from another host is respected', 
 
   writeFileSync(`${dir}.lock`, JSON.stringify({ pid: deadPid(), hostname: 'elsewhere.example', command: 'factlog serve', startedAt: '' }));
   t.throws(() => acquireDataDirLock(dir), { name: 'DataDirLockedError', message: /on elsewhere\.example.*if that host is gone, delete .*pglite\.lock/ });
+});
+
+t.test('a lock that cannot be read is said so, naming the lock file and what to do', async (t) => {
+  const dir = scratchDir(t);
+  const lockPath = `${dir}.lock`;
+  mkdirSync(lockPath);
+  t.throws(() => acquireDataDirLock(dir), { message: `cannot read the data directory's lock ${lockPath}: it is a directory; remove it` });
+  rmSync(lockPath, { recursive: true });
+
+  // Any other read error (here a symbolic link to itself, ELOOP) names the file and keeps the reason.
+  symlinkSync(lockPath, lockPath);
+  t.throws(() => acquireDataDirLock(dir), { message: new RegExp(`^cannot read the data directory's lock ${lockPath} \\(ELOOP: .*\\); remove it if no factlog uses the data directory$`) });
+
+  // Permission denied cannot be made to happen for root (these tests' usual user): the error as Node gives it.
+  const denied = Object.assign(new Error(`EACCES: permission denied, open '${lockPath}'`), { code: 'EACCES' });
+  t.equal(unreadableLockError(lockPath, denied).message, `cannot read the data directory's lock ${lockPath}: permission denied; run factlog as the user that owns it, or remove it if no factlog uses the data directory`);
 });
 
 t.test('openDatabase holds the lock of a PGlite directory while open; in-memory databases take none', async (t) => {
