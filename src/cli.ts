@@ -602,7 +602,30 @@ export function buildCli(): Command {
         process.off('SIGTERM', interrupt);
       }
     });
+  helpNamingUnknownCommands(program);
   return program;
+}
+
+/**
+ * `help [command...]` in place of commander's own on `parent` and each command with subcommands:
+ * a name that is no command is said as `factlog nosuch` says it, exit 1. Commander's printed the
+ * general help, exit 1, without naming the unknown command.
+ */
+function helpNamingUnknownCommands(parent: Command): void {
+  for (const command of parent.commands) if (command.commands.length > 0) helpNamingUnknownCommands(command);
+  parent.helpCommand(false);
+  parent
+    .command('help [command...]')
+    .description('display help for command')
+    .action((names: string[]) => {
+      let target = parent;
+      for (const name of names) {
+        const found = target.commands.find((command) => command.name() === name || command.aliases().includes(name));
+        if (found === undefined) return target.error(`error: unknown command '${name}'`, { code: 'commander.unknownCommand' });
+        target = found;
+      }
+      target.help();
+    });
 }
 
 export async function main(argv: string[]): Promise<void> {

@@ -4,6 +4,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
+import type { Command, CommanderError } from 'commander';
 import t, { type Test } from 'tap';
 import { buildCli, checkCopyTarget, parsePosition, parseServiceTimeout, projectionTable, refuseEmbeddedFollow } from '../src/cli.js';
 import { loadConfig } from '../src/config/load.js';
@@ -55,6 +56,27 @@ t.test('--version prints the package\'s version; users promote refuses an empty 
   await t.rejects(program.parseAsync(['--version'], { from: 'user' }), { code: 'commander.version' });
   t.equal(printed.trim(), version);
   await t.rejects(buildCli().parseAsync(['users', 'promote', '  '], { from: 'user' }), { message: 'users promote: the email is empty' });
+});
+
+t.test("help names an unknown command as the command line does, exit 1, instead of printing the general help", async (t) => {
+  /** What `factlog <args>` writes to stderr and the exit code commander asks for, its commands told to throw instead of exiting. */
+  const run = async (...args: string[]) => {
+    let errors = '';
+    const program = buildCli();
+    const quiet = (command: Command): void => {
+      command.exitOverride().configureOutput({ writeErr: (text) => (errors += text), writeOut: () => {} });
+      command.commands.forEach(quiet);
+    };
+    quiet(program);
+    const failure = await program.parseAsync(args, { from: 'user' }).then(() => null, (error: CommanderError) => error);
+    return { errors, exitCode: failure?.exitCode };
+  };
+  const direct = await run('nosuch');
+  t.same(direct, { errors: "error: unknown command 'nosuch'\n", exitCode: 1 }, 'the command line');
+  t.same(await run('help', 'nosuch'), direct, 'help of it says the same');
+  t.same(await run('help', 'projections', 'nosuch'), direct, 'as does help of an unknown subcommand');
+  t.same(await run('projections', 'help', 'nosuch'), direct, "and a command's own help");
+  t.same(await run('help', 'projections'), { errors: '', exitCode: 0 }, 'a known command still has its help');
 });
 
 t.test('--from takes decimal digits only, from 0 to 2^53 - 1, as the REST from', async (t) => {
