@@ -3,9 +3,13 @@ import type { Command } from 'commander';
 import t from 'tap';
 import { buildCli } from '../src/cli.js';
 
-/** Every command that runs something (not a group), with its full name: `projections rebuild`. */
+/**
+ * Every command that runs something (not a group), with its full name: `projections rebuild`.
+ * The `help` commands (src/cli.ts puts its own in place of commander's on each level) are the
+ * CLI's, not a command of the service to document.
+ */
 function leafCommands(command: Command, prefix: string[] = []): Array<{ name: string; command: Command }> {
-  return command.commands.flatMap((sub) => {
+  return command.commands.filter((sub) => sub.name() !== 'help').flatMap((sub) => {
     const path = [...prefix, sub.name()];
     return sub.commands.length > 0 ? leafCommands(sub, path) : [{ name: path.join(' '), command: sub }];
   });
