@@ -828,6 +828,18 @@ export const readModelMigrations: readonly Migration[] = [
       `);
     },
   },
+  {
+    // The end of a rebuild under way (the log's head when it began), kept with the projection's
+    // checkpoint of the embedded runner and cleared in the transaction that moves the checkpoint
+    // to it: a start that finds it goes on as a rebuild (`rebuilding`, a 503 for an entity not
+    // re-applied yet) instead of a catch-up that reads as complete. The runner makes the table
+    // with the column on its first start (migrateProjectionCheckpoints); a database it ran on
+    // before gets the column here. NULL on every row: no rebuild is under way while it migrates.
+    id: '033_projection_checkpoints_rebuild_target',
+    async up(knex) {
+      await knex.raw('ALTER TABLE IF EXISTS projection_checkpoints ADD COLUMN IF NOT EXISTS rebuild_target bigint');
+    },
+  },
 ];
 
 /**

@@ -55,13 +55,20 @@ export interface ProjectionRunnerOptions {
   now?: () => number;
 }
 
-/** Creates `projection_checkpoints` if it is missing. */
+/**
+ * Creates `projection_checkpoints` if it is missing. `rebuild_target` is the end of a rebuild under
+ * way (the log's head when it began), NULL otherwise: written by the transaction that empties the
+ * projection's tables, cleared by the one that moves its checkpoint to it, so a start finds a
+ * rebuild that a stop or a crash ended early and goes on with it as a rebuild (read-model
+ * migration 033 adds the column to a table made before it).
+ */
 export async function migrateProjectionCheckpoints(knex: Knex): Promise<void> {
   await migrateUnderLock(knex, 'projection_checkpoints', async (trx) => {
     await trx.raw(`CREATE TABLE IF NOT EXISTS projection_checkpoints (
       name text PRIMARY KEY,
       position bigint NOT NULL DEFAULT 0,
-      updated_at timestamptz NOT NULL DEFAULT now()
+      updated_at timestamptz NOT NULL DEFAULT now(),
+      rebuild_target bigint
     )`);
   });
 }
@@ -108,6 +115,12 @@ interface Worker {
   generation: number;
   /** What applying one of its events has cost lately, in ms (see followedCost); null until known. */
   msPerEvent: number | null;
+  /**
+   * The end of a rebuild as its checkpoint row holds it (`rebuild_target`), until a batch moves the
+   * checkpoint to it: those batches clear it in the statement that moves the checkpoint. Null
+   * while no rebuild is under way, so a running projection's batches write what they did before.
+   */
+  storedRebuildTarget: number | null;
   /** Set while rebuild() waits for this projection. */
   rebuild: { target: number; onProgress?: (done: number, total: number) => void; resolve: () => void; reject: (error: Error) => void } | null;
 }
@@ -137,6 +150,9 @@ interface Waiter {
   resolve: () => void;
   timer: NodeJS.Timeout;
 }
+
+/** A checkpoint update's new `rebuild_target`, given the checkpoint's new position: cleared once the rebuild reaches its end. */
+const CLEARED_AT_TARGET = 'CASE WHEN rebuild_target <= ? THEN NULL ELSE rebuild_target END';
 
 /** About how long a part of one projection's events may hold PGlite's connection while requests come (see applyShared). */
 const PART_BUDGET_MS = 25;
@@ -211,6 +227,7 @@ export class ProjectionRunner implements ReadModelRunner {
         consecutiveFailures: 0,
         generation: 0,
         msPerEvent: null,
+        storedRebuildTarget: null,
         rebuild: null,
       });
     }
@@ -231,12 +248,19 @@ export class ProjectionRunner implements ReadModelRunner {
     if (this.started) return;
     await this.ensureCheckpoints();
     this.started = true;
-    const positions = await this.readCheckpoints();
+    const checkpoints = await this.readCheckpointRows();
     const starting = [...this.workers.values()].filter((worker) => worker.state !== 'rebuilding' && worker.lane === null);
     for (const worker of starting) {
       worker.generation += 1;
-      worker.position = positions.get(worker.projection.name) ?? 0;
-      if (worker.state === 'stopped') worker.state = 'running';
+      const checkpoint = checkpoints.get(worker.projection.name);
+      worker.position = checkpoint?.position ?? 0;
+      worker.storedRebuildTarget = checkpoint?.rebuildTarget ?? null;
+      if (worker.storedRebuildTarget !== null && worker.position < worker.storedRebuildTarget) {
+        // A rebuild stopped before its end (a shutdown, a crash, a Ctrl-C of the offline
+        // rebuild): its tables hold only what it replayed, so it goes on as a rebuild.
+        worker.state = 'rebuilding';
+        this.log?.info({ projection: worker.projection.name, position: worker.position, head: worker.storedRebuildTarget }, 'projection rebuild resumed');
+      } else if (worker.state === 'stopped') worker.state = 'running';
     }
     // Lowest checkpoint first, so projections at about the same position share a lane.
     for (const worker of starting.sort((a, b) => a.position - b.position)) this.place(worker);
@@ -369,17 +393,21 @@ export class ProjectionRunner implements ReadModelRunner {
       await this.ensureCheckpoints();
       await this.halt(worker, 'rebuilding');
       this.settleWaiters(); // it no longer counts as running
+      // Read before the transaction: on PGlite the store's read would wait for its connection.
+      total = await this.store.headPosition();
+      // Kept with the checkpoint until the replay reaches it (none for an empty log: nothing to replay).
+      const target = total > 0 ? total : null;
       await this.db.knex.transaction(async (trx) => {
         await lockProjectionKeys(trx, [name]);
         if (worker.projection.tables.length > 0) {
           const identifiers = worker.projection.tables.map(() => '??').join(', ');
           await trx.raw(`TRUNCATE ${identifiers}`, [...worker.projection.tables]);
         }
-        await trx('projection_checkpoints').where('name', name).update({ position: 0, updated_at: trx.fn.now() });
+        await trx('projection_checkpoints').where('name', name).update({ position: 0, rebuild_target: target, updated_at: trx.fn.now() });
       });
       // Its tables are empty: the status says so (lag = the whole log) until the replay moves it on.
       worker.position = 0;
-      total = await this.store.headPosition();
+      worker.storedRebuildTarget = target;
     } catch (error) {
       worker.state = previousState === 'rebuilding' ? 'stopped' : previousState;
       this.doneEmptying();
@@ -428,6 +456,16 @@ export class ProjectionRunner implements ReadModelRunner {
     // A failed migration may be retried by the next call.
     this.migrated.catch(() => (this.migrated = null));
     return this.migrated;
+  }
+
+  /** Each projection's checkpoint and the end of a rebuild under way, if one is (see migrateProjectionCheckpoints). */
+  private async readCheckpointRows(): Promise<Map<string, { position: number; rebuildTarget: number | null }>> {
+    const rows = (await this.db.knex('projection_checkpoints').select('name', 'position', 'rebuild_target').whereIn('name', [...this.workers.keys()])) as Array<{
+      name: string;
+      position: string | number;
+      rebuild_target: string | number | null;
+    }>;
+    return new Map(rows.map((row) => [row.name, { position: Number(row.position), rebuildTarget: row.rebuild_target === null ? null : Number(row.rebuild_target) }]));
   }
 
   private async readCheckpoints(names: readonly string[] = [...this.workers.keys()], runner: Knex = this.db.knex): Promise<Map<string, number>> {
@@ -493,7 +531,7 @@ export class ProjectionRunner implements ReadModelRunner {
 
   private openLane(worker: Worker): void {
     const after = worker.position;
-    const batchSize = worker.rebuild ? this.rebuildBatchSize : this.batchSize;
+    const batchSize = worker.rebuild || worker.storedRebuildTarget !== null ? this.rebuildBatchSize : this.batchSize;
     const lane: Lane = { subscription: null, workers: new Set(), readThrough: after, inFlight: Promise.resolve(), closed: false, endPause: null, batchSize };
     this.lanes.add(lane);
     this.joinLane(lane, worker);
@@ -759,7 +797,7 @@ export class ProjectionRunner implements ReadModelRunner {
       }
       await trx('projection_checkpoints')
         .whereIn('name', applying.map((worker) => worker.projection.name))
-        .update({ position: last, updated_at: trx.fn.now() });
+        .update({ position: last, updated_at: trx.fn.now(), ...this.rebuildTargetUpdate(trx, applying, last) });
       for (const worker of applying) outcomes.set(worker, { kind: 'applied' });
     });
     return outcomes;
@@ -772,21 +810,24 @@ export class ProjectionRunner implements ReadModelRunner {
   private async advanceCheckpoints(trx: Knex.Transaction, applied: readonly Worker[], last: number): Promise<void> {
     const names = applied.map((worker) => worker.projection.name);
     const positions = new Set(applied.map((worker) => worker.position));
+    // Only while a rebuild is under way: a running projection's statement stays as it was.
+    const rebuilding = applied.some((worker) => worker.storedRebuildTarget !== null);
+    const clearTarget = rebuilding ? `, rebuild_target = ${CLEARED_AT_TARGET}` : '';
     // Projections of a lane mostly stand at one position: then a plain index lookup, which
     // plans in half the time of the join over the pairs.
     const result =
       positions.size === 1
         ? await trx.raw<{ rows: Array<{ name: string }> }>(
-            `UPDATE projection_checkpoints SET position = ?, updated_at = now()
+            `UPDATE projection_checkpoints SET position = ?, updated_at = now()${clearTarget}
               WHERE name = ANY(?::text[]) AND position = ? RETURNING name`,
-            [last, names, applied[0].position],
+            [last, ...(rebuilding ? [last] : []), names, applied[0].position],
           )
         : await trx.raw<{ rows: Array<{ name: string }> }>(
-            `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()
+            `UPDATE projection_checkpoints AS c SET position = ?, updated_at = now()${clearTarget}
                FROM unnest(?::text[], ?::bigint[]) AS known(name, position)
               WHERE c.name = known.name AND c.position = known.position
               RETURNING c.name`,
-            [last, names, applied.map((worker) => worker.position)],
+            [last, ...(rebuilding ? [last] : []), names, applied.map((worker) => worker.position)],
           );
     if (result.rows.length !== applied.length) throw new Error('a projection checkpoint moved during the batch');
   }
@@ -881,12 +922,22 @@ export class ProjectionRunner implements ReadModelRunner {
         const stored = (await this.readCheckpoints([name], trx)).get(name) ?? 0;
         if (stored !== worker.position) return { kind: 'moved', stored };
         await applyEvents(worker.projection, trx, this.eventsFor(worker, batch));
-        await trx('projection_checkpoints').where('name', name).update({ position: last, updated_at: trx.fn.now() });
+        await trx('projection_checkpoints').where('name', name).update({ position: last, updated_at: trx.fn.now(), ...this.rebuildTargetUpdate(trx, [worker], last) });
         return { kind: 'applied' };
       });
     } catch (error) {
       return { kind: 'failed', error };
     }
+  }
+
+  /**
+   * The `rebuild_target` part of a checkpoint update to `last`: cleared where the rebuild reaches
+   * its end, in the statement that moves the checkpoint there; nothing when none of `workers`
+   * is rebuilding, so a running projection's batches send the statement they always did.
+   */
+  private rebuildTargetUpdate(trx: Knex.Transaction, workers: readonly Worker[], last: number): { rebuild_target?: Knex.Raw } {
+    if (workers.every((worker) => worker.storedRebuildTarget === null)) return {};
+    return { rebuild_target: trx.raw(CLEARED_AT_TARGET, [last]) };
   }
 
   private eventsFor(worker: Worker, batch: readonly RecordedEvent[]): RecordedEvent[] {
@@ -896,10 +947,18 @@ export class ProjectionRunner implements ReadModelRunner {
   private applied(worker: Worker, position: number): void {
     worker.position = position;
     worker.consecutiveFailures = 0;
+    const target = worker.storedRebuildTarget;
+    // The batch's statement cleared the stored end (CLEARED_AT_TARGET) if it reached it.
+    if (target !== null && position >= target) worker.storedRebuildTarget = null;
     if (worker.state === 'failed') {
       this.log?.info({ projection: worker.projection.name, position }, 'projection recovered');
-      worker.state = 'running';
+      // A rebuild that failed half-way has not replayed what its tables miss: still a rebuild.
+      worker.state = worker.storedRebuildTarget !== null ? 'rebuilding' : 'running';
       worker.lastError = null;
+    } else if (worker.state === 'rebuilding' && worker.rebuild === null && worker.storedRebuildTarget === null) {
+      // A rebuild resumed by start() (or after a failure) has reached its end; rebuild() ends its own.
+      this.log?.info({ projection: worker.projection.name, position }, 'projection rebuilt');
+      worker.state = 'running';
     }
     this.progressRebuild(worker);
   }

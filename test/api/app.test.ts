@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { connect, type AddressInfo } from 'node:net';
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { ProjectionRunner } from '../../src/projection/runner.js';
 import { eventually, registerUser, startTestService, waitForPipeline } from '../helpers/service.js';
 import { CURIE_ARTICLE, startWebServer } from '../helpers/webServer.js';
 
@@ -174,6 +175,80 @@ t.test('data survives a restart of the context', async (t) => {
   const read = await again.call('GET', `/api/v1/repositories/${repo.id}`, { token: user.token });
   t.equal(read.status, 200);
   t.equal(read.body.name, 'Kept');
+});
+
+/**
+ * Holds the runner's batches for the lanes that feed `projection` before their transaction opens
+ * (reads share PGlite's one connection, so a batch held inside it would hold them too). A batch
+ * released with `drop` is never applied: a process killed before the batch's commit.
+ */
+function holdBatchesOf(t: Test, projection: string) {
+  // applyBatch is private: reached by name on the prototype, the one place every lane's batch passes.
+  const runner = ProjectionRunner.prototype as unknown as { applyBatch: (lane: { workers: Set<{ projection: { name: string } }> }, batch: unknown[]) => Promise<void> };
+  const original = runner.applyBatch;
+  const hold = () => {
+    let release!: (how: 'apply' | 'drop') => void;
+    let enter!: () => void;
+    const released = new Promise<'apply' | 'drop'>((resolve) => (release = resolve));
+    const entered = new Promise<void>((resolve) => (enter = resolve));
+    return { released, release, entered, enter };
+  };
+  let current = hold();
+  runner.applyBatch = async function (this: unknown, lane, batch) {
+    if ([...lane.workers].some((worker) => worker.projection.name === projection)) {
+      current.enter();
+      if ((await current.released) === 'drop') return;
+    }
+    return original.call(this, lane, batch);
+  };
+  t.teardown(() => {
+    current.release('apply');
+    runner.applyBatch = original;
+  });
+  return {
+    entered: () => current.entered,
+    release: (how: 'apply' | 'drop') => current.release(how),
+    holdAgain: () => (current = hold()),
+  };
+}
+
+t.test('a rebuild the service did not finish goes on as a rebuild after a restart: 503 for what it has not re-applied, `rebuilding`, until its end', async (t) => {
+  const service = await startTestService({ persistent: true });
+  t.teardown(async () => {
+    const { rm } = await import('node:fs/promises');
+    await rm(service.dataDir, { recursive: true, force: true });
+  });
+  const admin = await registerUser(service, 'admin@example.org');
+  const user = await registerUser(service, 'user@example.org');
+  const repo = (await service.call('POST', '/api/v1/repositories', { token: user.token, body: { name: 'Rebuilt' } })).body;
+  const head = await service.context.store.headPosition();
+  const batches = holdBatchesOf(t, 'repositories');
+  t.equal((await service.call('POST', '/api/v1/projections/repositories/rebuild', { token: admin.token })).status, 202);
+  await batches.entered();
+  // Killed with its tables emptied and its first batch not committed.
+  batches.release('drop');
+  await service.close({ keepData: true });
+
+  batches.holdAgain();
+  const again = await startTestService({ dataDir: service.dataDir });
+  t.teardown(() => again.close());
+  await batches.entered();
+  const missing = await again.call('GET', `/api/v1/repositories/${repo.id}`, { token: user.token });
+  t.equal(missing.status, 503, 'not re-applied yet: unavailable, not 404');
+  t.equal(missing.headers['retry-after'], '5');
+  t.match(missing.body, { error: 'unavailable', message: /being rebuilt/ });
+  const during = await again.call('GET', '/api/v1/projections', { token: admin.token });
+  t.match(
+    during.body.projections.find((projection: { name: string }) => projection.name === 'repositories'),
+    { state: 'rebuilding', position: 0, lag: during.body.projections[0].head },
+  );
+
+  batches.release('apply');
+  await eventually(async () => (await again.context.projections.status()).every((projection) => projection.state === 'running'));
+  t.equal((await again.call('GET', `/api/v1/repositories/${repo.id}`, { token: user.token })).status, 200, 'rebuilt');
+  const stored = await again.context.db.knex('projection_checkpoints').where({ name: 'repositories' }).first('position', 'rebuild_target');
+  t.ok(Number(stored.position) >= head, 'the checkpoint reached the end it was rebuilding to');
+  t.equal(stored.rebuild_target, null, 'and the rebuild is no longer kept');
 });
 
 t.test('a request that comes while the server closes is answered 503 unavailable with Retry-After, in the error shape', async (t) => {

@@ -253,6 +253,68 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
     t.equal(await rebuilding.catch((error: unknown) => error instanceof ProjectionRebuildStoppedError), true);
   });
 
+  /** The end of a rebuild under way as the checkpoint row keeps it; null when none is. */
+  const storedRebuildTarget = async (db: Database, name: string): Promise<number | null> => {
+    const row = (await db.knex('projection_checkpoints').where({ name }).first('rebuild_target')) as { rebuild_target: string | number | null };
+    return row.rebuild_target === null ? null : Number(row.rebuild_target);
+  };
+
+  for (const how of ['the service', 'a Ctrl-C of the offline rebuild'] as const) {
+    withFixture(`a rebuild stopped part-way by ${how} resumes as a rebuild at the next start, until its end`, async (t, { db, store }) => {
+      await createRowsTable(db, 'things');
+      const appended = await store.append('s-1', Array.from({ length: 40 }, (_, i) => thing(`n${i}`)), 'no_stream');
+      const first = new ProjectionRunner(store, db, [countingProjection('things')], { rebuildBatchSize: 4, minBatchIntervalMs: 0 });
+      if (how === 'the service') {
+        await first.start();
+        await first.waitFor(appended.lastPosition, APPLIED_WITHIN_MS);
+      }
+      const rebuilding = first.rebuild('things', (done) => {
+        if (done > 0) void first.stop();
+      });
+      await t.rejects(rebuilding, new ProjectionRebuildStoppedError('things'));
+      const stoppedAt = await checkpoint(db, 'things');
+      t.ok(stoppedAt > 0 && stoppedAt < appended.lastPosition, `stopped part-way, at ${stoppedAt}`);
+
+      // The next start on the same database: its batches wait at the gate until the checks are done.
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const second = new ProjectionRunner(store, db, [countingProjection('things', { beforeApply: () => gate })], { rebuildBatchSize: 4, minBatchIntervalMs: 0 });
+      t.teardown(() => second.stop());
+      await second.start();
+      t.match(await second.status(), [{ name: 'things', state: 'rebuilding', position: stoppedAt, lag: appended.lastPosition - stoppedAt }], 'rebuilding, not running with a lag');
+      t.equal(await second.caughtUp(stoppedAt, 0), false, 'what was written is not all readable');
+      t.equal(await second.projectionReached('things', stoppedAt, 0), false, 'nor reached, whatever its position');
+      await second.waitFor(appended.lastPosition, 0); // rebuilding: not waited for, as a live rebuild is not
+      t.equal(await storedRebuildTarget(db, 'things'), appended.lastPosition, 'the checkpoint keeps the end it was rebuilding to');
+
+      release();
+      await waitUntil(async () => (await second.status())[0].state === 'running', APPLIED_WITHIN_MS, 'the resumed rebuild to end');
+      t.match(await second.status(), [{ name: 'things', state: 'running', position: appended.lastPosition, lag: 0 }]);
+      t.equal(await storedRebuildTarget(db, 'things'), null, 'cleared with the checkpoint that reached the end');
+      const replayed = await rows(db, 'things');
+      t.equal(replayed.length, 40, 'every event applied');
+      t.ok(replayed.every((row) => row.count === 1), 'each once');
+      t.equal(await second.projectionReached('things', appended.lastPosition, APPLIED_WITHIN_MS), true);
+
+      // A later start finds no rebuild: it runs.
+      await second.stop();
+      const third = new ProjectionRunner(store, db, [countingProjection('things')], { minBatchIntervalMs: 0 });
+      t.teardown(() => third.stop());
+      await third.start();
+      t.match(await third.status(), [{ state: 'running', position: appended.lastPosition }]);
+    });
+  }
+
+  withFixture('a rebuild of an empty log keeps no end to resume', async (t, { db, store }) => {
+    await createRowsTable(db, 'things');
+    const runner = new ProjectionRunner(store, db, [countingProjection('things')]);
+    await runner.rebuild('things');
+    t.equal(await storedRebuildTarget(db, 'things'), null);
+    t.teardown(() => runner.stop());
+    await runner.start();
+    t.match(await runner.status(), [{ state: 'running', position: 0 }]);
+  });
+
   withFixture('a failing standalone rebuild rejects', async (t, { db, store }) => {
     await createRowsTable(db, 'things');
     await store.append('s-1', [thing('a'), thing('boom')], 'no_stream');

@@ -361,3 +361,17 @@ t.test('a database a newer factlog migrated is refused before any migration runs
   });
   t.same(await db.knex('schema_migrations').where({ id: '019_role_assignments_of_deleted_repositories' }), [], 'the missing known migration was not run');
 });
+
+t.test('033: the checkpoints of a runner that ran before it get rebuild_target, NULL (no rebuild under way); a database it never ran on is left to the runner', async (t) => {
+  const { db, after } = await migratedThrough(t, '032_lock_pending_positions_stream');
+  t.equal(after[0], '033_projection_checkpoints_rebuild_target');
+  // The table as the runner made it before 033.
+  await db.knex.raw(`CREATE TABLE projection_checkpoints (name text PRIMARY KEY, position bigint NOT NULL DEFAULT 0, updated_at timestamptz NOT NULL DEFAULT now())`);
+  await db.knex('projection_checkpoints').insert({ name: 'facts', position: 12 });
+  t.same(await migrateReadModels(db.knex), after);
+  t.same(await db.knex('projection_checkpoints').select('name', 'position', 'rebuild_target'), [{ name: 'facts', position: '12', rebuild_target: null }]);
+
+  const fresh = await migratedThrough(t, '032_lock_pending_positions_stream');
+  t.same(await migrateReadModels(fresh.db.knex), fresh.after);
+  t.equal(await fresh.db.knex.schema.hasTable('projection_checkpoints'), false, 'no table before the runner makes it (with the column)');
+});
