@@ -275,10 +275,12 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
       const stoppedAt = await checkpoint(db, 'things');
       t.ok(stoppedAt > 0 && stoppedAt < appended.lastPosition, `stopped part-way, at ${stoppedAt}`);
 
-      // The next start on the same database: its batches wait at the gate until the checks are done.
+      // The next start on the same database: its batches wait at the gate until the checks are
+      // done, before the runner opens their transaction (on PGlite it would hold the checks' connection).
       let release!: () => void;
       const gate = new Promise<void>((resolve) => (release = resolve));
-      const second = new ProjectionRunner(store, db, [countingProjection('things', { beforeApply: () => gate })], { rebuildBatchSize: 4, minBatchIntervalMs: 0 });
+      const gated: EventStore = { ...store, subscribe: (options) => store.subscribe({ ...options, handler: async (batch) => (await gate, options.handler(batch)) }) };
+      const second = new ProjectionRunner(gated, db, [countingProjection('things')], { rebuildBatchSize: 4, minBatchIntervalMs: 0 });
       t.teardown(() => second.stop());
       await second.start();
       t.match(await second.status(), [{ name: 'things', state: 'rebuilding', position: stoppedAt, lag: appended.lastPosition - stoppedAt }], 'rebuilding, not running with a lag');
