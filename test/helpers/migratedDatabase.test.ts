@@ -2,7 +2,7 @@ import t from 'tap';
 import { migrateEmbeddedSchema } from './schema.js';
 import { openMigratedDatabase } from './migratedDatabase.js';
 import { startTestService } from './service.js';
-import { markGroupedRun } from './groupedRun.js';
+import { endGroupedRun, isGroupedRun, markGroupedRun } from './groupedRun.js';
 
 /** The rows of every table but `schema_migrations`, and its own row count. */
 async function contents(db: Awaited<ReturnType<typeof openMigratedDatabase>>): Promise<{ rows: number; migrations: number }> {
@@ -52,6 +52,9 @@ t.test('a database whose migrations’ record changed is closed, not kept', asyn
 
 // A persistent service (on disk, closed with keepData and started again): test/api/app.test.ts, "data survives a restart".
 t.test('in a grouped run a test service takes a kept database, and refuses to keep its data past its close', async (t) => {
+  // Alone (`npx tap` of this file), nothing ends the group this test makes: end it here, or the
+  // database kept for the group keeps the process alive until tap's timeout.
+  if (!isGroupedRun()) t.teardown(endGroupedRun);
   markGroupedRun();
   const first = await startTestService();
   const db = first.context.db;
