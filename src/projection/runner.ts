@@ -459,8 +459,11 @@ export class ProjectionRunner implements ReadModelRunner {
   }
 
   /** Each projection's checkpoint and the end of a rebuild under way, if one is (see migrateProjectionCheckpoints). */
-  private async readCheckpointRows(): Promise<Map<string, { position: number; rebuildTarget: number | null }>> {
-    const rows = (await this.db.knex('projection_checkpoints').select('name', 'position', 'rebuild_target').whereIn('name', [...this.workers.keys()])) as Array<{
+  private async readCheckpointRows(
+    names: readonly string[] = [...this.workers.keys()],
+    runner: Knex = this.db.knex,
+  ): Promise<Map<string, { position: number; rebuildTarget: number | null }>> {
+    const rows = (await runner('projection_checkpoints').select('name', 'position', 'rebuild_target').whereIn('name', [...names])) as Array<{
       name: string;
       position: string | number;
       rebuild_target: string | number | null;
@@ -468,12 +471,10 @@ export class ProjectionRunner implements ReadModelRunner {
     return new Map(rows.map((row) => [row.name, { position: Number(row.position), rebuildTarget: row.rebuild_target === null ? null : Number(row.rebuild_target) }]));
   }
 
+  /** Each projection's checkpoint (readCheckpointRows without the rebuilds' ends). */
   private async readCheckpoints(names: readonly string[] = [...this.workers.keys()], runner: Knex = this.db.knex): Promise<Map<string, number>> {
-    const rows = (await runner('projection_checkpoints').select('name', 'position').whereIn('name', [...names])) as Array<{
-      name: string;
-      position: string | number;
-    }>;
-    return new Map(rows.map((row) => [row.name, Number(row.position)]));
+    const rows = await this.readCheckpointRows(names, runner);
+    return new Map([...rows].map(([name, row]) => [name, row.position]));
   }
 
   /**
