@@ -5,8 +5,10 @@ ARG NODE_VERSION=24.21.0
 FROM node:${NODE_VERSION}-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# npm ci's postinstall applies them (patch-package; patches/README.md says what each changes and why).
+# npm ci's postinstall applies them (patch-package; patches/README.md says what each changes and why)
+# and puts PGlite's start-and-DDL functions first in its WebAssembly (the script says why).
 COPY patches ./patches
+COPY scripts/reorderPgliteWasm.ts ./scripts/
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
@@ -26,5 +28,5 @@ COPY configs ./configs
 COPY schemas ./schemas
 USER node
 EXPOSE 8080
-ENTRYPOINT ["node", "--liftoff-only", "--max-semi-space-size=1", "--heap-growing-percent=30", "bin/factlog.js"]
+ENTRYPOINT ["node", "--wasm-debug-mask-for-testing=15", "--max-semi-space-size=1", "--heap-growing-percent=30", "bin/factlog.js"]
 CMD ["serve", "--role", "all"]

@@ -32,11 +32,11 @@ $(NODE_HOME)/bin/node:
 	@rm -rf .cache/node-download
 	@$@ --version
 
-# Reinstalled when the lock file, a patch of a dependency (patches/, applied by npm ci's postinstall)
-# or the Node version changes (native modules follow the ABI).
+# Reinstalled when the lock file, a patch of a dependency (patches/, applied by npm ci's postinstall),
+# the postinstall's reordering of PGlite's WebAssembly or the Node version changes (native modules follow the ABI).
 # `tap build` applies the plugin list of package.json (without it tap loads its TypeScript
 # plugin, which type-checks every test file as it loads: minutes slower).
-node_modules/.installed: package.json package-lock.json $(wildcard patches/*.patch) $(NODE_DEP)
+node_modules/.installed: package.json package-lock.json $(wildcard patches/*.patch) scripts/reorderPgliteWasm.ts $(NODE_DEP)
 	$(NPM) ci --no-audit --no-fund
 	npx tap build
 	@touch $@
@@ -49,7 +49,7 @@ typecheck: install
 	npx tsc -p tsconfig.test.json
 
 run: build
-	MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072 node --liftoff-only --max-semi-space-size=1 --heap-growing-percent=30 bin/factlog.js serve
+	MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=131072 node --wasm-debug-mask-for-testing=15 --max-semi-space-size=1 --heap-growing-percent=30 bin/factlog.js serve
 
 # The PostgreSQL server the store and pipeline suites run against (127.0.0.1:5432, trust auth).
 postgres:

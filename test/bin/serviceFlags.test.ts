@@ -15,7 +15,7 @@ const { env, flags } = serviceLaunch();
 
 t.test('bin/factlog.js starts node with one malloc arena, large allocations mapped apart, and the memory flags', async (t) => {
   t.same(env, { MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '131072' });
-  t.same(flags, ['--liftoff-only', '--max-semi-space-size=1', '--heap-growing-percent=30']);
+  t.same(flags, ['--wasm-debug-mask-for-testing=15', '--max-semi-space-size=1', '--heap-growing-percent=30']);
   // --optimize-for-size held the memory too, at about a quarter more CPU a document.
   t.notOk(flags.includes('--optimize-for-size'));
 });
@@ -26,7 +26,7 @@ t.test('the service knows its launch (to warn when started without it), as the s
   t.same(missingFromEmbeddedLaunch(['--enable-source-maps'], { MALLOC_ARENA_MAX: '2' }), [
     'MALLOC_ARENA_MAX=1',
     'MALLOC_MMAP_THRESHOLD_=131072',
-    '--liftoff-only',
+    '--wasm-debug-mask-for-testing=15',
     '--max-semi-space-size=1',
     '--heap-growing-percent=30',
   ], 'node bin/factlog.js: everything');
@@ -50,7 +50,7 @@ t.test('the shebang is read as its environment and its flags', async (t) => {
 });
 
 t.test('a server-tier node (deploy/compose.yaml) starts node without the embedded node\'s V8 flags, with its environment', async (t) => {
-  // No PGlite there (--liftoff-only is for its WebAssembly) and no 500 MB target; the collector's
+  // No PGlite there (the debug mask is for its WebAssembly) and no 500 MB target; the collector's
   // flags cost its catch-up about a fifth (docs/performance.md, "Thirty-eighth round").
   t.same(serverTierLaunch(), { env, flags: [] });
 });
