@@ -120,8 +120,8 @@ const encodedName = (text: string): number[] => {
 
 /**
  * A name section naming the kept functions `a` and their rank, every other declared function `f`
- * and its index, both zero-padded: sorting functions by name then puts the kept ones first, in their order,
- * and leaves the rest in the order they had.
+ * and its index, both zero-padded: sorting functions by name then puts the kept ones first, in
+ * their order, and leaves the rest in the order they had.
  */
 function sortingNameSection(layout: FunctionLayout, keptIndices: readonly number[]): Uint8Array {
   const width = String(layout.importedFunctions + layout.declaredFunctions).length;
@@ -149,6 +149,7 @@ export async function reordered(module: Uint8Array): Promise<Uint8Array> {
   const withNames = new Uint8Array(module.length + nameSection.length);
   withNames.set(module);
   withNames.set(nameSection, module.length);
+  // Loaded only here: an install whose module is in order already reads its sections and stops.
   const { default: binaryen } = await import('binaryen');
   const parsed = binaryen.readBinary(withNames);
   try {

@@ -1,7 +1,5 @@
 import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import binaryen from 'binaryen';
 import t from 'tap';
@@ -66,8 +64,7 @@ t.test('the kept functions come first, and every export answers as before', asyn
 
 t.test('a module without one of the functions is refused by name, and a file that is not one is left as it was', async (t) => {
   await t.rejects(reordered(sampleModule(['raw_parser', 'outNode', 'nodeRead'])), /pglite\.wasm exports no function standard_ProcessUtility: PGlite's build changed/);
-  const directory = await mkdtemp(path.join(os.tmpdir(), 'reorder-'));
-  t.teardown(() => rm(directory, { recursive: true, force: true }));
+  const directory = t.testdir({});
   const garbage = path.join(directory, 'garbage.wasm');
   writeFileSync(garbage, 'not a module');
   await t.rejects(reorderInstalledPgliteWasm(garbage), /not a WebAssembly module/);
@@ -75,8 +72,7 @@ t.test('a module without one of the functions is refused by name, and a file tha
 });
 
 t.test('a file in order already is left untouched', async (t) => {
-  const directory = await mkdtemp(path.join(os.tmpdir(), 'reorder-'));
-  t.teardown(() => rm(directory, { recursive: true, force: true }));
+  const directory = t.testdir({});
   const file = path.join(directory, 'module.wasm');
   writeFileSync(file, await reordered(sampleModule()));
   const bytes = readFileSync(file);
@@ -94,8 +90,7 @@ t.test("the install left PGlite's module in that order, and the embedded launch 
 });
 
 t.test("this node's V8 keeps the masked functions on Liftoff and tiers up the one after them", async (t) => {
-  const directory = await mkdtemp(path.join(os.tmpdir(), 'reorder-'));
-  t.teardown(() => rm(directory, { recursive: true, force: true }));
+  const directory = t.testdir({});
   const file = path.join(directory, 'module.wasm');
   const module = new binaryen.Module();
   try {
