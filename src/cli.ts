@@ -215,14 +215,17 @@ interface ProjectionLine {
 
 /**
  * `projections list`'s table: a row a projection, and under a failed one its error, indented on
- * lines of its own so that the columns stay aligned however long the error is.
+ * lines of its own so that the columns stay aligned however long the error is. A projection that
+ * has not failed may have something to say too (a rebuild left half-way, a stale rebuild mark):
+ * it is a note, not an error.
  */
 export function projectionTable(projections: readonly ProjectionLine[]): string[] {
   return projections.flatMap((projection) => {
     const row = `${projection.name.padEnd(20)} position ${String(projection.position).padStart(8)}  lag ${String(projection.lag).padStart(8)}  ${projection.state}`;
     if (!projection.last_error) return [row];
     const [first, ...rest] = projection.last_error.split(/\s*\n\s*/);
-    return [row, `    error: ${first}`, ...rest.map((line) => `           ${line}`)];
+    const label = projection.state === 'failed' ? 'error:' : 'note: ';
+    return [row, `    ${label} ${first}`, ...rest.map((line) => `           ${line}`)];
   });
 }
 

@@ -236,6 +236,11 @@ t.test("projections list shows why a failed projection stopped, on an indented l
   // Read here (the runner's status, as GET /api/v1/projections presents it) and from a service alike.
   t.same(projectionTable([failed, running]), table);
   t.same(projectionTable([{ name: 'users', position: 1, lag: 0, state: 'running' }]), ['users                position        1  lag        0  running'], "an older service's answer, without last_error");
+  t.same(
+    projectionTable([{ name: 'facts', position: 40, lag: 60, state: 'stopped', last_error: 'its rebuild stopped at position 40 of 100' }]),
+    ['facts                position       40  lag       60  stopped', '    note:  its rebuild stopped at position 40 of 100'],
+    'what a projection that has not failed says is a note, aligned as an error is',
+  );
 
   t.test('asked of the running service', { skip: !existsSync('/proc/1/stat') && 'no /proc here' }, async (t) => {
     const { lockPath, owner, proving, printed } = await lockedByStandIn(t);

@@ -291,7 +291,7 @@ export class ProjectionRunner implements ReadModelRunner {
       head,
       lag: Math.max(0, head - worker.position),
       state: worker.state,
-      lastError: worker.lastError,
+      lastError: worker.lastError ?? this.interruptedRebuild(worker),
     }));
   }
 
@@ -484,10 +484,25 @@ export class ProjectionRunner implements ReadModelRunner {
    */
   private async loadPositions(): Promise<void> {
     if (!(await relationsExist(this.db.knex, 'projection_checkpoints'))) return;
-    for (const [name, position] of await this.readCheckpoints()) {
+    for (const [name, checkpoint] of await this.readCheckpointRows()) {
       const worker = this.workers.get(name);
-      if (worker && worker.state === 'stopped') worker.position = position;
+      if (worker && worker.state === 'stopped') {
+        worker.position = checkpoint.position;
+        worker.storedRebuildTarget = checkpoint.rebuildTarget;
+      }
     }
+  }
+
+  /**
+   * What a stopped projection's status says of a rebuild it left half-way (a shutdown, a crash, a
+   * Ctrl-C of the offline rebuild): its tables hold only part of the log until a start goes on
+   * with it. Without this, `projections list` with no service showed such a projection as plainly
+   * `stopped`, as one whose read model is whole.
+   */
+  private interruptedRebuild(worker: Worker): string | null {
+    const target = worker.storedRebuildTarget;
+    if (worker.state !== 'stopped' || target === null || worker.position >= target) return null;
+    return `its rebuild stopped at position ${worker.position} of ${target}, so its read model holds only part of the log; the next start (factlog serve) or \`factlog projections rebuild ${worker.projection.name}\` completes it`;
   }
 
   /** Feeds a projection again from its stored checkpoint (after a rebuild reset, a failure or a moved checkpoint). */

@@ -275,6 +275,14 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
       const stoppedAt = await checkpoint(db, 'things');
       t.ok(stoppedAt > 0 && stoppedAt < appended.lastPosition, `stopped part-way, at ${stoppedAt}`);
 
+      // `projections list` with no service: a runner that is not started reads the checkpoints.
+      const offline = new ProjectionRunner(store, db, [countingProjection('things')]);
+      t.match(
+        await offline.status(),
+        [{ name: 'things', state: 'stopped', position: stoppedAt, lastError: `its rebuild stopped at position ${stoppedAt} of ${appended.lastPosition}, so its read model holds only part of the log; the next start (factlog serve) or \`factlog projections rebuild things\` completes it` }],
+        'offline, the half-done rebuild is said, not a plain stopped',
+      );
+
       // The next start on the same database: its batches wait at the gate until the checks are
       // done, before the runner opens their transaction (on PGlite it would hold the checks' connection).
       let release!: () => void;
@@ -303,6 +311,7 @@ function runnerSuite(t: Test, open: () => Promise<Database>): void {
 
       // A later start finds no rebuild: it runs.
       await second.stop();
+      t.match(await new ProjectionRunner(store, db, [countingProjection('things')]).status(), [{ state: 'stopped', lastError: null }], 'offline, a completed rebuild leaves nothing to say');
       const third = new ProjectionRunner(store, db, [countingProjection('things')], { minBatchIntervalMs: 0 });
       t.teardown(() => third.stop());
       await third.start();
