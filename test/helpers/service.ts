@@ -164,8 +164,13 @@ export async function startServerNodes(
   const overrides = merge(options.overrides ?? {}, { databases: { default: { url, max_conns: options.maxConns ?? 5 } } });
   const nodes: TestService[] = [];
   t.teardown(async () => {
-    for (const node of nodes.reverse()) await node.close();
-    await scratch.close();
+    // Every node and the scratch pool are closed even when one close throws (else the nodes after
+    // it kept their pools, and the test process its handles); the first failure is thrown after.
+    const failures: unknown[] = [];
+    for (const close of [...nodes.reverse().map((node) => () => node.close()), () => scratch.close()]) {
+      await close().catch((error: unknown) => failures.push(error));
+    }
+    if (failures.length > 0) throw failures[0];
   });
   // One after the other: the first migrates the database.
   for (let n = 0; n < (options.nodes ?? 2); n++) nodes.push(await startTestService({ overrides, workers: false }));
