@@ -1,4 +1,5 @@
 import type { Principal } from '../auth/rbac.js';
+import { ProjectionRebuildTakenOverError } from '../projection/busRunner.js';
 import { ProjectionRebuildStoppedError } from '../projection/runner.js';
 import { projectionStatus } from '../read/projections.js';
 import { authorizeSystem } from './access.js';
@@ -16,9 +17,12 @@ export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>
       // Its rebuild would only fail in the background while this answered 202.
       if (status.state === 'rebuilding') throw conflict(`projection ${input.name} is already rebuilding; follow it in GET /projections`);
       deps.projections.rebuild(input.name).catch((error: unknown) => {
-        // Stopped by the shutdown: its rows and checkpoint agree, and the next start goes on from there.
+        // Stopped by the shutdown: its rows and checkpoint agree, and it goes on (error.goesOn says how).
         if (error instanceof ProjectionRebuildStoppedError) {
-          deps.log.warn({ projection: input.name }, 'rebuild stopped before its end (the service is shutting down); the projection goes on from its checkpoint at the next start');
+          deps.log.warn({ projection: input.name }, `rebuild stopped before its end (the service is shutting down); ${error.goesOn}`);
+        } else if (error instanceof ProjectionRebuildTakenOverError) {
+          // The runner has logged it; the other node's rebuild goes on.
+          deps.log.warn({ projection: input.name, by: error.by }, 'rebuild taken over by another node, which took it for stopped; that rebuild goes on');
         } else deps.log.error({ err: error, projection: input.name }, 'rebuild failed');
       });
       // As the rebuild has it from its start: from position 0, the whole log to replay.

@@ -116,6 +116,12 @@ export async function relationsExist(knex: Knex, ...names: string[]): Promise<bo
   return true;
 }
 
+/** Whether `table` (which exists) has the column `column`, as the statement's snapshot sees the catalogue. */
+export async function columnExists(knex: Knex, table: string, column: string): Promise<boolean> {
+  const { rows } = await knex.raw<{ rows: unknown[] }>(`SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = ${RELATION_OID} AND attname = ? AND NOT attisdropped`, [table, column]);
+  return rows.length > 0;
+}
+
 /**
  * Whether the function `name` of the current schema exists with the body of `definition` (a
  * `CREATE OR REPLACE FUNCTION … AS $fn$…$fn$` statement): a release that changes a function's

@@ -1,12 +1,13 @@
+import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Knex } from 'knex';
 import type { Bus, BusConsumer } from '../bus/port.js';
 import { type Database, migrateUnderLock } from '../db/database.js';
-import { relationsExist } from '../db/migrations.js';
+import { columnExists, relationsExist } from '../db/migrations.js';
 import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
-import { ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
+import { ProjectionRebuildStoppedError, ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
 import { lockProjectionStreams } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 import { boundedErrorMessage } from '../util/errorMessage.js';
@@ -29,17 +30,27 @@ export async function migrateProjectionStreamPositions(knex: Knex): Promise<void
       projection text PRIMARY KEY,
       node text NOT NULL,
       started_at timestamptz NOT NULL DEFAULT now(),
-      heartbeat_at timestamptz NOT NULL DEFAULT now()
+      heartbeat_at timestamptz NOT NULL DEFAULT now(),
+      rebuild_id text
     )`);
+    // Which rebuild holds the mark: each replayed batch checks it is still its own (see rebuild).
+    // A mark of a release before it has none, and belongs to no rebuild running now. Looked for
+    // first: ALTER TABLE locks the table even when it has the column, and this runs at every
+    // start and rebuild, while other nodes' batches read the marks.
+    if (!(await columnExists(trx, 'projection_rebuilds', 'rebuild_id'))) await trx.raw(`ALTER TABLE projection_rebuilds ADD COLUMN rebuild_id text`);
   });
 }
 
 /**
  * A rebuild whose node has not replayed a batch for this long is taken to have stopped (the node
  * died or was killed): its projection stays held for consumers until a rebuild runs again to its
- * end, and a new rebuild may take it over. Longer than any one batch's transaction takes.
+ * end, and a running node takes it over (see takeOverStoppedRebuilds). Longer than any one batch's
+ * transaction takes; a node that was only slow finds its mark taken at its next batch and stops.
  */
 const REBUILD_STALE_MS = 5 * 60_000;
+
+/** How often a running node looks for rebuilds whose node stopped. */
+const REBUILD_TAKEOVER_CHECK_MS = 60_000;
 
 /** How often a consumer whose projection another node is rebuilding looks again. */
 const REBUILD_WAIT_POLL_MS = 1_000;
@@ -51,6 +62,8 @@ interface RebuildMark {
   node: string;
   startedAt: Date;
   heartbeatAt: Date;
+  /** Null on a mark a release before rebuild ids left. */
+  rebuildId: string | null;
 }
 
 /** Thrown inside a consumer's transaction: the projection is being rebuilt (by any node), so its batch must wait. */
@@ -66,6 +79,21 @@ class ProjectionRebuildConflictError extends Error {
   override readonly name = 'ProjectionRebuildConflictError';
 }
 
+/**
+ * Thrown inside a replayed batch's transaction (which it rolls back) when the projection's mark is
+ * no longer the rebuild's own: another node took the rebuild over, taking this one for stopped.
+ * Its replay ends there; the other's goes on, undisturbed by this one's batches.
+ */
+export class ProjectionRebuildTakenOverError extends Error {
+  override readonly name = 'ProjectionRebuildTakenOverError';
+  constructor(
+    readonly projection: string,
+    readonly by: string | null,
+  ) {
+    super(`the rebuild of projection ${projection} was taken over by ${by ?? 'another rebuild'} (it took this one for stopped); this node's replay ended`);
+  }
+}
+
 interface Worker {
   projection: Projection;
   consumer: BusConsumer | null;
@@ -73,6 +101,12 @@ interface Worker {
   lastError: string | null;
   /** Highest global position applied by this process (for status; other nodes may be further). */
   position: number;
+  /**
+   * Set while its consumer stops: a batch waiting for a rebuild's mark gives up (unacknowledged,
+   * redelivered), since the bus's stop waits for the batch in flight, and the rebuild that stops
+   * the consumer may be the one to clear the mark (taking over a stopped rebuild).
+   */
+  consumerStopping: boolean;
 }
 
 /**
@@ -87,6 +121,11 @@ export class BusProjectionRunner implements ReadModelRunner {
   /** Set by stop(): a batch waiting for another node's rebuild gives up, so its consumer can stop. */
   private stopping = false;
   private rebuildsTableMade = false;
+  /** The rebuilds this process runs now: projection -> its rebuild id. */
+  private readonly ownRebuilds = new Map<string, string>();
+  private takeoverTimer: NodeJS.Timeout | null = null;
+  /** The check of takeOverStoppedRebuilds under way, awaited by stop(). */
+  private takeoverCheck: Promise<void> | null = null;
 
   private get nodeName(): string {
     return this.options.nodeName ?? NODE_NAME;
@@ -110,11 +149,15 @@ export class BusProjectionRunner implements ReadModelRunner {
       rebuildBatchSize?: number;
       /** This node's name in `projection_rebuilds`; default `<host name>:<pid>`. */
       nodeName?: string;
+      /** After how long without a replayed batch a rebuild counts as stopped; default 5 minutes. */
+      rebuildStaleMs?: number;
+      /** How often a started runner looks for stopped rebuilds to take over; default a minute. */
+      takeoverCheckMs?: number;
     } = {},
   ) {
     for (const projection of projections) {
       if (this.workers.has(projection.name)) throw new Error(`two projections are named ${projection.name}`);
-      this.workers.set(projection.name, { projection, consumer: null, state: 'stopped', lastError: null, position: 0 });
+      this.workers.set(projection.name, { projection, consumer: null, state: 'stopped', lastError: null, position: 0, consumerStopping: false });
     }
   }
 
@@ -122,15 +165,74 @@ export class BusProjectionRunner implements ReadModelRunner {
     this.stopping = false;
     await migrateProjectionStreamPositions(this.db.knex);
     for (const worker of this.workers.values()) await this.consume(worker);
+    // At once (a mark this node's previous run left is known stopped now), then every so often.
+    this.checkForStoppedRebuilds();
+  }
+
+  /** Runs takeOverStoppedRebuilds, then arms the next check; a check's failure is logged and the next one tries again. */
+  private checkForStoppedRebuilds(): void {
+    this.takeoverTimer = null;
+    this.takeoverCheck = this.takeOverStoppedRebuilds()
+      .catch((error: unknown) => this.options.log?.warn({ error: boundedErrorMessage(error) }, 'looking for stopped projection rebuilds failed; the next check tries again'))
+      .finally(() => {
+        this.takeoverCheck = null;
+        if (this.stopping) return;
+        this.takeoverTimer = setTimeout(() => this.checkForStoppedRebuilds(), this.options.takeoverCheckMs ?? REBUILD_TAKEOVER_CHECK_MS);
+        this.takeoverTimer.unref();
+      });
+  }
+
+  /**
+   * A rebuild whose node stopped half-way (died, killed, cut off) leaves its mark, which holds
+   * every node's consumers of the projection: a running node takes it over, rebuilding from 0
+   * (the replay keeps no global position to go on from). Stopped means: no replayed batch for
+   * rebuildStaleMs, or a mark of this node's name that no rebuild of this process holds (its
+   * previous run's, as a restarted container's host name and pid are its previous run's). Nodes
+   * checking at once agree under the projection's lock: one takes it over, the others find its
+   * fresh mark and leave it.
+   */
+  private async takeOverStoppedRebuilds(): Promise<void> {
+    if (this.stopping) return;
+    const marks = await this.rebuildMarks(this.db.knex, [...this.workers.keys()]);
+    for (const [name, mark] of marks) {
+      if (this.stopping) return;
+      if (this.ownRebuilds.has(name) || !this.stoppedRebuild(mark)) continue;
+      this.options.log?.warn({ projection: name, node: mark.node, startedAt: mark.startedAt.toISOString(), lastBatchAt: mark.heartbeatAt.toISOString() }, 'projection rebuild taken over: its node stopped before its end');
+      try {
+        await this.rebuild(name);
+      } catch (error) {
+        // Another node took it over first (before, or during, this one's replay): its rebuild goes on.
+        if (error instanceof ProjectionRebuildConflictError || error instanceof ProjectionRebuildTakenOverError) continue;
+        if (this.stopping) return;
+        this.options.log?.warn({ projection: name, error: boundedErrorMessage(error) }, 'taking over a stopped projection rebuild failed; the next check tries again');
+      }
+    }
+  }
+
+  /** Whether the mark's rebuild has stopped: no batch for rebuildStaleMs, or this node's name on a rebuild this process does not run. */
+  private stoppedRebuild(mark: RebuildMark): boolean {
+    return Date.now() - mark.heartbeatAt.getTime() >= this.staleMs || (mark.node === this.nodeName && ![...this.ownRebuilds.values()].includes(mark.rebuildId ?? ''));
+  }
+
+  private get staleMs(): number {
+    return this.options.rebuildStaleMs ?? REBUILD_STALE_MS;
+  }
+
+  /** What status says of a rebuild that has stopped (stoppedRebuild); null while it goes on. */
+  private staleRebuild(name: string, mark: RebuildMark): string | null {
+    if (!this.stoppedRebuild(mark)) return null;
+    return `the rebuild by ${mark.node} (started ${mark.startedAt.toISOString()}) stopped before its end, its last batch at ${mark.heartbeatAt.toISOString()}; consumers wait until a rebuild of ${name} runs to its end, and a running node takes it over`;
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
+    if (this.takeoverTimer) clearTimeout(this.takeoverTimer);
+    this.takeoverTimer = null;
     for (const worker of this.workers.values()) {
-      await worker.consumer?.stop();
-      worker.consumer = null;
+      await this.stopConsumer(worker);
       worker.state = 'stopped';
     }
+    await this.takeoverCheck;
   }
 
   /**
@@ -161,7 +263,7 @@ export class BusProjectionRunner implements ReadModelRunner {
       const status: ProjectionStatus = { name, position, head, lag, state, lastError };
       // Whichever node rebuilds it: on every node the projection shows as rebuilding, so a second rebuild is refused.
       const mark = marks.get(name);
-      if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: staleRebuild(name, mark) ?? status.lastError };
+      if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: this.staleRebuild(name, mark) ?? status.lastError };
       return status;
     });
   }
@@ -301,50 +403,85 @@ export class BusProjectionRunner implements ReadModelRunner {
    * looks for the mark under the same lock, shared, and waits while it is there. The mark goes
    * when the replay has applied the whole log. A rebuild that stops half-way (its node died)
    * leaves the mark, so the projection stays held until a rebuild runs to its end: status shows it
-   * as rebuilding, with the stop named in its last error once no batch came for REBUILD_STALE_MS.
+   * as rebuilding, with the stop named in its last error once no batch came for rebuildStaleMs,
+   * and a running node then takes it over (takeOverStoppedRebuilds).
+   *
+   * The mark carries the rebuild's id, and each replayed batch renews it in its own transaction,
+   * under the lock: a batch that finds the mark no longer its rebuild's (another node took this
+   * rebuild for stopped and took it over) rolls back and ends the replay
+   * (ProjectionRebuildTakenOverError). Else a node that was only slow would go on applying its
+   * replay to the tables the other emptied, and its per-stream checkpoints would make the other's
+   * replay skip those streams' earlier events.
    */
   async rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void> {
     const worker = this.workers.get(name);
     if (!worker) throw new Error(`unknown projection ${name}; known: ${[...this.workers.keys()].join(', ')}`);
+    if (this.ownRebuilds.has(name)) throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding on this node (${this.nodeName})`);
+    const rebuildId = randomUUID();
+    this.ownRebuilds.set(name, rebuildId);
+    try {
+      await this.rebuildAs(worker, rebuildId, onProgress);
+    } finally {
+      this.ownRebuilds.delete(name);
+    }
+  }
+
+  private async rebuildAs(worker: Worker, rebuildId: string, onProgress?: (done: number, total: number) => void): Promise<void> {
+    const name = worker.projection.name;
     await migrateProjectionStreamPositions(this.db.knex);
     const wasRunning = worker.consumer !== null;
     const previousState = worker.state;
-    await worker.consumer?.stop();
-    worker.consumer = null;
+    await this.stopConsumer(worker);
     worker.state = 'rebuilding';
     try {
       await this.db.knex.transaction(async (trx) => {
         await lockProjectionStreams(trx, name, [], true);
         const mark = (await this.rebuildMarks(trx, [name])).get(name);
-        if (mark && mark.node !== this.nodeName && staleRebuild(name, mark) === null) {
+        if (mark && !this.stoppedRebuild(mark)) {
           throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding on ${mark.node} (since ${mark.startedAt.toISOString()})`);
         }
         await trx('projection_rebuilds')
-          .insert({ projection: name, node: this.nodeName, started_at: trx.fn.now(), heartbeat_at: trx.fn.now() })
+          .insert({ projection: name, node: this.nodeName, rebuild_id: rebuildId, started_at: trx.fn.now(), heartbeat_at: trx.fn.now() })
           .onConflict('projection')
-          .merge(['node', 'started_at', 'heartbeat_at']);
+          .merge(['node', 'rebuild_id', 'started_at', 'heartbeat_at']);
         for (const table of worker.projection.tables) await trx(table).delete();
         await trx('projection_stream_positions').where({ projection: name }).delete();
       });
     } catch (error) {
       // Nothing was emptied: the projection goes on as it was.
       worker.state = previousState;
-      if (wasRunning) await this.consume(worker);
+      if (wasRunning && !this.stopping) await this.consume(worker);
       throw error;
     }
     try {
       const total = await this.store.headPosition();
       let after = 0;
       for (;;) {
+        // A stopping node ends its replay between batches, as the embedded runner does.
+        if (this.stopping) throw new ProjectionRebuildStoppedError(name, 'a running node takes the rebuild over and replays the log from 0');
         const batch = await this.store.readAll({ after, limit: this.options.rebuildBatchSize ?? 500 });
         if (batch.length === 0) break;
-        await this.apply(worker, batch, { replaying: true });
-        await this.db.knex('projection_rebuilds').where({ projection: name, node: this.nodeName }).update({ heartbeat_at: this.db.knex.fn.now() });
+        await this.apply(worker, batch, { replaying: rebuildId });
         after = batch[batch.length - 1].globalPosition;
         onProgress?.(Math.min(after, total), total);
       }
-      await this.db.knex('projection_rebuilds').where({ projection: name, node: this.nodeName }).delete();
+      await this.db.knex('projection_rebuilds').where({ projection: name, rebuild_id: rebuildId }).delete();
     } catch (error) {
+      if (error instanceof ProjectionRebuildStoppedError) {
+        // Its mark is dated back so that a running node takes the rebuild over at its next look,
+        // not after rebuildStaleMs. Best effort: the database may be closing too.
+        await this.db.knex('projection_rebuilds').where({ projection: name, rebuild_id: rebuildId }).update({ heartbeat_at: new Date(0) }).catch(() => undefined);
+        worker.state = 'stopped';
+        throw error;
+      }
+      if (error instanceof ProjectionRebuildTakenOverError) {
+        // The other node's rebuild holds the projection now: this node's consumer goes back to
+        // waiting on its mark, as every other node's does.
+        this.options.log?.warn({ projection: name, by: error.by }, 'projection rebuild taken over by another node; this replay ended');
+        worker.state = previousState;
+        if (wasRunning && !this.stopping) await this.consume(worker);
+        throw error;
+      }
       // Half replayed: the mark stays and holds every node's consumers until a rebuild ends.
       worker.state = 'failed';
       worker.lastError = `rebuild failed: ${boundedErrorMessage(error)}`;
@@ -352,7 +489,17 @@ export class BusProjectionRunner implements ReadModelRunner {
     }
     worker.state = 'stopped';
     this.options.log?.info({ projection: name }, 'projection rebuilt');
-    if (wasRunning) await this.consume(worker);
+    if (wasRunning && !this.stopping) await this.consume(worker);
+  }
+
+  private async stopConsumer(worker: Worker): Promise<void> {
+    worker.consumerStopping = true;
+    try {
+      await worker.consumer?.stop();
+      worker.consumer = null;
+    } finally {
+      worker.consumerStopping = false;
+    }
   }
 
   private groupOf(worker: Worker): string {
@@ -371,7 +518,7 @@ export class BusProjectionRunner implements ReadModelRunner {
             worker.lastError = null;
             return;
           } catch (error) {
-            if (error instanceof ProjectionRebuildingError && !this.stopping) {
+            if (error instanceof ProjectionRebuildingError && !this.stopping && !worker.consumerStopping) {
               // The bus heartbeats while a handler runs: the batch waits here, unacknowledged.
               if (worker.state !== 'rebuilding') this.options.log?.info({ projection: worker.projection.name, node: error.mark.node }, 'projection is being rebuilt on another node; its batches wait');
               worker.state = 'rebuilding';
@@ -388,11 +535,15 @@ export class BusProjectionRunner implements ReadModelRunner {
     worker.state = 'running';
   }
 
-  /** One transaction per batch: rows and per-stream checkpoints together, stale versions skipped. */
-  private async apply(worker: Worker, batch: readonly RecordedEvent[], options: { replaying?: boolean } = {}): Promise<void> {
+  /**
+   * One transaction per batch: rows and per-stream checkpoints together, stale versions skipped.
+   * `replaying`: the id of the rebuild whose replay this batch is (see rebuild).
+   */
+  private async apply(worker: Worker, batch: readonly RecordedEvent[], options: { replaying?: string } = {}): Promise<void> {
     const handled = new Set(worker.projection.eventTypes);
     const relevant = batch.filter((event) => handled.has(event.type));
-    if (relevant.length === 0) return;
+    // A replayed batch renews its rebuild's mark even when it holds nothing for the projection.
+    if (relevant.length === 0 && options.replaying === undefined) return;
     const name = worker.projection.name;
     // As projection work, its statements go prepared (src/db/serverPrepared.ts).
     await inProjections(() => this.db.knex.transaction(async (trx) => {
@@ -402,10 +553,16 @@ export class BusProjectionRunner implements ReadModelRunner {
       const exclusive = relevant.some((event) => worker.projection.exclusiveTypes?.includes(event.type) === true);
       await lockProjectionStreams(trx, name, streams, exclusive);
       // Under the projection's lock, which a rebuild takes exclusively to mark it: no batch slips in between.
-      if (!options.replaying) {
+      if (options.replaying === undefined) {
         // The table is there: start() made it before the first batch.
         const mark = (await readRebuildMarks(trx, [name])).get(name);
         if (mark) throw new ProjectionRebuildingError(mark);
+      } else {
+        // Read, not renewed here: a write would give the transaction an id before its handlers
+        // run, and hold back every global reader of the log until it commits. Under the lock,
+        // which a takeover takes exclusively, the mark cannot change before this commits.
+        const mark = (await readRebuildMarks(trx, [name])).get(name);
+        if (mark?.rebuildId !== options.replaying) throw new ProjectionRebuildTakenOverError(name, mark?.node ?? null);
       }
       const stored: { stream_id: string; stream_version: string | number }[] = await trx('projection_stream_positions')
         .where({ projection: name })
@@ -420,36 +577,36 @@ export class BusProjectionRunner implements ReadModelRunner {
         versions.set(event.streamId, event.streamVersion);
         advanced.set(event.streamId, event);
       }
-      if (advanced.size === 0) return;
-      await applyEvents(worker.projection, trx, fresh);
-      for (const event of fresh) worker.position = Math.max(worker.position, event.globalPosition);
-      // One statement for the batch's checkpoints: the last applied event of each stream.
-      await trx('projection_stream_positions')
-        .insert(
-          [...advanced.values()].map((event) => ({
-            projection: name,
-            stream_id: event.streamId,
-            stream_version: event.streamVersion,
-            global_position: event.globalPosition,
-            updated_at: new Date(),
-          })),
-        )
-        .onConflict(['projection', 'stream_id'])
-        .merge(['stream_version', 'global_position', 'updated_at']);
+      if (advanced.size > 0) {
+        await applyEvents(worker.projection, trx, fresh);
+        for (const event of fresh) worker.position = Math.max(worker.position, event.globalPosition);
+        // One statement for the batch's checkpoints: the last applied event of each stream.
+        await trx('projection_stream_positions')
+          .insert(
+            [...advanced.values()].map((event) => ({
+              projection: name,
+              stream_id: event.streamId,
+              stream_version: event.streamVersion,
+              global_position: event.globalPosition,
+              updated_at: new Date(),
+            })),
+          )
+          .onConflict(['projection', 'stream_id'])
+          .merge(['stream_version', 'global_position', 'updated_at']);
+      }
+      // The replay's sign of life, renewed with the batch it commits (read as checked above).
+      if (options.replaying !== undefined) await trx('projection_rebuilds').where({ projection: name, rebuild_id: options.replaying }).update({ heartbeat_at: trx.fn.now() });
     }));
   }
 }
 
-/** What status says of a rebuild whose node has not replayed a batch for REBUILD_STALE_MS; null while it goes on. */
-function staleRebuild(name: string, mark: RebuildMark): string | null {
-  if (Date.now() - mark.heartbeatAt.getTime() < REBUILD_STALE_MS) return null;
-  return `the rebuild by ${mark.node} (started ${mark.startedAt.toISOString()}) stopped before its end, at ${mark.heartbeatAt.toISOString()}; consumers wait until a rebuild of ${name} runs to its end`;
-}
 
 /** The rows of `projection_rebuilds` (of `names`, or all), by projection. */
 async function readRebuildMarks(executor: Knex | Knex.Transaction, names?: readonly string[]): Promise<Map<string, RebuildMark>> {
-  const query = executor('projection_rebuilds').select('projection', 'node', 'started_at', 'heartbeat_at');
+  // Every column: a table an older release made, not yet given rebuild_id by a start of this one,
+  // is read by a status all the same (`projections list` does not migrate).
+  const query = executor('projection_rebuilds').select('*');
   if (names) query.whereIn('projection', names);
-  const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string }> = await query;
-  return new Map(rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at) }]));
+  const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string; rebuild_id?: string | null }> = await query;
+  return new Map(rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at), rebuildId: row.rebuild_id ?? null }]));
 }

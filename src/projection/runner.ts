@@ -75,12 +75,16 @@ export async function migrateProjectionCheckpoints(knex: Knex): Promise<void> {
 
 /**
  * A rebuild ended by the runner's stop (the service shutting down, a Ctrl-C of the offline
- * rebuild) before its end: no failure, its rows and checkpoint agree, and the projection goes on
- * from that checkpoint when it runs again.
+ * rebuild) before its end: no failure, its rows and checkpoint agree. `goesOn` says what becomes
+ * of it: on the embedded tier the projection goes on from that checkpoint when it runs again; on
+ * the distributed tier a running node takes the rebuild over.
  */
 export class ProjectionRebuildStoppedError extends Error {
   override readonly name = 'ProjectionRebuildStoppedError';
-  constructor(readonly projection: string) {
+  constructor(
+    readonly projection: string,
+    readonly goesOn = 'the projection goes on from its checkpoint at the next start',
+  ) {
     super(`projection ${projection} was stopped`);
   }
 }

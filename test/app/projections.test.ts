@@ -2,6 +2,7 @@ import pino from 'pino';
 import t from 'tap';
 import { projectionCommands } from '../../src/app/projections.js';
 import type { Principal } from '../../src/auth/rbac.js';
+import { ProjectionRebuildTakenOverError } from '../../src/projection/busRunner.js';
 import { ProjectionRebuildStoppedError } from '../../src/projection/runner.js';
 import type { ProjectionStatus, ReadModelRunner } from '../../src/projection/types.js';
 import { rejectsWith } from '../helpers/application.js';
@@ -46,8 +47,8 @@ t.test('an unknown projection is not found; without projections:manage forbidden
   t.same(rebuilt, []);
 });
 
-t.test("a background rebuild the shutdown stops is no failure: a warning says the projection goes on from its checkpoint; a failed one is an error", async (t) => {
-  const logged: { level: number; msg: string; projection?: string }[] = [];
+t.test("a background rebuild the shutdown stops, or another node takes over, is no failure: a warning says how it goes on; a failed one is an error", async (t) => {
+  const logged: { level: number; msg: string; projection?: string; by?: string }[] = [];
   const log = pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
   const ending = (error: Error): ReadModelRunner => ({
     ...runnerWith({ facts: 'running' }).runner,
@@ -56,11 +57,15 @@ t.test("a background rebuild the shutdown stops is no failure: a warning says th
     },
   });
   await projectionCommands({ projections: ending(new ProjectionRebuildStoppedError('facts')), log }).rebuild(sysadmin, { name: 'facts' });
+  await projectionCommands({ projections: ending(new ProjectionRebuildStoppedError('facts', 'a running node takes the rebuild over and replays the log from 0')), log }).rebuild(sysadmin, { name: 'facts' });
+  await projectionCommands({ projections: ending(new ProjectionRebuildTakenOverError('facts', 'worker-2')), log }).rebuild(sysadmin, { name: 'facts' });
   await projectionCommands({ projections: ending(new Error('cannot project boom')), log }).rebuild(sysadmin, { name: 'facts' });
   await new Promise((resolve) => setImmediate(resolve)); // the background rebuilds' endings are logged
   t.match(logged, [
     { level: 40, projection: 'facts', msg: 'rebuild stopped before its end (the service is shutting down); the projection goes on from its checkpoint at the next start' },
+    { level: 40, projection: 'facts', msg: 'rebuild stopped before its end (the service is shutting down); a running node takes the rebuild over and replays the log from 0' },
+    { level: 40, projection: 'facts', by: 'worker-2', msg: 'rebuild taken over by another node, which took it for stopped; that rebuild goes on' },
     { level: 50, projection: 'facts', msg: 'rebuild failed' },
   ]);
-  t.equal(logged.length, 2);
+  t.equal(logged.length, 4);
 });

@@ -6,6 +6,7 @@ import { factsProjection } from '../../projections/facts.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
 import { openScratchPostgres, type Database } from '../../src/db/database.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
+import type { EventStore } from '../../src/eventstore/port.js';
 import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 import { BusProjectionRunner } from '../../src/projection/busRunner.js';
@@ -272,23 +273,127 @@ t.test('bus runner: a second node may not rebuild a projection under rebuild; a 
   const [status] = await second.status();
   t.equal(status.state, 'rebuilding');
   t.match(status.lastError, /the rebuild by gone .* stopped before its end/, 'status says it stopped');
+  await second.rebuild('counts');
+  t.same(await counts(), { a: 1, b: 1 }, 'a new rebuild took the stopped one over');
+  t.same(await fixture.db.knex('projection_rebuilds'), [], 'and its mark went at its end');
   const bus = new HandOverBus();
   const { messages, log } = recordingLog();
   const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, log, nodeName: 'worker' });
   await worker.start();
-  const delivered = bus.deliver(await fixture.store.readAll());
-  await waitUntil(() => messages.includes('projection is being rebuilt on another node; its batches wait'), 10_000, 'the batch to wait');
-  await second.rebuild('counts');
-  t.same(await counts(), { a: 1, b: 1 }, 'a new rebuild took the stopped one over');
-  await delivered;
-  t.same(await counts(), { a: 1, b: 1 }, 'and the held batches were absorbed as duplicates');
+  await bus.deliver(await fixture.store.readAll());
+  t.same(await counts(), { a: 1, b: 1 }, 'batches the bus delivers again are absorbed as duplicates');
 
   // Stopping a node ends its batches' wait: the bus redelivers them to whoever consumes next.
   await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'gone', started_at: new Date(), heartbeat_at: new Date() });
   const third = await fixture.store.append('thing-c', [thing('c')], 'no_stream');
   const held = bus.deliver(await fixture.store.readAll({ after: third.lastPosition - 1 }));
-  await waitUntil(async () => (await worker.status())[0]?.state === 'rebuilding' && messages.filter((message) => message.includes('its batches wait')).length === 2, 10_000, 'the batch to wait again');
+  await waitUntil(async () => (await worker.status())[0]?.state === 'rebuilding' && messages.filter((message) => message.includes('its batches wait')).length === 1, 10_000, 'the batch to wait');
   await worker.stop();
   await t.rejects(held, { name: 'ProjectionRebuildingError' }, 'the batch was not acknowledged');
   t.same(await counts(), { a: 1, b: 1 }, 'nor applied');
+});
+
+/** The store with its global reads held at the `holdAt`th call (1-based) until `release()`: a rebuild's replay stalled between two batches. */
+function stallingStore(store: EventStore, holdAt: number) {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let stalled!: () => void;
+  const stalledAt = new Promise<void>((resolve) => (stalled = resolve));
+  let reads = 0;
+  const stalling: EventStore = {
+    ...store,
+    readAll: async (options) => {
+      reads += 1;
+      if (reads === holdAt) {
+        stalled();
+        await released;
+      }
+      return store.readAll(options);
+    },
+  };
+  return { store: stalling, stalledAt, release };
+}
+
+t.test('bus runner: a rebuild taken over while its node was only slow ends at its next batch, which it rolls back; the other replay stands', async (t) => {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+
+  // The slow node replays thing-b, then stalls before reading its next batch (a long pause, a cut-off network).
+  const stalling = stallingStore(fixture.store, 2);
+  const { messages, log } = recordingLog();
+  const slow = new BusProjectionRunner(new HandOverBus(), stalling.store, fixture.db, [thingCounts], { nodeName: 'slow', rebuildBatchSize: 1, log });
+  const slowRebuild = slow.rebuild('counts');
+  slowRebuild.catch(() => undefined);
+  await stalling.stalledAt;
+  t.same(await counts(), { b: 1 }, 'the slow replay applied its first batch');
+  // As if no batch came for longer than a rebuild may take: another node takes it for stopped.
+  await fixture.db.knex('projection_rebuilds').where({ projection: 'counts' }).update({ heartbeat_at: new Date(Date.now() - 3_600_000) });
+  const taker = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [thingCounts], { nodeName: 'taker', rebuildBatchSize: 1 });
+  await taker.rebuild('counts');
+  t.same(await counts(), { a: 1, b: 1 }, 'the taking over replay applied the whole log');
+
+  stalling.release();
+  await t.rejects(slowRebuild, { name: 'ProjectionRebuildTakenOverError', message: /the rebuild of projection counts was taken over/ }, 'the slow replay ends at its next batch');
+  t.same(await counts(), { a: 1, b: 1 }, "its batch (thing-a again) was rolled back: thing-a counted once");
+  t.same(await fixture.db.knex('projection_stream_positions').where({ projection: 'counts' }).orderBy('stream_id').pluck('stream_version'), [0, 0], 'the checkpoints are the other replay\'s');
+  t.ok(messages.includes('projection rebuild taken over by another node; this replay ended'), 'the slow node says so');
+  t.match(await slow.status(), [{ name: 'counts', state: 'stopped' }], 'and its projection is no longer shown as rebuilding there');
+});
+
+t.test('bus runner: a running node takes over a rebuild whose node stopped: at its start, at its next look, and one its own previous run left', async (t) => {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  const marks = () => fixture.db.knex('projection_rebuilds').pluck('node');
+  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+
+  // A rebuild stopped by its node's shutdown between two batches: the mark is dated back at once.
+  const stalling = stallingStore(fixture.store, 2);
+  const stopped = new BusProjectionRunner(new HandOverBus(), stalling.store, fixture.db, [thingCounts], { nodeName: 'stopped', rebuildBatchSize: 1 });
+  const stoppedRebuild = stopped.rebuild('counts');
+  stoppedRebuild.catch(() => undefined);
+  await stalling.stalledAt;
+  const stopping = stopped.stop();
+  stalling.release();
+  await stopping;
+  await t.rejects(stoppedRebuild, { name: 'ProjectionRebuildStoppedError' });
+  const [mark] = await fixture.db.knex('projection_rebuilds').select('node', 'heartbeat_at');
+  t.equal(mark.node, 'stopped', 'its mark stays: the tables hold part of the log');
+  t.equal(new Date(mark.heartbeat_at).getTime(), 0, 'dated back, so that it is taken for stopped at once');
+
+  // A node that starts takes it over at once.
+  const { messages, log } = recordingLog();
+  const bus = new HandOverBus();
+  const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, log, nodeName: 'worker', rebuildStaleMs: 1_000, takeoverCheckMs: 50 });
+  t.teardown(() => worker.stop());
+  await worker.start();
+  await waitUntil(async () => (await marks()).length === 0, 10_000, 'the stopped rebuild to be taken over and run to its end');
+  t.same(await counts(), { a: 1, b: 1 });
+  t.ok(messages.includes('projection rebuild taken over: its node stopped before its end'), 'the node says it took it over');
+  t.match(await worker.status(), [{ name: 'counts', state: 'running' }], 'and consumes again');
+
+  // A node that dies mid-rebuild later: its mark goes stale while the running node looks every so often.
+  await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'died', started_at: new Date(), heartbeat_at: new Date() });
+  await fixture.db.knex('thing_counts').delete(); // what its emptying did
+  const [fresh] = await worker.status();
+  t.equal(fresh.state, 'rebuilding');
+  t.equal(fresh.lastError, null, 'a rebuild that goes on is not said to have stopped');
+  await waitUntil(async () => (await marks()).length === 0, 10_000, 'the stale rebuild to be taken over');
+  t.same(await counts(), { a: 1, b: 1 }, 'taken over once its mark was stale, and replayed whole');
+  t.equal(messages.filter((message) => message === 'projection rebuild taken over: its node stopped before its end').length, 2);
+
+  // A restarted node (a container keeps its host name and pid) finds its previous run's mark, however fresh: it is stopped.
+  await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'restarted', started_at: new Date(), heartbeat_at: new Date() });
+  await fixture.db.knex('thing_counts').delete();
+  const restarted = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [thingCounts], { pollMs: 5, nodeName: 'restarted' });
+  t.teardown(() => restarted.stop());
+  await restarted.start();
+  await waitUntil(async () => (await marks()).length === 0, 10_000, "its previous run's rebuild to be taken over");
+  t.same(await counts(), { a: 1, b: 1 });
 });
