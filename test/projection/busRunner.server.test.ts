@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap';
 import type { Knex } from 'knex';
-import type { Bus, BusConsumerOptions } from '../../src/bus/port.js';
+import type { Bus, BusConsumer, BusConsumerOptions } from '../../src/bus/port.js';
 import { conceptsProjection } from '../../projections/concepts.js';
 import { factsProjection } from '../../projections/facts.js';
 import { migrateReadModels } from '../../projections/migrations/index.js';
@@ -9,7 +9,7 @@ import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import type { EventStore } from '../../src/eventstore/port.js';
 import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
-import { BusProjectionRunner } from '../../src/projection/busRunner.js';
+import { BusProjectionRunner, migrateProjectionStreamPositions } from '../../src/projection/busRunner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 import { openStore, thing, waitUntil } from '../eventstore/contract.js';
@@ -17,7 +17,7 @@ import { openStore, thing, waitUntil } from '../eventstore/contract.js';
 /** A bus that hands each batch to whoever calls `deliver`, as one partition's consumer would. */
 class HandOverBus implements Bus {
   readonly consumers: BusConsumerOptions[] = [];
-  async consume(options: BusConsumerOptions) {
+  async consume(options: BusConsumerOptions): Promise<BusConsumer> {
     this.consumers.push(options);
     return { stop: async () => void this.consumers.splice(this.consumers.indexOf(options), 1) };
   }
@@ -32,6 +32,26 @@ class HandOverBus implements Bus {
     return new Set(groups.filter((group) => this.consumers.some((consumer) => consumer.group === group)));
   }
   async close() {}
+}
+
+/** A HandOverBus whose consumer's stop waits for the batch in flight, as Kafka's disconnect does. */
+class DrainingBus extends HandOverBus {
+  private readonly inFlight = new Set<Promise<void>>();
+  override async consume(options: BusConsumerOptions): Promise<BusConsumer> {
+    const { stop } = await super.consume(options);
+    return {
+      stop: async () => {
+        await stop();
+        await Promise.allSettled([...this.inFlight]);
+      },
+    };
+  }
+  override deliver(events: RecordedEvent[]): Promise<void> {
+    const delivery = super.deliver(events);
+    this.inFlight.add(delivery);
+    void delivery.catch(() => undefined).finally(() => this.inFlight.delete(delivery));
+    return delivery;
+  }
 }
 
 const REPO = 'repo-1';
@@ -396,4 +416,28 @@ t.test('bus runner: a running node takes over a rebuild whose node stopped: at i
   await restarted.start();
   await waitUntil(async () => (await marks()).length === 0, 10_000, "its previous run's rebuild to be taken over");
   t.same(await counts(), { a: 1, b: 1 });
+});
+
+t.test('bus runner: a node takes over a stopped rebuild while its own consumer waits on that rebuild\'s mark: the wait gives up (unacknowledged) so that the consumer can stop', async (t) => {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  // Another node's rebuild, going on as the worker starts; it stops sending batches.
+  await migrateProjectionStreamPositions(fixture.db.knex);
+  await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'died', started_at: new Date(), heartbeat_at: new Date() });
+  const bus = new DrainingBus();
+  const { messages, log } = recordingLog();
+  const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, log, nodeName: 'worker', rebuildStaleMs: 1_000, takeoverCheckMs: 50 });
+  t.teardown(() => worker.stop());
+  await worker.start();
+  const delivered = bus.deliver(await fixture.store.readAll());
+  delivered.catch(() => undefined);
+  await waitUntil(() => messages.includes('projection is being rebuilt on another node; its batches wait'), 10_000, 'the batch to wait on the mark');
+  await waitUntil(async () => (await fixture.db.knex('projection_rebuilds')).length === 0, 10_000, 'the stale rebuild to be taken over and run to its end');
+  await t.rejects(delivered, { name: 'ProjectionRebuildingError' }, 'the waiting batch gave up, unacknowledged: the bus delivers it again');
+  t.same(await counts(), { a: 1, b: 1 }, 'the taking over replay applied the log');
+  t.match(await worker.status(), [{ name: 'counts', state: 'running' }], 'and the node consumes again');
 });
