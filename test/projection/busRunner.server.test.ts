@@ -208,6 +208,22 @@ const thingCounts: Projection = {
   },
 };
 
+/**
+ * A store on a fresh database with the table of thingCounts, and the counts it holds by name;
+ * unless `appended` is false, thing-b's event and then thing-a's in the log.
+ */
+async function countsFixture(t: Test, { appended = true } = {}) {
+  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  if (appended) {
+    await fixture.store.append('thing-b', [thing('b')], 'no_stream');
+    await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  }
+  return { fixture, counts };
+}
+
 /** A projection counting like thingCounts, whose replay of the event named `b` waits until `open()` is called. */
 function gatedProjection() {
   let open!: () => void;
@@ -233,10 +249,7 @@ function recordingLog() {
 }
 
 t.test('bus runner: a rebuild on one node holds the batches of every node until its replay ends, so the replay skips no earlier event', async (t) => {
-  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
-  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  const { fixture, counts } = await countsFixture(t, { appended: false });
   const bus = new HandOverBus();
   const { messages, log } = recordingLog();
   const worker = new BusProjectionRunner(bus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, log, nodeName: 'worker' });
@@ -269,12 +282,7 @@ t.test('bus runner: a rebuild on one node holds the batches of every node until 
 });
 
 t.test('bus runner: a second node may not rebuild a projection under rebuild; a rebuild that stopped half-way holds the consumers until one ends', async (t) => {
-  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
-  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
-  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
-  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  const { fixture, counts } = await countsFixture(t);
   const gate = gatedProjection();
   const first = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [gate.projection], { pollMs: 5, nodeName: 'first', rebuildBatchSize: 1 });
   const rebuilt = first.rebuild('counts');
@@ -335,12 +343,7 @@ function stallingStore(store: EventStore, holdAt: number) {
 }
 
 t.test('bus runner: a rebuild taken over while its node was only slow ends at its next batch, which it rolls back; the other replay stands', async (t) => {
-  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
-  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
-  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
-  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  const { fixture, counts } = await countsFixture(t);
 
   // The slow node replays thing-b, then stalls before reading its next batch (a long pause, a cut-off network).
   const stalling = stallingStore(fixture.store, 2);
@@ -365,10 +368,7 @@ t.test('bus runner: a rebuild taken over while its node was only slow ends at it
 });
 
 t.test('bus runner: a running node takes over a rebuild whose node stopped: at its start, at its next look, and one its own previous run left', async (t) => {
-  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
-  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
+  const { fixture, counts } = await countsFixture(t, { appended: false });
   const marks = () => fixture.db.knex('projection_rebuilds').pluck('node');
   await fixture.store.append('thing-b', [thing('b')], 'no_stream');
   await fixture.store.append('thing-a', [thing('a')], 'no_stream');
@@ -419,12 +419,7 @@ t.test('bus runner: a running node takes over a rebuild whose node stopped: at i
 });
 
 t.test('bus runner: a node takes over a stopped rebuild while its own consumer waits on that rebuild\'s mark: the wait gives up (unacknowledged) so that the consumer can stop', async (t) => {
-  const fixture = await openStore(() => openScratchPostgres(undefined, 'factlog_bus_rebuild'));
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
-  const counts = async () => Object.fromEntries((await fixture.db.knex('thing_counts').orderBy('name')).map((row) => [row.name, row.count]));
-  await fixture.store.append('thing-b', [thing('b')], 'no_stream');
-  await fixture.store.append('thing-a', [thing('a')], 'no_stream');
+  const { fixture, counts } = await countsFixture(t);
   // Another node's rebuild, going on as the worker starts; it stops sending batches.
   await migrateProjectionStreamPositions(fixture.db.knex);
   await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'died', started_at: new Date(), heartbeat_at: new Date() });
