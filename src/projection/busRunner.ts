@@ -62,6 +62,8 @@ interface RebuildMark {
   node: string;
   startedAt: Date;
   heartbeatAt: Date;
+  /** How long ago its last batch was, by the database's clock (a node's clock may be off). */
+  idleMs: number;
   /** Null on a mark a release before rebuild ids left. */
   rebuildId: string | null;
 }
@@ -211,7 +213,7 @@ export class BusProjectionRunner implements ReadModelRunner {
 
   /** Whether the mark's rebuild has stopped: no batch for rebuildStaleMs, or this node's name on a rebuild this process does not run. */
   private stoppedRebuild(mark: RebuildMark): boolean {
-    return Date.now() - mark.heartbeatAt.getTime() >= this.staleMs || (mark.node === this.nodeName && ![...this.ownRebuilds.values()].includes(mark.rebuildId ?? ''));
+    return mark.idleMs >= this.staleMs || (mark.node === this.nodeName && ![...this.ownRebuilds.values()].includes(mark.rebuildId ?? ''));
   }
 
   private get staleMs(): number {
@@ -605,8 +607,10 @@ export class BusProjectionRunner implements ReadModelRunner {
 async function readRebuildMarks(executor: Knex | Knex.Transaction, names?: readonly string[]): Promise<Map<string, RebuildMark>> {
   // Every column: a table an older release made, not yet given rebuild_id by a start of this one,
   // is read by a status all the same (`projections list` does not migrate).
-  const query = executor('projection_rebuilds').select('*');
+  const query = executor('projection_rebuilds').select('*', executor.raw(`extract(epoch FROM now() - heartbeat_at) * 1000 AS idle_ms`));
   if (names) query.whereIn('projection', names);
-  const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string; rebuild_id?: string | null }> = await query;
-  return new Map(rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at), rebuildId: row.rebuild_id ?? null }]));
+  const rows: Array<{ projection: string; node: string; started_at: Date | string; heartbeat_at: Date | string; idle_ms: string | number; rebuild_id?: string | null }> = await query;
+  return new Map(
+    rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at), idleMs: Number(row.idle_ms), rebuildId: row.rebuild_id ?? null }]),
+  );
 }
