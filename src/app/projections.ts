@@ -15,7 +15,8 @@ export function projectionCommands(deps: Pick<AppContext, 'projections' | 'log'>
       const status = (await projectionStatus(deps)).find((projection) => projection.name === input.name);
       if (!status) throw notFound('projection');
       // Its rebuild would only fail in the background while this answered 202.
-      if (status.state === 'rebuilding') throw conflict(`projection ${input.name} is already rebuilding; follow it in GET /projections`);
+      // A distributed tier's rebuild whose node stopped says so in last_error (a consuming node takes it over).
+      if (status.state === 'rebuilding') throw conflict(`projection ${input.name} is already rebuilding; follow it in GET /projections${status.last_error ? ` (${status.last_error})` : ''}`);
       deps.projections.rebuild(input.name).catch((error: unknown) => {
         // Stopped by the shutdown: its rows and checkpoint agree, and it goes on (error.goesOn says how).
         if (error instanceof ProjectionRebuildStoppedError) {

@@ -12,12 +12,12 @@ import { rejectsWith } from '../helpers/application.js';
 const sysadmin: Principal = { userId: 'admin-1', credential: { kind: 'session', id: 'session-1' }, assignments: [{ role: 'sysadmin', domain: 'system' }] };
 const user: Principal = { userId: 'user-1', credential: { kind: 'session', id: 'session-2' }, assignments: [] };
 
-function runnerWith(states: Record<string, ProjectionStatus['state']>) {
+function runnerWith(states: Record<string, ProjectionStatus['state']>, lastError: string | null = null) {
   const rebuilt: string[] = [];
   const runner: ReadModelRunner = {
     start: async () => undefined,
     stop: async () => undefined,
-    status: async () => Object.entries(states).map(([name, state]) => ({ name, position: 3, head: 5, lag: 2, state, lastError: null })),
+    status: async () => Object.entries(states).map(([name, state]) => ({ name, position: 3, head: 5, lag: 2, state, lastError })),
     settle: async () => [],
     caughtUp: async () => true,
     projectionReached: async () => true,
@@ -36,8 +36,12 @@ t.test('a rebuild starts in the background and answers the projection as rebuild
 
 t.test('a projection already rebuilding is a conflict, and no second rebuild starts', async (t) => {
   const { commands, rebuilt } = runnerWith({ facts: 'rebuilding' });
-  await rejectsWith(t, commands.rebuild(sysadmin, { name: 'facts' }), 'conflict', /projection facts is already rebuilding/);
+  await rejectsWith(t, commands.rebuild(sysadmin, { name: 'facts' }), 'conflict', /^projection facts is already rebuilding; follow it in GET \/projections$/);
   t.same(rebuilt, []);
+  // On the distributed tier, a rebuild whose node stopped: the refusal says what the status says.
+  const stopped = runnerWith({ facts: 'rebuilding' }, 'the rebuild by worker-1 (started …) stopped before its end');
+  await rejectsWith(t, stopped.commands.rebuild(sysadmin, { name: 'facts' }), 'conflict', /already rebuilding; follow it in GET \/projections \(the rebuild by worker-1 \(started …\) stopped before its end\)$/);
+  t.same(stopped.rebuilt, []);
 });
 
 t.test('an unknown projection is not found; without projections:manage forbidden', async (t) => {
