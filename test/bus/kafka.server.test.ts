@@ -328,7 +328,13 @@ t.test('relay: small events past 1 MB together on one partition of a 1 MB topic 
   await relay.caughtUp({ position: await lastPosition(db.knex), timeoutMs: 20_000 });
   const delivered = (await readTopic(brokers, `${kafka.topicPrefix}.things`)).map((message) => decodeEvent(schemas, message.raw));
   t.strictSame(delivered.map((event) => event.eventId), stored.map((event) => event.eventId), 'all 300 (2.4 MB) once, in order');
-  t.notOk(log.entries.some((entry) => entry.level === 'warn' || entry.level === 'error'), 'nothing refused');
+  // No refusal: nothing the relay itself warned of (a failure, a refusal), and nothing of kafkajs's
+  // that names a size. kafkajs's own transient warnings (a new topic's leader not elected yet, under
+  // a loaded CI) are retried and are not what this test is about; the entries are shown on failure.
+  const refusals = log.entries.filter(
+    (entry) => (entry.level === 'warn' || entry.level === 'error') && (entry.details.kafka === undefined || /too large|larger than|MESSAGE_TOO_LARGE/i.test(JSON.stringify(entry))),
+  );
+  t.same(refusals, [], 'nothing refused');
 });
 
 t.test('relay batches are cut by bytes: each produce request stays under the bound', (t) => {
