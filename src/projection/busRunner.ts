@@ -198,7 +198,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     const marks = await this.rebuildMarks(this.db.knex, [...this.workers.keys()]);
     for (const [name, mark] of marks) {
       if (this.stopping) return;
-      if (this.ownRebuilds.has(name) || !this.stoppedRebuild(mark)) continue;
+      if (this.ownRebuilds.has(name) || !this.stoppedRebuild(name, mark)) continue;
       this.options.log?.warn({ projection: name, node: mark.node, startedAt: mark.startedAt.toISOString(), lastBatchAt: mark.heartbeatAt.toISOString() }, 'projection rebuild taken over: its node stopped before its end');
       try {
         await this.rebuild(name);
@@ -211,9 +211,9 @@ export class BusProjectionRunner implements ReadModelRunner {
     }
   }
 
-  /** Whether the mark's rebuild has stopped: no batch for rebuildStaleMs, or this node's name on a rebuild this process does not run. */
-  private stoppedRebuild(mark: RebuildMark): boolean {
-    return mark.idleMs >= this.staleMs || (mark.node === this.nodeName && ![...this.ownRebuilds.values()].includes(mark.rebuildId ?? ''));
+  /** Whether the mark of `name`'s rebuild says it stopped: no batch for rebuildStaleMs, or this node's name on a rebuild this process does not run. */
+  private stoppedRebuild(name: string, mark: RebuildMark): boolean {
+    return mark.idleMs >= this.staleMs || (mark.node === this.nodeName && this.ownRebuilds.get(name) !== mark.rebuildId);
   }
 
   private get staleMs(): number {
@@ -221,8 +221,8 @@ export class BusProjectionRunner implements ReadModelRunner {
   }
 
   /** What status says of a rebuild that has stopped (stoppedRebuild); null while it goes on. */
-  private staleRebuild(name: string, mark: RebuildMark): string | null {
-    if (!this.stoppedRebuild(mark)) return null;
+  private stoppedRebuildNote(name: string, mark: RebuildMark): string | null {
+    if (!this.stoppedRebuild(name, mark)) return null;
     return `the rebuild by ${mark.node} (started ${mark.startedAt.toISOString()}) stopped before its end, its last batch at ${mark.heartbeatAt.toISOString()}; consumers wait until a rebuild of ${name} runs to its end, and a running node takes it over`;
   }
 
@@ -265,7 +265,7 @@ export class BusProjectionRunner implements ReadModelRunner {
       const status: ProjectionStatus = { name, position, head, lag, state, lastError };
       // Whichever node rebuilds it: on every node the projection shows as rebuilding, so a second rebuild is refused.
       const mark = marks.get(name);
-      if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: this.staleRebuild(name, mark) ?? status.lastError };
+      if (mark && worker.state !== 'rebuilding') return { ...status, state: 'rebuilding', lastError: this.stoppedRebuildNote(name, mark) ?? status.lastError };
       return status;
     });
   }
@@ -439,7 +439,7 @@ export class BusProjectionRunner implements ReadModelRunner {
       await this.db.knex.transaction(async (trx) => {
         await lockProjectionStreams(trx, name, [], true);
         const mark = (await this.rebuildMarks(trx, [name])).get(name);
-        if (mark && !this.stoppedRebuild(mark)) {
+        if (mark && !this.stoppedRebuild(name, mark)) {
           throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding on ${mark.node} (since ${mark.startedAt.toISOString()})`);
         }
         await trx('projection_rebuilds')
