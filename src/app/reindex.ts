@@ -17,6 +17,7 @@ export async function reindexSearch(
   await deps.search.rebuildIndex(async (target) => {
     const projection = createSearchIndexProjection(target);
     const total = await deps.store.headPosition();
+    onProgress?.(0, total); // started: the new index is made
     let after = 0;
     for (;;) {
       const batch = await deps.store.readAll({ after, limit: 500, types: projection.eventTypes });

@@ -7,7 +7,7 @@ import { columnExists, relationsExist } from '../db/migrations.js';
 import { inProjections } from '../db/priority.js';
 import type { RecordedEvent } from '../eventstore/envelope.js';
 import type { EventStore } from '../eventstore/port.js';
-import { ProjectionRebuildStoppedError, ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
+import { ProjectionRebuildConflictError, ProjectionRebuildStoppedError, ProjectionWaitTimeoutError, type RunnerLogger } from './runner.js';
 import { lockProjectionStreams } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 import { boundedErrorMessage } from '../util/errorMessage.js';
@@ -74,11 +74,6 @@ class ProjectionRebuildingError extends Error {
   constructor(readonly mark: RebuildMark) {
     super(`projection is being rebuilt by ${mark.node} since ${mark.startedAt.toISOString()}`);
   }
-}
-
-/** Thrown when a rebuild finds another node's rebuild of the projection under way. */
-class ProjectionRebuildConflictError extends Error {
-  override readonly name = 'ProjectionRebuildConflictError';
 }
 
 /**
@@ -208,6 +203,13 @@ export class BusProjectionRunner implements ReadModelRunner {
         if (this.stopping) return;
         this.options.log?.warn({ projection: name, error: boundedErrorMessage(error) }, 'taking over a stopped projection rebuild failed; the next check tries again');
       }
+    }
+  }
+
+  /** Refuses a rebuild of `name` while another one's mark is there and has not stopped (one that stopped is taken over). */
+  private refuseRebuildUnderWay(name: string, mark: RebuildMark | undefined): void {
+    if (mark && !this.stoppedRebuild(name, mark)) {
+      throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding on ${mark.node} (since ${mark.startedAt.toISOString()})`);
     }
   }
 
@@ -431,6 +433,9 @@ export class BusProjectionRunner implements ReadModelRunner {
   private async rebuildAs(worker: Worker, rebuildId: string, onProgress?: (done: number, total: number) => void): Promise<void> {
     const name = worker.projection.name;
     await migrateProjectionStreamPositions(this.db.knex);
+    // Refused before this node's consumer stops (its group would rebalance for nothing); asked
+    // again under the lock below, where two nodes starting at once agree.
+    this.refuseRebuildUnderWay(name, (await this.rebuildMarks(this.db.knex, [name])).get(name));
     const wasRunning = worker.consumer !== null;
     const previousState = worker.state;
     await this.stopConsumer(worker);
@@ -438,10 +443,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     try {
       await this.db.knex.transaction(async (trx) => {
         await lockProjectionStreams(trx, name, [], true);
-        const mark = (await this.rebuildMarks(trx, [name])).get(name);
-        if (mark && !this.stoppedRebuild(name, mark)) {
-          throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding on ${mark.node} (since ${mark.startedAt.toISOString()})`);
-        }
+        this.refuseRebuildUnderWay(name, (await this.rebuildMarks(trx, [name])).get(name));
         await trx('projection_rebuilds')
           .insert({ projection: name, node: this.nodeName, rebuild_id: rebuildId, started_at: trx.fn.now(), heartbeat_at: trx.fn.now() })
           .onConflict('projection')
@@ -457,6 +459,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     }
     try {
       const total = await this.store.headPosition();
+      onProgress?.(0, total);
       let after = 0;
       for (;;) {
         // A stopping node ends its replay between batches, as the embedded runner does.

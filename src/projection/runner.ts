@@ -74,6 +74,15 @@ export async function migrateProjectionCheckpoints(knex: Knex): Promise<void> {
 }
 
 /**
+ * A rebuild refused because one of the projection is under way (on this node, or on another node
+ * of the distributed tier whose rebuild has not stopped): the refusal comes before anything is
+ * emptied, and the rebuild under way goes on.
+ */
+export class ProjectionRebuildConflictError extends Error {
+  override readonly name = 'ProjectionRebuildConflictError';
+}
+
+/**
  * A rebuild ended by the runner's stop (the service shutting down, a Ctrl-C of the offline
  * rebuild) before its end: no failure, its rows and checkpoint agree. `goesOn` says what becomes
  * of it: on the embedded tier the projection goes on from that checkpoint when it runs again; on
@@ -378,7 +387,7 @@ export class ProjectionRunner implements ReadModelRunner {
     if (!worker) throw new Error(`unknown projection ${name}; known: ${[...this.workers.keys()].join(', ')}`);
     // Claimed before the first await: `worker.rebuild` is set only after the tables are emptied,
     // and a second call meanwhile took the rebuild over and left the first waiting for ever.
-    if (this.rebuildsUnderway.has(name)) throw new Error(`projection ${name} is already rebuilding`);
+    if (this.rebuildsUnderway.has(name)) throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding`);
     this.rebuildsUnderway.add(name);
     try {
       await this.replayFromStart(worker, onProgress);

@@ -249,5 +249,12 @@ export interface ReadModelRunner {
    * events appended after the write (the pipeline keeps appending) do not hold the answer back.
    */
   projectionReached(name: string, position: number, timeoutMs: number, streamId?: string): Promise<boolean>;
+  /**
+   * Rebuilds the projection from position 0 and resolves at its end. `onProgress(done, total)`,
+   * in global positions, comes first as `(0, total)` once the rebuild has started (its tables
+   * emptied: from then on a second rebuild is refused), then as it replays. A rebuild under way
+   * is refused with ProjectionRebuildConflictError before anything is emptied; on the distributed
+   * tier one whose node stopped is taken over instead.
+   */
   rebuild(name: string, onProgress?: (done: number, total: number) => void): Promise<void>;
 }

@@ -108,8 +108,11 @@ t.test('projections: status, and a rebuild from position 0 equals the live read 
 
   t.equal((await service.call('POST', '/api/v1/projections/nope/rebuild', { token: admin.token })).status, 404);
   t.equal((await service.call('POST', '/api/v1/projections/facts/rebuild', { token: user.token })).status, 403);
-  const accepted = await service.call('POST', '/api/v1/projections/facts/rebuild', { token: admin.token });
-  t.equal(accepted.status, 202);
+  // Two at once: one rebuild starts; the other is refused, not answered 202 to fail in the background.
+  const answers = await Promise.all([1, 2].map(() => service.call('POST', '/api/v1/projections/facts/rebuild', { token: admin.token })));
+  t.same(answers.map((answer) => answer.status).sort(), [202, 409]);
+  t.match(answers.find((answer) => answer.status === 202)?.body, { name: 'facts', state: 'rebuilding', position: 0 });
+  t.match(answers.find((answer) => answer.status === 409)?.body, { error: 'conflict', message: 'projection facts is already rebuilding; follow it in GET /projections' });
   await eventually(async () => (await service.context.projections.status()).every((p) => p.state === 'running'));
   t.same(await snapshot(), live, 'a rebuild through the API converges to the same rows');
   const jobsBefore = await knex('jobs').count<{ n: string }[]>('* as n');

@@ -10,6 +10,7 @@ import type { EventStore } from '../../src/eventstore/port.js';
 import { createPostgresEventStore, migrateEventStore } from '../../src/eventstore/postgres.js';
 import { EventSchemaRegistry } from '../../src/eventstore/schemas.js';
 import { BusProjectionRunner, migrateProjectionStreamPositions } from '../../src/projection/busRunner.js';
+import { lockProjectionStreams } from '../../src/projection/lock.js';
 import type { Projection } from '../../src/projection/types.js';
 import { scratchPostgresWithSecondPool } from '../helpers/scratchPostgres.js';
 import { openStore, thing, waitUntil } from '../eventstore/contract.js';
@@ -17,7 +18,10 @@ import { openStore, thing, waitUntil } from '../eventstore/contract.js';
 /** A bus that hands each batch to whoever calls `deliver`, as one partition's consumer would. */
 class HandOverBus implements Bus {
   readonly consumers: BusConsumerOptions[] = [];
+  /** Consumers started in all (a consumer stopped and started again counts twice). */
+  starts = 0;
   async consume(options: BusConsumerOptions): Promise<BusConsumer> {
+    this.starts += 1;
     this.consumers.push(options);
     return { stop: async () => void this.consumers.splice(this.consumers.indexOf(options), 1) };
   }
@@ -287,22 +291,43 @@ t.test('bus runner: a second node may not rebuild a projection under rebuild; a 
   const first = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [gate.projection], { pollMs: 5, nodeName: 'first', rebuildBatchSize: 1 });
   const rebuilt = first.rebuild('counts');
   await gate.reachedGate;
-  const second = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [thingCounts], { pollMs: 5, nodeName: 'second' });
-  // It waits for the replay's batch in flight (the projection's lock), then finds the first's mark.
-  const refused = t.rejects(second.rebuild('counts'), { name: 'ProjectionRebuildConflictError', message: /already rebuilding on first/ });
-  await waitUntil(async () => (await waitingLocks(fixture.db)) === 1, 10_000, "the second rebuild to wait for the first's batch");
+  // A consuming node asked to rebuild it meanwhile refuses at once, before its consumer stops (its group would rebalance for nothing).
+  const consumingBus = new HandOverBus();
+  const consuming = new BusProjectionRunner(consumingBus, fixture.store, fixture.db, [thingCounts], { pollMs: 5, nodeName: 'consuming' });
+  await consuming.start();
+  await t.rejects(consuming.rebuild('counts'), { name: 'ProjectionRebuildConflictError', message: /^projection counts is already rebuilding on first \(since / });
+  t.equal(consumingBus.starts, 1, 'its consumer was neither stopped nor started again');
+  t.equal(consumingBus.consumers.length, 1);
+  await consuming.stop();
   gate.open();
-  await refused;
   await rebuilt;
   t.same(await counts(), { a: 1, b: 1 }, 'the first rebuild ran to its end, undisturbed');
+
+  // Two nodes starting at once: the mark another commits after this one's first look is found under the projection's lock.
+  const second = new BusProjectionRunner(new HandOverBus(), fixture.store, fixture.db, [thingCounts], { pollMs: 5, nodeName: 'second' });
+  let raced: Promise<void> | null = null;
+  await fixture.db.knex.transaction(async (trx) => {
+    await lockProjectionStreams(trx, 'counts', [], true);
+    await trx('projection_rebuilds').insert({ projection: 'counts', node: 'racer', rebuild_id: 'racer-1', started_at: trx.fn.now(), heartbeat_at: trx.fn.now() });
+    raced = second.rebuild('counts');
+    raced.catch(() => undefined);
+    await waitUntil(async () => (await waitingLocks(fixture.db)) === 1, 10_000, 'the second rebuild to wait for the lock');
+  });
+  await t.rejects(raced!, { name: 'ProjectionRebuildConflictError', message: /already rebuilding on racer/ });
+  t.same(await counts(), { a: 1, b: 1 }, 'the refused rebuild emptied nothing');
+  await fixture.db.knex('projection_rebuilds').where({ projection: 'counts' }).delete();
 
   // A node that died half-way through a rebuild leaves its mark, last seen long ago.
   await fixture.db.knex('projection_rebuilds').insert({ projection: 'counts', node: 'gone', started_at: new Date(Date.now() - 3_600_000), heartbeat_at: new Date(Date.now() - 3_000_000) });
   const [status] = await second.status();
   t.equal(status.state, 'rebuilding');
   t.match(status.lastError, /the rebuild by gone .* stopped before its end/, 'status says it stopped');
-  await second.rebuild('counts');
+  const progress: Array<[number, number]> = [];
+  await second.rebuild('counts', (done, total) => progress.push([done, total]));
   t.same(await counts(), { a: 1, b: 1 }, 'a new rebuild took the stopped one over');
+  const head = await fixture.store.headPosition();
+  t.same(progress[0], [0, head], 'its progress began at 0 once its tables were emptied (the API answers then)');
+  t.same(progress.at(-1), [head, head]);
   t.same(await fixture.db.knex('projection_rebuilds'), [], 'and its mark went at its end');
   const bus = new HandOverBus();
   const { messages, log } = recordingLog();

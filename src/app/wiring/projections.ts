@@ -3,7 +3,7 @@ import type { Database } from '../../db/database.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Bus } from '../../bus/port.js';
 import { BusProjectionRunner } from '../../projection/busRunner.js';
-import { ProjectionRunner } from '../../projection/runner.js';
+import { ProjectionRebuildConflictError, ProjectionRunner } from '../../projection/runner.js';
 import type { Projection, ReadModelRunner } from '../../projection/types.js';
 
 /** A projection's own way to rebuild, instead of the runner's empty-the-tables-and-replay. */
@@ -58,7 +58,7 @@ export function withRebuildStrategies(runner: ReadModelRunner, strategies: Rebui
     async rebuild(name, onProgress) {
       const strategy = strategies.get(name);
       if (!strategy) return runner.rebuild(name, onProgress);
-      if (underway.has(name)) throw new Error(`projection ${name} is already rebuilding`);
+      if (underway.has(name)) throw new ProjectionRebuildConflictError(`projection ${name} is already rebuilding`);
       underway.add(name);
       try {
         await strategy(onProgress);
