@@ -11,6 +11,7 @@ import { ProjectionRebuildConflictError, ProjectionRebuildStoppedError, Projecti
 import { lockProjectionStreams } from './lock.js';
 import { applyEvents, type AppendedWrite, type Projection, type ProjectionStatus, type ReadModelRunner } from './types.js';
 import { boundedErrorMessage } from '../util/errorMessage.js';
+import { PolledReads } from '../util/polledReads.js';
 
 /**
  * Creates `projection_stream_positions`, the per-stream checkpoints of bus-fed projections, and
@@ -120,6 +121,16 @@ export class BusProjectionRunner implements ReadModelRunner {
   private rebuildsTableMade = false;
   /** The rebuilds this process runs now: projection -> its rebuild id. */
   private readonly ownRebuilds = new Map<string, string>();
+  /**
+   * The per-stream checkpoints, the relay's published position and the consumer groups' backlog
+   * that waiters poll (settle, projectionReached, caughtUp): read once per tick for every waiter of
+   * the node, not once per waiter (keys: `projection\0stream`, `published`, the group).
+   */
+  private readonly checkpointReads: PolledReads<{ streamVersion: number; globalPosition: number }>;
+  private readonly publishedReads: PolledReads<number> | null;
+  private readonly backlogReads: PolledReads<number>;
+  /** Set once the checkpoints' table is seen: an API node makes none (its workers' runners do). */
+  private checkpointsTableSeen = false;
   private takeoverTimer: NodeJS.Timeout | null = null;
   /** The check of takeOverStoppedRebuilds under way, awaited by stop(). */
   private takeoverCheck: Promise<void> | null = null;
@@ -156,6 +167,30 @@ export class BusProjectionRunner implements ReadModelRunner {
       if (this.workers.has(projection.name)) throw new Error(`two projections are named ${projection.name}`);
       this.workers.set(projection.name, { projection, consumer: null, state: 'stopped', lastError: null, position: 0, consumerStopping: false });
     }
+    const pollMs = options.pollMs ?? 20;
+    this.checkpointReads = new PolledReads((keys) => this.readCheckpoints(keys), pollMs);
+    // Asked of the relay's table and of Kafka's admin API: no more often than every 50 ms.
+    const { publishedPosition } = options;
+    this.publishedReads = publishedPosition ? new PolledReads(async () => new Map([['published', await publishedPosition()]]), Math.max(pollMs, 50)) : null;
+    this.backlogReads = new PolledReads((groups) => this.bus.backlog(groups), Math.max(pollMs, 50));
+  }
+
+  /** The checkpoints of `projection\0stream` keys (none before a node made the table). */
+  private async readCheckpoints(keys: readonly string[]): Promise<Map<string, { streamVersion: number; globalPosition: number }>> {
+    this.checkpointsTableSeen ||= await relationsExist(this.db.knex, 'projection_stream_positions');
+    if (!this.checkpointsTableSeen || keys.length === 0) return new Map();
+    const pairs = keys.map((key) => key.split('\0') as [string, string]);
+    const rows: Array<{ projection: string; stream_id: string; stream_version: string | number; global_position: string | number }> = await this.db
+      .knex('projection_stream_positions')
+      .whereIn(['projection', 'stream_id'], pairs)
+      .select('projection', 'stream_id', 'stream_version', 'global_position');
+    return new Map(rows.map((row) => [checkpointKey(row.projection, row.stream_id), { streamVersion: Number(row.stream_version), globalPosition: Number(row.global_position) }]));
+  }
+
+  /** Whether the relay has published the log through `position` (always, where no relay position is given), as the next tick reads it. */
+  private async publishedThrough(position: number): Promise<boolean> {
+    if (this.publishedReads === null) return true;
+    return ((await this.publishedReads.atNextTick(['published'])).get('published') ?? 0) >= position;
   }
 
   async start(): Promise<void> {
@@ -309,20 +344,10 @@ export class BusProjectionRunner implements ReadModelRunner {
     if (concerned.length === 0) return notWaitedFor();
     const deadline = Date.now() + timeoutMs;
     let marksRead = false;
-    // An API node makes no table of checkpoints (its workers' runners do): until one has started,
-    // nothing is applied yet, which is a wait like any lag, not an error.
-    let checkpointsExist = false;
     for (;;) {
-      checkpointsExist ||= await relationsExist(this.db.knex, 'projection_stream_positions');
-      const done: { projection: string }[] = !checkpointsExist
-        ? []
-        : await this.db
-            .knex('projection_stream_positions')
-            .whereIn('projection', concerned)
-            .where({ stream_id: write.streamId })
-            .where('stream_version', '>=', write.streamVersion)
-            .select('projection');
-      let behind = concerned.filter((name) => !done.some((row) => row.projection === name));
+      // Until a node running the consumers has made the checkpoints' table, nothing is applied: a wait like any lag.
+      const applied = await this.checkpointReads.atNextTick(concerned.map((name) => checkpointKey(name, write.streamId)));
+      let behind = concerned.filter((name) => (applied.get(checkpointKey(name, write.streamId))?.streamVersion ?? -1) < write.streamVersion);
       if (behind.length > 0 && !marksRead) {
         // Nor for one another node is rebuilding: its consumers hold every batch until it ends.
         // Asked once, and only of a write not applied at once.
@@ -333,7 +358,6 @@ export class BusProjectionRunner implements ReadModelRunner {
       }
       if (behind.length === 0) return notWaitedFor();
       if (Date.now() > deadline) throw new ProjectionWaitTimeoutError(write.position, timeoutMs, behind, [...behind, ...notWaitedFor()]);
-      await new Promise((resolve) => setTimeout(resolve, this.options.pollMs ?? 20));
     }
   }
 
@@ -351,10 +375,9 @@ export class BusProjectionRunner implements ReadModelRunner {
       .map((worker) => this.groupOf(worker));
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const published = this.options.publishedPosition === undefined || (await this.options.publishedPosition()) >= position;
-      if (published && (groups.length === 0 || [...(await this.bus.backlog(groups)).values()].every((owed) => owed === 0))) return true;
+      const [published, backlog] = await Promise.all([this.publishedThrough(position), groups.length === 0 ? new Map<string, number>() : this.backlogReads.atNextTick(groups)]);
+      if (published && [...backlog.values()].every((owed) => owed === 0)) return true;
       if (Date.now() > deadline) return false;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(this.options.pollMs ?? 20, 50)));
     }
   }
 
@@ -376,21 +399,14 @@ export class BusProjectionRunner implements ReadModelRunner {
     if (position <= 0) return true;
     const group = this.groupOf(worker);
     const deadline = Date.now() + timeoutMs;
-    // As in settle: until a node running the consumers made the table, nothing is applied.
-    let checkpointsExist = false;
-    const streamApplied = async (stream: string) => {
-      checkpointsExist ||= await relationsExist(this.db.knex, 'projection_stream_positions');
-      if (!checkpointsExist) return false;
-      const row = await this.db.knex('projection_stream_positions').where({ projection: name, stream_id: stream }).where('global_position', '>=', position).first('stream_id');
-      return row !== undefined;
-    };
+    const checkpoints = streamId === undefined ? [] : [checkpointKey(name, streamId)];
     for (;;) {
+      // The three read side by side, at their ticks (shared with the node's other waiters).
+      const [applied, published, backlog] = await Promise.all([checkpoints.length === 0 ? new Map<string, { streamVersion: number; globalPosition: number }>() : this.checkpointReads.atNextTick(checkpoints), this.publishedThrough(position), this.backlogReads.atNextTick([group])]);
       // A rebuild begun meanwhile replays the stream into tables it emptied: not reached until it ends.
-      if (streamId !== undefined && (await streamApplied(streamId))) return !(await rebuilding());
-      const published = this.options.publishedPosition === undefined || (await this.options.publishedPosition()) >= position;
-      if (published && ((await this.bus.backlog([group])).get(group) ?? 0) === 0) return true;
+      if (streamId !== undefined && (applied.get(checkpointKey(name, streamId))?.globalPosition ?? -1) >= position) return !(await rebuilding());
+      if (published && (backlog.get(group) ?? 0) === 0) return true;
       if (Date.now() > deadline) return false;
-      await new Promise((resolve) => setTimeout(resolve, Math.max(this.options.pollMs ?? 20, 50)));
     }
   }
 
@@ -616,4 +632,9 @@ async function readRebuildMarks(executor: Knex | Knex.Transaction, names?: reado
   return new Map(
     rows.map((row) => [row.projection, { node: row.node, startedAt: new Date(row.started_at), heartbeatAt: new Date(row.heartbeat_at), idleMs: Number(row.idle_ms), rebuildId: row.rebuild_id ?? null }]),
   );
+}
+
+/** The key of a projection's checkpoint of one stream in the runner's polled reads. */
+function checkpointKey(projection: string, streamId: string): string {
+  return `${projection}\0${streamId}`;
 }

@@ -5,7 +5,7 @@ import type { RecordedEvent } from '../../src/eventstore/envelope.js';
 import { BusProjectionRunner } from '../../src/projection/busRunner.js';
 import type { Projection } from '../../src/projection/types.js';
 import { externalProjection } from './externalProjection.js';
-import { openMemoryPglite, openStore, thing } from '../eventstore/contract.js';
+import { openMemoryPglite, openStore, thing, waitUntil } from '../eventstore/contract.js';
 
 /**
  * A bus that behaves like Kafka at its worst within its guarantees: per-stream order kept,
@@ -107,6 +107,36 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
   t.equal(await apiNode.projectionReached('counts', b.lastPosition, 60, 'thing-a'), false, 'projectionReached of a stream\'s write: not past its checkpoint, while the group owes');
   await apiNode.settle(write, 200); // never started here: it reads the checkpoints the workers wrote
   await t.rejects(apiNode.settle({ ...write, streamVersion: 9 }, 50), { name: 'ProjectionWaitTimeoutError' }, 'an API node still waits for workers');
+});
+
+t.test("bus runner: the writes a node waits for are looked up together, one read of the checkpoints a tick for all of them", async (t) => {
+  const fixture = await openStore(openMemoryPglite);
+  t.teardown(() => fixture.close());
+  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const bus = new DuplicatingBus();
+  const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
+  await runner.start();
+  t.teardown(() => runner.stop());
+  const writes = [];
+  for (let i = 0; i < 20; i++) {
+    const appended = await fixture.store.append(`thing-${i}`, [thing(`t${i}`)], 'no_stream');
+    writes.push({ position: appended.lastPosition, streamId: `thing-${i}`, streamVersion: appended.nextExpectedVersion, types: ['ThingHappened'] });
+  }
+  const reads: unknown[][] = [];
+  const onQuery = (query: { sql: string; bindings?: unknown[] }) => {
+    // The waiters' look-ups (the consumer's own reads and writes of its checkpoints are others).
+    if (query.sql.includes('where ("projection", "stream_id") in')) reads.push(query.bindings ?? []);
+  };
+  fixture.db.knex.on('query', onQuery);
+  t.teardown(() => void fixture.db.knex.off('query', onQuery));
+  // Twenty requests wait for their writes; nothing is delivered until the node has looked three times.
+  const settled = Promise.all(writes.map((write) => runner.settle(write, 10_000)));
+  await waitUntil(() => reads.length >= 3, 10_000, 'three looks at the checkpoints');
+  t.equal(reads[0].length, 40, "the first look asked for every waiting write's stream at once");
+  t.ok(reads.slice(0, 3).every((bindings) => bindings.length === 40), 'and so did the next ones: one read a tick, not one a waiter');
+  await bus.deliver(await fixture.store.readAll());
+  t.same(await settled, writes.map(() => []), 'each settled once applied');
+  t.ok(reads.length < 20, `${reads.length} reads for twenty waiters`);
 });
 
 t.test('bus runner: status before any node consumed reads a database with no stream positions, and makes none', async (t) => {
