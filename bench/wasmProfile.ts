@@ -6,13 +6,13 @@
 // build has none: its functions show as `wasm-function[N]`. But PGlite exports about 2,100 of
 // them (for extensions to link against), PostgreSQL's executor, index and WAL entry points among
 // them, so N is named here by the export of function index N in the installed `pglite.wasm` (the
-// install's reordering included). Static functions stay `N:?`. FROM_US and TO_US cut the profile
+// install's reordering included; its parser is the install script's, scripts/reorderPgliteWasm.ts).
+// Static functions stay `N:?`. FROM_US and TO_US cut the profile
 // to a window on its clock (bench/eventstore.ts prints the rebuild's with BENCH_MARKS=1).
 // Prints self and inclusive time (inclusive: named frames only), or with --callers the paths
 // that lead to NAME, with --callees the named functions under it.
 import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import path from 'node:path';
+import { functionLayout, installedPgliteWasm } from '../scripts/reorderPgliteWasm.js';
 
 interface ProfileNode {
   id: number;
@@ -26,58 +26,6 @@ interface Profile {
   timeDeltas: number[];
 }
 
-/** Function index → export name of a WebAssembly module (imported functions come first in the index space). */
-function exportedFunctionNames(bytes: Buffer): Map<number, string> {
-  let offset = 8; // magic and version
-  const u32 = (): number => {
-    let result = 0;
-    let shift = 0;
-    let byte: number;
-    do {
-      byte = bytes[offset++];
-      result |= (byte & 0x7f) << shift;
-      shift += 7;
-    } while (byte & 0x80);
-    return result >>> 0;
-  };
-  const name = (): string => {
-    const length = u32();
-    offset += length;
-    return bytes.toString('utf8', offset - length, offset);
-  };
-  const names = new Map<number, string>();
-  let imported = 0;
-  while (offset < bytes.length) {
-    const section = bytes[offset++];
-    const end = u32() + offset;
-    if (section === 2) {
-      for (let count = u32(); count > 0; count--) {
-        name();
-        name();
-        const kind = bytes[offset++];
-        if (kind === 0) {
-          imported += 1;
-          u32(); // type index
-        } else if (kind === 1 || kind === 2) {
-          if (kind === 1) offset += 1; // table element type
-          const flags = bytes[offset++];
-          u32();
-          if (flags & 1) u32();
-        } else if (kind === 3) offset += 2; // global type and mutability
-      }
-    } else if (section === 7) {
-      for (let count = u32(); count > 0; count--) {
-        const exported = name();
-        const kind = bytes[offset++];
-        const index = u32();
-        if (kind === 0 && index >= imported && !names.has(index)) names.set(index, exported);
-      }
-    }
-    offset = end;
-  }
-  return names;
-}
-
 const [file, ...rest] = process.argv.slice(2);
 if (!file) {
   console.error('usage: node --import=tsx bench/wasmProfile.ts PROFILE.cpuprofile [FROM_US TO_US] [--callers NAME | --callees NAME]');
@@ -87,9 +35,7 @@ const modeIndex = rest.findIndex((argument) => argument === '--callers' || argum
 const [from, to] = (modeIndex < 0 ? rest : rest.slice(0, modeIndex)).map(Number);
 const mode = modeIndex < 0 ? null : { kind: rest[modeIndex], target: rest[modeIndex + 1] ?? '' };
 
-const require = createRequire(import.meta.url);
-const wasmFile = path.join(path.dirname(require.resolve('@electric-sql/pglite')), 'pglite.wasm');
-const exported = exportedFunctionNames(readFileSync(wasmFile));
+const exported = functionLayout(readFileSync(installedPgliteWasm())).exportedNames;
 const profile = JSON.parse(readFileSync(file, 'utf8')) as Profile;
 const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
 const parents = new Map<number, number>();

@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { Knex } from 'knex';
 import type { Bus, BusConsumerOptions } from '../../src/bus/port.js';
 import type { RecordedEvent } from '../../src/eventstore/envelope.js';
@@ -58,10 +58,16 @@ const countingProjection: Projection = {
   },
 };
 
-t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', async (t) => {
+/** A store on an in-memory PGlite with the counting projection's table, closed at the test's end. */
+async function countsStore(t: Test) {
   const fixture = await openStore(openMemoryPglite);
   t.teardown(() => fixture.close());
   await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  return fixture;
+}
+
+t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', async (t) => {
+  const fixture = await countsStore(t);
   const bus = new DuplicatingBus();
   const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
   await runner.start();
@@ -110,9 +116,7 @@ t.test('bus runner: duplicates absorbed per stream, settle, status, rebuild', as
 });
 
 t.test("bus runner: the writes a node waits for are looked up together, one read of the checkpoints a tick for all of them", async (t) => {
-  const fixture = await openStore(openMemoryPglite);
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const fixture = await countsStore(t);
   const bus = new DuplicatingBus();
   const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5 });
   await runner.start();
@@ -152,9 +156,7 @@ t.test('bus runner: status before any node consumed reads a database with no str
 });
 
 t.test('bus runner: an API node started before any worker waits for the projections, and settles once a worker applied the write', async (t) => {
-  const fixture = await openStore(openMemoryPglite);
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const fixture = await countsStore(t);
   const a = await fixture.store.append('thing-a', [thing('a')], 'no_stream');
   const write = { position: a.lastPosition, streamId: 'thing-a', streamVersion: a.nextExpectedVersion, types: ['ThingHappened'] };
   // An API node never starts its runner: no worker has made the table of checkpoints yet.
@@ -190,9 +192,7 @@ t.test('bus runner: a batch takes a transaction id only when its projection writ
 });
 
 t.test('bus runner: lag is what the projection still owes (unpublished events and its group\'s unacknowledged messages), not the head past the last event of its types', async (t) => {
-  const fixture = await openStore(openMemoryPglite);
-  t.teardown(() => fixture.close());
-  await fixture.db.knex.raw('CREATE TABLE thing_counts (name text PRIMARY KEY, count int NOT NULL)');
+  const fixture = await countsStore(t);
   const bus = new DuplicatingBus();
   let published = 0;
   const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5, publishedPosition: async () => published });
