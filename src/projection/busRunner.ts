@@ -178,7 +178,7 @@ export class BusProjectionRunner implements ReadModelRunner {
   /** The checkpoints of `projection\0stream` keys (none before a node made the table). */
   private async readCheckpoints(keys: readonly string[]): Promise<Map<string, { streamVersion: number; globalPosition: number }>> {
     this.checkpointsTableSeen ||= await relationsExist(this.db.knex, 'projection_stream_positions');
-    if (!this.checkpointsTableSeen || keys.length === 0) return new Map();
+    if (!this.checkpointsTableSeen) return new Map();
     const pairs = keys.map((key) => key.split('\0') as [string, string]);
     const rows: Array<{ projection: string; stream_id: string; stream_version: string | number; global_position: string | number }> = await this.db
       .knex('projection_stream_positions')
@@ -375,7 +375,7 @@ export class BusProjectionRunner implements ReadModelRunner {
       .map((worker) => this.groupOf(worker));
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const [published, backlog] = await Promise.all([this.publishedThrough(position), groups.length === 0 ? new Map<string, number>() : this.backlogReads.atNextTick(groups)]);
+      const [published, backlog] = await Promise.all([this.publishedThrough(position), this.backlogReads.atNextTick(groups)]);
       if (published && [...backlog.values()].every((owed) => owed === 0)) return true;
       if (Date.now() > deadline) return false;
     }
@@ -402,7 +402,7 @@ export class BusProjectionRunner implements ReadModelRunner {
     const checkpoints = streamId === undefined ? [] : [checkpointKey(name, streamId)];
     for (;;) {
       // The three read side by side, at their ticks (shared with the node's other waiters).
-      const [applied, published, backlog] = await Promise.all([checkpoints.length === 0 ? new Map<string, { streamVersion: number; globalPosition: number }>() : this.checkpointReads.atNextTick(checkpoints), this.publishedThrough(position), this.backlogReads.atNextTick([group])]);
+      const [applied, published, backlog] = await Promise.all([this.checkpointReads.atNextTick(checkpoints), this.publishedThrough(position), this.backlogReads.atNextTick([group])]);
       // A rebuild begun meanwhile replays the stream into tables it emptied: not reached until it ends.
       if (streamId !== undefined && (applied.get(checkpointKey(name, streamId))?.globalPosition ?? -1) >= position) return !(await rebuilding());
       if (published && (backlog.get(group) ?? 0) === 0) return true;

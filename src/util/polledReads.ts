@@ -13,8 +13,9 @@ export class PolledReads<V> {
     private readonly intervalMs: number,
   ) {}
 
-  /** The values of `keys` as the next tick reads them. */
-  atNextTick(keys: Iterable<string>): Promise<Map<string, V>> {
+  /** The values of `keys` as the next tick reads them; no keys, nothing to wait for. */
+  atNextTick(keys: readonly string[]): Promise<Map<string, V>> {
+    if (keys.length === 0) return Promise.resolve(new Map());
     if (this.next === null) {
       const asked = new Set<string>();
       const values = new Promise<void>((resolve) => setTimeout(resolve, this.intervalMs)).then(() => {

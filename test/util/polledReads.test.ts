@@ -48,3 +48,9 @@ t.test("a failed read fails its tick's waiters; the next tick reads again", asyn
   t.same([...(await reads.atNextTick(['3']))], [['3', 9]]);
   t.same(calls, [['1', '2'], ['3']]);
 });
+
+t.test('no keys: answered at once, with nothing read', async (t) => {
+  const { calls, read } = squares();
+  t.same([...(await new PolledReads(read, 60_000).atNextTick([]))], []);
+  t.same(calls, []);
+});
