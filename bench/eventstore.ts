@@ -65,7 +65,6 @@ interface Rate {
   cpu?: { node: number; server: number };
 }
 
-/** CPU time so far in µs: this process, and the server backends connected to `db`'s database (0 on PGlite). */
 /** CPU used so far, in µs: this process, and each server backend of this database by pid. */
 interface CpuSample {
   node: number;
@@ -276,6 +275,13 @@ async function realLogCatchUp(db: Database): Promise<{ append: Rate; catchUp: Ra
     return { perSecond: appended / seconds, count: appended, seconds, statementsPerEvent: statements / appended, cpu };
   };
   const catchUp = await timedRebuild(readModelProjections.map((projection) => projection.name));
+  // BENCH_EACH=1: then each read-model projection rebuilt alone, to say which of them the rebuild's time is.
+  if (process.env.BENCH_EACH) {
+    for (const projection of readModelProjections) {
+      const alone = await timedRebuild([projection.name]);
+      log(`    ${projection.name.padEnd(24)} alone ${alone.seconds.toFixed(2)} s, ${(alone.statementsPerEvent ?? 0).toFixed(4)} statements and ${((alone.cpu?.node ?? 0) + (alone.cpu?.server ?? 0)).toFixed(0)} µs CPU per event`);
+    }
+  }
   const searchIndex = await timedRebuild([searchProjection.name]);
   await runner.stop();
   await store.close();

@@ -107,6 +107,13 @@ interface Worker {
   consumerStopping: boolean;
 }
 
+/** The bus's answer for status(): `published` null where no relay position is given. */
+interface BusAnswer {
+  published: number | null;
+  backlog: Map<string, number>;
+  consuming: Set<string>;
+}
+
 /**
  * Runs projections as bus consumer groups (the distributed tier). Kafka keeps order within a
  * stream only and delivers at least once, so each projection keeps a checkpoint per stream: an
@@ -134,6 +141,8 @@ export class BusProjectionRunner implements ReadModelRunner {
   private takeoverTimer: NodeJS.Timeout | null = null;
   /** The check of takeOverStoppedRebuilds under way, awaited by stop(). */
   private takeoverCheck: Promise<void> | null = null;
+  /** The question to the bus that status() has under way, joined by every status meanwhile (askBus). */
+  private busAnswer: Promise<BusAnswer> | null = null;
 
   private get nodeName(): string {
     return this.options.nodeName ?? NODE_NAME;
@@ -159,6 +168,11 @@ export class BusProjectionRunner implements ReadModelRunner {
       nodeName?: string;
       /** After how long without a replayed batch a rebuild counts as stopped; default 5 minutes. */
       rebuildStaleMs?: number;
+      /**
+       * How long status() waits for the bus to say what the consumers owe before it counts lag from
+       * the checkpoints instead; default 2 s (kafkajs reports an unreachable broker after about 9).
+       */
+      busAnswerWaitMs?: number;
       /** How often a started runner looks for stopped rebuilds to take over; default a minute. */
       takeoverCheckMs?: number;
     } = {},
@@ -313,17 +327,34 @@ export class BusProjectionRunner implements ReadModelRunner {
    */
   private async askBus(head: number): Promise<{ owed: Map<string, number> | string; consumedElsewhere: Set<string> }> {
     const workers = [...this.workers.values()];
-    const groups = workers.map((worker) => this.groupOf(worker));
+    const waitMs = this.options.busAnswerWaitMs ?? 2_000;
+    // One question at a time, shared by every status asked meanwhile: with the broker down, each
+    // takes kafkajs's retries (seconds), and `/metrics` scrapes and dashboards would pile them up.
+    this.busAnswer ??= this.questionToBus(workers.map((worker) => this.groupOf(worker))).finally(() => (this.busAnswer = null));
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), waitMs)));
     try {
-      const published = this.options.publishedPosition ? Math.min(head, await this.options.publishedPosition()) : head;
-      const [backlog, consuming] = await Promise.all([this.bus.backlog(groups), this.bus.consumingGroups(groups)]);
+      const answer = await Promise.race([this.busAnswer, late]);
+      if (answer === 'late') {
+        return { owed: `lag counted from the checkpoints: the bus has not said what the consumers owe within ${waitMs} ms`, consumedElsewhere: new Set() };
+      }
+      const published = answer.published === null ? head : Math.min(head, answer.published);
       return {
-        owed: new Map(workers.map((worker) => [worker.projection.name, head - published + (backlog.get(this.groupOf(worker)) ?? 0)])),
-        consumedElsewhere: new Set(workers.filter((worker) => consuming.has(this.groupOf(worker))).map((worker) => worker.projection.name)),
+        owed: new Map(workers.map((worker) => [worker.projection.name, head - published + (answer.backlog.get(this.groupOf(worker)) ?? 0)])),
+        consumedElsewhere: new Set(workers.filter((worker) => answer.consuming.has(this.groupOf(worker))).map((worker) => worker.projection.name)),
       };
     } catch (error) {
       return { owed: `lag counted from the checkpoints: the bus could not say what the consumers owe (${boundedErrorMessage(error)})`, consumedElsewhere: new Set() };
+    } finally {
+      clearTimeout(timer);
     }
+  }
+
+  /** What the relay has published and, per group, the messages not acknowledged and whether a member consumes. */
+  private async questionToBus(groups: readonly string[]): Promise<BusAnswer> {
+    const published = this.options.publishedPosition ? await this.options.publishedPosition() : null;
+    const [backlog, consuming] = await Promise.all([this.bus.backlog(groups), this.bus.consumingGroups(groups)]);
+    return { published, backlog, consuming };
   }
 
   /** The projections a node is rebuilding (`projection_rebuilds`), by name; none before any node made the table. */

@@ -33,8 +33,11 @@ class DuplicatingBus implements Bus {
   owed = 0; // deliver() hands every batch over before it returns
   readonly backlogAsked: (readonly string[])[] = [];
   failure: Error | null = null;
+  /** While set, backlog answers once it resolves: a broker slow to answer, or unreachable and retried. */
+  hold: Promise<void> | null = null;
   async backlog(groups: readonly string[]) {
     this.backlogAsked.push(groups);
+    if (this.hold) await this.hold;
     if (this.failure) throw this.failure;
     return new Map(groups.map((group) => [group, this.owed]));
   }
@@ -215,4 +218,31 @@ t.test('bus runner: lag is what the projection still owes (unpublished events an
   t.match(await apiNode.status(), [{ name: 'counts', state: 'running' }], 'a worker consumes it');
   bus.failure = new Error('broker down');
   t.match(await runner.status(), [{ lag: head - thingAt, lastError: /the bus could not say what the consumers owe \(broker down\)/ }], 'counted from the checkpoints, and said so');
+});
+
+t.test('bus runner: a status waits for the bus only so long, then counts lag from the checkpoints; one question to the bus at a time', async (t) => {
+  const fixture = await countsStore(t);
+  const bus = new DuplicatingBus();
+  const runner = new BusProjectionRunner(bus, fixture.store, fixture.db, [countingProjection], { pollMs: 5, busAnswerWaitMs: 30 });
+  await runner.start();
+  t.teardown(() => runner.stop());
+  const appliedAt = (await fixture.store.append('thing-a', [thing('a')], 'no_stream')).lastPosition;
+  await bus.deliver(await fixture.store.readAll());
+  const head = (await fixture.store.append('thing-b', [thing('b')], 'no_stream')).lastPosition;
+  let release = (): void => undefined;
+  bus.hold = new Promise((resolve) => (release = resolve));
+  const askedBefore = bus.backlogAsked.length;
+  const together = await Promise.all([runner.status(), runner.status()]);
+  for (const status of together) {
+    t.match(status, [{ name: 'counts', lag: head - appliedAt, lastError: 'lag counted from the checkpoints: the bus has not said what the consumers owe within 30 ms' }], 'answered without the bus, and said so');
+  }
+  t.match(await runner.status(), [{ lastError: /has not said/ }], 'a status while that question is still unanswered waits for it again');
+  t.equal(bus.backlogAsked.length - askedBefore, 1, 'the three statuses asked the bus one question');
+  bus.hold = null;
+  bus.owed = 4;
+  release();
+  // The held question answers the status that joins it; the next status asks again.
+  await waitUntil(async () => (await runner.status())[0].lastError === null, 5_000, 'the bus answering');
+  t.match(await runner.status(), [{ lag: 4, lastError: null }], "the bus's count once it answers");
+  t.ok(bus.backlogAsked.length - askedBefore >= 2, 'asked again once the first question was answered');
 });
