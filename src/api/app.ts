@@ -5,7 +5,7 @@ import { processWideSchemaCompilers } from './schemaCompilers.js';
 import multipart from '@fastify/multipart';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { parseDuration } from '../config/duration.js';
 import { withCallContext, type CallContext } from '../app/callContext.js';
 import { answerClientError, frameworkErrorMessage, HttpError, MAX_PATH_PARAM_CHARS, registerErrorHandling } from './errors.js';

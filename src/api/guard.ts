@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/rbac.js';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import type { Trace } from '../app/access.js';
 import { HttpError } from './errors.js';
 import { MCP_PATH } from '../auth/oauth/resource.js';

@@ -8,7 +8,7 @@ import { apiKeyDecider, newApiKey } from '../domain/apiKey/decider.js';
 import { streamName } from '../eventstore/envelope.js';
 import { presentApiKeyById, requireSession } from '../read/apiKeys.js';
 import { authorizeSystem, commandMetadata, findRepository, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, forbidden, invalid, notFound } from './errors.js';
 import { revokeFenced } from './repositoryFence.js';
 

@@ -15,7 +15,7 @@ import { taskQueries } from '../read/tasks.js';
 import { userQueries } from '../read/users.js';
 import { apiKeyCommands } from './apiKeys.js';
 import { conceptCommands } from './concepts.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { investigationCommands } from './investigations.js';
 import { memberCommands } from './members.js';
 import { projectionCommands } from './projections.js';

@@ -7,7 +7,7 @@ import { jobIdFor } from '../pipeline/jobs.js';
 import { loadRepositorySettings } from '../pipeline/stages/repositorySettings.js';
 import { presentJob } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, invalid } from './errors.js';
 import { runeLength } from '../util/codePoints.js';
 

@@ -1,5 +1,6 @@
 import pino, { type Logger } from 'pino';
 import type { Config } from '../config/types.js';
+import type { AppContext } from './appContext.js';
 import { databaseOptions, dataPaths, publicBaseUrl } from '../config/derived.js';
 import { checkSecrets } from '../config/load.js';
 import { trustConfiguredCertificates } from '../config/tls.js';
@@ -13,27 +14,18 @@ import { healConceptTwins } from './conceptTwins.js';
 import { eventStoreMigrator } from '../eventstore/postgres.js';
 import { readModelProjections } from '../../projections/index.js';
 import { createSearchIndexProjection } from '../../projections/searchIndex.js';
-import type { ReadModelRunner } from '../projection/types.js';
 import { JobRepository, jobsMigrator } from '../pipeline/jobs.js';
-import type { StageRuntime } from '../pipeline/runtime.js';
 import type { Leadership } from '../bus/leader.js';
-import type { ChatModel } from '../providers/llm/port.js';
-import type { Embedder } from '../providers/embeddings/port.js';
-import type { HybridSearch } from '../search/hybrid.js';
-import type { SearchIndex } from '../search/port.js';
-import { createFileAssetStore, type AssetStore } from '../storage/assets.js';
-import type { IdentityService } from '../auth/identity.js';
-import type { TokenService } from '../auth/tokens.js';
+import { createFileAssetStore } from '../storage/assets.js';
 import type { ClientDocumentFetch } from '../auth/oauth/clientDocuments.js';
-import type { OAuthServer } from './oauth.js';
-import { createPermissionAudit, type PermissionAudit } from './audit.js';
+import { createPermissionAudit } from './audit.js';
 import { bootstrap, defaultAdminToSeed } from './bootstrap.js';
 import { createRepositoryFence } from './repositoryFence.js';
-import { createCommandBus, settleWaitMs, type CommandBus } from './commands.js';
+import { createCommandBus, settleWaitMs } from './commands.js';
 import { createLockMarks } from './lockMarks.js';
-import { createMetrics, type Metrics } from './metrics.js';
-import { createRepositoryService, type RepositoryService } from './repositories.js';
-import { createIdempotencyStore, type IdempotencyStore } from './idempotency.js';
+import { createMetrics } from './metrics.js';
+import { createRepositoryService } from './repositories.js';
+import { createIdempotencyStore } from './idempotency.js';
 import { instrumentEventStore } from './instrumentedStore.js';
 import { openBus, relayedPosition, startRelay } from './wiring/bus.js';
 import { createDatabases, type Databases } from './wiring/databases.js';
@@ -45,59 +37,6 @@ import { createProjectionRunner } from './wiring/projections.js';
 import { createChatModel, createDocumentExtractor, createEmbedder } from './wiring/providers.js';
 import type { ModelWorkerOptions } from '../providers/modelWorkers/models.js';
 import { openSearch } from './wiring/search.js';
-
-/** Everything a request handler or CLI command needs, built once per process from the config. */
-export interface AppContext {
-  config: Config;
-  log: Logger;
-  publicUrl: string;
-  /** The read-model database (on the embedded tier also the event store's). */
-  db: Database;
-  /** The migrations this context applied, per schema (none unless `migrations` is `migrate`). */
-  migrationsApplied: SchemaMigrations[];
-  store: EventStore;
-  /** The event types and their Avro schemas (`schemas/events/`): what the log may hold. */
-  schemas: EventSchemaRegistry;
-  assets: AssetStore;
-  commands: CommandBus;
-  identity: IdentityService;
-  /** Signs and verifies session and OAuth access tokens (one signer for the OAuth server and the MCP endpoint). */
-  tokens: TokenService;
-  /** The OAuth 2.1 authorization server for MCP clients (src/app/oauth.ts). */
-  oauth: OAuthServer;
-  /** Where every permission decision of a route or tool is recorded (src/app/audit.ts). */
-  audit: PermissionAudit;
-  repositories: RepositoryService;
-  /** The users' idempotency keys, which REST's Idempotency-Key and MCP's idempotency_key share (src/app/idempotency.ts). */
-  idempotency: IdempotencyStore;
-  search: SearchIndex;
-  /** Hybrid (lexical + k-NN, RRF) search over `search`, falling back to lexical when it cannot run. */
-  hybrid: HybridSearch;
-  /** The chat model of `providers.llm`. */
-  chat: ChatModel;
-  /** The embedder of `providers.embeddings`; null when the provider is `none` (no vectors). */
-  embedder: Embedder | null;
-  jobs: JobRepository;
-  projections: ReadModelRunner;
-  runtime: StageRuntime;
-  metrics: Metrics;
-  /** Pokes idle workers (after a job retry). */
-  wakeWorkers(): void;
-  /**
-   * Checks what the boot-time bootstrap will do against the configuration (a default admin the
-   * sign-up rules refuse is a ConfigError) and writes nothing: `serve` calls it before it listens.
-   * start() uses its result, or makes the check itself when nobody called it.
-   */
-  checkBootstrap(): Promise<void>;
-  /** Starts projections and workers, and runs the boot-time bootstrap steps. */
-  start(): Promise<void>;
-  /**
-   * Stops workers (finishing in-flight jobs), projections, and closes the databases, one part
-   * after another; `onStep` hears each part's name as it begins (a shutdown that hangs can say
-   * which part it waits for).
-   */
-  close(onStep?: (step: string) => void): Promise<void>;
-}
 
 export interface ContextOptions {
   cwd?: string;

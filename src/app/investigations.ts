@@ -8,7 +8,7 @@ import { liveSourceCount, loadInvestigation, presentInvestigationById } from '..
 import { loadSource } from '../read/sources.js';
 import { presentSource } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { invalid } from './errors.js';
 import { sourceCommands, withSourceLock } from './sources.js';
 

@@ -2,7 +2,7 @@ import { isKnownRole, repositoryDomain, REPOSITORY_ROLE_NAMES, type Principal } 
 import { normalizeEmail } from '../domain/user/decider.js';
 import { membersOf, type Member } from '../read/members.js';
 import { authorizeRepository, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { invalid, notFound } from './errors.js';
 import { revokeRepositoryRoles, setRepositoryRole } from './roleChanges.js';
 

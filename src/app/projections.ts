@@ -3,7 +3,7 @@ import { ProjectionRebuildTakenOverError } from '../projection/busRunner.js';
 import { ProjectionRebuildConflictError, ProjectionRebuildStoppedError } from '../projection/runner.js';
 import { projectionStatus } from '../read/projections.js';
 import { authorizeSystem } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, notFound } from './errors.js';
 
 /** Projection commands: rebuilding a read model from position 0. */

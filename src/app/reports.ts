@@ -9,7 +9,7 @@ import { oneLine, shortenRunes, unsafeTextReason } from '../domain/text.js';
 import { streamName } from '../eventstore/envelope.js';
 import { answeredReport, childIdsOf, loadReport, type ReportInput } from '../read/reports.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { invalid, notFound } from './errors.js';
 import { uploadedMediaType, type UploadedContent, type UploadKinds } from './sources.js';
 import { headOfUnits } from '../util/codePoints.js';

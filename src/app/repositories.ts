@@ -10,7 +10,7 @@ import { presentRepositoryById } from '../read/repositories.js';
 import { isUuid } from '../util/uuid.js';
 import { authorizeInRepository, authorizeRepository, authorizeSystem, commandMetadata, type Trace } from './access.js';
 import type { CommandBus } from './commands.js';
-import type { AppContext } from './context.js';
+import type { IdentityService } from '../auth/identity.js';
 
 export interface CreateRepositoryInput {
   name: string;
@@ -156,8 +156,12 @@ export type RepositoryService = ReturnType<typeof createRepositoryService>;
 
 export type RepositoryChange = { name?: string; slug?: string; description?: string; accepted_promptset_hashes?: string[] };
 
-/** Repository commands for a caller: create (the caller becomes owner), update, delete. */
-export function repositoryCommands(deps: Pick<AppContext, 'db' | 'repositories' | 'identity'>) {
+/**
+ * Repository commands for a caller: create (the caller becomes owner), update, delete. Its parts
+ * named as types: AppContext holds this module's RepositoryService, so picking from it here
+ * would make each module's types depend on the other's.
+ */
+export function repositoryCommands(deps: { db: Database; repositories: RepositoryService; identity: IdentityService }) {
   const knex = deps.db.knex;
   return {
     async create(principal: Principal, input: CreateRepositoryInput, trace?: Trace) {

@@ -4,7 +4,7 @@ import { userDecider } from '../domain/user/decider.js';
 import { streamName } from '../eventstore/envelope.js';
 import { membersOf } from '../read/members.js';
 import { commandMetadata, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, notFound } from './errors.js';
 
 /**

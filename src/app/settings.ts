@@ -3,7 +3,7 @@ import { repositoryDecider, type CustomContext } from '../domain/repository/deci
 import { streamName } from '../eventstore/envelope.js';
 import { presentContexts, presentPromptset } from '../read/settings.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 
 /** Repository settings commands: custom concept contexts and prompt overrides. Both answer from the decider's state, which the read model may still be catching up to. */
 export function settingCommands(deps: Pick<AppContext, 'db' | 'commands'>) {

@@ -10,7 +10,7 @@ import { loadSource } from '../read/sources.js';
 import { isSuperseded } from '../pipeline/jobs.js';
 import { presentSource, type SourceRow } from '../read/present.js';
 import { authorizeRepository, commandMetadata, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, invalid, notFound, ReadModelsBehindError, UnsupportedContentError } from './errors.js';
 import { settleWaitMs } from './commands.js';
 import { registeredSourceRow } from '../../projections/sources.js';

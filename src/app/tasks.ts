@@ -4,7 +4,7 @@ import { streamName } from '../eventstore/envelope.js';
 import { presentJob } from '../read/present.js';
 import { loadTask, type TaskInput } from '../read/tasks.js';
 import { authorizeRepository } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, notFound } from './errors.js';
 import { withSourceLock } from './sources.js';
 

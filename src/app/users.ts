@@ -1,6 +1,6 @@
 import { isKnownRole, scopeOfDomain, SYSTEM_DOMAIN, type Principal } from '../auth/rbac.js';
 import { authorizeSystem, type Trace } from './access.js';
-import type { AppContext } from './context.js';
+import type { AppContext } from './appContext.js';
 import { conflict, forbidden, invalid, notFound } from './errors.js';
 import { withNamedLock } from '../db/namedLock.js';
 import { changeRole, repositoryOf, revokeRepositoryRoles, setRepositoryRole, type RoleAssignmentInput } from './roleChanges.js';

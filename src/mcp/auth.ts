@@ -1,5 +1,5 @@
 import { decodeJwt } from 'jose';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { AuthenticationError } from '../auth/identity.js';
 import type { Principal } from '../auth/rbac.js';
 import { InvalidTokenError, OPAQUE_TOKEN_PREFIX, type AccessClaims } from '../auth/tokens.js';

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeRepository, authorizeSystem } from '../app/access.js';
 import { invalid } from '../app/errors.js';
 import { isKnownPermission, type CredentialKind, type Principal } from '../auth/rbac.js';

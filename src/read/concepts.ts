@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeRepository } from '../app/access.js';
 import { AmbiguousConceptError, invalid, notFound, type ConceptCandidate } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';

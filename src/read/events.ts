@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeRepository, type RepositoryRow } from '../app/access.js';
 import { invalid } from '../app/errors.js';
 import { DomainError } from '../domain/decider.js';

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeInRepository, authorizeRepository } from '../app/access.js';
 import { DomainError } from '../domain/decider.js';
 import { notFound } from '../app/errors.js';

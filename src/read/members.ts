@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeRepository } from '../app/access.js';
 import { repositoryDomain, REPOSITORY_ROLE_NAMES, type Principal } from '../auth/rbac.js';
 

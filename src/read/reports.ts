@@ -1,6 +1,6 @@
 import { withoutCitationsSql } from '../domain/concept/summaries.js';
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeRepository } from '../app/access.js';
 import { invalid, notFound } from '../app/errors.js';
 import type { Principal } from '../auth/rbac.js';

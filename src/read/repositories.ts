@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
-import type { AppContext } from '../app/context.js';
+import type { Config } from '../config/types.js';
+import type { Database } from '../db/database.js';
 import { authorizeRepository, type RepositoryRow } from '../app/access.js';
 import { notFound } from '../app/errors.js';
 import { ANY_REPOSITORY_DOMAIN, effectivePermissions, REPOSITORY_DOMAIN_PREFIX, repositoryDomain, type Principal } from '../auth/rbac.js';
@@ -26,8 +27,13 @@ export async function presentRepositoryById(knex: Knex, repositoryId: string, pr
   return presentRepository(row, principal);
 }
 
-/** Repository queries: the presets, the repositories a caller may see, one repository. */
-export function repositoryQueries(deps: Pick<AppContext, 'db' | 'config'>) {
+/**
+ * Repository queries: the presets, the repositories a caller may see, one repository. Their
+ * parts named as types rather than picked from AppContext, as the other queries' are: AppContext
+ * holds the repository commands' service (src/app/repositories.ts), which presents what it
+ * changes with presentRepositoryById above.
+ */
+export function repositoryQueries(deps: { db: Database; config: Config }) {
   const knex = deps.db.knex;
   return {
     /** The presets a repository can be created with; any signed-in caller may read them. */

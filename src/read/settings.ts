@@ -1,4 +1,4 @@
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeRepository } from '../app/access.js';
 import type { Principal } from '../auth/rbac.js';
 import { allowedContexts, isOntologyLevel } from '../domain/concept/ontology.js';

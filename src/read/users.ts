@@ -1,4 +1,4 @@
-import type { AppContext } from '../app/context.js';
+import type { AppContext } from '../app/appContext.js';
 import { authorizeSystem } from '../app/access.js';
 import { notFound } from '../app/errors.js';
 import { effectivePermissions, rolesCatalog, type Principal } from '../auth/rbac.js';

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { createApplication } from '../../app/application.js';
 import type { CreateApiKeyInput } from '../../app/apiKeys.js';
 import { API_KEY_NAME_MAX, API_KEY_SCOPES_MAX } from '../../domain/apiKey/decider.js';

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { requireUser } from '../guard.js';
 import { errorReply, HttpError } from '../errors.js';
 import { errorReplies, userSchema, bearerSecurity } from '../schemas.js';

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { ConceptSearchInput } from '../../read/concepts.js';
 import { requireUser, traceOf } from '../guard.js';
 import {

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { createApplication } from '../../app/application.js';
 import { requireUser, traceOf } from '../guard.js';
 import { bearerSecurity, errorReplies, idParam } from '../schemas.js';

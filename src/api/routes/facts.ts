@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { FactSearchInput } from '../../read/facts.js';
 import { requireUser } from '../guard.js';
 import {

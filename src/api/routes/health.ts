@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { proveInstance } from '../../db/dataDirLock.js';
 import { errorReply } from '../errors.js';
 

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { InvestigationSourceInput } from '../../app/investigations.js';
 import { MAX_INVESTIGATION_TITLE_CHARS, MAX_INVESTIGATION_TOPIC_CHARS } from '../../domain/investigation/decider.js';
 import { MAX_SOURCE_DOI_CHARS, MAX_SOURCE_URL_CHARS } from '../../domain/source/reference.js';

@@ -5,7 +5,7 @@ import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } f
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { Principal } from '../../auth/rbac.js';
 import { authenticateMcp, McpAuthRefusal } from '../../mcp/auth.js';
 import {

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { createApplication } from '../../app/application.js';
 import type { MemberReference } from '../../app/members.js';
 import { REPOSITORY_ROLE_NAMES } from '../../auth/rbac.js';

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import cookie from '@fastify/cookie';
 import formbody from '@fastify/formbody';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { AuthorizationRequest, OAuthParams } from '../../app/oauth.js';
 import { AuthenticationError } from '../../auth/identity.js';
 import { OAuthError } from '../../auth/oauth/errors.js';

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { createApplication } from '../../app/application.js';
 import { MAX_PROMPT_CHARS } from '../../domain/repository/prompts.js';
 import { PROMPT_PHASES } from '../../providers/llm/promptsets.js';

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { ReportChildren, ReportFields } from '../../app/reports.js';
 import { MAX_REPORT_TITLE_CHARS, MAX_REPORT_TOPIC_CHARS, POSTURES } from '../../domain/report/decider.js';
 import { MAX_REPORT_QUERY_CHARS, reportStatuses, type ReportStatus } from '../../read/reports.js';

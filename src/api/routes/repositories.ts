@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { createApplication } from '../../app/application.js';
 import type { CreateRepositoryInput, RepositoryChange } from '../../app/repositories.js';
 import { repositoryPresets } from '../../domain/repository/presets.js';

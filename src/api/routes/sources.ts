@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { MAX_SOURCE_DOI_CHARS, MAX_SOURCE_URL_CHARS } from '../../domain/source/reference.js';
 import type { SourceStatus } from '../../read/sources.js';
 import { requireUser, traceOf } from '../guard.js';

@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { createApplication } from '../../app/application.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { TASK_KINDS } from '../../config/types.js';
 import { jobStates } from '../../pipeline/jobs.js';
 import type { TaskListInput } from '../../read/tasks.js';

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from 'fastify';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import { OAUTH_SCOPE } from '../../auth/oauth/clientMetadata.js';
 import { MCP_PATH, mcpResourceUrl } from '../../auth/oauth/resource.js';
 import { AUTHORIZATION_SERVER_METADATA_PATH, issuerOf, OAUTH_PATHS, PROTECTED_RESOURCE_METADATA_PATH } from '../issuer.js';

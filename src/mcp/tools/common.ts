@@ -4,7 +4,7 @@ import type { CallToolResult, Tool, ToolAnnotations } from '@modelcontextprotoco
 import type { Trace } from '../../app/access.js';
 import type { Application } from '../../app/application.js';
 import { withCallContext } from '../../app/callContext.js';
-import type { AppContext } from '../../app/context.js';
+import type { AppContext } from '../../app/appContext.js';
 import type { Permission, Principal } from '../../auth/rbac.js';
 import { DomainError } from '../../domain/decider.js';
 import { runeLength } from '../../util/codePoints.js';
