@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { projection, each, type RecordedOf } from '../src/projection/types.js';
 import type { SourceEvent } from '../src/domain/source/decider.js';
 import { referenceKeyOfRegistered } from '../src/domain/source/reference.js';
-import { parseStreamName, type RecordedEvent } from '../src/eventstore/envelope.js';
+import { parseStreamName } from '../src/eventstore/envelope.js';
 import { updateRows } from './batchWrites.js';
 
 type Handled = Extract<
@@ -10,20 +10,124 @@ type Handled = Extract<
   { type: 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted' | 'SourceFailed' | 'SourceRetryRequested' | 'SourceDeleted' }
 >;
 
-/** Sets `columns` (and updated_at) of each event's source, one statement for the run. */
-function updateSources<Event extends RecordedEvent<string, unknown>>(
+/** What an event of `Type` sets on its source's row (and updated_at, its time). */
+interface SourceChange<Type extends Handled['type']> {
+  /** The columns it sets, by PostgreSQL type. */
+  columns: Readonly<Record<string, string>>;
+  values(event: RecordedOf<Extract<Handled, { type: Type }>>): Record<string, unknown>;
+}
+
+/** The changes of a source's pipeline after its registration, in the order its events come. */
+const pipelineChanges: { readonly [Type in Exclude<SourceGroupType, 'SourceRegistered'>]: SourceChange<Type> } = {
+  SourceFetchStarted: { columns: { status: 'text' }, values: () => ({ status: 'fetching' }) },
+  SourceFetched: {
+    columns: {
+      status: 'text',
+      final_url: 'text',
+      content_type: 'text',
+      body_sha256: 'text',
+      body_bytes: 'bigint',
+      document_kind: 'text',
+      title: 'text',
+      published_at: 'text',
+      text_sha256: 'text',
+      markdown_sha256: 'text',
+      text_chars: 'bigint',
+    },
+    values: (event) => ({
+      status: 'fetched',
+      final_url: event.data.final_url,
+      content_type: event.data.content_type,
+      body_sha256: event.data.body_sha256,
+      body_bytes: event.data.body_bytes,
+      document_kind: event.data.document_kind,
+      title: event.data.title,
+      published_at: event.data.published_at,
+      text_sha256: event.data.text_sha256,
+      markdown_sha256: event.data.markdown_sha256,
+      text_chars: event.data.text_chars,
+    }),
+  },
+  SourceDecompositionStarted: { columns: { status: 'text', model_id: 'text' }, values: (event) => ({ status: 'decomposing', model_id: event.data.model_id }) },
+  FactsExtracted: {
+    columns: { status: 'text', model_id: 'text', fact_count: 'int', failure: 'text' },
+    values: (event) => ({ status: 'processed', model_id: event.data.model_id, fact_count: event.data.facts.length, failure: null }),
+  },
+};
+
+type SourceGroupType = 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted';
+type SourceGroupEvent = RecordedOf<Extract<Handled, { type: SourceGroupType }>>;
+
+/** What `event` sets on its source's row, with updated_at. */
+function changeOf(event: RecordedOf<Extract<Handled, { type: Exclude<SourceGroupType, 'SourceRegistered'> }>>): { columns: Readonly<Record<string, string>>; values: Record<string, unknown> } {
+  // One switch over the union, so each change's values get the event of its own type.
+  const values = (() => {
+    switch (event.type) {
+      case 'SourceFetchStarted':
+        return pipelineChanges.SourceFetchStarted.values(event);
+      case 'SourceFetched':
+        return pipelineChanges.SourceFetched.values(event);
+      case 'SourceDecompositionStarted':
+        return pipelineChanges.SourceDecompositionStarted.values(event);
+      case 'FactsExtracted':
+        return pipelineChanges.FactsExtracted.values(event);
+    }
+  })();
+  return { columns: { ...pipelineChanges[event.type].columns, updated_at: 'timestamptz' }, values: { ...values, updated_at: event.occurredAt } };
+}
+
+/** Applies a run of one pipeline change: one statement for the run. */
+function updateSources<Type extends Exclude<SourceGroupType, 'SourceRegistered'>>(
   trx: Knex.Transaction,
-  events: readonly Event[],
-  columns: Readonly<Record<string, string>>,
-  values: (event: Event) => Record<string, unknown>,
+  events: ReadonlyArray<RecordedOf<Extract<Handled, { type: Type }>>>,
 ): Promise<void> {
-  return updateRows(
-    trx,
-    'sources',
-    'id',
-    { ...columns, updated_at: 'timestamptz' },
-    events.map((event) => ({ id: parseStreamName(event.streamId).id, ...values(event), updated_at: event.occurredAt })),
-  );
+  return applyUpdates(trx, events.map((event) => ({ id: parseStreamName(event.streamId).id, ...changeOf(event) })));
+}
+
+/** Sets each source's changed columns: one statement per set of columns. */
+async function applyUpdates(trx: Knex.Transaction, changes: ReadonlyArray<{ id: string; columns: Readonly<Record<string, string>>; values: Record<string, unknown> }>): Promise<void> {
+  const byColumns = new Map<string, { columns: Readonly<Record<string, string>>; rows: Array<Record<string, unknown>> }>();
+  for (const change of changes) {
+    const signature = Object.keys(change.columns).sort().join(',');
+    const same = byColumns.get(signature) ?? { columns: change.columns, rows: [] };
+    same.rows.push({ id: change.id, ...change.values });
+    byColumns.set(signature, same);
+  }
+  for (const { columns, rows } of byColumns.values()) await updateRows(trx, 'sources', 'id', columns, rows);
+}
+
+/**
+ * A run of the pipeline group: each source's row written once, as its events in the run leave it
+ * (the types' handlers, one after the other, would write it once per event type). A source
+ * registered in the run is inserted with its later columns; one stored before (or whose
+ * registration was applied already) is updated with them.
+ */
+async function applySourcesRun(trx: Knex.Transaction, events: ReadonlyArray<RecordedOf<Handled>>): Promise<void> {
+  const folded = new Map<string, { registered: Extract<SourceGroupEvent, { type: 'SourceRegistered' }> | null; columns: Record<string, string>; values: Record<string, unknown> }>();
+  for (const event of events) {
+    const id = parseStreamName(event.streamId).id;
+    const source = folded.get(id) ?? { registered: null, columns: {}, values: {} };
+    folded.set(id, source);
+    if (event.type === 'SourceRegistered') {
+      source.registered = event;
+      continue;
+    }
+    if (event.type === 'SourceFailed' || event.type === 'SourceRetryRequested' || event.type === 'SourceDeleted') {
+      throw new Error(`sources: ${event.type} is not in the SourceRegistered group`);
+    }
+    // Later events of a stream come later in the run (batchTogether's order): their values win.
+    const change = changeOf(event);
+    Object.assign(source.columns, change.columns);
+    Object.assign(source.values, change.values);
+  }
+  const inserted = new Set<string>();
+  const fresh = [...folded.values()].flatMap(({ registered, values }) => (registered ? [{ ...registeredSourceRow(registered), ...values }] : []));
+  if (fresh.length > 0) {
+    const rows: Array<{ id: string }> = await trx('sources').insert(fresh).onConflict('id').ignore().returning('id');
+    for (const row of rows) inserted.add(row.id);
+  }
+  const stored = [...folded].filter(([id, source]) => !inserted.has(id) && Object.keys(source.columns).length > 0);
+  await applyUpdates(trx, stored.map(([id, { columns, values }]) => ({ id, columns, values })));
 }
 
 /**
@@ -55,52 +159,15 @@ export const sourcesProjection = projection<Handled>({
   name: 'sources',
   tables: ['sources'],
   // A source's events come in this order (a retry starts over after SourceFailed/SourceRetryRequested).
-  batchTogether: [['SourceRegistered', 'SourceFetchStarted', 'SourceFetched', 'SourceDecompositionStarted', 'FactsExtracted']],
+  batchTogether: [{ types: ['SourceRegistered', 'SourceFetchStarted', 'SourceFetched', 'SourceDecompositionStarted', 'FactsExtracted'], handler: applySourcesRun }],
   handlers: {
     async SourceRegistered(trx, events) {
       await trx('sources').insert(events.map(registeredSourceRow)).onConflict('id').ignore();
     },
-    SourceFetchStarted: (trx, events) => updateSources(trx, events, { status: 'text' }, () => ({ status: 'fetching' })),
-    SourceFetched: (trx, events) =>
-      updateSources(
-        trx,
-        events,
-        {
-          status: 'text',
-          final_url: 'text',
-          content_type: 'text',
-          body_sha256: 'text',
-          body_bytes: 'bigint',
-          document_kind: 'text',
-          title: 'text',
-          published_at: 'text',
-          text_sha256: 'text',
-          markdown_sha256: 'text',
-          text_chars: 'bigint',
-        },
-        (event) => ({
-          status: 'fetched',
-          final_url: event.data.final_url,
-          content_type: event.data.content_type,
-          body_sha256: event.data.body_sha256,
-          body_bytes: event.data.body_bytes,
-          document_kind: event.data.document_kind,
-          title: event.data.title,
-          published_at: event.data.published_at,
-          text_sha256: event.data.text_sha256,
-          markdown_sha256: event.data.markdown_sha256,
-          text_chars: event.data.text_chars,
-        }),
-      ),
-    SourceDecompositionStarted: (trx, events) =>
-      updateSources(trx, events, { status: 'text', model_id: 'text' }, (event) => ({ status: 'decomposing', model_id: event.data.model_id })),
-    FactsExtracted: (trx, events) =>
-      updateSources(trx, events, { status: 'text', model_id: 'text', fact_count: 'int', failure: 'text' }, (event) => ({
-        status: 'processed',
-        model_id: event.data.model_id,
-        fact_count: event.data.facts.length,
-        failure: null,
-      })),
+    SourceFetchStarted: updateSources,
+    SourceFetched: updateSources,
+    SourceDecompositionStarted: updateSources,
+    FactsExtracted: updateSources,
     SourceFailed: each(async (trx, event) => {
       await trx('sources')
         .where({ id: parseStreamName(event.streamId).id })
