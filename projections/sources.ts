@@ -10,82 +10,73 @@ type Handled = Extract<
   { type: 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted' | 'SourceFailed' | 'SourceRetryRequested' | 'SourceDeleted' }
 >;
 
-/** What an event of `Type` sets on its source's row (and updated_at, its time). */
-interface SourceChange<Type extends Handled['type']> {
-  /** The columns it sets, by PostgreSQL type. */
-  columns: Readonly<Record<string, string>>;
-  values(event: RecordedOf<Extract<Handled, { type: Type }>>): Record<string, unknown>;
-}
-
-/** The changes of a source's pipeline after its registration, in the order its events come. */
-const pipelineChanges: { readonly [Type in Exclude<SourceGroupType, 'SourceRegistered'>]: SourceChange<Type> } = {
-  SourceFetchStarted: { columns: { status: 'text' }, values: () => ({ status: 'fetching' }) },
-  SourceFetched: {
-    columns: {
-      status: 'text',
-      final_url: 'text',
-      content_type: 'text',
-      body_sha256: 'text',
-      body_bytes: 'bigint',
-      document_kind: 'text',
-      title: 'text',
-      published_at: 'text',
-      text_sha256: 'text',
-      markdown_sha256: 'text',
-      text_chars: 'bigint',
-    },
-    values: (event) => ({
-      status: 'fetched',
-      final_url: event.data.final_url,
-      content_type: event.data.content_type,
-      body_sha256: event.data.body_sha256,
-      body_bytes: event.data.body_bytes,
-      document_kind: event.data.document_kind,
-      title: event.data.title,
-      published_at: event.data.published_at,
-      text_sha256: event.data.text_sha256,
-      markdown_sha256: event.data.markdown_sha256,
-      text_chars: event.data.text_chars,
-    }),
-  },
-  SourceDecompositionStarted: { columns: { status: 'text', model_id: 'text' }, values: (event) => ({ status: 'decomposing', model_id: event.data.model_id }) },
-  FactsExtracted: {
-    columns: { status: 'text', model_id: 'text', fact_count: 'int', failure: 'text' },
-    values: (event) => ({ status: 'processed', model_id: event.data.model_id, fact_count: event.data.facts.length, failure: null }),
-  },
-};
-
 type SourceGroupType = 'SourceRegistered' | 'SourceFetchStarted' | 'SourceFetched' | 'SourceDecompositionStarted' | 'FactsExtracted';
 type SourceGroupEvent = RecordedOf<Extract<Handled, { type: SourceGroupType }>>;
+type PipelineEvent = Exclude<SourceGroupEvent, { type: 'SourceRegistered' }>;
 
-/** What `event` sets on its source's row, with updated_at. */
-function changeOf(event: RecordedOf<Extract<Handled, { type: Exclude<SourceGroupType, 'SourceRegistered'> }>>): { columns: Readonly<Record<string, string>>; values: Record<string, unknown> } {
-  // One switch over the union, so each change's values get the event of its own type.
-  const values = (() => {
-    switch (event.type) {
-      case 'SourceFetchStarted':
-        return pipelineChanges.SourceFetchStarted.values(event);
-      case 'SourceFetched':
-        return pipelineChanges.SourceFetched.values(event);
-      case 'SourceDecompositionStarted':
-        return pipelineChanges.SourceDecompositionStarted.values(event);
-      case 'FactsExtracted':
-        return pipelineChanges.FactsExtracted.values(event);
+/** What an event sets on its source's row: the columns (by PostgreSQL type) and their values, updated_at included. */
+interface SourceRowChange {
+  columns: Readonly<Record<string, string>>;
+  values: Record<string, unknown>;
+}
+
+/** What each event of a source's pipeline after its registration sets on its row. */
+function changeOf(event: PipelineEvent): SourceRowChange {
+  const change = (columns: Record<string, string>, values: Record<string, unknown>): SourceRowChange => ({
+    columns: { ...columns, updated_at: 'timestamptz' },
+    values: { ...values, updated_at: event.occurredAt },
+  });
+  switch (event.type) {
+    case 'SourceFetchStarted':
+      return change({ status: 'text' }, { status: 'fetching' });
+    case 'SourceFetched': {
+      const { data } = event;
+      return change(
+        {
+          status: 'text',
+          final_url: 'text',
+          content_type: 'text',
+          body_sha256: 'text',
+          body_bytes: 'bigint',
+          document_kind: 'text',
+          title: 'text',
+          published_at: 'text',
+          text_sha256: 'text',
+          markdown_sha256: 'text',
+          text_chars: 'bigint',
+        },
+        {
+          status: 'fetched',
+          final_url: data.final_url,
+          content_type: data.content_type,
+          body_sha256: data.body_sha256,
+          body_bytes: data.body_bytes,
+          document_kind: data.document_kind,
+          title: data.title,
+          published_at: data.published_at,
+          text_sha256: data.text_sha256,
+          markdown_sha256: data.markdown_sha256,
+          text_chars: data.text_chars,
+        },
+      );
     }
-  })();
-  return { columns: { ...pipelineChanges[event.type].columns, updated_at: 'timestamptz' }, values: { ...values, updated_at: event.occurredAt } };
+    case 'SourceDecompositionStarted':
+      return change({ status: 'text', model_id: 'text' }, { status: 'decomposing', model_id: event.data.model_id });
+    case 'FactsExtracted':
+      return change(
+        { status: 'text', model_id: 'text', fact_count: 'int', failure: 'text' },
+        { status: 'processed', model_id: event.data.model_id, fact_count: event.data.facts.length, failure: null },
+      );
+  }
 }
 
 /** Applies a run of one pipeline change: one statement for the run. */
-function updateSources<Type extends Exclude<SourceGroupType, 'SourceRegistered'>>(
-  trx: Knex.Transaction,
-  events: ReadonlyArray<RecordedOf<Extract<Handled, { type: Type }>>>,
-): Promise<void> {
+function updateSources(trx: Knex.Transaction, events: ReadonlyArray<PipelineEvent>): Promise<void> {
   return applyUpdates(trx, events.map((event) => ({ id: parseStreamName(event.streamId).id, ...changeOf(event) })));
 }
 
 /** Sets each source's changed columns: one statement per set of columns. */
-async function applyUpdates(trx: Knex.Transaction, changes: ReadonlyArray<{ id: string; columns: Readonly<Record<string, string>>; values: Record<string, unknown> }>): Promise<void> {
+async function applyUpdates(trx: Knex.Transaction, changes: ReadonlyArray<SourceRowChange & { id: string }>): Promise<void> {
   const byColumns = new Map<string, { columns: Readonly<Record<string, string>>; rows: Array<Record<string, unknown>> }>();
   for (const change of changes) {
     const signature = Object.keys(change.columns).sort().join(',');
