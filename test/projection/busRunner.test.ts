@@ -245,4 +245,11 @@ t.test('bus runner: a status waits for the bus only so long, then counts lag fro
   await waitUntil(async () => (await runner.status())[0].lastError === null, 5_000, 'the bus answering');
   t.match(await runner.status(), [{ lag: 4, lastError: null }], "the bus's count once it answers");
   t.ok(bus.backlogAsked.length - askedBefore >= 2, 'asked again once the first question was answered');
+  // A question that fails after every status waiting for it gave up: nobody hears it, nothing is left unhandled.
+  bus.hold = new Promise((resolve) => (release = resolve));
+  bus.failure = new Error('broker down');
+  t.match(await runner.status(), [{ lastError: /has not said/ }], 'the held question, then');
+  bus.hold = null;
+  release();
+  await waitUntil(async () => /could not say what the consumers owe \(broker down\)/.test((await runner.status())[0].lastError ?? ''), 5_000, 'the next question failing');
 });
