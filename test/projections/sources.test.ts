@@ -108,33 +108,37 @@ const sourceLog = fc.record({
   after: fc.integer({ min: 0, max: 4 }),
 });
 
+/**
+ * Recorded events of several sources (`source-s<n>`), streams interleaved as `order` picks them
+ * (an index modulo the number of streams; a stream already exhausted is skipped), a second apart.
+ */
+function recorded(streams: NewEvent[][], order: number[]): RecordedEvent[] {
+  const cursors = streams.map(() => 0);
+  const events: RecordedEvent[] = [];
+  for (const pick of order) {
+    const stream = pick % streams.length;
+    const event = streams[stream][cursors[stream]];
+    if (!event) continue;
+    events.push({
+      eventId: `event-${events.length}`,
+      streamId: `source-s${stream}`,
+      streamVersion: cursors[stream]++,
+      globalPosition: events.length + 1,
+      type: event.type,
+      schemaVersion: 1,
+      data: event.data,
+      ...event.metadata,
+      occurredAt: new Date(Date.UTC(2026, 0, 1, 0, 0, events.length)).toISOString(),
+    });
+  }
+  return events;
+}
+
 for (const backend of backends) {
   t.test(`${backend.name}: a run of the pipeline's events writes each source's row once, and leaves what the events one at a time leave`, async (t) => {
     const db = await backend.open();
     t.teardown(() => db.close());
     await migrateReadModels(db.knex);
-    // Recorded events of several sources, streams interleaved as the log interleaves them.
-    const recorded = (streams: NewEvent[][], order: number[]): RecordedEvent[] => {
-      const cursors = streams.map(() => 0);
-      const events: RecordedEvent[] = [];
-      for (const pick of order) {
-        const stream = pick % streams.length;
-        const event = streams[stream][cursors[stream]];
-        if (!event) continue;
-        events.push({
-          eventId: `event-${events.length}`,
-          streamId: `source-s${stream}`,
-          streamVersion: cursors[stream]++,
-          globalPosition: events.length + 1,
-          type: event.type,
-          schemaVersion: 1,
-          data: event.data,
-          ...event.metadata,
-          occurredAt: new Date(Date.UTC(2026, 0, 1, 0, 0, events.length)).toISOString(),
-        });
-      }
-      return events;
-    };
     const rows = async () => db.knex('sources').orderBy('id').select('*');
     await fc.assert(
       fc.asyncProperty(fc.array(sourceLog, { minLength: 1, maxLength: 5 }), fc.array(fc.nat({ max: 40 }), { maxLength: 80 }), async (logs, order) => {
@@ -167,14 +171,8 @@ for (const backend of backends) {
     t.teardown(() => db.close());
     await migrateReadModels(db.knex);
     const streams = [0, 1, 2].map((n) => [registered({ origin: 'url', url: `http://h/${n}` }), ...pipeline(n)]);
-    const events: RecordedEvent[] = [];
     // Stage by stage across the sources, as the pipeline interleaves them.
-    for (let version = 0; version < 5; version++) {
-      streams.forEach((stream, n) => {
-        const event = stream[version];
-        events.push({ eventId: `e-${events.length}`, streamId: `source-s${n}`, streamVersion: version, globalPosition: events.length + 1, type: event.type, schemaVersion: 1, data: event.data, ...event.metadata, occurredAt: new Date(Date.UTC(2026, 0, 1, 0, 0, events.length)).toISOString() });
-      });
-    }
+    const events = recorded(streams, Array.from({ length: 15 }, (_, i) => i % 3));
     const statements: string[] = [];
     const count = (query: { sql: string }) => statements.push(query.sql);
     db.knex.on('query', count);
